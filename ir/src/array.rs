@@ -1,0 +1,215 @@
+//! `Array`: a concrete, row-major, contiguous tensor value on the host. Its
+//! storage (`Buffer`) is typed and shared by `Arc`, so clones are cheap.
+
+use crate::dtype::{DType, Element, Lit};
+use crate::error::IrError;
+use crate::shape::{Shape, TensorType};
+use half::{bf16, f16};
+use std::sync::Arc;
+
+/// Typed element storage.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Buffer {
+    /// f32 elements.
+    F32(Vec<f32>),
+    /// f64 elements.
+    F64(Vec<f64>),
+    /// f16 elements.
+    F16(Vec<f16>),
+    /// bf16 elements.
+    BF16(Vec<bf16>),
+    /// i32 elements.
+    I32(Vec<i32>),
+    /// i64 elements.
+    I64(Vec<i64>),
+    /// bool elements.
+    Bool(Vec<bool>),
+}
+
+/// Allocates a vector of `n` copies of `v`, reporting failure instead of aborting.
+fn try_filled<T: Copy>(n: usize, v: T) -> Result<Vec<T>, IrError> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(n).map_err(|_| IrError::OutOfMemory {
+        bytes: n.saturating_mul(std::mem::size_of::<T>()),
+    })?;
+    out.resize(n, v);
+    Ok(out)
+}
+
+impl Buffer {
+    /// The dtype of the elements.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Buffer::F32(_) => DType::F32,
+            Buffer::F64(_) => DType::F64,
+            Buffer::F16(_) => DType::F16,
+            Buffer::BF16(_) => DType::BF16,
+            Buffer::I32(_) => DType::I32,
+            Buffer::I64(_) => DType::I64,
+            Buffer::Bool(_) => DType::Bool,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Buffer::F32(v) => v.len(),
+            Buffer::F64(v) => v.len(),
+            Buffer::F16(v) => v.len(),
+            Buffer::BF16(v) => v.len(),
+            Buffer::I32(v) => v.len(),
+            Buffer::I64(v) => v.len(),
+            Buffer::Bool(v) => v.len(),
+        }
+    }
+
+    /// True if there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// `n` elements all equal to `lit` (converted to `dtype`).
+    pub fn filled(dtype: DType, n: usize, lit: Lit) -> Result<Buffer, IrError> {
+        let f = lit.as_f64();
+        Ok(match dtype {
+            DType::F32 => Buffer::F32(try_filled(n, f as f32)?),
+            DType::F64 => Buffer::F64(try_filled(n, f)?),
+            DType::F16 => Buffer::F16(try_filled(n, f16::from_f64(f))?),
+            DType::BF16 => Buffer::BF16(try_filled(n, bf16::from_f64(f))?),
+            DType::I32 => Buffer::I32(try_filled(n, lit.as_i64() as i32)?),
+            DType::I64 => Buffer::I64(try_filled(n, lit.as_i64())?),
+            DType::Bool => Buffer::Bool(try_filled(n, lit.as_i64() != 0)?),
+        })
+    }
+
+    /// Element `i` as a literal of the buffer's dtype.
+    pub fn get(&self, i: usize) -> Lit {
+        match self {
+            Buffer::F32(v) => v[i].to_lit(),
+            Buffer::F64(v) => v[i].to_lit(),
+            Buffer::F16(v) => v[i].to_lit(),
+            Buffer::BF16(v) => v[i].to_lit(),
+            Buffer::I32(v) => v[i].to_lit(),
+            Buffer::I64(v) => v[i].to_lit(),
+            Buffer::Bool(v) => v[i].to_lit(),
+        }
+    }
+
+    /// Builds a buffer of `dtype` from literals (each converted to `dtype`).
+    pub fn from_lits(dtype: DType, lits: impl ExactSizeIterator<Item = Lit>) -> Buffer {
+        match dtype {
+            DType::F32 => Buffer::F32(lits.map(|l| l.as_f64() as f32).collect()),
+            DType::F64 => Buffer::F64(lits.map(|l| l.as_f64()).collect()),
+            DType::F16 => Buffer::F16(lits.map(|l| f16::from_f64(l.as_f64())).collect()),
+            DType::BF16 => Buffer::BF16(lits.map(|l| bf16::from_f64(l.as_f64())).collect()),
+            DType::I32 => Buffer::I32(lits.map(|l| l.as_i64() as i32).collect()),
+            DType::I64 => Buffer::I64(lits.map(|l| l.as_i64()).collect()),
+            DType::Bool => Buffer::Bool(lits.map(|l| l.as_i64() != 0).collect()),
+        }
+    }
+}
+
+/// Conversion between `Vec<T>` and the matching `Buffer` variant.
+pub trait BufferElement: Element {
+    /// Wraps a vector.
+    fn into_buffer(v: Vec<Self>) -> Buffer;
+    /// Borrows the elements if the buffer holds this type.
+    fn slice(b: &Buffer) -> Option<&[Self]>;
+}
+
+macro_rules! buffer_element {
+    ($t:ty, $v:ident) => {
+        impl BufferElement for $t {
+            fn into_buffer(v: Vec<Self>) -> Buffer {
+                Buffer::$v(v)
+            }
+            fn slice(b: &Buffer) -> Option<&[Self]> {
+                match b {
+                    Buffer::$v(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+buffer_element!(f32, F32);
+buffer_element!(f64, F64);
+buffer_element!(f16, F16);
+buffer_element!(bf16, BF16);
+buffer_element!(i32, I32);
+buffer_element!(i64, I64);
+buffer_element!(bool, Bool);
+
+/// A concrete tensor value: type plus shared storage whose length always
+/// equals the shape's element count.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Array {
+    ty: TensorType,
+    data: Arc<Buffer>,
+}
+
+impl Array {
+    /// Wraps a buffer; fails if its length does not match `shape`.
+    pub fn new(shape: Shape, data: Buffer) -> Result<Array, IrError> {
+        let dtype = data.dtype();
+        shape.byte_size(dtype)?;
+        if data.len() != shape.numel() {
+            return Err(IrError::Length { shape, expected: shape.numel(), found: data.len() });
+        }
+        Ok(Array { ty: TensorType::new(dtype, shape), data: Arc::new(data) })
+    }
+
+    /// From a vector of elements.
+    pub fn from_vec<T: BufferElement>(data: Vec<T>, shape: &[usize]) -> Result<Array, IrError> {
+        Array::new(Shape::new(shape)?, T::into_buffer(data))
+    }
+
+    /// A tensor filled with one value.
+    pub fn full(ty: TensorType, value: Lit) -> Result<Array, IrError> {
+        let n = ty.shape.byte_size(ty.dtype).map(|_| ty.shape.numel())?;
+        Array::new(ty.shape, Buffer::filled(ty.dtype, n, value)?)
+    }
+
+    /// The type (dtype + shape).
+    pub fn ty(&self) -> TensorType {
+        self.ty
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &Shape {
+        &self.ty.shape
+    }
+
+    /// The dtype.
+    pub fn dtype(&self) -> DType {
+        self.ty.dtype
+    }
+
+    /// The storage.
+    pub fn buffer(&self) -> &Buffer {
+        &self.data
+    }
+
+    /// Borrows the elements as `T`; fails if the dtype differs.
+    pub fn as_slice<T: BufferElement>(&self) -> Result<&[T], IrError> {
+        T::slice(&self.data).ok_or(IrError::WrongElement { actual: self.dtype(), asked: T::DTYPE })
+    }
+
+    /// The same data under another shape of equal element count.
+    pub fn reshaped(&self, shape: Shape) -> Result<Array, IrError> {
+        if shape.numel() != self.ty.shape.numel() {
+            return Err(IrError::Reshape { from: self.ty.shape, to: shape });
+        }
+        Ok(Array { ty: TensorType::new(self.dtype(), shape), data: self.data.clone() })
+    }
+
+    /// If every element is the same (bitwise for floats), that element.
+    pub fn splat_value(&self) -> Option<Lit> {
+        let n = self.data.len();
+        if n == 0 {
+            return None;
+        }
+        let first = self.data.get(0);
+        (1..n).all(|i| self.data.get(i) == first).then_some(first)
+    }
+}

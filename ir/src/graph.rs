@@ -1,0 +1,398 @@
+//! The graph IR: an append-only arena of nodes in topological order (every
+//! operand id is smaller than its user's id), addressed by typed `NodeId`s.
+//! Ops are plain enums holding their operands; a node's type is inferred from
+//! its op when it is added, so a `Graph` built through [`Graph::add`] is
+//! well-typed by construction.
+
+use crate::array::Array;
+use crate::dtype::{DType, Lit};
+use crate::error::IrError;
+use crate::infer::infer;
+use crate::shape::{Shape, TensorType};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Index of a node in its graph.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Serialize, Deserialize)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    /// The index as usize.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}", self.0)
+    }
+}
+
+/// Elementwise functions of one operand.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub enum UnaryOp {
+    /// `-x`
+    Neg,
+    /// `|x|`
+    Abs,
+    /// `x*x`
+    Square,
+    /// `max(x, 0)`
+    Relu,
+    /// `e^x`
+    Exp,
+    /// natural log
+    Log,
+    /// square root
+    Sqrt,
+    /// `1/sqrt(x)`
+    Rsqrt,
+    /// `1/x`
+    Recip,
+    /// hyperbolic tangent
+    Tanh,
+    /// `1/(1+e^-x)`
+    Sigmoid,
+    /// tanh approximation `0.5x(1+tanh(0.7978845608(x+0.044715x^3)))`
+    Gelu,
+}
+
+/// Elementwise functions of two operands of equal type.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub enum BinaryOp {
+    /// `a+b`
+    Add,
+    /// `a-b`
+    Sub,
+    /// `a*b`
+    Mul,
+    /// `a/b` (integers: truncating, x/0 = 0)
+    Div,
+    /// elementwise maximum, NaN-propagating
+    Max,
+    /// elementwise minimum, NaN-propagating
+    Min,
+}
+
+/// Elementwise comparisons; the result is `bool`.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub enum CmpOp {
+    /// `a<b`
+    Lt,
+    /// `a>b`
+    Gt,
+    /// `a<=b`
+    Le,
+    /// `a>=b`
+    Ge,
+    /// `a==b`
+    Eq,
+}
+
+/// Reductions over a set of axes.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub enum ReduceOp {
+    /// sum (0 over an empty axis)
+    Sum,
+    /// maximum, NaN-propagating (undefined over an empty axis)
+    Max,
+    /// minimum, NaN-propagating (undefined over an empty axis)
+    Min,
+}
+
+/// A set of axes as a bitmask (rank is at most 8).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default, Serialize, Deserialize)]
+pub struct Axes(pub u8);
+
+impl Axes {
+    /// Whether `axis` is in the set.
+    pub fn contains(self, axis: usize) -> bool {
+        axis < 8 && self.0 & (1 << axis) != 0
+    }
+    /// The axes in increasing order.
+    pub fn iter(self) -> impl Iterator<Item = usize> {
+        (0..8).filter(move |&a| self.contains(a))
+    }
+    /// A set of the given (already normalised) axes.
+    pub fn from_axes(axes: &[usize]) -> Axes {
+        Axes(axes.iter().fold(0u8, |m, &a| m | (1 << a)))
+    }
+}
+
+/// An operation. Operands are node ids; everything else an op needs (target
+/// shape, dtype, literal) is held inline, so the result type is a function of
+/// the op and its operands' types.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub enum Op {
+    /// Tensor argument number `index` of the graph.
+    Input {
+        /// Position among the graph's tensor inputs.
+        index: u32,
+        /// Its type.
+        ty: TensorType,
+    },
+    /// Runtime scalar parameter number `index` (rank 0). Changing its value
+    /// does not change the graph.
+    Param {
+        /// Position among the graph's params.
+        index: u32,
+        /// Its dtype.
+        dtype: DType,
+    },
+    /// A tensor whose every element is `value`.
+    Full {
+        /// The value, already converted to `ty.dtype`.
+        value: Lit,
+        /// Its type.
+        ty: TensorType,
+    },
+    /// Constant number `index` of the graph's constant table.
+    Constant {
+        /// Index into [`Graph::constants`].
+        index: u32,
+        /// Its type (equal to the constant's).
+        ty: TensorType,
+    },
+    /// Elementwise unary function.
+    Unary(UnaryOp, NodeId),
+    /// Elementwise binary function of operands of equal type.
+    Binary(BinaryOp, NodeId, NodeId),
+    /// Elementwise comparison of operands of equal type, giving `bool`.
+    Compare(CmpOp, NodeId, NodeId),
+    /// `cond ? on_true : on_false`, elementwise; `cond` is bool, all shapes equal.
+    Select(NodeId, NodeId, NodeId),
+    /// Reduction over `axes`; reduced dims stay in the result with size 1.
+    Reduce(ReduceOp, NodeId, Axes),
+    /// `[m,k]x[k,n] -> [m,n]` or `[b,m,k]x[b,k,n] -> [b,m,n]`.
+    MatMul(NodeId, NodeId),
+    /// Same elements, new shape of equal element count.
+    Reshape(NodeId, Shape),
+    /// Axes reordered: result dim `i` is operand dim `perm[i]`.
+    Permute(NodeId, Perm),
+    /// numpy `broadcast_to`.
+    Broadcast(NodeId, Shape),
+    /// Elementwise dtype conversion.
+    Cast(NodeId, DType),
+}
+
+/// A permutation of up to 8 axes.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub struct Perm {
+    axes: [u8; 8],
+    len: u8,
+}
+
+impl Perm {
+    /// A permutation of `0..perm.len()`; fails if it is not one.
+    pub fn new(perm: &[usize]) -> Result<Perm, IrError> {
+        let bad = || IrError::Permutation { perm: perm.to_vec(), rank: perm.len() };
+        if perm.len() > 8 {
+            return Err(bad());
+        }
+        let mut seen = [false; 8];
+        let mut axes = [0u8; 8];
+        for (i, &p) in perm.iter().enumerate() {
+            if p >= perm.len() || seen[p] {
+                return Err(bad());
+            }
+            seen[p] = true;
+            axes[i] = p as u8;
+        }
+        Ok(Perm { axes, len: perm.len() as u8 })
+    }
+    /// The permutation as indices.
+    pub fn as_vec(&self) -> Vec<usize> {
+        self.axes[..self.len as usize].iter().map(|&a| a as usize).collect()
+    }
+    /// Number of axes.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+    /// True for the permutation of zero axes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// True if it maps every axis to itself.
+    pub fn is_identity(&self) -> bool {
+        (0..self.len()).all(|i| self.axes[i] as usize == i)
+    }
+}
+
+impl Op {
+    /// The operands, in order.
+    pub fn operands(&self) -> Vec<NodeId> {
+        match *self {
+            Op::Input { .. } | Op::Param { .. } | Op::Full { .. } | Op::Constant { .. } => vec![],
+            Op::Unary(_, x) | Op::Reduce(_, x, _) | Op::Reshape(x, _) => vec![x],
+            Op::Permute(x, _) | Op::Broadcast(x, _) | Op::Cast(x, _) => vec![x],
+            Op::Binary(_, a, b) | Op::Compare(_, a, b) | Op::MatMul(a, b) => vec![a, b],
+            Op::Select(c, a, b) => vec![c, a, b],
+        }
+    }
+
+    /// The same op with every operand passed through `f`.
+    pub fn map_operands(&self, mut f: impl FnMut(NodeId) -> NodeId) -> Op {
+        match self.clone() {
+            op @ (Op::Input { .. } | Op::Param { .. } | Op::Full { .. } | Op::Constant { .. }) => op,
+            Op::Unary(u, x) => Op::Unary(u, f(x)),
+            Op::Binary(b, x, y) => Op::Binary(b, f(x), f(y)),
+            Op::Compare(c, x, y) => Op::Compare(c, f(x), f(y)),
+            Op::Select(c, x, y) => Op::Select(f(c), f(x), f(y)),
+            Op::Reduce(r, x, a) => Op::Reduce(r, f(x), a),
+            Op::MatMul(x, y) => Op::MatMul(f(x), f(y)),
+            Op::Reshape(x, s) => Op::Reshape(f(x), s),
+            Op::Permute(x, p) => Op::Permute(f(x), p),
+            Op::Broadcast(x, s) => Op::Broadcast(f(x), s),
+            Op::Cast(x, d) => Op::Cast(f(x), d),
+        }
+    }
+
+    /// True for ops without operands that produce a known value (`Full`, `Constant`).
+    pub fn is_constant(&self) -> bool {
+        matches!(self, Op::Full { .. } | Op::Constant { .. })
+    }
+}
+
+/// One node: its op and its (inferred) result type.
+#[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
+pub struct Node {
+    /// The operation.
+    pub op: Op,
+    /// The result type.
+    pub ty: TensorType,
+}
+
+/// A dataflow graph of tensor ops with numbered tensor inputs, scalar
+/// params, a constant table and an ordered list of outputs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Graph {
+    nodes: Vec<Node>,
+    /// The graph's results, in order. May repeat a node, may name an input.
+    pub outputs: Vec<NodeId>,
+    constants: Vec<ConstData>,
+}
+
+/// A constant tensor embedded in a graph. Serialised as its literals.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConstData(pub Array);
+
+impl Serialize for ConstData {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let b = self.0.buffer();
+        let lits: Vec<Lit> = (0..b.len()).map(|i| b.get(i)).collect();
+        (self.0.ty(), lits).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ConstData {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ConstData, D::Error> {
+        let (ty, lits): (TensorType, Vec<Lit>) = Deserialize::deserialize(d)?;
+        let buf = crate::array::Buffer::from_lits(ty.dtype, lits.into_iter());
+        Array::new(ty.shape, buf).map(ConstData).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Graph {
+    /// An empty graph.
+    pub fn new() -> Graph {
+        Graph::default()
+    }
+
+    /// Adds a node after inferring (and so checking) its type.
+    pub fn add(&mut self, op: Op) -> Result<NodeId, IrError> {
+        let ty = infer(self, &op)?;
+        Ok(self.push_unchecked(Node { op, ty }))
+    }
+
+    /// Appends a node without inference. Passes that rebuild a verified graph
+    /// use it; the verifier catches misuse.
+    pub fn push_unchecked(&mut self, node: Node) -> NodeId {
+        self.nodes.push(node);
+        NodeId(self.nodes.len() as u32 - 1)
+    }
+
+    /// Adds a constant tensor and a node that reads it.
+    pub fn add_constant(&mut self, value: Array) -> NodeId {
+        let ty = value.ty();
+        if let Some(lit) = value.splat_value() {
+            return self.push_unchecked(Node { op: Op::Full { value: lit, ty }, ty });
+        }
+        self.constants.push(ConstData(value));
+        let index = self.constants.len() as u32 - 1;
+        self.push_unchecked(Node { op: Op::Constant { index, ty }, ty })
+    }
+
+    /// The node with this id. Panics on an id from another graph (a bug).
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    /// The type of a node.
+    pub fn ty(&self, id: NodeId) -> TensorType {
+        self.nodes[id.index()].ty
+    }
+
+    /// All nodes, in id (= topological) order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// Node ids in order.
+    pub fn ids(&self) -> impl Iterator<Item = NodeId> {
+        (0..self.nodes.len() as u32).map(NodeId)
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True if the graph has no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The constant table.
+    pub fn constants(&self) -> &[ConstData] {
+        &self.constants
+    }
+
+    /// The value of constant `index`.
+    pub fn constant(&self, index: u32) -> Option<&Array> {
+        self.constants.get(index as usize).map(|c| &c.0)
+    }
+
+    /// Types of the tensor inputs, ordered by input index.
+    pub fn input_types(&self) -> Vec<TensorType> {
+        let mut v: Vec<(u32, TensorType)> = self
+            .nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Input { index, ty } => Some((index, ty)),
+                _ => None,
+            })
+            .collect();
+        v.sort_by_key(|p| p.0);
+        v.into_iter().map(|p| p.1).collect()
+    }
+
+    /// Dtypes of the scalar params, ordered by param index.
+    pub fn param_types(&self) -> Vec<DType> {
+        let mut v: Vec<(u32, DType)> = self
+            .nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Param { index, dtype } => Some((index, dtype)),
+                _ => None,
+            })
+            .collect();
+        v.sort_by_key(|p| p.0);
+        v.into_iter().map(|p| p.1).collect()
+    }
+
+    /// Counts nodes per op name, for summaries ("exp x1, add x3").
+    pub fn op_names(&self) -> Vec<&'static str> {
+        self.nodes.iter().map(|n| crate::text::op_name(&n.op)).collect()
+    }
+}

@@ -1,0 +1,209 @@
+//! Type inference: the result type of an op from its operands' types. This is
+//! the single definition of which operands each op accepts; the graph
+//! builder, the parser and the verifier all go through it.
+
+use crate::dtype::DType;
+use crate::error::IrError;
+use crate::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp};
+use crate::shape::{Shape, TensorType};
+
+/// The result type of `op` in `g`, or why the op is ill-typed.
+/// Operand ids must already exist in `g`.
+pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
+    for operand in op.operands() {
+        if operand.index() >= g.len() {
+            return Err(IrError::Verify(format!("operand {operand} does not exist yet")));
+        }
+    }
+    let ty = |id| g.ty(id);
+    let out = match *op {
+        Op::Input { ty, .. } => checked(ty)?,
+        Op::Param { dtype, .. } => TensorType::scalar(dtype),
+        Op::Full { value, ty } => {
+            if !value.fits(ty.dtype) {
+                return Err(IrError::Verify(format!("literal {value} does not fit {}", ty.dtype)));
+            }
+            checked(ty)?
+        }
+        Op::Constant { index, ty } => match g.constant(index) {
+            Some(c) if c.ty() == ty => ty,
+            Some(c) => {
+                return Err(IrError::Verify(format!("constant {index} is {}, node says {ty}", c.ty())));
+            }
+            None => return Err(IrError::Verify(format!("constant {index} does not exist"))),
+        },
+        Op::Unary(u, x) => {
+            let t = ty(x);
+            unary_dtype_ok(u, t.dtype)?;
+            t
+        }
+        Op::Binary(b, x, y) => {
+            let (tx, ty_) = (ty(x), ty(y));
+            same_type("binary operands", tx, ty_)?;
+            if tx.dtype == DType::Bool {
+                return Err(IrError::DTypeUnsupported {
+                    op: binary_name(b),
+                    dtype: DType::Bool,
+                    hint: "cast to a numeric dtype first",
+                });
+            }
+            tx
+        }
+        Op::Compare(_, x, y) => {
+            let (tx, ty_) = (ty(x), ty(y));
+            same_type("compare operands", tx, ty_)?;
+            TensorType::new(DType::Bool, tx.shape)
+        }
+        Op::Select(c, a, b) => {
+            let (tc, ta, tb) = (ty(c), ty(a), ty(b));
+            if tc.dtype != DType::Bool {
+                return Err(IrError::DTypeUnsupported {
+                    op: "where",
+                    dtype: tc.dtype,
+                    hint: "the condition must be a bool tensor (from lt/gt/le/ge/eq or .cast(DType::Bool))",
+                });
+            }
+            same_type("where branches", ta, tb)?;
+            if tc.shape != ta.shape {
+                return Err(IrError::ShapeMismatch { what: "where condition and branches", lhs: tc.shape, rhs: ta.shape });
+            }
+            ta
+        }
+        Op::Reduce(r, x, axes) => {
+            let t = ty(x);
+            let mut shape = t.shape;
+            for a in axes.iter() {
+                if a >= t.shape.rank() {
+                    return Err(IrError::Axis { axis: a as isize, rank: t.shape.rank() });
+                }
+                if t.shape[a] == 0 && r != ReduceOp::Sum {
+                    return Err(IrError::EmptyReduction { op: reduce_name(r), axis: a, shape: t.shape });
+                }
+                shape = shape.with_dim(a, 1);
+            }
+            if t.dtype == DType::Bool {
+                return Err(IrError::DTypeUnsupported {
+                    op: reduce_name(r),
+                    dtype: DType::Bool,
+                    hint: "cast to i64 or f32 first",
+                });
+            }
+            TensorType::new(t.dtype, shape)
+        }
+        Op::MatMul(x, y) => matmul_type(ty(x), ty(y))?,
+        Op::Reshape(x, shape) => {
+            let t = ty(x);
+            if shape.numel() != t.shape.numel() {
+                return Err(IrError::Reshape { from: t.shape, to: shape });
+            }
+            checked(TensorType::new(t.dtype, shape))?
+        }
+        Op::Permute(x, perm) => {
+            let t = ty(x);
+            if perm.len() != t.shape.rank() {
+                return Err(IrError::Permutation { perm: perm.as_vec(), rank: t.shape.rank() });
+            }
+            let dims: Vec<usize> = perm.as_vec().iter().map(|&p| t.shape[p]).collect();
+            TensorType::new(t.dtype, Shape::new(&dims)?)
+        }
+        Op::Broadcast(x, shape) => {
+            let t = ty(x);
+            if !t.shape.broadcasts_to(&shape) {
+                return Err(IrError::BroadcastTo { from: t.shape, to: shape });
+            }
+            checked(TensorType::new(t.dtype, shape))?
+        }
+        Op::Cast(x, dtype) => TensorType::new(dtype, ty(x).shape),
+    };
+    Ok(out)
+}
+
+fn checked(t: TensorType) -> Result<TensorType, IrError> {
+    t.shape.byte_size(t.dtype)?;
+    Ok(t)
+}
+
+fn same_type(what: &'static str, a: TensorType, b: TensorType) -> Result<(), IrError> {
+    if a.dtype != b.dtype {
+        return Err(IrError::DTypeMismatch { lhs: a.dtype, rhs: b.dtype });
+    }
+    if a.shape != b.shape {
+        return Err(IrError::ShapeMismatch { what, lhs: a.shape, rhs: b.shape });
+    }
+    Ok(())
+}
+
+fn unary_dtype_ok(u: UnaryOp, d: DType) -> Result<(), IrError> {
+    let int_ok = matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Square | UnaryOp::Relu);
+    if d.is_float() || (d.is_int() && int_ok) {
+        return Ok(());
+    }
+    Err(IrError::DTypeUnsupported {
+        op: unary_name(u),
+        dtype: d,
+        hint: if d == DType::Bool { "cast to a numeric dtype first" } else { "cast to a float dtype first" },
+    })
+}
+
+fn matmul_type(a: TensorType, b: TensorType) -> Result<TensorType, IrError> {
+    let err = |reason| Err(IrError::MatMul { lhs: a, rhs: b, reason });
+    if a.dtype != b.dtype {
+        return Err(IrError::DTypeMismatch { lhs: a.dtype, rhs: b.dtype });
+    }
+    if a.dtype == DType::Bool {
+        return err("bool operands are not supported; cast first");
+    }
+    let (ra, rb) = (a.shape.rank(), b.shape.rank());
+    if ra != rb || !(ra == 2 || ra == 3) {
+        return err("operands must both be 2-D, or both 3-D with equal batch");
+    }
+    let (sa, sb) = (&a.shape, &b.shape);
+    if sa[ra - 1] != sb[rb - 2] {
+        return err("inner dimensions differ (lhs last dim must equal rhs second-to-last)");
+    }
+    if ra == 3 && sa[0] != sb[0] {
+        return err("batch dimensions differ");
+    }
+    let mut dims: Vec<usize> = sa[..ra - 1].to_vec();
+    dims.push(sb[rb - 1]);
+    checked(TensorType::new(a.dtype, Shape::new(&dims)?))
+}
+
+/// The user-facing name of a unary op.
+pub fn unary_name(u: UnaryOp) -> &'static str {
+    match u {
+        UnaryOp::Neg => "neg",
+        UnaryOp::Abs => "abs",
+        UnaryOp::Square => "square",
+        UnaryOp::Relu => "relu",
+        UnaryOp::Exp => "exp",
+        UnaryOp::Log => "log",
+        UnaryOp::Sqrt => "sqrt",
+        UnaryOp::Rsqrt => "rsqrt",
+        UnaryOp::Recip => "recip",
+        UnaryOp::Tanh => "tanh",
+        UnaryOp::Sigmoid => "sigmoid",
+        UnaryOp::Gelu => "gelu",
+    }
+}
+
+/// The user-facing name of a binary op.
+pub fn binary_name(b: BinaryOp) -> &'static str {
+    match b {
+        BinaryOp::Add => "add",
+        BinaryOp::Sub => "sub",
+        BinaryOp::Mul => "mul",
+        BinaryOp::Div => "div",
+        BinaryOp::Max => "maximum",
+        BinaryOp::Min => "minimum",
+    }
+}
+
+/// The user-facing name of a reduction.
+pub fn reduce_name(r: ReduceOp) -> &'static str {
+    match r {
+        ReduceOp::Sum => "sum",
+        ReduceOp::Max => "max",
+        ReduceOp::Min => "min",
+    }
+}

@@ -1,0 +1,435 @@
+//! The reference interpreter: executes a graph node by node with plain loops.
+//! It is the oracle every backend is tested against, so it favours being
+//! obviously right over being fast.
+//!
+//! Semantics, per dtype:
+//! - floats are computed in f64 and rounded to the node's dtype after every
+//!   op. For `+ - * / sqrt` that is exactly the dtype's IEEE result (f64
+//!   holds more than twice the precision of f32/f16/bf16); transcendental
+//!   functions come out correctly rounded or within one rounding of it.
+//!   Reductions and matmul accumulate in f64 and round once at the end.
+//! - integers are computed in i64 and wrapped to the dtype (two's
+//!   complement); integer division truncates toward zero and `x / 0 == 0`.
+//! - `max`/`min` (elementwise and reductions) propagate NaN, as numpy does.
+//! - casts float -> int truncate toward zero and saturate (NaN -> 0), as
+//!   Rust's `as`; anything -> bool is `!= 0` (NaN -> true).
+
+use crate::array::{Array, Buffer};
+use crate::dtype::{DType, Lit};
+use crate::error::IrError;
+use crate::graph::{BinaryOp, CmpOp, Graph, NodeId, Op, ReduceOp, UnaryOp};
+use crate::shape::{Shape, TensorType, MAX_RANK};
+
+/// Element values of one node while interpreting: floats widened to f64,
+/// integers and bools to i64.
+#[derive(Clone, Debug)]
+enum Vals {
+    F(Vec<f64>),
+    I(Vec<i64>),
+}
+
+/// Runs `g` on concrete `inputs` (one per `Input` node, by index) and scalar
+/// `params` (one per `Param` node), returning the graph's outputs.
+pub fn run(g: &Graph, inputs: &[Array], params: &[Lit]) -> Result<Vec<Array>, IrError> {
+    check_arguments(g, inputs, params)?;
+    let last_use = last_uses(g);
+    let mut vals: Vec<Option<Vals>> = vec![None; g.len()];
+    for id in g.ids() {
+        let node = g.node(id);
+        let v = eval(g, &node.op, node.ty, &vals, inputs, params)?;
+        vals[id.index()] = Some(v);
+        // Free operands whose last use this was, so big graphs fit in memory.
+        for operand in node.op.operands() {
+            if last_use[operand.index()] == Some(id) {
+                vals[operand.index()] = None;
+            }
+        }
+    }
+    g.outputs
+        .iter()
+        .map(|&o| {
+            let v = vals[o.index()].as_ref().ok_or_else(|| internal("output value freed"))?;
+            to_array(g.ty(o), v)
+        })
+        .collect()
+}
+
+fn internal(msg: &str) -> IrError {
+    IrError::Verify(format!("interpreter: {msg}"))
+}
+
+fn check_arguments(g: &Graph, inputs: &[Array], params: &[Lit]) -> Result<(), IrError> {
+    let want = g.input_types();
+    if want.len() != inputs.len() {
+        return Err(IrError::Arguments(format!("expected {} tensor inputs, got {}", want.len(), inputs.len())));
+    }
+    for (i, (w, a)) in want.iter().zip(inputs).enumerate() {
+        if *w != a.ty() {
+            return Err(IrError::Arguments(format!("input {i}: expected {w}, got {}", a.ty())));
+        }
+    }
+    let want = g.param_types();
+    if want.len() != params.len() {
+        return Err(IrError::Arguments(format!("expected {} params, got {}", want.len(), params.len())));
+    }
+    Ok(())
+}
+
+/// For each node, the last node that uses it (outputs are never freed).
+fn last_uses(g: &Graph) -> Vec<Option<NodeId>> {
+    let mut last = vec![None; g.len()];
+    for id in g.ids() {
+        for operand in g.node(id).op.operands() {
+            last[operand.index()] = Some(id);
+        }
+    }
+    for &o in &g.outputs {
+        last[o.index()] = None;
+    }
+    last
+}
+
+fn alloc<T: Clone>(n: usize, v: T) -> Result<Vec<T>, IrError> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(n)
+        .map_err(|_| IrError::OutOfMemory { bytes: n.saturating_mul(std::mem::size_of::<T>()) })?;
+    out.resize(n, v);
+    Ok(out)
+}
+
+fn from_buffer(b: &Buffer) -> Vals {
+    match b {
+        Buffer::F32(v) => Vals::F(v.iter().map(|&x| x as f64).collect()),
+        Buffer::F64(v) => Vals::F(v.clone()),
+        Buffer::F16(v) => Vals::F(v.iter().map(|x| x.to_f64()).collect()),
+        Buffer::BF16(v) => Vals::F(v.iter().map(|x| x.to_f64()).collect()),
+        Buffer::I32(v) => Vals::I(v.iter().map(|&x| x as i64).collect()),
+        Buffer::I64(v) => Vals::I(v.clone()),
+        Buffer::Bool(v) => Vals::I(v.iter().map(|&x| x as i64).collect()),
+    }
+}
+
+fn to_array(ty: TensorType, v: &Vals) -> Result<Array, IrError> {
+    let buf = match v {
+        Vals::F(x) => Buffer::from_lits(ty.dtype, x.iter().map(|&f| Lit::Float(f))),
+        Vals::I(x) => Buffer::from_lits(ty.dtype, x.iter().map(|&i| Lit::Int(i))),
+    };
+    Array::new(ty.shape, buf)
+}
+
+fn eval(
+    g: &Graph,
+    op: &Op,
+    ty: TensorType,
+    vals: &[Option<Vals>],
+    inputs: &[Array],
+    params: &[Lit],
+) -> Result<Vals, IrError> {
+    let arg = |id: NodeId| vals[id.index()].as_ref().ok_or_else(|| internal("operand freed too early"));
+    let n = ty.shape.numel();
+    Ok(match *op {
+        Op::Input { index, .. } => from_buffer(inputs[index as usize].buffer()),
+        Op::Param { index, dtype } => {
+            let lit = *params.get(index as usize).ok_or_else(|| internal("missing param"))?;
+            splat(convert_lit(lit, dtype), 1)?
+        }
+        Op::Full { value, .. } => splat(value, n)?,
+        Op::Constant { index, .. } => {
+            from_buffer(g.constant(index).ok_or_else(|| internal("missing constant"))?.buffer())
+        }
+        Op::Unary(u, x) => unary(u, ty.dtype, arg(x)?),
+        Op::Binary(b, x, y) => binary(b, ty.dtype, arg(x)?, arg(y)?),
+        Op::Compare(c, x, y) => compare(c, arg(x)?, arg(y)?),
+        Op::Select(c, a, b) => select(arg(c)?, arg(a)?, arg(b)?),
+        Op::Reduce(r, x, axes) => reduce(r, ty.dtype, &g.ty(x).shape, &ty.shape, |a| axes.contains(a), arg(x)?)?,
+        Op::MatMul(a, b) => matmul(ty, &g.ty(a).shape, &g.ty(b).shape, arg(a)?, arg(b)?)?,
+        Op::Reshape(x, _) => arg(x)?.clone(),
+        Op::Permute(x, perm) => {
+            let src = g.ty(x).shape;
+            let p = perm.as_vec();
+            gather(arg(x)?, &ty.shape, |out, inp| {
+                for (d, &pd) in p.iter().enumerate() {
+                    inp[pd] = out[d];
+                }
+                linear(inp, &src)
+            })
+        }
+        Op::Broadcast(x, _) => {
+            let src = g.ty(x).shape;
+            let off = ty.shape.rank() - src.rank();
+            gather(arg(x)?, &ty.shape, |out, inp| {
+                for d in 0..src.rank() {
+                    inp[d] = if src[d] == 1 { 0 } else { out[off + d] };
+                }
+                linear(inp, &src)
+            })
+        }
+        Op::Cast(x, to) => cast(arg(x)?, to),
+    })
+}
+
+fn convert_lit(lit: Lit, dtype: DType) -> Lit {
+    match lit {
+        Lit::Float(f) => Lit::from_f64(f, dtype),
+        other => Lit::from_i64(other.as_i64(), dtype),
+    }
+}
+
+fn splat(value: Lit, n: usize) -> Result<Vals, IrError> {
+    Ok(match value {
+        Lit::Float(f) => Vals::F(alloc(n, f)?),
+        other => Vals::I(alloc(n, other.as_i64())?),
+    })
+}
+
+/// Row-major linear index of a multi-index.
+fn linear(idx: &[usize; MAX_RANK], shape: &Shape) -> usize {
+    (0..shape.rank()).fold(0, |acc, d| acc * shape[d] + idx[d])
+}
+
+/// Advances a row-major multi-index by one; returns false after the last.
+fn next_index(idx: &mut [usize; MAX_RANK], shape: &Shape) -> bool {
+    for d in (0..shape.rank()).rev() {
+        idx[d] += 1;
+        if idx[d] < shape[d] {
+            return true;
+        }
+        idx[d] = 0;
+    }
+    false
+}
+
+/// out[i] = src[source_of(index of i)], for every element of `out_shape`.
+fn gather(src: &Vals, out_shape: &Shape, mut source_of: impl FnMut(&[usize; MAX_RANK], &mut [usize; MAX_RANK]) -> usize) -> Vals {
+    let n = out_shape.numel();
+    let mut order = Vec::with_capacity(n);
+    if n > 0 {
+        let mut idx = [0usize; MAX_RANK];
+        let mut inp = [0usize; MAX_RANK];
+        loop {
+            order.push(source_of(&idx, &mut inp));
+            if !next_index(&mut idx, out_shape) {
+                break;
+            }
+        }
+    }
+    match src {
+        Vals::F(v) => Vals::F(order.iter().map(|&i| v[i]).collect()),
+        Vals::I(v) => Vals::I(order.iter().map(|&i| v[i]).collect()),
+    }
+}
+
+const GELU_C: f64 = 0.7978845608;
+
+fn unary(u: UnaryOp, dtype: DType, x: &Vals) -> Vals {
+    match x {
+        Vals::F(v) => {
+            let f: fn(f64) -> f64 = match u {
+                UnaryOp::Neg => |x| -x,
+                UnaryOp::Abs => f64::abs,
+                UnaryOp::Square => |x| x * x,
+                UnaryOp::Relu => |x| if x.is_nan() || x > 0.0 { x } else { 0.0 },
+                UnaryOp::Exp => f64::exp,
+                UnaryOp::Log => f64::ln,
+                UnaryOp::Sqrt => f64::sqrt,
+                UnaryOp::Rsqrt => |x| 1.0 / x.sqrt(),
+                UnaryOp::Recip => |x| 1.0 / x,
+                UnaryOp::Tanh => f64::tanh,
+                UnaryOp::Sigmoid => |x| 1.0 / (1.0 + (-x).exp()),
+                UnaryOp::Gelu => |x| 0.5 * x * (1.0 + (GELU_C * (x + 0.044715 * x * x * x)).tanh()),
+            };
+            Vals::F(v.iter().map(|&a| dtype.round_float(f(a))).collect())
+        }
+        Vals::I(v) => {
+            // Type inference admits only these four on integers.
+            let f: fn(i64) -> i64 = match u {
+                UnaryOp::Neg => i64::wrapping_neg,
+                UnaryOp::Abs => i64::wrapping_abs,
+                UnaryOp::Square => |x| x.wrapping_mul(x),
+                _ => |x| x.max(0),
+            };
+            Vals::I(v.iter().map(|&a| dtype.wrap_int(f(a))).collect())
+        }
+    }
+}
+
+fn max_nan(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+fn min_nan(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
+    }
+}
+
+fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Vals {
+    match (x, y) {
+        (Vals::F(p), Vals::F(q)) => {
+            let f: fn(f64, f64) -> f64 = match b {
+                BinaryOp::Add => |a, b| a + b,
+                BinaryOp::Sub => |a, b| a - b,
+                BinaryOp::Mul => |a, b| a * b,
+                BinaryOp::Div => |a, b| a / b,
+                BinaryOp::Max => max_nan,
+                BinaryOp::Min => min_nan,
+            };
+            Vals::F(p.iter().zip(q).map(|(&a, &c)| dtype.round_float(f(a, c))).collect())
+        }
+        (Vals::I(p), Vals::I(q)) => {
+            let f: fn(i64, i64) -> i64 = match b {
+                BinaryOp::Add => i64::wrapping_add,
+                BinaryOp::Sub => i64::wrapping_sub,
+                BinaryOp::Mul => i64::wrapping_mul,
+                BinaryOp::Div => |a, b| if b == 0 { 0 } else { a.wrapping_div(b) },
+                BinaryOp::Max => i64::max,
+                BinaryOp::Min => i64::min,
+            };
+            Vals::I(p.iter().zip(q).map(|(&a, &c)| dtype.wrap_int(f(a, c))).collect())
+        }
+        // Type inference guarantees equal dtypes.
+        _ => Vals::F(vec![]),
+    }
+}
+
+fn compare(c: CmpOp, x: &Vals, y: &Vals) -> Vals {
+    fn cmp<T: PartialOrd>(c: CmpOp, a: T, b: T) -> i64 {
+        (match c {
+            CmpOp::Lt => a < b,
+            CmpOp::Gt => a > b,
+            CmpOp::Le => a <= b,
+            CmpOp::Ge => a >= b,
+            CmpOp::Eq => a == b,
+        }) as i64
+    }
+    match (x, y) {
+        (Vals::F(p), Vals::F(q)) => Vals::I(p.iter().zip(q).map(|(&a, &b)| cmp(c, a, b)).collect()),
+        (Vals::I(p), Vals::I(q)) => Vals::I(p.iter().zip(q).map(|(&a, &b)| cmp(c, a, b)).collect()),
+        _ => Vals::I(vec![]),
+    }
+}
+
+fn select(c: &Vals, a: &Vals, b: &Vals) -> Vals {
+    let Vals::I(c) = c else { return Vals::I(vec![]) };
+    match (a, b) {
+        (Vals::F(p), Vals::F(q)) => Vals::F(c.iter().zip(p.iter().zip(q)).map(|(&k, (&x, &y))| if k != 0 { x } else { y }).collect()),
+        (Vals::I(p), Vals::I(q)) => Vals::I(c.iter().zip(p.iter().zip(q)).map(|(&k, (&x, &y))| if k != 0 { x } else { y }).collect()),
+        _ => Vals::I(vec![]),
+    }
+}
+
+fn reduce(
+    r: ReduceOp,
+    dtype: DType,
+    src: &Shape,
+    out: &Shape,
+    reduced: impl Fn(usize) -> bool,
+    x: &Vals,
+) -> Result<Vals, IrError> {
+    // Output index of each input element: reduced axes collapse to 0.
+    let n_out = out.numel();
+    let mut target = Vec::with_capacity(src.numel());
+    if src.numel() > 0 {
+        let mut idx = [0usize; MAX_RANK];
+        loop {
+            let mut o = idx;
+            for (d, od) in o.iter_mut().enumerate().take(src.rank()) {
+                if reduced(d) {
+                    *od = 0;
+                }
+            }
+            target.push(linear(&o, out));
+            if !next_index(&mut idx, src) {
+                break;
+            }
+        }
+    }
+    Ok(match x {
+        Vals::F(v) => {
+            let (init, f): (f64, fn(f64, f64) -> f64) = match r {
+                ReduceOp::Sum => (0.0, |a, b| a + b),
+                ReduceOp::Max => (f64::NEG_INFINITY, max_nan),
+                ReduceOp::Min => (f64::INFINITY, min_nan),
+            };
+            let mut acc = alloc(n_out, init)?;
+            for (&t, &e) in target.iter().zip(v) {
+                acc[t] = f(acc[t], e);
+            }
+            Vals::F(acc.into_iter().map(|a| dtype.round_float(a)).collect())
+        }
+        Vals::I(v) => {
+            let (init, f): (i64, fn(i64, i64) -> i64) = match r {
+                ReduceOp::Sum => (0, i64::wrapping_add),
+                ReduceOp::Max => (i64::MIN, i64::max),
+                ReduceOp::Min => (i64::MAX, i64::min),
+            };
+            let mut acc = alloc(n_out, init)?;
+            for (&t, &e) in target.iter().zip(v) {
+                acc[t] = f(acc[t], e);
+            }
+            Vals::I(acc.into_iter().map(|a| dtype.wrap_int(a)).collect())
+        }
+    })
+}
+
+fn matmul(ty: TensorType, sa: &Shape, sb: &Shape, a: &Vals, b: &Vals) -> Result<Vals, IrError> {
+    let r = sa.rank();
+    let (batch, m, k, n) = (if r == 3 { sa[0] } else { 1 }, sa[r - 2], sa[r - 1], sb[r - 1]);
+    Ok(match (a, b) {
+        (Vals::F(p), Vals::F(q)) => {
+            let mut out = alloc(batch * m * n, 0.0f64)?;
+            for bi in 0..batch {
+                for i in 0..m {
+                    for j in 0..n {
+                        let mut acc = 0.0f64;
+                        for t in 0..k {
+                            acc += p[bi * m * k + i * k + t] * q[bi * k * n + t * n + j];
+                        }
+                        out[bi * m * n + i * n + j] = ty.dtype.round_float(acc);
+                    }
+                }
+            }
+            Vals::F(out)
+        }
+        (Vals::I(p), Vals::I(q)) => {
+            let mut out = alloc(batch * m * n, 0i64)?;
+            for bi in 0..batch {
+                for i in 0..m {
+                    for j in 0..n {
+                        let mut acc = 0i64;
+                        for t in 0..k {
+                            acc = acc.wrapping_add(p[bi * m * k + i * k + t].wrapping_mul(q[bi * k * n + t * n + j]));
+                        }
+                        out[bi * m * n + i * n + j] = ty.dtype.wrap_int(acc);
+                    }
+                }
+            }
+            Vals::I(out)
+        }
+        _ => return Err(internal("matmul of mixed lanes")),
+    })
+}
+
+fn cast(x: &Vals, to: DType) -> Vals {
+    match x {
+        Vals::F(v) => match to {
+            DType::Bool => Vals::I(v.iter().map(|&f| (f != 0.0) as i64).collect()),
+            DType::I32 => Vals::I(v.iter().map(|&f| f as i32 as i64).collect()),
+            DType::I64 => Vals::I(v.iter().map(|&f| f as i64).collect()),
+            d => Vals::F(v.iter().map(|&f| d.round_float(f)).collect()),
+        },
+        Vals::I(v) => {
+            if to.is_float() {
+                Vals::F(v.iter().map(|&i| to.round_float(i as f64)).collect())
+            } else {
+                Vals::I(v.iter().map(|&i| to.wrap_int(i)).collect())
+            }
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! `tilejit-ir`: the data every other tilejit crate speaks.
+//!
+//! - [`dtype`], [`shape`]: element types, shapes (rank <= 8), broadcasting.
+//! - [`array`]: concrete host tensors (`Array`), used by the interpreter and
+//!   as constants.
+//! - [`graph`]: the graph IR (plain enums, typed ids into an arena, always in
+//!   topological order); [`infer`] types each op; [`verify`] checks a graph.
+//! - [`passes`]: `simplify` = fold constants -> CSE -> DCE.
+//! - [`text`]: the printable, parseable text form.
+//! - [`interp`]: the reference interpreter, the oracle for every backend.
+//!
+//! Entry points: build a [`Graph`] with [`Graph::add`], run it with
+//! [`interp::run`], optimise it with [`passes::simplify`].
+
+pub mod array;
+pub mod dtype;
+pub mod error;
+pub mod graph;
+pub mod infer;
+pub mod interp;
+pub mod passes;
+pub mod shape;
+pub mod text;
+pub mod verify;
+
+pub use array::{Array, Buffer, BufferElement};
+pub use dtype::{DType, Element, Lit};
+pub use error::{ErrorKind, IrError};
+pub use graph::{Axes, BinaryOp, CmpOp, Graph, Node, NodeId, Op, Perm, ReduceOp, UnaryOp};
+pub use shape::{Shape, TensorType, MAX_RANK};

@@ -1,0 +1,194 @@
+//! Shapes (rank 0..=8, stored inline so they are `Copy` and never allocate),
+//! numpy broadcasting, axis normalisation, and `TensorType` = dtype + shape.
+
+use crate::dtype::DType;
+use crate::error::IrError;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::ops::Deref;
+
+/// The largest rank a tensor may have.
+pub const MAX_RANK: usize = 8;
+
+/// A row-major shape of rank 0..=[`MAX_RANK`]. Dimensions may be zero.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Shape {
+    dims: [usize; MAX_RANK],
+    rank: u8,
+}
+
+impl Shape {
+    /// The rank-0 shape of a scalar.
+    pub const SCALAR: Shape = Shape { dims: [0; MAX_RANK], rank: 0 };
+
+    /// Makes a shape; fails if the rank exceeds [`MAX_RANK`].
+    pub fn new(dims: &[usize]) -> Result<Shape, IrError> {
+        if dims.len() > MAX_RANK {
+            return Err(IrError::RankTooLarge { rank: dims.len() });
+        }
+        let mut s = Shape::SCALAR;
+        s.dims[..dims.len()].copy_from_slice(dims);
+        s.rank = dims.len() as u8;
+        Ok(s)
+    }
+
+    /// The dimensions.
+    pub fn dims(&self) -> &[usize] {
+        &self.dims[..self.rank as usize]
+    }
+
+    /// The rank (number of dimensions).
+    pub fn rank(&self) -> usize {
+        self.rank as usize
+    }
+
+    /// Number of elements; saturates at `usize::MAX` (see [`Shape::checked_numel`]).
+    pub fn numel(&self) -> usize {
+        self.checked_numel().unwrap_or(usize::MAX)
+    }
+
+    /// Number of elements, or `None` on overflow.
+    pub fn checked_numel(&self) -> Option<usize> {
+        self.dims().iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+    }
+
+    /// Row-major strides in elements.
+    pub fn strides(&self) -> [usize; MAX_RANK] {
+        let mut strides = [0usize; MAX_RANK];
+        let mut acc = 1usize;
+        for i in (0..self.rank()).rev() {
+            strides[i] = acc;
+            acc = acc.saturating_mul(self.dims[i]);
+        }
+        strides
+    }
+
+    /// The same shape with dimension `axis` replaced by `size`.
+    pub fn with_dim(&self, axis: usize, size: usize) -> Shape {
+        let mut s = *self;
+        s.dims[axis] = size;
+        s
+    }
+
+    /// Normalises a possibly negative axis (`-1` is the last) against this rank.
+    pub fn axis(&self, axis: isize) -> Result<usize, IrError> {
+        let rank = self.rank() as isize;
+        let a = if axis < 0 { axis + rank } else { axis };
+        if a < 0 || a >= rank {
+            return Err(IrError::Axis { axis, rank: self.rank() });
+        }
+        Ok(a as usize)
+    }
+
+    /// numpy broadcasting: align at the right; each pair of dims must be equal
+    /// or one of them 1.
+    pub fn broadcast(a: &Shape, b: &Shape) -> Result<Shape, IrError> {
+        let rank = a.rank().max(b.rank());
+        let mut out = [0usize; MAX_RANK];
+        for (i, o) in out.iter_mut().enumerate().take(rank) {
+            let da = dim_from_right(a, rank - 1 - i);
+            let db = dim_from_right(b, rank - 1 - i);
+            *o = match (da, db) {
+                (x, y) if x == y => x,
+                (1, y) => y,
+                (x, 1) => x,
+                _ => return Err(IrError::Broadcast { lhs: *a, rhs: *b }),
+            };
+        }
+        Shape::new(&out[..rank])
+    }
+
+    /// True if this shape broadcasts to `target` (numpy's `broadcast_to` rule).
+    pub fn broadcasts_to(&self, target: &Shape) -> bool {
+        if self.rank() > target.rank() {
+            return false;
+        }
+        let off = target.rank() - self.rank();
+        self.dims()
+            .iter()
+            .enumerate()
+            .all(|(i, &d)| d == 1 || d == target.dims[off + i])
+    }
+
+    /// Byte size of a tensor of this shape and dtype, or an error on overflow.
+    pub fn byte_size(&self, dtype: DType) -> Result<usize, IrError> {
+        self.checked_numel()
+            .and_then(|n| n.checked_mul(dtype.size_bytes()))
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or(IrError::TooLarge { shape: *self, dtype })
+    }
+}
+
+fn dim_from_right(s: &Shape, from_right: usize) -> usize {
+    if from_right < s.rank() {
+        s.dims[s.rank() - 1 - from_right]
+    } else {
+        1
+    }
+}
+
+impl Deref for Shape {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        self.dims()
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, d) in self.dims().iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl Serialize for Shape {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.dims().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Shape {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Shape, D::Error> {
+        let v = Vec::<usize>::deserialize(d)?;
+        Shape::new(&v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The static type of a tensor value: its dtype and shape.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub struct TensorType {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Shape,
+}
+
+impl TensorType {
+    /// Makes a tensor type.
+    pub fn new(dtype: DType, shape: Shape) -> TensorType {
+        TensorType { dtype, shape }
+    }
+
+    /// A rank-0 type.
+    pub fn scalar(dtype: DType) -> TensorType {
+        TensorType { dtype, shape: Shape::SCALAR }
+    }
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.dtype, self.shape)
+    }
+}

@@ -1,0 +1,41 @@
+//! `RuntimeError`, the one error enum of the runtime crate.
+
+use tilejit_ir::{ErrorKind, IrError};
+
+/// Errors from compiling or running programs.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum RuntimeError {
+    /// The IR layer rejected something (bad arguments to a program, a
+    /// verifier failure after a pass, out of memory).
+    #[error(transparent)]
+    Ir(#[from] IrError),
+    /// A compile step panicked; the cache entry was released, not poisoned.
+    #[error("{what} panicked: {message}")]
+    Panicked {
+        /// What was running.
+        what: String,
+        /// The panic payload, if it was a string.
+        message: String,
+    },
+}
+
+impl RuntimeError {
+    /// The error's category.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            RuntimeError::Ir(e) => e.kind(),
+            RuntimeError::Panicked { .. } => ErrorKind::Internal,
+        }
+    }
+}
+
+/// Text of a panic payload.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}

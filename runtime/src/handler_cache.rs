@@ -1,0 +1,252 @@
+//! The handler cache of one jit function: signature -> compiled program,
+//! with single-flight compilation (PyPTO's `_handler_cache`, JAX's
+//! per-signature lock).
+//!
+//! Invariants:
+//! - at most one build runs per signature; callers that arrive while it runs
+//!   wait on it and share its result, success or error;
+//! - a failed (or panicking) build leaves no entry behind: the next call
+//!   with that signature builds again;
+//! - the lock is never held while building, so builds of different
+//!   signatures run in parallel and a build may call into other caches.
+
+use crate::error::{panic_message, RuntimeError};
+use crate::signature::Signature;
+use ahash::AHashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// One cached program with its statistics.
+pub struct CacheEntry<V> {
+    /// The signature it was built for.
+    pub signature: Signature,
+    /// The built value.
+    pub value: Arc<V>,
+    /// How long the build took.
+    pub build_time: Duration,
+    /// Calls served from the cache (the building call is not a hit).
+    pub hits: u64,
+    /// When it was last used.
+    pub last_used: Instant,
+}
+
+struct Ready<V> {
+    value: Arc<V>,
+    build_time: Duration,
+    hits: AtomicU64,
+    last_used: Mutex<Instant>,
+}
+
+struct InFlight<V, E> {
+    result: Mutex<Option<Result<Arc<V>, E>>>,
+    done: Condvar,
+}
+
+enum Slot<V, E> {
+    Ready(Arc<Ready<V>>),
+    Building(Arc<InFlight<V, E>>),
+}
+
+/// Counters of a cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HandlerStats {
+    /// Lookups that found a ready entry.
+    pub hits: u64,
+    /// Lookups that built (or waited for another caller's build).
+    pub misses: u64,
+    /// Builds that ran.
+    pub builds: u64,
+    /// Builds that failed.
+    pub failures: u64,
+}
+
+/// A signature-keyed single-flight cache.
+pub struct HandlerCache<V, E> {
+    map: Mutex<AHashMap<Signature, Slot<V, E>>>,
+    misses: AtomicU64,
+    builds: AtomicU64,
+    failures: AtomicU64,
+    cleared_hits: AtomicU64,
+}
+
+impl<V, E> Default for HandlerCache<V, E> {
+    fn default() -> Self {
+        HandlerCache {
+            map: Mutex::new(AHashMap::new()),
+            misses: AtomicU64::new(0),
+            builds: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            cleared_hits: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, AHashMap<Signature, Slot<V, E>>> {
+        // A panic never happens while the lock is held (builds run outside
+        // it), so a poisoned lock still guards a consistent map.
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Returns the entry for `key` if it is ready, counting a hit.
+    pub fn get(&self, key: &Signature) -> Option<Arc<V>> {
+        let map = self.lock();
+        match map.get(key) {
+            Some(Slot::Ready(r)) => {
+                r.hits.fetch_add(1, Ordering::Relaxed);
+                *r.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                Some(r.value.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Returns the value for `key`, building it with `build` on a miss.
+    /// Concurrent callers with the same key share one build.
+    pub fn get_or_build(&self, key: &Signature, build: impl FnOnce() -> Result<V, E>) -> Result<Arc<V>, E> {
+        let flight = {
+            let mut map = self.lock();
+            match map.get(key) {
+                Some(Slot::Ready(r)) => {
+                    r.hits.fetch_add(1, Ordering::Relaxed);
+                    *r.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                    return Ok(r.value.clone());
+                }
+                Some(Slot::Building(f)) => {
+                    let f = f.clone();
+                    drop(map);
+                    self.misses.fetch_add(1, Ordering::Relaxed);
+                    return Self::wait(&f);
+                }
+                None => {
+                    self.misses.fetch_add(1, Ordering::Relaxed);
+                    let f = Arc::new(InFlight { result: Mutex::new(None), done: Condvar::new() });
+                    map.insert(key.clone(), Slot::Building(f.clone()));
+                    f
+                }
+            }
+        };
+        self.builds.fetch_add(1, Ordering::Relaxed);
+        let start = Instant::now();
+        let result = match catch_unwind(AssertUnwindSafe(build)) {
+            Ok(r) => r.map(Arc::new),
+            Err(payload) => Err(E::from(RuntimeError::Panicked {
+                what: format!("building the program for {key}"),
+                message: panic_message(payload.as_ref()),
+            })),
+        };
+        let build_time = start.elapsed();
+        {
+            let mut map = self.lock();
+            match &result {
+                Ok(v) => {
+                    let ready = Ready {
+                        value: v.clone(),
+                        build_time,
+                        hits: AtomicU64::new(0),
+                        last_used: Mutex::new(Instant::now()),
+                    };
+                    map.insert(key.clone(), Slot::Ready(Arc::new(ready)));
+                }
+                Err(_) => {
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                    map.remove(key);
+                }
+            }
+        }
+        *flight.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(result.clone());
+        flight.done.notify_all();
+        result
+    }
+
+    fn wait(f: &InFlight<V, E>) -> Result<Arc<V>, E> {
+        let mut guard = f.result.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(r) = guard.as_ref() {
+                return r.clone();
+            }
+            guard = f.done.wait(guard).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Ready entries, sorted by signature text for stable output.
+    pub fn entries(&self) -> Vec<CacheEntry<V>> {
+        let map = self.lock();
+        let mut v: Vec<CacheEntry<V>> = map
+            .iter()
+            .filter_map(|(k, s)| match s {
+                Slot::Ready(r) => Some(CacheEntry {
+                    signature: k.clone(),
+                    value: r.value.clone(),
+                    build_time: r.build_time,
+                    hits: r.hits.load(Ordering::Relaxed),
+                    last_used: *r.last_used.lock().unwrap_or_else(|p| p.into_inner()),
+                }),
+                Slot::Building(_) => None,
+            })
+            .collect();
+        v.sort_by_key(|e| e.signature.to_string());
+        v
+    }
+
+    /// Number of ready entries.
+    pub fn len(&self) -> usize {
+        self.lock().values().filter(|s| matches!(s, Slot::Ready(_))).count()
+    }
+
+    /// True if no entry is ready.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counters since creation.
+    pub fn stats(&self) -> HandlerStats {
+        let live_hits: u64 = self.entries().iter().map(|e| e.hits).sum();
+        HandlerStats {
+            hits: live_hits + self.cleared_hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            builds: self.builds.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Drops every ready entry (programs in use stay alive through their
+    /// `Arc`s). Builds in flight finish and insert their result.
+    pub fn clear(&self) {
+        let mut map = self.lock();
+        let mut cleared = 0;
+        map.retain(|_, s| match s {
+            Slot::Ready(r) => {
+                cleared += r.hits.load(Ordering::Relaxed);
+                false
+            }
+            Slot::Building(_) => true,
+        });
+        self.cleared_hits.fetch_add(cleared, Ordering::Relaxed);
+    }
+
+    /// Why `key` would miss: the differing arguments against the nearest
+    /// ready signature, or `None` if it would hit.
+    pub fn explain_miss(&self, key: &Signature) -> Option<String> {
+        let map = self.lock();
+        if matches!(map.get(key), Some(Slot::Ready(_))) {
+            return None;
+        }
+        let nearest = map
+            .iter()
+            .filter(|(_, s)| matches!(s, Slot::Ready(_)))
+            .map(|(k, _)| k)
+            .min_by_key(|k| (key.distance(k), k.to_string()));
+        Some(match nearest {
+            Some(seen) => key.explain_against(seen),
+            None => "nothing compiled yet".to_string(),
+        })
+    }
+}
