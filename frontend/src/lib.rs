@@ -1,1 +1,62 @@
-//! placeholder
+//! tilejit: a JIT kernel compiler and dispatcher for tensor programs.
+//!
+//! ```
+//! use tilejit::prelude::*;
+//!
+//! #[jit]
+//! fn scale_add(x: &Tensor, y: &Tensor, k: f32) -> Tensor {
+//!     x * k + y
+//! }
+//!
+//! # fn main() -> tilejit::Result<()> {
+//! let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?;
+//! let y = Tensor::ones(&[3], DType::F32);
+//! let z = scale_add(&x, &y, 2.0)?;            // traces, compiles, runs
+//! assert_eq!(z.to_vec::<f32>()?, vec![3.0, 5.0, 7.0]);
+//! let z = scale_add(&x, &y, 3.0)?;            // same signature: no retrace
+//! assert_eq!(z.to_vec::<f32>()?, vec![4.0, 7.0, 10.0]);
+//! assert_eq!(scale_add::jit().handlers().len(), 1);
+//! # Ok(()) }
+//! ```
+//!
+//! Modules: [`tensor`] (the `Tensor` type), `ops`/`operators` (its methods
+//! and operators), [`jit`] (jit functions and their handler caches),
+//! [`args`] (how values cross a jit boundary), [`error`].
+//!
+//! Inside a `#[jit]` body, `f32`/`f64` parameters are rank-0 tensors (runtime
+//! parameters: changing them never retraces) that adopt the dtype of the
+//! tensors they meet; integer and bool parameters are plain static values.
+//! Tensors captured from outside (by a `jit_fn!` closure, or made inside the
+//! body with `Tensor::ones` etc.) become constants of the traced program.
+
+pub mod args;
+mod apply;
+mod display;
+pub mod error;
+pub mod jit;
+mod operators;
+mod ops;
+mod random;
+mod scalar;
+pub mod tensor;
+mod trace;
+
+pub use args::{ArgKind, ArgValue, FromTrace, JitArg, JitArgs, JitOutput, ParamSpec, TraceValue};
+pub use error::{Error, Loc, Result};
+pub use jit::{HandlerInfo, JitFn, JitFunction};
+pub use scalar::Scalar;
+pub use tensor::Tensor;
+pub use tilejit_ir::{DType, Element, ErrorKind};
+pub use tilejit_macros::{jit, jit_fn};
+pub use tilejit_runtime::{HandlerStats, Signature};
+
+/// Re-exports for generated code and for looking under the hood.
+pub mod internals {
+    pub use tilejit_ir as ir;
+    pub use tilejit_runtime as runtime;
+}
+
+/// `use tilejit::prelude::*;` brings what a jit program needs.
+pub mod prelude {
+    pub use crate::{jit, jit_fn, DType, Element, Result, Scalar, Tensor};
+}

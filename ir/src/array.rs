@@ -109,36 +109,6 @@ impl Buffer {
     }
 }
 
-/// Conversion between `Vec<T>` and the matching `Buffer` variant.
-pub trait BufferElement: Element {
-    /// Wraps a vector.
-    fn into_buffer(v: Vec<Self>) -> Buffer;
-    /// Borrows the elements if the buffer holds this type.
-    fn slice(b: &Buffer) -> Option<&[Self]>;
-}
-
-macro_rules! buffer_element {
-    ($t:ty, $v:ident) => {
-        impl BufferElement for $t {
-            fn into_buffer(v: Vec<Self>) -> Buffer {
-                Buffer::$v(v)
-            }
-            fn slice(b: &Buffer) -> Option<&[Self]> {
-                match b {
-                    Buffer::$v(v) => Some(v),
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-buffer_element!(f32, F32);
-buffer_element!(f64, F64);
-buffer_element!(f16, F16);
-buffer_element!(bf16, BF16);
-buffer_element!(i32, I32);
-buffer_element!(i64, I64);
-buffer_element!(bool, Bool);
 
 /// A concrete tensor value: type plus shared storage whose length always
 /// equals the shape's element count.
@@ -160,7 +130,7 @@ impl Array {
     }
 
     /// From a vector of elements.
-    pub fn from_vec<T: BufferElement>(data: Vec<T>, shape: &[usize]) -> Result<Array, IrError> {
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Array, IrError> {
         Array::new(Shape::new(shape)?, T::into_buffer(data))
     }
 
@@ -191,7 +161,7 @@ impl Array {
     }
 
     /// Borrows the elements as `T`; fails if the dtype differs.
-    pub fn as_slice<T: BufferElement>(&self) -> Result<&[T], IrError> {
+    pub fn as_slice<T: Element>(&self) -> Result<&[T], IrError> {
         T::slice(&self.data).ok_or(IrError::WrongElement { actual: self.dtype(), asked: T::DTYPE })
     }
 

@@ -1,6 +1,7 @@
 //! Element types: the `DType` tag, the `Element` trait that ties a Rust type to
 //! its tag, and `Lit`, a scalar literal that carries its value exactly.
 
+use crate::array::Buffer;
 use half::{bf16, f16};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -117,10 +118,28 @@ pub trait Element: Copy + Send + Sync + PartialEq + fmt::Debug + 'static + seale
     fn to_lit(self) -> Lit;
     /// Converts a literal of this element's dtype back (used by the reader).
     fn from_lit(lit: Lit) -> Self;
+    /// Wraps a vector in the matching [`Buffer`] variant.
+    fn into_buffer(v: Vec<Self>) -> Buffer;
+    /// Borrows the elements if the buffer holds this type.
+    fn slice(b: &Buffer) -> Option<&[Self]>;
+}
+
+macro_rules! buffer_methods {
+    ($v:ident) => {
+        fn into_buffer(v: Vec<Self>) -> Buffer {
+            Buffer::$v(v)
+        }
+        fn slice(b: &Buffer) -> Option<&[Self]> {
+            match b {
+                Buffer::$v(v) => Some(v),
+                _ => None,
+            }
+        }
+    };
 }
 
 macro_rules! float_element {
-    ($t:ty, $d:expr, $to:expr, $from:expr) => {
+    ($t:ty, $v:ident, $d:expr, $to:expr, $from:expr) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = $d;
@@ -130,13 +149,14 @@ macro_rules! float_element {
             fn from_lit(lit: Lit) -> Self {
                 ($from)(lit.as_f64())
             }
+            buffer_methods!($v);
         }
     };
 }
-float_element!(f32, DType::F32, |v: f32| v as f64, |v: f64| v as f32);
-float_element!(f64, DType::F64, |v: f64| v, |v: f64| v);
-float_element!(f16, DType::F16, |v: f16| v.to_f64(), f16::from_f64);
-float_element!(bf16, DType::BF16, |v: bf16| v.to_f64(), bf16::from_f64);
+float_element!(f32, F32, DType::F32, |v: f32| v as f64, |v: f64| v as f32);
+float_element!(f64, F64, DType::F64, |v: f64| v, |v: f64| v);
+float_element!(f16, F16, DType::F16, |v: f16| v.to_f64(), f16::from_f64);
+float_element!(bf16, BF16, DType::BF16, |v: bf16| v.to_f64(), bf16::from_f64);
 
 impl sealed::Sealed for i32 {}
 impl Element for i32 {
@@ -147,6 +167,7 @@ impl Element for i32 {
     fn from_lit(lit: Lit) -> Self {
         lit.as_i64() as i32
     }
+    buffer_methods!(I32);
 }
 impl sealed::Sealed for i64 {}
 impl Element for i64 {
@@ -157,6 +178,7 @@ impl Element for i64 {
     fn from_lit(lit: Lit) -> Self {
         lit.as_i64()
     }
+    buffer_methods!(I64);
 }
 impl sealed::Sealed for bool {}
 impl Element for bool {
@@ -167,6 +189,7 @@ impl Element for bool {
     fn from_lit(lit: Lit) -> Self {
         lit.as_i64() != 0
     }
+    buffer_methods!(Bool);
 }
 
 /// A scalar literal. Floats compare and hash by bit pattern so that graphs

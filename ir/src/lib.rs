@@ -23,7 +23,7 @@ pub mod shape;
 pub mod text;
 pub mod verify;
 
-pub use array::{Array, Buffer, BufferElement};
+pub use array::{Array, Buffer};
 pub use dtype::{DType, Element, Lit};
 pub use error::{ErrorKind, IrError};
 pub use graph::{Axes, BinaryOp, CmpOp, Graph, Node, NodeId, Op, Perm, ReduceOp, UnaryOp};

@@ -1,0 +1,167 @@
+//! `Error`, the one error type of tilejit's public API. Every variant maps
+//! to an [`ErrorKind`] with a stable numeric [`Error::code`].
+
+use std::fmt;
+use std::panic::Location;
+use tilejit_ir::{ErrorKind, IrError};
+use tilejit_runtime::RuntimeError;
+
+/// `std::result::Result` with tilejit's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A source location in the user's code (from `#[track_caller]`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Loc {
+    /// File path as the compiler saw it.
+    pub file: &'static str,
+    /// 1-based line.
+    pub line: u32,
+    /// 1-based column.
+    pub column: u32,
+}
+
+impl Loc {
+    /// The location of the caller of the current `#[track_caller]` function.
+    #[track_caller]
+    pub fn caller() -> Loc {
+        let l = Location::caller();
+        Loc { file: l.file(), line: l.line(), column: l.column() }
+    }
+}
+
+impl fmt::Display for Loc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.column)
+    }
+}
+
+/// An error from any part of tilejit.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Error {
+    /// An op rejected its operands: wrong shapes, dtypes, axis, ...
+    Op {
+        /// The op as the user called it (`add`, `matmul`, `from_vec`).
+        op: &'static str,
+        /// What is wrong.
+        source: IrError,
+        /// Where the user called it.
+        location: Loc,
+    },
+    /// The values of a traced tensor were read inside a jit body; they do not
+    /// exist until the compiled program runs.
+    TracedValue {
+        /// The reading method.
+        op: &'static str,
+        /// Where.
+        location: Loc,
+    },
+    /// A traced tensor was used outside the trace that made it (it escaped
+    /// its jit body, or crossed to another thread).
+    ForeignTrace {
+        /// The op that received it.
+        op: &'static str,
+        /// Where.
+        location: Loc,
+    },
+    /// A jit function was called with arguments that do not fit its
+    /// parameters.
+    Arguments {
+        /// The jit function.
+        function: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An error raised while tracing a jit function's body.
+    Trace {
+        /// The jit function.
+        function: String,
+        /// The signature being traced.
+        signature: String,
+        /// The first error the body raised.
+        source: Box<Error>,
+    },
+    /// The jit body panicked while being traced.
+    Panic {
+        /// The jit function.
+        function: String,
+        /// The signature being traced.
+        signature: String,
+        /// The panic message.
+        message: String,
+    },
+    /// Compiling or running a program failed.
+    Runtime(RuntimeError),
+}
+
+impl Error {
+    /// The category.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Op { source, .. } => source.kind(),
+            Error::TracedValue { .. } | Error::ForeignTrace { .. } | Error::Arguments { .. } => ErrorKind::BadArgument,
+            Error::Trace { source, .. } => source.kind(),
+            Error::Panic { .. } => ErrorKind::BadArgument,
+            Error::Runtime(e) => e.kind(),
+        }
+    }
+
+    /// The stable numeric code of the category: 1 bad argument, 2 shape,
+    /// 3 dtype, 4 unsupported, 5 device, 6 internal.
+    pub fn code(&self) -> u32 {
+        self.kind().code()
+    }
+
+    /// The innermost error (through `Trace` wrappers).
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::Trace { source, .. } => source.root(),
+            e => e,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = self.kind();
+        match self {
+            Error::Op { op, source, location } => write!(f, "{kind} in `{op}` at {location}: {source}"),
+            Error::TracedValue { op, location } => write!(
+                f,
+                "{kind}: `{op}` at {location} reads the values of a traced tensor inside a jit function; \
+                 values exist only after the compiled function returns (return the tensor instead, or \
+                 compute the value outside the jit function)"
+            ),
+            Error::ForeignTrace { op, location } => write!(
+                f,
+                "{kind}: `{op}` at {location} got a traced tensor from another trace (a tensor that escaped \
+                 its jit function, or was moved to another thread while tracing)"
+            ),
+            Error::Arguments { function, message } => write!(f, "{kind}: calling `{function}`: {message}"),
+            Error::Trace { function, signature, source } => {
+                write!(f, "{source}\n  while tracing `{function}` for signature {signature}")
+            }
+            Error::Panic { function, signature, message } => {
+                write!(f, "{kind}: `{function}` panicked while tracing for signature {signature}: {message}")
+            }
+            Error::Runtime(e) => write!(f, "{kind}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Op { source, .. } => Some(source),
+            Error::Trace { source, .. } => Some(source.as_ref()),
+            Error::Runtime(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<RuntimeError> for Error {
+    fn from(e: RuntimeError) -> Error {
+        Error::Runtime(e)
+    }
+}

@@ -1,0 +1,325 @@
+//! Jit functions. A [`JitFunction`] owns one handler cache (signature ->
+//! compiled program). A call computes the signature of its arguments; on a
+//! hit it runs the cached program; on a miss it traces the body once
+//! (single-flight across threads), compiles, caches and runs. Called while
+//! another body is being traced, it does not compile: the body is inlined
+//! into the caller's trace.
+//!
+//! `#[jit] fn f` keeps its `JitFunction` in a static reachable as
+//! `f::jit()`; `jit_fn!` returns a [`JitFn`], which derefs to its
+//! `JitFunction`.
+
+use crate::args::{ArgKind, ArgValue, JitArgs, JitOutput, ParamSpec, TraceValue};
+use crate::error::{Error, Loc, Result};
+use crate::tensor::{Repr, Tensor};
+use crate::trace::{self, TraceGuard};
+use std::fmt;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tilejit_ir::{Array, Lit, Op};
+use tilejit_runtime::{panic_message, ArgSig, HandlerCache, HandlerStats, Program, Signature};
+
+/// A traced body: receives the arguments as trace values, returns outputs.
+pub type Body<'b> = dyn Fn(&[TraceValue]) -> Result<Vec<Tensor>> + Send + Sync + 'b;
+
+/// A jit-compiled function's identity and handler cache.
+pub struct JitFunction {
+    name: String,
+    location: String,
+    params: Vec<ParamSpec>,
+    cache: HandlerCache<Program, Error>,
+}
+
+/// One handler-cache entry, for inspection.
+#[derive(Clone)]
+pub struct HandlerInfo {
+    /// The signature it serves.
+    pub signature: Signature,
+    /// Calls it served after the first.
+    pub hits: u64,
+    /// Trace + compile time.
+    pub compile_time: Duration,
+    /// When it was last used.
+    pub last_used: Instant,
+    /// The compiled program.
+    pub program: Arc<Program>,
+}
+
+impl HandlerInfo {
+    /// The graph that runs (after simplification), in the IR text form.
+    pub fn graph_text(&self) -> String {
+        self.program.optimized().to_string()
+    }
+    /// The graph as traced, before any pass.
+    pub fn traced_text(&self) -> String {
+        self.program.traced().to_string()
+    }
+}
+
+impl JitFunction {
+    /// Declares a jit function (the macros call this).
+    pub fn new(name: &str, location: &str, params: &[ParamSpec]) -> JitFunction {
+        JitFunction { name: name.to_string(), location: location.to_string(), params: params.to_vec(), cache: HandlerCache::new() }
+    }
+
+    /// The function's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where it is defined (`file:line`).
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The declared parameters.
+    pub fn params(&self) -> &[ParamSpec] {
+        &self.params
+    }
+
+    fn check_args(&self, args: &[ArgValue]) -> Result<()> {
+        let bad = |message: String| Error::Arguments { function: self.name.clone(), message };
+        if args.len() != self.params.len() {
+            return Err(bad(format!("expected {} arguments, got {}", self.params.len(), args.len())));
+        }
+        for (i, (p, a)) in self.params.iter().zip(args).enumerate() {
+            if p.kind != a.kind() {
+                return Err(bad(format!("argument {i} (`{}`) expects {:?}, got {:?}", p.name, p.kind, a.kind())));
+            }
+        }
+        Ok(())
+    }
+
+    /// The signature of a call's arguments.
+    #[track_caller]
+    pub fn signature(&self, args: &[ArgValue]) -> Result<Signature> {
+        let location = Loc::caller();
+        self.check_args(args)?;
+        let mut sig = Vec::with_capacity(args.len());
+        for a in args {
+            sig.push(match *a {
+                ArgValue::Tensor(t) => match &t.repr {
+                    Repr::Concrete(arr) => ArgSig::Tensor(arr.ty()),
+                    Repr::Error(e) => return Err((**e).clone()),
+                    Repr::Traced { .. } => return Err(Error::ForeignTrace { op: "jit call", location }),
+                },
+                ArgValue::Float(_, d) => ArgSig::Float(d),
+                ArgValue::Int(v) => ArgSig::Int(v),
+                ArgValue::Bool(v) => ArgSig::Bool(v),
+            });
+        }
+        Ok(Signature { args: sig })
+    }
+
+    /// Calls the function: cache lookup, trace + compile on a miss, run.
+    #[track_caller]
+    pub fn call(&self, args: &[ArgValue], body: &Body) -> Result<Vec<Tensor>> {
+        if trace::active() {
+            return self.inline(args, body);
+        }
+        let sig = self.signature(args)?;
+        let program = self.cache.get_or_build(&sig, || self.trace_and_compile(&sig, args, body))?;
+        let mut inputs: Vec<Array> = Vec::new();
+        let mut params: Vec<Lit> = Vec::new();
+        for a in args {
+            match *a {
+                ArgValue::Tensor(t) => {
+                    if let Repr::Concrete(arr) = &t.repr {
+                        inputs.push(arr.clone());
+                    }
+                }
+                ArgValue::Float(v, d) => params.push(Lit::from_f64(v, d)),
+                ArgValue::Int(_) | ArgValue::Bool(_) => {}
+            }
+        }
+        let outs = program.run(&inputs, &params)?;
+        Ok(outs.into_iter().map(Tensor::concrete).collect())
+    }
+
+    /// Called inside another trace: run the body on the caller's values.
+    fn inline(&self, args: &[ArgValue], body: &Body) -> Result<Vec<Tensor>> {
+        self.check_args(args)?;
+        let values: Vec<TraceValue> = args
+            .iter()
+            .map(|a| match *a {
+                ArgValue::Tensor(t) => TraceValue::Tensor(t.clone()),
+                ArgValue::Float(v, d) => {
+                    let mut t = Tensor::scalar(v, d);
+                    t.weak = true;
+                    TraceValue::Tensor(t)
+                }
+                ArgValue::Int(v) => TraceValue::Int(v),
+                ArgValue::Bool(v) => TraceValue::Bool(v),
+            })
+            .collect();
+        body(&values)
+    }
+
+    fn trace_and_compile(&self, sig: &Signature, args: &[ArgValue], body: &Body) -> Result<Program> {
+        let wrap = |source: Error| Error::Trace { function: self.name.clone(), signature: sig.to_string(), source: Box::new(source) };
+        let (id, guard) = TraceGuard::start();
+        let values = trace::with(|state| -> Result<Vec<TraceValue>> {
+            let state = state.ok_or_else(|| wrap(Error::ForeignTrace { op: "trace start", location: Loc::caller() }))?;
+            let (mut n_inputs, mut n_params) = (0u32, 0u32);
+            let mut values = Vec::with_capacity(args.len());
+            for (a, s) in args.iter().zip(&sig.args) {
+                values.push(match (*a, *s) {
+                    (ArgValue::Tensor(_), ArgSig::Tensor(ty)) => {
+                        let node = state.graph.add(Op::Input { index: n_inputs, ty }).map_err(|e| wrap(Error::Runtime(e.into())))?;
+                        n_inputs += 1;
+                        TraceValue::Tensor(Tensor { repr: Repr::Traced { trace: id, node, ty }, weak: false })
+                    }
+                    (ArgValue::Float(_, dtype), _) => {
+                        let node = state.graph.add(Op::Param { index: n_params, dtype }).map_err(|e| wrap(Error::Runtime(e.into())))?;
+                        n_params += 1;
+                        let ty = state.graph.ty(node);
+                        TraceValue::Tensor(Tensor { repr: Repr::Traced { trace: id, node, ty }, weak: true })
+                    }
+                    (ArgValue::Int(v), _) => TraceValue::Int(v),
+                    (ArgValue::Bool(v), _) => TraceValue::Bool(v),
+                    (ArgValue::Tensor(_), _) => return Err(wrap(Error::Arguments { function: self.name.clone(), message: "signature mismatch".into() })),
+                });
+            }
+            Ok(values)
+        })?;
+        let result = catch_unwind(AssertUnwindSafe(|| body(&values)));
+        drop(values);
+        let state = guard.finish();
+        let outputs = match result {
+            Err(payload) => {
+                return Err(Error::Panic { function: self.name.clone(), signature: sig.to_string(), message: panic_message(payload.as_ref()) })
+            }
+            Ok(Err(e)) => return Err(wrap(e)),
+            Ok(Ok(outputs)) => outputs,
+        };
+        let mut state = state.ok_or_else(|| wrap(Error::ForeignTrace { op: "trace end", location: Loc::caller() }))?;
+        if let Some(e) = state.first_error.take() {
+            return Err(wrap(e));
+        }
+        for t in &outputs {
+            let node = match &t.repr {
+                Repr::Traced { trace, node, .. } if *trace == id => *node,
+                Repr::Traced { .. } => return Err(wrap(Error::ForeignTrace { op: "return", location: Loc::caller() })),
+                Repr::Concrete(a) => state.graph.add_constant(a.clone()),
+                Repr::Error(e) => return Err(wrap((**e).clone())),
+            };
+            state.graph.outputs.push(node);
+        }
+        Program::compile(state.graph).map_err(|e| wrap(Error::Runtime(e)))
+    }
+
+    /// The handler cache's entries, sorted by signature.
+    pub fn handlers(&self) -> Vec<HandlerInfo> {
+        self.cache
+            .entries()
+            .into_iter()
+            .map(|e| HandlerInfo {
+                compile_time: e.build_time,
+                signature: e.signature,
+                hits: e.hits,
+                last_used: e.last_used,
+                program: e.value,
+            })
+            .collect()
+    }
+
+    /// Hit/miss/build counters.
+    pub fn stats(&self) -> HandlerStats {
+        self.cache.stats()
+    }
+
+    /// Empties the handler cache (the next call of each signature retraces).
+    pub fn clear(&self) {
+        self.cache.clear()
+    }
+
+    /// Why a call with these arguments would trace again: the arguments that
+    /// differ from the nearest cached signature; `None` if it would hit.
+    pub fn explain_miss(&self, args: &[ArgValue]) -> Result<Option<String>> {
+        Ok(self.cache.explain_miss(&self.signature(args)?))
+    }
+}
+
+impl fmt::Display for JitFunction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.stats();
+        let handlers = self.handlers();
+        writeln!(
+            f,
+            "jit function `{}` ({}): {} signature(s), {} hit(s), {} miss(es), {} trace(s), {} failed",
+            self.name,
+            self.location,
+            handlers.len(),
+            s.hits,
+            s.misses,
+            s.builds,
+            s.failures
+        )?;
+        for h in &handlers {
+            writeln!(
+                f,
+                "  {}  hits {}  compile {:.3} ms  nodes {} -> {}",
+                h.signature,
+                h.hits,
+                h.compile_time.as_secs_f64() * 1e3,
+                h.program.traced().len(),
+                h.program.optimized().len()
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A jit-compiled closure (from `jit_fn!`). Derefs to its [`JitFunction`]
+/// for inspection (`handlers()`, `clear()`, ...).
+pub struct JitFn<'f, Out> {
+    func: JitFunction,
+    body: Box<Body<'f>>,
+    _out: PhantomData<fn() -> Out>,
+}
+
+impl<'f, Out: JitOutput> JitFn<'f, Out> {
+    /// Wraps a body (the `jit_fn!` macro calls this).
+    pub fn new<F>(name: &str, location: &str, params: &[ParamSpec], body: F) -> Self
+    where
+        F: Fn(&[TraceValue]) -> Result<Out> + Send + Sync + 'f,
+    {
+        JitFn {
+            func: JitFunction::new(name, location, params),
+            body: Box::new(move |v| body(v).map(JitOutput::into_tensors)),
+            _out: PhantomData,
+        }
+    }
+
+    /// Calls it with a tuple of arguments (`f.call((&a, &b))`, or `f.call(&a)`).
+    #[track_caller]
+    pub fn call<A: JitArgs>(&self, args: A) -> Result<Out> {
+        let outs = self.func.call(&args.args(), &*self.body)?;
+        Out::from_tensors(outs)
+    }
+
+    /// Why a call with these arguments would trace again (see [`JitFunction::explain_miss`]).
+    pub fn explain_miss<A: JitArgs>(&self, args: A) -> Result<Option<String>> {
+        self.func.explain_miss(&args.args())
+    }
+}
+
+impl<Out> std::ops::Deref for JitFn<'_, Out> {
+    type Target = JitFunction;
+    fn deref(&self) -> &JitFunction {
+        &self.func
+    }
+}
+
+impl<Out> fmt::Display for JitFn<'_, Out> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.func.fmt(f)
+    }
+}
+
+/// Kinds of a declared parameter list (used by the macros' generated code).
+pub fn param(name: &'static str, kind: ArgKind) -> ParamSpec {
+    ParamSpec { name, kind }
+}

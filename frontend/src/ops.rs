@@ -1,0 +1,399 @@
+//! Tensor methods: elementwise math, comparisons, reductions, matmul, shape
+//! ops, casts, and the compositions `softmax` and `layer_norm`. Each method
+//! describes its op as nodes added to a graph and hands them to
+//! [`apply`](crate::apply::apply), which records them (inside a jit trace)
+//! or runs them (eager).
+
+use crate::apply::apply;
+use crate::error::{Loc, Result};
+use crate::scalar::{scalar_lit, Scalar};
+use crate::tensor::Tensor;
+use tilejit_ir::{Axes, BinaryOp, CmpOp, DType, Graph, IrError, NodeId, Op, Perm, ReduceOp, Shape, UnaryOp};
+
+/// Casts a weakly typed operand to the other operand's dtype.
+fn promote(g: &mut Graph, x: NodeId, y: NodeId, wx: bool, wy: bool) -> Result<(NodeId, NodeId), IrError> {
+    let (dx, dy) = (g.ty(x).dtype, g.ty(y).dtype);
+    Ok(match (dx == dy, wx, wy) {
+        (false, true, false) => (g.add(Op::Cast(x, dy))?, y),
+        (false, false, true) => (x, g.add(Op::Cast(y, dx))?),
+        _ => (x, y),
+    })
+}
+
+/// `x` broadcast to `shape` (no node if it already has it).
+pub(crate) fn bcast(g: &mut Graph, x: NodeId, shape: Shape) -> Result<NodeId, IrError> {
+    if g.ty(x).shape == shape {
+        Ok(x)
+    } else {
+        g.add(Op::Broadcast(x, shape))
+    }
+}
+
+/// Broadcasts two operands to their common shape (numpy rules).
+fn bcast2(g: &mut Graph, x: NodeId, y: NodeId) -> Result<(NodeId, NodeId), IrError> {
+    let shape = Shape::broadcast(&g.ty(x).shape, &g.ty(y).shape)?;
+    Ok((bcast(g, x, shape)?, bcast(g, y, shape)?))
+}
+
+fn unary(t: &Tensor, u: UnaryOp, location: Loc) -> Tensor {
+    apply(tilejit_ir::infer::unary_name(u), location, &[t], |g, ids| g.add(Op::Unary(u, ids[0])))
+}
+
+pub(crate) fn binary(a: &Tensor, b: &Tensor, op: BinaryOp, location: Loc) -> Tensor {
+    let (wa, wb) = (a.weak, b.weak);
+    apply(tilejit_ir::infer::binary_name(op), location, &[a, b], |g, ids| {
+        let (x, y) = promote(g, ids[0], ids[1], wa, wb)?;
+        let (x, y) = bcast2(g, x, y)?;
+        g.add(Op::Binary(op, x, y))
+    })
+}
+
+/// `t op s` (or `s op t` when `scalar_left`), the scalar taking `t`'s dtype.
+pub(crate) fn binary_scalar<S: Scalar>(t: &Tensor, s: S, op: BinaryOp, scalar_left: bool, location: Loc) -> Tensor {
+    apply(tilejit_ir::infer::binary_name(op), location, &[t], |g, ids| {
+        let x = ids[0];
+        let ty = g.ty(x);
+        let c = g.add(Op::Full { value: scalar_lit(s, ty.dtype)?, ty })?;
+        let (l, r) = if scalar_left { (c, x) } else { (x, c) };
+        g.add(Op::Binary(op, l, r))
+    })
+}
+
+fn compare(a: &Tensor, b: &Tensor, op: CmpOp, name: &'static str, location: Loc) -> Tensor {
+    let (wa, wb) = (a.weak, b.weak);
+    apply(name, location, &[a, b], |g, ids| {
+        let (x, y) = promote(g, ids[0], ids[1], wa, wb)?;
+        let (x, y) = bcast2(g, x, y)?;
+        g.add(Op::Compare(op, x, y))
+    })
+}
+
+/// Reduces over one axis; drops it unless `keepdim`.
+fn reduce(t: &Tensor, r: ReduceOp, axis: isize, keepdim: bool, name: &'static str, location: Loc) -> Tensor {
+    apply(name, location, &[t], |g, ids| {
+        let shape = g.ty(ids[0]).shape;
+        let a = shape.axis(axis)?;
+        let red = g.add(Op::Reduce(r, ids[0], Axes::from_axes(&[a])))?;
+        if keepdim {
+            return Ok(red);
+        }
+        let dims: Vec<usize> = shape.iter().enumerate().filter(|&(i, _)| i != a).map(|(_, &d)| d).collect();
+        g.add(Op::Reshape(red, Shape::new(&dims)?))
+    })
+}
+
+impl Tensor {
+    /// `e^x`.
+    #[track_caller]
+    pub fn exp(&self) -> Tensor {
+        unary(self, UnaryOp::Exp, Loc::caller())
+    }
+    /// Natural logarithm.
+    #[track_caller]
+    pub fn log(&self) -> Tensor {
+        unary(self, UnaryOp::Log, Loc::caller())
+    }
+    /// Square root.
+    #[track_caller]
+    pub fn sqrt(&self) -> Tensor {
+        unary(self, UnaryOp::Sqrt, Loc::caller())
+    }
+    /// `1/sqrt(x)`.
+    #[track_caller]
+    pub fn rsqrt(&self) -> Tensor {
+        unary(self, UnaryOp::Rsqrt, Loc::caller())
+    }
+    /// Hyperbolic tangent.
+    #[track_caller]
+    pub fn tanh(&self) -> Tensor {
+        unary(self, UnaryOp::Tanh, Loc::caller())
+    }
+    /// `1/(1+e^-x)`.
+    #[track_caller]
+    pub fn sigmoid(&self) -> Tensor {
+        unary(self, UnaryOp::Sigmoid, Loc::caller())
+    }
+    /// `max(x, 0)` (NaN stays NaN).
+    #[track_caller]
+    pub fn relu(&self) -> Tensor {
+        unary(self, UnaryOp::Relu, Loc::caller())
+    }
+    /// GELU, tanh approximation: `0.5x(1+tanh(0.7978845608(x+0.044715x^3)))`.
+    #[track_caller]
+    pub fn gelu(&self) -> Tensor {
+        unary(self, UnaryOp::Gelu, Loc::caller())
+    }
+    /// `|x|`.
+    #[track_caller]
+    pub fn abs(&self) -> Tensor {
+        unary(self, UnaryOp::Abs, Loc::caller())
+    }
+    /// `1/x`.
+    #[track_caller]
+    pub fn recip(&self) -> Tensor {
+        unary(self, UnaryOp::Recip, Loc::caller())
+    }
+    /// `x*x`.
+    #[track_caller]
+    pub fn square(&self) -> Tensor {
+        unary(self, UnaryOp::Square, Loc::caller())
+    }
+    /// `s - x`: the method form of a scalar on the left, for when a method
+    /// is called on the result (`(1.0 - &x).exp()` needs a suffixed literal,
+    /// `x.rsub(1.0).exp()` does not).
+    #[track_caller]
+    pub fn rsub<S: Scalar>(&self, s: S) -> Tensor {
+        binary_scalar(self, s, BinaryOp::Sub, true, Loc::caller())
+    }
+    /// `s / x`; see [`Tensor::rsub`].
+    #[track_caller]
+    pub fn rdiv<S: Scalar>(&self, s: S) -> Tensor {
+        binary_scalar(self, s, BinaryOp::Div, true, Loc::caller())
+    }
+
+    /// Elementwise maximum with broadcasting; NaN-propagating.
+    #[track_caller]
+    pub fn maximum(&self, other: &Tensor) -> Tensor {
+        binary(self, other, BinaryOp::Max, Loc::caller())
+    }
+    /// Elementwise minimum with broadcasting; NaN-propagating.
+    #[track_caller]
+    pub fn minimum(&self, other: &Tensor) -> Tensor {
+        binary(self, other, BinaryOp::Min, Loc::caller())
+    }
+    /// `self < other`, elementwise, as a bool tensor.
+    #[track_caller]
+    pub fn lt(&self, other: &Tensor) -> Tensor {
+        compare(self, other, CmpOp::Lt, "lt", Loc::caller())
+    }
+    /// `self > other`.
+    #[track_caller]
+    pub fn gt(&self, other: &Tensor) -> Tensor {
+        compare(self, other, CmpOp::Gt, "gt", Loc::caller())
+    }
+    /// `self <= other`.
+    #[track_caller]
+    pub fn le(&self, other: &Tensor) -> Tensor {
+        compare(self, other, CmpOp::Le, "le", Loc::caller())
+    }
+    /// `self >= other`.
+    #[track_caller]
+    pub fn ge(&self, other: &Tensor) -> Tensor {
+        compare(self, other, CmpOp::Ge, "ge", Loc::caller())
+    }
+    /// `self == other` (NaN is unequal to everything).
+    #[track_caller]
+    pub fn eq(&self, other: &Tensor) -> Tensor {
+        compare(self, other, CmpOp::Eq, "eq", Loc::caller())
+    }
+
+    /// `cond ? a : b` elementwise, all three broadcast together; `cond` is bool.
+    #[track_caller]
+    pub fn where_cond(cond: &Tensor, a: &Tensor, b: &Tensor) -> Tensor {
+        let (wa, wb) = (a.weak, b.weak);
+        apply("where", Loc::caller(), &[cond, a, b], |g, ids| {
+            let (x, y) = promote(g, ids[1], ids[2], wa, wb)?;
+            let shape = Shape::broadcast(&g.ty(ids[0]).shape, &g.ty(x).shape)?;
+            let shape = Shape::broadcast(&shape, &g.ty(y).shape)?;
+            let c = bcast(g, ids[0], shape)?;
+            let (x, y) = (bcast(g, x, shape)?, bcast(g, y, shape)?);
+            g.add(Op::Select(c, x, y))
+        })
+    }
+
+    /// Sum over `axis` (negative counts from the end); 0 over an empty axis.
+    #[track_caller]
+    pub fn sum(&self, axis: isize, keepdim: bool) -> Tensor {
+        reduce(self, ReduceOp::Sum, axis, keepdim, "sum", Loc::caller())
+    }
+    /// Maximum over `axis`; an error over an empty axis (no identity).
+    #[track_caller]
+    pub fn max(&self, axis: isize, keepdim: bool) -> Tensor {
+        reduce(self, ReduceOp::Max, axis, keepdim, "max", Loc::caller())
+    }
+    /// Minimum over `axis`; an error over an empty axis.
+    #[track_caller]
+    pub fn min(&self, axis: isize, keepdim: bool) -> Tensor {
+        reduce(self, ReduceOp::Min, axis, keepdim, "min", Loc::caller())
+    }
+    /// Mean over `axis`: NaN over an empty axis; integer tensors give f64 (as numpy).
+    #[track_caller]
+    pub fn mean(&self, axis: isize, keepdim: bool) -> Tensor {
+        apply("mean", Loc::caller(), &[self], |g, ids| {
+            let mut x = ids[0];
+            if !g.ty(x).dtype.is_float() {
+                x = g.add(Op::Cast(x, DType::F64))?;
+            }
+            let shape = g.ty(x).shape;
+            let a = shape.axis(axis)?;
+            let sum = g.add(Op::Reduce(ReduceOp::Sum, x, Axes::from_axes(&[a])))?;
+            let ty = g.ty(sum);
+            let n = g.add(Op::Full { value: tilejit_ir::Lit::from_f64(shape[a] as f64, ty.dtype), ty })?;
+            let mean = g.add(Op::Binary(BinaryOp::Div, sum, n))?;
+            if keepdim {
+                return Ok(mean);
+            }
+            let dims: Vec<usize> = shape.iter().enumerate().filter(|&(i, _)| i != a).map(|(_, &d)| d).collect();
+            g.add(Op::Reshape(mean, Shape::new(&dims)?))
+        })
+    }
+    /// Sum of every element, as a rank-0 tensor.
+    #[track_caller]
+    pub fn sum_all(&self) -> Tensor {
+        apply("sum_all", Loc::caller(), &[self], |g, ids| {
+            let rank = g.ty(ids[0]).shape.rank();
+            let all: Vec<usize> = (0..rank).collect();
+            let r = g.add(Op::Reduce(ReduceOp::Sum, ids[0], Axes::from_axes(&all)))?;
+            g.add(Op::Reshape(r, Shape::SCALAR))
+        })
+    }
+
+    /// Matrix product: `[m,k]@[k,n]`, batched `[b,m,k]@[b,k,n]`, or a 3-D
+    /// operand with a 2-D one (the 2-D one is broadcast over the batch).
+    #[track_caller]
+    pub fn matmul(&self, other: &Tensor) -> Tensor {
+        apply("matmul", Loc::caller(), &[self, other], |g, ids| {
+            let (mut x, mut y) = (ids[0], ids[1]);
+            let (sx, sy) = (g.ty(x).shape, g.ty(y).shape);
+            if sx.rank() == 3 && sy.rank() == 2 {
+                y = g.add(Op::Broadcast(y, Shape::new(&[sx[0], sy[0], sy[1]])?))?;
+            } else if sx.rank() == 2 && sy.rank() == 3 {
+                x = g.add(Op::Broadcast(x, Shape::new(&[sy[0], sx[0], sx[1]])?))?;
+            }
+            g.add(Op::MatMul(x, y))
+        })
+    }
+
+    /// The same elements in a new shape with the same element count.
+    #[track_caller]
+    pub fn reshape(&self, shape: &[usize]) -> Tensor {
+        apply("reshape", Loc::caller(), &[self], |g, ids| g.add(Op::Reshape(ids[0], Shape::new(shape)?)))
+    }
+
+    /// Swaps axes `a` and `b` (negative counts from the end).
+    #[track_caller]
+    pub fn transpose(&self, a: isize, b: isize) -> Tensor {
+        apply("transpose", Loc::caller(), &[self], |g, ids| {
+            let shape = g.ty(ids[0]).shape;
+            let (a, b) = (shape.axis(a)?, shape.axis(b)?);
+            let mut perm: Vec<usize> = (0..shape.rank()).collect();
+            perm.swap(a, b);
+            g.add(Op::Permute(ids[0], Perm::new(&perm)?))
+        })
+    }
+
+    /// Reorders all axes: result dim `i` is dim `perm[i]` of `self`.
+    #[track_caller]
+    pub fn permute(&self, perm: &[usize]) -> Tensor {
+        apply("permute", Loc::caller(), &[self], |g, ids| g.add(Op::Permute(ids[0], Perm::new(perm)?)))
+    }
+
+    /// numpy `broadcast_to`.
+    #[track_caller]
+    pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
+        apply("broadcast_to", Loc::caller(), &[self], |g, ids| g.add(Op::Broadcast(ids[0], Shape::new(shape)?)))
+    }
+
+    /// Converts elements to `dtype` (floats to ints truncate toward zero and
+    /// saturate, NaN -> 0; anything to bool is `!= 0`).
+    #[track_caller]
+    pub fn cast(&self, dtype: DType) -> Tensor {
+        if self.ty().is_some_and(|t| t.dtype == dtype) {
+            return self.clone();
+        }
+        apply("cast", Loc::caller(), &[self], |g, ids| g.add(Op::Cast(ids[0], dtype)))
+    }
+
+    /// Softmax along `axis`: `exp(x - max) / sum(exp(x - max))`.
+    #[track_caller]
+    pub fn softmax(&self, axis: isize) -> Tensor {
+        let m = self.max(axis, true);
+        let e = (self - &m).exp();
+        let s = e.sum(axis, true);
+        &e / &s
+    }
+
+    /// Layer normalisation over the last axis:
+    /// `(x - mean) / sqrt(var + eps) * gamma + beta` (biased variance).
+    #[track_caller]
+    pub fn layer_norm(&self, gamma: &Tensor, beta: &Tensor, eps: f64) -> Tensor {
+        let mean = self.mean(-1, true);
+        let xc = self - &mean;
+        let var = (&xc * &xc).mean(-1, true);
+        &xc * &(var + eps).rsqrt() * gamma + beta
+    }
+
+    /// `Ok(self)` unless this is an error tensor (consuming form of [`Tensor::check`]).
+    pub fn into_result(self) -> Result<Tensor> {
+        self.check()?;
+        Ok(self)
+    }
+}
+
+macro_rules! try_forms {
+    ($($(#[$doc:meta])* $try:ident => $name:ident($($arg:ident: $ty:ty),*);)*) => {
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                #[track_caller]
+                pub fn $try(&self, $($arg: $ty),*) -> Result<Tensor> {
+                    self.$name($($arg),*).into_result()
+                }
+            )*
+        }
+    };
+}
+
+try_forms! {
+    /// Fallible `self + other`.
+    try_add => add_t(other: &Tensor);
+    /// Fallible `self - other`.
+    try_sub => sub_t(other: &Tensor);
+    /// Fallible `self * other`.
+    try_mul => mul_t(other: &Tensor);
+    /// Fallible `self / other`.
+    try_div => div_t(other: &Tensor);
+    /// Fallible [`Tensor::maximum`].
+    try_maximum => maximum(other: &Tensor);
+    /// Fallible [`Tensor::minimum`].
+    try_minimum => minimum(other: &Tensor);
+    /// Fallible [`Tensor::matmul`].
+    try_matmul => matmul(other: &Tensor);
+    /// Fallible [`Tensor::reshape`].
+    try_reshape => reshape(shape: &[usize]);
+    /// Fallible [`Tensor::transpose`].
+    try_transpose => transpose(a: isize, b: isize);
+    /// Fallible [`Tensor::broadcast_to`].
+    try_broadcast_to => broadcast_to(shape: &[usize]);
+    /// Fallible [`Tensor::sum`].
+    try_sum => sum(axis: isize, keepdim: bool);
+    /// Fallible [`Tensor::max`].
+    try_max => max(axis: isize, keepdim: bool);
+    /// Fallible [`Tensor::min`].
+    try_min => min(axis: isize, keepdim: bool);
+    /// Fallible [`Tensor::mean`].
+    try_mean => mean(axis: isize, keepdim: bool);
+    /// Fallible [`Tensor::softmax`].
+    try_softmax => softmax(axis: isize);
+    /// Fallible [`Tensor::lt`].
+    try_lt => lt(other: &Tensor);
+}
+
+impl Tensor {
+    #[track_caller]
+    fn add_t(&self, other: &Tensor) -> Tensor {
+        binary(self, other, BinaryOp::Add, Loc::caller())
+    }
+    #[track_caller]
+    fn sub_t(&self, other: &Tensor) -> Tensor {
+        binary(self, other, BinaryOp::Sub, Loc::caller())
+    }
+    #[track_caller]
+    fn mul_t(&self, other: &Tensor) -> Tensor {
+        binary(self, other, BinaryOp::Mul, Loc::caller())
+    }
+    #[track_caller]
+    fn div_t(&self, other: &Tensor) -> Tensor {
+        binary(self, other, BinaryOp::Div, Loc::caller())
+    }
+}

@@ -1,0 +1,207 @@
+//! `Tensor`: the user's value. A tensor is one of
+//! - concrete: a row-major `Array` on the host, shared by `Arc`;
+//! - traced: a node of the graph being recorded by a jit trace (shape and
+//!   dtype known, values not);
+//! - an error: the first error of the computation that produced it.
+//!
+//! Operator forms (`a + b`) cannot return `Result`, so a failing op yields
+//! an error tensor, every later op passes the error through unchanged, and
+//! any read (`to_vec`, `item`, a jit call's result) returns it: the message
+//! is never lost. `try_*` methods and [`Tensor::check`] return `Result`
+//! directly. An error tensor reports shape `[]` and dtype `f32`; use
+//! [`Tensor::error`] to tell it apart.
+
+use crate::error::{Error, Loc, Result};
+use crate::random;
+use crate::trace;
+use std::sync::Arc;
+use tilejit_ir::{Array, DType, Element, IrError, Lit, NodeId, Shape, TensorType};
+
+/// An n-dimensional array of one dtype. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct Tensor {
+    pub(crate) repr: Repr,
+    /// A weakly typed scalar (a jit function's float parameter) adopts the
+    /// dtype of the tensor it meets, like a Rust literal would (JAX's "weak
+    /// types").
+    pub(crate) weak: bool,
+}
+
+#[derive(Clone)]
+pub(crate) enum Repr {
+    Concrete(Array),
+    Traced { trace: u64, node: NodeId, ty: TensorType },
+    Error(Arc<Error>),
+}
+
+impl Tensor {
+    pub(crate) fn concrete(a: Array) -> Tensor {
+        Tensor { repr: Repr::Concrete(a), weak: false }
+    }
+
+    pub(crate) fn from_error(e: Error) -> Tensor {
+        Tensor { repr: Repr::Error(Arc::new(e)), weak: false }
+    }
+
+    pub(crate) fn shared_error(e: &Arc<Error>) -> Tensor {
+        Tensor { repr: Repr::Error(e.clone()), weak: false }
+    }
+
+    /// A tensor from an IR result, or the error naming `op` and `loc`.
+    pub(crate) fn from_ir(r: std::result::Result<Array, IrError>, op: &'static str, location: Loc) -> Tensor {
+        match r {
+            Ok(a) => Tensor::concrete(a),
+            Err(source) => Tensor::from_error(Error::Op { op, source, location }),
+        }
+    }
+
+    /// Makes a tensor from a vector and a shape; the length must equal the
+    /// shape's element count.
+    #[track_caller]
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        let location = Loc::caller();
+        Array::from_vec(data, shape)
+            .map(Tensor::concrete)
+            .map_err(|source| Error::Op { op: "from_vec", source, location })
+    }
+
+    /// A tensor of `shape` filled with `value` converted to `dtype`.
+    #[track_caller]
+    pub fn full(shape: &[usize], value: f64, dtype: DType) -> Tensor {
+        let location = Loc::caller();
+        let r = Shape::new(shape).and_then(|s| Array::full(TensorType::new(dtype, s), Lit::from_f64(value, dtype)));
+        Tensor::from_ir(r, "full", location)
+    }
+
+    /// A tensor of zeros.
+    #[track_caller]
+    pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::full(shape, 0.0, dtype)
+    }
+
+    /// A tensor of ones.
+    #[track_caller]
+    pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::full(shape, 1.0, dtype)
+    }
+
+    /// A rank-0 tensor.
+    #[track_caller]
+    pub fn scalar(value: f64, dtype: DType) -> Tensor {
+        Tensor::full(&[], value, dtype)
+    }
+
+    /// `[0, 1, ..., n-1]` as `dtype`.
+    #[track_caller]
+    pub fn arange(n: usize, dtype: DType) -> Tensor {
+        let location = Loc::caller();
+        let r = Shape::new(&[n]).and_then(|s| {
+            s.byte_size(dtype)?;
+            let lits = (0..n).map(|i| Lit::from_i64(i as i64, dtype));
+            Array::new(s, tilejit_ir::Buffer::from_lits(dtype, lits))
+        });
+        Tensor::from_ir(r, "arange", location)
+    }
+
+    /// f32 values uniform in `[0, 1)`, deterministic for a seed.
+    #[track_caller]
+    pub fn rand(shape: &[usize], seed: u64) -> Tensor {
+        let location = Loc::caller();
+        Tensor::from_ir(random::uniform(shape, seed), "rand", location)
+    }
+
+    /// f32 values from the standard normal distribution, deterministic for a seed.
+    #[track_caller]
+    pub fn randn(shape: &[usize], seed: u64) -> Tensor {
+        let location = Loc::caller();
+        Tensor::from_ir(random::normal(shape, seed), "randn", location)
+    }
+
+    /// The type, or `None` for an error tensor.
+    pub(crate) fn ty(&self) -> Option<TensorType> {
+        match &self.repr {
+            Repr::Concrete(a) => Some(a.ty()),
+            Repr::Traced { ty, .. } => Some(*ty),
+            Repr::Error(_) => None,
+        }
+    }
+
+    /// The shape (`[]` for an error tensor).
+    pub fn shape(&self) -> &[usize] {
+        match &self.repr {
+            Repr::Concrete(a) => a.shape().dims(),
+            Repr::Traced { ty, .. } => ty.shape.dims(),
+            Repr::Error(_) => &[],
+        }
+    }
+
+    /// The dtype (`f32` for an error tensor).
+    pub fn dtype(&self) -> DType {
+        self.ty().map_or(DType::F32, |t| t.dtype)
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.ty().map_or(0, |t| t.shape.numel())
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape().len()
+    }
+
+    /// True while this tensor is a symbolic value inside a jit trace.
+    pub fn is_traced(&self) -> bool {
+        matches!(self.repr, Repr::Traced { .. })
+    }
+
+    /// The error this tensor carries, if it is an error tensor.
+    pub fn error(&self) -> Option<&Error> {
+        match &self.repr {
+            Repr::Error(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// `Ok(self)` unless this is an error tensor.
+    pub fn check(&self) -> Result<&Tensor> {
+        match &self.repr {
+            Repr::Error(e) => Err((**e).clone()),
+            _ => Ok(self),
+        }
+    }
+
+    /// The concrete array, or the error that explains why there is none.
+    #[track_caller]
+    pub(crate) fn array(&self, op: &'static str) -> Result<&Array> {
+        match &self.repr {
+            Repr::Concrete(a) => Ok(a),
+            Repr::Traced { .. } => Err(trace::traced_value_error(op, Loc::caller())),
+            Repr::Error(e) => Err((**e).clone()),
+        }
+    }
+
+    /// Copies the elements out, row-major. `T` must match the dtype.
+    #[track_caller]
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        let location = Loc::caller();
+        let a = self.array("to_vec")?;
+        a.as_slice::<T>().map(<[T]>::to_vec).map_err(|source| Error::Op { op: "to_vec", source, location })
+    }
+
+    /// The single element of a one-element tensor.
+    #[track_caller]
+    pub fn item<T: Element>(&self) -> Result<T> {
+        let location = Loc::caller();
+        let a = self.array("item")?;
+        let s = a.as_slice::<T>().map_err(|source| Error::Op { op: "item", source, location })?;
+        match s {
+            [x] => Ok(*x),
+            _ => Err(Error::Op {
+                op: "item",
+                source: IrError::Length { shape: Shape::SCALAR, expected: 1, found: s.len() },
+                location,
+            }),
+        }
+    }
+}
