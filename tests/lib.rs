@@ -1,1 +1,122 @@
-//! placeholder
+//! Helpers shared by tilejit's integration tests: tolerance checks, an
+//! independent f64 reference for a few composite ops (written from their
+//! textbook definitions, not from tilejit's code), and golden files.
+
+use std::path::PathBuf;
+use tilejit::prelude::*;
+
+/// Values of an f32 tensor, panicking with the tensor's error if it has one.
+pub fn vals(t: &Tensor) -> Vec<f32> {
+    match t.to_vec::<f32>() {
+        Ok(v) => v,
+        Err(e) => panic!("expected f32 values, got error: {e}"),
+    }
+}
+
+/// A tensor from f32 values, panicking on a bad shape (test inputs are fixed).
+pub fn t32(data: &[f32], shape: &[usize]) -> Tensor {
+    match Tensor::from_vec(data.to_vec(), shape) {
+        Ok(t) => t,
+        Err(e) => panic!("bad test tensor: {e}"),
+    }
+}
+
+/// Asserts `got` is within `tol` (absolute + relative) of `want`; NaN must
+/// match NaN and infinities must match exactly.
+#[track_caller]
+pub fn assert_close(got: &[f32], want: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len(), "length differs");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let g = g as f64;
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() {
+            g == w
+        } else {
+            (g - w).abs() <= tol * (1.0 + w.abs())
+        };
+        assert!(ok, "element {i}: got {g}, want {w} (tol {tol})\n got: {got:?}\nwant: {want:?}");
+    }
+}
+
+/// Row-major f64 reference implementations of composite ops.
+pub mod reference {
+    /// `[m,k] x [k,n]`.
+    pub fn matmul(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+        let mut out = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = (0..k).map(|t| a[i * k + t] * b[t * n + j]).sum();
+            }
+        }
+        out
+    }
+
+    /// Row softmax of `[rows, cols]`.
+    pub fn softmax(x: &[f64], cols: usize) -> Vec<f64> {
+        x.chunks(cols)
+            .flat_map(|row| {
+                let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = row.iter().map(|v| (v - m).exp()).collect();
+                let s: f64 = e.iter().sum();
+                e.into_iter().map(move |v| v / s)
+            })
+            .collect()
+    }
+
+    /// Layer norm over rows of `[rows, cols]` with gamma/beta `[cols]`.
+    pub fn layer_norm(x: &[f64], g: &[f64], b: &[f64], cols: usize, eps: f64) -> Vec<f64> {
+        x.chunks(cols)
+            .flat_map(|row| {
+                let mean = row.iter().sum::<f64>() / cols as f64;
+                let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / cols as f64;
+                let inv = 1.0 / (var + eps).sqrt();
+                row.iter().enumerate().map(move |(j, v)| (v - mean) * inv * g[j] + b[j]).collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// GELU, tanh approximation.
+    pub fn gelu(x: f64) -> f64 {
+        0.5 * x * (1.0 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh())
+    }
+}
+
+/// Widens f32 values.
+pub fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+fn golden_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden")
+}
+
+/// Compares `actual` with `tests/golden/<name>`; `BLESS=1` rewrites the file.
+#[track_caller]
+pub fn check_golden(name: &str, actual: &str) {
+    let path = golden_dir().join(name);
+    if std::env::var_os("BLESS").is_some_and(|v| v == "1") {
+        std::fs::create_dir_all(golden_dir()).expect("create golden dir");
+        std::fs::write(&path, actual).expect("write golden file");
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!("golden file {} is missing; run `BLESS=1 cargo test -p tilejit-tests` to create it", path.display())
+    });
+    if expected != actual {
+        let mut diff = String::new();
+        for (i, (e, a)) in expected.lines().zip(actual.lines()).enumerate() {
+            if e != a {
+                diff.push_str(&format!("line {}:\n  - {e}\n  + {a}\n", i + 1));
+            }
+        }
+        let (ne, na) = (expected.lines().count(), actual.lines().count());
+        if ne != na {
+            diff.push_str(&format!("line count: expected {ne}, actual {na}\n"));
+        }
+        panic!(
+            "golden mismatch for {}:\n{diff}\nif the change is intended, run `BLESS=1 cargo test -p tilejit-tests`",
+            path.display()
+        );
+    }
+}

@@ -47,15 +47,25 @@ fn write_array(f: &mut fmt::Formatter<'_>, a: &Array) -> fmt::Result {
     let elide = shape.numel() > THRESHOLD;
     let strides = shape.strides();
     let b = a.buffer();
-    // First pass: the column width over the elements that will be printed.
-    let mut width = 0;
-    let mut cells: Vec<(usize, String)> = Vec::new();
-    collect(&shape, &strides, 0, 0, elide, &mut |flat| {
-        let s = format_lit(b.get(flat));
-        width = width.max(s.len());
-        cells.push((flat, s));
-    });
-    let mut it = cells.into_iter();
+    let mut flats = Vec::new();
+    collect(&shape, &strides, 0, 0, elide, &mut |flat| flats.push(flat));
+    let texts: Vec<String> = flats.iter().map(|&i| format_lit(b.get(i))).collect();
+    // numpy aligns decimal points: pad the integer part on the left and the
+    // fraction on the right, so `[1., 2.5, -3.]` prints `[ 1.   2.5 -3. ]`.
+    let split = |s: &str| match s.find('.') {
+        Some(p) if !s.contains('e') => (s[..p].len(), s.len() - p),
+        _ => (s.len(), 0),
+    };
+    let (left, right) = texts.iter().map(|s| split(s)).fold((0, 0), |(l, r), (a, b)| (l.max(a), r.max(b)));
+    let cells: Vec<String> = texts
+        .iter()
+        .map(|s| {
+            let (l, r) = split(s);
+            format!("{}{s}{}", " ".repeat(left - l), " ".repeat(right - r))
+        })
+        .collect();
+    let width = cells.iter().map(String::len).max().unwrap_or(0);
+    let mut it = flats.into_iter().zip(cells);
     write_level(f, &shape, &strides, 0, 0, elide, width, &mut it)
 }
 

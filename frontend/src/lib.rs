@@ -23,7 +23,7 @@
 //! and operators), [`jit`] (jit functions and their handler caches),
 //! [`args`] (how values cross a jit boundary), [`error`].
 //!
-//! Inside a `#[jit]` body, `f32`/`f64` parameters are rank-0 tensors (runtime
+//! Inside a `#[jit]` body, `f32`/`f64` parameters are rank-0 `&Tensor`s (runtime
 //! parameters: changing them never retraces) that adopt the dtype of the
 //! tensors they meet; integer and bool parameters are plain static values.
 //! Tensors captured from outside (by a `jit_fn!` closure, or made inside the

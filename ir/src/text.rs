@@ -100,9 +100,18 @@ fn write_list<T: fmt::Display>(f: &mut impl Write, items: impl IntoIterator<Item
     f.write_char(']')
 }
 
+/// A literal in the shortest form that parses back to the same value of
+/// `dtype` (`1e-5` for an f32, not its f64 expansion).
+pub fn lit_text(lit: Lit, dtype: DType) -> String {
+    match (lit, dtype) {
+        (Lit::Float(v), DType::F32 | DType::F16 | DType::BF16) => format!("{:?}", v as f32),
+        (other, _) => other.to_string(),
+    }
+}
+
 fn write_constant(f: &mut impl Write, a: &Array) -> fmt::Result {
     let b = a.buffer();
-    write_list(f, (0..b.len()).map(|i| b.get(i)))
+    write_list(f, (0..b.len()).map(|i| lit_text(b.get(i), a.dtype())))
 }
 
 impl fmt::Display for Graph {
@@ -113,7 +122,7 @@ impl fmt::Display for Graph {
             write!(f, "  {id} = {}", op_name(&node.op))?;
             match &node.op {
                 Op::Input { index, .. } | Op::Param { index, .. } => write!(f, " {index}")?,
-                Op::Full { value, .. } => write!(f, " {value}")?,
+                Op::Full { value, ty } => write!(f, " {}", lit_text(*value, ty.dtype))?,
                 Op::Constant { index, .. } => match self.constant(*index) {
                     Some(c) => {
                         f.write_char(' ')?;
@@ -231,7 +240,7 @@ impl Parser {
         let lit = match dtype {
             DType::Bool => Lit::Bool(tok.parse::<bool>().map_err(|_| bad())?),
             d if d.is_int() => Lit::Int(tok.parse::<i64>().map_err(|_| bad())?),
-            _ => Lit::Float(tok.parse::<f64>().map_err(|_| bad())?),
+            d => Lit::Float(d.round_float(tok.parse::<f64>().map_err(|_| bad())?)),
         };
         if !lit.fits(dtype) {
             return Err(self.err(format!("literal `{tok}` is not a {dtype} value")));

@@ -2,7 +2,8 @@
 //!
 //! Both classify each parameter by its written type: `&Tensor`/`Tensor` are
 //! traced tensors; `f32`/`f64` are runtime parameters, which the body sees
-//! as rank-0 `Tensor`s so that changing them never retraces; integers and
+//! as rank-0 `&Tensor`s (so changing them never retraces, and like the `f32`
+//! they replace they are `Copy`: `x * k + k` works); integers and
 //! `bool` are static values that key the cache. Anything else is a compile
 //! error that says what is accepted.
 
@@ -38,7 +39,7 @@ struct Param {
     pat: Pat,
     /// Type as the user wrote it.
     ty: Type,
-    /// Type the body receives (floats become Tensor).
+    /// Type the body receives (floats become `&Tensor`).
     body_ty: Type,
     kind: Kind,
     name: String,
@@ -81,7 +82,7 @@ fn param(i: usize, pat: &Pat, ty: &Type) -> syn::Result<Param> {
         _ => (format_ident!("__tilejit_arg{}", i), "_".to_string()),
     };
     let body_ty = match kind {
-        Kind::Float => syn::parse_quote_spanned!(ty.span()=> ::tilejit::Tensor),
+        Kind::Float => syn::parse_quote_spanned!(ty.span()=> &::tilejit::Tensor),
         _ => ty.clone(),
     };
     Ok(Param { outer, pat: pat.clone(), ty: ty.clone(), body_ty, kind, name })

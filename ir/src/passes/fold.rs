@@ -28,10 +28,11 @@ pub fn fold_constants(g: &Graph) -> Result<Graph, IrError> {
     for id in g.ids() {
         let ty = g.node(id).ty;
         let op = rw.mapped_op(id);
+        // Merge reshape chains first, so `reshape(reshape(x))` back to x's
+        // own shape is then seen as the identity it is.
+        let op = merged_reshape(&rw.new, &op).unwrap_or(op);
         let new_id = if let Some(same) = identity(&rw.new, &op, ty) {
             same
-        } else if let Some(op2) = merged_reshape(&rw.new, &op) {
-            rw.new.add(op2)?
         } else if let Some(value) = fold(&rw.new, &op, ty)? {
             rw.new.add_constant(value)
         } else {

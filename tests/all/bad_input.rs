@@ -1,0 +1,241 @@
+//! The bad-input table: every case gives an error (never a panic) whose
+//! kind/code is right and whose message names the op, the shapes and the
+//! caller's source line.
+
+use tilejit::prelude::*;
+use tilejit::{Error, ErrorKind};
+use tilejit_tests::t32;
+
+/// Asserts `t` carries an error of `kind` whose message holds every needle
+/// and points at this file on `line`.
+#[track_caller]
+fn expect_err(t: &Tensor, kind: ErrorKind, needles: &[&str], line: u32) -> Error {
+    let e = t.error().unwrap_or_else(|| panic!("expected an error tensor, got {t:?}")).clone();
+    check(&e, kind, needles, line);
+    e
+}
+
+#[track_caller]
+fn check(e: &Error, kind: ErrorKind, needles: &[&str], line: u32) {
+    let msg = e.to_string();
+    assert_eq!(e.kind(), kind, "wrong kind for: {msg}");
+    assert_eq!(e.code(), kind.code());
+    for n in needles {
+        assert!(msg.contains(n), "message lacks `{n}`: {msg}");
+    }
+    let at = format!("bad_input.rs:{line}:");
+    assert!(msg.contains(&at), "message lacks the caller location `{at}`: {msg}");
+}
+
+#[test]
+fn non_broadcastable_shapes() {
+    let a = Tensor::ones(&[3, 4], DType::F32);
+    let b = Tensor::ones(&[5], DType::F32);
+    let line = line!() + 1;
+    let c = &a + &b;
+    expect_err(&c, ErrorKind::Shape, &["`add`", "[3,4]", "[5]", "broadcast"], line);
+    assert_eq!(ErrorKind::Shape.code(), 2);
+    // The error flows through later ops unchanged and reaches `to_vec`.
+    let d = (c * 2.0).exp().sum(0, false);
+    let e = d.to_vec::<f32>().unwrap_err();
+    check(&e, ErrorKind::Shape, &["`add`"], line);
+    // The fallible form returns it directly.
+    let line = line!() + 1;
+    let e = a.try_add(&b).unwrap_err();
+    check(&e, ErrorKind::Shape, &["[3,4]"], line);
+}
+
+#[test]
+fn matmul_inner_dimension_mismatch() {
+    let a = Tensor::ones(&[2, 3], DType::F32);
+    let b = Tensor::ones(&[4, 5], DType::F32);
+    let line = line!() + 1;
+    let c = a.matmul(&b);
+    expect_err(&c, ErrorKind::Shape, &["`matmul`", "f32[2,3]", "f32[4,5]", "inner"], line);
+    let line = line!() + 1;
+    let c = a.matmul(&Tensor::ones(&[3], DType::F32));
+    expect_err(&c, ErrorKind::Shape, &["`matmul`"], line);
+}
+
+#[test]
+fn axis_out_of_range() {
+    let a = Tensor::ones(&[2, 3], DType::F32);
+    let line = line!() + 1;
+    let s = a.sum(2, false);
+    expect_err(&s, ErrorKind::BadArgument, &["`sum`", "axis 2", "rank 2"], line);
+    let line = line!() + 1;
+    let s = a.softmax(-3);
+    expect_err(&s, ErrorKind::BadArgument, &["axis -3"], line);
+    let line = line!() + 1;
+    let s = a.transpose(0, 5);
+    expect_err(&s, ErrorKind::BadArgument, &["`transpose`", "axis 5"], line);
+}
+
+#[test]
+fn reshape_to_a_different_count() {
+    let a = Tensor::ones(&[2, 3], DType::F32);
+    let line = line!() + 1;
+    let r = a.reshape(&[4, 2]);
+    expect_err(&r, ErrorKind::Shape, &["`reshape`", "[2,3]", "6 elements", "[4,2]", "8 elements"], line);
+    let line = line!() + 1;
+    let r = a.broadcast_to(&[3, 3]);
+    expect_err(&r, ErrorKind::Shape, &["`broadcast_to`", "[2,3]", "[3,3]"], line);
+}
+
+#[test]
+fn from_vec_with_the_wrong_length() {
+    let line = line!() + 1;
+    let e = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[2, 2]).unwrap_err();
+    check(&e, ErrorKind::BadArgument, &["`from_vec`", "3 elements", "[2,2]", "holds 4"], line);
+    let line = line!() + 1;
+    let e = Tensor::from_vec(vec![1.0f32], &[1, 1, 1, 1, 1, 1, 1, 1, 1]).unwrap_err();
+    check(&e, ErrorKind::Shape, &["rank 9"], line);
+}
+
+#[test]
+fn shape_whose_byte_size_overflows() {
+    let line = line!() + 1;
+    let t = Tensor::zeros(&[usize::MAX / 2, 3], DType::F32);
+    expect_err(&t, ErrorKind::BadArgument, &["`full`", "isize::MAX bytes"], line);
+    let line = line!() + 1;
+    let t = Tensor::ones(&[1 << 40, 1 << 40], DType::F64);
+    expect_err(&t, ErrorKind::BadArgument, &["isize::MAX"], line);
+    let line = line!() + 1;
+    let t = Tensor::ones(&[2], DType::F32).broadcast_to(&[usize::MAX, 2]);
+    expect_err(&t, ErrorKind::BadArgument, &["`broadcast_to`"], line);
+}
+
+#[test]
+fn huge_but_valid_allocation_fails_cleanly() {
+    // 2^44 f32 elements (64 TiB) is a valid shape but cannot be allocated here.
+    let line = line!() + 1;
+    let t = Tensor::zeros(&[1 << 44], DType::F32);
+    expect_err(&t, ErrorKind::Device, &["out of host memory"], line);
+}
+
+#[test]
+fn mixed_dtypes_suggest_a_cast() {
+    let a = Tensor::ones(&[2], DType::F32);
+    let b = Tensor::ones(&[2], DType::F64);
+    let line = line!() + 1;
+    let c = &a * &b;
+    expect_err(&c, ErrorKind::DType, &["`mul`", "f32", "f64", ".cast("], line);
+    assert_eq!(c.error().map(Error::code), Some(3));
+    let line = line!() + 1;
+    let e = a.to_vec::<f64>().unwrap_err();
+    check(&e, ErrorKind::DType, &["`to_vec`", "f32", "f64"], line);
+    let line = line!() + 1;
+    let t = Tensor::ones(&[2], DType::I32) * 2.5;
+    expect_err(&t, ErrorKind::DType, &["2.5", "i32"], line);
+    let line = line!() + 1;
+    let t = Tensor::ones(&[2], DType::Bool) + Tensor::ones(&[2], DType::Bool);
+    expect_err(&t, ErrorKind::DType, &["bool"], line);
+    let line = line!() + 1;
+    let t = Tensor::where_cond(&a, &a, &a);
+    expect_err(&t, ErrorKind::DType, &["`where`", "bool"], line);
+    let line = line!() + 1;
+    let t = Tensor::arange(3, DType::I32).exp();
+    expect_err(&t, ErrorKind::DType, &["`exp`", "i32", "cast"], line);
+}
+
+#[test]
+fn max_min_over_a_zero_size_axis() {
+    let e = Tensor::zeros(&[3, 0], DType::F32);
+    let line = line!() + 1;
+    let m = e.max(1, false);
+    expect_err(&m, ErrorKind::Shape, &["`max`", "size 0", "[3,0]"], line);
+    let line = line!() + 1;
+    let m = e.min(-1, true);
+    expect_err(&m, ErrorKind::Shape, &["`min`"], line);
+    let line = line!() + 1;
+    let m = e.softmax(-1);
+    expect_err(&m, ErrorKind::Shape, &["`max`"], line);
+}
+
+#[test]
+fn item_of_a_multi_element_tensor() {
+    let line = line!() + 1;
+    let e = Tensor::ones(&[2], DType::F32).item::<f32>().unwrap_err();
+    check(&e, ErrorKind::BadArgument, &["`item`"], line);
+}
+
+#[jit]
+fn reads_values(x: &Tensor) -> Tensor {
+    let _ = x.to_vec::<f32>(); // ignoring the error does not hide it
+    x * 2.0
+}
+
+#[jit]
+fn bad_broadcast_inside(x: &Tensor, y: &Tensor) -> Tensor {
+    let z = x + y;
+    z.exp()
+}
+
+#[jit]
+fn dead_error_inside(x: &Tensor) -> Tensor {
+    let _unused = x.reshape(&[7, 7]);
+    x * 2.0
+}
+
+#[test]
+fn reading_a_traced_tensor_is_an_error() {
+    let x = Tensor::ones(&[2], DType::F32);
+    let e = reads_values(&x).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e.root(), Error::TracedValue { .. }), "{msg}");
+    assert_eq!(e.kind(), ErrorKind::BadArgument);
+    assert!(msg.contains("`to_vec`") && msg.contains("traced tensor") && msg.contains("reads_values"), "{msg}");
+    assert!(msg.contains("bad_input.rs:"), "{msg}");
+    assert!(reads_values::jit().handlers().is_empty(), "a failed trace must not be cached");
+}
+
+/// The 1-based line of the first line of this file that contains `needle`.
+fn line_of(needle: &str) -> u32 {
+    let src = include_str!("bad_input.rs");
+    src.lines().position(|l| l.contains(needle)).expect("needle in source") as u32 + 1
+}
+
+#[test]
+fn errors_inside_jit_bodies_name_the_users_line() {
+    let line = line_of("let z = x + y;");
+    let e = bad_broadcast_inside(&Tensor::ones(&[3, 4], DType::F32), &Tensor::ones(&[5], DType::F32)).unwrap_err();
+    check(&e, ErrorKind::Shape, &["`add`", "[3,4]", "[5]", "bad_broadcast_inside", "(f32[3,4], f32[5])"], line);
+    // An error in dead code still fails the call: nothing is lost.
+    let e = dead_error_inside(&Tensor::ones(&[4], DType::F32)).unwrap_err();
+    assert!(e.to_string().contains("`reshape`"), "{e}");
+    // The same function still works for shapes that fit.
+    let ok = bad_broadcast_inside(&Tensor::ones(&[3, 4], DType::F32), &Tensor::ones(&[4], DType::F32)).unwrap();
+    assert_eq!(ok.shape(), &[3, 4]);
+}
+
+#[test]
+fn jit_argument_mismatches_are_errors() {
+    let f = jit_fn!(|a: &Tensor, k: f32| a * k);
+    let a = Tensor::ones(&[2], DType::F32);
+    let e = f.call((&a,)).unwrap_err();
+    assert!(e.to_string().contains("expected 2 arguments, got 1"), "{e}");
+    let e = f.call((&a, &a)).unwrap_err();
+    assert!(e.to_string().contains("argument 1 (`k`)"), "{e}");
+    // An error tensor passed as an argument surfaces as that error.
+    let bad = Tensor::ones(&[2], DType::F32).reshape(&[3]);
+    let e = f.call((&bad, 1.0f32)).unwrap_err();
+    assert!(e.to_string().contains("`reshape`"), "{e}");
+}
+
+#[test]
+fn error_codes_are_stable() {
+    let codes: Vec<u32> = [
+        ErrorKind::BadArgument,
+        ErrorKind::Shape,
+        ErrorKind::DType,
+        ErrorKind::Unsupported,
+        ErrorKind::Device,
+        ErrorKind::Internal,
+    ]
+    .iter()
+    .map(|k| k.code())
+    .collect();
+    assert_eq!(codes, vec![1, 2, 3, 4, 5, 6]);
+    let e = t32(&[1.0], &[1]).reshape(&[2]).error().cloned().unwrap();
+    assert!(e.to_string().starts_with("shape error [E2] in `reshape`"), "{e}");
+}

@@ -1,0 +1,272 @@
+//! Per-op tests (eager mode) against hand-checked values, and numpy
+//! broadcasting.
+
+use tilejit::prelude::*;
+use tilejit_tests::{assert_close, f64s, reference, t32, vals};
+
+#[test]
+fn arithmetic_operators_all_forms() {
+    let a = t32(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let b = t32(&[10.0, 20.0, 30.0, 40.0], &[2, 2]);
+    assert_eq!(vals(&(&a + &b)), vec![11.0, 22.0, 33.0, 44.0]);
+    assert_eq!(vals(&(&b - &a)), vec![9.0, 18.0, 27.0, 36.0]);
+    assert_eq!(vals(&(&a * &b)), vec![10.0, 40.0, 90.0, 160.0]);
+    assert_eq!(vals(&(&b / &a)), vec![10.0, 10.0, 10.0, 10.0]);
+    assert_eq!(vals(&(a.clone() + b.clone())), vec![11.0, 22.0, 33.0, 44.0]);
+    assert_eq!(vals(&(a.clone() + &b)), vec![11.0, 22.0, 33.0, 44.0]);
+    assert_eq!(vals(&(&a + b.clone())), vec![11.0, 22.0, 33.0, 44.0]);
+    assert_eq!(vals(&-&a), vec![-1.0, -2.0, -3.0, -4.0]);
+    assert_eq!(vals(&-a.clone()), vec![-1.0, -2.0, -3.0, -4.0]);
+}
+
+#[test]
+fn scalars_on_either_side_infer_unsuffixed() {
+    let x = t32(&[1.0, 2.0, 4.0], &[3]);
+    assert_eq!(vals(&(&x * 2.0 - 1.0)), vec![1.0, 3.0, 7.0]);
+    assert_eq!(vals(&(x.clone() * 2.0 - 1.0)), vec![1.0, 3.0, 7.0]);
+    assert_eq!(vals(&(0.5f32 * &x)), vec![0.5, 1.0, 2.0]);
+    assert_eq!(vals(&(2.0f64 / &x)), vec![2.0, 1.0, 0.5]);
+    let y: Tensor = 1.0 - &x;
+    assert_eq!(vals(&y), vec![0.0, -1.0, -3.0]);
+    assert_eq!(vals(&((&x + 1e-5).rsqrt())), vals(&(&x + 1e-5f32).rsqrt()));
+    assert_eq!(vals(&x.rsub(1.0).abs()), vec![0.0, 1.0, 3.0]);
+    assert_eq!(vals(&x.rdiv(8)), vec![8.0, 4.0, 2.0]);
+    assert_eq!(vals(&(&x + 1)), vec![2.0, 3.0, 5.0]);
+}
+
+#[test]
+fn a_scalar_takes_the_tensor_dtype() {
+    let x = Tensor::from_vec(vec![1.0f64, 2.0], &[2]).unwrap();
+    let y = &x * 0.1f32;
+    assert_eq!(y.dtype(), DType::F64);
+    // 0.1f32 widened exactly, then multiplied in f64.
+    assert_eq!(y.to_vec::<f64>().unwrap(), vec![0.1f32 as f64, 0.2f32 as f64]);
+    let i = Tensor::from_vec(vec![1i32, 2, 3], &[3]).unwrap();
+    assert_eq!((&i * 3.0).to_vec::<i32>().unwrap(), vec![3, 6, 9]);
+    assert_eq!((&i + 2i64).to_vec::<i32>().unwrap(), vec![3, 4, 5]);
+    assert_eq!((&i / 2).to_vec::<i32>().unwrap(), vec![0, 1, 1]);
+}
+
+#[test]
+fn unary_math_matches_hand_values() {
+    let x = t32(&[-2.0, -0.5, 0.0, 0.5, 2.0], &[5]);
+    let xs = [-2.0f64, -0.5, 0.0, 0.5, 2.0];
+    let check = |t: Tensor, f: fn(f64) -> f64| {
+        let want: Vec<f64> = xs.iter().map(|&v| f(v)).collect();
+        assert_close(&vals(&t), &want, 1e-6);
+    };
+    check(x.exp(), f64::exp);
+    check(x.tanh(), f64::tanh);
+    check(x.sigmoid(), |v| 1.0 / (1.0 + (-v).exp()));
+    check(x.relu(), |v| v.max(0.0));
+    check(x.gelu(), reference::gelu);
+    check(x.abs(), f64::abs);
+    check(x.square(), |v| v * v);
+    check(x.recip(), |v| 1.0 / v);
+    let p = t32(&[0.25, 1.0, 4.0, 9.0], &[4]);
+    assert_eq!(vals(&p.sqrt()), vec![0.5, 1.0, 2.0, 3.0]);
+    assert_eq!(vals(&p.rsqrt()), vec![2.0, 1.0, 0.5, 1.0 / 3.0]);
+    assert_close(&vals(&p.log()), &[0.25f64.ln(), 0.0, 4f64.ln(), 9f64.ln()], 1e-7);
+    // gelu at known points: gelu(1) = 0.8411920..., gelu(-1) = -0.158808...
+    assert_close(&vals(&t32(&[1.0, -1.0], &[2]).gelu()), &[0.841192, -0.158808], 1e-5);
+}
+
+#[test]
+fn nan_and_inf_propagate_as_ieee() {
+    let x = t32(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.0], &[4]);
+    let y = &x * 2.0 + 1.0;
+    assert_close(&vals(&y), &[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 3.0], 0.0);
+    assert_close(&vals(&x.exp()), &[f64::NAN, f64::INFINITY, 0.0, 1f64.exp()], 1e-7);
+    assert_close(&vals(&(&x - &x)), &[f64::NAN, f64::NAN, f64::NAN, 0.0], 0.0);
+    assert_close(&vals(&t32(&[1.0, -1.0, 0.0], &[3]).rdiv(0.0f32)), &[0.0, -0.0, f64::NAN], 0.0);
+    assert_close(&vals(&(t32(&[1.0, -1.0], &[2]) / 0.0)), &[f64::INFINITY, f64::NEG_INFINITY], 0.0);
+    // maximum/minimum and max-reductions propagate NaN, as numpy does.
+    let m = x.maximum(&t32(&[0.0, 0.0, 0.0, 5.0], &[4]));
+    assert_close(&vals(&m), &[f64::NAN, f64::INFINITY, 0.0, 5.0], 0.0);
+    assert!(vals(&x.max(0, false))[0].is_nan());
+    assert!(vals(&x.relu())[0].is_nan());
+    assert!(vals(&x.sum_all())[0].is_nan());
+}
+
+#[test]
+fn comparisons_and_where() {
+    let a = t32(&[1.0, 2.0, 3.0, f32::NAN], &[4]);
+    let b = t32(&[2.0, 2.0, 2.0, 2.0], &[4]);
+    assert_eq!(a.lt(&b).to_vec::<bool>().unwrap(), vec![true, false, false, false]);
+    assert_eq!(a.gt(&b).to_vec::<bool>().unwrap(), vec![false, false, true, false]);
+    assert_eq!(a.le(&b).to_vec::<bool>().unwrap(), vec![true, true, false, false]);
+    assert_eq!(a.ge(&b).to_vec::<bool>().unwrap(), vec![false, true, true, false]);
+    assert_eq!(a.eq(&b).to_vec::<bool>().unwrap(), vec![false, true, false, false]);
+    assert_eq!(a.lt(&b).dtype(), DType::Bool);
+    let w = Tensor::where_cond(&a.lt(&b), &a, &(&b * 10.0));
+    assert_close(&vals(&w), &[1.0, 20.0, 20.0, 20.0], 0.0);
+    // The condition broadcasts too: a [2,1] condition picks whole rows.
+    let c = Tensor::from_vec(vec![true, false], &[2, 1]).unwrap();
+    let w = Tensor::where_cond(&c, &Tensor::ones(&[2, 3], DType::F32), &Tensor::zeros(&[3], DType::F32));
+    assert_eq!(w.shape(), &[2, 3]);
+    assert_eq!(vals(&w), vec![1.0, 1.0, 1.0, 0.0, 0.0, 0.0]);
+}
+
+#[test]
+fn reductions_over_axes() {
+    let x = t32(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    assert_eq!(vals(&x.sum(0, false)), vec![5.0, 7.0, 9.0]);
+    assert_eq!(vals(&x.sum(-1, false)), vec![6.0, 15.0]);
+    assert_eq!(x.sum(1, true).shape(), &[2, 1]);
+    assert_eq!(x.sum(1, false).shape(), &[2]);
+    assert_eq!(vals(&x.max(1, false)), vec![3.0, 6.0]);
+    assert_eq!(vals(&x.min(0, false)), vec![1.0, 2.0, 3.0]);
+    assert_eq!(vals(&x.mean(-1, false)), vec![2.0, 5.0]);
+    assert_eq!(vals(&x.mean(0, true)), vec![2.5, 3.5, 4.5]);
+    let s = x.sum_all();
+    assert_eq!(s.shape(), &[] as &[usize]);
+    assert_eq!(s.item::<f32>().unwrap(), 21.0);
+    // Integer sums stay integer; integer means are f64, as numpy.
+    let i = Tensor::arange(5, DType::I64);
+    assert_eq!(i.sum(0, false).to_vec::<i64>().unwrap(), vec![10]);
+    assert_eq!(i.mean(0, false).to_vec::<f64>().unwrap(), vec![2.0]);
+}
+
+#[test]
+fn empty_reductions_follow_numpy() {
+    let e = Tensor::zeros(&[3, 0], DType::F32);
+    assert_eq!(vals(&e.sum(1, false)), vec![0.0, 0.0, 0.0]);
+    assert!(vals(&e.mean(1, false)).iter().all(|v| v.is_nan()));
+    assert_eq!(e.sum(0, false).shape(), &[0]);
+    assert_eq!(vals(&e.sum_all()), vec![0.0]);
+    // max over the non-empty axis is fine: it yields an empty result.
+    assert_eq!(e.max(0, false).shape(), &[0]);
+}
+
+#[test]
+fn matmul_2d_and_batched() {
+    let a = t32(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    let b = t32(&[7.0, 8.0, 9.0, 10.0, 11.0, 12.0], &[3, 2]);
+    assert_eq!(vals(&a.matmul(&b)), vec![58.0, 64.0, 139.0, 154.0]);
+    let a3 = Tensor::randn(&[4, 5, 6], 7);
+    let b3 = Tensor::randn(&[4, 6, 3], 8);
+    let c = a3.matmul(&b3);
+    assert_eq!(c.shape(), &[4, 5, 3]);
+    let (av, bv, cv) = (f64s(&vals(&a3)), f64s(&vals(&b3)), vals(&c));
+    for batch in 0..4 {
+        let want = reference::matmul(&av[batch * 30..(batch + 1) * 30], &bv[batch * 18..(batch + 1) * 18], 5, 6, 3);
+        assert_close(&cv[batch * 15..(batch + 1) * 15], &want, 1e-5);
+    }
+    // A 2-D right operand broadcasts over the batch.
+    let w = Tensor::randn(&[6, 3], 9);
+    let c2 = a3.matmul(&w);
+    let wv = f64s(&vals(&w));
+    let want0 = reference::matmul(&av[..30], &wv, 5, 6, 3);
+    assert_close(&vals(&c2)[..15], &want0, 1e-5);
+}
+
+#[test]
+fn shape_ops() {
+    let x = Tensor::arange(6, DType::F32);
+    assert_eq!(x.reshape(&[2, 3]).shape(), &[2, 3]);
+    let t = x.reshape(&[2, 3]).transpose(0, 1);
+    assert_eq!(t.shape(), &[3, 2]);
+    assert_eq!(vals(&t), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    assert_eq!(vals(&x.reshape(&[2, 3]).transpose(-1, -2)), vals(&t));
+    let p = Tensor::arange(24, DType::F32).reshape(&[2, 3, 4]).permute(&[2, 0, 1]);
+    assert_eq!(p.shape(), &[4, 2, 3]);
+    assert_eq!(vals(&p)[..6], [0.0, 4.0, 8.0, 12.0, 16.0, 20.0]);
+    let b = t32(&[1.0, 2.0], &[2, 1]).broadcast_to(&[3, 2, 2]);
+    assert_eq!(vals(&b), vec![1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0]);
+    assert_eq!(Tensor::zeros(&[0, 4], DType::F32).reshape(&[4, 0, 2]).shape(), &[4, 0, 2]);
+}
+
+#[test]
+fn broadcasting_follows_numpy() {
+    let cases: &[(&[usize], &[usize], &[usize])] = &[
+        (&[2, 3], &[3], &[2, 3]),
+        (&[2, 1], &[1, 3], &[2, 3]),
+        (&[4, 1, 3], &[2, 1], &[4, 2, 3]),
+        (&[], &[2, 2], &[2, 2]),
+        (&[1], &[5], &[5]),
+        (&[3, 0], &[3, 1], &[3, 0]),
+        (&[1, 1, 1, 1, 1, 1, 1, 2], &[2], &[1, 1, 1, 1, 1, 1, 1, 2]),
+    ];
+    for &(a, b, want) in cases {
+        let x = Tensor::ones(a, DType::F32);
+        let y = Tensor::ones(b, DType::F32);
+        assert_eq!((&x + &y).shape(), want, "{a:?} + {b:?}");
+        assert_eq!((&y * &x).shape(), want, "{b:?} * {a:?}");
+    }
+    // Values: row vector plus column vector.
+    let r = t32(&[1.0, 2.0, 3.0], &[3]);
+    let c = t32(&[10.0, 20.0], &[2, 1]);
+    assert_eq!(vals(&(&r + &c)), vec![11.0, 12.0, 13.0, 21.0, 22.0, 23.0]);
+}
+
+#[test]
+fn softmax_and_layer_norm_against_reference() {
+    for &(rows, cols) in &[(1usize, 1usize), (3, 50), (4, 783)] {
+        let x = Tensor::randn(&[rows, cols], 11) * 3.0;
+        let xv = f64s(&vals(&x));
+        assert_close(&vals(&x.softmax(-1)), &reference::softmax(&xv, cols), 1e-6);
+        let g = Tensor::rand(&[cols], 12);
+        let b = Tensor::randn(&[cols], 13);
+        let want = reference::layer_norm(&xv, &f64s(&vals(&g)), &f64s(&vals(&b)), cols, 1e-5);
+        assert_close(&vals(&x.layer_norm(&g, &b, 1e-5)), &want, 1e-4);
+    }
+    // Softmax of a large-magnitude row stays finite (max subtraction).
+    let big = t32(&[1000.0, 1001.0, 1002.0], &[1, 3]);
+    assert_close(&vals(&big.softmax(-1)), &reference::softmax(&[1000.0, 1001.0, 1002.0], 3), 1e-6);
+}
+
+#[test]
+fn casts_between_dtypes() {
+    let x = t32(&[1.7, -1.7, 0.0, 1e10, f32::NAN], &[5]);
+    assert_eq!(x.cast(DType::I32).to_vec::<i32>().unwrap(), vec![1, -1, 0, i32::MAX, 0]);
+    assert_eq!(x.cast(DType::Bool).to_vec::<bool>().unwrap(), vec![true, true, false, true, true]);
+    let h = t32(&[1.0, 0.1, 65504.0, 1e6], &[4]).cast(DType::F16);
+    let hv = h.to_vec::<half::f16>().unwrap();
+    assert_eq!(hv[0], half::f16::from_f32(1.0));
+    assert_eq!(hv[1], half::f16::from_f32(0.1));
+    assert_eq!(hv[2], half::f16::MAX);
+    assert!(hv[3].is_infinite());
+    let bf = t32(&[3.0], &[1]).cast(DType::BF16) * 2.0;
+    assert_eq!(bf.to_vec::<half::bf16>().unwrap(), vec![half::bf16::from_f32(6.0)]);
+    let i = Tensor::from_vec(vec![i64::MAX, -3], &[2]).unwrap();
+    assert_eq!(i.cast(DType::I32).to_vec::<i32>().unwrap(), vec![-1, -3]);
+    assert_eq!(i.cast(DType::F64).to_vec::<f64>().unwrap(), vec![i64::MAX as f64, -3.0]);
+}
+
+#[test]
+fn integer_arithmetic_wraps_and_divides_like_rust() {
+    let a = Tensor::from_vec(vec![i32::MAX, 7, -7, 5], &[4]).unwrap();
+    let b = Tensor::from_vec(vec![1, 2, 2, 0], &[4]).unwrap();
+    assert_eq!((&a + &b).to_vec::<i32>().unwrap(), vec![i32::MIN, 9, -5, 5]);
+    assert_eq!((&a / &b).to_vec::<i32>().unwrap(), vec![i32::MAX, 3, -3, 0]);
+    assert_eq!(a.abs().to_vec::<i32>().unwrap(), vec![i32::MAX, 7, 7, 5]);
+}
+
+#[test]
+fn constructors() {
+    assert_eq!(vals(&Tensor::full(&[2], 2.5, DType::F32)), vec![2.5, 2.5]);
+    assert_eq!(Tensor::arange(4, DType::I32).to_vec::<i32>().unwrap(), vec![0, 1, 2, 3]);
+    assert_eq!(Tensor::ones(&[2, 2], DType::Bool).to_vec::<bool>().unwrap(), vec![true; 4]);
+    let r = Tensor::rand(&[10_000], 42);
+    let rv = vals(&r);
+    assert!(rv.iter().all(|&v| (0.0..1.0).contains(&v)));
+    let mean = rv.iter().map(|&v| v as f64).sum::<f64>() / rv.len() as f64;
+    assert!((mean - 0.5).abs() < 0.02, "uniform mean {mean}");
+    assert_eq!(vals(&Tensor::rand(&[5], 42)), vals(&Tensor::rand(&[5], 42)));
+    assert_ne!(vals(&Tensor::rand(&[5], 42)), vals(&Tensor::rand(&[5], 43)));
+    let n = vals(&Tensor::randn(&[20_000], 1));
+    let m = n.iter().map(|&v| v as f64).sum::<f64>() / n.len() as f64;
+    let var = n.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / n.len() as f64;
+    assert!(m.abs() < 0.03 && (var - 1.0).abs() < 0.05, "normal mean {m} var {var}");
+    let s = Tensor::scalar(3.0, DType::F64);
+    assert_eq!(s.shape(), &[] as &[usize]);
+    assert_eq!(s.item::<f64>().unwrap(), 3.0);
+    assert_eq!(Tensor::zeros(&[2, 0, 3], DType::F32).numel(), 0);
+}
+
+#[test]
+fn tensor_is_clone_send_sync() {
+    fn assert_traits<T: Clone + Send + Sync + 'static>() {}
+    assert_traits::<Tensor>();
+    assert_traits::<tilejit::Error>();
+}

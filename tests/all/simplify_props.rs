@@ -1,0 +1,145 @@
+//! Property tests over random graphs: `simplify` (with the verifier after
+//! every pass) never changes what the reference interpreter computes, and
+//! every graph's text form round-trips.
+
+use proptest::prelude::*;
+use tilejit_ir::passes::simplify;
+use tilejit_ir::text::parse;
+use tilejit_ir::{interp, Array, Axes, BinaryOp, CmpOp, DType, Graph, Lit, NodeId, Op, Perm, ReduceOp, Shape, TensorType, UnaryOp};
+
+const UNARY: [UnaryOp; 12] = [
+    UnaryOp::Neg,
+    UnaryOp::Abs,
+    UnaryOp::Square,
+    UnaryOp::Relu,
+    UnaryOp::Exp,
+    UnaryOp::Log,
+    UnaryOp::Sqrt,
+    UnaryOp::Rsqrt,
+    UnaryOp::Recip,
+    UnaryOp::Tanh,
+    UnaryOp::Sigmoid,
+    UnaryOp::Gelu,
+];
+const BINARY: [BinaryOp; 6] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min];
+const LITS: [f64; 6] = [0.0, -0.0, 1.0, 2.0, 0.5, -3.0];
+
+/// Builds a random well-typed graph from a list of instructions. Instructions
+/// that would be ill-typed are skipped, so every list gives a valid graph.
+fn build(rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> Graph {
+    let mut g = Graph::new();
+    let f32_of = |d: &[usize]| TensorType::new(DType::F32, Shape::new(d).unwrap());
+    let mut nodes = vec![
+        g.add(Op::Input { index: 0, ty: f32_of(&[rows, cols]) }).unwrap(),
+        g.add(Op::Input { index: 1, ty: f32_of(&[cols]) }).unwrap(),
+        g.add(Op::Input { index: 2, ty: f32_of(&[rows, 1]) }).unwrap(),
+        g.add(Op::Param { index: 0, dtype: DType::F32 }).unwrap(),
+    ];
+    for &(kind, a, b, extra) in instrs {
+        let x = nodes[a as usize % nodes.len()];
+        let y = nodes[b as usize % nodes.len()];
+        let (tx, ty) = (g.ty(x), g.ty(y));
+        let bcast = |g: &mut Graph, x: NodeId, y: NodeId| -> Option<(NodeId, NodeId)> {
+            let s = Shape::broadcast(&g.ty(x).shape, &g.ty(y).shape).ok()?;
+            let bx = if g.ty(x).shape == s { x } else { g.add(Op::Broadcast(x, s)).ok()? };
+            let by = if g.ty(y).shape == s { y } else { g.add(Op::Broadcast(y, s)).ok()? };
+            Some((bx, by))
+        };
+        let made = match kind % 12 {
+            0 | 1 => bcast(&mut g, x, y).and_then(|(x, y)| g.add(Op::Binary(BINARY[extra as usize % 6], x, y)).ok()),
+            2 | 3 => g.add(Op::Unary(UNARY[extra as usize % 12], x)).ok(),
+            4 => {
+                let value = Lit::Float(LITS[extra as usize % LITS.len()]);
+                let c = g.add(Op::Full { value, ty: tx }).ok();
+                c.and_then(|c| g.add(Op::Binary(BINARY[(extra / 8) as usize % 4], x, c)).ok())
+            }
+            5 if tx.shape.rank() > 0 => {
+                let axis = extra as usize % tx.shape.rank();
+                let r = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min][(extra / 8) as usize % 3];
+                g.add(Op::Reduce(r, x, Axes::from_axes(&[axis]))).ok()
+            }
+            6 => bcast(&mut g, x, y).and_then(|(x, y)| {
+                let c = g.add(Op::Compare([CmpOp::Lt, CmpOp::Ge, CmpOp::Eq][extra as usize % 3], x, y)).ok()?;
+                g.add(Op::Select(c, x, y)).ok()
+            }),
+            7 => g.add(Op::Reshape(x, Shape::new(&[tx.shape.numel()]).unwrap())).ok(),
+            8 if tx.shape.rank() == 2 => g.add(Op::Permute(x, Perm::new(&[1, 0]).unwrap())).ok(),
+            9 => {
+                let op = g.node(y).op.clone(); // an exact duplicate, for CSE
+                if matches!(op, Op::Input { .. } | Op::Param { .. }) { None } else { g.add(op).ok() }
+            }
+            10 => {
+                let d = [DType::F16, DType::F64, DType::I32, DType::Bool][extra as usize % 4];
+                g.add(Op::Cast(x, d)).ok().and_then(|c| g.add(Op::Cast(c, DType::F32)).ok())
+            }
+            11 if tx.shape.rank() == 2 && ty.shape.rank() == 2 && tx.shape[1] == ty.shape[1] => {
+                g.add(Op::Permute(y, Perm::new(&[1, 0]).unwrap())).ok().and_then(|yt| g.add(Op::MatMul(x, yt)).ok())
+            }
+            _ => None,
+        };
+        if let Some(n) = made {
+            nodes.push(n);
+        }
+    }
+    g.outputs.push(*nodes.last().unwrap());
+    g.outputs.push(nodes[nodes.len() / 2]);
+    g
+}
+
+fn inputs(rows: usize, cols: usize, seed: u64) -> Vec<Array> {
+    let mut s = seed | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        // Mostly moderate values, sometimes special ones.
+        match s % 40 {
+            0 => f32::NAN,
+            1 => f32::INFINITY,
+            2 => -0.0,
+            _ => ((s >> 11) as f64 / (1u64 << 53) as f64 * 6.0 - 3.0) as f32,
+        }
+    };
+    let mut make = |d: &[usize]| Array::from_vec((0..d.iter().product::<usize>()).map(|_| next()).collect::<Vec<f32>>(), d).unwrap();
+    vec![make(&[rows, cols]), make(&[cols]), make(&[rows, 1])]
+}
+
+fn dims() -> impl Strategy<Value = usize> {
+    prop_oneof![Just(1usize), Just(3), Just(5), Just(50)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn simplify_preserves_results(
+        rows in dims(),
+        cols in dims(),
+        instrs in proptest::collection::vec((any::<u8>(), any::<u16>(), any::<u16>(), any::<u8>()), 1..24),
+        seed in any::<u64>(),
+        param in prop_oneof![Just(1.0f64), Just(0.0), Just(-2.5)],
+    ) {
+        let g = build(rows, cols, &instrs);
+        let s = simplify(&g, true).map_err(|e| TestCaseError::fail(format!("{e}\n{g}")))?;
+        prop_assert!(s.len() <= g.len());
+        let args = inputs(rows, cols, seed);
+        let before = interp::run(&g, &args, &[Lit::Float(param)]).unwrap();
+        let after = interp::run(&s, &args, &[Lit::Float(param)]).unwrap();
+        // Debug prints every NaN as NaN and keeps the sign of zero.
+        prop_assert_eq!(format!("{:?}", before), format!("{:?}", after), "graph:\n{}\nsimplified:\n{}", g, s);
+    }
+
+    #[test]
+    fn text_form_round_trips(
+        rows in dims(),
+        cols in dims(),
+        instrs in proptest::collection::vec((any::<u8>(), any::<u16>(), any::<u16>(), any::<u8>()), 1..24),
+    ) {
+        let g = build(rows, cols, &instrs);
+        for graph in [g.clone(), simplify(&g, true).unwrap()] {
+            let text = graph.to_string();
+            let parsed = parse(&text).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
+            prop_assert_eq!(parsed.to_string(), text);
+        }
+    }
+}
