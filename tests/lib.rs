@@ -2,6 +2,8 @@
 //! independent f64 reference for a few composite ops (written from their
 //! textbook definitions, not from tilejit's code), and golden files.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::PathBuf;
 use tilejit::prelude::*;
 
@@ -35,7 +37,10 @@ pub fn assert_close(got: &[f32], want: &[f64], tol: f64) {
         } else {
             (g - w).abs() <= tol * (1.0 + w.abs())
         };
-        assert!(ok, "element {i}: got {g}, want {w} (tol {tol})\n got: {got:?}\nwant: {want:?}");
+        assert!(
+            ok,
+            "element {i}: got {g}, want {w} (tol {tol})\n got: {got:?}\nwant: {want:?}"
+        );
     }
 }
 
@@ -71,7 +76,10 @@ pub mod reference {
                 let mean = row.iter().sum::<f64>() / cols as f64;
                 let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / cols as f64;
                 let inv = 1.0 / (var + eps).sqrt();
-                row.iter().enumerate().map(move |(j, v)| (v - mean) * inv * g[j] + b[j]).collect::<Vec<_>>()
+                row.iter()
+                    .enumerate()
+                    .map(move |(j, v)| (v - mean) * inv * g[j] + b[j])
+                    .collect::<Vec<_>>()
             })
             .collect()
     }
@@ -101,7 +109,10 @@ pub fn check_golden(name: &str, actual: &str) {
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!("golden file {} is missing; run `BLESS=1 cargo test -p tilejit-tests` to create it", path.display())
+        panic!(
+            "golden file {} is missing; run `BLESS=1 cargo test -p tilejit-tests` to create it",
+            path.display()
+        )
     });
     if expected != actual {
         let mut diff = String::new();

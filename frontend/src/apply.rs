@@ -27,7 +27,11 @@ pub(crate) fn apply(
         }
     }
     let traced = operands.iter().any(|t| t.is_traced());
-    let mut out = if traced { apply_traced(op, location, operands, build) } else { apply_eager(op, location, operands, build) };
+    let mut out = if traced {
+        apply_traced(op, location, operands, build)
+    } else {
+        apply_eager(op, location, operands, build)
+    };
     if !matches!(out.repr, Repr::Error(_)) {
         out.weak = weak;
     }
@@ -53,8 +57,19 @@ fn apply_traced(
                 Repr::Error(e) => return Err((**e).clone()),
             });
         }
-        let node = build(&mut state.graph, &ids).map_err(|source| Error::Op { op, source, location })?;
-        Ok(Tensor { repr: Repr::Traced { trace: state.id, node, ty: state.graph.ty(node) }, weak: false })
+        let node = build(&mut state.graph, &ids).map_err(|source| Error::Op {
+            op,
+            source,
+            location,
+        })?;
+        Ok(Tensor {
+            repr: Repr::Traced {
+                trace: state.id,
+                node,
+                ty: state.graph.ty(node),
+            },
+            weak: false,
+        })
     });
     result.unwrap_or_else(|e| {
         trace::record_error(&e);
@@ -74,15 +89,21 @@ fn apply_eager(
         let mut inputs = Vec::with_capacity(operands.len());
         for (i, t) in operands.iter().enumerate() {
             let Repr::Concrete(a) = &t.repr else {
-                return Err(IrError::Verify("eager op got a non-concrete operand".into()));
+                return Err(IrError::Verify(
+                    "eager op got a non-concrete operand".into(),
+                ));
             };
-            ids.push(g.add(Op::Input { index: i as u32, ty: a.ty() })?);
+            ids.push(g.add(Op::Input {
+                index: i as u32,
+                ty: a.ty(),
+            })?);
             inputs.push(a.clone());
         }
         let node = build(&mut g, &ids)?;
         g.outputs.push(node);
         let mut out = interp::run(&g, &inputs, &[])?;
-        out.pop().ok_or_else(|| IrError::Verify("eager op produced no output".into()))
+        out.pop()
+            .ok_or_else(|| IrError::Verify("eager op produced no output".into()))
     };
     Tensor::from_ir(run(), op, location)
 }

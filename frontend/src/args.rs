@@ -119,7 +119,10 @@ pub enum TraceValue {
 }
 
 fn kind_error(want: &str) -> Error {
-    Error::Arguments { function: "jit body".into(), message: format!("expected {want} (internal mismatch)") }
+    Error::Arguments {
+        function: "jit body".into(),
+        message: format!("expected {want} (internal mismatch)"),
+    }
 }
 
 /// Converts a [`TraceValue`] into a body parameter.

@@ -36,7 +36,11 @@ fn format_lit(l: Lit) -> String {
 /// Indices shown along an axis of size `n` (None marks the `...`).
 fn shown(n: usize, elide: bool) -> Vec<Option<usize>> {
     if elide && n > 2 * EDGE {
-        (0..EDGE).map(Some).chain([None]).chain((n - EDGE..n).map(Some)).collect()
+        (0..EDGE)
+            .map(Some)
+            .chain([None])
+            .chain((n - EDGE..n).map(Some))
+            .collect()
     } else {
         (0..n).map(Some).collect()
     }
@@ -56,7 +60,10 @@ fn write_array(f: &mut fmt::Formatter<'_>, a: &Array) -> fmt::Result {
         Some(p) if !s.contains('e') => (s[..p].len(), s.len() - p),
         _ => (s.len(), 0),
     };
-    let (left, right) = texts.iter().map(|s| split(s)).fold((0, 0), |(l, r), (a, b)| (l.max(a), r.max(b)));
+    let (left, right) = texts
+        .iter()
+        .map(|s| split(s))
+        .fold((0, 0), |(l, r), (a, b)| (l.max(a), r.max(b)));
     let cells: Vec<String> = texts
         .iter()
         .map(|s| {
@@ -69,7 +76,14 @@ fn write_array(f: &mut fmt::Formatter<'_>, a: &Array) -> fmt::Result {
     write_level(f, &shape, &strides, 0, 0, elide, width, &mut it)
 }
 
-fn collect(shape: &Shape, strides: &[usize], dim: usize, base: usize, elide: bool, out: &mut impl FnMut(usize)) {
+fn collect(
+    shape: &Shape,
+    strides: &[usize],
+    dim: usize,
+    base: usize,
+    elide: bool,
+    out: &mut impl FnMut(usize),
+) {
     if dim == shape.rank() {
         out(base);
         return;
@@ -107,7 +121,16 @@ fn write_level(
             }
         }
         match i {
-            Some(i) => write_level(f, shape, strides, dim + 1, base + i * strides[dim], elide, width, cells)?,
+            Some(i) => write_level(
+                f,
+                shape,
+                strides,
+                dim + 1,
+                base + i * strides[dim],
+                elide,
+                width,
+                cells,
+            )?,
             None => f.write_str("...")?,
         }
     }

@@ -25,7 +25,11 @@ impl Loc {
     #[track_caller]
     pub fn caller() -> Loc {
         let l = Location::caller();
-        Loc { file: l.file(), line: l.line(), column: l.column() }
+        Loc {
+            file: l.file(),
+            line: l.line(),
+            column: l.column(),
+        }
     }
 }
 
@@ -99,7 +103,9 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Op { source, .. } => source.kind(),
-            Error::TracedValue { .. } | Error::ForeignTrace { .. } | Error::Arguments { .. } => ErrorKind::BadArgument,
+            Error::TracedValue { .. } | Error::ForeignTrace { .. } | Error::Arguments { .. } => {
+                ErrorKind::BadArgument
+            }
             Error::Trace { source, .. } => source.kind(),
             Error::Panic { .. } => ErrorKind::BadArgument,
             Error::Runtime(e) => e.kind(),

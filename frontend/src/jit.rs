@@ -61,7 +61,12 @@ impl HandlerInfo {
 impl JitFunction {
     /// Declares a jit function (the macros call this).
     pub fn new(name: &str, location: &str, params: &[ParamSpec]) -> JitFunction {
-        JitFunction { name: name.to_string(), location: location.to_string(), params: params.to_vec(), cache: HandlerCache::new() }
+        JitFunction {
+            name: name.to_string(),
+            location: location.to_string(),
+            params: params.to_vec(),
+            cache: HandlerCache::new(),
+        }
     }
 
     /// The function's name.
@@ -80,13 +85,25 @@ impl JitFunction {
     }
 
     fn check_args(&self, args: &[ArgValue]) -> Result<()> {
-        let bad = |message: String| Error::Arguments { function: self.name.clone(), message };
+        let bad = |message: String| Error::Arguments {
+            function: self.name.clone(),
+            message,
+        };
         if args.len() != self.params.len() {
-            return Err(bad(format!("expected {} arguments, got {}", self.params.len(), args.len())));
+            return Err(bad(format!(
+                "expected {} arguments, got {}",
+                self.params.len(),
+                args.len()
+            )));
         }
         for (i, (p, a)) in self.params.iter().zip(args).enumerate() {
             if p.kind != a.kind() {
-                return Err(bad(format!("argument {i} (`{}`) expects {:?}, got {:?}", p.name, p.kind, a.kind())));
+                return Err(bad(format!(
+                    "argument {i} (`{}`) expects {:?}, got {:?}",
+                    p.name,
+                    p.kind,
+                    a.kind()
+                )));
             }
         }
         Ok(())
@@ -103,7 +120,12 @@ impl JitFunction {
                 ArgValue::Tensor(t) => match &t.repr {
                     Repr::Concrete(arr) => ArgSig::Tensor(arr.ty()),
                     Repr::Error(e) => return Err((**e).clone()),
-                    Repr::Traced { .. } => return Err(Error::ForeignTrace { op: "jit call", location }),
+                    Repr::Traced { .. } => {
+                        return Err(Error::ForeignTrace {
+                            op: "jit call",
+                            location,
+                        })
+                    }
                 },
                 ArgValue::Float(_, d) => ArgSig::Float(d),
                 ArgValue::Int(v) => ArgSig::Int(v),
@@ -120,7 +142,9 @@ impl JitFunction {
             return self.inline(args, body);
         }
         let sig = self.signature(args)?;
-        let program = self.cache.get_or_build(&sig, || self.trace_and_compile(&sig, args, body))?;
+        let program = self
+            .cache
+            .get_or_build(&sig, || self.trace_and_compile(&sig, args, body))?;
         let mut inputs: Vec<Array> = Vec::new();
         let mut params: Vec<Lit> = Vec::new();
         for a in args {
@@ -157,29 +181,74 @@ impl JitFunction {
         body(&values)
     }
 
-    fn trace_and_compile(&self, sig: &Signature, args: &[ArgValue], body: &Body) -> Result<Program> {
-        let wrap = |source: Error| Error::Trace { function: self.name.clone(), signature: sig.to_string(), source: Box::new(source) };
+    fn trace_and_compile(
+        &self,
+        sig: &Signature,
+        args: &[ArgValue],
+        body: &Body,
+    ) -> Result<Program> {
+        let wrap = |source: Error| Error::Trace {
+            function: self.name.clone(),
+            signature: sig.to_string(),
+            source: Box::new(source),
+        };
         let (id, guard) = TraceGuard::start();
         let values = trace::with(|state| -> Result<Vec<TraceValue>> {
-            let state = state.ok_or_else(|| wrap(Error::ForeignTrace { op: "trace start", location: Loc::caller() }))?;
+            let state = state.ok_or_else(|| {
+                wrap(Error::ForeignTrace {
+                    op: "trace start",
+                    location: Loc::caller(),
+                })
+            })?;
             let (mut n_inputs, mut n_params) = (0u32, 0u32);
             let mut values = Vec::with_capacity(args.len());
             for (a, s) in args.iter().zip(&sig.args) {
                 values.push(match (*a, *s) {
                     (ArgValue::Tensor(_), ArgSig::Tensor(ty)) => {
-                        let node = state.graph.add(Op::Input { index: n_inputs, ty }).map_err(|e| wrap(Error::Runtime(e.into())))?;
+                        let node = state
+                            .graph
+                            .add(Op::Input {
+                                index: n_inputs,
+                                ty,
+                            })
+                            .map_err(|e| wrap(Error::Runtime(e.into())))?;
                         n_inputs += 1;
-                        TraceValue::Tensor(Tensor { repr: Repr::Traced { trace: id, node, ty }, weak: false })
+                        TraceValue::Tensor(Tensor {
+                            repr: Repr::Traced {
+                                trace: id,
+                                node,
+                                ty,
+                            },
+                            weak: false,
+                        })
                     }
                     (ArgValue::Float(_, dtype), _) => {
-                        let node = state.graph.add(Op::Param { index: n_params, dtype }).map_err(|e| wrap(Error::Runtime(e.into())))?;
+                        let node = state
+                            .graph
+                            .add(Op::Param {
+                                index: n_params,
+                                dtype,
+                            })
+                            .map_err(|e| wrap(Error::Runtime(e.into())))?;
                         n_params += 1;
                         let ty = state.graph.ty(node);
-                        TraceValue::Tensor(Tensor { repr: Repr::Traced { trace: id, node, ty }, weak: true })
+                        TraceValue::Tensor(Tensor {
+                            repr: Repr::Traced {
+                                trace: id,
+                                node,
+                                ty,
+                            },
+                            weak: true,
+                        })
                     }
                     (ArgValue::Int(v), _) => TraceValue::Int(v),
                     (ArgValue::Bool(v), _) => TraceValue::Bool(v),
-                    (ArgValue::Tensor(_), _) => return Err(wrap(Error::Arguments { function: self.name.clone(), message: "signature mismatch".into() })),
+                    (ArgValue::Tensor(_), _) => {
+                        return Err(wrap(Error::Arguments {
+                            function: self.name.clone(),
+                            message: "signature mismatch".into(),
+                        }))
+                    }
                 });
             }
             Ok(values)
@@ -189,19 +258,33 @@ impl JitFunction {
         let state = guard.finish();
         let outputs = match result {
             Err(payload) => {
-                return Err(Error::Panic { function: self.name.clone(), signature: sig.to_string(), message: panic_message(payload.as_ref()) })
+                return Err(Error::Panic {
+                    function: self.name.clone(),
+                    signature: sig.to_string(),
+                    message: panic_message(payload.as_ref()),
+                })
             }
             Ok(Err(e)) => return Err(wrap(e)),
             Ok(Ok(outputs)) => outputs,
         };
-        let mut state = state.ok_or_else(|| wrap(Error::ForeignTrace { op: "trace end", location: Loc::caller() }))?;
+        let mut state = state.ok_or_else(|| {
+            wrap(Error::ForeignTrace {
+                op: "trace end",
+                location: Loc::caller(),
+            })
+        })?;
         if let Some(e) = state.first_error.take() {
             return Err(wrap(e));
         }
         for t in &outputs {
             let node = match &t.repr {
                 Repr::Traced { trace, node, .. } if *trace == id => *node,
-                Repr::Traced { .. } => return Err(wrap(Error::ForeignTrace { op: "return", location: Loc::caller() })),
+                Repr::Traced { .. } => {
+                    return Err(wrap(Error::ForeignTrace {
+                        op: "return",
+                        location: Loc::caller(),
+                    }))
+                }
                 Repr::Concrete(a) => state.graph.add_constant(a.clone()),
                 Repr::Error(e) => return Err(wrap((**e).clone())),
             };

@@ -29,8 +29,8 @@
 //! Tensors captured from outside (by a `jit_fn!` closure, or made inside the
 //! body with `Tensor::ones` etc.) become constants of the traced program.
 
-pub mod args;
 mod apply;
+pub mod args;
 mod display;
 pub mod error;
 pub mod jit;

@@ -92,7 +92,9 @@ impl Neg for &Tensor {
     type Output = Tensor;
     #[track_caller]
     fn neg(self) -> Tensor {
-        crate::apply::apply("neg", Loc::caller(), &[self], |g, ids| g.add(Op::Unary(UnaryOp::Neg, ids[0])))
+        crate::apply::apply("neg", Loc::caller(), &[self], |g, ids| {
+            g.add(Op::Unary(UnaryOp::Neg, ids[0]))
+        })
     }
 }
 

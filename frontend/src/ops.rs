@@ -8,10 +8,18 @@ use crate::apply::apply;
 use crate::error::{Loc, Result};
 use crate::scalar::{scalar_lit, Scalar};
 use crate::tensor::Tensor;
-use tilejit_ir::{Axes, BinaryOp, CmpOp, DType, Graph, IrError, NodeId, Op, Perm, ReduceOp, Shape, UnaryOp};
+use tilejit_ir::{
+    Axes, BinaryOp, CmpOp, DType, Graph, IrError, NodeId, Op, Perm, ReduceOp, Shape, UnaryOp,
+};
 
 /// Casts a weakly typed operand to the other operand's dtype.
-fn promote(g: &mut Graph, x: NodeId, y: NodeId, wx: bool, wy: bool) -> Result<(NodeId, NodeId), IrError> {
+fn promote(
+    g: &mut Graph,
+    x: NodeId,
+    y: NodeId,
+    wx: bool,
+    wy: bool,
+) -> Result<(NodeId, NodeId), IrError> {
     let (dx, dy) = (g.ty(x).dtype, g.ty(y).dtype);
     Ok(match (dx == dy, wx, wy) {
         (false, true, false) => (g.add(Op::Cast(x, dy))?, y),
@@ -36,27 +44,51 @@ fn bcast2(g: &mut Graph, x: NodeId, y: NodeId) -> Result<(NodeId, NodeId), IrErr
 }
 
 fn unary(t: &Tensor, u: UnaryOp, location: Loc) -> Tensor {
-    apply(tilejit_ir::infer::unary_name(u), location, &[t], |g, ids| g.add(Op::Unary(u, ids[0])))
+    apply(
+        tilejit_ir::infer::unary_name(u),
+        location,
+        &[t],
+        |g, ids| g.add(Op::Unary(u, ids[0])),
+    )
 }
 
 pub(crate) fn binary(a: &Tensor, b: &Tensor, op: BinaryOp, location: Loc) -> Tensor {
     let (wa, wb) = (a.weak, b.weak);
-    apply(tilejit_ir::infer::binary_name(op), location, &[a, b], |g, ids| {
-        let (x, y) = promote(g, ids[0], ids[1], wa, wb)?;
-        let (x, y) = bcast2(g, x, y)?;
-        g.add(Op::Binary(op, x, y))
-    })
+    apply(
+        tilejit_ir::infer::binary_name(op),
+        location,
+        &[a, b],
+        |g, ids| {
+            let (x, y) = promote(g, ids[0], ids[1], wa, wb)?;
+            let (x, y) = bcast2(g, x, y)?;
+            g.add(Op::Binary(op, x, y))
+        },
+    )
 }
 
 /// `t op s` (or `s op t` when `scalar_left`), the scalar taking `t`'s dtype.
-pub(crate) fn binary_scalar<S: Scalar>(t: &Tensor, s: S, op: BinaryOp, scalar_left: bool, location: Loc) -> Tensor {
-    apply(tilejit_ir::infer::binary_name(op), location, &[t], |g, ids| {
-        let x = ids[0];
-        let ty = g.ty(x);
-        let c = g.add(Op::Full { value: scalar_lit(s, ty.dtype)?, ty })?;
-        let (l, r) = if scalar_left { (c, x) } else { (x, c) };
-        g.add(Op::Binary(op, l, r))
-    })
+pub(crate) fn binary_scalar<S: Scalar>(
+    t: &Tensor,
+    s: S,
+    op: BinaryOp,
+    scalar_left: bool,
+    location: Loc,
+) -> Tensor {
+    apply(
+        tilejit_ir::infer::binary_name(op),
+        location,
+        &[t],
+        |g, ids| {
+            let x = ids[0];
+            let ty = g.ty(x);
+            let c = g.add(Op::Full {
+                value: scalar_lit(s, ty.dtype)?,
+                ty,
+            })?;
+            let (l, r) = if scalar_left { (c, x) } else { (x, c) };
+            g.add(Op::Binary(op, l, r))
+        },
+    )
 }
 
 fn compare(a: &Tensor, b: &Tensor, op: CmpOp, name: &'static str, location: Loc) -> Tensor {
@@ -69,7 +101,14 @@ fn compare(a: &Tensor, b: &Tensor, op: CmpOp, name: &'static str, location: Loc)
 }
 
 /// Reduces over one axis; drops it unless `keepdim`.
-fn reduce(t: &Tensor, r: ReduceOp, axis: isize, keepdim: bool, name: &'static str, location: Loc) -> Tensor {
+fn reduce(
+    t: &Tensor,
+    r: ReduceOp,
+    axis: isize,
+    keepdim: bool,
+    name: &'static str,
+    location: Loc,
+) -> Tensor {
     apply(name, location, &[t], |g, ids| {
         let shape = g.ty(ids[0]).shape;
         let a = shape.axis(axis)?;
@@ -77,7 +116,12 @@ fn reduce(t: &Tensor, r: ReduceOp, axis: isize, keepdim: bool, name: &'static st
         if keepdim {
             return Ok(red);
         }
-        let dims: Vec<usize> = shape.iter().enumerate().filter(|&(i, _)| i != a).map(|(_, &d)| d).collect();
+        let dims: Vec<usize> = shape
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != a)
+            .map(|(_, &d)| d)
+            .collect();
         g.add(Op::Reshape(red, Shape::new(&dims)?))
     })
 }
@@ -228,12 +272,20 @@ impl Tensor {
             let a = shape.axis(axis)?;
             let sum = g.add(Op::Reduce(ReduceOp::Sum, x, Axes::from_axes(&[a])))?;
             let ty = g.ty(sum);
-            let n = g.add(Op::Full { value: tilejit_ir::Lit::from_f64(shape[a] as f64, ty.dtype), ty })?;
+            let n = g.add(Op::Full {
+                value: tilejit_ir::Lit::from_f64(shape[a] as f64, ty.dtype),
+                ty,
+            })?;
             let mean = g.add(Op::Binary(BinaryOp::Div, sum, n))?;
             if keepdim {
                 return Ok(mean);
             }
-            let dims: Vec<usize> = shape.iter().enumerate().filter(|&(i, _)| i != a).map(|(_, &d)| d).collect();
+            let dims: Vec<usize> = shape
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != a)
+                .map(|(_, &d)| d)
+                .collect();
             g.add(Op::Reshape(mean, Shape::new(&dims)?))
         })
     }
@@ -267,7 +319,9 @@ impl Tensor {
     /// The same elements in a new shape with the same element count.
     #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
-        apply("reshape", Loc::caller(), &[self], |g, ids| g.add(Op::Reshape(ids[0], Shape::new(shape)?)))
+        apply("reshape", Loc::caller(), &[self], |g, ids| {
+            g.add(Op::Reshape(ids[0], Shape::new(shape)?))
+        })
     }
 
     /// Swaps axes `a` and `b` (negative counts from the end).
@@ -285,13 +339,17 @@ impl Tensor {
     /// Reorders all axes: result dim `i` is dim `perm[i]` of `self`.
     #[track_caller]
     pub fn permute(&self, perm: &[usize]) -> Tensor {
-        apply("permute", Loc::caller(), &[self], |g, ids| g.add(Op::Permute(ids[0], Perm::new(perm)?)))
+        apply("permute", Loc::caller(), &[self], |g, ids| {
+            g.add(Op::Permute(ids[0], Perm::new(perm)?))
+        })
     }
 
     /// numpy `broadcast_to`.
     #[track_caller]
     pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
-        apply("broadcast_to", Loc::caller(), &[self], |g, ids| g.add(Op::Broadcast(ids[0], Shape::new(shape)?)))
+        apply("broadcast_to", Loc::caller(), &[self], |g, ids| {
+            g.add(Op::Broadcast(ids[0], Shape::new(shape)?))
+        })
     }
 
     /// Converts elements to `dtype` (floats to ints truncate toward zero and
@@ -301,7 +359,9 @@ impl Tensor {
         if self.ty().is_some_and(|t| t.dtype == dtype) {
             return self.clone();
         }
-        apply("cast", Loc::caller(), &[self], |g, ids| g.add(Op::Cast(ids[0], dtype)))
+        apply("cast", Loc::caller(), &[self], |g, ids| {
+            g.add(Op::Cast(ids[0], dtype))
+        })
     }
 
     /// Softmax along `axis`: `exp(x - max) / sum(exp(x - max))`.

@@ -21,7 +21,8 @@ fn make(shape: &[usize], f: impl Fn(u64) -> f32) -> Result<Array, IrError> {
     s.byte_size(DType::F32)?;
     let n = s.numel();
     let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| IrError::OutOfMemory { bytes: n * 4 })?;
+    v.try_reserve_exact(n)
+        .map_err(|_| IrError::OutOfMemory { bytes: n * 4 })?;
     v.extend((0..n as u64).map(f));
     Array::new(s, Buffer::F32(v))
 }

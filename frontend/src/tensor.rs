@@ -30,28 +30,49 @@ pub struct Tensor {
 #[derive(Clone)]
 pub(crate) enum Repr {
     Concrete(Array),
-    Traced { trace: u64, node: NodeId, ty: TensorType },
+    Traced {
+        trace: u64,
+        node: NodeId,
+        ty: TensorType,
+    },
     Error(Arc<Error>),
 }
 
 impl Tensor {
     pub(crate) fn concrete(a: Array) -> Tensor {
-        Tensor { repr: Repr::Concrete(a), weak: false }
+        Tensor {
+            repr: Repr::Concrete(a),
+            weak: false,
+        }
     }
 
     pub(crate) fn from_error(e: Error) -> Tensor {
-        Tensor { repr: Repr::Error(Arc::new(e)), weak: false }
+        Tensor {
+            repr: Repr::Error(Arc::new(e)),
+            weak: false,
+        }
     }
 
     pub(crate) fn shared_error(e: &Arc<Error>) -> Tensor {
-        Tensor { repr: Repr::Error(e.clone()), weak: false }
+        Tensor {
+            repr: Repr::Error(e.clone()),
+            weak: false,
+        }
     }
 
     /// A tensor from an IR result, or the error naming `op` and `loc`.
-    pub(crate) fn from_ir(r: std::result::Result<Array, IrError>, op: &'static str, location: Loc) -> Tensor {
+    pub(crate) fn from_ir(
+        r: std::result::Result<Array, IrError>,
+        op: &'static str,
+        location: Loc,
+    ) -> Tensor {
         match r {
             Ok(a) => Tensor::concrete(a),
-            Err(source) => Tensor::from_error(Error::Op { op, source, location }),
+            Err(source) => Tensor::from_error(Error::Op {
+                op,
+                source,
+                location,
+            }),
         }
     }
 
@@ -62,14 +83,19 @@ impl Tensor {
         let location = Loc::caller();
         Array::from_vec(data, shape)
             .map(Tensor::concrete)
-            .map_err(|source| Error::Op { op: "from_vec", source, location })
+            .map_err(|source| Error::Op {
+                op: "from_vec",
+                source,
+                location,
+            })
     }
 
     /// A tensor of `shape` filled with `value` converted to `dtype`.
     #[track_caller]
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Tensor {
         let location = Loc::caller();
-        let r = Shape::new(shape).and_then(|s| Array::full(TensorType::new(dtype, s), Lit::from_f64(value, dtype)));
+        let r = Shape::new(shape)
+            .and_then(|s| Array::full(TensorType::new(dtype, s), Lit::from_f64(value, dtype)));
         Tensor::from_ir(r, "full", location)
     }
 
@@ -186,7 +212,13 @@ impl Tensor {
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         let location = Loc::caller();
         let a = self.array("to_vec")?;
-        a.as_slice::<T>().map(<[T]>::to_vec).map_err(|source| Error::Op { op: "to_vec", source, location })
+        a.as_slice::<T>()
+            .map(<[T]>::to_vec)
+            .map_err(|source| Error::Op {
+                op: "to_vec",
+                source,
+                location,
+            })
     }
 
     /// The single element of a one-element tensor.
@@ -194,12 +226,20 @@ impl Tensor {
     pub fn item<T: Element>(&self) -> Result<T> {
         let location = Loc::caller();
         let a = self.array("item")?;
-        let s = a.as_slice::<T>().map_err(|source| Error::Op { op: "item", source, location })?;
+        let s = a.as_slice::<T>().map_err(|source| Error::Op {
+            op: "item",
+            source,
+            location,
+        })?;
         match s {
             [x] => Ok(*x),
             _ => Err(Error::Op {
                 op: "item",
-                source: IrError::Length { shape: Shape::SCALAR, expected: 1, found: s.len() },
+                source: IrError::Length {
+                    shape: Shape::SCALAR,
+                    expected: 1,
+                    found: s.len(),
+                },
                 location,
             }),
         }

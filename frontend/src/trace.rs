@@ -61,7 +61,13 @@ impl TraceGuard {
     /// Starts a trace on this thread and returns its id and guard.
     pub fn start() -> (u64, TraceGuard) {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        CURRENT.with(|c| *c.borrow_mut() = Some(TraceState { id, graph: Graph::new(), first_error: None }));
+        CURRENT.with(|c| {
+            *c.borrow_mut() = Some(TraceState {
+                id,
+                graph: Graph::new(),
+                first_error: None,
+            })
+        });
         (id, TraceGuard { finished: false })
     }
 

@@ -109,7 +109,6 @@ impl Buffer {
     }
 }
 
-
 /// A concrete tensor value: type plus shared storage whose length always
 /// equals the shape's element count.
 #[derive(Clone, Debug, PartialEq)]
@@ -124,9 +123,16 @@ impl Array {
         let dtype = data.dtype();
         shape.byte_size(dtype)?;
         if data.len() != shape.numel() {
-            return Err(IrError::Length { shape, expected: shape.numel(), found: data.len() });
+            return Err(IrError::Length {
+                shape,
+                expected: shape.numel(),
+                found: data.len(),
+            });
         }
-        Ok(Array { ty: TensorType::new(dtype, shape), data: Arc::new(data) })
+        Ok(Array {
+            ty: TensorType::new(dtype, shape),
+            data: Arc::new(data),
+        })
     }
 
     /// From a vector of elements.
@@ -162,15 +168,24 @@ impl Array {
 
     /// Borrows the elements as `T`; fails if the dtype differs.
     pub fn as_slice<T: Element>(&self) -> Result<&[T], IrError> {
-        T::slice(&self.data).ok_or(IrError::WrongElement { actual: self.dtype(), asked: T::DTYPE })
+        T::slice(&self.data).ok_or(IrError::WrongElement {
+            actual: self.dtype(),
+            asked: T::DTYPE,
+        })
     }
 
     /// The same data under another shape of equal element count.
     pub fn reshaped(&self, shape: Shape) -> Result<Array, IrError> {
         if shape.numel() != self.ty.shape.numel() {
-            return Err(IrError::Reshape { from: self.ty.shape, to: shape });
+            return Err(IrError::Reshape {
+                from: self.ty.shape,
+                to: shape,
+            });
         }
-        Ok(Array { ty: TensorType::new(self.dtype(), shape), data: self.data.clone() })
+        Ok(Array {
+            ty: TensorType::new(self.dtype(), shape),
+            data: self.data.clone(),
+        })
     }
 
     /// If every element is the same (bitwise for floats), that element.

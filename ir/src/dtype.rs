@@ -156,7 +156,13 @@ macro_rules! float_element {
 float_element!(f32, F32, DType::F32, |v: f32| v as f64, |v: f64| v as f32);
 float_element!(f64, F64, DType::F64, |v: f64| v, |v: f64| v);
 float_element!(f16, F16, DType::F16, |v: f16| v.to_f64(), f16::from_f64);
-float_element!(bf16, BF16, DType::BF16, |v: bf16| v.to_f64(), bf16::from_f64);
+float_element!(
+    bf16,
+    BF16,
+    DType::BF16,
+    |v: bf16| v.to_f64(),
+    bf16::from_f64
+);
 
 impl sealed::Sealed for i32 {}
 impl Element for i32 {

@@ -220,13 +220,18 @@ impl IrError {
     pub fn kind(&self) -> ErrorKind {
         use IrError::*;
         match self {
-            Broadcast { .. } | BroadcastTo { .. } | ShapeMismatch { .. } | MatMul { .. } => ErrorKind::Shape,
-            Reshape { .. } | EmptyReduction { .. } | RankTooLarge { .. } => ErrorKind::Shape,
-            Axis { .. } | DuplicateAxis { .. } | Permutation { .. } | Length { .. } => ErrorKind::BadArgument,
-            TooLarge { .. } | Arguments(_) | Parse { .. } => ErrorKind::BadArgument,
-            DTypeMismatch { .. } | DTypeUnsupported { .. } | InexactScalar { .. } | WrongElement { .. } => {
-                ErrorKind::DType
+            Broadcast { .. } | BroadcastTo { .. } | ShapeMismatch { .. } | MatMul { .. } => {
+                ErrorKind::Shape
             }
+            Reshape { .. } | EmptyReduction { .. } | RankTooLarge { .. } => ErrorKind::Shape,
+            Axis { .. } | DuplicateAxis { .. } | Permutation { .. } | Length { .. } => {
+                ErrorKind::BadArgument
+            }
+            TooLarge { .. } | Arguments(_) | Parse { .. } => ErrorKind::BadArgument,
+            DTypeMismatch { .. }
+            | DTypeUnsupported { .. }
+            | InexactScalar { .. }
+            | WrongElement { .. } => ErrorKind::DType,
             OutOfMemory { .. } => ErrorKind::Device,
             Verify(_) => ErrorKind::Internal,
         }

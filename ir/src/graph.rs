@@ -186,7 +186,10 @@ pub struct Perm {
 impl Perm {
     /// A permutation of `0..perm.len()`; fails if it is not one.
     pub fn new(perm: &[usize]) -> Result<Perm, IrError> {
-        let bad = || IrError::Permutation { perm: perm.to_vec(), rank: perm.len() };
+        let bad = || IrError::Permutation {
+            perm: perm.to_vec(),
+            rank: perm.len(),
+        };
         if perm.len() > 8 {
             return Err(bad());
         }
@@ -199,11 +202,17 @@ impl Perm {
             seen[p] = true;
             axes[i] = p as u8;
         }
-        Ok(Perm { axes, len: perm.len() as u8 })
+        Ok(Perm {
+            axes,
+            len: perm.len() as u8,
+        })
     }
     /// The permutation as indices.
     pub fn as_vec(&self) -> Vec<usize> {
-        self.axes[..self.len as usize].iter().map(|&a| a as usize).collect()
+        self.axes[..self.len as usize]
+            .iter()
+            .map(|&a| a as usize)
+            .collect()
     }
     /// Number of axes.
     pub fn len(&self) -> usize {
@@ -234,7 +243,9 @@ impl Op {
     /// The same op with every operand passed through `f`.
     pub fn map_operands(&self, mut f: impl FnMut(NodeId) -> NodeId) -> Op {
         match self.clone() {
-            op @ (Op::Input { .. } | Op::Param { .. } | Op::Full { .. } | Op::Constant { .. }) => op,
+            op @ (Op::Input { .. } | Op::Param { .. } | Op::Full { .. } | Op::Constant { .. }) => {
+                op
+            }
             Op::Unary(u, x) => Op::Unary(u, f(x)),
             Op::Binary(b, x, y) => Op::Binary(b, f(x), f(y)),
             Op::Compare(c, x, y) => Op::Compare(c, f(x), f(y)),
@@ -289,7 +300,9 @@ impl<'de> Deserialize<'de> for ConstData {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ConstData, D::Error> {
         let (ty, lits): (TensorType, Vec<Lit>) = Deserialize::deserialize(d)?;
         let buf = crate::array::Buffer::from_lits(ty.dtype, lits.into_iter());
-        Array::new(ty.shape, buf).map(ConstData).map_err(serde::de::Error::custom)
+        Array::new(ty.shape, buf)
+            .map(ConstData)
+            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -316,11 +329,17 @@ impl Graph {
     pub fn add_constant(&mut self, value: Array) -> NodeId {
         let ty = value.ty();
         if let Some(lit) = value.splat_value() {
-            return self.push_unchecked(Node { op: Op::Full { value: lit, ty }, ty });
+            return self.push_unchecked(Node {
+                op: Op::Full { value: lit, ty },
+                ty,
+            });
         }
         self.constants.push(ConstData(value));
         let index = self.constants.len() as u32 - 1;
-        self.push_unchecked(Node { op: Op::Constant { index, ty }, ty })
+        self.push_unchecked(Node {
+            op: Op::Constant { index, ty },
+            ty,
+        })
     }
 
     /// The node with this id. Panics on an id from another graph (a bug).
@@ -393,6 +412,9 @@ impl Graph {
 
     /// Counts nodes per op name, for summaries ("exp x1, add x3").
     pub fn op_names(&self) -> Vec<&'static str> {
-        self.nodes.iter().map(|n| crate::text::op_name(&n.op)).collect()
+        self.nodes
+            .iter()
+            .map(|n| crate::text::op_name(&n.op))
+            .collect()
     }
 }

@@ -12,7 +12,9 @@ use crate::shape::{Shape, TensorType};
 pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
     for operand in op.operands() {
         if operand.index() >= g.len() {
-            return Err(IrError::Verify(format!("operand {operand} does not exist yet")));
+            return Err(IrError::Verify(format!(
+                "operand {operand} does not exist yet"
+            )));
         }
     }
     let ty = |id| g.ty(id);
@@ -21,14 +23,20 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
         Op::Param { dtype, .. } => TensorType::scalar(dtype),
         Op::Full { value, ty } => {
             if !value.fits(ty.dtype) {
-                return Err(IrError::Verify(format!("literal {value} does not fit {}", ty.dtype)));
+                return Err(IrError::Verify(format!(
+                    "literal {value} does not fit {}",
+                    ty.dtype
+                )));
             }
             checked(ty)?
         }
         Op::Constant { index, ty } => match g.constant(index) {
             Some(c) if c.ty() == ty => ty,
             Some(c) => {
-                return Err(IrError::Verify(format!("constant {index} is {}, node says {ty}", c.ty())));
+                return Err(IrError::Verify(format!(
+                    "constant {index} is {}, node says {ty}",
+                    c.ty()
+                )));
             }
             None => return Err(IrError::Verify(format!("constant {index} does not exist"))),
         },
@@ -65,7 +73,11 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
             }
             same_type("where branches", ta, tb)?;
             if tc.shape != ta.shape {
-                return Err(IrError::ShapeMismatch { what: "where condition and branches", lhs: tc.shape, rhs: ta.shape });
+                return Err(IrError::ShapeMismatch {
+                    what: "where condition and branches",
+                    lhs: tc.shape,
+                    rhs: ta.shape,
+                });
             }
             ta
         }
@@ -74,10 +86,17 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
             let mut shape = t.shape;
             for a in axes.iter() {
                 if a >= t.shape.rank() {
-                    return Err(IrError::Axis { axis: a as isize, rank: t.shape.rank() });
+                    return Err(IrError::Axis {
+                        axis: a as isize,
+                        rank: t.shape.rank(),
+                    });
                 }
                 if t.shape[a] == 0 && r != ReduceOp::Sum {
-                    return Err(IrError::EmptyReduction { op: reduce_name(r), axis: a, shape: t.shape });
+                    return Err(IrError::EmptyReduction {
+                        op: reduce_name(r),
+                        axis: a,
+                        shape: t.shape,
+                    });
                 }
                 shape = shape.with_dim(a, 1);
             }
@@ -94,14 +113,20 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
         Op::Reshape(x, shape) => {
             let t = ty(x);
             if shape.numel() != t.shape.numel() {
-                return Err(IrError::Reshape { from: t.shape, to: shape });
+                return Err(IrError::Reshape {
+                    from: t.shape,
+                    to: shape,
+                });
             }
             checked(TensorType::new(t.dtype, shape))?
         }
         Op::Permute(x, perm) => {
             let t = ty(x);
             if perm.len() != t.shape.rank() {
-                return Err(IrError::Permutation { perm: perm.as_vec(), rank: t.shape.rank() });
+                return Err(IrError::Permutation {
+                    perm: perm.as_vec(),
+                    rank: t.shape.rank(),
+                });
             }
             let dims: Vec<usize> = perm.as_vec().iter().map(|&p| t.shape[p]).collect();
             TensorType::new(t.dtype, Shape::new(&dims)?)
@@ -109,7 +134,10 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
         Op::Broadcast(x, shape) => {
             let t = ty(x);
             if !t.shape.broadcasts_to(&shape) {
-                return Err(IrError::BroadcastTo { from: t.shape, to: shape });
+                return Err(IrError::BroadcastTo {
+                    from: t.shape,
+                    to: shape,
+                });
             }
             checked(TensorType::new(t.dtype, shape))?
         }
@@ -125,30 +153,53 @@ fn checked(t: TensorType) -> Result<TensorType, IrError> {
 
 fn same_type(what: &'static str, a: TensorType, b: TensorType) -> Result<(), IrError> {
     if a.dtype != b.dtype {
-        return Err(IrError::DTypeMismatch { lhs: a.dtype, rhs: b.dtype });
+        return Err(IrError::DTypeMismatch {
+            lhs: a.dtype,
+            rhs: b.dtype,
+        });
     }
     if a.shape != b.shape {
-        return Err(IrError::ShapeMismatch { what, lhs: a.shape, rhs: b.shape });
+        return Err(IrError::ShapeMismatch {
+            what,
+            lhs: a.shape,
+            rhs: b.shape,
+        });
     }
     Ok(())
 }
 
 fn unary_dtype_ok(u: UnaryOp, d: DType) -> Result<(), IrError> {
-    let int_ok = matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Square | UnaryOp::Relu);
+    let int_ok = matches!(
+        u,
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Square | UnaryOp::Relu
+    );
     if d.is_float() || (d.is_int() && int_ok) {
         return Ok(());
     }
     Err(IrError::DTypeUnsupported {
         op: unary_name(u),
         dtype: d,
-        hint: if d == DType::Bool { "cast to a numeric dtype first" } else { "cast to a float dtype first" },
+        hint: if d == DType::Bool {
+            "cast to a numeric dtype first"
+        } else {
+            "cast to a float dtype first"
+        },
     })
 }
 
 fn matmul_type(a: TensorType, b: TensorType) -> Result<TensorType, IrError> {
-    let err = |reason| Err(IrError::MatMul { lhs: a, rhs: b, reason });
+    let err = |reason| {
+        Err(IrError::MatMul {
+            lhs: a,
+            rhs: b,
+            reason,
+        })
+    };
     if a.dtype != b.dtype {
-        return Err(IrError::DTypeMismatch { lhs: a.dtype, rhs: b.dtype });
+        return Err(IrError::DTypeMismatch {
+            lhs: a.dtype,
+            rhs: b.dtype,
+        });
     }
     if a.dtype == DType::Bool {
         return err("bool operands are not supported; cast first");

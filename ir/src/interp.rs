@@ -48,7 +48,9 @@ pub fn run(g: &Graph, inputs: &[Array], params: &[Lit]) -> Result<Vec<Array>, Ir
     g.outputs
         .iter()
         .map(|&o| {
-            let v = vals[o.index()].as_ref().ok_or_else(|| internal("output value freed"))?;
+            let v = vals[o.index()]
+                .as_ref()
+                .ok_or_else(|| internal("output value freed"))?;
             to_array(g.ty(o), v)
         })
         .collect()
@@ -61,16 +63,27 @@ fn internal(msg: &str) -> IrError {
 fn check_arguments(g: &Graph, inputs: &[Array], params: &[Lit]) -> Result<(), IrError> {
     let want = g.input_types();
     if want.len() != inputs.len() {
-        return Err(IrError::Arguments(format!("expected {} tensor inputs, got {}", want.len(), inputs.len())));
+        return Err(IrError::Arguments(format!(
+            "expected {} tensor inputs, got {}",
+            want.len(),
+            inputs.len()
+        )));
     }
     for (i, (w, a)) in want.iter().zip(inputs).enumerate() {
         if *w != a.ty() {
-            return Err(IrError::Arguments(format!("input {i}: expected {w}, got {}", a.ty())));
+            return Err(IrError::Arguments(format!(
+                "input {i}: expected {w}, got {}",
+                a.ty()
+            )));
         }
     }
     let want = g.param_types();
     if want.len() != params.len() {
-        return Err(IrError::Arguments(format!("expected {} params, got {}", want.len(), params.len())));
+        return Err(IrError::Arguments(format!(
+            "expected {} params, got {}",
+            want.len(),
+            params.len()
+        )));
     }
     Ok(())
 }
@@ -91,8 +104,9 @@ fn last_uses(g: &Graph) -> Vec<Option<NodeId>> {
 
 fn alloc<T: Clone>(n: usize, v: T) -> Result<Vec<T>, IrError> {
     let mut out = Vec::new();
-    out.try_reserve_exact(n)
-        .map_err(|_| IrError::OutOfMemory { bytes: n.saturating_mul(std::mem::size_of::<T>()) })?;
+    out.try_reserve_exact(n).map_err(|_| IrError::OutOfMemory {
+        bytes: n.saturating_mul(std::mem::size_of::<T>()),
+    })?;
     out.resize(n, v);
     Ok(out)
 }
@@ -125,23 +139,38 @@ fn eval(
     inputs: &[Array],
     params: &[Lit],
 ) -> Result<Vals, IrError> {
-    let arg = |id: NodeId| vals[id.index()].as_ref().ok_or_else(|| internal("operand freed too early"));
+    let arg = |id: NodeId| {
+        vals[id.index()]
+            .as_ref()
+            .ok_or_else(|| internal("operand freed too early"))
+    };
     let n = ty.shape.numel();
     Ok(match *op {
         Op::Input { index, .. } => from_buffer(inputs[index as usize].buffer()),
         Op::Param { index, dtype } => {
-            let lit = *params.get(index as usize).ok_or_else(|| internal("missing param"))?;
+            let lit = *params
+                .get(index as usize)
+                .ok_or_else(|| internal("missing param"))?;
             splat(convert_lit(lit, dtype), 1)?
         }
         Op::Full { value, .. } => splat(value, n)?,
-        Op::Constant { index, .. } => {
-            from_buffer(g.constant(index).ok_or_else(|| internal("missing constant"))?.buffer())
-        }
+        Op::Constant { index, .. } => from_buffer(
+            g.constant(index)
+                .ok_or_else(|| internal("missing constant"))?
+                .buffer(),
+        ),
         Op::Unary(u, x) => unary(u, ty.dtype, arg(x)?),
         Op::Binary(b, x, y) => binary(b, ty.dtype, arg(x)?, arg(y)?),
         Op::Compare(c, x, y) => compare(c, arg(x)?, arg(y)?),
         Op::Select(c, a, b) => select(arg(c)?, arg(a)?, arg(b)?),
-        Op::Reduce(r, x, axes) => reduce(r, ty.dtype, &g.ty(x).shape, &ty.shape, |a| axes.contains(a), arg(x)?)?,
+        Op::Reduce(r, x, axes) => reduce(
+            r,
+            ty.dtype,
+            &g.ty(x).shape,
+            &ty.shape,
+            |a| axes.contains(a),
+            arg(x)?,
+        )?,
         Op::MatMul(a, b) => matmul(ty, &g.ty(a).shape, &g.ty(b).shape, arg(a)?, arg(b)?)?,
         Op::Reshape(x, _) => arg(x)?.clone(),
         Op::Permute(x, perm) => {
@@ -200,7 +229,11 @@ fn next_index(idx: &mut [usize; MAX_RANK], shape: &Shape) -> bool {
 }
 
 /// out[i] = src[source_of(index of i)], for every element of `out_shape`.
-fn gather(src: &Vals, out_shape: &Shape, mut source_of: impl FnMut(&[usize; MAX_RANK], &mut [usize; MAX_RANK]) -> usize) -> Vals {
+fn gather(
+    src: &Vals,
+    out_shape: &Shape,
+    mut source_of: impl FnMut(&[usize; MAX_RANK], &mut [usize; MAX_RANK]) -> usize,
+) -> Vals {
     let n = out_shape.numel();
     let mut order = Vec::with_capacity(n);
     if n > 0 {
@@ -280,7 +313,12 @@ fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Vals {
                 BinaryOp::Max => max_nan,
                 BinaryOp::Min => min_nan,
             };
-            Vals::F(p.iter().zip(q).map(|(&a, &c)| dtype.round_float(f(a, c))).collect())
+            Vals::F(
+                p.iter()
+                    .zip(q)
+                    .map(|(&a, &c)| dtype.round_float(f(a, c)))
+                    .collect(),
+            )
         }
         (Vals::I(p), Vals::I(q)) => {
             let f: fn(i64, i64) -> i64 = match b {
@@ -291,7 +329,12 @@ fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Vals {
                 BinaryOp::Max => i64::max,
                 BinaryOp::Min => i64::min,
             };
-            Vals::I(p.iter().zip(q).map(|(&a, &c)| dtype.wrap_int(f(a, c))).collect())
+            Vals::I(
+                p.iter()
+                    .zip(q)
+                    .map(|(&a, &c)| dtype.wrap_int(f(a, c)))
+                    .collect(),
+            )
         }
         // Type inference guarantees equal dtypes.
         _ => Vals::F(vec![]),
@@ -316,10 +359,22 @@ fn compare(c: CmpOp, x: &Vals, y: &Vals) -> Vals {
 }
 
 fn select(c: &Vals, a: &Vals, b: &Vals) -> Vals {
-    let Vals::I(c) = c else { return Vals::I(vec![]) };
+    let Vals::I(c) = c else {
+        return Vals::I(vec![]);
+    };
     match (a, b) {
-        (Vals::F(p), Vals::F(q)) => Vals::F(c.iter().zip(p.iter().zip(q)).map(|(&k, (&x, &y))| if k != 0 { x } else { y }).collect()),
-        (Vals::I(p), Vals::I(q)) => Vals::I(c.iter().zip(p.iter().zip(q)).map(|(&k, (&x, &y))| if k != 0 { x } else { y }).collect()),
+        (Vals::F(p), Vals::F(q)) => Vals::F(
+            c.iter()
+                .zip(p.iter().zip(q))
+                .map(|(&k, (&x, &y))| if k != 0 { x } else { y })
+                .collect(),
+        ),
+        (Vals::I(p), Vals::I(q)) => Vals::I(
+            c.iter()
+                .zip(p.iter().zip(q))
+                .map(|(&k, (&x, &y))| if k != 0 { x } else { y })
+                .collect(),
+        ),
         _ => Vals::I(vec![]),
     }
 }
@@ -380,7 +435,12 @@ fn reduce(
 
 fn matmul(ty: TensorType, sa: &Shape, sb: &Shape, a: &Vals, b: &Vals) -> Result<Vals, IrError> {
     let r = sa.rank();
-    let (batch, m, k, n) = (if r == 3 { sa[0] } else { 1 }, sa[r - 2], sa[r - 1], sb[r - 1]);
+    let (batch, m, k, n) = (
+        if r == 3 { sa[0] } else { 1 },
+        sa[r - 2],
+        sa[r - 1],
+        sb[r - 1],
+    );
     Ok(match (a, b) {
         (Vals::F(p), Vals::F(q)) => {
             let mut out = alloc(batch * m * n, 0.0f64)?;
@@ -404,7 +464,9 @@ fn matmul(ty: TensorType, sa: &Shape, sb: &Shape, a: &Vals, b: &Vals) -> Result<
                     for j in 0..n {
                         let mut acc = 0i64;
                         for t in 0..k {
-                            acc = acc.wrapping_add(p[bi * m * k + i * k + t].wrapping_mul(q[bi * k * n + t * n + j]));
+                            acc = acc.wrapping_add(
+                                p[bi * m * k + i * k + t].wrapping_mul(q[bi * k * n + t * n + j]),
+                            );
                         }
                         out[bi * m * n + i * n + j] = ty.dtype.wrap_int(acc);
                     }

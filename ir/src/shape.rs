@@ -19,7 +19,10 @@ pub struct Shape {
 
 impl Shape {
     /// The rank-0 shape of a scalar.
-    pub const SCALAR: Shape = Shape { dims: [0; MAX_RANK], rank: 0 };
+    pub const SCALAR: Shape = Shape {
+        dims: [0; MAX_RANK],
+        rank: 0,
+    };
 
     /// Makes a shape; fails if the rank exceeds [`MAX_RANK`].
     pub fn new(dims: &[usize]) -> Result<Shape, IrError> {
@@ -49,7 +52,9 @@ impl Shape {
 
     /// Number of elements, or `None` on overflow.
     pub fn checked_numel(&self) -> Option<usize> {
-        self.dims().iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        self.dims()
+            .iter()
+            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
     }
 
     /// Row-major strides in elements.
@@ -75,7 +80,10 @@ impl Shape {
         let rank = self.rank() as isize;
         let a = if axis < 0 { axis + rank } else { axis };
         if a < 0 || a >= rank {
-            return Err(IrError::Axis { axis, rank: self.rank() });
+            return Err(IrError::Axis {
+                axis,
+                rank: self.rank(),
+            });
         }
         Ok(a as usize)
     }
@@ -115,7 +123,10 @@ impl Shape {
         self.checked_numel()
             .and_then(|n| n.checked_mul(dtype.size_bytes()))
             .filter(|&b| b <= isize::MAX as usize)
-            .ok_or(IrError::TooLarge { shape: *self, dtype })
+            .ok_or(IrError::TooLarge {
+                shape: *self,
+                dtype,
+            })
     }
 }
 
@@ -183,7 +194,10 @@ impl TensorType {
 
     /// A rank-0 type.
     pub fn scalar(dtype: DType) -> TensorType {
-        TensorType { dtype, shape: Shape::SCALAR }
+        TensorType {
+            dtype,
+            shape: Shape::SCALAR,
+        }
     }
 }
 

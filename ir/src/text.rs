@@ -39,7 +39,14 @@ const UNARY: [UnaryOp; 12] = [
     UnaryOp::Sigmoid,
     UnaryOp::Gelu,
 ];
-const BINARY: [BinaryOp; 6] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min];
+const BINARY: [BinaryOp; 6] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Max,
+    BinaryOp::Min,
+];
 const COMPARE: [CmpOp; 5] = [CmpOp::Lt, CmpOp::Gt, CmpOp::Le, CmpOp::Ge, CmpOp::Eq];
 const REDUCE: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min];
 
@@ -89,7 +96,10 @@ pub fn op_name(op: &Op) -> &'static str {
     }
 }
 
-fn write_list<T: fmt::Display>(f: &mut impl Write, items: impl IntoIterator<Item = T>) -> fmt::Result {
+fn write_list<T: fmt::Display>(
+    f: &mut impl Write,
+    items: impl IntoIterator<Item = T>,
+) -> fmt::Result {
     f.write_char('[')?;
     for (i, x) in items.into_iter().enumerate() {
         if i > 0 {
@@ -162,7 +172,11 @@ impl fmt::Display for Graph {
 /// renumbered in order. Every node is type-checked and its inferred type must
 /// equal the type written after `:`.
 pub fn parse(text: &str) -> Result<Graph, IrError> {
-    let mut p = Parser { g: Graph::new(), labels: HashMap::new(), line: 0 };
+    let mut p = Parser {
+        g: Graph::new(),
+        labels: HashMap::new(),
+        line: 0,
+    };
     let mut state = 0; // 0: before `graph {`, 1: in body, 2: after `return`, 3: after `}`
     for (i, raw) in text.lines().enumerate() {
         p.line = i + 1;
@@ -198,12 +212,18 @@ struct Parser {
 
 impl Parser {
     fn err(&self, message: impl Into<String>) -> IrError {
-        IrError::Parse { line: self.line, message: message.into() }
+        IrError::Parse {
+            line: self.line,
+            message: message.into(),
+        }
     }
 
     fn node_ref(&self, tok: &str) -> Result<NodeId, IrError> {
         let tok = tok.trim();
-        self.labels.get(tok).copied().ok_or_else(|| self.err(format!("unknown node `{tok}`")))
+        self.labels
+            .get(tok)
+            .copied()
+            .ok_or_else(|| self.err(format!("unknown node `{tok}`")))
     }
 
     fn parse_return(&mut self, rest: &str) -> Result<(), IrError> {
@@ -216,8 +236,11 @@ impl Parser {
 
     fn parse_type(&self, s: &str) -> Result<TensorType, IrError> {
         let s = s.trim();
-        let open = s.find('[').ok_or_else(|| self.err(format!("bad type `{s}`")))?;
-        let dtype = DType::from_name(&s[..open]).ok_or_else(|| self.err(format!("unknown dtype `{}`", &s[..open])))?;
+        let open = s
+            .find('[')
+            .ok_or_else(|| self.err(format!("bad type `{s}`")))?;
+        let dtype = DType::from_name(&s[..open])
+            .ok_or_else(|| self.err(format!("unknown dtype `{}`", &s[..open])))?;
         let dims = self.parse_usize_list(&s[open..])?;
         let shape = Shape::new(&dims).map_err(|e| self.err(e.to_string()))?;
         Ok(TensorType::new(dtype, shape))
@@ -230,7 +253,10 @@ impl Parser {
             .split(',')
             .map(str::trim)
             .filter(|t| !t.is_empty())
-            .map(|t| t.parse::<usize>().map_err(|_| self.err(format!("bad number `{t}`"))))
+            .map(|t| {
+                t.parse::<usize>()
+                    .map_err(|_| self.err(format!("bad number `{t}`")))
+            })
             .collect()
     }
 
@@ -249,12 +275,16 @@ impl Parser {
     }
 
     fn parse_node(&mut self, line: &str) -> Result<(), IrError> {
-        let (label, rhs) = line.split_once('=').ok_or_else(|| self.err("expected `%N = op ... : type`"))?;
+        let (label, rhs) = line
+            .split_once('=')
+            .ok_or_else(|| self.err("expected `%N = op ... : type`"))?;
         let label = label.trim();
         if !label.starts_with('%') || self.labels.contains_key(label) {
             return Err(self.err(format!("bad or duplicate node label `{label}`")));
         }
-        let (body, ty) = rhs.rsplit_once(" : ").ok_or_else(|| self.err("missing ` : type`"))?;
+        let (body, ty) = rhs
+            .rsplit_once(" : ")
+            .ok_or_else(|| self.err("missing ` : type`"))?;
         let ty = self.parse_type(ty)?;
         let body = body.trim();
         let (name, args) = body.split_once(' ').unwrap_or((body, ""));
@@ -283,7 +313,8 @@ impl Parser {
             .filter(|t| !t.is_empty())
             .map(|t| self.parse_lit(t, ty.dtype))
             .collect::<Result<Vec<_>, _>>()?;
-        Array::new(ty.shape, Buffer::from_lits(ty.dtype, lits.into_iter())).map_err(|e| self.err(e.to_string()))
+        Array::new(ty.shape, Buffer::from_lits(ty.dtype, lits.into_iter()))
+            .map_err(|e| self.err(e.to_string()))
     }
 
     /// Splits `"%1, %2 axes=[0]"` into operand ids and the attribute text.
@@ -305,12 +336,18 @@ impl Parser {
     }
 
     fn attr_list(&self, attr: &str, key: &str) -> Result<Vec<usize>, IrError> {
-        let v = attr.trim().strip_prefix(key).and_then(|x| x.strip_prefix('='));
+        let v = attr
+            .trim()
+            .strip_prefix(key)
+            .and_then(|x| x.strip_prefix('='));
         self.parse_usize_list(v.ok_or_else(|| self.err(format!("expected `{key}=[...]`")))?)
     }
 
     fn parse_op(&self, name: &str, args: &str, ty: TensorType) -> Result<Op, IrError> {
-        let index = || args.parse::<u32>().map_err(|_| self.err(format!("`{name}` expects an index")));
+        let index = || {
+            args.parse::<u32>()
+                .map_err(|_| self.err(format!("`{name}` expects an index")))
+        };
         if let Some(&u) = UNARY.iter().find(|&&u| unary_name(u) == name) {
             return Ok(Op::Unary(u, self.operands(args, 1)?.0[0]));
         }
@@ -331,9 +368,18 @@ impl Parser {
             return Ok(Op::Reduce(r, o[0], Axes::from_axes(&axes)));
         }
         Ok(match name {
-            "input" => Op::Input { index: index()?, ty },
-            "param" => Op::Param { index: index()?, dtype: ty.dtype },
-            "full" => Op::Full { value: self.parse_lit(args, ty.dtype)?, ty },
+            "input" => Op::Input {
+                index: index()?,
+                ty,
+            },
+            "param" => Op::Param {
+                index: index()?,
+                dtype: ty.dtype,
+            },
+            "full" => Op::Full {
+                value: self.parse_lit(args, ty.dtype)?,
+                ty,
+            },
             "const" => Op::Constant { index: 0, ty },
             "select" => {
                 let (o, _) = self.operands(args, 3)?;
@@ -348,7 +394,8 @@ impl Parser {
             "cast" => Op::Cast(self.operands(args, 1)?.0[0], ty.dtype),
             "permute" => {
                 let (o, attr) = self.operands(args, 1)?;
-                let perm = Perm::new(&self.attr_list(&attr, "perm")?).map_err(|e| self.err(e.to_string()))?;
+                let perm = Perm::new(&self.attr_list(&attr, "perm")?)
+                    .map_err(|e| self.err(e.to_string()))?;
                 Op::Permute(o[0], perm)
             }
             other => return Err(self.err(format!("unknown op `{other}`"))),

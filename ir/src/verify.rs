@@ -24,7 +24,10 @@ pub fn verify(g: &Graph) -> Result<(), IrError> {
         }
         match infer(g, &node.op) {
             Ok(ty) if ty == node.ty => {}
-            Ok(ty) => problems.push(format!("{id}: stored type {} but the op gives {ty}", node.ty)),
+            Ok(ty) => problems.push(format!(
+                "{id}: stored type {} but the op gives {ty}",
+                node.ty
+            )),
             Err(e) => problems.push(format!("{id}: {e}")),
         }
         match node.op {

@@ -110,7 +110,11 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
 
     /// Returns the value for `key`, building it with `build` on a miss.
     /// Concurrent callers with the same key share one build.
-    pub fn get_or_build(&self, key: &Signature, build: impl FnOnce() -> Result<V, E>) -> Result<Arc<V>, E> {
+    pub fn get_or_build(
+        &self,
+        key: &Signature,
+        build: impl FnOnce() -> Result<V, E>,
+    ) -> Result<Arc<V>, E> {
         let flight = {
             let mut map = self.lock();
             match map.get(key) {
@@ -127,7 +131,10 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
                 }
                 None => {
                     self.misses.fetch_add(1, Ordering::Relaxed);
-                    let f = Arc::new(InFlight { result: Mutex::new(None), done: Condvar::new() });
+                    let f = Arc::new(InFlight {
+                        result: Mutex::new(None),
+                        done: Condvar::new(),
+                    });
                     map.insert(key.clone(), Slot::Building(f.clone()));
                     f
                 }
@@ -198,7 +205,10 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
 
     /// Number of ready entries.
     pub fn len(&self) -> usize {
-        self.lock().values().filter(|s| matches!(s, Slot::Ready(_))).count()
+        self.lock()
+            .values()
+            .filter(|s| matches!(s, Slot::Ready(_)))
+            .count()
     }
 
     /// True if no entry is ready.

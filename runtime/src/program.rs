@@ -27,7 +27,11 @@ impl Program {
         // in debug builds and tests, where a pass bug should fail loudly.
         let optimized = simplify(&traced, cfg!(debug_assertions))?;
         verify(&optimized)?;
-        Ok(Program { traced, optimized, compile_time: start.elapsed() })
+        Ok(Program {
+            traced,
+            optimized,
+            compile_time: start.elapsed(),
+        })
     }
 
     /// Runs the program on concrete inputs and parameter values.

@@ -50,9 +50,12 @@ impl Signature {
             if a != b {
                 args += 1;
                 dims += match (a, b) {
-                    (ArgSig::Tensor(x), ArgSig::Tensor(y)) if x.shape.rank() == y.shape.rank() => {
-                        x.shape.iter().zip(y.shape.iter()).filter(|(p, q)| p != q).count()
-                    }
+                    (ArgSig::Tensor(x), ArgSig::Tensor(y)) if x.shape.rank() == y.shape.rank() => x
+                        .shape
+                        .iter()
+                        .zip(y.shape.iter())
+                        .filter(|(p, q)| p != q)
+                        .count(),
                     _ => 8,
                 };
             }
@@ -64,7 +67,11 @@ impl Signature {
     /// `"args[0]: f32[8,8] vs nearest seen f32[12,12]"`.
     pub fn explain_against(&self, seen: &Signature) -> String {
         if self.args.len() != seen.args.len() {
-            return format!("{} arguments vs {} in the nearest seen signature", self.args.len(), seen.args.len());
+            return format!(
+                "{} arguments vs {} in the nearest seen signature",
+                self.args.len(),
+                seen.args.len()
+            );
         }
         let parts: Vec<String> = self
             .args

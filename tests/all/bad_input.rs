@@ -10,7 +10,10 @@ use tilejit_tests::t32;
 /// and points at this file on `line`.
 #[track_caller]
 fn expect_err(t: &Tensor, kind: ErrorKind, needles: &[&str], line: u32) -> Error {
-    let e = t.error().unwrap_or_else(|| panic!("expected an error tensor, got {t:?}")).clone();
+    let e = t
+        .error()
+        .unwrap_or_else(|| panic!("expected an error tensor, got {t:?}"))
+        .clone();
     check(&e, kind, needles, line);
     e
 }
@@ -24,7 +27,10 @@ fn check(e: &Error, kind: ErrorKind, needles: &[&str], line: u32) {
         assert!(msg.contains(n), "message lacks `{n}`: {msg}");
     }
     let at = format!("bad_input.rs:{line}:");
-    assert!(msg.contains(&at), "message lacks the caller location `{at}`: {msg}");
+    assert!(
+        msg.contains(&at),
+        "message lacks the caller location `{at}`: {msg}"
+    );
 }
 
 #[test]
@@ -33,7 +39,12 @@ fn non_broadcastable_shapes() {
     let b = Tensor::ones(&[5], DType::F32);
     let line = line!() + 1;
     let c = &a + &b;
-    expect_err(&c, ErrorKind::Shape, &["`add`", "[3,4]", "[5]", "broadcast"], line);
+    expect_err(
+        &c,
+        ErrorKind::Shape,
+        &["`add`", "[3,4]", "[5]", "broadcast"],
+        line,
+    );
     assert_eq!(ErrorKind::Shape.code(), 2);
     // The error flows through later ops unchanged and reaches `to_vec`.
     let d = (c * 2.0).exp().sum(0, false);
@@ -51,7 +62,12 @@ fn matmul_inner_dimension_mismatch() {
     let b = Tensor::ones(&[4, 5], DType::F32);
     let line = line!() + 1;
     let c = a.matmul(&b);
-    expect_err(&c, ErrorKind::Shape, &["`matmul`", "f32[2,3]", "f32[4,5]", "inner"], line);
+    expect_err(
+        &c,
+        ErrorKind::Shape,
+        &["`matmul`", "f32[2,3]", "f32[4,5]", "inner"],
+        line,
+    );
     let line = line!() + 1;
     let c = a.matmul(&Tensor::ones(&[3], DType::F32));
     expect_err(&c, ErrorKind::Shape, &["`matmul`"], line);
@@ -62,7 +78,12 @@ fn axis_out_of_range() {
     let a = Tensor::ones(&[2, 3], DType::F32);
     let line = line!() + 1;
     let s = a.sum(2, false);
-    expect_err(&s, ErrorKind::BadArgument, &["`sum`", "axis 2", "rank 2"], line);
+    expect_err(
+        &s,
+        ErrorKind::BadArgument,
+        &["`sum`", "axis 2", "rank 2"],
+        line,
+    );
     let line = line!() + 1;
     let s = a.softmax(-3);
     expect_err(&s, ErrorKind::BadArgument, &["axis -3"], line);
@@ -76,17 +97,32 @@ fn reshape_to_a_different_count() {
     let a = Tensor::ones(&[2, 3], DType::F32);
     let line = line!() + 1;
     let r = a.reshape(&[4, 2]);
-    expect_err(&r, ErrorKind::Shape, &["`reshape`", "[2,3]", "6 elements", "[4,2]", "8 elements"], line);
+    expect_err(
+        &r,
+        ErrorKind::Shape,
+        &["`reshape`", "[2,3]", "6 elements", "[4,2]", "8 elements"],
+        line,
+    );
     let line = line!() + 1;
     let r = a.broadcast_to(&[3, 3]);
-    expect_err(&r, ErrorKind::Shape, &["`broadcast_to`", "[2,3]", "[3,3]"], line);
+    expect_err(
+        &r,
+        ErrorKind::Shape,
+        &["`broadcast_to`", "[2,3]", "[3,3]"],
+        line,
+    );
 }
 
 #[test]
 fn from_vec_with_the_wrong_length() {
     let line = line!() + 1;
     let e = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[2, 2]).unwrap_err();
-    check(&e, ErrorKind::BadArgument, &["`from_vec`", "3 elements", "[2,2]", "holds 4"], line);
+    check(
+        &e,
+        ErrorKind::BadArgument,
+        &["`from_vec`", "3 elements", "[2,2]", "holds 4"],
+        line,
+    );
     let line = line!() + 1;
     let e = Tensor::from_vec(vec![1.0f32], &[1, 1, 1, 1, 1, 1, 1, 1, 1]).unwrap_err();
     check(&e, ErrorKind::Shape, &["rank 9"], line);
@@ -96,7 +132,12 @@ fn from_vec_with_the_wrong_length() {
 fn shape_whose_byte_size_overflows() {
     let line = line!() + 1;
     let t = Tensor::zeros(&[usize::MAX / 2, 3], DType::F32);
-    expect_err(&t, ErrorKind::BadArgument, &["`full`", "isize::MAX bytes"], line);
+    expect_err(
+        &t,
+        ErrorKind::BadArgument,
+        &["`full`", "isize::MAX bytes"],
+        line,
+    );
     let line = line!() + 1;
     let t = Tensor::ones(&[1 << 40, 1 << 40], DType::F64);
     expect_err(&t, ErrorKind::BadArgument, &["isize::MAX"], line);
@@ -119,7 +160,12 @@ fn mixed_dtypes_suggest_a_cast() {
     let b = Tensor::ones(&[2], DType::F64);
     let line = line!() + 1;
     let c = &a * &b;
-    expect_err(&c, ErrorKind::DType, &["`mul`", "f32", "f64", ".cast("], line);
+    expect_err(
+        &c,
+        ErrorKind::DType,
+        &["`mul`", "f32", "f64", ".cast("],
+        line,
+    );
     assert_eq!(c.error().map(Error::code), Some(3));
     let line = line!() + 1;
     let e = a.to_vec::<f64>().unwrap_err();
@@ -184,27 +230,55 @@ fn reading_a_traced_tensor_is_an_error() {
     let msg = e.to_string();
     assert!(matches!(e.root(), Error::TracedValue { .. }), "{msg}");
     assert_eq!(e.kind(), ErrorKind::BadArgument);
-    assert!(msg.contains("`to_vec`") && msg.contains("traced tensor") && msg.contains("reads_values"), "{msg}");
+    assert!(
+        msg.contains("`to_vec`") && msg.contains("traced tensor") && msg.contains("reads_values"),
+        "{msg}"
+    );
     assert!(msg.contains("bad_input.rs:"), "{msg}");
-    assert!(reads_values::jit().handlers().is_empty(), "a failed trace must not be cached");
+    assert!(
+        reads_values::jit().handlers().is_empty(),
+        "a failed trace must not be cached"
+    );
 }
 
 /// The 1-based line of the first line of this file that contains `needle`.
 fn line_of(needle: &str) -> u32 {
     let src = include_str!("bad_input.rs");
-    src.lines().position(|l| l.contains(needle)).expect("needle in source") as u32 + 1
+    src.lines()
+        .position(|l| l.contains(needle))
+        .expect("needle in source") as u32
+        + 1
 }
 
 #[test]
 fn errors_inside_jit_bodies_name_the_users_line() {
     let line = line_of("let z = x + y;");
-    let e = bad_broadcast_inside(&Tensor::ones(&[3, 4], DType::F32), &Tensor::ones(&[5], DType::F32)).unwrap_err();
-    check(&e, ErrorKind::Shape, &["`add`", "[3,4]", "[5]", "bad_broadcast_inside", "(f32[3,4], f32[5])"], line);
+    let e = bad_broadcast_inside(
+        &Tensor::ones(&[3, 4], DType::F32),
+        &Tensor::ones(&[5], DType::F32),
+    )
+    .unwrap_err();
+    check(
+        &e,
+        ErrorKind::Shape,
+        &[
+            "`add`",
+            "[3,4]",
+            "[5]",
+            "bad_broadcast_inside",
+            "(f32[3,4], f32[5])",
+        ],
+        line,
+    );
     // An error in dead code still fails the call: nothing is lost.
     let e = dead_error_inside(&Tensor::ones(&[4], DType::F32)).unwrap_err();
     assert!(e.to_string().contains("`reshape`"), "{e}");
     // The same function still works for shapes that fit.
-    let ok = bad_broadcast_inside(&Tensor::ones(&[3, 4], DType::F32), &Tensor::ones(&[4], DType::F32)).unwrap();
+    let ok = bad_broadcast_inside(
+        &Tensor::ones(&[3, 4], DType::F32),
+        &Tensor::ones(&[4], DType::F32),
+    )
+    .unwrap();
     assert_eq!(ok.shape(), &[3, 4]);
 }
 
@@ -237,5 +311,8 @@ fn error_codes_are_stable() {
     .collect();
     assert_eq!(codes, vec![1, 2, 3, 4, 5, 6]);
     let e = t32(&[1.0], &[1]).reshape(&[2]).error().cloned().unwrap();
-    assert!(e.to_string().starts_with("shape error [E2] in `reshape`"), "{e}");
+    assert!(
+        e.to_string().starts_with("shape error [E2] in `reshape`"),
+        "{e}"
+    );
 }

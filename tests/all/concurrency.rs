@@ -21,7 +21,9 @@ fn many_threads_many_signatures_with_clears() {
                     let x = Tensor::arange(n * 3, DType::F32).reshape(&[n, 3]);
                     let k = (i % 3) as f32 - 1.0;
                     let y = vals(&shared_fn(&x, k).unwrap());
-                    let want: Vec<f32> = (0..n).map(|r| (0..3).map(|c| ((r * 3 + c) as f32 * k).max(0.0)).sum()).collect();
+                    let want: Vec<f32> = (0..n)
+                        .map(|r| (0..3).map(|c| ((r * 3 + c) as f32 * k).max(0.0)).sum())
+                        .collect();
                     assert_eq!(y, want, "thread {t} iter {i}");
                     if t == 0 && i % 10 == 9 {
                         shared_fn::jit().clear();
@@ -56,7 +58,11 @@ fn one_jit_fn_shared_by_reference_across_scoped_threads() {
     let f = jit_fn!(|x: &Tensor, y: &Tensor| x.maximum(y) - x.minimum(y));
     let x = Tensor::randn(&[10], 1);
     let y = Tensor::randn(&[10], 2);
-    let want: Vec<f32> = vals(&x).iter().zip(vals(&y)).map(|(a, b)| (a - b).abs()).collect();
+    let want: Vec<f32> = vals(&x)
+        .iter()
+        .zip(vals(&y))
+        .map(|(a, b)| (a - b).abs())
+        .collect();
     std::thread::scope(|s| {
         for _ in 0..6 {
             s.spawn(|| {

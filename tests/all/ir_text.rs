@@ -61,7 +61,10 @@ fn every_op_round_trips() {
     let g = parse(EVERY_OP).unwrap_or_else(|e| panic!("{e}"));
     verify(&g).unwrap();
     let printed = g.to_string();
-    assert_eq!(printed, EVERY_OP, "the canonical form prints back identically");
+    assert_eq!(
+        printed, EVERY_OP,
+        "the canonical form prints back identically"
+    );
     let again = parse(&printed).unwrap().to_string();
     assert_eq!(again, printed);
 }
@@ -73,7 +76,10 @@ fn literals_round_trip_exactly() {
     let out = interp::run(&g, &[], &[]).unwrap();
     assert_eq!(out[0].as_slice::<f32>().unwrap(), &[0.1f32]);
     assert_eq!(out[1].as_slice::<f64>().unwrap(), &[0.1f64]);
-    assert_eq!(out[2].as_slice::<half::f16>().unwrap(), &[half::f16::from_f64(0.1)]);
+    assert_eq!(
+        out[2].as_slice::<half::f16>().unwrap(),
+        &[half::f16::from_f64(0.1)]
+    );
     assert!(out[3].as_slice::<half::bf16>().unwrap()[0].is_sign_negative());
     assert_eq!(out[4].as_slice::<i64>().unwrap(), &[i64::MIN]);
     assert_eq!(parse(&g.to_string()).unwrap().to_string(), g.to_string());
@@ -96,7 +102,10 @@ fn parse_errors_name_the_line() {
     for (text, line, needle) in cases {
         let e = parse(text).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.starts_with(&format!("line {line}:")) && msg.contains(needle), "want line {line} `{needle}`, got: {msg}");
+        assert!(
+            msg.starts_with(&format!("line {line}:")) && msg.contains(needle),
+            "want line {line} `{needle}`, got: {msg}"
+        );
     }
 }
 
@@ -105,18 +114,43 @@ fn verifier_rejects_what_a_broken_pass_could_produce() {
     use tilejit_ir::{DType, Node, NodeId, Op, Shape, TensorType, UnaryOp};
     let ty = TensorType::new(DType::F32, Shape::new(&[2]).unwrap());
     let mut g = Graph::new();
-    g.push_unchecked(Node { op: Op::Unary(UnaryOp::Exp, NodeId(1)), ty });
-    g.push_unchecked(Node { op: Op::Input { index: 0, ty }, ty });
-    assert!(verify(&g).unwrap_err().to_string().contains("not defined before its use"));
+    g.push_unchecked(Node {
+        op: Op::Unary(UnaryOp::Exp, NodeId(1)),
+        ty,
+    });
+    g.push_unchecked(Node {
+        op: Op::Input { index: 0, ty },
+        ty,
+    });
+    assert!(verify(&g)
+        .unwrap_err()
+        .to_string()
+        .contains("not defined before its use"));
     let mut g = Graph::new();
-    g.push_unchecked(Node { op: Op::Input { index: 1, ty }, ty });
-    assert!(verify(&g).unwrap_err().to_string().contains("input indices [1] are not 0..1"));
+    g.push_unchecked(Node {
+        op: Op::Input { index: 1, ty },
+        ty,
+    });
+    assert!(verify(&g)
+        .unwrap_err()
+        .to_string()
+        .contains("input indices [1] are not 0..1"));
     let mut g = Graph::new();
-    let x = g.push_unchecked(Node { op: Op::Input { index: 0, ty }, ty });
-    g.push_unchecked(Node { op: Op::Unary(UnaryOp::Exp, x), ty: TensorType::new(DType::F64, ty.shape) });
+    let x = g.push_unchecked(Node {
+        op: Op::Input { index: 0, ty },
+        ty,
+    });
+    g.push_unchecked(Node {
+        op: Op::Unary(UnaryOp::Exp, x),
+        ty: TensorType::new(DType::F64, ty.shape),
+    });
     g.outputs.push(NodeId(7));
     let msg = verify(&g).unwrap_err().to_string();
-    assert!(msg.contains("stored type f64[2] but the op gives f32[2]") && msg.contains("output %7 does not exist"), "{msg}");
+    assert!(
+        msg.contains("stored type f64[2] but the op gives f32[2]")
+            && msg.contains("output %7 does not exist"),
+        "{msg}"
+    );
 }
 
 #[jit]
@@ -135,7 +169,10 @@ fn golden_traced_and_simplified_graphs() {
     let h = &softmax_rows::jit().handlers()[0];
     check_golden("softmax.traced.graph", &h.traced_text());
     check_golden("softmax.simplified.graph", &h.graph_text());
-    let (g, b) = (Tensor::ones(&[16], DType::F32), Tensor::zeros(&[16], DType::F32));
+    let (g, b) = (
+        Tensor::ones(&[16], DType::F32),
+        Tensor::zeros(&[16], DType::F32),
+    );
     layernorm_golden(&Tensor::ones(&[8, 16], DType::F32), &g, &b).unwrap();
     let h = &layernorm_golden::jit().handlers()[0];
     check_golden("layernorm.traced.graph", &h.traced_text());

@@ -23,32 +23,62 @@ fn float_args_do_not_retrace_shapes_and_ints_do() {
     assert_eq!(vals(&scale_shift(&x, 2.0, 1).unwrap()), vec![3.0, 5.0]);
     assert_eq!(vals(&scale_shift(&x, 3.0, 1).unwrap()), vec![4.0, 7.0]);
     assert_eq!(vals(&scale_shift(&x, -0.5, 1).unwrap()), vec![0.5, 0.0]);
-    assert_eq!(SCALE_TRACES.load(Ordering::SeqCst) - before, 1, "a changed f32 must not retrace");
+    assert_eq!(
+        SCALE_TRACES.load(Ordering::SeqCst) - before,
+        1,
+        "a changed f32 must not retrace"
+    );
     // A new shape retraces.
     let y = t32(&[1.0, 2.0, 3.0], &[3]);
     assert_eq!(vals(&scale_shift(&y, 2.0, 1).unwrap()), vec![3.0, 5.0, 7.0]);
-    assert_eq!(SCALE_TRACES.load(Ordering::SeqCst) - before, 2, "a changed shape must retrace");
+    assert_eq!(
+        SCALE_TRACES.load(Ordering::SeqCst) - before,
+        2,
+        "a changed shape must retrace"
+    );
     // A new integer value retraces (it is static).
     assert_eq!(vals(&scale_shift(&x, 2.0, 5).unwrap()), vec![7.0, 9.0]);
-    assert_eq!(SCALE_TRACES.load(Ordering::SeqCst) - before, 3, "a changed int must retrace");
+    assert_eq!(
+        SCALE_TRACES.load(Ordering::SeqCst) - before,
+        3,
+        "a changed int must retrace"
+    );
     // A new dtype retraces.
     let xd = Tensor::from_vec(vec![1.0f64, 2.0], &[2]).unwrap();
     let r = scale_shift(&xd, 2.0, 1).unwrap();
-    assert_eq!(r.dtype(), DType::F64, "the f32 parameter adopts the tensor's dtype");
+    assert_eq!(
+        r.dtype(),
+        DType::F64,
+        "the f32 parameter adopts the tensor's dtype"
+    );
     assert_eq!(r.to_vec::<f64>().unwrap(), vec![3.0, 5.0]);
     assert_eq!(SCALE_TRACES.load(Ordering::SeqCst) - before, 4);
     // Inspection: signatures with hits, graph text.
     let handlers = scale_shift::jit().handlers();
     let sig = "(f32[2], f32 param, int 1)";
-    let h = handlers.iter().find(|h| h.signature.to_string() == sig).expect("signature listed");
+    let h = handlers
+        .iter()
+        .find(|h| h.signature.to_string() == sig)
+        .expect("signature listed");
     assert_eq!(h.hits, 2);
-    assert!(h.graph_text().contains("param 0 : f32[]"), "{}", h.graph_text());
+    assert!(
+        h.graph_text().contains("param 0 : f32[]"),
+        "{}",
+        h.graph_text()
+    );
     assert!(scale_shift::jit().to_string().contains(sig));
     let miss = scale_shift::jit()
-        .explain_miss(&[tilejit::JitArg::to_arg(&t32(&[1.0; 4], &[4])), tilejit::JitArg::to_arg(&1.0f32), tilejit::JitArg::to_arg(&1i32)])
+        .explain_miss(&[
+            tilejit::JitArg::to_arg(&t32(&[1.0; 4], &[4])),
+            tilejit::JitArg::to_arg(&1.0f32),
+            tilejit::JitArg::to_arg(&1i32),
+        ])
         .unwrap()
         .expect("would miss");
-    assert!(miss.contains("args[0]: f32[4] vs nearest seen f32["), "{miss}");
+    assert!(
+        miss.contains("args[0]: f32[4] vs nearest seen f32["),
+        "{miss}"
+    );
 }
 
 #[test]
@@ -58,7 +88,13 @@ fn handler_cache_clear_and_stats() {
     let b = Tensor::rand(&[3, 4], 2);
     let want: Vec<f64> = {
         let (av, bv) = (vals(&a), vals(&b));
-        (0..3).map(|r| (0..4).map(|c| av[r * 4 + c] as f64 * bv[r * 4 + c] as f64).sum()).collect()
+        (0..3)
+            .map(|r| {
+                (0..4)
+                    .map(|c| av[r * 4 + c] as f64 * bv[r * 4 + c] as f64)
+                    .sum()
+            })
+            .collect()
     };
     for _ in 0..3 {
         assert_close(&vals(&f.call((&a, &b)).unwrap()), &want, 1e-6);
@@ -94,7 +130,13 @@ fn design_example_layernorm_matches_reference() {
         let x = Tensor::randn(&[rows, cols], 3);
         let g = Tensor::rand(&[cols], 4);
         let b = Tensor::randn(&[cols], 5);
-        let want = reference::layer_norm(&f64s(&vals(&x)), &f64s(&vals(&g)), &f64s(&vals(&b)), cols, 1e-5);
+        let want = reference::layer_norm(
+            &f64s(&vals(&x)),
+            &f64s(&vals(&g)),
+            &f64s(&vals(&b)),
+            cols,
+            1e-5,
+        );
         assert_close(&vals(&layernorm(&x, &g, &b).unwrap()), &want, 1e-4);
     }
 }
@@ -111,12 +153,19 @@ fn nested_jit_functions_are_inlined() {
     let xv = f64s(&vals(&x));
     let h = reference::layer_norm(&xv, &vec![1.0; d], &vec![0.0; d], d, 1e-5);
     let m = reference::matmul(&h, &f64s(&vals(&w)), rows, d, d);
-    let want: Vec<f64> = xv.iter().zip(&m).map(|(x, v)| x + reference::gelu(*v)).collect();
+    let want: Vec<f64> = xv
+        .iter()
+        .zip(&m)
+        .map(|(x, v)| x + reference::gelu(*v))
+        .collect();
     assert_close(&vals(&y), &want, 1e-4);
     // The inner function was traced into the outer one, not compiled alone.
     let outer = block::jit().handlers();
     assert_eq!(outer.len(), 1);
-    assert!(outer[0].traced_text().contains("rsqrt"), "layernorm inlined into block");
+    assert!(
+        outer[0].traced_text().contains("rsqrt"),
+        "layernorm inlined into block"
+    );
     assert!(outer[0].traced_text().contains("matmul"));
 }
 
@@ -143,9 +192,18 @@ fn tuple_results_and_bool_static_args() {
 fn closures_capture_tensors_as_constants() {
     let w = t32(&[1.0, 10.0, 100.0], &[3]);
     let f = jit_fn!(|x: &Tensor| x * &w + 1.0);
-    assert_eq!(vals(&f.call(&t32(&[1.0, 2.0, 3.0], &[3])).unwrap()), vec![2.0, 21.0, 301.0]);
-    assert_eq!(vals(&w), vec![1.0, 10.0, 100.0], "the capture is borrowed, not moved");
-    assert!(f.handlers()[0].graph_text().contains("const [1.0, 10.0, 100.0]"));
+    assert_eq!(
+        vals(&f.call(&t32(&[1.0, 2.0, 3.0], &[3])).unwrap()),
+        vec![2.0, 21.0, 301.0]
+    );
+    assert_eq!(
+        vals(&w),
+        vec![1.0, 10.0, 100.0],
+        "the capture is borrowed, not moved"
+    );
+    assert!(f.handlers()[0]
+        .graph_text()
+        .contains("const [1.0, 10.0, 100.0]"));
     let g = jit_fn!(move |x: &Tensor, k: f64| -> Tensor { (x * k).exp() });
     let y = g.call((&Tensor::zeros(&[2], DType::F64), 5.0)).unwrap();
     assert_eq!(y.to_vec::<f64>().unwrap(), vec![1.0, 1.0]);
@@ -154,7 +212,10 @@ fn closures_capture_tensors_as_constants() {
 #[test]
 fn tensors_made_inside_a_body_are_constants() {
     let f = jit_fn!(|x: &Tensor| x + Tensor::arange(3, DType::F32));
-    assert_eq!(vals(&f.call(&Tensor::ones(&[2, 3], DType::F32)).unwrap()), vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+    assert_eq!(
+        vals(&f.call(&Tensor::ones(&[2, 3], DType::F32)).unwrap()),
+        vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
+    );
 }
 
 #[test]
@@ -210,7 +271,11 @@ fn single_flight_many_threads_one_trace() {
     for h in handles {
         assert_eq!(h.join().unwrap(), vec![2.0; 16]);
     }
-    assert_eq!(FLIGHT_TRACES.load(Ordering::SeqCst), 1, "exactly one trace for one signature");
+    assert_eq!(
+        FLIGHT_TRACES.load(Ordering::SeqCst),
+        1,
+        "exactly one trace for one signature"
+    );
     let s = slow_to_trace::jit().stats();
     assert_eq!(s.builds, 1);
     assert_eq!(s.hits + s.misses, threads as u64);
@@ -247,14 +312,20 @@ fn failed_and_panicking_traces_release_waiters_and_cache_nothing() {
             let e = h.join().expect("no panic escapes a jit call");
             let msg = e.to_string();
             if panic_instead {
-                assert!(matches!(e, Error::Panic { .. }) && msg.contains("user bug in the body"), "{msg}");
+                assert!(
+                    matches!(e, Error::Panic { .. }) && msg.contains("user bug in the body"),
+                    "{msg}"
+                );
             } else {
                 assert!(msg.contains("`reshape`"), "{msg}");
             }
         }
         let traces = FAILING_TRACES.load(Ordering::SeqCst) - start;
         assert!((1..=threads).contains(&traces));
-        assert!(fails_to_trace::jit().handlers().is_empty(), "no poisoned entry");
+        assert!(
+            fails_to_trace::jit().handlers().is_empty(),
+            "no poisoned entry"
+        );
         // The next call traces again (and fails again, cleanly).
         assert!(fails_to_trace(&Tensor::ones(&[3], DType::F32), panic_instead).is_err());
         assert_eq!(FAILING_TRACES.load(Ordering::SeqCst) - start, traces + 1);
@@ -272,6 +343,10 @@ fn jit_matches_eager_on_a_composite() {
     assert_eq!(vals(&jitted), vals(&eager), "same oracle, same bits");
     let m = reference::matmul(&f64s(&vals(&x)), &f64s(&vals(&w)), 3, 5, 4);
     let bv = f64s(&vals(&b));
-    let pre: Vec<f64> = m.iter().enumerate().map(|(i, v)| reference::gelu(v + bv[i % 4])).collect();
+    let pre: Vec<f64> = m
+        .iter()
+        .enumerate()
+        .map(|(i, v)| reference::gelu(v + bv[i % 4]))
+        .collect();
     assert_close(&vals(&jitted), &reference::softmax(&pre, 4), 1e-5);
 }

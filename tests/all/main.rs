@@ -1,5 +1,7 @@
 //! tilejit's integration tests, in one binary so the suite links once.
 
+#![allow(clippy::unwrap_used)] // tests assert by unwrapping
+
 mod bad_input;
 mod concurrency;
 mod display;

@@ -40,7 +40,10 @@ fn a_scalar_takes_the_tensor_dtype() {
     let y = &x * 0.1f32;
     assert_eq!(y.dtype(), DType::F64);
     // 0.1f32 widened exactly, then multiplied in f64.
-    assert_eq!(y.to_vec::<f64>().unwrap(), vec![0.1f32 as f64, 0.2f32 as f64]);
+    assert_eq!(
+        y.to_vec::<f64>().unwrap(),
+        vec![0.1f32 as f64, 0.2f32 as f64]
+    );
     let i = Tensor::from_vec(vec![1i32, 2, 3], &[3]).unwrap();
     assert_eq!((&i * 3.0).to_vec::<i32>().unwrap(), vec![3, 6, 9]);
     assert_eq!((&i + 2i64).to_vec::<i32>().unwrap(), vec![3, 4, 5]);
@@ -66,20 +69,44 @@ fn unary_math_matches_hand_values() {
     let p = t32(&[0.25, 1.0, 4.0, 9.0], &[4]);
     assert_eq!(vals(&p.sqrt()), vec![0.5, 1.0, 2.0, 3.0]);
     assert_eq!(vals(&p.rsqrt()), vec![2.0, 1.0, 0.5, 1.0 / 3.0]);
-    assert_close(&vals(&p.log()), &[0.25f64.ln(), 0.0, 4f64.ln(), 9f64.ln()], 1e-7);
+    assert_close(
+        &vals(&p.log()),
+        &[0.25f64.ln(), 0.0, 4f64.ln(), 9f64.ln()],
+        1e-7,
+    );
     // gelu at known points: gelu(1) = 0.8411920..., gelu(-1) = -0.158808...
-    assert_close(&vals(&t32(&[1.0, -1.0], &[2]).gelu()), &[0.841192, -0.158808], 1e-5);
+    assert_close(
+        &vals(&t32(&[1.0, -1.0], &[2]).gelu()),
+        &[0.841192, -0.158808],
+        1e-5,
+    );
 }
 
 #[test]
 fn nan_and_inf_propagate_as_ieee() {
     let x = t32(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.0], &[4]);
     let y = &x * 2.0 + 1.0;
-    assert_close(&vals(&y), &[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 3.0], 0.0);
-    assert_close(&vals(&x.exp()), &[f64::NAN, f64::INFINITY, 0.0, 1f64.exp()], 1e-7);
+    assert_close(
+        &vals(&y),
+        &[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 3.0],
+        0.0,
+    );
+    assert_close(
+        &vals(&x.exp()),
+        &[f64::NAN, f64::INFINITY, 0.0, 1f64.exp()],
+        1e-7,
+    );
     assert_close(&vals(&(&x - &x)), &[f64::NAN, f64::NAN, f64::NAN, 0.0], 0.0);
-    assert_close(&vals(&t32(&[1.0, -1.0, 0.0], &[3]).rdiv(0.0f32)), &[0.0, -0.0, f64::NAN], 0.0);
-    assert_close(&vals(&(t32(&[1.0, -1.0], &[2]) / 0.0)), &[f64::INFINITY, f64::NEG_INFINITY], 0.0);
+    assert_close(
+        &vals(&t32(&[1.0, -1.0, 0.0], &[3]).rdiv(0.0f32)),
+        &[0.0, -0.0, f64::NAN],
+        0.0,
+    );
+    assert_close(
+        &vals(&(t32(&[1.0, -1.0], &[2]) / 0.0)),
+        &[f64::INFINITY, f64::NEG_INFINITY],
+        0.0,
+    );
     // maximum/minimum and max-reductions propagate NaN, as numpy does.
     let m = x.maximum(&t32(&[0.0, 0.0, 0.0, 5.0], &[4]));
     assert_close(&vals(&m), &[f64::NAN, f64::INFINITY, 0.0, 5.0], 0.0);
@@ -92,17 +119,36 @@ fn nan_and_inf_propagate_as_ieee() {
 fn comparisons_and_where() {
     let a = t32(&[1.0, 2.0, 3.0, f32::NAN], &[4]);
     let b = t32(&[2.0, 2.0, 2.0, 2.0], &[4]);
-    assert_eq!(a.lt(&b).to_vec::<bool>().unwrap(), vec![true, false, false, false]);
-    assert_eq!(a.gt(&b).to_vec::<bool>().unwrap(), vec![false, false, true, false]);
-    assert_eq!(a.le(&b).to_vec::<bool>().unwrap(), vec![true, true, false, false]);
-    assert_eq!(a.ge(&b).to_vec::<bool>().unwrap(), vec![false, true, true, false]);
-    assert_eq!(a.eq(&b).to_vec::<bool>().unwrap(), vec![false, true, false, false]);
+    assert_eq!(
+        a.lt(&b).to_vec::<bool>().unwrap(),
+        vec![true, false, false, false]
+    );
+    assert_eq!(
+        a.gt(&b).to_vec::<bool>().unwrap(),
+        vec![false, false, true, false]
+    );
+    assert_eq!(
+        a.le(&b).to_vec::<bool>().unwrap(),
+        vec![true, true, false, false]
+    );
+    assert_eq!(
+        a.ge(&b).to_vec::<bool>().unwrap(),
+        vec![false, true, true, false]
+    );
+    assert_eq!(
+        a.eq(&b).to_vec::<bool>().unwrap(),
+        vec![false, true, false, false]
+    );
     assert_eq!(a.lt(&b).dtype(), DType::Bool);
     let w = Tensor::where_cond(&a.lt(&b), &a, &(&b * 10.0));
     assert_close(&vals(&w), &[1.0, 20.0, 20.0, 20.0], 0.0);
     // The condition broadcasts too: a [2,1] condition picks whole rows.
     let c = Tensor::from_vec(vec![true, false], &[2, 1]).unwrap();
-    let w = Tensor::where_cond(&c, &Tensor::ones(&[2, 3], DType::F32), &Tensor::zeros(&[3], DType::F32));
+    let w = Tensor::where_cond(
+        &c,
+        &Tensor::ones(&[2, 3], DType::F32),
+        &Tensor::zeros(&[3], DType::F32),
+    );
     assert_eq!(w.shape(), &[2, 3]);
     assert_eq!(vals(&w), vec![1.0, 1.0, 1.0, 0.0, 0.0, 0.0]);
 }
@@ -149,7 +195,13 @@ fn matmul_2d_and_batched() {
     assert_eq!(c.shape(), &[4, 5, 3]);
     let (av, bv, cv) = (f64s(&vals(&a3)), f64s(&vals(&b3)), vals(&c));
     for batch in 0..4 {
-        let want = reference::matmul(&av[batch * 30..(batch + 1) * 30], &bv[batch * 18..(batch + 1) * 18], 5, 6, 3);
+        let want = reference::matmul(
+            &av[batch * 30..(batch + 1) * 30],
+            &bv[batch * 18..(batch + 1) * 18],
+            5,
+            6,
+            3,
+        );
         assert_close(&cv[batch * 15..(batch + 1) * 15], &want, 1e-5);
     }
     // A 2-D right operand broadcasts over the batch.
@@ -168,12 +220,22 @@ fn shape_ops() {
     assert_eq!(t.shape(), &[3, 2]);
     assert_eq!(vals(&t), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
     assert_eq!(vals(&x.reshape(&[2, 3]).transpose(-1, -2)), vals(&t));
-    let p = Tensor::arange(24, DType::F32).reshape(&[2, 3, 4]).permute(&[2, 0, 1]);
+    let p = Tensor::arange(24, DType::F32)
+        .reshape(&[2, 3, 4])
+        .permute(&[2, 0, 1]);
     assert_eq!(p.shape(), &[4, 2, 3]);
     assert_eq!(vals(&p)[..6], [0.0, 4.0, 8.0, 12.0, 16.0, 20.0]);
     let b = t32(&[1.0, 2.0], &[2, 1]).broadcast_to(&[3, 2, 2]);
-    assert_eq!(vals(&b), vec![1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0]);
-    assert_eq!(Tensor::zeros(&[0, 4], DType::F32).reshape(&[4, 0, 2]).shape(), &[4, 0, 2]);
+    assert_eq!(
+        vals(&b),
+        vec![1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0, 1.0, 1.0, 2.0, 2.0]
+    );
+    assert_eq!(
+        Tensor::zeros(&[0, 4], DType::F32)
+            .reshape(&[4, 0, 2])
+            .shape(),
+        &[4, 0, 2]
+    );
 }
 
 #[test]
@@ -212,14 +274,24 @@ fn softmax_and_layer_norm_against_reference() {
     }
     // Softmax of a large-magnitude row stays finite (max subtraction).
     let big = t32(&[1000.0, 1001.0, 1002.0], &[1, 3]);
-    assert_close(&vals(&big.softmax(-1)), &reference::softmax(&[1000.0, 1001.0, 1002.0], 3), 1e-6);
+    assert_close(
+        &vals(&big.softmax(-1)),
+        &reference::softmax(&[1000.0, 1001.0, 1002.0], 3),
+        1e-6,
+    );
 }
 
 #[test]
 fn casts_between_dtypes() {
     let x = t32(&[1.7, -1.7, 0.0, 1e10, f32::NAN], &[5]);
-    assert_eq!(x.cast(DType::I32).to_vec::<i32>().unwrap(), vec![1, -1, 0, i32::MAX, 0]);
-    assert_eq!(x.cast(DType::Bool).to_vec::<bool>().unwrap(), vec![true, true, false, true, true]);
+    assert_eq!(
+        x.cast(DType::I32).to_vec::<i32>().unwrap(),
+        vec![1, -1, 0, i32::MAX, 0]
+    );
+    assert_eq!(
+        x.cast(DType::Bool).to_vec::<bool>().unwrap(),
+        vec![true, true, false, true, true]
+    );
     let h = t32(&[1.0, 0.1, 65504.0, 1e6], &[4]).cast(DType::F16);
     let hv = h.to_vec::<half::f16>().unwrap();
     assert_eq!(hv[0], half::f16::from_f32(1.0));
@@ -227,10 +299,16 @@ fn casts_between_dtypes() {
     assert_eq!(hv[2], half::f16::MAX);
     assert!(hv[3].is_infinite());
     let bf = t32(&[3.0], &[1]).cast(DType::BF16) * 2.0;
-    assert_eq!(bf.to_vec::<half::bf16>().unwrap(), vec![half::bf16::from_f32(6.0)]);
+    assert_eq!(
+        bf.to_vec::<half::bf16>().unwrap(),
+        vec![half::bf16::from_f32(6.0)]
+    );
     let i = Tensor::from_vec(vec![i64::MAX, -3], &[2]).unwrap();
     assert_eq!(i.cast(DType::I32).to_vec::<i32>().unwrap(), vec![-1, -3]);
-    assert_eq!(i.cast(DType::F64).to_vec::<f64>().unwrap(), vec![i64::MAX as f64, -3.0]);
+    assert_eq!(
+        i.cast(DType::F64).to_vec::<f64>().unwrap(),
+        vec![i64::MAX as f64, -3.0]
+    );
 }
 
 #[test]
@@ -245,8 +323,14 @@ fn integer_arithmetic_wraps_and_divides_like_rust() {
 #[test]
 fn constructors() {
     assert_eq!(vals(&Tensor::full(&[2], 2.5, DType::F32)), vec![2.5, 2.5]);
-    assert_eq!(Tensor::arange(4, DType::I32).to_vec::<i32>().unwrap(), vec![0, 1, 2, 3]);
-    assert_eq!(Tensor::ones(&[2, 2], DType::Bool).to_vec::<bool>().unwrap(), vec![true; 4]);
+    assert_eq!(
+        Tensor::arange(4, DType::I32).to_vec::<i32>().unwrap(),
+        vec![0, 1, 2, 3]
+    );
+    assert_eq!(
+        Tensor::ones(&[2, 2], DType::Bool).to_vec::<bool>().unwrap(),
+        vec![true; 4]
+    );
     let r = Tensor::rand(&[10_000], 42);
     let rv = vals(&r);
     assert!(rv.iter().all(|&v| (0.0..1.0).contains(&v)));
@@ -257,7 +341,10 @@ fn constructors() {
     let n = vals(&Tensor::randn(&[20_000], 1));
     let m = n.iter().map(|&v| v as f64).sum::<f64>() / n.len() as f64;
     let var = n.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / n.len() as f64;
-    assert!(m.abs() < 0.03 && (var - 1.0).abs() < 0.05, "normal mean {m} var {var}");
+    assert!(
+        m.abs() < 0.03 && (var - 1.0).abs() < 0.05,
+        "normal mean {m} var {var}"
+    );
     let s = Tensor::scalar(3.0, DType::F64);
     assert_eq!(s.shape(), &[] as &[usize]);
     assert_eq!(s.item::<f64>().unwrap(), 3.0);

@@ -5,7 +5,10 @@
 use proptest::prelude::*;
 use tilejit_ir::passes::simplify;
 use tilejit_ir::text::parse;
-use tilejit_ir::{interp, Array, Axes, BinaryOp, CmpOp, DType, Graph, Lit, NodeId, Op, Perm, ReduceOp, Shape, TensorType, UnaryOp};
+use tilejit_ir::{
+    interp, Array, Axes, BinaryOp, CmpOp, DType, Graph, Lit, NodeId, Op, Perm, ReduceOp, Shape,
+    TensorType, UnaryOp,
+};
 
 const UNARY: [UnaryOp; 12] = [
     UnaryOp::Neg,
@@ -21,7 +24,14 @@ const UNARY: [UnaryOp; 12] = [
     UnaryOp::Sigmoid,
     UnaryOp::Gelu,
 ];
-const BINARY: [BinaryOp; 6] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min];
+const BINARY: [BinaryOp; 6] = [
+    BinaryOp::Add,
+    BinaryOp::Sub,
+    BinaryOp::Mul,
+    BinaryOp::Div,
+    BinaryOp::Max,
+    BinaryOp::Min,
+];
 const LITS: [f64; 6] = [0.0, -0.0, 1.0, 2.0, 0.5, -3.0];
 
 /// Builds a random well-typed graph from a list of instructions. Instructions
@@ -30,10 +40,26 @@ fn build(rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> Graph {
     let mut g = Graph::new();
     let f32_of = |d: &[usize]| TensorType::new(DType::F32, Shape::new(d).unwrap());
     let mut nodes = vec![
-        g.add(Op::Input { index: 0, ty: f32_of(&[rows, cols]) }).unwrap(),
-        g.add(Op::Input { index: 1, ty: f32_of(&[cols]) }).unwrap(),
-        g.add(Op::Input { index: 2, ty: f32_of(&[rows, 1]) }).unwrap(),
-        g.add(Op::Param { index: 0, dtype: DType::F32 }).unwrap(),
+        g.add(Op::Input {
+            index: 0,
+            ty: f32_of(&[rows, cols]),
+        })
+        .unwrap(),
+        g.add(Op::Input {
+            index: 1,
+            ty: f32_of(&[cols]),
+        })
+        .unwrap(),
+        g.add(Op::Input {
+            index: 2,
+            ty: f32_of(&[rows, 1]),
+        })
+        .unwrap(),
+        g.add(Op::Param {
+            index: 0,
+            dtype: DType::F32,
+        })
+        .unwrap(),
     ];
     for &(kind, a, b, extra) in instrs {
         let x = nodes[a as usize % nodes.len()];
@@ -41,17 +67,29 @@ fn build(rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> Graph {
         let (tx, ty) = (g.ty(x), g.ty(y));
         let bcast = |g: &mut Graph, x: NodeId, y: NodeId| -> Option<(NodeId, NodeId)> {
             let s = Shape::broadcast(&g.ty(x).shape, &g.ty(y).shape).ok()?;
-            let bx = if g.ty(x).shape == s { x } else { g.add(Op::Broadcast(x, s)).ok()? };
-            let by = if g.ty(y).shape == s { y } else { g.add(Op::Broadcast(y, s)).ok()? };
+            let bx = if g.ty(x).shape == s {
+                x
+            } else {
+                g.add(Op::Broadcast(x, s)).ok()?
+            };
+            let by = if g.ty(y).shape == s {
+                y
+            } else {
+                g.add(Op::Broadcast(y, s)).ok()?
+            };
             Some((bx, by))
         };
         let made = match kind % 12 {
-            0 | 1 => bcast(&mut g, x, y).and_then(|(x, y)| g.add(Op::Binary(BINARY[extra as usize % 6], x, y)).ok()),
+            0 | 1 => bcast(&mut g, x, y)
+                .and_then(|(x, y)| g.add(Op::Binary(BINARY[extra as usize % 6], x, y)).ok()),
             2 | 3 => g.add(Op::Unary(UNARY[extra as usize % 12], x)).ok(),
             4 => {
                 let value = Lit::Float(LITS[extra as usize % LITS.len()]);
                 let c = g.add(Op::Full { value, ty: tx }).ok();
-                c.and_then(|c| g.add(Op::Binary(BINARY[(extra / 8) as usize % 4], x, c)).ok())
+                c.and_then(|c| {
+                    g.add(Op::Binary(BINARY[(extra / 8) as usize % 4], x, c))
+                        .ok()
+                })
             }
             5 if tx.shape.rank() > 0 => {
                 let axis = extra as usize % tx.shape.rank();
@@ -59,22 +97,37 @@ fn build(rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> Graph {
                 g.add(Op::Reduce(r, x, Axes::from_axes(&[axis]))).ok()
             }
             6 => bcast(&mut g, x, y).and_then(|(x, y)| {
-                let c = g.add(Op::Compare([CmpOp::Lt, CmpOp::Ge, CmpOp::Eq][extra as usize % 3], x, y)).ok()?;
+                let c = g
+                    .add(Op::Compare(
+                        [CmpOp::Lt, CmpOp::Ge, CmpOp::Eq][extra as usize % 3],
+                        x,
+                        y,
+                    ))
+                    .ok()?;
                 g.add(Op::Select(c, x, y)).ok()
             }),
-            7 => g.add(Op::Reshape(x, Shape::new(&[tx.shape.numel()]).unwrap())).ok(),
+            7 => g
+                .add(Op::Reshape(x, Shape::new(&[tx.shape.numel()]).unwrap()))
+                .ok(),
             8 if tx.shape.rank() == 2 => g.add(Op::Permute(x, Perm::new(&[1, 0]).unwrap())).ok(),
             9 => {
                 let op = g.node(y).op.clone(); // an exact duplicate, for CSE
-                if matches!(op, Op::Input { .. } | Op::Param { .. }) { None } else { g.add(op).ok() }
+                if matches!(op, Op::Input { .. } | Op::Param { .. }) {
+                    None
+                } else {
+                    g.add(op).ok()
+                }
             }
             10 => {
                 let d = [DType::F16, DType::F64, DType::I32, DType::Bool][extra as usize % 4];
-                g.add(Op::Cast(x, d)).ok().and_then(|c| g.add(Op::Cast(c, DType::F32)).ok())
+                g.add(Op::Cast(x, d))
+                    .ok()
+                    .and_then(|c| g.add(Op::Cast(c, DType::F32)).ok())
             }
-            11 if tx.shape.rank() == 2 && ty.shape.rank() == 2 && tx.shape[1] == ty.shape[1] => {
-                g.add(Op::Permute(y, Perm::new(&[1, 0]).unwrap())).ok().and_then(|yt| g.add(Op::MatMul(x, yt)).ok())
-            }
+            11 if tx.shape.rank() == 2 && ty.shape.rank() == 2 && tx.shape[1] == ty.shape[1] => g
+                .add(Op::Permute(y, Perm::new(&[1, 0]).unwrap()))
+                .ok()
+                .and_then(|yt| g.add(Op::MatMul(x, yt)).ok()),
             _ => None,
         };
         if let Some(n) = made {
@@ -100,7 +153,15 @@ fn inputs(rows: usize, cols: usize, seed: u64) -> Vec<Array> {
             _ => ((s >> 11) as f64 / (1u64 << 53) as f64 * 6.0 - 3.0) as f32,
         }
     };
-    let mut make = |d: &[usize]| Array::from_vec((0..d.iter().product::<usize>()).map(|_| next()).collect::<Vec<f32>>(), d).unwrap();
+    let mut make = |d: &[usize]| {
+        Array::from_vec(
+            (0..d.iter().product::<usize>())
+                .map(|_| next())
+                .collect::<Vec<f32>>(),
+            d,
+        )
+        .unwrap()
+    };
     vec![make(&[rows, cols]), make(&[cols]), make(&[rows, 1])]
 }
 

@@ -69,7 +69,9 @@ fn classify(ty: &Type) -> syn::Result<Kind> {
     match last_segment(ty).as_deref() {
         Some("Tensor") => Ok(Kind::Tensor),
         Some("f32" | "f64") => Ok(Kind::Float),
-        Some("i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" | "usize" | "isize") => Ok(Kind::Int),
+        Some("i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" | "usize" | "isize") => {
+            Ok(Kind::Int)
+        }
         Some("bool") => Ok(Kind::Bool),
         _ => Err(err()),
     }
@@ -78,14 +80,23 @@ fn classify(ty: &Type) -> syn::Result<Kind> {
 fn param(i: usize, pat: &Pat, ty: &Type) -> syn::Result<Param> {
     let kind = classify(ty)?;
     let (outer, name) = match pat {
-        Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => (p.ident.clone(), p.ident.to_string()),
+        Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
+            (p.ident.clone(), p.ident.to_string())
+        }
         _ => (format_ident!("__tilejit_arg{}", i), "_".to_string()),
     };
     let body_ty = match kind {
         Kind::Float => syn::parse_quote_spanned!(ty.span()=> &::tilejit::Tensor),
         _ => ty.clone(),
     };
-    Ok(Param { outer, pat: pat.clone(), ty: ty.clone(), body_ty, kind, name })
+    Ok(Param {
+        outer,
+        pat: pat.clone(),
+        ty: ty.clone(),
+        body_ty,
+        kind,
+        name,
+    })
 }
 
 fn specs(params: &[Param]) -> TokenStream2 {
@@ -108,7 +119,9 @@ fn specs(params: &[Param]) -> TokenStream2 {
 pub fn jit(attr: TokenStream, item: TokenStream) -> TokenStream {
     let attr = TokenStream2::from(attr);
     if !attr.is_empty() {
-        return syn::Error::new(attr.span(), "#[jit] takes no arguments yet").to_compile_error().into();
+        return syn::Error::new(attr.span(), "#[jit] takes no arguments yet")
+            .to_compile_error()
+            .into();
     }
     let func = parse_macro_input!(item as ItemFn);
     match expand_jit(func) {
@@ -120,15 +133,24 @@ pub fn jit(attr: TokenStream, item: TokenStream) -> TokenStream {
 fn expand_jit(func: ItemFn) -> syn::Result<TokenStream2> {
     let sig = &func.sig;
     if let Some(g) = sig.generics.params.first() {
-        return Err(syn::Error::new(g.span(), "#[jit] functions cannot be generic: the signature must name concrete types"));
+        return Err(syn::Error::new(
+            g.span(),
+            "#[jit] functions cannot be generic: the signature must name concrete types",
+        ));
     }
     if let Some(a) = &sig.asyncness {
-        return Err(syn::Error::new(a.span(), "#[jit] functions cannot be async"));
+        return Err(syn::Error::new(
+            a.span(),
+            "#[jit] functions cannot be async",
+        ));
     }
     let ret: Type = match &sig.output {
         ReturnType::Type(_, t) => (**t).clone(),
         ReturnType::Default => {
-            return Err(syn::Error::new(sig.span(), "#[jit] functions must return a Tensor or a tuple of Tensors"));
+            return Err(syn::Error::new(
+                sig.span(),
+                "#[jit] functions must return a Tensor or a tuple of Tensors",
+            ));
         }
     };
     let mut params = Vec::new();
@@ -136,7 +158,10 @@ fn expand_jit(func: ItemFn) -> syn::Result<TokenStream2> {
         match input {
             FnArg::Typed(pt) => params.push(param(i, &pt.pat, &pt.ty)?),
             FnArg::Receiver(r) => {
-                return Err(syn::Error::new(r.span(), "#[jit] is for free functions; methods are not supported"));
+                return Err(syn::Error::new(
+                    r.span(),
+                    "#[jit] is for free functions; methods are not supported",
+                ));
             }
         }
     }
@@ -156,7 +181,8 @@ fn expand_jit(func: ItemFn) -> syn::Result<TokenStream2> {
         let o = &p.outer;
         quote!(::tilejit::JitArg::to_arg(&#o))
     });
-    let from = (0..params.len()).map(|i| quote!(::tilejit::FromTrace::from_trace(&__tilejit_v[#i])?));
+    let from =
+        (0..params.len()).map(|i| quote!(::tilejit::FromTrace::from_trace(&__tilejit_v[#i])?));
     let specs = specs(&params);
     let mod_doc = format!("The jit function behind [`{name}()`]: handler cache and statistics.");
     Ok(quote! {
@@ -206,7 +232,10 @@ fn expand_jit_fn(c: syn::ExprClosure) -> syn::Result<TokenStream2> {
         match input {
             Pat::Type(pt) => params.push(param(i, &pt.pat, &pt.ty)?),
             other => {
-                return Err(syn::Error::new(other.span(), "jit_fn! parameters need type annotations, e.g. `|x: &Tensor, k: f32|`"));
+                return Err(syn::Error::new(
+                    other.span(),
+                    "jit_fn! parameters need type annotations, e.g. `|x: &Tensor, k: f32|`",
+                ));
             }
         }
     }

@@ -34,9 +34,15 @@ fn demo() -> tilejit::Result<()> {
     let w1 = Tensor::randn(&[d, hidden], 2) * (1.0 / (d as f32).sqrt());
     let w2 = Tensor::randn(&[hidden, d], 3) * (1.0 / (hidden as f32).sqrt());
 
-    println!("tilejit {} quickstart: x f32[{rows},{d}], hidden {hidden}", env!("CARGO_PKG_VERSION"));
+    println!(
+        "tilejit {} quickstart: x f32[{rows},{d}], hidden {hidden}",
+        env!("CARGO_PKG_VERSION")
+    );
     println!("(backend: reference interpreter; the native host backend is not built yet)\n");
-    for call in ["first call (trace + compile + run)", "second call (handler cache hit)"] {
+    for call in [
+        "first call (trace + compile + run)",
+        "second call (handler cache hit)",
+    ] {
         let t = Instant::now();
         let y = mlp_block(&x, &gamma, &beta, &w1, &w2)?;
         let probs = attention_probs(&y, &y, 1.0 / (d as f32).sqrt())?;
@@ -44,26 +50,41 @@ fn demo() -> tilejit::Result<()> {
         let row_sums = probs.sum(-1, false);
         println!("{call}: {:.2} ms", dt.as_secs_f64() * 1e3);
         println!("  y[0, :6]    = {}", first_cells(&y, 6)?);
-        println!("  probs rows sum to 1: min {:.6}, max {:.6}", min_max(&row_sums)?.0, min_max(&row_sums)?.1);
+        println!(
+            "  probs rows sum to 1: min {:.6}, max {:.6}",
+            min_max(&row_sums)?.0,
+            min_max(&row_sums)?.1
+        );
     }
     // A changed float parameter is a runtime value: no retrace.
     let _ = attention_probs(&x, &x, 0.5)?;
     println!("\n{}", mlp_block::jit());
     println!("{}", attention_probs::jit());
     if let Some(h) = mlp_block::jit().handlers().first() {
-        println!("optimised graph of mlp_block for {}:\n{}", h.signature, h.graph_text());
+        println!(
+            "optimised graph of mlp_block for {}:\n{}",
+            h.signature,
+            h.graph_text()
+        );
     }
     Ok(())
 }
 
 fn first_cells(t: &Tensor, n: usize) -> tilejit::Result<String> {
     let v = t.to_vec::<f32>()?;
-    Ok(v.iter().take(n).map(|x| format!("{x:+.4}")).collect::<Vec<_>>().join(" "))
+    Ok(v.iter()
+        .take(n)
+        .map(|x| format!("{x:+.4}"))
+        .collect::<Vec<_>>()
+        .join(" "))
 }
 
 fn min_max(t: &Tensor) -> tilejit::Result<(f32, f32)> {
     let v = t.to_vec::<f32>()?;
-    Ok(v.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x))))
+    Ok(v.iter()
+        .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        }))
 }
 
 fn main() -> ExitCode {

@@ -105,7 +105,11 @@ fn fold(g: &Graph, op: &Op, ty: TensorType) -> Result<Option<Array>, IrError> {
         return Ok(None);
     }
     // Elementwise and data-movement ops of splats are splats: compute one element.
-    if let Some(values) = operands.iter().map(|&o| full_value(g, o)).collect::<Option<Vec<_>>>() {
+    if let Some(values) = operands
+        .iter()
+        .map(|&o| full_value(g, o))
+        .collect::<Option<Vec<_>>>()
+    {
         let one = match *op {
             Op::Reshape(..) | Op::Broadcast(..) | Op::Permute(..) => Some(values[0]),
             Op::Unary(..) | Op::Binary(..) | Op::Compare(..) | Op::Select(..) | Op::Cast(..) => {
@@ -136,7 +140,11 @@ fn fold(g: &Graph, op: &Op, ty: TensorType) -> Result<Option<Array>, IrError> {
     if ty.shape.numel() > FOLD_LIMIT {
         return Ok(None);
     }
-    let Some(arrays) = operands.iter().map(|&o| known_value(g, o)).collect::<Option<Vec<_>>>() else {
+    let Some(arrays) = operands
+        .iter()
+        .map(|&o| known_value(g, o))
+        .collect::<Option<Vec<_>>>()
+    else {
         return Ok(None);
     };
     let mut mini = Graph::new();
@@ -149,5 +157,7 @@ fn fold(g: &Graph, op: &Op, ty: TensorType) -> Result<Option<Array>, IrError> {
     let out = mini.add(op2)?;
     mini.outputs.push(out);
     let mut result = interp::run(&mini, &[], &[])?;
-    Ok(result.pop().filter(|a| a.shape() == &ty.shape || ty.shape == Shape::SCALAR))
+    Ok(result
+        .pop()
+        .filter(|a| a.shape() == &ty.shape || ty.shape == Shape::SCALAR))
 }

@@ -11,7 +11,11 @@ pub(crate) struct Rewriter<'a> {
 
 impl<'a> Rewriter<'a> {
     pub fn new(old: &'a Graph) -> Rewriter<'a> {
-        Rewriter { old, new: Graph::new(), map: Vec::with_capacity(old.len()) }
+        Rewriter {
+            old,
+            new: Graph::new(),
+            map: Vec::with_capacity(old.len()),
+        }
     }
 
     /// The op of old node `id` with operands renamed into the new graph.
@@ -37,7 +41,12 @@ impl<'a> Rewriter<'a> {
     }
 
     pub fn finish(mut self) -> Graph {
-        self.new.outputs = self.old.outputs.iter().map(|o| self.map[o.index()]).collect();
+        self.new.outputs = self
+            .old
+            .outputs
+            .iter()
+            .map(|o| self.map[o.index()])
+            .collect();
         self.new
     }
 }
