@@ -60,3 +60,8 @@ pub mod internals {
 pub mod prelude {
     pub use crate::{jit, jit_fn, DType, Element, Result, Scalar, Tensor};
 }
+
+/// The README's examples, compiled and run as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
