@@ -95,7 +95,8 @@ pub fn f64s(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| x as f64).collect()
 }
 
-fn golden_dir() -> PathBuf {
+/// Where golden files live.
+pub fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden")
 }
 

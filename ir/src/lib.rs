@@ -7,6 +7,7 @@
 //!   topological order); [`infer`] types each op; [`verify`] checks a graph.
 //! - [`passes`]: `simplify` = fold constants -> CSE -> DCE.
 //! - [`text`]: the printable, parseable text form.
+//! - [`kernel`]: the kernel IR, fusion (graph -> kernels), its text form.
 //! - [`interp`]: the reference interpreter, the oracle for every backend.
 //!
 //! Entry points: build a [`Graph`] with [`Graph::add`], run it with
@@ -18,6 +19,7 @@ pub mod error;
 pub mod graph;
 pub mod infer;
 pub mod interp;
+pub mod kernel;
 pub mod passes;
 pub mod shape;
 pub mod text;

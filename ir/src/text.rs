@@ -50,7 +50,7 @@ const BINARY: [BinaryOp; 6] = [
 const COMPARE: [CmpOp; 5] = [CmpOp::Lt, CmpOp::Gt, CmpOp::Le, CmpOp::Ge, CmpOp::Eq];
 const REDUCE: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min];
 
-fn binary_text(b: BinaryOp) -> &'static str {
+pub(crate) fn binary_text(b: BinaryOp) -> &'static str {
     match b {
         BinaryOp::Max => "max",
         BinaryOp::Min => "min",
@@ -58,7 +58,7 @@ fn binary_text(b: BinaryOp) -> &'static str {
     }
 }
 
-fn compare_text(c: CmpOp) -> &'static str {
+pub(crate) fn compare_text(c: CmpOp) -> &'static str {
     match c {
         CmpOp::Lt => "lt",
         CmpOp::Gt => "gt",
@@ -68,12 +68,43 @@ fn compare_text(c: CmpOp) -> &'static str {
     }
 }
 
-fn reduce_text(r: ReduceOp) -> &'static str {
+pub(crate) fn reduce_text(r: ReduceOp) -> &'static str {
     match r {
         ReduceOp::Sum => "reduce_sum",
         ReduceOp::Max => "reduce_max",
         ReduceOp::Min => "reduce_min",
     }
+}
+
+/// The unary op with this mnemonic.
+pub(crate) fn unary_from_name(name: &str) -> Option<UnaryOp> {
+    UNARY.iter().copied().find(|&u| unary_name(u) == name)
+}
+
+/// The binary op with this mnemonic.
+pub(crate) fn binary_from_name(name: &str) -> Option<BinaryOp> {
+    BINARY.iter().copied().find(|&b| binary_text(b) == name)
+}
+
+/// The comparison with this mnemonic.
+pub(crate) fn compare_from_name(name: &str) -> Option<CmpOp> {
+    COMPARE.iter().copied().find(|&c| compare_text(c) == name)
+}
+
+/// The reduction with this mnemonic (`reduce_sum`).
+pub(crate) fn reduce_from_name(name: &str) -> Option<ReduceOp> {
+    REDUCE.iter().copied().find(|&r| reduce_text(r) == name)
+}
+
+/// Parses a literal of `dtype` as [`lit_text`] prints it.
+pub(crate) fn parse_lit_text(tok: &str, dtype: DType) -> Option<Lit> {
+    let tok = tok.trim();
+    let lit = match dtype {
+        DType::Bool => Lit::Bool(tok.parse::<bool>().ok()?),
+        d if d.is_int() => Lit::Int(tok.parse::<i64>().ok()?),
+        d => Lit::Float(d.round_float(tok.parse::<f64>().ok()?)),
+    };
+    lit.fits(dtype).then_some(lit)
 }
 
 /// The op's mnemonic in the text form.

@@ -7,5 +7,6 @@ mod concurrency;
 mod display;
 mod ir_text;
 mod jit;
+mod kernel_ir;
 mod ops;
 mod simplify_props;

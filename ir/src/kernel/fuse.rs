@@ -1,0 +1,767 @@
+//! Fusion: graph -> [`KernelProgram`].
+//!
+//! Every node is either *materialised* (it owns a buffer: inputs, constants,
+//! graph outputs, matmul operands, and whatever the rules below force) or
+//! *inlined* into the kernels that read it. Each materialised node becomes
+//! one kernel whose expression is built by walking its operands:
+//! - elementwise ops become expression nodes; broadcasts, transposes and
+//!   reshapes that only add or drop size-1 dims become index maps (strides);
+//! - a reduction over one axis becomes a `Reduce` stage when the kernel's
+//!   inner dimension can be its axis (so row softmax and layernorm are one
+//!   kernel each); otherwise it is materialised;
+//! - a matmul whose only user is inlined here becomes the kernel's matmul and
+//!   the rest of the expression its epilogue.
+//!
+//! Inlining recomputes a value in each kernel that reads it, which is free
+//! for cheap ops. An expensive value (exp, tanh, ...) with several users is
+//! never computed twice: if all its users are in one kernel it is kept in a
+//! per-row scratch buffer, otherwise it is materialised. (XLA learned that
+//! duplicating the producer of both a max-reduction and `exp(x - max)` can
+//! give `x > max` and so inf/NaN.)
+//!
+//! Decisions that are only known while building a kernel ("this reduction
+//! cannot fuse here") mark the node materialised and restart the scan from
+//! it; the set of materialised nodes only grows, so this terminates.
+
+use super::{
+    unary_cost, Access, BufDecl, BufId, BufKind, Expr, ExprId, ExprNode, Kernel, KernelProgram,
+    MatMul, ProgramOutput, Stage,
+};
+use crate::error::IrError;
+use crate::graph::{Graph, NodeId, Op};
+use crate::shape::{Shape, TensorType, MAX_RANK};
+use std::collections::HashMap;
+
+/// An index map: for each dim of a node's shape, the domain dim that indexes
+/// it, or `None` where the node's dim has size 1 (index 0).
+type Map = [Option<u8>; MAX_RANK];
+
+/// Values whose inlined cost reaches this are not recomputed per user.
+const EXPENSIVE: u32 = 8;
+/// The longest row a scratch buffer may hold (elements).
+const MAX_SCRATCH_COLS: usize = 1 << 16;
+
+/// Why building a kernel stopped.
+enum Stop {
+    /// This node must get a buffer first; restart from it.
+    Materialize(NodeId),
+    /// A real error.
+    Ir(IrError),
+}
+
+impl From<IrError> for Stop {
+    fn from(e: IrError) -> Stop {
+        Stop::Ir(e)
+    }
+}
+
+/// Fuses a verified graph into kernels.
+pub fn fuse(graph: &Graph) -> Result<KernelProgram, IrError> {
+    let g = split_multi_axis_reductions(graph)?;
+    let mut f = Fuser::new(&g);
+    f.run()?;
+    f.finish()
+}
+
+/// Rewrites each reduction over several axes as a chain of one-axis
+/// reductions (innermost axis first), which is what kernels implement.
+fn split_multi_axis_reductions(g: &Graph) -> Result<Graph, IrError> {
+    let mut out = Graph::new();
+    let mut map: Vec<NodeId> = Vec::with_capacity(g.len());
+    for id in g.ids() {
+        let op = g.node(id).op.map_operands(|x| map[x.index()]);
+        let new = match op {
+            Op::Reduce(r, x, axes) if axes.iter().count() > 1 => {
+                let mut cur = x;
+                for a in axes.iter().collect::<Vec<_>>().into_iter().rev() {
+                    cur = out.add(Op::Reduce(r, cur, crate::graph::Axes::from_axes(&[a])))?;
+                }
+                cur
+            }
+            Op::Constant { index, .. } => {
+                let value = g
+                    .constant(index)
+                    .ok_or_else(|| IrError::Verify(format!("missing constant {index}")))?;
+                out.add_constant(value.clone())
+            }
+            op => out.add(op)?,
+        };
+        map.push(new);
+    }
+    out.outputs = g.outputs.iter().map(|o| map[o.index()]).collect();
+    Ok(out)
+}
+
+fn contiguous_strides(shape: &Shape) -> Vec<i64> {
+    let s = shape.strides();
+    (0..shape.rank()).map(|d| s[d] as i64).collect()
+}
+
+fn identity_map(rank: usize) -> Map {
+    let mut m = [None; MAX_RANK];
+    for (d, slot) in m.iter_mut().enumerate().take(rank) {
+        *slot = Some(d as u8);
+    }
+    m
+}
+
+/// True for ops that can be inlined into a kernel's expression.
+fn is_elementwise(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary(..)
+            | Op::Binary(..)
+            | Op::Compare(..)
+            | Op::Select(..)
+            | Op::Cast(..)
+            | Op::Broadcast(..)
+            | Op::Permute(..)
+            | Op::Full { .. }
+            | Op::Param { .. }
+    )
+}
+
+/// For a reshape that only inserts or removes size-1 dims: for each result
+/// dim, the operand dim it is (or `None` for an inserted 1).
+fn unit_reshape(from: &Shape, to: &Shape) -> Option<Vec<Option<usize>>> {
+    let src: Vec<usize> = (0..from.rank()).filter(|&d| from[d] != 1).collect();
+    let dst: Vec<usize> = (0..to.rank()).filter(|&d| to[d] != 1).collect();
+    if src.len() != dst.len() || src.iter().zip(&dst).any(|(&a, &b)| from[a] != to[b]) {
+        return None;
+    }
+    let mut out = vec![None; to.rank()];
+    for (&a, &b) in src.iter().zip(&dst) {
+        out[b] = Some(a);
+    }
+    Some(out)
+}
+
+struct Fuser<'g> {
+    g: &'g Graph,
+    users: Vec<Vec<NodeId>>,
+    is_output: Vec<bool>,
+    materialized: Vec<bool>,
+    /// Expensive values with several users.
+    shared_expensive: Vec<bool>,
+    buffer_of: Vec<Option<BufId>>,
+    buffers: Vec<BufDecl>,
+    kernels: Vec<(NodeId, Kernel)>,
+}
+
+/// The state of one kernel under construction.
+struct KernelBuilder {
+    domain: Vec<usize>,
+    loads: Vec<Access>,
+    exprs: Vec<ExprNode>,
+    stages: Vec<Stage>,
+    matmul: Option<MatMul>,
+    memo: HashMap<(NodeId, Map), ExprId>,
+    expr_memo: HashMap<(u64, u64), ExprId>,
+}
+
+impl KernelBuilder {
+    fn push(&mut self, expr: Expr, dtype: crate::dtype::DType) -> ExprId {
+        // Hash-cons on a printed key: cheap and exact (literals by bits).
+        let key = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            format!("{expr:?}").hash(&mut h);
+            let mut h2 = std::collections::hash_map::DefaultHasher::new();
+            dtype.hash(&mut h2);
+            if let Expr::Lit(l) = expr {
+                l.as_f64().to_bits().hash(&mut h2);
+            }
+            (h.finish(), h2.finish())
+        };
+        // Row values and loads are pure functions of their index, so sharing
+        // identical nodes is always sound.
+        if let Some(&id) = self.expr_memo.get(&key) {
+            return id;
+        }
+        self.exprs.push(ExprNode { expr, dtype });
+        let id = ExprId(self.exprs.len() as u32 - 1);
+        self.expr_memo.insert(key, id);
+        id
+    }
+
+    fn load(&mut self, access: Access, dtype: crate::dtype::DType) -> ExprId {
+        let i = match self.loads.iter().position(|a| *a == access) {
+            Some(i) => i,
+            None => {
+                self.loads.push(access);
+                self.loads.len() - 1
+            }
+        };
+        self.push(Expr::Load(i as u32), dtype)
+    }
+}
+
+impl<'g> Fuser<'g> {
+    fn new(g: &'g Graph) -> Fuser<'g> {
+        let n = g.len();
+        let mut users = vec![Vec::new(); n];
+        for id in g.ids() {
+            for x in g.node(id).op.operands() {
+                users[x.index()].push(id);
+            }
+        }
+        let mut is_output = vec![false; n];
+        for &o in &g.outputs {
+            is_output[o.index()] = true;
+        }
+        Fuser {
+            g,
+            users,
+            is_output,
+            materialized: vec![false; n],
+            shared_expensive: vec![false; n],
+            buffer_of: vec![None; n],
+            buffers: Vec::new(),
+            kernels: Vec::new(),
+        }
+    }
+
+    /// The node a chain of reshapes starts from.
+    fn view_source(&self, mut n: NodeId) -> NodeId {
+        while let Op::Reshape(x, _) = self.g.node(n).op {
+            n = x;
+        }
+        n
+    }
+
+    fn is_source(&self, n: NodeId) -> bool {
+        matches!(self.g.node(n).op, Op::Input { .. } | Op::Constant { .. })
+    }
+
+    fn new_buffer(&mut self, ty: TensorType, kind: BufKind) -> BufId {
+        self.buffers.push(BufDecl { ty, kind });
+        BufId(self.buffers.len() as u32 - 1)
+    }
+
+    /// Marks the nodes whose materialisation is known before building.
+    fn plan(&mut self) {
+        let g = self.g;
+        for id in g.ids() {
+            match g.node(id).op {
+                Op::Input { index, ty } => {
+                    self.buffer_of[id.index()] = Some(self.new_buffer(ty, BufKind::Input(index)));
+                }
+                Op::Constant { index, ty } => {
+                    self.buffer_of[id.index()] =
+                        Some(self.new_buffer(ty, BufKind::Constant(index)));
+                }
+                _ => {}
+            }
+        }
+        for &o in &g.outputs {
+            let s = self.view_source(o);
+            if !matches!(g.node(s).op, Op::Param { .. }) || s != o {
+                self.materialized[s.index()] = true;
+            }
+        }
+        // Users impose materialisation on operands: matmul reads whole
+        // buffers; a general reshape reinterprets a contiguous buffer.
+        for id in g.ids() {
+            match g.node(id).op {
+                Op::MatMul(a, b) => {
+                    for x in [a, b] {
+                        let s = self.view_source(x);
+                        self.materialized[s.index()] = true;
+                    }
+                    let single_inlinable_user = self.users[id.index()].len() == 1
+                        && !self.is_output[id.index()]
+                        && is_elementwise(&g.node(self.users[id.index()][0]).op);
+                    if !single_inlinable_user {
+                        self.materialized[id.index()] = true;
+                    }
+                }
+                Op::Reshape(x, to) => {
+                    let mappable = unit_reshape(&g.ty(x).shape, &to).is_some();
+                    if !mappable || self.materialized[id.index()] {
+                        let s = self.view_source(x);
+                        self.materialized[s.index()] = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Materialising a param output needs a fill kernel.
+        for &o in &g.outputs {
+            if matches!(g.node(o).op, Op::Param { .. }) {
+                self.materialized[o.index()] = false;
+            }
+        }
+        // Cost of each value as it would be inlined.
+        let mut cost = vec![0u32; g.len()];
+        for id in g.ids() {
+            let op = &g.node(id).op;
+            if !is_elementwise(op) {
+                continue;
+            }
+            let own = match op {
+                Op::Unary(u, _) => unary_cost(*u),
+                Op::Binary(crate::graph::BinaryOp::Div, ..) => 4,
+                Op::Broadcast(..) | Op::Permute(..) | Op::Full { .. } | Op::Param { .. } => 0,
+                _ => 1,
+            };
+            let inner: u32 = op
+                .operands()
+                .iter()
+                .filter(|x| !self.materialized[x.index()] && !self.shared_expensive[x.index()])
+                .map(|x| cost[x.index()])
+                .sum();
+            cost[id.index()] = own.saturating_add(inner);
+            if cost[id.index()] >= EXPENSIVE && self.users[id.index()].len() > 1 {
+                self.shared_expensive[id.index()] = true;
+            }
+        }
+    }
+
+    fn run(&mut self) -> Result<(), IrError> {
+        self.plan();
+        let g = self.g;
+        let mut i = 0usize;
+        while i < g.len() {
+            let id = NodeId(i as u32);
+            if !self.materialized[i] || self.buffer_of[i].is_some() || self.is_source(id) {
+                i += 1;
+                continue;
+            }
+            match self.build_kernel(id) {
+                Ok(kernel) => {
+                    self.kernels.push((id, kernel));
+                    i += 1;
+                }
+                Err(Stop::Materialize(n)) => {
+                    if self.materialized[n.index()] {
+                        return Err(IrError::Verify(format!(
+                            "fusion: {n} asked to be materialised twice"
+                        )));
+                    }
+                    self.materialized[n.index()] = true;
+                    i = n.index();
+                }
+                Err(Stop::Ir(e)) => return Err(e),
+            }
+        }
+        // Reshape views of materialised nodes share their buffer.
+        for id in g.ids() {
+            if self.buffer_of[id.index()].is_none() {
+                let s = self.view_source(id);
+                if s != id {
+                    self.buffer_of[id.index()] = self.buffer_of[s.index()];
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Finds a reduction whose result has the root's shape, reachable
+    /// through inlined elementwise ops: the root's kernel then iterates over
+    /// that reduction's operand and stores one value per row.
+    fn anchor_reduction(&self, root: NodeId) -> Option<(NodeId, usize)> {
+        let shape = self.g.ty(root).shape;
+        let mut work = vec![root];
+        let mut seen = vec![false; self.g.len()];
+        while let Some(n) = work.pop() {
+            if seen[n.index()] {
+                continue;
+            }
+            seen[n.index()] = true;
+            let op = &self.g.node(n).op;
+            if let Op::Reduce(_, _, axes) = op {
+                if self.g.ty(n).shape == shape && (n == root || !self.materialized[n.index()]) {
+                    return axes.iter().next().map(|a| (n, a));
+                }
+                continue;
+            }
+            if n != root && (self.materialized[n.index()] || self.is_source(n)) {
+                continue;
+            }
+            if matches!(
+                op,
+                Op::Unary(..) | Op::Binary(..) | Op::Compare(..) | Op::Select(..) | Op::Cast(..)
+            ) {
+                work.extend(op.operands());
+            }
+        }
+        None
+    }
+
+    /// Builds the kernel of `root`; on failure no buffer it made survives.
+    fn build_kernel(&mut self, root: NodeId) -> Result<Kernel, Stop> {
+        let nbuf = self.buffers.len();
+        let r = self.try_build_kernel(root);
+        if r.is_err() {
+            self.buffers.truncate(nbuf);
+        }
+        r
+    }
+
+    fn try_build_kernel(&mut self, root: NodeId) -> Result<Kernel, Stop> {
+        let g = self.g;
+        let ty = g.ty(root);
+        // Domain and the root's map.
+        let (domain, root_map) = match self.anchor_reduction(root) {
+            Some((red, axis)) => {
+                let Op::Reduce(_, x, _) = g.node(red).op else {
+                    unreachable!("anchor is a reduction")
+                };
+                let src = g.ty(x).shape;
+                let mut domain = Vec::with_capacity(src.rank());
+                let mut map = [None; MAX_RANK];
+                for d in (0..src.rank()).filter(|&d| d != axis) {
+                    map[d] = Some(domain.len() as u8);
+                    domain.push(src[d]);
+                }
+                domain.push(src[axis]);
+                (domain, map)
+            }
+            None if ty.shape.rank() == 0 => (vec![1], [None; MAX_RANK]),
+            None => (ty.shape.dims().to_vec(), identity_map(ty.shape.rank())),
+        };
+        let mut kb = KernelBuilder {
+            domain,
+            loads: Vec::new(),
+            exprs: Vec::new(),
+            stages: Vec::new(),
+            matmul: None,
+            memo: HashMap::new(),
+            expr_memo: HashMap::new(),
+        };
+        let out = self.new_buffer(ty, BufKind::Temp);
+        if let Op::MatMul(a, b) = g.node(root).op {
+            kb.matmul = Some(self.matmul_spec(root, a, b, out)?);
+        } else {
+            let value = self.build_expr(&mut kb, root, root_map)?;
+            let access = self.access(&kb, out, &ty.shape, &root_map);
+            kb.stages.push(Stage::Store { access, value });
+        }
+        // Shared expensive values: scratch if every user is here, else
+        // materialise them.
+        let mut scratch = Vec::new();
+        let inlined: ahash::AHashSet<NodeId> = kb.memo.keys().map(|k| k.0).collect();
+        let mut shared: Vec<NodeId> = inlined
+            .iter()
+            .copied()
+            .filter(|n| {
+                self.shared_expensive[n.index()] && *n != root && !self.materialized[n.index()]
+            })
+            .collect();
+        shared.sort();
+        for n in shared {
+            let all_here = self.users[n.index()]
+                .iter()
+                .all(|u| *u == root || inlined.contains(u));
+            let ids: Vec<ExprId> = kb
+                .memo
+                .iter()
+                .filter(|(k, _)| k.0 == n)
+                .map(|(_, &e)| e)
+                .collect();
+            let has_reduce = kb.stages.iter().any(|s| matches!(s, Stage::Reduce { .. }));
+            let cols = *kb.domain.last().unwrap_or(&1);
+            if !all_here || ids.len() != 1 || (has_reduce && cols > MAX_SCRATCH_COLS) {
+                return Err(Stop::Materialize(n));
+            }
+            if has_reduce {
+                scratch.push(ids[0]);
+            }
+        }
+        self.buffer_of[root.index()] = Some(out);
+        let mut ops: Vec<(NodeId, &'static str)> = inlined
+            .iter()
+            .filter(|n| !matches!(g.node(**n).op, Op::Input { .. } | Op::Constant { .. }))
+            .filter(|n| self.buffer_of[n.index()].is_none() || **n == root)
+            .map(|&n| (n, crate::text::op_name(&g.node(n).op)))
+            .filter(|(_, name)| {
+                !matches!(
+                    *name,
+                    "broadcast" | "permute" | "reshape" | "param" | "full" | "input" | "const"
+                )
+            })
+            .collect();
+        if kb.matmul.is_some() && !ops.iter().any(|o| o.1 == "matmul") {
+            ops.push((root, "matmul"));
+        }
+        ops.sort();
+        let ops: Vec<&'static str> = ops.into_iter().map(|o| o.1).collect();
+        let mut kernel = Kernel {
+            name: kernel_name(&ops, ty),
+            domain: kb.domain,
+            loads: kb.loads,
+            exprs: kb.exprs,
+            scratch,
+            stages: kb.stages,
+            matmul: kb.matmul,
+            ops,
+        };
+        collapse_domain(&mut kernel);
+        Ok(kernel)
+    }
+
+    fn matmul_spec(&self, mm: NodeId, a: NodeId, b: NodeId, out: BufId) -> Result<MatMul, Stop> {
+        let buf = |x: NodeId| {
+            let s = self.view_source(x);
+            self.buffer_of[s.index()].ok_or(Stop::Materialize(s))
+        };
+        let (ta, tb) = (self.g.ty(a).shape, self.g.ty(b).shape);
+        let (batch, m, k, n) = if ta.rank() == 3 {
+            (ta[0], ta[1], ta[2], tb[2])
+        } else {
+            (1, ta[0], ta[1], tb[1])
+        };
+        let _ = mm;
+        Ok(MatMul {
+            a: buf(a)?,
+            b: buf(b)?,
+            out,
+            batch,
+            m,
+            k,
+            n,
+        })
+    }
+
+    /// The access of buffer `buf` (holding a tensor of `shape`) under `map`.
+    fn access(&self, kb: &KernelBuilder, buf: BufId, shape: &Shape, map: &Map) -> Access {
+        let cs = contiguous_strides(shape);
+        let mut strides = vec![0i64; kb.domain.len()];
+        for d in 0..shape.rank() {
+            if let (Some(k), true) = (map[d], shape[d] != 1) {
+                strides[k as usize] += cs[d];
+            }
+        }
+        Access { buf, strides }
+    }
+
+    /// The maps of a node's operands, or `Materialize` if it cannot inline.
+    fn operand_maps(
+        &self,
+        kb: &KernelBuilder,
+        n: NodeId,
+        map: &Map,
+    ) -> Result<Vec<(NodeId, Map)>, Stop> {
+        let g = self.g;
+        let op = &g.node(n).op;
+        Ok(match *op {
+            Op::Unary(_, x) | Op::Cast(x, _) => vec![(x, *map)],
+            Op::Binary(_, a, b) | Op::Compare(_, a, b) => vec![(a, *map), (b, *map)],
+            Op::Select(c, a, b) => vec![(c, *map), (a, *map), (b, *map)],
+            Op::Broadcast(x, to) => {
+                let src = g.ty(x).shape;
+                let off = to.rank() - src.rank();
+                let mut m = [None; MAX_RANK];
+                for d in 0..src.rank() {
+                    m[d] = if src[d] == 1 { None } else { map[off + d] };
+                }
+                vec![(x, m)]
+            }
+            Op::Permute(x, perm) => {
+                let mut m = [None; MAX_RANK];
+                for (i, &p) in perm.as_vec().iter().enumerate() {
+                    m[p] = map[i];
+                }
+                vec![(x, m)]
+            }
+            Op::Reshape(x, to) => {
+                let from = g.ty(x).shape;
+                let dims = unit_reshape(&from, &to).ok_or(Stop::Materialize(x))?;
+                let mut m = [None; MAX_RANK];
+                for (b, a) in dims.iter().enumerate() {
+                    if let Some(a) = a {
+                        m[*a] = map[b];
+                    }
+                }
+                vec![(x, m)]
+            }
+            Op::Reduce(_, x, axes) => {
+                let axis = axes.iter().next().unwrap_or(0);
+                let src = g.ty(x).shape;
+                let last = kb.domain.len() - 1;
+                let fits = kb.domain[last] == src[axis]
+                    && (0..src.rank()).all(|d| d == axis || map[d] != Some(last as u8))
+                    && map[axis].is_none_or(|k| kb.domain[k as usize] == 1);
+                if !fits {
+                    return Err(Stop::Materialize(n));
+                }
+                let mut m = *map;
+                m[axis] = Some(last as u8);
+                vec![(x, m)]
+            }
+            _ => vec![],
+        })
+    }
+
+    /// Builds the expression of node `root` under `map` with an explicit
+    /// stack (graphs can be deep; nothing recurses over them).
+    fn build_expr(
+        &mut self,
+        kb: &mut KernelBuilder,
+        root: NodeId,
+        map: Map,
+    ) -> Result<ExprId, Stop> {
+        let g = self.g;
+        let mut stack = vec![(root, map, false)];
+        while let Some((n, m, expanded)) = stack.pop() {
+            if kb.memo.contains_key(&(n, m)) {
+                continue;
+            }
+            let node = g.node(n);
+            // Leaves: buffers, params, literals, a fusable matmul.
+            let leaf = if n != root && self.buffer_of[self.view_source(n).index()].is_some() {
+                let s = self.view_source(n);
+                let buf = self.buffer_of[s.index()].ok_or(Stop::Materialize(s))?;
+                let access = self.access(kb, buf, &node.ty.shape, &m);
+                Some(kb.load(access, node.ty.dtype))
+            } else {
+                match node.op {
+                    Op::Param { index, dtype } => Some(kb.push(Expr::Param(index), dtype)),
+                    Op::Full { value, ty } => Some(kb.push(Expr::Lit(value), ty.dtype)),
+                    Op::MatMul(a, b) => {
+                        let identity = kb.domain.as_slice() == node.ty.shape.dims()
+                            && m == identity_map(node.ty.shape.rank());
+                        if kb.matmul.is_some() || !identity || self.materialized[n.index()] {
+                            return Err(Stop::Materialize(n));
+                        }
+                        let prod = self.new_buffer(node.ty, BufKind::Temp);
+                        kb.matmul = Some(self.matmul_spec(n, a, b, prod)?);
+                        let access = self.access(kb, prod, &node.ty.shape, &m);
+                        Some(kb.load(access, node.ty.dtype))
+                    }
+                    Op::Input { .. } | Op::Constant { .. } => {
+                        return Err(Stop::Ir(IrError::Verify(format!(
+                            "fusion: source {n} has no buffer"
+                        ))))
+                    }
+                    _ if n != root && self.materialized[n.index()] => {
+                        return Err(Stop::Materialize(n));
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(e) = leaf {
+                kb.memo.insert((n, m), e);
+                continue;
+            }
+            let deps = self.operand_maps(kb, n, &m)?;
+            if !expanded {
+                stack.push((n, m, true));
+                for d in deps.iter().rev() {
+                    if !kb.memo.contains_key(d) {
+                        stack.push((d.0, d.1, false));
+                    }
+                }
+                continue;
+            }
+            let e: Vec<ExprId> = deps.iter().map(|d| kb.memo[d]).collect();
+            let dt = node.ty.dtype;
+            let id = match node.op {
+                Op::Unary(u, _) => kb.push(Expr::Unary(u, e[0]), dt),
+                Op::Binary(b, ..) => kb.push(Expr::Binary(b, e[0], e[1]), dt),
+                Op::Compare(c, ..) => kb.push(Expr::Compare(c, e[0], e[1]), dt),
+                Op::Select(..) => kb.push(Expr::Select(e[0], e[1], e[2]), dt),
+                Op::Cast(..) => kb.push(Expr::Cast(e[0]), dt),
+                Op::Broadcast(..) | Op::Permute(..) | Op::Reshape(..) => e[0],
+                Op::Reduce(r, ..) => {
+                    kb.stages.push(Stage::Reduce { op: r, value: e[0] });
+                    kb.push(Expr::Row(kb.stages.len() as u32 - 1), dt)
+                }
+                _ => {
+                    return Err(Stop::Ir(IrError::Verify(format!(
+                        "fusion: unexpected op at {n}"
+                    ))))
+                }
+            };
+            kb.memo.insert((n, m), id);
+        }
+        kb.memo
+            .get(&(root, map))
+            .copied()
+            .ok_or_else(|| Stop::Ir(IrError::Verify("fusion: root not built".into())))
+    }
+
+    fn finish(self) -> Result<KernelProgram, IrError> {
+        let g = self.g;
+        let outputs = g
+            .outputs
+            .iter()
+            .map(
+                |&o| match (g.node(o).op.clone(), self.buffer_of[o.index()]) {
+                    (Op::Param { index, dtype }, _) => Ok(ProgramOutput::Param(index, dtype)),
+                    (_, Some(b)) => Ok(ProgramOutput::Buffer(b, g.ty(o))),
+                    (_, None) => Err(IrError::Verify(format!("fusion: output {o} has no buffer"))),
+                },
+            )
+            .collect::<Result<_, _>>()?;
+        Ok(KernelProgram {
+            buffers: self.buffers,
+            kernels: self.kernels.into_iter().map(|k| k.1).collect(),
+            outputs,
+            params: g.param_types(),
+            inputs: g.input_types(),
+        })
+    }
+}
+
+/// `fused_mul_add_relu`, or the op's own name for a single op.
+fn kernel_name(ops: &[&'static str], ty: TensorType) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for &o in ops {
+        if names.last() != Some(&o) {
+            names.push(o);
+        }
+    }
+    match names.len() {
+        0 => format!("fill_{}", ty.dtype),
+        1 => names[0].to_string(),
+        n if n <= 6 => format!("fused_{}", names.join("_")),
+        n => format!("fused_{}_and_{}_more", names[..5].join("_"), n - 5),
+    }
+}
+
+/// Drops size-1 dims and merges adjacent dims that every access walks
+/// contiguously, so most elementwise kernels become one flat loop. The inner
+/// dim of a kernel with reductions is never merged away.
+fn collapse_domain(k: &mut Kernel) {
+    let keep_inner = k.has_reduce();
+    let mut accesses: Vec<&mut Access> = k.loads.iter_mut().collect();
+    for s in k.stages.iter_mut() {
+        if let Stage::Store { access, .. } = s {
+            accesses.push(access);
+        }
+    }
+    let mut domain = k.domain.clone();
+    // Drop size-1 dims (strides there are irrelevant).
+    let mut d = 0;
+    while d < domain.len() {
+        let is_inner = d + 1 == domain.len();
+        if domain[d] == 1 && domain.len() > 1 && !(keep_inner && is_inner) {
+            domain.remove(d);
+            for a in accesses.iter_mut() {
+                a.strides.remove(d);
+            }
+        } else {
+            d += 1;
+        }
+    }
+    // Merge dim d into d+1 when every access is contiguous across them.
+    let mut d = domain.len().saturating_sub(1);
+    while d > 0 {
+        let (outer, inner) = (d - 1, d);
+        let inner_is_reduce_axis = keep_inner && inner + 1 == domain.len();
+        let mergeable = !inner_is_reduce_axis
+            && accesses
+                .iter()
+                .all(|a| a.strides[outer] == a.strides[inner] * domain[inner] as i64);
+        if mergeable {
+            domain[inner] *= domain[outer];
+            domain.remove(outer);
+            for a in accesses.iter_mut() {
+                a.strides.remove(outer);
+            }
+        }
+        d -= 1;
+    }
+    k.domain = domain;
+}

@@ -1,0 +1,360 @@
+//! The kernel IR: what one compiled function computes. A [`KernelProgram`] is
+//! the fused form of a graph: a table of buffers (graph inputs, constants,
+//! intermediates) and a list of kernels that run in order, each reading and
+//! writing whole buffers.
+//!
+//! A [`Kernel`] iterates over a **domain** (a shape). Its last dimension is
+//! the *inner* one; the others are the *rows*. Every buffer it touches is an
+//! [`Access`]: a buffer plus one stride per domain dimension (0 where the
+//! value is broadcast, permuted strides for a transposition), so broadcasts
+//! and transposes cost nothing. The arithmetic is an expression DAG
+//! ([`ExprNode`] in an arena addressed by [`ExprId`], operands before users).
+//! A kernel runs its [`Stage`]s in order for each row:
+//! - `Reduce` folds an expression over the inner dimension into one value per
+//!   row, which later expressions read with [`Expr::Row`];
+//! - `Store` writes an expression through an access. A store whose inner
+//!   stride is 0 writes one value per row (its expression must not vary along
+//!   the inner dimension).
+//!
+//! Expressions listed in `scratch` are expensive values that several stages
+//! use: the first stage that needs one computes it and keeps it in a per-row
+//! scratch buffer; later stages read it back, so it is never computed twice.
+//! A kernel may also start with a matrix multiply ([`MatMul`]) whose result
+//! buffer the stages read as an ordinary load: the fused epilogue.
+//!
+//! Sizes and strides are concrete here (so the text form is readable), but
+//! code generation keys only on the structure ([`Kernel::structural_key`]):
+//! sizes and strides other than 0 and 1 are runtime arguments, so a new
+//! shape of the same program reuses the compiled kernel.
+
+mod fuse;
+mod text;
+mod verify;
+
+pub use fuse::fuse;
+pub use text::parse_program;
+pub use verify::verify_program;
+
+use crate::dtype::{DType, Lit};
+use crate::graph::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::shape::TensorType;
+use std::hash::{Hash, Hasher};
+
+/// Index of a buffer in [`KernelProgram::buffers`].
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct BufId(pub u32);
+
+/// Index of an expression in [`Kernel::exprs`].
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct ExprId(pub u32);
+
+/// Where a buffer's storage comes from.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum BufKind {
+    /// Tensor argument `n` of the program.
+    Input(u32),
+    /// Constant `n` of the source graph.
+    Constant(u32),
+    /// Allocated per run, written by a kernel.
+    Temp,
+}
+
+/// A buffer: a contiguous row-major tensor.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub struct BufDecl {
+    /// Its type.
+    pub ty: TensorType,
+    /// Where it comes from.
+    pub kind: BufKind,
+}
+
+/// A buffer seen through one stride per domain dimension (in elements).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Access {
+    /// The buffer.
+    pub buf: BufId,
+    /// Element stride per domain dimension.
+    pub strides: Vec<i64>,
+}
+
+impl Access {
+    /// The stride along the inner (last) domain dimension.
+    pub fn inner_stride(&self) -> i64 {
+        self.strides.last().copied().unwrap_or(0)
+    }
+}
+
+/// One expression node.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub enum Expr {
+    /// The element of `loads[i]` at the current domain index.
+    Load(u32),
+    /// Program parameter `i` (a runtime scalar), converted to this node's dtype.
+    Param(u32),
+    /// A literal of this node's dtype.
+    Lit(Lit),
+    /// Elementwise unary function.
+    Unary(UnaryOp, ExprId),
+    /// Elementwise binary function.
+    Binary(BinaryOp, ExprId, ExprId),
+    /// Comparison giving bool.
+    Compare(CmpOp, ExprId, ExprId),
+    /// `c ? a : b`.
+    Select(ExprId, ExprId, ExprId),
+    /// Conversion from the operand's dtype to this node's dtype.
+    Cast(ExprId),
+    /// The value reduce stage `i` computed for the current row.
+    Row(u32),
+}
+
+impl Expr {
+    /// The operands.
+    pub fn operands(&self) -> Vec<ExprId> {
+        match *self {
+            Expr::Load(_) | Expr::Param(_) | Expr::Lit(_) | Expr::Row(_) => vec![],
+            Expr::Unary(_, a) | Expr::Cast(a) => vec![a],
+            Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![a, b],
+            Expr::Select(c, a, b) => vec![c, a, b],
+        }
+    }
+}
+
+/// An expression with its dtype.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub struct ExprNode {
+    /// What it computes.
+    pub expr: Expr,
+    /// Its dtype.
+    pub dtype: DType,
+}
+
+/// A step of a kernel, run for every row.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Stage {
+    /// Folds `value` over the inner dimension into a per-row value.
+    Reduce {
+        /// The fold.
+        op: ReduceOp,
+        /// What is folded.
+        value: ExprId,
+    },
+    /// Writes `value` through `access`.
+    Store {
+        /// Where.
+        access: Access,
+        /// What.
+        value: ExprId,
+    },
+}
+
+/// A (batched) matrix multiply `out[b] = a[b] @ b[b]` that runs before the
+/// kernel's stages; the stages read `out` as an ordinary load.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct MatMul {
+    /// Left operand, contiguous `[batch, m, k]` (or `[m, k]`).
+    pub a: BufId,
+    /// Right operand, contiguous `[batch, k, n]` (or `[k, n]`).
+    pub b: BufId,
+    /// The product, contiguous `[batch, m, n]`.
+    pub out: BufId,
+    /// Batch count (1 for 2-D).
+    pub batch: usize,
+    /// Rows of `a`.
+    pub m: usize,
+    /// Inner dimension.
+    pub k: usize,
+    /// Columns of `b`.
+    pub n: usize,
+}
+
+/// One kernel.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Kernel {
+    /// A readable name, such as `fused_mul_add_relu`.
+    pub name: String,
+    /// The iteration domain; rank >= 1.
+    pub domain: Vec<usize>,
+    /// Buffer reads.
+    pub loads: Vec<Access>,
+    /// The expression arena, operands before users.
+    pub exprs: Vec<ExprNode>,
+    /// Expressions computed once per row and kept in scratch memory.
+    pub scratch: Vec<ExprId>,
+    /// The steps, in order.
+    pub stages: Vec<Stage>,
+    /// A matrix multiply that runs first, if any.
+    pub matmul: Option<MatMul>,
+    /// Names of the graph ops fused into this kernel, in graph order.
+    pub ops: Vec<&'static str>,
+}
+
+impl Kernel {
+    /// The expression with this id.
+    pub fn expr(&self, id: ExprId) -> &ExprNode {
+        &self.exprs[id.0 as usize]
+    }
+
+    /// The number of rows: the product of all domain dims but the last.
+    pub fn rows(&self) -> usize {
+        self.domain[..self.domain.len() - 1].iter().product()
+    }
+
+    /// The length of the inner dimension.
+    pub fn cols(&self) -> usize {
+        *self.domain.last().unwrap_or(&1)
+    }
+
+    /// True if the kernel has reduce stages.
+    pub fn has_reduce(&self) -> bool {
+        self.stages
+            .iter()
+            .any(|s| matches!(s, Stage::Reduce { .. }))
+    }
+
+    /// True if a launch splits the flat element range (a rank-1 domain with
+    /// no reductions); otherwise launches split rows.
+    pub fn is_flat(&self) -> bool {
+        self.domain.len() == 1 && !self.has_reduce()
+    }
+
+    /// The number of launch units: elements for a flat kernel, rows otherwise.
+    pub fn units(&self) -> usize {
+        if self.is_flat() {
+            self.domain[0]
+        } else {
+            self.rows()
+        }
+    }
+
+    /// All accesses, loads first, then stores in stage order.
+    pub fn accesses(&self) -> impl Iterator<Item = &Access> {
+        self.loads
+            .iter()
+            .chain(self.stages.iter().filter_map(|s| match s {
+                Stage::Store { access, .. } => Some(access),
+                Stage::Reduce { .. } => None,
+            }))
+    }
+
+    /// A hash of everything that changes the generated code: the expression
+    /// DAG, dtypes, stages, rank, which accesses have inner stride 0 or 1,
+    /// and the buffers' dtypes. Sizes, other strides and literal-free
+    /// structure differences are not in it, because they are runtime
+    /// arguments. Two kernels with equal keys compile to the same code.
+    pub fn structural_key(&self, buf_dtype: impl Fn(BufId) -> DType) -> u64 {
+        // `DefaultHasher::new()` has fixed keys, so keys are stable across
+        // processes (dump files and logs name kernels by them).
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.structure_text(&buf_dtype).hash(&mut h);
+        h.finish()
+    }
+
+    /// The canonical text the structural key hashes: the kernel with buffer
+    /// numbers renamed in order of first use, sizes dropped and strides
+    /// reduced to their class (`0`, `1` or `s`).
+    pub fn structure_text(&self, buf_dtype: &dyn Fn(BufId) -> DType) -> String {
+        use std::fmt::Write;
+        let mut order: Vec<BufId> = Vec::new();
+        let mut local = |b: BufId| -> usize {
+            if let Some(i) = order.iter().position(|&x| x == b) {
+                i
+            } else {
+                order.push(b);
+                order.len() - 1
+            }
+        };
+        let class = |s: i64| match s {
+            0 => '0',
+            1 => '1',
+            _ => 's',
+        };
+        let mut out = String::new();
+        let _ = write!(out, "rank {};", self.domain.len());
+        if let Some(mm) = &self.matmul {
+            let (a, b, o) = (local(mm.a), local(mm.b), local(mm.out));
+            let _ = write!(out, "mm {a} {b} {o} {};", buf_dtype(mm.out));
+        }
+        for l in &self.loads {
+            let b = local(l.buf);
+            let cls: String = l.strides.iter().map(|&s| class(s)).collect();
+            let _ = write!(out, "ld {b} {} {};", buf_dtype(l.buf), class_inner(&cls));
+        }
+        for e in &self.exprs {
+            let _ = write!(out, "{:?} {};", e.expr, e.dtype);
+        }
+        for s in &self.scratch {
+            let _ = write!(out, "scr {};", s.0);
+        }
+        for s in &self.stages {
+            match s {
+                Stage::Reduce { op, value } => {
+                    let _ = write!(out, "red {op:?} {};", value.0);
+                }
+                Stage::Store { access, value } => {
+                    let b = local(access.buf);
+                    let cls: String = access.strides.iter().map(|&s| class(s)).collect();
+                    let _ = write!(
+                        out,
+                        "st {b} {} {} {};",
+                        buf_dtype(access.buf),
+                        class_inner(&cls),
+                        value.0
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Only the inner stride's class changes code; outer strides are runtime.
+fn class_inner(cls: &str) -> char {
+    cls.chars().last().unwrap_or('0')
+}
+
+/// A graph output: a buffer seen under a shape of equal element count (a
+/// reshape of a kernel's result costs nothing), or a program parameter.
+#[derive(Copy, Clone, PartialEq, Debug)]
+pub enum ProgramOutput {
+    /// A buffer, reinterpreted as `ty` (same dtype, same element count).
+    Buffer(BufId, TensorType),
+    /// A parameter, as a rank-0 tensor of this dtype.
+    Param(u32, DType),
+}
+
+/// The fused form of a graph.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct KernelProgram {
+    /// Every buffer.
+    pub buffers: Vec<BufDecl>,
+    /// Kernels, in execution order.
+    pub kernels: Vec<Kernel>,
+    /// The graph's outputs.
+    pub outputs: Vec<ProgramOutput>,
+    /// Parameter dtypes, by index.
+    pub params: Vec<DType>,
+    /// Tensor input types, by index.
+    pub inputs: Vec<TensorType>,
+}
+
+impl KernelProgram {
+    /// The declaration of a buffer.
+    pub fn buffer(&self, b: BufId) -> &BufDecl {
+        &self.buffers[b.0 as usize]
+    }
+
+    /// The structural key of kernel `k` within this program.
+    pub fn kernel_key(&self, k: &Kernel) -> u64 {
+        k.structural_key(|b| self.buffer(b).ty.dtype)
+    }
+}
+
+/// Cost estimate of one op, used to decide what fusion may recompute.
+pub fn unary_cost(u: UnaryOp) -> u32 {
+    match u {
+        UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid => 12,
+        UnaryOp::Gelu => 16,
+        UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip => 4,
+        _ => 1,
+    }
+}

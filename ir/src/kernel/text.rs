@@ -1,0 +1,481 @@
+//! The text form of the kernel IR: `Display` prints a [`KernelProgram`] and
+//! [`parse_program`] reads it back to an equal program. Golden tests,
+//! `TILEJIT_DUMP` and the kernel cache inspector use it.
+//!
+//! ```text
+//! kernels {
+//!   buffer b0 = input 0 : f32[4,8]
+//!   buffer b1 = temp : f32[4,1]
+//!   params [f32]
+//!   kernel reduce_sum domain=[4,8] ops=[reduce_sum] {
+//!     load b0 strides=[8,1]
+//!     %0 = load 0 : f32
+//!     stage reduce_sum %0
+//!     %1 = row 0 : f32
+//!     stage store b1 strides=[1,0] = %1
+//!   }
+//!   return b1 as f32[4,1]
+//! }
+//! ```
+//! Expression lines and stage lines interleave in arena order; a `row N`
+//! expression names reduce stage N. `scratch %N` marks a scratch value and
+//! `matmul bA x bB -> bC batch=.. m=.. k=.. n=..` a kernel's matmul.
+
+use super::{
+    Access, BufDecl, BufId, BufKind, Expr, ExprId, ExprNode, Kernel, KernelProgram, MatMul,
+    ProgramOutput, Stage,
+};
+use crate::dtype::DType;
+use crate::error::IrError;
+use crate::infer::unary_name;
+use crate::shape::{Shape, TensorType};
+use crate::text::{
+    binary_from_name, binary_text, compare_from_name, compare_text, lit_text, parse_lit_text,
+    reduce_from_name, reduce_text, unary_from_name,
+};
+use std::fmt::{self, Write};
+
+fn list<T: fmt::Display>(items: &[T]) -> String {
+    let v: Vec<String> = items.iter().map(|x| x.to_string()).collect();
+    format!("[{}]", v.join(","))
+}
+
+fn expr_text(k: &Kernel, e: &ExprNode) -> String {
+    let r = |id: ExprId| format!("%{}", id.0);
+    match e.expr {
+        Expr::Load(i) => format!("load {i}"),
+        Expr::Param(i) => format!("param {i}"),
+        Expr::Lit(l) => format!("lit {}", lit_text(l, e.dtype)),
+        Expr::Unary(u, a) => format!("{} {}", unary_name(u), r(a)),
+        Expr::Binary(b, x, y) => format!("{} {}, {}", binary_text(b), r(x), r(y)),
+        Expr::Compare(c, x, y) => format!("{} {}, {}", compare_text(c), r(x), r(y)),
+        Expr::Select(c, x, y) => format!("select {}, {}, {}", r(c), r(x), r(y)),
+        Expr::Cast(a) => format!("cast {} from {}", r(a), k.expr(a).dtype),
+        Expr::Row(s) => format!("row {s}"),
+    }
+}
+
+impl Kernel {
+    /// Writes this kernel's block (used by the program's `Display` and by
+    /// the kernel cache inspector).
+    pub fn write_text(&self, f: &mut impl Write, indent: &str) -> fmt::Result {
+        writeln!(
+            f,
+            "{indent}kernel {} domain={} ops=[{}] {{",
+            self.name,
+            list(&self.domain),
+            self.ops.join(",")
+        )?;
+        if let Some(m) = &self.matmul {
+            writeln!(
+                f,
+                "{indent}  matmul b{} x b{} -> b{} batch={} m={} k={} n={}",
+                m.a.0, m.b.0, m.out.0, m.batch, m.m, m.k, m.n
+            )?;
+        }
+        for l in &self.loads {
+            writeln!(
+                f,
+                "{indent}  load b{} strides={}",
+                l.buf.0,
+                list(&l.strides)
+            )?;
+        }
+        // Stages are printed right after the last expression they need, so
+        // the text reads in execution order.
+        // Positions never decrease, so parsing sees the stages in order.
+        let mut stage_at: Vec<Vec<&Stage>> = vec![Vec::new(); self.exprs.len() + 1];
+        let mut pos = 0;
+        for s in &self.stages {
+            let v = match s {
+                Stage::Reduce { value, .. } | Stage::Store { value, .. } => value.0 as usize,
+            };
+            pos = v.max(pos).min(self.exprs.len());
+            stage_at[pos].push(s);
+        }
+        for (i, e) in self.exprs.iter().enumerate() {
+            writeln!(f, "{indent}  %{i} = {} : {}", expr_text(self, e), e.dtype)?;
+            if self.scratch.contains(&ExprId(i as u32)) {
+                writeln!(f, "{indent}  scratch %{i}")?;
+            }
+            for s in &stage_at[i] {
+                match s {
+                    Stage::Reduce { op, value } => {
+                        writeln!(f, "{indent}  stage {} %{}", reduce_text(*op), value.0)?
+                    }
+                    Stage::Store { access, value } => writeln!(
+                        f,
+                        "{indent}  stage store b{} strides={} = %{}",
+                        access.buf.0,
+                        list(&access.strides),
+                        value.0
+                    )?,
+                }
+            }
+        }
+        writeln!(f, "{indent}}}")
+    }
+
+    /// The kernel's text block on its own.
+    pub fn text(&self) -> String {
+        let mut s = String::new();
+        let _ = self.write_text(&mut s, "");
+        s
+    }
+}
+
+impl fmt::Display for KernelProgram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "kernels {{")?;
+        for (i, b) in self.buffers.iter().enumerate() {
+            let kind = match b.kind {
+                BufKind::Input(n) => format!("input {n}"),
+                BufKind::Constant(n) => format!("const {n}"),
+                BufKind::Temp => "temp".to_string(),
+            };
+            writeln!(f, "  buffer b{i} = {kind} : {}", b.ty)?;
+        }
+        writeln!(f, "  inputs {}", list(&self.inputs))?;
+        writeln!(f, "  params {}", list(&self.params))?;
+        for k in &self.kernels {
+            k.write_text(f, "  ")?;
+        }
+        let outs: Vec<String> = self
+            .outputs
+            .iter()
+            .map(|o| match o {
+                ProgramOutput::Buffer(b, ty) => format!("b{} as {ty}", b.0),
+                ProgramOutput::Param(i, d) => format!("param {i} as {d}"),
+            })
+            .collect();
+        writeln!(f, "  return {}", outs.join(", "))?;
+        writeln!(f, "}}")
+    }
+}
+
+struct P {
+    line: usize,
+}
+
+impl P {
+    fn err(&self, m: impl Into<String>) -> IrError {
+        IrError::Parse {
+            line: self.line,
+            message: m.into(),
+        }
+    }
+    fn buf(&self, t: &str) -> Result<BufId, IrError> {
+        t.trim()
+            .strip_prefix('b')
+            .and_then(|n| n.parse().ok())
+            .map(BufId)
+            .ok_or_else(|| self.err(format!("expected a buffer `bN`, found `{t}`")))
+    }
+    fn expr(&self, t: &str, len: usize) -> Result<ExprId, IrError> {
+        let id = t
+            .trim()
+            .strip_prefix('%')
+            .and_then(|n| n.parse::<u32>().ok())
+            .ok_or_else(|| self.err(format!("expected `%N`, found `{t}`")))?;
+        if id as usize >= len {
+            return Err(self.err(format!("%{id} is used before it is defined")));
+        }
+        Ok(ExprId(id))
+    }
+    fn num<T: std::str::FromStr>(&self, t: &str) -> Result<T, IrError> {
+        t.trim()
+            .parse()
+            .map_err(|_| self.err(format!("bad number `{t}`")))
+    }
+    fn list<T: std::str::FromStr>(&self, t: &str) -> Result<Vec<T>, IrError> {
+        let inner = t
+            .trim()
+            .strip_prefix('[')
+            .and_then(|x| x.strip_suffix(']'))
+            .ok_or_else(|| self.err(format!("expected `[...]`, found `{t}`")))?;
+        inner
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| self.num(s))
+            .collect()
+    }
+    fn ty(&self, t: &str) -> Result<TensorType, IrError> {
+        let t = t.trim();
+        let open = t
+            .find('[')
+            .ok_or_else(|| self.err(format!("bad type `{t}`")))?;
+        let dtype = self.dtype(&t[..open])?;
+        let dims: Vec<usize> = self.list(&t[open..])?;
+        let shape = Shape::new(&dims).map_err(|e| self.err(e.to_string()))?;
+        Ok(TensorType::new(dtype, shape))
+    }
+    fn dtype(&self, t: &str) -> Result<DType, IrError> {
+        DType::from_name(t.trim()).ok_or_else(|| self.err(format!("unknown dtype `{t}`")))
+    }
+    fn attr<'a>(&self, t: &'a str, key: &str) -> Result<&'a str, IrError> {
+        t.trim()
+            .strip_prefix(key)
+            .and_then(|x| x.strip_prefix('='))
+            .ok_or_else(|| self.err(format!("expected `{key}=...`, found `{t}`")))
+    }
+}
+
+/// Parses the text form back into a program.
+pub fn parse_program(text: &str) -> Result<KernelProgram, IrError> {
+    let mut p = P { line: 0 };
+    let mut prog = KernelProgram::default();
+    let mut cur: Option<Kernel> = None;
+    for (i, raw) in text.lines().enumerate() {
+        p.line = i + 1;
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() || line == "kernels {" {
+            continue;
+        }
+        if let Some(k) = cur.as_mut() {
+            if line == "}" {
+                prog.kernels.extend(cur.take());
+                continue;
+            }
+            parse_kernel_line(&p, k, line)?;
+            continue;
+        }
+        let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+        match word {
+            "}" => {}
+            "buffer" => {
+                let (lhs, ty) = rest
+                    .split_once(" : ")
+                    .ok_or_else(|| p.err("expected `buffer bN = kind : type`"))?;
+                let (name, kind) = lhs.split_once('=').ok_or_else(|| p.err("missing `=`"))?;
+                if p.buf(name)?.0 as usize != prog.buffers.len() {
+                    return Err(p.err("buffers must be numbered in order"));
+                }
+                let kind = kind.trim();
+                let kind = if kind == "temp" {
+                    BufKind::Temp
+                } else if let Some(n) = kind.strip_prefix("input ") {
+                    BufKind::Input(p.num(n)?)
+                } else if let Some(n) = kind.strip_prefix("const ") {
+                    BufKind::Constant(p.num(n)?)
+                } else {
+                    return Err(p.err(format!("unknown buffer kind `{kind}`")));
+                };
+                prog.buffers.push(BufDecl {
+                    ty: p.ty(ty)?,
+                    kind,
+                });
+            }
+            "inputs" => {
+                let inner = strip_brackets(&p, rest)?;
+                prog.inputs = split_types(inner)
+                    .iter()
+                    .map(|t| p.ty(t))
+                    .collect::<Result<_, _>>()?;
+            }
+            "params" => {
+                let inner = strip_brackets(&p, rest)?;
+                prog.params = inner
+                    .split(',')
+                    .filter(|s| !s.trim().is_empty())
+                    .map(|s| p.dtype(s))
+                    .collect::<Result<_, _>>()?;
+            }
+            "kernel" => {
+                let mut parts = rest.split_whitespace();
+                let name = parts.next().ok_or_else(|| p.err("kernel needs a name"))?;
+                let domain: Vec<usize> = p.list(p.attr(parts.next().unwrap_or(""), "domain")?)?;
+                if domain.is_empty() {
+                    return Err(p.err("a kernel's domain has rank >= 1"));
+                }
+                let ops_text = p.attr(parts.next().unwrap_or(""), "ops")?;
+                let ops = strip_brackets(&p, ops_text)?
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|s| intern_op(s).ok_or_else(|| p.err(format!("unknown op `{s}`"))))
+                    .collect::<Result<_, _>>()?;
+                cur = Some(Kernel {
+                    name: name.to_string(),
+                    domain,
+                    loads: Vec::new(),
+                    exprs: Vec::new(),
+                    scratch: Vec::new(),
+                    stages: Vec::new(),
+                    matmul: None,
+                    ops,
+                });
+            }
+            "return" => {
+                for item in split_types(rest) {
+                    let (lhs, ty) = item
+                        .split_once(" as ")
+                        .ok_or_else(|| p.err("expected `bN as type`"))?;
+                    let lhs = lhs.trim();
+                    prog.outputs
+                        .push(if let Some(n) = lhs.strip_prefix("param ") {
+                            ProgramOutput::Param(p.num(n)?, p.dtype(ty)?)
+                        } else {
+                            ProgramOutput::Buffer(p.buf(lhs)?, p.ty(ty)?)
+                        });
+                }
+            }
+            other => return Err(p.err(format!("unexpected `{other}`"))),
+        }
+    }
+    if cur.is_some() {
+        return Err(p.err("unterminated kernel"));
+    }
+    super::verify::verify_program(&prog)?;
+    Ok(prog)
+}
+
+fn strip_brackets<'a>(p: &P, s: &'a str) -> Result<&'a str, IrError> {
+    s.trim()
+        .strip_prefix('[')
+        .and_then(|x| x.strip_suffix(']'))
+        .ok_or_else(|| p.err(format!("expected `[...]`, found `{s}`")))
+}
+
+/// Splits `f32[4,8], f32[8]` at the commas outside brackets.
+fn split_types(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut cur = String::new();
+    for c in s.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur);
+    }
+    out.into_iter().map(|s| s.trim().to_string()).collect()
+}
+
+/// The `&'static str` op name for a parsed one.
+fn intern_op(s: &str) -> Option<&'static str> {
+    const OTHER: [&str; 4] = ["matmul", "select", "cast", "param"];
+    if let Some(u) = unary_from_name(s) {
+        return Some(unary_name(u));
+    }
+    if let Some(b) = binary_from_name(s) {
+        return Some(binary_text(b));
+    }
+    if let Some(c) = compare_from_name(s) {
+        return Some(compare_text(c));
+    }
+    if let Some(r) = reduce_from_name(s) {
+        return Some(reduce_text(r));
+    }
+    OTHER.iter().copied().find(|&o| o == s)
+}
+
+fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
+    let n = k.exprs.len();
+    if let Some(rest) = line.strip_prefix("matmul ") {
+        let t: Vec<&str> = rest.split_whitespace().collect();
+        if t.len() != 9 || t[1] != "x" || t[3] != "->" {
+            return Err(p.err("expected `matmul bA x bB -> bC batch=.. m=.. k=.. n=..`"));
+        }
+        k.matmul = Some(MatMul {
+            a: p.buf(t[0])?,
+            b: p.buf(t[2])?,
+            out: p.buf(t[4])?,
+            batch: p.num(p.attr(t[5], "batch")?)?,
+            m: p.num(p.attr(t[6], "m")?)?,
+            k: p.num(p.attr(t[7], "k")?)?,
+            n: p.num(p.attr(t[8], "n")?)?,
+        });
+        return Ok(());
+    }
+    if let Some(rest) = line.strip_prefix("load ") {
+        let (b, s) = rest
+            .split_once(' ')
+            .ok_or_else(|| p.err("expected `load bN strides=[..]`"))?;
+        k.loads.push(Access {
+            buf: p.buf(b)?,
+            strides: p.list(p.attr(s, "strides")?)?,
+        });
+        return Ok(());
+    }
+    if let Some(rest) = line.strip_prefix("scratch ") {
+        k.scratch.push(p.expr(rest, n)?);
+        return Ok(());
+    }
+    if let Some(rest) = line.strip_prefix("stage ") {
+        if let Some(st) = rest.strip_prefix("store ") {
+            let (lhs, v) = st
+                .split_once(" = ")
+                .ok_or_else(|| p.err("expected `stage store bN strides=[..] = %N`"))?;
+            let (b, s) = lhs
+                .split_once(' ')
+                .ok_or_else(|| p.err("missing strides"))?;
+            k.stages.push(Stage::Store {
+                access: Access {
+                    buf: p.buf(b)?,
+                    strides: p.list(p.attr(s, "strides")?)?,
+                },
+                value: p.expr(v, n)?,
+            });
+        } else {
+            let (op, v) = rest
+                .split_once(' ')
+                .ok_or_else(|| p.err("expected `stage reduce_op %N`"))?;
+            let op = reduce_from_name(op).ok_or_else(|| p.err(format!("unknown stage `{op}`")))?;
+            k.stages.push(Stage::Reduce {
+                op,
+                value: p.expr(v, n)?,
+            });
+        }
+        return Ok(());
+    }
+    // `%N = body : dtype`
+    let (lhs, rhs) = line
+        .split_once(" = ")
+        .ok_or_else(|| p.err(format!("cannot read `{line}`")))?;
+    if lhs.trim() != format!("%{n}") {
+        return Err(p.err(format!("expected `%{n} = ...`, found `{lhs}`")));
+    }
+    let (body, dt) = rhs
+        .rsplit_once(" : ")
+        .ok_or_else(|| p.err("missing ` : dtype`"))?;
+    let dtype = p.dtype(dt)?;
+    let (op, args) = body.split_once(' ').unwrap_or((body, ""));
+    let ops: Vec<&str> = args.split(',').map(str::trim).collect();
+    let e = |i: usize| p.expr(ops.get(i).copied().unwrap_or(""), n);
+    let expr = match op {
+        "load" => Expr::Load(p.num(args)?),
+        "param" => Expr::Param(p.num(args)?),
+        "row" => Expr::Row(p.num(args)?),
+        "lit" => Expr::Lit(
+            parse_lit_text(args, dtype)
+                .ok_or_else(|| p.err(format!("bad {dtype} literal `{args}`")))?,
+        ),
+        "select" => Expr::Select(e(0)?, e(1)?, e(2)?),
+        "cast" => {
+            let (a, _) = args
+                .split_once(" from ")
+                .ok_or_else(|| p.err("expected `cast %N from dtype`"))?;
+            Expr::Cast(p.expr(a, n)?)
+        }
+        other => {
+            if let Some(u) = unary_from_name(other) {
+                Expr::Unary(u, e(0)?)
+            } else if let Some(b) = binary_from_name(other) {
+                Expr::Binary(b, e(0)?, e(1)?)
+            } else if let Some(c) = compare_from_name(other) {
+                Expr::Compare(c, e(0)?, e(1)?)
+            } else {
+                return Err(p.err(format!("unknown expression `{other}`")));
+            }
+        }
+    };
+    k.exprs.push(ExprNode { expr, dtype });
+    Ok(())
+}

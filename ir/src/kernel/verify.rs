@@ -1,0 +1,125 @@
+//! The kernel IR verifier: every id in range, operands before users, dtypes
+//! consistent, accesses of the domain's rank, `row N` naming an earlier
+//! reduce stage. Fusion output and parsed text both pass through it in tests.
+
+use super::{Expr, Kernel, KernelProgram, ProgramOutput, Stage};
+use crate::dtype::DType;
+use crate::error::IrError;
+
+fn bad(k: &Kernel, msg: String) -> IrError {
+    IrError::Verify(format!("kernel `{}`: {msg}", k.name))
+}
+
+/// Checks a whole program.
+pub fn verify_program(p: &KernelProgram) -> Result<(), IrError> {
+    let nbuf = p.buffers.len() as u32;
+    for k in &p.kernels {
+        verify_kernel(p, k, nbuf)?;
+    }
+    for o in &p.outputs {
+        match *o {
+            ProgramOutput::Buffer(b, ty) => {
+                let decl = p.buffers.get(b.0 as usize).ok_or_else(|| {
+                    IrError::Verify(format!("output names missing buffer b{}", b.0))
+                })?;
+                if decl.ty.dtype != ty.dtype || decl.ty.shape.numel() != ty.shape.numel() {
+                    return Err(IrError::Verify(format!(
+                        "output b{} as {ty} does not match {}",
+                        b.0, decl.ty
+                    )));
+                }
+            }
+            ProgramOutput::Param(i, _) => {
+                if i as usize >= p.params.len() {
+                    return Err(IrError::Verify(format!("output names missing param {i}")));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn verify_kernel(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError> {
+    if k.domain.is_empty() {
+        return Err(bad(k, "empty domain".into()));
+    }
+    let rank = k.domain.len();
+    for a in k.accesses() {
+        if a.buf.0 >= nbuf {
+            return Err(bad(k, format!("access to missing buffer b{}", a.buf.0)));
+        }
+        if a.strides.len() != rank {
+            return Err(bad(
+                k,
+                format!(
+                    "access of b{} has {} strides for rank {rank}",
+                    a.buf.0,
+                    a.strides.len()
+                ),
+            ));
+        }
+    }
+    if let Some(m) = &k.matmul {
+        for b in [m.a, m.b, m.out] {
+            if b.0 >= nbuf {
+                return Err(bad(k, format!("matmul names missing buffer b{}", b.0)));
+            }
+        }
+        let numel = |b: super::BufId| p.buffer(b).ty.shape.numel();
+        if numel(m.a) != m.batch * m.m * m.k
+            || numel(m.b) != m.batch * m.k * m.n
+            || numel(m.out) != m.batch * m.m * m.n
+        {
+            return Err(bad(k, "matmul sizes do not match its buffers".into()));
+        }
+    }
+    let dt = |i: super::ExprId| k.exprs[i.0 as usize].dtype;
+    for (i, e) in k.exprs.iter().enumerate() {
+        for o in e.expr.operands() {
+            if o.0 as usize >= i {
+                return Err(bad(k, format!("%{i} uses %{} before it is defined", o.0)));
+            }
+        }
+        let ok = match e.expr {
+            Expr::Load(l) => k
+                .loads
+                .get(l as usize)
+                .is_some_and(|a| p.buffer(a.buf).ty.dtype == e.dtype),
+            Expr::Param(n) => (n as usize) < p.params.len(),
+            Expr::Lit(l) => l.fits(e.dtype),
+            Expr::Unary(_, a) => dt(a) == e.dtype,
+            Expr::Binary(_, a, b) => dt(a) == e.dtype && dt(b) == e.dtype,
+            Expr::Compare(_, a, b) => dt(a) == dt(b) && e.dtype == DType::Bool,
+            Expr::Select(c, a, b) => dt(c) == DType::Bool && dt(a) == e.dtype && dt(b) == e.dtype,
+            Expr::Cast(_) => true,
+            Expr::Row(s) => {
+                matches!(k.stages.get(s as usize), Some(Stage::Reduce { value, .. }) if dt(*value) == e.dtype)
+            }
+        };
+        if !ok {
+            return Err(bad(k, format!("%{i} is ill-typed or out of range")));
+        }
+    }
+    for s in &k.stages {
+        let v = match s {
+            Stage::Reduce { value, .. } | Stage::Store { value, .. } => *value,
+        };
+        if v.0 as usize >= k.exprs.len() {
+            return Err(bad(k, format!("stage uses missing %{}", v.0)));
+        }
+        if let Stage::Store { access, value } = s {
+            if p.buffer(access.buf).ty.dtype != dt(*value) {
+                return Err(bad(
+                    k,
+                    format!("store of a {} into b{}", dt(*value), access.buf.0),
+                ));
+            }
+        }
+    }
+    for s in &k.scratch {
+        if s.0 as usize >= k.exprs.len() {
+            return Err(bad(k, format!("scratch names missing %{}", s.0)));
+        }
+    }
+    Ok(())
+}
