@@ -1,4 +1,14 @@
-//! `tilejit-codegen`: lowers kernel IR to native host code (Cranelift) and to
-//! simulated-device bytecode. Empty until the host-backend issue: the
-//! foundation runs every program on the reference interpreter, and no
-//! placeholder code generator pretends otherwise.
+//! `tilejit-codegen`: kernel IR -> code.
+//!
+//! - [`host`]: Cranelift native code for the host CPU. [`host::compile`]
+//!   turns one [`tilejit_ir::kernel::Kernel`] into a [`host::KernelCode`],
+//!   a typed handle whose `call` is safe (it checks every argument against
+//!   the kernel's layout before entering native code).
+//!
+//! Invariant: the only `unsafe` in this crate is in `host/native.rs`, the one
+//! module that enters native code: JIT kernels and `gemm`.
+
+mod error;
+pub mod host;
+
+pub use error::CodegenError;

@@ -4,14 +4,15 @@
 //! - if an operand is traced, `build` runs on the active trace's graph
 //!   (concrete operands become constants of the trace);
 //! - otherwise (eager mode) `build` runs on a fresh graph whose inputs are
-//!   the operands, and the graph runs at once.
+//!   the operands, and the graph is fused, compiled (through the kernel
+//!   cache) and run at once.
 //!
 //! So eager and traced ops share every line of shape and dtype logic.
 
 use crate::error::{Error, Loc};
 use crate::tensor::{Repr, Tensor};
 use crate::trace;
-use tilejit_ir::{interp, Graph, IrError, NodeId, Op};
+use tilejit_ir::{Graph, IrError, NodeId, Op};
 
 /// Applies an op; see the module docs.
 pub(crate) fn apply(
@@ -101,7 +102,10 @@ fn apply_eager(
         }
         let node = build(&mut g, &ids)?;
         g.outputs.push(node);
-        let mut out = interp::run(&g, &inputs, &[])?;
+        let mut out = tilejit_runtime::run_eager(&g, &inputs).map_err(|e| match e {
+            tilejit_runtime::RuntimeError::Ir(e) => e,
+            other => IrError::Verify(other.to_string()),
+        })?;
         out.pop()
             .ok_or_else(|| IrError::Verify("eager op produced no output".into()))
     };

@@ -9,6 +9,9 @@ pub enum RuntimeError {
     /// verifier failure after a pass, out of memory).
     #[error(transparent)]
     Ir(#[from] IrError),
+    /// Code generation or a native launch failed.
+    #[error(transparent)]
+    Codegen(#[from] tilejit_codegen::CodegenError),
     /// A compile step panicked; the cache entry was released, not poisoned.
     #[error("{what} panicked: {message}")]
     Panicked {
@@ -25,6 +28,11 @@ impl RuntimeError {
         match self {
             RuntimeError::Ir(e) => e.kind(),
             RuntimeError::Panicked { .. } => ErrorKind::Internal,
+            RuntimeError::Codegen(tilejit_codegen::CodegenError::Unsupported { .. }) => {
+                ErrorKind::Unsupported
+            }
+            RuntimeError::Codegen(tilejit_codegen::CodegenError::Cpu(_)) => ErrorKind::Device,
+            RuntimeError::Codegen(_) => ErrorKind::Internal,
         }
     }
 }

@@ -4,14 +4,22 @@
 //! - [`HandlerCache`]: a jit function's signature -> program cache with
 //!   single-flight builds and miss explanation.
 //! - [`Signature`]: the key.
+//! - [`HostProgram`]: a program fused into kernels and compiled to native
+//!   code; [`kernel_cache`]: the global cache of compiled kernels.
 
 mod error;
 mod handler_cache;
+mod host;
+mod kernel_cache;
 mod program;
 mod signature;
 
 pub use error::{panic_message, RuntimeError};
 pub use handler_cache::{CacheEntry, HandlerCache, HandlerStats};
-pub use program::Program;
+pub use host::HostProgram;
+pub use kernel_cache::{
+    kernel_cache, CachedKernel, KernelCache, KernelCacheStats, KernelDetails, KernelEntry,
+};
+pub use program::{run_eager, Program};
 pub use signature::{ArgSig, Signature};
 pub use tilejit_device::Target;

@@ -1,7 +1,8 @@
 //! `Program`: what a jit function's handler cache holds for one signature.
-//! Compiling = verify the traced graph, run the pass pipeline, verify again.
-//! Running executes the optimised graph; until the host backend lands, on the
-//! reference interpreter.
+//! Compiling = verify the traced graph, run the pass pipeline, verify again,
+//! fuse into kernels and compile them to native code (through the kernel
+//! cache). Running launches the kernels; `run_reference` runs the optimised
+//! graph on the reference interpreter instead (the oracle).
 
 use crate::error::RuntimeError;
 use std::time::{Duration, Instant};
@@ -10,11 +11,14 @@ use tilejit_ir::passes::simplify;
 use tilejit_ir::verify::verify;
 use tilejit_ir::{interp, Array, Graph, Lit};
 
+use crate::host::HostProgram;
+
 /// A compiled program.
 #[derive(Debug)]
 pub struct Program {
     traced: Graph,
     optimized: Graph,
+    host: HostProgram,
     compile_time: Duration,
 }
 
@@ -27,16 +31,34 @@ impl Program {
         // in debug builds and tests, where a pass bug should fail loudly.
         let optimized = simplify(&traced, cfg!(debug_assertions))?;
         verify(&optimized)?;
+        let host = HostProgram::compile(&optimized)?;
         Ok(Program {
             traced,
             optimized,
+            host,
             compile_time: start.elapsed(),
         })
     }
 
-    /// Runs the program on concrete inputs and parameter values.
+    /// Runs the program's native kernels on concrete inputs and parameter
+    /// values.
     pub fn run(&self, inputs: &[Array], params: &[Lit]) -> Result<Vec<Array>, RuntimeError> {
+        check_inputs(&self.optimized, inputs, params)?;
+        self.host.run(inputs, params)
+    }
+
+    /// Runs the optimised graph on the reference interpreter.
+    pub fn run_reference(
+        &self,
+        inputs: &[Array],
+        params: &[Lit],
+    ) -> Result<Vec<Array>, RuntimeError> {
         Ok(interp::run(&self.optimized, inputs, params)?)
+    }
+
+    /// The fused, compiled form.
+    pub fn host(&self) -> &HostProgram {
+        &self.host
     }
 
     /// The graph as traced, before any pass.
@@ -56,6 +78,45 @@ impl Program {
 
     /// Where it runs.
     pub fn target(&self) -> Target {
-        Target::Reference
+        Target::Host
     }
+}
+
+/// Checks argument count and types against the graph's inputs and params.
+fn check_inputs(g: &Graph, inputs: &[Array], params: &[Lit]) -> Result<(), RuntimeError> {
+    let want = g.input_types();
+    if want.len() != inputs.len() {
+        return Err(tilejit_ir::IrError::Arguments(format!(
+            "expected {} tensor inputs, got {}",
+            want.len(),
+            inputs.len()
+        ))
+        .into());
+    }
+    for (i, (w, a)) in want.iter().zip(inputs).enumerate() {
+        if *w != a.ty() {
+            return Err(tilejit_ir::IrError::Arguments(format!(
+                "input {i}: expected {w}, got {}",
+                a.ty()
+            ))
+            .into());
+        }
+    }
+    if g.param_types().len() != params.len() {
+        return Err(tilejit_ir::IrError::Arguments(format!(
+            "expected {} params, got {}",
+            g.param_types().len(),
+            params.len()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// Runs a graph eagerly: fused and compiled (kernels come from the kernel
+/// cache, so a repeated op costs a lookup, not a compile), without the
+/// simplify passes (an eager graph is one op on inputs).
+pub fn run_eager(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError> {
+    check_inputs(g, inputs, &[])?;
+    HostProgram::compile(g)?.run(inputs, &[])
 }

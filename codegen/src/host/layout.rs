@@ -1,0 +1,247 @@
+//! How a kernel's arguments are laid out, and the bounds check that makes a
+//! call safe. The native signature is `fn(bufs, args, start, end)`:
+//! - `bufs[i]`: base pointer of local buffer `i` (buffers numbered in order
+//!   of first use: matmul operands, loads, stores), then one pointer per
+//!   scratch value (a row of 8-byte slots);
+//! - `args`: the domain dims, then `rank` strides (in elements) per access
+//!   (loads, then stores), then one 8-byte slot per param (f64 bits for a
+//!   float param, the integer for an int or bool one).
+//!
+//! Sizes and strides are runtime values, so one compiled kernel serves every
+//! shape with the same structure.
+
+use tilejit_ir::kernel::{BufId, Expr, Kernel, Stage};
+use tilejit_ir::{DType, Lit};
+
+/// Bytes one element of `dtype` takes in a kernel's memory. f16 and bf16
+/// are computed and stored as f32 (the runtime converts at the program's
+/// boundary).
+pub fn storage_bytes(dtype: DType) -> usize {
+    match dtype {
+        DType::F32 | DType::F16 | DType::BF16 | DType::I32 => 4,
+        DType::F64 | DType::I64 => 8,
+        DType::Bool => 1,
+    }
+}
+
+/// The argument layout of one kernel.
+#[derive(Clone, Debug)]
+pub struct ArgLayout {
+    /// Domain rank.
+    pub rank: usize,
+    /// Program buffers in local order.
+    pub buffers: Vec<BufId>,
+    /// Element size of each local buffer.
+    pub elem_bytes: Vec<usize>,
+    /// Whether each local buffer is written.
+    pub written: Vec<bool>,
+    /// Local buffer of each access (loads, then stores).
+    pub access_buf: Vec<usize>,
+    /// Whether an access is made at inner index 0 of a per-row stage (and so
+    /// even when the inner dimension is empty).
+    pub access_per_row: Vec<bool>,
+    /// Number of scratch rows.
+    pub scratch: usize,
+    /// Number of params.
+    pub params: usize,
+    /// Whether launch units are elements (flat) rather than rows.
+    pub flat: bool,
+    /// Matmul operand and result local buffers, if any (the runtime fills
+    /// the result before the stages run).
+    pub matmul: Option<[usize; 3]>,
+}
+
+impl ArgLayout {
+    /// The layout of `k`.
+    pub fn of(k: &Kernel, dtype_of: &dyn Fn(BufId) -> DType) -> ArgLayout {
+        let mut buffers: Vec<BufId> = Vec::new();
+        let mut local = |b: BufId| match buffers.iter().position(|&x| x == b) {
+            Some(i) => i,
+            None => {
+                buffers.push(b);
+                buffers.len() - 1
+            }
+        };
+        let matmul = k
+            .matmul
+            .as_ref()
+            .map(|m| [local(m.a), local(m.b), local(m.out)]);
+        let access_buf: Vec<usize> = k.accesses().map(|a| local(a.buf)).collect();
+        let mut written = vec![false; buffers.len()];
+        let nloads = k.loads.len();
+        for &b in &access_buf[nloads..] {
+            written[b] = true;
+        }
+        if let Some([_, _, out]) = matmul {
+            written[out] = true;
+        }
+        // Loads reachable from per-row store values.
+        let flat = k.is_flat();
+        let mut access_per_row = vec![false; access_buf.len()];
+        let mut store_i = nloads;
+        for s in &k.stages {
+            if let Stage::Store { access, value } = s {
+                if !flat && access.inner_stride() == 0 {
+                    access_per_row[store_i] = true;
+                    for e in reachable(k, *value) {
+                        if let Expr::Load(l) = k.expr(e).expr {
+                            access_per_row[l as usize] = true;
+                        }
+                    }
+                }
+                store_i += 1;
+            }
+        }
+        ArgLayout {
+            rank: k.domain.len(),
+            elem_bytes: buffers
+                .iter()
+                .map(|&b| storage_bytes(dtype_of(b)))
+                .collect(),
+            buffers,
+            written,
+            access_buf,
+            access_per_row,
+            scratch: k.scratch.len(),
+            params: k
+                .exprs
+                .iter()
+                .filter_map(|e| match e.expr {
+                    Expr::Param(i) => Some(i as usize + 1),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0),
+            flat,
+            matmul,
+        }
+    }
+
+    /// Index of the first stride of access `a` in `args`.
+    pub fn stride_slot(&self, a: usize) -> usize {
+        self.rank + a * self.rank
+    }
+
+    /// Index of param `p` in `args`.
+    pub fn param_slot(&self, p: usize) -> usize {
+        self.rank + self.access_buf.len() * self.rank + p
+    }
+
+    /// The `args` array for a kernel instance: its domain, its accesses'
+    /// strides and the param values.
+    pub fn args(&self, k: &Kernel, params: &[Lit]) -> Vec<i64> {
+        let mut v: Vec<i64> = k.domain.iter().map(|&d| d as i64).collect();
+        for a in k.accesses() {
+            v.extend_from_slice(&a.strides);
+        }
+        for i in 0..self.params {
+            v.push(match params.get(i) {
+                Some(Lit::Float(f)) => f.to_bits() as i64,
+                Some(other) => other.as_i64(),
+                None => 0,
+            });
+        }
+        v
+    }
+
+    /// Checks that a call over units `start..end` stays inside every buffer.
+    pub fn check(
+        &self,
+        bufs: &[super::BufArg],
+        args: &[i64],
+        start: usize,
+        end: usize,
+    ) -> Result<(), String> {
+        let nbuf = self.buffers.len() + self.scratch;
+        if bufs.len() != nbuf {
+            return Err(format!("{} buffers given, {nbuf} expected", bufs.len()));
+        }
+        let nargs = self.param_slot(self.params);
+        if args.len() != nargs {
+            return Err(format!("{} args given, {nargs} expected", args.len()));
+        }
+        if start >= end {
+            return Ok(());
+        }
+        let dims: Vec<usize> = args[..self.rank]
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| format!("negative dim {d}")))
+            .collect::<Result<_, _>>()?;
+        let numel = dims
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or("domain size overflows")?;
+        let cols = dims[self.rank - 1];
+        let rows = dims[..self.rank - 1]
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or("domain size overflows")?;
+        let units = if self.flat { numel } else { rows };
+        if end > units {
+            return Err(format!("range {start}..{end} exceeds {units} units"));
+        }
+        for (i, b) in bufs.iter().enumerate() {
+            if b.ptr == 0 && b.bytes > 0 {
+                return Err(format!("buffer {i} is null"));
+            }
+        }
+        for (l, w) in self.written.iter().enumerate() {
+            if *w && !bufs[l].writable {
+                return Err(format!("buffer {l} is written but not writable"));
+            }
+        }
+        for s in 0..self.scratch {
+            let b = &bufs[self.buffers.len() + s];
+            if !b.writable || b.bytes < cols.saturating_mul(8) {
+                return Err(format!("scratch {s} must hold {cols} 8-byte slots"));
+            }
+        }
+        for (a, &lb) in self.access_buf.iter().enumerate() {
+            let strides = &args[self.stride_slot(a)..self.stride_slot(a) + self.rank];
+            if strides.iter().any(|&s| s < 0) {
+                return Err(format!("access {a} has a negative stride"));
+            }
+            // The largest element offset any unit in the launch can reach.
+            let max = if self.flat {
+                (end as u128 - 1) * strides[0] as u128
+            } else {
+                let mut m: u128 = 0;
+                for d in 0..self.rank - 1 {
+                    m += (dims[d].saturating_sub(1)) as u128 * strides[d] as u128;
+                }
+                let inner = strides[self.rank - 1] as u128;
+                if cols == 0 {
+                    if !self.access_per_row[a] {
+                        continue; // only touched inside an empty inner loop
+                    }
+                } else {
+                    m += (cols as u128 - 1) * inner;
+                }
+                m
+            };
+            let elems = (bufs[lb].bytes / self.elem_bytes[lb]) as u128;
+            if max >= elems {
+                return Err(format!(
+                    "access {a} reaches element {max} of a buffer of {elems}"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Expressions `root` depends on, itself included.
+pub fn reachable(k: &Kernel, root: tilejit_ir::kernel::ExprId) -> Vec<tilejit_ir::kernel::ExprId> {
+    let mut seen = vec![false; k.exprs.len()];
+    let mut work = vec![root];
+    let mut out = Vec::new();
+    while let Some(e) = work.pop() {
+        if std::mem::replace(&mut seen[e.0 as usize], true) {
+            continue;
+        }
+        out.push(e);
+        work.extend(k.expr(e).expr.operands());
+    }
+    out.sort();
+    out
+}

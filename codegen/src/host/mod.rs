@@ -1,0 +1,225 @@
+//! The host backend: one kernel -> one native function, through Cranelift.
+//!
+//! [`compile`] builds the function (`lower.rs`, math in `math.rs`), gives it
+//! its own `JITModule` (so evicting a kernel frees its code) and returns a
+//! [`KernelCode`] handle. The ISA flags come from `cranelift_native` with
+//! `opt_level=speed` and the IR verifier off in release builds (it costs
+//! 40-65% of compile time); FMA must be present or each vector `fma` would
+//! become four libcalls, so without it the code uses `fmul`+`fadd`.
+
+mod layout;
+mod lower;
+mod math;
+mod native;
+
+pub use layout::{storage_bytes, ArgLayout};
+pub use native::{matmul_f32, matmul_f64, BufArg, KernelCode};
+
+use crate::CodegenError;
+use cranelift_codegen::ir::{types, AbiParam, Signature, UserFuncName};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_codegen::Context;
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{Linkage, Module};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use tilejit_ir::kernel::{BufId, Kernel};
+use tilejit_ir::DType;
+
+/// Options that change generated code (part of the kernel cache key).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CodegenOptions {
+    /// Cranelift's optimisation level: true = `speed`, false = `none`.
+    pub optimize: bool,
+    /// Run Cranelift's IR verifier on each function.
+    pub verify: bool,
+}
+
+impl Default for CodegenOptions {
+    fn default() -> CodegenOptions {
+        CodegenOptions {
+            optimize: true,
+            verify: cfg!(debug_assertions),
+        }
+    }
+}
+
+/// What the host CPU offers the generated code.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CpuFeatures {
+    /// SSE4.1 (`roundps`, `blendvps`).
+    pub sse41: bool,
+    /// Fused multiply-add.
+    pub fma: bool,
+    /// AVX2 (used by the matmul crate; Cranelift emits only 128-bit vectors).
+    pub avx2: bool,
+    /// AVX-512F.
+    pub avx512f: bool,
+}
+
+/// The host's features, detected once.
+pub fn cpu_features() -> CpuFeatures {
+    static F: OnceLock<CpuFeatures> = OnceLock::new();
+    *F.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            CpuFeatures {
+                sse41: std::arch::is_x86_feature_detected!("sse4.1"),
+                fma: std::arch::is_x86_feature_detected!("fma"),
+                avx2: std::arch::is_x86_feature_detected!("avx2"),
+                avx512f: std::arch::is_x86_feature_detected!("avx512f"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            CpuFeatures {
+                sse41: false,
+                fma: true,
+                avx2: false,
+                avx512f: false,
+            }
+        }
+    })
+}
+
+extern "C" fn tj_exp(x: f64) -> f64 {
+    x.exp()
+}
+extern "C" fn tj_log(x: f64) -> f64 {
+    x.ln()
+}
+extern "C" fn tj_tanh(x: f64) -> f64 {
+    x.tanh()
+}
+extern "C" fn tj_sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+extern "C" fn tj_gelu(x: f64) -> f64 {
+    0.5 * x * (1.0 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh())
+}
+extern "C" fn tj_round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+extern "C" fn tj_round_bf16(x: f32) -> f32 {
+    half::bf16::from_f32(x).to_f32()
+}
+
+const F64_FNS: [(&str, &str, extern "C" fn(f64) -> f64); 5] = [
+    ("exp", "tj_exp", tj_exp),
+    ("log", "tj_log", tj_log),
+    ("tanh", "tj_tanh", tj_tanh),
+    ("sigmoid", "tj_sigmoid", tj_sigmoid),
+    ("gelu", "tj_gelu", tj_gelu),
+];
+
+fn cl_err(k: &Kernel, e: impl std::fmt::Display) -> CodegenError {
+    CodegenError::Cranelift {
+        kernel: k.name.clone(),
+        message: e.to_string(),
+    }
+}
+
+fn new_module(k: &Kernel, opts: CodegenOptions) -> Result<JITModule, CodegenError> {
+    let mut flags = settings::builder();
+    let set = |f: &mut settings::Builder, n: &str, v: &str| f.set(n, v).map_err(|e| cl_err(k, e));
+    set(
+        &mut flags,
+        "opt_level",
+        if opts.optimize { "speed" } else { "none" },
+    )?;
+    set(
+        &mut flags,
+        "enable_verifier",
+        if opts.verify { "true" } else { "false" },
+    )?;
+    set(&mut flags, "is_pic", "false")?;
+    set(&mut flags, "use_colocated_libcalls", "false")?;
+    let isa_builder = cranelift_native::builder().map_err(|e| cl_err(k, e))?;
+    let isa = isa_builder
+        .finish(settings::Flags::new(flags))
+        .map_err(|e| cl_err(k, e))?;
+    let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
+    for (_, sym, f) in F64_FNS {
+        jb.symbol(sym, f as *const u8);
+    }
+    jb.symbol("tj_round_f16", tj_round_f16 as *const u8);
+    jb.symbol("tj_round_bf16", tj_round_bf16 as *const u8);
+    Ok(JITModule::new(jb))
+}
+
+/// Compiles one kernel. `dtype_of` gives each program buffer's dtype.
+pub fn compile(
+    k: &Kernel,
+    dtype_of: &dyn Fn(BufId) -> DType,
+    opts: CodegenOptions,
+) -> Result<KernelCode, CodegenError> {
+    let cpu = cpu_features();
+    if cfg!(target_arch = "x86_64") && !cpu.sse41 {
+        return Err(CodegenError::Cpu("SSE4.1"));
+    }
+    let layout = ArgLayout::of(k, dtype_of);
+    let mut module = new_module(k, opts)?;
+    let ptr = module.target_config().pointer_type();
+    let mut sig = Signature::new(module.isa().default_call_conv());
+    for _ in 0..4 {
+        sig.params.push(AbiParam::new(ptr));
+    }
+    let id = module
+        .declare_anonymous_function(&sig)
+        .map_err(|e| cl_err(k, e))?;
+    let mut ctx = Context::new();
+    ctx.func.signature = sig;
+    ctx.func.name = UserFuncName::user(0, id.as_u32());
+    ctx.set_disasm(true);
+    let mut fctx = FunctionBuilderContext::new();
+    {
+        let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        let mut f64_fns = HashMap::new();
+        for (name, sym, _) in F64_FNS {
+            let mut s = Signature::new(module.isa().default_call_conv());
+            s.params.push(AbiParam::new(types::F64));
+            s.returns.push(AbiParam::new(types::F64));
+            let fid = module
+                .declare_function(sym, Linkage::Import, &s)
+                .map_err(|e| cl_err(k, e))?;
+            f64_fns.insert(name, module.declare_func_in_func(fid, b.func));
+        }
+        let mut round = Vec::new();
+        for sym in ["tj_round_f16", "tj_round_bf16"] {
+            let mut s = Signature::new(module.isa().default_call_conv());
+            s.params.push(AbiParam::new(types::F32));
+            s.returns.push(AbiParam::new(types::F32));
+            let fid = module
+                .declare_function(sym, Linkage::Import, &s)
+                .map_err(|e| cl_err(k, e))?;
+            round.push(module.declare_func_in_func(fid, b.func));
+        }
+        let libs = lower::Libcalls {
+            f64_fns,
+            round_f16: round[0],
+            round_bf16: round[1],
+        };
+        let buf_dtype = |lb: usize| dtype_of(layout.buffers[lb]);
+        lower::Lowerer::new(b, k, &layout, &buf_dtype, cpu.fma, libs).lower()?;
+    }
+    let clif = ctx.func.display().to_string();
+    module
+        .define_function(id, &mut ctx)
+        .map_err(|e| cl_err(k, format!("{e:?}")))?;
+    let (code_bytes, disasm) = match ctx.compiled_code() {
+        Some(c) => (c.code_buffer().len(), c.vcode.clone().unwrap_or_default()),
+        None => (0, String::new()),
+    };
+    module.finalize_definitions().map_err(|e| cl_err(k, e))?;
+    let ptr = module.get_finalized_function(id);
+    Ok(KernelCode::new(
+        module,
+        ptr,
+        layout,
+        k.name.clone(),
+        code_bytes,
+        clif,
+        disasm,
+    ))
+}

@@ -1,0 +1,251 @@
+//! The only module of tilejit that enters native code outside safe Rust:
+//! JIT-compiled kernels (the typed handle [`KernelCode`]) and the `gemm`
+//! crate's matrix multiply ([`matmul_f32`], [`matmul_f64`]). Each entry point
+//! checks every pointer and size against what the callee will touch first,
+//! so safe callers cannot make native code read or write out of bounds.
+#![allow(unsafe_code)]
+
+use super::layout::ArgLayout;
+use crate::CodegenError;
+use cranelift_jit::JITModule;
+use std::sync::Mutex;
+
+/// `fn(bufs, args, start, end)`: the native calling convention of a kernel.
+type KernelFn = extern "C" fn(*const *mut u8, *const i64, i64, i64);
+
+/// One buffer handed to a kernel: base address and length in bytes. The
+/// address is a plain integer so launch descriptions can cross threads; the
+/// caller keeps the storage alive and unaliased for the call.
+#[derive(Copy, Clone, Debug)]
+pub struct BufArg {
+    /// Start of the storage.
+    pub ptr: usize,
+    /// Its size in bytes.
+    pub bytes: usize,
+    /// True if the kernel may write it.
+    pub writable: bool,
+}
+
+/// Compiled native code for one kernel structure.
+pub struct KernelCode {
+    func: KernelFn,
+    /// Owns the code pages; freed on drop.
+    module: Mutex<Option<JITModule>>,
+    /// Layout of the arguments, and what every access may touch.
+    pub layout: ArgLayout,
+    /// The kernel's name (for errors).
+    pub name: String,
+    /// Size of the machine code in bytes.
+    pub code_bytes: usize,
+    /// The Cranelift IR that was compiled.
+    pub clif: String,
+    /// Cranelift's listing of the machine instructions.
+    pub disasm: String,
+}
+
+// SAFETY: the code pages are immutable once finalised and the function is
+// reentrant (it keeps no state outside its arguments), so calling it from
+// several threads at once is sound. The module is only touched again in
+// `Drop`, behind a mutex.
+unsafe impl Send for KernelCode {}
+// SAFETY: as above: `&KernelCode` only ever calls immutable, reentrant code.
+unsafe impl Sync for KernelCode {}
+
+impl KernelCode {
+    pub(crate) fn new(
+        module: JITModule,
+        ptr: *const u8,
+        layout: ArgLayout,
+        name: String,
+        code_bytes: usize,
+        clif: String,
+        disasm: String,
+    ) -> KernelCode {
+        // SAFETY: `ptr` is the finalised address of a function that codegen
+        // declared with exactly the signature of `KernelFn` (four pointer-size
+        // integers, SystemV / "C" calling convention, no return value).
+        let func = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };
+        KernelCode {
+            func,
+            module: Mutex::new(Some(module)),
+            layout,
+            name,
+            code_bytes,
+            clif,
+            disasm,
+        }
+    }
+
+    fn bad(&self, message: String) -> CodegenError {
+        CodegenError::Launch {
+            kernel: self.name.clone(),
+            message,
+        }
+    }
+
+    /// Runs the kernel over launch units `start..end` (elements of a flat
+    /// kernel, rows otherwise). `bufs` are the kernel's buffers in layout
+    /// order followed by its scratch buffers; `args` is built by
+    /// [`ArgLayout::args`]. Every access the kernel can make over
+    /// `start..end` is checked to stay inside its buffer first.
+    pub fn call(
+        &self,
+        bufs: &[BufArg],
+        args: &[i64],
+        start: usize,
+        end: usize,
+    ) -> Result<(), CodegenError> {
+        self.layout
+            .check(bufs, args, start, end)
+            .map_err(|m| self.bad(m))?;
+        if start >= end {
+            return Ok(());
+        }
+        let ptrs: Vec<*mut u8> = bufs.iter().map(|b| b.ptr as *mut u8).collect();
+        // SAFETY: `check` proved that for every unit in start..end every load
+        // and store the kernel performs (computed from the same dims and
+        // strides in `args`) lies within its buffer, that written buffers
+        // are writable, and that scratch buffers hold a full row. The
+        // pointers stay valid for the call because the caller borrows them.
+        (self.func)(ptrs.as_ptr(), args.as_ptr(), start as i64, end as i64);
+        Ok(())
+    }
+}
+
+impl Drop for KernelCode {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.module.lock() {
+            if let Some(module) = m.take() {
+                // SAFETY: `self` is being dropped, so no `call` can be running
+                // or start later: nothing refers to the code any more.
+                unsafe { module.free_memory() };
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for KernelCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelCode")
+            .field("name", &self.name)
+            .field("code_bytes", &self.code_bytes)
+            .finish()
+    }
+}
+
+/// `out[b] = a[b] @ bm[b]` for `batch` row-major matrices (`a`: m x k,
+/// `bm`: k x n, `out`: m x n), through `gemm` on up to `threads` threads.
+pub fn matmul_f32(
+    a: &[f32],
+    bm: &[f32],
+    out: &mut [f32],
+    dims: [usize; 4],
+    threads: usize,
+) -> Result<(), CodegenError> {
+    let [batch, m, k, n] = dims;
+    check_matmul(a.len(), bm.len(), out.len(), dims)?;
+    for i in 0..batch {
+        let (a, bm) = (
+            &a[i * m * k..(i + 1) * m * k],
+            &bm[i * k * n..(i + 1) * k * n],
+        );
+        let o = &mut out[i * m * n..(i + 1) * m * n];
+        // SAFETY: `check_matmul` proved the slices hold exactly m*k, k*n and
+        // m*n elements; the strides below (row-major, column stride 1) keep
+        // every access inside them; `o` is a unique borrow.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                o.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr(),
+                1,
+                k as isize,
+                bm.as_ptr(),
+                1,
+                n as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                par(threads),
+            )
+        }
+    }
+    Ok(())
+}
+
+/// The f64 version of [`matmul_f32`].
+pub fn matmul_f64(
+    a: &[f64],
+    bm: &[f64],
+    out: &mut [f64],
+    dims: [usize; 4],
+    threads: usize,
+) -> Result<(), CodegenError> {
+    let [batch, m, k, n] = dims;
+    check_matmul(a.len(), bm.len(), out.len(), dims)?;
+    for i in 0..batch {
+        let (a, bm) = (
+            &a[i * m * k..(i + 1) * m * k],
+            &bm[i * k * n..(i + 1) * k * n],
+        );
+        let o = &mut out[i * m * n..(i + 1) * m * n];
+        // SAFETY: as in `matmul_f32`.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                o.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr(),
+                1,
+                k as isize,
+                bm.as_ptr(),
+                1,
+                n as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                par(threads),
+            )
+        }
+    }
+    Ok(())
+}
+
+fn par(threads: usize) -> gemm::Parallelism {
+    if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    }
+}
+
+fn check_matmul(
+    a: usize,
+    b: usize,
+    out: usize,
+    [batch, m, k, n]: [usize; 4],
+) -> Result<(), CodegenError> {
+    let want = |x: usize, y: usize| batch.checked_mul(x).and_then(|v| v.checked_mul(y));
+    if want(m, k) != Some(a) || want(k, n) != Some(b) || want(m, n) != Some(out) {
+        return Err(CodegenError::Launch {
+            kernel: "matmul".into(),
+            message: format!(
+                "operands of {a}, {b} and {out} elements do not fit {batch}x[{m}x{k}]@[{k}x{n}]"
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,376 @@
+//! Running a fused program on the host: buffers, kernel launches in order,
+//! each split into ranges over the rayon pool (tiny kernels stay on the
+//! calling thread, where dispatch costs less than the work), matmuls through
+//! `gemm`, f16/bf16 held as f32 between the program's boundaries.
+
+use crate::error::RuntimeError;
+use crate::kernel_cache::{kernel_cache, CachedKernel};
+use rayon::prelude::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tilejit_codegen::host::{matmul_f32, matmul_f64, storage_bytes, ArgLayout, BufArg};
+use tilejit_ir::kernel::{fuse, BufKind, Kernel, KernelProgram, ProgramOutput};
+use tilejit_ir::{Array, Buffer, DType, Graph, IrError, Lit};
+
+/// Below this many domain elements a kernel runs on the calling thread.
+const PARALLEL_MIN: usize = 1 << 16;
+
+/// A program compiled for the host.
+#[derive(Debug)]
+pub struct HostProgram {
+    prog: KernelProgram,
+    code: Vec<Arc<CachedKernel>>,
+    /// Per kernel, this program's buffers in the kernel's local order (the
+    /// cached code may have been compiled for another program's buffers).
+    locals: Vec<Vec<tilejit_ir::kernel::BufId>>,
+    constants: Vec<Array>,
+}
+
+/// Typed storage the program owns during a run.
+enum Store {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    Bool(Vec<bool>),
+}
+
+fn zeroed(dtype: DType, n: usize) -> Result<Store, IrError> {
+    let oom = || IrError::OutOfMemory {
+        bytes: n.saturating_mul(storage_bytes(dtype)),
+    };
+    fn alloc<T: Clone + Default>(n: usize) -> Option<Vec<T>> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(n).ok()?;
+        v.resize(n, T::default());
+        Some(v)
+    }
+    Ok(match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => Store::F32(alloc(n).ok_or_else(oom)?),
+        DType::F64 => Store::F64(alloc(n).ok_or_else(oom)?),
+        DType::I32 => Store::I32(alloc(n).ok_or_else(oom)?),
+        DType::I64 => Store::I64(alloc(n).ok_or_else(oom)?),
+        DType::Bool => Store::Bool(alloc(n).ok_or_else(oom)?),
+    })
+}
+
+/// A buffer during a run: borrowed from an argument, or owned.
+enum Slot<'a> {
+    Borrowed(&'a Buffer),
+    Owned(Store),
+}
+
+impl Slot<'_> {
+    fn arg(&mut self) -> BufArg {
+        fn ro<T>(v: &[T]) -> BufArg {
+            BufArg {
+                ptr: v.as_ptr() as usize,
+                bytes: std::mem::size_of_val(v),
+                writable: false,
+            }
+        }
+        fn rw<T>(v: &mut [T]) -> BufArg {
+            BufArg {
+                ptr: v.as_mut_ptr() as usize,
+                bytes: std::mem::size_of_val(v),
+                writable: true,
+            }
+        }
+        match self {
+            Slot::Borrowed(Buffer::F32(v)) => ro(v),
+            Slot::Borrowed(Buffer::F64(v)) => ro(v),
+            Slot::Borrowed(Buffer::I32(v)) => ro(v),
+            Slot::Borrowed(Buffer::I64(v)) => ro(v),
+            Slot::Borrowed(Buffer::Bool(v)) => ro(v),
+            // f16/bf16 arguments are converted to owned f32 up front.
+            Slot::Borrowed(Buffer::F16(_) | Buffer::BF16(_)) => BufArg {
+                ptr: 0,
+                bytes: 0,
+                writable: false,
+            },
+            Slot::Owned(Store::F32(v)) => rw(v),
+            Slot::Owned(Store::F64(v)) => rw(v),
+            Slot::Owned(Store::I32(v)) => rw(v),
+            Slot::Owned(Store::I64(v)) => rw(v),
+            Slot::Owned(Store::Bool(v)) => rw(v),
+        }
+    }
+
+    /// Values as i64 (integer matmul only).
+    fn ints(&self) -> Vec<i64> {
+        match self {
+            Slot::Borrowed(Buffer::I32(v)) | Slot::Owned(Store::I32(v)) => {
+                v.iter().map(|&x| x as i64).collect()
+            }
+            Slot::Borrowed(Buffer::I64(v)) | Slot::Owned(Store::I64(v)) => v.clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+fn slot_for(buf: &Buffer) -> Slot<'_> {
+    match buf {
+        Buffer::F16(v) => Slot::Owned(Store::F32(v.iter().map(|x| x.to_f32()).collect())),
+        Buffer::BF16(v) => Slot::Owned(Store::F32(v.iter().map(|x| x.to_f32()).collect())),
+        b => Slot::Borrowed(b),
+    }
+}
+
+fn to_buffer(store: Store, dtype: DType) -> Buffer {
+    match (store, dtype) {
+        (Store::F32(v), DType::F16) => {
+            Buffer::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect())
+        }
+        (Store::F32(v), DType::BF16) => {
+            Buffer::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect())
+        }
+        (Store::F32(v), _) => Buffer::F32(v),
+        (Store::F64(v), _) => Buffer::F64(v),
+        (Store::I32(v), _) => Buffer::I32(v),
+        (Store::I64(v), _) => Buffer::I64(v),
+        (Store::Bool(v), _) => Buffer::Bool(v),
+    }
+}
+
+impl HostProgram {
+    /// Fuses `g` and compiles every kernel (in parallel) through the cache.
+    pub fn compile(g: &Graph) -> Result<HostProgram, RuntimeError> {
+        let prog = fuse(g)?;
+        let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
+        let code = if prog.kernels.len() > 1 {
+            prog.kernels
+                .par_iter()
+                .map(|k| kernel_cache().get_or_compile(k, &dtype_of))
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            prog.kernels
+                .iter()
+                .map(|k| kernel_cache().get_or_compile(k, &dtype_of))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        let constants = g.constants().iter().map(|c| c.0.clone()).collect();
+        let locals = prog
+            .kernels
+            .iter()
+            .map(|k| ArgLayout::of(k, &dtype_of).buffers)
+            .collect();
+        Ok(HostProgram {
+            prog,
+            code,
+            locals,
+            constants,
+        })
+    }
+
+    /// The fused program.
+    pub fn kernels(&self) -> &KernelProgram {
+        &self.prog
+    }
+
+    /// The compiled kernels, in program order.
+    pub fn code(&self) -> &[Arc<CachedKernel>] {
+        &self.code
+    }
+
+    /// Runs on concrete inputs (already checked against the graph's types).
+    pub fn run(&self, inputs: &[Array], params: &[Lit]) -> Result<Vec<Array>, RuntimeError> {
+        let p = &self.prog;
+        let mut slots: Vec<Slot<'_>> = Vec::with_capacity(p.buffers.len());
+        for b in &p.buffers {
+            slots.push(match b.kind {
+                BufKind::Input(i) => slot_for(
+                    inputs
+                        .get(i as usize)
+                        .ok_or_else(|| IrError::Arguments(format!("missing input {i}")))?
+                        .buffer(),
+                ),
+                BufKind::Constant(c) => slot_for(
+                    self.constants
+                        .get(c as usize)
+                        .ok_or_else(|| IrError::Verify(format!("missing constant {c}")))?
+                        .buffer(),
+                ),
+                BufKind::Temp => Slot::Owned(zeroed(b.ty.dtype, b.ty.shape.numel())?),
+            });
+        }
+        for ((k, code), locals) in p.kernels.iter().zip(&self.code).zip(&self.locals) {
+            if let Some(mm) = &k.matmul {
+                self.matmul(&mut slots, mm)?;
+            }
+            launch(k, code, locals, &mut slots, params)?;
+        }
+        let mut done: Vec<Option<Array>> = vec![None; p.buffers.len()];
+        let mut outs = Vec::with_capacity(p.outputs.len());
+        for o in &p.outputs {
+            outs.push(match *o {
+                ProgramOutput::Param(i, d) => {
+                    let lit = params.get(i as usize).copied().unwrap_or(Lit::Int(0));
+                    let lit = match lit {
+                        Lit::Float(f) => Lit::from_f64(f, d),
+                        other => Lit::from_i64(other.as_i64(), d),
+                    };
+                    Array::full(tilejit_ir::TensorType::scalar(d), lit)?
+                }
+                ProgramOutput::Buffer(b, ty) => {
+                    let bi = b.0 as usize;
+                    let arr = match (&p.buffers[bi].kind, &done[bi]) {
+                        (_, Some(a)) => a.clone(),
+                        (BufKind::Input(i), _) => inputs[*i as usize].clone(),
+                        (BufKind::Constant(c), _) => self.constants[*c as usize].clone(),
+                        (BufKind::Temp, None) => {
+                            let store = match std::mem::replace(
+                                &mut slots[bi],
+                                Slot::Owned(Store::Bool(Vec::new())),
+                            ) {
+                                Slot::Owned(s) => s,
+                                Slot::Borrowed(_) => {
+                                    return Err(
+                                        IrError::Verify("temp buffer borrowed".into()).into()
+                                    )
+                                }
+                            };
+                            let decl = p.buffers[bi].ty;
+                            let a = Array::new(decl.shape, to_buffer(store, decl.dtype))?;
+                            done[bi] = Some(a.clone());
+                            a
+                        }
+                    };
+                    arr.reshaped(ty.shape)?
+                }
+            });
+        }
+        Ok(outs)
+    }
+
+    fn matmul(
+        &self,
+        slots: &mut [Slot<'_>],
+        mm: &tilejit_ir::kernel::MatMul,
+    ) -> Result<(), RuntimeError> {
+        let dims = [mm.batch, mm.m, mm.k, mm.n];
+        let threads = if mm.m * mm.n * mm.k >= 1 << 18 {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        let mut out = match std::mem::replace(
+            &mut slots[mm.out.0 as usize],
+            Slot::Owned(Store::Bool(Vec::new())),
+        ) {
+            Slot::Owned(s) => s,
+            Slot::Borrowed(_) => {
+                return Err(IrError::Verify("matmul into an argument".into()).into())
+            }
+        };
+        let (a, b) = (&slots[mm.a.0 as usize], &slots[mm.b.0 as usize]);
+        let f32s = |s: &Slot<'_>| -> Option<Vec<f32>> {
+            match s {
+                Slot::Borrowed(Buffer::F32(v)) => Some(v.clone()),
+                Slot::Owned(Store::F32(v)) => Some(v.clone()),
+                _ => None,
+            }
+        };
+        let r = match &mut out {
+            Store::F32(o) => {
+                // Borrow without copying where possible.
+                match (a, b) {
+                    (Slot::Borrowed(Buffer::F32(x)), Slot::Borrowed(Buffer::F32(y))) => {
+                        matmul_f32(x, y, o, dims, threads)
+                    }
+                    _ => {
+                        let (x, y) = (f32s(a), f32s(b));
+                        match (x, y) {
+                            (Some(x), Some(y)) => matmul_f32(&x, &y, o, dims, threads),
+                            _ => return Err(IrError::Verify("matmul operand types".into()).into()),
+                        }
+                    }
+                }
+            }
+            Store::F64(o) => {
+                let get = |s: &Slot<'_>| -> Vec<f64> {
+                    match s {
+                        Slot::Borrowed(Buffer::F64(v)) | Slot::Owned(Store::F64(v)) => v.clone(),
+                        _ => Vec::new(),
+                    }
+                };
+                matmul_f64(&get(a), &get(b), o, dims, threads)
+            }
+            Store::I32(o) => {
+                let v = int_matmul(&a.ints(), &b.ints(), dims);
+                o.iter_mut().zip(v).for_each(|(d, s)| *d = s as i32);
+                Ok(())
+            }
+            Store::I64(o) => {
+                let v = int_matmul(&a.ints(), &b.ints(), dims);
+                o.iter_mut().zip(v).for_each(|(d, s)| *d = s);
+                Ok(())
+            }
+            Store::Bool(_) => return Err(IrError::Verify("bool matmul".into()).into()),
+        };
+        slots[mm.out.0 as usize] = Slot::Owned(out);
+        Ok(r?)
+    }
+}
+
+/// Wrapping integer matmul (ints are not the fast path).
+fn int_matmul(a: &[i64], b: &[i64], [batch, m, k, n]: [usize; 4]) -> Vec<i64> {
+    let mut out = vec![0i64; batch * m * n];
+    for bi in 0..batch {
+        for i in 0..m {
+            for p in 0..k {
+                let x = a[bi * m * k + i * k + p];
+                for j in 0..n {
+                    let o = &mut out[bi * m * n + i * n + j];
+                    *o = o.wrapping_add(x.wrapping_mul(b[bi * k * n + p * n + j]));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs one kernel over its whole domain.
+fn launch(
+    k: &Kernel,
+    code: &CachedKernel,
+    locals: &[tilejit_ir::kernel::BufId],
+    slots: &mut [Slot<'_>],
+    params: &[Lit],
+) -> Result<(), RuntimeError> {
+    let layout = &code.code.layout;
+    let bufs: Vec<BufArg> = locals.iter().map(|b| slots[b.0 as usize].arg()).collect();
+    let args = layout.args(k, params);
+    let units = k.units();
+    code.launches.fetch_add(1, Ordering::Relaxed);
+    if units == 0 {
+        return Ok(());
+    }
+    let cols = k.cols();
+    let run = |start: usize, end: usize| -> Result<(), RuntimeError> {
+        let mut scratch: Vec<Vec<u64>> = (0..layout.scratch).map(|_| vec![0u64; cols]).collect();
+        let mut all = bufs.clone();
+        for s in scratch.iter_mut() {
+            all.push(BufArg {
+                ptr: s.as_mut_ptr() as usize,
+                bytes: s.len() * 8,
+                writable: true,
+            });
+        }
+        code.code.call(&all, &args, start, end)?;
+        Ok(())
+    };
+    let work: usize = k.domain.iter().product();
+    let threads = rayon::current_num_threads();
+    if work < PARALLEL_MIN || threads < 2 || units < 2 {
+        return run(0, units);
+    }
+    let chunks = (threads * 4).min(units);
+    let mut size = units.div_ceil(chunks);
+    if k.is_flat() {
+        size = size.div_ceil(16) * 16;
+    }
+    let starts: Vec<usize> = (0..units).step_by(size).collect();
+    starts
+        .par_iter()
+        .try_for_each(|&s| run(s, (s + size).min(units)))
+}

@@ -1,0 +1,326 @@
+//! The global kernel cache: compiled kernels keyed by their structure
+//! (canonical kernel IR hash), target, codegen options and CPU features, so
+//! every jit function and every eager op that produces the same kernel
+//! shares one compile. Entries are `Arc`s: a program that holds a kernel
+//! keeps it working after the cache evicts or clears it.
+//!
+//! Bounded by entries and code bytes, evicting least-recently-used entries
+//! (counted in `stats().evictions`). Inspectable: `entries()`, `Display` (a
+//! table), and per entry the kernel IR, Cranelift IR and disassembly.
+
+use crate::error::RuntimeError;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use tilejit_codegen::host::{compile, cpu_features, CodegenOptions, KernelCode};
+use tilejit_device::Target;
+use tilejit_ir::kernel::{BufId, Kernel};
+use tilejit_ir::DType;
+
+/// A compiled kernel as programs hold it.
+#[derive(Debug)]
+pub struct CachedKernel {
+    /// The native code.
+    pub code: KernelCode,
+    /// Times it ran (range calls of one launch count once).
+    pub launches: AtomicU64,
+    /// Lookups that found it.
+    pub hits: AtomicU64,
+    /// The cache key, as hex.
+    pub key: String,
+}
+
+struct Entry {
+    kernel: Arc<CachedKernel>,
+    name: String,
+    signature: String,
+    ops: Vec<&'static str>,
+    compile_time: Duration,
+    kernel_ir: String,
+    last_used: Instant,
+}
+
+/// Counters of the whole cache.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KernelCacheStats {
+    /// Lookups that found a compiled kernel.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Kernels compiled.
+    pub compiles: u64,
+    /// Entries dropped to respect the capacity.
+    pub evictions: u64,
+    /// Machine-code bytes held now.
+    pub bytes: usize,
+    /// Total time spent compiling.
+    pub compile_time: Duration,
+}
+
+/// One cache entry, as `entries()` reports it.
+#[derive(Clone, Debug)]
+pub struct KernelEntry {
+    /// Readable name (`fused_mul_add_relu`).
+    pub name: String,
+    /// The cache key, as hex.
+    pub key: String,
+    /// Where the code runs.
+    pub target: Target,
+    /// The domain and buffer types of the kernel that was compiled first.
+    pub signature: String,
+    /// The graph ops fused into it.
+    pub ops: Vec<&'static str>,
+    /// Time to compile.
+    pub compile_time: Duration,
+    /// Size of the machine code.
+    pub code_bytes: usize,
+    /// Lookups that found it.
+    pub hits: u64,
+    /// Times it ran.
+    pub launches: u64,
+    /// When it was last looked up.
+    pub last_used: Instant,
+}
+
+/// What an entry shows on demand.
+#[derive(Clone, Debug)]
+pub struct KernelDetails {
+    /// The kernel IR text of the kernel first compiled under this key.
+    pub kernel_ir: String,
+    /// The Cranelift IR.
+    pub clif: String,
+    /// Cranelift's machine-code listing.
+    pub disasm: String,
+}
+
+struct Inner {
+    map: HashMap<u64, Entry>,
+    stats: KernelCacheStats,
+    max_entries: usize,
+    max_bytes: usize,
+}
+
+/// The cache. Get the global one with [`kernel_cache`].
+pub struct KernelCache {
+    inner: Mutex<Inner>,
+}
+
+/// The process-wide kernel cache.
+pub fn kernel_cache() -> &'static KernelCache {
+    static C: OnceLock<KernelCache> = OnceLock::new();
+    C.get_or_init(|| KernelCache {
+        inner: Mutex::new(Inner {
+            map: HashMap::new(),
+            stats: KernelCacheStats::default(),
+            max_entries: 4096,
+            max_bytes: 256 << 20,
+        }),
+    })
+}
+
+fn log_compiles() -> bool {
+    static L: OnceLock<bool> = OnceLock::new();
+    *L.get_or_init(|| {
+        std::env::var("TILEJIT_LOG").is_ok_and(|v| v.split(',').any(|p| p.trim() == "compile"))
+    })
+}
+
+impl KernelCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the map inconsistent
+        // (every update is a single insert/remove), so recover the guard.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The compiled kernel for `k`, compiling it on a miss. Two threads
+    /// missing at once may both compile; the first insert wins.
+    pub fn get_or_compile(
+        &self,
+        k: &Kernel,
+        dtype_of: &dyn Fn(BufId) -> DType,
+    ) -> Result<Arc<CachedKernel>, RuntimeError> {
+        let opts = CodegenOptions::default();
+        let structure = k.structure_text(dtype_of);
+        let key = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (structure, Target::Host.to_string(), opts, cpu_features()).hash(&mut h);
+            h.finish()
+        };
+        {
+            let mut g = self.lock();
+            if let Some(e) = g.map.get_mut(&key) {
+                e.last_used = Instant::now();
+                e.kernel.hits.fetch_add(1, Ordering::Relaxed);
+                let k = e.kernel.clone();
+                g.stats.hits += 1;
+                return Ok(k);
+            }
+            g.stats.misses += 1;
+        }
+        let start = Instant::now();
+        let code = compile(k, dtype_of, opts).map_err(RuntimeError::Codegen)?;
+        let compile_time = start.elapsed();
+        if log_compiles() {
+            eprintln!(
+                "[tilejit] compiled {} ({:016x}) in {:.3} ms, {} bytes",
+                k.name,
+                key,
+                compile_time.as_secs_f64() * 1e3,
+                code.code_bytes
+            );
+        }
+        let cached = Arc::new(CachedKernel {
+            code,
+            launches: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            key: format!("{key:016x}"),
+        });
+        let mut g = self.lock();
+        g.stats.compiles += 1;
+        g.stats.compile_time += compile_time;
+        if let Some(e) = g.map.get(&key) {
+            return Ok(e.kernel.clone());
+        }
+        g.stats.bytes += cached.code.code_bytes;
+        let signature = format!(
+            "domain={:?} {}",
+            k.domain,
+            k.accesses()
+                .map(|a| dtype_of(a.buf).to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        g.map.insert(
+            key,
+            Entry {
+                kernel: cached.clone(),
+                name: k.name.clone(),
+                signature,
+                ops: k.ops.clone(),
+                compile_time,
+                kernel_ir: k.text(),
+                last_used: Instant::now(),
+            },
+        );
+        evict(&mut g);
+        Ok(cached)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// True if there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> KernelCacheStats {
+        self.lock().stats.clone()
+    }
+
+    /// Every entry, most recently used first.
+    pub fn entries(&self) -> Vec<KernelEntry> {
+        let g = self.lock();
+        let mut v: Vec<KernelEntry> = g
+            .map
+            .values()
+            .map(|e| KernelEntry {
+                name: e.name.clone(),
+                key: e.kernel.key.clone(),
+                target: Target::Host,
+                signature: e.signature.clone(),
+                ops: e.ops.clone(),
+                compile_time: e.compile_time,
+                code_bytes: e.kernel.code.code_bytes,
+                hits: e.kernel.hits.load(Ordering::Relaxed),
+                launches: e.kernel.launches.load(Ordering::Relaxed),
+                last_used: e.last_used,
+            })
+            .collect();
+        v.sort_by(|a, b| b.last_used.cmp(&a.last_used).then(a.name.cmp(&b.name)));
+        v
+    }
+
+    /// Kernel IR, Cranelift IR and disassembly of the entry with this key.
+    pub fn details(&self, key: &str) -> Option<KernelDetails> {
+        let g = self.lock();
+        g.map
+            .values()
+            .find(|e| e.kernel.key == key)
+            .map(|e| KernelDetails {
+                kernel_ir: e.kernel_ir.clone(),
+                clif: e.kernel.code.clif.clone(),
+                disasm: e.kernel.code.disasm.clone(),
+            })
+    }
+
+    /// Drops every entry (programs keep the kernels they hold).
+    pub fn clear(&self) {
+        let mut g = self.lock();
+        g.map.clear();
+        g.stats.bytes = 0;
+    }
+
+    /// Bounds the cache; evicts least-recently-used entries at once if over.
+    pub fn set_capacity(&self, entries: usize, bytes: usize) {
+        let mut g = self.lock();
+        g.max_entries = entries;
+        g.max_bytes = bytes;
+        evict(&mut g);
+    }
+}
+
+fn evict(g: &mut Inner) {
+    while g.map.len() > g.max_entries || (g.stats.bytes > g.max_bytes && !g.map.is_empty()) {
+        let Some((&key, _)) = g.map.iter().min_by_key(|(_, e)| e.last_used) else {
+            break;
+        };
+        if let Some(e) = g.map.remove(&key) {
+            g.stats.bytes -= e.kernel.code.code_bytes;
+            g.stats.evictions += 1;
+        }
+    }
+}
+
+impl fmt::Display for KernelCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let entries = self.entries();
+        let s = self.stats();
+        writeln!(
+            f,
+            "kernel cache: {} entries, {} code bytes; {} hits, {} misses, {} compiles ({:.2} ms), {} evictions",
+            entries.len(),
+            s.bytes,
+            s.hits,
+            s.misses,
+            s.compiles,
+            s.compile_time.as_secs_f64() * 1e3,
+            s.evictions
+        )?;
+        writeln!(
+            f,
+            "  {:<44} {:<16} {:>6} {:>8} {:>6} {:>9} {:>10}",
+            "name", "key", "target", "bytes", "hits", "launches", "compile"
+        )?;
+        for e in entries {
+            writeln!(
+                f,
+                "  {:<44} {:<16} {:>6} {:>8} {:>6} {:>9} {:>8.3}ms",
+                e.name,
+                e.key,
+                e.target.to_string(),
+                e.code_bytes,
+                e.hits,
+                e.launches,
+                e.compile_time.as_secs_f64() * 1e3
+            )?;
+        }
+        Ok(())
+    }
+}
