@@ -207,6 +207,12 @@ impl Tensor {
         }
     }
 
+    /// The concrete value as an IR [`Array`] (shares storage, no copy).
+    #[track_caller]
+    pub fn to_array(&self) -> Result<Array> {
+        self.array("to_array").cloned()
+    }
+
     /// Copies the elements out, row-major. `T` must match the dtype.
     #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {

@@ -5,6 +5,7 @@
 mod bad_input;
 mod concurrency;
 mod display;
+mod host_backend;
 mod ir_text;
 mod jit;
 mod kernel_ir;

@@ -36,7 +36,7 @@ const LITS: [f64; 6] = [0.0, -0.0, 1.0, 2.0, 0.5, -3.0];
 
 /// Builds a random well-typed graph from a list of instructions. Instructions
 /// that would be ill-typed are skipped, so every list gives a valid graph.
-fn build(rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> Graph {
+pub(crate) fn build(rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> Graph {
     let mut g = Graph::new();
     let f32_of = |d: &[usize]| TensorType::new(DType::F32, Shape::new(d).unwrap());
     let mut nodes = vec![
@@ -139,7 +139,7 @@ fn build(rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> Graph {
     g
 }
 
-fn inputs(rows: usize, cols: usize, seed: u64) -> Vec<Array> {
+pub(crate) fn inputs(rows: usize, cols: usize, seed: u64) -> Vec<Array> {
     let mut s = seed | 1;
     let mut next = move || {
         s ^= s << 13;
@@ -165,7 +165,7 @@ fn inputs(rows: usize, cols: usize, seed: u64) -> Vec<Array> {
     vec![make(&[rows, cols]), make(&[cols]), make(&[rows, 1])]
 }
 
-fn dims() -> impl Strategy<Value = usize> {
+pub(crate) fn dims() -> impl Strategy<Value = usize> {
     prop_oneof![Just(1usize), Just(3), Just(5), Just(50)]
 }
 

@@ -238,9 +238,6 @@ impl Math<'_, '_> {
         let d = self.b.ins().fadd(e, one);
         let q = self.b.ins().fdiv(two, d);
         let big = self.b.ins().fsub(one, q);
-        let bigi = self.to_int(big);
-        let bigi = self.b.ins().bor(bigi, sign);
-        let big = self.to_float(bigi);
         let z = self.b.ins().fmul(x, x);
         let p = self.horner(
             z,
@@ -253,10 +250,14 @@ impl Math<'_, '_> {
             ],
         );
         let pz = self.b.ins().fmul(p, z);
-        let small = self.mul_add(pz, x, x);
+        // Both forms on |x|, then x's sign: tanh is odd, and -0 stays -0.
+        let small = self.mul_add(pz, ax, ax);
         let lim = self.c(0.625);
         let is_small = self.cmp(FloatCC::LessThan, ax, lim);
-        self.select(is_small, small, big)
+        let r = self.select(is_small, small, big);
+        let ri = self.to_int(r);
+        let ri = self.b.ins().bor(ri, sign);
+        self.to_float(ri)
     }
 
     /// `1/(1+e^-x)`.
@@ -268,18 +269,20 @@ impl Math<'_, '_> {
         self.b.ins().fdiv(one, d)
     }
 
-    /// `0.5x(1+tanh(0.7978845608(x+0.044715x^3)))`.
+    /// `0.5x(1+tanh(0.7978845608(x+0.044715x^3)))`, evaluated as the
+    /// identity `x / (1 + e^{-2u})` (u the tanh argument): `1 + tanh(u)`
+    /// cancels to 0 for u << 0 in f32, this form keeps the tiny negative tail
+    /// and the sign of -0, and costs one exp instead of a tanh.
     pub fn gelu(&mut self, x: Value) -> Value {
         let x2 = self.b.ins().fmul(x, x);
         let k = self.c(0.044715);
         let one = self.c(1.0);
         let inner = self.mul_add(x2, k, one); // 1 + 0.044715x^2
         let inner = self.b.ins().fmul(inner, x);
-        let c = self.c(0.7978845608);
-        let inner = self.b.ins().fmul(inner, c);
-        let t = self.tanh(inner);
-        let half = self.c(0.5);
-        let hx = self.b.ins().fmul(x, half);
-        self.mul_add(hx, t, hx)
+        let c = self.c(-2.0 * 0.7978845608);
+        let m2u = self.b.ins().fmul(inner, c);
+        let e = self.exp(m2u);
+        let d = self.b.ins().fadd(one, e);
+        self.b.ins().fdiv(x, d)
     }
 }

@@ -253,9 +253,11 @@ impl<'g> Fuser<'g> {
                 _ => {}
             }
         }
+        // Outputs own buffers (a param output as such needs none; a
+        // reshaped param gets a fill kernel).
         for &o in &g.outputs {
             let s = self.view_source(o);
-            if !matches!(g.node(s).op, Op::Param { .. }) || s != o {
+            if !matches!(g.node(o).op, Op::Param { .. }) {
                 self.materialized[s.index()] = true;
             }
         }
@@ -283,12 +285,6 @@ impl<'g> Fuser<'g> {
                     }
                 }
                 _ => {}
-            }
-        }
-        // Materialising a param output needs a fill kernel.
-        for &o in &g.outputs {
-            if matches!(g.node(o).op, Op::Param { .. }) {
-                self.materialized[o.index()] = false;
             }
         }
         // Cost of each value as it would be inlined.
