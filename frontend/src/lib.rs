@@ -48,7 +48,10 @@ pub use scalar::Scalar;
 pub use tensor::Tensor;
 pub use tilejit_ir::{DType, Element, ErrorKind};
 pub use tilejit_macros::{jit, jit_fn};
-pub use tilejit_runtime::{HandlerStats, Signature};
+pub use tilejit_runtime::{
+    kernel_cache, HandlerStats, KernelCache, KernelCacheStats, KernelDetails, KernelEntry,
+    Signature,
+};
 
 /// Re-exports for generated code and for looking under the hood.
 pub mod internals {

@@ -502,13 +502,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
 
     fn store(&mut self, a: usize, j: Value, v: Value, mode: Mode) {
         let p = self.addr(a, j);
-        let lb = self.layout.access_buf[a];
-        let d = (self.dtype_of_buf)(lb);
-        let v = if mode == Mode::Scalar && d == DType::Bool {
-            v // already i8 0/1
-        } else {
-            v
-        };
+        // Scalar bools are i8 0/1 already; vectors are f32 lanes.
+        let _ = mode;
         self.b.ins().store(Self::flags(), v, p, 0);
     }
 

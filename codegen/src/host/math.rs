@@ -52,12 +52,12 @@ impl Math<'_, '_> {
             s
         }
     }
-    fn to_int(&mut self, x: Value) -> Value {
+    fn int_bits(&mut self, x: Value) -> Value {
         let t = self.int_ty();
         let f = self.flags();
         self.b.ins().bitcast(t, f, x)
     }
-    fn to_float(&mut self, x: Value) -> Value {
+    fn float_bits(&mut self, x: Value) -> Value {
         let t = self.ty;
         let f = self.flags();
         self.b.ins().bitcast(t, f, x)
@@ -78,7 +78,7 @@ impl Math<'_, '_> {
     /// `mask ? a : b` for a mask made by [`Math::cmp`].
     pub fn select(&mut self, mask: Value, a: Value, b: Value) -> Value {
         if self.is_vec() {
-            let m = self.to_float(mask);
+            let m = self.float_bits(mask);
             self.b.ins().bitselect(m, a, b)
         } else {
             self.b.ins().select(mask, a, b)
@@ -133,7 +133,7 @@ impl Math<'_, '_> {
         let y = self.mul_add(p, r2, r);
         let y = self.b.ins().fadd(y, one);
         // n as an integer: the low mantissa bits of t.
-        let ti = self.to_int(t);
+        let ti = self.int_bits(t);
         let mi = self.ci(0x4B40_0000);
         let ni = self.b.ins().isub(ti, mi);
         let n1 = self.b.ins().sshr_imm_s(ni, 1);
@@ -143,8 +143,8 @@ impl Math<'_, '_> {
         let e1 = self.b.ins().ishl_imm_s(e1, 23);
         let e2 = self.b.ins().iadd(n2, bias);
         let e2 = self.b.ins().ishl_imm_s(e2, 23);
-        let s1 = self.to_float(e1);
-        let s2 = self.to_float(e2);
+        let s1 = self.float_bits(e1);
+        let s2 = self.float_bits(e2);
         let y = self.b.ins().fmul(y, s1);
         let y = self.b.ins().fmul(y, s2);
         let nan = self.cmp(FloatCC::Unordered, x, x);
@@ -160,7 +160,7 @@ impl Math<'_, '_> {
         let scale = self.c(8388608.0); // 2^23
         let xs = self.b.ins().fmul(x, scale);
         let xv = self.select(is_sub, xs, x);
-        let bits = self.to_int(xv);
+        let bits = self.int_bits(xv);
         let e = self.b.ins().sshr_imm_s(bits, 23);
         let c126 = self.ci(126);
         let e = self.b.ins().isub(e, c126);
@@ -168,7 +168,7 @@ impl Math<'_, '_> {
         let half = self.ci(0x3F00_0000);
         let mb = self.b.ins().band(bits, mask);
         let mb = self.b.ins().bor(mb, half);
-        let m = self.to_float(mb); // [0.5, 1)
+        let m = self.float_bits(mb); // [0.5, 1)
         let e = if self.is_vec() {
             self.b.ins().fcvt_from_sint(self.ty, e)
         } else {
@@ -228,7 +228,7 @@ impl Math<'_, '_> {
     /// Cephes' odd polynomial below (where the first form cancels).
     pub fn tanh(&mut self, x: Value) -> Value {
         let sign_mask = self.ci(i32::MIN);
-        let xi = self.to_int(x);
+        let xi = self.int_bits(x);
         let sign = self.b.ins().band(xi, sign_mask);
         let ax = self.b.ins().fabs(x);
         let two = self.c(2.0);
@@ -255,9 +255,9 @@ impl Math<'_, '_> {
         let lim = self.c(0.625);
         let is_small = self.cmp(FloatCC::LessThan, ax, lim);
         let r = self.select(is_small, small, big);
-        let ri = self.to_int(r);
+        let ri = self.int_bits(r);
         let ri = self.b.ins().bor(ri, sign);
-        self.to_float(ri)
+        self.float_bits(ri)
     }
 
     /// `1/(1+e^-x)`.

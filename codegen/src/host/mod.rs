@@ -9,6 +9,9 @@
 
 mod layout;
 mod lower;
+// The Cephes coefficients in `math` are kept digit for digit as published,
+// so they can be checked against the source; rounding them to f32 is intended.
+#[allow(clippy::excessive_precision)]
 mod math;
 mod native;
 
