@@ -31,7 +31,7 @@ enum Vals {
 /// Runs `g` on concrete `inputs` (one per `Input` node, by index) and scalar
 /// `params` (one per `Param` node), returning the graph's outputs.
 pub fn run(g: &Graph, inputs: &[Array], params: &[Lit]) -> Result<Vec<Array>, IrError> {
-    check_arguments(g, inputs, params)?;
+    check_arguments(&g.input_types(), g.param_types().len(), inputs, params)?;
     let last_use = last_uses(g);
     let mut vals: Vec<Option<Vals>> = vec![None; g.len()];
     for id in g.ids() {
@@ -60,8 +60,15 @@ fn internal(msg: &str) -> IrError {
     IrError::Verify(format!("interpreter: {msg}"))
 }
 
-fn check_arguments(g: &Graph, inputs: &[Array], params: &[Lit]) -> Result<(), IrError> {
-    let want = g.input_types();
+/// Checks tensor arguments against the input types a program expects (count
+/// and dtype + shape of each) and the number of params. Every backend runs
+/// this at its boundary.
+pub fn check_arguments(
+    want: &[TensorType],
+    param_count: usize,
+    inputs: &[Array],
+    params: &[Lit],
+) -> Result<(), IrError> {
     if want.len() != inputs.len() {
         return Err(IrError::Arguments(format!(
             "expected {} tensor inputs, got {}",
@@ -77,11 +84,9 @@ fn check_arguments(g: &Graph, inputs: &[Array], params: &[Lit]) -> Result<(), Ir
             )));
         }
     }
-    let want = g.param_types();
-    if want.len() != params.len() {
+    if param_count != params.len() {
         return Err(IrError::Arguments(format!(
-            "expected {} params, got {}",
-            want.len(),
+            "expected {param_count} params, got {}",
             params.len()
         )));
     }

@@ -8,9 +8,9 @@ use crate::kernel_cache::{kernel_cache, CachedKernel};
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tilejit_codegen::host::{matmul_f32, matmul_f64, storage_bytes, ArgLayout, BufArg};
+use tilejit_codegen::host::{matmul_f32, matmul_f64, storage_bytes, BufArg};
 use tilejit_ir::kernel::{fuse, BufKind, Kernel, KernelProgram, ProgramOutput};
-use tilejit_ir::{Array, Buffer, DType, Graph, IrError, Lit};
+use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit};
 
 /// Below this many domain elements a kernel runs on the calling thread.
 const PARALLEL_MIN: usize = 1 << 16;
@@ -96,6 +96,20 @@ impl Slot<'_> {
         }
     }
 
+    fn f32s(&self) -> Option<&[f32]> {
+        match self {
+            Slot::Borrowed(Buffer::F32(v)) | Slot::Owned(Store::F32(v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn f64s(&self) -> Option<&[f64]> {
+        match self {
+            Slot::Borrowed(Buffer::F64(v)) | Slot::Owned(Store::F64(v)) => Some(v),
+            _ => None,
+        }
+    }
+
     /// Values as i64 (integer matmul only).
     fn ints(&self) -> Vec<i64> {
         match self {
@@ -104,6 +118,16 @@ impl Slot<'_> {
             }
             Slot::Borrowed(Buffer::I64(v)) | Slot::Owned(Store::I64(v)) => v.clone(),
             _ => Vec::new(),
+        }
+    }
+}
+
+/// Moves an owned store out of its slot (leaving an empty one).
+fn take_owned(slot: &mut Slot<'_>) -> Result<Store, RuntimeError> {
+    match std::mem::replace(slot, Slot::Owned(Store::Bool(Vec::new()))) {
+        Slot::Owned(s) => Ok(s),
+        Slot::Borrowed(_) => {
+            Err(IrError::Verify("a kernel result is a borrowed buffer".into()).into())
         }
     }
 }
@@ -149,11 +173,7 @@ impl HostProgram {
                 .collect::<Result<Vec<_>, _>>()?
         };
         let constants = g.constants().iter().map(|c| c.0.clone()).collect();
-        let locals = prog
-            .kernels
-            .iter()
-            .map(|k| ArgLayout::of(k, &dtype_of).buffers)
-            .collect();
+        let locals = prog.kernels.iter().map(|k| k.local_buffers()).collect();
         Ok(HostProgram {
             prog,
             code,
@@ -172,9 +192,10 @@ impl HostProgram {
         &self.code
     }
 
-    /// Runs on concrete inputs (already checked against the graph's types).
+    /// Runs on concrete inputs and param values (checked first).
     pub fn run(&self, inputs: &[Array], params: &[Lit]) -> Result<Vec<Array>, RuntimeError> {
         let p = &self.prog;
+        interp::check_arguments(&p.inputs, p.params.len(), inputs, params)?;
         let mut slots: Vec<Slot<'_>> = Vec::with_capacity(p.buffers.len());
         for b in &p.buffers {
             slots.push(match b.kind {
@@ -218,17 +239,7 @@ impl HostProgram {
                         (BufKind::Input(i), _) => inputs[*i as usize].clone(),
                         (BufKind::Constant(c), _) => self.constants[*c as usize].clone(),
                         (BufKind::Temp, None) => {
-                            let store = match std::mem::replace(
-                                &mut slots[bi],
-                                Slot::Owned(Store::Bool(Vec::new())),
-                            ) {
-                                Slot::Owned(s) => s,
-                                Slot::Borrowed(_) => {
-                                    return Err(
-                                        IrError::Verify("temp buffer borrowed".into()).into()
-                                    )
-                                }
-                            };
+                            let store = take_owned(&mut slots[bi])?;
                             let decl = p.buffers[bi].ty;
                             let a = Array::new(decl.shape, to_buffer(store, decl.dtype))?;
                             done[bi] = Some(a.clone());
@@ -253,48 +264,18 @@ impl HostProgram {
         } else {
             1
         };
-        let mut out = match std::mem::replace(
-            &mut slots[mm.out.0 as usize],
-            Slot::Owned(Store::Bool(Vec::new())),
-        ) {
-            Slot::Owned(s) => s,
-            Slot::Borrowed(_) => {
-                return Err(IrError::Verify("matmul into an argument".into()).into())
-            }
-        };
+        let mut out = take_owned(&mut slots[mm.out.0 as usize])?;
         let (a, b) = (&slots[mm.a.0 as usize], &slots[mm.b.0 as usize]);
-        let f32s = |s: &Slot<'_>| -> Option<Vec<f32>> {
-            match s {
-                Slot::Borrowed(Buffer::F32(v)) => Some(v.clone()),
-                Slot::Owned(Store::F32(v)) => Some(v.clone()),
-                _ => None,
-            }
-        };
+        let mismatch = || RuntimeError::from(IrError::Verify("matmul operand types".into()));
         let r = match &mut out {
-            Store::F32(o) => {
-                // Borrow without copying where possible.
-                match (a, b) {
-                    (Slot::Borrowed(Buffer::F32(x)), Slot::Borrowed(Buffer::F32(y))) => {
-                        matmul_f32(x, y, o, dims, threads)
-                    }
-                    _ => {
-                        let (x, y) = (f32s(a), f32s(b));
-                        match (x, y) {
-                            (Some(x), Some(y)) => matmul_f32(&x, &y, o, dims, threads),
-                            _ => return Err(IrError::Verify("matmul operand types".into()).into()),
-                        }
-                    }
-                }
-            }
-            Store::F64(o) => {
-                let get = |s: &Slot<'_>| -> Vec<f64> {
-                    match s {
-                        Slot::Borrowed(Buffer::F64(v)) | Slot::Owned(Store::F64(v)) => v.clone(),
-                        _ => Vec::new(),
-                    }
-                };
-                matmul_f64(&get(a), &get(b), o, dims, threads)
-            }
+            Store::F32(o) => match (a.f32s(), b.f32s()) {
+                (Some(x), Some(y)) => matmul_f32(x, y, o, dims, threads),
+                _ => return Err(mismatch()),
+            },
+            Store::F64(o) => match (a.f64s(), b.f64s()) {
+                (Some(x), Some(y)) => matmul_f64(x, y, o, dims, threads),
+                _ => return Err(mismatch()),
+            },
             Store::I32(o) => {
                 let v = int_matmul(&a.ints(), &b.ints(), dims);
                 o.iter_mut().zip(v).for_each(|(d, s)| *d = s as i32);
@@ -305,7 +286,7 @@ impl HostProgram {
                 o.iter_mut().zip(v).for_each(|(d, s)| *d = s);
                 Ok(())
             }
-            Store::Bool(_) => return Err(IrError::Verify("bool matmul".into()).into()),
+            Store::Bool(_) => return Err(mismatch()),
         };
         slots[mm.out.0 as usize] = Slot::Owned(out);
         Ok(r?)
@@ -347,6 +328,10 @@ fn launch(
     }
     let cols = k.cols();
     let run = |start: usize, end: usize| -> Result<(), RuntimeError> {
+        if layout.scratch == 0 {
+            return Ok(code.code.call(&bufs, &args, start, end)?);
+        }
+        // Scratch rows are per call: calls on other threads get their own.
         let mut scratch: Vec<Vec<u64>> = (0..layout.scratch).map(|_| vec![0u64; cols]).collect();
         let mut all = bufs.clone();
         for s in scratch.iter_mut() {

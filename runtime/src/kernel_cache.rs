@@ -142,11 +142,16 @@ impl KernelCache {
         dtype_of: &dyn Fn(BufId) -> DType,
     ) -> Result<Arc<CachedKernel>, RuntimeError> {
         let opts = CodegenOptions::default();
-        let structure = k.structure_text(dtype_of);
         let key = {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
-            (structure, Target::Host.to_string(), opts, cpu_features()).hash(&mut h);
+            (
+                k.structural_key(dtype_of),
+                Target::Host,
+                opts,
+                cpu_features(),
+            )
+                .hash(&mut h);
             h.finish()
         };
         {

@@ -73,6 +73,20 @@ fn ty(d: D, dims: &[usize]) -> TensorType {
     TensorType::new(d, Shape::new(dims).unwrap())
 }
 
+/// `u(x)` for one input `x: d[n]`.
+fn unary_graph(u: UnaryOp, d: D, n: usize) -> Graph {
+    let mut g = Graph::new();
+    let x = g
+        .add(Op::Input {
+            index: 0,
+            ty: ty(d, &[n]),
+        })
+        .unwrap();
+    let y = g.add(Op::Unary(u, x)).unwrap();
+    g.outputs.push(y);
+    g
+}
+
 fn ramp(n: usize, d: D) -> Array {
     let v: Vec<f64> = (0..n)
         .map(|i| ((i * 7919) % 1000) as f64 / 250.0 - 2.0)
@@ -110,16 +124,7 @@ fn every_op_at_odd_sizes_on_every_float_and_int_dtype() {
             };
             let tol = if d == D::F16 { 2e-2 } else { 1e-5 };
             for &u in unary {
-                let mut g = Graph::new();
-                let x = g
-                    .add(Op::Input {
-                        index: 0,
-                        ty: ty(d, &[n]),
-                    })
-                    .unwrap();
-                let y = g.add(Op::Unary(u, x)).unwrap();
-                g.outputs.push(y);
-                check_program(g, &[ramp(n, d)], &[], tol)
+                check_program(unary_graph(u, d, n), &[ramp(n, d)], &[], tol)
                     .unwrap_or_else(|e| panic!("{u:?} {d} n={n}: {e}"));
             }
             for b in [
@@ -198,16 +203,7 @@ fn ulp_sweep(u: UnaryOp, lo: f64, hi: f64, n: usize, f: fn(f64) -> f64) -> u32 {
     let xs: Vec<f32> = (0..n)
         .map(|i| (lo + (hi - lo) * i as f64 / n as f64) as f32)
         .collect();
-    let mut g = Graph::new();
-    let x = g
-        .add(Op::Input {
-            index: 0,
-            ty: ty(D::F32, &[n]),
-        })
-        .unwrap();
-    let y = g.add(Op::Unary(u, x)).unwrap();
-    g.outputs.push(y);
-    let p = Program::compile(g).unwrap();
+    let p = Program::compile(unary_graph(u, D::F32, n)).unwrap();
     let out = p
         .run(&[Array::from_vec(xs.clone(), &[n]).unwrap()], &[])
         .unwrap();

@@ -73,6 +73,30 @@ fn check(name: &str, f: &tilejit::JitFunction, args: &[&Tensor], got: &Tensor, t
     }
 }
 
+/// Calls once, checks the result against the reference, then returns the
+/// median seconds per call (the output is dropped each call, as the peers do).
+fn hot(
+    name: &str,
+    f: &tilejit::JitFunction,
+    args: &[&Tensor],
+    tol: f64,
+    call: impl Fn() -> tilejit::Result<Tensor>,
+) -> f64 {
+    match call() {
+        Ok(y) => check(name, f, args, &y, tol),
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::exit(1);
+        }
+    }
+    median_time(2, 7, || drop(call())).as_secs_f64()
+}
+
+/// The `gbps` JSON field for `bytes` moved in `s` seconds.
+fn gbps(bytes: f64, s: f64) -> String {
+    format!(", \"gbps\": {:.3}", bytes / s / 1e9)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--w7-child") {
@@ -109,57 +133,28 @@ fn main() {
             Tensor::randn(&[N], 2),
             Tensor::randn(&[N], 3),
         );
-        let y = bias_relu(&x, &w, &b).expect("W1");
-        check("W1", bias_relu::jit(), &[&x, &w, &b], &y, 1e-6);
-        drop(y);
-        let t = median_time(2, 7, || drop(bias_relu(&x, &w, &b)));
-        let s = t.as_secs_f64();
-        emit(
-            "W1",
-            "median_s",
-            s,
-            format!(", \"gbps\": {:.3}", 16.0 * N as f64 / s / 1e9),
-        );
+        let s = hot("W1", bias_relu::jit(), &[&x, &w, &b], 1e-6, || {
+            bias_relu(&x, &w, &b)
+        });
+        emit("W1", "median_s", s, gbps(16.0 * N as f64, s));
     }
     if want("W2") {
         let x = Tensor::randn(&[N], 4);
-        let y = gelu(&x).expect("W2");
-        check("W2", gelu::jit(), &[&x], &y, 1e-5);
-        drop(y);
-        let s = median_time(2, 7, || drop(gelu(&x))).as_secs_f64();
-        emit(
-            "W2",
-            "median_s",
-            s,
-            format!(", \"gbps\": {:.3}", 8.0 * N as f64 / s / 1e9),
-        );
+        let s = hot("W2", gelu::jit(), &[&x], 1e-5, || gelu(&x));
+        emit("W2", "median_s", s, gbps(8.0 * N as f64, s));
     }
     if want("W3") {
         let x = Tensor::randn(&[4096, 4096], 5);
-        let y = softmax(&x).expect("W3");
-        check("W3", softmax::jit(), &[&x], &y, 1e-5);
-        drop(y);
-        let s = median_time(2, 7, || drop(softmax(&x))).as_secs_f64();
-        emit(
-            "W3",
-            "median_s",
-            s,
-            format!(", \"gbps\": {:.3}", 8.0 * N as f64 / s / 1e9),
-        );
+        let s = hot("W3", softmax::jit(), &[&x], 1e-5, || softmax(&x));
+        emit("W3", "median_s", s, gbps(8.0 * N as f64, s));
     }
     if want("W4") {
         let x = Tensor::randn(&[8192, 1024], 6);
         let (g, b) = (Tensor::randn(&[1024], 7), Tensor::randn(&[1024], 8));
-        let y = layernorm(&x, &g, &b).expect("W4");
-        check("W4", layernorm::jit(), &[&x, &g, &b], &y, 1e-4);
-        drop(y);
-        let s = median_time(2, 7, || drop(layernorm(&x, &g, &b))).as_secs_f64();
-        emit(
-            "W4",
-            "median_s",
-            s,
-            format!(", \"gbps\": {:.3}", 8.0 * 8192.0 * 1024.0 / s / 1e9),
-        );
+        let s = hot("W4", layernorm::jit(), &[&x, &g, &b], 1e-4, || {
+            layernorm(&x, &g, &b)
+        });
+        emit("W4", "median_s", s, gbps(8.0 * 8192.0 * 1024.0, s));
     }
     if want("W5") {
         let (a, b) = (
@@ -167,16 +162,15 @@ fn main() {
             Tensor::randn(&[1024, 1024], 10),
         );
         let bias = Tensor::randn(&[1024], 11);
-        let y = matmul_bias_gelu(&a, &b, &bias).expect("W5");
-        check("W5", matmul_bias_gelu::jit(), &[&a, &b, &bias], &y, 1e-3);
-        drop(y);
-        let s = median_time(2, 7, || drop(matmul_bias_gelu(&a, &b, &bias))).as_secs_f64();
-        emit(
+        let s = hot(
             "W5",
-            "median_s",
-            s,
-            format!(", \"gflops\": {:.3}", 2.0 * 1024f64.powi(3) / s / 1e9),
+            matmul_bias_gelu::jit(),
+            &[&a, &b, &bias],
+            1e-3,
+            || matmul_bias_gelu(&a, &b, &bias),
         );
+        let gflops = 2.0 * 1024f64.powi(3) / s / 1e9;
+        emit("W5", "median_s", s, format!(", \"gflops\": {gflops:.3}"));
     }
     if want("W6") {
         let (x, y) = (Tensor::randn(&[16], 12), Tensor::randn(&[16], 13));

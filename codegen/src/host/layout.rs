@@ -1,7 +1,7 @@
 //! How a kernel's arguments are laid out, and the bounds check that makes a
 //! call safe. The native signature is `fn(bufs, args, start, end)`:
-//! - `bufs[i]`: base pointer of local buffer `i` (buffers numbered in order
-//!   of first use: matmul operands, loads, stores), then one pointer per
+//! - `bufs[i]`: base pointer of local buffer `i` (`Kernel::local_buffers`:
+//!   in order of first use: matmul operands, loads, stores), then one pointer per
 //!   scratch value (a row of 8-byte slots);
 //! - `args`: the domain dims, then `rank` strides (in elements) per access
 //!   (loads, then stores), then one 8-byte slot per param (f64 bits for a
@@ -54,14 +54,8 @@ pub struct ArgLayout {
 impl ArgLayout {
     /// The layout of `k`.
     pub fn of(k: &Kernel, dtype_of: &dyn Fn(BufId) -> DType) -> ArgLayout {
-        let mut buffers: Vec<BufId> = Vec::new();
-        let mut local = |b: BufId| match buffers.iter().position(|&x| x == b) {
-            Some(i) => i,
-            None => {
-                buffers.push(b);
-                buffers.len() - 1
-            }
-        };
+        let buffers = k.local_buffers();
+        let local = |b: BufId| buffers.iter().position(|&x| x == b).unwrap_or(0);
         let matmul = k
             .matmul
             .as_ref()

@@ -215,42 +215,32 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             // for r in start..end { rebase; stages }
             let row = self.b.declare_var(ptr);
             self.b.def_var(row, start);
-            let body = self.b.create_block();
-            let exit = self.b.create_block();
-            let c = self.b.ins().icmp(IntCC::SignedLessThan, start, end);
-            self.b.ins().brif(c, body, &[], exit, &[]);
-            self.b.switch_to_block(body);
-            let r = self.b.use_var(row);
-            // Outer indices, innermost first.
-            let mut rem = r;
-            let mut idx = vec![zero; rank - 1];
-            for d in (0..rank - 1).rev() {
-                if d == 0 {
-                    idx[d] = rem;
-                } else {
-                    idx[d] = self.b.ins().urem(rem, dims[d]);
-                    rem = self.b.ins().udiv(rem, dims[d]);
-                }
-            }
-            for (a, strides) in outer_strides.iter().enumerate() {
-                let mut off = zero;
-                for d in 0..rank - 1 {
-                    let t = self.b.ins().imul(idx[d], strides[d]);
-                    off = self.b.ins().iadd(off, t);
-                }
-                let bytes = self.b.ins().imul_imm_s(off, self.accesses[a].esize);
-                let lb = self.layout.access_buf[a];
-                let base = self.b.ins().iadd(self.bufs[lb], bytes);
-                self.b.def_var(self.accesses[a].base, base);
-            }
             let cols = dims[rank - 1];
-            self.run_stages(zero, cols, false)?;
-            let r = self.b.use_var(row);
-            let r1 = self.b.ins().iadd_imm_s(r, 1);
-            self.b.def_var(row, r1);
-            let c = self.b.ins().icmp(IntCC::SignedLessThan, r1, end);
-            self.b.ins().brif(c, body, &[], exit, &[]);
-            self.b.switch_to_block(exit);
+            self.counted_loop(row, end, 1, &mut |s, r| {
+                // Outer indices, innermost first.
+                let mut rem = r;
+                let mut idx = vec![zero; rank - 1];
+                for d in (0..rank - 1).rev() {
+                    if d == 0 {
+                        idx[d] = rem;
+                    } else {
+                        idx[d] = s.b.ins().urem(rem, dims[d]);
+                        rem = s.b.ins().udiv(rem, dims[d]);
+                    }
+                }
+                for (a, strides) in outer_strides.iter().enumerate() {
+                    let mut off = zero;
+                    for d in 0..rank - 1 {
+                        let t = s.b.ins().imul(idx[d], strides[d]);
+                        off = s.b.ins().iadd(off, t);
+                    }
+                    let bytes = s.b.ins().imul_imm_s(off, s.accesses[a].esize);
+                    let lb = s.layout.access_buf[a];
+                    let base = s.b.ins().iadd(s.bufs[lb], bytes);
+                    s.b.def_var(s.accesses[a].base, base);
+                }
+                s.run_stages(zero, cols, false)
+            })?;
         }
         self.b.ins().return_(&[]);
         self.b.seal_all_blocks();
@@ -276,7 +266,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                         let zero = self.iconst(0);
                         let mut cache = HashMap::new();
                         let v = self.eval(*value, zero, Mode::Scalar, &mut cache, false)?;
-                        self.store(store_i, zero, v, Mode::Scalar);
+                        self.store(store_i, zero, v);
                     } else {
                         self.store_loop(store_i, *value, j0, j1)?;
                         self.mark_filled(*value);
@@ -333,41 +323,45 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         unroll: i64,
         body: &mut dyn FnMut(&mut Self, Value, Mode) -> Result<(), CodegenError>,
     ) -> Result<(), CodegenError> {
-        let ptr = self.ptr;
-        let j = self.b.declare_var(ptr);
+        let j = self.b.declare_var(self.ptr);
         self.b.def_var(j, j0);
         if vector {
             let step = LANES * unroll;
             let n = self.b.ins().isub(j1, j0);
             let n = self.b.ins().band_imm_s(n, !(step - 1));
             let vend = self.b.ins().iadd(j0, n);
-            let body_b = self.b.create_block();
-            let exit = self.b.create_block();
-            let c = self.b.ins().icmp(IntCC::SignedLessThan, j0, vend);
-            self.b.ins().brif(c, body_b, &[], exit, &[]);
-            self.b.switch_to_block(body_b);
-            let jv = self.b.use_var(j);
-            for u in 0..unroll {
-                let ju = self.b.ins().iadd_imm_s(jv, u * LANES);
-                body(self, ju, Mode::Vector)?;
-            }
-            let jn = self.b.ins().iadd_imm_s(jv, step);
-            self.b.def_var(j, jn);
-            let c = self.b.ins().icmp(IntCC::SignedLessThan, jn, vend);
-            self.b.ins().brif(c, body_b, &[], exit, &[]);
-            self.b.switch_to_block(exit);
+            self.counted_loop(j, vend, step, &mut |s, jv| {
+                for u in 0..unroll {
+                    let ju = s.b.ins().iadd_imm_s(jv, u * LANES);
+                    body(s, ju, Mode::Vector)?;
+                }
+                Ok(())
+            })?;
         }
-        let start = self.b.use_var(j);
+        self.counted_loop(j, j1, 1, &mut |s, jv| body(s, jv, Mode::Scalar))
+    }
+
+    /// `while var < end { body(var); var += step }`, guarded once and then
+    /// tested at the bottom (one branch per iteration, which also lets
+    /// Cranelift hoist loop-invariant constants). `var` holds the start.
+    fn counted_loop(
+        &mut self,
+        var: Variable,
+        end: Value,
+        step: i64,
+        body: &mut dyn FnMut(&mut Self, Value) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
         let body_b = self.b.create_block();
         let exit = self.b.create_block();
-        let c = self.b.ins().icmp(IntCC::SignedLessThan, start, j1);
+        let start = self.b.use_var(var);
+        let c = self.b.ins().icmp(IntCC::SignedLessThan, start, end);
         self.b.ins().brif(c, body_b, &[], exit, &[]);
         self.b.switch_to_block(body_b);
-        let jv = self.b.use_var(j);
-        body(self, jv, Mode::Scalar)?;
-        let jn = self.b.ins().iadd_imm_s(jv, 1);
-        self.b.def_var(j, jn);
-        let c = self.b.ins().icmp(IntCC::SignedLessThan, jn, j1);
+        let v = self.b.use_var(var);
+        body(self, v)?;
+        let next = self.b.ins().iadd_imm_s(v, step);
+        self.b.def_var(var, next);
+        let c = self.b.ins().icmp(IntCC::SignedLessThan, next, end);
         self.b.ins().brif(c, body_b, &[], exit, &[]);
         self.b.switch_to_block(exit);
         Ok(())
@@ -384,7 +378,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         self.inner_loop(j0, j1, vector, 4, &mut |s, j, mode| {
             let mut cache = HashMap::new();
             let v = s.eval(value, j, mode, &mut cache, true)?;
-            s.store(a, j, v, mode);
+            s.store(a, j, v);
             Ok(())
         })
     }
@@ -500,18 +494,18 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         }
     }
 
-    fn store(&mut self, a: usize, j: Value, v: Value, mode: Mode) {
+    /// Stores `v` (a scalar, an i8 0/1 for bools, or an `F32X4`) at access
+    /// `a`, inner index `j`.
+    fn store(&mut self, a: usize, j: Value, v: Value) {
         let p = self.addr(a, j);
-        // Scalar bools are i8 0/1 already; vectors are f32 lanes.
-        let _ = mode;
         self.b.ins().store(Self::flags(), v, p, 0);
     }
 
-    fn vec_ty(&self, d: DType, mode: Mode) -> Type {
-        match mode {
-            Mode::Scalar => scalar_ty(d),
-            Mode::Vector => types::F32X4,
-        }
+    /// Address of element `j` of the scratch row of `slot` (holding `e`).
+    fn scratch_addr(&mut self, slot: usize, e: ExprId, j: Value) -> Value {
+        let esize = storage_bytes(self.k.expr(e).dtype) as i64;
+        let off = self.b.ins().imul_imm_s(j, esize);
+        self.b.ins().iadd(self.scratch[slot], off)
     }
 
     /// Emits the value of `root` at inner index `j`, with a per-point cache.
@@ -528,25 +522,29 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             if cache.contains_key(&e) {
                 continue;
             }
-            let is_scratch = inner && self.k.scratch.contains(&e);
-            let v = if is_scratch && self.filled[e.0 as usize] {
-                let slot = self.k.scratch.iter().position(|&s| s == e).unwrap_or(0);
-                let d = self.k.expr(e).dtype;
-                let esize = storage_bytes(d) as i64;
-                let off = self.b.ins().imul_imm_s(j, esize);
-                let p = self.b.ins().iadd(self.scratch[slot], off);
-                let ty = self.vec_ty(d, mode);
-                self.b.ins().load(ty, Self::flags(), p, 0)
-            } else {
-                let v = self.emit_one(e, j, mode, cache)?;
-                if is_scratch {
-                    let slot = self.k.scratch.iter().position(|&s| s == e).unwrap_or(0);
-                    let esize = storage_bytes(self.k.expr(e).dtype) as i64;
-                    let off = self.b.ins().imul_imm_s(j, esize);
-                    let p = self.b.ins().iadd(self.scratch[slot], off);
-                    self.b.ins().store(Self::flags(), v, p, 0);
+            let slot = self
+                .k
+                .scratch
+                .iter()
+                .position(|&s| s == e)
+                .filter(|_| inner);
+            let v = match slot {
+                Some(slot) if self.filled[e.0 as usize] => {
+                    let p = self.scratch_addr(slot, e, j);
+                    let ty = match mode {
+                        Mode::Scalar => scalar_ty(self.k.expr(e).dtype),
+                        Mode::Vector => types::F32X4,
+                    };
+                    self.b.ins().load(ty, Self::flags(), p, 0)
                 }
-                v
+                _ => {
+                    let v = self.emit_one(e, j, mode, cache)?;
+                    if let Some(slot) = slot {
+                        let p = self.scratch_addr(slot, e, j);
+                        self.b.ins().store(Self::flags(), v, p, 0);
+                    }
+                    v
+                }
             };
             cache.insert(e, v);
         }

@@ -178,30 +178,25 @@ pub fn compile(
     let mut fctx = FunctionBuilderContext::new();
     {
         let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+        let mut import = |sym: &str, ty: types::Type| {
+            let mut s = Signature::new(module.isa().default_call_conv());
+            s.params.push(AbiParam::new(ty));
+            s.returns.push(AbiParam::new(ty));
+            let fid = module
+                .declare_function(sym, Linkage::Import, &s)
+                .map_err(|e| cl_err(k, e))?;
+            Ok::<_, CodegenError>(module.declare_func_in_func(fid, b.func))
+        };
         let mut f64_fns = HashMap::new();
         for (name, sym, _) in F64_FNS {
-            let mut s = Signature::new(module.isa().default_call_conv());
-            s.params.push(AbiParam::new(types::F64));
-            s.returns.push(AbiParam::new(types::F64));
-            let fid = module
-                .declare_function(sym, Linkage::Import, &s)
-                .map_err(|e| cl_err(k, e))?;
-            f64_fns.insert(name, module.declare_func_in_func(fid, b.func));
+            f64_fns.insert(name, import(sym, types::F64)?);
         }
-        let mut round = Vec::new();
-        for sym in ["tj_round_f16", "tj_round_bf16"] {
-            let mut s = Signature::new(module.isa().default_call_conv());
-            s.params.push(AbiParam::new(types::F32));
-            s.returns.push(AbiParam::new(types::F32));
-            let fid = module
-                .declare_function(sym, Linkage::Import, &s)
-                .map_err(|e| cl_err(k, e))?;
-            round.push(module.declare_func_in_func(fid, b.func));
-        }
+        let round_f16 = import("tj_round_f16", types::F32)?;
+        let round_bf16 = import("tj_round_bf16", types::F32)?;
         let libs = lower::Libcalls {
             f64_fns,
-            round_f16: round[0],
-            round_bf16: round[1],
+            round_f16,
+            round_bf16,
         };
         let buf_dtype = |lb: usize| dtype_of(layout.buffers[lb]);
         lower::Lowerer::new(b, k, &layout, &buf_dtype, cpu.fma, libs).lower()?;

@@ -133,7 +133,7 @@ impl std::fmt::Debug for KernelCode {
     }
 }
 
-/// `out[b] = a[b] @ bm[b]` for `batch` row-major matrices (`a`: m x k,
+/// `out[b] = a[b] @ bm[b]` for `batch` row-major f32 matrices (`a`: m x k,
 /// `bm`: k x n, `out`: m x n), through `gemm` on up to `threads` threads.
 pub fn matmul_f32(
     a: &[f32],
@@ -141,6 +141,31 @@ pub fn matmul_f32(
     out: &mut [f32],
     dims: [usize; 4],
     threads: usize,
+) -> Result<(), CodegenError> {
+    matmul(a, bm, out, dims, threads, 0.0, 1.0)
+}
+
+/// The f64 version of [`matmul_f32`].
+pub fn matmul_f64(
+    a: &[f64],
+    bm: &[f64],
+    out: &mut [f64],
+    dims: [usize; 4],
+    threads: usize,
+) -> Result<(), CodegenError> {
+    matmul(a, bm, out, dims, threads, 0.0, 1.0)
+}
+
+/// `gemm` computes `dst = alpha*dst + beta*lhs@rhs`; we pass alpha = 0,
+/// beta = 1 and `read_dst = false`.
+fn matmul<T: Copy + 'static>(
+    a: &[T],
+    bm: &[T],
+    out: &mut [T],
+    dims: [usize; 4],
+    threads: usize,
+    zero: T,
+    one: T,
 ) -> Result<(), CodegenError> {
     let [batch, m, k, n] = dims;
     check_matmul(a.len(), bm.len(), out.len(), dims)?;
@@ -152,7 +177,8 @@ pub fn matmul_f32(
         let o = &mut out[i * m * n..(i + 1) * m * n];
         // SAFETY: `check_matmul` proved the slices hold exactly m*k, k*n and
         // m*n elements; the strides below (row-major, column stride 1) keep
-        // every access inside them; `o` is a unique borrow.
+        // every access inside them; `o` is a unique borrow. `gemm` dispatches
+        // on `T` and supports f32 and f64, the only callers.
         unsafe {
             gemm::gemm(
                 m,
@@ -168,52 +194,8 @@ pub fn matmul_f32(
                 bm.as_ptr(),
                 1,
                 n as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                par(threads),
-            )
-        }
-    }
-    Ok(())
-}
-
-/// The f64 version of [`matmul_f32`].
-pub fn matmul_f64(
-    a: &[f64],
-    bm: &[f64],
-    out: &mut [f64],
-    dims: [usize; 4],
-    threads: usize,
-) -> Result<(), CodegenError> {
-    let [batch, m, k, n] = dims;
-    check_matmul(a.len(), bm.len(), out.len(), dims)?;
-    for i in 0..batch {
-        let (a, bm) = (
-            &a[i * m * k..(i + 1) * m * k],
-            &bm[i * k * n..(i + 1) * k * n],
-        );
-        let o = &mut out[i * m * n..(i + 1) * m * n];
-        // SAFETY: as in `matmul_f32`.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                o.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                a.as_ptr(),
-                1,
-                k as isize,
-                bm.as_ptr(),
-                1,
-                n as isize,
-                0.0,
-                1.0,
+                zero,
+                one,
                 false,
                 false,
                 false,

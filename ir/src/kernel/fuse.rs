@@ -156,31 +156,20 @@ struct KernelBuilder {
     stages: Vec<Stage>,
     matmul: Option<MatMul>,
     memo: HashMap<(NodeId, Map), ExprId>,
-    expr_memo: HashMap<(u64, u64), ExprId>,
+    expr_memo: HashMap<ExprNode, ExprId>,
 }
 
 impl KernelBuilder {
     fn push(&mut self, expr: Expr, dtype: crate::dtype::DType) -> ExprId {
-        // Hash-cons on a printed key: cheap and exact (literals by bits).
-        let key = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            format!("{expr:?}").hash(&mut h);
-            let mut h2 = std::collections::hash_map::DefaultHasher::new();
-            dtype.hash(&mut h2);
-            if let Expr::Lit(l) = expr {
-                l.as_f64().to_bits().hash(&mut h2);
-            }
-            (h.finish(), h2.finish())
-        };
-        // Row values and loads are pure functions of their index, so sharing
-        // identical nodes is always sound.
-        if let Some(&id) = self.expr_memo.get(&key) {
+        // Hash-consing: loads and row values are pure functions of the
+        // index, so identical nodes may always be shared.
+        let node = ExprNode { expr, dtype };
+        if let Some(&id) = self.expr_memo.get(&node) {
             return id;
         }
-        self.exprs.push(ExprNode { expr, dtype });
+        self.exprs.push(node);
         let id = ExprId(self.exprs.len() as u32 - 1);
-        self.expr_memo.insert(key, id);
+        self.expr_memo.insert(node, id);
         id
     }
 
@@ -427,7 +416,7 @@ impl<'g> Fuser<'g> {
         };
         let out = self.new_buffer(ty, BufKind::Temp);
         if let Op::MatMul(a, b) = g.node(root).op {
-            kb.matmul = Some(self.matmul_spec(root, a, b, out)?);
+            kb.matmul = Some(self.matmul_spec(a, b, out)?);
         } else {
             let value = self.build_expr(&mut kb, root, root_map)?;
             let access = self.access(&kb, out, &ty.shape, &root_map);
@@ -496,7 +485,7 @@ impl<'g> Fuser<'g> {
         Ok(kernel)
     }
 
-    fn matmul_spec(&self, mm: NodeId, a: NodeId, b: NodeId, out: BufId) -> Result<MatMul, Stop> {
+    fn matmul_spec(&self, a: NodeId, b: NodeId, out: BufId) -> Result<MatMul, Stop> {
         let buf = |x: NodeId| {
             let s = self.view_source(x);
             self.buffer_of[s.index()].ok_or(Stop::Materialize(s))
@@ -507,7 +496,6 @@ impl<'g> Fuser<'g> {
         } else {
             (1, ta[0], ta[1], tb[1])
         };
-        let _ = mm;
         Ok(MatMul {
             a: buf(a)?,
             b: buf(b)?,
@@ -621,7 +609,7 @@ impl<'g> Fuser<'g> {
                             return Err(Stop::Materialize(n));
                         }
                         let prod = self.new_buffer(node.ty, BufKind::Temp);
-                        kb.matmul = Some(self.matmul_spec(n, a, b, prod)?);
+                        kb.matmul = Some(self.matmul_spec(a, b, prod)?);
                         let access = self.access(kb, prod, &node.ty.shape, &m);
                         Some(kb.load(access, node.ty.dtype))
                     }

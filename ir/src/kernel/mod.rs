@@ -85,7 +85,7 @@ impl Access {
 }
 
 /// One expression node.
-#[derive(Copy, Clone, PartialEq, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Expr {
     /// The element of `loads[i]` at the current domain index.
     Load(u32),
@@ -120,7 +120,7 @@ impl Expr {
 }
 
 /// An expression with its dtype.
-#[derive(Copy, Clone, PartialEq, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub struct ExprNode {
     /// What it computes.
     pub expr: Expr,
@@ -236,34 +236,41 @@ impl Kernel {
             }))
     }
 
-    /// A hash of everything that changes the generated code: the expression
-    /// DAG, dtypes, stages, rank, which accesses have inner stride 0 or 1,
-    /// and the buffers' dtypes. Sizes, other strides and literal-free
-    /// structure differences are not in it, because they are runtime
-    /// arguments. Two kernels with equal keys compile to the same code.
-    pub fn structural_key(&self, buf_dtype: impl Fn(BufId) -> DType) -> u64 {
+    /// The buffers the kernel touches, each once, in order of first use:
+    /// matmul operands and result, then loads, then stores. Code generation
+    /// numbers buffers this way, and so does [`Kernel::structure_text`].
+    pub fn local_buffers(&self) -> Vec<BufId> {
+        let mut order: Vec<BufId> = Vec::new();
+        let mm = self.matmul.iter().flat_map(|m| [m.a, m.b, m.out]);
+        for b in mm.chain(self.accesses().map(|a| a.buf)) {
+            if !order.contains(&b) {
+                order.push(b);
+            }
+        }
+        order
+    }
+
+    /// A hash of everything that changes the generated code:
+    /// [`Kernel::structure_text`]. Two kernels with equal keys compile to the
+    /// same code; sizes and outer strides are runtime arguments.
+    pub fn structural_key(&self, buf_dtype: &dyn Fn(BufId) -> DType) -> u64 {
         // `DefaultHasher::new()` has fixed keys, so keys are stable across
-        // processes (dump files and logs name kernels by them).
+        // processes (logs name kernels by them).
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.structure_text(&buf_dtype).hash(&mut h);
+        self.structure_text(buf_dtype).hash(&mut h);
         h.finish()
     }
 
-    /// The canonical text the structural key hashes: the kernel with buffer
-    /// numbers renamed in order of first use, sizes dropped and strides
-    /// reduced to their class (`0`, `1` or `s`).
+    /// The canonical text the structural key hashes: rank, expression DAG,
+    /// dtypes, stages, scratch, buffers by local number
+    /// ([`Kernel::local_buffers`]) with their dtypes, and for each access
+    /// only the class of its inner stride (`0`, `1` or `s`): outer strides
+    /// and sizes do not change the code.
     pub fn structure_text(&self, buf_dtype: &dyn Fn(BufId) -> DType) -> String {
         use std::fmt::Write;
-        let mut order: Vec<BufId> = Vec::new();
-        let mut local = |b: BufId| -> usize {
-            if let Some(i) = order.iter().position(|&x| x == b) {
-                i
-            } else {
-                order.push(b);
-                order.len() - 1
-            }
-        };
-        let class = |s: i64| match s {
+        let order = self.local_buffers();
+        let local = |b: BufId| order.iter().position(|&x| x == b).unwrap_or(usize::MAX);
+        let class = |a: &Access| match a.inner_stride() {
             0 => '0',
             1 => '1',
             _ => 's',
@@ -275,41 +282,39 @@ impl Kernel {
             let _ = write!(out, "mm {a} {b} {o} {};", buf_dtype(mm.out));
         }
         for l in &self.loads {
-            let b = local(l.buf);
-            let cls: String = l.strides.iter().map(|&s| class(s)).collect();
-            let _ = write!(out, "ld {b} {} {};", buf_dtype(l.buf), class_inner(&cls));
+            let _ = write!(
+                out,
+                "ld {} {} {};",
+                local(l.buf),
+                buf_dtype(l.buf),
+                class(l)
+            );
         }
         for e in &self.exprs {
-            let _ = write!(out, "{:?} {};", e.expr, e.dtype);
+            // Float literals by bits: NaN payloads and -0.0 are distinct code.
+            let _ = match e.expr {
+                Expr::Lit(Lit::Float(f)) => write!(out, "lit {:x} {};", f.to_bits(), e.dtype),
+                other => write!(out, "{other:?} {};", e.dtype),
+            };
         }
         for s in &self.scratch {
             let _ = write!(out, "scr {};", s.0);
         }
         for s in &self.stages {
-            match s {
-                Stage::Reduce { op, value } => {
-                    let _ = write!(out, "red {op:?} {};", value.0);
-                }
-                Stage::Store { access, value } => {
-                    let b = local(access.buf);
-                    let cls: String = access.strides.iter().map(|&s| class(s)).collect();
-                    let _ = write!(
-                        out,
-                        "st {b} {} {} {};",
-                        buf_dtype(access.buf),
-                        class_inner(&cls),
-                        value.0
-                    );
-                }
-            }
+            let _ = match s {
+                Stage::Reduce { op, value } => write!(out, "red {op:?} {};", value.0),
+                Stage::Store { access, value } => write!(
+                    out,
+                    "st {} {} {} {};",
+                    local(access.buf),
+                    buf_dtype(access.buf),
+                    class(access),
+                    value.0
+                ),
+            };
         }
         out
     }
-}
-
-/// Only the inner stride's class changes code; outer strides are runtime.
-fn class_inner(cls: &str) -> char {
-    cls.chars().last().unwrap_or('0')
 }
 
 /// A graph output: a buffer seen under a shape of equal element count (a
@@ -341,11 +346,6 @@ impl KernelProgram {
     /// The declaration of a buffer.
     pub fn buffer(&self, b: BufId) -> &BufDecl {
         &self.buffers[b.0 as usize]
-    }
-
-    /// The structural key of kernel `k` within this program.
-    pub fn kernel_key(&self, k: &Kernel) -> u64 {
-        k.structural_key(|b| self.buffer(b).ty.dtype)
     }
 }
 
