@@ -456,7 +456,6 @@ impl<'g> Fuser<'g> {
         self.buffer_of[root.index()] = Some(out);
         let mut ops: Vec<(NodeId, &'static str)> = inlined
             .iter()
-            .filter(|n| !matches!(g.node(**n).op, Op::Input { .. } | Op::Constant { .. }))
             .filter(|n| self.buffer_of[n.index()].is_none() || **n == root)
             .map(|&n| (n, crate::text::op_name(&g.node(n).op)))
             .filter(|(_, name)| {
