@@ -1,9 +1,30 @@
-//! `tilejit-device`: the device model. For now it holds only the identity of
-//! the targets tilejit knows; the `DeviceApi` trait, the host device and the
-//! simulated Ascend-style accelerator (memory regions, AIC/AIV cores, the
-//! bytecode ISA, its interpreter, cycle model and scheduler threads) arrive
-//! with the simulated-accelerator issue. Invariant: this crate never sees a
-//! graph; it depends on `tilejit-ir` for scalar types only.
+//! `tilejit-device`: the device model.
+//!
+//! - [`api`]: the `DeviceApi` trait, `HostDevice`, `SimDevice`.
+//! - [`config`]: `DeviceConfig`, every number of the model (JSON in/out).
+//! - [`mem`]: memory regions with a real allocator; RAII chunks.
+//! - [`isa`]: the AIC/AIV bytecode ISA, defined by one table
+//!   ([`isa::table`]): binary encoding, text assembler/disassembler,
+//!   verifier, generated reference (`ISA.md`).
+//! - [`sim`]: one simulated core: interpreter with exact semantics and the
+//!   cycle model.
+//!
+//! Invariant: this crate never sees a graph; it depends on `tilejit-ir` for
+//! scalar types and scalar semantics only.
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod isa;
+pub mod mem;
+pub mod sim;
+
+pub use api::{DeviceApi, DeviceBuffer, DeviceInfo, HostDevice, SimDevice};
+pub use config::{CostTable, DeviceConfig};
+pub use error::DeviceError;
+pub use isa::verify::{verify, VerifiedProgram};
+pub use isa::{CoreType, Inst, Opcode, Operand, Pipe, Program, Space};
+pub use sim::{CoreRun, CoreState, TaskArgs};
 
 use std::fmt;
 

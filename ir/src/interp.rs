@@ -18,6 +18,7 @@ use crate::array::{Array, Buffer};
 use crate::dtype::{DType, Lit};
 use crate::error::IrError;
 use crate::graph::{BinaryOp, CmpOp, Graph, NodeId, Op, ReduceOp, UnaryOp};
+use crate::scalar::{self, max_nan, min_nan};
 use crate::shape::{Shape, TensorType, MAX_RANK};
 
 /// Element values of one node while interpreting: floats widened to f64,
@@ -257,8 +258,6 @@ fn gather(
     }
 }
 
-const GELU_C: f64 = 0.7978845608;
-
 fn unary(u: UnaryOp, dtype: DType, x: &Vals) -> Vals {
     match x {
         Vals::F(v) => {
@@ -266,15 +265,15 @@ fn unary(u: UnaryOp, dtype: DType, x: &Vals) -> Vals {
                 UnaryOp::Neg => |x| -x,
                 UnaryOp::Abs => f64::abs,
                 UnaryOp::Square => |x| x * x,
-                UnaryOp::Relu => |x| if x.is_nan() || x > 0.0 { x } else { 0.0 },
+                UnaryOp::Relu => scalar::relu,
                 UnaryOp::Exp => f64::exp,
                 UnaryOp::Log => f64::ln,
                 UnaryOp::Sqrt => f64::sqrt,
                 UnaryOp::Rsqrt => |x| 1.0 / x.sqrt(),
                 UnaryOp::Recip => |x| 1.0 / x,
                 UnaryOp::Tanh => f64::tanh,
-                UnaryOp::Sigmoid => |x| 1.0 / (1.0 + (-x).exp()),
-                UnaryOp::Gelu => |x| 0.5 * x * (1.0 + (GELU_C * (x + 0.044715 * x * x * x)).tanh()),
+                UnaryOp::Sigmoid => scalar::sigmoid,
+                UnaryOp::Gelu => scalar::gelu,
             };
             Vals::F(v.iter().map(|&a| dtype.round_float(f(a))).collect())
         }
@@ -288,22 +287,6 @@ fn unary(u: UnaryOp, dtype: DType, x: &Vals) -> Vals {
             };
             Vals::I(v.iter().map(|&a| dtype.wrap_int(f(a))).collect())
         }
-    }
-}
-
-fn max_nan(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else {
-        a.max(b)
-    }
-}
-
-fn min_nan(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else {
-        a.min(b)
     }
 }
 
@@ -330,7 +313,7 @@ fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Vals {
                 BinaryOp::Add => i64::wrapping_add,
                 BinaryOp::Sub => i64::wrapping_sub,
                 BinaryOp::Mul => i64::wrapping_mul,
-                BinaryOp::Div => |a, b| if b == 0 { 0 } else { a.wrapping_div(b) },
+                BinaryOp::Div => scalar::int_div,
                 BinaryOp::Max => i64::max,
                 BinaryOp::Min => i64::min,
             };
@@ -486,14 +469,12 @@ fn matmul(ty: TensorType, sa: &Shape, sb: &Shape, a: &Vals, b: &Vals) -> Result<
 fn cast(x: &Vals, to: DType) -> Vals {
     match x {
         Vals::F(v) => match to {
-            DType::Bool => Vals::I(v.iter().map(|&f| (f != 0.0) as i64).collect()),
-            DType::I32 => Vals::I(v.iter().map(|&f| f as i32 as i64).collect()),
-            DType::I64 => Vals::I(v.iter().map(|&f| f as i64).collect()),
-            d => Vals::F(v.iter().map(|&f| d.round_float(f)).collect()),
+            d if d.is_float() => Vals::F(v.iter().map(|&f| d.round_float(f)).collect()),
+            d => Vals::I(v.iter().map(|&f| scalar::float_to_int(f, d)).collect()),
         },
         Vals::I(v) => {
             if to.is_float() {
-                Vals::F(v.iter().map(|&i| to.round_float(i as f64)).collect())
+                Vals::F(v.iter().map(|&i| scalar::int_to_float(i, to)).collect())
             } else {
                 Vals::I(v.iter().map(|&i| to.wrap_int(i)).collect())
             }

@@ -8,6 +8,8 @@
 //! - [`passes`]: `simplify` = fold constants -> CSE -> DCE.
 //! - [`text`]: the printable, parseable text form.
 //! - [`kernel`]: the kernel IR, fusion (graph -> kernels), its text form.
+//! - [`scalar`]: scalar semantics (NaN-propagating max, GELU, int division)
+//!   shared with every executor that must match the interpreter.
 //! - [`interp`]: the reference interpreter, the oracle for every backend.
 //!
 //! Entry points: build a [`Graph`] with [`Graph::add`], run it with
@@ -21,6 +23,7 @@ pub mod infer;
 pub mod interp;
 pub mod kernel;
 pub mod passes;
+pub mod scalar;
 pub mod shape;
 pub mod text;
 pub mod verify;

@@ -1,0 +1,273 @@
+//! `MemRegion` and `MemChunk` (Icraft XRT's MemRegion/MemChunk): a region is
+//! a range of device memory with a best-fit free-list allocator (32-byte
+//! alignment, neighbours coalesce on free); a chunk is one allocation,
+//! freed when dropped. The safe API cannot double-free or touch a freed
+//! chunk: a chunk owns its range and every access goes through it.
+
+use super::storage::PagedMemory;
+use crate::error::{DeviceError, Result};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Every allocation's offset and size are multiples of this.
+pub const ALIGN: u64 = 32;
+
+/// Occupancy of a region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionStats {
+    /// Total bytes.
+    pub size: u64,
+    /// Bytes in live chunks (after alignment).
+    pub used: u64,
+    /// Bytes free.
+    pub free: u64,
+    /// The largest free block.
+    pub largest_free: u64,
+    /// Live chunks.
+    pub chunks: usize,
+    /// Free blocks (1 when nothing is fragmented).
+    pub free_blocks: usize,
+}
+
+#[derive(Debug)]
+struct FreeList {
+    /// offset -> length of each free block; never two adjacent blocks.
+    free: BTreeMap<u64, u64>,
+    used: u64,
+    chunks: usize,
+}
+
+#[derive(Debug)]
+struct RegionInner {
+    name: String,
+    state: Mutex<FreeList>,
+    memory: PagedMemory,
+}
+
+/// A region of device memory with its allocator. Cloning shares the region.
+#[derive(Clone, Debug)]
+pub struct MemRegion {
+    inner: Arc<RegionInner>,
+}
+
+/// One live allocation. Dropping it returns its bytes to the region.
+#[derive(Debug)]
+pub struct MemChunk {
+    region: Arc<RegionInner>,
+    offset: u64,
+    len: u64,
+    requested: u64,
+}
+
+/// A plain description of a chunk's bytes (address and length in the
+/// region), for handing to a simulated core. It carries no ownership: the
+/// code that builds a task keeps the chunks alive while the task runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// First byte in the region.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+impl MemRegion {
+    /// A region of `size` bytes named `name` (for messages).
+    pub fn new(name: &str, size: u64) -> MemRegion {
+        let size = size - size % ALIGN;
+        let mut free = BTreeMap::new();
+        if size > 0 {
+            free.insert(0, size);
+        }
+        MemRegion {
+            inner: Arc::new(RegionInner {
+                name: name.to_string(),
+                state: Mutex::new(FreeList {
+                    free,
+                    used: 0,
+                    chunks: 0,
+                }),
+                memory: PagedMemory::new(size),
+            }),
+        }
+    }
+
+    /// The region's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The bytes behind the region, for the simulator's cores.
+    pub fn memory(&self) -> &PagedMemory {
+        &self.inner.memory
+    }
+
+    /// Allocates `bytes` (rounded up to 32; zero becomes 32), zero-filled.
+    pub fn alloc(&self, bytes: u64) -> Result<MemChunk> {
+        let len = bytes
+            .max(1)
+            .checked_next_multiple_of(ALIGN)
+            .ok_or_else(|| self.oom(bytes))?;
+        let mut st = self.inner.lock();
+        // Best fit: the smallest free block that holds `len` keeps big
+        // blocks whole for big requests.
+        let best = st
+            .free
+            .iter()
+            .filter(|&(_, &l)| l >= len)
+            .min_by_key(|&(&o, &l)| (l, o))
+            .map(|(&o, &l)| (o, l));
+        let Some((offset, block)) = best else {
+            drop(st);
+            return Err(self.oom(bytes));
+        };
+        st.free.remove(&offset);
+        if block > len {
+            st.free.insert(offset + len, block - len);
+        }
+        st.used += len;
+        st.chunks += 1;
+        drop(st);
+        self.inner.memory.zero(offset, len);
+        Ok(MemChunk {
+            region: self.inner.clone(),
+            offset,
+            len,
+            requested: bytes,
+        })
+    }
+
+    fn oom(&self, requested: u64) -> DeviceError {
+        let s = self.stats();
+        DeviceError::OutOfMemory {
+            region: self.inner.name.clone(),
+            requested,
+            free: s.free,
+            largest_free: s.largest_free,
+        }
+    }
+
+    /// Occupancy now.
+    pub fn stats(&self) -> RegionStats {
+        let st = self.inner.lock();
+        let size = self.inner.memory.size();
+        RegionStats {
+            size,
+            used: st.used,
+            free: size - st.used,
+            largest_free: st.free.values().copied().max().unwrap_or(0),
+            chunks: st.chunks,
+            free_blocks: st.free.len(),
+        }
+    }
+
+    /// True when `chunk` was allocated from this region.
+    pub fn owns(&self, chunk: &MemChunk) -> bool {
+        Arc::ptr_eq(&self.inner, &chunk.region)
+    }
+
+    /// Checks that `span` lies inside the region (for spans that came from
+    /// outside the safe chunk API, such as a task's arguments).
+    pub fn check_span(&self, span: Span) -> Result<()> {
+        let size = self.inner.memory.size();
+        match span.addr.checked_add(span.len) {
+            Some(end) if end <= size => Ok(()),
+            _ => Err(DeviceError::OutOfBounds {
+                what: format!("span in {}", self.inner.name),
+                offset: span.addr,
+                end: span.addr.saturating_add(span.len),
+                size,
+            }),
+        }
+    }
+}
+
+impl RegionInner {
+    fn lock(&self) -> MutexGuard<'_, FreeList> {
+        // The free list is consistent after every statement that can panic
+        // (none can), so a poisoned lock still holds a valid list.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl MemChunk {
+    /// Offset of the chunk in its region.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Usable size (the request rounded up to 32 bytes).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Always false: a chunk holds at least 32 bytes.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The size that was asked for.
+    pub fn requested(&self) -> u64 {
+        self.requested
+    }
+
+    /// The chunk's address range.
+    pub fn span(&self) -> Span {
+        Span {
+            addr: self.offset,
+            len: self.len,
+        }
+    }
+
+    /// The name of the region it came from.
+    pub fn region_name(&self) -> &str {
+        &self.region.name
+    }
+
+    fn check(&self, what: &str, offset: u64, len: usize) -> Result<()> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(DeviceError::OutOfBounds {
+                what: what.to_string(),
+                offset,
+                end: offset.saturating_add(len as u64),
+                size: self.len,
+            }),
+        }
+    }
+
+    /// Copies bytes out of the chunk, starting `offset` bytes in.
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.check("read", offset, out.len())?;
+        self.region.memory.read(self.offset + offset, out);
+        Ok(())
+    }
+
+    /// Copies bytes into the chunk, starting `offset` bytes in.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.check("write", offset, data.len())?;
+        self.region.memory.write(self.offset + offset, data);
+        Ok(())
+    }
+}
+
+impl Drop for MemChunk {
+    fn drop(&mut self) {
+        let mut st = self.region.lock();
+        let (mut offset, mut len) = (self.offset, self.len);
+        // Coalesce with the free block just before and just after.
+        if let Some((&prev, &plen)) = st.free.range(..offset).next_back() {
+            if prev + plen == offset {
+                st.free.remove(&prev);
+                offset = prev;
+                len += plen;
+            }
+        }
+        if let Some(&next_len) = st.free.get(&(offset + len)) {
+            st.free.remove(&(offset + len));
+            len += next_len;
+        }
+        st.free.insert(offset, len);
+        st.used -= self.len;
+        st.chunks -= 1;
+    }
+}

@@ -1,0 +1,143 @@
+//! `PagedMemory`: the bytes behind a memory region. Pages are created on
+//! first write (untouched memory reads as zero and costs nothing, so the
+//! simulator can model gigabytes of GM), and every word is an atomic, so
+//! many simulated cores on many host threads can read and write disjoint
+//! (or even overlapping) ranges at once without locks and without `unsafe`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+const PAGE_WORDS: usize = 32 * 1024;
+const PAGE_BYTES: u64 = (PAGE_WORDS * 8) as u64;
+
+/// Lazily paged, word-atomic memory of a fixed size.
+pub struct PagedMemory {
+    size: u64,
+    pages: Vec<OnceLock<Box<[AtomicU64]>>>,
+}
+
+impl std::fmt::Debug for PagedMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PagedMemory")
+            .field("size", &self.size)
+            .field("pages_touched", &self.pages_touched())
+            .finish()
+    }
+}
+
+impl PagedMemory {
+    /// `size` bytes, all zero.
+    pub fn new(size: u64) -> PagedMemory {
+        let n = size.div_ceil(PAGE_BYTES) as usize;
+        PagedMemory {
+            size,
+            pages: (0..n).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// The size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Pages that have been written (each `PAGE_BYTES` of host memory).
+    pub fn pages_touched(&self) -> usize {
+        self.pages.iter().filter(|p| p.get().is_some()).count()
+    }
+
+    fn page(&self, index: usize) -> &[AtomicU64] {
+        self.pages[index].get_or_init(|| (0..PAGE_WORDS).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// Copies `out.len()` bytes starting at `addr` into `out`. The caller
+    /// (the region) has checked the range lies inside the memory.
+    pub fn read(&self, addr: u64, out: &mut [u8]) {
+        debug_assert!(addr + out.len() as u64 <= self.size);
+        let mut done = 0usize;
+        while done < out.len() {
+            let a = addr + done as u64;
+            let page_index = (a / PAGE_BYTES) as usize;
+            let in_page = (a % PAGE_BYTES) as usize;
+            let n = (PAGE_BYTES as usize - in_page).min(out.len() - done);
+            let dst = &mut out[done..done + n];
+            match self.pages[page_index].get() {
+                None => dst.fill(0),
+                Some(page) => read_words(page, in_page, dst),
+            }
+            done += n;
+        }
+    }
+
+    /// Copies `data` into memory starting at `addr`.
+    pub fn write(&self, addr: u64, data: &[u8]) {
+        debug_assert!(addr + data.len() as u64 <= self.size);
+        let mut done = 0usize;
+        while done < data.len() {
+            let a = addr + done as u64;
+            let page_index = (a / PAGE_BYTES) as usize;
+            let in_page = (a % PAGE_BYTES) as usize;
+            let n = (PAGE_BYTES as usize - in_page).min(data.len() - done);
+            let src = &data[done..done + n];
+            // Writing zeros to an untouched page changes nothing.
+            if self.pages[page_index].get().is_some() || src.iter().any(|&b| b != 0) {
+                write_words(self.page(page_index), in_page, src);
+            }
+            done += n;
+        }
+    }
+
+    /// Sets `len` bytes at `addr` to zero.
+    pub fn zero(&self, addr: u64, len: u64) {
+        const ZEROS: [u8; 4096] = [0; 4096];
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(4096);
+            self.write(addr + done, &ZEROS[..n as usize]);
+            done += n;
+        }
+    }
+}
+
+fn read_words(page: &[AtomicU64], start: usize, out: &mut [u8]) {
+    let mut byte = start;
+    let mut i = 0;
+    while i < out.len() {
+        let word = page[byte / 8].load(Ordering::Relaxed).to_le_bytes();
+        let off = byte % 8;
+        let n = (8 - off).min(out.len() - i);
+        out[i..i + n].copy_from_slice(&word[off..off + n]);
+        i += n;
+        byte += n;
+    }
+}
+
+fn write_words(page: &[AtomicU64], start: usize, data: &[u8]) {
+    let mut byte = start;
+    let mut i = 0;
+    while i < data.len() {
+        let off = byte % 8;
+        let n = (8 - off).min(data.len() - i);
+        let slot = &page[byte / 8];
+        if n == 8 {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&data[i..i + 8]);
+            slot.store(u64::from_le_bytes(w), Ordering::Relaxed);
+        } else {
+            let mut w = [0u8; 8];
+            w[off..off + n].copy_from_slice(&data[i..i + n]);
+            let val = u64::from_le_bytes(w);
+            let mask = if n * 8 >= 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (n * 8)) - 1) << (off * 8)
+            };
+            // Only this write's bytes change; a neighbour's concurrent write
+            // to the other bytes of the word is kept.
+            let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                Some((old & !mask) | (val & mask))
+            });
+        }
+        i += n;
+        byte += n;
+    }
+}

@@ -1,0 +1,504 @@
+//! The semantics of each opcode: what one instruction does to registers,
+//! local memories and GM. Operand positions follow the table's rows. Every
+//! data-dependent check (register-given valid regions, GM ranges, division
+//! by zero) is made here and reported as a message the caller turns into a
+//! fault naming core, program and pc.
+
+use super::cycles::Work;
+use super::values::{self, Vals};
+use crate::isa::{pitch, Cond, Inst, Opcode, Operand, Space};
+use crate::mem::{PagedMemory, Span};
+use tilejit_ir::{scalar, DType};
+
+/// Registers, local memories and the task's view of GM during a run.
+pub(crate) struct Ctx<'a> {
+    pub regs: [i64; crate::isa::NUM_REGS],
+    pub mem: &'a mut [Vec<u8>; 5],
+    pub gm: &'a PagedMemory,
+    pub spans: &'a [Span],
+    pub scalars: &'a [i64],
+}
+
+/// What the instruction did to control flow.
+pub(crate) enum Flow {
+    Next,
+    Jump(usize),
+    End,
+}
+
+type R<T> = Result<T, String>;
+/// An op's float and integer forms.
+type Binary = (fn(f64, f64) -> f64, fn(i64, i64) -> i64);
+type Unary = (fn(f64) -> f64, fn(i64) -> i64);
+
+impl Ctx<'_> {
+    fn val(&self, inst: &Inst, i: usize) -> i64 {
+        match inst.args.get(i) {
+            Some(Operand::Reg(r)) => self.regs[*r as usize],
+            Some(Operand::Imm(v)) => *v,
+            _ => 0,
+        }
+    }
+
+    /// The valid region (operands 2 and 3 after `shape_at`), checked
+    /// against the tile shape.
+    fn valid(&self, inst: &Inst, at: usize) -> R<(usize, usize)> {
+        let (rows, cols) = inst.shape().unwrap_or((0, 0));
+        let vr = self.val(inst, at);
+        let vc = self.val(inst, at + 1);
+        if vr < 0 || vr as u64 > rows || vc < 0 || vc as u64 > cols {
+            return Err(format!(
+                "valid region {vr}x{vc} is outside the tile's {rows}x{cols}"
+            ));
+        }
+        Ok((vr as usize, vc as usize))
+    }
+
+    fn local(&self, space: Space, addr: usize, len: usize) -> R<&[u8]> {
+        self.mem[space.index()]
+            .get(addr..addr + len)
+            .ok_or_else(|| {
+                format!(
+                    "{} access 0x{addr:x}+{len} outside the memory",
+                    space.name()
+                )
+            })
+    }
+
+    fn local_mut(&mut self, space: Space, addr: usize, len: usize) -> R<&mut [u8]> {
+        self.mem[space.index()]
+            .get_mut(addr..addr + len)
+            .ok_or_else(|| {
+                format!(
+                    "{} access 0x{addr:x}+{len} outside the memory",
+                    space.name()
+                )
+            })
+    }
+
+    /// Reads `vr x vc` elements of a tile with `cols` columns.
+    fn read_tile(
+        &self,
+        space: Space,
+        addr: usize,
+        dt: DType,
+        (vr, vc): (usize, usize),
+        cols: usize,
+    ) -> R<Vals> {
+        let p = pitch(cols as u64, dt) as usize;
+        let mut v = values::empty(dt, vr * vc);
+        for r in 0..vr {
+            values::decode_into(
+                self.local(space, addr + r * p, vc * dt.size_bytes())?,
+                dt,
+                &mut v,
+            );
+        }
+        Ok(v)
+    }
+
+    fn write_tile(
+        &mut self,
+        space: Space,
+        addr: usize,
+        dt: DType,
+        (vr, vc): (usize, usize),
+        cols: usize,
+        v: &Vals,
+    ) -> R<()> {
+        let p = pitch(cols as u64, dt) as usize;
+        for r in 0..vr {
+            let row = self.local_mut(space, addr + r * p, vc * dt.size_bytes())?;
+            values::encode_from(v, r * vc, dt, row);
+        }
+        Ok(())
+    }
+
+    /// The GM byte address of element `off` of argument `g`, after checking
+    /// that the whole strided region lies inside the argument.
+    fn gm_region(
+        &self,
+        inst: &Inst,
+        g: usize,
+        dt: DType,
+        off_at: usize,
+        (vr, vc): (usize, usize),
+    ) -> R<u64> {
+        let span = *self
+            .spans
+            .get(g)
+            .ok_or_else(|| format!("GM argument {g} was not passed"))?;
+        let off = self.val(inst, off_at);
+        let stride = self.val(inst, off_at + 1);
+        if off < 0 || stride < 0 {
+            return Err(format!("negative GM offset {off} or stride {stride}"));
+        }
+        if vr > 0 && vc > 0 {
+            let size = dt.size_bytes() as u64;
+            let end = (vr as u64 - 1)
+                .checked_mul(stride as u64)
+                .and_then(|x| x.checked_add(off as u64))
+                .and_then(|x| x.checked_add(vc as u64))
+                .and_then(|x| x.checked_mul(size));
+            match end {
+                Some(e) if e <= span.len => {}
+                _ => {
+                    return Err(format!(
+                        "GM access to argument {g} (offset {off}, stride {stride}, {vr}x{vc} {dt}) \
+                         goes outside its {} bytes",
+                        span.len
+                    ))
+                }
+            }
+        }
+        Ok(span.addr + off as u64 * dt.size_bytes() as u64)
+    }
+}
+
+/// Executes one instruction.
+pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
+    use Opcode::*;
+    let dt = inst.dtype().unwrap_or(DType::F32);
+    match inst.op {
+        Nop => {}
+        Movi => cx.regs[inst.reg(0)] = inst.imm(1),
+        Mov => cx.regs[inst.reg(0)] = cx.regs[inst.reg(1)],
+        Add | Sub | Mul | Div | Rem | Min | Max | Shl | Shr => {
+            let a = cx.regs[inst.reg(1)];
+            let b = cx.val(inst, 2);
+            cx.regs[inst.reg(0)] = match inst.op {
+                Add => a.wrapping_add(b),
+                Sub => a.wrapping_sub(b),
+                Mul => a.wrapping_mul(b),
+                Div | Rem if b == 0 => {
+                    return Err(format!("scalar {} by zero", inst.op.mnemonic()))
+                }
+                Div => a.wrapping_div(b),
+                Rem => a.wrapping_rem(b),
+                Min => a.min(b),
+                Max => a.max(b),
+                _ if !(0..64).contains(&b) => return Err(format!("shift by {b} (must be 0..64)")),
+                Shl => a << b,
+                _ => a >> b,
+            };
+        }
+        Ldarg => {
+            let i = inst.imm(1);
+            cx.regs[inst.reg(0)] = *usize::try_from(i)
+                .ok()
+                .and_then(|i| cx.scalars.get(i))
+                .ok_or_else(|| format!("scalar argument {i} was not passed"))?;
+        }
+        Jmp => {
+            w.taken = true;
+            return Ok(Flow::Jump(inst.label(0)));
+        }
+        Blt | Bge | Beq | Bne => {
+            let a = cx.regs[inst.reg(0)];
+            let b = cx.val(inst, 1);
+            let take = match inst.op {
+                Blt => a < b,
+                Bge => a >= b,
+                Beq => a == b,
+                _ => a != b,
+            };
+            if take {
+                w.taken = true;
+                return Ok(Flow::Jump(inst.label(2)));
+            }
+        }
+        Setf | Waitf | Barrier => {}
+        End => return Ok(Flow::End),
+        Ld | Ldl1 => {
+            let (rows, cols) = inst.shape().unwrap_or((0, 0));
+            let vrc = cx.valid(inst, 2)?;
+            let space = if inst.op == Ld { Space::Ub } else { Space::L1 };
+            let base = cx.gm_region(inst, inst.gm(5), dt, 6, vrc)?;
+            let stride = cx.val(inst, 7) as u64 * dt.size_bytes() as u64;
+            let p = pitch(cols, dt) as usize;
+            let dst = inst.addr(4);
+            let row_bytes = vrc.1 * dt.size_bytes();
+            let gm = cx.gm;
+            let tile = cx.local_mut(space, dst, rows as usize * p)?;
+            tile.fill(0);
+            for r in 0..vrc.0 {
+                gm.read(
+                    base + r as u64 * stride,
+                    &mut tile[r * p..r * p + row_bytes],
+                );
+            }
+            w.bytes = (vrc.0 * row_bytes) as u64;
+        }
+        St => {
+            let (_, cols) = inst.shape().unwrap_or((0, 0));
+            let vrc = cx.valid(inst, 2)?;
+            let base = cx.gm_region(inst, inst.gm(4), dt, 5, vrc)?;
+            let stride = cx.val(inst, 6) as u64 * dt.size_bytes() as u64;
+            let p = pitch(cols, dt) as usize;
+            let row_bytes = vrc.1 * dt.size_bytes();
+            let src = inst.addr(7);
+            for r in 0..vrc.0 {
+                let row = cx.local(Space::Ub, src + r * p, row_bytes)?;
+                cx.gm.write(base + r as u64 * stride, row);
+            }
+            w.bytes = (vrc.0 * row_bytes) as u64;
+        }
+        Mvl0a | Mvl0b => {
+            let (rows, cols) = inst.shape().unwrap_or((0, 0));
+            let n = rows as usize * pitch(cols, dt) as usize;
+            let src = cx.local(Space::L1, inst.addr(3), n)?.to_vec();
+            let space = if inst.op == Mvl0a {
+                Space::L0a
+            } else {
+                Space::L0b
+            };
+            cx.local_mut(space, inst.addr(2), n)?.copy_from_slice(&src);
+            w.bytes = n as u64;
+        }
+        Mmad => mmad(inst, cx, w, dt)?,
+        Fixp => {
+            let (_, cols) = inst.shape().unwrap_or((0, 0));
+            let vrc = cx.valid(inst, 2)?;
+            let acc = cx.read_tile(Space::L0c, inst.addr(7), DType::F32, vrc, cols as usize)?;
+            let acc = if inst.imm(8) == 1 {
+                values::map(&acc, DType::F32, scalar::relu, |x| x)
+            } else {
+                acc
+            };
+            let base = cx.gm_region(inst, inst.gm(4), dt, 5, vrc)?;
+            let stride = cx.val(inst, 6) as u64 * dt.size_bytes() as u64;
+            let row_bytes = vrc.1 * dt.size_bytes();
+            let mut row = vec![0u8; row_bytes];
+            for r in 0..vrc.0 {
+                values::encode_from(&acc, r * vrc.1, dt, &mut row);
+                cx.gm.write(base + r as u64 * stride, &row);
+            }
+            w.bytes = (vrc.0 * row_bytes) as u64;
+        }
+        _ => vector(inst, cx, w, dt)?,
+    }
+    Ok(Flow::Next)
+}
+
+fn mmad(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
+    let (m, k, n) = inst.mkn().unwrap_or((0, 0, 0));
+    let (m, k, n) = (m as usize, k as usize, n as usize);
+    let a = cx.read_tile(Space::L0a, inst.addr(3), dt, (m, k), k)?;
+    let b = cx.read_tile(Space::L0b, inst.addr(4), dt, (k, n), n)?;
+    let mut c = if inst.imm(5) == 1 {
+        match cx.read_tile(Space::L0c, inst.addr(2), DType::F32, (m, n), n)? {
+            Vals::F(v) => v,
+            Vals::I(_) => vec![0.0; m * n],
+        }
+    } else {
+        vec![0.0; m * n]
+    };
+    let (Vals::F(a), Vals::F(b)) = (a, b) else {
+        return Err("cube operands must be floats".into());
+    };
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = c[i * n + j];
+            for p in 0..k {
+                // f16/bf16/f32 products are exact in f64; each step rounds to f32.
+                s = (s + a[i * k + p] * b[p * n + j]) as f32 as f64;
+            }
+            c[i * n + j] = s;
+        }
+    }
+    cx.write_tile(Space::L0c, inst.addr(2), DType::F32, (m, n), n, &Vals::F(c))?;
+    w.blocks = (m.div_ceil(16) * k.div_ceil(16) * n.div_ceil(16)) as u64;
+    Ok(())
+}
+
+fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
+    use Opcode::*;
+    // Operand layout: dtype, shape, vrows, vcols, ... except vcast (dtype,
+    // from, shape, vrows, vcols, dst, src) and vcmp (cond before dst).
+    let (_, cols) = inst.shape().unwrap_or((0, 0));
+    let cols = cols as usize;
+    let valid_at = if inst.op == Vcast { 3 } else { 2 };
+    let vrc = cx.valid(inst, valid_at)?;
+    let (vr, vc) = vrc;
+    w.bytes = (vr * vc * dt.size_bytes()) as u64;
+    let tile = |cx: &Ctx<'_>, i: usize| cx.read_tile(Space::Ub, inst.addr(i), dt, vrc, cols);
+    let out: Vals = match inst.op {
+        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin => {
+            let (a, b) = (tile(cx, 5)?, tile(cx, 6)?);
+            let (f, g): Binary = match inst.op {
+                Vadd => (|a, b| a + b, i64::wrapping_add),
+                Vsub => (|a, b| a - b, i64::wrapping_sub),
+                Vmul => (|a, b| a * b, i64::wrapping_mul),
+                Vdiv => (|a, b| a / b, scalar::int_div),
+                Vmax => (scalar::max_nan, i64::max),
+                _ => (scalar::min_nan, i64::min),
+            };
+            values::zip(&a, &b, dt, f, g)
+        }
+        Vadds | Vmuls | Vmaxs | Vmins => {
+            let a = tile(cx, 5)?;
+            let s = Vals::splat(inst.scalar(6), dt, a.len());
+            let (f, g): Binary = match inst.op {
+                Vadds => (|a, b| a + b, i64::wrapping_add),
+                Vmuls => (|a, b| a * b, i64::wrapping_mul),
+                Vmaxs => (scalar::max_nan, i64::max),
+                _ => (scalar::min_nan, i64::min),
+            };
+            values::zip(&a, &s, dt, f, g)
+        }
+        Vdup => Vals::splat(inst.scalar(5), dt, vr * vc),
+        Vmov => tile(cx, 5)?,
+        Vneg | Vabs | Vsquare | Vrelu | Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh
+        | Vsigmoid | Vgelu => {
+            let a = tile(cx, 5)?;
+            let (f, g): Unary = match inst.op {
+                Vneg => (|x| -x, i64::wrapping_neg),
+                Vabs => (f64::abs, i64::wrapping_abs),
+                Vsquare => (|x| x * x, |x| x.wrapping_mul(x)),
+                Vrelu => (scalar::relu, |x| x.max(0)),
+                Vexp => (f64::exp, |x| x),
+                Vlog => (f64::ln, |x| x),
+                Vsqrt => (f64::sqrt, |x| x),
+                Vrsqrt => (|x| 1.0 / x.sqrt(), |x| x),
+                Vrecip => (|x| 1.0 / x, |x| x),
+                Vtanh => (f64::tanh, |x| x),
+                Vsigmoid => (scalar::sigmoid, |x| x),
+                _ => (scalar::gelu, |x| x),
+            };
+            values::map(&a, dt, f, g)
+        }
+        Vcmp => {
+            let (a, b) = (tile(cx, 6)?, tile(cx, 7)?);
+            let cond = inst.cond(4);
+            let res: Vec<i64> = match (&a, &b) {
+                (Vals::F(x), Vals::F(y)) => x
+                    .iter()
+                    .zip(y)
+                    .map(|(&p, &q)| compare(cond, p.partial_cmp(&q)) as i64)
+                    .collect(),
+                (Vals::I(x), Vals::I(y)) => x
+                    .iter()
+                    .zip(y)
+                    .map(|(p, q)| compare(cond, p.partial_cmp(q)) as i64)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            cx.write_tile(
+                Space::Ub,
+                inst.addr(5),
+                DType::Bool,
+                vrc,
+                cols,
+                &Vals::I(res),
+            )?;
+            return Ok(());
+        }
+        Vsel => {
+            let mask = cx.read_tile(Space::Ub, inst.addr(5), DType::Bool, vrc, cols)?;
+            let (a, b) = (tile(cx, 6)?, tile(cx, 7)?);
+            let Vals::I(mask) = mask else {
+                return Err("mask is not bool".into());
+            };
+            match (a, b) {
+                (Vals::F(x), Vals::F(y)) => Vals::F(
+                    mask.iter()
+                        .zip(x.iter().zip(&y))
+                        .map(|(&m, (&p, &q))| if m != 0 { p } else { q })
+                        .collect(),
+                ),
+                (Vals::I(x), Vals::I(y)) => Vals::I(
+                    mask.iter()
+                        .zip(x.iter().zip(&y))
+                        .map(|(&m, (&p, &q))| if m != 0 { p } else { q })
+                        .collect(),
+                ),
+                (a, _) => a,
+            }
+        }
+        Vcast => {
+            let from = inst.dtype2().unwrap_or(dt);
+            let src = cx.read_tile(Space::Ub, inst.addr(6), from, vrc, cols)?;
+            w.bytes = (vr * vc * dt.size_bytes().max(from.size_bytes())) as u64;
+            let out = values::cast(&src, dt);
+            cx.write_tile(Space::Ub, inst.addr(5), dt, vrc, cols, &out)?;
+            return Ok(());
+        }
+        Vrsum | Vrmax | Vrmin => {
+            let a = tile(cx, 5)?;
+            let out = reduce_rows(inst.op, &a, dt, vr, vc);
+            // The result is a 1 x vrows tile: `vr` contiguous values.
+            cx.write_tile(Space::Ub, inst.addr(4), dt, (1, vr), vr.max(1), &out)?;
+            return Ok(());
+        }
+        Vbrow => {
+            let src = cx.read_tile(Space::Ub, inst.addr(5), dt, (1, vr), vr.max(1))?;
+            broadcast(&src, vr, vc, |r, _| r)
+        }
+        Vbcol => {
+            let src = cx.read_tile(Space::Ub, inst.addr(5), dt, (1, vc), vc.max(1))?;
+            broadcast(&src, vr, vc, |_, c| c)
+        }
+        _ => {
+            return Err(format!(
+                "`{}` is not a vector instruction",
+                inst.op.mnemonic()
+            ))
+        }
+    };
+    cx.write_tile(Space::Ub, inst.addr(4), dt, vrc, cols, &out)
+}
+
+fn compare(c: Cond, ord: Option<std::cmp::Ordering>) -> bool {
+    use std::cmp::Ordering::*;
+    match (c, ord) {
+        (Cond::Ne, None) => true,
+        (_, None) => false,
+        (Cond::Eq, Some(o)) => o == Equal,
+        (Cond::Ne, Some(o)) => o != Equal,
+        (Cond::Lt, Some(o)) => o == Less,
+        (Cond::Le, Some(o)) => o != Greater,
+        (Cond::Gt, Some(o)) => o == Greater,
+        (Cond::Ge, Some(o)) => o != Less,
+    }
+}
+
+fn reduce_rows(op: Opcode, a: &Vals, dt: DType, vr: usize, vc: usize) -> Vals {
+    match a {
+        Vals::F(v) => Vals::F(
+            (0..vr)
+                .map(|r| {
+                    let row = &v[r * vc..(r + 1) * vc];
+                    let x = match op {
+                        Opcode::Vrsum => row.iter().sum::<f64>(),
+                        Opcode::Vrmax => {
+                            row.iter().copied().fold(f64::NEG_INFINITY, scalar::max_nan)
+                        }
+                        _ => row.iter().copied().fold(f64::INFINITY, scalar::min_nan),
+                    };
+                    dt.round_float(x)
+                })
+                .collect(),
+        ),
+        Vals::I(v) => Vals::I(
+            (0..vr)
+                .map(|r| {
+                    let row = &v[r * vc..(r + 1) * vc];
+                    let x = match op {
+                        Opcode::Vrsum => row.iter().fold(0i64, |s, &x| s.wrapping_add(x)),
+                        Opcode::Vrmax => row.iter().copied().max().unwrap_or(i64::MIN),
+                        _ => row.iter().copied().min().unwrap_or(i64::MAX),
+                    };
+                    dt.wrap_int(x)
+                })
+                .collect(),
+        ),
+    }
+}
+
+fn broadcast(src: &Vals, vr: usize, vc: usize, pick: fn(usize, usize) -> usize) -> Vals {
+    let idx = (0..vr).flat_map(|r| (0..vc).map(move |c| pick(r, c)));
+    match src {
+        Vals::F(v) => Vals::F(idx.map(|i| v[i]).collect()),
+        Vals::I(v) => Vals::I(idx.map(|i| v[i]).collect()),
+    }
+}
