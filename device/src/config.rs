@@ -97,9 +97,11 @@ pub struct DeviceConfig {
     pub l0b_bytes: u32,
     /// L0C per AIC core, bytes.
     pub l0c_bytes: u32,
-    /// Instructions one core may execute in one run before the watchdog
-    /// faults it (a hung program becomes an error, not a hang).
-    pub watchdog_instructions: u64,
+    /// Work one core may do in one run before the watchdog faults it, in
+    /// elementary steps: one per instruction, plus one per 4 bytes moved or
+    /// processed, plus one per cube multiply-add. A hung or runaway program
+    /// becomes an error within seconds of host time, never a hang.
+    pub watchdog_work: u64,
     /// Instruction costs.
     pub costs: CostTable,
 }
@@ -117,7 +119,7 @@ impl Default for DeviceConfig {
             l0a_bytes: 64 << 10,
             l0b_bytes: 64 << 10,
             l0c_bytes: 128 << 10,
-            watchdog_instructions: 100_000_000,
+            watchdog_work: 1_000_000_000,
             costs: CostTable::default(),
         }
     }
@@ -195,10 +197,8 @@ impl DeviceConfig {
                 self.gm_bytes
             )));
         }
-        if self.watchdog_instructions == 0 {
-            return Err(DeviceError::Config(
-                "watchdog_instructions must be > 0".into(),
-            ));
+        if self.watchdog_work == 0 {
+            return Err(DeviceError::Config("watchdog_work must be > 0".into()));
         }
         Ok(())
     }

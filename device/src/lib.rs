@@ -6,6 +6,7 @@
 //! - [`isa`]: the AIC/AIV bytecode ISA, defined by one table
 //!   ([`isa::table`]): binary encoding, text assembler/disassembler,
 //!   verifier, generated reference (`ISA.md`).
+//! - [`npy`]: `.npy` files in and out (the CLI's inputs and outputs).
 //! - [`sim`]: one simulated core: interpreter with exact semantics and the
 //!   cycle model.
 //!
@@ -17,6 +18,7 @@ pub mod config;
 pub mod error;
 pub mod isa;
 pub mod mem;
+pub mod npy;
 pub mod sim;
 
 pub use api::{DeviceApi, DeviceBuffer, DeviceInfo, HostDevice, SimDevice};

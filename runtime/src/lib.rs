@@ -22,4 +22,7 @@ pub use kernel_cache::{
 };
 pub use program::{run_eager, Program};
 pub use signature::{ArgSig, Signature};
+/// The device model (device API, simulated accelerator, ISA), re-exported
+/// for tools such as the `tilejit` CLI.
+pub use tilejit_device as device;
 pub use tilejit_device::Target;

@@ -183,22 +183,24 @@ pub fn run_core(
     let mut timeline = Timeline::default();
     let mut pc = 0usize;
     let mut steps = 0u64;
+    let mut work_done = 0u64;
     loop {
         let Some(inst) = p.code.get(pc) else {
             return Err(fault(pc, "pc outside the program".into()));
         };
-        steps += 1;
-        if steps > cfg.watchdog_instructions {
+        if work_done > cfg.watchdog_work {
             return Err(fault(
                 pc,
                 format!(
-                    "watchdog: more than {} instructions",
-                    cfg.watchdog_instructions
+                    "watchdog: more than {} steps of work (after {steps} instructions)",
+                    cfg.watchdog_work
                 ),
             ));
         }
+        steps += 1;
         let mut work = Work::default();
         let flow = exec(inst, &mut cx, &mut work).map_err(|m| fault(pc, m))?;
+        work_done += work.steps();
         let f32_cube = inst.dtype() == Some(DType::F32);
         let cycles = cost(inst.info().cost, &work, &cfg.costs, f32_cube);
         timeline

@@ -17,8 +17,17 @@ pub struct Work {
     pub bytes: u64,
     /// 16x16x16 cube blocks.
     pub blocks: u64,
+    /// Cube multiply-adds.
+    pub macs: u64,
     /// A branch was taken.
     pub taken: bool,
+}
+
+impl Work {
+    /// Elementary steps for the watchdog: host time is roughly linear in it.
+    pub fn steps(&self) -> u64 {
+        1 + self.bytes / 4 + self.macs
+    }
 }
 
 /// Cycles of one instruction of class `class` that did `w`.

@@ -308,6 +308,7 @@ fn mmad(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
     }
     cx.write_tile(Space::L0c, inst.addr(2), DType::F32, (m, n), n, &Vals::F(c))?;
     w.blocks = (m.div_ceil(16) * k.div_ceil(16) * n.div_ceil(16)) as u64;
+    w.macs = (m * k * n) as u64;
     Ok(())
 }
 

@@ -1,14 +1,26 @@
 //! The `tilejit` command-line tool. `tilejit demo` (the default) runs the
-//! quickstart model and prints results, timings and the handler caches.
+//! quickstart model and prints results, timings and the handler caches;
+//! `asm`, `disasm` and `sim` are the simulated accelerator's tools
+//! ([`device_cli`]).
+
+mod device_cli;
 
 use std::process::ExitCode;
 use std::time::Instant;
 use tilejit::prelude::*;
 
-const USAGE: &str = "usage: tilejit [demo | help | version]
+const USAGE: &str = "usage: tilejit [demo | asm | disasm | sim | help | version]
 
   demo      run the quickstart model (layernorm -> matmul -> gelu -> matmul -> residual,
             then softmax) twice, and print results, timings and the handler caches
+  asm FILE.s -o FILE.bin
+            assemble (and verify) a simulated-core program
+  disasm FILE.bin
+            print a bytecode program as assembly (it assembles back to the same bytes)
+  sim FILE(.s|.bin) [--core aiv|aic] [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...
+            [--arg NAME=VALUE]... [--seed N] [--config DEVICE.json]
+            run one program on one simulated core and print cycles per pipe; inputs
+            not given are filled deterministically from the seed
   help      this text
   version   print the version";
 
@@ -38,7 +50,7 @@ fn demo() -> tilejit::Result<()> {
         "tilejit {} quickstart: x f32[{rows},{d}], hidden {hidden}",
         env!("CARGO_PKG_VERSION")
     );
-    println!("(backend: reference interpreter; the native host backend is not built yet)\n");
+    println!("(backend: native host code compiled with Cranelift)\n");
     for call in [
         "first call (trace + compile + run)",
         "second call (handler cache hit)",
@@ -97,6 +109,24 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
+        cmd @ ("asm" | "disasm" | "sim") => {
+            let rest = &args[1..];
+            let result = match cmd {
+                "asm" => device_cli::asm_cmd(rest),
+                "disasm" => device_cli::disasm_cmd(rest),
+                _ => device_cli::sim_cmd(rest),
+            };
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {}", e.msg);
+                    if e.code == 2 {
+                        eprintln!("\n{USAGE}");
+                    }
+                    ExitCode::from(e.code)
+                }
+            }
+        }
         "help" | "-h" | "--help" => {
             println!("{USAGE}");
             ExitCode::SUCCESS
