@@ -103,9 +103,17 @@ pub fn golden_dir() -> PathBuf {
 /// Compares `actual` with `tests/golden/<name>`; `BLESS=1` rewrites the file.
 #[track_caller]
 pub fn check_golden(name: &str, actual: &str) {
-    let path = golden_dir().join(name);
+    check_golden_file(&golden_dir().join(name), actual);
+}
+
+/// Compares `actual` with the file at `path`; `BLESS=1` rewrites the file.
+#[track_caller]
+pub fn check_golden_file(path: &std::path::Path, actual: &str) {
+    let path = path.to_path_buf();
     if std::env::var_os("BLESS").is_some_and(|v| v == "1") {
-        std::fs::create_dir_all(golden_dir()).expect("create golden dir");
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).expect("create golden dir");
+        }
         std::fs::write(&path, actual).expect("write golden file");
         return;
     }

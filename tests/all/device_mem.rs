@@ -1,0 +1,282 @@
+//! The device's memory and API: the region allocator (alignment,
+//! coalescing, fragmentation, out-of-memory messages, many threads), the
+//! `DeviceApi` copies on both devices, bad buffers, and `DeviceConfig`'s
+//! JSON form.
+
+use std::sync::Arc;
+use tilejit_device::mem::MemRegion;
+use tilejit_device::{DeviceApi, DeviceConfig, DeviceError, HostDevice, SimDevice};
+
+#[test]
+fn allocations_are_aligned_zeroed_and_freed_on_drop() {
+    let r = MemRegion::new("test", 4096);
+    let a = r.alloc(1).unwrap();
+    let b = r.alloc(33).unwrap();
+    assert_eq!((a.offset() % 32, b.offset() % 32), (0, 0));
+    assert_eq!((a.len(), b.len()), (32, 64));
+    let mut buf = [1u8; 64];
+    b.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&x| x == 0), "fresh chunks read as zero");
+    b.write(0, &[7; 64]).unwrap();
+    drop(b);
+    // The same bytes handed out again are zeroed again.
+    let c = r.alloc(64).unwrap();
+    c.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&x| x == 0));
+    assert_eq!(r.stats().chunks, 2);
+    drop((a, c));
+    let s = r.stats();
+    assert_eq!(
+        (s.used, s.free, s.chunks, s.free_blocks, s.largest_free),
+        (0, 4096, 0, 1, 4096)
+    );
+}
+
+#[test]
+fn freed_neighbours_coalesce_into_one_block() {
+    let r = MemRegion::new("test", 32 * 10);
+    let chunks: Vec<_> = (0..10).map(|_| r.alloc(32).unwrap()).collect();
+    assert!(r.alloc(32).is_err(), "region is full");
+    let mut chunks: Vec<Option<_>> = chunks.into_iter().map(Some).collect();
+    // Free 1, 3, 2: the three must merge into one 96-byte block.
+    for i in [1, 3, 2] {
+        chunks[i] = None;
+    }
+    let s = r.stats();
+    assert_eq!((s.free_blocks, s.largest_free), (1, 96));
+    let big = r.alloc(96).unwrap();
+    assert_eq!(big.offset(), 32);
+    drop(big);
+    chunks.clear();
+    assert_eq!(r.stats().free_blocks, 1);
+}
+
+#[test]
+fn fragmentation_gives_an_out_of_memory_error_that_states_the_numbers() {
+    let r = MemRegion::new("GM", 32 * 8);
+    let chunks: Vec<_> = (0..8).map(|_| r.alloc(32).unwrap()).collect();
+    // Free every other chunk: 128 bytes free, but no two adjacent.
+    let kept: Vec<_> = chunks
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % 2 == 0)
+        .map(|(_, c)| c)
+        .collect();
+    let err = r.alloc(64).unwrap_err();
+    assert_eq!(
+        err,
+        DeviceError::OutOfMemory {
+            region: "GM".into(),
+            requested: 64,
+            free: 128,
+            largest_free: 32
+        }
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("requested 64 bytes")
+            && msg.contains("128 bytes free")
+            && msg.contains("largest free block 32"),
+        "{msg}"
+    );
+    drop(kept);
+    assert!(r.alloc(256).is_ok());
+}
+
+#[test]
+fn huge_requests_fail_cleanly() {
+    let r = MemRegion::new("GM", 1 << 20);
+    assert!(matches!(
+        r.alloc(u64::MAX),
+        Err(DeviceError::OutOfMemory { .. })
+    ));
+    assert!(matches!(
+        r.alloc(u64::MAX - 3),
+        Err(DeviceError::OutOfMemory { .. })
+    ));
+    assert!(matches!(
+        r.alloc((1 << 20) + 1),
+        Err(DeviceError::OutOfMemory { .. })
+    ));
+}
+
+#[test]
+fn chunk_access_outside_its_bytes_is_an_error() {
+    let r = MemRegion::new("test", 1024);
+    let c = r.alloc(64).unwrap();
+    assert!(matches!(
+        c.write(60, &[0; 8]),
+        Err(DeviceError::OutOfBounds {
+            offset: 60,
+            end: 68,
+            size: 64,
+            ..
+        })
+    ));
+    assert!(c.read(u64::MAX, &mut [0; 2]).is_err());
+}
+
+/// Thousands of random allocations and frees from several threads; every
+/// thread writes a pattern into its chunks and checks it is still there
+/// before freeing (so two live chunks never overlap), and at the end the
+/// region is one free block again.
+#[test]
+fn random_alloc_free_from_many_threads() {
+    let r = MemRegion::new("GM", 1 << 20);
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let r = r.clone();
+            std::thread::spawn(move || {
+                let mut rng = t * 7919 + 1;
+                let mut next = move || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng
+                };
+                let mut live = Vec::new();
+                let mut ooms = 0;
+                for i in 0..3000u64 {
+                    if live.len() < 40 && next() % 3 != 0 {
+                        let size = 1 + next() % 4000;
+                        match r.alloc(size) {
+                            Ok(c) => {
+                                let tag = (t * 100_000 + i) as u32;
+                                let pat: Vec<u8> =
+                                    (0..size).map(|j| (tag as u64 + j) as u8).collect();
+                                c.write(0, &pat).unwrap();
+                                live.push((c, pat));
+                            }
+                            Err(DeviceError::OutOfMemory { .. }) => ooms += 1,
+                            Err(e) => panic!("{e}"),
+                        }
+                    } else if !live.is_empty() {
+                        let k = (next() as usize) % live.len();
+                        let (c, pat) = live.swap_remove(k);
+                        let mut got = vec![0u8; pat.len()];
+                        c.read(0, &mut got).unwrap();
+                        assert_eq!(got, pat, "a live chunk was overwritten");
+                    }
+                }
+                ooms
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = r.stats();
+    assert_eq!(
+        (s.used, s.chunks, s.free_blocks, s.largest_free),
+        (0, 0, 1, 1 << 20)
+    );
+}
+
+fn check_api(dev: &dyn DeviceApi) {
+    let a = dev.allocate(1000).unwrap();
+    let b = dev.allocate(1000).unwrap();
+    let data: Vec<u8> = (0..1000).map(|i| (i * 7) as u8).collect();
+    dev.copy_from_host(&data, &a, 0).unwrap();
+    dev.copy_within(&a, 100, &b, 10, 500).unwrap();
+    let mut out = vec![0u8; 500];
+    dev.copy_to_host(&b, 10, &mut out).unwrap();
+    assert_eq!(out, data[100..600]);
+    // Overlapping copy inside one buffer behaves as memmove.
+    dev.copy_within(&a, 0, &a, 1, 900).unwrap();
+    let mut moved = vec![0u8; 901];
+    dev.copy_to_host(&a, 0, &mut moved).unwrap();
+    assert_eq!(moved[1..], data[..900]);
+    assert!(matches!(
+        dev.copy_from_host(&data, &a, 100),
+        Err(DeviceError::OutOfBounds { .. })
+    ));
+    assert!(dev.copy_within(&a, 0, &b, 600, 500).is_err());
+    assert!(dev.copy_to_host(&b, 1000, &mut out).is_err());
+    dev.synchronize().unwrap();
+    let before = dev.describe().free_bytes;
+    dev.free(a).unwrap();
+    assert_eq!(dev.describe().free_bytes, before + 1024);
+}
+
+#[test]
+fn device_api_on_host_and_sim() {
+    let host = HostDevice::new(1 << 20);
+    check_api(&host);
+    let sim = SimDevice::new(DeviceConfig::default()).unwrap();
+    check_api(&sim);
+    let info = sim.describe();
+    assert_eq!((info.kind, info.aic_cores, info.aiv_cores), ("sim", 24, 48));
+    // A buffer of one device is refused by another.
+    let foreign = host.allocate(64).unwrap();
+    let err = sim.copy_from_host(&[1, 2], &foreign, 0).unwrap_err();
+    assert!(matches!(err, DeviceError::WrongDevice { .. }), "{err}");
+    assert!(sim.free(foreign).is_err());
+}
+
+#[test]
+fn sim_device_is_shared_across_threads() {
+    let sim = Arc::new(SimDevice::new(DeviceConfig::default()).unwrap());
+    let threads: Vec<_> = (0..8u8)
+        .map(|t| {
+            let sim = sim.clone();
+            std::thread::spawn(move || {
+                for i in 0..200usize {
+                    let buf = sim.allocate(64 + i as u64).unwrap();
+                    let data = vec![t ^ i as u8; 64 + i];
+                    sim.copy_from_host(&data, &buf, 0).unwrap();
+                    let mut back = vec![0; 64 + i];
+                    sim.copy_to_host(&buf, 0, &mut back).unwrap();
+                    assert_eq!(back, data);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(sim.memory_stats().chunks, 0);
+}
+
+#[test]
+fn config_round_trips_through_json_and_rejects_bad_values() {
+    let cfg = DeviceConfig::default();
+    assert_eq!(
+        (cfg.aic_cores, cfg.aiv_cores, cfg.ub_bytes, cfg.l1_bytes),
+        (24, 48, 192 << 10, 512 << 10)
+    );
+    assert_eq!(
+        (cfg.l0a_bytes, cfg.l0b_bytes, cfg.l0c_bytes),
+        (64 << 10, 64 << 10, 128 << 10)
+    );
+    let back = DeviceConfig::from_json(&cfg.to_json()).unwrap();
+    assert_eq!(back, cfg);
+    let mut other = cfg.clone();
+    other.aiv_cores = 8;
+    other.costs.vector_bytes_per_cycle = 128;
+    assert_eq!(DeviceConfig::from_json(&other.to_json()).unwrap(), other);
+
+    let bad = cfg.to_json().replace(
+        "\"vector_bytes_per_cycle\": 256",
+        "\"vector_bytes_per_cycle\": 0",
+    );
+    let err = DeviceConfig::from_json(&bad).unwrap_err().to_string();
+    assert!(err.contains("vector_bytes_per_cycle"), "{err}");
+    let bad = cfg
+        .to_json()
+        .replace("\"ub_bytes\": 196608", "\"ub_bytes\": 100");
+    assert!(DeviceConfig::from_json(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("ub_bytes"));
+    let unknown = cfg.to_json().replacen('{', "{\"warp_size\": 32,", 1);
+    assert!(DeviceConfig::from_json(&unknown)
+        .unwrap_err()
+        .to_string()
+        .contains("warp_size"));
+    assert!(DeviceConfig::from_json("{").is_err());
+    assert!(SimDevice::new(DeviceConfig {
+        clock_hz: f64::NAN,
+        ..DeviceConfig::default()
+    })
+    .is_err());
+}
