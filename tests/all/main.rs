@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod concurrency;
+mod device_isa;
 mod device_mem;
 mod display;
 mod host_backend;
