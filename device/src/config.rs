@@ -119,7 +119,7 @@ impl Default for DeviceConfig {
             l0a_bytes: 64 << 10,
             l0b_bytes: 64 << 10,
             l0c_bytes: 128 << 10,
-            watchdog_work: 1_000_000_000,
+            watchdog_work: 200_000_000,
             costs: CostTable::default(),
         }
     }

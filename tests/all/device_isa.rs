@@ -8,7 +8,9 @@ use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use std::path::PathBuf;
 use tilejit_device::isa::{asm, binary, doc, ArgDecl, Cond, GmDecl, Kind, Role, TABLE};
-use tilejit_device::{CoreType, DeviceApi, DeviceConfig, Inst, Opcode, Operand, Pipe, Program, SimDevice};
+use tilejit_device::{
+    CoreType, DeviceApi, DeviceConfig, Inst, Opcode, Operand, Pipe, Program, SimDevice,
+};
 use tilejit_ir::DType;
 
 pub fn example_dir() -> PathBuf {
@@ -54,7 +56,7 @@ fn random_operand(kind: Kind, r: &mut Rng) -> Operand {
             }
         }
         Kind::Scalar => Operand::Scalar(match r.below(4) {
-            0 => r.next(),                              // any bits, NaN payloads included
+            0 => r.next(),                                  // any bits, NaN payloads included
             1 => (r.below(2000) as f64 - 1000.0).to_bits(), // small integers
             2 => [f64::INFINITY, f64::NEG_INFINITY, -0.0, f64::NAN][r.below(4) as usize].to_bits(),
             _ => (r.next() as f64 / 3.0e18).to_bits(),
@@ -81,15 +83,37 @@ fn random_program(seed: u64) -> Program {
             role: [Role::In, Role::Out, Role::InOut][r.below(3) as usize],
         })
         .collect();
-    let args = (0..r.below(3)).map(|i| ArgDecl { name: format!("a{i}"), value: r.next() as i64 }).collect();
+    let args = (0..r.below(3))
+        .map(|i| ArgDecl {
+            name: format!("a{i}"),
+            value: r.next() as i64,
+        })
+        .collect();
     let code = (0..1 + r.below(40))
         .map(|_| {
             let info = &TABLE[r.below(TABLE.len() as u64) as usize];
-            Inst { op: info.opcode, args: info.operands.iter().map(|&(_, k)| random_operand(k, &mut r)).collect() }
+            Inst {
+                op: info.opcode,
+                args: info
+                    .operands
+                    .iter()
+                    .map(|&(_, k)| random_operand(k, &mut r))
+                    .collect(),
+            }
         })
         .collect();
-    let core = if r.below(2) == 0 { CoreType::Aic } else { CoreType::Aiv };
-    Program { name: format!("k{seed:x}"), core, gm, args, code }
+    let core = if r.below(2) == 0 {
+        CoreType::Aic
+    } else {
+        CoreType::Aiv
+    };
+    Program {
+        name: format!("k{seed:x}"),
+        core,
+        gm,
+        args,
+        code,
+    }
 }
 
 proptest! {
@@ -159,7 +183,12 @@ proptest! {
 
 /// A small device whose watchdog ends runaway programs quickly.
 fn fuzz_device() -> SimDevice {
-    SimDevice::new(DeviceConfig { watchdog_work: 200_000, gm_bytes: 1 << 24, ..DeviceConfig::default() }).unwrap()
+    SimDevice::new(DeviceConfig {
+        watchdog_work: 200_000,
+        gm_bytes: 1 << 24,
+        ..DeviceConfig::default()
+    })
+    .unwrap()
 }
 
 fn decode_verify_run(bytes: &[u8]) {
@@ -167,7 +196,10 @@ fn decode_verify_run(bytes: &[u8]) {
     let dev = fuzz_device();
     let Ok(v) = dev.verify(p.clone()) else { return };
     // Buffers as declared, capped so fuzzed shapes stay small.
-    let bufs: Vec<_> = p.gm.iter().map(|g| dev.allocate(g.bytes().unwrap_or(64).min(1 << 16)).unwrap()).collect();
+    let bufs: Vec<_> =
+        p.gm.iter()
+            .map(|g| dev.allocate(g.bytes().unwrap_or(64).min(1 << 16)).unwrap())
+            .collect();
     let refs: Vec<_> = bufs.iter().collect();
     let scalars: Vec<i64> = p.args.iter().map(|a| a.value).collect();
     let _ = dev.run(&v, 0, &refs, &scalars);
@@ -179,8 +211,13 @@ fn examples_round_trip_through_binary_and_text() {
         let p = example(name);
         let bin = binary::encode(&p).unwrap();
         let text = asm::disassemble(&binary::decode(&bin).unwrap());
-        assert_eq!(binary::encode(&asm::assemble(&text).unwrap()).unwrap(), bin, "{name}");
-        tilejit_device::verify(p, &DeviceConfig::default()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            binary::encode(&asm::assemble(&text).unwrap()).unwrap(),
+            bin,
+            "{name}"
+        );
+        tilejit_device::verify(p, &DeviceConfig::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }
 
@@ -191,7 +228,11 @@ fn isa_md_is_generated_from_the_table() {
     // Every opcode is documented, in byte order.
     let md = doc::markdown();
     for (i, info) in TABLE.iter().enumerate() {
-        assert!(md.contains(&format!("| {i} | `{}` |", info.mnemonic)), "{}", info.mnemonic);
+        assert!(
+            md.contains(&format!("| {i} | `{}` |", info.mnemonic)),
+            "{}",
+            info.mnemonic
+        );
         assert_eq!(info.opcode as usize, i);
         assert_eq!(Opcode::from_mnemonic(info.mnemonic), Some(info.opcode));
     }
@@ -204,16 +245,30 @@ fn assemble_err(body: &str) -> String {
 
 #[test]
 fn assembler_errors_name_the_line_and_operand() {
-    assert_eq!(assemble_err("    frob r1"), "line 3: unknown mnemonic `frob`");
+    assert_eq!(
+        assemble_err("    frob r1"),
+        "line 3: unknown mnemonic `frob`"
+    );
     assert!(assemble_err("    movi r1").contains("`movi` takes 2 operands (rd, imm), got 1"));
-    assert!(assemble_err("    movi r99, 1").contains("operand `rd` of `movi`: `r99` is not a register r0..r31"));
+    assert!(assemble_err("    movi r99, 1")
+        .contains("operand `rd` of `movi`: `r99` is not a register r0..r31"));
     assert!(assemble_err("    jmp nowhere").contains("label `nowhere` is not defined"));
-    assert!(assemble_err("    ld f32, 8x8, 8, 8, @0, y, 0, 8").contains("`y` is not a declared GM argument"));
+    assert!(assemble_err("    ld f32, 8x8, 8, 8, @0, y, 0, 8")
+        .contains("`y` is not a declared GM argument"));
     assert!(assemble_err("    vadd f99, 8x8, 8, 8, @0, @0, @0").contains("`f99` is not a dtype"));
     assert!(assemble_err("a:\na:\n    end").contains("label `a` defined twice"));
-    assert!(asm::assemble("    end").unwrap_err().to_string().contains("missing `.kernel"));
-    assert!(asm::assemble(".kernel r1 aiv\n end").unwrap_err().to_string().contains("not a valid name"));
-    assert!(asm::assemble(".kernel k gpu\n end").unwrap_err().to_string().contains("expected aic or aiv"));
+    assert!(asm::assemble("    end")
+        .unwrap_err()
+        .to_string()
+        .contains("missing `.kernel"));
+    assert!(asm::assemble(".kernel r1 aiv\n end")
+        .unwrap_err()
+        .to_string()
+        .contains("not a valid name"));
+    assert!(asm::assemble(".kernel k gpu\n end")
+        .unwrap_err()
+        .to_string()
+        .contains("expected aic or aiv"));
 }
 
 /// Verifies `body` as an AIV (or AIC) program with one f32 GM argument and
@@ -230,53 +285,181 @@ fn reject(core: &str, body: &str) -> String {
 #[test]
 fn verifier_rejects_each_reason() {
     let cases: &[(&str, &str, &str)] = &[
-        ("aic", "    ld f32, 8x8, 8, 8, @0x0, x, 0, 8\n    end", "at pc 0: `ld` does not exist on aic cores"),
-        ("aiv", "    mmad f16, 16x16x16, @0x0, @0x0, @0x0, 0\n    end", "`mmad` does not exist on aiv cores"),
-        ("aiv", "    vexp i32, 8x8, 8, 8, @0x0, @0x0\n    end", "`vexp` does not take dtype i32"),
-        ("aic", "    mmad i32, 16x16x16, @0x0, @0x0, @0x0, 0\n    end", "`mmad` does not take dtype i32"),
-        ("aiv", "    vadd bool, 8x8, 8, 8, @0x0, @0x0, @0x0\n    end", "`vadd` does not take dtype bool"),
-        ("aiv", "    vadd f32, 16x1024, 16, 1024, @0x20020, @0x0, @0x0\n    end", "beyond its 196608 bytes"),
-        ("aiv", "    vadd f32, 8x8, 8, 8, @0x10, @0x0, @0x0\n    end", "is not 32-byte aligned"),
-        ("aic", "    mvl0a f16, 256x256, @0x0, @0x0\n    end", "L0A bytes 0x0..0x20000, beyond its 65536"),
-        ("aiv", "    vadd f32, 8x8, 9, 8, @0x0, @0x0, @0x0\n    end", "`vrows` = 9 exceeds the tile's 8"),
-        ("aiv", "    ld f32, 8x8, 8, 8, @0x0, x, -1, 8\n    end", "`offset` = -1 is negative"),
-        ("aiv", "    vadd f32, 0x8, 0, 8, @0x0, @0x0, @0x0\n    end", "empty tile shape 0x8"),
-        ("aiv", "    jmp @7\n    end", "jumps to 7, outside the program"),
-        ("aiv", "    setf mte2, v, 0\n    end", "unbalanced flags: (mte2, v, 0) has 1 more `setf`"),
-        ("aiv", "    waitf mte2, v, 3\n    end", "(mte2, v, 3) has 1 more `waitf`"),
-        ("aiv", "    setf mte2, v, 9\n    waitf mte2, v, 9\n    end", "event 9 out of range"),
-        ("aic", "    setf m, v, 0\n    waitf m, v, 0\n    end", "a aic core has no pipe `v`"),
-        ("aiv", "    setf v, v, 0\n    waitf v, v, 0\n    end", "between a pipe and itself"),
-        ("aiv", "    ld f32, 8x8, 8, 8, @0x0, gm3, 0, 8\n    end", "GM argument 3 is not declared"),
-        ("aiv", "    ldarg r0, 1\n    end", "scalar argument 1 is not declared"),
-        ("aiv", "    div r0, r0, 0\n    end", "`div` by the constant 0"),
+        (
+            "aic",
+            "    ld f32, 8x8, 8, 8, @0x0, x, 0, 8\n    end",
+            "at pc 0: `ld` does not exist on aic cores",
+        ),
+        (
+            "aiv",
+            "    mmad f16, 16x16x16, @0x0, @0x0, @0x0, 0\n    end",
+            "`mmad` does not exist on aiv cores",
+        ),
+        (
+            "aiv",
+            "    vexp i32, 8x8, 8, 8, @0x0, @0x0\n    end",
+            "`vexp` does not take dtype i32",
+        ),
+        (
+            "aic",
+            "    mmad i32, 16x16x16, @0x0, @0x0, @0x0, 0\n    end",
+            "`mmad` does not take dtype i32",
+        ),
+        (
+            "aiv",
+            "    vadd bool, 8x8, 8, 8, @0x0, @0x0, @0x0\n    end",
+            "`vadd` does not take dtype bool",
+        ),
+        (
+            "aiv",
+            "    vadd f32, 16x1024, 16, 1024, @0x20020, @0x0, @0x0\n    end",
+            "beyond its 196608 bytes",
+        ),
+        (
+            "aiv",
+            "    vadd f32, 8x8, 8, 8, @0x10, @0x0, @0x0\n    end",
+            "is not 32-byte aligned",
+        ),
+        (
+            "aic",
+            "    mvl0a f16, 256x256, @0x0, @0x0\n    end",
+            "L0A bytes 0x0..0x20000, beyond its 65536",
+        ),
+        (
+            "aiv",
+            "    vadd f32, 8x8, 9, 8, @0x0, @0x0, @0x0\n    end",
+            "`vrows` = 9 exceeds the tile's 8",
+        ),
+        (
+            "aiv",
+            "    ld f32, 8x8, 8, 8, @0x0, x, -1, 8\n    end",
+            "`offset` = -1 is negative",
+        ),
+        (
+            "aiv",
+            "    vadd f32, 0x8, 0, 8, @0x0, @0x0, @0x0\n    end",
+            "empty tile shape 0x8",
+        ),
+        (
+            "aiv",
+            "    jmp @7\n    end",
+            "jumps to 7, outside the program",
+        ),
+        (
+            "aiv",
+            "    setf mte2, v, 0\n    end",
+            "unbalanced flags: (mte2, v, 0) has 1 more `setf`",
+        ),
+        (
+            "aiv",
+            "    waitf mte2, v, 3\n    end",
+            "(mte2, v, 3) has 1 more `waitf`",
+        ),
+        (
+            "aiv",
+            "    setf mte2, v, 9\n    waitf mte2, v, 9\n    end",
+            "event 9 out of range",
+        ),
+        (
+            "aic",
+            "    setf m, v, 0\n    waitf m, v, 0\n    end",
+            "a aic core has no pipe `v`",
+        ),
+        (
+            "aiv",
+            "    setf v, v, 0\n    waitf v, v, 0\n    end",
+            "between a pipe and itself",
+        ),
+        (
+            "aiv",
+            "    ld f32, 8x8, 8, 8, @0x0, gm3, 0, 8\n    end",
+            "GM argument 3 is not declared",
+        ),
+        (
+            "aiv",
+            "    ldarg r0, 1\n    end",
+            "scalar argument 1 is not declared",
+        ),
+        (
+            "aiv",
+            "    div r0, r0, 0\n    end",
+            "`div` by the constant 0",
+        ),
         ("aiv", "    shl r0, r0, 64\n    end", "shifts must be 0..64"),
-        ("aic", "    mmad f16, 16x16x16, @0x0, @0x0, @0x0, 2\n    end", "`acc` must be 0 or 1"),
-        ("aiv", "    movi r0, 1", "the last instruction must be `end` or `jmp`"),
+        (
+            "aic",
+            "    mmad f16, 16x16x16, @0x0, @0x0, @0x0, 2\n    end",
+            "`acc` must be 0 or 1",
+        ),
+        (
+            "aiv",
+            "    movi r0, 1",
+            "the last instruction must be `end` or `jmp`",
+        ),
     ];
     for (core, body, want) in cases {
         let msg = reject(core, body);
-        assert!(msg.contains(want), "for\n{body}\nexpected `{want}` in: {msg}");
+        assert!(
+            msg.contains(want),
+            "for\n{body}\nexpected `{want}` in: {msg}"
+        );
         assert!(msg.starts_with("program `t` rejected"), "{msg}");
     }
 }
 
 #[test]
 fn verifier_rejects_malformed_instructions_built_in_code() {
-    let base = Program { name: "t".into(), core: CoreType::Aiv, gm: vec![], args: vec![], code: vec![] };
-    let err = tilejit_device::verify(base.clone(), &DeviceConfig::default()).unwrap_err().to_string();
+    let base = Program {
+        name: "t".into(),
+        core: CoreType::Aiv,
+        gm: vec![],
+        args: vec![],
+        code: vec![],
+    };
+    let err = tilejit_device::verify(base.clone(), &DeviceConfig::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("the program is empty"), "{err}");
     let wrong_kind = Program {
-        code: vec![Inst { op: Opcode::Movi, args: vec![Operand::Imm(1), Operand::Imm(2)] }, Inst { op: Opcode::End, args: vec![] }],
+        code: vec![
+            Inst {
+                op: Opcode::Movi,
+                args: vec![Operand::Imm(1), Operand::Imm(2)],
+            },
+            Inst {
+                op: Opcode::End,
+                args: vec![],
+            },
+        ],
         ..base.clone()
     };
-    let err = tilejit_device::verify(wrong_kind, &DeviceConfig::default()).unwrap_err().to_string();
-    assert!(err.contains("at pc 0: operand `rd` of `movi` must be Reg"), "{err}");
-    let wrong_count = Program { code: vec![Inst { op: Opcode::End, args: vec![Operand::Imm(0)] }], ..base.clone() };
-    let err = tilejit_device::verify(wrong_count, &DeviceConfig::default()).unwrap_err().to_string();
+    let err = tilejit_device::verify(wrong_kind, &DeviceConfig::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("at pc 0: operand `rd` of `movi` must be Reg"),
+        "{err}"
+    );
+    let wrong_count = Program {
+        code: vec![Inst {
+            op: Opcode::End,
+            args: vec![Operand::Imm(0)],
+        }],
+        ..base.clone()
+    };
+    let err = tilejit_device::verify(wrong_count, &DeviceConfig::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("`end` takes 0 operands, has 1"), "{err}");
     // The encoder refuses what it cannot represent instead of writing garbage.
-    let long_name = Program { name: "n".repeat(300), code: vec![Inst { op: Opcode::End, args: vec![] }], ..base };
+    let long_name = Program {
+        name: "n".repeat(300),
+        code: vec![Inst {
+            op: Opcode::End,
+            args: vec![],
+        }],
+        ..base
+    };
     assert!(binary::encode(&long_name).is_err());
 }
 
@@ -292,9 +475,19 @@ fn decoder_errors_say_what_and_where() {
     assert!(err(&trailing).contains("1 trailing bytes"));
     let mut bad_op = good.clone();
     // The first instruction's opcode byte follows the 4-byte count.
-    let at = good.len() - binary::encode(&Program { code: vec![], ..example("softmax_rows.s") }).unwrap().len();
+    let at = good.len()
+        - binary::encode(&Program {
+            code: vec![],
+            ..example("softmax_rows.s")
+        })
+        .unwrap()
+        .len();
     let first_op = good.len() - at;
     bad_op[first_op] = 250;
     let msg = err(&bad_op);
-    assert!(msg.contains("pc 0: unknown opcode byte 250") && msg.contains(&format!("byte {}", first_op + 1)), "{msg}");
+    assert!(
+        msg.contains("pc 0: unknown opcode byte 250")
+            && msg.contains(&format!("byte {}", first_op + 1)),
+        "{msg}"
+    );
 }
