@@ -5,6 +5,8 @@
 //! the cycle model's formulas and overlap, and the shipped examples'
 //! outputs.
 
+#![allow(clippy::type_complexity)] // tables of (name, reference fn) read best inline
+
 use super::device_isa::example;
 use half::{bf16, f16};
 use tilejit_device::isa::asm;

@@ -1,0 +1,304 @@
+//! The `tilejit` binary's device tools, run as a user runs them: every
+//! shipped example through `sim` (outputs saved with `--output` and checked
+//! here), `asm` -> `disasm` -> `asm` giving identical bytes, and hostile
+//! input that must end with exit code 1 or 2 and a message, never a panic
+//! (101), a signal or a hang.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use tilejit_runtime::device::npy;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tilejit"))
+}
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../device/examples")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tilejit-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn f32s(path: &Path) -> Vec<f32> {
+    let a = npy::read(&std::fs::read(path).unwrap()).unwrap();
+    a.data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn sim_runs_every_example_and_its_outputs_are_right() {
+    // Double-buffered vector add: z == x + y exactly.
+    let (x, y, z) = (tmp("x.npy"), tmp("y.npy"), tmp("z.npy"));
+    let o = run(bin()
+        .args([
+            "sim",
+            examples().join("vadd_double_buffered.s").to_str().unwrap(),
+            "--core",
+            "aiv",
+        ])
+        .args([
+            "--output",
+            &format!("x={}", x.display()),
+            "--output",
+            &format!("y={}", y.display()),
+            "--output",
+            &format!("z={}", z.display()),
+        ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for pipe in ["mte2", "mte3", " v ", "cycles:"] {
+        assert!(out.contains(pipe), "{out}");
+    }
+    let (xs, ys, zs) = (f32s(&x), f32s(&y), f32s(&z));
+    assert_eq!(zs.len(), 100_000);
+    assert!(xs.iter().any(|&v| v != 0.0), "inputs were filled");
+    for i in 0..zs.len() {
+        assert_eq!(zs[i], xs[i] + ys[i], "z[{i}]");
+    }
+
+    // Softmax rows: each of the 16 rows sums to 1 and matches exp(x-max)/sum.
+    let (sx, sy) = (tmp("sx.npy"), tmp("sy.npy"));
+    let o = run(bin()
+        .args(["sim", examples().join("softmax_rows.s").to_str().unwrap()])
+        .args([
+            "--output",
+            &format!("x={}", sx.display()),
+            "--output",
+            &format!("y={}", sy.display()),
+        ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (xv, yv) = (f32s(&sx), f32s(&sy));
+    for r in 0..16 {
+        let row = &xv[r * 1000..(r + 1) * 1000];
+        let m = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
+        let s: f64 = row.iter().map(|&v| (v as f64 - m).exp()).sum();
+        for c in 0..1000 {
+            let want = (row[c] as f64 - m).exp() / s;
+            let got = yv[r * 1000 + c] as f64;
+            assert!(
+                (got - want).abs() <= 1e-6 * want + 1e-9,
+                "y[{r},{c}] = {got}, expected {want}"
+            );
+        }
+    }
+
+    // Matmul with relu, given inputs from files: identity @ b = relu(b).
+    let (a, b, c) = (tmp("a.npy"), tmp("b.npy"), tmp("c.npy"));
+    let eye: Vec<u8> = (0..4096)
+        .flat_map(|i| half::f16::from_f32(if i / 64 == i % 64 { 1.0 } else { 0.0 }).to_le_bytes())
+        .collect();
+    let bv: Vec<f32> = (0..4096)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 8.0)
+        .collect();
+    let bb: Vec<u8> = bv
+        .iter()
+        .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+        .collect();
+    for (path, data) in [(&a, eye), (&b, bb)] {
+        let arr = npy::NpyArray {
+            dtype: tilejit_ir::DType::F16,
+            shape: vec![64, 64],
+            data,
+        };
+        std::fs::write(path, npy::write(&arr)).unwrap();
+    }
+    let o = run(bin()
+        .args([
+            "sim",
+            examples().join("matmul_relu_f16.s").to_str().unwrap(),
+            "--core",
+            "aic",
+        ])
+        .args([
+            "--input",
+            &format!("a={}", a.display()),
+            "--input",
+            &format!("b={}", b.display()),
+            "--output",
+            &format!("c={}", c.display()),
+        ]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("fixp"), "{}", stdout(&o));
+    let cv = f32s(&c);
+    for i in 0..4096 {
+        assert_eq!(
+            cv[i],
+            half::f16::from_f32(bv[i]).to_f32().max(0.0),
+            "c[{i}]"
+        );
+    }
+}
+
+#[test]
+fn asm_disasm_asm_gives_identical_bytes() {
+    for name in [
+        "vadd_double_buffered.s",
+        "vadd_single_buffered.s",
+        "softmax_rows.s",
+        "matmul_relu_f16.s",
+    ] {
+        let (b1, s2, b2) = (
+            tmp(&format!("{name}.1.bin")),
+            tmp(&format!("{name}.2.s")),
+            tmp(&format!("{name}.2.bin")),
+        );
+        let o = run(bin().args([
+            "asm",
+            examples().join(name).to_str().unwrap(),
+            "-o",
+            b1.to_str().unwrap(),
+        ]));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let o = run(bin().args(["disasm", b1.to_str().unwrap()]));
+        assert!(o.status.success(), "{}", stderr(&o));
+        std::fs::write(&s2, &o.stdout).unwrap();
+        let o = run(bin().args(["asm", s2.to_str().unwrap(), "-o", b2.to_str().unwrap()]));
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(
+            std::fs::read(&b1).unwrap(),
+            std::fs::read(&b2).unwrap(),
+            "{name}"
+        );
+        // The binary runs as the text does.
+        let o = run(bin().args(["sim", b1.to_str().unwrap()]));
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn hostile_input_exits_1_or_2_with_a_message() {
+    let junk = tmp("junk.bin");
+    std::fs::write(&junk, [0x54, 0x4a, 0x42, 0x43, 1, 0, 1, 200, 0xff]).unwrap();
+    let text = tmp("bad.s");
+    std::fs::write(
+        &text,
+        ".kernel k aiv\n    vadd f32, 8x8, 8, 8, @0x30000, @0x0, @0x0\n    end\n",
+    )
+    .unwrap();
+    let spin = tmp("spin.s");
+    std::fs::write(&spin, ".kernel k aiv\nl:\n    jmp l\n").unwrap();
+    let tiny = tmp("tiny.json");
+    let cfg = tilejit_runtime::device::DeviceConfig {
+        watchdog_work: 1000,
+        ..Default::default()
+    };
+    std::fs::write(&tiny, cfg.to_json()).unwrap();
+    let badnpy = tmp("bad.npy");
+    std::fs::write(&badnpy, b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'").unwrap();
+    let vadd = examples().join("vadd_double_buffered.s");
+    let v = vadd.to_str().unwrap();
+    let cases: Vec<(Vec<String>, i32, &str)> = vec![
+        (
+            vec!["sim".into(), junk.display().to_string()],
+            1,
+            "decode error",
+        ),
+        (
+            vec!["disasm".into(), junk.display().to_string()],
+            1,
+            "decode error",
+        ),
+        (
+            vec!["disasm".into(), "/nonexistent/x.bin".into()],
+            1,
+            "cannot read",
+        ),
+        (
+            vec!["sim".into(), text.display().to_string()],
+            1,
+            "beyond its 196608 bytes",
+        ),
+        (
+            vec![
+                "asm".into(),
+                text.display().to_string(),
+                "-o".into(),
+                tmp("o.bin").display().to_string(),
+            ],
+            1,
+            "rejected",
+        ),
+        (
+            vec![
+                "sim".into(),
+                spin.display().to_string(),
+                "--config".into(),
+                tiny.display().to_string(),
+            ],
+            1,
+            "watchdog",
+        ),
+        (
+            vec!["sim".into(), v.into(), "--core".into(), "aic".into()],
+            2,
+            "is for aiv cores",
+        ),
+        (
+            vec![
+                "sim".into(),
+                v.into(),
+                "--input".into(),
+                format!("x={}", badnpy.display()),
+            ],
+            1,
+            "bad.npy",
+        ),
+        (
+            vec![
+                "sim".into(),
+                v.into(),
+                "--input".into(),
+                format!("w={}", badnpy.display()),
+            ],
+            2,
+            "`w` is not a GM argument",
+        ),
+        (
+            vec!["sim".into(), v.into(), "--arg".into(), "n=lots".into()],
+            2,
+            "not an integer",
+        ),
+        (
+            vec!["sim".into(), v.into(), "--arg".into(), "n=200000".into()],
+            1,
+            "goes outside",
+        ),
+        (
+            vec!["sim".into(), v.into(), "--frobnicate".into()],
+            2,
+            "unknown option",
+        ),
+        (vec!["asm".into(), v.into()], 2, "needs -o"),
+        (
+            vec!["sim".into(), "--config".into(), tiny.display().to_string()],
+            2,
+            "needs a program",
+        ),
+    ];
+    for (args, code, want) in cases {
+        let o = run(bin().args(&args));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: expected `{want}` in: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
