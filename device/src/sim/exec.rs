@@ -275,7 +275,13 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
             }
             w.bytes = (vrc.0 * row_bytes) as u64;
         }
-        _ => vector(inst, cx, w, dt)?,
+        // Listed one by one so that a new opcode in the table does not
+        // compile until it has semantics here.
+        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vmov | Vneg | Vabs | Vsquare | Vrelu | Vexp
+        | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh | Vsigmoid | Vgelu | Vadds | Vmuls | Vmaxs
+        | Vmins | Vdup | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin | Vbrow | Vbcol => {
+            vector(inst, cx, w, dt)?
+        }
     }
     Ok(Flow::Next)
 }
