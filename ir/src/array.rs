@@ -114,7 +114,19 @@ impl Buffer {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Array {
     ty: TensorType,
-    data: Arc<Buffer>,
+    data: Arc<Storage>,
+}
+
+/// An array's storage: gives its buffer to the [`crate::pool`] when the
+/// last array sharing it is dropped.
+#[derive(Debug, PartialEq)]
+struct Storage(Buffer);
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        let buf = std::mem::replace(&mut self.0, Buffer::Bool(Vec::new()));
+        crate::pool::pool().give(buf);
+    }
 }
 
 impl Array {
@@ -131,7 +143,7 @@ impl Array {
         }
         Ok(Array {
             ty: TensorType::new(dtype, shape),
-            data: Arc::new(data),
+            data: Arc::new(Storage(data)),
         })
     }
 
@@ -163,12 +175,12 @@ impl Array {
 
     /// The storage.
     pub fn buffer(&self) -> &Buffer {
-        &self.data
+        &self.data.0
     }
 
     /// Borrows the elements as `T`; fails if the dtype differs.
     pub fn as_slice<T: Element>(&self) -> Result<&[T], IrError> {
-        T::slice(&self.data).ok_or(IrError::WrongElement {
+        T::slice(&self.data.0).ok_or(IrError::WrongElement {
             actual: self.dtype(),
             asked: T::DTYPE,
         })
@@ -190,11 +202,11 @@ impl Array {
 
     /// If every element is the same (bitwise for floats), that element.
     pub fn splat_value(&self) -> Option<Lit> {
-        let n = self.data.len();
+        let n = self.data.0.len();
         if n == 0 {
             return None;
         }
-        let first = self.data.get(0);
-        (1..n).all(|i| self.data.get(i) == first).then_some(first)
+        let first = self.data.0.get(0);
+        (1..n).all(|i| self.data.0.get(i) == first).then_some(first)
     }
 }

@@ -3,6 +3,7 @@
 //! - [`dtype`], [`shape`]: element types, shapes (rank <= 8), broadcasting.
 //! - [`array`]: concrete host tensors (`Array`), used by the interpreter and
 //!   as constants.
+//! - [`pool`]: the caching allocator tensor storage returns to.
 //! - [`graph`]: the graph IR (plain enums, typed ids into an arena, always in
 //!   topological order); [`infer`] types each op; [`verify`] checks a graph.
 //! - [`passes`]: `simplify` = fold constants -> CSE -> DCE.
@@ -23,6 +24,7 @@ pub mod infer;
 pub mod interp;
 pub mod kernel;
 pub mod passes;
+pub mod pool;
 pub mod scalar;
 pub mod shape;
 pub mod text;

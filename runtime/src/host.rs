@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tilejit_codegen::host::{matmul_f32, matmul_f64, storage_bytes, BufArg};
 use tilejit_ir::kernel::{fuse, BufKind, Kernel, KernelProgram, ProgramOutput};
+use tilejit_ir::pool::pool;
 use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit};
 
 /// Below this many domain elements a kernel runs on the calling thread.
@@ -35,23 +36,59 @@ enum Store {
     Bool(Vec<bool>),
 }
 
-fn zeroed(dtype: DType, n: usize) -> Result<Store, IrError> {
+/// Storage for `n` elements that kernels will overwrite completely: a
+/// buffer from the caching pool when one of that type and length is free,
+/// else fresh zeroed memory (calloc: the OS maps zero pages lazily, so the
+/// page faults happen in the parallel kernel, not in a serial memset here).
+fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
     let oom = || IrError::OutOfMemory {
         bytes: n.saturating_mul(storage_bytes(dtype)),
     };
-    fn alloc<T: Clone + Default>(n: usize) -> Option<Vec<T>> {
-        let mut v = Vec::new();
-        v.try_reserve_exact(n).ok()?;
-        v.resize(n, T::default());
-        Some(v)
+    let held = match dtype {
+        DType::F32 | DType::F16 | DType::BF16 => DType::F32,
+        d => d,
+    };
+    if let Some(b) = pool().take(held, n) {
+        match b {
+            Buffer::F32(v) => return Ok(Store::F32(v)),
+            Buffer::F64(v) => return Ok(Store::F64(v)),
+            Buffer::I32(v) => return Ok(Store::I32(v)),
+            Buffer::I64(v) => return Ok(Store::I64(v)),
+            Buffer::Bool(v) => return Ok(Store::Bool(v)),
+            _ => {}
+        }
     }
-    Ok(match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => Store::F32(alloc(n).ok_or_else(oom)?),
-        DType::F64 => Store::F64(alloc(n).ok_or_else(oom)?),
-        DType::I32 => Store::I32(alloc(n).ok_or_else(oom)?),
-        DType::I64 => Store::I64(alloc(n).ok_or_else(oom)?),
-        DType::Bool => Store::Bool(alloc(n).ok_or_else(oom)?),
+    fn fresh<T: Clone + Default>(n: usize, zero: T) -> Option<Vec<T>> {
+        // `vec!` of a zero value allocates zeroed memory but aborts when
+        // the allocator fails; ask fallibly first so that an impossible
+        // size is an error.
+        let mut probe: Vec<T> = Vec::new();
+        probe.try_reserve_exact(n).ok()?;
+        drop(probe);
+        Some(vec![zero; n])
+    }
+    Ok(match held {
+        DType::F64 => Store::F64(fresh(n, 0.0).ok_or_else(oom)?),
+        DType::I32 => Store::I32(fresh(n, 0).ok_or_else(oom)?),
+        DType::I64 => Store::I64(fresh(n, 0).ok_or_else(oom)?),
+        DType::Bool => Store::Bool(fresh(n, false).ok_or_else(oom)?),
+        _ => Store::F32(fresh(n, 0.0).ok_or_else(oom)?),
     })
+}
+
+/// Gives the storage of a run's temporaries back to the pool.
+fn recycle(slots: Vec<Slot<'_>>) {
+    for slot in slots {
+        if let Slot::Owned(store) = slot {
+            pool().give(match store {
+                Store::F32(v) => Buffer::F32(v),
+                Store::F64(v) => Buffer::F64(v),
+                Store::I32(v) => Buffer::I32(v),
+                Store::I64(v) => Buffer::I64(v),
+                Store::Bool(v) => Buffer::Bool(v),
+            });
+        }
+    }
 }
 
 /// A buffer during a run: borrowed from an argument, or owned.
@@ -211,7 +248,7 @@ impl HostProgram {
                         .ok_or_else(|| IrError::Verify(format!("missing constant {c}")))?
                         .buffer(),
                 ),
-                BufKind::Temp => Slot::Owned(zeroed(b.ty.dtype, b.ty.shape.numel())?),
+                BufKind::Temp => Slot::Owned(output_store(b.ty.dtype, b.ty.shape.numel())?),
             });
         }
         for ((k, code), locals) in p.kernels.iter().zip(&self.code).zip(&self.locals) {
@@ -250,6 +287,7 @@ impl HostProgram {
                 }
             });
         }
+        recycle(slots);
         Ok(outs)
     }
 

@@ -13,4 +13,5 @@ mod ir_text;
 mod jit;
 mod kernel_ir;
 mod ops;
+mod pool;
 mod simplify_props;

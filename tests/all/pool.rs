@@ -1,0 +1,86 @@
+//! The caching allocator for tensor storage: buffers come back when the
+//! last array holding them is dropped, a program's next run reuses them
+//! (poisoned in debug builds, so a kernel that skipped an element would
+//! show), and the byte bound evicts oldest first. The pool is global and
+//! other tests run beside these, so counters are compared as increases.
+
+use tilejit::prelude::*;
+use tilejit_ir::pool::{pool, BufferPool};
+use tilejit_ir::{Array, Buffer, DType};
+
+#[jit]
+fn bias_relu_pool(x: &Tensor, b: &Tensor) -> Tensor {
+    (x + b).relu()
+}
+
+#[test]
+fn repeated_calls_reuse_output_storage_and_stay_correct() {
+    // A shape no other test uses, so these buffers are ours.
+    let (rows, cols) = (333, 97);
+    let x = Tensor::randn(&[rows, cols], 41);
+    let b = Tensor::randn(&[cols], 42);
+    let want: Vec<f32> = {
+        let (xv, bv) = (x.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+        (0..rows * cols)
+            .map(|i| (xv[i] + bv[i % cols]).max(0.0))
+            .collect()
+    };
+    let before = pool().stats();
+    for _ in 0..5 {
+        let y = bias_relu_pool(&x, &b).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), want);
+        // `y` drops here and its storage returns to the pool.
+    }
+    let after = pool().stats();
+    assert!(after.hits >= before.hits + 4, "{before:?} -> {after:?}");
+}
+
+#[test]
+fn take_give_and_the_byte_bound() {
+    let p: &BufferPool = pool();
+    let n = 12_345; // a length no other test allocates
+    let arr = Array::new(
+        tilejit_ir::Shape::new(&[n]).unwrap(),
+        Buffer::I64(vec![5; n]),
+    )
+    .unwrap();
+    let clone = arr.clone();
+    drop(arr);
+    assert!(p.take(DType::I64, n).is_none(), "still held by a clone");
+    drop(clone);
+    let b = p.take(DType::I64, n).expect("the dropped array's storage");
+    assert_eq!(b.len(), n);
+    if cfg!(debug_assertions) {
+        assert_eq!(
+            b,
+            Buffer::I64(vec![i64::MIN; n]),
+            "reused storage is poisoned in debug builds"
+        );
+    }
+    // Small buffers are not pooled.
+    p.give(Buffer::F32(vec![0.0; 10]));
+    assert!(p.take(DType::F32, 10).is_none());
+}
+
+#[test]
+fn the_byte_bound_evicts_oldest_first() {
+    let p = BufferPool::new(3 * 8192 + 12);
+    for i in 0..3 {
+        p.give(Buffer::F32(vec![i as f32; 2048 + i]));
+    }
+    assert_eq!((p.stats().buffers, p.stats().evictions), (3, 0));
+    p.give(Buffer::F32(vec![9.0; 2047])); // over the bound: the oldest goes
+    let s = p.stats();
+    assert_eq!((s.buffers, s.evictions), (3, 1));
+    assert!(s.bytes <= s.capacity);
+    assert!(p.take(DType::F32, 2048).is_none(), "oldest evicted");
+    assert!(p.take(DType::F32, 2049).is_some());
+    assert!(p.take(DType::F32, 2047).is_some());
+    p.give(Buffer::F32(vec![0.0; 1 << 20])); // bigger than the whole bound: not kept
+    assert_eq!(p.stats().buffers, 1);
+    p.clear();
+    assert_eq!((p.stats().buffers, p.stats().bytes), (0, 0));
+    p.set_capacity(0);
+    p.give(Buffer::F32(vec![0.0; 2048]));
+    assert_eq!(p.stats().buffers, 0, "capacity 0 disables pooling");
+}
