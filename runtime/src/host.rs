@@ -24,6 +24,9 @@ pub struct HostProgram {
     /// Per kernel, this program's buffers in the kernel's local order (the
     /// cached code may have been compiled for another program's buffers).
     locals: Vec<Vec<tilejit_ir::kernel::BufId>>,
+    /// Per kernel, its scalar arguments (sizes, strides) when it takes no
+    /// params: computed once, not per call.
+    fixed_args: Vec<Option<Vec<i64>>>,
     constants: Vec<Array>,
 }
 
@@ -60,11 +63,12 @@ fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
     }
     fn fresh<T: Clone + Default>(n: usize, zero: T) -> Option<Vec<T>> {
         // `vec!` of a zero value allocates zeroed memory but aborts when
-        // the allocator fails; ask fallibly first so that an impossible
-        // size is an error.
-        let mut probe: Vec<T> = Vec::new();
-        probe.try_reserve_exact(n).ok()?;
-        drop(probe);
+        // the allocator fails; for big sizes ask fallibly first so that an
+        // impossible size is an error.
+        if n * std::mem::size_of::<T>() >= 1 << 20 {
+            let mut probe: Vec<T> = Vec::new();
+            probe.try_reserve_exact(n).ok()?;
+        }
         Some(vec![zero; n])
     }
     Ok(match held {
@@ -211,10 +215,17 @@ impl HostProgram {
         };
         let constants = g.constants().iter().map(|c| c.0.clone()).collect();
         let locals = prog.kernels.iter().map(|k| k.local_buffers()).collect();
+        let fixed_args = prog
+            .kernels
+            .iter()
+            .zip(&code)
+            .map(|(k, c)| (c.code.layout.params == 0).then(|| c.code.layout.args(k, &[])))
+            .collect();
         Ok(HostProgram {
             prog,
             code,
             locals,
+            fixed_args,
             constants,
         })
     }
@@ -251,11 +262,25 @@ impl HostProgram {
                 BufKind::Temp => Slot::Owned(output_store(b.ty.dtype, b.ty.shape.numel())?),
             });
         }
-        for ((k, code), locals) in p.kernels.iter().zip(&self.code).zip(&self.locals) {
+        for (i, ((k, code), locals)) in p
+            .kernels
+            .iter()
+            .zip(&self.code)
+            .zip(&self.locals)
+            .enumerate()
+        {
             if let Some(mm) = &k.matmul {
                 self.matmul(&mut slots, mm)?;
             }
-            launch(k, code, locals, &mut slots, params)?;
+            let per_call;
+            let args = match &self.fixed_args[i] {
+                Some(a) => a.as_slice(),
+                None => {
+                    per_call = code.code.layout.args(k, params);
+                    per_call.as_slice()
+                }
+            };
+            launch(k, code, locals, &mut slots, args)?;
         }
         let mut done: Vec<Option<Array>> = vec![None; p.buffers.len()];
         let mut outs = Vec::with_capacity(p.outputs.len());
@@ -354,11 +379,10 @@ fn launch(
     code: &CachedKernel,
     locals: &[tilejit_ir::kernel::BufId],
     slots: &mut [Slot<'_>],
-    params: &[Lit],
+    args: &[i64],
 ) -> Result<(), RuntimeError> {
     let layout = &code.code.layout;
     let bufs: Vec<BufArg> = locals.iter().map(|b| slots[b.0 as usize].arg()).collect();
-    let args = layout.args(k, params);
     let units = k.units();
     code.launches.fetch_add(1, Ordering::Relaxed);
     if units == 0 {
@@ -367,7 +391,7 @@ fn launch(
     let cols = k.cols();
     let run = |start: usize, end: usize| -> Result<(), RuntimeError> {
         if layout.scratch == 0 {
-            return Ok(code.code.call(&bufs, &args, start, end)?);
+            return Ok(code.code.call(&bufs, args, start, end)?);
         }
         // Scratch rows are per call: calls on other threads get their own.
         let mut scratch: Vec<Vec<u64>> = (0..layout.scratch).map(|_| vec![0u64; cols]).collect();
@@ -379,7 +403,7 @@ fn launch(
                 writable: true,
             });
         }
-        code.code.call(&all, &args, start, end)?;
+        code.code.call(&all, args, start, end)?;
         Ok(())
     };
     let work: usize = k.domain.iter().product();

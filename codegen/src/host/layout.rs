@@ -157,10 +157,15 @@ impl ArgLayout {
         if start >= end {
             return Ok(());
         }
-        let dims: Vec<usize> = args[..self.rank]
-            .iter()
-            .map(|&d| usize::try_from(d).map_err(|_| format!("negative dim {d}")))
-            .collect::<Result<_, _>>()?;
+        // Rank is at most 8 (the IR's limit): the dims live on the stack.
+        let mut dims_buf = [0usize; 8];
+        let dims = dims_buf
+            .get_mut(..self.rank)
+            .ok_or_else(|| format!("rank {} > 8", self.rank))?;
+        for (d, &a) in dims.iter_mut().zip(&args[..self.rank]) {
+            *d = usize::try_from(a).map_err(|_| format!("negative dim {a}"))?;
+        }
+        let dims = &*dims;
         let numel = dims
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))

@@ -101,7 +101,19 @@ impl KernelCode {
         if start >= end {
             return Ok(());
         }
-        let ptrs: Vec<*mut u8> = bufs.iter().map(|b| b.ptr as *mut u8).collect();
+        // Most kernels take a handful of buffers: keep their pointers on the
+        // stack (a heap vector costs more than a small kernel's work).
+        let mut small = [std::ptr::null_mut::<u8>(); 16];
+        let heap: Vec<*mut u8>;
+        let ptrs: &[*mut u8] = if bufs.len() <= small.len() {
+            for (p, b) in small.iter_mut().zip(bufs) {
+                *p = b.ptr as *mut u8;
+            }
+            &small[..bufs.len()]
+        } else {
+            heap = bufs.iter().map(|b| b.ptr as *mut u8).collect();
+            &heap
+        };
         // SAFETY: `check` proved that for every unit in start..end every load
         // and store the kernel performs (computed from the same dims and
         // strides in `args`) lies within its buffer, that written buffers
