@@ -8,7 +8,7 @@ use crate::kernel_cache::{kernel_cache, CachedKernel};
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tilejit_codegen::host::{matmul_f32, matmul_f64, storage_bytes, BufArg};
+use tilejit_codegen::host::{advise_huge_pages, matmul_f32, matmul_f64, storage_bytes, BufArg};
 use tilejit_ir::kernel::{fuse, BufKind, Kernel, KernelProgram, ProgramOutput};
 use tilejit_ir::pool::pool;
 use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit};
@@ -65,11 +65,15 @@ fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
         // `vec!` of a zero value allocates zeroed memory but aborts when
         // the allocator fails; for big sizes ask fallibly first so that an
         // impossible size is an error.
-        if n * std::mem::size_of::<T>() >= 1 << 20 {
-            let mut probe: Vec<T> = Vec::new();
-            probe.try_reserve_exact(n).ok()?;
+        if n * std::mem::size_of::<T>() < 1 << 20 {
+            return Some(vec![zero; n]);
         }
-        Some(vec![zero; n])
+        let mut probe: Vec<T> = Vec::new();
+        probe.try_reserve_exact(n).ok()?;
+        drop(probe);
+        let mut v = vec![zero; n];
+        advise_huge_pages(&mut v);
+        Some(v)
     }
     Ok(match held {
         DType::F64 => Store::F64(fresh(n, 0.0).ok_or_else(oom)?),

@@ -1,6 +1,8 @@
 //! The only module of tilejit that enters native code outside safe Rust:
 //! JIT-compiled kernels (the typed handle [`KernelCode`]) and the `gemm`
-//! crate's matrix multiply ([`matmul_f32`], [`matmul_f64`]). Each entry point
+//! crate's matrix multiply ([`matmul_f32`], [`matmul_f64`]), and the one
+//! OS call that advises huge pages for fresh outputs
+//! ([`advise_huge_pages`]). Each entry point
 //! checks every pointer and size against what the callee will touch first,
 //! so safe callers cannot make native code read or write out of bounds.
 #![allow(unsafe_code)]
@@ -243,3 +245,29 @@ fn check_matmul(
     }
     Ok(())
 }
+
+/// Asks the OS to back the not-yet-touched pages of a fresh output buffer
+/// with transparent huge pages: one page fault per 2 MiB instead of per
+/// 4 KiB. A fresh 32 MiB output otherwise costs ~8K faults, more than the
+/// kernel that fills it. Only the 2 MiB-aligned interior is advised; a
+/// no-op where the OS does not support it.
+#[cfg(target_os = "linux")]
+pub fn advise_huge_pages<T>(v: &mut [T]) {
+    const HUGE: usize = 2 << 20;
+    let start = v.as_mut_ptr() as usize;
+    let end = start + std::mem::size_of_val(v);
+    let (a, b) = (start.next_multiple_of(HUGE), end & !(HUGE - 1));
+    if b > a {
+        // SAFETY: [a, b) lies inside `v`, which we borrow mutably, and is
+        // page aligned. MADV_HUGEPAGE only changes how the kernel backs
+        // those pages; their contents and validity are unchanged. A failure
+        // (an old kernel, THP disabled) leaves the memory as it was.
+        unsafe {
+            libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE);
+        }
+    }
+}
+
+/// Elsewhere there is nothing to advise.
+#[cfg(not(target_os = "linux"))]
+pub fn advise_huge_pages<T>(_v: &mut [T]) {}
