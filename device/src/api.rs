@@ -10,8 +10,9 @@ use crate::error::{DeviceError, Result};
 use crate::isa::verify::{verify, VerifiedProgram};
 use crate::isa::{CoreType, Program};
 use crate::mem::{MemChunk, MemRegion, RegionStats, Span};
+use crate::sched::{Launch, LaunchHandle, LaunchOptions, Scheduler};
 use crate::sim::{run_core, CoreRun, CoreState, TaskArgs};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// What a device is.
 #[derive(Clone, Debug, PartialEq)]
@@ -234,10 +235,40 @@ impl DeviceApi for HostDevice {
 /// [`DeviceConfig`]. Cores' local memories are created on first use.
 #[derive(Debug)]
 pub struct SimDevice {
-    config: DeviceConfig,
+    inner: Arc<SimInner>,
+    /// Control and manager threads, started by the first launch.
+    sched: OnceLock<Scheduler>,
+}
+
+/// What the device's threads share with it.
+#[derive(Debug)]
+pub(crate) struct SimInner {
+    pub(crate) config: DeviceConfig,
     mem: Memory,
     aic: Vec<OnceLock<Mutex<CoreState>>>,
     aiv: Vec<OnceLock<Mutex<CoreState>>>,
+}
+
+impl SimInner {
+    /// Core `index` of type `kind` (created on first use).
+    pub(crate) fn core(&self, kind: CoreType, index: u32) -> Option<&Mutex<CoreState>> {
+        let cores = match kind {
+            CoreType::Aic => &self.aic,
+            CoreType::Aiv => &self.aiv,
+        };
+        let slot = cores.get(index as usize)?;
+        Some(slot.get_or_init(|| Mutex::new(CoreState::new(kind, index, &self.config))))
+    }
+
+    /// GM's bytes.
+    pub(crate) fn gm(&self) -> &crate::mem::PagedMemory {
+        self.mem.region.memory()
+    }
+
+    /// The span of a buffer this device allocated.
+    pub(crate) fn span_of(&self, b: &DeviceBuffer) -> Result<Span> {
+        self.mem.owned(b).map(MemChunk::span)
+    }
 }
 
 impl SimDevice {
@@ -246,29 +277,49 @@ impl SimDevice {
         config.validate()?;
         let region = MemRegion::new("GM", config.gm_bytes);
         Ok(SimDevice {
-            aic: (0..config.aic_cores).map(|_| OnceLock::new()).collect(),
-            aiv: (0..config.aiv_cores).map(|_| OnceLock::new()).collect(),
-            mem: Memory {
-                device: config.name.clone(),
-                region,
-            },
-            config,
+            inner: Arc::new(SimInner {
+                aic: (0..config.aic_cores).map(|_| OnceLock::new()).collect(),
+                aiv: (0..config.aiv_cores).map(|_| OnceLock::new()).collect(),
+                mem: Memory {
+                    device: config.name.clone(),
+                    region,
+                },
+                config,
+            }),
+            sched: OnceLock::new(),
         })
+    }
+
+    /// Submits a launch to the device's stream and returns at once; the
+    /// control thread runs launches in submission order. Wait on the
+    /// returned handle for the report.
+    pub fn launch(&self, launch: Launch, options: LaunchOptions) -> LaunchHandle {
+        self.sched
+            .get_or_init(|| Scheduler::start(self.inner.clone()))
+            .submit(launch, options)
+    }
+
+    /// Waits for every launch submitted so far.
+    pub fn synchronize_launches(&self) -> Result<()> {
+        match self.sched.get() {
+            Some(s) => s.synchronize(),
+            None => Ok(()),
+        }
     }
 
     /// The configuration.
     pub fn config(&self) -> &DeviceConfig {
-        &self.config
+        &self.inner.config
     }
 
     /// GM allocator occupancy.
     pub fn memory_stats(&self) -> RegionStats {
-        self.mem.region.stats()
+        self.inner.mem.region.stats()
     }
 
     /// Verifies a program against this device's memories.
     pub fn verify(&self, program: Program) -> Result<VerifiedProgram> {
-        verify(program, &self.config)
+        verify(program, &self.inner.config)
     }
 
     /// Runs `prog` on core `index` of its core type with `buffers` as its GM
@@ -283,64 +334,63 @@ impl SimDevice {
         scalars: &[i64],
     ) -> Result<CoreRun> {
         let kind = prog.program().core;
-        let cores = match kind {
-            CoreType::Aic => &self.aic,
-            CoreType::Aiv => &self.aiv,
+        let count = match kind {
+            CoreType::Aic => self.inner.aic.len(),
+            CoreType::Aiv => self.inner.aiv.len(),
         };
-        let slot = cores
-            .get(index as usize)
+        let core = self
+            .inner
+            .core(kind, index)
             .ok_or_else(|| DeviceError::BadArguments {
                 program: prog.program().name.clone(),
                 msg: format!(
-                    "core {}_{index} does not exist ({} of them)",
+                    "core {}_{index} does not exist ({count} of them)",
                     kind.name().to_uppercase(),
-                    cores.len()
                 ),
             })?;
         let spans = buffers
             .iter()
-            .map(|b| self.mem.owned(b).map(MemChunk::span))
+            .map(|b| self.inner.span_of(b))
             .collect::<Result<Vec<_>>>()?;
-        let core = slot.get_or_init(|| Mutex::new(CoreState::new(kind, index, &self.config)));
         // A fault leaves the core's memories as they were: still usable.
         let mut core = core.lock().unwrap_or_else(|p| p.into_inner());
         run_core(
             prog,
             &mut core,
-            self.mem.region.memory(),
+            self.inner.mem.region.memory(),
             TaskArgs {
                 gm: &spans,
                 scalars,
             },
-            &self.config,
+            &self.inner.config,
         )
     }
 }
 
 impl DeviceApi for SimDevice {
     fn describe(&self) -> DeviceInfo {
-        let s = self.mem.region.stats();
+        let s = self.inner.mem.region.stats();
         DeviceInfo {
-            name: self.config.name.clone(),
+            name: self.inner.config.name.clone(),
             kind: "sim",
             memory_bytes: s.size,
             free_bytes: s.free,
-            aic_cores: self.config.aic_cores,
-            aiv_cores: self.config.aiv_cores,
-            clock_hz: self.config.clock_hz,
+            aic_cores: self.inner.config.aic_cores,
+            aiv_cores: self.inner.config.aiv_cores,
+            clock_hz: self.inner.config.clock_hz,
         }
     }
     fn allocate(&self, bytes: u64) -> Result<DeviceBuffer> {
-        self.mem.allocate(bytes)
+        self.inner.mem.allocate(bytes)
     }
     fn free(&self, buf: DeviceBuffer) -> Result<()> {
-        self.mem.free(buf)
+        self.inner.mem.free(buf)
     }
     fn copy_from_host(&self, src: &[u8], dst: &DeviceBuffer, offset: u64) -> Result<()> {
-        self.mem.copy_from_host(src, dst, offset)
+        self.inner.mem.copy_from_host(src, dst, offset)
     }
     fn copy_to_host(&self, src: &DeviceBuffer, offset: u64, dst: &mut [u8]) -> Result<()> {
-        self.mem.copy_to_host(src, offset, dst)
+        self.inner.mem.copy_to_host(src, offset, dst)
     }
     fn copy_within(
         &self,
@@ -350,11 +400,10 @@ impl DeviceApi for SimDevice {
         d_o: u64,
         bytes: u64,
     ) -> Result<()> {
-        self.mem.copy_within(src, so, dst, d_o, bytes)
+        self.inner.mem.copy_within(src, so, dst, d_o, bytes)
     }
     fn synchronize(&self) -> Result<()> {
-        // Every operation of this device completes before it returns; the
-        // scheduler's streams add asynchronous work.
-        Ok(())
+        // Copies complete before they return; launches are asynchronous.
+        self.synchronize_launches()
     }
 }

@@ -102,6 +102,12 @@ pub struct DeviceConfig {
     /// processed, plus one per cube multiply-add. A hung or runaway program
     /// becomes an error within seconds of host time, never a hang.
     pub watchdog_work: u64,
+    /// Most scheduler manager threads a launch uses (PyPTO's AICPU
+    /// schedulers: `ceil(blocks / 8)`, capped by this).
+    pub max_managers: u32,
+    /// Virtual cycles between a task becoming ready and a core starting it
+    /// (the manager's register write and the core's pickup).
+    pub dispatch_cycles: u64,
     /// Instruction costs.
     pub costs: CostTable,
 }
@@ -120,6 +126,8 @@ impl Default for DeviceConfig {
             l0b_bytes: 64 << 10,
             l0c_bytes: 128 << 10,
             watchdog_work: 200_000_000,
+            max_managers: 3,
+            dispatch_cycles: 200,
             costs: CostTable::default(),
         }
     }
@@ -195,6 +203,12 @@ impl DeviceConfig {
             return Err(DeviceError::Config(format!(
                 "gm_bytes = {}: must be between 4 KiB and 16 TiB",
                 self.gm_bytes
+            )));
+        }
+        if self.max_managers == 0 || self.max_managers > 64 {
+            return Err(DeviceError::Config(format!(
+                "max_managers = {}: must be 1..=64",
+                self.max_managers
             )));
         }
         if self.watchdog_work == 0 {

@@ -7,6 +7,8 @@
 //!   ([`isa::table`]): binary encoding, text assembler/disassembler,
 //!   verifier, generated reference (`ISA.md`).
 //! - [`npy`]: `.npy` files in and out (the CLI's inputs and outputs).
+//! - [`sched`]: launches of task graphs: the control thread, manager
+//!   threads, ready queues and policies, profiles.
 //! - [`sim`]: one simulated core: interpreter with exact semantics and the
 //!   cycle model.
 //!
@@ -19,6 +21,7 @@ pub mod error;
 pub mod isa;
 pub mod mem;
 pub mod npy;
+pub mod sched;
 pub mod sim;
 
 pub use api::{DeviceApi, DeviceBuffer, DeviceInfo, HostDevice, SimDevice};
@@ -26,6 +29,9 @@ pub use config::{CostTable, DeviceConfig};
 pub use error::DeviceError;
 pub use isa::verify::{verify, VerifiedProgram};
 pub use isa::{CoreType, Inst, Opcode, Operand, Pipe, Program, Space};
+pub use sched::{
+    GmArg, Launch, LaunchHandle, LaunchOptions, LaunchReport, Policy, Profile, Task, TaskKind,
+};
 pub use sim::{CoreRun, CoreState, TaskArgs};
 
 use std::fmt;

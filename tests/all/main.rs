@@ -6,6 +6,7 @@ mod bad_input;
 mod concurrency;
 mod device_isa;
 mod device_mem;
+mod device_sched;
 mod device_sim;
 mod display;
 mod host_backend;
