@@ -242,4 +242,41 @@ fn main() {
             format!(", \"kernel_compiles\": {compiles}"),
         );
     }
+    if only.as_ref().is_some_and(|o| o.iter().any(|x| x == "S1")) {
+        // S1 (not a peers workload): scheduler throughput on a wide DAG of
+        // 10^6 no-op core tasks between two hubs, through the managers.
+        use tilejit_runtime::device::{Launch, LaunchOptions, SimDevice, Task, TaskKind};
+        let dev = SimDevice::new(Default::default()).expect("device");
+        const TASKS: usize = 1_000_000;
+        let make = || {
+            let mut tasks = Vec::with_capacity(TASKS + 2);
+            let mut root = Task::new("root", TaskKind::Hub, None);
+            root.successors = (1..=TASKS as u32).collect();
+            tasks.push(root);
+            for i in 0..TASKS {
+                let kind = if i % 3 == 0 { TaskKind::Aic } else { TaskKind::Aiv };
+                let mut t = Task::new(String::new(), kind, None);
+                t.successors = vec![TASKS as u32 + 1];
+                tasks.push(t);
+            }
+            tasks.push(Task::new("sink", TaskKind::Hub, None));
+            Launch { tasks, ..Launch::default() }
+        };
+        let mut times = Vec::new();
+        let mut managers = 0;
+        for _ in 0..3 {
+            let r = dev.launch(make(), LaunchOptions::default()).wait().expect("S1");
+            assert_eq!(r.tasks, TASKS + 2, "S1 lost tasks");
+            managers = r.managers;
+            times.push(r.host_time.as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        let s = times[1];
+        emit(
+            "S1",
+            "tasks_per_s",
+            TASKS as f64 / s,
+            format!(", \"us_per_task\": {:.4}, \"tasks\": {TASKS}, \"managers\": {managers}", s / TASKS as f64 * 1e6),
+        );
+    }
 }
