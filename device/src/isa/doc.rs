@@ -24,6 +24,7 @@ fn kind_text(k: Kind) -> String {
                 Foot::RowVec => "rows vector",
                 Foot::ColVec => "cols vector",
                 Foot::Acc => "f32 tile",
+                Foot::Elem => "element",
                 Foot::MatA => "MxK",
                 Foot::MatB => "KxN",
                 Foot::MatC => "f32 MxN",

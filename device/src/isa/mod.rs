@@ -195,6 +195,8 @@ pub enum Foot {
     ColVec,
     /// `rows x cols` of f32 (an accumulator tile).
     Acc,
+    /// One element (a 32-byte slot).
+    Elem,
     /// `m x k` of the dtype.
     MatA,
     /// `k x n` of the dtype.
@@ -385,6 +387,7 @@ impl Inst {
             Foot::RowVec => pitch(rows, dt),
             Foot::ColVec => pitch(cols, dt),
             Foot::Acc => rows * pitch(cols, DType::F32),
+            Foot::Elem => pitch(1, dt),
             Foot::MatA => m * pitch(k, dt),
             Foot::MatB => k * pitch(n, dt),
             Foot::MatC => m * pitch(n, DType::F32),

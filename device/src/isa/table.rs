@@ -86,6 +86,7 @@ const UB2: Kind = Kind::Mem(Space::Ub, Foot::Tile2);
 const UB_MASK: Kind = Kind::Mem(Space::Ub, Foot::Mask);
 const UB_ROW: Kind = Kind::Mem(Space::Ub, Foot::RowVec);
 const UB_COL: Kind = Kind::Mem(Space::Ub, Foot::ColVec);
+const UB_ELEM: Kind = Kind::Mem(Space::Ub, Foot::Elem);
 const L1: Kind = Kind::Mem(Space::L1, Foot::Tile);
 const L0A: Kind = Kind::Mem(Space::L0a, Foot::Tile);
 const L0B: Kind = Kind::Mem(Space::L0b, Foot::Tile);
@@ -163,6 +164,8 @@ isa_table! {
     Vmaxs "vmaxs" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB, "s": SCALAR], "dst = max(a, s), NaN-propagating.";
     Vmins "vmins" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB, "s": SCALAR], "dst = min(a, s), NaN-propagating.";
     Vdup "vdup" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "s": SCALAR], "dst = s everywhere in the valid region.";
+    Vdupr "vdupr" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "rs": REG], "dst = the value in rs everywhere in the valid region (floats: rs holds f64 bits, rounded to dtype; integers: wrapped).";
+    Vbcast "vbcast" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "src": UB_ELEM], "dst = src's first element everywhere in the valid region.";
     Vcmp "vcmp" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "cond": COND, "dst": UB_MASK, "a": UB, "b": UB], "dst (bool tile) = a cond b.";
     Vsel "vsel" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "mask": UB_MASK, "a": UB, "b": UB], "dst = mask ? a : b.";
     Vcast "vcast" V, Aiv, Vector, ["dtype": DT, "from": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "src": UB2], "dst = src converted from `from` to `dtype` (round to nearest; float -> int truncates and saturates).";

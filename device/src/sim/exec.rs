@@ -279,7 +279,7 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
         // compile until it has semantics here.
         Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vmov | Vneg | Vabs | Vsquare | Vrelu | Vexp
         | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh | Vsigmoid | Vgelu | Vadds | Vmuls | Vmaxs
-        | Vmins | Vdup | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin | Vbrow | Vbcol => {
+        | Vmins | Vdup | Vdupr | Vbcast | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin | Vbrow | Vbcol => {
             vector(inst, cx, w, dt)?
         }
     }
@@ -354,6 +354,18 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
             values::zip(&a, &s, dt, f, g)
         }
         Vdup => Vals::splat(inst.scalar(5), dt, vr * vc),
+        Vdupr => {
+            let bits = cx.regs[inst.reg(5)];
+            if dt.is_float() {
+                Vals::F(vec![dt.round_float(f64::from_bits(bits as u64)); vr * vc])
+            } else {
+                Vals::I(vec![dt.wrap_int(bits); vr * vc])
+            }
+        }
+        Vbcast => {
+            let v = cx.read_tile(Space::Ub, inst.addr(5), dt, (1, 1), 1)?;
+            broadcast(&v, vr, vc, |_, _| 0)
+        }
         Vmov => tile(cx, 5)?,
         Vneg | Vabs | Vsquare | Vrelu | Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh
         | Vsigmoid | Vgelu => {
