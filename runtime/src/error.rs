@@ -12,6 +12,9 @@ pub enum RuntimeError {
     /// Code generation or a native launch failed.
     #[error(transparent)]
     Codegen(#[from] tilejit_codegen::CodegenError),
+    /// The simulated device failed (a fault, a bad launch, out of GM).
+    #[error(transparent)]
+    Device(#[from] tilejit_device::DeviceError),
     /// A compile step panicked; the cache entry was released, not poisoned.
     #[error("{what} panicked: {message}")]
     Panicked {
@@ -31,7 +34,11 @@ impl RuntimeError {
             RuntimeError::Codegen(tilejit_codegen::CodegenError::Unsupported { .. }) => {
                 ErrorKind::Unsupported
             }
+            RuntimeError::Codegen(tilejit_codegen::CodegenError::SimUnsupported { .. }) => {
+                ErrorKind::Unsupported
+            }
             RuntimeError::Codegen(tilejit_codegen::CodegenError::Cpu(_)) => ErrorKind::Device,
+            RuntimeError::Device(_) => ErrorKind::Device,
             RuntimeError::Codegen(_) => ErrorKind::Internal,
         }
     }

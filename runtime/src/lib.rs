@@ -6,6 +6,8 @@
 //! - [`Signature`]: the key.
 //! - [`HostProgram`]: a program fused into kernels and compiled to native
 //!   code; [`kernel_cache`]: the global cache of compiled kernels.
+//! - [`SimProgram`]: the same kernels compiled to bytecode and launched as
+//!   tile tasks on the simulated accelerator ([`sim_device`]).
 
 mod error;
 mod handler_cache;
@@ -13,6 +15,7 @@ mod host;
 mod kernel_cache;
 mod program;
 mod signature;
+mod sim;
 
 pub use error::{panic_message, RuntimeError};
 pub use handler_cache::{CacheEntry, HandlerCache, HandlerStats};
@@ -22,6 +25,7 @@ pub use kernel_cache::{
 };
 pub use program::{run_eager, Program};
 pub use signature::{ArgSig, Signature};
+pub use sim::{sim_device, SimProgram, SimRun};
 /// The device model (device API, simulated accelerator, ISA), re-exported
 /// for tools such as the `tilejit` CLI.
 pub use tilejit_device as device;

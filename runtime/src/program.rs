@@ -12,6 +12,8 @@ use tilejit_ir::verify::verify;
 use tilejit_ir::{interp, Array, Graph, Lit};
 
 use crate::host::HostProgram;
+use crate::sim::{SimProgram, SimRun};
+use std::sync::{Arc, OnceLock};
 
 /// A compiled program.
 #[derive(Debug)]
@@ -19,6 +21,8 @@ pub struct Program {
     traced: Graph,
     optimized: Graph,
     host: HostProgram,
+    /// The bytecode form, compiled on the first Sim run.
+    sim: OnceLock<Result<Arc<SimProgram>, RuntimeError>>,
     compile_time: Duration,
 }
 
@@ -36,6 +40,7 @@ impl Program {
             traced,
             optimized,
             host,
+            sim: OnceLock::new(),
             compile_time: start.elapsed(),
         })
     }
@@ -44,6 +49,25 @@ impl Program {
     /// values.
     pub fn run(&self, inputs: &[Array], params: &[Lit]) -> Result<Vec<Array>, RuntimeError> {
         self.host.run(inputs, params)
+    }
+
+    /// The program compiled for the simulated device (on first use; the
+    /// result, error included, is kept).
+    pub fn sim(&self) -> Result<Arc<SimProgram>, RuntimeError> {
+        self.sim
+            .get_or_init(|| SimProgram::compile(&self.optimized).map(Arc::new))
+            .clone()
+    }
+
+    /// Runs on the simulated accelerator: inputs copied to GM, kernels
+    /// launched as tile tasks, outputs copied back.
+    pub fn run_sim(
+        &self,
+        inputs: &[Array],
+        params: &[Lit],
+        profile: bool,
+    ) -> Result<SimRun, RuntimeError> {
+        self.sim()?.run(inputs, params, profile)
     }
 
     /// Runs the optimised graph on the reference interpreter.

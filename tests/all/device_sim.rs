@@ -368,9 +368,21 @@ fn tile_scalar_ops_dup_compare_and_select() {
     );
     check("vdup", &got, |_| f64::NEG_INFINITY);
     let bits = 2.5f64.to_bits() as i64;
-    let got = vec_op(&format!("movi r5, {bits}\n    vdupr {{dt}}, {{shape}}, r1, r2, @0x10000, r5"), DType::F16, &a, &b, &z);
+    let got = vec_op(
+        &format!("movi r5, {bits}\n    vdupr {{dt}}, {{shape}}, r1, r2, @0x10000, r5"),
+        DType::F16,
+        &a,
+        &b,
+        &z,
+    );
     check("vdupr", &got, |_| 2.5);
-    let got = vec_op("vbcast {dt}, {shape}, r1, r2, @0x10000, @0x8000", DType::F32, &a, &b, &z);
+    let got = vec_op(
+        "vbcast {dt}, {shape}, r1, r2, @0x10000, @0x8000",
+        DType::F32,
+        &a,
+        &b,
+        &z,
+    );
     check("vbcast", &got, |_| b[0]);
     let ai = data(DType::I32, 13);
     let got = vec_op(

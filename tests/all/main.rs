@@ -15,4 +15,5 @@ mod jit;
 mod kernel_ir;
 mod ops;
 mod pool;
+mod sim_backend;
 mod simplify_props;

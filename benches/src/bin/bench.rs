@@ -254,18 +254,28 @@ fn main() {
             root.successors = (1..=TASKS as u32).collect();
             tasks.push(root);
             for i in 0..TASKS {
-                let kind = if i % 3 == 0 { TaskKind::Aic } else { TaskKind::Aiv };
+                let kind = if i % 3 == 0 {
+                    TaskKind::Aic
+                } else {
+                    TaskKind::Aiv
+                };
                 let mut t = Task::new(String::new(), kind, None);
                 t.successors = vec![TASKS as u32 + 1];
                 tasks.push(t);
             }
             tasks.push(Task::new("sink", TaskKind::Hub, None));
-            Launch { tasks, ..Launch::default() }
+            Launch {
+                tasks,
+                ..Launch::default()
+            }
         };
         let mut times = Vec::new();
         let mut managers = 0;
         for _ in 0..3 {
-            let r = dev.launch(make(), LaunchOptions::default()).wait().expect("S1");
+            let r = dev
+                .launch(make(), LaunchOptions::default())
+                .wait()
+                .expect("S1");
             assert_eq!(r.tasks, TASKS + 2, "S1 lost tasks");
             managers = r.managers;
             times.push(r.host_time.as_secs_f64());
@@ -276,7 +286,10 @@ fn main() {
             "S1",
             "tasks_per_s",
             TASKS as f64 / s,
-            format!(", \"us_per_task\": {:.4}, \"tasks\": {TASKS}, \"managers\": {managers}", s / TASKS as f64 * 1e6),
+            format!(
+                ", \"us_per_task\": {:.4}, \"tasks\": {TASKS}, \"managers\": {managers}",
+                s / TASKS as f64 * 1e6
+            ),
         );
     }
 }

@@ -279,9 +279,8 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
         // compile until it has semantics here.
         Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vmov | Vneg | Vabs | Vsquare | Vrelu | Vexp
         | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh | Vsigmoid | Vgelu | Vadds | Vmuls | Vmaxs
-        | Vmins | Vdup | Vdupr | Vbcast | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin | Vbrow | Vbcol => {
-            vector(inst, cx, w, dt)?
-        }
+        | Vmins | Vdup | Vdupr | Vbcast | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin | Vbrow
+        | Vbcol => vector(inst, cx, w, dt)?,
     }
     Ok(Flow::Next)
 }

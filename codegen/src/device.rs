@@ -1,0 +1,527 @@
+//! Kernel IR -> bytecode for the simulated accelerator's vector cores.
+//!
+//! One kernel becomes one AIV core function; a launch runs it as many tile
+//! tasks that differ only in their scalar arguments (`lo`, `hi`: the range
+//! of units the task covers, then the program's params). The function
+//! loops over its range one tile at a time:
+//!
+//! - **flat kernels** (one dimension, no reduction) take tiles of `1 x W`
+//!   elements, the last one partial (the valid region is `min(W, hi - i)`);
+//! - **row kernels** take one row per tile (`1 x C`, the whole row in UB),
+//!   computing each access's row offset from the row index with scalar
+//!   div/mod, so reductions are whole-row `vrsum`/`vrmax`/`vrmin` and row
+//!   values broadcast back with `vbrow`.
+//!
+//! Each tile: every load (MTE2), a flag to V, the expression DAG and stages
+//! in order on V (each expression computed once, into a UB slot reused
+//! after its last use), a flag to MTE3, the stores, and a barrier before
+//! the next tile reuses the slots. Values are computed in each node's own
+//! dtype with the reference interpreter's rounding, so results match it.
+//!
+//! Not yet: matmul kernels (the AIC path), accesses whose inner stride is
+//! not 0 or 1 (transposes), flat accesses with other strides, rows too
+//! long for UB, reductions split over tiles. They are reported as
+//! [`CodegenError::SimUnsupported`].
+
+use crate::CodegenError;
+use std::fmt::Write;
+use tilejit_device::isa::{asm, pitch};
+use tilejit_device::{DeviceConfig, VerifiedProgram};
+use tilejit_ir::kernel::{Access, BufId, Expr, ExprId, Kernel, Stage};
+use tilejit_ir::{BinaryOp, CmpOp, DType, Lit, ReduceOp, UnaryOp};
+
+/// A kernel compiled for the simulated device.
+#[derive(Clone, Debug)]
+pub struct DeviceKernel {
+    /// The kernel's name.
+    pub name: String,
+    /// The core function.
+    pub program: VerifiedProgram,
+    /// Its assembly text (what the kernel cache shows).
+    pub asm: String,
+    /// GM arguments in order: the kernel's local buffers.
+    pub buffers: Vec<BufId>,
+    /// Units to split over tasks (elements for flat kernels, rows otherwise).
+    pub units: usize,
+    /// Units one tile covers (a task's range is best a multiple of it).
+    pub tile_units: usize,
+}
+
+/// Largest tile width of a flat kernel.
+const MAX_FLAT_W: usize = 4096;
+
+fn unsupported(k: &Kernel, what: impl Into<String>) -> CodegenError {
+    CodegenError::SimUnsupported {
+        kernel: k.name.clone(),
+        what: what.into(),
+    }
+}
+
+/// One step of a tile's work, in order.
+#[derive(Copy, Clone, Debug, PartialEq)]
+enum Event {
+    Eval(ExprId),
+    Stage(usize),
+}
+
+/// The order expressions and stages run in, per tile: before each stage,
+/// the expressions it needs that have not run yet (operands before users).
+fn schedule(k: &Kernel) -> Vec<Event> {
+    let mut done = vec![false; k.exprs.len()];
+    let mut events = Vec::new();
+    for (si, stage) in k.stages.iter().enumerate() {
+        let root = match stage {
+            Stage::Reduce { value, .. } | Stage::Store { value, .. } => *value,
+        };
+        // Everything `root` needs, found with a worklist, run in arena order.
+        let mut need = vec![false; k.exprs.len()];
+        let mut work = vec![root];
+        while let Some(e) = work.pop() {
+            if need[e.0 as usize] || done[e.0 as usize] {
+                continue;
+            }
+            need[e.0 as usize] = true;
+            work.extend(k.expr(e).expr.operands());
+        }
+        for (i, &n) in need.iter().enumerate() {
+            if n {
+                done[i] = true;
+                events.push(Event::Eval(ExprId(i as u32)));
+            }
+        }
+        events.push(Event::Stage(si));
+    }
+    events
+}
+
+/// Text of a float literal the assembler reads back exactly.
+fn float_text(v: f64) -> String {
+    let t = format!("{v:?}");
+    if !v.is_nan() && t.parse::<f64>().map(f64::to_bits) == Ok(v.to_bits()) {
+        t
+    } else {
+        format!("bits:0x{:016x}", v.to_bits())
+    }
+}
+
+/// Compiles one kernel. `buf_dtype` gives each buffer's element type.
+pub fn compile(
+    k: &Kernel,
+    buf_dtype: &dyn Fn(BufId) -> DType,
+    cfg: &DeviceConfig,
+) -> Result<DeviceKernel, CodegenError> {
+    if k.matmul.is_some() {
+        return Err(unsupported(k, "a matmul (the cube path)"));
+    }
+    if k.domain.is_empty() {
+        return Err(unsupported(k, "a rank-0 domain"));
+    }
+    let flat = k.is_flat();
+    let cols = k.cols();
+    let buffers = k.local_buffers();
+    let gm_of = |b: BufId| buffers.iter().position(|&x| x == b).unwrap_or(0);
+    for a in k.accesses() {
+        let inner = a.inner_stride();
+        if !(inner == 0 || inner == 1) {
+            return Err(unsupported(
+                k,
+                format!("an access with inner stride {inner} (a transpose)"),
+            ));
+        }
+    }
+    for st in &k.stages {
+        if let Stage::Store { access, value } = st {
+            if k.expr(*value).dtype != buf_dtype(access.buf) {
+                return Err(unsupported(
+                    k,
+                    "a store whose value dtype differs from its buffer",
+                ));
+            }
+        }
+    }
+    let events = schedule(k);
+    // Last event that reads each expression.
+    let mut last_use = vec![0usize; k.exprs.len()];
+    for (i, ev) in events.iter().enumerate() {
+        let reads: Vec<ExprId> = match *ev {
+            Event::Eval(e) => k.expr(e).expr.operands(),
+            Event::Stage(s) => match &k.stages[s] {
+                Stage::Reduce { value, .. } | Stage::Store { value, .. } => vec![*value],
+            },
+        };
+        for r in reads {
+            last_use[r.0 as usize] = i;
+        }
+    }
+    // Stores run after every vector op of the tile: the values they write
+    // stay live to the end.
+    for st in &k.stages {
+        if let Stage::Store { value, .. } = st {
+            last_use[value.0 as usize] = events.len();
+        }
+    }
+    // Loads are issued together at the start of the tile: they are live from
+    // the first event.
+    let is_load = |e: ExprId| matches!(k.expr(e).expr, Expr::Load(_));
+    // Slots: loads are issued first, so they live from event 0.
+    let max_size = k
+        .exprs
+        .iter()
+        .map(|n| n.dtype.size_bytes())
+        .max()
+        .unwrap_or(4)
+        .max(1);
+    let peak = {
+        let mut ends: Vec<usize> = events
+            .iter()
+            .filter_map(|ev| match *ev {
+                Event::Eval(e) if is_load(e) => Some(last_use[e.0 as usize]),
+                _ => None,
+            })
+            .collect();
+        let mut live = ends.len();
+        let mut peak = live;
+        for (i, ev) in events.iter().enumerate() {
+            ends.retain(|&e| {
+                let keep = e >= i;
+                if !keep {
+                    live -= 1;
+                }
+                keep
+            });
+            if let Event::Eval(e) = ev {
+                if !is_load(*e) {
+                    live += 1;
+                    ends.push(last_use[e.0 as usize].max(i));
+                }
+            }
+            peak = peak.max(live);
+        }
+        peak
+    };
+    let n_elem = k.loads.len() + k.stages.len() + 2;
+    let elem_bytes = n_elem * 32;
+    let ub = cfg.ub_bytes as usize;
+    let slot_bytes_for = |w: usize| (w * max_size).next_multiple_of(32);
+    let w = if flat {
+        let mut w = MAX_FLAT_W.min(cols.max(1)).next_power_of_two().max(8);
+        while w > 8 && peak.max(1) * slot_bytes_for(w) + elem_bytes > ub {
+            w /= 2;
+        }
+        w
+    } else {
+        cols.max(1)
+    };
+    let slot_bytes = slot_bytes_for(w);
+    if peak.max(1) * slot_bytes + elem_bytes > ub || w > u16::MAX as usize {
+        return Err(unsupported(
+            k,
+            format!(
+                "rows of {cols} elements with {peak} live tiles (more than the {ub}-byte UB holds)"
+            ),
+        ));
+    }
+    let elem_base = peak.max(1) * slot_bytes;
+    let params = k.exprs.iter().filter_map(|n| match n.expr {
+        Expr::Param(p) => Some(p as usize + 1),
+        _ => None,
+    });
+    let n_params = params.max().unwrap_or(0);
+    let n_regs_needed = 6 + k.accesses().count() + n_params;
+    if n_regs_needed > tilejit_device::isa::NUM_REGS {
+        return Err(unsupported(
+            k,
+            format!(
+                "{} accesses and {n_params} params (too many registers)",
+                k.accesses().count()
+            ),
+        ));
+    }
+
+    // ---- emit ----
+    let mut s = String::new();
+    let name = format!("k_{}", sanitize(&k.name));
+    let _ = writeln!(s, ".kernel {name} aiv");
+    for (i, &b) in buffers.iter().enumerate() {
+        let _ = writeln!(s, ".gm b{i}_{} {} [] inout", b.0, buf_dtype(b));
+    }
+    let _ = writeln!(s, ".arg lo 0\n.arg hi 0");
+    for p in 0..n_params {
+        let _ = writeln!(s, ".arg p{p} 0");
+    }
+    // r0: unit index, r1: end, r2: valid columns, r3/r4: scratch,
+    // r5..: per-access row bases, then params.
+    let access_list: Vec<&Access> = k.accesses().collect();
+    let base_reg = |a: usize| 5 + a;
+    let param_reg = |p: usize| 5 + access_list.len() + p;
+    let _ = writeln!(s, "    ldarg r0, 0\n    ldarg r1, 1");
+    for p in 0..n_params {
+        let _ = writeln!(s, "    ldarg r{}, {}", param_reg(p), 2 + p);
+    }
+    let shape = format!("1x{w}");
+    let _ = writeln!(s, "loop:\n    bge r0, r1, done");
+    if flat {
+        let _ = writeln!(s, "    sub r2, r1, r0\n    min r2, r2, {w}");
+    } else {
+        let _ = writeln!(s, "    movi r2, {cols}");
+        // Row offsets: peel the row index into its multi-index, innermost
+        // row dimension first.
+        for a in 0..access_list.len() {
+            let _ = writeln!(s, "    movi r{}, 0", base_reg(a));
+        }
+        let _ = writeln!(s, "    mov r3, r0");
+        let rank = k.domain.len();
+        for d in (0..rank - 1).rev() {
+            let dim = k.domain[d].max(1);
+            let _ = writeln!(s, "    rem r4, r3, {dim}\n    div r3, r3, {dim}");
+            for (a, acc) in access_list.iter().enumerate() {
+                let st = acc.strides[d];
+                if st != 0 {
+                    let _ = writeln!(
+                        s,
+                        "    mul r31, r4, {st}\n    add r{0}, r{0}, r31",
+                        base_reg(a)
+                    );
+                }
+            }
+        }
+    }
+    // Slot assignment by linear scan over the events.
+    let mut slot_of: Vec<Option<usize>> = vec![None; k.exprs.len()];
+    let mut free: Vec<usize> = (0..peak.max(1)).rev().collect();
+    let mut expiring: Vec<(usize, usize)> = Vec::new(); // (last use, slot)
+    let slot_addr = |sl: usize| sl * slot_bytes;
+    let elem_addr = |i: usize| elem_base + i * 32;
+    // Loads first: assign their slots up front so they can be issued together.
+    let mut v_ops = String::new();
+    let mut loads = String::new();
+    let mut stores = String::new();
+    let assign = |e: ExprId,
+                  i: usize,
+                  free: &mut Vec<usize>,
+                  expiring: &mut Vec<(usize, usize)>|
+     -> Option<usize> {
+        let sl = free.pop()?;
+        expiring.push((last_use[e.0 as usize].max(i), sl));
+        Some(sl)
+    };
+    for ev in &events {
+        if let Event::Eval(e) = *ev {
+            if is_load(e) {
+                let sl = assign(e, 0, &mut free, &mut expiring)
+                    .ok_or_else(|| unsupported(k, "more loads than UB slots"))?;
+                slot_of[e.0 as usize] = Some(sl);
+            }
+        }
+    }
+    for (i, ev) in events.iter().enumerate() {
+        // Free slots whose last use is before this event.
+        expiring.retain(|&(end, sl)| {
+            if end < i {
+                free.push(sl);
+                false
+            } else {
+                true
+            }
+        });
+        match *ev {
+            Event::Eval(e) => {
+                let node = k.expr(e);
+                let dt = node.dtype;
+                let sl = match slot_of[e.0 as usize] {
+                    Some(sl) => sl,
+                    None => {
+                        let sl = assign(e, i, &mut free, &mut expiring)
+                            .ok_or_else(|| unsupported(k, "an expression DAG wider than UB"))?;
+                        slot_of[e.0 as usize] = Some(sl);
+                        sl
+                    }
+                };
+                let dst = slot_addr(sl);
+                let hdr = format!("{dt}, {shape}, 1, r2, @0x{dst:x}");
+                let src = |x: ExprId| slot_addr(slot_of[x.0 as usize].unwrap_or(0));
+                match node.expr {
+                    Expr::Load(l) => {
+                        let acc = &k.loads[l as usize];
+                        let gm = gm_of(acc.buf);
+                        let off = if flat {
+                            "r0".to_string()
+                        } else {
+                            format!("r{}", base_reg(l as usize))
+                        };
+                        if acc.inner_stride() == 1 {
+                            let _ = writeln!(loads, "    ld {hdr}, b{gm}_{}, {off}, 0", acc.buf.0);
+                        } else {
+                            let ea = elem_addr(l as usize);
+                            let off = if flat { "0".to_string() } else { off };
+                            let _ = writeln!(
+                                loads,
+                                "    ld {dt}, 1x1, 1, 1, @0x{ea:x}, b{gm}_{}, {off}, 0",
+                                acc.buf.0
+                            );
+                            let _ = writeln!(v_ops, "    vbcast {hdr}, @0x{ea:x}");
+                        }
+                    }
+                    Expr::Param(p) => {
+                        let _ = writeln!(v_ops, "    vdupr {hdr}, r{}", param_reg(p as usize));
+                    }
+                    Expr::Lit(l) => {
+                        let v = match l {
+                            Lit::Float(f) => f,
+                            other => other.as_f64(),
+                        };
+                        let _ = writeln!(v_ops, "    vdup {hdr}, {}", float_text(v));
+                    }
+                    Expr::Unary(u, a) => {
+                        let op = match u {
+                            UnaryOp::Neg => "vneg",
+                            UnaryOp::Abs => "vabs",
+                            UnaryOp::Square => "vsquare",
+                            UnaryOp::Relu => "vrelu",
+                            UnaryOp::Exp => "vexp",
+                            UnaryOp::Log => "vlog",
+                            UnaryOp::Sqrt => "vsqrt",
+                            UnaryOp::Rsqrt => "vrsqrt",
+                            UnaryOp::Recip => "vrecip",
+                            UnaryOp::Tanh => "vtanh",
+                            UnaryOp::Sigmoid => "vsigmoid",
+                            UnaryOp::Gelu => "vgelu",
+                        };
+                        let _ = writeln!(v_ops, "    {op} {hdr}, @0x{:x}", src(a));
+                    }
+                    Expr::Binary(b, x, y) => {
+                        let op = match b {
+                            BinaryOp::Add => "vadd",
+                            BinaryOp::Sub => "vsub",
+                            BinaryOp::Mul => "vmul",
+                            BinaryOp::Div => "vdiv",
+                            BinaryOp::Max => "vmax",
+                            BinaryOp::Min => "vmin",
+                        };
+                        let _ = writeln!(v_ops, "    {op} {hdr}, @0x{:x}, @0x{:x}", src(x), src(y));
+                    }
+                    Expr::Compare(c, x, y) => {
+                        let cond = match c {
+                            CmpOp::Lt => "lt",
+                            CmpOp::Gt => "gt",
+                            CmpOp::Le => "le",
+                            CmpOp::Ge => "ge",
+                            CmpOp::Eq => "eq",
+                        };
+                        let xdt = k.expr(x).dtype;
+                        let _ = writeln!(
+                            v_ops,
+                            "    vcmp {xdt}, {shape}, 1, r2, {cond}, @0x{dst:x}, @0x{:x}, @0x{:x}",
+                            src(x),
+                            src(y)
+                        );
+                    }
+                    Expr::Select(c, x, y) => {
+                        let _ = writeln!(
+                            v_ops,
+                            "    vsel {hdr}, @0x{:x}, @0x{:x}, @0x{:x}",
+                            src(c),
+                            src(x),
+                            src(y)
+                        );
+                    }
+                    Expr::Cast(x) => {
+                        let from = k.expr(x).dtype;
+                        let _ = writeln!(
+                            v_ops,
+                            "    vcast {dt}, {from}, {shape}, 1, r2, @0x{dst:x}, @0x{:x}",
+                            src(x)
+                        );
+                    }
+                    Expr::Row(st) => {
+                        let _ = writeln!(
+                            v_ops,
+                            "    vbrow {hdr}, @0x{:x}",
+                            elem_addr(k.loads.len() + st as usize)
+                        );
+                    }
+                }
+            }
+            Event::Stage(si) => match &k.stages[si] {
+                Stage::Reduce { op, value } => {
+                    let dt = k.expr(*value).dtype;
+                    let op = match op {
+                        ReduceOp::Sum => "vrsum",
+                        ReduceOp::Max => "vrmax",
+                        ReduceOp::Min => "vrmin",
+                    };
+                    let sl = slot_addr(slot_of[value.0 as usize].unwrap_or(0));
+                    let _ = writeln!(
+                        v_ops,
+                        "    {op} {dt}, {shape}, 1, r2, @0x{:x}, @0x{sl:x}",
+                        elem_addr(k.loads.len() + si)
+                    );
+                }
+                Stage::Store { access, value } => {
+                    let dt = k.expr(*value).dtype;
+                    let sl = slot_addr(slot_of[value.0 as usize].unwrap_or(0));
+                    let gm = gm_of(access.buf);
+                    let a = access_list
+                        .iter()
+                        .position(|x| std::ptr::eq(*x, access))
+                        .unwrap_or(0);
+                    let (off, vc) = match (flat, access.inner_stride()) {
+                        (true, 1) => ("r0".to_string(), "r2".to_string()),
+                        (true, _) => ("0".to_string(), "1".to_string()),
+                        (false, 1) => (format!("r{}", base_reg(a)), "r2".to_string()),
+                        (false, _) => (format!("r{}", base_reg(a)), "1".to_string()),
+                    };
+                    let _ = writeln!(
+                        stores,
+                        "    st {dt}, {shape}, 1, {vc}, b{gm}_{}, {off}, 0, @0x{sl:x}",
+                        access.buf.0
+                    );
+                }
+            },
+        }
+    }
+    s.push_str(&loads);
+    s.push_str("    setf mte2, v, 0\n    waitf mte2, v, 0\n");
+    s.push_str(&v_ops);
+    s.push_str("    setf v, mte3, 0\n    waitf v, mte3, 0\n");
+    s.push_str(&stores);
+    let step = if flat { w } else { 1 };
+    let _ = writeln!(
+        s,
+        "    barrier\n    add r0, r0, {step}\n    jmp loop\ndone:\n    end"
+    );
+    let bad = |e: tilejit_device::DeviceError| CodegenError::Bytecode {
+        kernel: k.name.clone(),
+        error: format!("{e}\n{s}"),
+    };
+    let program = asm::assemble(&s).map_err(bad)?;
+    let program = tilejit_device::verify(program, cfg).map_err(bad)?;
+    Ok(DeviceKernel {
+        name: k.name.clone(),
+        program,
+        asm: s,
+        buffers,
+        units: k.units(),
+        tile_units: step,
+    })
+}
+
+fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    s
+}
+
+/// Bytes a tile row of `w` elements of `dt` takes (for tests and tools).
+pub fn row_bytes(w: usize, dt: DType) -> u64 {
+    pitch(w as u64, dt)
+}

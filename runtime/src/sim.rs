@@ -1,0 +1,239 @@
+//! Running a fused program on the simulated accelerator: every kernel
+//! compiled to one AIV core function, each launched as tile tasks spread
+//! over the vector cores, kernels ordered by hub nodes (all of kernel i's
+//! tasks -> one hub -> all of kernel i+1's). Host arrays are copied to GM,
+//! the launch runs through the device's control and manager threads, and
+//! the outputs are copied back.
+
+use crate::error::RuntimeError;
+use rayon::prelude::*;
+use std::sync::{Arc, OnceLock};
+use tilejit_codegen::device::{compile, DeviceKernel};
+use tilejit_device::{
+    DeviceApi, DeviceBuffer, DeviceConfig, GmArg, Launch, LaunchOptions, LaunchReport, SimDevice,
+    Task, TaskKind,
+};
+use tilejit_ir::kernel::{fuse, BufKind, KernelProgram, ProgramOutput};
+use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit, TensorType};
+
+/// The process-wide simulated device (910B defaults).
+pub fn sim_device() -> &'static SimDevice {
+    static DEVICE: OnceLock<SimDevice> = OnceLock::new();
+    DEVICE.get_or_init(|| match SimDevice::new(DeviceConfig::default()) {
+        Ok(d) => d,
+        // The default config is valid by construction (tested).
+        Err(e) => panic!("default device config rejected: {e}"),
+    })
+}
+
+/// A program compiled for the simulated device.
+#[derive(Debug)]
+pub struct SimProgram {
+    prog: KernelProgram,
+    kernels: Vec<DeviceKernel>,
+    constants: Vec<Array>,
+}
+
+/// What a Sim run returns besides its outputs.
+pub type SimRun = (Vec<Array>, LaunchReport);
+
+impl SimProgram {
+    /// Fuses `g` and compiles every kernel to bytecode (in parallel).
+    pub fn compile(g: &Graph) -> Result<SimProgram, RuntimeError> {
+        let prog = fuse(g)?;
+        let cfg = sim_device().config();
+        let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
+        let kernels = prog
+            .kernels
+            .par_iter()
+            .map(|k| compile(k, &dtype_of, cfg))
+            .collect::<Result<Vec<_>, _>>()?;
+        let constants = g.constants().iter().map(|c| c.0.clone()).collect();
+        Ok(SimProgram {
+            prog,
+            kernels,
+            constants,
+        })
+    }
+
+    /// The compiled kernels.
+    pub fn kernels(&self) -> &[DeviceKernel] {
+        &self.kernels
+    }
+
+    /// Runs on concrete inputs and params; `profile` records a per-task
+    /// profile in the report.
+    pub fn run(
+        &self,
+        inputs: &[Array],
+        params: &[Lit],
+        profile: bool,
+    ) -> Result<SimRun, RuntimeError> {
+        let p = &self.prog;
+        interp::check_arguments(&p.inputs, p.params.len(), inputs, params)?;
+        let dev = sim_device();
+        let mut bufs: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(p.buffers.len());
+        for b in &p.buffers {
+            let bytes = (b.ty.shape.numel() * b.ty.dtype.size_bytes()) as u64;
+            let buf = dev.allocate(bytes)?;
+            let host = match b.kind {
+                BufKind::Input(i) => Some(
+                    inputs
+                        .get(i as usize)
+                        .ok_or_else(|| IrError::Arguments(format!("missing input {i}")))?,
+                ),
+                BufKind::Constant(c) => Some(
+                    self.constants
+                        .get(c as usize)
+                        .ok_or_else(|| IrError::Verify(format!("missing constant {c}")))?,
+                ),
+                BufKind::Temp => None,
+            };
+            if let Some(a) = host {
+                dev.copy_from_host(&to_bytes(a.buffer()), &buf, 0)?;
+            }
+            bufs.push(Arc::new(buf));
+        }
+        let scalars: Vec<i64> = params
+            .iter()
+            .map(|l| match *l {
+                Lit::Float(f) => f.to_bits() as i64,
+                Lit::Int(i) => i,
+                Lit::Bool(b) => b as i64,
+            })
+            .collect();
+        let launch = self.build_launch(bufs.clone(), &scalars, dev.config().aiv_cores as usize);
+        let report = dev
+            .launch(
+                launch,
+                LaunchOptions {
+                    profile,
+                    name: "jit".into(),
+                    ..LaunchOptions::default()
+                },
+            )
+            .wait()?;
+        let mut outs = Vec::with_capacity(p.outputs.len());
+        for o in &p.outputs {
+            outs.push(match *o {
+                ProgramOutput::Param(i, d) => {
+                    let lit = params.get(i as usize).copied().unwrap_or(Lit::Int(0));
+                    let lit = match lit {
+                        Lit::Float(f) => Lit::from_f64(f, d),
+                        other => Lit::from_i64(other.as_i64(), d),
+                    };
+                    Array::full(TensorType::scalar(d), lit)?
+                }
+                ProgramOutput::Buffer(b, ty) => {
+                    let decl = p.buffers[b.0 as usize];
+                    let arr = match decl.kind {
+                        BufKind::Input(i) => inputs[i as usize].clone(),
+                        BufKind::Constant(c) => self.constants[c as usize].clone(),
+                        BufKind::Temp => {
+                            let n = decl.ty.shape.numel();
+                            let mut bytes = vec![0u8; n * decl.ty.dtype.size_bytes()];
+                            dev.copy_to_host(&bufs[b.0 as usize], 0, &mut bytes)?;
+                            Array::new(decl.ty.shape, from_bytes(&bytes, decl.ty.dtype))?
+                        }
+                    };
+                    arr.reshaped(ty.shape)?
+                }
+            });
+        }
+        Ok((outs, report))
+    }
+
+    /// Tile tasks per kernel, hubs between kernels.
+    fn build_launch(
+        &self,
+        buffers: Vec<Arc<DeviceBuffer>>,
+        params: &[i64],
+        cores: usize,
+    ) -> Launch {
+        let mut tasks: Vec<Task> = Vec::new();
+        let mut prev_tail: Option<usize> = None; // the hub after the previous kernel
+        for (ki, k) in self.kernels.iter().enumerate() {
+            let tiles = k.units.div_ceil(k.tile_units.max(1));
+            let ntasks = tiles.min(cores.max(1) * 2).max(1);
+            let per = tiles.div_ceil(ntasks) * k.tile_units.max(1);
+            let first = tasks.len();
+            let gm: Vec<GmArg> = k
+                .buffers
+                .iter()
+                .map(|b| GmArg {
+                    buffer: b.0,
+                    offset: 0,
+                    len: buffers[b.0 as usize].len(),
+                })
+                .collect();
+            let mut lo = 0;
+            while lo < k.units || (lo == 0 && k.units == 0) {
+                let hi = (lo + per).min(k.units);
+                let mut scalars = vec![lo as i64, hi as i64];
+                scalars.extend_from_slice(params);
+                scalars.truncate(k.program.program().args.len());
+                tasks.push(Task {
+                    name: format!("{}/{}", k.name, tasks.len() - first),
+                    kind: TaskKind::Aiv,
+                    func: Some(ki as u32),
+                    gm: gm.clone(),
+                    scalars,
+                    successors: Vec::new(),
+                });
+                if hi >= k.units {
+                    break;
+                }
+                lo = hi;
+            }
+            if let Some(h) = prev_tail {
+                tasks[h].successors = (first as u32..tasks.len() as u32).collect();
+            }
+            let hub = tasks.len();
+            for t in &mut tasks[first..] {
+                t.successors.push(hub as u32);
+            }
+            tasks.push(Task::new(format!("after {}", k.name), TaskKind::Hub, None));
+            prev_tail = Some(hub);
+        }
+        Launch {
+            functions: self.kernels.iter().map(|k| k.program.clone()).collect(),
+            buffers,
+            tasks,
+        }
+    }
+}
+
+/// An array's elements as little-endian bytes.
+fn to_bytes(b: &Buffer) -> Vec<u8> {
+    match b {
+        Buffer::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Buffer::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Buffer::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Buffer::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Buffer::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Buffer::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        Buffer::Bool(v) => v.iter().map(|&x| x as u8).collect(),
+    }
+}
+
+/// Little-endian bytes back into a buffer of `dt`.
+fn from_bytes(b: &[u8], dt: DType) -> Buffer {
+    fn each<const N: usize, T>(b: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
+        b.chunks_exact(N)
+            .map(|c| {
+                let mut a = [0u8; N];
+                a.copy_from_slice(c);
+                f(a)
+            })
+            .collect()
+    }
+    match dt {
+        DType::F32 => Buffer::F32(each(b, f32::from_le_bytes)),
+        DType::F64 => Buffer::F64(each(b, f64::from_le_bytes)),
+        DType::F16 => Buffer::F16(each(b, half::f16::from_le_bytes)),
+        DType::BF16 => Buffer::BF16(each(b, half::bf16::from_le_bytes)),
+        DType::I32 => Buffer::I32(each(b, i32::from_le_bytes)),
+        DType::I64 => Buffer::I64(each(b, i64::from_le_bytes)),
+        DType::Bool => Buffer::Bool(b.iter().map(|&x| x != 0).collect()),
+    }
+}
