@@ -18,15 +18,20 @@
 //! the next tile reuses the slots. Values are computed in each node's own
 //! dtype with the reference interpreter's rounding, so results match it.
 //!
-//! Not yet: matmul kernels (the AIC path), accesses whose inner stride is
-//! not 0 or 1 (transposes), flat accesses with other strides, rows too
-//! long for UB, reductions split over tiles. They are reported as
-//! [`CodegenError::SimUnsupported`].
+//! Loads with an inner stride other than 0 or 1 (transposes, strided
+//! views) use the element-strided `ldx`. A matmul kernel becomes two core
+//! functions: AIC tasks over 64x64 output tiles (GM -> L1 -> L0A/L0B ->
+//! cube, K accumulated in L0C, fixpipe to the product buffer), then the
+//! elementwise epilogue as AIV tasks reading the product from GM.
+//!
+//! Not yet: stores with inner strides other than 0 or 1, rows too long for
+//! UB, reductions split over tiles, f64/integer matmuls. They are reported
+//! as [`CodegenError::SimUnsupported`].
 
 use crate::CodegenError;
 use std::fmt::Write;
 use tilejit_device::isa::{asm, pitch};
-use tilejit_device::{DeviceConfig, VerifiedProgram};
+use tilejit_device::{CoreType, DeviceConfig, VerifiedProgram};
 use tilejit_ir::kernel::{Access, BufId, Expr, ExprId, Kernel, Stage};
 use tilejit_ir::{BinaryOp, CmpOp, DType, Lit, ReduceOp, UnaryOp};
 
@@ -35,6 +40,8 @@ use tilejit_ir::{BinaryOp, CmpOp, DType, Lit, ReduceOp, UnaryOp};
 pub struct DeviceKernel {
     /// The kernel's name.
     pub name: String,
+    /// The core type its tasks run on.
+    pub core: CoreType,
     /// The core function.
     pub program: VerifiedProgram,
     /// Its assembly text (what the kernel cache shows).
@@ -109,10 +116,133 @@ pub fn compile(
     k: &Kernel,
     buf_dtype: &dyn Fn(BufId) -> DType,
     cfg: &DeviceConfig,
-) -> Result<DeviceKernel, CodegenError> {
-    if k.matmul.is_some() {
-        return Err(unsupported(k, "a matmul (the cube path)"));
+) -> Result<Vec<DeviceKernel>, CodegenError> {
+    let mut out = Vec::new();
+    if let Some(mm) = &k.matmul {
+        out.push(compile_matmul(k, mm, buf_dtype, cfg)?);
+        // The epilogue reads the product from GM like any other buffer.
+        let mut epilogue = k.clone();
+        epilogue.matmul = None;
+        out.push(compile_vector(&epilogue, buf_dtype, cfg)?);
+    } else {
+        out.push(compile_vector(k, buf_dtype, cfg)?);
     }
+    Ok(out)
+}
+
+/// The cube's tile: `TM x TK` by `TK x TN` per multiply-accumulate.
+const TM: usize = 64;
+const TK: usize = 64;
+const TN: usize = 64;
+
+/// A matmul as AIC tasks over output tiles: each tile loads A and B panels
+/// into L1 per K step, moves them to L0A/L0B, multiplies into L0C (the
+/// first K step overwrites, later ones accumulate) and the fixpipe writes
+/// the tile to the product buffer. Loads zero-fill past the matrix edge, so
+/// K, M and N tails need no special code.
+fn compile_matmul(
+    k: &Kernel,
+    mm: &tilejit_ir::kernel::MatMul,
+    buf_dtype: &dyn Fn(BufId) -> DType,
+    cfg: &DeviceConfig,
+) -> Result<DeviceKernel, CodegenError> {
+    let dt = buf_dtype(mm.a);
+    if !matches!(dt, DType::F32 | DType::F16 | DType::BF16) || buf_dtype(mm.b) != dt {
+        return Err(unsupported(
+            k,
+            format!("a {dt} matmul (the cube takes f32, f16, bf16)"),
+        ));
+    }
+    let out_dt = buf_dtype(mm.out);
+    let (b, m, kk, n) = (mm.batch.max(1), mm.m, mm.k, mm.n);
+    let (mt, nt, kt) = (m.div_ceil(TM), n.div_ceil(TN), kk.div_ceil(TK));
+    let tiles = b * mt * nt;
+    let a_bytes = (TM as u64) * pitch(TK as u64, dt);
+    let mut s = String::new();
+    let name = format!("mm_{}", sanitize(&k.name));
+    let _ = writeln!(s, ".kernel {name} aic");
+    let _ = writeln!(
+        s,
+        ".gm a {dt} [] in\n.gm b {dt} [] in\n.gm c {out_dt} [] out"
+    );
+    let _ = writeln!(s, ".arg lo 0\n.arg hi 0");
+    // r0 tile index, r1 end; r2 batch, r3 m-tile, r4 n-tile; r5/r6 valid
+    // rows/cols of the output tile; r7 k step; r8 valid k; r9/r10/r11 GM
+    // offsets of A, B, C; r12 scratch.
+    let _ = writeln!(
+        s,
+        "    ldarg r0, 0\n    ldarg r1, 1\nloop:\n    bge r0, r1, done"
+    );
+    let _ = writeln!(
+        s,
+        "    rem r4, r0, {nt}\n    div r12, r0, {nt}\n    rem r3, r12, {mt}\n    div r2, r12, {mt}"
+    );
+    let _ = writeln!(
+        s,
+        "    mul r5, r3, -{TM}\n    add r5, r5, {m}\n    min r5, r5, {TM}"
+    );
+    let _ = writeln!(
+        s,
+        "    mul r6, r4, -{TN}\n    add r6, r6, {n}\n    min r6, r6, {TN}"
+    );
+    // Offsets of the output tile's first element.
+    let _ = writeln!(s, "    mul r11, r2, {}\n    mul r12, r3, {}\n    add r11, r11, r12\n    mul r12, r4, {TN}\n    add r11, r11, r12", m * n, TM * n);
+    let k_step = |acc: u8, s: &mut String| {
+        // Valid K of this step: min(TK, k - r7*TK).
+        let _ = writeln!(
+            s,
+            "    mul r8, r7, -{TK}\n    add r8, r8, {kk}\n    min r8, r8, {TK}"
+        );
+        let _ = writeln!(s, "    mul r9, r2, {}\n    mul r12, r3, {}\n    add r9, r9, r12\n    mul r12, r7, {TK}\n    add r9, r9, r12", m * kk, TM * kk);
+        let _ = writeln!(s, "    mul r10, r2, {}\n    mul r12, r7, {}\n    add r10, r10, r12\n    mul r12, r4, {TN}\n    add r10, r10, r12", kk * n, TK * n);
+        let _ = writeln!(s, "    ldl1 {dt}, {TM}x{TK}, r5, r8, @0x0, a, r9, {kk}");
+        let _ = writeln!(
+            s,
+            "    ldl1 {dt}, {TK}x{TN}, r8, r6, @0x{a_bytes:x}, b, r10, {n}"
+        );
+        let _ = writeln!(s, "    setf mte2, mte1, 0\n    waitf mte2, mte1, 0");
+        let _ = writeln!(s, "    mvl0a {dt}, {TM}x{TK}, @0x0, @0x0\n    mvl0b {dt}, {TK}x{TN}, @0x0, @0x{a_bytes:x}");
+        let _ = writeln!(s, "    setf mte1, m, 0\n    waitf mte1, m, 0");
+        let _ = writeln!(s, "    mmad {dt}, {TM}x{TK}x{TN}, @0x0, @0x0, @0x0, {acc}");
+        // The next step's loads reuse L1 and L0: wait for the cube.
+        let _ = writeln!(s, "    barrier\n    add r7, r7, 1");
+    };
+    let _ = writeln!(s, "    movi r7, 0");
+    k_step(0, &mut s);
+    let _ = writeln!(s, "kloop:\n    bge r7, {kt}, kdone");
+    k_step(1, &mut s);
+    let _ = writeln!(s, "    jmp kloop\nkdone:");
+    let _ = writeln!(s, "    setf m, fixp, 0\n    waitf m, fixp, 0");
+    let _ = writeln!(
+        s,
+        "    fixp {out_dt}, {TM}x{TN}, r5, r6, c, r11, {n}, @0x0, 0"
+    );
+    let _ = writeln!(
+        s,
+        "    barrier\n    add r0, r0, 1\n    jmp loop\ndone:\n    end"
+    );
+    let bad = |e: tilejit_device::DeviceError| CodegenError::Bytecode {
+        kernel: k.name.clone(),
+        error: format!("{e}\n{s}"),
+    };
+    let program = asm::assemble(&s).map_err(bad)?;
+    let program = tilejit_device::verify(program, cfg).map_err(bad)?;
+    Ok(DeviceKernel {
+        name: format!("{}/matmul", k.name),
+        core: CoreType::Aic,
+        program,
+        asm: s,
+        buffers: vec![mm.a, mm.b, mm.out],
+        units: tiles,
+        tile_units: 1,
+    })
+}
+
+fn compile_vector(
+    k: &Kernel,
+    buf_dtype: &dyn Fn(BufId) -> DType,
+    cfg: &DeviceConfig,
+) -> Result<DeviceKernel, CodegenError> {
     if k.domain.is_empty() {
         return Err(unsupported(k, "a rank-0 domain"));
     }
@@ -120,13 +250,12 @@ pub fn compile(
     let cols = k.cols();
     let buffers = k.local_buffers();
     let gm_of = |b: BufId| buffers.iter().position(|&x| x == b).unwrap_or(0);
-    for a in k.accesses() {
-        let inner = a.inner_stride();
-        if !(inner == 0 || inner == 1) {
-            return Err(unsupported(
-                k,
-                format!("an access with inner stride {inner} (a transpose)"),
-            ));
+    for st in &k.stages {
+        if let Stage::Store { access, .. } = st {
+            let inner = access.inner_stride();
+            if !(inner == 0 || inner == 1) {
+                return Err(unsupported(k, format!("a store with inner stride {inner}")));
+            }
         }
     }
     for st in &k.stages {
@@ -349,8 +478,22 @@ pub fn compile(
                         } else {
                             format!("r{}", base_reg(l as usize))
                         };
-                        if acc.inner_stride() == 1 {
+                        let inner = acc.inner_stride();
+                        if inner == 1 {
                             let _ = writeln!(loads, "    ld {hdr}, b{gm}_{}, {off}, 0", acc.buf.0);
+                        } else if inner != 0 {
+                            // A transposed or strided view: element-strided load.
+                            let off = if flat {
+                                let _ = writeln!(loads, "    mul r3, r0, {inner}");
+                                "r3".to_string()
+                            } else {
+                                off
+                            };
+                            let _ = writeln!(
+                                loads,
+                                "    ldx {hdr}, b{gm}_{}, {off}, 0, {inner}",
+                                acc.buf.0
+                            );
                         } else {
                             let ea = elem_addr(l as usize);
                             let off = if flat { "0".to_string() } else { off };
@@ -501,6 +644,7 @@ pub fn compile(
         program,
         asm: s,
         buffers,
+        core: CoreType::Aiv,
         units: k.units(),
         tile_units: step,
     })

@@ -96,6 +96,13 @@ pub enum Error {
     },
     /// Compiling or running a program failed.
     Runtime(RuntimeError),
+    /// `RunMode::Verify`: Host and Sim results differ past tolerance.
+    Verify {
+        /// The jit function.
+        function: String,
+        /// Which output, which element, the errors.
+        message: String,
+    },
 }
 
 impl Error {
@@ -109,6 +116,7 @@ impl Error {
             Error::Trace { source, .. } => source.kind(),
             Error::Panic { .. } => ErrorKind::BadArgument,
             Error::Runtime(e) => e.kind(),
+            Error::Verify { .. } => ErrorKind::Device,
         }
     }
 
@@ -151,6 +159,9 @@ impl fmt::Display for Error {
                 write!(f, "{kind}: `{function}` panicked while tracing for signature {signature}: {message}")
             }
             Error::Runtime(e) => write!(f, "{kind}: {e}"),
+            Error::Verify { function, message } => {
+                write!(f, "{kind}: `{function}` in verify mode: host and sim differ: {message}")
+            }
         }
     }
 }

@@ -11,12 +11,13 @@
 
 use crate::args::{ArgKind, ArgValue, JitArgs, JitOutput, ParamSpec, TraceValue};
 use crate::error::{Error, Loc, Result};
+use crate::mode::RunMode;
 use crate::tensor::{Repr, Tensor};
 use crate::trace::{self, TraceGuard};
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tilejit_ir::{Array, Lit, Op};
 use tilejit_runtime::{panic_message, ArgSig, HandlerCache, HandlerStats, Program, Signature};
@@ -30,6 +31,8 @@ pub struct JitFunction {
     location: String,
     params: Vec<ParamSpec>,
     cache: HandlerCache<Program, Error>,
+    /// The function's own run mode (`#[jit(mode = ..)]`, `set_mode`).
+    mode: Mutex<Option<RunMode>>,
 }
 
 /// One handler-cache entry, for inspection.
@@ -66,7 +69,22 @@ impl JitFunction {
             location: location.to_string(),
             params: params.to_vec(),
             cache: HandlerCache::new(),
+            mode: Mutex::new(None),
         }
+    }
+
+    /// Sets the function's own run mode (`None`: the environment's, else
+    /// Host). A per-call mode ([`crate::with_mode`]) still wins.
+    pub fn set_mode(&self, mode: Option<RunMode>) {
+        *self.mode.lock().unwrap_or_else(|p| p.into_inner()) = mode;
+    }
+
+    /// The mode a call made now would run in.
+    pub fn effective_mode(&self) -> RunMode {
+        crate::mode::scoped()
+            .or(*self.mode.lock().unwrap_or_else(|p| p.into_inner()))
+            .or_else(crate::mode::env_mode)
+            .unwrap_or_default()
     }
 
     /// The function's name.
@@ -158,7 +176,17 @@ impl JitFunction {
                 ArgValue::Int(_) | ArgValue::Bool(_) => {}
             }
         }
-        let outs = program.run(&inputs, &params)?;
+        let outs = match self.effective_mode() {
+            RunMode::Host => program.run(&inputs, &params)?,
+            RunMode::Reference => program.run_reference(&inputs, &params)?,
+            RunMode::Sim => program.run_sim(&inputs, &params, false)?.0,
+            RunMode::Verify => {
+                let host = program.run(&inputs, &params)?;
+                let (sim, _) = program.run_sim(&inputs, &params, false)?;
+                crate::mode::compare(&self.name, &host, &sim)?;
+                host
+            }
+        };
         Ok(outs.into_iter().map(Tensor::concrete).collect())
     }
 
@@ -383,6 +411,12 @@ impl<'f, Out: JitOutput> JitFn<'f, Out> {
         Out::from_tensors(outs)
     }
 
+    /// This function with a run mode for the calls made through the result
+    /// (`f.with_mode(RunMode::Sim).call((&a, &b))`).
+    pub fn with_mode(&self, mode: RunMode) -> WithMode<'_, 'f, Out> {
+        WithMode { f: self, mode }
+    }
+
     /// Why a call with these arguments would trace again (see [`JitFunction::explain_miss`]).
     pub fn explain_miss<A: JitArgs>(&self, args: A) -> Result<Option<String>> {
         self.func.explain_miss(&args.args())
@@ -405,4 +439,20 @@ impl<Out> fmt::Display for JitFn<'_, Out> {
 /// Kinds of a declared parameter list (used by the macros' generated code).
 pub fn param(name: &'static str, kind: ArgKind) -> ParamSpec {
     ParamSpec { name, kind }
+}
+
+/// A [`JitFn`] whose calls run in a chosen mode.
+pub struct WithMode<'a, 'f, Out> {
+    f: &'a JitFn<'f, Out>,
+    mode: RunMode,
+}
+
+impl<Out: JitOutput> WithMode<'_, '_, Out> {
+    /// Calls the function in this mode.
+    #[track_caller]
+    pub fn call<A: JitArgs>(&self, args: A) -> Result<Out> {
+        let _scope = crate::mode::Scope::enter(self.mode);
+        let outs = self.f.func.call(&args.args(), &*self.f.body)?;
+        Out::from_tensors(outs)
+    }
 }

@@ -34,6 +34,7 @@ pub mod args;
 mod display;
 pub mod error;
 pub mod jit;
+pub mod mode;
 mod operators;
 mod ops;
 mod random;
@@ -43,7 +44,8 @@ mod trace;
 
 pub use args::{ArgKind, ArgValue, FromTrace, JitArg, JitArgs, JitOutput, ParamSpec, TraceValue};
 pub use error::{Error, Loc, Result};
-pub use jit::{HandlerInfo, JitFn, JitFunction};
+pub use jit::{HandlerInfo, JitFn, JitFunction, WithMode};
+pub use mode::{with_mode, OutputDiff, RunMode};
 pub use scalar::Scalar;
 pub use tensor::Tensor;
 pub use tilejit_ir::{DType, Element, ErrorKind};
@@ -61,7 +63,7 @@ pub mod internals {
 
 /// `use tilejit::prelude::*;` brings what a jit program needs.
 pub mod prelude {
-    pub use crate::{jit, jit_fn, DType, Element, Result, Scalar, Tensor};
+    pub use crate::{jit, jit_fn, with_mode, DType, Element, Result, RunMode, Scalar, Tensor};
 }
 
 /// The README's examples, compiled and run as doctests so they stay true.

@@ -10,8 +10,8 @@ use rayon::prelude::*;
 use std::sync::{Arc, OnceLock};
 use tilejit_codegen::device::{compile, DeviceKernel};
 use tilejit_device::{
-    DeviceApi, DeviceBuffer, DeviceConfig, GmArg, Launch, LaunchOptions, LaunchReport, SimDevice,
-    Task, TaskKind,
+    CoreType, DeviceApi, DeviceBuffer, DeviceConfig, GmArg, Launch, LaunchOptions, LaunchReport,
+    SimDevice, Task, TaskKind,
 };
 use tilejit_ir::kernel::{fuse, BufKind, KernelProgram, ProgramOutput};
 use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit, TensorType};
@@ -47,7 +47,10 @@ impl SimProgram {
             .kernels
             .par_iter()
             .map(|k| compile(k, &dtype_of, cfg))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .flatten()
+            .collect();
         let constants = g.constants().iter().map(|c| c.0.clone()).collect();
         Ok(SimProgram {
             prog,
@@ -102,7 +105,12 @@ impl SimProgram {
                 Lit::Bool(b) => b as i64,
             })
             .collect();
-        let launch = self.build_launch(bufs.clone(), &scalars, dev.config().aiv_cores as usize);
+        let cfg = dev.config();
+        let launch = self.build_launch(
+            bufs.clone(),
+            &scalars,
+            [cfg.aic_cores as usize, cfg.aiv_cores as usize],
+        );
         let report = dev
             .launch(
                 launch,
@@ -148,12 +156,16 @@ impl SimProgram {
         &self,
         buffers: Vec<Arc<DeviceBuffer>>,
         params: &[i64],
-        cores: usize,
+        cores: [usize; 2],
     ) -> Launch {
         let mut tasks: Vec<Task> = Vec::new();
         let mut prev_tail: Option<usize> = None; // the hub after the previous kernel
         for (ki, k) in self.kernels.iter().enumerate() {
             let tiles = k.units.div_ceil(k.tile_units.max(1));
+            let (kind, cores) = match k.core {
+                CoreType::Aic => (TaskKind::Aic, cores[0]),
+                CoreType::Aiv => (TaskKind::Aiv, cores[1]),
+            };
             let ntasks = tiles.min(cores.max(1) * 2).max(1);
             let per = tiles.div_ceil(ntasks) * k.tile_units.max(1);
             let first = tasks.len();
@@ -174,7 +186,7 @@ impl SimProgram {
                 scalars.truncate(k.program.program().args.len());
                 tasks.push(Task {
                     name: format!("{}/{}", k.name, tasks.len() - first),
-                    kind: TaskKind::Aiv,
+                    kind,
                     func: Some(ki as u32),
                     gm: gm.clone(),
                     scalars,

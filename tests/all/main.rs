@@ -15,5 +15,6 @@ mod jit;
 mod kernel_ir;
 mod ops;
 mod pool;
+mod run_modes;
 mod sim_backend;
 mod simplify_props;

@@ -139,7 +139,7 @@ fn check_inst(
                     "vcols" => Some(cols),
                     _ => None,
                 };
-                if v < 0 && matches!(name, "vrows" | "vcols" | "offset" | "stride") {
+                if v < 0 && matches!(name, "vrows" | "vcols" | "offset" | "stride" | "cstride") {
                     return Err(format!("`{mn}`: `{name}` = {v} is negative"));
                 }
                 if let Some(limit) = limit {

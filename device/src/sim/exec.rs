@@ -229,6 +229,49 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
             }
             w.bytes = (vrc.0 * row_bytes) as u64;
         }
+        Ldx => {
+            let (rows, cols) = inst.shape().unwrap_or((0, 0));
+            let (vr, vc) = cx.valid(inst, 2)?;
+            let g = inst.gm(5);
+            let span = *cx
+                .spans
+                .get(g)
+                .ok_or_else(|| format!("GM argument {g} was not passed"))?;
+            let (off, stride, cstride) = (cx.val(inst, 6), cx.val(inst, 7), cx.val(inst, 8));
+            if off < 0 || stride < 0 || cstride < 0 {
+                return Err(format!(
+                    "negative GM offset {off}, stride {stride} or cstride {cstride}"
+                ));
+            }
+            let size = dt.size_bytes() as u64;
+            if vr > 0 && vc > 0 {
+                let last = (vr as u64 - 1)
+                    .checked_mul(stride as u64)
+                    .and_then(|x| x.checked_add((vc as u64 - 1).checked_mul(cstride as u64)?))
+                    .and_then(|x| x.checked_add(off as u64))
+                    .and_then(|x| x.checked_add(1))
+                    .and_then(|x| x.checked_mul(size));
+                if !matches!(last, Some(e) if e <= span.len) {
+                    return Err(format!(
+                        "strided GM access to argument {g} (offset {off}, strides {stride}/{cstride}, {vr}x{vc} {dt}) goes outside its {} bytes",
+                        span.len
+                    ));
+                }
+            }
+            let p = pitch(cols, dt) as usize;
+            let gm = cx.gm;
+            let tile = cx.local_mut(Space::Ub, inst.addr(4), rows as usize * p)?;
+            tile.fill(0);
+            let sz = size as usize;
+            for r in 0..vr {
+                for c in 0..vc {
+                    let e = off as u64 + r as u64 * stride as u64 + c as u64 * cstride as u64;
+                    let at = r * p + c * sz;
+                    gm.read(span.addr + e * size, &mut tile[at..at + sz]);
+                }
+            }
+            w.bytes = (vr * vc * sz) as u64;
+        }
         St => {
             let (_, cols) = inst.shape().unwrap_or((0, 0));
             let vrc = cx.valid(inst, 2)?;

@@ -118,19 +118,63 @@ fn specs(params: &[Param]) -> TokenStream2 {
 #[proc_macro_attribute]
 pub fn jit(attr: TokenStream, item: TokenStream) -> TokenStream {
     let attr = TokenStream2::from(attr);
-    if !attr.is_empty() {
-        return syn::Error::new(attr.span(), "#[jit] takes no arguments yet")
-            .to_compile_error()
-            .into();
-    }
+    let mode = match parse_mode(attr) {
+        Ok(m) => m,
+        Err(e) => return e.to_compile_error().into(),
+    };
     let func = parse_macro_input!(item as ItemFn);
-    match expand_jit(func) {
+    match expand_jit(func, mode) {
         Ok(t) => t.into(),
         Err(e) => e.to_compile_error().into(),
     }
 }
 
-fn expand_jit(func: ItemFn) -> syn::Result<TokenStream2> {
+/// `mode = host|sim|verify|reference`, the only argument `#[jit]` takes.
+fn parse_mode(attr: TokenStream2) -> syn::Result<Option<TokenStream2>> {
+    if attr.is_empty() {
+        return Ok(None);
+    }
+    let nv: syn::MetaNameValue = syn::parse2(attr.clone()).map_err(|_| {
+        syn::Error::new(
+            attr.span(),
+            "#[jit] takes `mode = host|sim|verify|reference`",
+        )
+    })?;
+    if !nv.path.is_ident("mode") {
+        return Err(syn::Error::new(
+            nv.path.span(),
+            "#[jit] takes only `mode = ...`",
+        ));
+    }
+    let name = match &nv.value {
+        syn::Expr::Path(p) if p.path.segments.len() == 1 => p.path.segments[0].ident.to_string(),
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Str(s),
+            ..
+        }) => s.value(),
+        other => {
+            return Err(syn::Error::new(
+                other.span(),
+                "expected host, sim, verify or reference",
+            ))
+        }
+    };
+    let variant = match name.to_ascii_lowercase().as_str() {
+        "host" => quote!(Host),
+        "sim" => quote!(Sim),
+        "verify" => quote!(Verify),
+        "reference" => quote!(Reference),
+        _ => {
+            return Err(syn::Error::new(
+                nv.value.span(),
+                format!("unknown run mode `{name}`: expected host, sim, verify or reference"),
+            ))
+        }
+    };
+    Ok(Some(quote!(::tilejit::RunMode::#variant)))
+}
+
+fn expand_jit(func: ItemFn, mode: Option<TokenStream2>) -> syn::Result<TokenStream2> {
     let sig = &func.sig;
     if let Some(g) = sig.generics.params.first() {
         return Err(syn::Error::new(
@@ -185,6 +229,10 @@ fn expand_jit(func: ItemFn) -> syn::Result<TokenStream2> {
         (0..params.len()).map(|i| quote!(::tilejit::FromTrace::from_trace(&__tilejit_v[#i])?));
     let specs = specs(&params);
     let mod_doc = format!("The jit function behind [`{name}()`]: handler cache and statistics.");
+    let set_mode = match mode {
+        Some(m) => quote!(f.set_mode(::std::option::Option::Some(#m));),
+        None => quote!(),
+    };
     Ok(quote! {
         #(#attrs)*
         #[track_caller]
@@ -207,7 +255,9 @@ fn expand_jit(func: ItemFn) -> syn::Result<TokenStream2> {
             pub fn jit() -> &'static ::tilejit::JitFunction {
                 static FUNCTION: ::std::sync::OnceLock<::tilejit::JitFunction> = ::std::sync::OnceLock::new();
                 FUNCTION.get_or_init(|| {
-                    ::tilejit::JitFunction::new(stringify!(#name), concat!(file!(), ":", line!()), #specs)
+                    let f = ::tilejit::JitFunction::new(stringify!(#name), concat!(file!(), ":", line!()), #specs);
+                    #set_mode
+                    f
                 })
             }
         }

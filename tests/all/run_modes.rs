@@ -1,0 +1,130 @@
+//! Run modes through the public API: `#[jit(mode = sim)]`, `with_mode`,
+//! `JitFn::with_mode`, Verify comparing Host and Sim, Reference; matmul
+//! (AIC tasks + AIV epilogue) and transposes on the device; the verify
+//! comparison's tolerance and its failure message.
+
+use tilejit::prelude::*;
+use tilejit_ir::Array;
+use tilejit_tests::reference;
+
+#[jit(mode = sim)]
+fn mm_bias_gelu_sim(a: &Tensor, b: &Tensor, bias: &Tensor) -> Tensor {
+    (a.matmul(b) + bias).gelu()
+}
+
+#[jit]
+fn mm_bias_gelu(a: &Tensor, b: &Tensor, bias: &Tensor) -> Tensor {
+    (a.matmul(b) + bias).gelu()
+}
+
+#[jit]
+fn attention(q: &Tensor, k: &Tensor) -> Tensor {
+    q.matmul(&k.transpose(0, 1)).softmax(-1)
+}
+
+#[jit]
+fn norm(x: &Tensor, g: &Tensor, b: &Tensor) -> Tensor {
+    x.layer_norm(g, b, 1e-5)
+}
+
+fn f64s(t: &Tensor) -> Vec<f64> {
+    t.to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|&v| v as f64)
+        .collect()
+}
+
+#[test]
+fn matmul_with_epilogue_runs_on_the_device_at_odd_sizes() {
+    for (m, k, n) in [
+        (1usize, 1usize, 1usize),
+        (3, 5, 7),
+        (50, 70, 65),
+        (130, 64, 129),
+    ] {
+        let a = Tensor::randn(&[m, k], 1) * 0.5;
+        let b = Tensor::randn(&[k, n], 2) * 0.5;
+        let bias = Tensor::randn(&[n], 3);
+        let y = mm_bias_gelu_sim(&a, &b, &bias).unwrap();
+        let mut want = reference::matmul(&f64s(&a), &f64s(&b), m, k, n);
+        let bv = f64s(&bias);
+        for (i, w) in want.iter_mut().enumerate() {
+            *w = reference::gelu(*w + bv[i % n]);
+        }
+        tilejit_tests::assert_close(&y.to_vec::<f32>().unwrap(), &want, 1e-5);
+    }
+    assert_eq!(mm_bias_gelu_sim::jit().effective_mode(), RunMode::Sim);
+}
+
+#[test]
+fn verify_mode_passes_on_matmul_transpose_softmax_and_layernorm() {
+    let q = Tensor::randn(&[37, 64], 4);
+    let k = Tensor::randn(&[45, 64], 5);
+    let x = Tensor::randn(&[33, 300], 6);
+    let (g, b) = (Tensor::randn(&[300], 7), Tensor::randn(&[300], 8));
+    with_mode(RunMode::Verify, || {
+        let p = attention(&q, &k).unwrap();
+        assert_eq!(p.shape(), &[37, 45]);
+        norm(&x, &g, &b).unwrap();
+        mm_bias_gelu(&q, &k.transpose(0, 1), &Tensor::randn(&[45], 9)).unwrap();
+    });
+    // The same calls on Sim alone agree with Host closely.
+    let host = attention(&q, &k).unwrap().to_vec::<f32>().unwrap();
+    let sim = with_mode(RunMode::Sim, || attention(&q, &k).unwrap())
+        .to_vec::<f32>()
+        .unwrap();
+    for (h, s) in host.iter().zip(&sim) {
+        assert!((h - s).abs() <= 1e-5 * s.abs().max(1.0), "{h} vs {s}");
+    }
+}
+
+#[test]
+fn jit_fn_with_mode_and_reference() {
+    let f = jit_fn!(|a: &Tensor, b: &Tensor| (a * b + 1.0).exp());
+    let (a, b) = (Tensor::randn(&[1000], 10), Tensor::randn(&[1000], 11));
+    let host = f.call((&a, &b)).unwrap().to_vec::<f32>().unwrap();
+    let sim = f
+        .with_mode(RunMode::Sim)
+        .call((&a, &b))
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let reference = f
+        .with_mode(RunMode::Reference)
+        .call((&a, &b))
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    // Sim computes each op exactly as the reference interpreter does.
+    assert_eq!(sim, reference);
+    for (h, r) in host.iter().zip(&reference) {
+        assert!((h - r).abs() <= 4.0 * f32::EPSILON * r.abs(), "{h} vs {r}");
+    }
+    assert_eq!(RunMode::from_name("VERIFY"), Some(RunMode::Verify));
+    assert_eq!(RunMode::from_name("gpu"), None);
+}
+
+#[test]
+fn verify_reports_the_worst_element_past_tolerance() {
+    let a = Array::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap();
+    let close = Array::from_vec(vec![1.0f32, 2.0 + 2.0 * f32::EPSILON, 3.0], &[3]).unwrap();
+    let far = Array::from_vec(vec![1.0f32, 2.5, 3.0], &[3]).unwrap();
+    let ok = tilejit::mode::compare("f", std::slice::from_ref(&a), std::slice::from_ref(&close))
+        .unwrap();
+    assert!(ok[0].max_ulp <= 2 && ok[0].max_abs > 0.0, "{ok:?}");
+    let err = tilejit::mode::compare("f", std::slice::from_ref(&a), std::slice::from_ref(&far))
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("`f` in verify mode") && msg.contains("element 1 is 2 on host and 2.5 on sim"),
+        "{msg}"
+    );
+    assert_eq!(err.code(), 5);
+    let ints = Array::from_vec(vec![1i32, 2], &[2]).unwrap();
+    let ints2 = Array::from_vec(vec![1i32, 3], &[2]).unwrap();
+    assert!(
+        tilejit::mode::compare("g", &[ints], &[ints2]).is_err(),
+        "integers must match exactly"
+    );
+}
