@@ -50,6 +50,8 @@ pub use scalar::Scalar;
 pub use tensor::Tensor;
 pub use tilejit_ir::{DType, Element, ErrorKind};
 pub use tilejit_macros::{jit, jit_fn};
+pub use tilejit_runtime::device::Profile;
+pub use tilejit_runtime::{collect_profiles, write_trace};
 pub use tilejit_runtime::{
     kernel_cache, HandlerStats, KernelCache, KernelCacheStats, KernelDetails, KernelEntry,
     Signature,

@@ -302,3 +302,37 @@ fn hostile_input_exits_1_or_2_with_a_message() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// The quickstart in Verify mode (every jit call runs on Host and Sim and
+/// compares), with `TILEJIT_PROFILE` writing one Chrome trace per Sim
+/// launch, each with a lane for every one of the 72 cores.
+#[test]
+fn quickstart_passes_in_verify_mode_and_writes_traces() {
+    let dir = tmp("profiles");
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = run(bin()
+        .arg("demo")
+        .env("TILEJIT_RUN_MODE", "verify")
+        .env("TILEJIT_PROFILE", &dir));
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("on the simulated device"),
+        "{}",
+        stdout(&o)
+    );
+    let traces: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(traces.len() >= 2, "{traces:?}");
+    for t in traces {
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
+        let lanes = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "M" && e["name"] == "thread_name" && e["pid"] == 0)
+            .count();
+        assert_eq!(lanes, 72, "{}", t.display());
+    }
+}

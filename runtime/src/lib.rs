@@ -25,7 +25,7 @@ pub use kernel_cache::{
 };
 pub use program::{run_eager, Program};
 pub use signature::{ArgSig, Signature};
-pub use sim::{sim_device, SimProgram, SimRun};
+pub use sim::{collect_profiles, sim_device, write_trace, SimProgram, SimRun};
 /// The device model (device API, simulated accelerator, ISA), re-exported
 /// for tools such as the `tilejit` CLI.
 pub use tilejit_device as device;

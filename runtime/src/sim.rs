@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use tilejit_codegen::device::{compile, DeviceKernel};
 use tilejit_device::{
     CoreType, DeviceApi, DeviceBuffer, DeviceConfig, GmArg, Launch, LaunchOptions, LaunchReport,
-    SimDevice, Task, TaskKind,
+    Profile, SimDevice, Task, TaskKind,
 };
 use tilejit_ir::kernel::{fuse, BufKind, KernelProgram, ProgramOutput};
 use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit, TensorType};
@@ -24,6 +24,49 @@ pub fn sim_device() -> &'static SimDevice {
         // The default config is valid by construction (tested).
         Err(e) => panic!("default device config rejected: {e}"),
     })
+}
+
+thread_local! {
+    /// Profiles of Sim launches made on this thread while collecting.
+    static COLLECT: std::cell::RefCell<Option<Vec<Profile>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f`, collecting the profile of every Sim launch it makes on this
+/// thread (the API form of `TILEJIT_PROFILE`).
+pub fn collect_profiles<R>(f: impl FnOnce() -> R) -> (R, Vec<Profile>) {
+    let outer = COLLECT.with(|c| c.borrow_mut().replace(Vec::new()));
+    let r = f();
+    let got = COLLECT
+        .with(|c| std::mem::replace(&mut *c.borrow_mut(), outer))
+        .unwrap_or_default();
+    (r, got)
+}
+
+/// `TILEJIT_PROFILE=<dir>`: where every Sim launch writes its Chrome trace.
+fn profile_dir() -> Option<&'static std::path::Path> {
+    static DIR: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| std::env::var_os("TILEJIT_PROFILE").map(std::path::PathBuf::from))
+        .as_deref()
+}
+
+/// Writes `profile` as `<dir>/<launch>-<n>.json` (n counts launches in
+/// this process). Returns the path.
+pub fn write_trace(
+    dir: &std::path::Path,
+    profile: &Profile,
+) -> std::io::Result<std::path::PathBuf> {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    std::fs::create_dir_all(dir)?;
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name: String = profile
+        .name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .take(48)
+        .collect();
+    let path = dir.join(format!("{name}-{}-{n}.json", std::process::id()));
+    std::fs::write(&path, profile.chrome_trace())?;
+    Ok(path)
 }
 
 /// A program compiled for the simulated device.
@@ -111,16 +154,35 @@ impl SimProgram {
             &scalars,
             [cfg.aic_cores as usize, cfg.aiv_cores as usize],
         );
-        let report = dev
-            .launch(
-                launch,
-                LaunchOptions {
-                    profile,
-                    name: "jit".into(),
-                    ..LaunchOptions::default()
-                },
-            )
-            .wait()?;
+        let collecting = COLLECT.with(|c| c.borrow().is_some());
+        let record = profile || collecting || profile_dir().is_some();
+        let name = self
+            .kernels
+            .first()
+            .map_or("empty".to_string(), |k| k.name.clone());
+        let options = LaunchOptions {
+            profile: record,
+            name,
+            ..LaunchOptions::default()
+        };
+        let mut report = dev.launch(launch, options).wait()?;
+        if let Some(p) = &report.profile {
+            if let Some(dir) = profile_dir() {
+                if let Err(e) = write_trace(dir, p) {
+                    eprintln!("tilejit: cannot write a profile to {}: {e}", dir.display());
+                }
+            }
+            if collecting {
+                COLLECT.with(|c| {
+                    if let Some(v) = c.borrow_mut().as_mut() {
+                        v.push(p.clone());
+                    }
+                });
+            }
+        }
+        if !profile {
+            report.profile = None;
+        }
         let mut outs = Vec::with_capacity(p.outputs.len());
         for o in &p.outputs {
             outs.push(match *o {

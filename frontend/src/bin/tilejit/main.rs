@@ -70,6 +70,41 @@ fn demo() -> tilejit::Result<()> {
     }
     // A changed float parameter is a runtime value: no retrace.
     let _ = attention_probs(&x, &x, 0.5)?;
+
+    // The same model on the simulated accelerator: every kernel compiled to
+    // AIC/AIV bytecode and run as tile tasks by the device's scheduler.
+    let t = Instant::now();
+    let (sim, profiles) = tilejit::collect_profiles(|| {
+        with_mode(RunMode::Sim, || -> tilejit::Result<Tensor> {
+            let y = mlp_block(&x, &gamma, &beta, &w1, &w2)?;
+            attention_probs(&y, &y, 1.0 / (d as f32).sqrt())
+        })
+    });
+    let sim = sim?;
+    let host = attention_probs(
+        &mlp_block(&x, &gamma, &beta, &w1, &w2)?,
+        &mlp_block(&x, &gamma, &beta, &w1, &w2)?,
+        1.0 / (d as f32).sqrt(),
+    )?;
+    let (hv, sv) = (host.to_vec::<f32>()?, sim.to_vec::<f32>()?);
+    let max_diff = hv
+        .iter()
+        .zip(&sv)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    println!(
+        "\non the simulated device (RunMode::Sim): {:.1} ms of host time, max |host - sim| = {max_diff:.2e}",
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let dir = std::env::var_os("TILEJIT_PROFILE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("tilejit-demo-profile"));
+    for p in &profiles {
+        print!("{}", p.summary());
+        match tilejit::write_trace(&dir, p) {
+            Ok(path) => println!("  trace (open in Perfetto): {}", path.display()),
+            Err(e) => println!("  (could not write the trace to {}: {e})", dir.display()),
+        }
+    }
     println!("\n{}", mlp_block::jit());
     println!("{}", attention_probs::jit());
     if let Some(h) = mlp_block::jit().handlers().first() {
