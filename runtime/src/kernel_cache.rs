@@ -7,6 +7,8 @@
 //! Bounded by entries and code bytes, evicting least-recently-used entries
 //! (counted in `stats().evictions`). Inspectable: `entries()`, `Display` (a
 //! table), and per entry the kernel IR, Cranelift IR and disassembly.
+//! Kernels compiled for the simulated device are entries too (target
+//! `sim`), showing their bytecode's disassembly.
 
 use crate::error::RuntimeError;
 use std::collections::HashMap;
@@ -14,8 +16,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use tilejit_codegen::device::DeviceKernel;
 use tilejit_codegen::host::{compile, cpu_features, CodegenOptions, KernelCode};
-use tilejit_device::Target;
+use tilejit_device::{DeviceConfig, Target};
 use tilejit_ir::kernel::{BufId, Kernel};
 use tilejit_ir::DType;
 
@@ -95,8 +98,22 @@ pub struct KernelDetails {
     pub disasm: String,
 }
 
+/// A kernel compiled for the simulated device (its core functions).
+struct SimEntry {
+    kernels: Arc<Vec<DeviceKernel>>,
+    key: String,
+    name: String,
+    signature: String,
+    ops: Vec<&'static str>,
+    compile_time: Duration,
+    kernel_ir: String,
+    hits: u64,
+    last_used: Instant,
+}
+
 struct Inner {
     map: HashMap<u64, Entry>,
+    sim: HashMap<u64, SimEntry>,
     stats: KernelCacheStats,
     max_entries: usize,
     max_bytes: usize,
@@ -113,6 +130,7 @@ pub fn kernel_cache() -> &'static KernelCache {
     C.get_or_init(|| KernelCache {
         inner: Mutex::new(Inner {
             map: HashMap::new(),
+            sim: HashMap::new(),
             stats: KernelCacheStats::default(),
             max_entries: 4096,
             max_bytes: 256 << 20,
@@ -214,9 +232,75 @@ impl KernelCache {
         Ok(cached)
     }
 
-    /// Number of entries.
+    /// The bytecode core functions of `k` for the simulated device,
+    /// compiling on a miss. Device code bakes sizes and strides in, so the
+    /// key is the kernel's whole text (plus target and device config).
+    pub fn get_or_compile_sim(
+        &self,
+        k: &Kernel,
+        dtype_of: &dyn Fn(BufId) -> DType,
+        cfg: &DeviceConfig,
+    ) -> Result<Arc<Vec<DeviceKernel>>, RuntimeError> {
+        let text = k.text();
+        let key = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            let dtypes: Vec<DType> = k.local_buffers().into_iter().map(dtype_of).collect();
+            (&text, dtypes, Target::Sim, cfg.to_json()).hash(&mut h);
+            h.finish()
+        };
+        {
+            let mut g = self.lock();
+            if let Some(e) = g.sim.get_mut(&key) {
+                e.last_used = Instant::now();
+                e.hits += 1;
+                let k = e.kernels.clone();
+                g.stats.hits += 1;
+                return Ok(k);
+            }
+            g.stats.misses += 1;
+        }
+        let start = Instant::now();
+        let kernels = Arc::new(tilejit_codegen::device::compile(k, dtype_of, cfg)?);
+        let compile_time = start.elapsed();
+        if log_compiles() {
+            eprintln!(
+                "[tilejit] compiled {} for sim ({:016x}) in {:.3} ms, {} core function(s)",
+                k.name,
+                key,
+                compile_time.as_secs_f64() * 1e3,
+                kernels.len()
+            );
+        }
+        let mut g = self.lock();
+        g.stats.compiles += 1;
+        g.stats.compile_time += compile_time;
+        if let Some(e) = g.sim.get(&key) {
+            return Ok(e.kernels.clone());
+        }
+        let signature = format!("domain={:?}", k.domain);
+        g.sim.insert(
+            key,
+            SimEntry {
+                kernels: kernels.clone(),
+                key: format!("{key:016x}"),
+                name: k.name.clone(),
+                signature,
+                ops: k.ops.clone(),
+                compile_time,
+                kernel_ir: text,
+                hits: 0,
+                last_used: Instant::now(),
+            },
+        );
+        evict(&mut g);
+        Ok(kernels)
+    }
+
+    /// Number of entries (host and sim).
     pub fn len(&self) -> usize {
-        self.lock().map.len()
+        let g = self.lock();
+        g.map.len() + g.sim.len()
     }
 
     /// True if there are no entries.
@@ -248,27 +332,64 @@ impl KernelCache {
                 last_used: e.last_used,
             })
             .collect();
+        v.extend(g.sim.values().map(|e| {
+            KernelEntry {
+                name: e.name.clone(),
+                key: e.key.clone(),
+                target: Target::Sim,
+                signature: e.signature.clone(),
+                ops: e.ops.clone(),
+                compile_time: e.compile_time,
+                code_bytes: e
+                    .kernels
+                    .iter()
+                    .map(|k| k.program.program().code.len() * 16)
+                    .sum(),
+                hits: e.hits,
+                launches: 0,
+                last_used: e.last_used,
+            }
+        }));
         v.sort_by(|a, b| b.last_used.cmp(&a.last_used).then(a.name.cmp(&b.name)));
         v
     }
 
-    /// Kernel IR, Cranelift IR and disassembly of the entry with this key.
+    /// Kernel IR, Cranelift IR and disassembly of the entry with this key;
+    /// for a sim entry, the bytecode's disassembly of every core function
+    /// (and no Cranelift IR).
     pub fn details(&self, key: &str) -> Option<KernelDetails> {
         let g = self.lock();
-        g.map
+        let host = g
+            .map
             .values()
             .find(|e| e.kernel.key == key)
             .map(|e| KernelDetails {
                 kernel_ir: e.kernel_ir.clone(),
                 clif: e.kernel.code.clif.clone(),
                 disasm: e.kernel.code.disasm.clone(),
-            })
+            });
+        host.or_else(|| {
+            g.sim
+                .values()
+                .find(|e| e.key == key)
+                .map(|e| KernelDetails {
+                    kernel_ir: e.kernel_ir.clone(),
+                    clif: String::new(),
+                    disasm: e
+                        .kernels
+                        .iter()
+                        .map(|k| tilejit_device::isa::asm::disassemble(k.program.program()))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                })
+        })
     }
 
     /// Drops every entry (programs keep the kernels they hold).
     pub fn clear(&self) {
         let mut g = self.lock();
         g.map.clear();
+        g.sim.clear();
         g.stats.bytes = 0;
     }
 
@@ -282,6 +403,13 @@ impl KernelCache {
 }
 
 fn evict(g: &mut Inner) {
+    while g.sim.len() > g.max_entries {
+        let Some((&key, _)) = g.sim.iter().min_by_key(|(_, e)| e.last_used) else {
+            break;
+        };
+        g.sim.remove(&key);
+        g.stats.evictions += 1;
+    }
     while g.map.len() > g.max_entries || (g.stats.bytes > g.max_bytes && !g.map.is_empty()) {
         let Some((&key, _)) = g.map.iter().min_by_key(|(_, e)| e.last_used) else {
             break;

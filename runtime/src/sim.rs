@@ -6,9 +6,10 @@
 //! the outputs are copied back.
 
 use crate::error::RuntimeError;
+use crate::kernel_cache::kernel_cache;
 use rayon::prelude::*;
 use std::sync::{Arc, OnceLock};
-use tilejit_codegen::device::{compile, DeviceKernel};
+use tilejit_codegen::device::DeviceKernel;
 use tilejit_device::{
     CoreType, DeviceApi, DeviceBuffer, DeviceConfig, GmArg, Launch, LaunchOptions, LaunchReport,
     Profile, SimDevice, Task, TaskKind,
@@ -89,10 +90,10 @@ impl SimProgram {
         let kernels = prog
             .kernels
             .par_iter()
-            .map(|k| compile(k, &dtype_of, cfg))
+            .map(|k| kernel_cache().get_or_compile_sim(k, &dtype_of, cfg))
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
-            .flatten()
+            .flat_map(|v| v.iter().cloned().collect::<Vec<_>>())
             .collect();
         let constants = g.constants().iter().map(|c| c.0.clone()).collect();
         Ok(SimProgram {

@@ -128,3 +128,28 @@ fn verify_reports_the_worst_element_past_tolerance() {
         "integers must match exactly"
     );
 }
+
+#[test]
+fn sim_kernels_enter_the_kernel_cache_with_their_bytecode() {
+    let f = jit_fn!(|a: &Tensor| (a * 3.0 - 1.0).sigmoid());
+    let a = Tensor::randn(&[777], 12);
+    // Other tests may clear the global cache at any moment: look right after
+    // a call, and retry a few times.
+    let found = (0..5).find_map(|_| {
+        f.with_mode(RunMode::Sim).call(&a).unwrap();
+        tilejit::kernel_cache()
+            .entries()
+            .into_iter()
+            .find(|e| e.target == tilejit_runtime::Target::Sim && e.ops.contains(&"sigmoid"))
+            .and_then(|e| tilejit::kernel_cache().details(&e.key))
+    });
+    let details = found.expect("a sim entry for the sigmoid kernel");
+    assert!(
+        details.disasm.contains(".kernel k_") && details.disasm.contains("vsigmoid f32"),
+        "{}",
+        details.disasm
+    );
+    assert!(details.kernel_ir.contains("sigmoid"));
+    assert!(details.clif.is_empty());
+    assert!(tilejit::kernel_cache().to_string().contains("sim"));
+}

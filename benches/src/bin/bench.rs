@@ -292,4 +292,38 @@ fn main() {
             ),
         );
     }
+    if only.as_ref().is_some_and(|o| o.iter().any(|x| x == "S2")) {
+        // S2 (not a peers workload): W1 on the simulated device (inputs
+        // copied to GM, tile tasks on the 48 AIV cores, outputs copied
+        // back), against W1 on the host in the same run.
+        let (x, w, b) = (
+            Tensor::randn(&[N], 1),
+            Tensor::randn(&[N], 2),
+            Tensor::randn(&[N], 3),
+        );
+        let host = median_time(1, 3, || drop(bias_relu(&x, &w, &b))).as_secs_f64();
+        let want = bias_relu(&x, &w, &b)
+            .expect("S2 host")
+            .to_vec::<f32>()
+            .expect("f32");
+        let got = with_mode(RunMode::Sim, || bias_relu(&x, &w, &b))
+            .expect("S2 sim")
+            .to_vec::<f32>()
+            .expect("f32");
+        assert_eq!(got, want, "S2: sim and host differ");
+        let sim = median_time(0, 3, || {
+            drop(with_mode(RunMode::Sim, || bias_relu(&x, &w, &b)))
+        })
+        .as_secs_f64();
+        emit(
+            "S2",
+            "median_s",
+            sim,
+            format!(
+                "{}, \"host_median_s\": {host:.6}, \"sim_vs_host\": {:.4}",
+                gbps(16.0 * N as f64, sim),
+                host / sim
+            ),
+        );
+    }
 }
