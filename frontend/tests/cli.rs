@@ -305,7 +305,8 @@ fn hostile_input_exits_1_or_2_with_a_message() {
 
 /// The quickstart in Verify mode (every jit call runs on Host and Sim and
 /// compares), with `TILEJIT_PROFILE` writing one Chrome trace per Sim
-/// launch, each with a lane for every one of the 72 cores.
+/// launch, each with a lane for every one of the 72 cores, and
+/// `TILEJIT_DUMP` writing what every compile compiled.
 #[test]
 fn quickstart_passes_in_verify_mode_and_writes_traces() {
     let dir = tmp("profiles");
@@ -335,4 +336,26 @@ fn quickstart_passes_in_verify_mode_and_writes_traces() {
             .count();
         assert_eq!(lanes, 72, "{}", t.display());
     }
+    // TILEJIT_DUMP: every program's graphs, every kernel's IR, Cranelift IR,
+    // machine code and device assembly.
+    let names: Vec<String> = std::fs::read_dir(&dump)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    for suffix in [
+        ".traced.graph",
+        ".graph",
+        ".kernel",
+        ".clif",
+        ".disasm",
+        ".s",
+    ] {
+        assert!(
+            names.iter().any(|n| n.ends_with(suffix)),
+            "no {suffix} in {names:?}"
+        );
+    }
+    let s_file = names.iter().find(|n| n.ends_with(".s")).unwrap();
+    let text = std::fs::read_to_string(dump.join(s_file)).unwrap();
+    assert!(text.starts_with(".kernel "), "{text}");
 }

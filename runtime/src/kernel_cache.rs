@@ -138,6 +138,46 @@ pub fn kernel_cache() -> &'static KernelCache {
     })
 }
 
+/// `TILEJIT_DUMP=<dir>`: where every compile writes what it compiled.
+pub(crate) fn dump_dir() -> Option<&'static std::path::Path> {
+    static D: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    D.get_or_init(|| std::env::var_os("TILEJIT_DUMP").map(std::path::PathBuf::from))
+        .as_deref()
+}
+
+/// Writes `files` (suffix, contents) as `<dir>/<stem>.<suffix>`; a failure
+/// is reported once per file on stderr and never fails the compile.
+pub(crate) fn dump(stem: &str, files: &[(&str, &str)]) {
+    let Some(dir) = dump_dir() else { return };
+    let stem: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(80)
+        .collect();
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!(
+            "tilejit: TILEJIT_DUMP: cannot create {}: {e}",
+            dir.display()
+        );
+        return;
+    }
+    for (suffix, text) in files {
+        let path = dir.join(format!("{stem}.{suffix}"));
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!(
+                "tilejit: TILEJIT_DUMP: cannot write {}: {e}",
+                path.display()
+            );
+        }
+    }
+}
+
 fn log_compiles() -> bool {
     static L: OnceLock<bool> = OnceLock::new();
     *L.get_or_init(|| {
@@ -195,6 +235,14 @@ impl KernelCache {
                 code.code_bytes
             );
         }
+        dump(
+            &format!("{}-{key:016x}", k.name),
+            &[
+                ("kernel", &k.text()),
+                ("clif", &code.clif),
+                ("disasm", &code.disasm),
+            ],
+        );
         let cached = Arc::new(CachedKernel {
             code,
             launches: AtomicU64::new(0),
@@ -263,6 +311,11 @@ impl KernelCache {
         let start = Instant::now();
         let kernels = Arc::new(tilejit_codegen::device::compile(k, dtype_of, cfg)?);
         let compile_time = start.elapsed();
+        let asm: Vec<&str> = kernels.iter().map(|d| d.asm.as_str()).collect();
+        dump(
+            &format!("{}-{key:016x}", k.name),
+            &[("kernel", &text), ("s", &asm.join("\n"))],
+        );
         if log_compiles() {
             eprintln!(
                 "[tilejit] compiled {} for sim ({:016x}) in {:.3} ms, {} core function(s)",

@@ -35,6 +35,17 @@ impl Program {
         // in debug builds and tests, where a pass bug should fail loudly.
         let optimized = simplify(&traced, cfg!(debug_assertions))?;
         verify(&optimized)?;
+        if crate::kernel_cache::dump_dir().is_some() {
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            crate::kernel_cache::dump(
+                &format!("program-{}-{n}", std::process::id()),
+                &[
+                    ("traced.graph", &traced.to_string()),
+                    ("graph", &optimized.to_string()),
+                ],
+            );
+        }
         let host = HostProgram::compile(&optimized)?;
         Ok(Program {
             traced,
