@@ -311,10 +311,13 @@ fn hostile_input_exits_1_or_2_with_a_message() {
 fn quickstart_passes_in_verify_mode_and_writes_traces() {
     let dir = tmp("profiles");
     let _ = std::fs::remove_dir_all(&dir);
+    let dump = tmp("dump");
+    let _ = std::fs::remove_dir_all(&dump);
     let o = run(bin()
         .arg("demo")
         .env("TILEJIT_RUN_MODE", "verify")
-        .env("TILEJIT_PROFILE", &dir));
+        .env("TILEJIT_PROFILE", &dir)
+        .env("TILEJIT_DUMP", &dump));
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     assert!(
         stdout(&o).contains("on the simulated device"),
