@@ -388,6 +388,10 @@ fn compile_vector(
         let _ = writeln!(s, "    ldarg r{}, {}", param_reg(p), 2 + p);
     }
     let shape = format!("1x{w}");
+    // Vector ops' valid columns: the tile's, except that a row kernel over
+    // zero columns still computes its row values (sums of nothing) in
+    // column 0, which row-constant stores then write.
+    let vcv = if !flat && cols == 0 { "1" } else { "r2" };
     let _ = writeln!(s, "loop:\n    bge r0, r1, done");
     if flat {
         let _ = writeln!(s, "    sub r2, r1, r0\n    min r2, r2, {w}");
@@ -467,7 +471,7 @@ fn compile_vector(
                     }
                 };
                 let dst = slot_addr(sl);
-                let hdr = format!("{dt}, {shape}, 1, r2, @0x{dst:x}");
+                let hdr = format!("{dt}, {shape}, 1, {vcv}, @0x{dst:x}");
                 let src = |x: ExprId| slot_addr(slot_of[x.0 as usize].unwrap_or(0));
                 match node.expr {
                     Expr::Load(l) => {
@@ -554,7 +558,7 @@ fn compile_vector(
                         let xdt = k.expr(x).dtype;
                         let _ = writeln!(
                             v_ops,
-                            "    vcmp {xdt}, {shape}, 1, r2, {cond}, @0x{dst:x}, @0x{:x}, @0x{:x}",
+                            "    vcmp {xdt}, {shape}, 1, {vcv}, {cond}, @0x{dst:x}, @0x{:x}, @0x{:x}",
                             src(x),
                             src(y)
                         );
@@ -572,7 +576,7 @@ fn compile_vector(
                         let from = k.expr(x).dtype;
                         let _ = writeln!(
                             v_ops,
-                            "    vcast {dt}, {from}, {shape}, 1, r2, @0x{dst:x}, @0x{:x}",
+                            "    vcast {dt}, {from}, {shape}, 1, {vcv}, @0x{dst:x}, @0x{:x}",
                             src(x)
                         );
                     }

@@ -10,6 +10,7 @@
 //! So eager and traced ops share every line of shape and dtype logic.
 
 use crate::error::{Error, Loc};
+use crate::mode::RunMode;
 use crate::tensor::{Repr, Tensor};
 use crate::trace;
 use tilejit_ir::{Graph, IrError, NodeId, Op};
@@ -102,10 +103,28 @@ fn apply_eager(
         }
         let node = build(&mut g, &ids)?;
         g.outputs.push(node);
-        let mut out = tilejit_runtime::run_eager(&g, &inputs).map_err(|e| match e {
+        // Eager ops follow a per-call mode (`with_mode`) or
+        // `TILEJIT_RUN_MODE`, so a program run on Sim sees eager results
+        // computed the same way as its jit results.
+        let mode = crate::mode::scoped()
+            .or_else(crate::mode::env_mode)
+            .unwrap_or_default();
+        let flat = |e: tilejit_runtime::RuntimeError| match e {
             tilejit_runtime::RuntimeError::Ir(e) => e,
             other => IrError::Verify(other.to_string()),
-        })?;
+        };
+        let mut out = match mode {
+            RunMode::Host => tilejit_runtime::run_eager(&g, &inputs).map_err(flat)?,
+            RunMode::Reference => tilejit_ir::interp::run(&g, &inputs, &[])?,
+            RunMode::Sim => tilejit_runtime::run_eager_sim(&g, &inputs).map_err(flat)?,
+            RunMode::Verify => {
+                let host = tilejit_runtime::run_eager(&g, &inputs).map_err(flat)?;
+                let sim = tilejit_runtime::run_eager_sim(&g, &inputs).map_err(flat)?;
+                crate::mode::compare(op, &host, &sim)
+                    .map_err(|e| IrError::Verify(e.to_string()))?;
+                host
+            }
+        };
         out.pop()
             .ok_or_else(|| IrError::Verify("eager op produced no output".into()))
     };

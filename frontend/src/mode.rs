@@ -75,6 +75,13 @@ pub fn with_mode<R>(mode: RunMode, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs this thread's jit calls and eager ops on the host until the
+/// returned guard drops, whatever `TILEJIT_RUN_MODE` says (for code that is
+/// about the host backend itself, such as its tests).
+pub fn scoped_host() -> impl Drop {
+    Scope::enter(RunMode::Host)
+}
+
 /// A per-call mode for as long as it lives (restores the previous one on
 /// drop, also when unwinding).
 pub(crate) struct Scope(Option<RunMode>);

@@ -23,7 +23,7 @@ pub use host::HostProgram;
 pub use kernel_cache::{
     kernel_cache, CachedKernel, KernelCache, KernelCacheStats, KernelDetails, KernelEntry,
 };
-pub use program::{run_eager, Program};
+pub use program::{run_eager, run_eager_sim, Program};
 pub use signature::{ArgSig, Signature};
 pub use sim::{collect_profiles, sim_device, write_trace, SimProgram, SimRun};
 /// The device model (device API, simulated accelerator, ISA), re-exported

@@ -123,3 +123,8 @@ impl Program {
 pub fn run_eager(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError> {
     HostProgram::compile(g)?.run(inputs, &[])
 }
+
+/// [`run_eager`] on the simulated device.
+pub fn run_eager_sim(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError> {
+    Ok(SimProgram::compile(g)?.run(inputs, &[], false)?.0)
+}

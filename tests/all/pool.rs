@@ -25,6 +25,8 @@ fn repeated_calls_reuse_output_storage_and_stay_correct() {
             .map(|i| (xv[i] + bv[i % cols]).max(0.0))
             .collect()
     };
+    // The host backend's storage is what this test is about.
+    let _host = tilejit::mode::scoped_host();
     let before = pool().stats();
     for _ in 0..5 {
         let y = bias_relu_pool(&x, &b).unwrap();
