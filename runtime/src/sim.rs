@@ -137,7 +137,7 @@ impl SimProgram {
                 BufKind::Temp => None,
             };
             if let Some(a) = host {
-                dev.copy_from_host(&to_bytes(a.buffer()), &buf, 0)?;
+                upload(dev, a.buffer(), &buf)?;
             }
             bufs.push(Arc::new(buf));
         }
@@ -202,9 +202,8 @@ impl SimProgram {
                         BufKind::Constant(c) => self.constants[c as usize].clone(),
                         BufKind::Temp => {
                             let n = decl.ty.shape.numel();
-                            let mut bytes = vec![0u8; n * decl.ty.dtype.size_bytes()];
-                            dev.copy_to_host(&bufs[b.0 as usize], 0, &mut bytes)?;
-                            Array::new(decl.ty.shape, from_bytes(&bytes, decl.ty.dtype))?
+                            let data = download(dev, &bufs[b.0 as usize], n, decl.ty.dtype)?;
+                            Array::new(decl.ty.shape, data)?
                         }
                     };
                     arr.reshaped(ty.shape)?
@@ -278,37 +277,77 @@ impl SimProgram {
     }
 }
 
-/// An array's elements as little-endian bytes.
-fn to_bytes(b: &Buffer) -> Vec<u8> {
-    match b {
-        Buffer::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Buffer::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Buffer::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Buffer::BF16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Buffer::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Buffer::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        Buffer::Bool(v) => v.iter().map(|&x| x as u8).collect(),
+/// Elements per staging chunk of a host <-> GM copy (64-128 KiB): the
+/// copies stream through a small buffer instead of a full-size byte image.
+const CHUNK: usize = 16 * 1024;
+
+/// Copies an array's elements into a device buffer.
+fn upload(dev: &SimDevice, a: &Buffer, dst: &DeviceBuffer) -> Result<(), RuntimeError> {
+    fn go<T: Copy, const N: usize>(
+        dev: &SimDevice,
+        v: &[T],
+        f: fn(T) -> [u8; N],
+        dst: &DeviceBuffer,
+    ) -> Result<(), RuntimeError> {
+        let mut buf = Vec::with_capacity(CHUNK * N);
+        for (i, chunk) in v.chunks(CHUNK).enumerate() {
+            buf.clear();
+            for &x in chunk {
+                buf.extend_from_slice(&f(x));
+            }
+            dev.copy_from_host(&buf, dst, (i * CHUNK * N) as u64)?;
+        }
+        Ok(())
+    }
+    match a {
+        Buffer::F32(v) => go(dev, v, f32::to_le_bytes, dst),
+        Buffer::F64(v) => go(dev, v, f64::to_le_bytes, dst),
+        Buffer::F16(v) => go(dev, v, half::f16::to_le_bytes, dst),
+        Buffer::BF16(v) => go(dev, v, half::bf16::to_le_bytes, dst),
+        Buffer::I32(v) => go(dev, v, i32::to_le_bytes, dst),
+        Buffer::I64(v) => go(dev, v, i64::to_le_bytes, dst),
+        Buffer::Bool(v) => go(dev, v, |b: bool| [b as u8], dst),
     }
 }
 
-/// Little-endian bytes back into a buffer of `dt`.
-fn from_bytes(b: &[u8], dt: DType) -> Buffer {
-    fn each<const N: usize, T>(b: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
-        b.chunks_exact(N)
-            .map(|c| {
+/// Copies `n` elements of `dt` out of a device buffer.
+fn download(
+    dev: &SimDevice,
+    src: &DeviceBuffer,
+    n: usize,
+    dt: DType,
+) -> Result<Buffer, RuntimeError> {
+    fn go<T, const N: usize>(
+        dev: &SimDevice,
+        src: &DeviceBuffer,
+        n: usize,
+        f: fn([u8; N]) -> T,
+    ) -> Result<Vec<T>, RuntimeError> {
+        let mut out = Vec::new();
+        out.try_reserve_exact(n).map_err(|_| IrError::OutOfMemory {
+            bytes: n.saturating_mul(N),
+        })?;
+        let mut buf = vec![0u8; CHUNK * N];
+        let mut done = 0;
+        while done < n {
+            let m = CHUNK.min(n - done);
+            dev.copy_to_host(src, (done * N) as u64, &mut buf[..m * N])?;
+            out.extend(buf[..m * N].chunks_exact(N).map(|c| {
                 let mut a = [0u8; N];
                 a.copy_from_slice(c);
                 f(a)
-            })
-            .collect()
+            }));
+            done += m;
+        }
+        Ok(out)
     }
-    match dt {
-        DType::F32 => Buffer::F32(each(b, f32::from_le_bytes)),
-        DType::F64 => Buffer::F64(each(b, f64::from_le_bytes)),
-        DType::F16 => Buffer::F16(each(b, half::f16::from_le_bytes)),
-        DType::BF16 => Buffer::BF16(each(b, half::bf16::from_le_bytes)),
-        DType::I32 => Buffer::I32(each(b, i32::from_le_bytes)),
-        DType::I64 => Buffer::I64(each(b, i64::from_le_bytes)),
-        DType::Bool => Buffer::Bool(b.iter().map(|&x| x != 0).collect()),
-    }
+    Ok(match dt {
+        DType::F32 => Buffer::F32(go(dev, src, n, f32::from_le_bytes)?),
+        DType::F64 => Buffer::F64(go(dev, src, n, f64::from_le_bytes)?),
+        DType::F16 => Buffer::F16(go(dev, src, n, half::f16::from_le_bytes)?),
+        DType::BF16 => Buffer::BF16(go(dev, src, n, half::bf16::from_le_bytes)?),
+        DType::I32 => Buffer::I32(go(dev, src, n, i32::from_le_bytes)?),
+        DType::I64 => Buffer::I64(go(dev, src, n, i64::from_le_bytes)?),
+        DType::Bool => Buffer::Bool(go(dev, src, n, |b: [u8; 1]| b[0] != 0)?),
+    })
 }

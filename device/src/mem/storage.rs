@@ -86,22 +86,35 @@ impl PagedMemory {
         }
     }
 
-    /// Sets `len` bytes at `addr` to zero.
+    /// Sets `len` bytes at `addr` to zero. Untouched pages already are.
     pub fn zero(&self, addr: u64, len: u64) {
-        const ZEROS: [u8; 4096] = [0; 4096];
         let mut done = 0u64;
         while done < len {
-            let n = (len - done).min(4096);
-            self.write(addr + done, &ZEROS[..n as usize]);
-            done += n;
+            let a = addr + done;
+            let page_index = (a / PAGE_BYTES) as usize;
+            let in_page = (a % PAGE_BYTES) as usize;
+            let n = (PAGE_BYTES as usize - in_page).min((len - done) as usize);
+            if let Some(page) = self.pages[page_index].get() {
+                if in_page % 8 == 0 && n % 8 == 0 {
+                    for w in &page[in_page / 8..(in_page + n) / 8] {
+                        w.store(0, Ordering::Relaxed);
+                    }
+                } else {
+                    write_words(page, in_page, &vec![0u8; n]);
+                }
+            }
+            done += n as u64;
         }
     }
 }
 
+/// Bytes `start..start + out.len()` of a page: a partial head word, whole
+/// words in a tight loop, a partial tail word.
 fn read_words(page: &[AtomicU64], start: usize, out: &mut [u8]) {
     let mut byte = start;
     let mut i = 0;
-    while i < out.len() {
+    // Head: up to the next word boundary.
+    while i < out.len() && byte % 8 != 0 {
         let word = page[byte / 8].load(Ordering::Relaxed).to_le_bytes();
         let off = byte % 8;
         let n = (8 - off).min(out.len() - i);
@@ -109,35 +122,59 @@ fn read_words(page: &[AtomicU64], start: usize, out: &mut [u8]) {
         i += n;
         byte += n;
     }
+    let whole = (out.len() - i) / 8;
+    for (w, c) in page[byte / 8..byte / 8 + whole]
+        .iter()
+        .zip(out[i..i + whole * 8].chunks_exact_mut(8))
+    {
+        c.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    i += whole * 8;
+    byte += whole * 8;
+    if i < out.len() {
+        let word = page[byte / 8].load(Ordering::Relaxed).to_le_bytes();
+        let n = out.len() - i;
+        out[i..].copy_from_slice(&word[..n]);
+    }
 }
 
 fn write_words(page: &[AtomicU64], start: usize, data: &[u8]) {
     let mut byte = start;
     let mut i = 0;
-    while i < data.len() {
+    let partial = |slot: &AtomicU64, off: usize, bytes: &[u8]| {
+        let mut w = [0u8; 8];
+        w[off..off + bytes.len()].copy_from_slice(bytes);
+        let val = u64::from_le_bytes(w);
+        let mask = if bytes.len() * 8 >= 64 {
+            u64::MAX
+        } else {
+            ((1u64 << (bytes.len() * 8)) - 1) << (off * 8)
+        };
+        // Only this write's bytes change; a neighbour's concurrent write
+        // to the other bytes of the word is kept.
+        let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some((old & !mask) | (val & mask))
+        });
+    };
+    while i < data.len() && byte % 8 != 0 {
         let off = byte % 8;
         let n = (8 - off).min(data.len() - i);
-        let slot = &page[byte / 8];
-        if n == 8 {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&data[i..i + 8]);
-            slot.store(u64::from_le_bytes(w), Ordering::Relaxed);
-        } else {
-            let mut w = [0u8; 8];
-            w[off..off + n].copy_from_slice(&data[i..i + n]);
-            let val = u64::from_le_bytes(w);
-            let mask = if n * 8 >= 64 {
-                u64::MAX
-            } else {
-                ((1u64 << (n * 8)) - 1) << (off * 8)
-            };
-            // Only this write's bytes change; a neighbour's concurrent write
-            // to the other bytes of the word is kept.
-            let _ = slot.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                Some((old & !mask) | (val & mask))
-            });
-        }
+        partial(&page[byte / 8], off, &data[i..i + n]);
         i += n;
         byte += n;
+    }
+    let whole = (data.len() - i) / 8;
+    for (w, c) in page[byte / 8..byte / 8 + whole]
+        .iter()
+        .zip(data[i..i + whole * 8].chunks_exact(8))
+    {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(c);
+        w.store(u64::from_le_bytes(b), Ordering::Relaxed);
+    }
+    i += whole * 8;
+    byte += whole * 8;
+    if i < data.len() {
+        partial(&page[byte / 8], 0, &data[i..]);
     }
 }

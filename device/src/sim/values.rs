@@ -61,18 +61,36 @@ fn arr8(c: &[u8]) -> [u8; 8] {
 pub fn encode_from(vals: &Vals, from: usize, dt: DType, bytes: &mut [u8]) {
     let size = dt.size_bytes();
     let n = bytes.len() / size;
-    match vals {
-        Vals::F(v) => {
-            for (c, &x) in bytes.chunks_exact_mut(size).zip(&v[from..from + n]) {
-                if dt.is_float() {
-                    encode_float(x, dt, c);
-                } else {
-                    // A float value stored into an integer tile converts as a cast.
-                    encode_int(scalar::float_to_int(x, dt), dt, c);
-                }
+    // The dtype is matched once per row, not per element: this loop is the
+    // simulator's inner loop for every vector instruction's result.
+    match (vals, dt) {
+        (Vals::F(v), DType::F32) => {
+            for (c, &x) in bytes.chunks_exact_mut(4).zip(&v[from..from + n]) {
+                c.copy_from_slice(&(x as f32).to_le_bytes());
             }
         }
-        Vals::I(v) => {
+        (Vals::F(v), DType::F64) => {
+            for (c, &x) in bytes.chunks_exact_mut(8).zip(&v[from..from + n]) {
+                c.copy_from_slice(&x.to_le_bytes());
+            }
+        }
+        (Vals::F(v), DType::F16 | DType::BF16) => {
+            for (c, &x) in bytes.chunks_exact_mut(2).zip(&v[from..from + n]) {
+                encode_float(x, dt, c);
+            }
+        }
+        (Vals::F(v), _) => {
+            for (c, &x) in bytes.chunks_exact_mut(size).zip(&v[from..from + n]) {
+                // A float value stored into an integer tile converts as a cast.
+                encode_int(scalar::float_to_int(x, dt), dt, c);
+            }
+        }
+        (Vals::I(v), DType::I32) => {
+            for (c, &x) in bytes.chunks_exact_mut(4).zip(&v[from..from + n]) {
+                c.copy_from_slice(&(x as i32).to_le_bytes());
+            }
+        }
+        (Vals::I(v), _) => {
             for (c, &x) in bytes.chunks_exact_mut(size).zip(&v[from..from + n]) {
                 if dt.is_float() {
                     encode_float(scalar::int_to_float(x, dt), dt, c);
@@ -145,12 +163,15 @@ impl Vals {
 /// Applies a binary function elementwise, rounding/wrapping to `dt`.
 pub fn zip(a: &Vals, b: &Vals, dt: DType, f: fn(f64, f64) -> f64, g: fn(i64, i64) -> i64) -> Vals {
     match (a, b) {
-        (Vals::F(x), Vals::F(y)) => Vals::F(
-            x.iter()
-                .zip(y)
-                .map(|(&p, &q)| dt.round_float(f(p, q)))
-                .collect(),
-        ),
+        (Vals::F(x), Vals::F(y)) => {
+            let it = x.iter().zip(y).map(|(&p, &q)| f(p, q));
+            // Rounding chosen once per instruction, not per element.
+            Vals::F(match dt {
+                DType::F32 => it.map(|v| v as f32 as f64).collect(),
+                DType::F64 => it.collect(),
+                _ => it.map(|v| dt.round_float(v)).collect(),
+            })
+        }
         (Vals::I(x), Vals::I(y)) => Vals::I(
             x.iter()
                 .zip(y)
@@ -165,7 +186,14 @@ pub fn zip(a: &Vals, b: &Vals, dt: DType, f: fn(f64, f64) -> f64, g: fn(i64, i64
 /// Applies a unary function elementwise, rounding/wrapping to `dt`.
 pub fn map(a: &Vals, dt: DType, f: fn(f64) -> f64, g: fn(i64) -> i64) -> Vals {
     match a {
-        Vals::F(x) => Vals::F(x.iter().map(|&p| dt.round_float(f(p))).collect()),
+        Vals::F(x) => {
+            let it = x.iter().map(|&p| f(p));
+            Vals::F(match dt {
+                DType::F32 => it.map(|v| v as f32 as f64).collect(),
+                DType::F64 => it.collect(),
+                _ => it.map(|v| dt.round_float(v)).collect(),
+            })
+        }
         Vals::I(x) => Vals::I(x.iter().map(|&p| dt.wrap_int(g(p))).collect()),
     }
 }
