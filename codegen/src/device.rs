@@ -24,8 +24,13 @@
 //! cube, K accumulated in L0C, fixpipe to the product buffer), then the
 //! elementwise epilogue as AIV tasks reading the product from GM.
 //!
-//! Not yet: stores with inner strides other than 0 or 1, rows too long for
-//! UB, reductions split over tiles, f64/integer matmuls. They are reported
+//! A row too long for UB is processed in column chunks, one pass per
+//! stage: a reduction accumulates its chunks' partials (so its sum rounds
+//! per chunk, not once), and later stages see the finished row values.
+//!
+//! Not yet: stores with inner strides other than 0 or 1, one long row
+//! split across several tasks (partial + combine tasks), f64/integer
+//! matmuls. They are reported
 //! as [`CodegenError::SimUnsupported`].
 
 use crate::CodegenError;
@@ -249,7 +254,6 @@ fn compile_vector(
     let flat = k.is_flat();
     let cols = k.cols();
     let buffers = k.local_buffers();
-    let gm_of = |b: BufId| buffers.iter().position(|&x| x == b).unwrap_or(0);
     for st in &k.stages {
         if let Stage::Store { access, .. } = st {
             let inner = access.inner_stride();
@@ -268,31 +272,6 @@ fn compile_vector(
             }
         }
     }
-    let events = schedule(k);
-    // Last event that reads each expression.
-    let mut last_use = vec![0usize; k.exprs.len()];
-    for (i, ev) in events.iter().enumerate() {
-        let reads: Vec<ExprId> = match *ev {
-            Event::Eval(e) => k.expr(e).expr.operands(),
-            Event::Stage(s) => match &k.stages[s] {
-                Stage::Reduce { value, .. } | Stage::Store { value, .. } => vec![*value],
-            },
-        };
-        for r in reads {
-            last_use[r.0 as usize] = i;
-        }
-    }
-    // Stores run after every vector op of the tile: the values they write
-    // stay live to the end.
-    for st in &k.stages {
-        if let Stage::Store { value, .. } = st {
-            last_use[value.0 as usize] = events.len();
-        }
-    }
-    // Loads are issued together at the start of the tile: they are live from
-    // the first event.
-    let is_load = |e: ExprId| matches!(k.expr(e).expr, Expr::Load(_));
-    // Slots: loads are issued first, so they live from event 0.
     let max_size = k
         .exprs
         .iter()
@@ -300,72 +279,80 @@ fn compile_vector(
         .max()
         .unwrap_or(4)
         .max(1);
-    let peak = {
-        let mut ends: Vec<usize> = events
-            .iter()
-            .filter_map(|ev| match *ev {
-                Event::Eval(e) if is_load(e) => Some(last_use[e.0 as usize]),
-                _ => None,
-            })
-            .collect();
-        let mut live = ends.len();
-        let mut peak = live;
-        for (i, ev) in events.iter().enumerate() {
-            ends.retain(|&e| {
-                let keep = e >= i;
-                if !keep {
-                    live -= 1;
-                }
-                keep
-            });
-            if let Event::Eval(e) = ev {
-                if !is_load(*e) {
-                    live += 1;
-                    ends.push(last_use[e.0 as usize].max(i));
-                }
-            }
-            peak = peak.max(live);
-        }
-        peak
-    };
-    let n_elem = k.loads.len() + k.stages.len() + 2;
-    let elem_bytes = n_elem * 32;
     let ub = cfg.ub_bytes as usize;
+    // Element slots: one per load (scalar broadcasts), one per stage (row
+    // values / accumulators), one for a chunk's partial reduction.
+    let n_elem = k.loads.len() + k.stages.len() + 3;
+    let elem_bytes = n_elem * 32;
     let slot_bytes_for = |w: usize| (w * max_size).next_multiple_of(32);
-    let w = if flat {
+    let fits = |w: usize, peak: usize| peak.max(1) * slot_bytes_for(w) + elem_bytes <= ub;
+    let widest = |peak: usize| {
         let mut w = MAX_FLAT_W.min(cols.max(1)).next_power_of_two().max(8);
-        while w > 8 && peak.max(1) * slot_bytes_for(w) + elem_bytes > ub {
+        while w > 8 && !fits(w, peak) {
             w /= 2;
         }
         w
+    };
+    let all = schedule(k);
+    let (all_last, all_peak) = liveness(k, &all);
+    // Long rows: a row that does not fit UB is processed in column chunks,
+    // one pass per stage (reductions accumulate over the chunks).
+    let whole_row_fits = cols <= u16::MAX as usize && fits(cols.max(1), all_peak);
+    let long = !flat && !whole_row_fits;
+    let passes: Vec<(Vec<Event>, Vec<usize>, usize)> = if long {
+        (0..k.stages.len())
+            .map(|si| {
+                let ev = schedule_stage(k, si);
+                let (lu, pk) = liveness(k, &ev);
+                (ev, lu, pk)
+            })
+            .collect()
+    } else {
+        vec![(all, all_last, all_peak)]
+    };
+    let peak = passes.iter().map(|p| p.2).max().unwrap_or(1).max(1);
+    let w = if flat || long {
+        widest(peak)
     } else {
         cols.max(1)
     };
-    let slot_bytes = slot_bytes_for(w);
-    if peak.max(1) * slot_bytes + elem_bytes > ub || w > u16::MAX as usize {
+    if !fits(w, peak) {
         return Err(unsupported(
             k,
-            format!(
-                "rows of {cols} elements with {peak} live tiles (more than the {ub}-byte UB holds)"
-            ),
+            format!("{peak} live tiles of {w} elements (more than the {ub}-byte UB holds)"),
         ));
     }
-    let elem_base = peak.max(1) * slot_bytes;
+    let slot_bytes = slot_bytes_for(w);
     let params = k.exprs.iter().filter_map(|n| match n.expr {
         Expr::Param(p) => Some(p as usize + 1),
         _ => None,
     });
     let n_params = params.max().unwrap_or(0);
-    let n_regs_needed = 6 + k.accesses().count() + n_params;
-    if n_regs_needed > tilejit_device::isa::NUM_REGS {
+    let access_list: Vec<&Access> = k.accesses().collect();
+    // r0: unit, r1: end, r2: valid columns, r3/r4: scratch, r5..: row bases,
+    // then params; r27 reserved, r28: a long row's chunk offset, r31: scratch.
+    if 5 + access_list.len() + n_params > 27 {
         return Err(unsupported(
             k,
             format!(
                 "{} accesses and {n_params} params (too many registers)",
-                k.accesses().count()
+                access_list.len()
             ),
         ));
     }
+    let cx = TileCx {
+        k,
+        flat,
+        long,
+        shape: format!("1x{w}"),
+        // A row kernel over zero columns still computes its row values in
+        // column 0, which row-constant stores then write.
+        vcv: if !flat && cols == 0 { "1" } else { "r2" },
+        slot_bytes,
+        elem_base: peak * slot_bytes,
+        buffers: &buffers,
+        access_list: &access_list,
+    };
 
     // ---- emit ----
     let mut s = String::new();
@@ -378,20 +365,10 @@ fn compile_vector(
     for p in 0..n_params {
         let _ = writeln!(s, ".arg p{p} 0");
     }
-    // r0: unit index, r1: end, r2: valid columns, r3/r4: scratch,
-    // r5..: per-access row bases, then params.
-    let access_list: Vec<&Access> = k.accesses().collect();
-    let base_reg = |a: usize| 5 + a;
-    let param_reg = |p: usize| 5 + access_list.len() + p;
     let _ = writeln!(s, "    ldarg r0, 0\n    ldarg r1, 1");
     for p in 0..n_params {
-        let _ = writeln!(s, "    ldarg r{}, {}", param_reg(p), 2 + p);
+        let _ = writeln!(s, "    ldarg r{}, {}", cx.param_reg(p), 2 + p);
     }
-    let shape = format!("1x{w}");
-    // Vector ops' valid columns: the tile's, except that a row kernel over
-    // zero columns still computes its row values (sums of nothing) in
-    // column 0, which row-constant stores then write.
-    let vcv = if !flat && cols == 0 { "1" } else { "r2" };
     let _ = writeln!(s, "loop:\n    bge r0, r1, done");
     if flat {
         let _ = writeln!(s, "    sub r2, r1, r0\n    min r2, r2, {w}");
@@ -400,7 +377,7 @@ fn compile_vector(
         // Row offsets: peel the row index into its multi-index, innermost
         // row dimension first.
         for a in 0..access_list.len() {
-            let _ = writeln!(s, "    movi r{}, 0", base_reg(a));
+            let _ = writeln!(s, "    movi r{}, 0", cx.base_reg(a));
         }
         let _ = writeln!(s, "    mov r3, r0");
         let rank = k.domain.len();
@@ -413,230 +390,54 @@ fn compile_vector(
                     let _ = writeln!(
                         s,
                         "    mul r31, r4, {st}\n    add r{0}, r{0}, r31",
-                        base_reg(a)
+                        cx.base_reg(a)
                     );
                 }
             }
         }
     }
-    // Slot assignment by linear scan over the events.
-    let mut slot_of: Vec<Option<usize>> = vec![None; k.exprs.len()];
-    let mut free: Vec<usize> = (0..peak.max(1)).rev().collect();
-    let mut expiring: Vec<(usize, usize)> = Vec::new(); // (last use, slot)
-    let slot_addr = |sl: usize| sl * slot_bytes;
-    let elem_addr = |i: usize| elem_base + i * 32;
-    // Loads first: assign their slots up front so they can be issued together.
-    let mut v_ops = String::new();
-    let mut loads = String::new();
-    let mut stores = String::new();
-    let assign = |e: ExprId,
-                  i: usize,
-                  free: &mut Vec<usize>,
-                  expiring: &mut Vec<(usize, usize)>|
-     -> Option<usize> {
-        let sl = free.pop()?;
-        expiring.push((last_use[e.0 as usize].max(i), sl));
-        Some(sl)
+    let sync = |s: &mut String, body: (String, String, String)| {
+        s.push_str(&body.0);
+        s.push_str("    setf mte2, v, 0\n    waitf mte2, v, 0\n");
+        s.push_str(&body.1);
+        s.push_str("    setf v, mte3, 0\n    waitf v, mte3, 0\n");
+        s.push_str(&body.2);
+        s.push_str("    barrier\n");
     };
-    for ev in &events {
-        if let Event::Eval(e) = *ev {
-            if is_load(e) {
-                let sl = assign(e, 0, &mut free, &mut expiring)
-                    .ok_or_else(|| unsupported(k, "more loads than UB slots"))?;
-                slot_of[e.0 as usize] = Some(sl);
-            }
-        }
-    }
-    for (i, ev) in events.iter().enumerate() {
-        // Free slots whose last use is before this event.
-        expiring.retain(|&(end, sl)| {
-            if end < i {
-                free.push(sl);
-                false
-            } else {
-                true
-            }
-        });
-        match *ev {
-            Event::Eval(e) => {
-                let node = k.expr(e);
-                let dt = node.dtype;
-                let sl = match slot_of[e.0 as usize] {
-                    Some(sl) => sl,
-                    None => {
-                        let sl = assign(e, i, &mut free, &mut expiring)
-                            .ok_or_else(|| unsupported(k, "an expression DAG wider than UB"))?;
-                        slot_of[e.0 as usize] = Some(sl);
-                        sl
-                    }
+    if long {
+        for (si, (ev, lu, _)) in passes.iter().enumerate() {
+            if let Stage::Reduce { op, value } = &k.stages[si] {
+                let dt = k.expr(*value).dtype;
+                let identity = match op {
+                    ReduceOp::Sum => 0.0,
+                    ReduceOp::Max => f64::NEG_INFINITY,
+                    ReduceOp::Min => f64::INFINITY,
                 };
-                let dst = slot_addr(sl);
-                let hdr = format!("{dt}, {shape}, 1, {vcv}, @0x{dst:x}");
-                let src = |x: ExprId| slot_addr(slot_of[x.0 as usize].unwrap_or(0));
-                match node.expr {
-                    Expr::Load(l) => {
-                        let acc = &k.loads[l as usize];
-                        let gm = gm_of(acc.buf);
-                        let off = if flat {
-                            "r0".to_string()
-                        } else {
-                            format!("r{}", base_reg(l as usize))
-                        };
-                        let inner = acc.inner_stride();
-                        if inner == 1 {
-                            let _ = writeln!(loads, "    ld {hdr}, b{gm}_{}, {off}, 0", acc.buf.0);
-                        } else if inner != 0 {
-                            // A transposed or strided view: element-strided load.
-                            let off = if flat {
-                                let _ = writeln!(loads, "    mul r3, r0, {inner}");
-                                "r3".to_string()
-                            } else {
-                                off
-                            };
-                            let _ = writeln!(
-                                loads,
-                                "    ldx {hdr}, b{gm}_{}, {off}, 0, {inner}",
-                                acc.buf.0
-                            );
-                        } else {
-                            let ea = elem_addr(l as usize);
-                            let off = if flat { "0".to_string() } else { off };
-                            let _ = writeln!(
-                                loads,
-                                "    ld {dt}, 1x1, 1, 1, @0x{ea:x}, b{gm}_{}, {off}, 0",
-                                acc.buf.0
-                            );
-                            let _ = writeln!(v_ops, "    vbcast {hdr}, @0x{ea:x}");
-                        }
-                    }
-                    Expr::Param(p) => {
-                        let _ = writeln!(v_ops, "    vdupr {hdr}, r{}", param_reg(p as usize));
-                    }
-                    Expr::Lit(l) => {
-                        let v = match l {
-                            Lit::Float(f) => f,
-                            other => other.as_f64(),
-                        };
-                        let _ = writeln!(v_ops, "    vdup {hdr}, {}", float_text(v));
-                    }
-                    Expr::Unary(u, a) => {
-                        let op = match u {
-                            UnaryOp::Neg => "vneg",
-                            UnaryOp::Abs => "vabs",
-                            UnaryOp::Square => "vsquare",
-                            UnaryOp::Relu => "vrelu",
-                            UnaryOp::Exp => "vexp",
-                            UnaryOp::Log => "vlog",
-                            UnaryOp::Sqrt => "vsqrt",
-                            UnaryOp::Rsqrt => "vrsqrt",
-                            UnaryOp::Recip => "vrecip",
-                            UnaryOp::Tanh => "vtanh",
-                            UnaryOp::Sigmoid => "vsigmoid",
-                            UnaryOp::Gelu => "vgelu",
-                        };
-                        let _ = writeln!(v_ops, "    {op} {hdr}, @0x{:x}", src(a));
-                    }
-                    Expr::Binary(b, x, y) => {
-                        let op = match b {
-                            BinaryOp::Add => "vadd",
-                            BinaryOp::Sub => "vsub",
-                            BinaryOp::Mul => "vmul",
-                            BinaryOp::Div => "vdiv",
-                            BinaryOp::Max => "vmax",
-                            BinaryOp::Min => "vmin",
-                        };
-                        let _ = writeln!(v_ops, "    {op} {hdr}, @0x{:x}, @0x{:x}", src(x), src(y));
-                    }
-                    Expr::Compare(c, x, y) => {
-                        let cond = match c {
-                            CmpOp::Lt => "lt",
-                            CmpOp::Gt => "gt",
-                            CmpOp::Le => "le",
-                            CmpOp::Ge => "ge",
-                            CmpOp::Eq => "eq",
-                        };
-                        let xdt = k.expr(x).dtype;
-                        let _ = writeln!(
-                            v_ops,
-                            "    vcmp {xdt}, {shape}, 1, {vcv}, {cond}, @0x{dst:x}, @0x{:x}, @0x{:x}",
-                            src(x),
-                            src(y)
-                        );
-                    }
-                    Expr::Select(c, x, y) => {
-                        let _ = writeln!(
-                            v_ops,
-                            "    vsel {hdr}, @0x{:x}, @0x{:x}, @0x{:x}",
-                            src(c),
-                            src(x),
-                            src(y)
-                        );
-                    }
-                    Expr::Cast(x) => {
-                        let from = k.expr(x).dtype;
-                        let _ = writeln!(
-                            v_ops,
-                            "    vcast {dt}, {from}, {shape}, 1, {vcv}, @0x{dst:x}, @0x{:x}",
-                            src(x)
-                        );
-                    }
-                    Expr::Row(st) => {
-                        let _ = writeln!(
-                            v_ops,
-                            "    vbrow {hdr}, @0x{:x}",
-                            elem_addr(k.loads.len() + st as usize)
-                        );
-                    }
-                }
+                let identity = if dt.is_float() {
+                    float_text(identity)
+                } else {
+                    float_text(identity.clamp(i64::MIN as f64, i64::MAX as f64))
+                };
+                let _ = writeln!(
+                    s,
+                    "    vdup {dt}, 1x1, 1, 1, @0x{:x}, {identity}",
+                    cx.elem_addr(k.loads.len() + si)
+                );
             }
-            Event::Stage(si) => match &k.stages[si] {
-                Stage::Reduce { op, value } => {
-                    let dt = k.expr(*value).dtype;
-                    let op = match op {
-                        ReduceOp::Sum => "vrsum",
-                        ReduceOp::Max => "vrmax",
-                        ReduceOp::Min => "vrmin",
-                    };
-                    let sl = slot_addr(slot_of[value.0 as usize].unwrap_or(0));
-                    let _ = writeln!(
-                        v_ops,
-                        "    {op} {dt}, {shape}, 1, r2, @0x{:x}, @0x{sl:x}",
-                        elem_addr(k.loads.len() + si)
-                    );
-                }
-                Stage::Store { access, value } => {
-                    let dt = k.expr(*value).dtype;
-                    let sl = slot_addr(slot_of[value.0 as usize].unwrap_or(0));
-                    let gm = gm_of(access.buf);
-                    let a = access_list
-                        .iter()
-                        .position(|x| std::ptr::eq(*x, access))
-                        .unwrap_or(0);
-                    let (off, vc) = match (flat, access.inner_stride()) {
-                        (true, 1) => ("r0".to_string(), "r2".to_string()),
-                        (true, _) => ("0".to_string(), "1".to_string()),
-                        (false, 1) => (format!("r{}", base_reg(a)), "r2".to_string()),
-                        (false, _) => (format!("r{}", base_reg(a)), "1".to_string()),
-                    };
-                    let _ = writeln!(
-                        stores,
-                        "    st {dt}, {shape}, 1, {vc}, b{gm}_{}, {off}, 0, @0x{sl:x}",
-                        access.buf.0
-                    );
-                }
-            },
+            let _ = writeln!(s, "    movi r28, 0\nc{si}:\n    bge r28, {cols}, e{si}");
+            let _ = writeln!(
+                s,
+                "    movi r2, {cols}\n    sub r2, r2, r28\n    min r2, r2, {w}"
+            );
+            sync(&mut s, cx.emit(ev, lu, peak)?);
+            let _ = writeln!(s, "    add r28, r28, {w}\n    jmp c{si}\ne{si}:");
         }
+    } else {
+        let (ev, lu, _) = &passes[0];
+        sync(&mut s, cx.emit(ev, lu, peak)?);
     }
-    s.push_str(&loads);
-    s.push_str("    setf mte2, v, 0\n    waitf mte2, v, 0\n");
-    s.push_str(&v_ops);
-    s.push_str("    setf v, mte3, 0\n    waitf v, mte3, 0\n");
-    s.push_str(&stores);
     let step = if flat { w } else { 1 };
-    let _ = writeln!(
-        s,
-        "    barrier\n    add r0, r0, {step}\n    jmp loop\ndone:\n    end"
-    );
+    let _ = writeln!(s, "    add r0, r0, {step}\n    jmp loop\ndone:\n    end");
     let bad = |e: tilejit_device::DeviceError| CodegenError::Bytecode {
         kernel: k.name.clone(),
         error: format!("{e}\n{s}"),
@@ -652,6 +453,362 @@ fn compile_vector(
         units: k.units(),
         tile_units: step,
     })
+}
+
+/// The expressions stage `si` needs (all of them, recomputed in its own
+/// pass over a long row) followed by the stage.
+fn schedule_stage(k: &Kernel, si: usize) -> Vec<Event> {
+    let root = match &k.stages[si] {
+        Stage::Reduce { value, .. } | Stage::Store { value, .. } => *value,
+    };
+    let mut need = vec![false; k.exprs.len()];
+    let mut work = vec![root];
+    while let Some(e) = work.pop() {
+        if std::mem::replace(&mut need[e.0 as usize], true) {
+            continue;
+        }
+        work.extend(k.expr(e).expr.operands());
+    }
+    let mut events: Vec<Event> = (0..k.exprs.len())
+        .filter(|&i| need[i])
+        .map(|i| Event::Eval(ExprId(i as u32)))
+        .collect();
+    events.push(Event::Stage(si));
+    events
+}
+
+/// Each expression's last reading event (stored values live to the end:
+/// stores run after every vector op), and the most tile slots live at once
+/// (loads are issued first, so they live from the start).
+fn liveness(k: &Kernel, events: &[Event]) -> (Vec<usize>, usize) {
+    let mut last_use = vec![0usize; k.exprs.len()];
+    for (i, ev) in events.iter().enumerate() {
+        let reads: Vec<ExprId> = match *ev {
+            Event::Eval(e) => k.expr(e).expr.operands(),
+            Event::Stage(s) => match &k.stages[s] {
+                Stage::Reduce { value, .. } | Stage::Store { value, .. } => vec![*value],
+            },
+        };
+        for r in reads {
+            last_use[r.0 as usize] = i;
+        }
+    }
+    for ev in events {
+        if let Event::Stage(s) = ev {
+            if let Stage::Store { value, .. } = &k.stages[*s] {
+                last_use[value.0 as usize] = events.len();
+            }
+        }
+    }
+    let is_load = |e: ExprId| matches!(k.expr(e).expr, Expr::Load(_));
+    let mut ends: Vec<usize> = events
+        .iter()
+        .filter_map(|ev| match *ev {
+            Event::Eval(e) if is_load(e) => Some(last_use[e.0 as usize]),
+            _ => None,
+        })
+        .collect();
+    let mut live = ends.len();
+    let mut peak = live;
+    for (i, ev) in events.iter().enumerate() {
+        ends.retain(|&e| {
+            let keep = e >= i;
+            if !keep {
+                live -= 1;
+            }
+            keep
+        });
+        if let Event::Eval(e) = ev {
+            if !is_load(*e) {
+                live += 1;
+                ends.push(last_use[e.0 as usize].max(i));
+            }
+        }
+        peak = peak.max(live);
+    }
+    (last_use, peak.max(1))
+}
+
+/// What emitting one tile's instructions needs to know.
+struct TileCx<'a> {
+    k: &'a Kernel,
+    flat: bool,
+    long: bool,
+    shape: String,
+    vcv: &'static str,
+    slot_bytes: usize,
+    elem_base: usize,
+    buffers: &'a [BufId],
+    access_list: &'a [&'a Access],
+}
+
+impl TileCx<'_> {
+    fn base_reg(&self, a: usize) -> usize {
+        5 + a
+    }
+
+    fn param_reg(&self, p: usize) -> usize {
+        5 + self.access_list.len() + p
+    }
+
+    fn elem_addr(&self, i: usize) -> usize {
+        self.elem_base + i * 32
+    }
+
+    fn gm_of(&self, b: BufId) -> usize {
+        self.buffers.iter().position(|&x| x == b).unwrap_or(0)
+    }
+
+    /// The GM element offset operand of access `a` at this tile, with the
+    /// instructions (into `pre`) that compute it into `scratch`.
+    fn offset(&self, a: usize, inner: i64, scratch: &str, pre: &mut String) -> String {
+        let base = format!("r{}", self.base_reg(a));
+        match (self.flat, self.long, inner) {
+            (true, _, 0) => "0".into(),
+            (true, _, 1) => "r0".into(),
+            (true, _, s) => {
+                let _ = writeln!(pre, "    mul {scratch}, r0, {s}");
+                scratch.into()
+            }
+            (false, false, _) | (false, true, 0) => base,
+            (false, true, 1) => {
+                let _ = writeln!(pre, "    add {scratch}, {base}, r28");
+                scratch.into()
+            }
+            (false, true, s) => {
+                let _ = writeln!(
+                    pre,
+                    "    mul {scratch}, r28, {s}\n    add {scratch}, {scratch}, {base}"
+                );
+                scratch.into()
+            }
+        }
+    }
+
+    /// One tile's loads, vector ops and stores for `events`.
+    fn emit(
+        &self,
+        events: &[Event],
+        last_use: &[usize],
+        slots: usize,
+    ) -> Result<(String, String, String), CodegenError> {
+        let k = self.k;
+        let (shape, vcv) = (&self.shape, self.vcv);
+        let is_load = |e: ExprId| matches!(k.expr(e).expr, Expr::Load(_));
+        let mut slot_of: Vec<Option<usize>> = vec![None; k.exprs.len()];
+        let mut free: Vec<usize> = (0..slots).rev().collect();
+        let mut expiring: Vec<(usize, usize)> = Vec::new(); // (last use, slot)
+        let slot_addr = |sl: usize| sl * self.slot_bytes;
+        let (mut loads, mut v_ops, mut stores) = (String::new(), String::new(), String::new());
+        let assign = |e: ExprId,
+                      i: usize,
+                      free: &mut Vec<usize>,
+                      expiring: &mut Vec<(usize, usize)>|
+         -> Option<usize> {
+            let sl = free.pop()?;
+            expiring.push((last_use[e.0 as usize].max(i), sl));
+            Some(sl)
+        };
+        // Loads first: their slots are assigned up front so they can be
+        // issued together at the start of the tile.
+        for ev in events {
+            if let Event::Eval(e) = *ev {
+                if is_load(e) {
+                    let sl = assign(e, 0, &mut free, &mut expiring)
+                        .ok_or_else(|| unsupported(k, "more loads than UB slots"))?;
+                    slot_of[e.0 as usize] = Some(sl);
+                }
+            }
+        }
+        for (i, ev) in events.iter().enumerate() {
+            expiring.retain(|&(end, sl)| {
+                if end < i {
+                    free.push(sl);
+                    false
+                } else {
+                    true
+                }
+            });
+            match *ev {
+                Event::Eval(e) => {
+                    let node = k.expr(e);
+                    let dt = node.dtype;
+                    let sl = match slot_of[e.0 as usize] {
+                        Some(sl) => sl,
+                        None => {
+                            let sl = assign(e, i, &mut free, &mut expiring)
+                                .ok_or_else(|| unsupported(k, "an expression DAG wider than UB"))?;
+                            slot_of[e.0 as usize] = Some(sl);
+                            sl
+                        }
+                    };
+                    let dst = slot_addr(sl);
+                    let hdr = format!("{dt}, {shape}, 1, {vcv}, @0x{dst:x}");
+                    let src = |x: ExprId| slot_addr(slot_of[x.0 as usize].unwrap_or(0));
+                    match node.expr {
+                        Expr::Load(l) => {
+                            let acc = &k.loads[l as usize];
+                            let gm = self.gm_of(acc.buf);
+                            let inner = acc.inner_stride();
+                            let off = self.offset(l as usize, inner, "r3", &mut loads);
+                            if inner == 1 {
+                                let _ =
+                                    writeln!(loads, "    ld {hdr}, b{gm}_{}, {off}, 0", acc.buf.0);
+                            } else if inner != 0 {
+                                // A transposed or strided view: element-strided load.
+                                let _ = writeln!(
+                                    loads,
+                                    "    ldx {hdr}, b{gm}_{}, {off}, 0, {inner}",
+                                    acc.buf.0
+                                );
+                            } else {
+                                let ea = self.elem_addr(l as usize);
+                                let _ = writeln!(
+                                    loads,
+                                    "    ld {dt}, 1x1, 1, 1, @0x{ea:x}, b{gm}_{}, {off}, 0",
+                                    acc.buf.0
+                                );
+                                let _ = writeln!(v_ops, "    vbcast {hdr}, @0x{ea:x}");
+                            }
+                        }
+                        Expr::Param(p) => {
+                            let _ =
+                                writeln!(v_ops, "    vdupr {hdr}, r{}", self.param_reg(p as usize));
+                        }
+                        Expr::Lit(l) => {
+                            let v = match l {
+                                Lit::Float(f) => f,
+                                other => other.as_f64(),
+                            };
+                            let _ = writeln!(v_ops, "    vdup {hdr}, {}", float_text(v));
+                        }
+                        Expr::Unary(u, a) => {
+                            let _ = writeln!(v_ops, "    {} {hdr}, @0x{:x}", unary_op(u), src(a));
+                        }
+                        Expr::Binary(b, x, y) => {
+                            let _ = writeln!(
+                                v_ops,
+                                "    {} {hdr}, @0x{:x}, @0x{:x}",
+                                binary_op(b),
+                                src(x),
+                                src(y)
+                            );
+                        }
+                        Expr::Compare(c, x, y) => {
+                            let cond = match c {
+                                CmpOp::Lt => "lt",
+                                CmpOp::Gt => "gt",
+                                CmpOp::Le => "le",
+                                CmpOp::Ge => "ge",
+                                CmpOp::Eq => "eq",
+                            };
+                            let xdt = k.expr(x).dtype;
+                            let _ = writeln!(v_ops, "    vcmp {xdt}, {shape}, 1, {vcv}, {cond}, @0x{dst:x}, @0x{:x}, @0x{:x}", src(x), src(y));
+                        }
+                        Expr::Select(c, x, y) => {
+                            let _ = writeln!(
+                                v_ops,
+                                "    vsel {hdr}, @0x{:x}, @0x{:x}, @0x{:x}",
+                                src(c),
+                                src(x),
+                                src(y)
+                            );
+                        }
+                        Expr::Cast(x) => {
+                            let from = k.expr(x).dtype;
+                            let _ = writeln!(
+                                v_ops,
+                                "    vcast {dt}, {from}, {shape}, 1, {vcv}, @0x{dst:x}, @0x{:x}",
+                                src(x)
+                            );
+                        }
+                        Expr::Row(st) => {
+                            let _ = writeln!(
+                                v_ops,
+                                "    vbrow {hdr}, @0x{:x}",
+                                self.elem_addr(k.loads.len() + st as usize)
+                            );
+                        }
+                    }
+                }
+                Event::Stage(si) => {
+                    match &k.stages[si] {
+                        Stage::Reduce { op, value } => {
+                            let dt = k.expr(*value).dtype;
+                            let (rop, combine) = match op {
+                                ReduceOp::Sum => ("vrsum", "vadd"),
+                                ReduceOp::Max => ("vrmax", "vmax"),
+                                ReduceOp::Min => ("vrmin", "vmin"),
+                            };
+                            let sl = slot_addr(slot_of[value.0 as usize].unwrap_or(0));
+                            let acc = self.elem_addr(k.loads.len() + si);
+                            if self.long {
+                                // This chunk's partial, folded into the row's accumulator.
+                                let tmp = self.elem_addr(k.loads.len() + k.stages.len());
+                                let _ = writeln!(
+                                    v_ops,
+                                    "    {rop} {dt}, {shape}, 1, r2, @0x{tmp:x}, @0x{sl:x}"
+                                );
+                                let _ = writeln!(v_ops, "    {combine} {dt}, 1x1, 1, 1, @0x{acc:x}, @0x{acc:x}, @0x{tmp:x}");
+                            } else {
+                                let _ = writeln!(
+                                    v_ops,
+                                    "    {rop} {dt}, {shape}, 1, r2, @0x{acc:x}, @0x{sl:x}"
+                                );
+                            }
+                        }
+                        Stage::Store { access, value } => {
+                            let dt = k.expr(*value).dtype;
+                            let sl = slot_addr(slot_of[value.0 as usize].unwrap_or(0));
+                            let gm = self.gm_of(access.buf);
+                            let a = self
+                                .access_list
+                                .iter()
+                                .position(|x| std::ptr::eq(*x, access))
+                                .unwrap_or(0);
+                            let inner = access.inner_stride();
+                            let off = self.offset(a, inner, "r4", &mut stores);
+                            let vc = if inner == 1 { "r2" } else { "1" };
+                            let _ = writeln!(
+                                stores,
+                                "    st {dt}, {shape}, 1, {vc}, b{gm}_{}, {off}, 0, @0x{sl:x}",
+                                access.buf.0
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        Ok((loads, v_ops, stores))
+    }
+}
+
+fn unary_op(u: UnaryOp) -> &'static str {
+    match u {
+        UnaryOp::Neg => "vneg",
+        UnaryOp::Abs => "vabs",
+        UnaryOp::Square => "vsquare",
+        UnaryOp::Relu => "vrelu",
+        UnaryOp::Exp => "vexp",
+        UnaryOp::Log => "vlog",
+        UnaryOp::Sqrt => "vsqrt",
+        UnaryOp::Rsqrt => "vrsqrt",
+        UnaryOp::Recip => "vrecip",
+        UnaryOp::Tanh => "vtanh",
+        UnaryOp::Sigmoid => "vsigmoid",
+        UnaryOp::Gelu => "vgelu",
+    }
+}
+
+fn binary_op(b: BinaryOp) -> &'static str {
+    match b {
+        BinaryOp::Add => "vadd",
+        BinaryOp::Sub => "vsub",
+        BinaryOp::Mul => "vmul",
+        BinaryOp::Div => "vdiv",
+        BinaryOp::Max => "vmax",
+        BinaryOp::Min => "vmin",
+    }
 }
 
 fn sanitize(name: &str) -> String {
