@@ -290,14 +290,7 @@ impl HostProgram {
         let mut outs = Vec::with_capacity(p.outputs.len());
         for o in &p.outputs {
             outs.push(match *o {
-                ProgramOutput::Param(i, d) => {
-                    let lit = params.get(i as usize).copied().unwrap_or(Lit::Int(0));
-                    let lit = match lit {
-                        Lit::Float(f) => Lit::from_f64(f, d),
-                        other => Lit::from_i64(other.as_i64(), d),
-                    };
-                    Array::full(tilejit_ir::TensorType::scalar(d), lit)?
-                }
+                ProgramOutput::Param(i, d) => param_output(params, i, d)?,
                 ProgramOutput::Buffer(b, ty) => {
                     let bi = b.0 as usize;
                     let arr = match (&p.buffers[bi].kind, &done[bi]) {
@@ -424,4 +417,14 @@ fn launch(
     starts
         .par_iter()
         .try_for_each(|&s| run(s, (s + size).min(units)))
+}
+
+/// A program output that is one of its params, as a rank-0 array of `d`.
+pub(crate) fn param_output(params: &[Lit], i: u32, d: DType) -> Result<Array, IrError> {
+    let lit = params.get(i as usize).copied().unwrap_or(Lit::Int(0));
+    let lit = match lit {
+        Lit::Float(f) => Lit::from_f64(f, d),
+        other => Lit::from_i64(other.as_i64(), d),
+    };
+    Array::full(tilejit_ir::TensorType::scalar(d), lit)
 }

@@ -15,7 +15,7 @@ use tilejit_device::{
     Profile, SimDevice, Task, TaskKind,
 };
 use tilejit_ir::kernel::{fuse, BufKind, KernelProgram, ProgramOutput};
-use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit, TensorType};
+use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit};
 
 /// The process-wide simulated device (910B defaults).
 pub fn sim_device() -> &'static SimDevice {
@@ -187,14 +187,7 @@ impl SimProgram {
         let mut outs = Vec::with_capacity(p.outputs.len());
         for o in &p.outputs {
             outs.push(match *o {
-                ProgramOutput::Param(i, d) => {
-                    let lit = params.get(i as usize).copied().unwrap_or(Lit::Int(0));
-                    let lit = match lit {
-                        Lit::Float(f) => Lit::from_f64(f, d),
-                        other => Lit::from_i64(other.as_i64(), d),
-                    };
-                    Array::full(TensorType::scalar(d), lit)?
-                }
+                ProgramOutput::Param(i, d) => crate::host::param_output(params, i, d)?,
                 ProgramOutput::Buffer(b, ty) => {
                     let decl = p.buffers[b.0 as usize];
                     let arr = match decl.kind {
