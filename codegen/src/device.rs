@@ -28,9 +28,11 @@
 //! stage: a reduction accumulates its chunks' partials (so its sum rounds
 //! per chunk, not once), and later stages see the finished row values.
 //!
+//! Matmuls in f64 or integers (which the cube does not take) run on the
+//! vector cores, row by row.
+//!
 //! Not yet: stores with inner strides other than 0 or 1, one long row
-//! split across several tasks (partial + combine tasks), f64/integer
-//! matmuls. They are reported
+//! split across several tasks (partial + combine tasks). They are reported
 //! as [`CodegenError::SimUnsupported`].
 
 use crate::CodegenError;
@@ -124,7 +126,12 @@ pub fn compile(
 ) -> Result<Vec<DeviceKernel>, CodegenError> {
     let mut out = Vec::new();
     if let Some(mm) = &k.matmul {
-        out.push(compile_matmul(k, mm, buf_dtype, cfg)?);
+        let dt = buf_dtype(mm.a);
+        out.push(if matches!(dt, DType::F32 | DType::F16 | DType::BF16) {
+            compile_matmul(k, mm, buf_dtype, cfg)?
+        } else {
+            compile_matmul_vector(k, mm, buf_dtype, cfg)?
+        });
         // The epilogue reads the product from GM like any other buffer.
         let mut epilogue = k.clone();
         epilogue.matmul = None;
@@ -239,6 +246,99 @@ fn compile_matmul(
         asm: s,
         buffers: vec![mm.a, mm.b, mm.out],
         units: tiles,
+        tile_units: 1,
+    })
+}
+
+/// A matmul in a dtype the cube does not take (f64, i32, i64) on the
+/// vector cores: each task computes whole output rows, a chunk of columns
+/// at a time, as `sum_p a[i,p] * b[p, cols]` (a scalar broadcast, a
+/// multiply and an add per step, in the dtype: the reference's order and
+/// rounding, so results are exact).
+fn compile_matmul_vector(
+    k: &Kernel,
+    mm: &tilejit_ir::kernel::MatMul,
+    buf_dtype: &dyn Fn(BufId) -> DType,
+    cfg: &DeviceConfig,
+) -> Result<DeviceKernel, CodegenError> {
+    let dt = buf_dtype(mm.a);
+    if !matches!(dt, DType::F64 | DType::I32 | DType::I64)
+        || buf_dtype(mm.b) != dt
+        || buf_dtype(mm.out) != dt
+    {
+        return Err(unsupported(k, format!("a {dt} matmul")));
+    }
+    let (b, m, kk, n) = (mm.batch.max(1), mm.m, mm.k, mm.n);
+    // Three tiles (accumulator, B row, product) and one element slot.
+    let ub = cfg.ub_bytes as usize;
+    let mut w = 2048usize.min(n.max(1)).next_power_of_two().max(8);
+    while w > 8 && 3 * (w * 8).next_multiple_of(32) + 32 > ub {
+        w /= 2;
+    }
+    let tile = (w * dt.size_bytes()).next_multiple_of(32);
+    let (acc, brow, prod, elem) = (0, tile, 2 * tile, 3 * tile);
+    let t = format!("{dt}, 1x{w}, 1, r9");
+    let mut s = String::new();
+    let _ = writeln!(s, ".kernel mmv_{} aiv", sanitize(&k.name));
+    let _ = writeln!(
+        s,
+        ".gm a {dt} [] in\n.gm b {dt} [] in\n.gm c {dt} [] out\n.arg lo 0\n.arg hi 0"
+    );
+    let _ = writeln!(
+        s,
+        "    ldarg r0, 0\n    ldarg r1, 1\nloop:\n    bge r0, r1, done"
+    );
+    // r0: output row over batch*m; r4: A row offset; r6: B batch offset;
+    // r7: C row offset; r8: column chunk; r9: valid columns; r10: k index.
+    let _ = writeln!(s, "    div r2, r0, {m}\n    rem r3, r0, {m}");
+    let _ = writeln!(
+        s,
+        "    mul r4, r2, {}\n    mul r5, r3, {kk}\n    add r4, r4, r5",
+        m * kk
+    );
+    let _ = writeln!(
+        s,
+        "    mul r6, r2, {}\n    mul r7, r0, {n}\n    movi r8, 0",
+        kk * n
+    );
+    let _ = writeln!(
+        s,
+        "nloop:\n    bge r8, {n}, ndone\n    movi r9, {n}\n    sub r9, r9, r8\n    min r9, r9, {w}"
+    );
+    let _ = writeln!(s, "    vdup {t}, @0x{acc:x}, 0.0\n    movi r10, 0");
+    let _ = writeln!(s, "kloop:\n    bge r10, {kk}, kdone\n    add r11, r4, r10");
+    let _ = writeln!(s, "    ld {dt}, 1x1, 1, 1, @0x{elem:x}, a, r11, 0");
+    let _ = writeln!(
+        s,
+        "    mul r12, r10, {n}\n    add r12, r12, r6\n    add r12, r12, r8"
+    );
+    let _ = writeln!(s, "    ld {t}, @0x{brow:x}, b, r12, 0");
+    let _ = writeln!(s, "    setf mte2, v, 0\n    waitf mte2, v, 0");
+    let _ = writeln!(s, "    vbcast {t}, @0x{prod:x}, @0x{elem:x}");
+    let _ = writeln!(s, "    vmul {t}, @0x{prod:x}, @0x{prod:x}, @0x{brow:x}");
+    let _ = writeln!(s, "    vadd {t}, @0x{acc:x}, @0x{acc:x}, @0x{prod:x}");
+    let _ = writeln!(s, "    barrier\n    add r10, r10, 1\n    jmp kloop\nkdone:");
+    let _ = writeln!(
+        s,
+        "    add r13, r7, r8\n    setf v, mte3, 0\n    waitf v, mte3, 0"
+    );
+    let _ = writeln!(
+        s,
+        "    st {t}, c, r13, 0, @0x{acc:x}\n    barrier\n    add r8, r8, {w}\n    jmp nloop"
+    );
+    let _ = writeln!(s, "ndone:\n    add r0, r0, 1\n    jmp loop\ndone:\n    end");
+    let bad = |e: tilejit_device::DeviceError| CodegenError::Bytecode {
+        kernel: k.name.clone(),
+        error: format!("{e}\n{s}"),
+    };
+    let program = tilejit_device::verify(asm::assemble(&s).map_err(bad)?, cfg).map_err(bad)?;
+    Ok(DeviceKernel {
+        name: format!("{}/matmul", k.name),
+        core: CoreType::Aiv,
+        program,
+        asm: s,
+        buffers: vec![mm.a, mm.b, mm.out],
+        units: b * m,
         tile_units: 1,
     })
 }
