@@ -25,7 +25,10 @@ pub use kernel_cache::{
 };
 pub use program::{run_eager, run_eager_sim, Program};
 pub use signature::{ArgSig, Signature};
-pub use sim::{collect_profiles, sim_device, write_trace, SimProgram, SimRun};
+pub use sim::{
+    collect_profiles, sim_device, write_trace, PendingRun, SimProgram, SimRun, Workspace,
+    WorkspaceBuffer,
+};
 /// The device model (device API, simulated accelerator, ISA), re-exported
 /// for tools such as the `tilejit` CLI.
 pub use tilejit_device as device;

@@ -11,11 +11,11 @@ use rayon::prelude::*;
 use std::sync::{Arc, OnceLock};
 use tilejit_codegen::device::DeviceKernel;
 use tilejit_device::{
-    CoreType, DeviceApi, DeviceBuffer, DeviceConfig, GmArg, Launch, LaunchOptions, LaunchReport,
-    Profile, SimDevice, Task, TaskKind,
+    CoreType, DeviceApi, DeviceBuffer, DeviceConfig, GmArg, Launch, LaunchHandle, LaunchOptions,
+    LaunchReport, Profile, SimDevice, Task, TaskKind,
 };
 use tilejit_ir::kernel::{fuse, BufKind, KernelProgram, ProgramOutput};
-use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit};
+use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit, TensorType};
 
 /// The process-wide simulated device (910B defaults).
 pub fn sim_device() -> &'static SimDevice {
@@ -108,14 +108,67 @@ impl SimProgram {
         &self.kernels
     }
 
+    /// The GM this program's runs take, sized up front from its buffer
+    /// table (each allocation rounded up to 32 bytes).
+    pub fn workspace(&self) -> Workspace {
+        let p = &self.prog;
+        let outputs: Vec<u32> = p
+            .outputs
+            .iter()
+            .filter_map(|o| match o {
+                ProgramOutput::Buffer(b, _) => Some(b.0),
+                ProgramOutput::Param(..) => None,
+            })
+            .collect();
+        let mut w = Workspace::default();
+        for (i, b) in p.buffers.iter().enumerate() {
+            let bytes = ((b.ty.shape.numel() * b.ty.dtype.size_bytes()) as u64)
+                .max(1)
+                .next_multiple_of(32);
+            let role = match b.kind {
+                BufKind::Input(_) => "input",
+                BufKind::Constant(_) => "constant",
+                BufKind::Temp if outputs.contains(&(i as u32)) => "output",
+                BufKind::Temp => "temp",
+            };
+            match role {
+                "input" => w.input_bytes += bytes,
+                "constant" => w.constant_bytes += bytes,
+                "output" => w.output_bytes += bytes,
+                _ => w.temp_bytes += bytes,
+            }
+            w.total_bytes += bytes;
+            w.buffers.push(WorkspaceBuffer {
+                name: format!("b{i}"),
+                role,
+                ty: b.ty,
+                bytes,
+            });
+        }
+        w
+    }
+
     /// Runs on concrete inputs and params; `profile` records a per-task
-    /// profile in the report.
+    /// profile in the report. The same as `launch(..)?.wait()`.
     pub fn run(
         &self,
         inputs: &[Array],
         params: &[Lit],
         profile: bool,
     ) -> Result<SimRun, RuntimeError> {
+        self.launch(inputs, params, profile)?.wait()
+    }
+
+    /// The device launcher: checks the arguments, allocates the workspace,
+    /// copies inputs and constants to GM and submits the launch to the
+    /// device's stream, returning at once. Wait on the result for the
+    /// outputs.
+    pub fn launch(
+        &self,
+        inputs: &[Array],
+        params: &[Lit],
+        profile: bool,
+    ) -> Result<PendingRun<'_>, RuntimeError> {
         let p = &self.prog;
         interp::check_arguments(&p.inputs, p.params.len(), inputs, params)?;
         let dev = sim_device();
@@ -161,27 +214,56 @@ impl SimProgram {
             .kernels
             .first()
             .map_or("empty".to_string(), |k| k.name.clone());
-        let options = LaunchOptions {
-            profile: record,
-            name,
-            ..LaunchOptions::default()
-        };
-        let mut report = dev.launch(launch, options).wait()?;
-        if let Some(p) = &report.profile {
+        let handle = dev.launch(
+            launch,
+            LaunchOptions {
+                profile: record,
+                name,
+                ..LaunchOptions::default()
+            },
+        );
+        Ok(PendingRun {
+            prog: self,
+            inputs: inputs.to_vec(),
+            params: params.to_vec(),
+            bufs,
+            handle,
+            profile,
+        })
+    }
+}
+
+/// A submitted Sim run (the launch's completion event plus what copying
+/// the outputs back needs).
+#[derive(Debug)]
+pub struct PendingRun<'a> {
+    prog: &'a SimProgram,
+    inputs: Vec<Array>,
+    params: Vec<Lit>,
+    bufs: Vec<Arc<DeviceBuffer>>,
+    handle: LaunchHandle,
+    profile: bool,
+}
+
+impl PendingRun<'_> {
+    /// Waits for the launch, then copies the outputs back.
+    pub fn wait(self) -> Result<SimRun, RuntimeError> {
+        let dev = sim_device();
+        let (p, inputs, params, bufs) = (&self.prog.prog, &self.inputs, &self.params, &self.bufs);
+        let mut report = self.handle.wait()?;
+        if let Some(pr) = &report.profile {
             if let Some(dir) = profile_dir() {
-                if let Err(e) = write_trace(dir, p) {
+                if let Err(e) = write_trace(dir, pr) {
                     eprintln!("tilejit: cannot write a profile to {}: {e}", dir.display());
                 }
             }
-            if collecting {
-                COLLECT.with(|c| {
-                    if let Some(v) = c.borrow_mut().as_mut() {
-                        v.push(p.clone());
-                    }
-                });
-            }
+            COLLECT.with(|c| {
+                if let Some(v) = c.borrow_mut().as_mut() {
+                    v.push(pr.clone());
+                }
+            });
         }
-        if !profile {
+        if !self.profile {
             report.profile = None;
         }
         let mut outs = Vec::with_capacity(p.outputs.len());
@@ -192,7 +274,7 @@ impl SimProgram {
                     let decl = p.buffers[b.0 as usize];
                     let arr = match decl.kind {
                         BufKind::Input(i) => inputs[i as usize].clone(),
-                        BufKind::Constant(c) => self.constants[c as usize].clone(),
+                        BufKind::Constant(c) => self.prog.constants[c as usize].clone(),
                         BufKind::Temp => {
                             let n = decl.ty.shape.numel();
                             let data = download(dev, &bufs[b.0 as usize], n, decl.ty.dtype)?;
@@ -205,7 +287,64 @@ impl SimProgram {
         }
         Ok((outs, report))
     }
+}
 
+/// One buffer of a program's device workspace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkspaceBuffer {
+    /// `b<i>`, as the kernel IR names it.
+    pub name: String,
+    /// `input`, `constant`, `output` or `temp`.
+    pub role: &'static str,
+    /// Its type.
+    pub ty: TensorType,
+    /// GM bytes it takes.
+    pub bytes: u64,
+}
+
+/// The GM a Sim run of a program takes, by buffer and by role.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Workspace {
+    /// Every buffer.
+    pub buffers: Vec<WorkspaceBuffer>,
+    /// Bytes of inputs.
+    pub input_bytes: u64,
+    /// Bytes of constants.
+    pub constant_bytes: u64,
+    /// Bytes of outputs.
+    pub output_bytes: u64,
+    /// Bytes of intermediates.
+    pub temp_bytes: u64,
+    /// All of it.
+    pub total_bytes: u64,
+}
+
+impl std::fmt::Display for Workspace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "device workspace: {} bytes (inputs {}, constants {}, outputs {}, temporaries {})",
+            self.total_bytes,
+            self.input_bytes,
+            self.constant_bytes,
+            self.output_bytes,
+            self.temp_bytes
+        )?;
+        for b in &self.buffers {
+            writeln!(
+                f,
+                "  {:<5} {:<8} {:<24} {:>12} bytes",
+                b.name,
+                b.role,
+                b.ty.to_string(),
+                b.bytes
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl SimProgram {
     /// Tile tasks per kernel, hubs between kernels.
     fn build_launch(
         &self,

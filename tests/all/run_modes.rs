@@ -153,3 +153,49 @@ fn sim_kernels_enter_the_kernel_cache_with_their_bytecode() {
     assert!(details.clif.is_empty());
     assert!(tilejit::kernel_cache().to_string().contains("sim"));
 }
+
+#[test]
+fn the_device_launcher_sizes_its_workspace_and_launches_asynchronously() {
+    use tilejit_ir::{BinaryOp, Graph, Op, Shape, TensorType, UnaryOp};
+    // y = exp(a + b): inputs a, b (f32[100,30]); one kernel; one output.
+    let ty = TensorType::new(tilejit_ir::DType::F32, Shape::new(&[100, 30]).unwrap());
+    let mut g = Graph::new();
+    let a = g.add(Op::Input { index: 0, ty }).unwrap();
+    let b = g.add(Op::Input { index: 1, ty }).unwrap();
+    let s = g.add(Op::Binary(BinaryOp::Add, a, b)).unwrap();
+    let y = g.add(Op::Unary(UnaryOp::Exp, s)).unwrap();
+    g.outputs.push(y);
+    let p = tilejit_runtime::Program::compile(g).unwrap();
+    let sim = p.sim().unwrap();
+    let w = sim.workspace();
+    assert_eq!(
+        (w.input_bytes, w.output_bytes, w.temp_bytes, w.total_bytes),
+        (24000, 12000, 0, 36000),
+        "{w}"
+    );
+    assert_eq!(w.buffers.iter().filter(|b| b.role == "input").count(), 2);
+    assert!(
+        w.to_string().starts_with("device workspace: 36000 bytes"),
+        "{w}"
+    );
+    // Two launches in flight at once, then waited on in reverse order.
+    let x1 = Array::from_vec(
+        (0..3000).map(|i| i as f32 / 3000.0).collect::<Vec<_>>(),
+        &[100, 30],
+    )
+    .unwrap();
+    let x2 = Array::from_vec(
+        (0..3000).map(|i| -(i as f32) / 3000.0).collect::<Vec<_>>(),
+        &[100, 30],
+    )
+    .unwrap();
+    let first = sim.launch(&[x1.clone(), x1.clone()], &[], false).unwrap();
+    let second = sim.launch(&[x2.clone(), x2.clone()], &[], true).unwrap();
+    let (out2, report2) = second.wait().unwrap();
+    let (out1, report1) = first.wait().unwrap();
+    assert!(report2.profile.is_some() && report1.profile.is_none());
+    let want1 = p.run_reference(&[x1.clone(), x1], &[]).unwrap();
+    let want2 = p.run_reference(&[x2.clone(), x2], &[]).unwrap();
+    assert_eq!(out1, want1);
+    assert_eq!(out2, want2);
+}
