@@ -33,6 +33,8 @@ pub struct JitFunction {
     cache: HandlerCache<Program, Error>,
     /// The function's own run mode (`#[jit(mode = ..)]`, `set_mode`).
     mode: Mutex<Option<RunMode>>,
+    /// What the last call in Verify mode measured.
+    last_verify: Mutex<Option<Vec<crate::mode::OutputDiff>>>,
 }
 
 /// One handler-cache entry, for inspection.
@@ -70,7 +72,17 @@ impl JitFunction {
             params: params.to_vec(),
             cache: HandlerCache::new(),
             mode: Mutex::new(None),
+            last_verify: Mutex::new(None),
         }
+    }
+
+    /// The differences the last Verify-mode call measured between Host and
+    /// Sim, per output (max abs/rel error, ulps), if one passed.
+    pub fn last_verify(&self) -> Option<Vec<crate::mode::OutputDiff>> {
+        self.last_verify
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Sets the function's own run mode (`None`: the environment's, else
@@ -183,7 +195,9 @@ impl JitFunction {
             RunMode::Verify => {
                 let host = program.run(&inputs, &params)?;
                 let (sim, _) = program.run_sim(&inputs, &params, false)?;
-                crate::mode::compare(&self.name, &host, &sim)?;
+                let diffs = crate::mode::compare(&self.name, &host, &sim)?;
+                crate::mode::log_verify(&self.name, &diffs);
+                *self.last_verify.lock().unwrap_or_else(|p| p.into_inner()) = Some(diffs);
                 host
             }
         };
