@@ -1,0 +1,132 @@
+//! Kernel IR -> bytecode for the simulated accelerator's vector cores.
+//!
+//! One kernel becomes one AIV core function; a launch runs it as many tile
+//! tasks that differ only in their scalar arguments (`lo`, `hi`: the range
+//! of units the task covers, then the program's params). The function
+//! loops over its range one tile at a time:
+//!
+//! - **flat kernels** (one dimension, no reduction) take tiles of `1 x W`
+//!   elements, the last one partial (the valid region is `min(W, hi - i)`);
+//! - **row kernels** take one row per tile (`1 x C`, the whole row in UB),
+//!   computing each access's row offset from the row index with scalar
+//!   div/mod, so reductions are whole-row `vrsum`/`vrmax`/`vrmin` and row
+//!   values broadcast back with `vbrow`.
+//!
+//! Each tile: every load (MTE2), a flag to V, the expression DAG and stages
+//! in order on V (each expression computed once, into a UB slot reused
+//! after its last use), a flag to MTE3, the stores, and a barrier before
+//! the next tile reuses the slots. Values are computed in each node's own
+//! dtype with the reference interpreter's rounding, so results match it.
+//!
+//! Loads with an inner stride other than 0 or 1 (transposes, strided
+//! views) use the element-strided `ldx`. A matmul kernel becomes two core
+//! functions: AIC tasks over 64x64 output tiles (GM -> L1 -> L0A/L0B ->
+//! cube, K accumulated in L0C, fixpipe to the product buffer), then the
+//! elementwise epilogue as AIV tasks reading the product from GM.
+//!
+//! A row too long for UB is processed in column chunks, one pass per
+//! stage: a reduction accumulates its chunks' partials (so its sum rounds
+//! per chunk, not once), and later stages see the finished row values.
+//!
+//! Matmuls in f64 or integers (which the cube does not take) run on the
+//! vector cores, row by row.
+//!
+//! Not yet: stores with inner strides other than 0 or 1, one long row
+//! split across several tasks (partial + combine tasks). They are reported
+//! as [`CodegenError::SimUnsupported`].
+
+use crate::CodegenError;
+use tilejit_device::isa::pitch;
+use tilejit_device::{CoreType, DeviceConfig, VerifiedProgram};
+use tilejit_ir::kernel::{BufId, Kernel};
+use tilejit_ir::DType;
+
+mod matmul;
+mod tile;
+mod vector;
+
+use matmul::{compile_matmul, compile_matmul_vector};
+use vector::compile_vector;
+
+/// A kernel compiled for the simulated device.
+#[derive(Clone, Debug)]
+pub struct DeviceKernel {
+    /// The kernel's name.
+    pub name: String,
+    /// The core type its tasks run on.
+    pub core: CoreType,
+    /// The core function.
+    pub program: VerifiedProgram,
+    /// Its assembly text (what the kernel cache shows).
+    pub asm: String,
+    /// GM arguments in order: the kernel's local buffers.
+    pub buffers: Vec<BufId>,
+    /// Units to split over tasks (elements for flat kernels, rows otherwise).
+    pub units: usize,
+    /// Units one tile covers (a task's range is best a multiple of it).
+    pub tile_units: usize,
+}
+
+/// Largest tile width of a flat kernel.
+pub(crate) const MAX_FLAT_W: usize = 4096;
+
+pub(crate) fn unsupported(k: &Kernel, what: impl Into<String>) -> CodegenError {
+    CodegenError::SimUnsupported {
+        kernel: k.name.clone(),
+        what: what.into(),
+    }
+}
+
+/// Text of a float literal the assembler reads back exactly.
+pub(crate) fn float_text(v: f64) -> String {
+    let t = format!("{v:?}");
+    if !v.is_nan() && t.parse::<f64>().map(f64::to_bits) == Ok(v.to_bits()) {
+        t
+    } else {
+        format!("bits:0x{:016x}", v.to_bits())
+    }
+}
+
+/// Compiles one kernel. `buf_dtype` gives each buffer's element type.
+pub fn compile(
+    k: &Kernel,
+    buf_dtype: &dyn Fn(BufId) -> DType,
+    cfg: &DeviceConfig,
+) -> Result<Vec<DeviceKernel>, CodegenError> {
+    let mut out = Vec::new();
+    if let Some(mm) = &k.matmul {
+        let dt = buf_dtype(mm.a);
+        out.push(if matches!(dt, DType::F32 | DType::F16 | DType::BF16) {
+            compile_matmul(k, mm, buf_dtype, cfg)?
+        } else {
+            compile_matmul_vector(k, mm, buf_dtype, cfg)?
+        });
+        // The epilogue reads the product from GM like any other buffer.
+        let mut epilogue = k.clone();
+        epilogue.matmul = None;
+        out.push(compile_vector(&epilogue, buf_dtype, cfg)?);
+    } else {
+        out.push(compile_vector(k, buf_dtype, cfg)?);
+    }
+    Ok(out)
+}
+
+pub(crate) fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    s
+}
+
+/// Bytes a tile row of `w` elements of `dt` takes (for tests and tools).
+pub fn row_bytes(w: usize, dt: DType) -> u64 {
+    pitch(w as u64, dt)
+}
