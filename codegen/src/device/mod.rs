@@ -31,9 +31,9 @@
 //! Matmuls in f64 or integers (which the cube does not take) run on the
 //! vector cores, row by row.
 //!
-//! Not yet: stores with inner strides other than 0 or 1, one long row
-//! split across several tasks (partial + combine tasks). They are reported
-//! as [`CodegenError::SimUnsupported`].
+//! Not yet: stores with inner strides other than 0 or 1 (reported as
+//! [`CodegenError::SimUnsupported`]); splitting one long row across
+//! several tasks (partial + combine tasks): a long row runs in one task.
 
 use crate::CodegenError;
 use tilejit_device::isa::pitch;
