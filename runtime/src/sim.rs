@@ -145,6 +145,22 @@ impl SimProgram {
                 bytes,
             });
         }
+        for (g, set) in self.extra_sets().iter().enumerate() {
+            for (j, &(dt, n)) in set.iter().enumerate() {
+                let bytes = ((n * dt.size_bytes()) as u64).max(1).next_multiple_of(32);
+                w.temp_bytes += bytes;
+                w.total_bytes += bytes;
+                // A one-dimensional length always makes a shape.
+                if let Ok(shape) = tilejit_ir::Shape::new(&[n]) {
+                    w.buffers.push(WorkspaceBuffer {
+                        name: format!("w{g}.{j}"),
+                        role: "workspace",
+                        ty: TensorType::new(dt, shape),
+                        bytes,
+                    });
+                }
+            }
+        }
         w
     }
 
@@ -202,9 +218,18 @@ impl SimProgram {
                 Lit::Bool(b) => b as i64,
             })
             .collect();
+        let mut extras = Vec::new();
+        for set in self.extra_sets() {
+            let mut v = Vec::with_capacity(set.len());
+            for &(dt, n) in set.iter() {
+                v.push(Arc::new(dev.allocate((n * dt.size_bytes()) as u64)?));
+            }
+            extras.push(v);
+        }
         let cfg = dev.config();
         let launch = self.build_launch(
             bufs.clone(),
+            extras,
             &scalars,
             [cfg.aic_cores as usize, cfg.aiv_cores as usize],
         );
@@ -345,13 +370,55 @@ impl std::fmt::Display for Workspace {
 }
 
 impl SimProgram {
+    /// For each core function, the index of its workspace set among the
+    /// distinct non-empty ones (functions of one kernel share one).
+    fn extra_groups(&self) -> Vec<Option<usize>> {
+        let mut seen: Vec<&Arc<Vec<(DType, usize)>>> = Vec::new();
+        self.kernels
+            .iter()
+            .map(|k| {
+                if k.extra.is_empty() {
+                    return None;
+                }
+                Some(match seen.iter().position(|s| Arc::ptr_eq(s, &k.extra)) {
+                    Some(i) => i,
+                    None => {
+                        seen.push(&k.extra);
+                        seen.len() - 1
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// The distinct workspace sets, in group order.
+    fn extra_sets(&self) -> Vec<Arc<Vec<(DType, usize)>>> {
+        let groups = self.extra_groups();
+        let mut sets: Vec<Arc<Vec<(DType, usize)>>> = Vec::new();
+        for (k, g) in self.kernels.iter().zip(groups) {
+            if g == Some(sets.len()) {
+                sets.push(k.extra.clone());
+            }
+        }
+        sets
+    }
+
     /// Tile tasks per kernel, hubs between kernels.
     fn build_launch(
         &self,
-        buffers: Vec<Arc<DeviceBuffer>>,
+        mut buffers: Vec<Arc<DeviceBuffer>>,
+        extras: Vec<Vec<Arc<DeviceBuffer>>>,
         params: &[i64],
         cores: [usize; 2],
     ) -> Launch {
+        // Workspace buffers go after the program's, one set per group of
+        // core functions that share them.
+        let mut extra_base = Vec::with_capacity(extras.len());
+        for set in extras {
+            extra_base.push(buffers.len() as u32);
+            buffers.extend(set);
+        }
+        let groups = self.extra_groups();
         let mut tasks: Vec<Task> = Vec::new();
         let mut prev_tail: Option<usize> = None; // the hub after the previous kernel
         for (ki, k) in self.kernels.iter().enumerate() {
@@ -363,7 +430,7 @@ impl SimProgram {
             let ntasks = tiles.min(cores.max(1) * 2).max(1);
             let per = tiles.div_ceil(ntasks) * k.tile_units.max(1);
             let first = tasks.len();
-            let gm: Vec<GmArg> = k
+            let mut gm: Vec<GmArg> = k
                 .buffers
                 .iter()
                 .map(|b| GmArg {
@@ -372,6 +439,16 @@ impl SimProgram {
                     len: buffers[b.0 as usize].len(),
                 })
                 .collect();
+            if let Some(g) = groups[ki] {
+                for j in 0..k.extra.len() {
+                    let b = extra_base[g] + j as u32;
+                    gm.push(GmArg {
+                        buffer: b,
+                        offset: 0,
+                        len: buffers[b as usize].len(),
+                    });
+                }
+            }
             let mut lo = 0;
             while lo < k.units || (lo == 0 && k.units == 0) {
                 let hi = (lo + per).min(k.units);

@@ -290,9 +290,10 @@ fn softmax_and_layernorm_rows() {
     }
 }
 
-/// Rows longer than UB holds: column chunks, one pass per stage, partial
-/// reductions folded into a per-row accumulator. Sums round per chunk, so
-/// these compare with a tolerance; max/min and the stores are exact.
+/// Rows longer than UB holds, and fewer than 8 of them: each stage's
+/// column range split across tasks, partial reductions per chunk in GM,
+/// combine tasks per row. Sums round per chunk, so these compare with a
+/// tolerance; max/min are exact.
 #[test]
 fn rows_longer_than_ub_run_in_chunks() {
     for (rows, cols) in [(1usize, 200_003usize), (3, 70_000)] {
@@ -336,13 +337,28 @@ fn rows_longer_than_ub_run_in_chunks() {
                 "softmax {rows}x{cols}: {a} vs {b}"
             );
         }
-        // The device code really is the chunked form.
+        // A few long rows are split across tasks: per stage a function over
+        // column ranges, per reduction a combine function; the workspace
+        // holds the partials.
         let sp = p.sim().unwrap();
+        let names: Vec<&str> = sp.kernels().iter().map(|k| k.name.as_str()).collect();
         assert!(
-            sp.kernels()
-                .iter()
-                .any(|k| k.asm.contains("c0:") && k.asm.contains("r28")),
-            "not chunked"
+            names.iter().any(|n| n.ends_with("/combine0"))
+                && names.iter().any(|n| n.ends_with("/stage1")),
+            "{names:?}"
+        );
+        assert!(
+            sp.workspace().buffers.iter().any(|b| b.role == "workspace"),
+            "{}",
+            sp.workspace()
+        );
+        let (_, report) = p.run_sim(std::slice::from_ref(&x), &[], true).unwrap();
+        let profile = report.profile.unwrap();
+        let cores: std::collections::HashSet<u32> =
+            profile.records.iter().map(|r| r.core_index).collect();
+        assert!(
+            cores.len() >= 8,
+            "one long row should spread over cores: {cores:?}"
         );
     }
 }

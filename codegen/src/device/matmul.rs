@@ -114,6 +114,7 @@ pub(super) fn compile_matmul(
         buffers: vec![mm.a, mm.b, mm.out],
         units: tiles,
         tile_units: 1,
+        extra: std::sync::Arc::new(Vec::new()),
     })
 }
 
@@ -207,5 +208,6 @@ pub(super) fn compile_matmul_vector(
         buffers: vec![mm.a, mm.b, mm.out],
         units: b * m,
         tile_units: 1,
+        extra: std::sync::Arc::new(Vec::new()),
     })
 }

@@ -36,6 +36,7 @@
 //! several tasks (partial + combine tasks): a long row runs in one task.
 
 use crate::CodegenError;
+use std::sync::Arc;
 use tilejit_device::isa::pitch;
 use tilejit_device::{CoreType, DeviceConfig, VerifiedProgram};
 use tilejit_ir::kernel::{BufId, Kernel};
@@ -63,8 +64,12 @@ pub struct DeviceKernel {
     pub buffers: Vec<BufId>,
     /// Units to split over tasks (elements for flat kernels, rows otherwise).
     pub units: usize,
-    /// Units one tile covers (a task's range is best a multiple of it).
+    /// Units one tile covers (a task's range is always a multiple of it).
     pub tile_units: usize,
+    /// Workspace buffers (dtype, elements) appended to the GM arguments.
+    /// The core functions of one kernel share one list (the same `Arc`):
+    /// allocate it once per kernel.
+    pub extra: Arc<Vec<(DType, usize)>>,
 }
 
 /// Largest tile width of a flat kernel.
@@ -104,9 +109,9 @@ pub fn compile(
         // The epilogue reads the product from GM like any other buffer.
         let mut epilogue = k.clone();
         epilogue.matmul = None;
-        out.push(compile_vector(&epilogue, buf_dtype, cfg)?);
+        out.extend(compile_vector(&epilogue, buf_dtype, cfg)?);
     } else {
-        out.push(compile_vector(k, buf_dtype, cfg)?);
+        out.extend(compile_vector(k, buf_dtype, cfg)?);
     }
     Ok(out)
 }

@@ -20,6 +20,9 @@ pub(super) struct TileCx<'a> {
     pub(super) elem_base: usize,
     pub(super) buffers: &'a [BufId],
     pub(super) access_list: &'a [&'a Access],
+    /// Split long rows: per stage, the GM argument its chunk partials go
+    /// to (register r26 holds the partial's index).
+    pub(super) partials: Vec<Option<String>>,
 }
 
 impl TileCx<'_> {
@@ -222,7 +225,20 @@ impl TileCx<'_> {
                             };
                             let sl = slot_addr(slot_of[value.0 as usize].unwrap_or(0));
                             let acc = self.elem_addr(k.loads.len() + si);
-                            if self.long {
+                            if let Some(Some(gm)) = self.partials.get(si) {
+                                // Split rows: this chunk's partial goes to GM for the
+                                // combine task.
+                                let tmp = self.elem_addr(k.loads.len() + k.stages.len());
+                                let _ = writeln!(
+                                    v_ops,
+                                    "    {rop} {dt}, {shape}, 1, r2, @0x{tmp:x}, @0x{sl:x}"
+                                );
+                                let _ = writeln!(
+                                    stores,
+                                    "    st {dt}, 1x1, 1, 1, {gm}, r26, 0, @0x{tmp:x}"
+                                );
+                                let _ = combine;
+                            } else if self.long {
                                 // This chunk's partial, folded into the row's accumulator.
                                 let tmp = self.elem_addr(k.loads.len() + k.stages.len());
                                 let _ = writeln!(

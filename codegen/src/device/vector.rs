@@ -6,6 +6,7 @@ use super::tile::TileCx;
 use super::{float_text, sanitize, unsupported, DeviceKernel, MAX_FLAT_W};
 use crate::CodegenError;
 use std::fmt::Write;
+use std::sync::Arc;
 use tilejit_device::isa::asm;
 use tilejit_device::{CoreType, DeviceConfig};
 use tilejit_ir::kernel::{Access, BufId, Expr, ExprId, Kernel, Stage};
@@ -52,7 +53,7 @@ pub(super) fn compile_vector(
     k: &Kernel,
     buf_dtype: &dyn Fn(BufId) -> DType,
     cfg: &DeviceConfig,
-) -> Result<DeviceKernel, CodegenError> {
+) -> Result<Vec<DeviceKernel>, CodegenError> {
     if k.domain.is_empty() {
         return Err(unsupported(k, "a rank-0 domain"));
     }
@@ -157,7 +158,15 @@ pub(super) fn compile_vector(
         elem_base: peak * slot_bytes,
         buffers: &buffers,
         access_list: &access_list,
+        partials: Vec::new(),
     };
+    // A few long rows: split each row's columns across tasks, one function
+    // per stage plus a combine function per reduction (partial + combine
+    // tasks), so one big reduction uses many cores.
+    let n_chunks = cols.div_ceil(w);
+    if long && k.rows() <= SPLIT_MAX_ROWS && (n_chunks * 8).next_multiple_of(32) + 64 <= ub {
+        return compile_split(k, buf_dtype, cfg, &cx, &passes, peak, w, n_params);
+    }
 
     // ---- emit ----
     let mut s = String::new();
@@ -249,7 +258,7 @@ pub(super) fn compile_vector(
     };
     let program = asm::assemble(&s).map_err(bad)?;
     let program = tilejit_device::verify(program, cfg).map_err(bad)?;
-    Ok(DeviceKernel {
+    Ok(vec![DeviceKernel {
         name: k.name.clone(),
         program,
         asm: s,
@@ -257,7 +266,173 @@ pub(super) fn compile_vector(
         core: CoreType::Aiv,
         units: k.units(),
         tile_units: step,
-    })
+        extra: Arc::new(Vec::new()),
+    }])
+}
+
+/// Long rows fewer than this are split across tasks.
+const SPLIT_MAX_ROWS: usize = 8;
+
+/// Partial + combine tasks for a kernel with a few long rows. Workspace:
+/// per reduction `j`, GM `w{2j}` holds one partial per (row, chunk) and
+/// `w{2j+1}` one finished value per row. Stage `s` becomes a function over
+/// a column range (all rows, chunk by chunk, reading earlier row values
+/// from GM); each reduction adds a combine function over rows that folds
+/// its partials. The runtime chains them in order.
+#[allow(clippy::too_many_arguments)]
+fn compile_split(
+    k: &Kernel,
+    buf_dtype: &dyn Fn(BufId) -> DType,
+    cfg: &DeviceConfig,
+    base: &TileCx<'_>,
+    passes: &[(Vec<Event>, Vec<usize>, usize)],
+    peak: usize,
+    w: usize,
+    n_params: usize,
+) -> Result<Vec<DeviceKernel>, CodegenError> {
+    let (rows, cols) = (k.rows(), k.cols());
+    let n_chunks = cols.div_ceil(w);
+    let reduces: Vec<(usize, DType, ReduceOp)> = k
+        .stages
+        .iter()
+        .enumerate()
+        .filter_map(|(si, st)| match st {
+            Stage::Reduce { op, value } => Some((si, k.expr(*value).dtype, *op)),
+            Stage::Store { .. } => None,
+        })
+        .collect();
+    let ridx = |si: usize| reduces.iter().position(|r| r.0 == si);
+    let extra: Arc<Vec<(DType, usize)>> = Arc::new(
+        reduces
+            .iter()
+            .flat_map(|&(_, dt, _)| [(dt, rows * n_chunks), (dt, rows)])
+            .collect(),
+    );
+    let header = |s: &mut String, name: &str| {
+        let _ = writeln!(s, ".kernel {name} aiv");
+        for (i, &b) in base.buffers.iter().enumerate() {
+            let _ = writeln!(s, ".gm b{i}_{} {} [] inout", b.0, buf_dtype(b));
+        }
+        for (j, (dt, _)) in extra.iter().enumerate() {
+            let _ = writeln!(s, ".gm w{j} {dt} [] inout");
+        }
+        let _ = writeln!(s, ".arg lo 0\n.arg hi 0");
+        for p in 0..n_params {
+            let _ = writeln!(s, ".arg p{p} 0");
+        }
+    };
+    let finish = |s: String,
+                  name: String,
+                  units: usize,
+                  tile_units: usize|
+     -> Result<DeviceKernel, CodegenError> {
+        let bad = |e: tilejit_device::DeviceError| CodegenError::Bytecode {
+            kernel: k.name.clone(),
+            error: format!("{e}\n{s}"),
+        };
+        let program = tilejit_device::verify(asm::assemble(&s).map_err(bad)?, cfg).map_err(bad)?;
+        Ok(DeviceKernel {
+            name,
+            program,
+            asm: s,
+            buffers: base.buffers.to_vec(),
+            core: CoreType::Aiv,
+            units,
+            tile_units,
+            extra: extra.clone(),
+        })
+    };
+    let mut out = Vec::new();
+    for (si, (ev, lu, _)) in passes.iter().enumerate() {
+        let cx = TileCx {
+            partials: (0..k.stages.len())
+                .map(|s| {
+                    (s == si)
+                        .then(|| ridx(s).map(|j| format!("w{}", 2 * j)))
+                        .flatten()
+                })
+                .collect(),
+            shape: base.shape.clone(),
+            ..*base
+        };
+        let mut s = String::new();
+        header(&mut s, &format!("k_{}_s{si}", sanitize(&k.name)));
+        let _ = writeln!(s, "    ldarg r29, 0\n    ldarg r30, 1");
+        for p in 0..n_params {
+            let _ = writeln!(s, "    ldarg r{}, {}", cx.param_reg(p), 2 + p);
+        }
+        let _ = writeln!(s, "    movi r0, 0\nrows:\n    bge r0, {rows}, done");
+        for a in 0..base.access_list.len() {
+            let _ = writeln!(s, "    movi r{}, 0", cx.base_reg(a));
+        }
+        let _ = writeln!(s, "    mov r3, r0");
+        for d in (0..k.domain.len() - 1).rev() {
+            let dim = k.domain[d].max(1);
+            let _ = writeln!(s, "    rem r4, r3, {dim}\n    div r3, r3, {dim}");
+            for (a, acc) in base.access_list.iter().enumerate() {
+                let st = acc.strides[d];
+                if st != 0 {
+                    let _ = writeln!(
+                        s,
+                        "    mul r31, r4, {st}\n    add r{0}, r{0}, r31",
+                        cx.base_reg(a)
+                    );
+                }
+            }
+        }
+        // Earlier reductions' finished row values, from the combine tasks.
+        for &(sj, dt, _) in reduces.iter().filter(|r| r.0 < si) {
+            let j = ridx(sj).unwrap_or(0);
+            let _ = writeln!(
+                s,
+                "    ld {dt}, 1x1, 1, 1, @0x{:x}, w{}, r0, 0",
+                cx.elem_addr(k.loads.len() + sj),
+                2 * j + 1
+            );
+        }
+        let _ = writeln!(s, "    mov r28, r29\nchunks:\n    bge r28, r30, rowdone");
+        let _ = writeln!(
+            s,
+            "    movi r2, {cols}\n    sub r2, r2, r28\n    min r2, r2, {w}"
+        );
+        let _ = writeln!(
+            s,
+            "    div r26, r28, {w}\n    mul r27, r0, {n_chunks}\n    add r26, r26, r27"
+        );
+        let (loads, v_ops, stores) = cx.emit(ev, lu, peak)?;
+        s.push_str(&loads);
+        s.push_str("    setf mte2, v, 0\n    waitf mte2, v, 0\n");
+        s.push_str(&v_ops);
+        s.push_str("    setf v, mte3, 0\n    waitf v, mte3, 0\n");
+        s.push_str(&stores);
+        let _ = writeln!(s, "    barrier\n    add r28, r28, {w}\n    jmp chunks\nrowdone:\n    add r0, r0, 1\n    jmp rows\ndone:\n    end");
+        out.push(finish(s, format!("{}/stage{si}", k.name), cols, w)?);
+        if let Some(j) = ridx(si) {
+            let (_, dt, op) = reduces[j];
+            let rop = match op {
+                ReduceOp::Sum => "vrsum",
+                ReduceOp::Max => "vrmax",
+                ReduceOp::Min => "vrmin",
+            };
+            let tmp = (n_chunks * dt.size_bytes()).next_multiple_of(32);
+            let mut s = String::new();
+            header(&mut s, &format!("k_{}_c{si}", sanitize(&k.name)));
+            let _ = writeln!(s, "    ldarg r0, 0\n    ldarg r1, 1\nloop:\n    bge r0, r1, done\n    mul r3, r0, {n_chunks}");
+            let _ = writeln!(
+                s,
+                "    ld {dt}, 1x{n_chunks}, 1, {n_chunks}, @0x0, w{}, r3, 0",
+                2 * j
+            );
+            let _ = writeln!(s, "    setf mte2, v, 0\n    waitf mte2, v, 0\n    {rop} {dt}, 1x{n_chunks}, 1, {n_chunks}, @0x{tmp:x}, @0x0");
+            let _ = writeln!(s, "    setf v, mte3, 0\n    waitf v, mte3, 0\n    st {dt}, 1x1, 1, 1, w{}, r0, 0, @0x{tmp:x}", 2 * j + 1);
+            let _ = writeln!(
+                s,
+                "    barrier\n    add r0, r0, 1\n    jmp loop\ndone:\n    end"
+            );
+            out.push(finish(s, format!("{}/combine{si}", k.name), rows, 1)?);
+        }
+    }
+    Ok(out)
 }
 
 /// The expressions stage `si` needs (all of them, recomputed in its own
