@@ -31,9 +31,13 @@
 //! Matmuls in f64 or integers (which the cube does not take) run on the
 //! vector cores, row by row.
 //!
+//! When there are only a few long rows (8 or fewer), each stage's column
+//! range is split across tasks instead: reductions write one partial per
+//! chunk to a GM workspace and a combine function per reduction folds them
+//! per row (partial + combine tasks), so one big reduction uses many cores.
+//!
 //! Not yet: stores with inner strides other than 0 or 1 (reported as
-//! [`CodegenError::SimUnsupported`]); splitting one long row across
-//! several tasks (partial + combine tasks): a long row runs in one task.
+//! [`CodegenError::SimUnsupported`]).
 
 use crate::CodegenError;
 use std::sync::Arc;
