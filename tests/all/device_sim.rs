@@ -889,3 +889,39 @@ fn matmul_example_matches_the_reference() {
     let c = &dev.config().costs;
     assert_eq!(r.busy_of(Pipe::M), c.cube_startup + 64 + 2 * c.flag);
 }
+
+#[test]
+fn strided_loads_and_stores_transpose() {
+    // Load a 3x4 i32 matrix transposed (ldx: row stride 1, column stride 4)
+    // into a 4x3 tile, then store it transposed back (stx) elsewhere.
+    let src: Vec<f64> = (0..12).map(|i| i as f64).collect();
+    let text = ".kernel t aiv\n.gm s i32 [3,4] in\n.gm t i32 [4,3] out\n.gm u i32 [3,4] out
+    ldx i32, 4x8, 4, 3, @0x0, s, 0, 1, 4
+    setf mte2, mte3, 0
+    waitf mte2, mte3, 0
+    st i32, 4x8, 4, 3, t, 0, 3, @0x0
+    stx i32, 4x8, 4, 3, u, 0, 1, 4, @0x0
+    end\n";
+    let (outs, _) = run(
+        &device(),
+        text,
+        &[
+            (DType::I32, src.clone()),
+            (DType::I32, vec![-1.0; 12]),
+            (DType::I32, vec![-1.0; 12]),
+        ],
+        &[],
+    )
+    .unwrap();
+    let want_t: Vec<f64> = (0..12).map(|i| ((i % 3) * 4 + i / 3) as f64).collect();
+    assert_eq!(outs[1], want_t, "transposed");
+    assert_eq!(outs[2], src, "transposed twice");
+    // Out of bounds through a column stride faults.
+    let bad =
+        ".kernel t aiv\n.gm s i32 [3,4] in\n    ldx i32, 4x8, 4, 3, @0x0, s, 0, 1, 7\n    end\n";
+    let msg = fault_of(bad, &[(DType::I32, src)], &[]);
+    assert!(
+        msg.contains("strided GM access to argument 0") && msg.contains("at pc 0"),
+        "{msg}"
+    );
+}

@@ -18,8 +18,8 @@
 //! the next tile reuses the slots. Values are computed in each node's own
 //! dtype with the reference interpreter's rounding, so results match it.
 //!
-//! Loads with an inner stride other than 0 or 1 (transposes, strided
-//! views) use the element-strided `ldx`. A matmul kernel becomes two core
+//! Loads and stores with an inner stride other than 0 or 1 (transposes,
+//! strided views) use the element-strided `ldx` and `stx`. A matmul kernel becomes two core
 //! functions: AIC tasks over 64x64 output tiles (GM -> L1 -> L0A/L0B ->
 //! cube, K accumulated in L0C, fixpipe to the product buffer), then the
 //! elementwise epilogue as AIV tasks reading the product from GM.
@@ -36,8 +36,9 @@
 //! chunk to a GM workspace and a combine function per reduction folds them
 //! per row (partial + combine tasks), so one big reduction uses many cores.
 //!
-//! Not yet: stores with inner strides other than 0 or 1 (reported as
-//! [`CodegenError::SimUnsupported`]).
+//! What the generator cannot express (a kernel needing more registers or
+//! UB than a core has) is [`CodegenError::SimUnsupported`], never a wrong
+//! result.
 
 use crate::CodegenError;
 use std::sync::Arc;

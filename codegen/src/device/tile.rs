@@ -264,12 +264,21 @@ impl TileCx<'_> {
                                 .unwrap_or(0);
                             let inner = access.inner_stride();
                             let off = self.offset(a, inner, "r4", &mut stores);
-                            let vc = if inner == 1 { "r2" } else { "1" };
-                            let _ = writeln!(
-                                stores,
-                                "    st {dt}, {shape}, 1, {vc}, b{gm}_{}, {off}, 0, @0x{sl:x}",
-                                access.buf.0
-                            );
+                            if inner == 0 || inner == 1 {
+                                let vc = if inner == 1 { "r2" } else { "1" };
+                                let _ = writeln!(
+                                    stores,
+                                    "    st {dt}, {shape}, 1, {vc}, b{gm}_{}, {off}, 0, @0x{sl:x}",
+                                    access.buf.0
+                                );
+                            } else {
+                                // A transposed or strided destination.
+                                let _ = writeln!(
+                                    stores,
+                                    "    stx {dt}, {shape}, 1, r2, b{gm}_{}, {off}, 0, {inner}, @0x{sl:x}",
+                                    access.buf.0
+                                );
+                            }
                         }
                     }
                 }

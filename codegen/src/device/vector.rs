@@ -61,14 +61,6 @@ pub(super) fn compile_vector(
     let cols = k.cols();
     let buffers = k.local_buffers();
     for st in &k.stages {
-        if let Stage::Store { access, .. } = st {
-            let inner = access.inner_stride();
-            if !(inner == 0 || inner == 1) {
-                return Err(unsupported(k, format!("a store with inner stride {inner}")));
-            }
-        }
-    }
-    for st in &k.stages {
         if let Stage::Store { access, value } = st {
             if k.expr(*value).dtype != buf_dtype(access.buf) {
                 return Err(unsupported(

@@ -138,6 +138,9 @@ isa_table! {
     Ldx "ldx" MTE2, Aiv, GmRead,
         ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "src": GM, "offset": VAL, "stride": VAL, "cstride": VAL],
         "Strided load: element (r, c) of the valid region comes from GM element offset + r*stride + c*cstride (a transposed or strided view); the rest of the tile is zero-filled.";
+    Stx "stx" MTE3, Aiv, GmWrite,
+        ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": GM, "offset": VAL, "stride": VAL, "cstride": VAL, "src": UB],
+        "Strided store: element (r, c) of the valid region goes to GM element offset + r*stride + c*cstride.";
     St "st" MTE3, Aiv, GmWrite,
         ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": GM, "offset": VAL, "stride": VAL, "src": UB],
         "Store the valid vrows x vcols region of a UB tile to GM (element `offset`, row stride `stride`).";

@@ -114,6 +114,54 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// For an element-strided access (operands offset, stride, cstride at
+    /// `off_at`..): the GM byte address of its first element and its row and
+    /// column strides in bytes, after checking every element lies inside
+    /// argument `g`.
+    fn strided_region(
+        &self,
+        inst: &Inst,
+        g: usize,
+        dt: DType,
+        off_at: usize,
+        (vr, vc): (usize, usize),
+    ) -> R<(u64, u64, u64)> {
+        let span = *self
+            .spans
+            .get(g)
+            .ok_or_else(|| format!("GM argument {g} was not passed"))?;
+        let (off, stride, cstride) = (
+            self.val(inst, off_at),
+            self.val(inst, off_at + 1),
+            self.val(inst, off_at + 2),
+        );
+        if off < 0 || stride < 0 || cstride < 0 {
+            return Err(format!(
+                "negative GM offset {off}, stride {stride} or cstride {cstride}"
+            ));
+        }
+        let size = dt.size_bytes() as u64;
+        if vr > 0 && vc > 0 {
+            let last = (vr as u64 - 1)
+                .checked_mul(stride as u64)
+                .and_then(|x| x.checked_add((vc as u64 - 1).checked_mul(cstride as u64)?))
+                .and_then(|x| x.checked_add(off as u64))
+                .and_then(|x| x.checked_add(1))
+                .and_then(|x| x.checked_mul(size));
+            if !matches!(last, Some(e) if e <= span.len) {
+                return Err(format!(
+                    "strided GM access to argument {g} (offset {off}, strides {stride}/{cstride}, {vr}x{vc} {dt}) goes outside its {} bytes",
+                    span.len
+                ));
+            }
+        }
+        Ok((
+            span.addr + off as u64 * size,
+            stride as u64 * size,
+            cstride as u64 * size,
+        ))
+    }
+
     /// The GM byte address of element `off` of argument `g`, after checking
     /// that the whole strided region lies inside the argument.
     fn gm_region(
@@ -231,46 +279,38 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
         }
         Ldx => {
             let (rows, cols) = inst.shape().unwrap_or((0, 0));
-            let (vr, vc) = cx.valid(inst, 2)?;
-            let g = inst.gm(5);
-            let span = *cx
-                .spans
-                .get(g)
-                .ok_or_else(|| format!("GM argument {g} was not passed"))?;
-            let (off, stride, cstride) = (cx.val(inst, 6), cx.val(inst, 7), cx.val(inst, 8));
-            if off < 0 || stride < 0 || cstride < 0 {
-                return Err(format!(
-                    "negative GM offset {off}, stride {stride} or cstride {cstride}"
-                ));
-            }
-            let size = dt.size_bytes() as u64;
-            if vr > 0 && vc > 0 {
-                let last = (vr as u64 - 1)
-                    .checked_mul(stride as u64)
-                    .and_then(|x| x.checked_add((vc as u64 - 1).checked_mul(cstride as u64)?))
-                    .and_then(|x| x.checked_add(off as u64))
-                    .and_then(|x| x.checked_add(1))
-                    .and_then(|x| x.checked_mul(size));
-                if !matches!(last, Some(e) if e <= span.len) {
-                    return Err(format!(
-                        "strided GM access to argument {g} (offset {off}, strides {stride}/{cstride}, {vr}x{vc} {dt}) goes outside its {} bytes",
-                        span.len
-                    ));
-                }
-            }
+            let vrc = cx.valid(inst, 2)?;
+            let (base, rs, cs) = cx.strided_region(inst, inst.gm(5), dt, 6, vrc)?;
             let p = pitch(cols, dt) as usize;
+            let sz = dt.size_bytes();
             let gm = cx.gm;
             let tile = cx.local_mut(Space::Ub, inst.addr(4), rows as usize * p)?;
             tile.fill(0);
-            let sz = size as usize;
-            for r in 0..vr {
-                for c in 0..vc {
-                    let e = off as u64 + r as u64 * stride as u64 + c as u64 * cstride as u64;
+            for r in 0..vrc.0 {
+                for c in 0..vrc.1 {
                     let at = r * p + c * sz;
-                    gm.read(span.addr + e * size, &mut tile[at..at + sz]);
+                    gm.read(base + r as u64 * rs + c as u64 * cs, &mut tile[at..at + sz]);
                 }
             }
-            w.bytes = (vr * vc * sz) as u64;
+            w.bytes = (vrc.0 * vrc.1 * sz) as u64;
+        }
+        Stx => {
+            let (_, cols) = inst.shape().unwrap_or((0, 0));
+            let vrc = cx.valid(inst, 2)?;
+            let (base, rs, cs) = cx.strided_region(inst, inst.gm(4), dt, 5, vrc)?;
+            let p = pitch(cols, dt) as usize;
+            let sz = dt.size_bytes();
+            let src = inst.addr(8);
+            for r in 0..vrc.0 {
+                let row = cx.local(Space::Ub, src + r * p, vrc.1 * sz)?;
+                for c in 0..vrc.1 {
+                    cx.gm.write(
+                        base + r as u64 * rs + c as u64 * cs,
+                        &row[c * sz..(c + 1) * sz],
+                    );
+                }
+            }
+            w.bytes = (vrc.0 * vrc.1 * sz) as u64;
         }
         St => {
             let (_, cols) = inst.shape().unwrap_or((0, 0));
