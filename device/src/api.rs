@@ -290,6 +290,21 @@ impl SimDevice {
         })
     }
 
+    /// Allocates `bytes` of GM and lets `fill` write all of them: a
+    /// copy-in that skips zero-filling first (see
+    /// [`MemRegion::alloc_for_overwrite`]).
+    pub fn allocate_filled<E: From<DeviceError>>(
+        &self,
+        bytes: u64,
+        fill: impl FnOnce(&DeviceBuffer) -> std::result::Result<(), E>,
+    ) -> std::result::Result<DeviceBuffer, E> {
+        let buf = DeviceBuffer {
+            chunk: self.inner.mem.region.alloc_for_overwrite(bytes)?,
+        };
+        fill(&buf)?;
+        Ok(buf)
+    }
+
     /// Submits a launch to the device's stream and returns at once; the
     /// control thread runs launches in submission order. Wait on the
     /// returned handle for the report.

@@ -191,7 +191,6 @@ impl SimProgram {
         let mut bufs: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(p.buffers.len());
         for b in &p.buffers {
             let bytes = (b.ty.shape.numel() * b.ty.dtype.size_bytes()) as u64;
-            let buf = dev.allocate(bytes)?;
             let host = match b.kind {
                 BufKind::Input(i) => Some(
                     inputs
@@ -205,9 +204,11 @@ impl SimProgram {
                 ),
                 BufKind::Temp => None,
             };
-            if let Some(a) = host {
-                upload(dev, a.buffer(), &buf)?;
-            }
+            // Inputs and constants are written whole right away: no zero-fill.
+            let buf = match host {
+                Some(a) => dev.allocate_filled(bytes, |buf| upload(dev, a.buffer(), buf))?,
+                None => dev.allocate(bytes)?,
+            };
             bufs.push(Arc::new(buf));
         }
         let scalars: Vec<i64> = params

@@ -280,3 +280,28 @@ fn config_round_trips_through_json_and_rejects_bad_values() {
     })
     .is_err());
 }
+
+#[test]
+fn allocate_filled_writes_the_data_and_zeroes_only_the_padding() {
+    let sim = SimDevice::new(DeviceConfig::default()).unwrap();
+    // Dirty a region, free it, then reuse it for a filled allocation.
+    let dirty = sim.allocate(64).unwrap();
+    sim.copy_from_host(&[0xAB; 64], &dirty, 0).unwrap();
+    drop(dirty);
+    let buf = sim
+        .allocate_filled(40, |b| sim.copy_from_host(&[7u8; 40], b, 0))
+        .unwrap();
+    let mut back = [0u8; 64];
+    sim.copy_to_host(&buf, 0, &mut back).unwrap();
+    assert_eq!(&back[..40], &[7u8; 40][..]);
+    assert_eq!(&back[40..], &[0u8; 24][..], "alignment padding is zeroed");
+    // A failing fill gives its error and frees the buffer.
+    let before = sim.memory_stats().chunks;
+    let err = sim
+        .allocate_filled(32, |_| {
+            Err::<(), _>(DeviceError::Config("fill failed".into()))
+        })
+        .unwrap_err();
+    assert_eq!(err, DeviceError::Config("fill failed".into()));
+    assert_eq!(sim.memory_stats().chunks, before);
+}

@@ -103,6 +103,24 @@ impl MemRegion {
 
     /// Allocates `bytes` (rounded up to 32; zero becomes 32), zero-filled.
     pub fn alloc(&self, bytes: u64) -> Result<MemChunk> {
+        let chunk = self.alloc_raw(bytes)?;
+        self.inner.memory.zero(chunk.offset, chunk.len);
+        Ok(chunk)
+    }
+
+    /// Allocates `bytes` for a caller that overwrites all of them at once
+    /// (a copy-in): only the alignment padding past `bytes` is zeroed, so
+    /// the bytes it fails to write hold what the region held before.
+    pub fn alloc_for_overwrite(&self, bytes: u64) -> Result<MemChunk> {
+        let chunk = self.alloc_raw(bytes)?;
+        let data = bytes.min(chunk.len);
+        self.inner
+            .memory
+            .zero(chunk.offset + data, chunk.len - data);
+        Ok(chunk)
+    }
+
+    fn alloc_raw(&self, bytes: u64) -> Result<MemChunk> {
         let len = bytes
             .max(1)
             .checked_next_multiple_of(ALIGN)
@@ -127,7 +145,6 @@ impl MemRegion {
         st.used += len;
         st.chunks += 1;
         drop(st);
-        self.inner.memory.zero(offset, len);
         Ok(MemChunk {
             region: self.inner.clone(),
             offset,
