@@ -410,6 +410,9 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
     let vrc = cx.valid(inst, valid_at)?;
     let (vr, vc) = vrc;
     w.bytes = (vr * vc * dt.size_bytes()) as u64;
+    if dt == DType::F32 && f32_fast(inst, cx, vrc, cols)? {
+        return Ok(());
+    }
     let tile = |cx: &Ctx<'_>, i: usize| cx.read_tile(Space::Ub, inst.addr(i), dt, vrc, cols);
     let out: Vals = match inst.op {
         Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin => {
@@ -547,6 +550,68 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
         }
     };
     cx.write_tile(Space::Ub, inst.addr(4), dt, vrc, cols, &out)
+}
+
+/// f32 elementwise ops whose native f32 result is the IEEE result the
+/// general path computes through f64 (`+ - * /`, NaN-propagating max/min,
+/// relu, neg, abs, moves): done row by row on the UB bytes, without
+/// widening. Returns false for anything else.
+fn f32_fast(inst: &Inst, cx: &mut Ctx<'_>, (vr, vc): (usize, usize), cols: usize) -> R<bool> {
+    use Opcode::*;
+    fn max_nan(a: f32, b: f32) -> f32 {
+        if a.is_nan() || b.is_nan() {
+            f32::NAN
+        } else {
+            a.max(b)
+        }
+    }
+    fn min_nan(a: f32, b: f32) -> f32 {
+        if a.is_nan() || b.is_nan() {
+            f32::NAN
+        } else {
+            a.min(b)
+        }
+    }
+    let s = inst.scalar(6) as f32;
+    type Op = fn(f32, f32, f32) -> f32;
+    let (f, binary): (Op, bool) = match inst.op {
+        Vadd => (|a, b, _| a + b, true),
+        Vsub => (|a, b, _| a - b, true),
+        Vmul => (|a, b, _| a * b, true),
+        Vdiv => (|a, b, _| a / b, true),
+        Vmax => (|a, b, _| max_nan(a, b), true),
+        Vmin => (|a, b, _| min_nan(a, b), true),
+        Vadds => (|a, _, s| a + s, false),
+        Vmuls => (|a, _, s| a * s, false),
+        Vmaxs => (|a, _, s| max_nan(a, s), false),
+        Vmins => (|a, _, s| min_nan(a, s), false),
+        Vrelu => (|a, _, _| if a.is_nan() || a > 0.0 { a } else { 0.0 }, false),
+        Vneg => (|a, _, _| -a, false),
+        Vabs => (|a, _, _| a.abs(), false),
+        Vmov => (|a, _, _| a, false),
+        _ => return Ok(false),
+    };
+    // The scalar of vadds etc. is rounded to f32 first, as the general path does.
+    let p = pitch(cols as u64, DType::F32) as usize;
+    let n = vc * 4;
+    let (mut ra, mut rb) = (vec![0u8; n], vec![0u8; n]);
+    for r in 0..vr {
+        ra.copy_from_slice(cx.local(Space::Ub, inst.addr(5) + r * p, n)?);
+        if binary {
+            rb.copy_from_slice(cx.local(Space::Ub, inst.addr(6) + r * p, n)?);
+        }
+        let dst = cx.local_mut(Space::Ub, inst.addr(4) + r * p, n)?;
+        for ((d, a), b) in dst
+            .chunks_exact_mut(4)
+            .zip(ra.chunks_exact(4))
+            .zip(rb.chunks_exact(4))
+        {
+            let x = f32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+            let y = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            d.copy_from_slice(&f(x, y, s).to_le_bytes());
+        }
+    }
+    Ok(true)
 }
 
 fn compare(c: Cond, ord: Option<std::cmp::Ordering>) -> bool {
