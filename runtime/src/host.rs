@@ -286,22 +286,27 @@ impl HostProgram {
             };
             launch(k, code, locals, &mut slots, args)?;
         }
-        let mut done: Vec<Option<Array>> = vec![None; p.buffers.len()];
+        // Buffers already turned into arrays, for outputs that repeat one
+        // (recorded only when a later output could ask: usually never).
+        let mut done: Vec<(usize, Array)> = Vec::new();
         let mut outs = Vec::with_capacity(p.outputs.len());
-        for o in &p.outputs {
+        for (oi, o) in p.outputs.iter().enumerate() {
             outs.push(match *o {
                 ProgramOutput::Param(i, d) => param_output(params, i, d)?,
                 ProgramOutput::Buffer(b, ty) => {
                     let bi = b.0 as usize;
-                    let arr = match (&p.buffers[bi].kind, &done[bi]) {
-                        (_, Some(a)) => a.clone(),
+                    let seen = done.iter().find(|(b, _)| *b == bi).map(|(_, a)| a.clone());
+                    let arr = match (&p.buffers[bi].kind, seen) {
+                        (_, Some(a)) => a,
                         (BufKind::Input(i), _) => inputs[*i as usize].clone(),
                         (BufKind::Constant(c), _) => self.constants[*c as usize].clone(),
                         (BufKind::Temp, None) => {
                             let store = take_owned(&mut slots[bi])?;
                             let decl = p.buffers[bi].ty;
                             let a = Array::new(decl.shape, to_buffer(store, decl.dtype))?;
-                            done[bi] = Some(a.clone());
+                            if oi + 1 < p.outputs.len() {
+                                done.push((bi, a.clone()));
+                            }
                             a
                         }
                     };
@@ -379,7 +384,23 @@ fn launch(
     args: &[i64],
 ) -> Result<(), RuntimeError> {
     let layout = &code.code.layout;
-    let bufs: Vec<BufArg> = locals.iter().map(|b| slots[b.0 as usize].arg()).collect();
+    // Most kernels have a few buffers: describe them on the stack.
+    let empty = BufArg {
+        ptr: 0,
+        bytes: 0,
+        writable: false,
+    };
+    let mut small = [empty; 16];
+    let heap: Vec<BufArg>;
+    let bufs: &[BufArg] = if locals.len() <= small.len() {
+        for (d, b) in small.iter_mut().zip(locals) {
+            *d = slots[b.0 as usize].arg();
+        }
+        &small[..locals.len()]
+    } else {
+        heap = locals.iter().map(|b| slots[b.0 as usize].arg()).collect();
+        &heap
+    };
     let units = k.units();
     code.launches.fetch_add(1, Ordering::Relaxed);
     if units == 0 {
@@ -388,11 +409,11 @@ fn launch(
     let cols = k.cols();
     let run = |start: usize, end: usize| -> Result<(), RuntimeError> {
         if layout.scratch == 0 {
-            return Ok(code.code.call(&bufs, args, start, end)?);
+            return Ok(code.code.call(bufs, args, start, end)?);
         }
         // Scratch rows are per call: calls on other threads get their own.
         let mut scratch: Vec<Vec<u64>> = (0..layout.scratch).map(|_| vec![0u64; cols]).collect();
-        let mut all = bufs.clone();
+        let mut all = bufs.to_vec();
         for s in scratch.iter_mut() {
             all.push(BufArg {
                 ptr: s.as_mut_ptr() as usize,
