@@ -8,36 +8,7 @@
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use tilejit::prelude::*;
-
-#[jit]
-fn bias_relu(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
-    (x * w + b).relu()
-}
-
-#[jit]
-fn gelu(x: &Tensor) -> Tensor {
-    x.gelu()
-}
-
-#[jit]
-fn softmax(x: &Tensor) -> Tensor {
-    x.softmax(-1)
-}
-
-#[jit]
-fn layernorm(x: &Tensor, g: &Tensor, b: &Tensor) -> Tensor {
-    x.layer_norm(g, b, 1e-5)
-}
-
-#[jit]
-fn mm_bias_gelu(a: &Tensor, b: &Tensor, bias: &Tensor) -> Tensor {
-    (a.matmul(b) + bias).gelu()
-}
-
-#[jit]
-fn add(x: &Tensor, y: &Tensor) -> Tensor {
-    x + y
-}
+use tilejit_benches::workloads::*;
 
 fn elementwise(c: &mut Criterion) {
     let mut g = c.benchmark_group("elementwise");
@@ -90,7 +61,7 @@ fn matmul(c: &mut Criterion) {
         );
         g.throughput(Throughput::Elements(2 * (n * n * n) as u64));
         g.bench_with_input(BenchmarkId::new("gelu(a@b+bias)", n), &n, |bch, _| {
-            bch.iter(|| mm_bias_gelu(&a, &b, &bias))
+            bch.iter(|| matmul_bias_gelu(&a, &b, &bias))
         });
     }
     g.finish();

@@ -5,6 +5,48 @@
 
 use std::time::{Duration, Instant};
 
+/// The workloads' jit functions, shared by the `bench` binary and the
+/// criterion benches.
+pub mod workloads {
+    use tilejit::prelude::*;
+
+    /// W1 and W8: `relu(x*w + b)`.
+    #[jit]
+    pub fn bias_relu(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+        (x * w + b).relu()
+    }
+
+    /// W2: GELU, tanh approximation.
+    #[jit]
+    pub fn gelu(x: &Tensor) -> Tensor {
+        x.gelu()
+    }
+
+    /// W3: row softmax.
+    #[jit]
+    pub fn softmax(x: &Tensor) -> Tensor {
+        x.softmax(-1)
+    }
+
+    /// W4 and W7: layernorm over the last axis.
+    #[jit]
+    pub fn layernorm(x: &Tensor, g: &Tensor, b: &Tensor) -> Tensor {
+        x.layer_norm(g, b, 1e-5)
+    }
+
+    /// W5: `gelu(a@b + bias)`.
+    #[jit]
+    pub fn matmul_bias_gelu(a: &Tensor, b: &Tensor, bias: &Tensor) -> Tensor {
+        (a.matmul(b) + bias).gelu()
+    }
+
+    /// W6: `x + y`.
+    #[jit]
+    pub fn add(x: &Tensor, y: &Tensor) -> Tensor {
+        x + y
+    }
+}
+
 /// Median of timed calls after `warmup` calls: at least `min_reps` calls
 /// and at least ~1 s of timed work.
 pub fn median_time(warmup: usize, min_reps: usize, mut f: impl FnMut()) -> Duration {

@@ -162,6 +162,28 @@ impl Memory {
     }
 }
 
+/// The `DeviceApi` methods both devices answer from their `Memory`
+/// (`$mem` is the path to it); `describe` and `synchronize` differ.
+macro_rules! memory_methods {
+    ($($mem:ident).+) => {
+        fn allocate(&self, bytes: u64) -> Result<DeviceBuffer> {
+            self.$($mem).+.allocate(bytes)
+        }
+        fn free(&self, buf: DeviceBuffer) -> Result<()> {
+            self.$($mem).+.free(buf)
+        }
+        fn copy_from_host(&self, src: &[u8], dst: &DeviceBuffer, offset: u64) -> Result<()> {
+            self.$($mem).+.copy_from_host(src, dst, offset)
+        }
+        fn copy_to_host(&self, src: &DeviceBuffer, offset: u64, dst: &mut [u8]) -> Result<()> {
+            self.$($mem).+.copy_to_host(src, offset, dst)
+        }
+        fn copy_within(&self, src: &DeviceBuffer, so: u64, dst: &DeviceBuffer, d_o: u64, bytes: u64) -> Result<()> {
+            self.$($mem).+.copy_within(src, so, dst, d_o, bytes)
+        }
+    };
+}
+
 /// Memory on the host, behind the device API.
 #[derive(Debug)]
 pub struct HostDevice {
@@ -204,28 +226,7 @@ impl DeviceApi for HostDevice {
             clock_hz: 0.0,
         }
     }
-    fn allocate(&self, bytes: u64) -> Result<DeviceBuffer> {
-        self.mem.allocate(bytes)
-    }
-    fn free(&self, buf: DeviceBuffer) -> Result<()> {
-        self.mem.free(buf)
-    }
-    fn copy_from_host(&self, src: &[u8], dst: &DeviceBuffer, offset: u64) -> Result<()> {
-        self.mem.copy_from_host(src, dst, offset)
-    }
-    fn copy_to_host(&self, src: &DeviceBuffer, offset: u64, dst: &mut [u8]) -> Result<()> {
-        self.mem.copy_to_host(src, offset, dst)
-    }
-    fn copy_within(
-        &self,
-        src: &DeviceBuffer,
-        so: u64,
-        dst: &DeviceBuffer,
-        d_o: u64,
-        bytes: u64,
-    ) -> Result<()> {
-        self.mem.copy_within(src, so, dst, d_o, bytes)
-    }
+    memory_methods!(mem);
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }
@@ -395,28 +396,7 @@ impl DeviceApi for SimDevice {
             clock_hz: self.inner.config.clock_hz,
         }
     }
-    fn allocate(&self, bytes: u64) -> Result<DeviceBuffer> {
-        self.inner.mem.allocate(bytes)
-    }
-    fn free(&self, buf: DeviceBuffer) -> Result<()> {
-        self.inner.mem.free(buf)
-    }
-    fn copy_from_host(&self, src: &[u8], dst: &DeviceBuffer, offset: u64) -> Result<()> {
-        self.inner.mem.copy_from_host(src, dst, offset)
-    }
-    fn copy_to_host(&self, src: &DeviceBuffer, offset: u64, dst: &mut [u8]) -> Result<()> {
-        self.inner.mem.copy_to_host(src, offset, dst)
-    }
-    fn copy_within(
-        &self,
-        src: &DeviceBuffer,
-        so: u64,
-        dst: &DeviceBuffer,
-        d_o: u64,
-        bytes: u64,
-    ) -> Result<()> {
-        self.inner.mem.copy_within(src, so, dst, d_o, bytes)
-    }
+    memory_methods!(inner.mem);
     fn synchronize(&self) -> Result<()> {
         // Copies complete before they return; launches are asynchronous.
         self.synchronize_launches()

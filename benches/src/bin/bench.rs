@@ -4,39 +4,10 @@
 
 use std::time::Instant;
 use tilejit::prelude::*;
+use tilejit_benches::workloads::*;
 use tilejit_benches::{max_rel_err, median_time};
 
 const N: usize = 16 * 1024 * 1024;
-
-#[jit]
-fn bias_relu(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
-    (x * w + b).relu()
-}
-
-#[jit]
-fn gelu(x: &Tensor) -> Tensor {
-    x.gelu()
-}
-
-#[jit]
-fn softmax(x: &Tensor) -> Tensor {
-    x.softmax(-1)
-}
-
-#[jit]
-fn layernorm(x: &Tensor, g: &Tensor, b: &Tensor) -> Tensor {
-    x.layer_norm(g, b, 1e-5)
-}
-
-#[jit]
-fn matmul_bias_gelu(a: &Tensor, b: &Tensor, bias: &Tensor) -> Tensor {
-    (a.matmul(b) + bias).gelu()
-}
-
-#[jit]
-fn add(x: &Tensor, y: &Tensor) -> Tensor {
-    x + y
-}
 
 fn f64s(t: &Tensor) -> Vec<f64> {
     t.to_vec::<f32>()

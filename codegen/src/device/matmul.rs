@@ -1,10 +1,10 @@
 //! Matmul kernels: AIC tasks over output tiles for the cube's dtypes, and
 //! a row-by-row vector-core form for f64 and integers.
 
-use super::{sanitize, unsupported, DeviceKernel};
+use super::{assemble_verified, sanitize, unsupported, DeviceKernel};
 use crate::CodegenError;
 use std::fmt::Write;
-use tilejit_device::isa::{asm, pitch};
+use tilejit_device::isa::pitch;
 use tilejit_device::{CoreType, DeviceConfig};
 use tilejit_ir::kernel::{BufId, Kernel};
 use tilejit_ir::DType;
@@ -100,12 +100,7 @@ pub(super) fn compile_matmul(
         s,
         "    barrier\n    add r0, r0, 1\n    jmp loop\ndone:\n    end"
     );
-    let bad = |e: tilejit_device::DeviceError| CodegenError::Bytecode {
-        kernel: k.name.clone(),
-        error: format!("{e}\n{s}"),
-    };
-    let program = asm::assemble(&s).map_err(bad)?;
-    let program = tilejit_device::verify(program, cfg).map_err(bad)?;
+    let program = assemble_verified(k, &s, cfg)?;
     Ok(DeviceKernel {
         name: format!("{}/matmul", k.name),
         core: CoreType::Aic,
@@ -195,11 +190,7 @@ pub(super) fn compile_matmul_vector(
         "    st {t}, c, r13, 0, @0x{acc:x}\n    barrier\n    add r8, r8, {w}\n    jmp nloop"
     );
     let _ = writeln!(s, "ndone:\n    add r0, r0, 1\n    jmp loop\ndone:\n    end");
-    let bad = |e: tilejit_device::DeviceError| CodegenError::Bytecode {
-        kernel: k.name.clone(),
-        error: format!("{e}\n{s}"),
-    };
-    let program = tilejit_device::verify(asm::assemble(&s).map_err(bad)?, cfg).map_err(bad)?;
+    let program = assemble_verified(k, &s, cfg)?;
     Ok(DeviceKernel {
         name: format!("{}/matmul", k.name),
         core: CoreType::Aiv,

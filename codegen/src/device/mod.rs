@@ -121,6 +121,21 @@ pub fn compile(
     Ok(out)
 }
 
+/// Assembles and verifies generated text; a failure is a code generator
+/// bug, reported with the text.
+pub(crate) fn assemble_verified(
+    k: &Kernel,
+    text: &str,
+    cfg: &DeviceConfig,
+) -> Result<VerifiedProgram, CodegenError> {
+    let bad = |e: tilejit_device::DeviceError| CodegenError::Bytecode {
+        kernel: k.name.clone(),
+        error: format!("{e}\n{text}"),
+    };
+    let program = tilejit_device::isa::asm::assemble(text).map_err(bad)?;
+    tilejit_device::verify(program, cfg).map_err(bad)
+}
+
 pub(crate) fn sanitize(name: &str) -> String {
     let s: String = name
         .chars()

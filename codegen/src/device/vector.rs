@@ -3,11 +3,10 @@
 //! task's range (flat tiles, whole rows, or long rows in column chunks).
 
 use super::tile::TileCx;
-use super::{float_text, sanitize, unsupported, DeviceKernel, MAX_FLAT_W};
+use super::{assemble_verified, float_text, sanitize, unsupported, DeviceKernel, MAX_FLAT_W};
 use crate::CodegenError;
 use std::fmt::Write;
 use std::sync::Arc;
-use tilejit_device::isa::asm;
 use tilejit_device::{CoreType, DeviceConfig};
 use tilejit_ir::kernel::{Access, BufId, Expr, ExprId, Kernel, Stage};
 use tilejit_ir::{DType, ReduceOp};
@@ -244,12 +243,7 @@ pub(super) fn compile_vector(
     }
     let step = if flat { w } else { 1 };
     let _ = writeln!(s, "    add r0, r0, {step}\n    jmp loop\ndone:\n    end");
-    let bad = |e: tilejit_device::DeviceError| CodegenError::Bytecode {
-        kernel: k.name.clone(),
-        error: format!("{e}\n{s}"),
-    };
-    let program = asm::assemble(&s).map_err(bad)?;
-    let program = tilejit_device::verify(program, cfg).map_err(bad)?;
+    let program = assemble_verified(k, &s, cfg)?;
     Ok(vec![DeviceKernel {
         name: k.name.clone(),
         program,
@@ -318,11 +312,7 @@ fn compile_split(
                   units: usize,
                   tile_units: usize|
      -> Result<DeviceKernel, CodegenError> {
-        let bad = |e: tilejit_device::DeviceError| CodegenError::Bytecode {
-            kernel: k.name.clone(),
-            error: format!("{e}\n{s}"),
-        };
-        let program = tilejit_device::verify(asm::assemble(&s).map_err(bad)?, cfg).map_err(bad)?;
+        let program = assemble_verified(k, &s, cfg)?;
         Ok(DeviceKernel {
             name,
             program,
