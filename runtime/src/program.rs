@@ -13,7 +13,7 @@ use tilejit_ir::{interp, Array, Graph, Lit};
 
 use crate::host::HostProgram;
 use crate::sim::{SimProgram, SimRun};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// A compiled program.
 #[derive(Debug)]
@@ -117,14 +117,78 @@ impl Program {
     }
 }
 
-/// Runs a graph eagerly: fused and compiled (kernels come from the kernel
-/// cache, so a repeated op costs a lookup, not a compile), without the
-/// simplify passes (an eager graph is one op on inputs).
+/// A one-op (or small) eager graph without constants, by value: the key of
+/// the eager program caches, so repeating an eager op skips fusing and the
+/// kernel cache lookup.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct EagerKey {
+    nodes: Vec<(tilejit_ir::Op, tilejit_ir::TensorType)>,
+    outputs: Vec<tilejit_ir::NodeId>,
+}
+
+impl EagerKey {
+    fn of(g: &Graph) -> Option<EagerKey> {
+        g.constants().is_empty().then(|| EagerKey {
+            nodes: g
+                .ids()
+                .map(|id| (g.node(id).op.clone(), g.ty(id)))
+                .collect(),
+            outputs: g.outputs.clone(),
+        })
+    }
+}
+
+/// Compiled eager programs, bounded (cleared when full: eager graphs are
+/// cheap to rebuild, the bound only keeps memory in check).
+struct EagerCache<P> {
+    map: Mutex<ahash::AHashMap<EagerKey, Arc<P>>>,
+}
+
+const EAGER_CACHE_MAX: usize = 4096;
+
+impl<P> EagerCache<P> {
+    fn get_or(
+        &self,
+        g: &Graph,
+        build: impl FnOnce() -> Result<P, RuntimeError>,
+    ) -> Result<Arc<P>, RuntimeError> {
+        let Some(key) = EagerKey::of(g) else {
+            return build().map(Arc::new);
+        };
+        if let Some(p) = self.map.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(build()?);
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= EAGER_CACHE_MAX {
+            map.clear();
+        }
+        map.insert(key, p.clone());
+        Ok(p)
+    }
+}
+
+/// Runs a small graph eagerly (the frontend's ops outside jit): fused and
+/// compiled like any program, through the kernel cache, and kept in an
+/// eager program cache keyed by the graph itself.
 pub fn run_eager(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError> {
-    HostProgram::compile(g)?.run(inputs, &[])
+    static CACHE: OnceLock<EagerCache<HostProgram>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| EagerCache {
+        map: Mutex::new(Default::default()),
+    });
+    cache
+        .get_or(g, || HostProgram::compile(g))?
+        .run(inputs, &[])
 }
 
 /// [`run_eager`] on the simulated device.
 pub fn run_eager_sim(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError> {
-    Ok(SimProgram::compile(g)?.run(inputs, &[], false)?.0)
+    static CACHE: OnceLock<EagerCache<SimProgram>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| EagerCache {
+        map: Mutex::new(Default::default()),
+    });
+    Ok(cache
+        .get_or(g, || SimProgram::compile(g))?
+        .run(inputs, &[], false)?
+        .0)
 }

@@ -297,4 +297,16 @@ fn main() {
             ),
         );
     }
+    if only.as_ref().is_some_and(|o| o.iter().any(|x| x == "E1")) {
+        // E1 (not a peers workload): an eager `x + y` on [16], per call.
+        let (x, y) = (Tensor::randn(&[16], 12), Tensor::randn(&[16], 13));
+        const CALLS: usize = 20_000;
+        let s = median_time(1, 5, || {
+            for _ in 0..CALLS {
+                drop(&x + &y);
+            }
+        })
+        .as_secs_f64();
+        emit("E1", "ns_per_call", s / CALLS as f64 * 1e9, String::new());
+    }
 }
