@@ -42,7 +42,6 @@
 
 use crate::CodegenError;
 use std::sync::Arc;
-use tilejit_device::isa::pitch;
 use tilejit_device::{CoreType, DeviceConfig, VerifiedProgram};
 use tilejit_ir::kernel::{BufId, Kernel};
 use tilejit_ir::DType;
@@ -149,9 +148,4 @@ pub(crate) fn sanitize(name: &str) -> String {
         .take(40)
         .collect();
     s
-}
-
-/// Bytes a tile row of `w` elements of `dt` takes (for tests and tools).
-pub fn row_bytes(w: usize, dt: DType) -> u64 {
-    pitch(w as u64, dt)
 }

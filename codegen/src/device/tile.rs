@@ -218,6 +218,8 @@ impl TileCx<'_> {
                     match &k.stages[si] {
                         Stage::Reduce { op, value } => {
                             let dt = k.expr(*value).dtype;
+                            // The row reduction, and the binary op that folds
+                            // two partials of it.
                             let (rop, combine) = match op {
                                 ReduceOp::Sum => ("vrsum", "vadd"),
                                 ReduceOp::Max => ("vrmax", "vmax"),
@@ -237,7 +239,6 @@ impl TileCx<'_> {
                                     stores,
                                     "    st {dt}, 1x1, 1, 1, {gm}, r26, 0, @0x{tmp:x}"
                                 );
-                                let _ = combine;
                             } else if self.long {
                                 // This chunk's partial, folded into the row's accumulator.
                                 let tmp = self.elem_addr(k.loads.len() + k.stages.len());
