@@ -171,10 +171,16 @@ impl JitFunction {
         if trace::active() {
             return self.inline(args, body);
         }
-        let sig = self.signature(args)?;
-        let program = self
-            .cache
-            .get_or_build(&sig, || self.trace_and_compile(&sig, args, body))?;
+        // Fast path: the same signature as the last hit, checked against the
+        // arguments without building a signature.
+        let program = match self.cache.get_last(|sig| signature_matches(sig, args)) {
+            Some(p) => p,
+            None => {
+                let sig = self.signature(args)?;
+                self.cache
+                    .get_or_build(&sig, || self.trace_and_compile(&sig, args, body))?
+            }
+        };
         let mut inputs: Vec<Array> = Vec::new();
         let mut params: Vec<Lit> = Vec::new();
         for a in args {
@@ -453,6 +459,21 @@ impl<Out> fmt::Display for JitFn<'_, Out> {
 /// Kinds of a declared parameter list (used by the macros' generated code).
 pub fn param(name: &'static str, kind: ArgKind) -> ParamSpec {
     ParamSpec { name, kind }
+}
+
+/// True when `args` have exactly the signature `sig` (concrete tensors of
+/// its types, the same static values, floats of its dtypes).
+fn signature_matches(sig: &Signature, args: &[ArgValue]) -> bool {
+    sig.args.len() == args.len()
+        && sig.args.iter().zip(args).all(|(s, a)| match (s, a) {
+            (ArgSig::Tensor(t), ArgValue::Tensor(x)) => {
+                matches!(&x.repr, Repr::Concrete(arr) if arr.ty() == *t)
+            }
+            (ArgSig::Float(d), ArgValue::Float(_, e)) => d == e,
+            (ArgSig::Int(v), ArgValue::Int(w)) => v == w,
+            (ArgSig::Bool(v), ArgValue::Bool(w)) => v == w,
+            _ => false,
+        })
 }
 
 /// A [`JitFn`] whose calls run in a chosen mode.

@@ -69,6 +69,9 @@ pub struct HandlerCache<V, E> {
     builds: AtomicU64,
     failures: AtomicU64,
     cleared_hits: AtomicU64,
+    /// The entry the last hit found, for `get_last`: a repeated call with
+    /// the same signature needs neither the signature built nor the map.
+    last: Mutex<Option<(Signature, Arc<Ready<V>>)>>,
 }
 
 impl<V, E> Default for HandlerCache<V, E> {
@@ -79,6 +82,7 @@ impl<V, E> Default for HandlerCache<V, E> {
             builds: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             cleared_hits: AtomicU64::new(0),
+            last: Mutex::new(None),
         }
     }
 }
@@ -108,6 +112,27 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
         }
     }
 
+    /// The value of the entry the last lookup hit, if `matches` accepts its
+    /// signature, counting a hit: the dispatch fast path for repeated calls
+    /// with one signature (no signature to build, no map to search).
+    pub fn get_last(&self, matches: impl FnOnce(&Signature) -> bool) -> Option<Arc<V>> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let (sig, r) = last.as_ref()?;
+        if !matches(sig) {
+            return None;
+        }
+        r.hits.fetch_add(1, Ordering::Relaxed);
+        *r.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        Some(r.value.clone())
+    }
+
+    fn remember(&self, key: &Signature, r: &Arc<Ready<V>>) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if !last.as_ref().is_some_and(|(k, _)| k == key) {
+            *last = Some((key.clone(), r.clone()));
+        }
+    }
+
     /// Returns the value for `key`, building it with `build` on a miss.
     /// Concurrent callers with the same key share one build.
     pub fn get_or_build(
@@ -121,7 +146,10 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
                 Some(Slot::Ready(r)) => {
                     r.hits.fetch_add(1, Ordering::Relaxed);
                     *r.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-                    return Ok(r.value.clone());
+                    let (value, r) = (r.value.clone(), r.clone());
+                    drop(map);
+                    self.remember(key, &r);
+                    return Ok(value);
                 }
                 Some(Slot::Building(f)) => {
                     let f = f.clone();
@@ -230,6 +258,10 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
     /// Drops every ready entry (programs in use stay alive through their
     /// `Arc`s). Builds in flight finish and insert their result.
     pub fn clear(&self) {
+        // `last` first, held while the map is cleared, so no fast-path hit
+        // can land on a cleared entry.
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        *last = None;
         let mut map = self.lock();
         let mut cleared = 0;
         map.retain(|_, s| match s {
