@@ -26,8 +26,8 @@ pub use kernel_cache::{
 pub use program::{run_eager, run_eager_sim, Program};
 pub use signature::{ArgSig, Signature};
 pub use sim::{
-    collect_profiles, sim_device, write_trace, PendingRun, SimProgram, SimRun, Workspace,
-    WorkspaceBuffer,
+    collect_profiles, set_sim_policy, sim_device, sim_policy, write_trace, PendingRun, SimProgram,
+    SimRun, Workspace, WorkspaceBuffer,
 };
 /// The device model (device API, simulated accelerator, ISA), re-exported
 /// for tools such as the `tilejit` CLI.

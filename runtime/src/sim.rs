@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use tilejit_codegen::device::DeviceKernel;
 use tilejit_device::{
     CoreType, DeviceApi, DeviceBuffer, DeviceConfig, GmArg, Launch, LaunchHandle, LaunchOptions,
-    LaunchReport, Profile, SimDevice, Task, TaskKind,
+    LaunchReport, Policy, Profile, SimDevice, Task, TaskKind,
 };
 use tilejit_ir::kernel::{fuse, BufKind, KernelProgram, ProgramOutput};
 use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit, TensorType};
@@ -68,6 +68,36 @@ pub fn write_trace(
     let path = dir.join(format!("{name}-{}-{n}.json", std::process::id()));
     std::fs::write(&path, profile.chrome_trace())?;
     Ok(path)
+}
+
+/// The ready-queue policy of jit launches: `set_sim_policy`, else
+/// `TILEJIT_SIM_POLICY=fifo|newest-first|fair`, else FIFO.
+static POLICY: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(u8::MAX);
+
+/// Sets the scheduler policy of every later Sim launch made by jit calls
+/// and eager ops (the device API takes one per launch).
+pub fn set_sim_policy(p: Policy) {
+    POLICY.store(p as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The policy Sim launches use now.
+pub fn sim_policy() -> Policy {
+    match POLICY.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => Policy::Fifo,
+        1 => Policy::NewestFirst,
+        2 => Policy::Fair,
+        _ => {
+            static ENV: OnceLock<Policy> = OnceLock::new();
+            *ENV.get_or_init(|| {
+                let v = std::env::var("TILEJIT_SIM_POLICY").ok();
+                let p = v.as_deref().map(Policy::from_name);
+                if let Some(None) = p {
+                    eprintln!("tilejit: ignoring TILEJIT_SIM_POLICY={v:?} (expected fifo, newest-first or fair)");
+                }
+                p.flatten().unwrap_or_default()
+            })
+        }
+    }
 }
 
 /// A program compiled for the simulated device.
@@ -245,6 +275,7 @@ impl SimProgram {
             LaunchOptions {
                 profile: record,
                 name,
+                policy: sim_policy(),
                 ..LaunchOptions::default()
             },
         );

@@ -205,3 +205,32 @@ fn the_device_launcher_sizes_its_workspace_and_launches_asynchronously() {
     assert_eq!(out1, want1);
     assert_eq!(out2, want2);
 }
+
+#[test]
+fn sim_launches_use_the_chosen_policy() {
+    use tilejit_ir::{Graph, Op, Shape, TensorType, UnaryOp};
+    use tilejit_runtime::device::Policy;
+    let ty = TensorType::new(tilejit_ir::DType::F32, Shape::new(&[5000]).unwrap());
+    let mut g = Graph::new();
+    let a = g.add(Op::Input { index: 0, ty }).unwrap();
+    let y = g.add(Op::Unary(UnaryOp::Tanh, a)).unwrap();
+    g.outputs.push(y);
+    let p = tilejit_runtime::Program::compile(g).unwrap();
+    let x = Array::from_vec(
+        (0..5000)
+            .map(|i| i as f32 / 500.0 - 5.0)
+            .collect::<Vec<_>>(),
+        &[5000],
+    )
+    .unwrap();
+    let want = p.run_reference(std::slice::from_ref(&x), &[]).unwrap();
+    for policy in [Policy::Fair, Policy::NewestFirst, Policy::Fifo] {
+        tilejit_runtime::set_sim_policy(policy);
+        assert_eq!(tilejit_runtime::sim_policy(), policy);
+        let (out, report) = p.run_sim(std::slice::from_ref(&x), &[], false).unwrap();
+        assert_eq!(report.policy, policy);
+        assert_eq!(out, want, "{policy:?}");
+    }
+    assert_eq!(Policy::from_name("NEWEST"), Some(Policy::NewestFirst));
+    assert_eq!(Policy::from_name("lifo"), None);
+}

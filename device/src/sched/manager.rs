@@ -274,6 +274,7 @@ impl LaunchState {
         });
         Ok(LaunchReport {
             tasks: self.launch.tasks.len(),
+            policy: self.opts.policy,
             managers,
             device_cycles: self.max_end.load(Ordering::Acquire),
             pipe_busy: std::array::from_fn(|i| self.pipe_busy[i].load(Ordering::Relaxed)),

@@ -140,6 +140,27 @@ pub struct LaunchOptions {
     pub name: String,
 }
 
+impl Policy {
+    /// `fifo`, `newest-first`, `fair`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Fifo => "fifo",
+            Policy::NewestFirst => "newest-first",
+            Policy::Fair => "fair",
+        }
+    }
+
+    /// Parses [`Policy::name`] (also `newest`), case-insensitive.
+    pub fn from_name(s: &str) -> Option<Policy> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fifo" => Some(Policy::Fifo),
+            "newest-first" | "newest" => Some(Policy::NewestFirst),
+            "fair" => Some(Policy::Fair),
+            _ => None,
+        }
+    }
+}
+
 impl Default for LaunchOptions {
     fn default() -> Self {
         LaunchOptions {
@@ -156,6 +177,8 @@ impl Default for LaunchOptions {
 pub struct LaunchReport {
     /// Tasks run (hubs included).
     pub tasks: usize,
+    /// The ready-queue policy it ran under.
+    pub policy: Policy,
     /// Manager threads used.
     pub managers: usize,
     /// Virtual device time, cycles: the last task's end.
