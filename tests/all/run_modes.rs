@@ -234,3 +234,25 @@ fn sim_launches_use_the_chosen_policy() {
     assert_eq!(Policy::from_name("NEWEST"), Some(Policy::NewestFirst));
     assert_eq!(Policy::from_name("lifo"), None);
 }
+
+#[test]
+fn many_threads_run_jit_calls_on_the_device_at_once() {
+    let x = Tensor::randn(&[64, 300], 21);
+    let (g, b) = (Tensor::randn(&[300], 22), Tensor::randn(&[300], 23));
+    let want: Vec<f32> = with_mode(RunMode::Reference, || norm(&x, &g, &b).unwrap())
+        .to_vec()
+        .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let (x, g, b, want) = (&x, &g, &b, &want);
+            s.spawn(move || {
+                for _ in 0..5 {
+                    let got: Vec<f32> = with_mode(RunMode::Sim, || norm(x, g, b).unwrap())
+                        .to_vec()
+                        .unwrap();
+                    assert_eq!(&got, want, "thread {t}");
+                }
+            });
+        }
+    });
+}
