@@ -11,7 +11,8 @@
 //!   ranges and params).
 //!
 //! Invariant: the only `unsafe` in this crate is in `host/native.rs`, the one
-//! module that enters native code: JIT kernels and `gemm`.
+//! module that enters native code (JIT kernels and `gemm`) or the OS
+//! (`madvise` for fresh outputs).
 
 pub mod device;
 mod error;

@@ -2,8 +2,8 @@
 //! copy host<->device and device<->device, synchronize, describe. Two
 //! devices implement it: [`HostDevice`] (memory on the host, for
 //! completeness and tests) and [`SimDevice`] (the simulated accelerator:
-//! GM, 24 AIC + 48 AIV cores by default, and a way to run one verified
-//! program on one core).
+//! GM, 24 AIC + 48 AIV cores by default; `run` executes one verified
+//! program on one core, `launch` a task graph through the scheduler).
 
 use crate::config::DeviceConfig;
 use crate::error::{DeviceError, Result};

@@ -1,7 +1,8 @@
 //! Running a fused program on the simulated accelerator: every kernel
-//! compiled to one AIV core function, each launched as tile tasks spread
-//! over the vector cores, kernels ordered by hub nodes (all of kernel i's
-//! tasks -> one hub -> all of kernel i+1's). Host arrays are copied to GM,
+//! compiled to its core functions (one AIV function; a matmul adds an AIC
+//! one; a few long rows give one per stage plus combines), each launched
+//! as tile tasks spread over its cores, in order, joined by hub nodes (all
+//! of one function's tasks -> one hub -> all of the next one's). Host arrays are copied to GM,
 //! the launch runs through the device's control and manager threads, and
 //! the outputs are copied back.
 

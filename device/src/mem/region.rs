@@ -181,21 +181,6 @@ impl MemRegion {
     pub fn owns(&self, chunk: &MemChunk) -> bool {
         Arc::ptr_eq(&self.inner, &chunk.region)
     }
-
-    /// Checks that `span` lies inside the region (for spans that came from
-    /// outside the safe chunk API, such as a task's arguments).
-    pub fn check_span(&self, span: Span) -> Result<()> {
-        let size = self.inner.memory.size();
-        match span.addr.checked_add(span.len) {
-            Some(end) if end <= size => Ok(()),
-            _ => Err(DeviceError::OutOfBounds {
-                what: format!("span in {}", self.inner.name),
-                offset: span.addr,
-                end: span.addr.saturating_add(span.len),
-                size,
-            }),
-        }
-    }
 }
 
 impl RegionInner {
