@@ -114,27 +114,30 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// For an element-strided access (operands offset, stride, cstride at
-    /// `off_at`..): the GM byte address of its first element and its row and
-    /// column strides in bytes, after checking every element lies inside
-    /// argument `g`.
-    fn strided_region(
+    /// The GM region a tile access of `vrows x vcols` touches in argument
+    /// `g`: operands `offset, stride` (and `cstride` when `strided`, else
+    /// rows are contiguous) start at `off_at`. Checks every element lies
+    /// inside the argument; returns the first element's byte address and
+    /// the row and column strides in bytes.
+    fn gm_access(
         &self,
         inst: &Inst,
         g: usize,
         dt: DType,
         off_at: usize,
+        strided: bool,
         (vr, vc): (usize, usize),
     ) -> R<(u64, u64, u64)> {
         let span = *self
             .spans
             .get(g)
             .ok_or_else(|| format!("GM argument {g} was not passed"))?;
-        let (off, stride, cstride) = (
-            self.val(inst, off_at),
-            self.val(inst, off_at + 1),
-            self.val(inst, off_at + 2),
-        );
+        let (off, stride) = (self.val(inst, off_at), self.val(inst, off_at + 1));
+        let cstride = if strided {
+            self.val(inst, off_at + 2)
+        } else {
+            1
+        };
         if off < 0 || stride < 0 || cstride < 0 {
             return Err(format!(
                 "negative GM offset {off}, stride {stride} or cstride {cstride}"
@@ -142,15 +145,20 @@ impl Ctx<'_> {
         }
         let size = dt.size_bytes() as u64;
         if vr > 0 && vc > 0 {
-            let last = (vr as u64 - 1)
+            // One past the last element, in bytes.
+            let end = (vr as u64 - 1)
                 .checked_mul(stride as u64)
                 .and_then(|x| x.checked_add((vc as u64 - 1).checked_mul(cstride as u64)?))
-                .and_then(|x| x.checked_add(off as u64))
-                .and_then(|x| x.checked_add(1))
+                .and_then(|x| x.checked_add(off as u64 + 1))
                 .and_then(|x| x.checked_mul(size));
-            if !matches!(last, Some(e) if e <= span.len) {
+            if !matches!(end, Some(e) if e <= span.len) {
+                let (kind, strides) = if strided {
+                    ("strided ", format!("strides {stride}/{cstride}"))
+                } else {
+                    ("", format!("stride {stride}"))
+                };
                 return Err(format!(
-                    "strided GM access to argument {g} (offset {off}, strides {stride}/{cstride}, {vr}x{vc} {dt}) goes outside its {} bytes",
+                    "{kind}GM access to argument {g} (offset {off}, {strides}, {vr}x{vc} {dt}) goes outside its {} bytes",
                     span.len
                 ));
             }
@@ -160,46 +168,6 @@ impl Ctx<'_> {
             stride as u64 * size,
             cstride as u64 * size,
         ))
-    }
-
-    /// The GM byte address of element `off` of argument `g`, after checking
-    /// that the whole strided region lies inside the argument.
-    fn gm_region(
-        &self,
-        inst: &Inst,
-        g: usize,
-        dt: DType,
-        off_at: usize,
-        (vr, vc): (usize, usize),
-    ) -> R<u64> {
-        let span = *self
-            .spans
-            .get(g)
-            .ok_or_else(|| format!("GM argument {g} was not passed"))?;
-        let off = self.val(inst, off_at);
-        let stride = self.val(inst, off_at + 1);
-        if off < 0 || stride < 0 {
-            return Err(format!("negative GM offset {off} or stride {stride}"));
-        }
-        if vr > 0 && vc > 0 {
-            let size = dt.size_bytes() as u64;
-            let end = (vr as u64 - 1)
-                .checked_mul(stride as u64)
-                .and_then(|x| x.checked_add(off as u64))
-                .and_then(|x| x.checked_add(vc as u64))
-                .and_then(|x| x.checked_mul(size));
-            match end {
-                Some(e) if e <= span.len => {}
-                _ => {
-                    return Err(format!(
-                        "GM access to argument {g} (offset {off}, stride {stride}, {vr}x{vc} {dt}) \
-                         goes outside its {} bytes",
-                        span.len
-                    ))
-                }
-            }
-        }
-        Ok(span.addr + off as u64 * dt.size_bytes() as u64)
     }
 }
 
@@ -261,8 +229,7 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
             let (rows, cols) = inst.shape().unwrap_or((0, 0));
             let vrc = cx.valid(inst, 2)?;
             let space = if inst.op == Ld { Space::Ub } else { Space::L1 };
-            let base = cx.gm_region(inst, inst.gm(5), dt, 6, vrc)?;
-            let stride = cx.val(inst, 7) as u64 * dt.size_bytes() as u64;
+            let (base, stride, _) = cx.gm_access(inst, inst.gm(5), dt, 6, false, vrc)?;
             let p = pitch(cols, dt) as usize;
             let dst = inst.addr(4);
             let row_bytes = vrc.1 * dt.size_bytes();
@@ -280,7 +247,7 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
         Ldx => {
             let (rows, cols) = inst.shape().unwrap_or((0, 0));
             let vrc = cx.valid(inst, 2)?;
-            let (base, rs, cs) = cx.strided_region(inst, inst.gm(5), dt, 6, vrc)?;
+            let (base, rs, cs) = cx.gm_access(inst, inst.gm(5), dt, 6, true, vrc)?;
             let p = pitch(cols, dt) as usize;
             let sz = dt.size_bytes();
             let gm = cx.gm;
@@ -297,7 +264,7 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
         Stx => {
             let (_, cols) = inst.shape().unwrap_or((0, 0));
             let vrc = cx.valid(inst, 2)?;
-            let (base, rs, cs) = cx.strided_region(inst, inst.gm(4), dt, 5, vrc)?;
+            let (base, rs, cs) = cx.gm_access(inst, inst.gm(4), dt, 5, true, vrc)?;
             let p = pitch(cols, dt) as usize;
             let sz = dt.size_bytes();
             let src = inst.addr(8);
@@ -315,8 +282,7 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
         St => {
             let (_, cols) = inst.shape().unwrap_or((0, 0));
             let vrc = cx.valid(inst, 2)?;
-            let base = cx.gm_region(inst, inst.gm(4), dt, 5, vrc)?;
-            let stride = cx.val(inst, 6) as u64 * dt.size_bytes() as u64;
+            let (base, stride, _) = cx.gm_access(inst, inst.gm(4), dt, 5, false, vrc)?;
             let p = pitch(cols, dt) as usize;
             let row_bytes = vrc.1 * dt.size_bytes();
             let src = inst.addr(7);
@@ -348,8 +314,7 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
             } else {
                 acc
             };
-            let base = cx.gm_region(inst, inst.gm(4), dt, 5, vrc)?;
-            let stride = cx.val(inst, 6) as u64 * dt.size_bytes() as u64;
+            let (base, stride, _) = cx.gm_access(inst, inst.gm(4), dt, 5, false, vrc)?;
             let row_bytes = vrc.1 * dt.size_bytes();
             let mut row = vec![0u8; row_bytes];
             for r in 0..vrc.0 {
