@@ -17,6 +17,7 @@ use crate::trace::{self, TraceGuard};
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tilejit_ir::{Array, Lit, Op};
@@ -32,7 +33,9 @@ pub struct JitFunction {
     params: Vec<ParamSpec>,
     cache: HandlerCache<Program, Error>,
     /// The function's own run mode (`#[jit(mode = ..)]`, `set_mode`).
-    mode: Mutex<Option<RunMode>>,
+    /// 0 when unset, else `RunMode::to_byte`: read on every call, so an
+    /// atomic rather than a lock.
+    mode: AtomicU8,
     /// What the last call in Verify mode measured.
     last_verify: Mutex<Option<Vec<crate::mode::OutputDiff>>>,
 }
@@ -71,7 +74,7 @@ impl JitFunction {
             location: location.to_string(),
             params: params.to_vec(),
             cache: HandlerCache::new(),
-            mode: Mutex::new(None),
+            mode: AtomicU8::new(0),
             last_verify: Mutex::new(None),
         }
     }
@@ -88,13 +91,14 @@ impl JitFunction {
     /// Sets the function's own run mode (`None`: the environment's, else
     /// Host). A per-call mode ([`crate::with_mode`]) still wins.
     pub fn set_mode(&self, mode: Option<RunMode>) {
-        *self.mode.lock().unwrap_or_else(|p| p.into_inner()) = mode;
+        self.mode
+            .store(mode.map_or(0, RunMode::to_byte), Ordering::Relaxed);
     }
 
     /// The mode a call made now would run in.
     pub fn effective_mode(&self) -> RunMode {
         crate::mode::scoped()
-            .or(*self.mode.lock().unwrap_or_else(|p| p.into_inner()))
+            .or(RunMode::from_byte(self.mode.load(Ordering::Relaxed)))
             .or_else(crate::mode::env_mode)
             .unwrap_or_default()
     }

@@ -45,6 +45,23 @@ impl RunMode {
         }
     }
 
+    /// A non-zero byte for each mode (0 stands for "unset" where stored).
+    pub(crate) fn to_byte(self) -> u8 {
+        self as u8 + 1
+    }
+
+    /// The mode [`RunMode::to_byte`] gave, or `None` for 0.
+    pub(crate) fn from_byte(b: u8) -> Option<RunMode> {
+        [
+            RunMode::Host,
+            RunMode::Sim,
+            RunMode::Verify,
+            RunMode::Reference,
+        ]
+        .into_iter()
+        .find(|m| m.to_byte() == b)
+    }
+
     /// Parses [`RunMode::name`] (case-insensitive).
     pub fn from_name(s: &str) -> Option<RunMode> {
         [

@@ -39,6 +39,14 @@ struct Ready<V> {
     last_used: Mutex<Instant>,
 }
 
+impl<V> Ready<V> {
+    /// Counts a hit and stamps the time.
+    fn touch(&self) {
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+}
+
 struct InFlight<V, E> {
     result: Mutex<Option<Result<Arc<V>, E>>>,
     done: Condvar,
@@ -104,8 +112,7 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
         let map = self.lock();
         match map.get(key) {
             Some(Slot::Ready(r)) => {
-                r.hits.fetch_add(1, Ordering::Relaxed);
-                *r.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                r.touch();
                 Some(r.value.clone())
             }
             _ => None,
@@ -121,8 +128,7 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
         if !matches(sig) {
             return None;
         }
-        r.hits.fetch_add(1, Ordering::Relaxed);
-        *r.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        r.touch();
         Some(r.value.clone())
     }
 
@@ -144,8 +150,7 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
             let mut map = self.lock();
             match map.get(key) {
                 Some(Slot::Ready(r)) => {
-                    r.hits.fetch_add(1, Ordering::Relaxed);
-                    *r.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+                    r.touch();
                     let (value, r) = (r.value.clone(), r.clone());
                     drop(map);
                     self.remember(key, &r);
