@@ -106,7 +106,36 @@ pub fn sim_policy() -> Policy {
 pub struct SimProgram {
     prog: KernelProgram,
     kernels: Vec<DeviceKernel>,
+    /// Per core function, its workspace set in `workspaces`, if any.
+    workspace_of: Vec<Option<usize>>,
+    /// The distinct workspace sets (a kernel's core functions share one).
+    workspaces: Vec<Arc<Vec<(DType, usize)>>>,
     constants: Vec<Array>,
+}
+
+/// Numbers the distinct non-empty workspace sets of `kernels` (by `Arc`
+/// identity) and says which one each core function uses.
+fn group_workspaces(
+    kernels: &[DeviceKernel],
+) -> (Vec<Option<usize>>, Vec<Arc<Vec<(DType, usize)>>>) {
+    let mut sets: Vec<Arc<Vec<(DType, usize)>>> = Vec::new();
+    let of = kernels
+        .iter()
+        .map(|k| {
+            if k.extra.is_empty() {
+                return None;
+            }
+            Some(
+                sets.iter()
+                    .position(|s| Arc::ptr_eq(s, &k.extra))
+                    .unwrap_or_else(|| {
+                        sets.push(k.extra.clone());
+                        sets.len() - 1
+                    }),
+            )
+        })
+        .collect();
+    (of, sets)
 }
 
 /// What a Sim run returns besides its outputs.
@@ -118,7 +147,7 @@ impl SimProgram {
         let prog = fuse(g)?;
         let cfg = sim_device().config();
         let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
-        let kernels = prog
+        let kernels: Vec<DeviceKernel> = prog
             .kernels
             .par_iter()
             .map(|k| kernel_cache().get_or_compile_sim(k, &dtype_of, cfg))
@@ -127,9 +156,12 @@ impl SimProgram {
             .flat_map(|v| v.iter().cloned().collect::<Vec<_>>())
             .collect();
         let constants = g.constants().iter().map(|c| c.0.clone()).collect();
+        let (workspace_of, workspaces) = group_workspaces(&kernels);
         Ok(SimProgram {
             prog,
             kernels,
+            workspace_of,
+            workspaces,
             constants,
         })
     }
@@ -176,7 +208,7 @@ impl SimProgram {
                 bytes,
             });
         }
-        for (g, set) in self.extra_sets().iter().enumerate() {
+        for (g, set) in self.workspaces.iter().enumerate() {
             for (j, &(dt, n)) in set.iter().enumerate() {
                 let bytes = ((n * dt.size_bytes()) as u64).max(1).next_multiple_of(32);
                 w.temp_bytes += bytes;
@@ -251,7 +283,7 @@ impl SimProgram {
             })
             .collect();
         let mut extras = Vec::new();
-        for set in self.extra_sets() {
+        for set in &self.workspaces {
             let mut v = Vec::with_capacity(set.len());
             for &(dt, n) in set.iter() {
                 v.push(Arc::new(dev.allocate((n * dt.size_bytes()) as u64)?));
@@ -403,39 +435,6 @@ impl std::fmt::Display for Workspace {
 }
 
 impl SimProgram {
-    /// For each core function, the index of its workspace set among the
-    /// distinct non-empty ones (functions of one kernel share one).
-    fn extra_groups(&self) -> Vec<Option<usize>> {
-        let mut seen: Vec<&Arc<Vec<(DType, usize)>>> = Vec::new();
-        self.kernels
-            .iter()
-            .map(|k| {
-                if k.extra.is_empty() {
-                    return None;
-                }
-                Some(match seen.iter().position(|s| Arc::ptr_eq(s, &k.extra)) {
-                    Some(i) => i,
-                    None => {
-                        seen.push(&k.extra);
-                        seen.len() - 1
-                    }
-                })
-            })
-            .collect()
-    }
-
-    /// The distinct workspace sets, in group order.
-    fn extra_sets(&self) -> Vec<Arc<Vec<(DType, usize)>>> {
-        let groups = self.extra_groups();
-        let mut sets: Vec<Arc<Vec<(DType, usize)>>> = Vec::new();
-        for (k, g) in self.kernels.iter().zip(groups) {
-            if g == Some(sets.len()) {
-                sets.push(k.extra.clone());
-            }
-        }
-        sets
-    }
-
     /// Tile tasks per kernel, hubs between kernels.
     fn build_launch(
         &self,
@@ -451,7 +450,6 @@ impl SimProgram {
             extra_base.push(buffers.len() as u32);
             buffers.extend(set);
         }
-        let groups = self.extra_groups();
         let mut tasks: Vec<Task> = Vec::new();
         let mut prev_tail: Option<usize> = None; // the hub after the previous kernel
         for (ki, k) in self.kernels.iter().enumerate() {
@@ -472,7 +470,7 @@ impl SimProgram {
                     len: buffers[b.0 as usize].len(),
                 })
                 .collect();
-            if let Some(g) = groups[ki] {
+            if let Some(g) = self.workspace_of[ki] {
                 for j in 0..k.extra.len() {
                     let b = extra_base[g] + j as u32;
                     gm.push(GmArg {
