@@ -109,16 +109,17 @@ pub struct SimProgram {
     /// Per core function, its workspace set in `workspaces`, if any.
     workspace_of: Vec<Option<usize>>,
     /// The distinct workspace sets (a kernel's core functions share one).
-    workspaces: Vec<Arc<Vec<(DType, usize)>>>,
+    workspaces: Vec<WorkspaceSet>,
     constants: Vec<Array>,
 }
 
+/// Workspace buffers (dtype, elements) shared by a kernel's core functions.
+type WorkspaceSet = Arc<Vec<(DType, usize)>>;
+
 /// Numbers the distinct non-empty workspace sets of `kernels` (by `Arc`
 /// identity) and says which one each core function uses.
-fn group_workspaces(
-    kernels: &[DeviceKernel],
-) -> (Vec<Option<usize>>, Vec<Arc<Vec<(DType, usize)>>>) {
-    let mut sets: Vec<Arc<Vec<(DType, usize)>>> = Vec::new();
+fn group_workspaces(kernels: &[DeviceKernel]) -> (Vec<Option<usize>>, Vec<WorkspaceSet>) {
+    let mut sets: Vec<WorkspaceSet> = Vec::new();
     let of = kernels
         .iter()
         .map(|k| {
