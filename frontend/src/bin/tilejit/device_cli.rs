@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use tilejit_ir::DType;
 use tilejit_runtime::device::isa::{asm, binary, GmDecl, Role};
 use tilejit_runtime::device::npy::{self, NpyArray};
+use tilejit_runtime::device::sim::values::{self, Vals};
 use tilejit_runtime::device::DeviceBuffer;
 use tilejit_runtime::device::{CoreType, DeviceApi, DeviceConfig, Program, SimDevice};
 
@@ -292,41 +293,28 @@ fn fill(decl: &GmDecl, seed: u64) -> Vec<u8> {
         z ^ (z >> 31)
     };
     let n = decl.numel().unwrap_or(0) as usize;
-    let mut out = Vec::with_capacity(n * decl.dtype.size_bytes());
-    for _ in 0..n {
-        let r = next();
-        let f = (r >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-        let i = (r % 16) as i64 - 8;
-        match decl.dtype {
-            DType::F32 => out.extend_from_slice(&(f as f32).to_le_bytes()),
-            DType::F64 => out.extend_from_slice(&f.to_le_bytes()),
-            DType::F16 => out.extend_from_slice(&half::f16::from_f64(f).to_le_bytes()),
-            DType::BF16 => out.extend_from_slice(&half::bf16::from_f64(f).to_le_bytes()),
-            DType::I32 => out.extend_from_slice(&(i as i32).to_le_bytes()),
-            DType::I64 => out.extend_from_slice(&i.to_le_bytes()),
-            DType::Bool => out.push((r & 1) as u8),
-        }
-    }
+    let vals = if decl.dtype.is_float() {
+        Vals::F(
+            (0..n)
+                .map(|_| (next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0)
+                .collect(),
+        )
+    } else if decl.dtype == DType::Bool {
+        Vals::I((0..n).map(|_| (next() & 1) as i64).collect())
+    } else {
+        Vals::I((0..n).map(|_| (next() % 16) as i64 - 8).collect())
+    };
+    // The device's own encoder rounds each value to the dtype.
+    let mut out = vec![0u8; n * decl.dtype.size_bytes()];
+    values::encode_from(&vals, 0, decl.dtype, &mut out);
     out
 }
 
 /// `name f32[16,1000]: v0 v1 ... (sum S)` for an output.
 fn summary(decl: &GmDecl, data: &[u8]) -> String {
-    let size = decl.dtype.size_bytes();
-    let vals: Vec<f64> = data
-        .chunks_exact(size)
-        .map(|c| match decl.dtype {
-            DType::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-            DType::F64 => f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]),
-            DType::F16 => half::f16::from_le_bytes([c[0], c[1]]).to_f64(),
-            DType::BF16 => half::bf16::from_le_bytes([c[0], c[1]]).to_f64(),
-            DType::I32 => i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64,
-            DType::I64 => {
-                i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f64
-            }
-            DType::Bool => c[0] as f64,
-        })
-        .collect();
+    let mut vals = values::empty(decl.dtype, data.len() / decl.dtype.size_bytes());
+    values::decode_into(data, decl.dtype, &mut vals);
+    let vals: Vec<f64> = (0..vals.len()).map(|i| vals.get_f(i)).collect();
     let dims: Vec<String> = decl.shape.iter().map(u64::to_string).collect();
     let mut s = format!("{} {}[{}]:", decl.name, decl.dtype, dims.join(","));
     for v in vals.iter().take(6) {
