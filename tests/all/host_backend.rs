@@ -10,7 +10,7 @@ use tilejit::prelude::*;
 use tilejit_ir::{Array, Axes, DType as D, Graph, Lit, Op, ReduceOp, Shape, TensorType, UnaryOp};
 use tilejit_runtime::{kernel_cache, Program};
 
-fn as_f64(a: &Array) -> Vec<f64> {
+pub(crate) fn as_f64(a: &Array) -> Vec<f64> {
     let b = a.buffer();
     (0..b.len()).map(|i| b.get(i).as_f64()).collect()
 }
@@ -69,7 +69,7 @@ proptest! {
     }
 }
 
-fn ty(d: D, dims: &[usize]) -> TensorType {
+pub(crate) fn ty(d: D, dims: &[usize]) -> TensorType {
     TensorType::new(d, Shape::new(dims).unwrap())
 }
 
@@ -87,9 +87,11 @@ fn unary_graph(u: UnaryOp, d: D, n: usize) -> Graph {
     g
 }
 
-fn ramp(n: usize, d: D) -> Array {
+/// `n` values of `d` in a mixed range (shared with the Sim backend's tests;
+/// `salt` shifts the pattern so two inputs differ).
+pub(crate) fn ramp(n: usize, d: D, salt: usize) -> Array {
     let v: Vec<f64> = (0..n)
-        .map(|i| ((i * 7919) % 1000) as f64 / 250.0 - 2.0)
+        .map(|i| (((i + salt) * 7919) % 1000) as f64 / 250.0 - 2.0)
         .collect();
     match d {
         D::F64 => Array::from_vec(v, &[n]).unwrap(),
@@ -97,6 +99,9 @@ fn ramp(n: usize, d: D) -> Array {
         D::I64 => Array::from_vec(v.iter().map(|&x| (x * 10.0) as i64).collect(), &[n]).unwrap(),
         D::F16 => {
             Array::from_vec(v.iter().map(|&x| half::f16::from_f64(x)).collect(), &[n]).unwrap()
+        }
+        D::BF16 => {
+            Array::from_vec(v.iter().map(|&x| half::bf16::from_f64(x)).collect(), &[n]).unwrap()
         }
         _ => Array::from_vec(v.iter().map(|&x| x as f32).collect(), &[n]).unwrap(),
     }
@@ -124,7 +129,7 @@ fn every_op_at_odd_sizes_on_every_float_and_int_dtype() {
             };
             let tol = if d == D::F16 { 2e-2 } else { 1e-5 };
             for &u in unary {
-                check_program(unary_graph(u, d, n), &[ramp(n, d)], &[], tol)
+                check_program(unary_graph(u, d, n), &[ramp(n, d, 0)], &[], tol)
                     .unwrap_or_else(|e| panic!("{u:?} {d} n={n}: {e}"));
             }
             for b in [
@@ -160,8 +165,13 @@ fn every_op_at_odd_sizes_on_every_float_and_int_dtype() {
                     .add(Op::Reduce(ReduceOp::Max, t, Axes::from_axes(&[1])))
                     .unwrap();
                 g.outputs.extend([y, s, m]);
-                check_program(g, &[ramp(n, d)], &[], if d.is_float() { 1e-3 } else { 0.0 })
-                    .unwrap_or_else(|e| panic!("{b:?} {d} n={n}: {e}"));
+                check_program(
+                    g,
+                    &[ramp(n, d, 0)],
+                    &[],
+                    if d.is_float() { 1e-3 } else { 0.0 },
+                )
+                .unwrap_or_else(|e| panic!("{b:?} {d} n={n}: {e}"));
             }
         }
     }

@@ -5,19 +5,15 @@
 //! device code generator does not handle yet (matmul, transposes) must
 //! fail with a clear `unsupported` error, never a wrong answer.
 
+use crate::host_backend::{as_f64, ramp, ty};
 use crate::simplify_props::{build, dims, inputs};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tilejit_ir::{
-    Array, Axes, BinaryOp, DType as D, Graph, Lit, Op, ReduceOp, Shape, TensorType, UnaryOp,
+    Array, Axes, BinaryOp, DType as D, Graph, Lit, NodeId, Op, ReduceOp, Shape, UnaryOp,
 };
 use tilejit_runtime::{Program, RuntimeError};
-
-fn as_f64(a: &Array) -> Vec<f64> {
-    let b = a.buffer();
-    (0..b.len()).map(|i| b.get(i).as_f64()).collect()
-}
 
 /// Sim vs reference: every output element equal (NaN matches NaN). The
 /// device computes each op in the node's dtype with the interpreter's
@@ -118,28 +114,6 @@ fn sim_matches_reference_on_random_graphs() {
     );
 }
 
-fn ty(d: D, dims: &[usize]) -> TensorType {
-    TensorType::new(d, Shape::new(dims).unwrap())
-}
-
-fn ramp(n: usize, d: D, salt: usize) -> Array {
-    let v: Vec<f64> = (0..n)
-        .map(|i| (((i + salt) * 7919) % 1000) as f64 / 250.0 - 2.0)
-        .collect();
-    match d {
-        D::F64 => Array::from_vec(v, &[n]).unwrap(),
-        D::I32 => Array::from_vec(v.iter().map(|&x| (x * 10.0) as i32).collect(), &[n]).unwrap(),
-        D::I64 => Array::from_vec(v.iter().map(|&x| (x * 10.0) as i64).collect(), &[n]).unwrap(),
-        D::F16 => {
-            Array::from_vec(v.iter().map(|&x| half::f16::from_f64(x)).collect(), &[n]).unwrap()
-        }
-        D::BF16 => {
-            Array::from_vec(v.iter().map(|&x| half::bf16::from_f64(x)).collect(), &[n]).unwrap()
-        }
-        _ => Array::from_vec(v.iter().map(|&x| x as f32).collect(), &[n]).unwrap(),
-    }
-}
-
 #[test]
 fn every_elementwise_op_at_odd_sizes_and_dtypes() {
     for n in [1usize, 3, 50, 783, 4096, 10_007] {
@@ -213,31 +187,8 @@ fn every_elementwise_op_at_odd_sizes_and_dtypes() {
 #[test]
 fn softmax_and_layernorm_rows() {
     for (rows, cols) in [(1usize, 1usize), (3, 50), (7, 783), (64, 1024), (5, 4096)] {
-        let x = {
-            let v: Vec<f32> = (0..rows * cols)
-                .map(|i| (((i * 7919) % 1000) as f32) / 100.0 - 5.0)
-                .collect();
-            Array::from_vec(v, &[rows, cols]).unwrap()
-        };
-        let mut g = Graph::new();
-        let xi = g
-            .add(Op::Input {
-                index: 0,
-                ty: ty(D::F32, &[rows, cols]),
-            })
-            .unwrap();
-        let axes = Axes::from_axes(&[1]);
-        let m = g.add(Op::Reduce(ReduceOp::Max, xi, axes)).unwrap();
-        let mb = g
-            .add(Op::Broadcast(m, Shape::new(&[rows, cols]).unwrap()))
-            .unwrap();
-        let d = g.add(Op::Binary(BinaryOp::Sub, xi, mb)).unwrap();
-        let e = g.add(Op::Unary(UnaryOp::Exp, d)).unwrap();
-        let s = g.add(Op::Reduce(ReduceOp::Sum, e, axes)).unwrap();
-        let sb = g
-            .add(Op::Broadcast(s, Shape::new(&[rows, cols]).unwrap()))
-            .unwrap();
-        let y = g.add(Op::Binary(BinaryOp::Div, e, sb)).unwrap();
+        let x = rows_input(rows, cols);
+        let (mut g, y, _) = softmax_graph(rows, cols);
         g.outputs.push(y);
         assert!(
             check_sim(g, std::slice::from_ref(&x), &[]).unwrap(),
@@ -245,6 +196,7 @@ fn softmax_and_layernorm_rows() {
         );
 
         // Layernorm with a param epsilon: (x - mean) * rsqrt(var + eps).
+        let axes = Axes::from_axes(&[1]);
         let mut g = Graph::new();
         let xi = g
             .add(Op::Input {
@@ -294,34 +246,44 @@ fn softmax_and_layernorm_rows() {
 /// column range split across tasks, partial reductions per chunk in GM,
 /// combine tasks per row. Sums round per chunk, so these compare with a
 /// tolerance; max/min are exact.
+/// `rows x cols` f32 values in [-5, 5).
+fn rows_input(rows: usize, cols: usize) -> Array {
+    let v: Vec<f32> = (0..rows * cols)
+        .map(|i| (((i * 7919) % 1000) as f32) / 100.0 - 5.0)
+        .collect();
+    Array::from_vec(v, &[rows, cols]).unwrap()
+}
+
+/// Row softmax `exp(x - max) / sum` of input 0 (node 0): the graph, the
+/// result node and the row-max node (no outputs pushed yet).
+fn softmax_graph(rows: usize, cols: usize) -> (Graph, NodeId, NodeId) {
+    let mut g = Graph::new();
+    let full = Shape::new(&[rows, cols]).unwrap();
+    let xi = g
+        .add(Op::Input {
+            index: 0,
+            ty: ty(D::F32, &[rows, cols]),
+        })
+        .unwrap();
+    let axes = Axes::from_axes(&[1]);
+    let m = g.add(Op::Reduce(ReduceOp::Max, xi, axes)).unwrap();
+    let mb = g.add(Op::Broadcast(m, full)).unwrap();
+    let d = g.add(Op::Binary(BinaryOp::Sub, xi, mb)).unwrap();
+    let e = g.add(Op::Unary(UnaryOp::Exp, d)).unwrap();
+    let s = g.add(Op::Reduce(ReduceOp::Sum, e, axes)).unwrap();
+    let sb = g.add(Op::Broadcast(s, full)).unwrap();
+    let y = g.add(Op::Binary(BinaryOp::Div, e, sb)).unwrap();
+    (g, y, m)
+}
+
 #[test]
 fn rows_longer_than_ub_run_in_chunks() {
     for (rows, cols) in [(1usize, 200_003usize), (3, 70_000)] {
-        let n = rows * cols;
-        let v: Vec<f32> = (0..n)
-            .map(|i| (((i * 7919) % 1000) as f32) / 100.0 - 5.0)
-            .collect();
-        let x = Array::from_vec(v, &[rows, cols]).unwrap();
+        let x = rows_input(rows, cols);
         let axes = Axes::from_axes(&[1]);
-        // Softmax over the long rows.
-        let mut g = Graph::new();
-        let xi = g
-            .add(Op::Input {
-                index: 0,
-                ty: ty(D::F32, &[rows, cols]),
-            })
-            .unwrap();
-        let m = g.add(Op::Reduce(ReduceOp::Max, xi, axes)).unwrap();
-        let mb = g
-            .add(Op::Broadcast(m, Shape::new(&[rows, cols]).unwrap()))
-            .unwrap();
-        let d = g.add(Op::Binary(BinaryOp::Sub, xi, mb)).unwrap();
-        let e = g.add(Op::Unary(UnaryOp::Exp, d)).unwrap();
-        let s = g.add(Op::Reduce(ReduceOp::Sum, e, axes)).unwrap();
-        let sb = g
-            .add(Op::Broadcast(s, Shape::new(&[rows, cols]).unwrap()))
-            .unwrap();
-        let y = g.add(Op::Binary(BinaryOp::Div, e, sb)).unwrap();
+        // Softmax over the long rows, its row max, and the row min.
+        let (mut g, y, m) = softmax_graph(rows, cols);
+        let xi = NodeId(0);
         let mx = g.add(Op::Reduce(ReduceOp::Min, xi, axes)).unwrap();
         g.outputs.push(y);
         g.outputs.push(m);
