@@ -9,7 +9,7 @@ use crate::config::DeviceConfig;
 use crate::error::{DeviceError, Result};
 use crate::isa::verify::{verify, VerifiedProgram};
 use crate::isa::{CoreType, Program};
-use crate::mem::{MemChunk, MemRegion, RegionStats, Span};
+use crate::mem::{GmElem, MemChunk, MemRegion, RegionStats, Span};
 use crate::sched::{Launch, LaunchHandle, LaunchOptions, Scheduler};
 use crate::sim::{run_core, CoreRun, CoreState, TaskArgs};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -304,6 +304,29 @@ impl SimDevice {
         };
         fill(&buf)?;
         Ok(buf)
+    }
+
+    /// Copies typed host elements into `dst` at byte `offset`: the bulk
+    /// form of [`DeviceApi::copy_from_host`], packing elements straight
+    /// into GM words, with big copies split over the rayon pool.
+    pub fn copy_elems_from_host<T: GmElem>(
+        &self,
+        src: &[T],
+        dst: &DeviceBuffer,
+        offset: u64,
+    ) -> Result<()> {
+        self.inner.mem.owned(dst)?.write_elems(offset, src)
+    }
+
+    /// Copies typed elements of `src` at byte `offset` to the host: the
+    /// bulk form of [`DeviceApi::copy_to_host`].
+    pub fn copy_elems_to_host<T: GmElem>(
+        &self,
+        src: &DeviceBuffer,
+        offset: u64,
+        dst: &mut [T],
+    ) -> Result<()> {
+        self.inner.mem.owned(src)?.read_elems(offset, dst)
     }
 
     /// Submits a launch to the device's stream and returns at once; the

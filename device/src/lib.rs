@@ -29,6 +29,7 @@ pub use config::{CostTable, DeviceConfig};
 pub use error::DeviceError;
 pub use isa::verify::{verify, VerifiedProgram};
 pub use isa::{CoreType, Inst, Opcode, Operand, Pipe, Program, Space};
+pub use mem::GmElem;
 pub use sched::{
     GmArg, Launch, LaunchHandle, LaunchOptions, LaunchReport, Policy, Profile, Task, TaskKind,
 };

@@ -518,77 +518,37 @@ impl SimProgram {
     }
 }
 
-/// Elements per staging chunk of a host <-> GM copy (64-128 KiB): the
-/// copies stream through a small buffer instead of a full-size byte image.
-const CHUNK: usize = 16 * 1024;
-
 /// Copies an array's elements into a device buffer.
 fn upload(dev: &SimDevice, a: &Buffer, dst: &DeviceBuffer) -> Result<(), RuntimeError> {
-    fn go<T: Copy, const N: usize>(
-        dev: &SimDevice,
-        v: &[T],
-        f: fn(T) -> [u8; N],
-        dst: &DeviceBuffer,
-    ) -> Result<(), RuntimeError> {
-        let mut buf = Vec::with_capacity(CHUNK * N);
-        for (i, chunk) in v.chunks(CHUNK).enumerate() {
-            buf.clear();
-            for &x in chunk {
-                buf.extend_from_slice(&f(x));
-            }
-            dev.copy_from_host(&buf, dst, (i * CHUNK * N) as u64)?;
-        }
-        Ok(())
-    }
     match a {
-        Buffer::F32(v) => go(dev, v, f32::to_le_bytes, dst),
-        Buffer::F64(v) => go(dev, v, f64::to_le_bytes, dst),
-        Buffer::F16(v) => go(dev, v, half::f16::to_le_bytes, dst),
-        Buffer::BF16(v) => go(dev, v, half::bf16::to_le_bytes, dst),
-        Buffer::I32(v) => go(dev, v, i32::to_le_bytes, dst),
-        Buffer::I64(v) => go(dev, v, i64::to_le_bytes, dst),
-        Buffer::Bool(v) => go(dev, v, |b: bool| [b as u8], dst),
-    }
+        Buffer::F32(v) => dev.copy_elems_from_host(v, dst, 0),
+        Buffer::F64(v) => dev.copy_elems_from_host(v, dst, 0),
+        Buffer::F16(v) => dev.copy_elems_from_host(v, dst, 0),
+        Buffer::BF16(v) => dev.copy_elems_from_host(v, dst, 0),
+        Buffer::I32(v) => dev.copy_elems_from_host(v, dst, 0),
+        Buffer::I64(v) => dev.copy_elems_from_host(v, dst, 0),
+        Buffer::Bool(v) => dev.copy_elems_from_host(v, dst, 0),
+    }?;
+    Ok(())
 }
 
-/// Copies `n` elements of `dt` out of a device buffer.
+/// Copies `n` elements of `dt` out of a device buffer into a buffer from
+/// the caching pool (or a fresh one).
 fn download(
     dev: &SimDevice,
     src: &DeviceBuffer,
     n: usize,
     dt: DType,
 ) -> Result<Buffer, RuntimeError> {
-    fn go<T, const N: usize>(
-        dev: &SimDevice,
-        src: &DeviceBuffer,
-        n: usize,
-        f: fn([u8; N]) -> T,
-    ) -> Result<Vec<T>, RuntimeError> {
-        let mut out = Vec::new();
-        out.try_reserve_exact(n).map_err(|_| IrError::OutOfMemory {
-            bytes: n.saturating_mul(N),
-        })?;
-        let mut buf = vec![0u8; CHUNK * N];
-        let mut done = 0;
-        while done < n {
-            let m = CHUNK.min(n - done);
-            dev.copy_to_host(src, (done * N) as u64, &mut buf[..m * N])?;
-            out.extend(buf[..m * N].chunks_exact(N).map(|c| {
-                let mut a = [0u8; N];
-                a.copy_from_slice(c);
-                f(a)
-            }));
-            done += m;
-        }
-        Ok(out)
-    }
-    Ok(match dt {
-        DType::F32 => Buffer::F32(go(dev, src, n, f32::from_le_bytes)?),
-        DType::F64 => Buffer::F64(go(dev, src, n, f64::from_le_bytes)?),
-        DType::F16 => Buffer::F16(go(dev, src, n, half::f16::from_le_bytes)?),
-        DType::BF16 => Buffer::BF16(go(dev, src, n, half::bf16::from_le_bytes)?),
-        DType::I32 => Buffer::I32(go(dev, src, n, i32::from_le_bytes)?),
-        DType::I64 => Buffer::I64(go(dev, src, n, i64::from_le_bytes)?),
-        DType::Bool => Buffer::Bool(go(dev, src, n, |b: [u8; 1]| b[0] != 0)?),
-    })
+    let mut out = crate::host::output_buffer(dt, n)?;
+    match &mut out {
+        Buffer::F32(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::F64(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::F16(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::BF16(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::I32(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::I64(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::Bool(v) => dev.copy_elems_to_host(src, 0, v),
+    }?;
+    Ok(out)
 }

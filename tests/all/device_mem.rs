@@ -1,7 +1,7 @@
 //! The device's memory and API: the region allocator (alignment,
 //! coalescing, fragmentation, out-of-memory messages, many threads), the
-//! `DeviceApi` copies on both devices, bad buffers, and `DeviceConfig`'s
-//! JSON form.
+//! `DeviceApi` copies on both devices, the typed bulk copies, bad buffers,
+//! and `DeviceConfig`'s JSON form.
 
 use std::sync::Arc;
 use tilejit_device::mem::MemRegion;
@@ -304,4 +304,85 @@ fn allocate_filled_writes_the_data_and_zeroes_only_the_padding() {
         .unwrap_err();
     assert_eq!(err, DeviceError::Config("fill failed".into()));
     assert_eq!(sim.memory_stats().chunks, before);
+}
+
+/// The typed bulk copies against the byte copies: every element type, at
+/// aligned and unaligned offsets, lengths with partial last words, across
+/// page boundaries and split over threads; a partial word keeps the bytes
+/// of its neighbours.
+#[test]
+fn typed_copies_match_byte_copies() {
+    use half::{bf16, f16};
+    use tilejit_device::GmElem;
+
+    fn check<T: GmElem + PartialEq + std::fmt::Debug>(
+        sim: &SimDevice,
+        make: impl Fn(usize) -> T,
+        le: impl Fn(T) -> Vec<u8>,
+    ) {
+        // 300K elements of 8 bytes cross several 256K pages and split into
+        // several parallel pieces.
+        for len in [0usize, 1, 3, 7, 50, 783, 300_001] {
+            for offset in [0u64, 8, 3, 32] {
+                let data: Vec<T> = (0..len).map(&make).collect();
+                let bytes = len * T::BYTES + offset as usize + 16;
+                let buf = sim.allocate(bytes as u64).unwrap();
+                sim.copy_from_host(&vec![0xA5u8; bytes], &buf, 0).unwrap();
+                sim.copy_elems_from_host(&data, &buf, offset).unwrap();
+                let mut raw = vec![0u8; bytes];
+                sim.copy_to_host(&buf, 0, &mut raw).unwrap();
+                let mut want = vec![0xA5u8; bytes];
+                let le_bytes: Vec<u8> = data.iter().flat_map(|&x| le(x)).collect();
+                want[offset as usize..offset as usize + le_bytes.len()].copy_from_slice(&le_bytes);
+                assert!(raw == want, "{} x{len} at {offset}: bytes differ", T::BYTES);
+                let mut back: Vec<T> = (0..len).map(|i| make(i + 1)).collect();
+                sim.copy_elems_to_host(&buf, offset, &mut back).unwrap();
+                assert!(back == data, "{} x{len} at {offset}: read back", T::BYTES);
+            }
+        }
+    }
+    let sim = SimDevice::new(DeviceConfig::default()).unwrap();
+    check(
+        &sim,
+        |i| (i as f32) * -1.5 + 0.25,
+        |x: f32| x.to_le_bytes().to_vec(),
+    );
+    check(
+        &sim,
+        |i| (i as f64).sqrt() - 7.0,
+        |x: f64| x.to_le_bytes().to_vec(),
+    );
+    check(
+        &sim,
+        |i| (i as i32).wrapping_mul(-7919),
+        |x: i32| x.to_le_bytes().to_vec(),
+    );
+    check(
+        &sim,
+        |i| (i as i64) << 40 | 0x55,
+        |x: i64| x.to_le_bytes().to_vec(),
+    );
+    check(
+        &sim,
+        |i| f16::from_f32(i as f32 * 0.5),
+        |x: f16| x.to_le_bytes().to_vec(),
+    );
+    check(
+        &sim,
+        |i| bf16::from_f32(i as f32 - 9.0),
+        |x: bf16| x.to_le_bytes().to_vec(),
+    );
+    check(&sim, |i| i % 3 == 0, |x: bool| vec![x as u8]);
+    check(&sim, |i| (i * 31) as u8, |x: u8| vec![x]);
+
+    // Copies check their range and the buffer's owner.
+    let buf = sim.allocate(64).unwrap();
+    let err = sim.copy_elems_from_host(&[0f32; 17], &buf, 0).unwrap_err();
+    assert!(matches!(err, DeviceError::OutOfBounds { .. }), "{err}");
+    let err = sim
+        .copy_elems_to_host(&buf, 60, &mut [0f64; 1])
+        .unwrap_err();
+    assert!(matches!(err, DeviceError::OutOfBounds { .. }), "{err}");
+    let other = SimDevice::new(DeviceConfig::default()).unwrap();
+    assert!(other.copy_elems_from_host(&[1f32], &buf, 0).is_err());
 }

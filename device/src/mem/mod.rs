@@ -5,4 +5,4 @@ pub mod region;
 pub mod storage;
 
 pub use region::{MemChunk, MemRegion, RegionStats, Span, ALIGN};
-pub use storage::PagedMemory;
+pub use storage::{GmElem, PagedMemory};

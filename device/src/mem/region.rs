@@ -4,7 +4,12 @@
 //! freed when dropped. The safe API cannot double-free or touch a freed
 //! chunk: a chunk owns its range and every access goes through it.
 
-use super::storage::PagedMemory;
+use super::storage::{GmElem, PagedMemory};
+use rayon::prelude::*;
+
+/// Bulk typed copies split into pieces of this many bytes, one per rayon
+/// task (big enough that a task's cost dwarfs handing it out).
+const PARALLEL_COPY_BYTES: usize = 1 << 20;
 use crate::error::{DeviceError, Result};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -241,6 +246,35 @@ impl MemChunk {
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
         self.check("read", offset, out.len())?;
         self.region.memory.read(self.offset + offset, out);
+        Ok(())
+    }
+
+    /// Copies elements out of the chunk, starting `offset` bytes in (the
+    /// typed bulk form of [`read`](Self::read); big copies are split over
+    /// the rayon pool).
+    pub fn read_elems<T: GmElem>(&self, offset: u64, out: &mut [T]) -> Result<()> {
+        self.check("read", offset, out.len().saturating_mul(T::BYTES))?;
+        let base = self.offset + offset;
+        let memory = &self.region.memory;
+        out.par_chunks_mut(PARALLEL_COPY_BYTES / T::BYTES)
+            .enumerate()
+            .for_each(|(i, c)| {
+                memory.read_elems(base + (i * PARALLEL_COPY_BYTES) as u64, c);
+            });
+        Ok(())
+    }
+
+    /// Copies elements into the chunk, starting `offset` bytes in (the
+    /// typed bulk form of [`write`](Self::write)).
+    pub fn write_elems<T: GmElem>(&self, offset: u64, data: &[T]) -> Result<()> {
+        self.check("write", offset, data.len().saturating_mul(T::BYTES))?;
+        let base = self.offset + offset;
+        let memory = &self.region.memory;
+        data.par_chunks(PARALLEL_COPY_BYTES / T::BYTES)
+            .enumerate()
+            .for_each(|(i, c)| {
+                memory.write_elems(base + (i * PARALLEL_COPY_BYTES) as u64, c);
+            });
         Ok(())
     }
 

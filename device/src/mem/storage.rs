@@ -4,6 +4,7 @@
 //! many simulated cores on many host threads can read and write disjoint
 //! (or even overlapping) ranges at once without locks and without `unsafe`.
 
+use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -86,8 +87,78 @@ impl PagedMemory {
         }
     }
 
+    /// Writes `data` as its little-endian bytes starting at `addr`: the
+    /// typed form of [`write`](Self::write) that packs elements straight
+    /// into memory words (no staging bytes), for bulk host->device copies.
+    pub fn write_elems<T: GmElem>(&self, addr: u64, data: &[T]) {
+        debug_assert!(addr + (data.len() * T::BYTES) as u64 <= self.size);
+        if addr % 8 != 0 {
+            let bytes: Vec<u8> = data.iter().flat_map(|x| x.le_bytes()).collect();
+            return self.write(addr, &bytes);
+        }
+        let per_page = PAGE_BYTES as usize / T::BYTES;
+        let mut done = 0usize;
+        while done < data.len() {
+            let a = addr + (done * T::BYTES) as u64;
+            let page_index = (a / PAGE_BYTES) as usize;
+            let in_page = (a % PAGE_BYTES) as usize;
+            let n = (per_page - in_page / T::BYTES).min(data.len() - done);
+            let src = &data[done..done + n];
+            if self.pages[page_index].get().is_some() || src.iter().any(|x| x.bits() != 0) {
+                pack_words(&self.page(page_index)[in_page / 8..], src);
+            }
+            done += n;
+        }
+    }
+
+    /// Reads `out.len()` elements from their little-endian bytes at `addr`:
+    /// the typed form of [`read`](Self::read).
+    pub fn read_elems<T: GmElem>(&self, addr: u64, out: &mut [T]) {
+        debug_assert!(addr + (out.len() * T::BYTES) as u64 <= self.size);
+        if addr % 8 != 0 {
+            let mut bytes = vec![0u8; out.len() * T::BYTES];
+            self.read(addr, &mut bytes);
+            for (o, b) in out.iter_mut().zip(bytes.chunks_exact(T::BYTES)) {
+                let mut w = [0u8; 8];
+                w[..T::BYTES].copy_from_slice(b);
+                *o = T::from_bits(u64::from_le_bytes(w));
+            }
+            return;
+        }
+        let per_page = PAGE_BYTES as usize / T::BYTES;
+        let mut done = 0usize;
+        while done < out.len() {
+            let a = addr + (done * T::BYTES) as u64;
+            let page_index = (a / PAGE_BYTES) as usize;
+            let in_page = (a % PAGE_BYTES) as usize;
+            let n = (per_page - in_page / T::BYTES).min(out.len() - done);
+            let dst = &mut out[done..done + n];
+            match self.pages[page_index].get() {
+                None => dst.fill(T::from_bits(0)),
+                Some(page) => unpack_words(&page[in_page / 8..], dst),
+            }
+            done += n;
+        }
+    }
+
     /// Sets `len` bytes at `addr` to zero. Untouched pages already are.
+    /// Big ranges are zeroed page by page over the rayon pool.
     pub fn zero(&self, addr: u64, len: u64) {
+        if len >= 16 * PAGE_BYTES {
+            let end = addr + len;
+            let first = addr / PAGE_BYTES;
+            let last = (end - 1) / PAGE_BYTES;
+            (first..=last).into_par_iter().for_each(|page| {
+                let lo = (page * PAGE_BYTES).max(addr);
+                let hi = ((page + 1) * PAGE_BYTES).min(end);
+                self.zero_serial(lo, hi - lo);
+            });
+        } else {
+            self.zero_serial(addr, len);
+        }
+    }
+
+    fn zero_serial(&self, addr: u64, len: u64) {
         let mut done = 0u64;
         while done < len {
             let a = addr + done;
@@ -104,6 +175,94 @@ impl PagedMemory {
                 }
             }
             done += n as u64;
+        }
+    }
+}
+
+/// An element that memory holds as its `BYTES` little-endian bytes (1, 2,
+/// 4 or 8, so a whole number of them fills a word).
+pub trait GmElem: Copy + Send + Sync {
+    /// The element's size in bytes.
+    const BYTES: usize;
+    /// The bytes as the low bits of a word.
+    fn bits(self) -> u64;
+    /// The element whose bytes are the low `BYTES` of `bits`.
+    fn from_bits(bits: u64) -> Self;
+    /// The little-endian bytes.
+    fn le_bytes(self) -> impl Iterator<Item = u8> {
+        self.bits().to_le_bytes().into_iter().take(Self::BYTES)
+    }
+}
+
+macro_rules! gm_elem {
+    ($($t:ty: $n:literal, |$x:ident| $to:expr, |$b:ident| $from:expr;)*) => {$(
+        impl GmElem for $t {
+            const BYTES: usize = $n;
+            fn bits(self) -> u64 {
+                let $x = self;
+                $to
+            }
+            fn from_bits($b: u64) -> Self {
+                $from
+            }
+        }
+    )*};
+}
+
+gm_elem! {
+    u8: 1, |x| x as u64, |b| b as u8;
+    bool: 1, |x| x as u64, |b| b as u8 != 0;
+    half::f16: 2, |x| x.to_bits() as u64, |b| half::f16::from_bits(b as u16);
+    half::bf16: 2, |x| x.to_bits() as u64, |b| half::bf16::from_bits(b as u16);
+    i32: 4, |x| x as u32 as u64, |b| b as u32 as i32;
+    f32: 4, |x| x.to_bits() as u64, |b| f32::from_bits(b as u32);
+    i64: 8, |x| x as u64, |b| b as i64;
+    f64: 8, |x| x.to_bits(), |b| f64::from_bits(b);
+}
+
+/// Packs `src` into `words` from the first word on; a partial last word
+/// keeps its other bytes.
+fn pack_words<T: GmElem>(words: &[AtomicU64], src: &[T]) {
+    let per = 8 / T::BYTES;
+    let shift = |i: usize| (8 * T::BYTES * i) as u32;
+    let whole = src.chunks_exact(per);
+    let tail = whole.remainder();
+    for (w, c) in words.iter().zip(whole) {
+        let mut v = 0u64;
+        for (i, x) in c.iter().enumerate() {
+            v |= x.bits() << shift(i);
+        }
+        w.store(v, Ordering::Relaxed);
+    }
+    if !tail.is_empty() {
+        let (mut v, mut mask) = (0u64, 0u64);
+        for (i, x) in tail.iter().enumerate() {
+            v |= x.bits() << shift(i);
+            mask |= (u64::MAX >> (64 - 8 * T::BYTES)) << shift(i);
+        }
+        let _ = words[src.len() / per].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some((old & !mask) | v)
+        });
+    }
+}
+
+/// Unpacks `out.len()` elements from `words`, the inverse of `pack_words`.
+fn unpack_words<T: GmElem>(words: &[AtomicU64], out: &mut [T]) {
+    let per = 8 / T::BYTES;
+    let shift = |i: usize| (8 * T::BYTES * i) as u32;
+    let last_word = out.len() / per;
+    let mut whole = out.chunks_exact_mut(per);
+    for (w, c) in words.iter().zip(&mut whole) {
+        let v = w.load(Ordering::Relaxed);
+        for (i, x) in c.iter_mut().enumerate() {
+            *x = T::from_bits(v >> shift(i));
+        }
+    }
+    let tail = whole.into_remainder();
+    if !tail.is_empty() {
+        let v = words[last_word].load(Ordering::Relaxed);
+        for (i, x) in tail.iter_mut().enumerate() {
+            *x = T::from_bits(v >> shift(i));
         }
     }
 }

@@ -235,13 +235,13 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
             let row_bytes = vrc.1 * dt.size_bytes();
             let gm = cx.gm;
             let tile = cx.local_mut(space, dst, rows as usize * p)?;
-            tile.fill(0);
+            // Valid bytes come from GM; only the padding is zeroed.
             for r in 0..vrc.0 {
-                gm.read(
-                    base + r as u64 * stride,
-                    &mut tile[r * p..r * p + row_bytes],
-                );
+                let row = &mut tile[r * p..(r + 1) * p];
+                gm.read(base + r as u64 * stride, &mut row[..row_bytes]);
+                row[row_bytes..].fill(0);
             }
+            tile[vrc.0 * p..].fill(0);
             w.bytes = (vrc.0 * row_bytes) as u64;
         }
         Ldx => {
@@ -537,46 +537,131 @@ fn f32_fast(inst: &Inst, cx: &mut Ctx<'_>, (vr, vc): (usize, usize), cols: usize
             a.min(b)
         }
     }
-    let s = inst.scalar(6) as f32;
-    type Op = fn(f32, f32, f32) -> f32;
-    let (f, binary): (Op, bool) = match inst.op {
-        Vadd => (|a, b, _| a + b, true),
-        Vsub => (|a, b, _| a - b, true),
-        Vmul => (|a, b, _| a * b, true),
-        Vdiv => (|a, b, _| a / b, true),
-        Vmax => (|a, b, _| max_nan(a, b), true),
-        Vmin => (|a, b, _| min_nan(a, b), true),
-        Vadds => (|a, _, s| a + s, false),
-        Vmuls => (|a, _, s| a * s, false),
-        Vmaxs => (|a, _, s| max_nan(a, s), false),
-        Vmins => (|a, _, s| min_nan(a, s), false),
-        Vrelu => (|a, _, _| if a.is_nan() || a > 0.0 { a } else { 0.0 }, false),
-        Vneg => (|a, _, _| -a, false),
-        Vabs => (|a, _, _| a.abs(), false),
-        Vmov => (|a, _, _| a, false),
-        _ => return Ok(false),
-    };
     // The scalar of vadds etc. is rounded to f32 first, as the general path does.
-    let p = pitch(cols as u64, DType::F32) as usize;
-    let n = vc * 4;
-    let (mut ra, mut rb) = (vec![0u8; n], vec![0u8; n]);
-    for r in 0..vr {
-        ra.copy_from_slice(cx.local(Space::Ub, inst.addr(5) + r * p, n)?);
-        if binary {
-            rb.copy_from_slice(cx.local(Space::Ub, inst.addr(6) + r * p, n)?);
-        }
-        let dst = cx.local_mut(Space::Ub, inst.addr(4) + r * p, n)?;
-        for ((d, a), b) in dst
-            .chunks_exact_mut(4)
-            .zip(ra.chunks_exact(4))
-            .zip(rb.chunks_exact(4))
-        {
-            let x = f32::from_le_bytes([a[0], a[1], a[2], a[3]]);
-            let y = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            d.copy_from_slice(&f(x, y, s).to_le_bytes());
-        }
+    let s = inst.scalar(6) as f32;
+    let rows = Rows {
+        vr,
+        n: vc * 4,
+        pitch: pitch(cols as u64, DType::F32) as usize,
+    };
+    // One monomorphic row loop per op: a call per element through a
+    // function pointer would cost more than the op itself.
+    match inst.op {
+        Vadd => rows.binary(inst, cx, |a, b| a + b)?,
+        Vsub => rows.binary(inst, cx, |a, b| a - b)?,
+        Vmul => rows.binary(inst, cx, |a, b| a * b)?,
+        Vdiv => rows.binary(inst, cx, |a, b| a / b)?,
+        Vmax => rows.binary(inst, cx, max_nan)?,
+        Vmin => rows.binary(inst, cx, min_nan)?,
+        Vadds => rows.unary(inst, cx, |a| a + s)?,
+        Vmuls => rows.unary(inst, cx, |a| a * s)?,
+        Vmaxs => rows.unary(inst, cx, |a| max_nan(a, s))?,
+        Vmins => rows.unary(inst, cx, |a| min_nan(a, s))?,
+        Vrelu => rows.unary(inst, cx, |a| if a.is_nan() || a > 0.0 { a } else { 0.0 })?,
+        Vneg => rows.unary(inst, cx, |a| -a)?,
+        Vabs => rows.unary(inst, cx, f32::abs)?,
+        Vmov => rows.unary(inst, cx, |a| a)?,
+        _ => return Ok(false),
     }
     Ok(true)
+}
+
+/// The valid rows of an f32 tile op on UB: `vr` rows of `n` bytes, `pitch`
+/// bytes apart; destination at operand 4, sources at 5 (and 6).
+struct Rows {
+    vr: usize,
+    n: usize,
+    pitch: usize,
+}
+
+impl Rows {
+    fn binary(&self, inst: &Inst, cx: &mut Ctx<'_>, f: impl Fn(f32, f32) -> f32) -> R<()> {
+        self.apply(inst, cx, [inst.addr(5), inst.addr(6)], f)
+    }
+
+    fn unary(&self, inst: &Inst, cx: &mut Ctx<'_>, f: impl Fn(f32) -> f32) -> R<()> {
+        let a = inst.addr(5);
+        self.apply(inst, cx, [a, a], |x, _| f(x))
+    }
+
+    /// `dst = f(a, b)` row by row, straight on UB's bytes. A source at the
+    /// destination's address is read in place (each element is read before
+    /// it is written); one whose tile overlaps the destination's elsewhere
+    /// is copied out whole first, so every source reads the old values, as
+    /// in the general path.
+    fn apply(
+        &self,
+        inst: &Inst,
+        cx: &mut Ctx<'_>,
+        [a, b]: [usize; 2],
+        f: impl Fn(f32, f32) -> f32,
+    ) -> R<()> {
+        let (n, d) = (self.n, inst.addr(4));
+        if self.vr == 0 {
+            return Ok(());
+        }
+        let span = (self.vr - 1) * self.pitch + n;
+        cx.local_mut(Space::Ub, d, span)?;
+        let clash = |x: usize| x != d && x < d + span && d < x + span;
+        let copy = |x: usize| -> R<Option<Vec<u8>>> {
+            let whole = cx.local(Space::Ub, x, span)?;
+            Ok(clash(x).then(|| whole.to_vec()))
+        };
+        let (copy_a, copy_b) = (copy(a)?, copy(b)?);
+        let (lo, rest) = cx.mem[Space::Ub.index()].split_at_mut(d);
+        let (dst, hi) = rest.split_at_mut(span);
+        let (lo, hi) = (&*lo, &*hi);
+        // Where a source's tile lies: the destination itself (None) or
+        // bytes disjoint from it.
+        fn place<'t>(
+            x: usize,
+            (d, span): (usize, usize),
+            copy: Option<&'t [u8]>,
+            (lo, hi): (&'t [u8], &'t [u8]),
+        ) -> Option<&'t [u8]> {
+            match copy {
+                Some(c) => Some(c),
+                None if x == d => None,
+                None if x < d => Some(&lo[x..x + span]),
+                None => Some(&hi[x - d - span..x - d]),
+            }
+        }
+        let (ta, tb) = (
+            place(a, (d, span), copy_a.as_deref(), (lo, hi)),
+            place(b, (d, span), copy_b.as_deref(), (lo, hi)),
+        );
+        let rd = |c: &[u8]| f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        for r in 0..self.vr {
+            let at = r * self.pitch;
+            let out = dst[at..at + n].chunks_exact_mut(4);
+            match (ta.map(|t| &t[at..at + n]), tb.map(|t| &t[at..at + n])) {
+                (Some(a), Some(b)) => {
+                    for ((o, x), y) in out.zip(a.chunks_exact(4)).zip(b.chunks_exact(4)) {
+                        o.copy_from_slice(&f(rd(x), rd(y)).to_le_bytes());
+                    }
+                }
+                (Some(a), None) => {
+                    for (o, x) in out.zip(a.chunks_exact(4)) {
+                        let v = f(rd(x), rd(o));
+                        o.copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+                (None, Some(b)) => {
+                    for (o, y) in out.zip(b.chunks_exact(4)) {
+                        let v = f(rd(o), rd(y));
+                        o.copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+                (None, None) => {
+                    for o in out {
+                        let v = f(rd(o), rd(o));
+                        o.copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn compare(c: Cond, ord: Option<std::cmp::Ordering>) -> bool {
