@@ -306,6 +306,19 @@ impl SimDevice {
         Ok(buf)
     }
 
+    /// Allocates `bytes` of GM for a launch that writes all of them (a
+    /// kernel's output): no zero-fill, so it holds whatever the region held
+    /// before. Debug builds fill it with 0xFF bytes instead (NaN for
+    /// floats, -1 for ints), so a kernel that misses an element shows up
+    /// in tests rather than reading as a plausible stale value.
+    pub fn allocate_for_overwrite(&self, bytes: u64) -> Result<DeviceBuffer> {
+        let chunk = self.inner.mem.region.alloc_for_overwrite(bytes)?;
+        if cfg!(debug_assertions) {
+            chunk.write_elems(0, &vec![0xFFu8; bytes as usize])?;
+        }
+        Ok(DeviceBuffer { chunk })
+    }
+
     /// Copies typed host elements into `dst` at byte `offset`: the bulk
     /// form of [`DeviceApi::copy_from_host`], packing elements straight
     /// into GM words, with big copies split over the rayon pool.

@@ -268,10 +268,11 @@ impl SimProgram {
                 ),
                 BufKind::Temp => None,
             };
-            // Inputs and constants are written whole right away: no zero-fill.
+            // Inputs and constants are written whole right away, and
+            // temporaries by the kernel that produces them: no zero-fill.
             let buf = match host {
                 Some(a) => dev.allocate_filled(bytes, |buf| upload(dev, a.buffer(), buf))?,
-                None => dev.allocate(bytes)?,
+                None => dev.allocate_for_overwrite(bytes)?,
             };
             bufs.push(Arc::new(buf));
         }

@@ -282,7 +282,7 @@ fn config_round_trips_through_json_and_rejects_bad_values() {
 }
 
 #[test]
-fn allocate_filled_writes_the_data_and_zeroes_only_the_padding() {
+fn filled_and_overwrite_allocations_zero_only_the_padding() {
     let sim = SimDevice::new(DeviceConfig::default()).unwrap();
     // Dirty a region, free it, then reuse it for a filled allocation.
     let dirty = sim.allocate(64).unwrap();
@@ -304,6 +304,14 @@ fn allocate_filled_writes_the_data_and_zeroes_only_the_padding() {
         .unwrap_err();
     assert_eq!(err, DeviceError::Config("fill failed".into()));
     assert_eq!(sim.memory_stats().chunks, before);
+    // A buffer for overwriting is not zeroed; debug builds (as tests run)
+    // poison its bytes so that an element a kernel misses is visible.
+    let out = sim.allocate_for_overwrite(40).unwrap();
+    sim.copy_to_host(&out, 0, &mut back).unwrap();
+    if cfg!(debug_assertions) {
+        assert_eq!(&back[..40], &[0xFFu8; 40][..]);
+    }
+    assert_eq!(&back[40..], &[0u8; 24][..], "alignment padding is zeroed");
 }
 
 /// The typed bulk copies against the byte copies: every element type, at
