@@ -8,7 +8,6 @@
 
 use crate::config::CostTable;
 use crate::isa::{CostClass, Inst, Pipe, NUM_EVENTS};
-use std::collections::VecDeque;
 
 /// What an executed instruction did, for costing it.
 #[derive(Copy, Clone, Debug, Default)]
@@ -59,8 +58,10 @@ pub struct Timeline {
     /// When each pipe is next free (pipe `S` is the issue clock).
     free: [u64; 7],
     busy: [u64; 7],
-    /// Raise times of flags not yet waited on, per (src, dst, event).
-    raised: Vec<VecDeque<u64>>,
+    /// Flags raised and not yet waited on, as (flag index, raise time) in
+    /// raise order; a wait takes its flag's oldest. Few are pending at a
+    /// time, so a scan beats a table of queues built for every task.
+    raised: Vec<(usize, u64)>,
 }
 
 fn flag_index(src: Pipe, dst: Pipe, ev: u8) -> usize {
@@ -72,7 +73,7 @@ impl Default for Timeline {
         Timeline {
             free: [0; 7],
             busy: [0; 7],
-            raised: vec![VecDeque::new(); 7 * 7 * NUM_EVENTS as usize],
+            raised: Vec::new(),
         }
     }
 }
@@ -90,11 +91,14 @@ impl Timeline {
                 let t = self.free[src].max(issue) + cycles;
                 self.free[src] = t;
                 self.busy[src] += cycles;
-                self.raised[flag_index(inst.pipe(0), inst.pipe(1), inst.event(2))].push_back(t);
+                let flag = flag_index(inst.pipe(0), inst.pipe(1), inst.event(2));
+                self.raised.push((flag, t));
             }
             crate::isa::Opcode::Waitf => {
                 let (sp, dp, ev) = (inst.pipe(0), inst.pipe(1), inst.event(2));
-                let Some(t_set) = self.raised[flag_index(sp, dp, ev)].pop_front() else {
+                let flag = flag_index(sp, dp, ev);
+                let oldest = self.raised.iter().position(|&(f, _)| f == flag);
+                let Some(t_set) = oldest.map(|i| self.raised.remove(i).1) else {
                     return Err(format!(
                         "waitf ({}, {}, {ev}) with no flag raised by an earlier setf: it would wait forever",
                         sp.name(),
@@ -150,7 +154,8 @@ impl Timeline {
         for s in Pipe::ALL {
             for d in Pipe::ALL {
                 for e in 0..NUM_EVENTS {
-                    let n = self.raised[flag_index(s, d, e)].len();
+                    let flag = flag_index(s, d, e);
+                    let n = self.raised.iter().filter(|&&(f, _)| f == flag).count();
                     if n > 0 {
                         out.push((s, d, e, n));
                     }
