@@ -53,7 +53,7 @@ pub fn cost(class: CostClass, w: &Work, c: &CostTable, f32_cube: bool) -> u64 {
 }
 
 /// One core's pipes over one run.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Timeline {
     /// When each pipe is next free (pipe `S` is the issue clock).
     free: [u64; 7],
@@ -66,16 +66,6 @@ pub struct Timeline {
 
 fn flag_index(src: Pipe, dst: Pipe, ev: u8) -> usize {
     (src.index() * 7 + dst.index()) * NUM_EVENTS as usize + ev as usize
-}
-
-impl Default for Timeline {
-    fn default() -> Self {
-        Timeline {
-            free: [0; 7],
-            busy: [0; 7],
-            raised: Vec::new(),
-        }
-    }
 }
 
 impl Timeline {
