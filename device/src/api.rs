@@ -314,7 +314,14 @@ impl SimDevice {
     pub fn allocate_for_overwrite(&self, bytes: u64) -> Result<DeviceBuffer> {
         let chunk = self.inner.mem.region.alloc_for_overwrite(bytes)?;
         if cfg!(debug_assertions) {
-            chunk.write_elems(0, &vec![0xFFu8; bytes as usize])?;
+            // In pieces: a big buffer must not need as much host memory.
+            let piece = vec![0xFFu8; 1 << 20];
+            let mut at = 0u64;
+            while at < bytes {
+                let n = (bytes - at).min(piece.len() as u64) as usize;
+                chunk.write_elems(at, &piece[..n])?;
+                at += n as u64;
+            }
         }
         Ok(DeviceBuffer { chunk })
     }
