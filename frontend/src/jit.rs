@@ -14,6 +14,7 @@ use crate::error::{Error, Loc, Result};
 use crate::mode::RunMode;
 use crate::tensor::{Repr, Tensor};
 use crate::trace::{self, TraceGuard};
+use smallvec::SmallVec;
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -185,8 +186,8 @@ impl JitFunction {
                     .get_or_build(&sig, || self.trace_and_compile(&sig, args, body))?
             }
         };
-        let mut inputs: Vec<Array> = Vec::new();
-        let mut params: Vec<Lit> = Vec::new();
+        let mut inputs: SmallVec<[Array; 4]> = SmallVec::new();
+        let mut params: SmallVec<[Lit; 4]> = SmallVec::new();
         for a in args {
             match *a {
                 ArgValue::Tensor(t) => {

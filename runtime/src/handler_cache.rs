@@ -15,8 +15,9 @@ use crate::signature::Signature;
 use ahash::AHashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+use tilejit_codegen::host::coarse_clock_ns;
 
 /// One cached program with its statistics.
 pub struct CacheEntry<V> {
@@ -36,14 +37,40 @@ struct Ready<V> {
     value: Arc<V>,
     build_time: Duration,
     hits: AtomicU64,
-    last_used: Mutex<Instant>,
+    /// A [`Stamp`]: an atomic, not a lock, as every hit writes it.
+    last_used: AtomicU64,
 }
 
 impl<V> Ready<V> {
     /// Counts a hit and stamps the time.
     fn touch(&self) {
         self.hits.fetch_add(1, Ordering::Relaxed);
-        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.last_used.store(Stamp::now(), Ordering::Relaxed);
+    }
+}
+
+/// Times as nanoseconds after a process-wide origin, read from the coarse
+/// monotonic clock (a few ms of resolution, plenty for "last used") because
+/// every dispatch takes one and a precise read can cost more than the
+/// rest of a warm call.
+struct Stamp;
+
+impl Stamp {
+    /// The origin: an `Instant` and the coarse clock read together.
+    fn origin() -> (Instant, Option<u64>) {
+        static ORIGIN: OnceLock<(Instant, Option<u64>)> = OnceLock::new();
+        *ORIGIN.get_or_init(|| (Instant::now(), coarse_clock_ns()))
+    }
+
+    fn now() -> u64 {
+        match Self::origin() {
+            (_, Some(c0)) => coarse_clock_ns().map_or(0, |c| c.saturating_sub(c0)),
+            (at, None) => at.elapsed().as_nanos() as u64,
+        }
+    }
+
+    fn instant(stamp: u64) -> Instant {
+        Self::origin().0 + Duration::from_nanos(stamp)
     }
 }
 
@@ -191,7 +218,7 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
                         value: v.clone(),
                         build_time,
                         hits: AtomicU64::new(0),
-                        last_used: Mutex::new(Instant::now()),
+                        last_used: AtomicU64::new(Stamp::now()),
                     };
                     map.insert(key.clone(), Slot::Ready(Arc::new(ready)));
                 }
@@ -227,7 +254,7 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
                     value: r.value.clone(),
                     build_time: r.build_time,
                     hits: r.hits.load(Ordering::Relaxed),
-                    last_used: *r.last_used.lock().unwrap_or_else(|p| p.into_inner()),
+                    last_used: Stamp::instant(r.last_used.load(Ordering::Relaxed)),
                 }),
                 Slot::Building(_) => None,
             })

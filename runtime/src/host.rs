@@ -6,6 +6,7 @@
 use crate::error::RuntimeError;
 use crate::kernel_cache::{kernel_cache, CachedKernel};
 use rayon::prelude::*;
+use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tilejit_codegen::host::{advise_huge_pages, matmul_f32, matmul_f64, storage_bytes, BufArg};
@@ -107,7 +108,7 @@ pub(crate) fn output_buffer(dtype: DType, n: usize) -> Result<Buffer, IrError> {
 }
 
 /// Gives the storage of a run's temporaries back to the pool.
-fn recycle(slots: Vec<Slot<'_>>) {
+fn recycle<'a>(slots: impl IntoIterator<Item = Slot<'a>>) {
     for slot in slots {
         if let Slot::Owned(store) = slot {
             pool().give(match store {
@@ -270,7 +271,9 @@ impl HostProgram {
     pub fn run(&self, inputs: &[Array], params: &[Lit]) -> Result<Vec<Array>, RuntimeError> {
         let p = &self.prog;
         interp::check_arguments(&p.inputs, p.params.len(), inputs, params)?;
-        let mut slots: Vec<Slot<'_>> = Vec::with_capacity(p.buffers.len());
+        // On the stack for the usual handful of buffers: a heap vector per
+        // call is a measurable share of a small call's dispatch cost.
+        let mut slots: SmallVec<[Slot<'_>; 8]> = SmallVec::with_capacity(p.buffers.len());
         for b in &p.buffers {
             slots.push(match b.kind {
                 BufKind::Input(i) => slot_for(
@@ -447,8 +450,11 @@ fn launch(
         Ok(())
     };
     let work: usize = k.domain.iter().product();
+    if work < PARALLEL_MIN || units < 2 {
+        return run(0, units);
+    }
     let threads = rayon::current_num_threads();
-    if work < PARALLEL_MIN || threads < 2 || units < 2 {
+    if threads < 2 {
         return run(0, units);
     }
     let chunks = (threads * 4).min(units);

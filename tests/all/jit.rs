@@ -102,6 +102,18 @@ fn handler_cache_clear_and_stats() {
     let s = f.stats();
     assert_eq!((s.hits, s.misses, s.builds), (2, 1, 1));
     assert_eq!(f.handlers().len(), 1);
+    // A hit stamps `last_used` from the coarse clock (a few ms of
+    // resolution): it lands between times read just before and after.
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let before = std::time::Instant::now();
+    f.call((&a, &b)).unwrap();
+    let after = std::time::Instant::now();
+    let used = f.handlers()[0].last_used;
+    let slack = std::time::Duration::from_millis(20);
+    assert!(
+        used + slack >= before && used <= after + slack,
+        "{used:?} vs {before:?}..{after:?}"
+    );
     assert_eq!(f.explain_miss((&a, &b)).unwrap(), None);
     f.clear();
     assert!(f.handlers().is_empty());

@@ -16,7 +16,7 @@ mod math;
 mod native;
 
 pub use layout::{storage_bytes, ArgLayout};
-pub use native::{advise_huge_pages, matmul_f32, matmul_f64, BufArg, KernelCode};
+pub use native::{advise_huge_pages, coarse_clock_ns, matmul_f32, matmul_f64, BufArg, KernelCode};
 
 use crate::CodegenError;
 use cranelift_codegen::ir::{types, AbiParam, Signature, UserFuncName};

@@ -271,3 +271,25 @@ pub fn advise_huge_pages<T>(v: &mut [T]) {
 /// Elsewhere there is nothing to advise.
 #[cfg(not(target_os = "linux"))]
 pub fn advise_huge_pages<T>(_v: &mut [T]) {}
+
+/// The monotonic clock at the kernel's tick resolution (a few ms), in
+/// nanoseconds: what `Instant::now` reads, without its timer read, which
+/// costs more than a whole warm jit dispatch under some hypervisors. For
+/// "last used" stamps on hot paths. `None` where there is no such clock.
+#[cfg(target_os = "linux")]
+pub fn coarse_clock_ns() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration;
+    // clock_gettime writes nothing else.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+/// See the Linux version.
+#[cfg(not(target_os = "linux"))]
+pub fn coarse_clock_ns() -> Option<u64> {
+    None
+}
