@@ -11,10 +11,31 @@ use std::ops::Deref;
 pub const MAX_RANK: usize = 8;
 
 /// A row-major shape of rank 0..=[`MAX_RANK`]. Dimensions may be zero.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Dimensions past the rank are always zero, so equality, hashing and
+/// order over the used dimensions agree with those over the whole array.
+#[derive(Copy, Clone, PartialOrd, Ord)]
 pub struct Shape {
     dims: [usize; MAX_RANK],
     rank: u8,
+}
+
+// By hand, over the used dimensions only: every dispatch compares argument
+// shapes, and the derived form compares all eight through a memcmp call.
+impl PartialEq for Shape {
+    fn eq(&self, other: &Shape) -> bool {
+        self.rank == other.rank && self.dims().iter().zip(other.dims()).all(|(a, b)| a == b)
+    }
+}
+
+impl Eq for Shape {}
+
+impl std::hash::Hash for Shape {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.rank.hash(h);
+        for d in self.dims() {
+            d.hash(h);
+        }
+    }
 }
 
 impl Shape {
@@ -70,6 +91,11 @@ impl Shape {
 
     /// The same shape with dimension `axis` replaced by `size`.
     pub fn with_dim(&self, axis: usize, size: usize) -> Shape {
+        debug_assert!(
+            axis < self.rank(),
+            "axis {axis} of a rank-{} shape",
+            self.rank()
+        );
         let mut s = *self;
         s.dims[axis] = size;
         s

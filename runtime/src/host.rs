@@ -335,7 +335,11 @@ impl HostProgram {
                             a
                         }
                     };
-                    arr.reshaped(ty.shape)?
+                    if *arr.shape() == ty.shape {
+                        arr
+                    } else {
+                        arr.reshaped(ty.shape)?
+                    }
                 }
             });
         }
