@@ -31,7 +31,8 @@ pub use isa::verify::{verify, VerifiedProgram};
 pub use isa::{CoreType, Inst, Opcode, Operand, Pipe, Program, Space};
 pub use mem::GmElem;
 pub use sched::{
-    GmArg, Launch, LaunchHandle, LaunchOptions, LaunchReport, Policy, Profile, Task, TaskKind,
+    GmArg, HostCopies, Launch, LaunchHandle, LaunchOptions, LaunchReport, Policy, Profile, Task,
+    TaskKind,
 };
 pub use sim::{CoreRun, CoreState, TaskArgs};
 

@@ -10,10 +10,11 @@ use crate::error::RuntimeError;
 use crate::kernel_cache::kernel_cache;
 use rayon::prelude::*;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 use tilejit_codegen::device::DeviceKernel;
 use tilejit_device::{
-    CoreType, DeviceApi, DeviceBuffer, DeviceConfig, GmArg, Launch, LaunchHandle, LaunchOptions,
-    LaunchReport, Policy, Profile, SimDevice, Task, TaskKind,
+    CoreType, DeviceApi, DeviceBuffer, DeviceConfig, GmArg, HostCopies, Launch, LaunchHandle,
+    LaunchOptions, LaunchReport, Policy, Profile, SimDevice, Task, TaskKind,
 };
 use tilejit_ir::kernel::{fuse, BufKind, KernelProgram, ProgramOutput};
 use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit, TensorType};
@@ -252,6 +253,7 @@ impl SimProgram {
         let p = &self.prog;
         interp::check_arguments(&p.inputs, p.params.len(), inputs, params)?;
         let dev = sim_device();
+        let copy_in_start = Instant::now();
         let mut bufs: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(p.buffers.len());
         for b in &p.buffers {
             let bytes = (b.ty.shape.numel() * b.ty.dtype.size_bytes()) as u64;
@@ -276,6 +278,7 @@ impl SimProgram {
             };
             bufs.push(Arc::new(buf));
         }
+        let copy_in = copy_in_start.elapsed();
         let scalars: Vec<i64> = params
             .iter()
             .map(|l| match *l {
@@ -321,6 +324,7 @@ impl SimProgram {
             bufs,
             handle,
             profile,
+            copy_in,
         })
     }
 }
@@ -335,6 +339,8 @@ pub struct PendingRun<'a> {
     bufs: Vec<Arc<DeviceBuffer>>,
     handle: LaunchHandle,
     profile: bool,
+    /// Host time `launch` spent allocating GM and copying data in.
+    copy_in: Duration,
 }
 
 impl PendingRun<'_> {
@@ -343,21 +349,7 @@ impl PendingRun<'_> {
         let dev = sim_device();
         let (p, inputs, params, bufs) = (&self.prog.prog, &self.inputs, &self.params, &self.bufs);
         let mut report = self.handle.wait()?;
-        if let Some(pr) = &report.profile {
-            if let Some(dir) = profile_dir() {
-                if let Err(e) = write_trace(dir, pr) {
-                    eprintln!("tilejit: cannot write a profile to {}: {e}", dir.display());
-                }
-            }
-            COLLECT.with(|c| {
-                if let Some(v) = c.borrow_mut().as_mut() {
-                    v.push(pr.clone());
-                }
-            });
-        }
-        if !self.profile {
-            report.profile = None;
-        }
+        let copy_out_start = Instant::now();
         let mut outs = Vec::with_capacity(p.outputs.len());
         for o in &p.outputs {
             outs.push(match *o {
@@ -376,6 +368,26 @@ impl PendingRun<'_> {
                     arr.reshaped(ty.shape)?
                 }
             });
+        }
+        let copies = HostCopies {
+            copy_in: self.copy_in,
+            copy_out: copy_out_start.elapsed(),
+        };
+        if let Some(pr) = &mut report.profile {
+            pr.host_copies = Some(copies);
+            if let Some(dir) = profile_dir() {
+                if let Err(e) = write_trace(dir, pr) {
+                    eprintln!("tilejit: cannot write a profile to {}: {e}", dir.display());
+                }
+            }
+            COLLECT.with(|c| {
+                if let Some(v) = c.borrow_mut().as_mut() {
+                    v.push(pr.clone());
+                }
+            });
+        }
+        if !self.profile {
+            report.profile = None;
         }
         Ok((outs, report))
     }

@@ -200,6 +200,21 @@ fn the_device_launcher_sizes_its_workspace_and_launches_asynchronously() {
     let (out2, report2) = second.wait().unwrap();
     let (out1, report1) = first.wait().unwrap();
     assert!(report2.profile.is_some() && report1.profile.is_none());
+    // The profile splits the run's host time: copies in, launch, copies out.
+    let prof = report2.profile.as_ref().unwrap();
+    let copies = prof.host_copies.expect("the launcher measured its copies");
+    assert!(copies.copy_in > std::time::Duration::ZERO);
+    assert!(copies.copy_out > std::time::Duration::ZERO);
+    assert_eq!(prof.host_time, report2.host_time);
+    assert!(
+        prof.summary().contains("host time: copy in"),
+        "{}",
+        prof.summary()
+    );
+    let trace: serde_json::Value = serde_json::from_str(&prof.chrome_trace()).unwrap();
+    let other = &trace["otherData"];
+    assert!(other["copy_in_host_ms"].as_f64().unwrap() > 0.0, "{other}");
+    assert!(other["launch_host_ms"].as_f64().unwrap() > 0.0, "{other}");
     let want1 = p.run_reference(&[x1.clone(), x1], &[]).unwrap();
     let want2 = p.run_reference(&[x2.clone(), x2], &[]).unwrap();
     assert_eq!(out1, want1);

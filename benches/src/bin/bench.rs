@@ -286,28 +286,38 @@ fn main() {
             drop(with_mode(RunMode::Sim, || bias_relu(&x, &w, &b)))
         })
         .as_secs_f64();
-        // The launch alone (control thread's init to the last task's end,
-        // from the profile's host times): the interpreter's share of a run,
-        // without the host<->GM copies around it.
-        let mut launch: Vec<f64> = (0..3)
+        // Where a run's host time goes, from its profile: copying in, the
+        // launch itself (control thread's init to the last task's end: the
+        // interpreter's share), copying out. Medians of 3 runs each.
+        let mut phases: Vec<[f64; 3]> = (0..3)
             .map(|_| {
                 let (out, profiles) =
                     tilejit::collect_profiles(|| with_mode(RunMode::Sim, || bias_relu(&x, &w, &b)));
                 drop(out);
-                profiles
-                    .iter()
-                    .flat_map(|p| p.records.iter().map(|r| r.host_end.as_secs_f64()))
-                    .fold(0.0, f64::max)
+                let p = &profiles[0];
+                let c = p.host_copies.unwrap_or_default();
+                [
+                    c.copy_in.as_secs_f64(),
+                    p.host_time.as_secs_f64(),
+                    c.copy_out.as_secs_f64(),
+                ]
             })
             .collect();
-        launch.sort_by(f64::total_cmp);
-        let launch = launch[1];
+        let mid = |i: usize, v: &mut Vec<[f64; 3]>| {
+            v.sort_by(|a, b| a[i].total_cmp(&b[i]));
+            v[1][i]
+        };
+        let (copy_in, launch, copy_out) = (
+            mid(0, &mut phases),
+            mid(1, &mut phases),
+            mid(2, &mut phases),
+        );
         emit(
             "S2",
             "median_s",
             sim,
             format!(
-                "{}, \"host_median_s\": {host:.6}, \"sim_vs_host\": {:.4}, \"launch_s\": {launch:.6}, \"launch_vs_host\": {:.4}",
+                "{}, \"host_median_s\": {host:.6}, \"sim_vs_host\": {:.4}, \"copy_in_s\": {copy_in:.6}, \"launch_s\": {launch:.6}, \"copy_out_s\": {copy_out:.6}, \"launch_vs_host\": {:.4}",
                 gbps(16.0 * N as f64, sim),
                 host / sim,
                 host / launch

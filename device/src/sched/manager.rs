@@ -271,6 +271,8 @@ impl LaunchState {
             clock_hz: self.lanes.2,
             pipe_busy: std::array::from_fn(|i| self.pipe_busy[i].load(Ordering::Relaxed)),
             device_cycles: self.max_end.load(Ordering::Acquire),
+            host_time,
+            host_copies: None,
         });
         Ok(LaunchReport {
             tasks: self.launch.tasks.len(),

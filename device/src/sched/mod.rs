@@ -31,7 +31,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use profile::Profile;
+pub use profile::{HostCopies, Profile};
 
 /// Which ready task a manager hands out first.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]

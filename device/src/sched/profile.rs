@@ -59,6 +59,22 @@ pub struct Profile {
     pub pipe_busy: [u64; 7],
     /// Virtual device time of the launch.
     pub device_cycles: u64,
+    /// Host time of the launch: the control thread's init to the last
+    /// task's end.
+    pub host_time: Duration,
+    /// Host time spent copying the run's data in and out around the
+    /// launch, when the launcher measured it.
+    pub host_copies: Option<HostCopies>,
+}
+
+/// Host time of the copies around a launch (host -> GM before, GM -> host
+/// after): with the launch's own host time, where a Sim run's time went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostCopies {
+    /// Allocating GM and copying the inputs (and constants) in.
+    pub copy_in: Duration,
+    /// Copying the outputs back.
+    pub copy_out: Duration,
 }
 
 /// Dependency arrows beyond this many are left out (the trace stays small).
@@ -147,7 +163,14 @@ impl Profile {
                 ev.push(json!({"ph": "C", "pid": 0, "name": "ready tasks", "ts": self.us(*t), "args": {"ready": level}}));
             }
         }
-        json!({"traceEvents": ev, "displayTimeUnit": "ns"}).to_string()
+        // Host-side totals ride along as trace metadata (Perfetto shows
+        // them under the trace's info).
+        let mut other = json!({"launch_host_ms": self.host_time.as_secs_f64() * 1e3});
+        if let Some(c) = self.host_copies {
+            other["copy_in_host_ms"] = json!(c.copy_in.as_secs_f64() * 1e3);
+            other["copy_out_host_ms"] = json!(c.copy_out.as_secs_f64() * 1e3);
+        }
+        json!({"traceEvents": ev, "displayTimeUnit": "ns", "otherData": other}).to_string()
     }
 
     /// Device time, per-core utilisation, per-pipe busy share, and how long
@@ -218,6 +241,21 @@ impl Profile {
             s,
             "core wait: {wait_sched} cycles for the scheduler, {wait_dep} cycles for dependencies"
         );
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        match self.host_copies {
+            Some(c) => {
+                let _ = writeln!(
+                    s,
+                    "host time: copy in {:.3} ms, launch {:.3} ms, copy out {:.3} ms",
+                    ms(c.copy_in),
+                    ms(self.host_time),
+                    ms(c.copy_out)
+                );
+            }
+            None => {
+                let _ = writeln!(s, "host time: launch {:.3} ms", ms(self.host_time));
+            }
+        }
         s
     }
 }
