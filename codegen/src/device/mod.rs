@@ -14,8 +14,11 @@
 //!
 //! Each tile: every load (MTE2), a flag to V, the expression DAG and stages
 //! in order on V (each expression computed once, into a UB slot reused
-//! after its last use), a flag to MTE3, the stores, and a barrier before
-//! the next tile reuses the slots. Values are computed in each node's own
+//! after its last use), a flag to MTE3, the stores. Where UB holds two sets
+//! of slots, tiles alternate between them (double buffering): a tile's
+//! loads wait only for the stores of the tile two back (an MTE3 -> MTE2
+//! flag per set), so MTE2, V and MTE3 work on three tiles at once; else a
+//! barrier separates tiles. Values are computed in each node's own
 //! dtype with the reference interpreter's rounding, so results match it.
 //!
 //! Loads and stores with an inner stride other than 0 or 1 (transposes,

@@ -18,6 +18,9 @@ pub(super) struct TileCx<'a> {
     pub(super) vcv: &'static str,
     pub(super) slot_bytes: usize,
     pub(super) elem_base: usize,
+    /// Where this buffer set starts in UB (the second set of a double-
+    /// buffered kernel sits after the first).
+    pub(super) ub_base: usize,
     pub(super) buffers: &'a [BufId],
     pub(super) access_list: &'a [&'a Access],
     /// Split long rows: per stage, the GM argument its chunk partials go
@@ -35,7 +38,7 @@ impl TileCx<'_> {
     }
 
     pub(super) fn elem_addr(&self, i: usize) -> usize {
-        self.elem_base + i * 32
+        self.ub_base + self.elem_base + i * 32
     }
 
     fn gm_of(&self, b: BufId) -> usize {
@@ -81,7 +84,7 @@ impl TileCx<'_> {
         let mut slot_of: Vec<Option<usize>> = vec![None; k.exprs.len()];
         let mut free: Vec<usize> = (0..slots).rev().collect();
         let mut expiring: Vec<(usize, usize)> = Vec::new(); // (last use, slot)
-        let slot_addr = |sl: usize| sl * self.slot_bytes;
+        let slot_addr = |sl: usize| self.ub_base + sl * self.slot_bytes;
         let (mut loads, mut v_ops, mut stores) = (String::new(), String::new(), String::new());
         let assign = |e: ExprId,
                       i: usize,

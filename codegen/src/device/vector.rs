@@ -119,6 +119,26 @@ pub(super) fn compile_vector(
             format!("{peak} live tiles of {w} elements (more than the {ub}-byte UB holds)"),
         ));
     }
+    // Double buffering (whole tiles only): a second set of slots, so that
+    // MTE2 loads tile i+1 while V computes tile i and MTE3 stores tile
+    // i-1. A flat kernel halves its tile width, down to 256 elements, to
+    // make room; a row kernel double-buffers when two rows fit.
+    let set_bytes = |w: usize| (peak * slot_bytes_for(w) + elem_bytes).next_multiple_of(32);
+    let (w, double) = if long {
+        (w, false)
+    } else if flat {
+        let mut d = w;
+        while d > 256 && 2 * set_bytes(d) > ub {
+            d /= 2;
+        }
+        if 2 * set_bytes(d) <= ub {
+            (d, true)
+        } else {
+            (w, false)
+        }
+    } else {
+        (w, 2 * set_bytes(w) <= ub)
+    };
     let slot_bytes = slot_bytes_for(w);
     let params = k.exprs.iter().filter_map(|n| match n.expr {
         Expr::Param(p) => Some(p as usize + 1),
@@ -147,6 +167,7 @@ pub(super) fn compile_vector(
         vcv: if !flat && cols == 0 { "1" } else { "r2" },
         slot_bytes,
         elem_base: peak * slot_bytes,
+        ub_base: 0,
         buffers: &buffers,
         access_list: &access_list,
         partials: Vec::new(),
@@ -174,26 +195,27 @@ pub(super) fn compile_vector(
     for p in 0..n_params {
         let _ = writeln!(s, "    ldarg r{}, {}", cx.param_reg(p), 2 + p);
     }
-    let _ = writeln!(s, "loop:\n    bge r0, r1, done");
+    // Per tile: the valid width (flat) or the row's access offsets.
+    let mut prologue = String::new();
     if flat {
-        let _ = writeln!(s, "    sub r2, r1, r0\n    min r2, r2, {w}");
+        let _ = writeln!(prologue, "    sub r2, r1, r0\n    min r2, r2, {w}");
     } else {
-        let _ = writeln!(s, "    movi r2, {cols}");
+        let _ = writeln!(prologue, "    movi r2, {cols}");
         // Row offsets: peel the row index into its multi-index, innermost
         // row dimension first.
         for a in 0..access_list.len() {
-            let _ = writeln!(s, "    movi r{}, 0", cx.base_reg(a));
+            let _ = writeln!(prologue, "    movi r{}, 0", cx.base_reg(a));
         }
-        let _ = writeln!(s, "    mov r3, r0");
+        let _ = writeln!(prologue, "    mov r3, r0");
         let rank = k.domain.len();
         for d in (0..rank - 1).rev() {
             let dim = k.domain[d].max(1);
-            let _ = writeln!(s, "    rem r4, r3, {dim}\n    div r3, r3, {dim}");
+            let _ = writeln!(prologue, "    rem r4, r3, {dim}\n    div r3, r3, {dim}");
             for (a, acc) in access_list.iter().enumerate() {
                 let st = acc.strides[d];
                 if st != 0 {
                     let _ = writeln!(
-                        s,
+                        prologue,
                         "    mul r31, r4, {st}\n    add r{0}, r{0}, r31",
                         cx.base_reg(a)
                     );
@@ -201,6 +223,44 @@ pub(super) fn compile_vector(
             }
         }
     }
+    let step = if flat { w } else { 1 };
+    if double {
+        let (ev, lu, _) = &passes[0];
+        let pong = TileCx {
+            ub_base: set_bytes(w),
+            shape: cx.shape.clone(),
+            partials: Vec::new(),
+            ..cx
+        };
+        // Event b guards buffer set b: MTE3 -> MTE2 says its last store
+        // is done (both start free), MTE2 -> V its loads are in, V -> MTE3
+        // its results are ready.
+        s.push_str("    setf mte3, mte2, 0\n    setf mte3, mte2, 1\nloop:\n");
+        for (b, set) in [&cx, &pong].into_iter().enumerate() {
+            let (loads, v_ops, stores) = set.emit(ev, lu, peak)?;
+            let _ = write!(
+                s,
+                "    bge r0, r1, done\n{prologue}    waitf mte3, mte2, {b}\n{loads}\
+                 \x20   setf mte2, v, {b}\n    waitf mte2, v, {b}\n{v_ops}\
+                 \x20   setf v, mte3, {b}\n    waitf v, mte3, {b}\n{stores}\
+                 \x20   setf mte3, mte2, {b}\n    add r0, r0, {step}\n"
+            );
+        }
+        s.push_str(
+            "    jmp loop\ndone:\n    waitf mte3, mte2, 0\n    waitf mte3, mte2, 1\n    end\n",
+        );
+        return Ok(vec![DeviceKernel {
+            name: k.name.clone(),
+            program: assemble_verified(k, &s, cfg)?,
+            asm: s,
+            buffers,
+            core: CoreType::Aiv,
+            units: k.units(),
+            tile_units: step,
+            extra: Arc::new(Vec::new()),
+        }]);
+    }
+    let _ = write!(s, "loop:\n    bge r0, r1, done\n{prologue}");
     let sync = |s: &mut String, body: (String, String, String)| {
         s.push_str(&body.0);
         s.push_str("    setf mte2, v, 0\n    waitf mte2, v, 0\n");
@@ -241,7 +301,6 @@ pub(super) fn compile_vector(
         let (ev, lu, _) = &passes[0];
         sync(&mut s, cx.emit(ev, lu, peak)?);
     }
-    let step = if flat { w } else { 1 };
     let _ = writeln!(s, "    add r0, r0, {step}\n    jmp loop\ndone:\n    end");
     let program = assemble_verified(k, &s, cfg)?;
     Ok(vec![DeviceKernel {
