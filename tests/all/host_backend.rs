@@ -74,7 +74,7 @@ pub(crate) fn ty(d: D, dims: &[usize]) -> TensorType {
 }
 
 /// `u(x)` for one input `x: d[n]`.
-fn unary_graph(u: UnaryOp, d: D, n: usize) -> Graph {
+pub(crate) fn unary_graph(u: UnaryOp, d: D, n: usize) -> Graph {
     let mut g = Graph::new();
     let x = g
         .add(Op::Input {
@@ -107,39 +107,49 @@ pub(crate) fn ramp(n: usize, d: D, salt: usize) -> Array {
     }
 }
 
+/// The unary ops defined on `d`: all of them on floats, the exact ones on
+/// integers.
+pub(crate) fn unary_ops(d: D) -> &'static [UnaryOp] {
+    if d.is_float() {
+        &[
+            UnaryOp::Neg,
+            UnaryOp::Abs,
+            UnaryOp::Square,
+            UnaryOp::Relu,
+            UnaryOp::Exp,
+            UnaryOp::Tanh,
+            UnaryOp::Sigmoid,
+            UnaryOp::Gelu,
+            UnaryOp::Sqrt,
+            UnaryOp::Log,
+            UnaryOp::Rsqrt,
+            UnaryOp::Recip,
+        ]
+    } else {
+        &[UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Square, UnaryOp::Relu]
+    }
+}
+
+/// The elementwise binary ops every dtype has.
+pub(crate) const BINARY_OPS: [tilejit_ir::BinaryOp; 6] = [
+    tilejit_ir::BinaryOp::Add,
+    tilejit_ir::BinaryOp::Sub,
+    tilejit_ir::BinaryOp::Mul,
+    tilejit_ir::BinaryOp::Div,
+    tilejit_ir::BinaryOp::Max,
+    tilejit_ir::BinaryOp::Min,
+];
+
 #[test]
 fn every_op_at_odd_sizes_on_every_float_and_int_dtype() {
     for n in [1usize, 3, 50, 783, 4096] {
         for d in [D::F32, D::F64, D::F16, D::I32, D::I64] {
-            let unary: &[UnaryOp] = if d.is_float() {
-                &[
-                    UnaryOp::Neg,
-                    UnaryOp::Abs,
-                    UnaryOp::Square,
-                    UnaryOp::Relu,
-                    UnaryOp::Exp,
-                    UnaryOp::Tanh,
-                    UnaryOp::Sigmoid,
-                    UnaryOp::Gelu,
-                    UnaryOp::Sqrt,
-                    UnaryOp::Log,
-                ]
-            } else {
-                &[UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Square, UnaryOp::Relu]
-            };
             let tol = if d == D::F16 { 2e-2 } else { 1e-5 };
-            for &u in unary {
+            for &u in unary_ops(d) {
                 check_program(unary_graph(u, d, n), &[ramp(n, d, 0)], &[], tol)
                     .unwrap_or_else(|e| panic!("{u:?} {d} n={n}: {e}"));
             }
-            for b in [
-                tilejit_ir::BinaryOp::Add,
-                tilejit_ir::BinaryOp::Sub,
-                tilejit_ir::BinaryOp::Mul,
-                tilejit_ir::BinaryOp::Div,
-                tilejit_ir::BinaryOp::Max,
-                tilejit_ir::BinaryOp::Min,
-            ] {
+            for b in BINARY_OPS {
                 let mut g = Graph::new();
                 let x = g
                     .add(Op::Input {

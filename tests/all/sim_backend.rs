@@ -5,7 +5,7 @@
 //! device code generator does not handle yet (matmul, transposes) must
 //! fail with a clear `unsupported` error, never a wrong answer.
 
-use crate::host_backend::{as_f64, ramp, ty};
+use crate::host_backend::{as_f64, ramp, ty, unary_graph, unary_ops, BINARY_OPS};
 use crate::simplify_props::{build, dims, inputs};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
@@ -118,47 +118,13 @@ fn sim_matches_reference_on_random_graphs() {
 fn every_elementwise_op_at_odd_sizes_and_dtypes() {
     for n in [1usize, 3, 50, 783, 4096, 10_007] {
         for d in [D::F32, D::F64, D::F16, D::BF16, D::I32, D::I64] {
-            let unary: &[UnaryOp] = if d.is_float() {
-                &[
-                    UnaryOp::Neg,
-                    UnaryOp::Abs,
-                    UnaryOp::Square,
-                    UnaryOp::Relu,
-                    UnaryOp::Exp,
-                    UnaryOp::Tanh,
-                    UnaryOp::Sigmoid,
-                    UnaryOp::Gelu,
-                    UnaryOp::Sqrt,
-                    UnaryOp::Log,
-                    UnaryOp::Rsqrt,
-                    UnaryOp::Recip,
-                ]
-            } else {
-                &[UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Square, UnaryOp::Relu]
-            };
-            for &u in unary {
-                let mut g = Graph::new();
-                let x = g
-                    .add(Op::Input {
-                        index: 0,
-                        ty: ty(d, &[n]),
-                    })
-                    .unwrap();
-                let y = g.add(Op::Unary(u, x)).unwrap();
-                g.outputs.push(y);
+            for &u in unary_ops(d) {
                 assert!(
-                    check_sim(g, &[ramp(n, d, 0)], &[]).unwrap(),
+                    check_sim(unary_graph(u, d, n), &[ramp(n, d, 0)], &[]).unwrap(),
                     "{u:?} {d} {n}"
                 );
             }
-            for b in [
-                BinaryOp::Add,
-                BinaryOp::Sub,
-                BinaryOp::Mul,
-                BinaryOp::Div,
-                BinaryOp::Max,
-                BinaryOp::Min,
-            ] {
+            for b in BINARY_OPS {
                 let mut g = Graph::new();
                 let x = g
                     .add(Op::Input {
