@@ -249,17 +249,34 @@ pub(super) fn compile_vector(
         s.push_str(
             "    jmp loop\ndone:\n    waitf mte3, mte2, 0\n    waitf mte3, mte2, 1\n    end\n",
         );
-        return Ok(vec![DeviceKernel {
-            name: k.name.clone(),
-            program: assemble_verified(k, &s, cfg)?,
-            asm: s,
-            buffers,
-            core: CoreType::Aiv,
-            units: k.units(),
-            tile_units: step,
-            extra: Arc::new(Vec::new()),
-        }]);
+    } else {
+        emit_single_buffered(&mut s, &cx, &passes, &prologue, (peak, w, step))?;
     }
+    let program = assemble_verified(k, &s, cfg)?;
+    Ok(vec![DeviceKernel {
+        name: k.name.clone(),
+        program,
+        asm: s,
+        buffers,
+        core: CoreType::Aiv,
+        units: k.units(),
+        tile_units: step,
+        extra: Arc::new(Vec::new()),
+    }])
+}
+
+/// The tile loop with one set of slots and a barrier between tiles (long
+/// rows, one pass per stage over column chunks, or tiles too big to hold
+/// twice).
+fn emit_single_buffered(
+    s: &mut String,
+    cx: &TileCx<'_>,
+    passes: &[(Vec<Event>, Vec<usize>, usize)],
+    prologue: &str,
+    (peak, w, step): (usize, usize, usize),
+) -> Result<(), CodegenError> {
+    let k = cx.k;
+    let cols = k.cols();
     let _ = write!(s, "loop:\n    bge r0, r1, done\n{prologue}");
     let sync = |s: &mut String, body: (String, String, String)| {
         s.push_str(&body.0);
@@ -269,7 +286,7 @@ pub(super) fn compile_vector(
         s.push_str(&body.2);
         s.push_str("    barrier\n");
     };
-    if long {
+    if cx.long {
         for (si, (ev, lu, _)) in passes.iter().enumerate() {
             if let Stage::Reduce { op, value } = &k.stages[si] {
                 let dt = k.expr(*value).dtype;
@@ -294,25 +311,15 @@ pub(super) fn compile_vector(
                 s,
                 "    movi r2, {cols}\n    sub r2, r2, r28\n    min r2, r2, {w}"
             );
-            sync(&mut s, cx.emit(ev, lu, peak)?);
+            sync(s, cx.emit(ev, lu, peak)?);
             let _ = writeln!(s, "    add r28, r28, {w}\n    jmp c{si}\ne{si}:");
         }
     } else {
         let (ev, lu, _) = &passes[0];
-        sync(&mut s, cx.emit(ev, lu, peak)?);
+        sync(s, cx.emit(ev, lu, peak)?);
     }
     let _ = writeln!(s, "    add r0, r0, {step}\n    jmp loop\ndone:\n    end");
-    let program = assemble_verified(k, &s, cfg)?;
-    Ok(vec![DeviceKernel {
-        name: k.name.clone(),
-        program,
-        asm: s,
-        buffers,
-        core: CoreType::Aiv,
-        units: k.units(),
-        tile_units: step,
-        extra: Arc::new(Vec::new()),
-    }])
+    Ok(())
 }
 
 /// Long rows fewer than this are split across tasks.
