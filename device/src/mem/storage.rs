@@ -54,36 +54,24 @@ impl PagedMemory {
     /// (the region) has checked the range lies inside the memory.
     pub fn read(&self, addr: u64, out: &mut [u8]) {
         debug_assert!(addr + out.len() as u64 <= self.size);
-        let mut done = 0usize;
-        while done < out.len() {
-            let a = addr + done as u64;
-            let page_index = (a / PAGE_BYTES) as usize;
-            let in_page = (a % PAGE_BYTES) as usize;
-            let n = (PAGE_BYTES as usize - in_page).min(out.len() - done);
-            let dst = &mut out[done..done + n];
-            match self.pages[page_index].get() {
+        for (page, in_page, at, n) in page_spans(addr, out.len()) {
+            let dst = &mut out[at..at + n];
+            match self.pages[page].get() {
                 None => dst.fill(0),
-                Some(page) => read_words(page, in_page, dst),
+                Some(words) => read_words(words, in_page, dst),
             }
-            done += n;
         }
     }
 
     /// Copies `data` into memory starting at `addr`.
     pub fn write(&self, addr: u64, data: &[u8]) {
         debug_assert!(addr + data.len() as u64 <= self.size);
-        let mut done = 0usize;
-        while done < data.len() {
-            let a = addr + done as u64;
-            let page_index = (a / PAGE_BYTES) as usize;
-            let in_page = (a % PAGE_BYTES) as usize;
-            let n = (PAGE_BYTES as usize - in_page).min(data.len() - done);
-            let src = &data[done..done + n];
+        for (page, in_page, at, n) in page_spans(addr, data.len()) {
+            let src = &data[at..at + n];
             // Writing zeros to an untouched page changes nothing.
-            if self.pages[page_index].get().is_some() || src.iter().any(|&b| b != 0) {
-                write_words(self.page(page_index), in_page, src);
+            if self.pages[page].get().is_some() || src.iter().any(|&b| b != 0) {
+                write_words(self.page(page), in_page, src);
             }
-            done += n;
         }
     }
 
@@ -96,18 +84,12 @@ impl PagedMemory {
             let bytes: Vec<u8> = data.iter().flat_map(|x| x.le_bytes()).collect();
             return self.write(addr, &bytes);
         }
-        let per_page = PAGE_BYTES as usize / T::BYTES;
-        let mut done = 0usize;
-        while done < data.len() {
-            let a = addr + (done * T::BYTES) as u64;
-            let page_index = (a / PAGE_BYTES) as usize;
-            let in_page = (a % PAGE_BYTES) as usize;
-            let n = (per_page - in_page / T::BYTES).min(data.len() - done);
-            let src = &data[done..done + n];
-            if self.pages[page_index].get().is_some() || src.iter().any(|x| x.bits() != 0) {
-                pack_words(&self.page(page_index)[in_page / 8..], src);
+        // From a word boundary, every span holds whole elements.
+        for (page, in_page, at, n) in page_spans(addr, data.len() * T::BYTES) {
+            let src = &data[at / T::BYTES..(at + n) / T::BYTES];
+            if self.pages[page].get().is_some() || src.iter().any(|x| x.bits() != 0) {
+                pack_words(&self.page(page)[in_page / 8..], src);
             }
-            done += n;
         }
     }
 
@@ -125,58 +107,53 @@ impl PagedMemory {
             }
             return;
         }
-        let per_page = PAGE_BYTES as usize / T::BYTES;
-        let mut done = 0usize;
-        while done < out.len() {
-            let a = addr + (done * T::BYTES) as u64;
-            let page_index = (a / PAGE_BYTES) as usize;
-            let in_page = (a % PAGE_BYTES) as usize;
-            let n = (per_page - in_page / T::BYTES).min(out.len() - done);
-            let dst = &mut out[done..done + n];
-            match self.pages[page_index].get() {
+        for (page, in_page, at, n) in page_spans(addr, out.len() * T::BYTES) {
+            let dst = &mut out[at / T::BYTES..(at + n) / T::BYTES];
+            match self.pages[page].get() {
                 None => dst.fill(T::from_bits(0)),
-                Some(page) => unpack_words(&page[in_page / 8..], dst),
+                Some(words) => unpack_words(&words[in_page / 8..], dst),
             }
-            done += n;
         }
     }
 
     /// Sets `len` bytes at `addr` to zero. Untouched pages already are.
     /// Big ranges are zeroed page by page over the rayon pool.
     pub fn zero(&self, addr: u64, len: u64) {
-        if len >= 16 * PAGE_BYTES {
-            let end = addr + len;
-            let first = addr / PAGE_BYTES;
-            let last = (end - 1) / PAGE_BYTES;
-            (first..=last).into_par_iter().for_each(|page| {
-                let lo = (page * PAGE_BYTES).max(addr);
-                let hi = ((page + 1) * PAGE_BYTES).min(end);
-                self.zero_serial(lo, hi - lo);
-            });
-        } else {
-            self.zero_serial(addr, len);
-        }
-    }
-
-    fn zero_serial(&self, addr: u64, len: u64) {
-        let mut done = 0u64;
-        while done < len {
-            let a = addr + done;
-            let page_index = (a / PAGE_BYTES) as usize;
-            let in_page = (a % PAGE_BYTES) as usize;
-            let n = (PAGE_BYTES as usize - in_page).min((len - done) as usize);
-            if let Some(page) = self.pages[page_index].get() {
+        let zero_span = |(page, in_page, _, n): (usize, usize, usize, usize)| {
+            if let Some(words) = self.pages[page].get() {
                 if in_page % 8 == 0 && n % 8 == 0 {
-                    for w in &page[in_page / 8..(in_page + n) / 8] {
+                    for w in &words[in_page / 8..(in_page + n) / 8] {
                         w.store(0, Ordering::Relaxed);
                     }
                 } else {
-                    write_words(page, in_page, &vec![0u8; n]);
+                    write_words(words, in_page, &vec![0u8; n]);
                 }
             }
-            done += n as u64;
+        };
+        let spans = page_spans(addr, len as usize);
+        if len >= 16 * PAGE_BYTES {
+            spans.par_bridge().for_each(zero_span);
+        } else {
+            spans.for_each(zero_span);
         }
     }
+}
+
+/// The `len` bytes at `addr` split at page boundaries, as `(page, offset in
+/// the page, offset in the range, bytes)`.
+fn page_spans(addr: u64, len: usize) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+    let mut at = 0usize;
+    std::iter::from_fn(move || {
+        if at >= len {
+            return None;
+        }
+        let a = addr + at as u64;
+        let in_page = (a % PAGE_BYTES) as usize;
+        let n = (PAGE_BYTES as usize - in_page).min(len - at);
+        let span = ((a / PAGE_BYTES) as usize, in_page, at, n);
+        at += n;
+        Some(span)
+    })
 }
 
 /// An element that memory holds as its `BYTES` little-endian bytes (1, 2,
