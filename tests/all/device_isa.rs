@@ -29,16 +29,17 @@ pub const EXAMPLES: [&str; 4] = [
     "matmul_relu_f16.s",
 ];
 
-struct Rng(u64);
+/// A xorshift generator: random programs and graphs that a seed reproduces.
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }

@@ -5,7 +5,7 @@
 //! next, bad graphs rejected at init, many host threads launching at once,
 //! the launch watchdog, and the profile's Chrome trace.
 
-use super::device_isa::example;
+use super::device_isa::{example, Rng};
 use std::sync::Arc;
 use std::time::Duration;
 use tilejit_device::isa::asm;
@@ -95,16 +95,6 @@ fn a_kernel_split_into_tile_tasks_computes_the_whole_result() {
     let cores: std::collections::HashSet<u32> =
         profile.records.iter().map(|r| r.core_index).collect();
     assert!(cores.len() > 8, "{cores:?}");
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// A random DAG: each task's successors are later tasks, so it is acyclic;
