@@ -52,9 +52,13 @@ pub(super) fn compile_matmul(
         s,
         "    ldarg r0, 0\n    ldarg r1, 1\nloop:\n    bge r0, r1, done"
     );
+    // An empty output (m or n = 0) has no tiles and so no tasks; the
+    // divisors only have to be legal. With k = 0 the one K step multiplies
+    // zero-filled panels, so the product is zeros.
+    let (dmt, dnt) = (mt.max(1), nt.max(1));
     let _ = writeln!(
         s,
-        "    rem r4, r0, {nt}\n    div r12, r0, {nt}\n    rem r3, r12, {mt}\n    div r2, r12, {mt}"
+        "    rem r4, r0, {dnt}\n    div r12, r0, {dnt}\n    rem r3, r12, {dmt}\n    div r2, r12, {dmt}"
     );
     let _ = writeln!(
         s,
@@ -153,7 +157,13 @@ pub(super) fn compile_matmul_vector(
     );
     // r0: output row over batch*m; r4: A row offset; r6: B batch offset;
     // r7: C row offset; r8: column chunk; r9: valid columns; r10: k index.
-    let _ = writeln!(s, "    div r2, r0, {m}\n    rem r3, r0, {m}");
+    // With m = 0 there are no tasks; the divisor only has to be legal.
+    let _ = writeln!(
+        s,
+        "    div r2, r0, {}\n    rem r3, r0, {}",
+        m.max(1),
+        m.max(1)
+    );
     let _ = writeln!(
         s,
         "    mul r4, r2, {}\n    mul r5, r3, {kk}\n    add r4, r4, r5",

@@ -137,6 +137,9 @@ impl TileCx<'_> {
                             let gm = self.gm_of(acc.buf);
                             let inner = acc.inner_stride();
                             let off = self.offset(l as usize, inner, "r3", &mut loads);
+                            // Loads read only the valid columns (none in a
+                            // zero-column row), whatever width V computes.
+                            let hdr = format!("{dt}, {shape}, 1, r2, @0x{dst:x}");
                             if inner == 1 {
                                 let _ =
                                     writeln!(loads, "    ld {hdr}, b{gm}_{}, {off}, 0", acc.buf.0);
