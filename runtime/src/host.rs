@@ -1,7 +1,8 @@
 //! Running a fused program on the host: buffers, kernel launches in order,
 //! each split into ranges over the rayon pool (tiny kernels stay on the
 //! calling thread, where dispatch costs less than the work), matmuls through
-//! `gemm`, f16/bf16 held as f32 between the program's boundaries.
+//! `gemm`, f16/bf16 held as f32 between the program's boundaries (each
+//! op's result rounded to its type).
 
 use crate::error::RuntimeError;
 use crate::kernel_cache::{kernel_cache, CachedKernel};
@@ -299,7 +300,7 @@ impl HostProgram {
             .enumerate()
         {
             if let Some(mm) = &k.matmul {
-                self.matmul(&mut slots, mm)?;
+                self.matmul(&mut slots, mm, p.buffers[mm.out.0 as usize].ty.dtype)?;
             }
             let per_call;
             let args = match &self.fixed_args[i] {
@@ -351,6 +352,7 @@ impl HostProgram {
         &self,
         slots: &mut [Slot<'_>],
         mm: &tilejit_ir::kernel::MatMul,
+        out_dtype: DType,
     ) -> Result<(), RuntimeError> {
         let dims = [mm.batch, mm.m, mm.k, mm.n];
         let threads = if mm.m * mm.n * mm.k >= 1 << 18 {
@@ -363,7 +365,20 @@ impl HostProgram {
         let mismatch = || RuntimeError::from(IrError::Verify("matmul operand types".into()));
         let r = match &mut out {
             Store::F32(o) => match (a.f32s(), b.f32s()) {
-                (Some(x), Some(y)) => matmul_f32(x, y, o, dims, threads),
+                (Some(x), Some(y)) => {
+                    let r = matmul_f32(x, y, o, dims, threads);
+                    // An f16/bf16 product rounds like every other op's result.
+                    match out_dtype {
+                        DType::F16 => o
+                            .iter_mut()
+                            .for_each(|v| *v = half::f16::from_f32(*v).to_f32()),
+                        DType::BF16 => o
+                            .iter_mut()
+                            .for_each(|v| *v = half::bf16::from_f32(*v).to_f32()),
+                        _ => {}
+                    }
+                    r
+                }
                 _ => return Err(mismatch()),
             },
             Store::F64(o) => match (a.f64s(), b.f64s()) {

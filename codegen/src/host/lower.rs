@@ -98,6 +98,12 @@ fn is_f32ish(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F16 | DType::BF16)
 }
 
+/// f16 and bf16 values live in f32 but round to their own type after
+/// every op, as the reference interpreter (and numpy) round them.
+fn is_low_precision(d: DType) -> bool {
+    matches!(d, DType::F16 | DType::BF16)
+}
+
 impl<'a, 'b> Lowerer<'a, 'b> {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -256,6 +262,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             match stage {
                 Stage::Reduce { op, value } => {
                     let v = self.reduce_loop(*op, *value, j0, j1)?;
+                    let v = self.round_low(v, self.k.expr(*value).dtype);
                     let var = self.b.declare_var(scalar_ty(self.k.expr(*value).dtype));
                     self.b.def_var(var, v);
                     self.rows[si] = Some(var);
@@ -300,6 +307,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             let n = k.expr(e);
             match n.expr {
                 Expr::Cast(_) => false,
+                // Rounding to f16/bf16 is a scalar call.
+                _ if is_low_precision(n.dtype) && !matches!(n.expr, Expr::Load(_)) => false,
                 Expr::Compare(_, a, _) => is_f32ish(k.expr(a).dtype),
                 Expr::Select(c, ..) => {
                     is_f32ish(n.dtype) && matches!(k.expr(c).expr, Expr::Compare(..))
@@ -582,7 +591,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         let n = *self.k.expr(e);
         let d = n.dtype;
         let arg = |x: ExprId| cache[&x];
-        Ok(match n.expr {
+        let v = match n.expr {
             Expr::Load(l) => {
                 let l = l as usize;
                 let p = self.addr(l, j);
@@ -643,12 +652,36 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                 }
             }
             Expr::Cast(x) => self.cast(arg(x), self.k.expr(x).dtype, d)?,
+        };
+        Ok(match n.expr {
+            // Loads read rounded values; casts and literals round themselves.
+            Expr::Load(_) | Expr::Cast(_) | Expr::Lit(_) | Expr::Row(_) => v,
+            _ => self.round_low(v, d),
         })
+    }
+
+    /// `v` rounded to `d` when `d` is f16 or bf16 (scalar values only:
+    /// such values never take the vector path).
+    fn round_low(&mut self, v: Value, d: DType) -> Value {
+        let f = match d {
+            DType::F16 => self.libs.round_f16,
+            DType::BF16 => self.libs.round_bf16,
+            _ => return v,
+        };
+        let call = self.b.ins().call(f, &[v]);
+        self.b.inst_results(call)[0]
     }
 
     fn lit(&mut self, l: Lit, d: DType) -> Value {
         match scalar_ty(d) {
-            types::F32 => self.b.ins().f32const(l.as_f64() as f32),
+            types::F32 => {
+                let v = match d {
+                    DType::F16 => half::f16::from_f64(l.as_f64()).to_f32(),
+                    DType::BF16 => half::bf16::from_f64(l.as_f64()).to_f32(),
+                    _ => l.as_f64() as f32,
+                };
+                self.b.ins().f32const(v)
+            }
             types::F64 => self.b.ins().f64const(l.as_f64()),
             ty => self.b.ins().iconst(ty, l.as_i64()),
         }

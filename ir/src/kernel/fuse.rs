@@ -28,8 +28,9 @@ use super::{
     MatMul, ProgramOutput, Stage,
 };
 use crate::error::IrError;
-use crate::graph::{Graph, NodeId, Op};
+use crate::graph::{Graph, NodeId, Op, ReduceOp};
 use crate::shape::{Shape, TensorType, MAX_RANK};
+use crate::DType;
 use std::collections::HashMap;
 
 /// An index map: for each dim of a node's shape, the domain dim that indexes
@@ -72,9 +73,20 @@ fn split_multi_axis_reductions(g: &Graph) -> Result<Graph, IrError> {
         let op = g.node(id).op.map_operands(|x| map[x.index()]);
         let new = match op {
             Op::Reduce(r, x, axes) if axes.iter().count() > 1 => {
-                let mut cur = x;
+                // An f16/bf16 sum rounds once, as one reduction would: its
+                // partial sums stay f32 (max and min lose nothing).
+                let low = out.ty(x).dtype;
+                let widen = r == ReduceOp::Sum && matches!(low, DType::F16 | DType::BF16);
+                let mut cur = if widen {
+                    out.add(Op::Cast(x, DType::F32))?
+                } else {
+                    x
+                };
                 for a in axes.iter().collect::<Vec<_>>().into_iter().rev() {
                     cur = out.add(Op::Reduce(r, cur, crate::graph::Axes::from_axes(&[a])))?;
+                }
+                if widen {
+                    cur = out.add(Op::Cast(cur, low))?;
                 }
                 cur
             }
