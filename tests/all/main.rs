@@ -9,6 +9,7 @@ mod device_mem;
 mod device_sched;
 mod device_sim;
 mod display;
+mod every_mode;
 mod host_backend;
 mod ir_text;
 mod jit;

@@ -1,0 +1,221 @@
+//! One user-level test body run in every mode: each public tensor op,
+//! inside a jit function, at odd and zero-size shapes and in every dtype it
+//! accepts, on Host, Sim and Verify, against the same call on the
+//! reference interpreter.
+
+use tilejit::prelude::*;
+
+type Op = fn(&Tensor, &Tensor) -> Tensor;
+
+/// Binary and unary ops of the public API; unary ones ignore `b`.
+fn ops() -> Vec<(&'static str, Op, bool)> {
+    // (name, op, float-only)
+    vec![
+        ("add", |a, b| a + b, false),
+        ("sub", |a, b| a - b, false),
+        ("mul", |a, b| a * b, false),
+        ("div", |a, b| a / b, true),
+        ("scalar_mix", |a, _| 2.0 * a - 1.0 + a * 0.5, false),
+        ("rsub_rdiv", |a, _| (1.0 - a) + (a + 3.0).rdiv(2.0), true),
+        ("neg", |a, _| -a, false),
+        ("exp", |a, _| a.exp(), true),
+        ("log", |a, _| a.abs().log(), true),
+        ("sqrt", |a, _| a.abs().sqrt(), true),
+        ("rsqrt", |a, _| (a.abs() + 0.5).rsqrt(), true),
+        ("tanh", |a, _| a.tanh(), true),
+        ("sigmoid", |a, _| a.sigmoid(), true),
+        ("relu", |a, _| a.relu(), false),
+        ("gelu", |a, _| a.gelu(), true),
+        ("abs", |a, _| a.abs(), false),
+        ("recip", |a, _| (a.abs() + 1.0).recip(), true),
+        ("square", |a, _| a.square(), false),
+        ("maximum", |a, b| a.maximum(b), false),
+        ("minimum", |a, b| a.minimum(b), false),
+        ("compare", |a, b| Tensor::where_cond(&a.lt(b), a, b), false),
+        (
+            "le_ge_eq",
+            |a, b| Tensor::where_cond(&a.le(b), &a.ge(b).cast(a.dtype()), &a.eq(b).cast(a.dtype())),
+            false,
+        ),
+        ("gt_cast", |a, b| a.gt(b).cast(DType::F32) * 2.0, false),
+        ("sum_last", |a, _| a.sum(-1, false), false),
+        ("sum_first_keep", |a, _| a.sum(0, true), false),
+        ("max_last", |a, _| a.max(-1, true), false),
+        ("min_first", |a, _| a.min(0, false), false),
+        ("mean_last", |a, _| a.mean(-1, false), true),
+        ("sum_all", |a, _| a.sum_all(), false),
+        ("softmax", |a, _| a.softmax(-1), true),
+        ("softmax_first", |a, _| a.softmax(0), true),
+        ("transpose", |a, _| a.transpose(0, -1) + 1.0, false),
+        ("reshape", |a, _| a.reshape(&[a.numel()]) * 3.0, false),
+        ("bcast_row", |a, b| a + b.sum(0, true), false),
+        (
+            "cast_round_trip",
+            |a, _| {
+                (a * 1.001).cast(DType::F16).cast(a.dtype())
+                    + (a * 1.001).cast(DType::BF16).cast(a.dtype())
+            },
+            false,
+        ),
+        (
+            "cast_int",
+            |a, _| (a * 2.5).cast(DType::I32).cast(a.dtype()),
+            false,
+        ),
+        // An outer product for small inputs (a 4096^2 output would only be slow).
+        (
+            "matmul",
+            |a, b| {
+                let n = a.numel().min(64);
+                a.reshape(&[a.numel(), 1])
+                    .sum(0, true)
+                    .broadcast_to(&[n, 1])
+                    .matmul(&b.reshape(&[1, b.numel()]))
+            },
+            false,
+        ),
+        (
+            "matmul_t",
+            |a, b| {
+                let n = a.numel();
+                a.reshape(&[1, n])
+                    .matmul(&b.reshape(&[1, n]).transpose(0, 1))
+            },
+            false,
+        ),
+        ("sum_exp", |a, _| (a * 0.1).exp().sum(-1, false), true),
+        ("mean_all", |a, _| a.mean(0, false).sum_all(), true),
+        (
+            "bmm",
+            |a, b| {
+                let n = a.numel();
+                (a.reshape(&[1, 1, n]) * 0.5)
+                    .matmul(&b.reshape(&[1, n, 1]))
+                    .reshape(&[1])
+                    + 1.0
+            },
+            false,
+        ),
+        (
+            "layer_norm",
+            |a, _| {
+                let c = a.shape()[a.shape().len() - 1];
+                a.layer_norm(
+                    &Tensor::ones(&[c], a.dtype()),
+                    &Tensor::zeros(&[c], a.dtype()),
+                    1e-5,
+                )
+            },
+            true,
+        ),
+    ]
+}
+
+fn shapes() -> Vec<Vec<usize>> {
+    vec![
+        vec![1],
+        vec![3],
+        vec![50],
+        vec![783],
+        vec![4096],
+        vec![3, 5],
+        vec![7, 50],
+        vec![2, 3, 33],
+        vec![0],
+        vec![0, 5],
+        vec![4, 0],
+        vec![1, 1, 1, 1, 1, 1, 1, 2],
+        vec![],
+    ]
+}
+
+fn input(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
+    let x = Tensor::randn(shape, seed) * 3.0;
+    match dtype {
+        DType::F32 => x,
+        DType::Bool => x.gt(&Tensor::zeros(&[], DType::F32)),
+        _ => x.cast(dtype),
+    }
+}
+
+fn as_f64(t: &Tensor) -> Vec<f64> {
+    t.cast(DType::F64).to_vec::<f64>().unwrap()
+}
+
+#[test]
+fn every_op_agrees_with_the_reference_in_every_mode() {
+    let mut failures = Vec::new();
+    let (mut compared, mut rejected) = (0usize, 0usize);
+    for (name, op, float_only) in ops() {
+        let f = jit_fn!(move |a: &Tensor, b: &Tensor| op(a, b));
+        for dtype in [
+            DType::F32,
+            DType::F64,
+            DType::F16,
+            DType::BF16,
+            DType::I32,
+            DType::I64,
+            DType::Bool,
+        ] {
+            if float_only && !dtype.is_float() {
+                continue;
+            }
+            for shape in shapes() {
+                let (a, b) = (input(&shape, dtype, 1), input(&shape, dtype, 2));
+                let want = match f.with_mode(RunMode::Reference).call((&a, &b)) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
+                            if f.with_mode(mode).call((&a, &b)).is_ok() {
+                                failures.push(format!("{name} {dtype:?} {shape:?} {mode:?}: ok where the reference fails with {e}"));
+                            }
+                        }
+                        rejected += 1;
+                        continue;
+                    }
+                };
+                compared += 1;
+                let want = as_f64(&want);
+                for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
+                    match f.with_mode(mode).call((&a, &b)) {
+                        Ok(got) => {
+                            let got = as_f64(&got);
+                            let tol = match dtype {
+                                DType::F16 | DType::BF16 => 1e-2,
+                                DType::F32 => 1e-5,
+                                _ => 1e-12,
+                            };
+                            let bad = got.len() != want.len()
+                                || got.iter().zip(&want).any(|(g, w)| {
+                                    !(g == w
+                                        || (g.is_nan() && w.is_nan())
+                                        || (g - w).abs() <= tol * w.abs().max(1.0))
+                                });
+                            if bad {
+                                failures.push(format!(
+                                    "{name} {dtype:?} {shape:?} {mode:?}: got {:?} want {:?}",
+                                    &got[..got.len().min(6)],
+                                    &want[..want.len().min(6)]
+                                ));
+                            }
+                        }
+                        Err(e) => {
+                            failures.push(format!("{name} {dtype:?} {shape:?} {mode:?}: {e}"))
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // Guards against a sweep that quietly stops comparing.
+    assert!(
+        compared > 2500 && rejected < 600,
+        "compared {compared}, rejected {rejected}"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
