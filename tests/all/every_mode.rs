@@ -219,3 +219,144 @@ fn every_op_agrees_with_the_reference_in_every_mode() {
         failures.join("\n")
     );
 }
+
+/// Runs `f` on Reference, then on Host, Sim and Verify, and records any
+/// disagreement (or an error where the reference has none) in `failures`.
+fn agree<F>(what: &str, failures: &mut Vec<String>, f: F)
+where
+    F: Fn(RunMode) -> tilejit::Result<Tensor>,
+{
+    let want = match f(RunMode::Reference) {
+        Ok(t) => t,
+        Err(e) => {
+            failures.push(format!("{what}: reference: {e}"));
+            return;
+        }
+    };
+    let tol = match want.dtype() {
+        DType::F16 | DType::BF16 => 1e-2,
+        DType::F32 => 2e-5,
+        _ => 1e-12,
+    };
+    let w = as_f64(&want);
+    for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
+        match f(mode) {
+            Ok(got) => {
+                let g = as_f64(&got);
+                let bad = got.shape() != want.shape()
+                    || g.iter().zip(&w).any(|(g, w)| {
+                        !(g == w
+                            || (g.is_nan() && w.is_nan())
+                            || (g - w).abs() <= tol * w.abs().max(1.0))
+                    });
+                if bad {
+                    let i = g
+                        .iter()
+                        .zip(&w)
+                        .position(|(g, w)| (g - w).abs() > tol * w.abs().max(1.0))
+                        .unwrap_or(0);
+                    failures.push(format!(
+                        "{what} {mode:?}: shape {:?} vs {:?}, element {i}: {:?} vs {:?}",
+                        got.shape(),
+                        want.shape(),
+                        g.get(i),
+                        w.get(i)
+                    ));
+                }
+            }
+            Err(e) => failures.push(format!("{what} {mode:?}: {e}")),
+        }
+    }
+}
+
+#[test]
+fn broadcasts_axes_params_and_long_rows_agree_in_every_mode() {
+    let mut failures = Vec::new();
+    let bin = jit_fn!(|a: &Tensor, b: &Tensor, k: f32| Tensor::where_cond(
+        &a.gt(b),
+        &(a * k - b),
+        &(b * a).exp()
+    ));
+    for (sa, sb) in [
+        (vec![3, 1], vec![1, 4]),
+        (vec![5], vec![2, 5]),
+        (vec![], vec![7, 3]),
+        (vec![2, 1, 3], vec![4, 1]),
+        (vec![1], vec![783]),
+        (vec![6, 1, 1, 2], vec![1, 5, 3, 1]),
+        (vec![0, 1], vec![1, 3]),
+        (vec![33, 1], vec![33, 257]),
+    ] {
+        let (a, b) = (Tensor::randn(&sa, 5), Tensor::randn(&sb, 6));
+        agree(
+            &format!("where/broadcast {sa:?} {sb:?}"),
+            &mut failures,
+            |m| bin.with_mode(m).call((&a, &b, 0.75f32)),
+        );
+    }
+    let axes = jit_fn!(|x: &Tensor, ax: i64| {
+        let ax = ax as isize;
+        let s = x.softmax(ax);
+        s * x.sum(ax, true) + x.max(ax, true) - x.mean(ax, true) + x.min(ax, true).abs()
+    });
+    for shape in [
+        vec![4, 5, 6],
+        vec![2, 3, 4, 5],
+        vec![1, 300, 3],
+        vec![50, 1, 9],
+    ] {
+        let x = Tensor::randn(&shape, 7);
+        for ax in -(shape.len() as i64)..shape.len() as i64 {
+            agree(&format!("axis {ax} of {shape:?}"), &mut failures, |m| {
+                axes.with_mode(m).call((&x, ax))
+            });
+        }
+    }
+    let perm = jit_fn!(|x: &Tensor| {
+        let t = x.transpose(0, 2);
+        let n = t.numel();
+        (t.reshape(&[n]) * 2.0)
+            .reshape(&[x.shape()[2], x.shape()[1] * x.shape()[0]])
+            .sum(-1, false)
+    });
+    for shape in [vec![3, 4, 5], vec![1, 7, 33], vec![17, 2, 1]] {
+        let x = Tensor::randn(&shape, 8);
+        agree(
+            &format!("transpose+reshape {shape:?}"),
+            &mut failures,
+            |m| perm.with_mode(m).call((&x,)),
+        );
+    }
+    // Few long rows: reductions split over tasks with a combine step.
+    let rows = jit_fn!(|x: &Tensor| x.softmax(-1) * 3.0 + x.sum(-1, true) / x.max(-1, true).abs());
+    for shape in [
+        vec![1, 100_003],
+        vec![3, 70_000],
+        vec![9, 20_001],
+        vec![200_000],
+    ] {
+        let x = Tensor::randn(&shape, 9);
+        agree(&format!("long rows {shape:?}"), &mut failures, |m| {
+            rows.with_mode(m).call((&x,))
+        });
+    }
+    let bmm = jit_fn!(|a: &Tensor, b: &Tensor, bias: &Tensor| (a.matmul(b) + bias).relu() * 2.0);
+    for (sa, sb) in [
+        (vec![3, 5, 7], vec![7, 4]),
+        (vec![2, 65, 3], vec![2, 3, 70]),
+        (vec![1, 1], vec![1, 1]),
+        (vec![130, 1], vec![1, 2]),
+    ] {
+        let (a, b) = (Tensor::randn(&sa, 10), Tensor::randn(&sb, 11));
+        let bias = Tensor::randn(&[sb[sb.len() - 1]], 12);
+        agree(&format!("matmul {sa:?} @ {sb:?}"), &mut failures, |m| {
+            bmm.with_mode(m).call((&a, &b, &bias))
+        });
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
