@@ -360,3 +360,61 @@ fn broadcasts_axes_params_and_long_rows_agree_in_every_mode() {
         failures.join("\n")
     );
 }
+
+#[test]
+fn odd_outputs_agree_in_every_mode() {
+    let w = Tensor::randn(&[3, 4], 20);
+    let captured = jit_fn!(move |x: &Tensor| x * &w + Tensor::arange(4, DType::F32));
+    let x = Tensor::randn(&[3, 4], 21);
+    let mut failures = Vec::new();
+    agree("captured constants", &mut failures, |m| {
+        captured.with_mode(m).call((&x,))
+    });
+    let ident = jit_fn!(|x: &Tensor| x.clone());
+    agree("identity", &mut failures, |m| {
+        ident.with_mode(m).call((&x,))
+    });
+    let reshape_only = jit_fn!(|x: &Tensor| x.reshape(&[4, 3]).transpose(0, 1));
+    agree("reshape+transpose only", &mut failures, |m| {
+        reshape_only.with_mode(m).call((&x,))
+    });
+    let param_out = jit_fn!(|_x: &Tensor, k: f32| k * 2.0 + 1.0);
+    agree("param output", &mut failures, |m| {
+        param_out.with_mode(m).call((&x, 1.5f32))
+    });
+    let cast_out = jit_fn!(|x: &Tensor| x.cast(DType::F16));
+    agree("cast only", &mut failures, |m| {
+        cast_out.with_mode(m).call((&x,))
+    });
+    let bcast_out = jit_fn!(|x: &Tensor| x.sum(0, true).broadcast_to(&[5, 3, 4]));
+    agree("broadcast output", &mut failures, |m| {
+        bcast_out.with_mode(m).call((&x,))
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    let many = jit_fn!(|x: &Tensor, k: f32| {
+        let y = x.exp();
+        (y.clone(), y.sum_all() * k, x.clone(), y, x.max(-1, false))
+    });
+    let runs: Vec<_> = [
+        RunMode::Reference,
+        RunMode::Host,
+        RunMode::Sim,
+        RunMode::Verify,
+    ]
+    .into_iter()
+    .map(|m| many.with_mode(m).call((&x, 0.5f32)).unwrap())
+    .collect();
+    let flat = |r: &(Tensor, Tensor, Tensor, Tensor, Tensor)| {
+        [&r.0, &r.1, &r.2, &r.3, &r.4].map(|t| (t.shape().to_vec(), as_f64(t)))
+    };
+    let want = flat(&runs[0]);
+    for r in &runs[1..] {
+        for (got, want) in flat(r).iter().zip(&want) {
+            assert_eq!(got.0, want.0);
+            for (g, w) in got.1.iter().zip(&want.1) {
+                assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{g} vs {w}");
+            }
+        }
+    }
+}
