@@ -167,11 +167,11 @@ fn ulps(a: f64, b: f64, d: DType) -> u64 {
     match d {
         DType::F64 => key64(a).abs_diff(key64(b)).min(u64::MAX as u128) as u64,
         DType::F16 => {
-            let k = |x: f64| key32(half::f16::from_f64(x).to_f32()) >> 13;
+            let k = |x: f64| key32(tilejit_ir::scalar::f16_from_f64(x).to_f32()) >> 13;
             k(a).abs_diff(k(b))
         }
         DType::BF16 => {
-            let k = |x: f64| key32(half::bf16::from_f64(x).to_f32()) >> 16;
+            let k = |x: f64| key32(tilejit_ir::scalar::bf16_from_f64(x).to_f32()) >> 16;
             k(a).abs_diff(k(b))
         }
         _ => key32(a as f32).abs_diff(key32(b as f32)),

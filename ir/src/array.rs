@@ -74,8 +74,8 @@ impl Buffer {
         Ok(match dtype {
             DType::F32 => Buffer::F32(try_filled(n, f as f32)?),
             DType::F64 => Buffer::F64(try_filled(n, f)?),
-            DType::F16 => Buffer::F16(try_filled(n, f16::from_f64(f))?),
-            DType::BF16 => Buffer::BF16(try_filled(n, bf16::from_f64(f))?),
+            DType::F16 => Buffer::F16(try_filled(n, crate::scalar::f16_from_f64(f))?),
+            DType::BF16 => Buffer::BF16(try_filled(n, crate::scalar::bf16_from_f64(f))?),
             DType::I32 => Buffer::I32(try_filled(n, lit.as_i64() as i32)?),
             DType::I64 => Buffer::I64(try_filled(n, lit.as_i64())?),
             DType::Bool => Buffer::Bool(try_filled(n, lit.as_i64() != 0)?),
@@ -100,8 +100,14 @@ impl Buffer {
         match dtype {
             DType::F32 => Buffer::F32(lits.map(|l| l.as_f64() as f32).collect()),
             DType::F64 => Buffer::F64(lits.map(|l| l.as_f64()).collect()),
-            DType::F16 => Buffer::F16(lits.map(|l| f16::from_f64(l.as_f64())).collect()),
-            DType::BF16 => Buffer::BF16(lits.map(|l| bf16::from_f64(l.as_f64())).collect()),
+            DType::F16 => Buffer::F16(
+                lits.map(|l| crate::scalar::f16_from_f64(l.as_f64()))
+                    .collect(),
+            ),
+            DType::BF16 => Buffer::BF16(
+                lits.map(|l| crate::scalar::bf16_from_f64(l.as_f64()))
+                    .collect(),
+            ),
             DType::I32 => Buffer::I32(lits.map(|l| l.as_i64() as i32).collect()),
             DType::I64 => Buffer::I64(lits.map(|l| l.as_i64()).collect()),
             DType::Bool => Buffer::Bool(lits.map(|l| l.as_i64() != 0).collect()),

@@ -83,8 +83,8 @@ impl DType {
     pub fn round_float(self, v: f64) -> f64 {
         match self {
             DType::F32 => v as f32 as f64,
-            DType::F16 => f16::from_f64(v).to_f64(),
-            DType::BF16 => bf16::from_f64(v).to_f64(),
+            DType::F16 => crate::scalar::f16_from_f64(v).to_f64(),
+            DType::BF16 => crate::scalar::bf16_from_f64(v).to_f64(),
             _ => v,
         }
     }
@@ -155,13 +155,19 @@ macro_rules! float_element {
 }
 float_element!(f32, F32, DType::F32, |v: f32| v as f64, |v: f64| v as f32);
 float_element!(f64, F64, DType::F64, |v: f64| v, |v: f64| v);
-float_element!(f16, F16, DType::F16, |v: f16| v.to_f64(), f16::from_f64);
+float_element!(
+    f16,
+    F16,
+    DType::F16,
+    |v: f16| v.to_f64(),
+    crate::scalar::f16_from_f64
+);
 float_element!(
     bf16,
     BF16,
     DType::BF16,
     |v: bf16| v.to_f64(),
-    bf16::from_f64
+    crate::scalar::bf16_from_f64
 );
 
 impl sealed::Sealed for i32 {}

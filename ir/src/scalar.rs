@@ -70,3 +70,35 @@ pub fn float_to_int(f: f64, to: DType) -> i64 {
 pub fn int_to_float(i: i64, to: DType) -> f64 {
     to.round_float(i as f64)
 }
+
+/// `v` rounded to f32 "to odd": truncated toward zero, with the last bit
+/// set when anything was dropped. Rounding that value to nearest-even in
+/// any format at least two bits narrower gives the same result as
+/// rounding `v` directly (no double-rounding error).
+fn f32_round_to_odd(v: f64) -> f32 {
+    let f = v as f32;
+    if !v.is_finite() || f as f64 == v {
+        return f;
+    }
+    // `f` is nonzero and of `v`'s sign; stepping its bits down moves it
+    // toward zero (from infinity to the largest finite value).
+    let t = if (f as f64).abs() > v.abs() {
+        f32::from_bits(f.to_bits() - 1)
+    } else {
+        f
+    };
+    f32::from_bits(t.to_bits() | 1)
+}
+
+/// `v` correctly rounded (to nearest, ties to even) to f16. `half`'s own
+/// `f16::from_f64` (2.7.1) misrounds values just above a tie (half-rs
+/// issue #151).
+pub fn f16_from_f64(v: f64) -> half::f16 {
+    half::f16::from_f32(f32_round_to_odd(v))
+}
+
+/// `v` correctly rounded to bf16 (`half`'s `bf16::from_f64` misrounds
+/// some values, even f32-exact ones, as [`f16_from_f64`] explains).
+pub fn bf16_from_f64(v: f64) -> half::bf16 {
+    half::bf16::from_f32(f32_round_to_odd(v))
+}

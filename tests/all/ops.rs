@@ -357,3 +357,66 @@ fn tensor_is_clone_send_sync() {
     assert_traits::<Tensor>();
     assert_traits::<tilejit::Error>();
 }
+
+#[test]
+fn f64_to_f16_and_bf16_round_to_nearest_even() {
+    use half::{bf16, f16};
+    use tilejit_ir::scalar::{bf16_from_f64, f16_from_f64};
+    // Just above a tie (half-rs issue #151: `from_f64` rounds these down).
+    let x = 1.0 + 2f64.powi(-11) + 2f64.powi(-22);
+    assert_eq!(f16_from_f64(x).to_bits(), 0x3c01);
+    // An f32-exact value whose dropped bits are 0x8003: above the tie.
+    let y = f32::from_bits(0xbe7e_8003) as f64;
+    assert_eq!(bf16_from_f64(y).to_bits(), 0xbe7f);
+    // Exact ties go to even.
+    assert_eq!(f16_from_f64(1.0 + 2f64.powi(-11)).to_bits(), 0x3c00);
+    assert_eq!(f16_from_f64(1.0 + 3.0 * 2f64.powi(-11)).to_bits(), 0x3c02);
+    assert_eq!(bf16_from_f64(1.0 + 2f64.powi(-8)).to_bits(), 0x3f80);
+    // Overflow, NaN, signed zero, subnormals.
+    assert!(bf16_from_f64(1e300).to_f64().is_infinite());
+    assert_eq!(f16_from_f64(65520.0).to_bits(), 0x7c00);
+    assert_eq!(f16_from_f64(65519.99).to_bits(), 0x7bff);
+    assert!(f16_from_f64(f64::NAN).is_nan());
+    assert_eq!(bf16_from_f64(-0.0).to_bits(), 0x8000);
+    assert_eq!(f16_from_f64(2f64.powi(-25) * 1.0001).to_bits(), 0x0001);
+    assert_eq!(f16_from_f64(2f64.powi(-25)).to_bits(), 0x0000);
+    // Random values: nothing representable is nearer than the result, and
+    // a tie goes to the even neighbour. Differences are exact in f64 (the
+    // operands are within a factor of two of each other).
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..200_000 {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        let exp = (s >> 52) % 40 + 1003; // about 2^-20 .. 2^19
+        let v = f64::from_bits((s & 0x800f_ffff_ffff_ffff) | (exp << 52));
+        let check = |r: f64, below: f64, above: f64, even: bool| {
+            let d = (v - r).abs();
+            assert!(
+                d <= (v - below).abs() && d <= (v - above).abs(),
+                "{v:e} -> {r:e}"
+            );
+            if d == (v - below).abs() || d == (v - above).abs() {
+                assert!(even, "tie {v:e} -> odd {r:e}");
+            }
+        };
+        let h = f16_from_f64(v);
+        let hb = h.to_bits();
+        if v.abs() < 65504.0 {
+            check(
+                h.to_f64(),
+                f16::from_bits(hb.wrapping_sub(1)).to_f64(),
+                f16::from_bits(hb + 1).to_f64(),
+                hb & 1 == 0,
+            );
+        }
+        let b = bf16_from_f64(v);
+        let bb = b.to_bits();
+        check(
+            b.to_f64(),
+            bf16::from_bits(bb.wrapping_sub(1)).to_f64(),
+            bf16::from_bits(bb + 1).to_f64(),
+            bb & 1 == 0,
+        );
+    }
+}

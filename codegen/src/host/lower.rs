@@ -27,6 +27,10 @@ use tilejit_ir::{BinaryOp, CmpOp, DType, Lit, ReduceOp, UnaryOp};
 /// Vector lanes of the f32 fast path.
 const LANES: i64 = 4;
 
+/// Elements per block of a blocked f32 sum (a multiple of the unrolled
+/// vector step).
+const SUM_BLOCK: i64 = 1024;
+
 /// Helper functions the generated code may call.
 pub struct Libcalls {
     /// `f64 -> f64` functions by name (`exp`, `log`, `tanh`).
@@ -428,7 +432,42 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         }
     }
 
+    /// Reduces `value` over `j0..j1`. An f32 (or f16/bf16) sum runs in
+    /// blocks of [`SUM_BLOCK`] elements whose totals add up in f64, so its
+    /// rounding error grows with the block length, not the row length (one
+    /// long f32 accumulator drifts far from the exact sum on long rows).
     fn reduce_loop(
+        &mut self,
+        op: ReduceOp,
+        value: ExprId,
+        j0: Value,
+        j1: Value,
+    ) -> Result<Value, CodegenError> {
+        let d = self.k.expr(value).dtype;
+        if op != ReduceOp::Sum || scalar_ty(d) != types::F32 {
+            return self.reduce_block(op, value, j0, j1);
+        }
+        let zero = self.b.ins().f64const(0.0);
+        let outer = self.b.declare_var(types::F64);
+        self.b.def_var(outer, zero);
+        let jb = self.b.declare_var(self.ptr);
+        self.b.def_var(jb, j0);
+        self.counted_loop(jb, j1, SUM_BLOCK, &mut |s, start| {
+            let end = s.b.ins().iadd_imm_s(start, SUM_BLOCK);
+            let end = s.b.ins().smin(end, j1);
+            let part = s.reduce_block(op, value, start, end)?;
+            let part = s.b.ins().fpromote(types::F64, part);
+            let cur = s.b.use_var(outer);
+            let sum = s.b.ins().fadd(cur, part);
+            s.b.def_var(outer, sum);
+            Ok(())
+        })?;
+        let total = self.b.use_var(outer);
+        Ok(self.b.ins().fdemote(types::F32, total))
+    }
+
+    /// Reduces `value` over `j0..j1` with vector accumulators.
+    fn reduce_block(
         &mut self,
         op: ReduceOp,
         value: ExprId,
@@ -676,8 +715,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         match scalar_ty(d) {
             types::F32 => {
                 let v = match d {
-                    DType::F16 => half::f16::from_f64(l.as_f64()).to_f32(),
-                    DType::BF16 => half::bf16::from_f64(l.as_f64()).to_f32(),
+                    DType::F16 => tilejit_ir::scalar::f16_from_f64(l.as_f64()).to_f32(),
+                    DType::BF16 => tilejit_ir::scalar::bf16_from_f64(l.as_f64()).to_f32(),
                     _ => l.as_f64() as f32,
                 };
                 self.b.ins().f32const(v)
@@ -842,6 +881,22 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                 b.ins().fcvt_from_sint(tt, w)
             }
             (DType::Bool, _) => b.ins().uextend(tt, x),
+            (f, DType::F16 | DType::BF16) if f == DType::F64 || !f.is_float() => {
+                // One rounding from the exact value (through f32 would round
+                // twice, and i32 -> f32 already rounds above 2^24).
+                let w = if f == DType::F64 {
+                    x
+                } else {
+                    b.ins().fcvt_from_sint(types::F64, x)
+                };
+                let name = if to == DType::F16 {
+                    "round_f16"
+                } else {
+                    "round_bf16"
+                };
+                let r = self.f64_call(name, w)?;
+                self.b.ins().fdemote(types::F32, r)
+            }
             (f, t) if f.is_float() && t.is_float() => {
                 let v = match (ft, tt) {
                     (types::F32, types::F64) => b.ins().fpromote(types::F64, x),
@@ -862,20 +917,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                 }
             }
             (f, _) if f.is_float() => b.ins().fcvt_to_sint_sat(tt, x),
-            (_, t) if t.is_float() => {
-                let v = b.ins().fcvt_from_sint(tt, x);
-                match t {
-                    DType::F16 => {
-                        let call = self.b.ins().call(self.libs.round_f16, &[v]);
-                        self.b.inst_results(call)[0]
-                    }
-                    DType::BF16 => {
-                        let call = self.b.ins().call(self.libs.round_bf16, &[v]);
-                        self.b.inst_results(call)[0]
-                    }
-                    _ => v,
-                }
-            }
+            (_, t) if t.is_float() => b.ins().fcvt_from_sint(tt, x),
             _ => {
                 if ft.bits() < tt.bits() {
                     b.ins().sextend(tt, x)

@@ -108,7 +108,17 @@ extern "C" fn tj_round_bf16(x: f32) -> f32 {
     half::bf16::from_f32(x).to_f32()
 }
 
-const F64_FNS: [(&str, &str, extern "C" fn(f64) -> f64); 5] = [
+/// f64 to f16/bf16 in one correct rounding (through f32 would round twice).
+extern "C" fn tj_round_f16_f64(x: f64) -> f64 {
+    tilejit_ir::scalar::f16_from_f64(x).to_f64()
+}
+extern "C" fn tj_round_bf16_f64(x: f64) -> f64 {
+    tilejit_ir::scalar::bf16_from_f64(x).to_f64()
+}
+
+const F64_FNS: [(&str, &str, extern "C" fn(f64) -> f64); 7] = [
+    ("round_f16", "tj_round_f16_f64", tj_round_f16_f64),
+    ("round_bf16", "tj_round_bf16_f64", tj_round_bf16_f64),
     ("exp", "tj_exp", tj_exp),
     ("log", "tj_log", tj_log),
     ("tanh", "tj_tanh", tj_tanh),

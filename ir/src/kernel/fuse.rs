@@ -72,6 +72,8 @@ fn split_multi_axis_reductions(g: &Graph) -> Result<Graph, IrError> {
     for id in g.ids() {
         let op = g.node(id).op.map_operands(|x| map[x.index()]);
         let new = match op {
+            // Reducing over no axes (`sum_all` of a scalar) is the identity.
+            Op::Reduce(_, x, axes) if axes.iter().count() == 0 && out.ty(x) == g.ty(id) => x,
             Op::Reduce(r, x, axes) if axes.iter().count() > 1 => {
                 // An f16/bf16 sum rounds once, as one reduction would: its
                 // partial sums stay f32 (max and min lose nothing).
