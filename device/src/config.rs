@@ -98,9 +98,11 @@ pub struct DeviceConfig {
     /// L0C per AIC core, bytes.
     pub l0c_bytes: u32,
     /// Work one core may do in one run before the watchdog faults it, in
-    /// elementary steps: one per instruction, plus one per 4 bytes moved or
-    /// processed, plus one per cube multiply-add. A hung or runaway program
-    /// becomes an error within seconds of host time, never a hang.
+    /// elementary steps: 16 per instruction, plus one per 4 bytes moved or
+    /// processed, plus one per cube multiply-add (about equal host costs).
+    /// The default, 4e9, lets one task do a 64x64 output tile with K up to
+    /// ~15,000 x 64 and still turns a hung or runaway program into an
+    /// error within seconds of host time (in release builds), never a hang.
     pub watchdog_work: u64,
     /// Most scheduler manager threads a launch uses (PyPTO's AICPU
     /// schedulers: `ceil(blocks / 8)`, capped by this).
@@ -125,7 +127,7 @@ impl Default for DeviceConfig {
             l0a_bytes: 64 << 10,
             l0b_bytes: 64 << 10,
             l0c_bytes: 128 << 10,
-            watchdog_work: 200_000_000,
+            watchdog_work: 4_000_000_000,
             max_managers: 3,
             dispatch_cycles: 200,
             costs: CostTable::default(),

@@ -642,11 +642,11 @@ fn cube_ref(a: &[f64], b: &[f64], m: usize, k: usize, n: usize, init: &[f64]) ->
     let mut c = vec![0.0; m * n];
     for i in 0..m {
         for j in 0..n {
-            let mut s = init.get(i * n + j).map_or(0f32, |&x| x as f32);
-            for p in 0..k {
-                s = (s as f64 + a[i * k + p] * b[p * n + j]) as f32;
-            }
-            c[i * n + j] = s as f64;
+            // One instruction: the K products summed in f64 (in order),
+            // added to the f32 accumulator with one rounding.
+            let s = init.get(i * n + j).map_or(0f32, |&x| x as f32);
+            let dot: f64 = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            c[i * n + j] = (s as f64 + dot) as f32 as f64;
         }
     }
     c

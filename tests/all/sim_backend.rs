@@ -18,7 +18,7 @@ use tilejit_runtime::{Program, RuntimeError};
 /// Sim vs reference: every output element equal (NaN matches NaN). The
 /// device computes each op in the node's dtype with the interpreter's
 /// rounding, so results are exact, not merely close (matmuls excepted:
-/// the cube sums in f32).
+/// the cube rounds once per instruction into an f32 accumulator).
 fn check_sim(g: Graph, args: &[Array], params: &[Lit]) -> Result<bool, String> {
     let text = g.to_string();
     let p = Program::compile(g).map_err(|e| format!("{e}\n{text}"))?;

@@ -23,9 +23,11 @@ pub struct Work {
 }
 
 impl Work {
-    /// Elementary steps for the watchdog: host time is roughly linear in it.
+    /// Elementary steps for the watchdog: host time is roughly linear in it
+    /// (measured in release: ~0.6 ns per cube multiply-add or per 4 bytes
+    /// of a vector op, ~10 ns per instruction dispatched).
     pub fn steps(&self) -> u64 {
-        1 + self.bytes / 4 + self.macs
+        16 + self.bytes / 4 + self.macs
     }
 }
 

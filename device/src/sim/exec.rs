@@ -349,14 +349,22 @@ fn mmad(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
     let (Vals::F(a), Vals::F(b)) = (a, b) else {
         return Err("cube operands must be floats".into());
     };
+    // Like the cube, one instruction forms each output element's dot
+    // product over its K slice without intermediate rounding (f16/bf16/f32
+    // products are exact in f64, and so is their sum to within f64's
+    // rounding) and adds it to the f32 accumulator in L0C: one rounding per
+    // instruction, so a long K loses no more than K/64 roundings.
+    let mut dot = vec![0.0f64; n];
     for i in 0..m {
-        for j in 0..n {
-            let mut s = c[i * n + j];
-            for p in 0..k {
-                // f16/bf16/f32 products are exact in f64; each step rounds to f32.
-                s = (s + a[i * k + p] * b[p * n + j]) as f32 as f64;
+        dot.iter_mut().for_each(|d| *d = 0.0);
+        for p in 0..k {
+            let x = a[i * k + p];
+            for (d, &y) in dot.iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                *d += x * y;
             }
-            c[i * n + j] = s;
+        }
+        for (s, d) in c[i * n..(i + 1) * n].iter_mut().zip(&dot) {
+            *s = (*s + d) as f32 as f64;
         }
     }
     cx.write_tile(Space::L0c, inst.addr(2), DType::F32, (m, n), n, &Vals::F(c))?;

@@ -105,8 +105,8 @@ pub fn encode_from(vals: &Vals, from: usize, dt: DType, bytes: &mut [u8]) {
 fn encode_float(x: f64, dt: DType, c: &mut [u8]) {
     match dt {
         DType::F32 => c.copy_from_slice(&(x as f32).to_le_bytes()),
-        DType::F16 => c.copy_from_slice(&f16::from_f64(x).to_le_bytes()),
-        DType::BF16 => c.copy_from_slice(&bf16::from_f64(x).to_le_bytes()),
+        DType::F16 => c.copy_from_slice(&scalar::f16_from_f64(x).to_le_bytes()),
+        DType::BF16 => c.copy_from_slice(&scalar::bf16_from_f64(x).to_le_bytes()),
         _ => c.copy_from_slice(&x.to_le_bytes()),
     }
 }
