@@ -1,7 +1,10 @@
 //! One user-level test body run in every mode: each public tensor op,
 //! inside a jit function, at odd and zero-size shapes and in every dtype it
 //! accepts, on Host, Sim and Verify, against the same call on the
-//! reference interpreter.
+//! reference interpreter. `TILEJIT_BIG_SHAPES=1` runs the op sweep over
+//! large shapes instead (about a minute in debug; f32 dot products of
+//! 140,000 terms then differ from the exact f64 result by ~1e-5, past this
+//! file's tolerance).
 
 use tilejit::prelude::*;
 
@@ -112,6 +115,15 @@ fn ops() -> Vec<(&'static str, Op, bool)> {
 }
 
 fn shapes() -> Vec<Vec<usize>> {
+    if std::env::var_os("TILEJIT_BIG_SHAPES").is_some() {
+        return vec![
+            vec![65537],
+            vec![3, 20000],
+            vec![20000, 3],
+            vec![2, 70001],
+            vec![9, 4097],
+        ];
+    }
     vec![
         vec![1],
         vec![3],
@@ -121,6 +133,9 @@ fn shapes() -> Vec<Vec<usize>> {
         vec![3, 5],
         vec![7, 50],
         vec![2, 3, 33],
+        // Long rows: chunked and split reductions, blocked host sums, a
+        // 60,000-long dot product on the cube.
+        vec![3, 20000],
         vec![0],
         vec![0, 5],
         vec![4, 0],
@@ -165,6 +180,11 @@ fn every_op_agrees_with_the_reference_in_every_mode() {
                 let want = match f.with_mode(RunMode::Reference).call((&a, &b)) {
                     Ok(t) => t,
                     Err(e) => {
+                        // Only the user's mistakes may fail (shape, dtype,
+                        // argument errors), never tilejit itself.
+                        if !matches!(e.code(), 1..=3) {
+                            failures.push(format!("{name} {dtype:?} {shape:?}: {e}"));
+                        }
                         for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
                             if f.with_mode(mode).call((&a, &b)).is_ok() {
                                 failures.push(format!("{name} {dtype:?} {shape:?} {mode:?}: ok where the reference fails with {e}"));
@@ -209,7 +229,7 @@ fn every_op_agrees_with_the_reference_in_every_mode() {
     }
     // Guards against a sweep that quietly stops comparing.
     assert!(
-        compared > 2500 && rejected < 600,
+        std::env::var_os("TILEJIT_BIG_SHAPES").is_some() || compared > 2500 && rejected < 600,
         "compared {compared}, rejected {rejected}"
     );
     assert!(

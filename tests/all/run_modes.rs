@@ -68,10 +68,9 @@ fn verify_mode_passes_on_matmul_transpose_softmax_and_layernorm() {
         assert_eq!(p.shape(), &[37, 45]);
         let diffs = attention::jit().last_verify().expect("a verify report");
         assert_eq!(diffs.len(), 1);
-        assert!(
-            diffs[0].max_rel <= 1e-5 && diffs[0].max_ulp <= 64,
-            "{diffs:?}"
-        );
+        // Probabilities near 0 may differ by many ulp at a tiny absolute
+        // error; the relative error (against max(|x|, 1)) is what matters.
+        assert!(diffs[0].max_rel <= 1e-5, "{diffs:?}");
         norm(&x, &g, &b).unwrap();
         mm_bias_gelu(&q, &k.transpose(0, 1), &Tensor::randn(&[45], 9)).unwrap();
     });
