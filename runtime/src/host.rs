@@ -10,7 +10,9 @@ use rayon::prelude::*;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tilejit_codegen::host::{advise_huge_pages, matmul_f32, matmul_f64, storage_bytes, BufArg};
+use tilejit_codegen::host::{
+    advise_huge_pages, matmul_f32, matmul_f64, storage_bytes, BufArg, CheckedArgs,
+};
 use tilejit_ir::kernel::{fuse, BufKind, Kernel, KernelProgram, ProgramOutput};
 use tilejit_ir::pool::pool;
 use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit};
@@ -27,8 +29,8 @@ pub struct HostProgram {
     /// cached code may have been compiled for another program's buffers).
     locals: Vec<Vec<tilejit_ir::kernel::BufId>>,
     /// Per kernel, its scalar arguments (sizes, strides) when it takes no
-    /// params: computed once, not per call.
-    fixed_args: Vec<Option<Vec<i64>>>,
+    /// params: computed and bounds-checked once, not per call.
+    fixed_args: Vec<Option<CheckedArgs>>,
     constants: Vec<Array>,
 }
 
@@ -243,12 +245,26 @@ impl HostProgram {
         };
         let constants = g.constants().iter().map(|c| c.0.clone()).collect();
         let locals = prog.kernels.iter().map(|k| k.local_buffers()).collect();
+        // Kernels without params see the same args on every call: check
+        // their bounds once here, leaving only buffer sizes per call.
         let fixed_args = prog
             .kernels
             .iter()
             .zip(&code)
-            .map(|(k, c)| (c.code.layout.params == 0).then(|| c.code.layout.args(k, &[])))
-            .collect();
+            .map(|(k, c)| {
+                let layout = &c.code.layout;
+                if layout.params > 0 {
+                    return Ok(None);
+                }
+                layout
+                    .check_args(layout.args(k, &[]))
+                    .map(Some)
+                    .map_err(|message| tilejit_codegen::CodegenError::Launch {
+                        kernel: k.name.clone(),
+                        message,
+                    })
+            })
+            .collect::<Result<_, _>>()?;
         Ok(HostProgram {
             prog,
             code,
@@ -304,10 +320,10 @@ impl HostProgram {
             }
             let per_call;
             let args = match &self.fixed_args[i] {
-                Some(a) => a.as_slice(),
+                Some(a) => Args::Checked(a),
                 None => {
                     per_call = code.code.layout.args(k, params);
-                    per_call.as_slice()
+                    Args::Raw(&per_call)
                 }
             };
             launch(k, code, locals, &mut slots, args)?;
@@ -425,7 +441,7 @@ fn launch(
     code: &CachedKernel,
     locals: &[tilejit_ir::kernel::BufId],
     slots: &mut [Slot<'_>],
-    args: &[i64],
+    args: Args<'_>,
 ) -> Result<(), RuntimeError> {
     let layout = &code.code.layout;
     // Most kernels have a few buffers: describe them on the stack.
@@ -452,8 +468,12 @@ fn launch(
     }
     let cols = k.cols();
     let run = |start: usize, end: usize| -> Result<(), RuntimeError> {
+        let call = |bufs: &[BufArg]| match args {
+            Args::Checked(a) => code.code.call_checked(bufs, a, start, end),
+            Args::Raw(a) => code.code.call(bufs, a, start, end),
+        };
         if layout.scratch == 0 {
-            return Ok(code.code.call(bufs, args, start, end)?);
+            return Ok(call(bufs)?);
         }
         // Scratch rows are per call: calls on other threads get their own.
         let mut scratch: Vec<Vec<u64>> = (0..layout.scratch).map(|_| vec![0u64; cols]).collect();
@@ -465,7 +485,7 @@ fn launch(
                 writable: true,
             });
         }
-        code.code.call(&all, args, start, end)?;
+        call(&all)?;
         Ok(())
     };
     let work: usize = k.domain.iter().product();
@@ -485,6 +505,14 @@ fn launch(
     starts
         .par_iter()
         .try_for_each(|&s| run(s, (s + size).min(units)))
+}
+
+/// A kernel's arguments for one run: checked once at compile time, or
+/// built (and checked) per call because they hold param values.
+#[derive(Copy, Clone)]
+enum Args<'a> {
+    Checked(&'a CheckedArgs),
+    Raw(&'a [i64]),
 }
 
 /// A program output that is one of its params, as a rank-0 array of `d`.

@@ -376,3 +376,115 @@ fn many_threads_compile_and_run_the_same_kernels() {
         }
     });
 }
+
+/// The one unsafe entry point refuses every call that could touch memory
+/// outside its buffers, on both the per-call check and the check done once
+/// for fixed arguments.
+#[test]
+fn kernel_calls_are_bounds_checked() {
+    use tilejit_codegen::host::{compile, BufArg, CodegenOptions};
+    // y = x * z over [3, 5] with x broadcast from [5]: accesses with a zero
+    // stride and with full ones.
+    let mut g = Graph::new();
+    let x = g
+        .add(Op::Input {
+            index: 0,
+            ty: ty(D::F32, &[5]),
+        })
+        .unwrap();
+    let b = g
+        .add(Op::Broadcast(x, Shape::new(&[3, 5]).unwrap()))
+        .unwrap();
+    let z = g
+        .add(Op::Input {
+            index: 1,
+            ty: ty(D::F32, &[3, 5]),
+        })
+        .unwrap();
+    let y = g.add(Op::Binary(tilejit_ir::BinaryOp::Mul, b, z)).unwrap();
+    g.outputs.push(y);
+    let prog = tilejit_ir::kernel::fuse(&g).unwrap();
+    assert_eq!(prog.kernels.len(), 1, "{prog:?}");
+    let k = &prog.kernels[0];
+    let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffers[b.0 as usize].ty.dtype;
+    let code = compile(k, &dtype_of, CodegenOptions::default()).unwrap();
+    let layout = &code.layout;
+    let args = layout.args(k, &[]);
+    let checked = layout.check_args(args.clone()).unwrap();
+    let units = k.units();
+    // Local buffers: sized from their declarations.
+    let mut store: Vec<Vec<f32>> = k
+        .local_buffers()
+        .iter()
+        .map(|&b| {
+            let n = prog.buffers[b.0 as usize].ty.shape.numel();
+            (0..n).map(|i| i as f32).collect()
+        })
+        .collect();
+    let arg = |v: &mut Vec<f32>, len: usize, writable: bool| BufArg {
+        ptr: v.as_mut_ptr() as usize,
+        bytes: len * 4,
+        writable,
+    };
+    let written: Vec<bool> = layout.written.clone();
+    let bufs: Vec<BufArg> = store
+        .iter_mut()
+        .zip(&written)
+        .map(|(v, &w)| {
+            let n = v.len();
+            arg(v, n, w)
+        })
+        .collect();
+    // Correct calls run, both ways.
+    code.call(&bufs, &args, 0, units).unwrap();
+    code.call_checked(&bufs, &checked, 0, units).unwrap();
+    drop(bufs);
+    let out = written.iter().position(|&w| w).unwrap();
+    let xi = store.iter().position(|v| v.len() == 5).unwrap();
+    let zi = (0..store.len()).find(|&i| i != out && i != xi).unwrap();
+    for i in 0..15 {
+        assert_eq!(store[out][i], store[xi][i % 5] * store[zi][i]);
+    }
+    let mut bufs: Vec<BufArg> = store
+        .iter_mut()
+        .zip(&written)
+        .map(|(v, &w)| {
+            let n = v.len();
+            arg(v, n, w)
+        })
+        .collect();
+    // Each bad call is refused before any native code runs.
+    let expect_err = |bufs: &[BufArg], start: usize, end: usize, what: &str| {
+        let a = code.call(bufs, &args, start, end).unwrap_err().to_string();
+        let b = code
+            .call_checked(bufs, &checked, start, end)
+            .unwrap_err()
+            .to_string();
+        for m in [a, b] {
+            assert!(m.contains(what), "{m} (wanted {what})");
+        }
+    };
+    for (i, w) in written.iter().enumerate() {
+        let mut short = bufs.clone();
+        short[i].bytes -= 4;
+        expect_err(&short, 0, units, "reaches");
+        if *w {
+            let mut ro = bufs.clone();
+            ro[i].writable = false;
+            expect_err(&ro, 0, units, "not writable");
+        }
+    }
+    let mut null = bufs.clone();
+    null[0].ptr = 0;
+    expect_err(&null, 0, units, "null");
+    expect_err(&bufs[..bufs.len() - 1], 0, units, "buffers given");
+    expect_err(&bufs, 0, units + 1, "exceeds");
+    // A range that touches nothing needs nothing.
+    bufs.iter_mut().for_each(|b| b.bytes = 0);
+    code.call(&bufs, &args, 1, 1).unwrap();
+    code.call_checked(&bufs, &checked, 2, 2).unwrap();
+    // Negative strides and dims are refused by both checks.
+    let mut neg = args.clone();
+    neg[0] = -1;
+    assert!(layout.check_args(neg).is_err());
+}

@@ -146,39 +146,121 @@ impl ArgLayout {
         start: usize,
         end: usize,
     ) -> Result<(), String> {
-        let nbuf = self.buffers.len() + self.scratch;
-        if bufs.len() != nbuf {
-            return Err(format!("{} buffers given, {nbuf} expected", bufs.len()));
-        }
-        let nargs = self.param_slot(self.params);
-        if args.len() != nargs {
-            return Err(format!("{} args given, {nargs} expected", args.len()));
-        }
+        self.check_counts(bufs.len(), args.len())?;
         if start >= end {
             return Ok(());
         }
+        let dom = self.domain(args)?;
+        if end > dom.units {
+            return Err(format!("range {start}..{end} exceeds {} units", dom.units));
+        }
+        self.check_bufs(bufs, dom.cols)?;
+        for a in 0..self.access_buf.len() {
+            if let Some(max) = self.max_offset(a, args, &dom, end)? {
+                let lb = self.access_buf[a];
+                let elems = (bufs[lb].bytes / self.elem_bytes[lb]) as u128;
+                if max >= elems {
+                    return Err(format!(
+                        "access {a} reaches element {max} of a buffer of {elems}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks `args` once for every launch range, giving the bytes each
+    /// buffer needs; calls with them then only compare buffer sizes.
+    pub fn check_args(&self, args: Vec<i64>) -> Result<CheckedArgs, String> {
+        self.check_counts(self.buffers.len() + self.scratch, args.len())?;
+        let dom = self.domain(&args)?;
+        let mut need = vec![0u128; self.buffers.len()];
+        if dom.units > 0 {
+            for a in 0..self.access_buf.len() {
+                if let Some(max) = self.max_offset(a, &args, &dom, dom.units)? {
+                    let lb = self.access_buf[a];
+                    let bytes = (max + 1) * self.elem_bytes[lb] as u128;
+                    need[lb] = need[lb].max(bytes);
+                }
+            }
+        }
+        Ok(CheckedArgs {
+            args,
+            units: dom.units,
+            cols: dom.cols,
+            need,
+        })
+    }
+
+    /// Checks buffers against arguments [`Self::check_args`] accepted, for
+    /// a call over `start..end`.
+    pub fn check_checked(
+        &self,
+        bufs: &[super::BufArg],
+        checked: &CheckedArgs,
+        start: usize,
+        end: usize,
+    ) -> Result<(), String> {
+        self.check_counts(bufs.len(), checked.args.len())?;
+        if start >= end {
+            return Ok(());
+        }
+        if end > checked.units {
+            return Err(format!(
+                "range {start}..{end} exceeds {} units",
+                checked.units
+            ));
+        }
+        self.check_bufs(bufs, checked.cols)?;
+        for (lb, &need) in checked.need.iter().enumerate() {
+            if (bufs[lb].bytes as u128) < need {
+                return Err(format!(
+                    "buffer {lb} has {} bytes where the kernel reaches {need}",
+                    bufs[lb].bytes
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_counts(&self, bufs: usize, args: usize) -> Result<(), String> {
+        let nbuf = self.buffers.len() + self.scratch;
+        if bufs != nbuf {
+            return Err(format!("{bufs} buffers given, {nbuf} expected"));
+        }
+        let nargs = self.param_slot(self.params);
+        if args != nargs {
+            return Err(format!("{args} args given, {nargs} expected"));
+        }
+        Ok(())
+    }
+
+    /// The domain `args` describes.
+    fn domain(&self, args: &[i64]) -> Result<Domain, String> {
         // Rank is at most 8 (the IR's limit): the dims live on the stack.
-        let mut dims_buf = [0usize; 8];
-        let dims = dims_buf
+        let mut dims = [0usize; 8];
+        let used = dims
             .get_mut(..self.rank)
             .ok_or_else(|| format!("rank {} > 8", self.rank))?;
-        for (d, &a) in dims.iter_mut().zip(&args[..self.rank]) {
+        for (d, &a) in used.iter_mut().zip(&args[..self.rank]) {
             *d = usize::try_from(a).map_err(|_| format!("negative dim {a}"))?;
         }
-        let dims = &*dims;
-        let numel = dims
+        let used = &*used;
+        let numel = used
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or("domain size overflows")?;
-        let cols = dims[self.rank - 1];
-        let rows = dims[..self.rank - 1]
+        let cols = used[self.rank - 1];
+        let rows = used[..self.rank - 1]
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or("domain size overflows")?;
         let units = if self.flat { numel } else { rows };
-        if end > units {
-            return Err(format!("range {start}..{end} exceeds {units} units"));
-        }
+        Ok(Domain { dims, cols, units })
+    }
+
+    /// Null, writability and scratch-size checks of the buffers.
+    fn check_bufs(&self, bufs: &[super::BufArg], cols: usize) -> Result<(), String> {
         for (i, b) in bufs.iter().enumerate() {
             if b.ptr == 0 && b.bytes > 0 {
                 return Err(format!("buffer {i} is null"));
@@ -195,37 +277,63 @@ impl ArgLayout {
                 return Err(format!("scratch {s} must hold {cols} 8-byte slots"));
             }
         }
-        for (a, &lb) in self.access_buf.iter().enumerate() {
-            let strides = &args[self.stride_slot(a)..self.stride_slot(a) + self.rank];
-            if strides.iter().any(|&s| s < 0) {
-                return Err(format!("access {a} has a negative stride"));
-            }
-            // The largest element offset any unit in the launch can reach.
-            let max = if self.flat {
-                (end as u128 - 1) * strides[0] as u128
-            } else {
-                let mut m: u128 = 0;
-                for d in 0..self.rank - 1 {
-                    m += (dims[d].saturating_sub(1)) as u128 * strides[d] as u128;
-                }
-                let inner = strides[self.rank - 1] as u128;
-                if cols == 0 {
-                    if !self.access_per_row[a] {
-                        continue; // only touched inside an empty inner loop
-                    }
-                } else {
-                    m += (cols as u128 - 1) * inner;
-                }
-                m
-            };
-            let elems = (bufs[lb].bytes / self.elem_bytes[lb]) as u128;
-            if max >= elems {
-                return Err(format!(
-                    "access {a} reaches element {max} of a buffer of {elems}"
-                ));
-            }
-        }
         Ok(())
+    }
+
+    /// The largest element offset access `a` reaches in a launch over units
+    /// `..end` (`end >= 1`), or `None` when it is never made.
+    fn max_offset(
+        &self,
+        a: usize,
+        args: &[i64],
+        dom: &Domain,
+        end: usize,
+    ) -> Result<Option<u128>, String> {
+        let strides = &args[self.stride_slot(a)..self.stride_slot(a) + self.rank];
+        if strides.iter().any(|&s| s < 0) {
+            return Err(format!("access {a} has a negative stride"));
+        }
+        if self.flat {
+            return Ok(Some((end as u128 - 1) * strides[0] as u128));
+        }
+        let mut m: u128 = 0;
+        for (&dim, &stride) in dom.dims.iter().zip(strides).take(self.rank - 1) {
+            m += dim.saturating_sub(1) as u128 * stride as u128;
+        }
+        let inner = strides[self.rank - 1] as u128;
+        if dom.cols == 0 {
+            if !self.access_per_row[a] {
+                return Ok(None); // only touched inside an empty inner loop
+            }
+        } else {
+            m += (dom.cols as u128 - 1) * inner;
+        }
+        Ok(Some(m))
+    }
+}
+
+/// A kernel domain read from `args`.
+struct Domain {
+    dims: [usize; 8],
+    cols: usize,
+    units: usize,
+}
+
+/// An `args` array [`ArgLayout::check_args`] accepted, with the bytes each
+/// buffer must hold for any launch range. Only that check makes one, so a
+/// call with it cannot skip the bounds check.
+#[derive(Clone, Debug)]
+pub struct CheckedArgs {
+    args: Vec<i64>,
+    units: usize,
+    cols: usize,
+    need: Vec<u128>,
+}
+
+impl CheckedArgs {
+    /// The arguments.
+    pub fn args(&self) -> &[i64] {
+        &self.args
     }
 }
 

@@ -15,7 +15,7 @@ mod lower;
 mod math;
 mod native;
 
-pub use layout::{storage_bytes, ArgLayout};
+pub use layout::{storage_bytes, ArgLayout, CheckedArgs};
 pub use native::{advise_huge_pages, coarse_clock_ns, matmul_f32, matmul_f64, BufArg, KernelCode};
 
 use crate::CodegenError;

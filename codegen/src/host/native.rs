@@ -7,7 +7,7 @@
 //! so safe callers cannot make native code read or write out of bounds.
 #![allow(unsafe_code)]
 
-use super::layout::ArgLayout;
+use super::layout::{ArgLayout, CheckedArgs};
 use crate::CodegenError;
 use cranelift_jit::JITModule;
 use std::sync::Mutex;
@@ -100,8 +100,31 @@ impl KernelCode {
         self.layout
             .check(bufs, args, start, end)
             .map_err(|m| self.bad(m))?;
+        self.enter(bufs, args, start, end);
+        Ok(())
+    }
+
+    /// [`Self::call`] with arguments checked once ahead
+    /// ([`ArgLayout::check_args`]): per call only the buffer sizes are
+    /// compared, which matters for tiny kernels called often.
+    pub fn call_checked(
+        &self,
+        bufs: &[BufArg],
+        args: &CheckedArgs,
+        start: usize,
+        end: usize,
+    ) -> Result<(), CodegenError> {
+        self.layout
+            .check_checked(bufs, args, start, end)
+            .map_err(|m| self.bad(m))?;
+        self.enter(bufs, args.args(), start, end);
+        Ok(())
+    }
+
+    /// Enters the native code; only after one of the bounds checks passed.
+    fn enter(&self, bufs: &[BufArg], args: &[i64], start: usize, end: usize) {
         if start >= end {
-            return Ok(());
+            return;
         }
         // Most kernels take a handful of buffers: keep their pointers on the
         // stack (a heap vector costs more than a small kernel's work).
@@ -116,13 +139,14 @@ impl KernelCode {
             heap = bufs.iter().map(|b| b.ptr as *mut u8).collect();
             &heap
         };
-        // SAFETY: `check` proved that for every unit in start..end every load
-        // and store the kernel performs (computed from the same dims and
+        // SAFETY: both callers ran a bounds check first: `check` proved for
+        // these `args` and start..end, and `check_checked` for a superset
+        // range (every unit of the domain) of the same `args`, that every
+        // load and store the kernel performs (computed from the dims and
         // strides in `args`) lies within its buffer, that written buffers
         // are writable, and that scratch buffers hold a full row. The
         // pointers stay valid for the call because the caller borrows them.
         (self.func)(ptrs.as_ptr(), args.as_ptr(), start as i64, end as i64);
-        Ok(())
     }
 }
 
