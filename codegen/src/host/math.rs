@@ -15,6 +15,13 @@ use cranelift_codegen::ir::Endianness;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
+/// Where gelu and sigmoid stop following `e^y` down: they need `1 + e^y`,
+/// which below `y = -20` (`e^y < 2^-25`) rounds to exactly 1 anyway. Going
+/// further, `e^y` turns subnormal below -87, and on x86 every subnormal
+/// result costs a microcode assist (a [1024, 1024] gelu of matmul outputs
+/// ran 2.3x slower than one of unit-scale data).
+const EXP_FLOOR: f32 = -20.0;
+
 /// Emits f32 math for one lane shape.
 pub struct Math<'a, 'b> {
     /// The builder.
@@ -98,16 +105,6 @@ impl Math<'_, '_> {
         let m = self.cmp(FloatCC::GreaterThan, x, hi);
         self.select(m, hi, x)
     }
-    /// `max(x, lo)`, NaN kept. For `1 + e^y` with `y` clamped at -20:
-    /// below that `e^y < 2^-25` and the sum rounds to exactly 1 either way,
-    /// but without the clamp `e^y` goes subnormal for `y < -87`, and on
-    /// x86 every subnormal result costs a microcode assist (a [1024, 1024]
-    /// gelu of matmul outputs ran 2.3x slower than of unit-scale data).
-    fn at_least(&mut self, x: Value, lo: f32) -> Value {
-        let lo = self.c(lo);
-        let m = self.cmp(FloatCC::LessThan, x, lo);
-        self.select(m, lo, x)
-    }
     fn horner(&mut self, x: Value, coeffs: &[f32]) -> Value {
         let mut acc = self.c(coeffs[0]);
         for &c in &coeffs[1..] {
@@ -122,7 +119,13 @@ impl Math<'_, '_> {
     /// scalings so that overflow gives inf and tiny results underflow
     /// gradually. NaN in, NaN out.
     pub fn exp(&mut self, x: Value) -> Value {
-        let xc = self.clamp(x, -104.0, 89.0);
+        self.exp_from(x, -104.0)
+    }
+
+    /// `e^max(x, lo)`: for callers that only need `e^x` down to `lo` (see
+    /// [`Math::gelu`]); the clamp is the one `exp` does anyway.
+    fn exp_from(&mut self, x: Value, lo: f32) -> Value {
+        let xc = self.clamp(x, lo, 89.0);
         let log2e = self.c(std::f32::consts::LOG2_E);
         let magic = self.c(12582912.0); // 1.5 * 2^23: rounds to an integer
         let t = self.mul_add(xc, log2e, magic);
@@ -277,8 +280,7 @@ impl Math<'_, '_> {
     /// `1/(1+e^-x)`.
     pub fn sigmoid(&mut self, x: Value) -> Value {
         let nx = self.b.ins().fneg(x);
-        let nx = self.at_least(nx, -20.0);
-        let e = self.exp(nx);
+        let e = self.exp_from(nx, EXP_FLOOR);
         let one = self.c(1.0);
         let d = self.b.ins().fadd(one, e);
         self.b.ins().fdiv(one, d)
@@ -296,8 +298,7 @@ impl Math<'_, '_> {
         let inner = self.b.ins().fmul(inner, x);
         let c = self.c(-2.0 * 0.7978845608);
         let m2u = self.b.ins().fmul(inner, c);
-        let m2u = self.at_least(m2u, -20.0);
-        let e = self.exp(m2u);
+        let e = self.exp_from(m2u, EXP_FLOOR);
         let d = self.b.ins().fadd(one, e);
         self.b.ins().fdiv(x, d)
     }
