@@ -9,7 +9,7 @@
 //! `f::jit()`; `jit_fn!` returns a [`JitFn`], which derefs to its
 //! `JitFunction`.
 
-use crate::args::{ArgKind, ArgValue, JitArgs, JitOutput, ParamSpec, TraceValue};
+use crate::args::{ArgKind, ArgValue, JitArgs, JitOutput, Outputs, ParamSpec, TraceValue};
 use crate::error::{Error, Loc, Result};
 use crate::mode::RunMode;
 use crate::tensor::{Repr, Tensor};
@@ -172,7 +172,7 @@ impl JitFunction {
 
     /// Calls the function: cache lookup, trace + compile on a miss, run.
     #[track_caller]
-    pub fn call(&self, args: &[ArgValue], body: &Body) -> Result<Vec<Tensor>> {
+    pub fn call(&self, args: &[ArgValue], body: &Body) -> Result<Outputs> {
         if trace::active() {
             return self.inline(args, body);
         }
@@ -212,11 +212,11 @@ impl JitFunction {
                 host
             }
         };
-        Ok(outs.into_iter().map(Tensor::concrete).collect())
+        Ok(Outputs::from_arrays(outs))
     }
 
     /// Called inside another trace: run the body on the caller's values.
-    fn inline(&self, args: &[ArgValue], body: &Body) -> Result<Vec<Tensor>> {
+    fn inline(&self, args: &[ArgValue], body: &Body) -> Result<Outputs> {
         self.check_args(args)?;
         let values: Vec<TraceValue> = args
             .iter()
@@ -231,7 +231,7 @@ impl JitFunction {
                 ArgValue::Bool(v) => TraceValue::Bool(v),
             })
             .collect();
-        body(&values)
+        body(&values).map(Outputs::from_tensor_vec)
     }
 
     fn trace_and_compile(

@@ -42,7 +42,9 @@ mod scalar;
 pub mod tensor;
 mod trace;
 
-pub use args::{ArgKind, ArgValue, FromTrace, JitArg, JitArgs, JitOutput, ParamSpec, TraceValue};
+pub use args::{
+    ArgKind, ArgValue, FromTrace, JitArg, JitArgs, JitOutput, Outputs, ParamSpec, TraceValue,
+};
 pub use error::{Error, Loc, Result};
 pub use jit::{HandlerInfo, JitFn, JitFunction, WithMode};
 pub use mode::{with_mode, OutputDiff, RunMode};
