@@ -69,6 +69,32 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 120,
+        rng_seed: RngSeed::Fixed(0x0f16_bf16),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// The same random graphs in f16, bf16 and f64: every op's result
+    /// rounds to its type on the host as in the reference.
+    #[test]
+    fn host_matches_reference_on_random_low_and_double_precision_graphs(
+        dt in prop_oneof![Just(D::F16), Just(D::BF16), Just(D::F64)],
+        rows in dims(),
+        cols in dims(),
+        instrs in proptest::collection::vec((any::<u8>(), any::<u16>(), any::<u16>(), any::<u8>()), 1..20),
+        seed in any::<u64>(),
+        param in prop_oneof![Just(1.0f64), Just(0.0), Just(-2.5)],
+    ) {
+        let g = crate::simplify_props::build_typed(dt, rows, cols, &instrs);
+        let args = crate::simplify_props::inputs_typed(dt, rows, cols, seed);
+        let tol = if dt == D::F64 { 1e-9 } else { 2e-2 };
+        check_program(g, &args, &[Lit::Float(param)], tol).map_err(TestCaseError::fail)?;
+    }
+}
+
 pub(crate) fn ty(d: D, dims: &[usize]) -> TensorType {
     TensorType::new(d, Shape::new(dims).unwrap())
 }

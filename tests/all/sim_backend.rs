@@ -6,7 +6,7 @@
 //! fail with a clear `unsupported` error, never a wrong answer.
 
 use crate::host_backend::{as_f64, ramp, ty, unary_graph, unary_ops, BINARY_OPS};
-use crate::simplify_props::{build, dims, inputs};
+use crate::simplify_props::{build_typed, dims, inputs_typed};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -75,9 +75,25 @@ fn check_sim(g: Graph, args: &[Array], params: &[Lit]) -> Result<bool, String> {
 /// kernel is counted, and fails the test).
 #[test]
 fn sim_matches_reference_on_random_graphs() {
+    random_graphs_on_sim(D::F32, 150, 100, 0x5177_0001);
+}
+
+/// The same in f16, bf16 and f64: the device computes each op in its dtype.
+#[test]
+fn sim_matches_reference_on_random_low_and_double_precision_graphs() {
+    for (dt, seed) in [
+        (D::F16, 0x5177_0f16),
+        (D::BF16, 0x5177_0bf1),
+        (D::F64, 0x5177_0f64),
+    ] {
+        random_graphs_on_sim(dt, 40, 25, seed);
+    }
+}
+
+fn random_graphs_on_sim(dt: D, cases: u32, min_ran: usize, seed: u64) {
     let config = ProptestConfig {
-        cases: 150,
-        rng_seed: RngSeed::Fixed(0x5177_0001),
+        cases,
+        rng_seed: RngSeed::Fixed(seed),
         failure_persistence: None,
         ..ProptestConfig::default()
     };
@@ -95,8 +111,8 @@ fn sim_matches_reference_on_random_graphs() {
     );
     let mut runner = proptest::test_runner::TestRunner::new(config);
     let result = runner.run(&strategy, |(rows, cols, instrs, seed, param)| {
-        let g = build(rows, cols, &instrs);
-        let args = inputs(rows, cols, seed);
+        let g = build_typed(dt, rows, cols, &instrs);
+        let args = inputs_typed(dt, rows, cols, seed);
         match check_sim(g, &args, &[Lit::Float(param)]) {
             Ok(true) => ran.fetch_add(1, Ordering::Relaxed),
             Ok(false) => skipped.fetch_add(1, Ordering::Relaxed),
@@ -109,8 +125,8 @@ fn sim_matches_reference_on_random_graphs() {
     }
     let (ran, skipped) = (ran.into_inner(), skipped.into_inner());
     assert!(
-        ran >= 100,
-        "only {ran} random graphs ran on the device ({skipped} unsupported)"
+        ran >= min_ran,
+        "only {ran} random {dt} graphs ran on the device ({skipped} unsupported)"
     );
 }
 

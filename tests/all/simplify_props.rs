@@ -37,8 +37,18 @@ const LITS: [f64; 6] = [0.0, -0.0, 1.0, 2.0, 0.5, -3.0];
 /// Builds a random well-typed graph from a list of instructions. Instructions
 /// that would be ill-typed are skipped, so every list gives a valid graph.
 pub(crate) fn build(rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> Graph {
+    build_typed(DType::F32, rows, cols, instrs)
+}
+
+/// [`build`] with inputs, param and round trips in float type `dt`.
+pub(crate) fn build_typed(
+    dt: DType,
+    rows: usize,
+    cols: usize,
+    instrs: &[(u8, u16, u16, u8)],
+) -> Graph {
     let mut g = Graph::new();
-    let f32_of = |d: &[usize]| TensorType::new(DType::F32, Shape::new(d).unwrap());
+    let f32_of = |d: &[usize]| TensorType::new(dt, Shape::new(d).unwrap());
     let mut nodes = vec![
         g.add(Op::Input {
             index: 0,
@@ -57,7 +67,7 @@ pub(crate) fn build(rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> 
         .unwrap(),
         g.add(Op::Param {
             index: 0,
-            dtype: DType::F32,
+            dtype: dt,
         })
         .unwrap(),
     ];
@@ -122,7 +132,7 @@ pub(crate) fn build(rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> 
                 let d = [DType::F16, DType::F64, DType::I32, DType::Bool][extra as usize % 4];
                 g.add(Op::Cast(x, d))
                     .ok()
-                    .and_then(|c| g.add(Op::Cast(c, DType::F32)).ok())
+                    .and_then(|c| g.add(Op::Cast(c, dt)).ok())
             }
             11 if tx.shape.rank() == 2 && ty.shape.rank() == 2 && tx.shape[1] == ty.shape[1] => g
                 .add(Op::Permute(y, Perm::new(&[1, 0]).unwrap()))
@@ -137,6 +147,18 @@ pub(crate) fn build(rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> 
     g.outputs.push(*nodes.last().unwrap());
     g.outputs.push(nodes[nodes.len() / 2]);
     g
+}
+
+/// [`inputs`] converted to float type `dt`.
+pub(crate) fn inputs_typed(dt: DType, rows: usize, cols: usize, seed: u64) -> Vec<Array> {
+    inputs(rows, cols, seed)
+        .into_iter()
+        .map(|a| {
+            let v = a.as_slice::<f32>().unwrap();
+            let lits = v.iter().map(|&x| Lit::Float(x as f64));
+            Array::new(*a.shape(), tilejit_ir::Buffer::from_lits(dt, lits)).unwrap()
+        })
+        .collect()
 }
 
 pub(crate) fn inputs(rows: usize, cols: usize, seed: u64) -> Vec<Array> {
