@@ -165,15 +165,7 @@ fn every_op_agrees_with_the_reference_in_every_mode() {
     let (mut compared, mut rejected) = (0usize, 0usize);
     for (name, op, float_only) in ops() {
         let f = jit_fn!(move |a: &Tensor, b: &Tensor| op(a, b));
-        for dtype in [
-            DType::F32,
-            DType::F64,
-            DType::F16,
-            DType::BF16,
-            DType::I32,
-            DType::I64,
-            DType::Bool,
-        ] {
+        for dtype in DType::ALL {
             if float_only && !dtype.is_float() {
                 continue;
             }
@@ -197,28 +189,11 @@ fn every_op_agrees_with_the_reference_in_every_mode() {
                     }
                 };
                 compared += 1;
-                let want = as_f64(&want);
                 for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
                     match f.with_mode(mode).call((&a, &b)) {
                         Ok(got) => {
-                            let got = as_f64(&got);
-                            let tol = match dtype {
-                                DType::F16 | DType::BF16 => 1e-2,
-                                DType::F32 => 1e-5,
-                                _ => 1e-12,
-                            };
-                            let bad = got.len() != want.len()
-                                || got.iter().zip(&want).any(|(g, w)| {
-                                    !(g == w
-                                        || (g.is_nan() && w.is_nan())
-                                        || (g - w).abs() <= tol * w.abs().max(1.0))
-                                });
-                            if bad {
-                                failures.push(format!(
-                                    "{name} {dtype:?} {shape:?} {mode:?}: got {:?} want {:?}",
-                                    &got[..got.len().min(6)],
-                                    &want[..want.len().min(6)]
-                                ));
+                            if let Some(m) = mismatch(&got, &want) {
+                                failures.push(format!("{name} {dtype:?} {shape:?} {mode:?}: {m}"));
                             }
                         }
                         Err(e) => {
@@ -242,6 +217,25 @@ fn every_op_agrees_with_the_reference_in_every_mode() {
     );
 }
 
+/// `None` when `got` matches `want`: the same shape, and every element
+/// equal, both NaN, or within the dtype's tolerance relative to
+/// max(|want|, 1). Else what differs first.
+fn mismatch(got: &Tensor, want: &Tensor) -> Option<String> {
+    if got.shape() != want.shape() {
+        return Some(format!("shape {:?} vs {:?}", got.shape(), want.shape()));
+    }
+    let tol = match want.dtype() {
+        DType::F16 | DType::BF16 => 1e-2,
+        DType::F32 => 2e-5,
+        _ => 1e-12,
+    };
+    let (g, w) = (as_f64(got), as_f64(want));
+    let i = g.iter().zip(&w).position(|(g, w)| {
+        !(g == w || (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * w.abs().max(1.0))
+    })?;
+    Some(format!("element {i}: {} vs {}", g[i], w[i]))
+}
+
 /// Runs `f` on Reference, then on Host, Sim and Verify, and records any
 /// disagreement (or an error where the reference has none) in `failures`.
 fn agree<F>(what: &str, failures: &mut Vec<String>, f: F)
@@ -255,35 +249,11 @@ where
             return;
         }
     };
-    let tol = match want.dtype() {
-        DType::F16 | DType::BF16 => 1e-2,
-        DType::F32 => 2e-5,
-        _ => 1e-12,
-    };
-    let w = as_f64(&want);
     for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
         match f(mode) {
             Ok(got) => {
-                let g = as_f64(&got);
-                let bad = got.shape() != want.shape()
-                    || g.iter().zip(&w).any(|(g, w)| {
-                        !(g == w
-                            || (g.is_nan() && w.is_nan())
-                            || (g - w).abs() <= tol * w.abs().max(1.0))
-                    });
-                if bad {
-                    let i = g
-                        .iter()
-                        .zip(&w)
-                        .position(|(g, w)| (g - w).abs() > tol * w.abs().max(1.0))
-                        .unwrap_or(0);
-                    failures.push(format!(
-                        "{what} {mode:?}: shape {:?} vs {:?}, element {i}: {:?} vs {:?}",
-                        got.shape(),
-                        want.shape(),
-                        g.get(i),
-                        w.get(i)
-                    ));
+                if let Some(m) = mismatch(&got, &want) {
+                    failures.push(format!("{what} {mode:?}: {m}"));
                 }
             }
             Err(e) => failures.push(format!("{what} {mode:?}: {e}")),

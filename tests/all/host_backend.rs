@@ -463,7 +463,8 @@ fn kernel_calls_are_bounds_checked() {
         writable,
     };
     let written: Vec<bool> = layout.written.clone();
-    let bufs: Vec<BufArg> = store
+    // Plain addresses: the vectors stay readable (and unmoved) meanwhile.
+    let mut bufs: Vec<BufArg> = store
         .iter_mut()
         .zip(&written)
         .map(|(v, &w)| {
@@ -474,21 +475,12 @@ fn kernel_calls_are_bounds_checked() {
     // Correct calls run, both ways.
     code.call(&bufs, &args, 0, units).unwrap();
     code.call_checked(&bufs, &checked, 0, units).unwrap();
-    drop(bufs);
     let out = written.iter().position(|&w| w).unwrap();
     let xi = store.iter().position(|v| v.len() == 5).unwrap();
     let zi = (0..store.len()).find(|&i| i != out && i != xi).unwrap();
     for i in 0..15 {
         assert_eq!(store[out][i], store[xi][i % 5] * store[zi][i]);
     }
-    let mut bufs: Vec<BufArg> = store
-        .iter_mut()
-        .zip(&written)
-        .map(|(v, &w)| {
-            let n = v.len();
-            arg(v, n, w)
-        })
-        .collect();
     // Each bad call is refused before any native code runs.
     let expect_err = |bufs: &[BufArg], start: usize, end: usize, what: &str| {
         let a = code.call(bufs, &args, start, end).unwrap_err().to_string();
