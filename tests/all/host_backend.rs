@@ -95,6 +95,31 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 40,
+        rng_seed: RngSeed::Fixed(0x1096_0002),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Random graphs over long rows: blocked sums, row scratch and
+    /// multi-threaded row splits at sizes the small graphs never reach.
+    #[test]
+    fn host_matches_reference_on_random_graphs_with_long_rows(
+        rows in prop_oneof![Just(1usize), Just(3), Just(9)],
+        cols in prop_oneof![Just(20000usize), Just(70001)],
+        instrs in proptest::collection::vec((any::<u8>(), any::<u16>(), any::<u16>(), any::<u8>()), 1..14),
+        seed in any::<u64>(),
+    ) {
+        // No matmuls: their K would be the row length.
+        let instrs: Vec<_> = instrs.into_iter().filter(|i| i.0 % 12 != 11).collect();
+        let g = build(rows, cols, &instrs);
+        let args = inputs(rows, cols, seed);
+        check_program(g, &args, &[Lit::Float(1.0)], 1e-5).map_err(TestCaseError::fail)?;
+    }
+}
+
 pub(crate) fn ty(d: D, dims: &[usize]) -> TensorType {
     TensorType::new(d, Shape::new(dims).unwrap())
 }

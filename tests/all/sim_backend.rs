@@ -403,3 +403,46 @@ fn flat_and_row_kernels_overlap_copies_with_compute() {
         );
     }
 }
+
+/// Random graphs over rows longer than UB (20,000 and 70,001 columns) and
+/// few of them: chunked rows and reductions split into partial + combine
+/// tasks, under random stage mixes (matmuls left out: their K would be the
+/// row length).
+#[test]
+fn sim_matches_reference_on_random_graphs_with_long_rows() {
+    let config = ProptestConfig {
+        cases: 60,
+        rng_seed: RngSeed::Fixed(0x1096_0001),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let strategy = (
+        prop_oneof![Just(1usize), Just(3), Just(9)],
+        prop_oneof![Just(20000usize), Just(70001)],
+        proptest::collection::vec(
+            (any::<u8>(), any::<u16>(), any::<u16>(), any::<u8>()),
+            1..14,
+        ),
+        any::<u64>(),
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let ran = AtomicUsize::new(0);
+    let result = runner.run(&strategy, |(rows, cols, instrs, seed)| {
+        let instrs: Vec<_> = instrs.into_iter().filter(|i| i.0 % 12 != 11).collect();
+        let g = build_typed(D::F32, rows, cols, &instrs);
+        let args = inputs_typed(D::F32, rows, cols, seed);
+        match check_sim(g, &args, &[Lit::Float(1.0)]) {
+            Ok(true) => {
+                ran.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(false) => {}
+            Err(e) => return Err(TestCaseError::fail(e)),
+        };
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let ran = ran.into_inner();
+    assert!(ran >= 50, "only {ran} long-row graphs ran on the device");
+}
