@@ -5,14 +5,16 @@
 //! chunk: a chunk owns its range and every access goes through it.
 
 use super::storage::{GmElem, PagedMemory};
-use rayon::prelude::*;
-
-/// Bulk typed copies split into pieces of this many bytes, one per rayon
-/// task (big enough that a task's cost dwarfs handing it out).
-const PARALLEL_COPY_BYTES: usize = 1 << 20;
 use crate::error::{DeviceError, Result};
+use rayon::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Bulk typed copies split into pieces of this many bytes, one per rayon
+/// task (big enough that a task's cost dwarfs handing it out). A copy of
+/// one piece or less runs on the calling thread: handing it to the pool
+/// would cost more than the copy.
+const PARALLEL_COPY_BYTES: usize = 1 << 20;
 
 /// Every allocation's offset and size are multiples of this.
 pub const ALIGN: u64 = 32;
@@ -256,6 +258,10 @@ impl MemChunk {
         self.check("read", offset, out.len().saturating_mul(T::BYTES))?;
         let base = self.offset + offset;
         let memory = &self.region.memory;
+        if out.len() * T::BYTES <= PARALLEL_COPY_BYTES {
+            memory.read_elems(base, out);
+            return Ok(());
+        }
         out.par_chunks_mut(PARALLEL_COPY_BYTES / T::BYTES)
             .enumerate()
             .for_each(|(i, c)| {
@@ -270,6 +276,10 @@ impl MemChunk {
         self.check("write", offset, data.len().saturating_mul(T::BYTES))?;
         let base = self.offset + offset;
         let memory = &self.region.memory;
+        if data.len() * T::BYTES <= PARALLEL_COPY_BYTES {
+            memory.write_elems(base, data);
+            return Ok(());
+        }
         data.par_chunks(PARALLEL_COPY_BYTES / T::BYTES)
             .enumerate()
             .for_each(|(i, c)| {
