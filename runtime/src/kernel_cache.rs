@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tilejit_codegen::device::DeviceKernel;
-use tilejit_codegen::host::{compile, cpu_features, CodegenOptions, KernelCode};
+use tilejit_codegen::host::{compile, cpu_features, listing, CodegenOptions, KernelCode};
 use tilejit_device::{DeviceConfig, Target};
 use tilejit_ir::kernel::{BufId, Kernel};
 use tilejit_ir::DType;
@@ -41,8 +41,51 @@ struct Entry {
     signature: String,
     ops: Vec<&'static str>,
     compile_time: Duration,
-    kernel_ir: String,
+    /// What was compiled, for `details` (its texts are made on demand:
+    /// printing them on every compile would cost a sixth of the compile).
+    source: Arc<Source>,
     last_used: Instant,
+}
+
+/// A compiled kernel's input: the kernel and its buffers' dtypes.
+struct Source {
+    kernel: Kernel,
+    dtypes: Vec<(BufId, DType)>,
+    opts: CodegenOptions,
+}
+
+impl Source {
+    fn new(k: &Kernel, dtype_of: &dyn Fn(BufId) -> DType, opts: CodegenOptions) -> Source {
+        Source {
+            kernel: k.clone(),
+            dtypes: k
+                .local_buffers()
+                .into_iter()
+                .map(|b| (b, dtype_of(b)))
+                .collect(),
+            opts,
+        }
+    }
+
+    fn dtype_of(&self, b: BufId) -> DType {
+        self.dtypes
+            .iter()
+            .find(|(id, _)| *id == b)
+            .map_or(DType::F32, |(_, d)| *d)
+    }
+
+    /// Kernel IR, Cranelift IR and machine-code listing (compiled again).
+    fn details(&self) -> KernelDetails {
+        let (clif, disasm) = match listing(&self.kernel, &|b| self.dtype_of(b), self.opts) {
+            Ok(l) => (l.clif, l.disasm),
+            Err(e) => (format!("; listing failed: {e}"), String::new()),
+        };
+        KernelDetails {
+            kernel_ir: self.kernel.text(),
+            clif,
+            disasm,
+        }
+    }
 }
 
 /// Counters of the whole cache.
@@ -235,14 +278,18 @@ impl KernelCache {
                 code.code_bytes
             );
         }
-        dump(
-            &format!("{}-{key:016x}", k.name),
-            &[
-                ("kernel", &k.text()),
-                ("clif", &code.clif),
-                ("disasm", &code.disasm),
-            ],
-        );
+        let source = Arc::new(Source::new(k, dtype_of, opts));
+        if dump_dir().is_some() {
+            let d = source.details();
+            dump(
+                &format!("{}-{key:016x}", k.name),
+                &[
+                    ("kernel", &d.kernel_ir),
+                    ("clif", &d.clif),
+                    ("disasm", &d.disasm),
+                ],
+            );
+        }
         let cached = Arc::new(CachedKernel {
             code,
             launches: AtomicU64::new(0),
@@ -272,7 +319,7 @@ impl KernelCache {
                 signature,
                 ops: k.ops.clone(),
                 compile_time,
-                kernel_ir: k.text(),
+                source,
                 last_used: Instant::now(),
             },
         );
@@ -416,26 +463,25 @@ impl KernelCache {
             .map
             .values()
             .find(|e| e.kernel.key == key)
+            .map(|e| e.source.clone());
+        if let Some(source) = host {
+            // Compile the listing outside the lock.
+            drop(g);
+            return Some(source.details());
+        }
+        g.sim
+            .values()
+            .find(|e| e.key == key)
             .map(|e| KernelDetails {
                 kernel_ir: e.kernel_ir.clone(),
-                clif: e.kernel.code.clif.clone(),
-                disasm: e.kernel.code.disasm.clone(),
-            });
-        host.or_else(|| {
-            g.sim
-                .values()
-                .find(|e| e.key == key)
-                .map(|e| KernelDetails {
-                    kernel_ir: e.kernel_ir.clone(),
-                    clif: String::new(),
-                    disasm: e
-                        .kernels
-                        .iter()
-                        .map(|k| tilejit_device::isa::asm::disassemble(k.program.program()))
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                })
-        })
+                clif: String::new(),
+                disasm: e
+                    .kernels
+                    .iter()
+                    .map(|k| tilejit_device::isa::asm::disassemble(k.program.program()))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            })
     }
 
     /// Drops every entry (programs keep the kernels they hold).

@@ -20,13 +20,14 @@ pub use native::{advise_huge_pages, coarse_clock_ns, matmul_f32, matmul_f64, Buf
 
 use crate::CodegenError;
 use cranelift_codegen::ir::{types, AbiParam, Signature, UserFuncName};
+use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{Linkage, Module};
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use tilejit_ir::kernel::{BufId, Kernel};
 use tilejit_ir::DType;
 
@@ -133,7 +134,14 @@ fn cl_err(k: &Kernel, e: impl std::fmt::Display) -> CodegenError {
     }
 }
 
-fn new_module(k: &Kernel, opts: CodegenOptions) -> Result<JITModule, CodegenError> {
+/// The ISA for `opts`, built once per process and option set: building
+/// one (flag parsing, CPU detection) is a tenth of a small kernel's compile.
+fn isa_for(k: &Kernel, opts: CodegenOptions) -> Result<OwnedTargetIsa, CodegenError> {
+    static ISAS: OnceLock<Mutex<HashMap<CodegenOptions, OwnedTargetIsa>>> = OnceLock::new();
+    let isas = ISAS.get_or_init(Default::default);
+    if let Some(isa) = isas.lock().unwrap_or_else(|p| p.into_inner()).get(&opts) {
+        return Ok(isa.clone());
+    }
     let mut flags = settings::builder();
     let set = |f: &mut settings::Builder, n: &str, v: &str| f.set(n, v).map_err(|e| cl_err(k, e));
     set(
@@ -152,6 +160,14 @@ fn new_module(k: &Kernel, opts: CodegenOptions) -> Result<JITModule, CodegenErro
     let isa = isa_builder
         .finish(settings::Flags::new(flags))
         .map_err(|e| cl_err(k, e))?;
+    isas.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(opts, isa.clone());
+    Ok(isa)
+}
+
+fn new_module(k: &Kernel, opts: CodegenOptions) -> Result<JITModule, CodegenError> {
+    let isa = isa_for(k, opts)?;
     let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
     for (_, sym, f) in F64_FNS {
         jb.symbol(sym, f as *const u8);
@@ -161,12 +177,41 @@ fn new_module(k: &Kernel, opts: CodegenOptions) -> Result<JITModule, CodegenErro
     Ok(JITModule::new(jb))
 }
 
+/// A kernel's code as text, for the kernel cache's `details`.
+#[derive(Clone, Debug, Default)]
+pub struct Listing {
+    /// The Cranelift IR that was compiled.
+    pub clif: String,
+    /// Cranelift's listing of the machine instructions.
+    pub disasm: String,
+}
+
 /// Compiles one kernel. `dtype_of` gives each program buffer's dtype.
 pub fn compile(
     k: &Kernel,
     dtype_of: &dyn Fn(BufId) -> DType,
     opts: CodegenOptions,
 ) -> Result<KernelCode, CodegenError> {
+    build(k, dtype_of, opts, false).map(|(code, _)| code)
+}
+
+/// Compiles `k` again, as [`compile`] does, for its Cranelift IR and
+/// machine-code listing. Compiles skip both (printing them is a sixth of a
+/// compile's time), so they are made only when someone asks.
+pub fn listing(
+    k: &Kernel,
+    dtype_of: &dyn Fn(BufId) -> DType,
+    opts: CodegenOptions,
+) -> Result<Listing, CodegenError> {
+    build(k, dtype_of, opts, true).map(|(_, listing)| listing.unwrap_or_default())
+}
+
+fn build(
+    k: &Kernel,
+    dtype_of: &dyn Fn(BufId) -> DType,
+    opts: CodegenOptions,
+    with_listing: bool,
+) -> Result<(KernelCode, Option<Listing>), CodegenError> {
     let cpu = cpu_features();
     if cfg!(target_arch = "x86_64") && !cpu.sse41 {
         return Err(CodegenError::Cpu("SSE4.1"));
@@ -184,7 +229,7 @@ pub fn compile(
     let mut ctx = Context::new();
     ctx.func.signature = sig;
     ctx.func.name = UserFuncName::user(0, id.as_u32());
-    ctx.set_disasm(true);
+    ctx.set_disasm(with_listing);
     let mut fctx = FunctionBuilderContext::new();
     {
         let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
@@ -211,7 +256,7 @@ pub fn compile(
         let buf_dtype = |lb: usize| dtype_of(layout.buffers[lb]);
         lower::Lowerer::new(b, k, &layout, &buf_dtype, cpu.fma, libs).lower()?;
     }
-    let clif = ctx.func.display().to_string();
+    let clif = with_listing.then(|| ctx.func.display().to_string());
     module
         .define_function(id, &mut ctx)
         .map_err(|e| cl_err(k, format!("{e:?}")))?;
@@ -219,15 +264,9 @@ pub fn compile(
         Some(c) => (c.code_buffer().len(), c.vcode.clone().unwrap_or_default()),
         None => (0, String::new()),
     };
+    let listing = clif.map(|clif| Listing { clif, disasm });
     module.finalize_definitions().map_err(|e| cl_err(k, e))?;
     let ptr = module.get_finalized_function(id);
-    Ok(KernelCode::new(
-        module,
-        ptr,
-        layout,
-        k.name.clone(),
-        code_bytes,
-        clif,
-        disasm,
-    ))
+    let code = KernelCode::new(module, ptr, layout, k.name.clone(), code_bytes);
+    Ok((code, listing))
 }

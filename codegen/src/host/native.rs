@@ -39,10 +39,6 @@ pub struct KernelCode {
     pub name: String,
     /// Size of the machine code in bytes.
     pub code_bytes: usize,
-    /// The Cranelift IR that was compiled.
-    pub clif: String,
-    /// Cranelift's listing of the machine instructions.
-    pub disasm: String,
 }
 
 // SAFETY: the code pages are immutable once finalised and the function is
@@ -60,8 +56,6 @@ impl KernelCode {
         layout: ArgLayout,
         name: String,
         code_bytes: usize,
-        clif: String,
-        disasm: String,
     ) -> KernelCode {
         // SAFETY: `ptr` is the finalised address of a function that codegen
         // declared with exactly the signature of `KernelFn` (four pointer-size
@@ -73,8 +67,6 @@ impl KernelCode {
             layout,
             name,
             code_bytes,
-            clif,
-            disasm,
         }
     }
 
