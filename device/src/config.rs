@@ -106,7 +106,8 @@ pub struct DeviceConfig {
     /// faults after 250M instructions, ~4 s), never a hang.
     pub watchdog_work: u64,
     /// Most scheduler manager threads a launch uses (PyPTO's AICPU
-    /// schedulers: `ceil(blocks / 8)`, capped by this).
+    /// schedulers: `ceil(blocks / 8)`, capped by this and by the host's
+    /// cores).
     pub max_managers: u32,
     /// Virtual cycles between a task becoming ready and a core starting it
     /// (the manager's register write and the core's pickup).

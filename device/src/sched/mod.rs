@@ -4,7 +4,7 @@
 //! (init: check and bind the graph and its ready counts; exec: push the
 //! root-ready tasks; sync: wait for the managers; then complete the
 //! launch's handle), and **K manager threads** (`ceil(blocks/8)`, capped
-//! by `DeviceConfig::max_managers`) each own a fixed slice of the AIC and
+//! by `DeviceConfig::max_managers` and the host's cores) each own a fixed slice of the AIC and
 //! AIV cores. Managers take ready tasks from one queue per core type, hand
 //! a task to a core through its task register (`id+1`, acknowledged with
 //! `id`, finished with `id | 0x8000_0000`), simulate the core inline
