@@ -414,8 +414,8 @@ fn inline_math_edges_match_the_reference() {
         UnaryOp::Gelu,
     ] {
         let p = Program::compile(unary_graph(u, D::F32, n)).unwrap();
-        let got = p.run(&[input.clone()], &[]).unwrap();
-        let want = p.run_reference(&[input.clone()], &[]).unwrap();
+        let got = p.run(std::slice::from_ref(&input), &[]).unwrap();
+        let want = p.run_reference(std::slice::from_ref(&input), &[]).unwrap();
         let (got, want) = (
             got[0].as_slice::<f32>().unwrap(),
             want[0].as_slice::<f32>().unwrap(),
