@@ -155,19 +155,22 @@ impl Math<'_, '_> {
         let one = self.c(1.0);
         let y = self.mul_add(p, r2, r);
         let y = self.b.ins().fadd(y, one);
-        // n as an integer: the low mantissa bits of t.
+        // n as an integer: the low mantissa bits of t (t's bits are
+        // those of `magic` plus n).
         let ti = self.int_bits(t);
-        let mi = self.ci(0x4B40_0000);
-        let ni = self.b.ins().isub(ti, mi);
-        let bias = self.ci(127);
         // NaN needs no patching: it passes the clamp, so y is NaN already.
         if lo >= -87.0 {
             // n in [-126, 128]: 2^n is a normal float, or inf (field 255).
-            let e = self.b.ins().iadd(ni, bias);
+            // The exponent field n + 127, from t's bits in one subtraction.
+            let k = self.ci(0x4B40_0000 - 127);
+            let e = self.b.ins().isub(ti, k);
             let e = self.b.ins().ishl_imm_s(e, 23);
             let s = self.float_bits(e);
             return self.b.ins().fmul(y, s);
         }
+        let mi = self.int_bits(magic);
+        let ni = self.b.ins().isub(ti, mi);
+        let bias = self.ci(127);
         // Two halves, so that n = 128 overflows to inf and n < -126 gives
         // a subnormal through the multiply instead of a bad exponent field.
         let n1 = self.b.ins().sshr_imm_s(ni, 1);
@@ -306,13 +309,14 @@ impl Math<'_, '_> {
     /// cancels to 0 for u << 0 in f32, this form keeps the tiny negative tail
     /// and the sign of -0, and costs one exp instead of a tanh.
     pub fn gelu(&mut self, x: Value) -> Value {
+        // -2u = x (c + c 0.044715 x^2), c = -2 sqrt(2/pi).
         let x2 = self.b.ins().fmul(x, x);
-        let k = self.c(0.044715);
+        let c = -2.0 * 0.7978845608;
+        let ck = self.c(c * 0.044715);
+        let c = self.c(c);
+        let inner = self.mul_add(x2, ck, c);
+        let m2u = self.b.ins().fmul(inner, x);
         let one = self.c(1.0);
-        let inner = self.mul_add(x2, k, one); // 1 + 0.044715x^2
-        let inner = self.b.ins().fmul(inner, x);
-        let c = self.c(-2.0 * 0.7978845608);
-        let m2u = self.b.ins().fmul(inner, c);
         let e = self.exp_from(m2u, EXP_FLOOR);
         let d = self.b.ins().fadd(one, e);
         self.b.ins().fdiv(x, d)
