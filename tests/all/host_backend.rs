@@ -238,6 +238,62 @@ fn every_op_at_odd_sizes_on_every_float_and_int_dtype() {
     }
 }
 
+/// Row max/min (and softmax, which starts with a max) where a NaN sits in
+/// each position of the vector part and of the scalar tail, on rows of only
+/// -inf, only +inf and mixed signed zeros, against the reference: the
+/// vector loop folds with maxps/minps and tracks NaN lanes separately.
+#[test]
+fn row_max_min_keep_nan_inf_and_zeros() {
+    let cols = 37; // two unrolled vector steps of 16 and a 5-element tail
+    let mut rows: Vec<Vec<f32>> = Vec::new();
+    for at in 0..cols {
+        let mut r: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).sin() * 10.0).collect();
+        r[at] = f32::NAN;
+        rows.push(r);
+    }
+    rows.push(vec![f32::NEG_INFINITY; cols]);
+    rows.push(vec![f32::INFINITY; cols]);
+    rows.push(
+        (0..cols)
+            .map(|i| if i % 2 == 0 { 0.0 } else { -0.0 })
+            .collect(),
+    );
+    rows.push(
+        (0..cols)
+            .map(|i| if i == 20 { f32::INFINITY } else { -(i as f32) })
+            .collect(),
+    );
+    rows.push(
+        (0..cols)
+            .map(|i| if i == 35 { -1e30 } else { i as f32 })
+            .collect(),
+    );
+    let n = rows.len();
+    let data: Vec<f32> = rows.concat();
+    let t = Tensor::from_vec(data.clone(), &[n, cols]).unwrap();
+    let x = Array::from_vec(data, &[n, cols]).unwrap();
+    for op in [ReduceOp::Max, ReduceOp::Min] {
+        let mut g = Graph::new();
+        let i = g
+            .add(Op::Input {
+                index: 0,
+                ty: ty(D::F32, &[n, cols]),
+            })
+            .unwrap();
+        let r = g.add(Op::Reduce(op, i, Axes::from_axes(&[1]))).unwrap();
+        g.outputs.push(r);
+        check_program(g, std::slice::from_ref(&x), &[], 0.0)
+            .unwrap_or_else(|e| panic!("{op:?}: {e}"));
+    }
+    let f = jit_fn!(|x: &Tensor| x.softmax(-1));
+    let got = f.call(&t).unwrap();
+    let want = f.handlers()[0]
+        .program
+        .run_reference(std::slice::from_ref(&x), &[])
+        .unwrap();
+    close(&as_f64(&got.to_array().unwrap()), &as_f64(&want[0]), 1e-6).unwrap();
+}
+
 #[test]
 fn softmax_layernorm_matmul_at_odd_sizes() {
     for n in [1usize, 3, 50, 783] {

@@ -339,6 +339,17 @@ impl CheckedArgs {
 
 /// Expressions `root` depends on, itself included.
 pub fn reachable(k: &Kernel, root: tilejit_ir::kernel::ExprId) -> Vec<tilejit_ir::kernel::ExprId> {
+    reachable_until(k, root, |_| false)
+}
+
+/// Expressions `root` depends on, itself included, in id order, without
+/// looking through the ones `known` accepts (their operands are not needed
+/// unless another path reaches them).
+pub fn reachable_until(
+    k: &Kernel,
+    root: tilejit_ir::kernel::ExprId,
+    known: impl Fn(tilejit_ir::kernel::ExprId) -> bool,
+) -> Vec<tilejit_ir::kernel::ExprId> {
     let mut seen = vec![false; k.exprs.len()];
     let mut work = vec![root];
     let mut out = Vec::new();
@@ -347,7 +358,9 @@ pub fn reachable(k: &Kernel, root: tilejit_ir::kernel::ExprId) -> Vec<tilejit_ir
             continue;
         }
         out.push(e);
-        work.extend(k.expr(e).expr.operands());
+        if !known(e) {
+            work.extend(k.expr(e).expr.operands());
+        }
     }
     out.sort();
     out

@@ -14,7 +14,7 @@
 //! tail built by the same emitter. Everything else (f64, ints, bools, casts,
 //! strided inner accesses) runs the scalar emitter only.
 
-use super::layout::{reachable, storage_bytes, ArgLayout};
+use super::layout::{reachable, reachable_until, storage_bytes, ArgLayout};
 use super::math::Math;
 use crate::CodegenError;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -137,6 +137,11 @@ impl<'a, 'b> Lowerer<'a, 'b> {
 
     fn flags() -> MemFlagsData {
         MemFlagsData::trusted()
+    }
+
+    /// Flags of a lane-reinterpreting vector bitcast.
+    fn lane_flags() -> MemFlagsData {
+        MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little)
     }
 
     fn iconst(&mut self, v: i64) -> Value {
@@ -493,6 +498,16 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         } else {
             Vec::new()
         };
+        // Vector max/min folds with one maxps/minps (the operand order
+        // Cranelift matches) and collects NaN lanes in a mask on the side:
+        // IEEE fmax/fmin with NaN propagation lower to eight instructions.
+        let nans = (vector && float && op != ReduceOp::Sum).then(|| {
+            let zero = self.b.ins().iconst(types::I32, 0);
+            let z = self.b.ins().splat(types::I32X4, zero);
+            let v = self.b.declare_var(types::I32X4);
+            self.b.def_var(v, z);
+            v
+        });
         let mut u = 0usize;
         self.inner_loop(j0, j1, vector, ACCS as i64, &mut |s, j, mode| {
             let mut cache = HashMap::new();
@@ -505,11 +520,33 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                 acc
             };
             let cur = s.b.use_var(var);
-            let n = s.combine(op, float, cur, v);
+            let n = match (mode, nans) {
+                (Mode::Vector, Some(nans)) => {
+                    let is_nan = s.b.ins().fcmp(FloatCC::Unordered, v, v);
+                    let seen = s.b.use_var(nans);
+                    let seen = s.b.ins().bor(seen, is_nan);
+                    s.b.def_var(nans, seen);
+                    // max: cur < v ? v : cur; min: v < cur ? v : cur.
+                    let take = if op == ReduceOp::Max {
+                        s.b.ins().fcmp(FloatCC::LessThan, cur, v)
+                    } else {
+                        s.b.ins().fcmp(FloatCC::LessThan, v, cur)
+                    };
+                    let take = s.b.ins().bitcast(types::F32X4, Self::lane_flags(), take);
+                    s.b.ins().bitselect(take, v, cur)
+                }
+                _ => s.combine(op, float, cur, v),
+            };
             s.b.def_var(var, n);
             Ok(())
         })?;
         let mut total = self.b.use_var(acc);
+        if let Some(nans) = nans {
+            let seen = self.b.use_var(nans);
+            let any = self.b.ins().vany_true(seen);
+            let nan = self.b.ins().f32const(f32::NAN);
+            total = self.b.ins().select(any, nan, total);
+        }
         if vector {
             let mut v = self.b.use_var(vaccs[0]);
             for var in &vaccs[1..] {
@@ -566,7 +603,11 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         cache: &mut HashMap<ExprId, Value>,
         inner: bool,
     ) -> Result<Value, CodegenError> {
-        for e in reachable(self.k, root) {
+        // A value already in scratch is loaded, so what it was computed
+        // from is not emitted again (loads the optimiser may not drop).
+        let from_scratch =
+            |e: ExprId| inner && self.filled[e.0 as usize] && self.k.scratch.contains(&e);
+        for e in reachable_until(self.k, root, from_scratch) {
             if cache.contains_key(&e) {
                 continue;
             }
