@@ -7,7 +7,9 @@ use crate::simplify_props::{build, dims, inputs};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use tilejit::prelude::*;
-use tilejit_ir::{Array, Axes, DType as D, Graph, Lit, Op, ReduceOp, Shape, TensorType, UnaryOp};
+use tilejit_ir::{
+    Array, Axes, BinaryOp, DType as D, Graph, Lit, Op, ReduceOp, Shape, TensorType, UnaryOp,
+};
 use tilejit_runtime::{kernel_cache, Program};
 
 pub(crate) fn as_f64(a: &Array) -> Vec<f64> {
@@ -238,7 +240,8 @@ fn every_op_at_odd_sizes_on_every_float_and_int_dtype() {
     }
 }
 
-/// Row max/min (and softmax, which starts with a max) where a NaN sits in
+/// Row max/min (and softmax, which starts with a max), and elementwise
+/// maximum/minimum, where a NaN sits in
 /// each position of the vector part and of the scalar tail, on rows of only
 /// -inf, only +inf and mixed signed zeros, against the reference: the
 /// vector loop folds with maxps/minps and tracks NaN lanes separately.
@@ -270,6 +273,31 @@ fn row_max_min_keep_nan_inf_and_zeros() {
     );
     let n = rows.len();
     let data: Vec<f32> = rows.concat();
+    // Elementwise maximum/minimum against the same values reversed, so NaN,
+    // infinities and zeros meet every kind of partner in vector lanes.
+    let rev: Vec<f32> = data.iter().rev().copied().collect();
+    for op in [BinaryOp::Max, BinaryOp::Min] {
+        let mut g = Graph::new();
+        let a = g
+            .add(Op::Input {
+                index: 0,
+                ty: ty(D::F32, &[n * cols]),
+            })
+            .unwrap();
+        let b = g
+            .add(Op::Input {
+                index: 1,
+                ty: ty(D::F32, &[n * cols]),
+            })
+            .unwrap();
+        let r = g.add(Op::Binary(op, a, b)).unwrap();
+        g.outputs.push(r);
+        let args = [
+            Array::from_vec(data.clone(), &[n * cols]).unwrap(),
+            Array::from_vec(rev.clone(), &[n * cols]).unwrap(),
+        ];
+        check_program(g, &args, &[], 0.0).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+    }
     let t = Tensor::from_vec(data.clone(), &[n, cols]).unwrap();
     let x = Array::from_vec(data, &[n, cols]).unwrap();
     for op in [ReduceOp::Max, ReduceOp::Min] {

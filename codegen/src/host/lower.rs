@@ -861,8 +861,25 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         d: DType,
         x: Value,
         y: Value,
-        _mode: Mode,
+        mode: Mode,
     ) -> Result<Value, CodegenError> {
+        if mode == Mode::Vector && matches!(op, BinaryOp::Max | BinaryOp::Min) {
+            // maxps/minps (one instruction, in the operand order Cranelift
+            // matches) with NaN patched in from `x + y`: four instructions
+            // where IEEE fmax/fmin lower to eight.
+            let b = &mut self.b;
+            let take_y = if op == BinaryOp::Max {
+                b.ins().fcmp(FloatCC::LessThan, x, y)
+            } else {
+                b.ins().fcmp(FloatCC::LessThan, y, x)
+            };
+            let take_y = b.ins().bitcast(types::F32X4, Self::lane_flags(), take_y);
+            let r = b.ins().bitselect(take_y, y, x);
+            let nan = b.ins().fcmp(FloatCC::Unordered, x, y);
+            let nan = b.ins().bitcast(types::F32X4, Self::lane_flags(), nan);
+            let sum = b.ins().fadd(x, y);
+            return Ok(b.ins().bitselect(nan, sum, r));
+        }
         let b = &mut self.b;
         if d.is_float() {
             return Ok(match op {
