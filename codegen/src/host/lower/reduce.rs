@@ -1,0 +1,178 @@
+//! The reduce stages' inner loops: identities, the fold of one step, f32
+//! sums in blocks added in f64, and vector accumulators (max/min as one
+//! `maxps`/`minps` per vector with NaN lanes collected on the side).
+
+use super::{scalar_ty, Lowerer, Mode, LANES};
+use crate::CodegenError;
+use cranelift_codegen::ir::condcodes::FloatCC;
+use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_frontend::Variable;
+use std::collections::HashMap;
+use tilejit_ir::kernel::ExprId;
+use tilejit_ir::{DType, ReduceOp};
+
+/// Elements per block of a blocked f32 sum (a multiple of the unrolled
+/// vector step).
+const SUM_BLOCK: i64 = 1024;
+
+impl Lowerer<'_, '_> {
+    fn reduce_identity(&mut self, op: ReduceOp, d: DType) -> Value {
+        let ty = scalar_ty(d);
+        if d.is_float() {
+            let v = match op {
+                ReduceOp::Sum => 0.0,
+                ReduceOp::Max => f64::NEG_INFINITY,
+                ReduceOp::Min => f64::INFINITY,
+            };
+            if ty == types::F64 {
+                self.b.ins().f64const(v)
+            } else {
+                self.b.ins().f32const(v as f32)
+            }
+        } else {
+            let v = match (op, d) {
+                (ReduceOp::Sum, _) => 0,
+                (ReduceOp::Max, DType::I32) => i32::MIN as i64,
+                (ReduceOp::Min, DType::I32) => i32::MAX as i64,
+                (ReduceOp::Max, _) => i64::MIN,
+                (ReduceOp::Min, _) => i64::MAX,
+            };
+            self.b.ins().iconst(ty, v)
+        }
+    }
+
+    fn combine(&mut self, op: ReduceOp, float: bool, a: Value, b: Value) -> Value {
+        match (op, float) {
+            (ReduceOp::Sum, true) => self.b.ins().fadd(a, b),
+            (ReduceOp::Max, true) => self.b.ins().fmax(a, b),
+            (ReduceOp::Min, true) => self.b.ins().fmin(a, b),
+            (ReduceOp::Sum, false) => self.b.ins().iadd(a, b),
+            (ReduceOp::Max, false) => self.b.ins().smax(a, b),
+            (ReduceOp::Min, false) => self.b.ins().smin(a, b),
+        }
+    }
+
+    /// Reduces `value` over `j0..j1`. An f32 (or f16/bf16) sum runs in
+    /// blocks of [`SUM_BLOCK`] elements whose totals add up in f64, so its
+    /// rounding error grows with the block length, not the row length (one
+    /// long f32 accumulator drifts far from the exact sum on long rows).
+    pub(super) fn reduce_loop(
+        &mut self,
+        op: ReduceOp,
+        value: ExprId,
+        j0: Value,
+        j1: Value,
+    ) -> Result<Value, CodegenError> {
+        let d = self.k.expr(value).dtype;
+        if op != ReduceOp::Sum || scalar_ty(d) != types::F32 {
+            return self.reduce_block(op, value, j0, j1);
+        }
+        let zero = self.b.ins().f64const(0.0);
+        let outer = self.b.declare_var(types::F64);
+        self.b.def_var(outer, zero);
+        let jb = self.b.declare_var(self.ptr);
+        self.b.def_var(jb, j0);
+        self.counted_loop(jb, j1, SUM_BLOCK, &mut |s, start| {
+            let end = s.b.ins().iadd_imm_s(start, SUM_BLOCK);
+            let end = s.b.ins().smin(end, j1);
+            let part = s.reduce_block(op, value, start, end)?;
+            let part = s.b.ins().fpromote(types::F64, part);
+            let cur = s.b.use_var(outer);
+            let sum = s.b.ins().fadd(cur, part);
+            s.b.def_var(outer, sum);
+            Ok(())
+        })?;
+        let total = self.b.use_var(outer);
+        Ok(self.b.ins().fdemote(types::F32, total))
+    }
+
+    /// Reduces `value` over `j0..j1` with vector accumulators.
+    fn reduce_block(
+        &mut self,
+        op: ReduceOp,
+        value: ExprId,
+        j0: Value,
+        j1: Value,
+    ) -> Result<Value, CodegenError> {
+        let d = self.k.expr(value).dtype;
+        let float = d.is_float();
+        let vector = self.vectorizable(value, None);
+        let ident = self.reduce_identity(op, d);
+        let acc = self.b.declare_var(scalar_ty(d));
+        self.b.def_var(acc, ident);
+        const ACCS: usize = 4;
+        let vaccs: Vec<Variable> = if vector {
+            let vi = self.b.ins().splat(types::F32X4, ident);
+            (0..ACCS)
+                .map(|_| {
+                    let v = self.b.declare_var(types::F32X4);
+                    self.b.def_var(v, vi);
+                    v
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Vector max/min folds with one maxps/minps (the operand order
+        // Cranelift matches) and collects NaN lanes in a mask on the side:
+        // IEEE fmax/fmin with NaN propagation lower to eight instructions.
+        let nans = (vector && float && op != ReduceOp::Sum).then(|| {
+            let zero = self.b.ins().iconst(types::I32, 0);
+            let z = self.b.ins().splat(types::I32X4, zero);
+            let v = self.b.declare_var(types::I32X4);
+            self.b.def_var(v, z);
+            v
+        });
+        let mut u = 0usize;
+        self.inner_loop(j0, j1, vector, ACCS as i64, &mut |s, j, mode| {
+            let mut cache = HashMap::new();
+            let v = s.eval(value, j, mode, &mut cache, true)?;
+            let var = if mode == Mode::Vector {
+                let var = vaccs[u % ACCS];
+                u += 1;
+                var
+            } else {
+                acc
+            };
+            let cur = s.b.use_var(var);
+            let n = match (mode, nans) {
+                (Mode::Vector, Some(nans)) => {
+                    let is_nan = s.b.ins().fcmp(FloatCC::Unordered, v, v);
+                    let seen = s.b.use_var(nans);
+                    let seen = s.b.ins().bor(seen, is_nan);
+                    s.b.def_var(nans, seen);
+                    // max: cur < v ? v : cur; min: v < cur ? v : cur.
+                    let take = if op == ReduceOp::Max {
+                        s.b.ins().fcmp(FloatCC::LessThan, cur, v)
+                    } else {
+                        s.b.ins().fcmp(FloatCC::LessThan, v, cur)
+                    };
+                    let take = s.b.ins().bitcast(types::F32X4, Self::lane_flags(), take);
+                    s.b.ins().bitselect(take, v, cur)
+                }
+                _ => s.combine(op, float, cur, v),
+            };
+            s.b.def_var(var, n);
+            Ok(())
+        })?;
+        let mut total = self.b.use_var(acc);
+        if let Some(nans) = nans {
+            let seen = self.b.use_var(nans);
+            let any = self.b.ins().vany_true(seen);
+            let nan = self.b.ins().f32const(f32::NAN);
+            total = self.b.ins().select(any, nan, total);
+        }
+        if vector {
+            let mut v = self.b.use_var(vaccs[0]);
+            for var in &vaccs[1..] {
+                let w = self.b.use_var(*var);
+                v = self.combine(op, true, v, w);
+            }
+            for lane in 0..LANES as u8 {
+                let x = self.b.ins().extractlane(v, lane);
+                total = self.combine(op, true, total, x);
+            }
+        }
+        Ok(total)
+    }
+}
