@@ -138,11 +138,6 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         MemFlagsData::trusted()
     }
 
-    /// Flags of a lane-reinterpreting vector bitcast.
-    fn lane_flags() -> MemFlagsData {
-        MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little)
-    }
-
     fn iconst(&mut self, v: i64) -> Value {
         self.b.ins().iconst(self.ptr, v)
     }
@@ -593,14 +588,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
 
     fn lit(&mut self, l: Lit, d: DType) -> Value {
         match scalar_ty(d) {
-            types::F32 => {
-                let v = match d {
-                    DType::F16 => tilejit_ir::scalar::f16_from_f64(l.as_f64()).to_f32(),
-                    DType::BF16 => tilejit_ir::scalar::bf16_from_f64(l.as_f64()).to_f32(),
-                    _ => l.as_f64() as f32,
-                };
-                self.b.ins().f32const(v)
-            }
+            // f16/bf16 literals hold their own type's value.
+            types::F32 => self.b.ins().f32const(d.round_float(l.as_f64()) as f32),
             types::F64 => self.b.ins().f64const(l.as_f64()),
             ty => self.b.ins().iconst(ty, l.as_i64()),
         }
@@ -703,21 +692,17 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         mode: Mode,
     ) -> Result<Value, CodegenError> {
         if mode == Mode::Vector && matches!(op, BinaryOp::Max | BinaryOp::Min) {
-            // maxps/minps (one instruction, in the operand order Cranelift
-            // matches) with NaN patched in from `x + y`: four instructions
-            // where IEEE fmax/fmin lower to eight.
-            let b = &mut self.b;
-            let take_y = if op == BinaryOp::Max {
-                b.ins().fcmp(FloatCC::LessThan, x, y)
+            // maxps/minps with NaN patched in from `x + y`: four
+            // instructions where IEEE fmax/fmin lower to eight.
+            let sum = self.b.ins().fadd(x, y);
+            let mut m = self.math(mode);
+            let r = if op == BinaryOp::Max {
+                m.pmax(x, y)
             } else {
-                b.ins().fcmp(FloatCC::LessThan, y, x)
+                m.pmin(x, y)
             };
-            let take_y = b.ins().bitcast(types::F32X4, Self::lane_flags(), take_y);
-            let r = b.ins().bitselect(take_y, y, x);
-            let nan = b.ins().fcmp(FloatCC::Unordered, x, y);
-            let nan = b.ins().bitcast(types::F32X4, Self::lane_flags(), nan);
-            let sum = b.ins().fadd(x, y);
-            return Ok(b.ins().bitselect(nan, sum, r));
+            let nan = m.cmp(FloatCC::Unordered, x, y);
+            return Ok(m.select(nan, sum, r));
         }
         let b = &mut self.b;
         if d.is_float() {

@@ -141,14 +141,12 @@ impl Lowerer<'_, '_> {
                     let seen = s.b.use_var(nans);
                     let seen = s.b.ins().bor(seen, is_nan);
                     s.b.def_var(nans, seen);
-                    // max: cur < v ? v : cur; min: v < cur ? v : cur.
-                    let take = if op == ReduceOp::Max {
-                        s.b.ins().fcmp(FloatCC::LessThan, cur, v)
+                    let mut m = s.math(mode);
+                    if op == ReduceOp::Max {
+                        m.pmax(cur, v)
                     } else {
-                        s.b.ins().fcmp(FloatCC::LessThan, v, cur)
-                    };
-                    let take = s.b.ins().bitcast(types::F32X4, Self::lane_flags(), take);
-                    s.b.ins().bitselect(take, v, cur)
+                        m.pmin(cur, v)
+                    }
                 }
                 _ => s.combine(op, float, cur, v),
             };
