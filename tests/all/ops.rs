@@ -383,11 +383,9 @@ fn f64_to_f16_and_bf16_round_to_nearest_even() {
     // Random values: nothing representable is nearer than the result, and
     // a tie goes to the even neighbour. Differences are exact in f64 (the
     // operands are within a factor of two of each other).
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = crate::device_isa::Rng(0x9e37_79b9_7f4a_7c15);
     for _ in 0..200_000 {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
+        let s = rng.next();
         let exp = (s >> 52) % 40 + 1003; // about 2^-20 .. 2^19
         let v = f64::from_bits((s & 0x800f_ffff_ffff_ffff) | (exp << 52));
         let check = |r: f64, below: f64, above: f64, even: bool| {
