@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tilejit_codegen::host::{
-    advise_huge_pages, matmul_f32, matmul_f64, storage_bytes, BufArg, CheckedArgs,
+    advise_huge_pages, matmul_f32, matmul_f64, storage_bytes, BufArg, CheckedArgs, CodegenOptions,
 };
 use tilejit_ir::kernel::{fuse, BufKind, Kernel, KernelProgram, ProgramOutput};
 use tilejit_ir::pool::pool;
@@ -239,6 +239,12 @@ fn to_buffer(store: Store, dtype: DType) -> Buffer {
 impl HostProgram {
     /// Fuses `g` and compiles every kernel (in parallel) through the cache.
     pub fn compile(g: &Graph) -> Result<HostProgram, RuntimeError> {
+        HostProgram::compile_with(g, CodegenOptions::default())
+    }
+
+    /// [`HostProgram::compile`] with explicit code generation options (the
+    /// cache keeps kernels of different options apart).
+    pub fn compile_with(g: &Graph, opts: CodegenOptions) -> Result<HostProgram, RuntimeError> {
         let prog = fuse(g)?;
         if prog
             .kernels
@@ -251,12 +257,12 @@ impl HostProgram {
         let code = if prog.kernels.len() > 1 {
             prog.kernels
                 .par_iter()
-                .map(|k| kernel_cache().get_or_compile(k, &dtype_of))
+                .map(|k| kernel_cache().get_or_compile(k, &dtype_of, opts))
                 .collect::<Result<Vec<_>, _>>()?
         } else {
             prog.kernels
                 .iter()
-                .map(|k| kernel_cache().get_or_compile(k, &dtype_of))
+                .map(|k| kernel_cache().get_or_compile(k, &dtype_of, opts))
                 .collect::<Result<Vec<_>, _>>()?
         };
         let constants = g.constants().iter().map(|c| c.0.clone()).collect();

@@ -235,14 +235,14 @@ impl KernelCache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The compiled kernel for `k`, compiling it on a miss. Two threads
-    /// missing at once may both compile; the first insert wins.
+    /// The compiled kernel for `k` under `opts`, compiling it on a miss. Two
+    /// threads missing at once may both compile; the first insert wins.
     pub fn get_or_compile(
         &self,
         k: &Kernel,
         dtype_of: &dyn Fn(BufId) -> DType,
+        opts: CodegenOptions,
     ) -> Result<Arc<CachedKernel>, RuntimeError> {
-        let opts = CodegenOptions::default();
         let key = {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // tests assert by unwrapping
 
 mod bad_input;
+mod block_math;
 mod concurrency;
 mod device_isa;
 mod device_mem;

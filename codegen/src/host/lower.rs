@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use tilejit_ir::kernel::{Expr, ExprId, Kernel, Stage};
 use tilejit_ir::{BinaryOp, CmpOp, DType, Lit, UnaryOp};
 
+mod block;
 mod reduce;
 
 /// Vector lanes of the f32 fast path.
@@ -38,6 +39,9 @@ pub struct Libcalls {
     pub round_f16: FuncRef,
     /// See `round_f16`.
     pub round_bf16: FuncRef,
+    /// In-place eight-lane helpers `fn(ptr, n)` by unary op name (empty when
+    /// the CPU lacks them or the options turn them off); see `lower/block.rs`.
+    pub block_fns: HashMap<&'static str, FuncRef>,
 }
 
 /// Scalar (`lanes == 1`) or vector emission of one point of the domain.
@@ -77,6 +81,12 @@ pub struct Lowerer<'a, 'b> {
     accesses: Vec<Access>,
     rows: Vec<Option<Variable>>,
     filled: Vec<bool>,
+    /// The block being emitted by `block.rs`: its first inner index, and
+    /// each helper-computed value's buffer address (set once that buffer
+    /// holds the block's values).
+    block: Option<block::Block>,
+    /// Stack buffers of `MATH_BLOCK` f32s, reused by every blocked loop.
+    block_slots: Vec<cranelift_codegen::ir::StackSlot>,
 }
 
 fn unsupported(k: &Kernel, what: impl Into<String>) -> CodegenError {
@@ -131,6 +141,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             accesses: Vec::new(),
             rows: vec![None; k.stages.len()],
             filled: vec![false; k.exprs.len()],
+            block: None,
+            block_slots: Vec::new(),
         }
     }
 
@@ -387,7 +399,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         j1: Value,
     ) -> Result<(), CodegenError> {
         let vector = self.vectorizable(value, Some(a));
-        self.inner_loop(j0, j1, vector, 4, &mut |s, j, mode| {
+        self.blocked_loop(value, j0, j1, vector, 4, &mut |s, j, mode| {
             let mut cache = HashMap::new();
             let v = s.eval(value, j, mode, &mut cache, true)?;
             s.store(a, j, v);
@@ -437,10 +449,14 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         cache: &mut HashMap<ExprId, Value>,
         inner: bool,
     ) -> Result<Value, CodegenError> {
-        // A value already in scratch is loaded, so what it was computed
-        // from is not emitted again (loads the optimiser may not drop).
-        let from_scratch =
-            |e: ExprId| inner && self.filled[e.0 as usize] && self.k.scratch.contains(&e);
+        // A value already in scratch (or in a block buffer) is loaded, so
+        // what it was computed from is not emitted again (loads the
+        // optimiser may not drop).
+        let from_scratch = |e: ExprId| {
+            inner
+                && ((self.filled[e.0 as usize] && self.k.scratch.contains(&e))
+                    || self.block_value(e).is_some())
+        };
         for e in reachable_until(self.k, root, from_scratch) {
             if cache.contains_key(&e) {
                 continue;
@@ -461,7 +477,10 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                     self.b.ins().load(ty, Self::flags(), p, 0)
                 }
                 _ => {
-                    let v = self.emit_one(e, j, mode, cache)?;
+                    let v = match self.block_value(e).filter(|_| inner) {
+                        Some(buf) => self.load_block_value(buf, j, mode)?,
+                        None => self.emit_one(e, j, mode, cache)?,
+                    };
                     if let Some(slot) = slot {
                         let p = self.scratch_addr(slot, e, j);
                         self.b.ins().store(Self::flags(), v, p, 0);

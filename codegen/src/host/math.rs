@@ -1,7 +1,9 @@
 //! Inline f32 math as Cranelift IR, for scalars (`F32`) and vectors
 //! (`F32X4`) alike: `exp`, `log`, `tanh` (and from them sigmoid and gelu).
 //! No libcalls, only ops that lower on every x86-64 level (FMA when the CPU
-//! has it). Accuracy against f64 rounded to f32, from the test
+//! has it). `native/avx2.rs` repeats each function op for op on eight
+//! lanes (the constants below serve both), so the block helpers give the
+//! same bits as this code with FMA. Accuracy against f64 rounded to f32, from the test
 //! `inline_math_is_accurate_over_a_million_points` (2^20 points each, with
 //! FMA): max 1 ulp for exp on [-87, 88], log on [1e-30, 1e30], tanh on
 //! [-10, 10]; 2 ulp for sigmoid on [-80, 80] and gelu on [0, 300]; 12 ulp
@@ -20,7 +22,55 @@ use cranelift_frontend::FunctionBuilder;
 /// further, `e^y` turns subnormal below -87, and on x86 every subnormal
 /// result costs a microcode assist (a [1024, 1024] gelu of matmul outputs
 /// ran 2.3x slower than one of unit-scale data).
-const EXP_FLOOR: f32 = -20.0;
+pub(super) const EXP_FLOOR: f32 = -20.0;
+
+/// exp's upper clamp: past it the result is inf either way.
+pub(super) const EXP_CEIL: f32 = 89.0;
+/// The floor of a plain `exp`: below it even the gradual underflow is 0.
+pub(super) const EXP_LO: f32 = -104.0;
+/// 1.5 * 2^23: adding it rounds an f32 of magnitude < 2^22 to an integer,
+/// which then sits in the low mantissa bits.
+pub(super) const MAGIC: f32 = 12582912.0;
+/// ln 2 in two parts (Cephes): the first exact in few bits, so `n * C1` is
+/// exact for the exponents exp meets.
+pub(super) const LN2_HI: f32 = -0.693359375;
+/// See [`LN2_HI`].
+pub(super) const LN2_LO: f32 = 2.12194440e-4;
+/// Cephes `expf` polynomial, highest degree first.
+pub(super) const EXP_POLY: [f32; 6] = [
+    1.9875691500E-4,
+    1.3981999507E-3,
+    8.3334519073E-3,
+    4.1665795894E-2,
+    1.6666665459E-1,
+    5.0000001201E-1,
+];
+/// Cephes `logf` polynomial, highest degree first.
+pub(super) const LOG_POLY: [f32; 9] = [
+    7.0376836292E-2,
+    -1.1514610310E-1,
+    1.1676998740E-1,
+    -1.2420140846E-1,
+    1.4249322787E-1,
+    -1.6668057665E-1,
+    2.0000714765E-1,
+    -2.4999993993E-1,
+    3.3333331174E-1,
+];
+/// Cephes `tanhf` polynomial in x^2 for |x| < [`TANH_SMALL`].
+pub(super) const TANH_POLY: [f32; 5] = [
+    -5.70498872745E-3,
+    2.06390887954E-2,
+    -5.37397155531E-2,
+    1.33314422036E-1,
+    -3.33332819422E-1,
+];
+/// Below this |x|, tanh uses its polynomial (`1 - 2/(e+1)` cancels there).
+pub(super) const TANH_SMALL: f32 = 0.625;
+/// gelu's `-2u = x (GELU_C + GELU_CK x^2)`, `GELU_C = -2 sqrt(2/pi)`.
+pub(super) const GELU_C: f32 = -2.0 * 0.7978845608;
+/// See [`GELU_C`].
+pub(super) const GELU_CK: f32 = GELU_C * 0.044715;
 
 /// Emits f32 math for one lane shape.
 pub struct Math<'a, 'b> {
@@ -130,7 +180,7 @@ impl Math<'_, '_> {
     /// scalings so that overflow gives inf and tiny results underflow
     /// gradually. NaN in, NaN out.
     pub fn exp(&mut self, x: Value) -> Value {
-        self.exp_from(x, -104.0)
+        self.exp_from(x, EXP_LO)
     }
 
     /// `e^max(x, lo)`: for callers that only need `e^x` down to `lo` (see
@@ -140,26 +190,16 @@ impl Math<'_, '_> {
     /// inf from x = 88.38 instead of 88.72, which callers of a floored exp
     /// (all of the form `1/(1 + e^x)`) cannot tell apart.
     fn exp_from(&mut self, x: Value, lo: f32) -> Value {
-        let xc = self.clamp(x, lo, 89.0);
+        let xc = self.clamp(x, lo, EXP_CEIL);
         let log2e = self.c(std::f32::consts::LOG2_E);
-        let magic = self.c(12582912.0); // 1.5 * 2^23: rounds to an integer
+        let magic = self.c(MAGIC);
         let t = self.mul_add(xc, log2e, magic);
         let n = self.b.ins().fsub(t, magic);
-        let c1 = self.c(-0.693359375);
-        let c2 = self.c(2.12194440e-4);
+        let c1 = self.c(LN2_HI);
+        let c2 = self.c(LN2_LO);
         let r = self.mul_add(n, c1, xc);
         let r = self.mul_add(n, c2, r);
-        let p = self.horner(
-            r,
-            &[
-                1.9875691500E-4,
-                1.3981999507E-3,
-                8.3334519073E-3,
-                4.1665795894E-2,
-                1.6666665459E-1,
-                5.0000001201E-1,
-            ],
-        );
+        let p = self.horner(r, &EXP_POLY);
         let r2 = self.b.ins().fmul(r, r);
         let one = self.c(1.0);
         let y = self.mul_add(p, r2, r);
@@ -229,28 +269,15 @@ impl Math<'_, '_> {
         let m = self.select(small, m2, m);
         let m = self.b.ins().fsub(m, one);
         let z = self.b.ins().fmul(m, m);
-        let p = self.horner(
-            m,
-            &[
-                7.0376836292E-2,
-                -1.1514610310E-1,
-                1.1676998740E-1,
-                -1.2420140846E-1,
-                1.4249322787E-1,
-                -1.6668057665E-1,
-                2.0000714765E-1,
-                -2.4999993993E-1,
-                3.3333331174E-1,
-            ],
-        );
+        let p = self.horner(m, &LOG_POLY);
         let pm = self.b.ins().fmul(p, m);
         let y = self.b.ins().fmul(pm, z);
-        let q1 = self.c(-2.12194440e-4);
+        let q1 = self.c(-LN2_LO);
         let y = self.mul_add(e, q1, y);
         let mhalf = self.c(-0.5);
         let y = self.mul_add(z, mhalf, y);
         let r = self.b.ins().fadd(m, y);
-        let q2 = self.c(0.693359375);
+        let q2 = self.c(-LN2_HI);
         let r = self.mul_add(e, q2, r);
         // Special values.
         let zero = self.c(0.0);
@@ -283,20 +310,11 @@ impl Math<'_, '_> {
         let q = self.b.ins().fdiv(two, d);
         let big = self.b.ins().fsub(one, q);
         let z = self.b.ins().fmul(x, x);
-        let p = self.horner(
-            z,
-            &[
-                -5.70498872745E-3,
-                2.06390887954E-2,
-                -5.37397155531E-2,
-                1.33314422036E-1,
-                -3.33332819422E-1,
-            ],
-        );
+        let p = self.horner(z, &TANH_POLY);
         let pz = self.b.ins().fmul(p, z);
         // Both forms on |x|, then x's sign: tanh is odd, and -0 stays -0.
         let small = self.mul_add(pz, ax, ax);
-        let lim = self.c(0.625);
+        let lim = self.c(TANH_SMALL);
         let is_small = self.cmp(FloatCC::LessThan, ax, lim);
         let r = self.select(is_small, small, big);
         let ri = self.int_bits(r);
@@ -320,9 +338,8 @@ impl Math<'_, '_> {
     pub fn gelu(&mut self, x: Value) -> Value {
         // -2u = x (c + c 0.044715 x^2), c = -2 sqrt(2/pi).
         let x2 = self.b.ins().fmul(x, x);
-        let c = -2.0 * 0.7978845608;
-        let ck = self.c(c * 0.044715);
-        let c = self.c(c);
+        let ck = self.c(GELU_CK);
+        let c = self.c(GELU_C);
         let inner = self.mul_add(x2, ck, c);
         let m2u = self.b.ins().fmul(inner, x);
         let one = self.c(1.0);

@@ -16,7 +16,10 @@ mod math;
 mod native;
 
 pub use layout::{storage_bytes, ArgLayout, CheckedArgs};
-pub use native::{advise_huge_pages, coarse_clock_ns, matmul_f32, matmul_f64, BufArg, KernelCode};
+pub use native::{
+    advise_huge_pages, block_math, coarse_clock_ns, matmul_f32, matmul_f64, BlockFn, BufArg,
+    KernelCode, MATH_BLOCK,
+};
 
 use crate::CodegenError;
 use cranelift_codegen::ir::{types, AbiParam, Signature, UserFuncName};
@@ -38,6 +41,11 @@ pub struct CodegenOptions {
     pub optimize: bool,
     /// Run Cranelift's IR verifier on each function.
     pub verify: bool,
+    /// Let vector loops compute exp/log/tanh/sigmoid/gelu through the
+    /// eight-lane helpers ([`block_math`]) where the CPU has them, in blocks
+    /// of [`MATH_BLOCK`]; false keeps all math inline. Results are the same
+    /// bit for bit either way.
+    pub block_math: bool,
 }
 
 impl Default for CodegenOptions {
@@ -45,6 +53,7 @@ impl Default for CodegenOptions {
         CodegenOptions {
             optimize: true,
             verify: cfg!(debug_assertions),
+            block_math: true,
         }
     }
 }
@@ -156,6 +165,10 @@ fn isa_for(k: &Kernel, opts: CodegenOptions) -> Result<OwnedTargetIsa, CodegenEr
     )?;
     set(&mut flags, "is_pic", "false")?;
     set(&mut flags, "use_colocated_libcalls", "false")?;
+    // Frames past one page (block buffers, spills) probe each page on
+    // entry, so a deep stack hits its guard page instead of stepping over it.
+    set(&mut flags, "enable_probestack", "true")?;
+    set(&mut flags, "probestack_strategy", "inline")?;
     let isa_builder = cranelift_native::builder().map_err(|e| cl_err(k, e))?;
     let isa = isa_builder
         .finish(settings::Flags::new(flags))
@@ -174,6 +187,9 @@ fn new_module(k: &Kernel, opts: CodegenOptions) -> Result<JITModule, CodegenErro
     }
     jb.symbol("tj_round_f16", tj_round_f16 as *const u8);
     jb.symbol("tj_round_bf16", tj_round_bf16 as *const u8);
+    for f in block_math().into_iter().flatten() {
+        jb.symbol(f.symbol, f.addr);
+    }
     Ok(JITModule::new(jb))
 }
 
@@ -248,10 +264,22 @@ fn build(
         }
         let round_f16 = import("tj_round_f16", types::F32)?;
         let round_bf16 = import("tj_round_bf16", types::F32)?;
+        let mut block_fns = HashMap::new();
+        let helpers = block_math().filter(|_| opts.block_math);
+        for f in helpers.into_iter().flatten() {
+            let mut s = Signature::new(module.isa().default_call_conv());
+            s.params.push(AbiParam::new(ptr));
+            s.params.push(AbiParam::new(types::I64));
+            let fid = module
+                .declare_function(f.symbol, Linkage::Import, &s)
+                .map_err(|e| cl_err(k, e))?;
+            block_fns.insert(f.op, module.declare_func_in_func(fid, b.func));
+        }
         let libs = lower::Libcalls {
             f64_fns,
             round_f16,
             round_bf16,
+            block_fns,
         };
         let buf_dtype = |lb: usize| dtype_of(layout.buffers[lb]);
         lower::Lowerer::new(b, k, &layout, &buf_dtype, cpu.fma, libs).lower()?;

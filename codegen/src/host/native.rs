@@ -2,15 +2,64 @@
 //! JIT-compiled kernels (the typed handle [`KernelCode`]) and the `gemm`
 //! crate's matrix multiply ([`matmul_f32`], [`matmul_f64`]), and the one
 //! OS call that advises huge pages for fresh outputs
-//! ([`advise_huge_pages`]). Each entry point
+//! ([`advise_huge_pages`]). Its child `avx2` holds the AVX2 math helpers
+//! that generated code calls on its own block buffers ([`block_math`]).
+//! Each entry point
 //! checks every pointer and size against what the callee will touch first,
 //! so safe callers cannot make native code read or write out of bounds.
 #![allow(unsafe_code)]
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 
 use super::layout::{ArgLayout, CheckedArgs};
 use crate::CodegenError;
 use cranelift_jit::JITModule;
 use std::sync::Mutex;
+
+/// Elements per block buffer that generated code hands to a [`block_math`]
+/// helper.
+pub const MATH_BLOCK: usize = 256;
+
+/// One [`block_math`] helper: `fn(ptr: *mut f32, n: i64)` applies `op` in
+/// place to `n` f32s.
+#[derive(Copy, Clone, Debug)]
+pub struct BlockFn {
+    /// The unary op's name: `exp`, `log`, `tanh`, `sigmoid` or `gelu`.
+    pub op: &'static str,
+    /// The symbol generated code imports it by.
+    pub symbol: &'static str,
+    /// Its address.
+    pub addr: *const u8,
+}
+
+/// The eight-lane (AVX2 + FMA) versions of the inline f32 math, bit-identical
+/// to it, when this CPU has both features. Generated code calls them only
+/// on its own stack buffers of at most [`MATH_BLOCK`] elements, with the
+/// count it stored there, which is what makes the calls sound.
+pub fn block_math() -> Option<[BlockFn; 5]> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f = super::cpu_features();
+        if !(f.avx2 && f.fma) {
+            return None;
+        }
+        let e = |op, symbol, addr: unsafe extern "C" fn(*mut f32, i64)| BlockFn {
+            op,
+            symbol,
+            addr: addr as *const u8,
+        };
+        Some([
+            e("exp", "tj_exp_x8", avx2::tj_exp_x8),
+            e("log", "tj_log_x8", avx2::tj_log_x8),
+            e("tanh", "tj_tanh_x8", avx2::tj_tanh_x8),
+            e("sigmoid", "tj_sigmoid_x8", avx2::tj_sigmoid_x8),
+            e("gelu", "tj_gelu_x8", avx2::tj_gelu_x8),
+        ])
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
 
 /// `fn(bufs, args, start, end)`: the native calling convention of a kernel.
 type KernelFn = extern "C" fn(*const *mut u8, *const i64, i64, i64);

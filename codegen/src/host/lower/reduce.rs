@@ -124,7 +124,7 @@ impl Lowerer<'_, '_> {
             v
         });
         let mut u = 0usize;
-        self.inner_loop(j0, j1, vector, ACCS as i64, &mut |s, j, mode| {
+        self.blocked_loop(value, j0, j1, vector, ACCS as i64, &mut |s, j, mode| {
             let mut cache = HashMap::new();
             let v = s.eval(value, j, mode, &mut cache, true)?;
             let var = if mode == Mode::Vector {

@@ -1,0 +1,156 @@
+//! Blocked inner loops: f32 exp/log/tanh/sigmoid/gelu through the
+//! eight-lane helpers (`native::block_math`) instead of inline 4-lane code.
+//!
+//! A vector stage loop whose value needs such ops runs in blocks of
+//! `MATH_BLOCK` elements. Per block, for each op in operand-first order, a
+//! loop computes the op's operand into a stack buffer and one call applies
+//! the helper in place; then the stage's own loop runs, reading those
+//! values from their buffers (`eval` treats them as known, like filled
+//! scratch, so their operands are not emitted again). The helpers compute
+//! exactly what the inline code does, so blocking changes speed, not results.
+
+use super::{Lowerer, Mode};
+use crate::host::native::MATH_BLOCK;
+use crate::CodegenError;
+use cranelift_codegen::ir::{types, FuncRef, InstBuilder, StackSlotData, StackSlotKind, Value};
+use std::collections::HashMap;
+use tilejit_ir::kernel::{Expr, ExprId};
+use tilejit_ir::{DType, UnaryOp};
+
+/// Ops per stage loop that go through block buffers (the rest stay inline):
+/// bounds the stack frame at 4 KiB, one guard page.
+const MAX_BUFFERS: usize = 4;
+
+/// The block a blocked loop is emitting.
+pub(super) struct Block {
+    /// Inner index of the block's first element.
+    start: Value,
+    /// Values whose buffers hold this block's results, with the buffers'
+    /// addresses.
+    ready: Vec<(ExprId, Value)>,
+}
+
+/// The helper name of a unary op that has one.
+fn helper_name(u: UnaryOp) -> Option<&'static str> {
+    Some(match u {
+        UnaryOp::Exp => "exp",
+        UnaryOp::Log => "log",
+        UnaryOp::Tanh => "tanh",
+        UnaryOp::Sigmoid => "sigmoid",
+        UnaryOp::Gelu => "gelu",
+        _ => return None,
+    })
+}
+
+impl Lowerer<'_, '_> {
+    /// The buffer holding `e` in the current block, if a helper filled one.
+    pub(super) fn block_value(&self, e: ExprId) -> Option<Value> {
+        let block = self.block.as_ref()?;
+        block.ready.iter().find(|(x, _)| *x == e).map(|&(_, p)| p)
+    }
+
+    /// Address of element `j` in block buffer `buf`.
+    fn block_addr(&mut self, buf: Value, j: Value) -> Result<Value, CodegenError> {
+        let start = self
+            .block
+            .as_ref()
+            .map(|b| b.start)
+            .ok_or_else(|| super::unsupported(self.k, "a block buffer outside its block"))?;
+        let i = self.b.ins().isub(j, start);
+        let off = self.b.ins().ishl_imm_s(i, 2);
+        Ok(self.b.ins().iadd(buf, off))
+    }
+
+    /// Loads element `j` (four from `j` in vector mode) of block buffer `buf`.
+    pub(super) fn load_block_value(
+        &mut self,
+        buf: Value,
+        j: Value,
+        mode: Mode,
+    ) -> Result<Value, CodegenError> {
+        let p = self.block_addr(buf, j)?;
+        let ty = match mode {
+            Mode::Scalar => types::F32,
+            Mode::Vector => types::F32X4,
+        };
+        Ok(self.b.ins().load(ty, Self::flags(), p, 0))
+    }
+
+    /// The f32 ops with a helper that `root` computes per point, operands
+    /// first (expression ids are topological), at most [`MAX_BUFFERS`].
+    fn helper_ops(&self, root: ExprId) -> Vec<(ExprId, ExprId, FuncRef)> {
+        if self.libs.block_fns.is_empty() {
+            return Vec::new();
+        }
+        let k = self.k;
+        let in_scratch = |e: ExprId| self.filled[e.0 as usize] && k.scratch.contains(&e);
+        super::reachable_until(k, root, in_scratch)
+            .into_iter()
+            .filter(|&e| !in_scratch(e))
+            .filter_map(|e| match k.expr(e).expr {
+                Expr::Unary(u, x) if k.expr(e).dtype == DType::F32 => {
+                    let f = *self.libs.block_fns.get(helper_name(u)?)?;
+                    Some((e, x, f))
+                }
+                _ => None,
+            })
+            .take(MAX_BUFFERS)
+            .collect()
+    }
+
+    /// `inner_loop` over `j0..j1` for a stage whose per-point value is
+    /// `root`, in blocks when helpers can compute some of its math.
+    pub(super) fn blocked_loop(
+        &mut self,
+        root: ExprId,
+        j0: Value,
+        j1: Value,
+        vector: bool,
+        unroll: i64,
+        body: &mut dyn FnMut(&mut Self, Value, Mode) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
+        let ops = if vector && self.block.is_none() {
+            self.helper_ops(root)
+        } else {
+            Vec::new()
+        };
+        if ops.is_empty() {
+            return self.inner_loop(j0, j1, vector, unroll, body);
+        }
+        while self.block_slots.len() < ops.len() {
+            let bytes = (MATH_BLOCK * 4) as u32;
+            let slot = StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 5);
+            let slot = self.b.create_sized_stack_slot(slot);
+            self.block_slots.push(slot);
+        }
+        let step = MATH_BLOCK as i64;
+        let jb = self.b.declare_var(self.ptr);
+        self.b.def_var(jb, j0);
+        self.counted_loop(jb, j1, step, &mut |s, start| {
+            let end = s.b.ins().iadd_imm_s(start, step);
+            let end = s.b.ins().smin(end, j1);
+            s.block = Some(Block {
+                start,
+                ready: Vec::new(),
+            });
+            for (i, &(e, x, f)) in ops.iter().enumerate() {
+                let buf = s.b.ins().stack_addr(s.ptr, s.block_slots[i], 0);
+                s.inner_loop(start, end, true, 4, &mut |s, j, mode| {
+                    let mut cache = HashMap::new();
+                    let v = s.eval(x, j, mode, &mut cache, true)?;
+                    let p = s.block_addr(buf, j)?;
+                    s.b.ins().store(Self::flags(), v, p, 0);
+                    Ok(())
+                })?;
+                let n = s.b.ins().isub(end, start);
+                s.b.ins().call(f, &[buf, n]);
+                if let Some(block) = s.block.as_mut() {
+                    block.ready.push((e, buf));
+                }
+            }
+            let done = s.inner_loop(start, end, vector, unroll, body);
+            s.block = None;
+            done
+        })
+    }
+}

@@ -1,0 +1,184 @@
+//! The eight-lane math helpers (`CodegenOptions::block_math`) against the
+//! inline math they replace: same bits on every input, alone and inside
+//! fused kernels of every shape (blocks, tails, reductions, row scratch).
+//! Accuracy itself is held by `host_backend`'s ulp sweeps, which run
+//! whichever path the default options pick on this CPU.
+
+use crate::device_isa::Rng;
+use crate::host_backend::unary_graph;
+use crate::simplify_props::{build, inputs};
+use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
+use tilejit_codegen::host::{block_math, CodegenOptions};
+use tilejit_ir::{Array, DType as D, Graph, Lit, UnaryOp};
+use tilejit_runtime::HostProgram;
+
+fn opts(block_math: bool) -> CodegenOptions {
+    CodegenOptions {
+        block_math,
+        ..CodegenOptions::default()
+    }
+}
+
+/// Whether this CPU has the helpers (without them both paths are inline).
+fn have_helpers() -> bool {
+    let have = block_math().is_some();
+    if !have {
+        eprintln!("no AVX2+FMA on this CPU: both paths are the inline code");
+    }
+    have
+}
+
+/// Runs `g` compiled with helpers and without; the outputs' bits must
+/// agree (any NaN matches any NaN: payloads are not part of the contract).
+fn same_bits(g: &Graph, args: &[Array], params: &[Lit]) -> Result<(), String> {
+    let run = |block| {
+        HostProgram::compile_with(g, opts(block))
+            .and_then(|p| p.run(args, params))
+            .map_err(|e| e.to_string())
+    };
+    let (fast, inline) = (run(true)?, run(false)?);
+    for (o, (a, b)) in fast.iter().zip(&inline).enumerate() {
+        let (a, b) = (a.buffer(), b.buffer());
+        for i in 0..a.len() {
+            let (x, y) = (a.get(i).as_f64(), b.get(i).as_f64());
+            if !(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())) {
+                return Err(format!("output {o}[{i}]: helpers {x:e}, inline {y:e}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn simd_helpers_match_inline_math_bit_for_bit() {
+    have_helpers();
+    let specials = [
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        0.0,
+        -0.0,
+        f32::MIN_POSITIVE,
+        1e-45,
+        -1e-45,
+        f32::MAX,
+        f32::MIN,
+        88.38,
+        88.72,
+        89.0,
+        -87.3,
+        -103.9,
+        -104.0,
+        -20.0,
+        0.625,
+        -0.625,
+    ];
+    let mut rng = Rng(0x5eed_b10c);
+    for (u, lo, hi) in [
+        (UnaryOp::Exp, -110.0, 95.0),
+        (UnaryOp::Log, 0.0, 1e38),
+        (UnaryOp::Log, 0.0, 4.0),
+        (UnaryOp::Tanh, -12.0, 12.0),
+        (UnaryOp::Sigmoid, -100.0, 100.0),
+        (UnaryOp::Gelu, -12.0, 12.0),
+        (UnaryOp::Gelu, -5.0, 400.0),
+    ] {
+        // A ramp, random bit patterns (every exponent, NaN payloads,
+        // subnormals) and the edges; a length that is no multiple of the
+        // block, the unroll or the lane count.
+        const RAMP: usize = 1 << 18;
+        let mut xs: Vec<f32> = (0..RAMP)
+            .map(|i| (lo + (hi - lo) * i as f64 / RAMP as f64) as f32)
+            .collect();
+        xs.extend((0..1 << 16).map(|_| f32::from_bits(rng.next() as u32)));
+        xs.extend(specials);
+        let n = xs.len();
+        let g = unary_graph(u, D::F32, n);
+        let x = Array::from_vec(xs, &[n]).unwrap();
+        same_bits(&g, &[x], &[]).unwrap_or_else(|e| panic!("{u:?} on [{lo}, {hi}]: {e}"));
+    }
+}
+
+/// Kernels built to reach every corner of the blocked loops: more helper
+/// ops than block buffers (the rest stay inline), a helper value kept in
+/// row scratch (softmax), a blocked f32 sum, and helper ops feeding each
+/// other, on rows of 1, 255, 256, 257 and 1029 elements.
+#[test]
+fn blocked_loops_match_inline_on_fixed_kernels() {
+    have_helpers();
+    let graphs = [
+        // Six helper ops in one kernel, chained and side by side.
+        "graph {
+  %0 = input 0 : f32[R,C]
+  %1 = sigmoid %0 : f32[R,C]
+  %2 = exp %1 : f32[R,C]
+  %3 = tanh %2 : f32[R,C]
+  %4 = gelu %3 : f32[R,C]
+  %5 = log %4 : f32[R,C]
+  %6 = exp %0 : f32[R,C]
+  %7 = add %5, %6 : f32[R,C]
+  return %7
+}",
+        // Row softmax: exp's value goes to row scratch in the sum's loop.
+        "graph {
+  %0 = input 0 : f32[R,C]
+  %1 = reduce_max %0 axes=[1] : f32[R,1]
+  %2 = broadcast %1 : f32[R,C]
+  %3 = sub %0, %2 : f32[R,C]
+  %4 = exp %3 : f32[R,C]
+  %5 = reduce_sum %4 axes=[1] : f32[R,1]
+  %6 = broadcast %5 : f32[R,C]
+  %7 = div %4, %6 : f32[R,C]
+  return %7
+}",
+        // A blocked sum and a max of helper values, and the values too.
+        "graph {
+  %0 = input 0 : f32[R,C]
+  %1 = tanh %0 : f32[R,C]
+  %2 = reduce_sum %1 axes=[1] : f32[R,1]
+  %3 = gelu %0 : f32[R,C]
+  %4 = reduce_max %3 axes=[1] : f32[R,1]
+  %5 = add %2, %4 : f32[R,1]
+  %6 = broadcast %5 : f32[R,C]
+  %7 = mul %1, %6 : f32[R,C]
+  return %7, %5
+}",
+    ];
+    for text in graphs {
+        for (rows, cols) in [(3, 1), (2, 255), (2, 256), (3, 257), (4, 1029)] {
+            let text = text
+                .replace("R,", &format!("{rows},"))
+                .replace(",C]", &format!(",{cols}]"));
+            let g = tilejit_ir::text::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let args = inputs(rows, cols, 7);
+            same_bits(&g, &args[..1], &[]).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 96,
+        rng_seed: RngSeed::Fixed(0xb10c_4a7b),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// Random fused graphs (elementwise chains, reductions, softmax-like
+    /// scratch rows) on row lengths around the block size: whole blocks,
+    /// short last blocks, rows shorter than one vector.
+    #[test]
+    fn blocked_loops_match_inline_on_random_graphs(
+        rows in prop_oneof![Just(1usize), Just(3), Just(50)],
+        cols in prop_oneof![Just(1usize), Just(3), Just(50), Just(255), Just(256), Just(783), Just(4096), Just(4099)],
+        instrs in proptest::collection::vec((any::<u8>(), any::<u16>(), any::<u16>(), any::<u8>()), 1..24),
+        seed in any::<u64>(),
+        param in prop_oneof![Just(1.0f64), Just(-2.5)],
+    ) {
+        let g = build(rows, cols, &instrs);
+        let args = inputs(rows, cols, seed);
+        same_bits(&g, &args, &[Lit::Float(param)]).map_err(TestCaseError::fail)?;
+    }
+}
