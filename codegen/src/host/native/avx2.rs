@@ -1,4 +1,4 @@
-//! `math.rs`'s f32 functions eight lanes at a time (AVX2 + FMA), for
+//! `math.rs`'s f32 functions on 32 values at a time (four AVX2 vectors), for
 //! generated code to call on a block of values: Cranelift emits only
 //! 128-bit vectors, and these functions are compute-bound (a gelu is ~25
 //! vector instructions per four values inline).
@@ -9,6 +9,13 @@
 //! holds them to that. `x < y ? y : x` is `_mm256_max_ps(y, x)` and
 //! `y < x ? y : x` is `_mm256_min_ps(y, x)`: the operand order that keeps
 //! `Math::pmax`/`pmin`'s NaN behaviour.
+//!
+//! Every step applies to four independent vectors before the next step
+//! starts. Each function is one long dependency chain (~50 cycles for exp),
+//! and with the chains interleaved in program order the out-of-order
+//! scheduler holds ready work from four of them instead of waiting on one
+//! (measured: exp ~15% fewer cycles than four vectors computed one after
+//! the other).
 
 use super::super::math::{
     EXP_CEIL, EXP_FLOOR, EXP_LO, EXP_POLY, GELU_C, GELU_CK, LN2_HI, LN2_LO, LOG_POLY, MAGIC,
@@ -16,163 +23,249 @@ use super::super::math::{
 };
 use std::arch::x86_64::*;
 
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-fn c(v: f32) -> __m256 {
-    _mm256_set1_ps(v)
+/// Values per step: four vectors of eight lanes.
+const STEP: usize = 32;
+
+/// Four float vectors, worked on in lockstep.
+type F = [__m256; 4];
+/// Four integer vectors.
+type I = [__m256i; 4];
+
+#[inline(always)]
+fn each<T>(f: impl FnMut(usize) -> T) -> [T; 4] {
+    std::array::from_fn(f)
 }
 
+// One line per operation, so the functions below read like `math.rs`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn ci(v: i32) -> __m256i {
-    _mm256_set1_epi32(v)
+fn splat(v: f32) -> F {
+    [_mm256_set1_ps(v); 4]
 }
-
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn horner(x: __m256, coeffs: &[f32]) -> __m256 {
-    let mut acc = c(coeffs[0]);
-    for &k in &coeffs[1..] {
-        acc = _mm256_fmadd_ps(acc, x, c(k));
-    }
-    acc
+fn splat_i(v: i32) -> I {
+    [_mm256_set1_epi32(v); 4]
 }
-
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn add(a: F, b: F) -> F {
+    each(|i| _mm256_add_ps(a[i], b[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn sub(a: F, b: F) -> F {
+    each(|i| _mm256_sub_ps(a[i], b[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn mul(a: F, b: F) -> F {
+    each(|i| _mm256_mul_ps(a[i], b[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn div(a: F, b: F) -> F {
+    each(|i| _mm256_div_ps(a[i], b[i]))
+}
+/// `a*b + c`, one rounding.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn fma(a: F, b: F, c: F) -> F {
+    each(|i| _mm256_fmadd_ps(a[i], b[i], c[i]))
+}
+/// `Math::pmax`: `a < b ? b : a`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn pmax(a: F, b: F) -> F {
+    each(|i| _mm256_max_ps(b[i], a[i]))
+}
+/// `Math::pmin`: `b < a ? b : a`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn pmin(a: F, b: F) -> F {
+    each(|i| _mm256_min_ps(b[i], a[i]))
+}
+/// `a < b`, ordered (false on NaN), as `Math::cmp(LessThan)`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn lt(a: F, b: F) -> F {
+    each(|i| _mm256_cmp_ps::<_CMP_LT_OQ>(a[i], b[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn eq(a: F, b: F) -> F {
+    each(|i| _mm256_cmp_ps::<_CMP_EQ_OQ>(a[i], b[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn unordered(a: F, b: F) -> F {
+    each(|i| _mm256_cmp_ps::<_CMP_UNORD_Q>(a[i], b[i]))
+}
 /// `mask ? a : b` for a compare mask.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn select(mask: __m256, a: __m256, b: __m256) -> __m256 {
-    _mm256_blendv_ps(b, a, mask)
+fn select(mask: F, a: F, b: F) -> F {
+    each(|i| _mm256_blendv_ps(b[i], a[i], mask[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn bits(a: F) -> I {
+    each(|i| _mm256_castps_si256(a[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn float(a: I) -> F {
+    each(|i| _mm256_castsi256_ps(a[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn iadd(a: I, b: I) -> I {
+    each(|i| _mm256_add_epi32(a[i], b[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn isub(a: I, b: I) -> I {
+    each(|i| _mm256_sub_epi32(a[i], b[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn iand(a: I, b: I) -> I {
+    each(|i| _mm256_and_si256(a[i], b[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn ior(a: I, b: I) -> I {
+    each(|i| _mm256_or_si256(a[i], b[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn shl23(a: I) -> I {
+    each(|i| _mm256_slli_epi32::<23>(a[i]))
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn horner(x: F, coeffs: &[f32]) -> F {
+    let mut acc = splat(coeffs[0]);
+    for &k in &coeffs[1..] {
+        acc = fma(acc, x, splat(k));
+    }
+    acc
 }
 
 /// `Math::exp_from`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn exp_from(x: __m256, lo: f32) -> __m256 {
-    let xc = _mm256_max_ps(c(lo), x);
-    let xc = _mm256_min_ps(c(EXP_CEIL), xc);
-    let magic = c(MAGIC);
-    let t = _mm256_fmadd_ps(xc, c(std::f32::consts::LOG2_E), magic);
-    let n = _mm256_sub_ps(t, magic);
-    let r = _mm256_fmadd_ps(n, c(LN2_HI), xc);
-    let r = _mm256_fmadd_ps(n, c(LN2_LO), r);
+fn exp_from(x: F, lo: f32) -> F {
+    let xc = pmin(pmax(x, splat(lo)), splat(EXP_CEIL));
+    let magic = splat(MAGIC);
+    let t = fma(xc, splat(std::f32::consts::LOG2_E), magic);
+    let n = sub(t, magic);
+    let r = fma(n, splat(LN2_HI), xc);
+    let r = fma(n, splat(LN2_LO), r);
     let p = horner(r, &EXP_POLY);
-    let r2 = _mm256_mul_ps(r, r);
-    let y = _mm256_fmadd_ps(p, r2, r);
-    let y = _mm256_add_ps(y, c(1.0));
-    let ti = _mm256_castps_si256(t);
+    let r2 = mul(r, r);
+    let y = add(fma(p, r2, r), splat(1.0));
+    let ti = bits(t);
     if lo >= -87.0 {
-        let e = _mm256_sub_epi32(ti, ci(0x4B40_0000 - 127));
-        let e = _mm256_slli_epi32::<23>(e);
-        return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+        let e = shl23(isub(ti, splat_i(0x4B40_0000 - 127)));
+        return mul(y, float(e));
     }
-    let ni = _mm256_sub_epi32(ti, _mm256_castps_si256(magic));
-    let n1 = _mm256_srai_epi32::<1>(ni);
-    let n2 = _mm256_sub_epi32(ni, n1);
-    let e1 = _mm256_slli_epi32::<23>(_mm256_add_epi32(n1, ci(127)));
-    let e2 = _mm256_slli_epi32::<23>(_mm256_add_epi32(n2, ci(127)));
-    let y = _mm256_mul_ps(y, _mm256_castsi256_ps(e1));
-    _mm256_mul_ps(y, _mm256_castsi256_ps(e2))
+    let ni = isub(ti, bits(magic));
+    let n1: I = each(|i| _mm256_srai_epi32::<1>(ni[i]));
+    let n2 = isub(ni, n1);
+    let e1 = shl23(iadd(n1, splat_i(127)));
+    let e2 = shl23(iadd(n2, splat_i(127)));
+    mul(mul(y, float(e1)), float(e2))
 }
 
 /// `Math::exp`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn exp(x: __m256) -> __m256 {
+fn exp(x: F) -> F {
     exp_from(x, EXP_LO)
 }
 
 /// `Math::log`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn log(x: __m256) -> __m256 {
-    let is_sub = _mm256_cmp_ps::<_CMP_LT_OQ>(x, c(f32::MIN_POSITIVE));
-    let xs = _mm256_mul_ps(x, c(8388608.0));
-    let xv = select(is_sub, xs, x);
-    let bits = _mm256_castps_si256(xv);
-    let e = _mm256_srai_epi32::<23>(bits);
-    let e = _mm256_sub_epi32(e, ci(126));
-    let mb = _mm256_and_si256(bits, ci(0x007F_FFFF));
-    let mb = _mm256_or_si256(mb, ci(0x3F00_0000));
-    let m = _mm256_castsi256_ps(mb);
-    let e = _mm256_cvtepi32_ps(e);
-    let e_sub = _mm256_sub_ps(e, c(23.0));
-    let e = select(is_sub, e_sub, e);
-    let small = _mm256_cmp_ps::<_CMP_LT_OQ>(m, c(std::f32::consts::FRAC_1_SQRT_2));
-    let one = c(1.0);
-    let e = select(small, _mm256_sub_ps(e, one), e);
-    let m = select(small, _mm256_add_ps(m, m), m);
-    let m = _mm256_sub_ps(m, one);
-    let z = _mm256_mul_ps(m, m);
+fn log(x: F) -> F {
+    let is_sub = lt(x, splat(f32::MIN_POSITIVE));
+    let xv = select(is_sub, mul(x, splat(8388608.0)), x);
+    let b = bits(xv);
+    let e: I = each(|i| _mm256_srai_epi32::<23>(b[i]));
+    let e = isub(e, splat_i(126));
+    let m = float(ior(iand(b, splat_i(0x007F_FFFF)), splat_i(0x3F00_0000)));
+    let e: F = each(|i| _mm256_cvtepi32_ps(e[i]));
+    let e = select(is_sub, sub(e, splat(23.0)), e);
+    let small = lt(m, splat(std::f32::consts::FRAC_1_SQRT_2));
+    let one = splat(1.0);
+    let e = select(small, sub(e, one), e);
+    let m = select(small, add(m, m), m);
+    let m = sub(m, one);
+    let z = mul(m, m);
     let p = horner(m, &LOG_POLY);
-    let y = _mm256_mul_ps(_mm256_mul_ps(p, m), z);
-    let y = _mm256_fmadd_ps(e, c(-LN2_LO), y);
-    let y = _mm256_fmadd_ps(z, c(-0.5), y);
-    let r = _mm256_add_ps(m, y);
-    let r = _mm256_fmadd_ps(e, c(-LN2_HI), r);
-    let zero = c(0.0);
-    let inf = c(f32::INFINITY);
-    let r = select(_mm256_cmp_ps::<_CMP_EQ_OQ>(x, inf), inf, r);
-    let r = select(
-        _mm256_cmp_ps::<_CMP_EQ_OQ>(x, zero),
-        c(f32::NEG_INFINITY),
-        r,
-    );
-    let r = select(_mm256_cmp_ps::<_CMP_LT_OQ>(x, zero), c(f32::NAN), r);
-    select(_mm256_cmp_ps::<_CMP_UNORD_Q>(x, x), x, r)
+    let y = mul(mul(p, m), z);
+    let y = fma(e, splat(-LN2_LO), y);
+    let y = fma(z, splat(-0.5), y);
+    let r = fma(e, splat(-LN2_HI), add(m, y));
+    let zero = splat(0.0);
+    let inf = splat(f32::INFINITY);
+    let r = select(eq(x, inf), inf, r);
+    let r = select(eq(x, zero), splat(f32::NEG_INFINITY), r);
+    let r = select(lt(x, zero), splat(f32::NAN), r);
+    select(unordered(x, x), x, r)
 }
 
 /// `Math::tanh`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn tanh(x: __m256) -> __m256 {
-    let sign = _mm256_and_si256(_mm256_castps_si256(x), ci(i32::MIN));
-    let ax = _mm256_and_ps(x, _mm256_castsi256_ps(ci(i32::MAX)));
-    let two = c(2.0);
-    let one = c(1.0);
-    let e = exp_from(_mm256_mul_ps(ax, two), 0.0);
-    let q = _mm256_div_ps(two, _mm256_add_ps(e, one));
-    let big = _mm256_sub_ps(one, q);
-    let z = _mm256_mul_ps(x, x);
-    let pz = _mm256_mul_ps(horner(z, &TANH_POLY), z);
-    let small = _mm256_fmadd_ps(pz, ax, ax);
-    let is_small = _mm256_cmp_ps::<_CMP_LT_OQ>(ax, c(TANH_SMALL));
-    let r = select(is_small, small, big);
-    _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(r), sign))
+fn tanh(x: F) -> F {
+    let sign = iand(bits(x), splat_i(i32::MIN));
+    let ax = float(iand(bits(x), splat_i(i32::MAX)));
+    let two = splat(2.0);
+    let one = splat(1.0);
+    let e = exp_from(mul(ax, two), 0.0);
+    let big = sub(one, div(two, add(e, one)));
+    let z = mul(x, x);
+    let pz = mul(horner(z, &TANH_POLY), z);
+    let small = fma(pz, ax, ax);
+    let r = select(lt(ax, splat(TANH_SMALL)), small, big);
+    float(ior(bits(r), sign))
 }
 
 /// `Math::sigmoid`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn sigmoid(x: __m256) -> __m256 {
-    let nx = _mm256_xor_ps(x, c(-0.0));
+fn sigmoid(x: F) -> F {
+    let nx = float(each(|i| _mm256_xor_si256(bits(x)[i], splat_i(i32::MIN)[i])));
     let e = exp_from(nx, EXP_FLOOR);
-    let one = c(1.0);
-    _mm256_div_ps(one, _mm256_add_ps(one, e))
+    let one = splat(1.0);
+    div(one, add(one, e))
 }
 
 /// `Math::gelu`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn gelu(x: __m256) -> __m256 {
-    let x2 = _mm256_mul_ps(x, x);
-    let inner = _mm256_fmadd_ps(x2, c(GELU_CK), c(GELU_C));
-    let e = exp_from(_mm256_mul_ps(inner, x), EXP_FLOOR);
-    _mm256_div_ps(x, _mm256_add_ps(c(1.0), e))
+fn gelu(x: F) -> F {
+    let inner = fma(mul(x, x), splat(GELU_CK), splat(GELU_C));
+    let e = exp_from(mul(inner, x), EXP_FLOOR);
+    div(x, add(splat(1.0), e))
 }
 
-/// Loads eight f32s as two 16-byte halves: generated code stores its block
-/// buffers 16 bytes at a time, and a 32-byte load spanning two stores still
-/// in the store buffer cannot be forwarded from them (it waits for both to
-/// reach the cache).
+/// Applies `f` in place to the STEP values at `q`.
 ///
 /// # Safety
-/// `p` must point to eight readable f32s.
+/// `q` must point to STEP readable and writable f32s.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn load(p: *const f32) -> __m256 {
-    // SAFETY: the caller vouches for p[0..8].
-    unsafe { _mm256_loadu2_m128(p.add(4), p) }
+unsafe fn apply_step(q: *mut f32, f: impl Fn(F) -> F) {
+    // SAFETY: the caller vouches for q[0..STEP]: four 32-byte vectors.
+    unsafe {
+        let v = f(each(|j| _mm256_loadu_ps(q.add(8 * j))));
+        for (j, v) in v.iter().enumerate() {
+            _mm256_storeu_ps(q.add(8 * j), *v);
+        }
+    }
 }
 
 /// Defines `extern "C" fn $name(p, n)` applying `$f` to `p[0..n]` in place.
@@ -187,34 +280,22 @@ macro_rules! block_fn {
         pub unsafe extern "C" fn $name(p: *mut f32, n: i64) {
             let n = n.max(0) as usize;
             let mut i = 0;
-            // Two vectors per step: the function is one long dependency
-            // chain, and two independent ones keep both FMA pipes busy.
-            while i + 32 <= n {
-                // SAFETY: i + 32 <= n, so all four vectors lie inside `p[..n]`.
-                unsafe {
-                    let a = load(p.add(i));
-                    let b = load(p.add(i + 8));
-                    let c = load(p.add(i + 16));
-                    let d = load(p.add(i + 24));
-                    _mm256_storeu_ps(p.add(i), $f(a));
-                    _mm256_storeu_ps(p.add(i + 8), $f(b));
-                    _mm256_storeu_ps(p.add(i + 16), $f(c));
-                    _mm256_storeu_ps(p.add(i + 24), $f(d));
-                }
-                i += 32;
+            while i + STEP <= n {
+                // SAFETY: i + STEP <= n: the four vectors lie in `p[..n]`.
+                unsafe { apply_step(p.add(i), |v| $f(v)) };
+                i += STEP;
             }
-            while i < n {
-                let k = (n - i).min(8);
-                let mut lane = [0f32; 8];
-                // SAFETY: k <= n - i elements from `p + i` are inside
-                // `p[..n]`; `lane` holds 8 and does not overlap `p`.
+            if i < n {
+                // A short last step runs on a zero-padded copy.
+                let k = n - i;
+                let mut pad = [0f32; STEP];
+                // SAFETY: k = n - i elements from `p + i` are inside
+                // `p[..n]`; `pad` holds STEP > k and does not overlap them.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(p.add(i), lane.as_mut_ptr(), k);
-                    let v = $f(_mm256_loadu_ps(lane.as_ptr()));
-                    _mm256_storeu_ps(lane.as_mut_ptr(), v);
-                    std::ptr::copy_nonoverlapping(lane.as_ptr(), p.add(i), k);
+                    std::ptr::copy_nonoverlapping(p.add(i), pad.as_mut_ptr(), k);
+                    apply_step(pad.as_mut_ptr(), |v| $f(v));
+                    std::ptr::copy_nonoverlapping(pad.as_ptr(), p.add(i), k);
                 }
-                i += k;
             }
         }
     };
