@@ -399,7 +399,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         j1: Value,
     ) -> Result<(), CodegenError> {
         let vector = self.vectorizable(value, Some(a));
-        self.blocked_loop(value, j0, j1, vector, 4, &mut |s, j, mode| {
+        self.blocked_loop(value, Some(a), j0, j1, vector, 4, &mut |s, j, mode| {
             let mut cache = HashMap::new();
             let v = s.eval(value, j, mode, &mut cache, true)?;
             s.store(a, j, v);

@@ -269,6 +269,7 @@ fn build(
         for f in helpers.into_iter().flatten() {
             let mut s = Signature::new(module.isa().default_call_conv());
             s.params.push(AbiParam::new(ptr));
+            s.params.push(AbiParam::new(ptr));
             s.params.push(AbiParam::new(types::I64));
             let fid = module
                 .declare_function(f.symbol, Linkage::Import, &s)

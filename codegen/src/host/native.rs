@@ -21,8 +21,8 @@ use std::sync::Mutex;
 /// helper.
 pub const MATH_BLOCK: usize = 256;
 
-/// One [`block_math`] helper: `fn(ptr: *mut f32, n: i64)` applies `op` in
-/// place to `n` f32s.
+/// One [`block_math`] helper: `fn(src: *const f32, dst: *mut f32, n: i64)`
+/// writes `op(src[i])` to `dst[i]` for `i < n` (`src == dst` works in place).
 #[derive(Copy, Clone, Debug)]
 pub struct BlockFn {
     /// The unary op's name: `exp`, `log`, `tanh`, `sigmoid` or `gelu`.
@@ -34,9 +34,10 @@ pub struct BlockFn {
 }
 
 /// The eight-lane (AVX2 + FMA) versions of the inline f32 math, bit-identical
-/// to it, when this CPU has both features. Generated code calls them only
-/// on its own stack buffers of at most [`MATH_BLOCK`] elements, with the
-/// count it stored there, which is what makes the calls sound.
+/// to it, when this CPU has both features. Generated code calls them on at
+/// most [`MATH_BLOCK`] elements of its own stack buffers, or of a row of
+/// its buffers that it would load or store itself (a range the launch's
+/// bounds check covers), which is what makes the calls sound.
 pub fn block_math() -> Option<[BlockFn; 5]> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -44,7 +45,7 @@ pub fn block_math() -> Option<[BlockFn; 5]> {
         if !(f.avx2 && f.fma) {
             return None;
         }
-        let e = |op, symbol, addr: unsafe extern "C" fn(*mut f32, i64)| BlockFn {
+        let e = |op, symbol, addr: unsafe extern "C" fn(*const f32, *mut f32, i64)| BlockFn {
             op,
             symbol,
             addr: addr as *const u8,

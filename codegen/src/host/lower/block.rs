@@ -6,10 +6,14 @@
 //! loop computes the op's operand into a stack buffer and one call applies
 //! the helper in place; then the stage's own loop runs, reading those
 //! values from their buffers (`eval` treats them as known, like filled
-//! scratch, so their operands are not emitted again). The helpers compute
-//! exactly what the inline code does, so blocking changes speed, not results.
+//! scratch, so their operands are not emitted again). An operand that is a
+//! contiguous f32 load is read by the helper straight from its buffer, and
+//! a store stage whose value is the op itself has the helper write straight
+//! to the output: `y = exp(x)` is one helper call per block and no loop.
+//! The helpers compute exactly what the inline code does, so blocking
+//! changes speed, not results.
 
-use super::{Lowerer, Mode};
+use super::{Inner, Lowerer, Mode};
 use crate::host::native::MATH_BLOCK;
 use crate::CodegenError;
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, StackSlotData, StackSlotKind, Value};
@@ -98,11 +102,21 @@ impl Lowerer<'_, '_> {
             .collect()
     }
 
+    /// Whether access `a` reads or writes contiguous f32 elements, so a
+    /// helper can work on the buffer's row directly.
+    fn contiguous_f32(&self, a: usize) -> bool {
+        matches!(self.accesses[a].inner, Inner::One)
+            && (self.dtype_of_buf)(self.layout.access_buf[a]) == DType::F32
+    }
+
     /// `inner_loop` over `j0..j1` for a stage whose per-point value is
-    /// `root`, in blocks when helpers can compute some of its math.
+    /// `root` (stored through access `store`, or reduced), in blocks when
+    /// helpers can compute some of its math.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn blocked_loop(
         &mut self,
         root: ExprId,
+        store: Option<usize>,
         j0: Value,
         j1: Value,
         vector: bool,
@@ -117,6 +131,12 @@ impl Lowerer<'_, '_> {
         if ops.is_empty() {
             return self.inner_loop(j0, j1, vector, unroll, body);
         }
+        // The helper of the stage's own value writes the output itself.
+        let direct_store = store.filter(|&a| {
+            ops.last().is_some_and(|&(e, ..)| e == root)
+                && !self.k.scratch.contains(&root)
+                && self.contiguous_f32(a)
+        });
         while self.block_slots.len() < ops.len() {
             let bytes = (MATH_BLOCK * 4) as u32;
             let slot = StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 5);
@@ -135,20 +155,33 @@ impl Lowerer<'_, '_> {
             });
             for (i, &(e, x, f)) in ops.iter().enumerate() {
                 let buf = s.b.ins().stack_addr(s.ptr, s.block_slots[i], 0);
-                s.inner_loop(start, end, true, 4, &mut |s, j, mode| {
-                    let mut cache = HashMap::new();
-                    let v = s.eval(x, j, mode, &mut cache, true)?;
-                    let p = s.block_addr(buf, j)?;
-                    s.b.ins().store(Self::flags(), v, p, 0);
-                    Ok(())
-                })?;
+                let src = match s.k.expr(x).expr {
+                    Expr::Load(l) if s.contiguous_f32(l as usize) => s.addr(l as usize, start),
+                    _ => {
+                        s.inner_loop(start, end, true, 4, &mut |s, j, mode| {
+                            let mut cache = HashMap::new();
+                            let v = s.eval(x, j, mode, &mut cache, true)?;
+                            let p = s.block_addr(buf, j)?;
+                            s.b.ins().store(Self::flags(), v, p, 0);
+                            Ok(())
+                        })?;
+                        buf
+                    }
+                };
+                let dst = match direct_store {
+                    Some(a) if e == root => s.addr(a, start),
+                    _ => buf,
+                };
                 let n = s.b.ins().isub(end, start);
-                s.b.ins().call(f, &[buf, n]);
+                s.b.ins().call(f, &[src, dst, n]);
                 if let Some(block) = s.block.as_mut() {
                     block.ready.push((e, buf));
                 }
             }
-            let done = s.inner_loop(start, end, vector, unroll, body);
+            let done = match direct_store {
+                Some(_) => Ok(()),
+                None => s.inner_loop(start, end, vector, unroll, body),
+            };
             s.block = None;
             done
         })

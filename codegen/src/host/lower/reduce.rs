@@ -124,35 +124,43 @@ impl Lowerer<'_, '_> {
             v
         });
         let mut u = 0usize;
-        self.blocked_loop(value, j0, j1, vector, ACCS as i64, &mut |s, j, mode| {
-            let mut cache = HashMap::new();
-            let v = s.eval(value, j, mode, &mut cache, true)?;
-            let var = if mode == Mode::Vector {
-                let var = vaccs[u % ACCS];
-                u += 1;
-                var
-            } else {
-                acc
-            };
-            let cur = s.b.use_var(var);
-            let n = match (mode, nans) {
-                (Mode::Vector, Some(nans)) => {
-                    let is_nan = s.b.ins().fcmp(FloatCC::Unordered, v, v);
-                    let seen = s.b.use_var(nans);
-                    let seen = s.b.ins().bor(seen, is_nan);
-                    s.b.def_var(nans, seen);
-                    let mut m = s.math(mode);
-                    if op == ReduceOp::Max {
-                        m.pmax(cur, v)
-                    } else {
-                        m.pmin(cur, v)
+        self.blocked_loop(
+            value,
+            None,
+            j0,
+            j1,
+            vector,
+            ACCS as i64,
+            &mut |s, j, mode| {
+                let mut cache = HashMap::new();
+                let v = s.eval(value, j, mode, &mut cache, true)?;
+                let var = if mode == Mode::Vector {
+                    let var = vaccs[u % ACCS];
+                    u += 1;
+                    var
+                } else {
+                    acc
+                };
+                let cur = s.b.use_var(var);
+                let n = match (mode, nans) {
+                    (Mode::Vector, Some(nans)) => {
+                        let is_nan = s.b.ins().fcmp(FloatCC::Unordered, v, v);
+                        let seen = s.b.use_var(nans);
+                        let seen = s.b.ins().bor(seen, is_nan);
+                        s.b.def_var(nans, seen);
+                        let mut m = s.math(mode);
+                        if op == ReduceOp::Max {
+                            m.pmax(cur, v)
+                        } else {
+                            m.pmin(cur, v)
+                        }
                     }
-                }
-                _ => s.combine(op, float, cur, v),
-            };
-            s.b.def_var(var, n);
-            Ok(())
-        })?;
+                    _ => s.combine(op, float, cur, v),
+                };
+                s.b.def_var(var, n);
+                Ok(())
+            },
+        )?;
         let mut total = self.b.use_var(acc);
         if let Some(nans) = nans {
             let seen = self.b.use_var(nans);

@@ -252,49 +252,52 @@ fn gelu(x: F) -> F {
     div(x, add(splat(1.0), e))
 }
 
-/// Applies `f` in place to the STEP values at `q`.
+/// Writes `f` of the STEP values at `src` to `dst`.
 ///
 /// # Safety
-/// `q` must point to STEP readable and writable f32s.
+/// `src` must point to STEP readable f32s and `dst` to STEP writable ones,
+/// the same ones or not overlapping.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn apply_step(q: *mut f32, f: impl Fn(F) -> F) {
-    // SAFETY: the caller vouches for q[0..STEP]: four 32-byte vectors.
+unsafe fn apply_step(src: *const f32, dst: *mut f32, f: impl Fn(F) -> F) {
+    // SAFETY: the caller vouches for src[0..STEP] and dst[0..STEP]: four
+    // 32-byte vectors each, all read before any is written.
     unsafe {
-        let v = f(each(|j| _mm256_loadu_ps(q.add(8 * j))));
+        let v = f(each(|j| _mm256_loadu_ps(src.add(8 * j))));
         for (j, v) in v.iter().enumerate() {
-            _mm256_storeu_ps(q.add(8 * j), *v);
+            _mm256_storeu_ps(dst.add(8 * j), *v);
         }
     }
 }
 
-/// Defines `extern "C" fn $name(p, n)` applying `$f` to `p[0..n]` in place.
+/// Defines `extern "C" fn $name(src, dst, n)`: `dst[i] = $f(src[i])`.
 macro_rules! block_fn {
     ($name:ident, $f:ident) => {
-        /// Applies the function in place to `n` f32s at `p`.
+        /// Writes the function of `src[0..n]` to `dst[0..n]`.
         ///
         /// # Safety
-        /// `p` must point to `n` initialised, writable, unaliased f32s (or
-        /// `n <= 0`), and the CPU must have AVX2 and FMA.
+        /// `src` must point to `n` initialised f32s and `dst` to `n`
+        /// writable ones (or `n <= 0`), either the same or not overlapping,
+        /// and the CPU must have AVX2 and FMA.
         #[target_feature(enable = "avx2,fma")]
-        pub unsafe extern "C" fn $name(p: *mut f32, n: i64) {
+        pub unsafe extern "C" fn $name(src: *const f32, dst: *mut f32, n: i64) {
             let n = n.max(0) as usize;
             let mut i = 0;
             while i + STEP <= n {
-                // SAFETY: i + STEP <= n: the four vectors lie in `p[..n]`.
-                unsafe { apply_step(p.add(i), |v| $f(v)) };
+                // SAFETY: i + STEP <= n: the step lies in both buffers.
+                unsafe { apply_step(src.add(i), dst.add(i), |v| $f(v)) };
                 i += STEP;
             }
             if i < n {
                 // A short last step runs on a zero-padded copy.
                 let k = n - i;
                 let mut pad = [0f32; STEP];
-                // SAFETY: k = n - i elements from `p + i` are inside
-                // `p[..n]`; `pad` holds STEP > k and does not overlap them.
+                // SAFETY: k = n - i elements from `i` are inside both
+                // buffers; `pad` holds STEP > k and overlaps neither.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(p.add(i), pad.as_mut_ptr(), k);
-                    apply_step(pad.as_mut_ptr(), |v| $f(v));
-                    std::ptr::copy_nonoverlapping(pad.as_ptr(), p.add(i), k);
+                    std::ptr::copy_nonoverlapping(src.add(i), pad.as_mut_ptr(), k);
+                    apply_step(pad.as_ptr(), pad.as_mut_ptr(), |v| $f(v));
+                    std::ptr::copy_nonoverlapping(pad.as_ptr(), dst.add(i), k);
                 }
             }
         }
