@@ -6,7 +6,7 @@
 
 use crate::device_isa::Rng;
 use crate::host_backend::unary_graph;
-use crate::simplify_props::{build, inputs};
+use crate::simplify_props::{build, inputs_with};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use tilejit_codegen::host::{block_math, CodegenOptions};
@@ -133,6 +133,29 @@ fn blocked_loops_match_inline_on_fixed_kernels() {
   %7 = div %4, %6 : f32[R,C]
   return %7
 }",
+        // Helper operands read straight from the input: a literal plus x,
+        // x minus a param, x plus a row value; and a literal minus x, which
+        // is not of that form.
+        "graph {
+  %0 = input 0 : f32[R,C]
+  %1 = full 0.75 : f32[R,C]
+  %2 = add %1, %0 : f32[R,C]
+  %3 = tanh %2 : f32[R,C]
+  %4 = param 0 : f32[]
+  %5 = broadcast %4 : f32[R,C]
+  %6 = sub %0, %5 : f32[R,C]
+  %7 = sigmoid %6 : f32[R,C]
+  %8 = reduce_min %0 axes=[1] : f32[R,1]
+  %9 = broadcast %8 : f32[R,C]
+  %10 = add %0, %9 : f32[R,C]
+  %11 = log %10 : f32[R,C]
+  %12 = sub %1, %0 : f32[R,C]
+  %13 = gelu %12 : f32[R,C]
+  %14 = add %3, %7 : f32[R,C]
+  %15 = add %11, %13 : f32[R,C]
+  %16 = add %14, %15 : f32[R,C]
+  return %16
+}",
         // A blocked sum and a max of helper values, and the values too.
         "graph {
   %0 = input 0 : f32[R,C]
@@ -152,8 +175,15 @@ fn blocked_loops_match_inline_on_fixed_kernels() {
                 .replace("R,", &format!("{rows},"))
                 .replace(",C]", &format!(",{cols}]"));
             let g = tilejit_ir::text::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-            let args = inputs(rows, cols, 7);
-            same_bits(&g, &args[..1], &[]).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let params = if text.contains("param") {
+                vec![Lit::Float(-1.25)]
+            } else {
+                Vec::new()
+            };
+            for specials in [false, true] {
+                let args = inputs_with(rows, cols, 7, specials);
+                same_bits(&g, &args[..1], &params).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            }
         }
     }
 }
@@ -175,10 +205,11 @@ proptest! {
         cols in prop_oneof![Just(1usize), Just(3), Just(50), Just(255), Just(256), Just(783), Just(4096), Just(4099)],
         instrs in proptest::collection::vec((any::<u8>(), any::<u16>(), any::<u16>(), any::<u8>()), 1..24),
         seed in any::<u64>(),
+        specials in any::<bool>(),
         param in prop_oneof![Just(1.0f64), Just(-2.5)],
     ) {
         let g = build(rows, cols, &instrs);
-        let args = inputs(rows, cols, seed);
+        let args = inputs_with(rows, cols, seed, specials);
         same_bits(&g, &args, &[Lit::Float(param)]).map_err(TestCaseError::fail)?;
     }
 }

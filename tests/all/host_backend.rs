@@ -3,7 +3,7 @@
 //! per function, and the kernel cache (sharing across shapes and functions,
 //! eviction, threads).
 
-use crate::simplify_props::{build, dims, inputs};
+use crate::simplify_props::{build, dims, inputs, inputs_with};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use tilejit::prelude::*;
@@ -117,7 +117,9 @@ proptest! {
         // No matmuls: their K would be the row length.
         let instrs: Vec<_> = instrs.into_iter().filter(|i| i.0 % 12 != 11).collect();
         let g = build(rows, cols, &instrs);
-        let args = inputs(rows, cols, seed);
+        // Half the cases without NaN/inf: rows this long almost surely hold
+        // one, and a row reduction over it is NaN whatever the kernel does.
+        let args = inputs_with(rows, cols, seed, seed % 2 == 0);
         check_program(g, &args, &[Lit::Float(1.0)], 1e-5).map_err(TestCaseError::fail)?;
     }
 }

@@ -6,7 +6,7 @@
 //! fail with a clear `unsupported` error, never a wrong answer.
 
 use crate::host_backend::{as_f64, ramp, ty, unary_graph, unary_ops, BINARY_OPS};
-use crate::simplify_props::{build_typed, dims, inputs_typed};
+use crate::simplify_props::{build_typed, dims, inputs_typed, inputs_with};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -430,7 +430,8 @@ fn sim_matches_reference_on_random_graphs_with_long_rows() {
     let result = runner.run(&strategy, |(rows, cols, instrs, seed)| {
         let instrs: Vec<_> = instrs.into_iter().filter(|i| i.0 % 12 != 11).collect();
         let g = build_typed(D::F32, rows, cols, &instrs);
-        let args = inputs_typed(D::F32, rows, cols, seed);
+        // Half the cases without NaN/inf (see the host backend's test).
+        let args = inputs_with(rows, cols, seed, seed % 2 == 0);
         match check_sim(g, &args, &[Lit::Float(1.0)]) {
             Ok(true) => {
                 ran.fetch_add(1, Ordering::Relaxed);

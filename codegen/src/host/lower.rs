@@ -477,11 +477,13 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                     self.b.ins().load(ty, Self::flags(), p, 0)
                 }
                 _ => {
-                    let v = match self.block_value(e).filter(|_| inner) {
-                        Some(buf) => self.load_block_value(buf, j, mode)?,
-                        None => self.emit_one(e, j, mode, cache)?,
+                    let (v, in_scratch) = match self.block_value(e).filter(|_| inner) {
+                        Some((buf, in_scratch)) => {
+                            (self.load_block_value(buf, j, mode)?, in_scratch)
+                        }
+                        None => (self.emit_one(e, j, mode, cache)?, false),
                     };
-                    if let Some(slot) = slot {
+                    if let Some(slot) = slot.filter(|_| !in_scratch) {
                         let p = self.scratch_addr(slot, e, j);
                         self.b.ins().store(Self::flags(), v, p, 0);
                     }

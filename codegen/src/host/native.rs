@@ -21,8 +21,9 @@ use std::sync::Mutex;
 /// helper.
 pub const MATH_BLOCK: usize = 256;
 
-/// One [`block_math`] helper: `fn(src: *const f32, dst: *mut f32, n: i64)`
-/// writes `op(src[i])` to `dst[i]` for `i < n` (`src == dst` works in place).
+/// One [`block_math`] helper: `fn(src: *const f32, dst: *mut f32, n: i64,
+/// bias: f32)` writes `op(src[i] + bias)` to `dst[i]` for `i < n` (`src ==
+/// dst` works in place; `bias = -0.0` adds nothing, as `x + -0.0 == x`).
 #[derive(Copy, Clone, Debug)]
 pub struct BlockFn {
     /// The unary op's name: `exp`, `log`, `tanh`, `sigmoid` or `gelu`.
@@ -45,7 +46,7 @@ pub fn block_math() -> Option<[BlockFn; 5]> {
         if !(f.avx2 && f.fma) {
             return None;
         }
-        let e = |op, symbol, addr: unsafe extern "C" fn(*const f32, *mut f32, i64)| BlockFn {
+        let e = |op, symbol, addr: unsafe extern "C" fn(*const f32, *mut f32, i64, f32)| BlockFn {
             op,
             symbol,
             addr: addr as *const u8,

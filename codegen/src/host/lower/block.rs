@@ -7,9 +7,13 @@
 //! the helper in place; then the stage's own loop runs, reading those
 //! values from their buffers (`eval` treats them as known, like filled
 //! scratch, so their operands are not emitted again). An operand that is a
-//! contiguous f32 load is read by the helper straight from its buffer, and
-//! a store stage whose value is the op itself has the helper write straight
-//! to the output: `y = exp(x)` is one helper call per block and no loop.
+//! contiguous f32 load, or such a load plus or minus a value that is the
+//! same for the whole row (`exp(x - max)`), is read by the helper straight
+//! from its buffer (helpers add a scalar first; -0.0 when there is none, as
+//! `x + -0.0 == x` for every x), a value kept in row scratch is written
+//! straight there, and a store stage whose value is the op itself has the
+//! helper write the output: `y = exp(x)` is one helper call per block and no
+//! loop.
 //! The helpers compute exactly what the inline code does, so blocking
 //! changes speed, not results.
 
@@ -19,7 +23,7 @@ use crate::CodegenError;
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, StackSlotData, StackSlotKind, Value};
 use std::collections::HashMap;
 use tilejit_ir::kernel::{Expr, ExprId};
-use tilejit_ir::{DType, UnaryOp};
+use tilejit_ir::{BinaryOp, DType, UnaryOp};
 
 /// Ops per stage loop that go through block buffers (the rest stay inline):
 /// bounds the stack frame at 4 KiB, one guard page.
@@ -29,9 +33,10 @@ const MAX_BUFFERS: usize = 4;
 pub(super) struct Block {
     /// Inner index of the block's first element.
     start: Value,
-    /// Values whose buffers hold this block's results, with the buffers'
-    /// addresses.
-    ready: Vec<(ExprId, Value)>,
+    /// Values whose buffers hold this block's results: the buffer's
+    /// address (of the block's first element), and whether it is the
+    /// value's row scratch (then nothing needs to store it there again).
+    ready: Vec<(ExprId, Value, bool)>,
 }
 
 /// The helper name of a unary op that has one.
@@ -47,10 +52,15 @@ fn helper_name(u: UnaryOp) -> Option<&'static str> {
 }
 
 impl Lowerer<'_, '_> {
-    /// The buffer holding `e` in the current block, if a helper filled one.
-    pub(super) fn block_value(&self, e: ExprId) -> Option<Value> {
+    /// The buffer holding `e` in the current block, if a helper filled one,
+    /// and whether that buffer is `e`'s row scratch.
+    pub(super) fn block_value(&self, e: ExprId) -> Option<(Value, bool)> {
         let block = self.block.as_ref()?;
-        block.ready.iter().find(|(x, _)| *x == e).map(|&(_, p)| p)
+        block
+            .ready
+            .iter()
+            .find(|(x, ..)| *x == e)
+            .map(|&(_, p, in_scratch)| (p, in_scratch))
     }
 
     /// Address of element `j` in block buffer `buf`.
@@ -109,6 +119,34 @@ impl Lowerer<'_, '_> {
             && (self.dtype_of_buf)(self.layout.access_buf[a]) == DType::F32
     }
 
+    /// How a helper can read operand `x` straight from a buffer: `x` is a
+    /// contiguous f32 load (its access is returned), or such a load plus or
+    /// minus an f32 that is the same along the row (returned too, with true
+    /// for minus: `x - s` is exactly `x + (-s)`, and addition commutes).
+    fn direct_source(&self, x: ExprId) -> Option<(usize, Option<(ExprId, bool)>)> {
+        let k = self.k;
+        let load = |e: ExprId| match k.expr(e).expr {
+            Expr::Load(l) if self.contiguous_f32(l as usize) => Some(l as usize),
+            _ => None,
+        };
+        let uniform = |e: ExprId| {
+            k.expr(e).dtype == DType::F32
+                && matches!(k.expr(e).expr, Expr::Row(_) | Expr::Param(_) | Expr::Lit(_))
+        };
+        if let Some(l) = load(x) {
+            return Some((l, None));
+        }
+        if k.expr(x).dtype != DType::F32 {
+            return None;
+        }
+        match k.expr(x).expr {
+            Expr::Binary(BinaryOp::Add, a, b) if uniform(b) => Some((load(a)?, Some((b, false)))),
+            Expr::Binary(BinaryOp::Add, a, b) if uniform(a) => Some((load(b)?, Some((a, false)))),
+            Expr::Binary(BinaryOp::Sub, a, b) if uniform(b) => Some((load(a)?, Some((b, true)))),
+            _ => None,
+        }
+    }
+
     /// `inner_loop` over `j0..j1` for a stage whose per-point value is
     /// `root` (stored through access `store`, or reduced), in blocks when
     /// helpers can compute some of its math.
@@ -155,9 +193,17 @@ impl Lowerer<'_, '_> {
             });
             for (i, &(e, x, f)) in ops.iter().enumerate() {
                 let buf = s.b.ins().stack_addr(s.ptr, s.block_slots[i], 0);
-                let src = match s.k.expr(x).expr {
-                    Expr::Load(l) if s.contiguous_f32(l as usize) => s.addr(l as usize, start),
-                    _ => {
+                let mut bias = s.b.ins().f32const(-0.0);
+                let src = match s.direct_source(x) {
+                    Some((l, add)) => {
+                        if let Some((v, negate)) = add {
+                            let zero = s.iconst(0);
+                            let v = s.eval(v, zero, Mode::Scalar, &mut HashMap::new(), false)?;
+                            bias = if negate { s.b.ins().fneg(v) } else { v };
+                        }
+                        s.addr(l, start)
+                    }
+                    None => {
                         s.inner_loop(start, end, true, 4, &mut |s, j, mode| {
                             let mut cache = HashMap::new();
                             let v = s.eval(x, j, mode, &mut cache, true)?;
@@ -168,14 +214,20 @@ impl Lowerer<'_, '_> {
                         buf
                     }
                 };
-                let dst = match direct_store {
-                    Some(a) if e == root => s.addr(a, start),
-                    _ => buf,
+                // A value kept in row scratch goes straight there.
+                let slot = s.k.scratch.iter().position(|&x| x == e);
+                let (dst, kept) = match (direct_store, slot) {
+                    (Some(a), _) if e == root => (s.addr(a, start), buf),
+                    (_, Some(slot)) => {
+                        let p = s.scratch_addr(slot, e, start);
+                        (p, p)
+                    }
+                    _ => (buf, buf),
                 };
                 let n = s.b.ins().isub(end, start);
-                s.b.ins().call(f, &[src, dst, n]);
+                s.b.ins().call(f, &[src, dst, n, bias]);
                 if let Some(block) = s.block.as_mut() {
-                    block.ready.push((e, buf));
+                    block.ready.push((e, kept, slot.is_some()));
                 }
             }
             let done = match direct_store {

@@ -252,40 +252,42 @@ fn gelu(x: F) -> F {
     div(x, add(splat(1.0), e))
 }
 
-/// Writes `f` of the STEP values at `src` to `dst`.
+/// Writes `f(x + bias)` of the STEP values `x` at `src` to `dst`.
 ///
 /// # Safety
 /// `src` must point to STEP readable f32s and `dst` to STEP writable ones,
 /// the same ones or not overlapping.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn apply_step(src: *const f32, dst: *mut f32, f: impl Fn(F) -> F) {
+unsafe fn apply_step(src: *const f32, dst: *mut f32, bias: F, f: impl Fn(F) -> F) {
     // SAFETY: the caller vouches for src[0..STEP] and dst[0..STEP]: four
     // 32-byte vectors each, all read before any is written.
     unsafe {
-        let v = f(each(|j| _mm256_loadu_ps(src.add(8 * j))));
+        let v = f(add(each(|j| _mm256_loadu_ps(src.add(8 * j))), bias));
         for (j, v) in v.iter().enumerate() {
             _mm256_storeu_ps(dst.add(8 * j), *v);
         }
     }
 }
 
-/// Defines `extern "C" fn $name(src, dst, n)`: `dst[i] = $f(src[i])`.
+/// Defines `extern "C" fn $name(src, dst, n, bias)`: `dst[i] = $f(src[i] +
+/// bias)`.
 macro_rules! block_fn {
     ($name:ident, $f:ident) => {
-        /// Writes the function of `src[0..n]` to `dst[0..n]`.
+        /// Writes the function of `src[0..n] + bias` to `dst[0..n]`.
         ///
         /// # Safety
         /// `src` must point to `n` initialised f32s and `dst` to `n`
         /// writable ones (or `n <= 0`), either the same or not overlapping,
         /// and the CPU must have AVX2 and FMA.
         #[target_feature(enable = "avx2,fma")]
-        pub unsafe extern "C" fn $name(src: *const f32, dst: *mut f32, n: i64) {
+        pub unsafe extern "C" fn $name(src: *const f32, dst: *mut f32, n: i64, bias: f32) {
             let n = n.max(0) as usize;
+            let bias = splat(bias);
             let mut i = 0;
             while i + STEP <= n {
                 // SAFETY: i + STEP <= n: the step lies in both buffers.
-                unsafe { apply_step(src.add(i), dst.add(i), |v| $f(v)) };
+                unsafe { apply_step(src.add(i), dst.add(i), bias, |v| $f(v)) };
                 i += STEP;
             }
             if i < n {
@@ -296,7 +298,7 @@ macro_rules! block_fn {
                 // buffers; `pad` holds STEP > k and overlaps neither.
                 unsafe {
                     std::ptr::copy_nonoverlapping(src.add(i), pad.as_mut_ptr(), k);
-                    apply_step(pad.as_ptr(), pad.as_mut_ptr(), |v| $f(v));
+                    apply_step(pad.as_ptr(), pad.as_mut_ptr(), bias, |v| $f(v));
                     std::ptr::copy_nonoverlapping(pad.as_ptr(), dst.add(i), k);
                 }
             }
