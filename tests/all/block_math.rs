@@ -104,7 +104,7 @@ fn simd_helpers_match_inline_math_bit_for_bit() {
 /// Kernels built to reach every corner of the blocked loops: more helper
 /// ops than block buffers (the rest stay inline), a helper value kept in
 /// row scratch (softmax), a blocked f32 sum, and helper ops feeding each
-/// other, on rows of 1, 255, 256, 257 and 1029 elements.
+/// other, on rows of 1 to 2051 elements (around the 1024-element block).
 #[test]
 fn blocked_loops_match_inline_on_fixed_kernels() {
     have_helpers();
@@ -170,7 +170,7 @@ fn blocked_loops_match_inline_on_fixed_kernels() {
 }",
     ];
     for text in graphs {
-        for (rows, cols) in [(3, 1), (2, 255), (2, 256), (3, 257), (4, 1029)] {
+        for (rows, cols) in [(3, 1), (2, 255), (2, 1023), (2, 1024), (3, 1025), (2, 2051)] {
             let text = text
                 .replace("R,", &format!("{rows},"))
                 .replace(",C]", &format!(",{cols}]"));
@@ -202,7 +202,7 @@ proptest! {
     #[test]
     fn blocked_loops_match_inline_on_random_graphs(
         rows in prop_oneof![Just(1usize), Just(3), Just(50)],
-        cols in prop_oneof![Just(1usize), Just(3), Just(50), Just(255), Just(256), Just(783), Just(4096), Just(4099)],
+        cols in prop_oneof![Just(1usize), Just(3), Just(50), Just(255), Just(783), Just(1024), Just(1025), Just(4099)],
         instrs in proptest::collection::vec((any::<u8>(), any::<u16>(), any::<u16>(), any::<u8>()), 1..24),
         seed in any::<u64>(),
         specials in any::<bool>(),

@@ -18,8 +18,9 @@ use cranelift_jit::JITModule;
 use std::sync::Mutex;
 
 /// Elements per block buffer that generated code hands to a [`block_math`]
-/// helper.
-pub const MATH_BLOCK: usize = 256;
+/// helper (also the block of a blocked f32 sum, so a sum's helper math runs
+/// once per sum block).
+pub const MATH_BLOCK: usize = 1024;
 
 /// One [`block_math`] helper: `fn(src: *const f32, dst: *mut f32, n: i64,
 /// bias: f32)` writes `op(src[i] + bias)` to `dst[i]` for `i < n` (`src ==

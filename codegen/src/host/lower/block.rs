@@ -25,9 +25,12 @@ use std::collections::HashMap;
 use tilejit_ir::kernel::{Expr, ExprId};
 use tilejit_ir::{BinaryOp, DType, UnaryOp};
 
-/// Ops per stage loop that go through block buffers (the rest stay inline):
-/// bounds the stack frame at 4 KiB, one guard page.
+/// Ops per stage loop that go through block buffers (the rest stay
+/// inline): bounds the stack frame at 16 KiB (probed page by page).
 const MAX_BUFFERS: usize = 4;
+
+/// An op a helper computes: the op's expression, its operand, the helper.
+pub(super) type HelperOp = (ExprId, ExprId, FuncRef);
 
 /// The block a blocked loop is emitting.
 pub(super) struct Block {
@@ -92,7 +95,7 @@ impl Lowerer<'_, '_> {
 
     /// The f32 ops with a helper that `root` computes per point, operands
     /// first (expression ids are topological), at most [`MAX_BUFFERS`].
-    fn helper_ops(&self, root: ExprId) -> Vec<(ExprId, ExprId, FuncRef)> {
+    fn helper_ops(&self, root: ExprId) -> Vec<HelperOp> {
         if self.libs.block_fns.is_empty() {
             return Vec::new();
         }
@@ -147,6 +150,80 @@ impl Lowerer<'_, '_> {
         }
     }
 
+    /// The helper ops of a vector loop over `root`, when it may be blocked.
+    pub(super) fn block_ops(&self, root: ExprId, vector: bool) -> Vec<HelperOp> {
+        if vector && self.block.is_none() {
+            self.helper_ops(root)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Opens the block `start..end` (at most `MATH_BLOCK` long): for each
+    /// op, its operand into a buffer (unless the helper can read it in
+    /// place) and one helper call; `eval` then reads the results until
+    /// `self.block` is cleared. With `direct_store`, the last op (the
+    /// stage's value) is written straight through that access.
+    pub(super) fn helper_phase(
+        &mut self,
+        ops: &[HelperOp],
+        root: ExprId,
+        direct_store: Option<usize>,
+        start: Value,
+        end: Value,
+    ) -> Result<(), CodegenError> {
+        while self.block_slots.len() < ops.len() {
+            let bytes = (MATH_BLOCK * 4) as u32;
+            let slot = StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 5);
+            let slot = self.b.create_sized_stack_slot(slot);
+            self.block_slots.push(slot);
+        }
+        self.block = Some(Block {
+            start,
+            ready: Vec::new(),
+        });
+        for (i, &(e, x, f)) in ops.iter().enumerate() {
+            let buf = self.b.ins().stack_addr(self.ptr, self.block_slots[i], 0);
+            let mut bias = self.b.ins().f32const(-0.0);
+            let src = match self.direct_source(x) {
+                Some((l, add)) => {
+                    if let Some((v, negate)) = add {
+                        let zero = self.iconst(0);
+                        let v = self.eval(v, zero, Mode::Scalar, &mut HashMap::new(), false)?;
+                        bias = if negate { self.b.ins().fneg(v) } else { v };
+                    }
+                    self.addr(l, start)
+                }
+                None => {
+                    self.inner_loop(start, end, true, 4, &mut |s, j, mode| {
+                        let mut cache = HashMap::new();
+                        let v = s.eval(x, j, mode, &mut cache, true)?;
+                        let p = s.block_addr(buf, j)?;
+                        s.b.ins().store(Self::flags(), v, p, 0);
+                        Ok(())
+                    })?;
+                    buf
+                }
+            };
+            // A value kept in row scratch goes straight there.
+            let slot = self.k.scratch.iter().position(|&x| x == e);
+            let (dst, kept) = match (direct_store, slot) {
+                (Some(a), _) if e == root => (self.addr(a, start), buf),
+                (_, Some(slot)) => {
+                    let p = self.scratch_addr(slot, e, start);
+                    (p, p)
+                }
+                _ => (buf, buf),
+            };
+            let n = self.b.ins().isub(end, start);
+            self.b.ins().call(f, &[src, dst, n, bias]);
+            if let Some(block) = self.block.as_mut() {
+                block.ready.push((e, kept, slot.is_some()));
+            }
+        }
+        Ok(())
+    }
+
     /// `inner_loop` over `j0..j1` for a stage whose per-point value is
     /// `root` (stored through access `store`, or reduced), in blocks when
     /// helpers can compute some of its math.
@@ -161,75 +238,24 @@ impl Lowerer<'_, '_> {
         unroll: i64,
         body: &mut dyn FnMut(&mut Self, Value, Mode) -> Result<(), CodegenError>,
     ) -> Result<(), CodegenError> {
-        let ops = if vector && self.block.is_none() {
-            self.helper_ops(root)
-        } else {
-            Vec::new()
-        };
+        let ops = self.block_ops(root, vector);
         if ops.is_empty() {
             return self.inner_loop(j0, j1, vector, unroll, body);
         }
-        // The helper of the stage's own value writes the output itself.
+        // The helper of the stage's own value writes the output itself, and
+        // the stage needs no loop of its own.
         let direct_store = store.filter(|&a| {
             ops.last().is_some_and(|&(e, ..)| e == root)
                 && !self.k.scratch.contains(&root)
                 && self.contiguous_f32(a)
         });
-        while self.block_slots.len() < ops.len() {
-            let bytes = (MATH_BLOCK * 4) as u32;
-            let slot = StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 5);
-            let slot = self.b.create_sized_stack_slot(slot);
-            self.block_slots.push(slot);
-        }
         let step = MATH_BLOCK as i64;
         let jb = self.b.declare_var(self.ptr);
         self.b.def_var(jb, j0);
         self.counted_loop(jb, j1, step, &mut |s, start| {
             let end = s.b.ins().iadd_imm_s(start, step);
             let end = s.b.ins().smin(end, j1);
-            s.block = Some(Block {
-                start,
-                ready: Vec::new(),
-            });
-            for (i, &(e, x, f)) in ops.iter().enumerate() {
-                let buf = s.b.ins().stack_addr(s.ptr, s.block_slots[i], 0);
-                let mut bias = s.b.ins().f32const(-0.0);
-                let src = match s.direct_source(x) {
-                    Some((l, add)) => {
-                        if let Some((v, negate)) = add {
-                            let zero = s.iconst(0);
-                            let v = s.eval(v, zero, Mode::Scalar, &mut HashMap::new(), false)?;
-                            bias = if negate { s.b.ins().fneg(v) } else { v };
-                        }
-                        s.addr(l, start)
-                    }
-                    None => {
-                        s.inner_loop(start, end, true, 4, &mut |s, j, mode| {
-                            let mut cache = HashMap::new();
-                            let v = s.eval(x, j, mode, &mut cache, true)?;
-                            let p = s.block_addr(buf, j)?;
-                            s.b.ins().store(Self::flags(), v, p, 0);
-                            Ok(())
-                        })?;
-                        buf
-                    }
-                };
-                // A value kept in row scratch goes straight there.
-                let slot = s.k.scratch.iter().position(|&x| x == e);
-                let (dst, kept) = match (direct_store, slot) {
-                    (Some(a), _) if e == root => (s.addr(a, start), buf),
-                    (_, Some(slot)) => {
-                        let p = s.scratch_addr(slot, e, start);
-                        (p, p)
-                    }
-                    _ => (buf, buf),
-                };
-                let n = s.b.ins().isub(end, start);
-                s.b.ins().call(f, &[src, dst, n, bias]);
-                if let Some(block) = s.block.as_mut() {
-                    block.ready.push((e, kept, slot.is_some()));
-                }
-            }
+            s.helper_phase(&ops, root, direct_store, start, end)?;
             let done = match direct_store {
                 Some(_) => Ok(()),
                 None => s.inner_loop(start, end, vector, unroll, body),

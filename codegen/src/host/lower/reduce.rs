@@ -3,6 +3,7 @@
 //! `maxps`/`minps` per vector with NaN lanes collected on the side).
 
 use super::{scalar_ty, Lowerer, Mode, LANES};
+use crate::host::native::MATH_BLOCK;
 use crate::CodegenError;
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::{types, InstBuilder, Value};
@@ -12,8 +13,8 @@ use tilejit_ir::kernel::ExprId;
 use tilejit_ir::{DType, ReduceOp};
 
 /// Elements per block of a blocked f32 sum (a multiple of the unrolled
-/// vector step).
-const SUM_BLOCK: i64 = 1024;
+/// vector step), which is also the block its helper math runs in.
+const SUM_BLOCK: i64 = MATH_BLOCK as i64;
 
 impl Lowerer<'_, '_> {
     fn reduce_identity(&mut self, op: ReduceOp, d: DType) -> Value {
@@ -67,6 +68,10 @@ impl Lowerer<'_, '_> {
         if op != ReduceOp::Sum || scalar_ty(d) != types::F32 {
             return self.reduce_block(op, value, j0, j1);
         }
+        // Helper math runs per sum block, before the block's accumulators
+        // exist: live across the helper calls, they would sit in stack
+        // slots for the whole loop (calls clobber every vector register).
+        let ops = self.block_ops(value, self.vectorizable(value, None));
         let zero = self.b.ins().f64const(0.0);
         let outer = self.b.declare_var(types::F64);
         self.b.def_var(outer, zero);
@@ -75,7 +80,12 @@ impl Lowerer<'_, '_> {
         self.counted_loop(jb, j1, SUM_BLOCK, &mut |s, start| {
             let end = s.b.ins().iadd_imm_s(start, SUM_BLOCK);
             let end = s.b.ins().smin(end, j1);
-            let part = s.reduce_block(op, value, start, end)?;
+            if !ops.is_empty() {
+                s.helper_phase(&ops, value, None, start, end)?;
+            }
+            let part = s.reduce_block(op, value, start, end);
+            s.block = None;
+            let part = part?;
             let part = s.b.ins().fpromote(types::F64, part);
             let cur = s.b.use_var(outer);
             let sum = s.b.ins().fadd(cur, part);
