@@ -23,11 +23,12 @@ use std::sync::Mutex;
 pub const MATH_BLOCK: usize = 1024;
 
 /// One [`block_math`] helper: `fn(src: *const f32, dst: *mut f32, n: i64,
-/// bias: f32)` writes `op(src[i] + bias)` to `dst[i]` for `i < n` (`src ==
-/// dst` works in place; `bias = -0.0` adds nothing, as `x + -0.0 == x`).
+/// s: f32)` writes `op(src[i] + s)` to `dst[i]` for `i < n` for the unary
+/// ops (`s = -0.0` adds nothing, as `x + -0.0 == x`), `src[i] / s` for
+/// `div`; `src == dst` works in place.
 #[derive(Copy, Clone, Debug)]
 pub struct BlockFn {
-    /// The unary op's name: `exp`, `log`, `tanh`, `sigmoid` or `gelu`.
+    /// The op's name: `exp`, `log`, `tanh`, `sigmoid`, `gelu` or `div`.
     pub op: &'static str,
     /// The symbol generated code imports it by.
     pub symbol: &'static str,
@@ -35,12 +36,12 @@ pub struct BlockFn {
     pub addr: *const u8,
 }
 
-/// The eight-lane (AVX2 + FMA) versions of the inline f32 math, bit-identical
-/// to it, when this CPU has both features. Generated code calls them on at
+/// The eight-lane (AVX2 + FMA) versions of the inline f32 math and of
+/// division by a scalar, bit-identical to the inline code, when this CPU has both features. Generated code calls them on at
 /// most [`MATH_BLOCK`] elements of its own stack buffers, or of a row of
 /// its buffers that it would load or store itself (a range the launch's
 /// bounds check covers), which is what makes the calls sound.
-pub fn block_math() -> Option<[BlockFn; 5]> {
+pub fn block_math() -> Option<[BlockFn; 6]> {
     #[cfg(target_arch = "x86_64")]
     {
         let f = super::cpu_features();
@@ -58,6 +59,7 @@ pub fn block_math() -> Option<[BlockFn; 5]> {
             e("tanh", "tj_tanh_x8", avx2::tj_tanh_x8),
             e("sigmoid", "tj_sigmoid_x8", avx2::tj_sigmoid_x8),
             e("gelu", "tj_gelu_x8", avx2::tj_gelu_x8),
+            e("div", "tj_div_x8", avx2::tj_div_x8),
         ])
     }
     #[cfg(not(target_arch = "x86_64"))]

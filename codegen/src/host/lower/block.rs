@@ -1,5 +1,6 @@
-//! Blocked inner loops: f32 exp/log/tanh/sigmoid/gelu through the
-//! eight-lane helpers (`native::block_math`) instead of inline 4-lane code.
+//! Blocked inner loops: f32 exp/log/tanh/sigmoid/gelu, and division by a
+//! row-uniform value, through the eight-lane helpers (`native::block_math`)
+//! instead of inline 4-lane code (`vdivps` does 8 lanes at the 4-lane rate).
 //!
 //! A vector stage loop whose value needs such ops runs in blocks of
 //! `MATH_BLOCK` elements. Per block, for each op in operand-first order, a
@@ -7,9 +8,9 @@
 //! the helper in place; then the stage's own loop runs, reading those
 //! values from their buffers (`eval` treats them as known, like filled
 //! scratch, so their operands are not emitted again). An operand that is a
-//! contiguous f32 load, or such a load plus or minus a value that is the
-//! same for the whole row (`exp(x - max)`), is read by the helper straight
-//! from its buffer (helpers add a scalar first; -0.0 when there is none, as
+//! contiguous f32 load or a filled row-scratch value, or (for the unary
+//! helpers) such a load plus or minus a value that is the same for the
+//! whole row (`exp(x - max)`), is read by the helper straight from memory (helpers add a scalar first; -0.0 when there is none, as
 //! `x + -0.0 == x` for every x), a value kept in row scratch is written
 //! straight there, and a store stage whose value is the op itself has the
 //! helper write the output: `y = exp(x)` is one helper call per block and no
@@ -29,8 +30,19 @@ use tilejit_ir::{BinaryOp, DType, UnaryOp};
 /// inline): bounds the stack frame at 16 KiB (probed page by page).
 const MAX_BUFFERS: usize = 4;
 
-/// An op a helper computes: the op's expression, its operand, the helper.
-pub(super) type HelperOp = (ExprId, ExprId, FuncRef);
+/// An op a helper computes: the op's expression, its (vector) operand,
+/// the helper, and for a division the row-uniform divisor (the helper's
+/// scalar argument, which for the unary helpers is the bias).
+pub(super) type HelperOp = (ExprId, ExprId, FuncRef, Option<ExprId>);
+
+/// Where a helper reads its operand in place.
+#[derive(Copy, Clone)]
+enum Source {
+    /// Through load access `n` (a contiguous f32 row).
+    Load(usize),
+    /// Row scratch slot `n` (filled by an earlier stage).
+    Scratch(usize),
+}
 
 /// The block a blocked loop is emitting.
 pub(super) struct Block {
@@ -105,9 +117,14 @@ impl Lowerer<'_, '_> {
             .into_iter()
             .filter(|&e| !in_scratch(e))
             .filter_map(|e| match k.expr(e).expr {
-                Expr::Unary(u, x) if k.expr(e).dtype == DType::F32 => {
+                _ if k.expr(e).dtype != DType::F32 => None,
+                Expr::Unary(u, x) => {
                     let f = *self.libs.block_fns.get(helper_name(u)?)?;
-                    Some((e, x, f))
+                    Some((e, x, f, None))
+                }
+                // Division is 8 lanes per `vdivps` at the 4-lane rate.
+                Expr::Binary(BinaryOp::Div, x, d) if self.uniform(d) => {
+                    Some((e, x, *self.libs.block_fns.get("div")?, Some(d)))
                 }
                 _ => None,
             })
@@ -122,30 +139,47 @@ impl Lowerer<'_, '_> {
             && (self.dtype_of_buf)(self.layout.access_buf[a]) == DType::F32
     }
 
-    /// How a helper can read operand `x` straight from a buffer: `x` is a
-    /// contiguous f32 load (its access is returned), or such a load plus or
-    /// minus an f32 that is the same along the row (returned too, with true
-    /// for minus: `x - s` is exactly `x + (-s)`, and addition commutes).
-    fn direct_source(&self, x: ExprId) -> Option<(usize, Option<(ExprId, bool)>)> {
+    /// Whether `e` is an f32 that is the same all along the row.
+    fn uniform(&self, e: ExprId) -> bool {
+        let n = self.k.expr(e);
+        n.dtype == DType::F32 && matches!(n.expr, Expr::Row(_) | Expr::Param(_) | Expr::Lit(_))
+    }
+
+    /// How a helper can read operand `x` straight from memory: `x` is a
+    /// contiguous f32 load or a filled row-scratch value, or (`with_bias`)
+    /// such a load plus or minus an f32 that is the same along the row
+    /// (returned too, with true for minus: `x - s` is exactly `x + (-s)`,
+    /// and addition commutes).
+    fn direct_source(
+        &self,
+        x: ExprId,
+        with_bias: bool,
+    ) -> Option<(Source, Option<(ExprId, bool)>)> {
         let k = self.k;
-        let load = |e: ExprId| match k.expr(e).expr {
-            Expr::Load(l) if self.contiguous_f32(l as usize) => Some(l as usize),
+        let plain = |e: ExprId| match k.expr(e).expr {
+            Expr::Load(l) if self.contiguous_f32(l as usize) => Some(Source::Load(l as usize)),
+            _ if k.expr(e).dtype == DType::F32 && self.filled[e.0 as usize] => {
+                let slot = k.scratch.iter().position(|&s| s == e)?;
+                Some(Source::Scratch(slot))
+            }
             _ => None,
         };
-        let uniform = |e: ExprId| {
-            k.expr(e).dtype == DType::F32
-                && matches!(k.expr(e).expr, Expr::Row(_) | Expr::Param(_) | Expr::Lit(_))
-        };
-        if let Some(l) = load(x) {
-            return Some((l, None));
+        if let Some(src) = plain(x) {
+            return Some((src, None));
         }
-        if k.expr(x).dtype != DType::F32 {
+        if !with_bias || k.expr(x).dtype != DType::F32 {
             return None;
         }
         match k.expr(x).expr {
-            Expr::Binary(BinaryOp::Add, a, b) if uniform(b) => Some((load(a)?, Some((b, false)))),
-            Expr::Binary(BinaryOp::Add, a, b) if uniform(a) => Some((load(b)?, Some((a, false)))),
-            Expr::Binary(BinaryOp::Sub, a, b) if uniform(b) => Some((load(a)?, Some((b, true)))),
+            Expr::Binary(BinaryOp::Add, a, b) if self.uniform(b) => {
+                Some((plain(a)?, Some((b, false))))
+            }
+            Expr::Binary(BinaryOp::Add, a, b) if self.uniform(a) => {
+                Some((plain(b)?, Some((a, false))))
+            }
+            Expr::Binary(BinaryOp::Sub, a, b) if self.uniform(b) => {
+                Some((plain(a)?, Some((b, true))))
+            }
             _ => None,
         }
     }
@@ -182,17 +216,24 @@ impl Lowerer<'_, '_> {
             start,
             ready: Vec::new(),
         });
-        for (i, &(e, x, f)) in ops.iter().enumerate() {
+        let zero = self.iconst(0);
+        for (i, &(e, x, f, divisor)) in ops.iter().enumerate() {
             let buf = self.b.ins().stack_addr(self.ptr, self.block_slots[i], 0);
-            let mut bias = self.b.ins().f32const(-0.0);
-            let src = match self.direct_source(x) {
-                Some((l, add)) => {
+            // The scalar argument: the divisor, or the bias (-0.0: none).
+            let mut scalar = match divisor {
+                Some(d) => self.eval(d, zero, Mode::Scalar, &mut HashMap::new(), false)?,
+                None => self.b.ins().f32const(-0.0),
+            };
+            let src = match self.direct_source(x, divisor.is_none()) {
+                Some((src, add)) => {
                     if let Some((v, negate)) = add {
-                        let zero = self.iconst(0);
                         let v = self.eval(v, zero, Mode::Scalar, &mut HashMap::new(), false)?;
-                        bias = if negate { self.b.ins().fneg(v) } else { v };
+                        scalar = if negate { self.b.ins().fneg(v) } else { v };
                     }
-                    self.addr(l, start)
+                    match src {
+                        Source::Load(l) => self.addr(l, start),
+                        Source::Scratch(slot) => self.scratch_addr(slot, x, start),
+                    }
                 }
                 None => {
                     self.inner_loop(start, end, true, 4, &mut |s, j, mode| {
@@ -216,7 +257,7 @@ impl Lowerer<'_, '_> {
                 _ => (buf, buf),
             };
             let n = self.b.ins().isub(end, start);
-            self.b.ins().call(f, &[src, dst, n, bias]);
+            self.b.ins().call(f, &[src, dst, n, scalar]);
             if let Some(block) = self.block.as_mut() {
                 block.ready.push((e, kept, slot.is_some()));
             }

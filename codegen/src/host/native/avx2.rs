@@ -252,53 +252,56 @@ fn gelu(x: F) -> F {
     div(x, add(splat(1.0), e))
 }
 
-/// Writes `f(x + bias)` of the STEP values `x` at `src` to `dst`.
+/// Writes `f` of the STEP values at `src` to `dst`.
 ///
 /// # Safety
 /// `src` must point to STEP readable f32s and `dst` to STEP writable ones,
 /// the same ones or not overlapping.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn apply_step(src: *const f32, dst: *mut f32, bias: F, f: impl Fn(F) -> F) {
+unsafe fn apply_step(src: *const f32, dst: *mut f32, f: impl Fn(F) -> F) {
     // SAFETY: the caller vouches for src[0..STEP] and dst[0..STEP]: four
     // 32-byte vectors each, all read before any is written.
     unsafe {
-        let v = f(add(each(|j| _mm256_loadu_ps(src.add(8 * j))), bias));
+        let v = f(each(|j| _mm256_loadu_ps(src.add(8 * j))));
         for (j, v) in v.iter().enumerate() {
             _mm256_storeu_ps(dst.add(8 * j), *v);
         }
     }
 }
 
-/// Defines `extern "C" fn $name(src, dst, n, bias)`: `dst[i] = $f(src[i] +
-/// bias)`.
+/// Defines `extern "C" fn $name(src, dst, n, s)`: `dst[i] = $f(src[i], s)`
+/// with `s` splat (`$f` takes the four vectors and the splat scalar).
 macro_rules! block_fn {
-    ($name:ident, $f:ident) => {
-        /// Writes the function of `src[0..n] + bias` to `dst[0..n]`.
+    ($name:ident, $f:expr) => {
+        /// Writes the function of `src[0..n]` and the scalar `s` to
+        /// `dst[0..n]`.
         ///
         /// # Safety
         /// `src` must point to `n` initialised f32s and `dst` to `n`
         /// writable ones (or `n <= 0`), either the same or not overlapping,
         /// and the CPU must have AVX2 and FMA.
         #[target_feature(enable = "avx2,fma")]
-        pub unsafe extern "C" fn $name(src: *const f32, dst: *mut f32, n: i64, bias: f32) {
+        pub unsafe extern "C" fn $name(src: *const f32, dst: *mut f32, n: i64, s: f32) {
             let n = n.max(0) as usize;
-            let bias = splat(bias);
+            let s = splat(s);
+            let f = |v: F| $f(v, s);
             let mut i = 0;
             while i + STEP <= n {
                 // SAFETY: i + STEP <= n: the step lies in both buffers.
-                unsafe { apply_step(src.add(i), dst.add(i), bias, |v| $f(v)) };
+                unsafe { apply_step(src.add(i), dst.add(i), f) };
                 i += STEP;
             }
             if i < n {
-                // A short last step runs on a zero-padded copy.
+                // A short last step runs on a padded copy (ones, so that
+                // the unused lanes of a division divide nothing by zero).
                 let k = n - i;
-                let mut pad = [0f32; STEP];
+                let mut pad = [1f32; STEP];
                 // SAFETY: k = n - i elements from `i` are inside both
                 // buffers; `pad` holds STEP > k and overlaps neither.
                 unsafe {
                     std::ptr::copy_nonoverlapping(src.add(i), pad.as_mut_ptr(), k);
-                    apply_step(pad.as_ptr(), pad.as_mut_ptr(), bias, |v| $f(v));
+                    apply_step(pad.as_ptr(), pad.as_mut_ptr(), f);
                     std::ptr::copy_nonoverlapping(pad.as_ptr(), dst.add(i), k);
                 }
             }
@@ -306,8 +309,11 @@ macro_rules! block_fn {
     };
 }
 
-block_fn!(tj_exp_x8, exp);
-block_fn!(tj_log_x8, log);
-block_fn!(tj_tanh_x8, tanh);
-block_fn!(tj_sigmoid_x8, sigmoid);
-block_fn!(tj_gelu_x8, gelu);
+// The unary helpers add their scalar first (a bias: -0.0 adds nothing).
+block_fn!(tj_exp_x8, |x, b| exp(add(x, b)));
+block_fn!(tj_log_x8, |x, b| log(add(x, b)));
+block_fn!(tj_tanh_x8, |x, b| tanh(add(x, b)));
+block_fn!(tj_sigmoid_x8, |x, b| sigmoid(add(x, b)));
+block_fn!(tj_gelu_x8, |x, b| gelu(add(x, b)));
+// `x / d`, d the scalar: IEEE division, as the inline `fdiv`.
+block_fn!(tj_div_x8, |x, d| div(x, d));
