@@ -250,3 +250,45 @@ proptest! {
         same_bits(&g, &args, &[Lit::Float(param)]).map_err(TestCaseError::fail)?;
     }
 }
+
+/// Which ops go to helpers: only values that vary along the row. A row
+/// value divided by a literal (layernorm's mean) is one hoisted scalar op;
+/// through a helper it would be computed per element (that slip once made
+/// W4 three times slower with identical results, so only the code shows
+/// it: counted here as helper calls in the Cranelift IR).
+#[test]
+fn helpers_serve_only_values_that_vary_along_the_row() {
+    if !have_helpers() {
+        return;
+    }
+    let calls = |text: &str| {
+        let g = tilejit_ir::text::parse(text).unwrap();
+        let prog = tilejit_ir::kernel::fuse(&g).unwrap();
+        assert_eq!(prog.kernels.len(), 1, "{text}");
+        let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffers[b.0 as usize].ty.dtype;
+        let l = tilejit_codegen::host::listing(&prog.kernels[0], &dtype_of, opts(true)).unwrap();
+        l.clif.lines().filter(|l| l.contains(" call fn")).count()
+    };
+    let layernorm = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/golden/layernorm.simplified.graph"
+    ))
+    .unwrap();
+    assert_eq!(
+        calls(&layernorm),
+        0,
+        "layernorm: no exp, no varying division"
+    );
+    let softmax = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/golden/softmax.simplified.graph"
+    ))
+    .unwrap();
+    assert_eq!(calls(&softmax), 2, "softmax: exp(x - max) and e / sum");
+    let gelu = "graph {
+  %0 = input 0 : f32[4,64]
+  %1 = gelu %0 : f32[4,64]
+  return %1
+}";
+    assert_eq!(calls(gelu), 1);
+}

@@ -117,7 +117,9 @@ impl Lowerer<'_, '_> {
             .into_iter()
             .filter(|&e| !in_scratch(e))
             .filter_map(|e| match k.expr(e).expr {
-                _ if k.expr(e).dtype != DType::F32 => None,
+                // A value the same all along the row is one scalar op that
+                // Cranelift hoists; a helper would compute it per element.
+                _ if k.expr(e).dtype != DType::F32 || !self.varies(e) => None,
                 Expr::Unary(u, x) => {
                     let f = *self.libs.block_fns.get(helper_name(u)?)?;
                     Some((e, x, f, None))
@@ -137,6 +139,17 @@ impl Lowerer<'_, '_> {
     fn contiguous_f32(&self, a: usize) -> bool {
         matches!(self.accesses[a].inner, Inner::One)
             && (self.dtype_of_buf)(self.layout.access_buf[a]) == DType::F32
+    }
+
+    /// Whether `e` can differ along the row: it depends on a load that
+    /// moves along the inner dim or on a row-scratch value.
+    fn varies(&self, e: ExprId) -> bool {
+        super::reachable(self.k, e)
+            .into_iter()
+            .any(|x| match self.k.expr(x).expr {
+                Expr::Load(l) => !matches!(self.accesses[l as usize].inner, Inner::Zero),
+                _ => self.k.scratch.contains(&x),
+            })
     }
 
     /// Whether `e` is an f32 that is the same all along the row.
