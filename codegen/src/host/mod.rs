@@ -22,7 +22,7 @@ pub use native::{
 };
 
 use crate::CodegenError;
-use cranelift_codegen::ir::{types, AbiParam, Signature, UserFuncName};
+use cranelift_codegen::ir::{types, AbiParam, FuncRef, Signature, UserFuncName};
 use cranelift_codegen::isa::OwnedTargetIsa;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::Context;
@@ -202,6 +202,25 @@ pub struct Listing {
     pub disasm: String,
 }
 
+/// `clif` with each imported function's declaration followed by its
+/// symbol (`fn9 = u0:10 sig9 ; tj_exp_x8`): Cranelift prints only indices.
+fn name_imports(clif: &str, symbols: &[(FuncRef, &str)]) -> String {
+    let mut out = String::with_capacity(clif.len() + 32 * symbols.len());
+    for line in clif.lines() {
+        out.push_str(line);
+        let decl = line.trim_start();
+        if let Some((_, sym)) = symbols
+            .iter()
+            .find(|(f, _)| decl.starts_with(&format!("{f} = ")))
+        {
+            out.push_str(" ; ");
+            out.push_str(sym);
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// Compiles one kernel. `dtype_of` gives each program buffer's dtype.
 pub fn compile(
     k: &Kernel,
@@ -247,16 +266,20 @@ fn build(
     ctx.func.name = UserFuncName::user(0, id.as_u32());
     ctx.set_disasm(with_listing);
     let mut fctx = FunctionBuilderContext::new();
+    // Each imported function's symbol, to name it in the listing.
+    let mut symbols: Vec<(FuncRef, &'static str)> = Vec::new();
     {
         let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-        let mut import = |sym: &str, ty: types::Type| {
+        let mut import = |sym: &'static str, ty: types::Type| {
             let mut s = Signature::new(module.isa().default_call_conv());
             s.params.push(AbiParam::new(ty));
             s.returns.push(AbiParam::new(ty));
             let fid = module
                 .declare_function(sym, Linkage::Import, &s)
                 .map_err(|e| cl_err(k, e))?;
-            Ok::<_, CodegenError>(module.declare_func_in_func(fid, b.func))
+            let f = module.declare_func_in_func(fid, b.func);
+            symbols.push((f, sym));
+            Ok::<_, CodegenError>(f)
         };
         let mut f64_fns = HashMap::new();
         for (name, sym, _) in F64_FNS {
@@ -275,7 +298,9 @@ fn build(
             let fid = module
                 .declare_function(f.symbol, Linkage::Import, &s)
                 .map_err(|e| cl_err(k, e))?;
-            block_fns.insert(f.op, module.declare_func_in_func(fid, b.func));
+            let fref = module.declare_func_in_func(fid, b.func);
+            symbols.push((fref, f.symbol));
+            block_fns.insert(f.op, fref);
         }
         let libs = lower::Libcalls {
             f64_fns,
@@ -286,7 +311,7 @@ fn build(
         let buf_dtype = |lb: usize| dtype_of(layout.buffers[lb]);
         lower::Lowerer::new(b, k, &layout, &buf_dtype, cpu.fma, libs).lower()?;
     }
-    let clif = with_listing.then(|| ctx.func.display().to_string());
+    let clif = with_listing.then(|| name_imports(&ctx.func.display().to_string(), &symbols));
     module
         .define_function(id, &mut ctx)
         .map_err(|e| cl_err(k, format!("{e:?}")))?;
