@@ -3,18 +3,24 @@
 //! instead of inline 4-lane code (`vdivps` does 8 lanes at the 4-lane rate).
 //!
 //! A vector stage loop whose value needs such ops runs in blocks of
-//! `MATH_BLOCK` elements. Per block, for each op in operand-first order, a
-//! loop computes the op's operand into a stack buffer and one call applies
-//! the helper in place; then the stage's own loop runs, reading those
-//! values from their buffers (`eval` treats them as known, like filled
-//! scratch, so their operands are not emitted again). An operand that is a
-//! contiguous f32 load or a filled row-scratch value, or (for the unary
-//! helpers) such a load plus or minus a value that is the same for the
-//! whole row (`exp(x - max)`), is read by the helper straight from memory (helpers add a scalar first; -0.0 when there is none, as
-//! `x + -0.0 == x` for every x), a value kept in row scratch is written
-//! straight there, and a store stage whose value is the op itself has the
-//! helper write the output: `y = exp(x)` is one helper call per block and no
-//! loop.
+//! `MATH_BLOCK` elements (an f32 sum's blocks, whose accumulators are made
+//! after the block's helper calls: calls clobber every vector register).
+//! Per block, for each op in operand-first order, a loop computes the op's
+//! operand into a stack buffer and one helper call computes the op; then
+//! the stage's own loop runs, reading those values from their buffers
+//! (`eval` treats them as known, like filled scratch, so their operands are
+//! not emitted again).
+//!
+//! Shortcuts, each a loop fewer: the helper reads its operand in place when
+//! it is a contiguous f32 load or a filled row-scratch value, or (unary
+//! ops) such a load plus or minus a row-uniform value (`exp(x - max)`: the
+//! unary helpers add their scalar first, -0.0 when there is none, as
+//! `x + -0.0 == x` for every x); a value kept in row scratch is written
+//! straight there; and a store stage whose value is the op itself has the
+//! helper write the output (`y = exp(x)` is one call per block, no loop).
+//! Only values that vary along the row qualify: a row-uniform one is a
+//! single scalar op Cranelift hoists.
+//!
 //! The helpers compute exactly what the inline code does, so blocking
 //! changes speed, not results.
 
