@@ -1,7 +1,8 @@
 //! Criterion benches per op family, on the host backend (warm caches,
 //! outputs from the storage pool): elementwise, transcendental, row
-//! reductions, layernorm, matmul with epilogue, dispatch of a tiny op, and
-//! a cold kernel compile. Sizes are small enough that `cargo bench` stays
+//! reductions, layernorm, matmul with epilogue, dispatch of a tiny op, a
+//! cold kernel compile, and gelu/softmax with the AVX2 block helpers on and
+//! off (`block_math`, the same kernels both ways, for the ratio). Sizes are small enough that `cargo bench` stays
 //! quick; the `bench` binary runs the full-size workloads.
 
 #![allow(missing_docs)]
@@ -74,6 +75,50 @@ fn dispatch(c: &mut Criterion) {
     });
 }
 
+/// The same fused kernels compiled with the block helpers and without
+/// (`CodegenOptions::block_math`; they give the same bits), side by side.
+fn block_math(c: &mut Criterion) {
+    use tilejit_ir::text;
+    use tilejit_runtime::{CodegenOptions, HostProgram};
+    let mut g = c.benchmark_group("block_math");
+    let gelu = "graph {
+  %0 = input 0 : f32[1048576]
+  %1 = gelu %0 : f32[1048576]
+  return %1
+}";
+    let softmax = "graph {
+  %0 = input 0 : f32[1024,1024]
+  %1 = reduce_max %0 axes=[1] : f32[1024,1]
+  %2 = broadcast %1 : f32[1024,1024]
+  %3 = sub %0, %2 : f32[1024,1024]
+  %4 = exp %3 : f32[1024,1024]
+  %5 = reduce_sum %4 axes=[1] : f32[1024,1]
+  %6 = broadcast %5 : f32[1024,1024]
+  %7 = div %4, %6 : f32[1024,1024]
+  return %7
+}";
+    for (name, src, shape) in [
+        ("gelu", gelu, vec![1 << 20]),
+        ("softmax", softmax, vec![1024, 1024]),
+    ] {
+        let graph = text::parse(src).expect("bench graph parses");
+        let x = Tensor::randn(&shape, 14).to_array().expect("a host tensor");
+        g.throughput(Throughput::Bytes(8 << 20));
+        for on in [true, false] {
+            let opts = CodegenOptions {
+                block_math: on,
+                ..CodegenOptions::default()
+            };
+            let p = HostProgram::compile_with(&graph, opts).expect("bench graph compiles");
+            let id = BenchmarkId::new(name, if on { "helpers" } else { "inline" });
+            g.bench_with_input(id, &on, |bch, _| {
+                bch.iter(|| p.run(std::slice::from_ref(&x), &[]))
+            });
+        }
+    }
+    g.finish();
+}
+
 fn compile(c: &mut Criterion) {
     // A new closure per iteration: trace + simplify + fuse + one kernel
     // compile (the kernel cache is cleared so the compile is real).
@@ -87,5 +132,13 @@ fn compile(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, elementwise, reductions, matmul, dispatch, compile);
+criterion_group!(
+    benches,
+    elementwise,
+    reductions,
+    matmul,
+    dispatch,
+    compile,
+    block_math
+);
 criterion_main!(benches);
