@@ -39,8 +39,9 @@ pub struct Libcalls {
     pub round_f16: FuncRef,
     /// See `round_f16`.
     pub round_bf16: FuncRef,
-    /// In-place eight-lane helpers `fn(ptr, n)` by unary op name (empty when
-    /// the CPU lacks them or the options turn them off); see `lower/block.rs`.
+    /// Eight-lane helpers `fn(src, dst, n, s)` by op name (`exp`, ...,
+    /// `div`; empty when the CPU lacks them or the options turn them off);
+    /// see `lower/block.rs`.
     pub block_fns: HashMap<&'static str, FuncRef>,
 }
 
@@ -80,10 +81,11 @@ pub struct Lowerer<'a, 'b> {
     params: Vec<Value>,
     accesses: Vec<Access>,
     rows: Vec<Option<Variable>>,
+    /// Per expression: a scratch value whose row an earlier stage stored
+    /// (only scratch values are ever marked).
     filled: Vec<bool>,
-    /// The block being emitted by `block.rs`: its first inner index, and
-    /// each helper-computed value's buffer address (set once that buffer
-    /// holds the block's values).
+    /// The block `block.rs` is emitting, with the values its helpers have
+    /// computed so far.
     block: Option<block::Block>,
     /// Stack buffers of `MATH_BLOCK` f32s, reused by every blocked loop.
     block_slots: Vec<cranelift_codegen::ir::StackSlot>,
@@ -452,11 +454,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         // A value already in scratch (or in a block buffer) is loaded, so
         // what it was computed from is not emitted again (loads the
         // optimiser may not drop).
-        let from_scratch = |e: ExprId| {
-            inner
-                && ((self.filled[e.0 as usize] && self.k.scratch.contains(&e))
-                    || self.block_value(e).is_some())
-        };
+        let from_scratch =
+            |e: ExprId| inner && (self.filled[e.0 as usize] || self.block_value(e).is_some());
         for e in reachable_until(self.k, root, from_scratch) {
             if cache.contains_key(&e) {
                 continue;
@@ -477,13 +476,12 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                     self.b.ins().load(ty, Self::flags(), p, 0)
                 }
                 _ => {
-                    let (v, in_scratch) = match self.block_value(e).filter(|_| inner) {
-                        Some((buf, in_scratch)) => {
-                            (self.load_block_value(buf, j, mode)?, in_scratch)
-                        }
+                    // A helper already wrote a scratch value's row.
+                    let (v, stored) = match self.block_value(e).filter(|_| inner) {
+                        Some(base) => (self.load_block_value(base, j, mode), true),
                         None => (self.emit_one(e, j, mode, cache)?, false),
                     };
-                    if let Some(slot) = slot.filter(|_| !in_scratch) {
+                    if let Some(slot) = slot.filter(|_| !stored) {
                         let p = self.scratch_addr(slot, e, j);
                         self.b.ins().store(Self::flags(), v, p, 0);
                     }

@@ -52,12 +52,10 @@ enum Source {
 
 /// The block a blocked loop is emitting.
 pub(super) struct Block {
-    /// Inner index of the block's first element.
-    start: Value,
-    /// Values whose buffers hold this block's results: the buffer's
-    /// address (of the block's first element), and whether it is the
-    /// value's row scratch (then nothing needs to store it there again).
-    ready: Vec<(ExprId, Value, bool)>,
+    /// Values a helper has computed for this block, each with its buffer's
+    /// base rebased to the row (`base + 4j` is element `j`; in row scratch
+    /// that base is the scratch row itself).
+    ready: Vec<(ExprId, Value)>,
 }
 
 /// The helper name of a unary op that has one.
@@ -73,55 +71,49 @@ fn helper_name(u: UnaryOp) -> Option<&'static str> {
 }
 
 impl Lowerer<'_, '_> {
-    /// The buffer holding `e` in the current block, if a helper filled one,
-    /// and whether that buffer is `e`'s row scratch.
-    pub(super) fn block_value(&self, e: ExprId) -> Option<(Value, bool)> {
+    /// The row-rebased base of the buffer holding `e` in the current block,
+    /// if a helper computed it.
+    pub(super) fn block_value(&self, e: ExprId) -> Option<Value> {
         let block = self.block.as_ref()?;
-        block
-            .ready
-            .iter()
-            .find(|(x, ..)| *x == e)
-            .map(|&(_, p, in_scratch)| (p, in_scratch))
+        block.ready.iter().find(|(x, _)| *x == e).map(|&(_, p)| p)
     }
 
-    /// Address of element `j` in block buffer `buf`.
-    fn block_addr(&mut self, buf: Value, j: Value) -> Result<Value, CodegenError> {
-        let start = self
-            .block
-            .as_ref()
-            .map(|b| b.start)
-            .ok_or_else(|| super::unsupported(self.k, "a block buffer outside its block"))?;
-        let i = self.b.ins().isub(j, start);
-        let off = self.b.ins().ishl_imm_s(i, 2);
-        Ok(self.b.ins().iadd(buf, off))
+    /// `buf - 4 start`: a buffer holding elements `start..` rebased so that
+    /// element `j` sits at `base + 4j`, addressed like any row access.
+    fn rebase(&mut self, buf: Value, start: Value) -> Value {
+        let off = self.b.ins().ishl_imm_s(start, 2);
+        self.b.ins().isub(buf, off)
     }
 
-    /// Loads element `j` (four from `j` in vector mode) of block buffer `buf`.
-    pub(super) fn load_block_value(
-        &mut self,
-        buf: Value,
-        j: Value,
-        mode: Mode,
-    ) -> Result<Value, CodegenError> {
-        let p = self.block_addr(buf, j)?;
+    /// Address of element `j` of a rebased block buffer.
+    fn block_addr(&mut self, base: Value, j: Value) -> Value {
+        let off = self.b.ins().ishl_imm_s(j, 2);
+        self.b.ins().iadd(base, off)
+    }
+
+    /// Loads element `j` (four from `j` in vector mode) of a rebased block
+    /// buffer.
+    pub(super) fn load_block_value(&mut self, base: Value, j: Value, mode: Mode) -> Value {
+        let p = self.block_addr(base, j);
         let ty = match mode {
             Mode::Scalar => types::F32,
             Mode::Vector => types::F32X4,
         };
-        Ok(self.b.ins().load(ty, Self::flags(), p, 0))
+        self.b.ins().load(ty, Self::flags(), p, 0)
     }
 
-    /// The f32 ops with a helper that `root` computes per point, operands
-    /// first (expression ids are topological), at most [`MAX_BUFFERS`].
-    fn helper_ops(&self, root: ExprId) -> Vec<HelperOp> {
-        if self.libs.block_fns.is_empty() {
+    /// The f32 ops a helper can compute for a loop over `root` (vector
+    /// loops only, outside any open block), operands first (expression ids
+    /// are topological), at most [`MAX_BUFFERS`].
+    pub(super) fn block_ops(&self, root: ExprId, vector: bool) -> Vec<HelperOp> {
+        if !vector || self.block.is_some() || self.libs.block_fns.is_empty() {
             return Vec::new();
         }
         let k = self.k;
-        let in_scratch = |e: ExprId| self.filled[e.0 as usize] && k.scratch.contains(&e);
-        super::reachable_until(k, root, in_scratch)
+        let filled = |e: ExprId| self.filled[e.0 as usize];
+        super::reachable_until(k, root, filled)
             .into_iter()
-            .filter(|&e| !in_scratch(e))
+            .filter(|&e| !filled(e))
             .filter_map(|e| match k.expr(e).expr {
                 // A value the same all along the row is one scalar op that
                 // Cranelift hoists; a helper would compute it per element.
@@ -131,7 +123,7 @@ impl Lowerer<'_, '_> {
                     Some((e, x, f, None))
                 }
                 // Division is 8 lanes per `vdivps` at the 4-lane rate.
-                Expr::Binary(BinaryOp::Div, x, d) if self.uniform(d) => {
+                Expr::Binary(BinaryOp::Div, x, d) if !self.varies(d) => {
                     Some((e, x, *self.libs.block_fns.get("div")?, Some(d)))
                 }
                 _ => None,
@@ -148,7 +140,8 @@ impl Lowerer<'_, '_> {
     }
 
     /// Whether `e` can differ along the row: it depends on a load that
-    /// moves along the inner dim or on a row-scratch value.
+    /// moves along the inner dim or on a row-scratch value. A value that
+    /// cannot is evaluated once per block, as a scalar.
     fn varies(&self, e: ExprId) -> bool {
         super::reachable(self.k, e)
             .into_iter()
@@ -158,15 +151,9 @@ impl Lowerer<'_, '_> {
             })
     }
 
-    /// Whether `e` is an f32 that is the same all along the row.
-    fn uniform(&self, e: ExprId) -> bool {
-        let n = self.k.expr(e);
-        n.dtype == DType::F32 && matches!(n.expr, Expr::Row(_) | Expr::Param(_) | Expr::Lit(_))
-    }
-
     /// How a helper can read operand `x` straight from memory: `x` is a
     /// contiguous f32 load or a filled row-scratch value, or (`with_bias`)
-    /// such a load plus or minus an f32 that is the same along the row
+    /// such a load plus or minus a value the same all along the row
     /// (returned too, with true for minus: `x - s` is exactly `x + (-s)`,
     /// and addition commutes).
     fn direct_source(
@@ -189,26 +176,12 @@ impl Lowerer<'_, '_> {
         if !with_bias || k.expr(x).dtype != DType::F32 {
             return None;
         }
+        let uniform = |e: ExprId| !self.varies(e);
         match k.expr(x).expr {
-            Expr::Binary(BinaryOp::Add, a, b) if self.uniform(b) => {
-                Some((plain(a)?, Some((b, false))))
-            }
-            Expr::Binary(BinaryOp::Add, a, b) if self.uniform(a) => {
-                Some((plain(b)?, Some((a, false))))
-            }
-            Expr::Binary(BinaryOp::Sub, a, b) if self.uniform(b) => {
-                Some((plain(a)?, Some((b, true))))
-            }
+            Expr::Binary(BinaryOp::Add, a, b) if uniform(b) => Some((plain(a)?, Some((b, false)))),
+            Expr::Binary(BinaryOp::Add, a, b) if uniform(a) => Some((plain(b)?, Some((a, false)))),
+            Expr::Binary(BinaryOp::Sub, a, b) if uniform(b) => Some((plain(a)?, Some((b, true)))),
             _ => None,
-        }
-    }
-
-    /// The helper ops of a vector loop over `root`, when it may be blocked.
-    pub(super) fn block_ops(&self, root: ExprId, vector: bool) -> Vec<HelperOp> {
-        if vector && self.block.is_none() {
-            self.helper_ops(root)
-        } else {
-            Vec::new()
         }
     }
 
@@ -231,13 +204,12 @@ impl Lowerer<'_, '_> {
             let slot = self.b.create_sized_stack_slot(slot);
             self.block_slots.push(slot);
         }
-        self.block = Some(Block {
-            start,
-            ready: Vec::new(),
-        });
+        self.block = Some(Block { ready: Vec::new() });
         let zero = self.iconst(0);
+        let n = self.b.ins().isub(end, start);
         for (i, &(e, x, f, divisor)) in ops.iter().enumerate() {
             let buf = self.b.ins().stack_addr(self.ptr, self.block_slots[i], 0);
+            let base = self.rebase(buf, start);
             // The scalar argument: the divisor, or the bias (-0.0: none).
             let mut scalar = match divisor {
                 Some(d) => self.eval(d, zero, Mode::Scalar, &mut HashMap::new(), false)?,
@@ -258,7 +230,7 @@ impl Lowerer<'_, '_> {
                     self.inner_loop(start, end, true, 4, &mut |s, j, mode| {
                         let mut cache = HashMap::new();
                         let v = s.eval(x, j, mode, &mut cache, true)?;
-                        let p = s.block_addr(buf, j)?;
+                        let p = s.block_addr(base, j);
                         s.b.ins().store(Self::flags(), v, p, 0);
                         Ok(())
                     })?;
@@ -268,17 +240,13 @@ impl Lowerer<'_, '_> {
             // A value kept in row scratch goes straight there.
             let slot = self.k.scratch.iter().position(|&x| x == e);
             let (dst, kept) = match (direct_store, slot) {
-                (Some(a), _) if e == root => (self.addr(a, start), buf),
-                (_, Some(slot)) => {
-                    let p = self.scratch_addr(slot, e, start);
-                    (p, p)
-                }
-                _ => (buf, buf),
+                (Some(a), _) if e == root => (self.addr(a, start), base),
+                (_, Some(slot)) => (self.scratch_addr(slot, e, start), self.scratch[slot]),
+                _ => (buf, base),
             };
-            let n = self.b.ins().isub(end, start);
             self.b.ins().call(f, &[src, dst, n, scalar]);
             if let Some(block) = self.block.as_mut() {
-                block.ready.push((e, kept, slot.is_some()));
+                block.ready.push((e, kept));
             }
         }
         Ok(())
