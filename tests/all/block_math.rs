@@ -193,6 +193,23 @@ fn blocked_loops_match_inline_on_fixed_kernels() {
   %16 = add %14, %15 : f32[R,C]
   return %16
 }",
+        // Row-uniform values that are not leaves: a divisor `max + 2` and a
+        // bias `sum / C` (layernorm's mean), evaluated once per block.
+        "graph {
+  %0 = input 0 : f32[R,C]
+  %1 = reduce_max %0 axes=[1] : f32[R,1]
+  %2 = full 2.0 : f32[R,1]
+  %3 = add %1, %2 : f32[R,1]
+  %4 = broadcast %3 : f32[R,C]
+  %5 = div %0, %4 : f32[R,C]
+  %6 = reduce_sum %0 axes=[1] : f32[R,1]
+  %7 = div %6, %2 : f32[R,1]
+  %8 = broadcast %7 : f32[R,C]
+  %9 = sub %0, %8 : f32[R,C]
+  %10 = exp %9 : f32[R,C]
+  %11 = add %5, %10 : f32[R,C]
+  return %11
+}",
         // A blocked sum and a max of helper values, and the values too.
         "graph {
   %0 = input 0 : f32[R,C]
