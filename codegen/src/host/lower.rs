@@ -13,7 +13,9 @@
 //! access is contiguous or broadcast along the inner dim), then a scalar
 //! tail built by the same emitter. Everything else (f64, ints, bools, casts,
 //! strided inner accesses) runs the scalar emitter only. The reduce
-//! stages' loops live in `lower/reduce.rs`.
+//! stages' loops live in `lower/reduce.rs`; vector loops whose values need
+//! transcendentals or a division run in blocks through the AVX2 helpers
+//! (`lower/block.rs`).
 
 use super::layout::{reachable, reachable_until, storage_bytes, ArgLayout};
 use super::math::Math;

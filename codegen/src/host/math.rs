@@ -3,8 +3,8 @@
 //! No libcalls, only ops that lower on every x86-64 level (FMA when the CPU
 //! has it). `native/avx2.rs` repeats each function op for op on eight
 //! lanes (the constants below serve both), so the block helpers give the
-//! same bits as this code with FMA. Accuracy against f64 rounded to f32, from the test
-//! `inline_math_is_accurate_over_a_million_points` (2^20 points each, with
+//! same bits as this code with FMA. Accuracy against f64 rounded to f32,
+//! from the test `inline_math_is_accurate_over_a_million_points` (2^20 points each, with
 //! FMA): max 1 ulp for exp on [-87, 88], log on [1e-30, 1e30], tanh on
 //! [-10, 10]; 2 ulp for sigmoid on [-80, 80] and gelu on [0, 300]; 12 ulp
 //! for gelu on [-3, 0), whose exp argument (~x^3) amplifies its own f32
@@ -31,8 +31,8 @@ pub(super) const EXP_LO: f32 = -104.0;
 /// 1.5 * 2^23: adding it rounds an f32 of magnitude < 2^22 to an integer,
 /// which then sits in the low mantissa bits.
 pub(super) const MAGIC: f32 = 12582912.0;
-/// ln 2 in two parts (Cephes): the first exact in few bits, so `n * C1` is
-/// exact for the exponents exp meets.
+/// `-ln 2` in two parts (Cephes' C1 and C2, negated): the first has few
+/// bits, so `n * LN2_HI` is exact for the exponents exp meets.
 pub(super) const LN2_HI: f32 = -0.693359375;
 /// See [`LN2_HI`].
 pub(super) const LN2_LO: f32 = 2.12194440e-4;

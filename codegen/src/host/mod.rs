@@ -41,10 +41,10 @@ pub struct CodegenOptions {
     pub optimize: bool,
     /// Run Cranelift's IR verifier on each function.
     pub verify: bool,
-    /// Let vector loops compute exp/log/tanh/sigmoid/gelu through the
-    /// eight-lane helpers ([`block_math`]) where the CPU has them, in blocks
-    /// of [`MATH_BLOCK`]; false keeps all math inline. Results are the same
-    /// bit for bit either way.
+    /// Let vector loops compute exp/log/tanh/sigmoid/gelu and division by a
+    /// row-uniform value through the eight-lane helpers ([`block_math`])
+    /// where the CPU has them, in blocks of [`MATH_BLOCK`]; false keeps all
+    /// math inline. Results are the same bit for bit either way.
     pub block_math: bool,
 }
 

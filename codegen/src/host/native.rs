@@ -3,8 +3,8 @@
 //! crate's matrix multiply ([`matmul_f32`], [`matmul_f64`]), and the one
 //! OS call that advises huge pages for fresh outputs
 //! ([`advise_huge_pages`]). Its child `avx2` holds the AVX2 math helpers
-//! that generated code calls on its own block buffers ([`block_math`]).
-//! Each entry point
+//! ([`block_math`]) that generated code calls on its own block buffers and
+//! on row ranges its launch's bounds check covers. Each entry point
 //! checks every pointer and size against what the callee will touch first,
 //! so safe callers cannot make native code read or write out of bounds.
 #![allow(unsafe_code)]
@@ -37,10 +37,11 @@ pub struct BlockFn {
 }
 
 /// The eight-lane (AVX2 + FMA) versions of the inline f32 math and of
-/// division by a scalar, bit-identical to the inline code, when this CPU has both features. Generated code calls them on at
-/// most [`MATH_BLOCK`] elements of its own stack buffers, or of a row of
-/// its buffers that it would load or store itself (a range the launch's
-/// bounds check covers), which is what makes the calls sound.
+/// division by a scalar, bit-identical to the inline code, when this CPU
+/// has both features. Generated code calls them on at most [`MATH_BLOCK`]
+/// elements of its own stack buffers, or of a row of its buffers that it
+/// would load or store itself (a range the launch's bounds check covers),
+/// which is what makes the calls sound.
 pub fn block_math() -> Option<[BlockFn; 6]> {
     #[cfg(target_arch = "x86_64")]
     {
