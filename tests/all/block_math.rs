@@ -1,6 +1,7 @@
-//! The eight-lane math helpers (`CodegenOptions::block_math`) against the
-//! inline math they replace: same bits on every input, alone and inside
-//! fused kernels of every shape (blocks, tails, reductions, row scratch).
+//! The 8- and 16-lane math helpers (`CodegenOptions::block_math`) against
+//! the inline math they replace: same bits on every input, alone and inside
+//! fused kernels of every shape (blocks, tails, reductions, row scratch),
+//! for each width this CPU has.
 //! Accuracy itself is held by `host_backend`'s ulp sweeps, which run
 //! whichever path the default options pick on this CPU.
 
@@ -9,50 +10,76 @@ use crate::host_backend::unary_graph;
 use crate::simplify_props::{build, inputs_with};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
-use tilejit_codegen::host::{block_math, CodegenOptions};
+use tilejit_codegen::host::{block_math, BlockMath, CodegenOptions};
 use tilejit_ir::{Array, DType as D, Graph, Lit, UnaryOp};
 use tilejit_runtime::HostProgram;
 
-fn opts(block_math: bool) -> CodegenOptions {
+fn opts(block_math: BlockMath) -> CodegenOptions {
     CodegenOptions {
         block_math,
         ..CodegenOptions::default()
     }
 }
 
-/// Whether this CPU has the helpers (without them both paths are inline).
-fn have_helpers() -> bool {
-    let have = block_math().is_some();
-    if !have {
-        eprintln!("no AVX2+FMA on this CPU: both paths are the inline code");
+/// The helper widths this CPU has, with their symbols' suffix (without
+/// any, every path is the inline code and these tests check nothing).
+fn widths() -> Vec<(BlockMath, &'static str)> {
+    let have: Vec<_> = [(BlockMath::Avx2, "_x8"), (BlockMath::Avx512, "_x16")]
+        .into_iter()
+        .filter(|&(w, _)| block_math(w).is_ok())
+        .collect();
+    if have.is_empty() {
+        eprintln!("neither AVX2+FMA nor AVX-512F on this CPU: all math is inline");
     }
     have
 }
 
-/// Runs `g` compiled with helpers and without; the outputs' bits must
-/// agree (any NaN matches any NaN: payloads are not part of the contract).
+/// Runs `g` compiled inline and with each helper width; the outputs' bits
+/// must agree (any NaN matches any NaN: payloads are not part of the
+/// contract).
 fn same_bits(g: &Graph, args: &[Array], params: &[Lit]) -> Result<(), String> {
     let run = |block| {
         HostProgram::compile_with(g, opts(block))
             .and_then(|p| p.run(args, params))
             .map_err(|e| e.to_string())
     };
-    let (fast, inline) = (run(true)?, run(false)?);
-    for (o, (a, b)) in fast.iter().zip(&inline).enumerate() {
-        let (a, b) = (a.buffer(), b.buffer());
-        for i in 0..a.len() {
-            let (x, y) = (a.get(i).as_f64(), b.get(i).as_f64());
-            if !(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())) {
-                return Err(format!("output {o}[{i}]: helpers {x:e}, inline {y:e}"));
+    let inline = run(BlockMath::Off)?;
+    for (width, _) in widths() {
+        let fast = run(width)?;
+        for (o, (a, b)) in fast.iter().zip(&inline).enumerate() {
+            let (a, b) = (a.buffer(), b.buffer());
+            for i in 0..a.len() {
+                let (x, y) = (a.get(i).as_f64(), b.get(i).as_f64());
+                if !(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())) {
+                    return Err(format!(
+                        "output {o}[{i}]: {width:?} helpers {x:e}, inline {y:e}"
+                    ));
+                }
             }
         }
     }
     Ok(())
 }
 
+/// Asking for a width this CPU lacks is an error that names it, not a
+/// silent fallback: the option is part of the kernel cache's key.
+#[test]
+fn an_absent_helper_width_is_a_clear_error() {
+    let g = unary_graph(UnaryOp::Exp, D::F32, 8);
+    for w in [BlockMath::Avx2, BlockMath::Avx512] {
+        match HostProgram::compile_with(&g, opts(w)) {
+            Ok(_) => assert!(block_math(w).is_ok()),
+            Err(e) => {
+                assert!(block_math(w).is_err());
+                assert!(e.to_string().contains("this CPU lacks"), "{e}");
+            }
+        }
+    }
+    assert!(block_math(BlockMath::Off).unwrap().is_none());
+}
+
 #[test]
 fn simd_helpers_match_inline_math_bit_for_bit() {
-    have_helpers();
     let specials = [
         f32::NAN,
         -f32::NAN,
@@ -101,12 +128,11 @@ fn simd_helpers_match_inline_math_bit_for_bit() {
     }
 }
 
-/// Division by a row-uniform value goes through the 8-lane helper too:
+/// Division by a row-uniform value goes through the helpers too:
 /// every class of dividend (random bits included) over every class of
 /// divisor, zeros, infinities, NaN and subnormals among them.
 #[test]
 fn division_by_a_scalar_matches_inline_bit_for_bit() {
-    have_helpers();
     let mut rng = Rng(0x0d1f_1de5);
     let n = (1 << 16) + 13;
     let mut xs: Vec<f32> = (0..n).map(|_| f32::from_bits(rng.next() as u32)).collect();
@@ -144,7 +170,6 @@ fn division_by_a_scalar_matches_inline_bit_for_bit() {
 /// other, on rows of 1 to 2051 elements (around the 1024-element block).
 #[test]
 fn blocked_loops_match_inline_on_fixed_kernels() {
-    have_helpers();
     let graphs = [
         // Six helper ops in one kernel, chained and side by side.
         "graph {
@@ -276,15 +301,12 @@ proptest! {
 /// listing names).
 #[test]
 fn helpers_serve_only_values_that_vary_along_the_row() {
-    if !have_helpers() {
-        return;
-    }
-    let calls = |text: &str| {
+    let calls = |text: &str, width| {
         let g = tilejit_ir::text::parse(text).unwrap();
         let prog = tilejit_ir::kernel::fuse(&g).unwrap();
         assert_eq!(prog.kernels.len(), 1, "{text}");
         let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffers[b.0 as usize].ty.dtype;
-        let l = tilejit_codegen::host::listing(&prog.kernels[0], &dtype_of, opts(true)).unwrap();
+        let l = tilejit_codegen::host::listing(&prog.kernels[0], &dtype_of, opts(width)).unwrap();
         // `fn9 = u0:10 sig9 ; tj_exp_x8` names what `call fn9(..)` calls.
         let symbol = |f: &str| {
             l.clif
@@ -303,29 +325,29 @@ fn helpers_serve_only_values_that_vary_along_the_row() {
         called.sort();
         called
     };
-    let layernorm = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/golden/layernorm.simplified.graph"
-    ))
-    .unwrap();
-    assert!(
-        calls(&layernorm).is_empty(),
-        "layernorm: no exp, no varying division"
-    );
-    let softmax = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/golden/softmax.simplified.graph"
-    ))
-    .unwrap();
-    assert_eq!(
-        calls(&softmax),
-        ["tj_div_x8", "tj_exp_x8"],
-        "exp(x - max), e / sum"
-    );
+    let golden = |name: &str| {
+        std::fs::read_to_string(format!(
+            "{}/golden/{name}.simplified.graph",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    };
+    let (layernorm, softmax) = (golden("layernorm"), golden("softmax"));
     let gelu = "graph {
   %0 = input 0 : f32[4,64]
   %1 = gelu %0 : f32[4,64]
   return %1
 }";
-    assert_eq!(calls(gelu), ["tj_gelu_x8"]);
+    for (w, x) in widths() {
+        assert!(
+            calls(&layernorm, w).is_empty(),
+            "layernorm: no exp, no varying division"
+        );
+        assert_eq!(
+            calls(&softmax, w),
+            [format!("tj_div{x}"), format!("tj_exp{x}")],
+            "exp(x - max), e / sum"
+        );
+        assert_eq!(calls(gelu, w), [format!("tj_gelu{x}")]);
+    }
 }

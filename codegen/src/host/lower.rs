@@ -14,7 +14,7 @@
 //! tail built by the same emitter. Everything else (f64, ints, bools, casts,
 //! strided inner accesses) runs the scalar emitter only. The reduce
 //! stages' loops live in `lower/reduce.rs`; vector loops whose values need
-//! transcendentals or a division run in blocks through the AVX2 helpers
+//! transcendentals or a division run in blocks through the AVX-512 or AVX2 helpers
 //! (`lower/block.rs`).
 
 use super::layout::{reachable, reachable_until, storage_bytes, ArgLayout};

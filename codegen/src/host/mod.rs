@@ -41,11 +41,25 @@ pub struct CodegenOptions {
     pub optimize: bool,
     /// Run Cranelift's IR verifier on each function.
     pub verify: bool,
-    /// Let vector loops compute exp/log/tanh/sigmoid/gelu and division by a
-    /// row-uniform value through the eight-lane helpers ([`block_math`])
-    /// where the CPU has them, in blocks of [`MATH_BLOCK`]; false keeps all
-    /// math inline. Results are the same bit for bit either way.
-    pub block_math: bool,
+    /// Which helpers vector loops may call to compute exp/log/tanh/sigmoid/
+    /// gelu and division by a row-uniform value, in blocks of
+    /// [`MATH_BLOCK`] ([`block_math`]). Results are the same bit for bit
+    /// whichever is chosen.
+    pub block_math: BlockMath,
+}
+
+/// The precompiled math helpers generated code may call ([`block_math`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum BlockMath {
+    /// None: all math inline, on Cranelift's four lanes.
+    Off,
+    /// The 8-lane AVX2 + FMA helpers (an error on a CPU without them).
+    Avx2,
+    /// The 16-lane AVX-512F helpers (an error on a CPU without them).
+    Avx512,
+    /// The widest this CPU has: AVX-512F, else AVX2 + FMA, else none.
+    #[default]
+    Widest,
 }
 
 impl Default for CodegenOptions {
@@ -53,7 +67,7 @@ impl Default for CodegenOptions {
         CodegenOptions {
             optimize: true,
             verify: cfg!(debug_assertions),
-            block_math: true,
+            block_math: BlockMath::Widest,
         }
     }
 }
@@ -67,7 +81,7 @@ pub struct CpuFeatures {
     pub fma: bool,
     /// AVX2 (used by the matmul crate; Cranelift emits only 128-bit vectors).
     pub avx2: bool,
-    /// AVX-512F.
+    /// AVX-512F (the 16-lane block helpers).
     pub avx512f: bool,
 }
 
@@ -187,7 +201,7 @@ fn new_module(k: &Kernel, opts: CodegenOptions) -> Result<JITModule, CodegenErro
     }
     jb.symbol("tj_round_f16", tj_round_f16 as *const u8);
     jb.symbol("tj_round_bf16", tj_round_bf16 as *const u8);
-    for f in block_math().into_iter().flatten() {
+    for f in block_math(opts.block_math)?.into_iter().flatten() {
         jb.symbol(f.symbol, f.addr);
     }
     Ok(JITModule::new(jb))
@@ -288,7 +302,7 @@ fn build(
         let round_f16 = import("tj_round_f16", types::F32)?;
         let round_bf16 = import("tj_round_bf16", types::F32)?;
         let mut block_fns = HashMap::new();
-        let helpers = block_math().filter(|_| opts.block_math);
+        let helpers = block_math(opts.block_math)?;
         for f in helpers.into_iter().flatten() {
             let mut s = Signature::new(module.isa().default_call_conv());
             s.params.push(AbiParam::new(ptr));

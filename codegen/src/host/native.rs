@@ -2,17 +2,23 @@
 //! JIT-compiled kernels (the typed handle [`KernelCode`]) and the `gemm`
 //! crate's matrix multiply ([`matmul_f32`], [`matmul_f64`]), and the one
 //! OS call that advises huge pages for fresh outputs
-//! ([`advise_huge_pages`]). Its child `avx2` holds the AVX2 math helpers
-//! ([`block_math`]) that generated code calls on its own block buffers and
-//! on row ranges its launch's bounds check covers. Each entry point
+//! ([`advise_huge_pages`]). Its children `avx2` and `avx512` hold the
+//! 8- and 16-lane math helpers ([`block_math`], their math written once in
+//! `lanes`) that generated code calls on its own block buffers and on row
+//! ranges its launch's bounds check covers. Each entry point
 //! checks every pointer and size against what the callee will touch first,
 //! so safe callers cannot make native code read or write out of bounds.
 #![allow(unsafe_code)]
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 
 use super::layout::{ArgLayout, CheckedArgs};
+use super::BlockMath;
 use crate::CodegenError;
 use cranelift_jit::JITModule;
 use std::sync::Mutex;
@@ -36,35 +42,62 @@ pub struct BlockFn {
     pub addr: *const u8,
 }
 
-/// The eight-lane (AVX2 + FMA) versions of the inline f32 math and of
-/// division by a scalar, bit-identical to the inline code, when this CPU
-/// has both features. Generated code calls them on at most [`MATH_BLOCK`]
+/// The helpers `choice` names: versions of the inline f32 math and of
+/// division by a scalar on 8 (AVX2 + FMA) or 16 (AVX-512F) lanes,
+/// bit-identical to the inline code; `None` for [`BlockMath::Off`], or for
+/// [`BlockMath::Widest`] on a CPU with neither. Naming a width this CPU
+/// lacks is an error. Generated code calls them on at most [`MATH_BLOCK`]
 /// elements of its own stack buffers, or of a row of its buffers that it
 /// would load or store itself (a range the launch's bounds check covers),
 /// which is what makes the calls sound.
-pub fn block_math() -> Option<[BlockFn; 6]> {
+pub fn block_math(choice: BlockMath) -> Result<Option<[BlockFn; 6]>, CodegenError> {
     #[cfg(target_arch = "x86_64")]
     {
         let f = super::cpu_features();
-        if !(f.avx2 && f.fma) {
-            return None;
-        }
+        // Both widths repeat the inline math built with FMA.
+        let (avx2, avx512) = (f.avx2 && f.fma, f.avx512f && f.fma);
         let e = |op, symbol, addr: unsafe extern "C" fn(*const f32, *mut f32, i64, f32)| BlockFn {
             op,
             symbol,
             addr: addr as *const u8,
         };
-        Some([
-            e("exp", "tj_exp_x8", avx2::tj_exp_x8),
-            e("log", "tj_log_x8", avx2::tj_log_x8),
-            e("tanh", "tj_tanh_x8", avx2::tj_tanh_x8),
-            e("sigmoid", "tj_sigmoid_x8", avx2::tj_sigmoid_x8),
-            e("gelu", "tj_gelu_x8", avx2::tj_gelu_x8),
-            e("div", "tj_div_x8", avx2::tj_div_x8),
-        ])
+        let x16 = || {
+            [
+                e("exp", "tj_exp_x16", avx512::tj_exp_x16),
+                e("log", "tj_log_x16", avx512::tj_log_x16),
+                e("tanh", "tj_tanh_x16", avx512::tj_tanh_x16),
+                e("sigmoid", "tj_sigmoid_x16", avx512::tj_sigmoid_x16),
+                e("gelu", "tj_gelu_x16", avx512::tj_gelu_x16),
+                e("div", "tj_div_x16", avx512::tj_div_x16),
+            ]
+        };
+        let x8 = || {
+            [
+                e("exp", "tj_exp_x8", avx2::tj_exp_x8),
+                e("log", "tj_log_x8", avx2::tj_log_x8),
+                e("tanh", "tj_tanh_x8", avx2::tj_tanh_x8),
+                e("sigmoid", "tj_sigmoid_x8", avx2::tj_sigmoid_x8),
+                e("gelu", "tj_gelu_x8", avx2::tj_gelu_x8),
+                e("div", "tj_div_x8", avx2::tj_div_x8),
+            ]
+        };
+        match choice {
+            BlockMath::Off => Ok(None),
+            BlockMath::Avx2 if avx2 => Ok(Some(x8())),
+            BlockMath::Avx2 => Err(CodegenError::Cpu("AVX2 and FMA")),
+            BlockMath::Avx512 if avx512 => Ok(Some(x16())),
+            BlockMath::Avx512 => Err(CodegenError::Cpu("AVX-512F and FMA")),
+            BlockMath::Widest if avx512 => Ok(Some(x16())),
+            BlockMath::Widest if avx2 => Ok(Some(x8())),
+            BlockMath::Widest => Ok(None),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    None
+    match choice {
+        BlockMath::Off | BlockMath::Widest => Ok(None),
+        BlockMath::Avx2 => Err(CodegenError::Cpu("AVX2 and FMA")),
+        BlockMath::Avx512 => Err(CodegenError::Cpu("AVX-512F and FMA")),
+    }
 }
 
 /// `fn(bufs, args, start, end)`: the native calling convention of a kernel.

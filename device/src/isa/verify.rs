@@ -210,7 +210,7 @@ fn check_mem(
     cfg: &DeviceConfig,
 ) -> std::result::Result<(), String> {
     let mn = inst.op.mnemonic();
-    if addr % 32 != 0 {
+    if !addr.is_multiple_of(32) {
         return Err(format!(
             "`{mn}`: `{name}` at {} 0x{addr:x} is not 32-byte aligned",
             space.name()

@@ -80,7 +80,7 @@ impl PagedMemory {
     /// into memory words (no staging bytes), for bulk host->device copies.
     pub fn write_elems<T: GmElem>(&self, addr: u64, data: &[T]) {
         debug_assert!(addr + (data.len() * T::BYTES) as u64 <= self.size);
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             let bytes: Vec<u8> = data.iter().flat_map(|x| x.le_bytes()).collect();
             return self.write(addr, &bytes);
         }
@@ -97,7 +97,7 @@ impl PagedMemory {
     /// the typed form of [`read`](Self::read).
     pub fn read_elems<T: GmElem>(&self, addr: u64, out: &mut [T]) {
         debug_assert!(addr + (out.len() * T::BYTES) as u64 <= self.size);
-        if addr % 8 != 0 {
+        if !addr.is_multiple_of(8) {
             let mut bytes = vec![0u8; out.len() * T::BYTES];
             self.read(addr, &mut bytes);
             for (o, b) in out.iter_mut().zip(bytes.chunks_exact(T::BYTES)) {
@@ -250,7 +250,7 @@ fn read_words(page: &[AtomicU64], start: usize, out: &mut [u8]) {
     let mut byte = start;
     let mut i = 0;
     // Head: up to the next word boundary.
-    while i < out.len() && byte % 8 != 0 {
+    while i < out.len() && !byte.is_multiple_of(8) {
         let word = page[byte / 8].load(Ordering::Relaxed).to_le_bytes();
         let off = byte % 8;
         let n = (8 - off).min(out.len() - i);
@@ -292,7 +292,7 @@ fn write_words(page: &[AtomicU64], start: usize, data: &[u8]) {
             Some((old & !mask) | (val & mask))
         });
     };
-    while i < data.len() && byte % 8 != 0 {
+    while i < data.len() && !byte.is_multiple_of(8) {
         let off = byte % 8;
         let n = (8 - off).min(data.len() - i);
         partial(&page[byte / 8], off, &data[i..i + n]);

@@ -1,5 +1,5 @@
 //! Blocked inner loops: f32 exp/log/tanh/sigmoid/gelu, and division by a
-//! row-uniform value, through the eight-lane helpers (`native::block_math`)
+//! row-uniform value, through the 8- or 16-lane helpers (`native::block_math`)
 //! instead of inline 4-lane code (`vdivps` does 8 lanes at the 4-lane rate).
 //!
 //! A vector stage loop whose value needs such ops runs in blocks of

@@ -1,0 +1,168 @@
+//! The block helpers (`lanes.rs`'s math) on AVX-512F: four 16-lane
+//! vectors per step. `x < y ? y : x` is `_mm512_max_ps(y, x)` and
+//! `y < x ? y : x` is `_mm512_min_ps(y, x)` (the same NaN rule as the
+//! 8-lane forms). Compares give mask registers, which `mask_blend` selects
+//! by.
+
+use super::lanes::simd_math;
+use std::arch::x86_64::*;
+
+/// Values per step: four vectors of sixteen lanes.
+const STEP: usize = 64;
+
+/// Four float vectors, worked on in lockstep.
+type F = [__m512; 4];
+/// Four integer vectors.
+type I = [__m512i; 4];
+/// Four compare results (one bit per lane).
+type M = [__mmask16; 4];
+
+#[inline(always)]
+fn each<T>(f: impl FnMut(usize) -> T) -> [T; 4] {
+    std::array::from_fn(f)
+}
+
+// One line per operation, so `lanes.rs` reads like `math.rs`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn splat(v: f32) -> F {
+    [_mm512_set1_ps(v); 4]
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn splat_i(v: i32) -> I {
+    [_mm512_set1_epi32(v); 4]
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn add(a: F, b: F) -> F {
+    each(|i| _mm512_add_ps(a[i], b[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn sub(a: F, b: F) -> F {
+    each(|i| _mm512_sub_ps(a[i], b[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn mul(a: F, b: F) -> F {
+    each(|i| _mm512_mul_ps(a[i], b[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn div(a: F, b: F) -> F {
+    each(|i| _mm512_div_ps(a[i], b[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn fma(a: F, b: F, c: F) -> F {
+    each(|i| _mm512_fmadd_ps(a[i], b[i], c[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn pmax(a: F, b: F) -> F {
+    each(|i| _mm512_max_ps(b[i], a[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn pmin(a: F, b: F) -> F {
+    each(|i| _mm512_min_ps(b[i], a[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn lt(a: F, b: F) -> M {
+    each(|i| _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a[i], b[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn eq(a: F, b: F) -> M {
+    each(|i| _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(a[i], b[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn unordered(a: F, b: F) -> M {
+    each(|i| _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(a[i], b[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn select(mask: M, a: F, b: F) -> F {
+    each(|i| _mm512_mask_blend_ps(mask[i], b[i], a[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn bits(a: F) -> I {
+    each(|i| _mm512_castps_si512(a[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn float(a: I) -> F {
+    each(|i| _mm512_castsi512_ps(a[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn to_float(a: I) -> F {
+    each(|i| _mm512_cvtepi32_ps(a[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn iadd(a: I, b: I) -> I {
+    each(|i| _mm512_add_epi32(a[i], b[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn isub(a: I, b: I) -> I {
+    each(|i| _mm512_sub_epi32(a[i], b[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn iand(a: I, b: I) -> I {
+    each(|i| _mm512_and_si512(a[i], b[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn ior(a: I, b: I) -> I {
+    each(|i| _mm512_or_si512(a[i], b[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn ixor(a: I, b: I) -> I {
+    each(|i| _mm512_xor_si512(a[i], b[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn shl<const K: u32>(a: I) -> I {
+    each(|i| _mm512_slli_epi32::<K>(a[i]))
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn sra<const K: u32>(a: I) -> I {
+    each(|i| _mm512_srai_epi32::<K>(a[i]))
+}
+/// # Safety
+/// `p` must point to STEP readable f32s.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn load(p: *const f32) -> F {
+    // SAFETY: the caller vouches for p[0..STEP]: four 64-byte vectors.
+    each(|j| unsafe { _mm512_loadu_ps(p.add(16 * j)) })
+}
+/// # Safety
+/// `p` must point to STEP writable f32s.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn store(p: *mut f32, v: F) {
+    for (j, v) in v.iter().enumerate() {
+        // SAFETY: the caller vouches for p[0..STEP]: four 64-byte vectors.
+        unsafe { _mm512_storeu_ps(p.add(16 * j), *v) };
+    }
+}
+
+simd_math!(
+    features = "avx512f",
+    exp = tj_exp_x16,
+    log = tj_log_x16,
+    tanh = tj_tanh_x16,
+    sigmoid = tj_sigmoid_x16,
+    gelu = tj_gelu_x16,
+    div = tj_div_x16,
+);
