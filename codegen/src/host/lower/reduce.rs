@@ -126,12 +126,18 @@ impl Lowerer<'_, '_> {
         // Vector max/min folds with one maxps/minps (the operand order
         // Cranelift matches) and collects NaN lanes in a mask on the side:
         // IEEE fmax/fmin with NaN propagation lower to eight instructions.
-        let nans = (vector && float && op != ReduceOp::Sum).then(|| {
+        // One NaN mask per accumulator: a single mask would chain four
+        // dependent `por`s through every unrolled iteration.
+        let nans: Option<Vec<Variable>> = (vector && float && op != ReduceOp::Sum).then(|| {
             let zero = self.b.ins().iconst(types::I32, 0);
             let z = self.b.ins().splat(types::I32X4, zero);
-            let v = self.b.declare_var(types::I32X4);
-            self.b.def_var(v, z);
-            v
+            (0..ACCS)
+                .map(|_| {
+                    let v = self.b.declare_var(types::I32X4);
+                    self.b.def_var(v, z);
+                    v
+                })
+                .collect()
         });
         let mut u = 0usize;
         self.blocked_loop(
@@ -144,20 +150,20 @@ impl Lowerer<'_, '_> {
             &mut |s, j, mode| {
                 let mut cache = HashMap::new();
                 let v = s.eval(value, j, mode, &mut cache, true)?;
+                let slot = u % ACCS;
                 let var = if mode == Mode::Vector {
-                    let var = vaccs[u % ACCS];
                     u += 1;
-                    var
+                    vaccs[slot]
                 } else {
                     acc
                 };
                 let cur = s.b.use_var(var);
-                let n = match (mode, nans) {
+                let n = match (mode, &nans) {
                     (Mode::Vector, Some(nans)) => {
                         let is_nan = s.b.ins().fcmp(FloatCC::Unordered, v, v);
-                        let seen = s.b.use_var(nans);
+                        let seen = s.b.use_var(nans[slot]);
                         let seen = s.b.ins().bor(seen, is_nan);
-                        s.b.def_var(nans, seen);
+                        s.b.def_var(nans[slot], seen);
                         let mut m = s.math(mode);
                         if op == ReduceOp::Max {
                             m.pmax(cur, v)
@@ -173,7 +179,11 @@ impl Lowerer<'_, '_> {
         )?;
         let mut total = self.b.use_var(acc);
         if let Some(nans) = nans {
-            let seen = self.b.use_var(nans);
+            let mut seen = self.b.use_var(nans[0]);
+            for var in &nans[1..] {
+                let m = self.b.use_var(*var);
+                seen = self.b.ins().bor(seen, m);
+            }
             let any = self.b.ins().vany_true(seen);
             let nan = self.b.ins().f32const(f32::NAN);
             total = self.b.ins().select(any, nan, total);
