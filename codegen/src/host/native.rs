@@ -31,10 +31,14 @@ pub const MATH_BLOCK: usize = 1024;
 /// One [`block_math`] helper: `fn(src: *const f32, dst: *mut f32, n: i64,
 /// s: f32)` writes `op(src[i] + s)` to `dst[i]` for `i < n` for the unary
 /// ops (`s = -0.0` adds nothing, as `x + -0.0 == x`), `src[i] / s` for
-/// `div`; `src == dst` works in place.
+/// `div` (`src == dst` works in place); `max` and `min` fold `src[0..n]`
+/// (`n` a multiple of 16) from the identity `s` into the sixteen lanes of
+/// the inline fold's four 4-lane accumulators, written to `dst[0..16]`
+/// (lanes that saw a NaN are NaN).
 #[derive(Copy, Clone, Debug)]
 pub struct BlockFn {
-    /// The op's name: `exp`, `log`, `tanh`, `sigmoid`, `gelu` or `div`.
+    /// The op's name: `exp`, `log`, `tanh`, `sigmoid`, `gelu`, `div`,
+    /// `max` or `min`.
     pub op: &'static str,
     /// The symbol generated code imports it by.
     pub symbol: &'static str,
@@ -50,7 +54,7 @@ pub struct BlockFn {
 /// elements of its own stack buffers, or of a row of its buffers that it
 /// would load or store itself (a range the launch's bounds check covers),
 /// which is what makes the calls sound.
-pub fn block_math(choice: BlockMath) -> Result<Option<[BlockFn; 6]>, CodegenError> {
+pub fn block_math(choice: BlockMath) -> Result<Option<[BlockFn; 8]>, CodegenError> {
     #[cfg(target_arch = "x86_64")]
     {
         let f = super::cpu_features();
@@ -69,6 +73,8 @@ pub fn block_math(choice: BlockMath) -> Result<Option<[BlockFn; 6]>, CodegenErro
                 e("sigmoid", "tj_sigmoid_x16", avx512::tj_sigmoid_x16),
                 e("gelu", "tj_gelu_x16", avx512::tj_gelu_x16),
                 e("div", "tj_div_x16", avx512::tj_div_x16),
+                e("max", "tj_max_x16", avx512::tj_max_x16),
+                e("min", "tj_min_x16", avx512::tj_min_x16),
             ]
         };
         let x8 = || {
@@ -79,6 +85,8 @@ pub fn block_math(choice: BlockMath) -> Result<Option<[BlockFn; 6]>, CodegenErro
                 e("sigmoid", "tj_sigmoid_x8", avx2::tj_sigmoid_x8),
                 e("gelu", "tj_gelu_x8", avx2::tj_gelu_x8),
                 e("div", "tj_div_x8", avx2::tj_div_x8),
+                e("max", "tj_max_x8", avx2::tj_max_x8),
+                e("min", "tj_min_x8", avx2::tj_min_x8),
             ]
         };
         match choice {

@@ -24,13 +24,13 @@
 //! The helpers compute exactly what the inline code does, so blocking
 //! changes speed, not results.
 
-use super::{Inner, Lowerer, Mode};
+use super::{Inner, Lowerer, Mode, LANES};
 use crate::host::native::MATH_BLOCK;
 use crate::CodegenError;
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, StackSlotData, StackSlotKind, Value};
 use std::collections::HashMap;
 use tilejit_ir::kernel::{Expr, ExprId};
-use tilejit_ir::{BinaryOp, DType, UnaryOp};
+use tilejit_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 
 /// Ops per stage loop that go through block buffers (the rest stay
 /// inline): bounds the stack frame at 16 KiB (probed page by page).
@@ -250,6 +250,48 @@ impl Lowerer<'_, '_> {
             }
         }
         Ok(())
+    }
+
+    /// For a max/min of `value` over `j0..j1` whose f32 row is already in
+    /// memory (a contiguous load, filled row scratch, or this block's
+    /// helper buffer): calls the fold helper on the part the unrolled
+    /// vector loop would cover, and returns where the scalar tail starts
+    /// and the address of the sixteen accumulator lanes the helper wrote.
+    pub(super) fn fold_helper(
+        &mut self,
+        op: ReduceOp,
+        value: ExprId,
+        j0: Value,
+        j1: Value,
+        ident: Value,
+    ) -> Result<Option<(Value, Value)>, CodegenError> {
+        let name = match op {
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::Sum => return Ok(None),
+        };
+        let Some(&f) = self.libs.block_fns.get(name) else {
+            return Ok(None);
+        };
+        if self.k.expr(value).dtype != DType::F32 {
+            return Ok(None);
+        }
+        let src = match (self.block_value(value), self.direct_source(value, false)) {
+            (Some(base), _) => self.block_addr(base, j0),
+            (None, Some((Source::Load(l), _))) => self.addr(l, j0),
+            (None, Some((Source::Scratch(slot), _))) => self.scratch_addr(slot, value, j0),
+            (None, None) => return Ok(None),
+        };
+        // The reduce loop's unrolled step: four accumulators of LANES.
+        let step = 4 * LANES;
+        let n = self.b.ins().isub(j1, j0);
+        let n = self.b.ins().band_imm_s(n, !(step - 1));
+        let tail = self.b.ins().iadd(j0, n);
+        let slot = StackSlotData::new(StackSlotKind::ExplicitSlot, 16 * 4, 4);
+        let slot = self.b.create_sized_stack_slot(slot);
+        let lanes = self.b.ins().stack_addr(self.ptr, slot, 0);
+        self.b.ins().call(f, &[src, lanes, n, ident]);
+        Ok(Some((tail, lanes)))
     }
 
     /// `inner_loop` over `j0..j1` for a stage whose per-point value is

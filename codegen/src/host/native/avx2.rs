@@ -166,3 +166,59 @@ simd_math!(
     gelu = tj_gelu_x8,
     div = tj_div_x8,
 );
+
+/// Folds `src[0..n]` (`n` a multiple of 16) into sixteen lanes the way the
+/// inline row max/min does with its four 4-lane accumulators (lane `l` of
+/// accumulator `k` is lane `4k + l` here: two 8-lane vectors), every lane
+/// seeing its values in the same order through `Math::pmax`/`pmin` from
+/// `ident`, and writes them to `dst[0..16]`; a lane that saw a NaN is NaN.
+///
+/// # Safety
+/// `src` must point to `n` initialised f32s and `dst` to 16 writable ones,
+/// and the CPU must have AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn fold16<const MAX: bool>(src: *const f32, dst: *mut f32, n: i64, ident: f32) {
+    let n = n.max(0) as usize;
+    let mut acc = [_mm256_set1_ps(ident); 2];
+    let mut nan = [_mm256_setzero_ps(); 2];
+    let mut i = 0;
+    while i + 16 <= n {
+        for (h, (acc, nan)) in acc.iter_mut().zip(&mut nan).enumerate() {
+            // SAFETY: i + 16 <= n: both vectors inside `src`.
+            let x = unsafe { _mm256_loadu_ps(src.add(i + 8 * h)) };
+            *nan = _mm256_or_ps(*nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x));
+            *acc = if MAX {
+                _mm256_max_ps(x, *acc)
+            } else {
+                _mm256_min_ps(x, *acc)
+            };
+        }
+        i += 16;
+    }
+    for (h, (acc, nan)) in acc.iter().zip(&nan).enumerate() {
+        let v = _mm256_blendv_ps(*acc, _mm256_set1_ps(f32::NAN), *nan);
+        // SAFETY: the caller vouches for dst[0..16].
+        unsafe { _mm256_storeu_ps(dst.add(8 * h), v) };
+    }
+}
+
+/// Writes the row max fold of `src[0..n]` to `dst[0..16]` ([`fold16`]).
+///
+/// # Safety
+/// As [`fold16`].
+#[target_feature(enable = "avx2,fma")]
+pub unsafe extern "C" fn tj_max_x8(src: *const f32, dst: *mut f32, n: i64, ident: f32) {
+    // SAFETY: the caller vouches for both buffers.
+    unsafe { fold16::<true>(src, dst, n, ident) }
+}
+
+/// Writes the row min fold of `src[0..n]` to `dst[0..16]` ([`fold16`]).
+///
+/// # Safety
+/// As [`fold16`].
+#[target_feature(enable = "avx2,fma")]
+pub unsafe extern "C" fn tj_min_x8(src: *const f32, dst: *mut f32, n: i64, ident: f32) {
+    // SAFETY: the caller vouches for both buffers.
+    unsafe { fold16::<false>(src, dst, n, ident) }
+}

@@ -166,3 +166,55 @@ simd_math!(
     gelu = tj_gelu_x16,
     div = tj_div_x16,
 );
+
+/// Folds `src[0..n]` (`n` a multiple of 16) into sixteen lanes the way the
+/// inline row max/min does with its four 4-lane accumulators (lane `l` of
+/// accumulator `k` is lane `4k + l` here), every lane seeing its values in
+/// the same order through `Math::pmax`/`pmin` from `ident`, and writes them
+/// to `dst[0..16]`; a lane that saw a NaN is NaN.
+///
+/// # Safety
+/// `src` must point to `n` initialised f32s and `dst` to 16 writable ones,
+/// and the CPU must have AVX-512F.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn fold16<const MAX: bool>(src: *const f32, dst: *mut f32, n: i64, ident: f32) {
+    let n = n.max(0) as usize;
+    let mut acc = _mm512_set1_ps(ident);
+    let mut nan: __mmask16 = 0;
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: i + 16 <= n: one vector inside `src`.
+        let x = unsafe { _mm512_loadu_ps(src.add(i)) };
+        nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+        acc = if MAX {
+            _mm512_max_ps(x, acc)
+        } else {
+            _mm512_min_ps(x, acc)
+        };
+        i += 16;
+    }
+    let acc = _mm512_mask_blend_ps(nan, acc, _mm512_set1_ps(f32::NAN));
+    // SAFETY: the caller vouches for dst[0..16].
+    unsafe { _mm512_storeu_ps(dst, acc) };
+}
+
+/// Writes the row max fold of `src[0..n]` to `dst[0..16]` ([`fold16`]).
+///
+/// # Safety
+/// As [`fold16`].
+#[target_feature(enable = "avx512f")]
+pub unsafe extern "C" fn tj_max_x16(src: *const f32, dst: *mut f32, n: i64, ident: f32) {
+    // SAFETY: the caller vouches for both buffers.
+    unsafe { fold16::<true>(src, dst, n, ident) }
+}
+
+/// Writes the row min fold of `src[0..n]` to `dst[0..16]` ([`fold16`]).
+///
+/// # Safety
+/// As [`fold16`].
+#[target_feature(enable = "avx512f")]
+pub unsafe extern "C" fn tj_min_x16(src: *const f32, dst: *mut f32, n: i64, ident: f32) {
+    // SAFETY: the caller vouches for both buffers.
+    unsafe { fold16::<false>(src, dst, n, ident) }
+}
