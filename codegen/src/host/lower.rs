@@ -61,6 +61,9 @@ struct Access {
     inner: Inner,
     /// Element size.
     esize: i64,
+    /// Bytes from this row's base to the next row's (the innermost outer
+    /// dim's stride) in a row loop, for prefetching.
+    row_step: Option<Value>,
 }
 
 #[derive(Copy, Clone)]
@@ -91,6 +94,8 @@ pub struct Lowerer<'a, 'b> {
     block: Option<block::Block>,
     /// Stack buffers of `MATH_BLOCK` f32s, reused by every blocked loop.
     block_slots: Vec<cranelift_codegen::ir::StackSlot>,
+    /// The stage being emitted (its index in `k.stages`).
+    stage: usize,
 }
 
 fn unsupported(k: &Kernel, what: impl Into<String>) -> CodegenError {
@@ -147,6 +152,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             filled: vec![false; k.exprs.len()],
             block: None,
             block_slots: Vec::new(),
+            stage: 0,
         }
     }
 
@@ -231,7 +237,14 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             let base = self.b.declare_var(ptr);
             let v = self.bufs[lb];
             self.b.def_var(base, v);
-            self.accesses.push(Access { base, inner, esize });
+            let row_step = (!self.layout.flat && rank >= 2)
+                .then(|| self.b.ins().imul_imm_s(strides[rank - 2], esize));
+            self.accesses.push(Access {
+                base,
+                inner,
+                esize,
+                row_step,
+            });
             outer_strides.push(strides);
         }
         if self.layout.flat {
@@ -278,6 +291,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         let nloads = self.k.loads.len();
         let mut store_i = nloads;
         for (si, stage) in self.k.stages.clone().iter().enumerate() {
+            self.stage = si;
             match stage {
                 Stage::Reduce { op, value } => {
                     let v = self.reduce_loop(*op, *value, j0, j1)?;

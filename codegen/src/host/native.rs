@@ -29,12 +29,15 @@ use std::sync::Mutex;
 pub const MATH_BLOCK: usize = 1024;
 
 /// One [`block_math`] helper: `fn(src: *const f32, dst: *mut f32, n: i64,
-/// s: f32)` writes `op(src[i] + s)` to `dst[i]` for `i < n` for the unary
-/// ops (`s = -0.0` adds nothing, as `x + -0.0 == x`), `src[i] / s` for
-/// `div` (`src == dst` works in place); `max` and `min` fold `src[0..n]`
-/// (`n` a multiple of 16) from the identity `s` into the sixteen lanes of
-/// the inline fold's four 4-lane accumulators, written to `dst[0..16]`
-/// (lanes that saw a NaN are NaN).
+/// s: f32, pf: i64)` writes `op(src[i] + s)` to `dst[i]` for `i < n` for
+/// the unary ops (`s = -0.0` adds nothing, as `x + -0.0 == x`), `src[i] /
+/// s` for `div` (`src == dst` works in place), prefetching the bytes `pf`
+/// past what it reads when `pf != 0` (generated code passes the distance
+/// to the next row when this pass re-reads a row an earlier pass brought
+/// in: the next row then streams in while this one computes); `max` and
+/// `min` fold `src[0..n]` (`n` a multiple of 16) from the identity `s` into
+/// the sixteen lanes of the inline fold's four 4-lane accumulators, written
+/// to `dst[0..16]` (lanes that saw a NaN are NaN), and ignore `pf`.
 #[derive(Copy, Clone, Debug)]
 pub struct BlockFn {
     /// The op's name: `exp`, `log`, `tanh`, `sigmoid`, `gelu`, `div`,
@@ -60,11 +63,12 @@ pub fn block_math(choice: BlockMath) -> Result<Option<[BlockFn; 8]>, CodegenErro
         let f = super::cpu_features();
         // Both widths repeat the inline math built with FMA.
         let (avx2, avx512) = (f.avx2 && f.fma, f.avx512f && f.fma);
-        let e = |op, symbol, addr: unsafe extern "C" fn(*const f32, *mut f32, i64, f32)| BlockFn {
-            op,
-            symbol,
-            addr: addr as *const u8,
-        };
+        let e =
+            |op, symbol, addr: unsafe extern "C" fn(*const f32, *mut f32, i64, f32, i64)| BlockFn {
+                op,
+                symbol,
+                addr: addr as *const u8,
+            };
         let x16 = || {
             [
                 e("exp", "tj_exp_x16", avx512::tj_exp_x16),

@@ -29,7 +29,7 @@ use crate::host::native::MATH_BLOCK;
 use crate::CodegenError;
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, StackSlotData, StackSlotKind, Value};
 use std::collections::HashMap;
-use tilejit_ir::kernel::{Expr, ExprId};
+use tilejit_ir::kernel::{Expr, ExprId, Stage};
 use tilejit_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 
 /// Ops per stage loop that go through block buffers (the rest stay
@@ -215,6 +215,7 @@ impl Lowerer<'_, '_> {
                 Some(d) => self.eval(d, zero, Mode::Scalar, &mut HashMap::new(), false)?,
                 None => self.b.ins().f32const(-0.0),
             };
+            let mut prefetch = zero;
             let src = match self.direct_source(x, divisor.is_none()) {
                 Some((src, add)) => {
                     if let Some((v, negate)) = add {
@@ -222,7 +223,10 @@ impl Lowerer<'_, '_> {
                         scalar = if negate { self.b.ins().fneg(v) } else { v };
                     }
                     match src {
-                        Source::Load(l) => self.addr(l, start),
+                        Source::Load(l) => {
+                            prefetch = self.prefetch_distance(l);
+                            self.addr(l, start)
+                        }
                         Source::Scratch(slot) => self.scratch_addr(slot, x, start),
                     }
                 }
@@ -244,12 +248,33 @@ impl Lowerer<'_, '_> {
                 (_, Some(slot)) => (self.scratch_addr(slot, e, start), self.scratch[slot]),
                 _ => (buf, base),
             };
-            self.b.ins().call(f, &[src, dst, n, scalar]);
+            self.b.ins().call(f, &[src, dst, n, scalar, prefetch]);
             if let Some(block) = self.block.as_mut() {
                 block.ready.push((e, kept));
             }
         }
         Ok(())
+    }
+
+    /// How far ahead a helper reading load access `l` in place prefetches:
+    /// to the next row when an earlier stage of this row already read `l`
+    /// (this pass finds the row in cache and computes, so the next row can
+    /// stream in meanwhile: W3's softmax ran 15-20% faster), else not at
+    /// all (a first pass is the stream the hardware prefetcher follows).
+    fn prefetch_distance(&mut self, l: usize) -> Value {
+        let k = self.k;
+        let reread = k.stages[..self.stage].iter().any(|stage| {
+            let value = match stage {
+                Stage::Reduce { value, .. } | Stage::Store { value, .. } => *value,
+            };
+            super::reachable(k, value)
+                .into_iter()
+                .any(|e| matches!(k.expr(e).expr, Expr::Load(x) if x as usize == l))
+        });
+        match (reread, self.accesses[l].row_step) {
+            (true, Some(step)) => step,
+            _ => self.iconst(0),
+        }
     }
 
     /// For a max/min of `value` over `j0..j1` whose f32 row is already in
@@ -290,7 +315,8 @@ impl Lowerer<'_, '_> {
         let slot = StackSlotData::new(StackSlotKind::ExplicitSlot, 16 * 4, 4);
         let slot = self.b.create_sized_stack_slot(slot);
         let lanes = self.b.ins().stack_addr(self.ptr, slot, 0);
-        self.b.ins().call(f, &[src, lanes, n, ident]);
+        let no_prefetch = self.iconst(0);
+        self.b.ins().call(f, &[src, lanes, n, ident, no_prefetch]);
         Ok(Some((tail, lanes)))
     }
 

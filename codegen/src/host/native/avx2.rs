@@ -208,7 +208,7 @@ unsafe fn fold16<const MAX: bool>(src: *const f32, dst: *mut f32, n: i64, ident:
 /// # Safety
 /// As [`fold16`].
 #[target_feature(enable = "avx2,fma")]
-pub unsafe extern "C" fn tj_max_x8(src: *const f32, dst: *mut f32, n: i64, ident: f32) {
+pub unsafe extern "C" fn tj_max_x8(src: *const f32, dst: *mut f32, n: i64, ident: f32, _pf: i64) {
     // SAFETY: the caller vouches for both buffers.
     unsafe { fold16::<true>(src, dst, n, ident) }
 }
@@ -218,7 +218,7 @@ pub unsafe extern "C" fn tj_max_x8(src: *const f32, dst: *mut f32, n: i64, ident
 /// # Safety
 /// As [`fold16`].
 #[target_feature(enable = "avx2,fma")]
-pub unsafe extern "C" fn tj_min_x8(src: *const f32, dst: *mut f32, n: i64, ident: f32) {
+pub unsafe extern "C" fn tj_min_x8(src: *const f32, dst: *mut f32, n: i64, ident: f32, _pf: i64) {
     // SAFETY: the caller vouches for both buffers.
     unsafe { fold16::<false>(src, dst, n, ident) }
 }

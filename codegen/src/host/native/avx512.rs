@@ -204,7 +204,7 @@ unsafe fn fold16<const MAX: bool>(src: *const f32, dst: *mut f32, n: i64, ident:
 /// # Safety
 /// As [`fold16`].
 #[target_feature(enable = "avx512f")]
-pub unsafe extern "C" fn tj_max_x16(src: *const f32, dst: *mut f32, n: i64, ident: f32) {
+pub unsafe extern "C" fn tj_max_x16(src: *const f32, dst: *mut f32, n: i64, ident: f32, _pf: i64) {
     // SAFETY: the caller vouches for both buffers.
     unsafe { fold16::<true>(src, dst, n, ident) }
 }
@@ -214,7 +214,7 @@ pub unsafe extern "C" fn tj_max_x16(src: *const f32, dst: *mut f32, n: i64, iden
 /// # Safety
 /// As [`fold16`].
 #[target_feature(enable = "avx512f")]
-pub unsafe extern "C" fn tj_min_x16(src: *const f32, dst: *mut f32, n: i64, ident: f32) {
+pub unsafe extern "C" fn tj_min_x16(src: *const f32, dst: *mut f32, n: i64, ident: f32, _pf: i64) {
     // SAFETY: the caller vouches for both buffers.
     unsafe { fold16::<false>(src, dst, n, ident) }
 }

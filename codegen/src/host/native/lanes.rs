@@ -157,18 +157,35 @@ macro_rules! simd_math {
             div(x, add(splat(1.0), e))
         }
 
-        /// Writes `f(src[i], s)` to `dst[i]` for `i < n`, one step at a time.
+        /// Writes `f(src[i], s)` to `dst[i]` for `i < n`, one step at a time;
+        /// with `pf != 0`, also prefetches (into L2) the bytes `pf` past
+        /// each step it reads.
         ///
         /// # Safety
         /// `src` must point to `n` initialised f32s and `dst` to `n`
         /// writable ones (or `n <= 0`), either the same or not overlapping.
+        /// `pf` may point anywhere: a prefetch is a hint that never faults.
         #[target_feature(enable = $feat)]
         #[inline]
-        unsafe fn map_block(src: *const f32, dst: *mut f32, n: i64, s: f32, f: impl Fn(F, F) -> F) {
+        unsafe fn map_block(
+            src: *const f32,
+            dst: *mut f32,
+            n: i64,
+            s: f32,
+            pf: i64,
+            f: impl Fn(F, F) -> F,
+        ) {
             let n = n.max(0) as usize;
             let s = splat(s);
             let mut i = 0;
             while i + STEP <= n {
+                if pf != 0 {
+                    let ahead = src.wrapping_add(i).cast::<i8>().wrapping_offset(pf as isize);
+                    for line in (0..STEP * 4).step_by(64) {
+                        // A hint only: no access, no fault, any address.
+                        _mm_prefetch::<_MM_HINT_T1>(ahead.wrapping_add(line));
+                    }
+                }
                 // SAFETY: i + STEP <= n: the step lies in both buffers, and
                 // all of it is read before any of it is written.
                 unsafe { store(dst.add(i), f(load(src.add(i)), s)) };
@@ -198,16 +215,16 @@ macro_rules! simd_math {
         simd_math!(@export $feat, $div, "`src[i] / s`", |x, d| div(x, d));
     };
     (@export $feat:literal, $name:ident, $what:literal, $f:expr) => {
-        #[doc = concat!("Writes ", $what, " to `dst[i]` for `i < n`.")]
+        #[doc = concat!("Writes ", $what, " to `dst[i]` for `i < n`, prefetching `pf` bytes ahead of what it reads when `pf != 0`.")]
         ///
         /// # Safety
         /// `src` must point to `n` initialised f32s and `dst` to `n`
         /// writable ones (or `n <= 0`), either the same or not overlapping,
         #[doc = concat!("and the CPU must have ", $feat, ".")]
         #[target_feature(enable = $feat)]
-        pub unsafe extern "C" fn $name(src: *const f32, dst: *mut f32, n: i64, s: f32) {
+        pub unsafe extern "C" fn $name(src: *const f32, dst: *mut f32, n: i64, s: f32, pf: i64) {
             // SAFETY: the caller vouches for both buffers.
-            unsafe { map_block(src, dst, n, s, $f) }
+            unsafe { map_block(src, dst, n, s, pf, $f) }
         }
     };
 }
