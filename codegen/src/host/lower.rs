@@ -41,9 +41,9 @@ pub struct Libcalls {
     pub round_f16: FuncRef,
     /// See `round_f16`.
     pub round_bf16: FuncRef,
-    /// Eight-lane helpers `fn(src, dst, n, s)` by op name (`exp`, ...,
-    /// `div`; empty when the CPU lacks them or the options turn them off);
-    /// see `lower/block.rs`.
+    /// Block helpers `fn(src, dst, n, s, pf)` by op name (`exp`, ...,
+    /// `div`, `max`, `min`; empty when the CPU lacks them or the options
+    /// turn them off); see `lower/block.rs` and `native::BlockFn`.
     pub block_fns: HashMap<&'static str, FuncRef>,
 }
 

@@ -19,7 +19,9 @@
 //! straight there; and a store stage whose value is the op itself has the
 //! helper write the output (`y = exp(x)` is one call per block, no loop).
 //! Only values that vary along the row qualify: a row-uniform one is a
-//! single scalar op Cranelift hoists.
+//! single scalar op Cranelift hoists. A helper re-reading a load's row in
+//! place prefetches the next row (`prefetch_distance`), and a row max/min
+//! over memory folds through a helper (`fold_helper`).
 //!
 //! The helpers compute exactly what the inline code does, so blocking
 //! changes speed, not results.

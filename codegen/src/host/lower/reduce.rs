@@ -1,6 +1,7 @@
 //! The reduce stages' inner loops: identities, the fold of one step, f32
 //! sums in blocks added in f64, and vector accumulators (max/min as one
-//! `maxps`/`minps` per vector with NaN lanes collected on the side).
+//! `maxps`/`minps` per vector with NaN lanes collected on the side, or
+//! filled by a 16-lane fold helper when the row is already in memory).
 
 use super::{scalar_ty, Lowerer, Mode, LANES};
 use crate::host::native::MATH_BLOCK;
