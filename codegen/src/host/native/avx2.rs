@@ -165,6 +165,8 @@ simd_math!(
     sigmoid = tj_sigmoid_x8,
     gelu = tj_gelu_x8,
     div = tj_div_x8,
+    max = tj_max_x8,
+    min = tj_min_x8,
 );
 
 /// Folds `src[0..n]` (`n` a multiple of 16) into sixteen lanes the way the
@@ -201,24 +203,4 @@ unsafe fn fold16<const MAX: bool>(src: *const f32, dst: *mut f32, n: i64, ident:
         // SAFETY: the caller vouches for dst[0..16].
         unsafe { _mm256_storeu_ps(dst.add(8 * h), v) };
     }
-}
-
-/// Writes the row max fold of `src[0..n]` to `dst[0..16]` ([`fold16`]).
-///
-/// # Safety
-/// As [`fold16`].
-#[target_feature(enable = "avx2,fma")]
-pub unsafe extern "C" fn tj_max_x8(src: *const f32, dst: *mut f32, n: i64, ident: f32, _pf: i64) {
-    // SAFETY: the caller vouches for both buffers.
-    unsafe { fold16::<true>(src, dst, n, ident) }
-}
-
-/// Writes the row min fold of `src[0..n]` to `dst[0..16]` ([`fold16`]).
-///
-/// # Safety
-/// As [`fold16`].
-#[target_feature(enable = "avx2,fma")]
-pub unsafe extern "C" fn tj_min_x8(src: *const f32, dst: *mut f32, n: i64, ident: f32, _pf: i64) {
-    // SAFETY: the caller vouches for both buffers.
-    unsafe { fold16::<false>(src, dst, n, ident) }
 }

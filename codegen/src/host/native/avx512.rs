@@ -165,6 +165,8 @@ simd_math!(
     sigmoid = tj_sigmoid_x16,
     gelu = tj_gelu_x16,
     div = tj_div_x16,
+    max = tj_max_x16,
+    min = tj_min_x16,
 );
 
 /// Folds `src[0..n]` (`n` a multiple of 16) into sixteen lanes the way the
@@ -197,24 +199,4 @@ unsafe fn fold16<const MAX: bool>(src: *const f32, dst: *mut f32, n: i64, ident:
     let acc = _mm512_mask_blend_ps(nan, acc, _mm512_set1_ps(f32::NAN));
     // SAFETY: the caller vouches for dst[0..16].
     unsafe { _mm512_storeu_ps(dst, acc) };
-}
-
-/// Writes the row max fold of `src[0..n]` to `dst[0..16]` ([`fold16`]).
-///
-/// # Safety
-/// As [`fold16`].
-#[target_feature(enable = "avx512f")]
-pub unsafe extern "C" fn tj_max_x16(src: *const f32, dst: *mut f32, n: i64, ident: f32, _pf: i64) {
-    // SAFETY: the caller vouches for both buffers.
-    unsafe { fold16::<true>(src, dst, n, ident) }
-}
-
-/// Writes the row min fold of `src[0..n]` to `dst[0..16]` ([`fold16`]).
-///
-/// # Safety
-/// As [`fold16`].
-#[target_feature(enable = "avx512f")]
-pub unsafe extern "C" fn tj_min_x16(src: *const f32, dst: *mut f32, n: i64, ident: f32, _pf: i64) {
-    // SAFETY: the caller vouches for both buffers.
-    unsafe { fold16::<false>(src, dst, n, ident) }
 }

@@ -27,8 +27,10 @@
 //! b : a` and `b < a ? b : a`, NaN behaviour included), `lt`, `eq`,
 //! `unordered` (ordered compares as `Math::cmp`, giving `M`), `select`
 //! (`mask ? a : b`), `bits`/`float` (reinterpret), `to_float` (i32 -> f32),
-//! `iadd`, `isub`, `iand`, `ior`, `ixor`, `shl::<K>`, `sra::<K>`, and the
-//! unsafe `load`/`store` of one step.
+//! `iadd`, `isub`, `iand`, `ior`, `ixor`, `shl::<K>`, `sra::<K>`, the
+//! unsafe `load`/`store` of one step, and the row max/min fold
+//! `fold16::<MAX>(src, dst, n, ident)` (its 16 lanes are one vector or
+//! two, so each module writes it).
 
 /// Expands to the math functions and the six exported helpers
 /// (`fn(src, dst, n, s)`, see `BlockFn`) named by the arguments, compiled
@@ -41,7 +43,9 @@ macro_rules! simd_math {
         tanh = $tanh:ident,
         sigmoid = $sigmoid:ident,
         gelu = $gelu:ident,
-        div = $div:ident $(,)?
+        div = $div:ident,
+        max = $max:ident,
+        min = $min:ident $(,)?
     ) => {
         use $crate::host::math::{
             EXP_CEIL, EXP_FLOOR, EXP_LO, EXP_POLY, GELU_C, GELU_CK, LN2_HI, LN2_LO, LOG_POLY,
@@ -206,6 +210,8 @@ macro_rules! simd_math {
             }
         }
 
+        simd_math!(@fold $feat, $max, "max", true);
+        simd_math!(@fold $feat, $min, "min", false);
         simd_math!(@export $feat, $exp, "`exp(src[i] + s)`", |x, b| exp(add(x, b)));
         simd_math!(@export $feat, $log, "`log(src[i] + s)`", |x, b| log(add(x, b)));
         simd_math!(@export $feat, $tanh, "`tanh(src[i] + s)`", |x, b| tanh(add(x, b)));
@@ -213,6 +219,17 @@ macro_rules! simd_math {
         simd_math!(@export $feat, $gelu, "`gelu(src[i] + s)`", |x, b| gelu(add(x, b)));
         // IEEE division, as the inline `fdiv`.
         simd_math!(@export $feat, $div, "`src[i] / s`", |x, d| div(x, d));
+    };
+    (@fold $feat:literal, $name:ident, $what:literal, $max:literal) => {
+        #[doc = concat!("Writes the row ", $what, " fold of `src[0..n]` to `dst[0..16]` (`fold16`; `pf` is not used).")]
+        ///
+        /// # Safety
+        /// As `fold16`.
+        #[target_feature(enable = $feat)]
+        pub unsafe extern "C" fn $name(src: *const f32, dst: *mut f32, n: i64, ident: f32, _pf: i64) {
+            // SAFETY: the caller vouches for both buffers.
+            unsafe { fold16::<$max>(src, dst, n, ident) }
+        }
     };
     (@export $feat:literal, $name:ident, $what:literal, $f:expr) => {
         #[doc = concat!("Writes ", $what, " to `dst[i]` for `i < n`, prefetching `pf` bytes ahead of what it reads when `pf != 0`.")]
