@@ -42,9 +42,9 @@ pub struct CodegenOptions {
     /// Run Cranelift's IR verifier on each function.
     pub verify: bool,
     /// Which helpers vector loops may call to compute exp/log/tanh/sigmoid/
-    /// gelu and division by a row-uniform value, in blocks of
-    /// [`MATH_BLOCK`] ([`block_math`]). Results are the same bit for bit
-    /// whichever is chosen.
+    /// gelu and division by a row-uniform value (in blocks of
+    /// [`MATH_BLOCK`]) and to fold row max/min ([`block_math`]). Results
+    /// are the same bit for bit whichever is chosen.
     pub block_math: BlockMath,
 }
 
