@@ -1,5 +1,6 @@
 //! `math.rs`'s f32 functions, and division by a scalar, written once over
-//! whatever vector one-liners the invoking module defines ([`simd_math`]):
+//! whatever vector one-liners the invoking module defines ([`simd_math`],
+//! which also exports the module's row max/min folds):
 //! `avx2` expands it over four 8-lane vectors, `avx512` over four 16-lane
 //! ones. Generated code calls the resulting `extern "C"` functions on a
 //! block of values: Cranelift emits only 128-bit vectors, and these
@@ -32,9 +33,9 @@
 //! `fold16::<MAX>(src, dst, n, ident)` (its 16 lanes are one vector or
 //! two, so each module writes it).
 
-/// Expands to the math functions and the six exported helpers
-/// (`fn(src, dst, n, s)`, see `BlockFn`) named by the arguments, compiled
-/// for the target features `$feat`.
+/// Expands to the math functions and the eight exported helpers
+/// (`fn(src, dst, n, s, pf)`, see `BlockFn`) named by the arguments,
+/// compiled for the target features `$feat`.
 macro_rules! simd_math {
     (
         features = $feat:literal,
