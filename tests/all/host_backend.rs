@@ -571,6 +571,71 @@ fn evicted_kernels_keep_working_and_are_counted() {
     assert!(table.starts_with("kernel cache:"), "{table}");
 }
 
+/// Code generation options are part of a kernel's cache key: each option
+/// set compiles its own entry (never a stale one made under other options),
+/// the same set finds the same entry, and every variant computes the same
+/// values. (The CPU's features are in the key too; a test cannot change
+/// them.)
+#[test]
+fn codegen_options_are_part_of_the_kernel_key() {
+    use tilejit_runtime::{BlockMath, CodegenOptions, HostProgram};
+    // A kernel no other test builds (its literal is this test's own).
+    let g = tilejit_ir::text::parse(
+        "graph {
+  %0 = input 0 : f32[3,37]
+  %1 = full 0.314159 : f32[3,37]
+  %2 = mul %0, %1 : f32[3,37]
+  %3 = tanh %2 : f32[3,37]
+  return %3
+}",
+    )
+    .unwrap();
+    let prog = tilejit_ir::kernel::fuse(&g).unwrap();
+    let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffers[b.0 as usize].ty.dtype;
+    let variants = [
+        CodegenOptions::default(),
+        CodegenOptions {
+            optimize: false,
+            ..CodegenOptions::default()
+        },
+        CodegenOptions {
+            block_math: BlockMath::Off,
+            ..CodegenOptions::default()
+        },
+    ];
+    let key = |opts| {
+        kernel_cache()
+            .get_or_compile(&prog.kernels[0], &dtype_of, opts)
+            .unwrap()
+            .key
+            .clone()
+    };
+    let keys: Vec<String> = variants.iter().map(|&o| key(o)).collect();
+    assert!(
+        keys[0] != keys[1] && keys[0] != keys[2] && keys[1] != keys[2],
+        "{keys:?}"
+    );
+    assert_eq!(key(variants[0]), keys[0], "same options, same entry");
+    let x = Tensor::randn(&[3, 37], 31).to_array().unwrap();
+    let want = Program::compile(g.clone())
+        .unwrap()
+        .run_reference(std::slice::from_ref(&x), &[])
+        .unwrap();
+    for opts in variants {
+        let got = HostProgram::compile_with(&g, opts)
+            .unwrap()
+            .run(std::slice::from_ref(&x), &[])
+            .unwrap();
+        let (got, want) = (
+            got[0].as_slice::<f32>().unwrap(),
+            want[0].as_slice::<f32>().unwrap(),
+        );
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() <= 1e-6, "{opts:?}: {g} vs {w}");
+        }
+    }
+}
+
 #[test]
 fn many_threads_compile_and_run_the_same_kernels() {
     let x = Tensor::randn(&[300, 70], 5);
