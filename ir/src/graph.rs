@@ -90,6 +90,42 @@ pub enum CmpOp {
     Eq,
 }
 
+impl UnaryOp {
+    /// Every unary op, in declaration order (the text parser looks names
+    /// up here, so an op missing from it fails the text round-trip tests).
+    pub const ALL: [UnaryOp; 12] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Square,
+        UnaryOp::Relu,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Recip,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Gelu,
+    ];
+}
+
+impl BinaryOp {
+    /// Every binary op, in declaration order.
+    pub const ALL: [BinaryOp; 6] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+    ];
+}
+
+impl CmpOp {
+    /// Every comparison, in declaration order.
+    pub const ALL: [CmpOp; 5] = [CmpOp::Lt, CmpOp::Gt, CmpOp::Le, CmpOp::Ge, CmpOp::Eq];
+}
+
 /// Reductions over a set of axes.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 pub enum ReduceOp {

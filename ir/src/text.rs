@@ -25,29 +25,6 @@ use crate::shape::{Shape, TensorType};
 use std::collections::HashMap;
 use std::fmt::{self, Write};
 
-const UNARY: [UnaryOp; 12] = [
-    UnaryOp::Neg,
-    UnaryOp::Abs,
-    UnaryOp::Square,
-    UnaryOp::Relu,
-    UnaryOp::Exp,
-    UnaryOp::Log,
-    UnaryOp::Sqrt,
-    UnaryOp::Rsqrt,
-    UnaryOp::Recip,
-    UnaryOp::Tanh,
-    UnaryOp::Sigmoid,
-    UnaryOp::Gelu,
-];
-const BINARY: [BinaryOp; 6] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::Max,
-    BinaryOp::Min,
-];
-const COMPARE: [CmpOp; 5] = [CmpOp::Lt, CmpOp::Gt, CmpOp::Le, CmpOp::Ge, CmpOp::Eq];
 const REDUCE: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min];
 
 pub(crate) fn binary_text(b: BinaryOp) -> &'static str {
@@ -78,17 +55,26 @@ pub(crate) fn reduce_text(r: ReduceOp) -> &'static str {
 
 /// The unary op with this mnemonic.
 pub(crate) fn unary_from_name(name: &str) -> Option<UnaryOp> {
-    UNARY.iter().copied().find(|&u| unary_name(u) == name)
+    UnaryOp::ALL
+        .iter()
+        .copied()
+        .find(|&u| unary_name(u) == name)
 }
 
 /// The binary op with this mnemonic.
 pub(crate) fn binary_from_name(name: &str) -> Option<BinaryOp> {
-    BINARY.iter().copied().find(|&b| binary_text(b) == name)
+    BinaryOp::ALL
+        .iter()
+        .copied()
+        .find(|&b| binary_text(b) == name)
 }
 
 /// The comparison with this mnemonic.
 pub(crate) fn compare_from_name(name: &str) -> Option<CmpOp> {
-    COMPARE.iter().copied().find(|&c| compare_text(c) == name)
+    CmpOp::ALL
+        .iter()
+        .copied()
+        .find(|&c| compare_text(c) == name)
 }
 
 /// The reduction with this mnemonic (`reduce_sum`).
@@ -379,14 +365,14 @@ impl Parser {
             args.parse::<u32>()
                 .map_err(|_| self.err(format!("`{name}` expects an index")))
         };
-        if let Some(&u) = UNARY.iter().find(|&&u| unary_name(u) == name) {
+        if let Some(&u) = UnaryOp::ALL.iter().find(|&&u| unary_name(u) == name) {
             return Ok(Op::Unary(u, self.operands(args, 1)?.0[0]));
         }
-        if let Some(&b) = BINARY.iter().find(|&&b| binary_text(b) == name) {
+        if let Some(&b) = BinaryOp::ALL.iter().find(|&&b| binary_text(b) == name) {
             let (o, _) = self.operands(args, 2)?;
             return Ok(Op::Binary(b, o[0], o[1]));
         }
-        if let Some(&c) = COMPARE.iter().find(|&&c| compare_text(c) == name) {
+        if let Some(&c) = CmpOp::ALL.iter().find(|&&c| compare_text(c) == name) {
             let (o, _) = self.operands(args, 2)?;
             return Ok(Op::Compare(c, o[0], o[1]));
         }

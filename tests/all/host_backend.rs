@@ -166,34 +166,14 @@ pub(crate) fn ramp(n: usize, d: D, salt: usize) -> Array {
 /// integers.
 pub(crate) fn unary_ops(d: D) -> &'static [UnaryOp] {
     if d.is_float() {
-        &[
-            UnaryOp::Neg,
-            UnaryOp::Abs,
-            UnaryOp::Square,
-            UnaryOp::Relu,
-            UnaryOp::Exp,
-            UnaryOp::Tanh,
-            UnaryOp::Sigmoid,
-            UnaryOp::Gelu,
-            UnaryOp::Sqrt,
-            UnaryOp::Log,
-            UnaryOp::Rsqrt,
-            UnaryOp::Recip,
-        ]
+        &UnaryOp::ALL
     } else {
         &[UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Square, UnaryOp::Relu]
     }
 }
 
-/// The elementwise binary ops every dtype has.
-pub(crate) const BINARY_OPS: [tilejit_ir::BinaryOp; 6] = [
-    tilejit_ir::BinaryOp::Add,
-    tilejit_ir::BinaryOp::Sub,
-    tilejit_ir::BinaryOp::Mul,
-    tilejit_ir::BinaryOp::Div,
-    tilejit_ir::BinaryOp::Max,
-    tilejit_ir::BinaryOp::Min,
-];
+/// The elementwise binary ops (every dtype has each).
+pub(crate) const BINARY_OPS: [tilejit_ir::BinaryOp; 6] = tilejit_ir::BinaryOp::ALL;
 
 #[test]
 fn every_op_at_odd_sizes_on_every_float_and_int_dtype() {

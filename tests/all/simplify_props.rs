@@ -10,28 +10,6 @@ use tilejit_ir::{
     TensorType, UnaryOp,
 };
 
-const UNARY: [UnaryOp; 12] = [
-    UnaryOp::Neg,
-    UnaryOp::Abs,
-    UnaryOp::Square,
-    UnaryOp::Relu,
-    UnaryOp::Exp,
-    UnaryOp::Log,
-    UnaryOp::Sqrt,
-    UnaryOp::Rsqrt,
-    UnaryOp::Recip,
-    UnaryOp::Tanh,
-    UnaryOp::Sigmoid,
-    UnaryOp::Gelu,
-];
-const BINARY: [BinaryOp; 6] = [
-    BinaryOp::Add,
-    BinaryOp::Sub,
-    BinaryOp::Mul,
-    BinaryOp::Div,
-    BinaryOp::Max,
-    BinaryOp::Min,
-];
 const LITS: [f64; 6] = [0.0, -0.0, 1.0, 2.0, 0.5, -3.0];
 
 /// Builds a random well-typed graph from a list of instructions. Instructions
@@ -90,14 +68,16 @@ pub(crate) fn build_typed(
             Some((bx, by))
         };
         let made = match kind % 12 {
-            0 | 1 => bcast(&mut g, x, y)
-                .and_then(|(x, y)| g.add(Op::Binary(BINARY[extra as usize % 6], x, y)).ok()),
-            2 | 3 => g.add(Op::Unary(UNARY[extra as usize % 12], x)).ok(),
+            0 | 1 => bcast(&mut g, x, y).and_then(|(x, y)| {
+                g.add(Op::Binary(BinaryOp::ALL[extra as usize % 6], x, y))
+                    .ok()
+            }),
+            2 | 3 => g.add(Op::Unary(UnaryOp::ALL[extra as usize % 12], x)).ok(),
             4 => {
                 let value = Lit::Float(LITS[extra as usize % LITS.len()]);
                 let c = g.add(Op::Full { value, ty: tx }).ok();
                 c.and_then(|c| {
-                    g.add(Op::Binary(BINARY[(extra / 8) as usize % 4], x, c))
+                    g.add(Op::Binary(BinaryOp::ALL[(extra / 8) as usize % 4], x, c))
                         .ok()
                 })
             }
