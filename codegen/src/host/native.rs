@@ -49,6 +49,10 @@ pub struct BlockFn {
     pub addr: *const u8,
 }
 
+/// A block helper's signature (see [`BlockFn`]).
+#[cfg(target_arch = "x86_64")]
+type HelperFn = unsafe extern "C" fn(*const f32, *mut f32, i64, f32, i64);
+
 /// The helpers `choice` names: versions of the inline f32 math and of
 /// division by a scalar on 8 (AVX2 + FMA) or 16 (AVX-512F) lanes,
 /// bit-identical to the inline code; `None` for [`BlockMath::Off`], or for
@@ -63,36 +67,14 @@ pub fn block_math(choice: BlockMath) -> Result<Option<[BlockFn; 8]>, CodegenErro
         let f = super::cpu_features();
         // Both widths repeat the inline math built with FMA.
         let (avx2, avx512) = (f.avx2 && f.fma, f.avx512f && f.fma);
-        let e =
-            |op, symbol, addr: unsafe extern "C" fn(*const f32, *mut f32, i64, f32, i64)| BlockFn {
+        let set = |helpers: [(&'static str, &'static str, HelperFn); 8]| {
+            helpers.map(|(op, symbol, f)| BlockFn {
                 op,
                 symbol,
-                addr: addr as *const u8,
-            };
-        let x16 = || {
-            [
-                e("exp", "tj_exp_x16", avx512::tj_exp_x16),
-                e("log", "tj_log_x16", avx512::tj_log_x16),
-                e("tanh", "tj_tanh_x16", avx512::tj_tanh_x16),
-                e("sigmoid", "tj_sigmoid_x16", avx512::tj_sigmoid_x16),
-                e("gelu", "tj_gelu_x16", avx512::tj_gelu_x16),
-                e("div", "tj_div_x16", avx512::tj_div_x16),
-                e("max", "tj_max_x16", avx512::tj_max_x16),
-                e("min", "tj_min_x16", avx512::tj_min_x16),
-            ]
+                addr: f as *const u8,
+            })
         };
-        let x8 = || {
-            [
-                e("exp", "tj_exp_x8", avx2::tj_exp_x8),
-                e("log", "tj_log_x8", avx2::tj_log_x8),
-                e("tanh", "tj_tanh_x8", avx2::tj_tanh_x8),
-                e("sigmoid", "tj_sigmoid_x8", avx2::tj_sigmoid_x8),
-                e("gelu", "tj_gelu_x8", avx2::tj_gelu_x8),
-                e("div", "tj_div_x8", avx2::tj_div_x8),
-                e("max", "tj_max_x8", avx2::tj_max_x8),
-                e("min", "tj_min_x8", avx2::tj_min_x8),
-            ]
-        };
+        let (x8, x16) = (|| set(avx2::HELPERS), || set(avx512::HELPERS));
         match choice {
             BlockMath::Off => Ok(None),
             BlockMath::Avx2 if avx2 => Ok(Some(x8())),

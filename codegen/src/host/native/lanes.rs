@@ -211,6 +211,19 @@ macro_rules! simd_math {
             }
         }
 
+        /// This module's helpers as `(op, symbol, address)`, for
+        /// `block_math` (the symbol is the function's own name).
+        pub(super) const HELPERS: [(&str, &str, super::HelperFn); 8] = [
+            ("exp", stringify!($exp), $exp),
+            ("log", stringify!($log), $log),
+            ("tanh", stringify!($tanh), $tanh),
+            ("sigmoid", stringify!($sigmoid), $sigmoid),
+            ("gelu", stringify!($gelu), $gelu),
+            ("div", stringify!($div), $div),
+            ("max", stringify!($max), $max),
+            ("min", stringify!($min), $min),
+        ];
+
         simd_math!(@fold $feat, $max, "max", true);
         simd_math!(@fold $feat, $min, "min", false);
         simd_math!(@export $feat, $exp, "`exp(src[i] + s)`", |x, b| exp(add(x, b)));
