@@ -331,11 +331,27 @@ proptest! {
     }
 }
 
-/// The helpers a one-kernel graph's code calls, sorted by symbol, each
-/// with the definition of its last argument (the prefetch distance), read
-/// from the Cranelift IR, whose listing names each import (`fn9 = u0:10
-/// sig9 ; tj_exp_x8`).
-fn helper_calls(text: &str, width: BlockMath) -> std::collections::BTreeMap<String, String> {
+/// A lone gelu: one pass, one helper.
+const GELU: &str = "graph {
+  %0 = input 0 : f32[4,64]
+  %1 = gelu %0 : f32[4,64]
+  return %1
+}";
+
+/// A golden graph's text (`tests/golden/<name>.simplified.graph`).
+fn golden(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/golden/{name}.simplified.graph",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+/// The helpers a one-kernel graph's code calls, one entry per call site
+/// sorted by symbol, each with the definition of its last argument (the
+/// prefetch distance), read from the Cranelift IR, whose listing names
+/// each import (`fn9 = u0:10 sig9 ; tj_exp_x8`).
+fn helper_calls(text: &str, width: BlockMath) -> Vec<(String, String)> {
     let g = tilejit_ir::text::parse(text).unwrap();
     let prog = tilejit_ir::kernel::fuse(&g).unwrap();
     assert_eq!(prog.kernels.len(), 1, "{text}");
@@ -347,7 +363,8 @@ fn helper_calls(text: &str, width: BlockMath) -> std::collections::BTreeMap<Stri
             .find_map(|d| d.trim().strip_prefix(&prefix).map(str::to_string))
             .unwrap_or_else(|| "?".into())
     };
-    l.clif
+    let mut calls = l
+        .clif
         .lines()
         .filter_map(|c| {
             // `call fn9(v1, .., v5)  ; v5 = 0`: the comment names constants.
@@ -358,7 +375,9 @@ fn helper_calls(text: &str, width: BlockMath) -> std::collections::BTreeMap<Stri
             let last = args.trim_end_matches(')').rsplit(", ").next()?.to_string();
             Some((symbol, defined(format!("{last} = "))))
         })
-        .collect()
+        .collect::<Vec<_>>();
+    calls.sort();
+    calls
 }
 
 /// A helper prefetches the next row only where it re-reads a row an
@@ -368,24 +387,27 @@ fn helper_calls(text: &str, width: BlockMath) -> std::collections::BTreeMap<Stri
 /// prefetcher follows) does not.
 #[test]
 fn helpers_prefetch_the_next_row_only_on_a_second_pass() {
-    let softmax = std::fs::read_to_string(format!(
-        "{}/golden/softmax.simplified.graph",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
-    let gelu = "graph {
-  %0 = input 0 : f32[4,64]
-  %1 = gelu %0 : f32[4,64]
-  return %1
-}";
+    let softmax = golden("softmax");
+    // The prefetch distance of every call of `symbol`, and how many calls.
+    let distances = |text: &str, w, symbol: String| {
+        let all: Vec<String> = helper_calls(text, w)
+            .into_iter()
+            .filter(|(s, _)| *s == symbol)
+            .map(|(_, d)| d)
+            .collect();
+        assert!(!all.is_empty(), "no call of {symbol}");
+        all
+    };
     for (w, x) in widths() {
-        let soft = helper_calls(&softmax, w);
-        let exp = &soft[&format!("tj_exp{x}")];
-        assert!(!exp.starts_with("iconst"), "exp's prefetch distance: {exp}");
-        let div = &soft[&format!("tj_div{x}")];
-        assert!(div.starts_with("iconst.i64 0"), "div reads scratch: {div}");
-        let g = &helper_calls(gelu, w)[&format!("tj_gelu{x}")];
-        assert!(g.starts_with("iconst.i64 0"), "gelu: {g}");
+        for exp in distances(&softmax, w, format!("tj_exp{x}")) {
+            assert!(!exp.starts_with("iconst"), "exp's prefetch distance: {exp}");
+        }
+        for div in distances(&softmax, w, format!("tj_div{x}")) {
+            assert!(div.starts_with("iconst.i64 0"), "div reads scratch: {div}");
+        }
+        for g in distances(GELU, w, format!("tj_gelu{x}")) {
+            assert!(g.starts_with("iconst.i64 0"), "gelu: {g}");
+        }
     }
 }
 
@@ -397,20 +419,13 @@ fn helpers_prefetch_the_next_row_only_on_a_second_pass() {
 /// listing names).
 #[test]
 fn helpers_serve_only_values_that_vary_along_the_row() {
-    let calls = |text: &str, width| helper_calls(text, width).into_keys().collect::<Vec<_>>();
-    let golden = |name: &str| {
-        std::fs::read_to_string(format!(
-            "{}/golden/{name}.simplified.graph",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap()
+    let calls = |text: &str, width| {
+        helper_calls(text, width)
+            .into_iter()
+            .map(|(symbol, _)| symbol)
+            .collect::<Vec<_>>()
     };
     let (layernorm, softmax) = (golden("layernorm"), golden("softmax"));
-    let gelu = "graph {
-  %0 = input 0 : f32[4,64]
-  %1 = gelu %0 : f32[4,64]
-  return %1
-}";
     for (w, x) in widths() {
         assert!(
             calls(&layernorm, w).is_empty(),
@@ -425,6 +440,6 @@ fn helpers_serve_only_values_that_vary_along_the_row() {
             ],
             "max(x), exp(x - max), e / sum"
         );
-        assert_eq!(calls(gelu, w), [format!("tj_gelu{x}")]);
+        assert_eq!(calls(GELU, w), [format!("tj_gelu{x}")]);
     }
 }

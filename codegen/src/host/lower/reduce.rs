@@ -1,7 +1,7 @@
 //! The reduce stages' inner loops: identities, the fold of one step, f32
 //! sums in blocks added in f64, and vector accumulators (max/min as one
 //! `maxps`/`minps` per vector with NaN lanes collected on the side, or
-//! filled by a 16-lane fold helper when the row is already in memory).
+//! filled by a fold helper when the row is already in memory).
 
 use super::{scalar_ty, Lowerer, Mode, LANES};
 use crate::host::native::MATH_BLOCK;
@@ -142,8 +142,8 @@ impl Lowerer<'_, '_> {
         });
         // A max/min of a row already in memory folds through a helper
         // that fills the four accumulators exactly as the vector loop
-        // would (16 lanes per instruction instead of 4, and three
-        // instructions per vector instead of four); the scalar tail stays.
+        // would, 8 or 16 lanes per instruction instead of 4; the scalar
+        // tail stays.
         let fold = match (&nans, scalar_ty(d)) {
             (Some(_), types::F32) => self.fold_helper(op, value, j0, j1, ident)?,
             _ => None,
