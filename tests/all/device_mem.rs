@@ -237,6 +237,61 @@ fn sim_device_is_shared_across_threads() {
     assert_eq!(sim.memory_stats().chunks, 0);
 }
 
+/// Eight threads write interleaved 3-byte runs into one 1 MiB buffer (so
+/// runs share words and straddle page boundaries) while two more read it
+/// whole: every thread's bytes survive the others' writes, and a reader
+/// sees each byte either unwritten or holding its run's value, never a
+/// byte of another run.
+#[test]
+fn interleaved_writes_from_many_threads_keep_each_others_bytes() {
+    const LEN: usize = 1 << 20;
+    const RUN: usize = 3;
+    let sim = Arc::new(SimDevice::new(DeviceConfig::default()).unwrap());
+    let buf = Arc::new(sim.allocate(LEN as u64).unwrap());
+    let runs = LEN / RUN;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let (sim, buf, done) = (sim.clone(), buf.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut back = vec![0u8; LEN];
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    sim.copy_to_host(&buf, 0, &mut back).unwrap();
+                    for (k, run) in back[..runs * RUN].chunks_exact(RUN).enumerate() {
+                        let v = (k % 251) as u8 + 1;
+                        assert!(run.iter().all(|&b| b == 0 || b == v), "run {k}: {run:?}");
+                    }
+                }
+            })
+        })
+        .collect();
+    let writers: Vec<_> = (0..8usize)
+        .map(|t| {
+            let (sim, buf) = (sim.clone(), buf.clone());
+            std::thread::spawn(move || {
+                for k in (t..runs).step_by(8) {
+                    let v = (k % 251) as u8 + 1;
+                    sim.copy_from_host(&[v; RUN], &buf, (k * RUN) as u64)
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    let mut back = vec![0u8; LEN];
+    sim.copy_to_host(&buf, 0, &mut back).unwrap();
+    for (k, run) in back[..runs * RUN].chunks_exact(RUN).enumerate() {
+        assert_eq!(run, [(k % 251) as u8 + 1; RUN], "run {k}");
+    }
+    assert_eq!(&back[runs * RUN..], &[0u8; LEN % RUN][..]);
+}
+
 #[test]
 fn config_round_trips_through_json_and_rejects_bad_values() {
     let cfg = DeviceConfig::default();

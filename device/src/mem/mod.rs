@@ -1,5 +1,5 @@
-//! Device memory: regions with an allocator ([`region`]) over lazily paged,
-//! word-atomic bytes ([`storage`]).
+//! Device memory: regions with an allocator ([`region`]) over lazily paged
+//! bytes, each page behind its own reader-writer lock ([`storage`]).
 
 pub mod region;
 pub mod storage;
