@@ -2,7 +2,7 @@
 //! seed and element index), so a value depends only on (seed, index) and the
 //! same call gives the same tensor on every machine and thread count.
 
-use tilejit_ir::{Array, Buffer, DType, IrError, Shape};
+use tilejit_ir::{Array, DType, IrError, Shape};
 
 fn splitmix64(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -19,12 +19,7 @@ fn unit(seed: u64, i: u64) -> f32 {
 fn make(shape: &[usize], f: impl Fn(u64) -> f32) -> Result<Array, IrError> {
     let s = Shape::new(shape)?;
     s.byte_size(DType::F32)?;
-    let n = s.numel();
-    let mut v = Vec::new();
-    v.try_reserve_exact(n)
-        .map_err(|_| IrError::OutOfMemory { bytes: n * 4 })?;
-    v.extend((0..n as u64).map(f));
-    Array::new(s, Buffer::F32(v))
+    Array::new(s, tilejit_runtime::f32_buffer_from_fn(s.numel(), f)?)
 }
 
 /// f32 uniform in [0, 1).

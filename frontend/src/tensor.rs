@@ -94,8 +94,11 @@ impl Tensor {
     #[track_caller]
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Tensor {
         let location = Loc::caller();
-        let r = Shape::new(shape)
-            .and_then(|s| Array::full(TensorType::new(dtype, s), Lit::from_f64(value, dtype)));
+        let r = Shape::new(shape).and_then(|s| {
+            let n = s.byte_size(dtype).map(|_| s.numel())?;
+            let data = tilejit_runtime::filled_buffer(dtype, n, Lit::from_f64(value, dtype))?;
+            Array::new(s, data)
+        });
         Tensor::from_ir(r, "full", location)
     }
 

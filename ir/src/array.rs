@@ -70,16 +70,32 @@ impl Buffer {
 
     /// `n` elements all equal to `lit` (converted to `dtype`).
     pub fn filled(dtype: DType, n: usize, lit: Lit) -> Result<Buffer, IrError> {
+        let mut b = match dtype {
+            DType::F32 => Buffer::F32(try_filled(n, 0.0)?),
+            DType::F64 => Buffer::F64(try_filled(n, 0.0)?),
+            DType::F16 => Buffer::F16(try_filled(n, f16::ZERO)?),
+            DType::BF16 => Buffer::BF16(try_filled(n, bf16::ZERO)?),
+            DType::I32 => Buffer::I32(try_filled(n, 0)?),
+            DType::I64 => Buffer::I64(try_filled(n, 0)?),
+            DType::Bool => Buffer::Bool(try_filled(n, false)?),
+        };
+        b.fill(lit);
+        Ok(b)
+    }
+
+    /// Sets every element to `lit` converted to the buffer's dtype (ints
+    /// truncate floats, bools are "not zero").
+    pub fn fill(&mut self, lit: Lit) {
         let f = lit.as_f64();
-        Ok(match dtype {
-            DType::F32 => Buffer::F32(try_filled(n, f as f32)?),
-            DType::F64 => Buffer::F64(try_filled(n, f)?),
-            DType::F16 => Buffer::F16(try_filled(n, crate::scalar::f16_from_f64(f))?),
-            DType::BF16 => Buffer::BF16(try_filled(n, crate::scalar::bf16_from_f64(f))?),
-            DType::I32 => Buffer::I32(try_filled(n, lit.as_i64() as i32)?),
-            DType::I64 => Buffer::I64(try_filled(n, lit.as_i64())?),
-            DType::Bool => Buffer::Bool(try_filled(n, lit.as_i64() != 0)?),
-        })
+        match self {
+            Buffer::F32(v) => v.fill(f as f32),
+            Buffer::F64(v) => v.fill(f),
+            Buffer::F16(v) => v.fill(crate::scalar::f16_from_f64(f)),
+            Buffer::BF16(v) => v.fill(crate::scalar::bf16_from_f64(f)),
+            Buffer::I32(v) => v.fill(lit.as_i64() as i32),
+            Buffer::I64(v) => v.fill(lit.as_i64()),
+            Buffer::Bool(v) => v.fill(lit.as_i64() != 0),
+        }
     }
 
     /// Element `i` as a literal of the buffer's dtype.

@@ -4,6 +4,7 @@
 //! `gemm`, f16/bf16 held as f32 between the program's boundaries (each
 //! op's result rounded to its type).
 
+use crate::alloc::fresh;
 use crate::error::RuntimeError;
 use crate::kernel_cache::{kernel_cache, CachedKernel};
 use rayon::prelude::*;
@@ -11,7 +12,7 @@ use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tilejit_codegen::host::{
-    advise_huge_pages, matmul_f32, matmul_f64, storage_bytes, BufArg, CheckedArgs, CodegenOptions,
+    matmul_f32, matmul_f64, storage_bytes, BufArg, CheckedArgs, CodegenOptions,
 };
 use tilejit_ir::kernel::{fuse, BufKind, Kernel, KernelProgram, ProgramOutput};
 use tilejit_ir::pool::pool;
@@ -71,42 +72,6 @@ fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
         DType::I64 => Store::I64(fresh(n, 0).ok_or_else(oom)?),
         DType::Bool => Store::Bool(fresh(n, false).ok_or_else(oom)?),
         _ => Store::F32(fresh(n, 0.0).ok_or_else(oom)?),
-    })
-}
-
-/// `n` zeroed elements; big ones fallibly (an impossible size is an error,
-/// not an abort) and backed by huge pages where the OS allows.
-fn fresh<T: Clone>(n: usize, zero: T) -> Option<Vec<T>> {
-    // `vec!` of a zero value allocates zeroed memory but aborts when the
-    // allocator fails; for big sizes ask fallibly first.
-    if n * std::mem::size_of::<T>() < 1 << 20 {
-        return Some(vec![zero; n]);
-    }
-    let mut probe: Vec<T> = Vec::new();
-    probe.try_reserve_exact(n).ok()?;
-    drop(probe);
-    let mut v = vec![zero; n];
-    advise_huge_pages(&mut v);
-    Some(v)
-}
-
-/// A buffer of `n` elements of `dtype` that the caller will overwrite
-/// completely: from the caching pool when one is free, else fresh.
-pub(crate) fn output_buffer(dtype: DType, n: usize) -> Result<Buffer, IrError> {
-    if let Some(b) = pool().take(dtype, n) {
-        return Ok(b);
-    }
-    let oom = || IrError::OutOfMemory {
-        bytes: n.saturating_mul(dtype.size_bytes()),
-    };
-    Ok(match dtype {
-        DType::F32 => Buffer::F32(fresh(n, 0.0).ok_or_else(oom)?),
-        DType::F64 => Buffer::F64(fresh(n, 0.0).ok_or_else(oom)?),
-        DType::F16 => Buffer::F16(fresh(n, half::f16::ZERO).ok_or_else(oom)?),
-        DType::BF16 => Buffer::BF16(fresh(n, half::bf16::ZERO).ok_or_else(oom)?),
-        DType::I32 => Buffer::I32(fresh(n, 0).ok_or_else(oom)?),
-        DType::I64 => Buffer::I64(fresh(n, 0).ok_or_else(oom)?),
-        DType::Bool => Buffer::Bool(fresh(n, false).ok_or_else(oom)?),
     })
 }
 

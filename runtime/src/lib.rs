@@ -9,6 +9,7 @@
 //! - [`SimProgram`]: the same kernels compiled to bytecode and launched as
 //!   tile tasks on the simulated accelerator ([`sim_device`]).
 
+mod alloc;
 mod error;
 mod handler_cache;
 mod host;
@@ -17,6 +18,7 @@ mod program;
 mod signature;
 mod sim;
 
+pub use alloc::{f32_buffer_from_fn, filled_buffer};
 pub use error::{panic_message, RuntimeError};
 pub use handler_cache::{CacheEntry, HandlerCache, HandlerStats};
 pub use host::HostProgram;

@@ -553,7 +553,7 @@ fn download(
     n: usize,
     dt: DType,
 ) -> Result<Buffer, RuntimeError> {
-    let mut out = crate::host::output_buffer(dt, n)?;
+    let mut out = crate::alloc::output_buffer(dt, n)?;
     match &mut out {
         Buffer::F32(v) => dev.copy_elems_to_host(src, 0, v),
         Buffer::F64(v) => dev.copy_elems_to_host(src, 0, v),

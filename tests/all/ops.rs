@@ -418,3 +418,41 @@ fn f64_to_f16_and_bf16_round_to_nearest_even() {
         );
     }
 }
+
+/// `full` (and so `zeros`/`ones`) at sizes on both sides of the 1 MiB line
+/// where storage moves to fresh huge-page-advised memory: every element
+/// holds the value converted to the dtype, signed zero included, and a
+/// zero fill (memory left untouched) reads as zeros.
+#[test]
+fn full_holds_its_value_at_every_size() {
+    use half::{bf16, f16};
+    fn check<T: tilejit::Element + PartialEq + std::fmt::Debug>(dtype: DType, value: f64, want: T) {
+        for n in [0usize, 1, 3, 783, 300_001] {
+            let got = Tensor::full(&[n], value, dtype).to_vec::<T>().unwrap();
+            assert_eq!(got.len(), n);
+            if let Some(i) = got.iter().position(|x| *x != want) {
+                panic!("{dtype} full({value}) x{n}: element {i} is {:?}", got[i]);
+            }
+        }
+    }
+    check(DType::F32, 2.5, 2.5f32);
+    check(DType::F32, 0.0, 0.0f32);
+    check(DType::F64, -1e300, -1e300f64);
+    check(DType::F16, 0.1, f16::from_f64(0.1));
+    check(DType::BF16, -3.0, bf16::from_f32(-3.0));
+    check(DType::I32, -7.0, -7i32);
+    check(DType::I64, 0.0, 0i64);
+    check(DType::Bool, 1.0, true);
+    check(DType::Bool, 0.0, false);
+    // -0.0 compares equal to 0.0; its sign bit must survive the fill.
+    for n in [3usize, 300_001] {
+        let got = Tensor::full(&[n], -0.0, DType::F32)
+            .to_vec::<f32>()
+            .unwrap();
+        assert!(got.iter().all(|x| x.to_bits() == 0x8000_0000), "x{n}");
+        assert_eq!(
+            Tensor::ones(&[n], DType::I32).to_vec::<i32>().unwrap(),
+            vec![1; n]
+        );
+    }
+}
