@@ -16,6 +16,8 @@ use std::sync::{OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard
 const PAGE_BYTES: usize = 256 * 1024;
 
 type Page = RwLock<Box<[u8]>>;
+type PageRead<'a> = RwLockReadGuard<'a, Box<[u8]>>;
+type PageWrite<'a> = RwLockWriteGuard<'a, Box<[u8]>>;
 
 /// Lazily paged memory of a fixed size.
 pub struct PagedMemory {
@@ -55,7 +57,7 @@ impl PagedMemory {
     /// A page for writing, created (zeroed) on first use. The copies under
     /// the lock cannot panic, so a poisoned lock still guards whole bytes
     /// and is used as it is.
-    fn page_mut(&self, index: usize) -> RwLockWriteGuard<'_, Box<[u8]>> {
+    fn page_mut(&self, index: usize) -> PageWrite<'_> {
         self.pages[index]
             .get_or_init(|| RwLock::new(vec![0u8; PAGE_BYTES].into_boxed_slice()))
             .write()
@@ -63,7 +65,7 @@ impl PagedMemory {
     }
 
     /// A written page for reading, or `None` for one never written.
-    fn page(&self, index: usize) -> Option<RwLockReadGuard<'_, Box<[u8]>>> {
+    fn page(&self, index: usize) -> Option<PageRead<'_>> {
         let lock = self.pages[index].get()?;
         Some(lock.read().unwrap_or_else(PoisonError::into_inner))
     }
@@ -89,6 +91,62 @@ impl PagedMemory {
             // Writing zeros to an untouched page changes nothing.
             if self.pages[page].get().is_some() || src.iter().any(|&b| b != 0) {
                 self.page_mut(page)[in_page..in_page + n].copy_from_slice(src);
+            }
+        }
+    }
+
+    /// Reads `sz`-byte elements from the addresses `addrs` gives into
+    /// consecutive `sz`-byte slots of `out` (a strided DMA read), taking
+    /// each page's lock once for a run of elements inside it rather than
+    /// once per element. The caller has checked every address.
+    pub fn gather(&self, addrs: impl Iterator<Item = u64>, sz: usize, out: &mut [u8]) {
+        // At most one lock is held at a time, so no two threads can wait
+        // on each other.
+        // The page index and its guard (`None`: never written).
+        let mut held: Option<(usize, Option<PageRead<'_>>)> = None;
+        for (a, dst) in addrs.zip(out.chunks_exact_mut(sz)) {
+            let (page, at) = (
+                (a / PAGE_BYTES as u64) as usize,
+                (a % PAGE_BYTES as u64) as usize,
+            );
+            if at + sz > PAGE_BYTES {
+                held = None;
+                self.read(a, dst);
+                continue;
+            }
+            if held.as_ref().is_none_or(|(p, _)| *p != page) {
+                // Let go of the old page before taking the new one.
+                drop(held.take());
+                held = Some((page, self.page(page)));
+            }
+            match held.as_ref().and_then(|(_, g)| g.as_ref()) {
+                Some(bytes) => dst.copy_from_slice(&bytes[at..at + sz]),
+                None => dst.fill(0),
+            }
+        }
+    }
+
+    /// Writes consecutive `sz`-byte elements of `data` to the addresses
+    /// `addrs` gives (a strided DMA write), the inverse of
+    /// [`gather`](Self::gather).
+    pub fn scatter(&self, addrs: impl Iterator<Item = u64>, sz: usize, data: &[u8]) {
+        let mut held: Option<(usize, PageWrite<'_>)> = None;
+        for (a, src) in addrs.zip(data.chunks_exact(sz)) {
+            let (page, at) = (
+                (a / PAGE_BYTES as u64) as usize,
+                (a % PAGE_BYTES as u64) as usize,
+            );
+            if at + sz > PAGE_BYTES {
+                held = None;
+                self.write(a, src);
+                continue;
+            }
+            if held.as_ref().is_none_or(|(p, _)| *p != page) {
+                drop(held.take());
+                held = Some((page, self.page_mut(page)));
+            }
+            if let Some((_, bytes)) = held.as_mut() {
+                bytes[at..at + sz].copy_from_slice(src);
             }
         }
     }

@@ -254,10 +254,9 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
             let tile = cx.local_mut(Space::Ub, inst.addr(4), rows as usize * p)?;
             tile.fill(0);
             for r in 0..vrc.0 {
-                for c in 0..vrc.1 {
-                    let at = r * p + c * sz;
-                    gm.read(base + r as u64 * rs + c as u64 * cs, &mut tile[at..at + sz]);
-                }
+                let row = base + r as u64 * rs;
+                let addrs = (0..vrc.1 as u64).map(|c| row + c * cs);
+                gm.gather(addrs, sz, &mut tile[r * p..r * p + vrc.1 * sz]);
             }
             w.bytes = (vrc.0 * vrc.1 * sz) as u64;
         }
@@ -270,12 +269,9 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
             let src = inst.addr(8);
             for r in 0..vrc.0 {
                 let row = cx.local(Space::Ub, src + r * p, vrc.1 * sz)?;
-                for c in 0..vrc.1 {
-                    cx.gm.write(
-                        base + r as u64 * rs + c as u64 * cs,
-                        &row[c * sz..(c + 1) * sz],
-                    );
-                }
+                let at = base + r as u64 * rs;
+                cx.gm
+                    .scatter((0..vrc.1 as u64).map(|c| at + c * cs), sz, row);
             }
             w.bytes = (vrc.0 * vrc.1 * sz) as u64;
         }
