@@ -491,3 +491,25 @@ fn gather_and_scatter_match_element_copies() {
         assert!(a_all == b_all, "scatter from {start} by {stride} x{sz}");
     }
 }
+
+/// The largest memory a config allows (16 TiB) is cheap to make and to
+/// use sparsely: only written pages (and their table) take host memory.
+#[test]
+fn a_huge_sparse_memory_holds_what_is_written() {
+    use tilejit_device::mem::PagedMemory;
+    let size = 16u64 << 40;
+    let mem = PagedMemory::new(size);
+    assert_eq!(mem.pages_touched(), 0);
+    mem.write(size - 8, &7u64.to_le_bytes());
+    mem.write(5 << 30, &[1, 2, 3]);
+    mem.write(9 << 30, &[0; 64]); // zeros to an untouched page: nothing made
+    let mut back = [0u8; 8];
+    mem.read(size - 8, &mut back);
+    assert_eq!(u64::from_le_bytes(back), 7);
+    let mut back = [9u8; 5];
+    mem.read((5 << 30) - 1, &mut back);
+    assert_eq!(back, [0, 1, 2, 3, 0]);
+    mem.read(12 << 30, &mut back);
+    assert_eq!(back, [0; 5]);
+    assert_eq!(mem.pages_touched(), 2);
+}

@@ -1,6 +1,6 @@
-//! `PagedMemory`: the bytes behind a memory region. Pages are created on
-//! first write (untouched memory reads as zero and costs nothing, so the
-//! simulator can model gigabytes of GM). Each page is its own reader-writer
+//! `PagedMemory`: the bytes behind a memory region. Pages, and the tables
+//! that hold them, are created on first write (untouched memory reads as
+//! zero and costs nothing, so the simulator can model terabytes of GM). Each page is its own reader-writer
 //! lock over plain bytes, so many simulated cores on many host threads
 //! read one page at once, and every copy into or out of a page is one
 //! `memcpy` under its lock: safe Rust at memory speed, and a copy never
@@ -14,15 +14,19 @@ use rayon::prelude::*;
 use std::sync::{OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 const PAGE_BYTES: usize = 256 * 1024;
+/// Pages per directory entry (1 GiB of memory): the directory is all that
+/// exists up front, so even a 16 TiB memory costs ~400 KiB until written.
+const DIR_PAGES: usize = 4096;
 
 type Page = RwLock<Box<[u8]>>;
 type PageRead<'a> = RwLockReadGuard<'a, Box<[u8]>>;
 type PageWrite<'a> = RwLockWriteGuard<'a, Box<[u8]>>;
 
-/// Lazily paged memory of a fixed size.
+/// Lazily paged memory of a fixed size: a directory of lazily made tables
+/// of lazily made pages.
 pub struct PagedMemory {
     size: u64,
-    pages: Vec<OnceLock<Page>>,
+    dir: Vec<OnceLock<Box<[OnceLock<Page>]>>>,
 }
 
 impl std::fmt::Debug for PagedMemory {
@@ -37,10 +41,12 @@ impl std::fmt::Debug for PagedMemory {
 impl PagedMemory {
     /// `size` bytes, all zero.
     pub fn new(size: u64) -> PagedMemory {
-        let n = size.div_ceil(PAGE_BYTES as u64) as usize;
+        let pages = size.div_ceil(PAGE_BYTES as u64) as usize;
         PagedMemory {
             size,
-            pages: (0..n).map(|_| OnceLock::new()).collect(),
+            dir: (0..pages.div_ceil(DIR_PAGES))
+                .map(|_| OnceLock::new())
+                .collect(),
         }
     }
 
@@ -51,14 +57,32 @@ impl PagedMemory {
 
     /// Pages that have been written (each `PAGE_BYTES` of host memory).
     pub fn pages_touched(&self) -> usize {
-        self.pages.iter().filter(|p| p.get().is_some()).count()
+        let table = |t: &OnceLock<Box<[OnceLock<Page>]>>| {
+            t.get()
+                .map_or(0, |t| t.iter().filter(|p| p.get().is_some()).count())
+        };
+        self.dir.iter().map(table).sum()
+    }
+
+    /// Page `index`'s slot, or `None` when no page of its table was ever
+    /// written.
+    fn slot(&self, index: usize) -> Option<&OnceLock<Page>> {
+        let table = self.dir[index / DIR_PAGES].get()?;
+        Some(&table[index % DIR_PAGES])
+    }
+
+    /// Whether page `index` was ever written.
+    fn written(&self, index: usize) -> bool {
+        self.slot(index).is_some_and(|p| p.get().is_some())
     }
 
     /// A page for writing, created (zeroed) on first use. The copies under
     /// the lock cannot panic, so a poisoned lock still guards whole bytes
     /// and is used as it is.
     fn page_mut(&self, index: usize) -> PageWrite<'_> {
-        self.pages[index]
+        let table = self.dir[index / DIR_PAGES]
+            .get_or_init(|| (0..DIR_PAGES).map(|_| OnceLock::new()).collect());
+        table[index % DIR_PAGES]
             .get_or_init(|| RwLock::new(vec![0u8; PAGE_BYTES].into_boxed_slice()))
             .write()
             .unwrap_or_else(PoisonError::into_inner)
@@ -66,7 +90,7 @@ impl PagedMemory {
 
     /// A written page for reading, or `None` for one never written.
     fn page(&self, index: usize) -> Option<PageRead<'_>> {
-        let lock = self.pages[index].get()?;
+        let lock = self.slot(index)?.get()?;
         Some(lock.read().unwrap_or_else(PoisonError::into_inner))
     }
 
@@ -89,7 +113,7 @@ impl PagedMemory {
         for (page, in_page, at, n) in page_spans(addr, data.len()) {
             let src = &data[at..at + n];
             // Writing zeros to an untouched page changes nothing.
-            if self.pages[page].get().is_some() || src.iter().any(|&b| b != 0) {
+            if self.written(page) || src.iter().any(|&b| b != 0) {
                 self.page_mut(page)[in_page..in_page + n].copy_from_slice(src);
             }
         }
@@ -164,7 +188,7 @@ impl PagedMemory {
         // Pages hold whole elements, so every span does.
         for (page, in_page, at, n) in page_spans(addr, data.len() * T::BYTES) {
             let src = &data[at / T::BYTES..(at + n) / T::BYTES];
-            if self.pages[page].get().is_some() || src.iter().any(|x| x.bits() != 0) {
+            if self.written(page) || src.iter().any(|x| x.bits() != 0) {
                 T::encode(src, &mut self.page_mut(page)[in_page..in_page + n]);
             }
         }
@@ -192,7 +216,7 @@ impl PagedMemory {
     /// Big ranges are zeroed page by page over the rayon pool.
     pub fn zero(&self, addr: u64, len: u64) {
         let zero_span = |(page, in_page, _, n): (usize, usize, usize, usize)| {
-            if self.pages[page].get().is_some() {
+            if self.written(page) {
                 self.page_mut(page)[in_page..in_page + n].fill(0);
             }
         };
