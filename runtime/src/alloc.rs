@@ -2,12 +2,13 @@
 //! size is an error, not an abort) and, from 1 MiB up, advised onto huge
 //! pages where the OS allows, as numpy does for its arrays of 4 MiB and up.
 //! A streaming kernel over 4 KiB pages takes a TLB miss every 4 KiB and a
-//! fault per page on first touch; on 2 MiB pages W1-W4 ran ~10% faster
-//! (alternating binaries, inputs from `randn`). Every tensor the library
+//! fault per page on first touch; with `randn` inputs on 2 MiB pages W1 ran
+//! ~10% faster over seven alternations of old and new binaries, and W2-W4
+//! were faster in five of the seven. Every tensor the library
 //! makes comes from here: kernel outputs (through the caching pool first),
 //! `full`/`zeros`/`ones` and the random tensors.
 
-use tilejit_codegen::host::{advise_huge_pages, storage_bytes};
+use tilejit_codegen::host::advise_huge_pages;
 use tilejit_ir::pool::pool;
 use tilejit_ir::{Buffer, DType, IrError, Lit};
 
@@ -28,9 +29,10 @@ pub(crate) fn fresh<T: Clone>(n: usize, zero: T) -> Option<Vec<T>> {
     Some(v)
 }
 
+/// The error for `n` elements of `dtype` that could not be allocated.
 fn oom(dtype: DType, n: usize) -> IrError {
     IrError::OutOfMemory {
-        bytes: n.saturating_mul(storage_bytes(dtype)),
+        bytes: n.saturating_mul(dtype.size_bytes()),
     }
 }
 

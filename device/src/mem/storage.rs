@@ -1,10 +1,11 @@
 //! `PagedMemory`: the bytes behind a memory region. Pages, and the tables
 //! that hold them, are created on first write (untouched memory reads as
-//! zero and costs nothing, so the simulator can model terabytes of GM). Each page is its own reader-writer
-//! lock over plain bytes, so many simulated cores on many host threads
-//! read one page at once, and every copy into or out of a page is one
-//! `memcpy` under its lock: safe Rust at memory speed, and a copy never
-//! tears against another copy of the same page.
+//! zero and costs nothing, so the simulator can model terabytes of GM).
+//! Each page is its own reader-writer lock over plain bytes, so many
+//! simulated cores on many host threads read one page at once, and every
+//! copy into or out of a page is one `memcpy` under its lock: safe Rust at
+//! memory speed, and the part of a copy inside one page never tears
+//! against another copy.
 //!
 //! Word-atomic pages (one `AtomicU64` load or store per 8 bytes) were the
 //! first form; a profile of a Sim launch put 83% of its time in those word
@@ -122,11 +123,15 @@ impl PagedMemory {
     /// Reads `sz`-byte elements from the addresses `addrs` gives into
     /// consecutive `sz`-byte slots of `out` (a strided DMA read), taking
     /// each page's lock once for a run of elements inside it rather than
-    /// once per element. The caller has checked every address.
+    /// once per element. The caller has checked every address; `sz == 0`
+    /// copies nothing.
     pub fn gather(&self, addrs: impl Iterator<Item = u64>, sz: usize, out: &mut [u8]) {
+        if sz == 0 {
+            return;
+        }
         // At most one lock is held at a time, so no two threads can wait
-        // on each other.
-        // The page index and its guard (`None`: never written).
+        // on each other. The page index and its guard (`None`: never
+        // written).
         let mut held: Option<(usize, Option<PageRead<'_>>)> = None;
         for (a, dst) in addrs.zip(out.chunks_exact_mut(sz)) {
             let (page, at) = (
@@ -154,6 +159,9 @@ impl PagedMemory {
     /// `addrs` gives (a strided DMA write), the inverse of
     /// [`gather`](Self::gather).
     pub fn scatter(&self, addrs: impl Iterator<Item = u64>, sz: usize, data: &[u8]) {
+        if sz == 0 {
+            return;
+        }
         let mut held: Option<(usize, PageWrite<'_>)> = None;
         for (a, src) in addrs.zip(data.chunks_exact(sz)) {
             let (page, at) = (
