@@ -1,7 +1,9 @@
 //! The global kernel cache: compiled kernels keyed by their structure
-//! (canonical kernel IR hash), target, codegen options and CPU features, so
+//! (canonical kernel IR text), target, codegen options and CPU features, so
 //! every jit function and every eager op that produces the same kernel
-//! shares one compile. Entries are `Arc`s: a program that holds a kernel
+//! shares one compile. The map's key is a 64-bit hash of those; a hit also
+//! compares them whole, so a hash collision is a miss, never another
+//! kernel's code. Entries are `Arc`s: a program that holds a kernel
 //! keeps it working after the cache evicts or clears it.
 //!
 //! Bounded by entries and code bytes, evicting least-recently-used entries
@@ -17,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tilejit_codegen::device::DeviceKernel;
-use tilejit_codegen::host::{compile, cpu_features, listing, CodegenOptions, KernelCode};
+use tilejit_codegen::host::{
+    compile, cpu_features, listing, CodegenOptions, CpuFeatures, KernelCode,
+};
 use tilejit_device::{DeviceConfig, Target};
 use tilejit_ir::kernel::{BufId, Kernel};
 use tilejit_ir::DType;
@@ -35,7 +39,38 @@ pub struct CachedKernel {
     pub key: String,
 }
 
+/// Everything a host entry's code depends on. The map is keyed by a 64-bit
+/// hash of it; a hit also compares this, so two kernels whose hashes
+/// collide can never share code (the later compile replaces the earlier
+/// entry instead).
+#[derive(PartialEq, Eq)]
+struct HostIdentity {
+    structure: String,
+    opts: CodegenOptions,
+    cpu: CpuFeatures,
+}
+
+/// The same for a sim entry: device code bakes sizes in, so the whole
+/// kernel text, the buffers' dtypes and the device config.
+#[derive(PartialEq, Eq)]
+struct SimIdentity {
+    text: String,
+    dtypes: Vec<DType>,
+    config: String,
+}
+
+/// The 64-bit cache key of an identity's parts. `DefaultHasher::new()` has
+/// fixed keys, so keys are stable across processes (logs and dumps name
+/// kernels by them).
+fn key_of(parts: impl std::hash::Hash) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
+}
+
 struct Entry {
+    identity: HostIdentity,
     kernel: Arc<CachedKernel>,
     name: String,
     signature: String,
@@ -143,13 +178,13 @@ pub struct KernelDetails {
 
 /// A kernel compiled for the simulated device (its core functions).
 struct SimEntry {
+    identity: SimIdentity,
     kernels: Arc<Vec<DeviceKernel>>,
     key: String,
     name: String,
     signature: String,
     ops: Vec<&'static str>,
     compile_time: Duration,
-    kernel_ir: String,
     hits: u64,
     last_used: Instant,
 }
@@ -170,15 +205,7 @@ pub struct KernelCache {
 /// The process-wide kernel cache.
 pub fn kernel_cache() -> &'static KernelCache {
     static C: OnceLock<KernelCache> = OnceLock::new();
-    C.get_or_init(|| KernelCache {
-        inner: Mutex::new(Inner {
-            map: HashMap::new(),
-            sim: HashMap::new(),
-            stats: KernelCacheStats::default(),
-            max_entries: 4096,
-            max_bytes: 256 << 20,
-        }),
-    })
+    C.get_or_init(KernelCache::new)
 }
 
 /// `TILEJIT_DUMP=<dir>`: where every compile writes what it compiled.
@@ -229,6 +256,18 @@ fn log_compiles() -> bool {
 }
 
 impl KernelCache {
+    fn new() -> KernelCache {
+        KernelCache {
+            inner: Mutex::new(Inner {
+                map: HashMap::new(),
+                sim: HashMap::new(),
+                stats: KernelCacheStats::default(),
+                max_entries: 4096,
+                max_bytes: 256 << 20,
+            }),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // A panic while holding the lock cannot leave the map inconsistent
         // (every update is a single insert/remove), so recover the guard.
@@ -243,21 +282,16 @@ impl KernelCache {
         dtype_of: &dyn Fn(BufId) -> DType,
         opts: CodegenOptions,
     ) -> Result<Arc<CachedKernel>, RuntimeError> {
-        let key = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            (
-                k.structural_key(dtype_of),
-                Target::Host,
-                opts,
-                cpu_features(),
-            )
-                .hash(&mut h);
-            h.finish()
+        let identity = HostIdentity {
+            structure: k.structure_text(dtype_of),
+            opts,
+            cpu: cpu_features(),
         };
+        let key = key_of((&identity.structure, Target::Host, opts, identity.cpu));
         {
             let mut g = self.lock();
-            if let Some(e) = g.map.get_mut(&key) {
+            let found = g.map.get_mut(&key).filter(|e| e.identity == identity);
+            if let Some(e) = found {
                 e.last_used = Instant::now();
                 e.kernel.hits.fetch_add(1, Ordering::Relaxed);
                 let k = e.kernel.clone();
@@ -299,7 +333,7 @@ impl KernelCache {
         let mut g = self.lock();
         g.stats.compiles += 1;
         g.stats.compile_time += compile_time;
-        if let Some(e) = g.map.get(&key) {
+        if let Some(e) = g.map.get(&key).filter(|e| e.identity == identity) {
             return Ok(e.kernel.clone());
         }
         g.stats.bytes += cached.code.code_bytes;
@@ -311,9 +345,10 @@ impl KernelCache {
                 .collect::<Vec<_>>()
                 .join(",")
         );
-        g.map.insert(
+        let replaced = g.map.insert(
             key,
             Entry {
+                identity,
                 kernel: cached.clone(),
                 name: k.name.clone(),
                 signature,
@@ -323,6 +358,10 @@ impl KernelCache {
                 last_used: Instant::now(),
             },
         );
+        // A colliding entry that made way still counts its code's bytes.
+        if let Some(old) = replaced {
+            g.stats.bytes -= old.kernel.code.code_bytes;
+        }
         evict(&mut g);
         Ok(cached)
     }
@@ -336,17 +375,21 @@ impl KernelCache {
         dtype_of: &dyn Fn(BufId) -> DType,
         cfg: &DeviceConfig,
     ) -> Result<Arc<Vec<DeviceKernel>>, RuntimeError> {
-        let text = k.text();
-        let key = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            let dtypes: Vec<DType> = k.local_buffers().into_iter().map(dtype_of).collect();
-            (&text, dtypes, Target::Sim, cfg.to_json()).hash(&mut h);
-            h.finish()
+        let identity = SimIdentity {
+            text: k.text(),
+            dtypes: k.local_buffers().into_iter().map(dtype_of).collect(),
+            config: cfg.to_json(),
         };
+        let key = key_of((
+            &identity.text,
+            &identity.dtypes,
+            Target::Sim,
+            &identity.config,
+        ));
         {
             let mut g = self.lock();
-            if let Some(e) = g.sim.get_mut(&key) {
+            let found = g.sim.get_mut(&key).filter(|e| e.identity == identity);
+            if let Some(e) = found {
                 e.last_used = Instant::now();
                 e.hits += 1;
                 let k = e.kernels.clone();
@@ -361,7 +404,7 @@ impl KernelCache {
         let asm: Vec<&str> = kernels.iter().map(|d| d.asm.as_str()).collect();
         dump(
             &format!("{}-{key:016x}", k.name),
-            &[("kernel", &text), ("s", &asm.join("\n"))],
+            &[("kernel", &identity.text), ("s", &asm.join("\n"))],
         );
         if log_compiles() {
             eprintln!(
@@ -375,20 +418,20 @@ impl KernelCache {
         let mut g = self.lock();
         g.stats.compiles += 1;
         g.stats.compile_time += compile_time;
-        if let Some(e) = g.sim.get(&key) {
+        if let Some(e) = g.sim.get(&key).filter(|e| e.identity == identity) {
             return Ok(e.kernels.clone());
         }
         let signature = format!("domain={:?}", k.domain);
         g.sim.insert(
             key,
             SimEntry {
+                identity,
                 kernels: kernels.clone(),
                 key: format!("{key:016x}"),
                 name: k.name.clone(),
                 signature,
                 ops: k.ops.clone(),
                 compile_time,
-                kernel_ir: text,
                 hits: 0,
                 last_used: Instant::now(),
             },
@@ -473,7 +516,7 @@ impl KernelCache {
             .values()
             .find(|e| e.key == key)
             .map(|e| KernelDetails {
-                kernel_ir: e.kernel_ir.clone(),
+                kernel_ir: e.identity.text.clone(),
                 clif: String::new(),
                 disasm: e
                     .kernels
@@ -554,5 +597,56 @@ impl fmt::Display for KernelCache {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests assert by unwrapping
+mod tests {
+    use super::*;
+
+    fn kernel(graph: &str) -> (Kernel, Vec<DType>) {
+        let g = tilejit_ir::text::parse(graph).unwrap();
+        let prog = tilejit_ir::kernel::fuse(&g).unwrap();
+        let dtypes = prog.buffers.iter().map(|b| b.ty.dtype).collect();
+        (prog.kernels[0].clone(), dtypes)
+    }
+
+    /// Two kernels whose 64-bit keys collide never share code: an entry
+    /// forged under one kernel's key with another kernel's identity is not
+    /// a hit; the compile that follows replaces it, bytes and all.
+    #[test]
+    fn a_key_collision_is_a_miss_not_someone_elses_code() {
+        let cache = KernelCache::new();
+        let (a, a_dtypes) =
+            kernel("graph {\n  %0 = input 0 : f32[4,9]\n  %1 = tanh %0 : f32[4,9]\n  return %1\n}");
+        let (b, b_dtypes) =
+            kernel("graph {\n  %0 = input 0 : f32[5]\n  %1 = exp %0 : f32[5]\n  return %1\n}");
+        let a_dtype = |id: BufId| a_dtypes[id.0 as usize];
+        let b_dtype = |id: BufId| b_dtypes[id.0 as usize];
+        let opts = CodegenOptions::default();
+        let b_code = cache.get_or_compile(&b, &b_dtype, opts).unwrap();
+        // Move b's entry under the key a will look up.
+        let a_key = key_of((
+            &a.structure_text(&a_dtype),
+            Target::Host,
+            opts,
+            cpu_features(),
+        ));
+        {
+            let mut g = cache.lock();
+            let (_, forged) = g.map.drain().next().unwrap();
+            g.map.insert(a_key, forged);
+        }
+        let a_code = cache.get_or_compile(&a, &a_dtype, opts).unwrap();
+        assert!(!Arc::ptr_eq(&a_code, &b_code), "a got b's code");
+        assert_eq!(a_code.key, format!("{a_key:016x}"));
+        let g = cache.lock();
+        assert_eq!((g.stats.compiles, g.stats.hits, g.map.len()), (2, 0, 1));
+        assert_eq!(g.stats.bytes, a_code.code.code_bytes);
+        drop(g);
+        // And a's own entry is a hit from now on.
+        let again = cache.get_or_compile(&a, &a_dtype, opts).unwrap();
+        assert!(Arc::ptr_eq(&again, &a_code));
     }
 }

@@ -251,8 +251,10 @@ impl Kernel {
     }
 
     /// A hash of everything that changes the generated code:
-    /// [`Kernel::structure_text`]. Two kernels with equal keys compile to the
-    /// same code; sizes and outer strides are runtime arguments.
+    /// [`Kernel::structure_text`]. Two kernels with equal structure texts
+    /// compile to the same code (sizes and outer strides are runtime
+    /// arguments); equal keys make that near certain, and the kernel cache
+    /// compares the texts too.
     pub fn structural_key(&self, buf_dtype: &dyn Fn(BufId) -> DType) -> u64 {
         // `DefaultHasher::new()` has fixed keys, so keys are stable across
         // processes (logs name kernels by them).
