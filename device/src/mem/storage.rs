@@ -126,61 +126,33 @@ impl PagedMemory {
     /// once per element. The caller has checked every address; `sz == 0`
     /// copies nothing.
     pub fn gather(&self, addrs: impl Iterator<Item = u64>, sz: usize, out: &mut [u8]) {
-        if sz == 0 {
-            return;
-        }
-        // At most one lock is held at a time, so no two threads can wait
-        // on each other. The page index and its guard (`None`: never
-        // written).
-        let mut held: Option<(usize, Option<PageRead<'_>>)> = None;
-        for (a, dst) in addrs.zip(out.chunks_exact_mut(sz)) {
-            let (page, at) = (
-                (a / PAGE_BYTES as u64) as usize,
-                (a % PAGE_BYTES as u64) as usize,
-            );
-            if at + sz > PAGE_BYTES {
-                held = None;
-                self.read(a, dst);
-                continue;
-            }
-            if held.as_ref().is_none_or(|(p, _)| *p != page) {
-                // Let go of the old page before taking the new one.
-                drop(held.take());
-                held = Some((page, self.page(page)));
-            }
-            match held.as_ref().and_then(|(_, g)| g.as_ref()) {
-                Some(bytes) => dst.copy_from_slice(&bytes[at..at + sz]),
-                None => dst.fill(0),
-            }
-        }
+        let slots = out.chunks_exact_mut(sz.max(1));
+        walk(
+            addrs.zip(slots),
+            sz,
+            |p| self.page(p),
+            |held, a, at, dst| match held {
+                None => self.read(a, dst),
+                Some(Some(bytes)) => dst.copy_from_slice(&bytes[at..at + sz]),
+                Some(None) => dst.fill(0),
+            },
+        );
     }
 
     /// Writes consecutive `sz`-byte elements of `data` to the addresses
     /// `addrs` gives (a strided DMA write), the inverse of
     /// [`gather`](Self::gather).
     pub fn scatter(&self, addrs: impl Iterator<Item = u64>, sz: usize, data: &[u8]) {
-        if sz == 0 {
-            return;
-        }
-        let mut held: Option<(usize, PageWrite<'_>)> = None;
-        for (a, src) in addrs.zip(data.chunks_exact(sz)) {
-            let (page, at) = (
-                (a / PAGE_BYTES as u64) as usize,
-                (a % PAGE_BYTES as u64) as usize,
-            );
-            if at + sz > PAGE_BYTES {
-                held = None;
-                self.write(a, src);
-                continue;
-            }
-            if held.as_ref().is_none_or(|(p, _)| *p != page) {
-                drop(held.take());
-                held = Some((page, self.page_mut(page)));
-            }
-            if let Some((_, bytes)) = held.as_mut() {
-                bytes[at..at + sz].copy_from_slice(src);
-            }
-        }
+        let elems = data.chunks_exact(sz.max(1));
+        walk(
+            addrs.zip(elems),
+            sz,
+            |p| self.page_mut(p),
+            |held, a, at, src| match held {
+                None => self.write(a, src),
+                Some(bytes) => bytes[at..at + sz].copy_from_slice(src),
+            },
+        );
     }
 
     /// Writes `data` as its little-endian bytes starting at `addr`: the
@@ -234,6 +206,41 @@ impl PagedMemory {
         } else {
             spans.for_each(zero_span);
         }
+    }
+}
+
+/// Visits `sz`-byte elements (each an address and its payload) in order,
+/// holding one page's guard, from `lock`, across consecutive elements
+/// inside that page: `visit(Some(guard), addr, offset in page, payload)`.
+/// An element that straddles a page boundary gets `None`, with no guard
+/// held. At most one guard is held at a time, so no two threads can wait on
+/// each other.
+fn walk<G, P>(
+    elems: impl Iterator<Item = (u64, P)>,
+    sz: usize,
+    mut lock: impl FnMut(usize) -> G,
+    mut visit: impl FnMut(Option<&mut G>, u64, usize, P),
+) {
+    if sz == 0 {
+        return;
+    }
+    let mut held: Option<(usize, G)> = None;
+    for (a, payload) in elems {
+        let (page, at) = (
+            (a / PAGE_BYTES as u64) as usize,
+            (a % PAGE_BYTES as u64) as usize,
+        );
+        if at + sz > PAGE_BYTES {
+            held = None;
+            visit(None, a, at, payload);
+            continue;
+        }
+        if held.as_ref().is_none_or(|(p, _)| *p != page) {
+            // Let go of the old page before taking the new one.
+            drop(held.take());
+            held = Some((page, lock(page)));
+        }
+        visit(held.as_mut().map(|(_, g)| g), a, at, payload);
     }
 }
 
