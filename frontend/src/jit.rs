@@ -240,6 +240,9 @@ impl JitFunction {
         args: &[ArgValue],
         body: &Body,
     ) -> Result<Program> {
+        // The first trace in a process starts warming the compiler on an
+        // idle core, so the compile after the trace runs warmer.
+        tilejit_runtime::warm_up();
         let wrap = |source: Error| Error::Trace {
             function: self.name.clone(),
             signature: sig.to_string(),

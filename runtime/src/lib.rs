@@ -17,6 +17,7 @@ mod kernel_cache;
 mod program;
 mod signature;
 mod sim;
+mod warmup;
 
 pub use alloc::{f32_buffer_from_fn, filled_buffer};
 pub use error::{panic_message, RuntimeError};
@@ -36,3 +37,4 @@ pub use tilejit_codegen::host::{BlockMath, CodegenOptions};
 /// for tools such as the `tilejit` CLI.
 pub use tilejit_device as device;
 pub use tilejit_device::Target;
+pub use warmup::warm_up;
