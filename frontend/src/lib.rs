@@ -20,7 +20,7 @@
 //! ```
 //!
 //! Modules: [`tensor`] (the `Tensor` type), `ops`/`operators` (its methods
-//! and operators), [`jit`] (jit functions and their handler caches),
+//! and operators), [`jit`](mod@jit) (jit functions and their handler caches),
 //! [`args`] (how values cross a jit boundary), [`error`].
 //!
 //! Inside a `#[jit]` body, `f32`/`f64` parameters are rank-0 `&Tensor`s (runtime

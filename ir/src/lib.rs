@@ -1,7 +1,7 @@
 //! `tilejit-ir`: the data every other tilejit crate speaks.
 //!
 //! - [`dtype`], [`shape`]: element types, shapes (rank <= 8), broadcasting.
-//! - [`array`]: concrete host tensors (`Array`), used by the interpreter and
+//! - [`array`](mod@array): concrete host tensors (`Array`), used by the interpreter and
 //!   as constants.
 //! - [`pool`]: the caching allocator tensor storage returns to.
 //! - [`graph`]: the graph IR (plain enums, typed ids into an arena, always in

@@ -63,6 +63,8 @@ macro_rules! isa_table {
         /// in the binary encoding.
         #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
         #[repr(u8)]
+        // The rows' docs index with brackets (`dst[r]`), which are not links.
+        #[allow(rustdoc::broken_intra_doc_links)]
         pub enum Opcode { $( #[doc = $doc] $name, )* }
 
         /// The ISA, one row per opcode, in opcode order.

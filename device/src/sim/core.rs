@@ -1,5 +1,5 @@
 //! One simulated core: its local memories and the run loop that executes a
-//! verified program with exact semantics ([`super::exec`]) while the cycle
+//! verified program with exact semantics (`super::exec`) while the cycle
 //! model ([`super::cycles`]) times it. A run ends at `end`, or with a fault
 //! naming core, program and pc (bad GM access, watchdog, division by zero,
 //! a flag wait that could never end).

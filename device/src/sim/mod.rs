@@ -1,4 +1,4 @@
-//! The simulated core: exact semantics of every instruction ([`exec`] on
+//! The simulated core: exact semantics of every instruction (`exec` on
 //! [`values`]), the cycle model ([`cycles`]) and the run loop ([`core`]).
 
 pub mod core;
