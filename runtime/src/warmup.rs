@@ -10,7 +10,10 @@
 //! each way): the layernorm compile 1.31-1.36 -> 1.07-1.11 ms, the first
 //! call's median 5.27 -> 5.00, 5.08 -> 4.81 and 5.60 -> 5.44 ms. A dedicated thread instead of a
 //! pool thread made it slower (4.88 -> 5.87 ms): on 2 cores a third
-//! runnable thread time-slices with the first run. `TILEJIT_WARMUP=0`
+//! runnable thread time-slices with the first run. Handing the first real
+//! compile to the warmed thread made that compile 0.8-0.9 ms but the first
+//! call slower (5.82 -> 7.10 ms): the trace ends before the warm-up
+//! compile does, so the real compile waited for it. `TILEJIT_WARMUP=0`
 //! turns it off.
 
 use tilejit_codegen::host::{compile, CodegenOptions};
