@@ -23,7 +23,7 @@
 //! buffer the stages read as an ordinary load: the fused epilogue.
 //!
 //! Sizes and strides are concrete here (so the text form is readable), but
-//! code generation keys only on the structure ([`Kernel::structural_key`]):
+//! code generation keys only on the structure ([`Kernel::structure_text`]):
 //! sizes and strides other than 0 and 1 are runtime arguments, so a new
 //! shape of the same program reuses the compiled kernel.
 
@@ -38,7 +38,6 @@ pub use verify::verify_program;
 use crate::dtype::{DType, Lit};
 use crate::graph::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::shape::TensorType;
-use std::hash::{Hash, Hasher};
 
 /// Index of a buffer in [`KernelProgram::buffers`].
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
@@ -250,24 +249,11 @@ impl Kernel {
         order
     }
 
-    /// A hash of everything that changes the generated code:
-    /// [`Kernel::structure_text`]. Two kernels with equal structure texts
-    /// compile to the same code (sizes and outer strides are runtime
-    /// arguments); equal keys make that near certain, and the kernel cache
-    /// compares the texts too.
-    pub fn structural_key(&self, buf_dtype: &dyn Fn(BufId) -> DType) -> u64 {
-        // `DefaultHasher::new()` has fixed keys, so keys are stable across
-        // processes (logs name kernels by them).
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.structure_text(buf_dtype).hash(&mut h);
-        h.finish()
-    }
-
-    /// The canonical text the structural key hashes: rank, expression DAG,
-    /// dtypes, stages, scratch, buffers by local number
-    /// ([`Kernel::local_buffers`]) with their dtypes, and for each access
-    /// only the class of its inner stride (`0`, `1` or `s`): outer strides
-    /// and sizes do not change the code.
+    /// Everything that changes the generated code, as canonical text (the
+    /// kernel cache's key): rank, expression DAG, dtypes, stages, scratch,
+    /// buffers by local number ([`Kernel::local_buffers`]) with their
+    /// dtypes, and for each access only the class of its inner stride (`0`,
+    /// `1` or `s`): outer strides and sizes do not change the code.
     pub fn structure_text(&self, buf_dtype: &dyn Fn(BufId) -> DType) -> String {
         use std::fmt::Write;
         let order = self.local_buffers();
