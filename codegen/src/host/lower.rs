@@ -34,6 +34,11 @@ mod reduce;
 /// Vector lanes of the f32 fast path.
 const LANES: i64 = 4;
 
+/// Vector accumulators of a reduce loop (its unroll factor). The max/min
+/// fold helpers fill exactly these: `ACCS * LANES` = their 16 lanes.
+const ACCS: usize = 4;
+const _: () = assert!(ACCS as i64 * LANES == 16, "the fold helpers write 16 lanes");
+
 /// Helper functions the generated code may call.
 pub struct Libcalls {
     /// `f64 -> f64` functions by name (`exp`, `log`, `tanh`).

@@ -26,7 +26,7 @@
 //! The helpers compute exactly what the inline code does, so blocking
 //! changes speed, not results.
 
-use super::{Inner, Lowerer, Mode, LANES};
+use super::{Inner, Lowerer, Mode, ACCS, LANES};
 use crate::host::native::MATH_BLOCK;
 use crate::CodegenError;
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, StackSlotData, StackSlotKind, Value};
@@ -309,12 +309,13 @@ impl Lowerer<'_, '_> {
             (None, Some((Source::Scratch(slot), _))) => self.scratch_addr(slot, value, j0),
             (None, None) => return Ok(None),
         };
-        // The reduce loop's unrolled step: four accumulators of LANES.
-        let step = 4 * LANES;
+        // The reduce loop's unrolled step, whose accumulators the helper
+        // fills (ACCS * LANES = 16 lanes, checked where ACCS is defined).
+        let step = ACCS as i64 * LANES;
         let n = self.b.ins().isub(j1, j0);
         let n = self.b.ins().band_imm_s(n, !(step - 1));
         let tail = self.b.ins().iadd(j0, n);
-        let slot = StackSlotData::new(StackSlotKind::ExplicitSlot, 16 * 4, 4);
+        let slot = StackSlotData::new(StackSlotKind::ExplicitSlot, step as u32 * 4, 4);
         let slot = self.b.create_sized_stack_slot(slot);
         let lanes = self.b.ins().stack_addr(self.ptr, slot, 0);
         let no_prefetch = self.iconst(0);

@@ -3,7 +3,7 @@
 //! `maxps`/`minps` per vector with NaN lanes collected on the side, or
 //! filled by a fold helper when the row is already in memory).
 
-use super::{scalar_ty, Lowerer, Mode, LANES};
+use super::{scalar_ty, Lowerer, Mode, ACCS, LANES};
 use crate::host::native::MATH_BLOCK;
 use crate::CodegenError;
 use cranelift_codegen::ir::condcodes::FloatCC;
@@ -111,7 +111,6 @@ impl Lowerer<'_, '_> {
         let ident = self.reduce_identity(op, d);
         let acc = self.b.declare_var(scalar_ty(d));
         self.b.def_var(acc, ident);
-        const ACCS: usize = 4;
         let vaccs: Vec<Variable> = if vector {
             let vi = self.b.ins().splat(types::F32X4, ident);
             (0..ACCS)
