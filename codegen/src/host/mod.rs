@@ -193,7 +193,12 @@ fn isa_for(k: &Kernel, opts: CodegenOptions) -> Result<OwnedTargetIsa, CodegenEr
     Ok(isa)
 }
 
-fn new_module(k: &Kernel, opts: CodegenOptions) -> Result<JITModule, CodegenError> {
+/// A JIT module for `k` that resolves the runtime's functions and `helpers`.
+fn new_module(
+    k: &Kernel,
+    opts: CodegenOptions,
+    helpers: &[BlockFn],
+) -> Result<JITModule, CodegenError> {
     let isa = isa_for(k, opts)?;
     let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
     for (_, sym, f) in F64_FNS {
@@ -201,7 +206,7 @@ fn new_module(k: &Kernel, opts: CodegenOptions) -> Result<JITModule, CodegenErro
     }
     jb.symbol("tj_round_f16", tj_round_f16 as *const u8);
     jb.symbol("tj_round_bf16", tj_round_bf16 as *const u8);
-    for f in block_math(opts.block_math)?.into_iter().flatten() {
+    for f in helpers {
         jb.symbol(f.symbol, f.addr);
     }
     Ok(JITModule::new(jb))
@@ -266,7 +271,9 @@ fn build(
         return Err(CodegenError::Cpu("SSE4.1"));
     }
     let layout = ArgLayout::of(k, dtype_of);
-    let mut module = new_module(k, opts)?;
+    let helpers = block_math(opts.block_math)?;
+    let helpers: &[BlockFn] = helpers.as_ref().map_or(&[], |h| h.as_slice());
+    let mut module = new_module(k, opts, helpers)?;
     let ptr = module.target_config().pointer_type();
     let mut sig = Signature::new(module.isa().default_call_conv());
     for _ in 0..4 {
@@ -302,8 +309,7 @@ fn build(
         let round_f16 = import("tj_round_f16", types::F32)?;
         let round_bf16 = import("tj_round_bf16", types::F32)?;
         let mut block_fns = HashMap::new();
-        let helpers = block_math(opts.block_math)?;
-        for f in helpers.into_iter().flatten() {
+        for f in helpers {
             let mut s = Signature::new(module.isa().default_call_conv());
             s.params.push(AbiParam::new(ptr));
             s.params.push(AbiParam::new(ptr));
