@@ -365,18 +365,18 @@ impl Parser {
             args.parse::<u32>()
                 .map_err(|_| self.err(format!("`{name}` expects an index")))
         };
-        if let Some(&u) = UnaryOp::ALL.iter().find(|&&u| unary_name(u) == name) {
+        if let Some(u) = unary_from_name(name) {
             return Ok(Op::Unary(u, self.operands(args, 1)?.0[0]));
         }
-        if let Some(&b) = BinaryOp::ALL.iter().find(|&&b| binary_text(b) == name) {
+        if let Some(b) = binary_from_name(name) {
             let (o, _) = self.operands(args, 2)?;
             return Ok(Op::Binary(b, o[0], o[1]));
         }
-        if let Some(&c) = CmpOp::ALL.iter().find(|&&c| compare_text(c) == name) {
+        if let Some(c) = compare_from_name(name) {
             let (o, _) = self.operands(args, 2)?;
             return Ok(Op::Compare(c, o[0], o[1]));
         }
-        if let Some(&r) = REDUCE.iter().find(|&&r| reduce_text(r) == name) {
+        if let Some(r) = reduce_from_name(name) {
             let (o, attr) = self.operands(args, 1)?;
             let axes = self.attr_list(&attr, "axes")?;
             if axes.iter().any(|&a| a >= 8) {

@@ -172,9 +172,6 @@ pub(crate) fn unary_ops(d: D) -> &'static [UnaryOp] {
     }
 }
 
-/// The elementwise binary ops (every dtype has each).
-pub(crate) const BINARY_OPS: [tilejit_ir::BinaryOp; 6] = tilejit_ir::BinaryOp::ALL;
-
 #[test]
 fn every_op_at_odd_sizes_on_every_float_and_int_dtype() {
     for n in [1usize, 3, 50, 783, 4096] {
@@ -184,7 +181,7 @@ fn every_op_at_odd_sizes_on_every_float_and_int_dtype() {
                 check_program(unary_graph(u, d, n), &[ramp(n, d, 0)], &[], tol)
                     .unwrap_or_else(|e| panic!("{u:?} {d} n={n}: {e}"));
             }
-            for b in BINARY_OPS {
+            for b in tilejit_ir::BinaryOp::ALL {
                 let mut g = Graph::new();
                 let x = g
                     .add(Op::Input {

@@ -5,7 +5,7 @@
 //! device code generator does not handle yet (matmul, transposes) must
 //! fail with a clear `unsupported` error, never a wrong answer.
 
-use crate::host_backend::{as_f64, ramp, ty, unary_graph, unary_ops, BINARY_OPS};
+use crate::host_backend::{as_f64, ramp, ty, unary_graph, unary_ops};
 use crate::simplify_props::{build_typed, dims, inputs_typed, inputs_with};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
@@ -140,7 +140,7 @@ fn every_elementwise_op_at_odd_sizes_and_dtypes() {
                     "{u:?} {d} {n}"
                 );
             }
-            for b in BINARY_OPS {
+            for b in tilejit_ir::BinaryOp::ALL {
                 let mut g = Graph::new();
                 let x = g
                     .add(Op::Input {
