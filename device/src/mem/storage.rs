@@ -162,7 +162,8 @@ impl PagedMemory {
         debug_assert!(addr + (data.len() * T::BYTES) as u64 <= self.size);
         if !addr.is_multiple_of(T::BYTES as u64) {
             // An element may straddle two pages.
-            let bytes: Vec<u8> = data.iter().flat_map(|x| x.le_bytes()).collect();
+            let mut bytes = vec![0u8; data.len() * T::BYTES];
+            T::encode(data, &mut bytes);
             return self.write(addr, &bytes);
         }
         // Pages hold whole elements, so every span does.
@@ -270,10 +271,6 @@ pub trait GmElem: Copy + Send + Sync {
     fn bits(self) -> u64;
     /// The element whose bytes are the low `BYTES` of `bits`.
     fn from_bits(bits: u64) -> Self;
-    /// The little-endian bytes.
-    fn le_bytes(self) -> impl Iterator<Item = u8> {
-        self.bits().to_le_bytes().into_iter().take(Self::BYTES)
-    }
     /// Writes `src` as little-endian bytes into `out`, which holds
     /// exactly `src.len() * BYTES` bytes: the bulk form, one fixed-size
     /// store per element, which the compiler turns into vector moves.
