@@ -16,7 +16,7 @@ fn unit(seed: u64, i: u64) -> f32 {
     (splitmix64(seed ^ splitmix64(i)) >> 40) as f32 / (1u64 << 24) as f32
 }
 
-fn make(shape: &[usize], f: impl Fn(u64) -> f32) -> Result<Array, IrError> {
+fn make(shape: &[usize], f: impl Fn(u64) -> f32 + Sync) -> Result<Array, IrError> {
     let s = Shape::new(shape)?;
     s.byte_size(DType::F32)?;
     Array::new(s, tilejit_runtime::f32_buffer_from_fn(s.numel(), f)?)

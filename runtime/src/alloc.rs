@@ -9,6 +9,7 @@
 //! here; not yet `arange`, `from_vec` (the caller's vector) or f16/bf16
 //! results, which are converted out of f32 storage into plain vectors.
 
+use rayon::prelude::*;
 use tilejit_codegen::host::advise_huge_pages;
 use tilejit_ir::pool::pool;
 use tilejit_ir::{Buffer, DType, IrError, Lit};
@@ -79,11 +80,28 @@ pub fn filled_buffer(dtype: DType, n: usize, value: Lit) -> Result<Buffer, IrErr
 }
 
 /// `n` f32 elements, element `i` being `f(i)`, in fresh memory: the
-/// storage behind the random tensors.
-pub fn f32_buffer_from_fn(n: usize, f: impl Fn(u64) -> f32) -> Result<Buffer, IrError> {
+/// storage behind the random tensors. Filled in parallel over the rayon
+/// pool from [`PAR_FILL_MIN`] elements (each element depends only on its
+/// index, so the values are the same either way).
+pub fn f32_buffer_from_fn(n: usize, f: impl Fn(u64) -> f32 + Sync) -> Result<Buffer, IrError> {
     let mut v = fresh(n, 0f32).ok_or_else(|| oom(DType::F32, n))?;
-    for (i, x) in v.iter_mut().enumerate() {
-        *x = f(i as u64);
+    let fill = |(c, xs): (usize, &mut [f32])| {
+        for (i, x) in xs.iter_mut().enumerate() {
+            *x = f((c * PAR_FILL_CHUNK + i) as u64);
+        }
+    };
+    if n < PAR_FILL_MIN {
+        v.chunks_mut(PAR_FILL_CHUNK).enumerate().for_each(fill);
+    } else {
+        v.par_chunks_mut(PAR_FILL_CHUNK).enumerate().for_each(fill);
     }
     Ok(Buffer::F32(v))
 }
+
+/// Elements from which [`f32_buffer_from_fn`] fills in parallel: a random
+/// element costs ~10 ns (a log and a cosine), so 64K of them are worth
+/// waking the pool for.
+const PAR_FILL_MIN: usize = 1 << 16;
+
+/// Elements per parallel fill task.
+const PAR_FILL_CHUNK: usize = 1 << 14;

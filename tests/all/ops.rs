@@ -456,3 +456,40 @@ fn full_holds_its_value_at_every_size() {
         );
     }
 }
+
+/// SplitMix64, written out again here from its published constants.
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// `rand`/`randn` give each element from its (seed, index) alone, so the
+/// parallel fill of big tensors (chunked over the pool) must give exactly
+/// what one loop over the indices gives, past every chunk boundary.
+#[test]
+fn random_tensors_depend_only_on_seed_and_index_at_every_size() {
+    let unit = |seed: u64, i: u64| (splitmix64(seed ^ splitmix64(i)) >> 40) as f32 / 16777216.0;
+    for n in [1usize, 3, 50, 783, 70_000, 200_003] {
+        let u = Tensor::rand(&[n], 7).to_vec::<f32>().expect("rand");
+        let g = Tensor::randn(&[n], 9).to_vec::<f32>().expect("randn");
+        assert_eq!(u.len(), n);
+        for i in 0..n {
+            let want = unit(7, i as u64);
+            assert_eq!(u[i].to_bits(), want.to_bits(), "rand[{i}] of {n}");
+            let (u1, u2) = (
+                1.0 - unit(9, 2 * i as u64) as f64,
+                unit(9, 2 * i as u64 + 1) as f64,
+            );
+            let want = ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32;
+            assert_eq!(g[i].to_bits(), want.to_bits(), "randn[{i}] of {n}");
+        }
+    }
+    // A 2-D shape fills the same flat sequence.
+    let a = Tensor::randn(&[300, 700], 9)
+        .to_vec::<f32>()
+        .expect("randn");
+    let b = Tensor::randn(&[210_000], 9).to_vec::<f32>().expect("randn");
+    assert_eq!(a, b);
+}
