@@ -35,7 +35,8 @@ mod reduce;
 const LANES: i64 = 4;
 
 /// Vector accumulators of a reduce loop (its unroll factor). The max/min
-/// fold helpers fill exactly these: `ACCS * LANES` = their 16 lanes.
+/// fold helpers and the sum lanes of the math helpers fill exactly these:
+/// `ACCS * LANES` = their 16 lanes.
 const ACCS: usize = 4;
 const _: () = assert!(ACCS as i64 * LANES == 16, "the fold helpers write 16 lanes");
 
@@ -47,7 +48,7 @@ pub struct Libcalls {
     pub round_f16: FuncRef,
     /// See `round_f16`.
     pub round_bf16: FuncRef,
-    /// Block helpers `fn(src, dst, n, s, pf)` by op name (`exp`, ...,
+    /// Block helpers `fn(src, dst, n, s, pf, sum)` by op name (`exp`, ...,
     /// `div`, `max`, `min`; empty when the CPU lacks them or the options
     /// turn them off); see `lower/block.rs` and `native::BlockFn`.
     pub block_fns: HashMap<&'static str, FuncRef>,
@@ -100,6 +101,8 @@ pub struct Lowerer<'a, 'b> {
     block: Option<block::Block>,
     /// Stack buffers of `MATH_BLOCK` f32s, reused by every blocked loop.
     block_slots: Vec<cranelift_codegen::ir::StackSlot>,
+    /// The sixteen accumulator lanes the fold and sum helpers write.
+    lanes_slot: Option<cranelift_codegen::ir::StackSlot>,
     /// The stage being emitted (its index in `k.stages`).
     stage: usize,
 }
@@ -158,6 +161,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             filled: vec![false; k.exprs.len()],
             block: None,
             block_slots: Vec::new(),
+            lanes_slot: None,
             stage: 0,
         }
     }

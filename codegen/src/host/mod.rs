@@ -316,6 +316,7 @@ fn build(
             s.params.push(AbiParam::new(types::I64));
             s.params.push(AbiParam::new(types::F32));
             s.params.push(AbiParam::new(types::I64));
+            s.params.push(AbiParam::new(ptr));
             let fid = module
                 .declare_function(f.symbol, Linkage::Import, &s)
                 .map_err(|e| cl_err(k, e))?;

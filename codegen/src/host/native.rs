@@ -51,7 +51,7 @@ pub struct BlockFn {
 
 /// A block helper's signature (see [`BlockFn`]).
 #[cfg(target_arch = "x86_64")]
-type HelperFn = unsafe extern "C" fn(*const f32, *mut f32, i64, f32, i64);
+type HelperFn = unsafe extern "C" fn(*const f32, *mut f32, i64, f32, i64, *mut f32);
 
 /// The helpers `choice` names: versions of the inline f32 math and of
 /// division by a scalar on 8 (AVX2 + FMA) or 16 (AVX-512F) lanes,

@@ -20,8 +20,11 @@
 //! helper write the output (`y = exp(x)` is one call per block, no loop).
 //! Only values that vary along the row qualify: a row-uniform one is a
 //! single scalar op Cranelift hoists. A helper re-reading a load's row in
-//! place prefetches the next row (`prefetch_distance`), and a row max/min
-//! over memory folds through a helper (`fold_helper`).
+//! place prefetches the next row (`prefetch_distance`), a row max/min
+//! over memory folds through a helper (`fold_helper`), and the helper
+//! computing an f32 sum's own value also adds it up into the sum's sixteen
+//! accumulator lanes as it goes (`block_sum_lanes`: softmax's
+//! `sum(exp(x - max))` needs no second pass over the block).
 //!
 //! The helpers compute exactly what the inline code does, so blocking
 //! changes speed, not results.
@@ -58,6 +61,10 @@ pub(super) struct Block {
     /// base rebased to the row (`base + 4j` is element `j`; in row scratch
     /// that base is the scratch row itself).
     ready: Vec<(ExprId, Value)>,
+    /// Where the helper of the block's root left the sixteen lane sums of
+    /// its whole groups of 16 (see [`Lowerer::helper_phase`]'s `sum`), for
+    /// the f32 sum reducing that root.
+    sum_lanes: Option<Value>,
 }
 
 /// The helper name of a unary op that has one.
@@ -191,12 +198,16 @@ impl Lowerer<'_, '_> {
     /// op, its operand into a buffer (unless the helper can read it in
     /// place) and one helper call; `eval` then reads the results until
     /// `self.block` is cleared. With `direct_store`, the last op (the
-    /// stage's value) is written straight through that access.
+    /// stage's value) is written straight through that access. With `sum`
+    /// (an f32 sum of `root`), the helper computing `root` also adds up its
+    /// results lane by lane as the sum's vector loop would, so that loop
+    /// need not run ([`Lowerer::block_sum_lanes`]).
     pub(super) fn helper_phase(
         &mut self,
         ops: &[HelperOp],
         root: ExprId,
         direct_store: Option<usize>,
+        sum: bool,
         start: Value,
         end: Value,
     ) -> Result<(), CodegenError> {
@@ -206,7 +217,10 @@ impl Lowerer<'_, '_> {
             let slot = self.b.create_sized_stack_slot(slot);
             self.block_slots.push(slot);
         }
-        self.block = Some(Block { ready: Vec::new() });
+        self.block = Some(Block {
+            ready: Vec::new(),
+            sum_lanes: None,
+        });
         let zero = self.iconst(0);
         let n = self.b.ins().isub(end, start);
         for (i, &(e, x, f, divisor)) in ops.iter().enumerate() {
@@ -250,9 +264,17 @@ impl Lowerer<'_, '_> {
                 (_, Some(slot)) => (self.scratch_addr(slot, e, start), self.scratch[slot]),
                 _ => (buf, base),
             };
-            self.b.ins().call(f, &[src, dst, n, scalar, prefetch]);
+            let lanes = match sum && e == root {
+                true => Some(self.lanes_slot()),
+                false => None,
+            };
+            let sum_arg = lanes.unwrap_or(zero);
+            self.b
+                .ins()
+                .call(f, &[src, dst, n, scalar, prefetch, sum_arg]);
             if let Some(block) = self.block.as_mut() {
                 block.ready.push((e, kept));
+                block.sum_lanes = block.sum_lanes.or(lanes);
             }
         }
         Ok(())
@@ -315,12 +337,34 @@ impl Lowerer<'_, '_> {
         let n = self.b.ins().isub(j1, j0);
         let n = self.b.ins().band_imm_s(n, !(step - 1));
         let tail = self.b.ins().iadd(j0, n);
-        let slot = StackSlotData::new(StackSlotKind::ExplicitSlot, step as u32 * 4, 4);
-        let slot = self.b.create_sized_stack_slot(slot);
-        let lanes = self.b.ins().stack_addr(self.ptr, slot, 0);
-        let no_prefetch = self.iconst(0);
-        self.b.ins().call(f, &[src, lanes, n, ident, no_prefetch]);
+        let lanes = self.lanes_slot();
+        let null = self.iconst(0);
+        self.b.ins().call(f, &[src, lanes, n, ident, null, null]);
         Ok(Some((tail, lanes)))
+    }
+
+    /// For an f32 sum over `j0..j1` of the value whose helper in the open
+    /// block added up its results ([`Lowerer::helper_phase`] with `sum`):
+    /// where the scalar tail starts and the address of the sixteen
+    /// accumulator lanes, as [`Lowerer::fold_helper`] returns them.
+    pub(super) fn block_sum_lanes(&mut self, j0: Value, j1: Value) -> Option<(Value, Value)> {
+        let lanes = self.block.as_mut()?.sum_lanes.take()?;
+        let step = ACCS as i64 * LANES;
+        let n = self.b.ins().isub(j1, j0);
+        let n = self.b.ins().band_imm_s(n, !(step - 1));
+        Some((self.b.ins().iadd(j0, n), lanes))
+    }
+
+    /// The address of the kernel's stack buffer for the sixteen lanes of a
+    /// reduction's accumulators (ACCS * LANES = 16, checked where ACCS is
+    /// defined), which the fold and sum helpers fill.
+    fn lanes_slot(&mut self) -> Value {
+        let slot = *self.lanes_slot.get_or_insert_with(|| {
+            let bytes = (ACCS as i64 * LANES) as u32 * 4;
+            let data = StackSlotData::new(StackSlotKind::ExplicitSlot, bytes, 6);
+            self.b.create_sized_stack_slot(data)
+        });
+        self.b.ins().stack_addr(self.ptr, slot, 0)
     }
 
     /// `inner_loop` over `j0..j1` for a stage whose per-point value is
@@ -354,7 +398,7 @@ impl Lowerer<'_, '_> {
         self.counted_loop(jb, j1, step, &mut |s, start| {
             let end = s.b.ins().iadd_imm_s(start, step);
             let end = s.b.ins().smin(end, j1);
-            s.helper_phase(&ops, root, direct_store, start, end)?;
+            s.helper_phase(&ops, root, direct_store, false, start, end)?;
             let done = match direct_store {
                 Some(_) => Ok(()),
                 None => s.inner_loop(start, end, vector, unroll, body),

@@ -1,7 +1,8 @@
 //! The reduce stages' inner loops: identities, the fold of one step, f32
 //! sums in blocks added in f64, and vector accumulators (max/min as one
 //! `maxps`/`minps` per vector with NaN lanes collected on the side, or
-//! filled by a fold helper when the row is already in memory).
+//! filled by a fold helper when the row is already in memory; an f32 sum's
+//! accumulators filled by the helper that computed its value, as it went).
 
 use super::{scalar_ty, Lowerer, Mode, ACCS, LANES};
 use crate::host::native::MATH_BLOCK;
@@ -82,7 +83,7 @@ impl Lowerer<'_, '_> {
             let end = s.b.ins().iadd_imm_s(start, SUM_BLOCK);
             let end = s.b.ins().smin(end, j1);
             if !ops.is_empty() {
-                s.helper_phase(&ops, value, None, start, end)?;
+                s.helper_phase(&ops, value, None, true, start, end)?;
             }
             let part = s.reduce_block(op, value, start, end);
             s.block = None;
@@ -145,6 +146,8 @@ impl Lowerer<'_, '_> {
         // tail stays.
         let fold = match (&nans, scalar_ty(d)) {
             (Some(_), types::F32) => self.fold_helper(op, value, j0, j1, ident)?,
+            // An f32 sum whose value a helper just computed and added up.
+            (None, types::F32) if vector && op == ReduceOp::Sum => self.block_sum_lanes(j0, j1),
             _ => None,
         };
         let mut u = 0usize;

@@ -157,6 +157,36 @@ unsafe fn store(p: *mut f32, v: F) {
     }
 }
 
+/// Sixteen f32 sums: the inline sum's four 4-lane accumulators, lane `l`
+/// of accumulator `k` being lane `4k + l` here (two 8-lane vectors).
+type A = [__m256; 2];
+
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn zero16() -> A {
+    [_mm256_setzero_ps(); 2]
+}
+/// Adds the first `groups` sixteen-value groups of `v` (two vectors each)
+/// to `a`, in order.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn add16(mut a: A, v: F, groups: usize) -> A {
+    for g in v.chunks_exact(2).take(groups) {
+        a[0] = _mm256_add_ps(a[0], g[0]);
+        a[1] = _mm256_add_ps(a[1], g[1]);
+    }
+    a
+}
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn store16(p: *mut f32, a: A) {
+    // SAFETY: the caller vouches for p[0..16].
+    unsafe {
+        _mm256_storeu_ps(p, a[0]);
+        _mm256_storeu_ps(p.add(8), a[1]);
+    }
+}
+
 simd_math!(
     features = "avx2,fma",
     exp = tj_exp_x8,

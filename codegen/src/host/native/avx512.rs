@@ -157,6 +157,31 @@ unsafe fn store(p: *mut f32, v: F) {
     }
 }
 
+/// Sixteen f32 sums: the inline sum's four 4-lane accumulators, lane `l`
+/// of accumulator `k` being lane `4k + l` here.
+type A = __m512;
+
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn zero16() -> A {
+    _mm512_setzero_ps()
+}
+/// Adds the first `groups` sixteen-value groups of `v` to `a`, in order.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn add16(mut a: A, v: F, groups: usize) -> A {
+    for x in v.iter().take(groups) {
+        a = _mm512_add_ps(a, *x);
+    }
+    a
+}
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn store16(p: *mut f32, a: A) {
+    // SAFETY: the caller vouches for p[0..16].
+    unsafe { _mm512_storeu_ps(p, a) };
+}
+
 simd_math!(
     features = "avx512f",
     exp = tj_exp_x16,

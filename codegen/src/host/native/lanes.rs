@@ -29,12 +29,14 @@
 //! `unordered` (ordered compares as `Math::cmp`, giving `M`), `select`
 //! (`mask ? a : b`), `bits`/`float` (reinterpret), `to_float` (i32 -> f32),
 //! `iadd`, `isub`, `iand`, `ior`, `ixor`, `shl::<K>`, `sra::<K>`, the
-//! unsafe `load`/`store` of one step, and the row max/min fold
-//! `fold16::<MAX>(src, dst, n, ident)` (its 16 lanes are one vector or
-//! two, so each module writes it).
+//! unsafe `load`/`store` of one step, the row max/min fold
+//! `fold16::<MAX>(src, dst, n, ident)`, and the sixteen sum lanes `A` with
+//! `zero16`, `add16(a, v, groups)` (adds `v`'s first `groups` groups of 16
+//! in order) and the unsafe `store16` (16 lanes are one vector or two, so
+//! each module writes these).
 
 /// Expands to the math functions and the eight exported helpers
-/// (`fn(src, dst, n, s, pf)`, see `BlockFn`) named by the arguments,
+/// (`fn(src, dst, n, s, pf, sum)`, see `BlockFn`) named by the arguments,
 /// compiled for the target features `$feat`.
 macro_rules! simd_math {
     (
@@ -164,7 +166,11 @@ macro_rules! simd_math {
 
         /// Writes `f(src[i], s)` to `dst[i]` for `i < n`, one step at a time;
         /// with `pf != 0`, also prefetches (into L2) the bytes `pf` past
-        /// each step it reads.
+        /// each step it reads. With `SUM`, also writes to `sum[0..16]` the
+        /// sixteen lane sums of the results, from +0.0, that the inline f32
+        /// sum's vector loop would hold over `0..n & !15` (lane `l` adding
+        /// results `16m + l` in order of `m`): the values are at hand here,
+        /// where the adds hide behind the math, instead of in a second pass.
         ///
         /// # Safety
         /// `src` must point to `n` initialised f32s and `dst` to `n`
@@ -172,16 +178,18 @@ macro_rules! simd_math {
         /// `pf` may point anywhere: a prefetch is a hint that never faults.
         #[target_feature(enable = $feat)]
         #[inline]
-        unsafe fn map_block(
+        unsafe fn map_block<const SUM: bool>(
             src: *const f32,
             dst: *mut f32,
             n: i64,
             s: f32,
             pf: i64,
+            sum: *mut f32,
             f: impl Fn(F, F) -> F,
         ) {
             let n = n.max(0) as usize;
             let s = splat(s);
+            let mut acc = zero16();
             let mut i = 0;
             while i + STEP <= n {
                 if pf != 0 {
@@ -193,7 +201,12 @@ macro_rules! simd_math {
                 }
                 // SAFETY: i + STEP <= n: the step lies in both buffers, and
                 // all of it is read before any of it is written.
-                unsafe { store(dst.add(i), f(load(src.add(i)), s)) };
+                let r = f(unsafe { load(src.add(i)) }, s);
+                if SUM {
+                    acc = add16(acc, r, STEP / 16);
+                }
+                // SAFETY: as above.
+                unsafe { store(dst.add(i), r) };
                 i += STEP;
             }
             if i < n {
@@ -203,11 +216,23 @@ macro_rules! simd_math {
                 let mut pad = [1f32; STEP];
                 // SAFETY: k = n - i elements from `i` are inside both
                 // buffers; `pad` holds STEP > k and overlaps neither.
+                unsafe { std::ptr::copy_nonoverlapping(src.add(i), pad.as_mut_ptr(), k) };
+                // SAFETY: `pad` holds STEP values.
+                let r = f(unsafe { load(pad.as_ptr()) }, s);
+                if SUM {
+                    // Whole groups only: the inline loop's scalar tail
+                    // takes the last k % 16.
+                    acc = add16(acc, r, k / 16);
+                }
+                // SAFETY: as above.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(src.add(i), pad.as_mut_ptr(), k);
-                    store(pad.as_mut_ptr(), f(load(pad.as_ptr()), s));
+                    store(pad.as_mut_ptr(), r);
                     std::ptr::copy_nonoverlapping(pad.as_ptr(), dst.add(i), k);
                 }
+            }
+            if SUM {
+                // SAFETY: the caller vouches for sum[0..16].
+                unsafe { store16(sum, acc) };
             }
         }
 
@@ -240,22 +265,29 @@ macro_rules! simd_math {
         /// # Safety
         /// As `fold16`.
         #[target_feature(enable = $feat)]
-        pub unsafe extern "C" fn $name(src: *const f32, dst: *mut f32, n: i64, ident: f32, _pf: i64) {
+        pub unsafe extern "C" fn $name(src: *const f32, dst: *mut f32, n: i64, ident: f32, _pf: i64, _sum: *mut f32) {
             // SAFETY: the caller vouches for both buffers.
             unsafe { fold16::<$max>(src, dst, n, ident) }
         }
     };
     (@export $feat:literal, $name:ident, $what:literal, $f:expr) => {
-        #[doc = concat!("Writes ", $what, " to `dst[i]` for `i < n`, prefetching `pf` bytes ahead of what it reads when `pf != 0`.")]
+        #[doc = concat!("Writes ", $what, " to `dst[i]` for `i < n`, prefetching `pf` bytes ahead of what it reads when `pf != 0`, and the sixteen lane sums of its whole groups of 16 to `sum[0..16]` when `sum` is not null (`map_block`).")]
         ///
         /// # Safety
         /// `src` must point to `n` initialised f32s and `dst` to `n`
         /// writable ones (or `n <= 0`), either the same or not overlapping,
+        /// `sum` to 16 writable f32s or be null,
         #[doc = concat!("and the CPU must have ", $feat, ".")]
         #[target_feature(enable = $feat)]
-        pub unsafe extern "C" fn $name(src: *const f32, dst: *mut f32, n: i64, s: f32, pf: i64) {
-            // SAFETY: the caller vouches for both buffers.
-            unsafe { map_block(src, dst, n, s, pf, $f) }
+        pub unsafe extern "C" fn $name(src: *const f32, dst: *mut f32, n: i64, s: f32, pf: i64, sum: *mut f32) {
+            // SAFETY: the caller vouches for the buffers.
+            unsafe {
+                if sum.is_null() {
+                    map_block::<false>(src, dst, n, s, pf, sum, $f)
+                } else {
+                    map_block::<true>(src, dst, n, s, pf, sum, $f)
+                }
+            }
         }
     };
 }
