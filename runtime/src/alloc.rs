@@ -81,7 +81,7 @@ pub fn filled_buffer(dtype: DType, n: usize, value: Lit) -> Result<Buffer, IrErr
 
 /// `n` f32 elements, element `i` being `f(i)`, in fresh memory: the
 /// storage behind the random tensors. Filled in parallel over the rayon
-/// pool from [`PAR_FILL_MIN`] elements (each element depends only on its
+/// pool from 64K elements (each element depends only on its
 /// index, so the values are the same either way).
 pub fn f32_buffer_from_fn(n: usize, f: impl Fn(u64) -> f32 + Sync) -> Result<Buffer, IrError> {
     let mut v = fresh(n, 0f32).ok_or_else(|| oom(DType::F32, n))?;
