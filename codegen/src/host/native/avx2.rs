@@ -140,6 +140,16 @@ fn sra<const K: i32>(a: I) -> I {
 }
 /// # Safety
 /// `p` must point to STEP readable f32s.
+/// `Math::exp_from`'s two-step scaling: `y * 2^(n >> 1) * 2^(n - (n >> 1))`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn pow2_mul(y: F, _n: F, ni: I) -> F {
+    let n1 = sra::<1>(ni);
+    let n2 = isub(ni, n1);
+    let e1 = shl::<23>(iadd(n1, splat_i(127)));
+    let e2 = shl::<23>(iadd(n2, splat_i(127)));
+    mul(mul(y, float(e1)), float(e2))
+}
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn load(p: *const f32) -> F {

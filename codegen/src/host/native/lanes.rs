@@ -28,7 +28,11 @@
 //! b : a` and `b < a ? b : a`, NaN behaviour included), `lt`, `eq`,
 //! `unordered` (ordered compares as `Math::cmp`, giving `M`), `select`
 //! (`mask ? a : b`), `bits`/`float` (reinterpret), `to_float` (i32 -> f32),
-//! `iadd`, `isub`, `iand`, `ior`, `ixor`, `shl::<K>`, `sra::<K>`, the
+//! `isub`, `iand`, `ior`, `ixor`, `shl::<K>`, `sra::<K>`,
+//! `pow2_mul(y, n, ni)` (`y * 2^n` for the integer `n`, given as a float
+//! and as an int, in [-150, 128]: `Math::exp_from`'s two multiplies by
+//! `2^(n >> 1)` and `2^(n - (n >> 1))`, each exact but the last, or any
+//! instruction that rounds `y * 2^n` once as they do), the
 //! unsafe `load`/`store` of one step, the row max/min fold
 //! `fold16::<MAX>(src, dst, n, ident)`, and the sixteen sum lanes `A` with
 //! `zero16`, `add16(a, v, groups)` (adds `v`'s first `groups` groups of 16
@@ -83,12 +87,9 @@ macro_rules! simd_math {
                 let e = shl::<23>(isub(ti, splat_i(0x4B40_0000 - 127)));
                 return mul(y, float(e));
             }
-            let ni = isub(ti, bits(magic));
-            let n1 = sra::<1>(ni);
-            let n2 = isub(ni, n1);
-            let e1 = shl::<23>(iadd(n1, splat_i(127)));
-            let e2 = shl::<23>(iadd(n2, splat_i(127)));
-            mul(mul(y, float(e1)), float(e2))
+            // y * 2^n in two exact steps (or one that rounds the same way):
+            // 2^n alone would not be normal for the subnormal results.
+            pow2_mul(y, n, isub(ti, bits(magic)))
         }
 
         /// `Math::exp`.
