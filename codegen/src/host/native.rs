@@ -29,15 +29,19 @@ use std::sync::Mutex;
 pub const MATH_BLOCK: usize = 1024;
 
 /// One [`block_math`] helper: `fn(src: *const f32, dst: *mut f32, n: i64,
-/// s: f32, pf: i64)` writes `op(src[i] + s)` to `dst[i]` for `i < n` for
-/// the unary ops (`s = -0.0` adds nothing, as `x + -0.0 == x`), `src[i] /
-/// s` for `div` (`src == dst` works in place), prefetching the bytes `pf`
-/// past what it reads when `pf != 0` (generated code passes the distance
-/// to the next row when this pass re-reads a row an earlier pass brought
-/// in: the next row then streams in while this one computes); `max` and
+/// s: f32, pf: i64, sum: *mut f32)` writes `op(src[i] + s)` to `dst[i]` for
+/// `i < n` for the unary ops (`s = -0.0` adds nothing, as `x + -0.0 == x`),
+/// `src[i] / s` for `div` (`src == dst` works in place), prefetching the
+/// bytes `pf` past what it reads when `pf != 0` (generated code passes the
+/// distance to the next row when this pass re-reads a row an earlier pass
+/// brought in: the next row then streams in while this one computes), and,
+/// when `sum` is not null, writes to `sum[0..16]` the lane sums from +0.0
+/// of its results' whole groups of 16 (lane `l` adding results `16m + l` in
+/// order, as the inline f32 sum's four 4-lane accumulators do); `max` and
 /// `min` fold `src[0..n]` (`n` a multiple of 16) from the identity `s` into
 /// the sixteen lanes of the inline fold's four 4-lane accumulators, written
-/// to `dst[0..16]` (lanes that saw a NaN are NaN), and ignore `pf`.
+/// to `dst[0..16]` (lanes that saw a NaN are NaN), and ignore `pf` and
+/// `sum`.
 #[derive(Copy, Clone, Debug)]
 pub struct BlockFn {
     /// The op's name: `exp`, `log`, `tanh`, `sigmoid`, `gelu`, `div`,
