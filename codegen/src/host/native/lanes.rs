@@ -175,7 +175,8 @@ macro_rules! simd_math {
         ///
         /// # Safety
         /// `src` must point to `n` initialised f32s and `dst` to `n`
-        /// writable ones (or `n <= 0`), either the same or not overlapping.
+        /// writable ones (or `n <= 0`), either the same or not overlapping;
+        /// with `SUM`, `sum` must point to 16 writable f32s.
         /// `pf` may point anywhere: a prefetch is a hint that never faults.
         #[target_feature(enable = $feat)]
         #[inline]
