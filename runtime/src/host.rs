@@ -303,6 +303,9 @@ impl HostProgram {
             .enumerate()
         {
             if let Some(mm) = &k.matmul {
+                if self.run_row_tiled(k, code, locals, &mut slots, mm, params)? {
+                    continue;
+                }
                 self.matmul(&mut slots, mm, p.buffers[mm.out.0 as usize].ty.dtype)?;
             }
             let per_call;
@@ -402,6 +405,136 @@ impl HostProgram {
         };
         slots[mm.out.0 as usize] = Slot::Owned(out);
         Ok(r?)
+    }
+}
+
+/// How a row-tiled launch hands one buffer to each tile.
+#[derive(Copy, Clone, PartialEq)]
+enum TilePart {
+    /// The whole buffer (every access broadcasts it across rows).
+    Whole,
+    /// Rows of this many elements, the tile's own.
+    Rows(usize),
+}
+
+impl HostProgram {
+    /// Runs a matmul kernel as one tile of rows per pool thread: each
+    /// tile's product rows come from a single-threaded `gemm` and the
+    /// epilogue runs on them at once, while they are still in the core's
+    /// cache, instead of a parallel `gemm` over all rows and then a second
+    /// parallel pass. Applies to an f32 `[m, k] @ [k, n]` whose epilogue
+    /// domain is the product's `[m, n]` and whose every buffer is read or
+    /// written either whole-row-broadcast (row stride 0) or row by row
+    /// (`[n, 1]` over `m * n` elements); returns false, having done
+    /// nothing, for anything else.
+    fn run_row_tiled(
+        &self,
+        k: &Kernel,
+        code: &CachedKernel,
+        locals: &[tilejit_ir::kernel::BufId],
+        slots: &mut [Slot<'_>],
+        mm: &tilejit_ir::kernel::MatMul,
+        params: &[Lit],
+    ) -> Result<bool, RuntimeError> {
+        let threads = rayon::current_num_threads();
+        let (m, n) = (mm.m, mm.n);
+        let layout = &code.code.layout;
+        let plain = mm.batch == 1
+            && k.domain == [m, n]
+            && threads >= 2
+            && m >= threads
+            && m * n * mm.k >= 1 << 18
+            && layout.scratch == 0
+            && self.prog.buffer(mm.out).ty.dtype == DType::F32;
+        if !plain {
+            return Ok(false);
+        }
+        // How each local buffer is split: `a` and the product by rows,
+        // `b` whole, the rest by how the stages access them.
+        let mut parts = Vec::with_capacity(locals.len());
+        for &b in locals {
+            let part = if b == mm.a {
+                TilePart::Rows(mm.k)
+            } else if b == mm.b {
+                TilePart::Whole
+            } else {
+                let mut part = if b == mm.out {
+                    Some(TilePart::Rows(n))
+                } else {
+                    None
+                };
+                let rows = self.prog.buffer(b).ty.shape.numel() == m * n;
+                let stored = k.stages.iter().any(|s| {
+                    matches!(s, tilejit_ir::kernel::Stage::Store { access, .. } if access.buf == b)
+                });
+                for a in k.accesses().filter(|a| a.buf == b) {
+                    let this = match a.strides.as_slice() {
+                        [0, _] if !stored => TilePart::Whole,
+                        &[s0, 1] if s0 == n as i64 && rows => TilePart::Rows(n),
+                        _ => return Ok(false),
+                    };
+                    if part.is_some_and(|p| p != this) {
+                        return Ok(false);
+                    }
+                    part = Some(this);
+                }
+                part.unwrap_or(TilePart::Whole)
+            };
+            parts.push(part);
+        }
+        if k.accesses().any(|a| a.buf == mm.a || a.buf == mm.b) {
+            return Ok(false);
+        }
+        let Some(out_at) = locals.iter().position(|&b| b == mm.out) else {
+            return Ok(false);
+        };
+        let Store::F32(mut product) = take_owned(&mut slots[mm.out.0 as usize])? else {
+            return Err(IrError::Verify("matmul product is not f32".into()).into());
+        };
+        let whole: Vec<BufArg> = locals.iter().map(|b| slots[b.0 as usize].arg()).collect();
+        let (Some(a), Some(bm)) = (slots[mm.a.0 as usize].f32s(), slots[mm.b.0 as usize].f32s())
+        else {
+            slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
+            return Ok(false);
+        };
+        let tile = m.div_ceil(threads);
+        let args = layout.args(k, params);
+        code.launches.fetch_add(1, Ordering::Relaxed);
+        let result = product
+            .par_chunks_mut(tile * n)
+            .zip(a.par_chunks(tile * mm.k))
+            .enumerate()
+            .try_for_each(|(t, (out, a))| -> Result<(), RuntimeError> {
+                let rows = out.len() / n;
+                matmul_f32(a, bm, out, [1, rows, mm.k, n], 1)?;
+                // Each row-split buffer as this tile's rows: the same
+                // storage, offset to the tile's first row.
+                let mut bufs: Vec<BufArg> = whole
+                    .iter()
+                    .zip(&parts)
+                    .map(|(w, part)| match *part {
+                        TilePart::Whole => *w,
+                        TilePart::Rows(len) => {
+                            let size = w.bytes / (m * len).max(1);
+                            BufArg {
+                                ptr: w.ptr + t * tile * len * size,
+                                bytes: rows * len * size,
+                                writable: w.writable,
+                            }
+                        }
+                    })
+                    .collect();
+                bufs[out_at] = BufArg {
+                    ptr: out.as_mut_ptr() as usize,
+                    bytes: std::mem::size_of_val(out),
+                    writable: true,
+                };
+                let mut args = args.clone();
+                args[0] = rows as i64;
+                Ok(code.code.call(&bufs, &args, 0, rows)?)
+            });
+        slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
+        result.map(|()| true)
     }
 }
 

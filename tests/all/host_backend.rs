@@ -734,3 +734,44 @@ fn kernel_calls_are_bounds_checked() {
     neg[0] = -1;
     assert!(layout.check_args(neg).is_err());
 }
+
+/// Big enough matmuls run as one row tile per pool thread, the epilogue
+/// right after each tile's product: odd row counts (uneven last tile),
+/// epilogues reading a bias (broadcast over rows) and a residual (row by
+/// row), one at exactly the size where tiling starts, and one with a
+/// per-row operand (which falls back to the untiled launch), all against
+/// the reference.
+#[test]
+fn row_tiled_matmul_epilogues_match_the_reference() {
+    for (m, k, n) in [
+        (3usize, 300usize, 300usize),
+        (67, 131, 97),
+        (64, 64, 64),
+        (2, 1024, 129),
+    ] {
+        let a = Tensor::randn(&[m, k], 1);
+        let w = Tensor::randn(&[k, n], 2);
+        let bias = Tensor::randn(&[n], 3);
+        let res = Tensor::randn(&[m, n], 4);
+        let col = Tensor::randn(&[m, 1], 5);
+        let f = jit_fn!(|a: &Tensor, w: &Tensor, bias: &Tensor, res: &Tensor| {
+            (a.matmul(w) + bias).gelu() + res
+        });
+        let g = jit_fn!(|a: &Tensor, w: &Tensor, col: &Tensor| (a.matmul(w) * col).relu());
+        let arrays = |ts: &[&Tensor]| ts.iter().map(|t| t.to_array().unwrap()).collect::<Vec<_>>();
+        let got = f.call((&a, &w, &bias, &res)).unwrap();
+        let want = f.handlers()[0]
+            .program
+            .run_reference(&arrays(&[&a, &w, &bias, &res]), &[])
+            .unwrap();
+        close(&as_f64(&got.to_array().unwrap()), &as_f64(&want[0]), 1e-4)
+            .unwrap_or_else(|e| panic!("[{m},{k}]@[{k},{n}] + bias, gelu, + residual: {e}"));
+        let got = g.call((&a, &w, &col)).unwrap();
+        let want = g.handlers()[0]
+            .program
+            .run_reference(&arrays(&[&a, &w, &col]), &[])
+            .unwrap();
+        close(&as_f64(&got.to_array().unwrap()), &as_f64(&want[0]), 1e-4)
+            .unwrap_or_else(|e| panic!("[{m},{k}]@[{k},{n}] * per-row column: {e}"));
+    }
+}
