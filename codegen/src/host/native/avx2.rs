@@ -138,8 +138,6 @@ fn shl<const K: i32>(a: I) -> I {
 fn sra<const K: i32>(a: I) -> I {
     each(|i| _mm256_srai_epi32::<K>(a[i]))
 }
-/// # Safety
-/// `p` must point to STEP readable f32s.
 /// `Math::exp_from`'s two-step scaling: `y * 2^(n >> 1) * 2^(n - (n >> 1))`.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
@@ -150,6 +148,8 @@ fn pow2_mul(y: F, _n: F, ni: I) -> F {
     let e2 = shl::<23>(iadd(n2, splat_i(127)));
     mul(mul(y, float(e1)), float(e2))
 }
+/// # Safety
+/// `p` must point to STEP readable f32s.
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn load(p: *const f32) -> F {

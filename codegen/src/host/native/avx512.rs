@@ -133,8 +133,6 @@ fn shl<const K: u32>(a: I) -> I {
 fn sra<const K: u32>(a: I) -> I {
     each(|i| _mm512_srai_epi32::<K>(a[i]))
 }
-/// # Safety
-/// `p` must point to STEP readable f32s.
 /// `y * 2^n` in one `vscalefps`, rounded once: the same bits as
 /// `Math::exp_from`'s two steps (`y * 2^(n >> 1)` is exact for its `y` and
 /// `n`, so only the second multiply rounds), in one instruction instead of
@@ -144,6 +142,8 @@ fn sra<const K: u32>(a: I) -> I {
 fn pow2_mul(y: F, n: F, _ni: I) -> F {
     each(|i| _mm512_scalef_ps(y[i], n[i]))
 }
+/// # Safety
+/// `p` must point to STEP readable f32s.
 #[target_feature(enable = "avx512f")]
 #[inline]
 unsafe fn load(p: *const f32) -> F {
