@@ -264,10 +264,7 @@ impl Lowerer<'_, '_> {
                 (_, Some(slot)) => (self.scratch_addr(slot, e, start), self.scratch[slot]),
                 _ => (buf, base),
             };
-            let lanes = match sum && e == root {
-                true => Some(self.lanes_slot()),
-                false => None,
-            };
+            let lanes = (sum && e == root).then(|| self.lanes_slot());
             let sum_arg = lanes.unwrap_or(zero);
             self.b
                 .ins()
@@ -331,12 +328,8 @@ impl Lowerer<'_, '_> {
             (None, Some((Source::Scratch(slot), _))) => self.scratch_addr(slot, value, j0),
             (None, None) => return Ok(None),
         };
-        // The reduce loop's unrolled step, whose accumulators the helper
-        // fills (ACCS * LANES = 16 lanes, checked where ACCS is defined).
-        let step = ACCS as i64 * LANES;
-        let n = self.b.ins().isub(j1, j0);
-        let n = self.b.ins().band_imm_s(n, !(step - 1));
-        let tail = self.b.ins().iadd(j0, n);
+        let tail = self.lanes_tail(j0, j1);
+        let n = self.b.ins().isub(tail, j0);
         let lanes = self.lanes_slot();
         let null = self.iconst(0);
         self.b.ins().call(f, &[src, lanes, n, ident, null, null]);
@@ -349,10 +342,17 @@ impl Lowerer<'_, '_> {
     /// accumulator lanes, as [`Lowerer::fold_helper`] returns them.
     pub(super) fn block_sum_lanes(&mut self, j0: Value, j1: Value) -> Option<(Value, Value)> {
         let lanes = self.block.as_mut()?.sum_lanes.take()?;
+        Some((self.lanes_tail(j0, j1), lanes))
+    }
+
+    /// Where the scalar tail of a reduce loop over `j0..j1` starts: past the
+    /// whole unrolled steps, whose accumulators (ACCS * LANES = 16 lanes,
+    /// checked where ACCS is defined) a helper fills instead.
+    fn lanes_tail(&mut self, j0: Value, j1: Value) -> Value {
         let step = ACCS as i64 * LANES;
         let n = self.b.ins().isub(j1, j0);
         let n = self.b.ins().band_imm_s(n, !(step - 1));
-        Some((self.b.ins().iadd(j0, n), lanes))
+        self.b.ins().iadd(j0, n)
     }
 
     /// The address of the kernel's stack buffer for the sixteen lanes of a
