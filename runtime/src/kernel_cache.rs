@@ -69,6 +69,20 @@ fn key_of(parts: impl std::hash::Hash) -> u64 {
     h.finish()
 }
 
+impl HostIdentity {
+    /// The map key: a hash of the identity and the target.
+    fn key(&self) -> u64 {
+        key_of((&self.structure, Target::Host, self.opts, self.cpu))
+    }
+}
+
+impl SimIdentity {
+    /// The map key: a hash of the identity and the target.
+    fn key(&self) -> u64 {
+        key_of((&self.text, &self.dtypes, Target::Sim, &self.config))
+    }
+}
+
 struct Entry {
     identity: HostIdentity,
     kernel: Arc<CachedKernel>,
@@ -287,7 +301,7 @@ impl KernelCache {
             opts,
             cpu: cpu_features(),
         };
-        let key = key_of((&identity.structure, Target::Host, opts, identity.cpu));
+        let key = identity.key();
         {
             let mut g = self.lock();
             let found = g.map.get_mut(&key).filter(|e| e.identity == identity);
@@ -380,12 +394,7 @@ impl KernelCache {
             dtypes: k.local_buffers().into_iter().map(dtype_of).collect(),
             config: cfg.to_json(),
         };
-        let key = key_of((
-            &identity.text,
-            &identity.dtypes,
-            Target::Sim,
-            &identity.config,
-        ));
+        let key = identity.key();
         {
             let mut g = self.lock();
             let found = g.sim.get_mut(&key).filter(|e| e.identity == identity);
@@ -627,12 +636,12 @@ mod tests {
         let opts = CodegenOptions::default();
         let b_code = cache.get_or_compile(&b, &b_dtype, opts).unwrap();
         // Move b's entry under the key a will look up.
-        let a_key = key_of((
-            &a.structure_text(&a_dtype),
-            Target::Host,
+        let a_key = HostIdentity {
+            structure: a.structure_text(&a_dtype),
             opts,
-            cpu_features(),
-        ));
+            cpu: cpu_features(),
+        }
+        .key();
         {
             let mut g = cache.lock();
             let (_, forged) = g.map.drain().next().unwrap();
