@@ -105,22 +105,26 @@ enum Slot<'a> {
     Owned(Store),
 }
 
+/// A kernel argument for storage the kernel only reads.
+fn ro<T>(v: &[T]) -> BufArg {
+    BufArg {
+        ptr: v.as_ptr() as usize,
+        bytes: std::mem::size_of_val(v),
+        writable: false,
+    }
+}
+
+/// A kernel argument for storage the kernel may write.
+fn rw<T>(v: &mut [T]) -> BufArg {
+    BufArg {
+        ptr: v.as_mut_ptr() as usize,
+        bytes: std::mem::size_of_val(v),
+        writable: true,
+    }
+}
+
 impl Slot<'_> {
     fn arg(&mut self) -> BufArg {
-        fn ro<T>(v: &[T]) -> BufArg {
-            BufArg {
-                ptr: v.as_ptr() as usize,
-                bytes: std::mem::size_of_val(v),
-                writable: false,
-            }
-        }
-        fn rw<T>(v: &mut [T]) -> BufArg {
-            BufArg {
-                ptr: v.as_mut_ptr() as usize,
-                bytes: std::mem::size_of_val(v),
-                writable: true,
-            }
-        }
         match self {
             Slot::Borrowed(Buffer::F32(v)) => ro(v),
             Slot::Borrowed(Buffer::F64(v)) => ro(v),
@@ -423,10 +427,10 @@ impl HostProgram {
     /// epilogue runs on them at once, while they are still in the core's
     /// cache, instead of a parallel `gemm` over all rows and then a second
     /// parallel pass. Applies to an f32 `[m, k] @ [k, n]` whose epilogue
-    /// domain is the product's `[m, n]` and whose every buffer is read or
-    /// written either whole-row-broadcast (row stride 0) or row by row
-    /// (`[n, 1]` over `m * n` elements); returns false, having done
-    /// nothing, for anything else.
+    /// domain is the product's `[m, n]` and whose stages read every buffer
+    /// either broadcast across rows (row stride 0) or row by row (`[n, 1]`
+    /// over `m * n` elements, the only way they may write one); returns
+    /// false, having done nothing, for anything else.
     fn run_row_tiled(
         &self,
         k: &Kernel,
@@ -446,7 +450,7 @@ impl HostProgram {
             && m * n * mm.k >= 1 << 18
             && layout.scratch == 0
             && self.prog.buffer(mm.out).ty.dtype == DType::F32;
-        if !plain {
+        if !plain || k.accesses().any(|a| a.buf == mm.a || a.buf == mm.b) {
             return Ok(false);
         }
         // How each local buffer is split: `a` and the product by rows,
@@ -463,14 +467,14 @@ impl HostProgram {
                 } else {
                     None
                 };
-                let rows = self.prog.buffer(b).ty.shape.numel() == m * n;
+                let row_sized = self.prog.buffer(b).ty.shape.numel() == m * n;
                 let stored = k.stages.iter().any(|s| {
                     matches!(s, tilejit_ir::kernel::Stage::Store { access, .. } if access.buf == b)
                 });
                 for a in k.accesses().filter(|a| a.buf == b) {
                     let this = match a.strides.as_slice() {
                         [0, _] if !stored => TilePart::Whole,
-                        &[s0, 1] if s0 == n as i64 && rows => TilePart::Rows(n),
+                        &[s0, 1] if s0 == n as i64 && row_sized => TilePart::Rows(n),
                         _ => return Ok(false),
                     };
                     if part.is_some_and(|p| p != this) {
@@ -481,9 +485,6 @@ impl HostProgram {
                 part.unwrap_or(TilePart::Whole)
             };
             parts.push(part);
-        }
-        if k.accesses().any(|a| a.buf == mm.a || a.buf == mm.b) {
-            return Ok(false);
         }
         let Some(out_at) = locals.iter().position(|&b| b == mm.out) else {
             return Ok(false);
@@ -524,11 +525,7 @@ impl HostProgram {
                         }
                     })
                     .collect();
-                bufs[out_at] = BufArg {
-                    ptr: out.as_mut_ptr() as usize,
-                    bytes: std::mem::size_of_val(out),
-                    writable: true,
-                };
+                bufs[out_at] = rw(out);
                 let mut args = args.clone();
                 args[0] = rows as i64;
                 Ok(code.code.call(&bufs, &args, 0, rows)?)
