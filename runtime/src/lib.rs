@@ -32,7 +32,7 @@ pub use sim::{
     collect_profiles, set_sim_policy, sim_device, sim_policy, write_trace, PendingRun, SimProgram,
     SimRun, Workspace, WorkspaceBuffer,
 };
-pub use tilejit_codegen::host::{BlockMath, CodegenOptions};
+pub use tilejit_codegen::host::{BlockMath, CodegenOptions, StreamStores};
 /// The device model (device API, simulated accelerator, ISA), re-exported
 /// for tools such as the `tilejit` CLI.
 pub use tilejit_device as device;

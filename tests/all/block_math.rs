@@ -10,7 +10,7 @@ use crate::host_backend::unary_graph;
 use crate::simplify_props::{build, inputs_with};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
-use tilejit_codegen::host::{block_math, BlockMath, CodegenOptions};
+use tilejit_codegen::host::{block_math, ArgLayout, BlockMath, CodegenOptions, StreamStores};
 use tilejit_ir::{Array, DType as D, Graph, Lit, UnaryOp};
 use tilejit_runtime::HostProgram;
 
@@ -34,26 +34,33 @@ fn widths() -> Vec<(BlockMath, &'static str)> {
     have
 }
 
-/// Runs `g` compiled inline and with each helper width; the outputs' bits
-/// must agree (any NaN matches any NaN: payloads are not part of the
-/// contract).
+/// Runs `g` compiled inline and with each helper width, with its stores
+/// streamed as sizes decide (at these sizes: not) and always
+/// (`StreamStores::Always`: every vector f32 store stage through the
+/// stream helper); the outputs' bits must agree (any NaN matches any NaN:
+/// payloads are not part of the contract).
 fn same_bits(g: &Graph, args: &[Array], params: &[Lit]) -> Result<(), String> {
-    let run = |block| {
-        HostProgram::compile_with(g, opts(block))
+    let run = |opts: CodegenOptions| {
+        HostProgram::compile_with(g, opts)
             .and_then(|p| p.run(args, params))
             .map_err(|e| e.to_string())
     };
-    let inline = run(BlockMath::Off)?;
+    let inline = run(opts(BlockMath::Off))?;
     for (width, _) in widths() {
-        let fast = run(width)?;
-        for (o, (a, b)) in fast.iter().zip(&inline).enumerate() {
-            let (a, b) = (a.buffer(), b.buffer());
-            for i in 0..a.len() {
-                let (x, y) = (a.get(i).as_f64(), b.get(i).as_f64());
-                if !(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())) {
-                    return Err(format!(
-                        "output {o}[{i}]: {width:?} helpers {x:e}, inline {y:e}"
-                    ));
+        for stream in [StreamStores::Large, StreamStores::Always] {
+            let fast = run(CodegenOptions {
+                stream_stores: stream,
+                ..opts(width)
+            })?;
+            for (o, (a, b)) in fast.iter().zip(&inline).enumerate() {
+                let (a, b) = (a.buffer(), b.buffer());
+                for i in 0..a.len() {
+                    let (x, y) = (a.get(i).as_f64(), b.get(i).as_f64());
+                    if !(x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())) {
+                        return Err(format!(
+                            "output {o}[{i}]: {width:?} helpers ({stream:?}) {x:e}, inline {y:e}"
+                        ));
+                    }
                 }
             }
         }
@@ -352,11 +359,16 @@ fn golden(name: &str) -> String {
 /// prefetch distance), read from the Cranelift IR, whose listing names
 /// each import (`fn9 = u0:10 sig9 ; tj_exp_x8`).
 fn helper_calls(text: &str, width: BlockMath) -> Vec<(String, String)> {
+    calls(text, opts(width))
+}
+
+/// [`helper_calls`] with any options.
+fn calls(text: &str, opts: CodegenOptions) -> Vec<(String, String)> {
     let g = tilejit_ir::text::parse(text).unwrap();
     let prog = tilejit_ir::kernel::fuse(&g).unwrap();
     assert_eq!(prog.kernels.len(), 1, "{text}");
     let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffers[b.0 as usize].ty.dtype;
-    let l = tilejit_codegen::host::listing(&prog.kernels[0], &dtype_of, opts(width)).unwrap();
+    let l = tilejit_codegen::host::listing(&prog.kernels[0], &dtype_of, opts).unwrap();
     let defined = |prefix: String| {
         l.clif
             .lines()
@@ -419,10 +431,12 @@ fn helpers_prefetch_the_next_row_only_on_a_second_pass() {
 /// listing names).
 #[test]
 fn helpers_serve_only_values_that_vary_along_the_row() {
+    // The math helpers (stores may stream too: tested below).
     let calls = |text: &str, width| {
         helper_calls(text, width)
             .into_iter()
             .map(|(symbol, _)| symbol)
+            .filter(|s| !s.starts_with("tj_stream"))
             .collect::<Vec<_>>()
     };
     let (layernorm, softmax) = (golden("layernorm"), golden("softmax"));
@@ -441,5 +455,84 @@ fn helpers_serve_only_values_that_vary_along_the_row() {
             "max(x), exp(x - max), e / sum"
         );
         assert_eq!(calls(GELU, w), [format!("tj_gelu{x}")]);
+    }
+}
+
+/// Where stores stream: a store stage of contiguous f32s, written by a
+/// helper (gelu, softmax's division) or by the stage's own loop (W1's
+/// `max(x*w + b, 0)`), gets one call of the stream helper, unless the
+/// options rule it out; a per-row store (a row sum) never does. (The
+/// bits the streaming path gives are held by `same_bits` above.)
+#[test]
+fn f32_store_stages_stream_unless_the_options_rule_it_out() {
+    let bias_relu = "graph {
+  %0 = input 0 : f32[4,64]
+  %1 = input 1 : f32[4,64]
+  %2 = input 2 : f32[4,64]
+  %3 = mul %0, %1 : f32[4,64]
+  %4 = add %3, %2 : f32[4,64]
+  %5 = relu %4 : f32[4,64]
+  return %5
+}";
+    let row_sum = "graph {
+  %0 = input 0 : f32[4,64]
+  %1 = reduce_sum %0 axes=[1] : f32[4,1]
+  return %1
+}";
+    let streams = |text: &str, o: CodegenOptions, x: &str| {
+        calls(text, o)
+            .iter()
+            .filter(|(s, _)| *s == format!("tj_stream{x}"))
+            .count()
+    };
+    for (w, x) in widths() {
+        let with = |stream| CodegenOptions {
+            stream_stores: stream,
+            ..opts(w)
+        };
+        for text in [GELU, bias_relu, &golden("softmax")] {
+            assert_eq!(streams(text, with(StreamStores::Large), x), 1, "{text}");
+            assert_eq!(streams(text, with(StreamStores::Always), x), 1, "{text}");
+            assert_eq!(streams(text, with(StreamStores::Off), x), 0, "{text}");
+        }
+        assert_eq!(streams(row_sum, with(StreamStores::Always), x), 0);
+    }
+    for text in [GELU, bias_relu] {
+        let inline = CodegenOptions {
+            stream_stores: StreamStores::Always,
+            ..opts(BlockMath::Off)
+        };
+        assert!(calls(text, inline).is_empty(), "{text}");
+    }
+}
+
+/// The stream flag, the last argument: `Large` sets it only for a domain
+/// of more f32s than the last-level cache holds, `Always` always and `Off`
+/// never.
+#[test]
+fn the_stream_flag_follows_the_output_size() {
+    let min = tilejit_codegen::host::stream_min_bytes();
+    for (numel, large) in [(16, false), (min / 4, false), (min / 4 + 1, true)] {
+        let text = format!(
+            "graph {{\n  %0 = input 0 : f32[{numel}]\n  %1 = exp %0 : f32[{numel}]\n  return %1\n}}"
+        );
+        let g = tilejit_ir::text::parse(&text).unwrap();
+        let prog = tilejit_ir::kernel::fuse(&g).unwrap();
+        let k = &prog.kernels[0];
+        let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffers[b.0 as usize].ty.dtype;
+        for (stream, want) in [
+            (StreamStores::Large, large),
+            (StreamStores::Always, true),
+            (StreamStores::Off, false),
+        ] {
+            let layout = ArgLayout::of(k, &dtype_of, stream);
+            let args = layout.args(k, &[]);
+            assert_eq!(args.len(), layout.stream_slot() + 1);
+            assert_eq!(
+                args[layout.stream_slot()],
+                i64::from(want),
+                "{numel} {stream:?}"
+            );
+        }
     }
 }

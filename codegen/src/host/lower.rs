@@ -19,6 +19,7 @@
 //! helpers (`lower/block.rs`).
 
 use super::layout::{reachable, reachable_until, storage_bytes, ArgLayout};
+use super::StreamStores;
 use crate::CodegenError;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, MemFlagsData, Type, Value};
@@ -105,6 +106,11 @@ pub struct Lowerer<'a, 'b> {
     lanes_slot: Option<cranelift_codegen::ir::StackSlot>,
     /// The stage being emitted (its index in `k.stages`).
     stage: usize,
+    /// The stream flag (`args`' last slot) as a boolean, when store stages
+    /// may stream (`block.rs`'s `stream_start`).
+    stream_flag: Option<Value>,
+    /// The stack buffer a streaming store stage's block is computed into.
+    stream_slot: Option<cranelift_codegen::ir::StackSlot>,
 }
 
 fn unsupported(k: &Kernel, what: impl Into<String>) -> CodegenError {
@@ -163,6 +169,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             block_slots: Vec::new(),
             lanes_slot: None,
             stage: 0,
+            stream_flag: None,
+            stream_slot: None,
         }
     }
 
@@ -225,6 +233,11 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         }
         let zero = self.iconst(0);
         self.params = param_vals.into_iter().map(|v| v.unwrap_or(zero)).collect();
+        if self.layout.stream != StreamStores::Off && self.libs.block_fns.contains_key("stream") {
+            let slot = (8 * self.layout.stream_slot()) as i32;
+            let raw = self.b.ins().load(types::I64, Self::flags(), args_p, slot);
+            self.stream_flag = Some(self.b.ins().icmp_imm_s(IntCC::NotEqual, raw, 0));
+        }
         // Accesses: strides, base pointers (as variables, rebased per row).
         let all: Vec<tilejit_ir::kernel::Access> = self.k.accesses().cloned().collect();
         let mut outer_strides: Vec<Vec<Value>> = Vec::new();
@@ -289,6 +302,17 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                 }
                 s.run_stages(zero, cols, false)
             })?;
+        }
+        if let (Some(flag), Some(_)) = (self.stream_flag, self.stream_slot) {
+            // Streaming stores are weakly ordered: fence them before the
+            // caller's thread reports this range done.
+            let fence = self.b.create_block();
+            let exit = self.b.create_block();
+            self.b.ins().brif(flag, fence, &[], exit, &[]);
+            self.b.switch_to_block(fence);
+            self.b.ins().fence();
+            self.b.ins().jump(exit, &[]);
+            self.b.switch_to_block(exit);
         }
         self.b.ins().return_(&[]);
         self.b.seal_all_blocks();

@@ -41,11 +41,12 @@ pub const MATH_BLOCK: usize = 1024;
 /// `min` fold `src[0..n]` (`n` a multiple of 16) from the identity `s` into
 /// the sixteen lanes of the inline fold's four 4-lane accumulators, written
 /// to `dst[0..16]` (lanes that saw a NaN are NaN), and ignore `pf` and
-/// `sum`.
+/// `sum`; `stream` copies `src[0..n]` to `dst`, the whole cache lines of
+/// `dst` with non-temporal stores, and fences (see [`super::StreamStores`]).
 #[derive(Copy, Clone, Debug)]
 pub struct BlockFn {
     /// The op's name: `exp`, `log`, `tanh`, `sigmoid`, `gelu`, `div`,
-    /// `max` or `min`.
+    /// `max`, `min` or `stream`.
     pub op: &'static str,
     /// The symbol generated code imports it by.
     pub symbol: &'static str,
@@ -65,13 +66,13 @@ type HelperFn = unsafe extern "C" fn(*const f32, *mut f32, i64, f32, i64, *mut f
 /// elements of its own stack buffers, or of a row of its buffers that it
 /// would load or store itself (a range the launch's bounds check covers),
 /// which is what makes the calls sound.
-pub fn block_math(choice: BlockMath) -> Result<Option<[BlockFn; 8]>, CodegenError> {
+pub fn block_math(choice: BlockMath) -> Result<Option<[BlockFn; 9]>, CodegenError> {
     #[cfg(target_arch = "x86_64")]
     {
         let f = super::cpu_features();
         // Both widths repeat the inline math built with FMA.
         let (avx2, avx512) = (f.avx2 && f.fma, f.avx512f && f.fma);
-        let set = |helpers: [(&'static str, &'static str, HelperFn); 8]| {
+        let set = |helpers: [(&'static str, &'static str, HelperFn); 9]| {
             helpers.map(|(op, symbol, f)| BlockFn {
                 op,
                 symbol,

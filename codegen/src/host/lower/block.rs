@@ -369,7 +369,7 @@ impl Lowerer<'_, '_> {
 
     /// `inner_loop` over `j0..j1` for a stage whose per-point value is
     /// `root` (stored through access `store`, or reduced), in blocks when
-    /// helpers can compute some of its math.
+    /// helpers can compute some of its math or the store may stream.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn blocked_loop(
         &mut self,
@@ -382,7 +382,8 @@ impl Lowerer<'_, '_> {
         body: &mut dyn FnMut(&mut Self, Value, Mode) -> Result<(), CodegenError>,
     ) -> Result<(), CodegenError> {
         let ops = self.block_ops(root, vector);
-        if ops.is_empty() {
+        let stream = store.filter(|&a| vector && self.can_stream(a));
+        if ops.is_empty() && stream.is_none() {
             return self.inner_loop(j0, j1, vector, unroll, body);
         }
         // The helper of the stage's own value writes the output itself, and
@@ -398,13 +399,78 @@ impl Lowerer<'_, '_> {
         self.counted_loop(jb, j1, step, &mut |s, start| {
             let end = s.b.ins().iadd_imm_s(start, step);
             let end = s.b.ins().smin(end, j1);
-            s.helper_phase(&ops, root, direct_store, false, start, end)?;
+            let streaming = stream.map(|a| s.stream_start(a, start));
+            if !ops.is_empty() {
+                s.helper_phase(&ops, root, direct_store, false, start, end)?;
+            }
             let done = match direct_store {
                 Some(_) => Ok(()),
                 None => s.inner_loop(start, end, vector, unroll, body),
             };
+            if let Some(streaming) = streaming {
+                s.stream_finish(streaming, start, end);
+            }
             s.block = None;
             done
         })
     }
+
+    /// Whether store access `a` can stream its output: the stream flag is
+    /// read (options and helpers allow it), the access writes contiguous
+    /// f32s, and no load of this kernel reads its buffer (a later stage
+    /// or row would otherwise read lines still on their way to memory, and
+    /// from memory rather than cache).
+    fn can_stream(&self, a: usize) -> bool {
+        let lb = self.layout.access_buf[a];
+        self.stream_flag.is_some()
+            && self.contiguous_f32(a)
+            && !self.layout.access_buf[..self.k.loads.len()].contains(&lb)
+    }
+
+    /// Opens a streaming block at `start` for store access `a`: while the
+    /// stream flag is set, the access's base points into the stack buffer
+    /// (rebased so element `j` of the block lands at `4 (j - start)`), so
+    /// the stage's stores and a helper's direct store fill the buffer.
+    fn stream_start(&mut self, a: usize, start: Value) -> Streaming {
+        let slot = *self.stream_slot.get_or_insert_with(|| {
+            let data = StackSlotData::new(StackSlotKind::ExplicitSlot, (MATH_BLOCK * 4) as u32, 5);
+            self.b.create_sized_stack_slot(data)
+        });
+        let buf = self.b.ins().stack_addr(self.ptr, slot, 0);
+        let var = self.accesses[a].base;
+        let row = self.b.use_var(var);
+        let rebased = self.rebase(buf, start);
+        let flag = self.stream_flag.expect("can_stream checked the flag");
+        let base = self.b.ins().select(flag, rebased, row);
+        self.b.def_var(var, base);
+        Streaming { a, row, buf }
+    }
+
+    /// Closes a streaming block `start..end`: restores the access's base
+    /// and, while the stream flag is set, has the `stream` helper copy the
+    /// buffer to the output.
+    fn stream_finish(&mut self, st: Streaming, start: Value, end: Value) {
+        self.b.def_var(self.accesses[st.a].base, st.row);
+        let flag = self.stream_flag.expect("can_stream checked the flag");
+        let f = self.libs.block_fns["stream"];
+        let copy = self.b.create_block();
+        let done = self.b.create_block();
+        self.b.ins().brif(flag, copy, &[], done, &[]);
+        self.b.switch_to_block(copy);
+        let off = self.b.ins().ishl_imm_s(start, 2);
+        let dst = self.b.ins().iadd(st.row, off);
+        let n = self.b.ins().isub(end, start);
+        let (s, zero) = (self.b.ins().f32const(0.0), self.iconst(0));
+        self.b.ins().call(f, &[st.buf, dst, n, s, zero, zero]);
+        self.b.ins().jump(done, &[]);
+        self.b.switch_to_block(done);
+    }
+}
+
+/// A streaming block [`Lowerer::stream_start`] opened: the store access,
+/// its row base and the stack buffer.
+pub(super) struct Streaming {
+    a: usize,
+    row: Value,
+    buf: Value,
 }

@@ -197,6 +197,20 @@ unsafe fn store16(p: *mut f32, a: A) {
     }
 }
 
+/// # Safety
+/// `src` must point to 16 readable f32s and `dst` to 16 writable ones,
+/// 64-byte aligned.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn stream_line(dst: *mut f32, src: *const f32) {
+    // SAFETY: the caller vouches for both lines and dst's alignment; the
+    // two halves fill one write-combining buffer back to back.
+    unsafe {
+        _mm256_stream_ps(dst, _mm256_loadu_ps(src));
+        _mm256_stream_ps(dst.add(8), _mm256_loadu_ps(src.add(8)));
+    }
+}
+
 simd_math!(
     features = "avx2,fma",
     exp = tj_exp_x8,
@@ -207,6 +221,7 @@ simd_math!(
     div = tj_div_x8,
     max = tj_max_x8,
     min = tj_min_x8,
+    stream = tj_stream_x8,
 );
 
 /// Folds `src[0..n]` (`n` a multiple of 16) into sixteen lanes the way the

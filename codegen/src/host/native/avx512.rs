@@ -186,6 +186,16 @@ unsafe fn store16(p: *mut f32, a: A) {
     unsafe { _mm512_storeu_ps(p, a) };
 }
 
+/// # Safety
+/// `src` must point to 16 readable f32s and `dst` to 16 writable ones,
+/// 64-byte aligned.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn stream_line(dst: *mut f32, src: *const f32) {
+    // SAFETY: the caller vouches for both lines and dst's alignment.
+    unsafe { _mm512_stream_ps(dst, _mm512_loadu_ps(src)) };
+}
+
 simd_math!(
     features = "avx512f",
     exp = tj_exp_x16,
@@ -196,6 +206,7 @@ simd_math!(
     div = tj_div_x16,
     max = tj_max_x16,
     min = tj_min_x16,
+    stream = tj_stream_x16,
 );
 
 /// Folds `src[0..n]` (`n` a multiple of 16) into sixteen lanes the way the
