@@ -70,6 +70,17 @@ fn key_of(parts: impl std::hash::Hash) -> u64 {
 }
 
 impl HostIdentity {
+    /// `k`'s identity under `opts` as they apply to it (its size class:
+    /// [`CodegenOptions::for_kernel`]), so the key tells a streaming compile
+    /// from an ordinary one.
+    fn new(k: &Kernel, dtype_of: &dyn Fn(BufId) -> DType, opts: CodegenOptions) -> Self {
+        HostIdentity {
+            structure: k.structure_text(dtype_of),
+            opts: opts.for_kernel(k),
+            cpu: cpu_features(),
+        }
+    }
+
     /// The map key: a hash of the identity and the target.
     fn key(&self) -> u64 {
         key_of((&self.structure, Target::Host, self.opts, self.cpu))
@@ -296,11 +307,8 @@ impl KernelCache {
         dtype_of: &dyn Fn(BufId) -> DType,
         opts: CodegenOptions,
     ) -> Result<Arc<CachedKernel>, RuntimeError> {
-        let identity = HostIdentity {
-            structure: k.structure_text(dtype_of),
-            opts,
-            cpu: cpu_features(),
-        };
+        let identity = HostIdentity::new(k, dtype_of, opts);
+        let opts = identity.opts;
         let key = identity.key();
         {
             let mut g = self.lock();
@@ -636,12 +644,7 @@ mod tests {
         let opts = CodegenOptions::default();
         let b_code = cache.get_or_compile(&b, &b_dtype, opts).unwrap();
         // Move b's entry under the key a will look up.
-        let a_key = HostIdentity {
-            structure: a.structure_text(&a_dtype),
-            opts,
-            cpu: cpu_features(),
-        }
-        .key();
+        let a_key = HostIdentity::new(&a, &a_dtype, opts).key();
         {
             let mut g = cache.lock();
             let (_, forged) = g.map.drain().next().unwrap();

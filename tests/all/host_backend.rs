@@ -551,11 +551,12 @@ fn evicted_kernels_keep_working_and_are_counted() {
 /// Code generation options are part of a kernel's cache key: each option
 /// set compiles its own entry (never a stale one made under other options),
 /// the same set finds the same entry, and every variant computes the same
-/// values. (The CPU's features are in the key too; a test cannot change
-/// them.)
+/// values. The key holds the options as they apply to the kernel: at this
+/// size `StreamStores::Large` is `Off`, one entry for both. (The CPU's
+/// features are in the key too; a test cannot change them.)
 #[test]
 fn codegen_options_are_part_of_the_kernel_key() {
-    use tilejit_runtime::{BlockMath, CodegenOptions, HostProgram};
+    use tilejit_runtime::{BlockMath, CodegenOptions, HostProgram, StreamStores};
     // A kernel no other test builds (its literal is this test's own).
     let g = tilejit_ir::text::parse(
         "graph {
@@ -579,6 +580,10 @@ fn codegen_options_are_part_of_the_kernel_key() {
             block_math: BlockMath::Off,
             ..CodegenOptions::default()
         },
+        CodegenOptions {
+            stream_stores: StreamStores::Always,
+            ..CodegenOptions::default()
+        },
     ];
     let key = |opts| {
         kernel_cache()
@@ -588,11 +593,15 @@ fn codegen_options_are_part_of_the_kernel_key() {
             .clone()
     };
     let keys: Vec<String> = variants.iter().map(|&o| key(o)).collect();
-    assert!(
-        keys[0] != keys[1] && keys[0] != keys[2] && keys[1] != keys[2],
-        "{keys:?}"
-    );
+    for (i, a) in keys.iter().enumerate() {
+        assert!(!keys[i + 1..].contains(a), "{keys:?}");
+    }
     assert_eq!(key(variants[0]), keys[0], "same options, same entry");
+    let off = CodegenOptions {
+        stream_stores: StreamStores::Off,
+        ..CodegenOptions::default()
+    };
+    assert_eq!(key(off), keys[0], "Large is Off at this size");
     let x = Tensor::randn(&[3, 37], 31).to_array().unwrap();
     let want = Program::compile(g.clone())
         .unwrap()

@@ -5,14 +5,11 @@
 //!   scratch value (a row of 8-byte slots);
 //! - `args`: the domain dims, then `rank` strides (in elements) per access
 //!   (loads, then stores), then one 8-byte slot per param (f64 bits for a
-//!   float param, the integer for an int or bool one), then the stream
-//!   flag (1: store stages that can stream their output do, see
-//!   `StreamStores`).
+//!   float param, the integer for an int or bool one).
 //!
 //! Sizes and strides are runtime values, so one compiled kernel serves every
 //! shape with the same structure.
 
-use super::StreamStores;
 use tilejit_ir::kernel::{BufId, Expr, Kernel, Stage};
 use tilejit_ir::{DType, Lit};
 
@@ -52,13 +49,11 @@ pub struct ArgLayout {
     /// Matmul operand and result local buffers, if any (the runtime fills
     /// the result before the stages run).
     pub matmul: Option<[usize; 3]>,
-    /// When the stream flag is set (see [`Self::args`]).
-    pub stream: StreamStores,
 }
 
 impl ArgLayout {
-    /// The layout of `k`, compiled with `stream` (see [`StreamStores`]).
-    pub fn of(k: &Kernel, dtype_of: &dyn Fn(BufId) -> DType, stream: StreamStores) -> ArgLayout {
+    /// The layout of `k`.
+    pub fn of(k: &Kernel, dtype_of: &dyn Fn(BufId) -> DType) -> ArgLayout {
         let buffers = k.local_buffers();
         let local = |b: BufId| buffers.iter().position(|&x| x == b).unwrap_or(0);
         let matmul = k
@@ -113,7 +108,6 @@ impl ArgLayout {
                 .unwrap_or(0),
             flat,
             matmul,
-            stream,
         }
     }
 
@@ -127,13 +121,8 @@ impl ArgLayout {
         self.rank + self.access_buf.len() * self.rank + p
     }
 
-    /// Index of the stream flag in `args`.
-    pub fn stream_slot(&self) -> usize {
-        self.param_slot(self.params)
-    }
-
     /// The `args` array for a kernel instance: its domain, its accesses'
-    /// strides, the param values and the stream flag.
+    /// strides and the param values.
     pub fn args(&self, k: &Kernel, params: &[Lit]) -> Vec<i64> {
         let mut v: Vec<i64> = k.domain.iter().map(|&d| d as i64).collect();
         for a in k.accesses() {
@@ -146,15 +135,6 @@ impl ArgLayout {
                 None => 0,
             });
         }
-        let stream = match self.stream {
-            StreamStores::Off => false,
-            StreamStores::Always => true,
-            StreamStores::Large => {
-                let numel = k.domain.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-                numel.is_none_or(|n| n.saturating_mul(4) > super::stream_min_bytes())
-            }
-        };
-        v.push(i64::from(stream));
         v
     }
 
@@ -248,7 +228,7 @@ impl ArgLayout {
         if bufs != nbuf {
             return Err(format!("{bufs} buffers given, {nbuf} expected"));
         }
-        let nargs = self.stream_slot() + 1;
+        let nargs = self.param_slot(self.params);
         if args != nargs {
             return Err(format!("{args} args given, {nargs} expected"));
         }

@@ -19,7 +19,6 @@
 //! helpers (`lower/block.rs`).
 
 use super::layout::{reachable, reachable_until, storage_bytes, ArgLayout};
-use super::StreamStores;
 use crate::CodegenError;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, MemFlagsData, Type, Value};
@@ -106,9 +105,9 @@ pub struct Lowerer<'a, 'b> {
     lanes_slot: Option<cranelift_codegen::ir::StackSlot>,
     /// The stage being emitted (its index in `k.stages`).
     stage: usize,
-    /// The stream flag (`args`' last slot) as a boolean, when store stages
-    /// may stream (`block.rs`'s `stream_start`).
-    stream_flag: Option<Value>,
+    /// Whether f32 store stages stream their output (the options ask for
+    /// it and the helpers include `stream`; `block.rs`'s `stream_start`).
+    stream: bool,
     /// The stack buffer a streaming store stage's block is computed into.
     stream_slot: Option<cranelift_codegen::ir::StackSlot>,
 }
@@ -149,8 +148,10 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         layout: &'a ArgLayout,
         dtype_of_buf: &'a dyn Fn(usize) -> DType,
         fma: bool,
+        stream: bool,
         libs: Libcalls,
     ) -> Lowerer<'a, 'b> {
+        let stream = stream && libs.block_fns.contains_key("stream");
         Lowerer {
             b,
             k,
@@ -169,7 +170,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             block_slots: Vec::new(),
             lanes_slot: None,
             stage: 0,
-            stream_flag: None,
+            stream,
             stream_slot: None,
         }
     }
@@ -233,11 +234,6 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         }
         let zero = self.iconst(0);
         self.params = param_vals.into_iter().map(|v| v.unwrap_or(zero)).collect();
-        if self.layout.stream != StreamStores::Off && self.libs.block_fns.contains_key("stream") {
-            let slot = (8 * self.layout.stream_slot()) as i32;
-            let raw = self.b.ins().load(types::I64, Self::flags(), args_p, slot);
-            self.stream_flag = Some(self.b.ins().icmp_imm_s(IntCC::NotEqual, raw, 0));
-        }
         // Accesses: strides, base pointers (as variables, rebased per row).
         let all: Vec<tilejit_ir::kernel::Access> = self.k.accesses().cloned().collect();
         let mut outer_strides: Vec<Vec<Value>> = Vec::new();
@@ -303,16 +299,10 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                 s.run_stages(zero, cols, false)
             })?;
         }
-        if let (Some(flag), Some(_)) = (self.stream_flag, self.stream_slot) {
+        if self.stream_slot.is_some() {
             // Streaming stores are weakly ordered: fence them before the
             // caller's thread reports this range done.
-            let fence = self.b.create_block();
-            let exit = self.b.create_block();
-            self.b.ins().brif(flag, fence, &[], exit, &[]);
-            self.b.switch_to_block(fence);
             self.b.ins().fence();
-            self.b.ins().jump(exit, &[]);
-            self.b.switch_to_block(exit);
         }
         self.b.ins().return_(&[]);
         self.b.seal_all_blocks();

@@ -47,8 +47,9 @@ pub struct CodegenOptions {
     /// are the same bit for bit whichever is chosen.
     pub block_math: BlockMath,
     /// When f32 outputs are written with non-temporal stores (needs the
-    /// helpers: never with [`BlockMath::Off`]). Results are the same bit
-    /// for bit whichever is chosen.
+    /// helpers: never with [`BlockMath::Off`]); see
+    /// [`CodegenOptions::for_kernel`]. Results are the same bit for bit
+    /// whichever is chosen.
     pub stream_stores: StreamStores,
 }
 
@@ -58,20 +59,46 @@ pub struct CodegenOptions {
 /// ordinary store of a line not in cache first reads the line from
 /// memory; a streaming one does not, which saves a third of the memory
 /// traffic of `y = f(x)` once the output cannot stay in cache anyway (on
-/// W3's softmax, 64 MiB in and out, 12-16% less time, and on W1 7-10%, in
-/// a paired probe). An output that a later kernel reads back while still
-/// in cache would instead have to come from memory, hence the size rule.
-/// A store stage whose buffer the kernel also loads never streams.
+/// W1, 64 MiB out, 10-12% less time in paired runs). An output that a later
+/// kernel reads back while still in cache would instead have to come from
+/// memory, hence the size rule. A store stage whose buffer the kernel also
+/// loads never streams.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub enum StreamStores {
-    /// Never: no code for it is emitted.
+    /// Never.
     Off,
-    /// When the kernel's domain holds at least [`stream_min_bytes`] of f32s:
-    /// decided per launch from its arguments (the code has both paths).
+    /// When the kernel's domain, as traced, holds more f32s than
+    /// [`stream_min_bytes`]: [`CodegenOptions::for_kernel`] turns this into
+    /// `Off` or `Always` before a kernel is compiled or looked up, so a
+    /// cached kernel compiled for one size class is not reused for the
+    /// other (and small kernels compile as fast as before: the streaming
+    /// blocks made bias_relu's compile 38% slower, layernorm's 21-30%).
     #[default]
     Large,
-    /// At every size (what tests use to run the streaming path).
+    /// At every size.
     Always,
+}
+
+impl CodegenOptions {
+    /// These options as they apply to `k`: [`StreamStores::Large`]
+    /// resolved by `k`'s domain. Compiles and cache lookups use this.
+    pub fn for_kernel(self, k: &Kernel) -> CodegenOptions {
+        let stream_stores = match self.stream_stores {
+            StreamStores::Large => {
+                let numel = k.domain.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+                if numel.is_none_or(|n| n.saturating_mul(4) > stream_min_bytes()) {
+                    StreamStores::Always
+                } else {
+                    StreamStores::Off
+                }
+            }
+            s => s,
+        };
+        CodegenOptions {
+            stream_stores,
+            ..self
+        }
+    }
 }
 
 /// The smallest output, in bytes, that [`StreamStores::Large`] streams:
@@ -325,7 +352,8 @@ fn build(
     if cfg!(target_arch = "x86_64") && !cpu.sse41 {
         return Err(CodegenError::Cpu("SSE4.1"));
     }
-    let layout = ArgLayout::of(k, dtype_of, opts.stream_stores);
+    let opts = opts.for_kernel(k);
+    let layout = ArgLayout::of(k, dtype_of);
     let helpers = block_math(opts.block_math)?;
     let helpers: &[BlockFn] = helpers.as_ref().map_or(&[], |h| h.as_slice());
     let mut module = new_module(k, opts, helpers)?;
@@ -386,7 +414,8 @@ fn build(
             block_fns,
         };
         let buf_dtype = |lb: usize| dtype_of(layout.buffers[lb]);
-        lower::Lowerer::new(b, k, &layout, &buf_dtype, cpu.fma, libs).lower()?;
+        let stream = opts.stream_stores == StreamStores::Always;
+        lower::Lowerer::new(b, k, &layout, &buf_dtype, cpu.fma, stream, libs).lower()?;
     }
     let clif = with_listing.then(|| name_imports(&ctx.func.display().to_string(), &symbols));
     module

@@ -415,22 +415,22 @@ impl Lowerer<'_, '_> {
         })
     }
 
-    /// Whether store access `a` can stream its output: the stream flag is
-    /// read (options and helpers allow it), the access writes contiguous
-    /// f32s, and no load of this kernel reads its buffer (a later stage
-    /// or row would otherwise read lines still on their way to memory, and
+    /// Whether store access `a` streams its output: the options ask for it
+    /// (and the helpers include `stream`), the access writes contiguous
+    /// f32s, and no load of this kernel reads its buffer (a later stage or
+    /// row would otherwise read lines still on their way to memory, and
     /// from memory rather than cache).
     fn can_stream(&self, a: usize) -> bool {
         let lb = self.layout.access_buf[a];
-        self.stream_flag.is_some()
+        self.stream
             && self.contiguous_f32(a)
             && !self.layout.access_buf[..self.k.loads.len()].contains(&lb)
     }
 
-    /// Opens a streaming block at `start` for store access `a`: while the
-    /// stream flag is set, the access's base points into the stack buffer
-    /// (rebased so element `j` of the block lands at `4 (j - start)`), so
-    /// the stage's stores and a helper's direct store fill the buffer.
+    /// Opens a streaming block at `start` for store access `a`: the
+    /// access's base points into the stack buffer (rebased so element `j`
+    /// of the block lands at `4 (j - start)`), so the stage's stores and a
+    /// helper's direct store fill the buffer.
     fn stream_start(&mut self, a: usize, start: Value) -> Streaming {
         let slot = *self.stream_slot.get_or_insert_with(|| {
             let data = StackSlotData::new(StackSlotKind::ExplicitSlot, (MATH_BLOCK * 4) as u32, 5);
@@ -440,30 +440,21 @@ impl Lowerer<'_, '_> {
         let var = self.accesses[a].base;
         let row = self.b.use_var(var);
         let rebased = self.rebase(buf, start);
-        let flag = self.stream_flag.expect("can_stream checked the flag");
-        let base = self.b.ins().select(flag, rebased, row);
-        self.b.def_var(var, base);
+        self.b.def_var(var, rebased);
         Streaming { a, row, buf }
     }
 
     /// Closes a streaming block `start..end`: restores the access's base
-    /// and, while the stream flag is set, has the `stream` helper copy the
-    /// buffer to the output.
+    /// and has the `stream` helper copy the buffer to the output (the
+    /// kernel fences once, before it returns).
     fn stream_finish(&mut self, st: Streaming, start: Value, end: Value) {
         self.b.def_var(self.accesses[st.a].base, st.row);
-        let flag = self.stream_flag.expect("can_stream checked the flag");
         let f = self.libs.block_fns["stream"];
-        let copy = self.b.create_block();
-        let done = self.b.create_block();
-        self.b.ins().brif(flag, copy, &[], done, &[]);
-        self.b.switch_to_block(copy);
         let off = self.b.ins().ishl_imm_s(start, 2);
         let dst = self.b.ins().iadd(st.row, off);
         let n = self.b.ins().isub(end, start);
         let (s, zero) = (self.b.ins().f32const(0.0), self.iconst(0));
         self.b.ins().call(f, &[st.buf, dst, n, s, zero, zero]);
-        self.b.ins().jump(done, &[]);
-        self.b.switch_to_block(done);
     }
 }
 
