@@ -26,6 +26,11 @@
 //! accumulator lanes as it goes (`block_sum_lanes`: softmax's
 //! `sum(exp(x - max))` needs no second pass over the block).
 //!
+//! A store stage that streams its output (`CodegenOptions::stream_stores`)
+//! runs in the same blocks even without helper ops: each block is computed
+//! into a stack buffer and the `stream` helper copies it out past the
+//! caches (`stream_start`, `stream_finish`).
+//!
 //! The helpers compute exactly what the inline code does, so blocking
 //! changes speed, not results.
 
@@ -38,7 +43,8 @@ use tilejit_ir::kernel::{Expr, ExprId, Stage};
 use tilejit_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 
 /// Ops per stage loop that go through block buffers (the rest stay
-/// inline): bounds the stack frame at 16 KiB (probed page by page).
+/// inline): bounds the block buffers at 16 KiB, 20 KiB with a streaming
+/// store's buffer (frames are probed page by page).
 const MAX_BUFFERS: usize = 4;
 
 /// An op a helper computes: the op's expression, its (vector) operand,
