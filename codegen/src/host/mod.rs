@@ -101,10 +101,10 @@ impl CodegenOptions {
     }
 }
 
-/// The smallest output, in bytes, that [`StreamStores::Large`] streams:
+/// The output size, in bytes, above which [`StreamStores::Large`] streams:
 /// the size of the last-level cache (read once from Linux's sysfs; 32 MiB
-/// where it cannot be read). An output that large cannot stay in that
-/// cache for its consumer anyway.
+/// where it cannot be read). A larger output cannot stay in that cache for
+/// its consumer anyway.
 pub fn stream_min_bytes() -> usize {
     static MIN: OnceLock<usize> = OnceLock::new();
     *MIN.get_or_init(|| last_level_cache_bytes().unwrap_or(32 << 20))
@@ -239,12 +239,15 @@ fn cl_err(k: &Kernel, e: impl std::fmt::Display) -> CodegenError {
     }
 }
 
-/// The ISA for `opts`, built once per process and option set: building
+/// The ISA for `opts`, built once per process and pair of the options it
+/// depends on (`optimize`, `verify`; not the helpers or streaming, so a
+/// streaming kernel's compile reuses the ISA the warm-up built): building
 /// one (flag parsing, CPU detection) is a tenth of a small kernel's compile.
 fn isa_for(k: &Kernel, opts: CodegenOptions) -> Result<OwnedTargetIsa, CodegenError> {
-    static ISAS: OnceLock<Mutex<HashMap<CodegenOptions, OwnedTargetIsa>>> = OnceLock::new();
+    static ISAS: OnceLock<Mutex<HashMap<(bool, bool), OwnedTargetIsa>>> = OnceLock::new();
     let isas = ISAS.get_or_init(Default::default);
-    if let Some(isa) = isas.lock().unwrap_or_else(|p| p.into_inner()).get(&opts) {
+    let key = (opts.optimize, opts.verify);
+    if let Some(isa) = isas.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
         return Ok(isa.clone());
     }
     let mut flags = settings::builder();
@@ -271,7 +274,7 @@ fn isa_for(k: &Kernel, opts: CodegenOptions) -> Result<OwnedTargetIsa, CodegenEr
         .map_err(|e| cl_err(k, e))?;
     isas.lock()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(opts, isa.clone());
+        .insert(key, isa.clone());
     Ok(isa)
 }
 

@@ -466,7 +466,7 @@ impl Lowerer<'_, '_> {
 
 /// A streaming block [`Lowerer::stream_start`] opened: the store access,
 /// its row base and the stack buffer.
-pub(super) struct Streaming {
+struct Streaming {
     a: usize,
     row: Value,
     buf: Value,
