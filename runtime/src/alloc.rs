@@ -1,6 +1,8 @@
 //! Host memory for tensors: fresh zeroed buffers, fallible (an impossible
 //! size is an error, not an abort) and, from 1 MiB up, advised onto huge
-//! pages where the OS allows, as numpy does for its arrays of 4 MiB and up.
+//! pages where the OS allows, as numpy does for its arrays of 4 MiB and up
+//! (`tilejit_codegen::host::zeroed_vec`, which from 16 MiB up also pads
+//! the allocation so that all of it can be).
 //! A streaming kernel over 4 KiB pages takes a TLB miss every 4 KiB and a
 //! fault per page on first touch; with `randn` inputs on 2 MiB pages W1 ran
 //! ~10% faster over seven alternations of old and new binaries, and W2-W4
@@ -10,26 +12,9 @@
 //! results, which are converted out of f32 storage into plain vectors.
 
 use rayon::prelude::*;
-use tilejit_codegen::host::advise_huge_pages;
+use tilejit_codegen::host::zeroed_vec;
 use tilejit_ir::pool::pool;
 use tilejit_ir::{Buffer, DType, IrError, Lit};
-
-/// `n` zeroed elements, or `None` when the allocator cannot give them.
-pub(crate) fn fresh<T: Clone>(n: usize, zero: T) -> Option<Vec<T>> {
-    // `vec!` of a zero value allocates zeroed memory (calloc: the OS maps
-    // zero pages lazily, so the faults happen where the memory is first
-    // written, in parallel kernels rather than a serial memset here) but
-    // aborts when the allocator fails; for big sizes ask fallibly first.
-    if n.saturating_mul(std::mem::size_of::<T>()) < 1 << 20 {
-        return Some(vec![zero; n]);
-    }
-    let mut probe: Vec<T> = Vec::new();
-    probe.try_reserve_exact(n).ok()?;
-    drop(probe);
-    let mut v = vec![zero; n];
-    advise_huge_pages(&mut v);
-    Some(v)
-}
 
 /// The error for `n` elements of `dtype` that could not be allocated.
 fn oom(dtype: DType, n: usize) -> IrError {
@@ -52,13 +37,13 @@ pub(crate) fn output_buffer(dtype: DType, n: usize) -> Result<Buffer, IrError> {
 fn zeroed_buffer(dtype: DType, n: usize) -> Result<Buffer, IrError> {
     let oom = || oom(dtype, n);
     Ok(match dtype {
-        DType::F32 => Buffer::F32(fresh(n, 0.0).ok_or_else(oom)?),
-        DType::F64 => Buffer::F64(fresh(n, 0.0).ok_or_else(oom)?),
-        DType::F16 => Buffer::F16(fresh(n, half::f16::ZERO).ok_or_else(oom)?),
-        DType::BF16 => Buffer::BF16(fresh(n, half::bf16::ZERO).ok_or_else(oom)?),
-        DType::I32 => Buffer::I32(fresh(n, 0).ok_or_else(oom)?),
-        DType::I64 => Buffer::I64(fresh(n, 0).ok_or_else(oom)?),
-        DType::Bool => Buffer::Bool(fresh(n, false).ok_or_else(oom)?),
+        DType::F32 => Buffer::F32(zeroed_vec(n).ok_or_else(oom)?),
+        DType::F64 => Buffer::F64(zeroed_vec(n).ok_or_else(oom)?),
+        DType::F16 => Buffer::F16(zeroed_vec(n).ok_or_else(oom)?),
+        DType::BF16 => Buffer::BF16(zeroed_vec(n).ok_or_else(oom)?),
+        DType::I32 => Buffer::I32(zeroed_vec(n).ok_or_else(oom)?),
+        DType::I64 => Buffer::I64(zeroed_vec(n).ok_or_else(oom)?),
+        DType::Bool => Buffer::Bool(zeroed_vec(n).ok_or_else(oom)?),
     })
 }
 
@@ -84,7 +69,7 @@ pub fn filled_buffer(dtype: DType, n: usize, value: Lit) -> Result<Buffer, IrErr
 /// pool from 64K elements (each element depends only on its
 /// index, so the values are the same either way).
 pub fn f32_buffer_from_fn(n: usize, f: impl Fn(u64) -> f32 + Sync) -> Result<Buffer, IrError> {
-    let mut v = fresh(n, 0f32).ok_or_else(|| oom(DType::F32, n))?;
+    let mut v = zeroed_vec(n).ok_or_else(|| oom(DType::F32, n))?;
     let fill = |(c, xs): (usize, &mut [f32])| {
         for (i, x) in xs.iter_mut().enumerate() {
             *x = f((c * PAR_FILL_CHUNK + i) as u64);

@@ -4,13 +4,13 @@
 //! `gemm`, f16/bf16 held as f32 between the program's boundaries (each
 //! op's result rounded to its type).
 
-use crate::alloc::fresh;
 use crate::error::RuntimeError;
 use crate::kernel_cache::{kernel_cache, CachedKernel};
 use rayon::prelude::*;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use tilejit_codegen::host::zeroed_vec;
 use tilejit_codegen::host::{
     matmul_f32, matmul_f64, storage_bytes, BufArg, CheckedArgs, CodegenOptions,
 };
@@ -67,11 +67,11 @@ fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
         }
     }
     Ok(match held {
-        DType::F64 => Store::F64(fresh(n, 0.0).ok_or_else(oom)?),
-        DType::I32 => Store::I32(fresh(n, 0).ok_or_else(oom)?),
-        DType::I64 => Store::I64(fresh(n, 0).ok_or_else(oom)?),
-        DType::Bool => Store::Bool(fresh(n, false).ok_or_else(oom)?),
-        _ => Store::F32(fresh(n, 0.0).ok_or_else(oom)?),
+        DType::F64 => Store::F64(zeroed_vec(n).ok_or_else(oom)?),
+        DType::I32 => Store::I32(zeroed_vec(n).ok_or_else(oom)?),
+        DType::I64 => Store::I64(zeroed_vec(n).ok_or_else(oom)?),
+        DType::Bool => Store::Bool(zeroed_vec(n).ok_or_else(oom)?),
+        _ => Store::F32(zeroed_vec(n).ok_or_else(oom)?),
     })
 }
 

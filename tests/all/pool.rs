@@ -86,3 +86,50 @@ fn the_byte_bound_evicts_oldest_first() {
     p.give(Buffer::F32(vec![0.0; 2048]));
     assert_eq!(p.stats().buffers, 0, "capacity 0 disables pooling");
 }
+
+/// Fresh storage (`zeroed_vec`): zero, exactly `n` long, and from 16 MiB up
+/// padded to 32 bytes short of whole 2 MiB regions (so glibc maps whole
+/// regions and the OS can back all of it with huge pages), never more
+/// than one region past what was asked for.
+#[test]
+fn fresh_storage_is_zero_and_padded_to_huge_pages_from_16_mib() {
+    use tilejit_codegen::host::{huge_page_len, zeroed_vec};
+    const REGION: usize = 2 << 20;
+    let glibc = cfg!(all(target_os = "linux", target_env = "gnu"));
+    for (n, elem) in [(0, 4), (1, 4), (1000, 8), ((16 << 20) / 4 - 1, 4)] {
+        assert_eq!(huge_page_len(n, elem), n, "{n} x {elem} B is not padded");
+    }
+    for (n, elem) in [
+        ((16 << 20) / 4, 4),
+        (8192 * 1024, 4),
+        (3_000_001, 8),
+        (33 << 20, 1),
+    ] {
+        let len = huge_page_len(n, elem);
+        if !glibc {
+            assert_eq!(len, n);
+            continue;
+        }
+        assert!(
+            len >= n && (len - n) * elem < REGION,
+            "{n} x {elem} B -> {len}"
+        );
+        assert_eq!((len * elem + 32) % REGION, 0, "{n} x {elem} B -> {len}");
+    }
+    // W4's 32 MiB: every element readable and writable, zero at first.
+    let n = 8192 * 1024;
+    let mut v: Vec<f32> = zeroed_vec(n).unwrap();
+    assert_eq!(v.len(), n);
+    assert_eq!(v.capacity(), huge_page_len(n, 4));
+    assert!(v.iter().all(|&x| x.to_bits() == 0));
+    for (i, x) in v.iter_mut().enumerate() {
+        *x = i as f32;
+    }
+    assert!(v.iter().enumerate().all(|(i, &x)| x == i as f32));
+    let b: Vec<bool> = zeroed_vec(5).unwrap();
+    assert_eq!(b, [false; 5]);
+    let h: Vec<half::bf16> = zeroed_vec(3 << 20).unwrap();
+    assert!(h.iter().all(|x| x.to_bits() == 0));
+    // An impossible size is `None`, not an abort.
+    assert!(zeroed_vec::<f64>(usize::MAX / 4).is_none());
+}

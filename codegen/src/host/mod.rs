@@ -17,8 +17,8 @@ mod native;
 
 pub use layout::{storage_bytes, ArgLayout, CheckedArgs};
 pub use native::{
-    advise_huge_pages, block_math, coarse_clock_ns, matmul_f32, matmul_f64, BlockFn, BufArg,
-    KernelCode, MATH_BLOCK,
+    block_math, coarse_clock_ns, huge_page_len, matmul_f32, matmul_f64, zeroed_vec, BlockFn,
+    BufArg, KernelCode, ZeroBits, MATH_BLOCK,
 };
 
 use crate::CodegenError;

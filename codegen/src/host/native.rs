@@ -1,8 +1,8 @@
 //! The only module of tilejit that enters native code outside safe Rust:
 //! JIT-compiled kernels (the typed handle [`KernelCode`]) and the `gemm`
-//! crate's matrix multiply ([`matmul_f32`], [`matmul_f64`]), and the one
-//! OS call that advises huge pages for fresh outputs
-//! ([`advise_huge_pages`]). Its children `avx2` and `avx512` hold the
+//! crate's matrix multiply ([`matmul_f32`], [`matmul_f64`]), and (child
+//! `os`) the OS calls that allocate fresh buffers onto huge pages
+//! ([`zeroed_vec`]) and read the coarse clock. Its children `avx2` and `avx512` hold the
 //! 8- and 16-lane math helpers ([`block_math`], their math written once in
 //! `lanes`) that generated code calls on its own block buffers and on row
 //! ranges its launch's bounds check covers. Each entry point
@@ -16,6 +16,9 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
+mod os;
+
+pub use os::{coarse_clock_ns, huge_page_len, zeroed_vec, ZeroBits};
 
 use super::layout::{ArgLayout, CheckedArgs};
 use super::BlockMath;
@@ -347,52 +350,4 @@ fn check_matmul(
         });
     }
     Ok(())
-}
-
-/// Asks the OS to back the not-yet-touched pages of a fresh output buffer
-/// with transparent huge pages: one page fault per 2 MiB instead of per
-/// 4 KiB. A fresh 32 MiB output otherwise costs ~8K faults, more than the
-/// kernel that fills it. Only the 2 MiB-aligned interior is advised; a
-/// no-op where the OS does not support it.
-#[cfg(target_os = "linux")]
-pub fn advise_huge_pages<T>(v: &mut [T]) {
-    const HUGE: usize = 2 << 20;
-    let start = v.as_mut_ptr() as usize;
-    let end = start + std::mem::size_of_val(v);
-    let (a, b) = (start.next_multiple_of(HUGE), end & !(HUGE - 1));
-    if b > a {
-        // SAFETY: [a, b) lies inside `v`, which we borrow mutably, and is
-        // page aligned. MADV_HUGEPAGE only changes how the kernel backs
-        // those pages; their contents and validity are unchanged. A failure
-        // (an old kernel, THP disabled) leaves the memory as it was.
-        unsafe {
-            libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_HUGEPAGE);
-        }
-    }
-}
-
-/// Elsewhere there is nothing to advise.
-#[cfg(not(target_os = "linux"))]
-pub fn advise_huge_pages<T>(_v: &mut [T]) {}
-
-/// The monotonic clock at the kernel's tick resolution (a few ms), in
-/// nanoseconds: what `Instant::now` reads, without its timer read, which
-/// costs more than a whole warm jit dispatch under some hypervisors. For
-/// "last used" stamps on hot paths. `None` where there is no such clock.
-#[cfg(target_os = "linux")]
-pub fn coarse_clock_ns() -> Option<u64> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the call's duration;
-    // clock_gettime writes nothing else.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    (rc == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
-}
-
-/// See the Linux version.
-#[cfg(not(target_os = "linux"))]
-pub fn coarse_clock_ns() -> Option<u64> {
-    None
 }
