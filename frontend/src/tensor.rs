@@ -40,6 +40,11 @@ pub(crate) enum Repr {
 
 impl Tensor {
     pub(crate) fn concrete(a: Array) -> Tensor {
+        // The first tensor starts warming the compiler on a pool thread,
+        // so the first jit call or eager op (usually after the program has
+        // made its inputs) finds Cranelift warmer; later calls are one
+        // atomic load.
+        tilejit_runtime::warm_up();
         Tensor {
             repr: Repr::Concrete(a),
             weak: false,
