@@ -67,7 +67,7 @@ unsafe impl ZeroBits for half::f16 {}
 unsafe impl ZeroBits for half::bf16 {}
 
 /// How many elements of `elem_bytes` bytes to allocate so that `n` of them
-/// can lie on huge pages from the first: `n`, or from [`PAD_FROM`] bytes up
+/// can lie on huge pages from the first: `n`, or from 16 MiB up
 /// (on Linux with glibc) enough that glibc maps a whole number of 2 MiB
 /// regions (the allocation is 32 bytes short of them).
 pub fn huge_page_len(n: usize, elem_bytes: usize) -> usize {
@@ -113,7 +113,7 @@ pub fn zeroed_vec<T: ZeroBits>(n: usize) -> Option<Vec<T>> {
 }
 
 /// Advises `v`'s allocation (its whole capacity) onto huge pages; see the
-/// module doc. A no-op below [`ADVISE_FROM`] bytes or where the OS does not
+/// module doc. A no-op below `ADVISE_FROM` bytes or where the OS does not
 /// support it.
 #[cfg(target_os = "linux")]
 fn advise_huge_pages<T>(v: &mut Vec<T>) {
