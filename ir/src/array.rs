@@ -63,6 +63,21 @@ impl Buffer {
         }
     }
 
+    /// Bytes of storage held: the vector's capacity, which can exceed its
+    /// length (fresh big buffers are padded to whole huge pages).
+    pub fn allocated_bytes(&self) -> usize {
+        let elems = match self {
+            Buffer::F32(v) => v.capacity(),
+            Buffer::F64(v) => v.capacity(),
+            Buffer::F16(v) => v.capacity(),
+            Buffer::BF16(v) => v.capacity(),
+            Buffer::I32(v) => v.capacity(),
+            Buffer::I64(v) => v.capacity(),
+            Buffer::Bool(v) => v.capacity(),
+        };
+        elems * self.dtype().size_bytes()
+    }
+
     /// True if there are no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

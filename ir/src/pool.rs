@@ -64,10 +64,6 @@ pub fn pool() -> &'static BufferPool {
     })
 }
 
-fn bytes_of(b: &Buffer) -> usize {
-    b.len() * b.dtype().size_bytes()
-}
-
 impl BufferPool {
     /// A pool of its own with a byte bound (the global one is [`pool`]).
     pub fn new(capacity: usize) -> BufferPool {
@@ -99,7 +95,7 @@ impl BufferPool {
         match found {
             Some(b) => {
                 st.stats.hits += 1;
-                st.stats.bytes -= bytes_of(&b);
+                st.stats.bytes -= b.allocated_bytes();
                 st.stats.buffers -= 1;
                 drop(st);
                 let mut b = b;
@@ -118,7 +114,7 @@ impl BufferPool {
     /// Keeps `buf` for a later [`take`](Self::take), evicting the oldest
     /// buffers if the pool would exceed its bound.
     pub fn give(&self, buf: Buffer) {
-        let bytes = bytes_of(&buf);
+        let bytes = buf.allocated_bytes();
         if bytes < MIN_POOLED_BYTES {
             return;
         }
@@ -136,7 +132,7 @@ impl BufferPool {
                 .get_mut(&key)
                 .and_then(|v| (!v.is_empty()).then(|| v.remove(0)))
             {
-                st.stats.bytes -= bytes_of(&b);
+                st.stats.bytes -= b.allocated_bytes();
                 st.stats.buffers -= 1;
                 st.stats.evictions += 1;
                 evicted.push(b);

@@ -126,6 +126,10 @@ fn fresh_storage_is_zero_and_padded_to_huge_pages_from_16_mib() {
         *x = i as f32;
     }
     assert!(v.iter().enumerate().all(|(i, &x)| x == i as f32));
+    // A pool counts the padding it holds.
+    let own = BufferPool::new(1 << 30);
+    own.give(Buffer::F32(v));
+    assert_eq!(own.stats().bytes, huge_page_len(n, 4) * 4);
     let b: Vec<bool> = zeroed_vec(5).unwrap();
     assert_eq!(b, [false; 5]);
     let h: Vec<half::bf16> = zeroed_vec(3 << 20).unwrap();
