@@ -114,10 +114,12 @@ impl BufferPool {
     /// Keeps `buf` for a later [`take`](Self::take), evicting the oldest
     /// buffers if the pool would exceed its bound.
     pub fn give(&self, buf: Buffer) {
-        let bytes = buf.allocated_bytes();
-        if bytes < MIN_POOLED_BYTES {
+        // Which buffers pool is decided by length, as in `take`; the bound
+        // counts what they hold.
+        if buf.len() * buf.dtype().size_bytes() < MIN_POOLED_BYTES {
             return;
         }
+        let bytes = buf.allocated_bytes();
         let mut st = self.lock();
         if bytes > st.stats.capacity {
             return;

@@ -10,9 +10,8 @@ use rayon::prelude::*;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tilejit_codegen::host::zeroed_vec;
 use tilejit_codegen::host::{
-    matmul_f32, matmul_f64, storage_bytes, BufArg, CheckedArgs, CodegenOptions,
+    matmul_f32, matmul_f64, storage_bytes, zeroed_vec, BufArg, CheckedArgs, CodegenOptions,
 };
 use tilejit_ir::kernel::{fuse, BufKind, Kernel, KernelProgram, ProgramOutput};
 use tilejit_ir::pool::pool;

@@ -38,7 +38,9 @@ const WARM_UP_GRAPH: &str = "graph {
 }";
 
 /// Starts the warm-up once per process (later calls return at once), on the
-/// rayon pool, unless `TILEJIT_WARMUP=0`.
+/// rayon pool, unless `TILEJIT_WARMUP=0`. This starts rayon's global pool:
+/// a program that configures it (`ThreadPoolBuilder::build_global`) does so
+/// before its first tensor.
 pub fn warm_up() {
     static STARTED: std::sync::Once = std::sync::Once::new();
     STARTED.call_once(|| {
