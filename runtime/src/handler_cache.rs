@@ -10,12 +10,12 @@
 //! - the lock is never held while building, so builds of different
 //!   signatures run in parallel and a build may call into other caches.
 
-use crate::error::{panic_message, RuntimeError};
+use crate::error::RuntimeError;
+use crate::flight::{catching, Flight};
 use crate::signature::Signature;
 use ahash::AHashMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tilejit_codegen::host::coarse_clock_ns;
 
@@ -74,14 +74,9 @@ impl Stamp {
     }
 }
 
-struct InFlight<V, E> {
-    result: Mutex<Option<Result<Arc<V>, E>>>,
-    done: Condvar,
-}
-
 enum Slot<V, E> {
     Ready(Arc<Ready<V>>),
-    Building(Arc<InFlight<V, E>>),
+    Building(Arc<Flight<Result<Arc<V>, E>>>),
 }
 
 /// Counters of a cache.
@@ -187,14 +182,11 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
                     let f = f.clone();
                     drop(map);
                     self.misses.fetch_add(1, Ordering::Relaxed);
-                    return Self::wait(&f);
+                    return f.wait();
                 }
                 None => {
                     self.misses.fetch_add(1, Ordering::Relaxed);
-                    let f = Arc::new(InFlight {
-                        result: Mutex::new(None),
-                        done: Condvar::new(),
-                    });
+                    let f = Flight::start();
                     map.insert(key.clone(), Slot::Building(f.clone()));
                     f
                 }
@@ -202,13 +194,7 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
         };
         self.builds.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
-        let result = match catch_unwind(AssertUnwindSafe(build)) {
-            Ok(r) => r.map(Arc::new),
-            Err(payload) => Err(E::from(RuntimeError::Panicked {
-                what: format!("building the program for {key}"),
-                message: panic_message(payload.as_ref()),
-            })),
-        };
+        let result = catching(|| format!("building the program for {key}"), build).map(Arc::new);
         let build_time = start.elapsed();
         {
             let mut map = self.lock();
@@ -228,19 +214,8 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
                 }
             }
         }
-        *flight.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(result.clone());
-        flight.done.notify_all();
+        flight.finish(result.clone());
         result
-    }
-
-    fn wait(f: &InFlight<V, E>) -> Result<Arc<V>, E> {
-        let mut guard = f.result.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if let Some(r) = guard.as_ref() {
-                return r.clone();
-            }
-            guard = f.done.wait(guard).unwrap_or_else(|p| p.into_inner());
-        }
     }
 
     /// Ready entries, sorted by signature text for stable output.

@@ -11,8 +11,14 @@
 //! table), and per entry the kernel IR, Cranelift IR and disassembly.
 //! Kernels compiled for the simulated device are entries too (target
 //! `sim`), showing their bytecode's disassembly.
+//!
+//! Single flight (`flight.rs`): threads that miss the same kernel while it
+//! compiles wait for that compile and share its result, error included,
+//! so N jit functions or eager calls that need one new kernel at once
+//! compile it once. The lock is never held while compiling.
 
 use crate::error::RuntimeError;
+use crate::flight::{catching, Flight};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,7 +49,7 @@ pub struct CachedKernel {
 /// hash of it; a hit also compares this, so two kernels whose hashes
 /// collide can never share code (the later compile replaces the earlier
 /// entry instead).
-#[derive(PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct HostIdentity {
     structure: String,
     opts: CodegenOptions,
@@ -52,7 +58,7 @@ struct HostIdentity {
 
 /// The same for a sim entry: device code bakes sizes in, so the whole
 /// kernel text, the buffers' dtypes and the device config.
-#[derive(PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct SimIdentity {
     text: String,
     dtypes: Vec<DType>,
@@ -214,9 +220,18 @@ struct SimEntry {
     last_used: Instant,
 }
 
+/// A compile in flight, shared by every caller that misses its identity
+/// while it runs.
+type Shared<T> = Arc<Flight<Result<T, RuntimeError>>>;
+
+/// Compiles in flight by key, each with the identity it compiles.
+type Flights<I, T> = HashMap<u64, (I, Shared<T>)>;
+
 struct Inner {
     map: HashMap<u64, Entry>,
     sim: HashMap<u64, SimEntry>,
+    host_flights: Flights<HostIdentity, Arc<CachedKernel>>,
+    sim_flights: Flights<SimIdentity, Arc<Vec<DeviceKernel>>>,
     stats: KernelCacheStats,
     max_entries: usize,
     max_bytes: usize,
@@ -286,6 +301,8 @@ impl KernelCache {
             inner: Mutex::new(Inner {
                 map: HashMap::new(),
                 sim: HashMap::new(),
+                host_flights: HashMap::new(),
+                sim_flights: HashMap::new(),
                 stats: KernelCacheStats::default(),
                 max_entries: 4096,
                 max_bytes: 256 << 20,
@@ -299,8 +316,9 @@ impl KernelCache {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The compiled kernel for `k` under `opts`, compiling it on a miss. Two
-    /// threads missing at once may both compile; the first insert wins.
+    /// The compiled kernel for `k` under `opts`, compiling it on a miss.
+    /// Threads that miss the same kernel while it compiles wait for that
+    /// compile and share its result (one compile, counted once).
     pub fn get_or_compile(
         &self,
         k: &Kernel,
@@ -308,9 +326,8 @@ impl KernelCache {
         opts: CodegenOptions,
     ) -> Result<Arc<CachedKernel>, RuntimeError> {
         let identity = HostIdentity::new(k, dtype_of, opts);
-        let opts = identity.opts;
         let key = identity.key();
-        {
+        let lead = {
             let mut g = self.lock();
             let found = g.map.get_mut(&key).filter(|e| e.identity == identity);
             if let Some(e) = found {
@@ -321,7 +338,31 @@ impl KernelCache {
                 return Ok(k);
             }
             g.stats.misses += 1;
-        }
+            match join(&mut g.host_flights, key, &identity) {
+                Join::Wait(flight) => {
+                    drop(g);
+                    return flight.wait();
+                }
+                Join::Lead(flight) => flight,
+            }
+        };
+        let result = catching(
+            || format!("compiling kernel {}", k.name),
+            || self.compile_host(k, dtype_of, identity, key),
+        );
+        land(&mut self.lock().host_flights, key, lead, result)
+    }
+
+    /// Compiles `k` and enters it under `key` (unless a colliding
+    /// compile entered the same identity first: then that code).
+    fn compile_host(
+        &self,
+        k: &Kernel,
+        dtype_of: &dyn Fn(BufId) -> DType,
+        identity: HostIdentity,
+        key: u64,
+    ) -> Result<Arc<CachedKernel>, RuntimeError> {
+        let opts = identity.opts;
         let start = Instant::now();
         let code = compile(k, dtype_of, opts).map_err(RuntimeError::Codegen)?;
         let compile_time = start.elapsed();
@@ -403,7 +444,7 @@ impl KernelCache {
             config: cfg.to_json(),
         };
         let key = identity.key();
-        {
+        let lead = {
             let mut g = self.lock();
             let found = g.sim.get_mut(&key).filter(|e| e.identity == identity);
             if let Some(e) = found {
@@ -414,7 +455,31 @@ impl KernelCache {
                 return Ok(k);
             }
             g.stats.misses += 1;
-        }
+            match join(&mut g.sim_flights, key, &identity) {
+                Join::Wait(flight) => {
+                    drop(g);
+                    return flight.wait();
+                }
+                Join::Lead(flight) => flight,
+            }
+        };
+        let result = catching(
+            || format!("compiling kernel {} for sim", k.name),
+            || self.compile_sim(k, dtype_of, cfg, identity, key),
+        );
+        land(&mut self.lock().sim_flights, key, lead, result)
+    }
+
+    /// Compiles `k` for the device and enters it under `key` (as
+    /// [`compile_host`](Self::compile_host)).
+    fn compile_sim(
+        &self,
+        k: &Kernel,
+        dtype_of: &dyn Fn(BufId) -> DType,
+        cfg: &DeviceConfig,
+        identity: SimIdentity,
+        key: u64,
+    ) -> Result<Arc<Vec<DeviceKernel>>, RuntimeError> {
         let start = Instant::now();
         let kernels = Arc::new(tilejit_codegen::device::compile(k, dtype_of, cfg)?);
         let compile_time = start.elapsed();
@@ -561,6 +626,49 @@ impl KernelCache {
     }
 }
 
+/// What a caller that missed does: wait for the compile in flight, or
+/// lead its own (`None`: another identity whose key collides is in
+/// flight, so this compile runs alone, as every compile did before).
+enum Join<T> {
+    Wait(Shared<T>),
+    Lead(Option<Shared<T>>),
+}
+
+/// Joins the compile of `identity` in flight under `key`, or registers
+/// this caller's. Called under the cache lock, so one caller leads.
+fn join<I: Clone + PartialEq, T: Clone>(
+    flights: &mut Flights<I, T>,
+    key: u64,
+    identity: &I,
+) -> Join<T> {
+    match flights.get(&key) {
+        Some((i, f)) if i == identity => Join::Wait(f.clone()),
+        Some(_) => Join::Lead(None),
+        None => {
+            let f = Flight::start();
+            flights.insert(key, (identity.clone(), f.clone()));
+            Join::Lead(Some(f))
+        }
+    }
+}
+
+/// Ends a leader's flight with `result` (the entry, if any, is already
+/// in the map, so no caller can find neither) and returns it.
+fn land<I, T: Clone>(
+    flights: &mut Flights<I, T>,
+    key: u64,
+    lead: Option<Shared<T>>,
+    result: Result<T, RuntimeError>,
+) -> Result<T, RuntimeError> {
+    if let Some(f) = lead {
+        if flights.get(&key).is_some_and(|(_, g)| Arc::ptr_eq(g, &f)) {
+            flights.remove(&key);
+        }
+        f.finish(result.clone());
+    }
+    result
+}
+
 fn evict(g: &mut Inner) {
     while g.sim.len() > g.max_entries {
         let Some((&key, _)) = g.sim.iter().min_by_key(|(_, e)| e.last_used) else {
@@ -660,5 +768,90 @@ mod tests {
         // And a's own entry is a hit from now on.
         let again = cache.get_or_compile(&a, &a_dtype, opts).unwrap();
         assert!(Arc::ptr_eq(&again, &a_code));
+    }
+
+    const LAYERNORM: &str = "graph {
+  %0 = input 0 : f32[64,96]
+  %1 = reduce_sum %0 axes=[1] : f32[64,1]
+  %2 = broadcast %1 : f32[64,96]
+  %3 = sub %0, %2 : f32[64,96]
+  %4 = mul %3, %3 : f32[64,96]
+  %5 = reduce_sum %4 axes=[1] : f32[64,1]
+  %6 = rsqrt %5 : f32[64,1]
+  %7 = broadcast %6 : f32[64,96]
+  %8 = mul %3, %7 : f32[64,96]
+  return %8
+}";
+
+    /// Runs `get` on `threads` threads released at once; what each got.
+    fn at_once<T: Send>(threads: usize, get: impl Fn() -> T + Sync) -> Vec<T> {
+        let barrier = std::sync::Barrier::new(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        get()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    /// Threads that miss the same kernel at once share one compile: one
+    /// compile counted, every thread holding the same code, each lookup
+    /// counted as a hit or a miss. (With each miss compiling, as this
+    /// cache once did, the first round compiled twice when this was checked.)
+    #[test]
+    fn concurrent_misses_compile_once() {
+        let (k, dtypes) = kernel(LAYERNORM);
+        let dtype_of = |id: BufId| dtypes[id.0 as usize];
+        for round in 0..3 {
+            let cache = KernelCache::new();
+            let opts = CodegenOptions::default();
+            let got = at_once(8, || cache.get_or_compile(&k, &dtype_of, opts).unwrap());
+            assert!(got.iter().all(|c| Arc::ptr_eq(c, &got[0])), "round {round}");
+            let st = cache.stats();
+            assert_eq!((st.compiles, st.hits + st.misses), (1, 8), "round {round}");
+            assert_eq!(cache.len(), 1);
+            assert!(cache.lock().host_flights.is_empty());
+        }
+    }
+
+    /// The same for the simulated device's compiles.
+    #[test]
+    fn concurrent_sim_misses_compile_once() {
+        let (k, dtypes) = kernel(LAYERNORM);
+        let dtype_of = |id: BufId| dtypes[id.0 as usize];
+        let cfg = DeviceConfig::default();
+        let cache = KernelCache::new();
+        let got = at_once(8, || cache.get_or_compile_sim(&k, &dtype_of, &cfg).unwrap());
+        assert!(got.iter().all(|c| Arc::ptr_eq(c, &got[0])));
+        let st = cache.stats();
+        assert_eq!((st.compiles, st.hits + st.misses), (1, 8));
+        assert!(cache.lock().sim_flights.is_empty());
+    }
+
+    /// Callers waiting on a compile that fails get its error, and the
+    /// failure leaves neither an entry nor a flight behind.
+    #[test]
+    fn waiters_share_a_failed_compile() {
+        let (k, dtypes) = kernel(LAYERNORM);
+        let dtype_of = |id: BufId| dtypes[id.0 as usize];
+        // A device whose local buffers cannot hold one row's tile.
+        let cfg = DeviceConfig {
+            ub_bytes: 64,
+            ..DeviceConfig::default()
+        };
+        let cache = KernelCache::new();
+        let got = at_once(4, || cache.get_or_compile_sim(&k, &dtype_of, &cfg));
+        let errors: Vec<String> = got
+            .iter()
+            .map(|r| r.as_ref().unwrap_err().to_string())
+            .collect();
+        assert!(errors.iter().all(|e| *e == errors[0]), "{errors:?}");
+        assert!(cache.is_empty());
+        assert!(cache.lock().sim_flights.is_empty());
     }
 }

@@ -11,6 +11,7 @@
 
 mod alloc;
 mod error;
+mod flight;
 mod handler_cache;
 mod host;
 mod kernel_cache;
