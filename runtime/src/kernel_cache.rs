@@ -770,6 +770,30 @@ mod tests {
         assert!(Arc::ptr_eq(&again, &a_code));
     }
 
+    /// An entry compiled for other CPU features is never reused: one
+    /// forged to say it was compiled with AVX-512 flipped (its key made
+    /// from that identity) is a miss for this CPU, which compiles its own.
+    #[test]
+    fn an_entry_for_other_cpu_features_is_not_reused() {
+        let cache = KernelCache::new();
+        let (k, dtypes) =
+            kernel("graph {\n  %0 = input 0 : f32[4,9]\n  %1 = tanh %0 : f32[4,9]\n  return %1\n}");
+        let dtype_of = |id: BufId| dtypes[id.0 as usize];
+        let opts = CodegenOptions::default();
+        let first = cache.get_or_compile(&k, &dtype_of, opts).unwrap();
+        {
+            let mut g = cache.lock();
+            let (_, mut e) = g.map.drain().next().unwrap();
+            e.identity.cpu.avx512f = !e.identity.cpu.avx512f;
+            let other_key = e.identity.key();
+            g.map.insert(other_key, e);
+        }
+        let mine = cache.get_or_compile(&k, &dtype_of, opts).unwrap();
+        assert!(!Arc::ptr_eq(&mine, &first), "reused another CPU's code");
+        let st = cache.stats();
+        assert_eq!((st.compiles, st.hits, cache.len()), (2, 0, 2));
+    }
+
     const LAYERNORM: &str = "graph {
   %0 = input 0 : f32[64,96]
   %1 = reduce_sum %0 axes=[1] : f32[64,1]
