@@ -5,24 +5,43 @@
 //!
 //! A build runs under [`catching`], so one that panics still finishes its
 //! flight (with [`RuntimeError::Panicked`]) and no waiter blocks forever.
+//!
+//! Nor may a build wait for itself. A rayon worker that waits for a
+//! parallel map runs other pool jobs meanwhile; if the map is part of a
+//! build (a first call's compile), one of those jobs can be a call that
+//! misses the same key, and it would wait, on the thread the build needs
+//! to go on, for a build that can then never finish. So builds map in
+//! parallel only off the pool ([`map_off_pool`]), and a caller on the
+//! thread that leads a flight does not wait for it ([`Flight::led_here`]):
+//! it builds on its own.
 
 use crate::error::{panic_message, RuntimeError};
+use rayon::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex};
+use std::thread::ThreadId;
 
 /// One build in progress, and its result once it has finished.
 pub(crate) struct Flight<T> {
     result: Mutex<Option<T>>,
     done: Condvar,
+    leader: ThreadId,
 }
 
 impl<T: Clone> Flight<T> {
-    /// A build that has just started.
+    /// A build that has just started on this thread.
     pub(crate) fn start() -> Arc<Flight<T>> {
         Arc::new(Flight {
             result: Mutex::new(None),
             done: Condvar::new(),
+            leader: std::thread::current().id(),
         })
+    }
+
+    /// True on the thread that runs the build: a wait there could never
+    /// end (see the module doc).
+    pub(crate) fn led_here(&self) -> bool {
+        self.leader == std::thread::current().id()
     }
 
     /// Publishes the build's result and wakes every waiter.
@@ -58,4 +77,19 @@ pub(crate) fn catching<T, E: From<RuntimeError>>(
             message: panic_message(payload.as_ref()),
         }))
     })
+}
+
+/// `f` over `items`, in order: on the rayon pool when called from outside
+/// it and there is more than one item, else one after another on this
+/// thread, which then runs no other pool job meanwhile (see the module
+/// doc). Stops at the first error.
+pub(crate) fn map_off_pool<T: Sync, R: Send, E: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> Result<R, E> + Sync + Send,
+) -> Result<Vec<R>, E> {
+    if items.len() > 1 && rayon::current_thread_index().is_none() {
+        items.par_iter().map(f).collect()
+    } else {
+        items.iter().map(f).collect()
+    }
 }

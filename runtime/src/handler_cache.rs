@@ -4,7 +4,8 @@
 //!
 //! Invariants:
 //! - at most one build runs per signature; callers that arrive while it runs
-//!   wait on it and share its result, success or error;
+//!   wait on it and share its result, success or error (except a call on
+//!   the building thread itself, which builds apart: see `flight.rs`);
 //! - a failed (or panicking) build leaves no entry behind: the next call
 //!   with that signature builds again;
 //! - the lock is never held while building, so builds of different
@@ -182,6 +183,14 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
                     let f = f.clone();
                     drop(map);
                     self.misses.fetch_add(1, Ordering::Relaxed);
+                    if f.led_here() {
+                        // A call made from inside this thread's own build
+                        // of `key`: waiting would never end, so build
+                        // apart (and cache nothing; the outer build will).
+                        self.builds.fetch_add(1, Ordering::Relaxed);
+                        let what = || format!("building the program for {key}");
+                        return catching(what, build).map(Arc::new);
+                    }
                     return f.wait();
                 }
                 None => {

@@ -5,6 +5,7 @@
 //! op's result rounded to its type).
 
 use crate::error::RuntimeError;
+use crate::flight::map_off_pool;
 use crate::kernel_cache::{kernel_cache, CachedKernel};
 use rayon::prelude::*;
 use smallvec::SmallVec;
@@ -222,17 +223,9 @@ impl HostProgram {
             start_thread_pool();
         }
         let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
-        let code = if prog.kernels.len() > 1 {
-            prog.kernels
-                .par_iter()
-                .map(|k| kernel_cache().get_or_compile(k, &dtype_of, opts))
-                .collect::<Result<Vec<_>, _>>()?
-        } else {
-            prog.kernels
-                .iter()
-                .map(|k| kernel_cache().get_or_compile(k, &dtype_of, opts))
-                .collect::<Result<Vec<_>, _>>()?
-        };
+        let code = map_off_pool(&prog.kernels, |k| {
+            kernel_cache().get_or_compile(k, &dtype_of, opts)
+        })?;
         let constants = g.constants().iter().map(|c| c.0.clone()).collect();
         let locals = prog.kernels.iter().map(|k| k.local_buffers()).collect();
         // Kernels without params see the same args on every call: check

@@ -628,7 +628,8 @@ impl KernelCache {
 
 /// What a caller that missed does: wait for the compile in flight, or
 /// lead its own (`None`: another identity whose key collides is in
-/// flight, so this compile runs alone, as every compile did before).
+/// flight, or this thread's own compile of it, so this compile runs
+/// alone).
 enum Join<T> {
     Wait(Shared<T>),
     Lead(Option<Shared<T>>),
@@ -642,6 +643,8 @@ fn join<I: Clone + PartialEq, T: Clone>(
     identity: &I,
 ) -> Join<T> {
     match flights.get(&key) {
+        // This thread's own compile, suspended further up its stack.
+        Some((i, f)) if i == identity && f.led_here() => Join::Lead(None),
         Some((i, f)) if i == identity => Join::Wait(f.clone()),
         Some(_) => Join::Lead(None),
         None => {

@@ -7,8 +7,8 @@
 //! the outputs are copied back.
 
 use crate::error::RuntimeError;
+use crate::flight::map_off_pool;
 use crate::kernel_cache::kernel_cache;
-use rayon::prelude::*;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tilejit_codegen::device::DeviceKernel;
@@ -144,19 +144,18 @@ fn group_workspaces(kernels: &[DeviceKernel]) -> (Vec<Option<usize>>, Vec<Worksp
 pub type SimRun = (Vec<Array>, LaunchReport);
 
 impl SimProgram {
-    /// Fuses `g` and compiles every kernel to bytecode (in parallel).
+    /// Fuses `g` and compiles every kernel to bytecode (in parallel, off
+    /// the rayon pool: see `flight.rs`).
     pub fn compile(g: &Graph) -> Result<SimProgram, RuntimeError> {
         let prog = fuse(g)?;
         let cfg = sim_device().config();
         let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
-        let kernels: Vec<DeviceKernel> = prog
-            .kernels
-            .par_iter()
-            .map(|k| kernel_cache().get_or_compile_sim(k, &dtype_of, cfg))
-            .collect::<Result<Vec<_>, _>>()?
-            .into_iter()
-            .flat_map(|v| v.iter().cloned().collect::<Vec<_>>())
-            .collect();
+        let kernels: Vec<DeviceKernel> = map_off_pool(&prog.kernels, |k| {
+            kernel_cache().get_or_compile_sim(k, &dtype_of, cfg)
+        })?
+        .into_iter()
+        .flat_map(|v| v.iter().cloned().collect::<Vec<_>>())
+        .collect();
         let constants = g.constants().iter().map(|c| c.0.clone()).collect();
         let (workspace_of, workspaces) = group_workspaces(&kernels);
         Ok(SimProgram {

@@ -75,3 +75,74 @@ fn one_jit_fn_shared_by_reference_across_scoped_threads() {
     assert_eq!(f.stats().builds, 1);
     assert_eq!(f.stats().hits + f.stats().misses, 120);
 }
+
+/// Two kernels (the softmax feeds a matmul), so the first call compiles
+/// them in parallel.
+#[jit]
+fn softmax_then_matmul(a: &Tensor, b: &Tensor, tanhs: usize) -> Tensor {
+    let mut y = a.softmax(-1);
+    for _ in 0..tanhs {
+        y = y.tanh();
+    }
+    y.matmul(b)
+}
+
+/// Jit calls made from inside rayon jobs (user code that is itself data
+/// parallel), many of them the first call of their signature at once, each
+/// signature compiling new kernels. A thread leading a first call's build
+/// must not pick up, while it builds, a job that waits for that same build
+/// (see `runtime/src/flight.rs`). A smoke test: the interleaving that hung
+/// needs an idle worker to steal the build's own compile job, which this
+/// test could not make happen on demand even before the fix; the test
+/// below checks the guard deterministically.
+#[test]
+fn first_calls_from_rayon_jobs_finish() {
+    use rayon::prelude::*;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for n in 1..=12usize {
+            let a = Tensor::randn(&[n, 24], n as u64);
+            let b = Tensor::randn(&[24, 5], 99);
+            let mut y = a.softmax(-1);
+            for _ in 0..n {
+                y = y.tanh();
+            }
+            let want = vals(&y.matmul(&b));
+            let all_ok = (0..32)
+                .into_par_iter()
+                .all(|_| softmax_then_matmul(&a, &b, n).is_ok_and(|y| vals(&y) == want));
+            if tx.send((n, all_ok)).is_err() {
+                return;
+            }
+        }
+    });
+    for n in 1..=12usize {
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok((m, ok)) => assert!(ok && m == n, "shape {m}: wrong result"),
+            Err(e) => panic!("shape {n}: no answer within 60 s ({e}): the first calls deadlocked"),
+        }
+    }
+}
+
+/// A build that asks its own cache for its own key on its own thread
+/// (what a rayon job picked up while the build waits on a parallel map
+/// can do) gets a value built apart instead of waiting for itself forever;
+/// the outer build's value is the one cached.
+#[test]
+fn a_build_that_asks_for_its_own_key_does_not_wait_for_itself() {
+    use tilejit_runtime::{HandlerCache, RuntimeError, Signature};
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let cache: HandlerCache<i32, RuntimeError> = HandlerCache::new();
+        let key = Signature::default();
+        let outer = cache.get_or_build(&key, || {
+            let inner = cache.get_or_build(&key, || Ok(7))?;
+            Ok(*inner + 1)
+        });
+        let cached = cache.get(&key).map(|v| *v);
+        let _ = tx.send((outer.map(|v| *v), cached, cache.stats().builds));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(30));
+    let (outer, cached, builds) = got.expect("the build waited for itself");
+    assert_eq!((outer, cached, builds), (Ok(8), Some(8), 2));
+}
