@@ -797,6 +797,76 @@ mod tests {
         assert_eq!((st.compiles, st.hits, cache.len()), (2, 0, 2));
     }
 
+    fn unary(op: &str, n: usize) -> (Kernel, Vec<DType>) {
+        kernel(&format!(
+            "graph {{\n  %0 = input 0 : f32[{n}]\n  %1 = {op} %0 : f32[{n}]\n  return %1\n}}"
+        ))
+    }
+
+    /// Eviction takes the least recently used entry first, counts each,
+    /// and respects the byte bound as well as the entry bound; a program's
+    /// `Arc` outlives its entry.
+    #[test]
+    fn eviction_is_least_recently_used_and_counted() {
+        let cache = KernelCache::new();
+        let opts = CodegenOptions::default();
+        let (a, da) = unary("exp", 7);
+        let (b, db) = unary("tanh", 7);
+        let (c, dc) = unary("log", 7);
+        let get = |k: &Kernel, d: &Vec<DType>| {
+            cache
+                .get_or_compile(k, &|id: BufId| d[id.0 as usize], opts)
+                .unwrap()
+        };
+        let held_a = get(&a, &da);
+        let _ = get(&b, &db);
+        let _ = get(&a, &da); // a is now more recent than b
+        cache.set_capacity(1, usize::MAX);
+        let names: Vec<String> = cache.entries().into_iter().map(|e| e.name).collect();
+        assert_eq!(
+            names,
+            std::slice::from_ref(&a.name),
+            "b, the least recently used, goes"
+        );
+        assert_eq!(cache.stats().evictions, 1);
+        // A byte bound below one kernel's code empties the host map.
+        let _ = get(&c, &dc);
+        cache.set_capacity(16, held_a.code.code_bytes - 1);
+        let st = cache.stats();
+        assert_eq!((cache.len(), st.bytes, st.evictions), (0, 0, 3));
+        // The evicted entry's code stays with whoever holds it; a lookup
+        // compiles it again.
+        assert!(held_a.code.code_bytes > 0);
+        cache.set_capacity(16, usize::MAX);
+        let again = get(&a, &da);
+        assert!(!Arc::ptr_eq(&again, &held_a));
+        assert_eq!(cache.stats().compiles, 4);
+    }
+
+    /// `clear` empties host and sim entries and the byte count; counters
+    /// keep counting, and the next lookup compiles again.
+    #[test]
+    fn clear_empties_both_targets() {
+        let cache = KernelCache::new();
+        let (k, dtypes) = unary("exp", 9);
+        let dtype_of = |id: BufId| dtypes[id.0 as usize];
+        cache
+            .get_or_compile(&k, &dtype_of, CodegenOptions::default())
+            .unwrap();
+        cache
+            .get_or_compile_sim(&k, &dtype_of, &DeviceConfig::default())
+            .unwrap();
+        assert_eq!(cache.len(), 2);
+        assert!(cache.stats().bytes > 0);
+        cache.clear();
+        let st = cache.stats();
+        assert_eq!((cache.len(), st.bytes, st.compiles), (0, 0, 2));
+        cache
+            .get_or_compile(&k, &dtype_of, CodegenOptions::default())
+            .unwrap();
+        assert_eq!((cache.len(), cache.stats().compiles), (1, 3));
+    }
+
     const LAYERNORM: &str = "graph {
   %0 = input 0 : f32[64,96]
   %1 = reduce_sum %0 axes=[1] : f32[64,1]

@@ -553,7 +553,9 @@ fn evicted_kernels_keep_working_and_are_counted() {
 /// the same set finds the same entry, and every variant computes the same
 /// values. The key holds the options as they apply to the kernel: at this
 /// size `StreamStores::Large` is `Off`, one entry for both. (The CPU's
-/// features are in the key too; a test cannot change them.)
+/// features are in the key too: the kernel cache's unit test
+/// `an_entry_for_other_cpu_features_is_not_reused` forges an entry made
+/// for other features.)
 #[test]
 fn codegen_options_are_part_of_the_kernel_key() {
     use tilejit_runtime::{BlockMath, CodegenOptions, HostProgram, StreamStores};
