@@ -137,3 +137,58 @@ fn fresh_storage_is_zero_and_padded_to_huge_pages_from_16_mib() {
     // An impossible size is `None`, not an abort.
     assert!(zeroed_vec::<f64>(usize::MAX / 4).is_none());
 }
+
+/// Many threads taking and giving buffers of a few sizes on one pool: the
+/// bound holds after every give, every take is counted once as a hit or a
+/// miss, and what the pool says it holds is what can be taken back out.
+#[test]
+fn threads_share_one_pool_and_its_counts_stay_exact() {
+    let lens = [2048usize, 3000, 4096]; // f32s: 8, ~12 and 16 KiB
+    let capacity = 5 * 12 * 1024; // less than the threads hold between them
+    let p = BufferPool::new(capacity);
+    let (threads, rounds) = (8usize, 300usize);
+    let start = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (p, start) = (&p, &start);
+            s.spawn(move || {
+                start.wait();
+                for i in 0..rounds {
+                    // One buffer of each size held at once, given back in
+                    // an order that varies by thread and round.
+                    let mut held: Vec<Buffer> = lens
+                        .iter()
+                        .map(|&len| {
+                            let b = p.take(DType::F32, len);
+                            b.unwrap_or_else(|| Buffer::F32(vec![0.0; len]))
+                        })
+                        .collect();
+                    for (b, &len) in held.iter_mut().zip(&lens) {
+                        assert_eq!(b.len(), len, "thread {t} round {i}");
+                        if let Buffer::F32(v) = b {
+                            v.fill((t * rounds + i) as f32);
+                        }
+                    }
+                    held.rotate_left((t + i) % lens.len());
+                    for b in held {
+                        p.give(b);
+                        assert!(p.stats().bytes <= capacity, "thread {t} round {i}");
+                    }
+                }
+            });
+        }
+    });
+    let st = p.stats();
+    assert_eq!(st.hits + st.misses, (threads * rounds * lens.len()) as u64);
+    assert!(st.hits > 0, "{st:?}");
+    let (mut bytes, mut buffers) = (0, 0);
+    for len in lens {
+        while let Some(b) = p.take(DType::F32, len) {
+            bytes += b.allocated_bytes();
+            buffers += 1;
+        }
+    }
+    assert_eq!((bytes, buffers), (st.bytes, st.buffers));
+    let after = p.stats();
+    assert_eq!((after.bytes, after.buffers), (0, 0));
+}
