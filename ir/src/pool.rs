@@ -51,17 +51,43 @@ pub struct BufferPool {
     state: Mutex<State>,
 }
 
-/// The process-wide pool. Its byte bound defaults to 2 GiB
-/// (`TILEJIT_POOL_BYTES` overrides it; 0 disables pooling).
+/// The global pool's byte bound unless `TILEJIT_POOL_BYTES` says otherwise.
+const DEFAULT_POOL_BYTES: usize = 2 << 30;
+
+/// The process-wide pool. Its byte bound defaults to 2 GiB;
+/// `TILEJIT_POOL_BYTES` overrides it (bytes, or with a `K`, `M` or `G`
+/// suffix for KiB, MiB or GiB; 0 disables pooling). A value that is not
+/// one of those is reported once on stderr and the default kept.
 pub fn pool() -> &'static BufferPool {
     static POOL: OnceLock<BufferPool> = OnceLock::new();
     POOL.get_or_init(|| {
-        let capacity = std::env::var("TILEJIT_POOL_BYTES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(2usize << 30);
+        let capacity = match std::env::var("TILEJIT_POOL_BYTES") {
+            Ok(v) => parse_bytes(&v).unwrap_or_else(|| {
+                eprintln!(
+                    "tilejit: ignoring TILEJIT_POOL_BYTES={v:?} (expected bytes such as 1073741824 or 1G; 0 disables pooling)"
+                );
+                DEFAULT_POOL_BYTES
+            }),
+            Err(_) => DEFAULT_POOL_BYTES,
+        };
         BufferPool::new(capacity)
     })
+}
+
+/// A byte count: digits, optionally followed by `K`, `M` or `G` (binary
+/// units, upper or lower case); `None` for anything else or an overflow.
+pub fn parse_bytes(text: &str) -> Option<usize> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().last()? {
+        (i, 'k' | 'K') => (&text[..i], 1usize << 10),
+        (i, 'm' | 'M') => (&text[..i], 1 << 20),
+        (i, 'g' | 'G') => (&text[..i], 1 << 30),
+        _ => (text, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<usize>().ok()?.checked_mul(unit)
 }
 
 impl BufferPool {

@@ -192,3 +192,33 @@ fn threads_share_one_pool_and_its_counts_stay_exact() {
     let after = p.stats();
     assert_eq!((after.bytes, after.buffers), (0, 0));
 }
+
+/// `TILEJIT_POOL_BYTES` accepts bytes or K/M/G (binary) and nothing else:
+/// a value it cannot read keeps the default (and is reported) rather than
+/// silently becoming some other bound.
+#[test]
+fn pool_bytes_parse_plain_and_suffixed_counts_only() {
+    use tilejit_ir::pool::parse_bytes;
+    let ok = [
+        ("0", 0),
+        ("1048576", 1 << 20),
+        ("64K", 64 << 10),
+        (" 512m ", 512 << 20),
+        ("2G", 2 << 30),
+    ];
+    for (text, want) in ok {
+        assert_eq!(parse_bytes(text), Some(want), "{text:?}");
+    }
+    for bad in [
+        "",
+        "G",
+        "1.5G",
+        "-1",
+        "1GB",
+        "1 G",
+        "0x10",
+        "99999999999999999999G",
+    ] {
+        assert_eq!(parse_bytes(bad), None, "{bad:?}");
+    }
+}
