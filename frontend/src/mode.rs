@@ -259,11 +259,7 @@ pub fn compare(function: &str, host: &[Array], sim: &[Array]) -> Result<Vec<Outp
 /// `TILEJIT_LOG=verify`: one line per Verify-mode call with its measured
 /// differences.
 pub(crate) fn log_verify(function: &str, diffs: &[OutputDiff]) {
-    static ON: OnceLock<bool> = OnceLock::new();
-    let on = *ON.get_or_init(|| {
-        std::env::var("TILEJIT_LOG").is_ok_and(|v| v.split(',').any(|p| p.trim() == "verify"))
-    });
-    if on {
+    if tilejit_runtime::log_enabled("verify") {
         for d in diffs {
             eprintln!(
                 "[tilejit] verify `{function}` output {}: max abs {:e}, max rel {:e}, max {} ulp",

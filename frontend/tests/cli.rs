@@ -305,8 +305,10 @@ fn hostile_input_exits_1_or_2_with_a_message() {
 
 /// The quickstart in Verify mode (every jit call runs on Host and Sim and
 /// compares), with `TILEJIT_PROFILE` writing one Chrome trace per Sim
-/// launch, each with a lane for every one of the 72 cores, and
-/// `TILEJIT_DUMP` writing what every compile compiled.
+/// launch, each with a lane for every one of the 72 cores,
+/// `TILEJIT_DUMP` writing what every compile compiled, and `TILEJIT_LOG`
+/// logging compiles and Verify calls (and reporting a part it does not
+/// know).
 #[test]
 fn quickstart_passes_in_verify_mode_and_writes_traces() {
     let dir = tmp("profiles");
@@ -317,12 +319,23 @@ fn quickstart_passes_in_verify_mode_and_writes_traces() {
         .arg("demo")
         .env("TILEJIT_RUN_MODE", "verify")
         .env("TILEJIT_PROFILE", &dir)
-        .env("TILEJIT_DUMP", &dump));
+        .env("TILEJIT_DUMP", &dump)
+        .env("TILEJIT_LOG", "compile, verify,bogus"));
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     assert!(
         stdout(&o).contains("on the simulated device"),
         "{}",
         stdout(&o)
+    );
+    // TILEJIT_LOG: its two parts log, and a part it does not know is
+    // reported once.
+    let err = stderr(&o);
+    assert!(err.contains("[tilejit] compiled "), "{err}");
+    assert!(err.contains("[tilejit] verify `"), "{err}");
+    assert_eq!(
+        err.matches("ignoring \"bogus\" in TILEJIT_LOG").count(),
+        1,
+        "{err}"
     );
     let traces: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()

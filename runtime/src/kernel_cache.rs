@@ -288,11 +288,39 @@ pub(crate) fn dump(stem: &str, files: &[(&str, &str)]) {
     }
 }
 
+/// What `TILEJIT_LOG` can name.
+const LOG_PARTS: [&str; 2] = ["compile", "verify"];
+
+/// Whether `TILEJIT_LOG` (a comma list) names `part` (`compile`: one line
+/// per kernel compile; `verify`: one line per Verify-mode output). Read
+/// once; parts it does not know are reported once on stderr, so a typo
+/// does not silently log nothing.
+pub fn log_enabled(part: &str) -> bool {
+    static PARTS: OnceLock<Vec<String>> = OnceLock::new();
+    PARTS
+        .get_or_init(|| {
+            let Ok(v) = std::env::var("TILEJIT_LOG") else {
+                return Vec::new();
+            };
+            let parts: Vec<String> = v
+                .split(',')
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .collect();
+            for p in parts.iter().filter(|p| !LOG_PARTS.contains(&p.as_str())) {
+                eprintln!(
+                    "tilejit: ignoring {p:?} in TILEJIT_LOG={v:?} (expected a comma list of {})",
+                    LOG_PARTS.join(", ")
+                );
+            }
+            parts
+        })
+        .iter()
+        .any(|p| p == part)
+}
+
 fn log_compiles() -> bool {
-    static L: OnceLock<bool> = OnceLock::new();
-    *L.get_or_init(|| {
-        std::env::var("TILEJIT_LOG").is_ok_and(|v| v.split(',').any(|p| p.trim() == "compile"))
-    })
+    log_enabled("compile")
 }
 
 impl KernelCache {
