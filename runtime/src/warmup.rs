@@ -19,7 +19,7 @@
 //! programs do) gives the warm-up time to finish: over 30 alternating fresh
 //! processes the first call's median went 4.26 -> 4.03 ms (trace + compile
 //! 1.44 -> 1.30 ms), and W6's per-call time did not move (one atomic load).
-//! `TILEJIT_WARMUP=0` turns it off.
+//! `TILEJIT_WARMUP=0` (or `off`, `false`, `no`) turns it off.
 
 use tilejit_codegen::host::{compile, CodegenOptions};
 use tilejit_ir::kernel::{fuse, BufId};
@@ -44,7 +44,7 @@ const WARM_UP_GRAPH: &str = "graph {
 pub fn warm_up() {
     static STARTED: std::sync::Once = std::sync::Once::new();
     STARTED.call_once(|| {
-        if std::env::var("TILEJIT_WARMUP").is_ok_and(|v| v == "0") {
+        if !warm_up_wanted(std::env::var("TILEJIT_WARMUP").ok().as_deref()) {
             return;
         }
         rayon::spawn(|| {
@@ -52,6 +52,22 @@ pub fn warm_up() {
             let _ = compile_warm_up_kernels();
         });
     });
+}
+
+/// Whether `TILEJIT_WARMUP` (unset, or its value) leaves the warm-up on:
+/// `0`, `off`, `false` and `no` turn it off, `1`, `on`, `true` and `yes`
+/// (and unset) leave it on; anything else is reported on stderr and
+/// leaves it on.
+fn warm_up_wanted(v: Option<&str>) -> bool {
+    let Some(v) = v else { return true };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "0" | "off" | "false" | "no" => false,
+        "1" | "on" | "true" | "yes" => true,
+        _ => {
+            eprintln!("tilejit: ignoring TILEJIT_WARMUP={v:?} (expected 0 or 1)");
+            true
+        }
+    }
 }
 
 /// Compiles the warm-up graph's kernels and drops the code; returns how
@@ -76,5 +92,19 @@ mod tests {
     #[test]
     fn the_warm_up_kernel_compiles() {
         assert_eq!(super::compile_warm_up_kernels(), Ok(1));
+    }
+
+    /// Off by any usual spelling of off, on by default and by any usual
+    /// spelling of on; an unreadable value leaves the default.
+    #[test]
+    fn tilejit_warmup_values() {
+        use super::warm_up_wanted as wanted;
+        assert!(wanted(None));
+        for off in ["0", "off", "FALSE", " no "] {
+            assert!(!wanted(Some(off)), "{off:?}");
+        }
+        for on in ["1", "on", "True", "yes", "2", "maybe"] {
+            assert!(wanted(Some(on)), "{on:?}");
+        }
     }
 }
