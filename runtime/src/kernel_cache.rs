@@ -645,7 +645,9 @@ impl KernelCache {
         g.stats.bytes = 0;
     }
 
-    /// Bounds the cache; evicts least-recently-used entries at once if over.
+    /// Bounds the cache: at most `entries` entries, host and sim together,
+    /// and `bytes` bytes of host machine code; evicts least-recently-used
+    /// entries at once if over.
     pub fn set_capacity(&self, entries: usize, bytes: usize) {
         let mut g = self.lock();
         g.max_entries = entries;
@@ -701,21 +703,36 @@ fn land<I, T: Clone>(
 }
 
 fn evict(g: &mut Inner) {
-    while g.sim.len() > g.max_entries {
-        let Some((&key, _)) = g.sim.iter().min_by_key(|(_, e)| e.last_used) else {
+    // The entry bound counts host and sim entries together (as `len`
+    // does); the byte bound counts host code, the only code with bytes.
+    loop {
+        let over_entries = g.map.len() + g.sim.len() > g.max_entries;
+        let over_bytes = g.stats.bytes > g.max_bytes && !g.map.is_empty();
+        if !over_entries && !over_bytes {
             break;
-        };
-        g.sim.remove(&key);
-        g.stats.evictions += 1;
-    }
-    while g.map.len() > g.max_entries || (g.stats.bytes > g.max_bytes && !g.map.is_empty()) {
-        let Some((&key, _)) = g.map.iter().min_by_key(|(_, e)| e.last_used) else {
-            break;
-        };
-        if let Some(e) = g.map.remove(&key) {
-            g.stats.bytes -= e.kernel.code.code_bytes;
-            g.stats.evictions += 1;
         }
+        let host = g.map.iter().min_by_key(|(_, e)| e.last_used);
+        let host = host.map(|(&k, e)| (k, e.last_used));
+        let sim = g.sim.iter().min_by_key(|(_, e)| e.last_used);
+        let sim = sim.map(|(&k, e)| (k, e.last_used));
+        match (host, sim) {
+            // Over bytes only: host entries go, oldest first.
+            (Some((key, _)), _) if !over_entries => evict_host(g, key),
+            (Some((key, h)), Some((_, s))) if h <= s => evict_host(g, key),
+            (_, Some((key, _))) => {
+                g.sim.remove(&key);
+                g.stats.evictions += 1;
+            }
+            (Some((key, _)), None) => evict_host(g, key),
+            (None, None) => break,
+        }
+    }
+}
+
+fn evict_host(g: &mut Inner, key: u64) {
+    if let Some(e) = g.map.remove(&key) {
+        g.stats.bytes -= e.kernel.code.code_bytes;
+        g.stats.evictions += 1;
     }
 }
 
@@ -869,6 +886,31 @@ mod tests {
         let again = get(&a, &da);
         assert!(!Arc::ptr_eq(&again, &held_a));
         assert_eq!(cache.stats().compiles, 4);
+    }
+
+    /// The entry bound counts host and sim entries together, as `len`
+    /// does: the least recently used of the two goes first.
+    #[test]
+    fn the_entry_bound_counts_both_targets() {
+        let cache = KernelCache::new();
+        let (k, dtypes) = unary("exp", 11);
+        let dtype_of = |id: BufId| dtypes[id.0 as usize];
+        let cfg = DeviceConfig::default();
+        cache.get_or_compile_sim(&k, &dtype_of, &cfg).unwrap();
+        cache
+            .get_or_compile(&k, &dtype_of, CodegenOptions::default())
+            .unwrap();
+        cache.set_capacity(1, usize::MAX);
+        let left: Vec<Target> = cache.entries().into_iter().map(|e| e.target).collect();
+        assert_eq!(
+            left,
+            [Target::Host],
+            "the sim entry was used least recently"
+        );
+        cache.get_or_compile_sim(&k, &dtype_of, &cfg).unwrap();
+        let left: Vec<Target> = cache.entries().into_iter().map(|e| e.target).collect();
+        assert_eq!(left, [Target::Sim], "now the host entry was");
+        assert_eq!(cache.stats().evictions, 2);
     }
 
     /// `clear` empties host and sim entries and the byte count; counters
