@@ -94,6 +94,17 @@ pub enum Error {
         /// The panic message.
         message: String,
     },
+    /// A frozen jit function ([`JitFunction::freeze`](crate::JitFunction::freeze))
+    /// was called with a signature it has no program for.
+    Frozen {
+        /// The jit function.
+        function: String,
+        /// The call's signature.
+        signature: String,
+        /// How it differs from the nearest signature seen (or that none
+        /// was).
+        nearest: String,
+    },
     /// Compiling or running a program failed.
     Runtime(RuntimeError),
     /// `RunMode::Verify`: Host and Sim results differ past tolerance.
@@ -110,9 +121,10 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Op { source, .. } => source.kind(),
-            Error::TracedValue { .. } | Error::ForeignTrace { .. } | Error::Arguments { .. } => {
-                ErrorKind::BadArgument
-            }
+            Error::TracedValue { .. }
+            | Error::ForeignTrace { .. }
+            | Error::Arguments { .. }
+            | Error::Frozen { .. } => ErrorKind::BadArgument,
             Error::Trace { source, .. } => source.kind(),
             Error::Panic { .. } => ErrorKind::BadArgument,
             Error::Runtime(e) => e.kind(),
@@ -157,6 +169,9 @@ impl fmt::Display for Error {
             }
             Error::Panic { function, signature, message } => {
                 write!(f, "{kind}: `{function}` panicked while tracing for signature {signature}: {message}")
+            }
+            Error::Frozen { function, signature, nearest } => {
+                write!(f, "{kind}: `{function}` is frozen and has no program for signature {signature} ({nearest})")
             }
             Error::Runtime(e) => write!(f, "{kind}: {e}"),
             Error::Verify { function, message } => {

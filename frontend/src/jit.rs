@@ -18,7 +18,7 @@ use smallvec::SmallVec;
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tilejit_ir::{Array, Lit, Op};
@@ -39,6 +39,8 @@ pub struct JitFunction {
     mode: AtomicU8,
     /// What the last call in Verify mode measured.
     last_verify: Mutex<Option<Vec<crate::mode::OutputDiff>>>,
+    /// No new traces: a call with an unseen signature is an error.
+    frozen: AtomicBool,
 }
 
 /// One handler-cache entry, for inspection.
@@ -77,6 +79,7 @@ impl JitFunction {
             cache: HandlerCache::new(),
             mode: AtomicU8::new(0),
             last_verify: Mutex::new(None),
+            frozen: AtomicBool::new(false),
         }
     }
 
@@ -182,6 +185,9 @@ impl JitFunction {
             Some(p) => p,
             None => {
                 let sig = self.signature(args)?;
+                if self.frozen.load(Ordering::Relaxed) || tilejit_runtime::log_enabled("trace") {
+                    self.before_miss(&sig)?;
+                }
                 self.cache
                     .get_or_build(&sig, || self.trace_and_compile(&sig, args, body))?
             }
@@ -213,6 +219,48 @@ impl JitFunction {
             }
         };
         Ok(Outputs::from_arrays(outs))
+    }
+
+    /// For a call about to look `sig` up: if it has no ready program, an
+    /// error when frozen, and a line under `TILEJIT_LOG=trace` saying why
+    /// it traces. (Off the fast path: only when either is on.)
+    fn before_miss(&self, sig: &Signature) -> Result<()> {
+        let Some(why) = self.cache.explain_miss(sig) else {
+            return Ok(());
+        };
+        if self.frozen.load(Ordering::Relaxed) {
+            return Err(Error::Frozen {
+                function: self.name.clone(),
+                signature: sig.to_string(),
+                nearest: why,
+            });
+        }
+        eprintln!("[tilejit] tracing `{}` for {sig}: {why}", self.name);
+        Ok(())
+    }
+
+    /// Stops (or, with `false`, resumes) tracing: while frozen, a call
+    /// whose signature has no compiled program is an error
+    /// ([`Error::Frozen`], naming the nearest signature seen) instead of a
+    /// new trace and compile. For serving code whose shapes must all have
+    /// been warmed up: an unexpected shape fails loudly rather than paying
+    /// a compile in the middle of traffic.
+    pub fn freeze(&self, frozen: bool) {
+        self.frozen.store(frozen, Ordering::Relaxed);
+    }
+
+    /// Whether [`freeze`](Self::freeze) is on.
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::Relaxed)
+    }
+
+    /// Bounds the handler cache to `signatures` compiled programs (default
+    /// [`tilejit_runtime::DEFAULT_MAX_SIGNATURES`]), evicting the least
+    /// recently used at once if over; `stats().evictions` counts them. An
+    /// evicted signature retraces on its next call (its kernels usually
+    /// come back from the kernel cache).
+    pub fn set_capacity(&self, signatures: usize) {
+        self.cache.set_capacity(signatures);
     }
 
     /// Called inside another trace: run the body on the caller's values.
@@ -387,14 +435,16 @@ impl fmt::Display for JitFunction {
         let handlers = self.handlers();
         writeln!(
             f,
-            "jit function `{}` ({}): {} signature(s), {} hit(s), {} miss(es), {} trace(s), {} failed",
+            "jit function `{}` ({}): {} signature(s), {} hit(s), {} miss(es), {} trace(s), {} failed, {} evicted{}",
             self.name,
             self.location,
             handlers.len(),
             s.hits,
             s.misses,
             s.builds,
-            s.failures
+            s.failures,
+            s.evictions,
+            if self.is_frozen() { ", frozen" } else { "" }
         )?;
         for h in &handlers {
             writeln!(

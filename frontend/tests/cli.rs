@@ -307,8 +307,8 @@ fn hostile_input_exits_1_or_2_with_a_message() {
 /// compares), with `TILEJIT_PROFILE` writing one Chrome trace per Sim
 /// launch, each with a lane for every one of the 72 cores,
 /// `TILEJIT_DUMP` writing what every compile compiled, and `TILEJIT_LOG`
-/// logging compiles and Verify calls (and reporting a part it does not
-/// know).
+/// logging compiles, traces and Verify calls (and reporting a part it does
+/// not know).
 #[test]
 fn quickstart_passes_in_verify_mode_and_writes_traces() {
     let dir = tmp("profiles");
@@ -320,7 +320,7 @@ fn quickstart_passes_in_verify_mode_and_writes_traces() {
         .env("TILEJIT_RUN_MODE", "verify")
         .env("TILEJIT_PROFILE", &dir)
         .env("TILEJIT_DUMP", &dump)
-        .env("TILEJIT_LOG", "compile, verify,bogus"));
+        .env("TILEJIT_LOG", "compile, verify,trace,bogus"));
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     assert!(
         stdout(&o).contains("on the simulated device"),
@@ -332,6 +332,10 @@ fn quickstart_passes_in_verify_mode_and_writes_traces() {
     let err = stderr(&o);
     assert!(err.contains("[tilejit] compiled "), "{err}");
     assert!(err.contains("[tilejit] verify `"), "{err}");
+    assert!(
+        err.contains("[tilejit] tracing `mlp_block` for (f32[64,256]"),
+        "{err}"
+    );
     assert_eq!(
         err.matches("ignoring \"bogus\" in TILEJIT_LOG").count(),
         1,

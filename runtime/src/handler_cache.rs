@@ -9,13 +9,16 @@
 //! - a failed (or panicking) build leaves no entry behind: the next call
 //!   with that signature builds again;
 //! - the lock is never held while building, so builds of different
-//!   signatures run in parallel and a build may call into other caches.
+//!   signatures run in parallel and a build may call into other caches;
+//! - at most [`HandlerCache::capacity`] ready entries (default
+//!   [`DEFAULT_MAX_SIGNATURES`]); past it the least recently used goes,
+//!   counted in `stats().evictions`.
 
 use crate::error::RuntimeError;
 use crate::flight::{catching, Flight};
 use crate::signature::Signature;
 use ahash::AHashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tilejit_codegen::host::coarse_clock_ns;
@@ -91,7 +94,18 @@ pub struct HandlerStats {
     pub builds: u64,
     /// Builds that failed.
     pub failures: u64,
+    /// Ready entries dropped to respect the bound (least recently used
+    /// first; the next call with that signature builds again).
+    pub evictions: u64,
 }
+
+/// How many ready signatures a handler cache keeps unless told otherwise
+/// ([`HandlerCache::set_capacity`]): enough for any program that uses a
+/// fixed set of shapes, while a program that feeds a jit function ever
+/// new shapes does not grow its memory without bound (JAX's cache did,
+/// jax#2072). Past it, the least recently used signature goes; calling
+/// it again retraces, and its kernels come back from the kernel cache.
+pub const DEFAULT_MAX_SIGNATURES: usize = 256;
 
 /// A signature-keyed single-flight cache.
 pub struct HandlerCache<V, E> {
@@ -99,7 +113,11 @@ pub struct HandlerCache<V, E> {
     misses: AtomicU64,
     builds: AtomicU64,
     failures: AtomicU64,
+    evictions: AtomicU64,
+    /// Hits of entries no longer in the map (cleared or evicted).
     cleared_hits: AtomicU64,
+    /// The bound on ready entries.
+    max_entries: AtomicUsize,
     /// The entry the last hit found, for `get_last`: a repeated call with
     /// the same signature needs neither the signature built nor the map.
     last: Mutex<Option<(Signature, Arc<Ready<V>>)>>,
@@ -112,7 +130,9 @@ impl<V, E> Default for HandlerCache<V, E> {
             misses: AtomicU64::new(0),
             builds: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
             cleared_hits: AtomicU64::new(0),
+            max_entries: AtomicUsize::new(DEFAULT_MAX_SIGNATURES),
             last: Mutex::new(None),
         }
     }
@@ -216,6 +236,9 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
                         last_used: AtomicU64::new(Stamp::now()),
                     };
                     map.insert(key.clone(), Slot::Ready(Arc::new(ready)));
+                    let evicted = self.evict(&mut map, Some(key));
+                    drop(map);
+                    self.forget_last(&evicted);
                 }
                 Err(_) => {
                     self.failures.fetch_add(1, Ordering::Relaxed);
@@ -225,6 +248,65 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
         }
         flight.finish(result.clone());
         result
+    }
+
+    /// Bounds the ready entries to `max` (at least one is kept, the one
+    /// just built), evicting the least recently used at once if over.
+    pub fn set_capacity(&self, max: usize) {
+        self.max_entries.store(max, Ordering::Relaxed);
+        let evicted = self.evict(&mut self.lock(), None);
+        self.forget_last(&evicted);
+    }
+
+    /// The bound on ready entries.
+    pub fn capacity(&self) -> usize {
+        self.max_entries.load(Ordering::Relaxed)
+    }
+
+    /// Drops least-recently-used ready entries (never `keep`) until at most
+    /// the bound are left; returns their signatures.
+    fn evict(
+        &self,
+        map: &mut AHashMap<Signature, Slot<V, E>>,
+        keep: Option<&Signature>,
+    ) -> Vec<Signature> {
+        let max = self.max_entries.load(Ordering::Relaxed).max(1);
+        let mut evicted = Vec::new();
+        loop {
+            let ready = map.values().filter(|s| matches!(s, Slot::Ready(_)));
+            if ready.count() <= max {
+                break;
+            }
+            let oldest = map
+                .iter()
+                .filter(|(k, _)| Some(*k) != keep)
+                .filter_map(|(k, s)| match s {
+                    Slot::Ready(r) => Some((r.last_used.load(Ordering::Relaxed), k)),
+                    Slot::Building(_) => None,
+                })
+                .min_by_key(|(stamp, _)| *stamp)
+                .map(|(_, k)| k.clone());
+            let Some(k) = oldest else { break };
+            if let Some(Slot::Ready(r)) = map.remove(&k) {
+                self.cleared_hits
+                    .fetch_add(r.hits.load(Ordering::Relaxed), Ordering::Relaxed);
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+            evicted.push(k);
+        }
+        evicted
+    }
+
+    /// Drops the fast path's entry if it was evicted (taken after the map
+    /// lock is released: `clear` locks `last` first, then the map).
+    fn forget_last(&self, evicted: &[Signature]) {
+        if evicted.is_empty() {
+            return;
+        }
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.as_ref().is_some_and(|(k, _)| evicted.contains(k)) {
+            *last = None;
+        }
     }
 
     /// Ready entries, sorted by signature text for stable output.
@@ -268,6 +350,7 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
             misses: self.misses.load(Ordering::Relaxed),
             builds: self.builds.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
         }
     }
 

@@ -289,10 +289,11 @@ pub(crate) fn dump(stem: &str, files: &[(&str, &str)]) {
 }
 
 /// What `TILEJIT_LOG` can name.
-const LOG_PARTS: [&str; 2] = ["compile", "verify"];
+const LOG_PARTS: [&str; 3] = ["compile", "trace", "verify"];
 
 /// Whether `TILEJIT_LOG` (a comma list) names `part` (`compile`: one line
-/// per kernel compile; `verify`: one line per Verify-mode output). Read
+/// per kernel compile; `trace`: one line per jit trace, saying why the
+/// call missed; `verify`: one line per Verify-mode output). Read
 /// once; parts it does not know are reported once on stderr, so a typo
 /// does not silently log nothing.
 pub fn log_enabled(part: &str) -> bool {

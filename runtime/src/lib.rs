@@ -22,7 +22,7 @@ mod warmup;
 
 pub use alloc::{f32_buffer_from_fn, filled_buffer};
 pub use error::{panic_message, RuntimeError};
-pub use handler_cache::{CacheEntry, HandlerCache, HandlerStats};
+pub use handler_cache::{CacheEntry, HandlerCache, HandlerStats, DEFAULT_MAX_SIGNATURES};
 pub use host::HostProgram;
 pub use kernel_cache::{
     kernel_cache, log_enabled, CachedKernel, KernelCache, KernelCacheStats, KernelDetails,

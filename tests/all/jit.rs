@@ -362,3 +362,69 @@ fn jit_matches_eager_on_a_composite() {
         .collect();
     assert_close(&vals(&jitted), &reference::softmax(&pre, 4), 1e-5);
 }
+
+/// A frozen function serves the signatures it has and refuses new ones
+/// with an error that names the nearest one seen, tracing nothing; thawed,
+/// it traces again.
+#[test]
+fn frozen_functions_refuse_new_signatures() {
+    let f = jit_fn!(|x: &Tensor| x * 2.0 + 1.0);
+    f.freeze(true);
+    let e = f.call((&t32(&[1.0], &[1]),)).unwrap_err();
+    assert!(e.to_string().contains("nothing compiled yet"), "{e}");
+    f.freeze(false);
+    let four = t32(&[1.0, 2.0, 3.0, 4.0], &[4]);
+    assert_eq!(vals(&f.call((&four,)).unwrap()), [3.0, 5.0, 7.0, 9.0]);
+    f.freeze(true);
+    assert!(f.is_frozen());
+    assert_eq!(vals(&f.call((&four,)).unwrap()), [3.0, 5.0, 7.0, 9.0]);
+    let five = t32(&[0.0; 5], &[5]);
+    let e = f.call((&five,)).unwrap_err();
+    assert!(matches!(e, Error::Frozen { .. }), "{e:?}");
+    assert_eq!(e.code(), 1);
+    let text = e.to_string();
+    assert!(
+        text.contains("is frozen") && text.contains("args[0]: f32[5] vs nearest seen f32[4]"),
+        "{text}"
+    );
+    assert_eq!((f.stats().builds, f.handlers().len()), (1, 1));
+    assert!(f.to_string().contains(", frozen"), "{f}");
+    f.freeze(false);
+    assert_eq!(vals(&f.call((&five,)).unwrap()), [1.0; 5]);
+    assert_eq!(f.stats().builds, 2);
+}
+
+/// The handler cache keeps at most its capacity of signatures, dropping
+/// the least recently used (counted); a dropped signature retraces on its
+/// next call and still computes the right values.
+#[test]
+fn handler_cache_evicts_least_recently_used_signatures() {
+    let f = jit_fn!(|x: &Tensor| x.exp() - 1.0);
+    f.set_capacity(2);
+    let x = |n: usize| Tensor::arange(n, DType::F32);
+    let want = |n: usize| -> Vec<f32> { (0..n).map(|i| (i as f32).exp() - 1.0).collect() };
+    // Hits stamp the coarse clock (a few ms): space the calls out so the
+    // recency order is unambiguous.
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(25));
+    for n in [1, 2, 1, 3] {
+        assert_close(&vals(&f.call((&x(n),)).unwrap()), &f64s(&want(n)), 1e-6);
+        pause();
+    }
+    let seen: Vec<String> = f
+        .handlers()
+        .iter()
+        .map(|h| h.signature.to_string())
+        .collect();
+    assert_eq!(
+        seen,
+        ["(f32[1])", "(f32[3])"],
+        "[2] was used least recently"
+    );
+    let s = f.stats();
+    assert_eq!((s.builds, s.evictions, s.hits), (3, 1, 1));
+    assert_close(&vals(&f.call((&x(2),)).unwrap()), &f64s(&want(2)), 1e-6);
+    assert_eq!((f.stats().builds, f.stats().evictions), (4, 2));
+    f.set_capacity(1);
+    assert_eq!(f.handlers().len(), 1);
+    assert!(f.to_string().contains("3 evicted"), "{f}");
+}
