@@ -356,30 +356,22 @@ impl KernelCache {
     ) -> Result<Arc<CachedKernel>, RuntimeError> {
         let identity = HostIdentity::new(k, dtype_of, opts);
         let key = identity.key();
-        let lead = {
-            let mut g = self.lock();
-            let found = g.map.get_mut(&key).filter(|e| e.identity == identity);
-            if let Some(e) = found {
-                e.last_used = Instant::now();
-                e.kernel.hits.fetch_add(1, Ordering::Relaxed);
-                let k = e.kernel.clone();
-                g.stats.hits += 1;
-                return Ok(k);
-            }
-            g.stats.misses += 1;
-            match join(&mut g.host_flights, key, &identity) {
-                Join::Wait(flight) => {
-                    drop(g);
-                    return flight.wait();
-                }
-                Join::Lead(flight) => flight,
-            }
-        };
-        let result = catching(
+        let mut g = self.lock();
+        if let Some(e) = g.map.get_mut(&key).filter(|e| e.identity == identity) {
+            e.last_used = Instant::now();
+            e.kernel.hits.fetch_add(1, Ordering::Relaxed);
+            let k = e.kernel.clone();
+            g.stats.hits += 1;
+            return Ok(k);
+        }
+        g.stats.misses += 1;
+        self.compile_shared(
+            g,
+            |g| &mut g.host_flights,
+            (key, identity),
             || format!("compiling kernel {}", k.name),
-            || self.compile_host(k, dtype_of, identity, key),
-        );
-        land(&mut self.lock().host_flights, key, lead, result)
+            |identity| self.compile_host(k, dtype_of, identity, key),
+        )
     }
 
     /// Compiles `k` and enters it under `key` (unless a colliding
@@ -473,30 +465,46 @@ impl KernelCache {
             config: cfg.to_json(),
         };
         let key = identity.key();
-        let lead = {
-            let mut g = self.lock();
-            let found = g.sim.get_mut(&key).filter(|e| e.identity == identity);
-            if let Some(e) = found {
-                e.last_used = Instant::now();
-                e.hits += 1;
-                let k = e.kernels.clone();
-                g.stats.hits += 1;
-                return Ok(k);
-            }
-            g.stats.misses += 1;
-            match join(&mut g.sim_flights, key, &identity) {
-                Join::Wait(flight) => {
-                    drop(g);
-                    return flight.wait();
-                }
-                Join::Lead(flight) => flight,
-            }
-        };
-        let result = catching(
+        let mut g = self.lock();
+        if let Some(e) = g.sim.get_mut(&key).filter(|e| e.identity == identity) {
+            e.last_used = Instant::now();
+            e.hits += 1;
+            let k = e.kernels.clone();
+            g.stats.hits += 1;
+            return Ok(k);
+        }
+        g.stats.misses += 1;
+        self.compile_shared(
+            g,
+            |g| &mut g.sim_flights,
+            (key, identity),
             || format!("compiling kernel {} for sim", k.name),
-            || self.compile_sim(k, dtype_of, cfg, identity, key),
-        );
-        land(&mut self.lock().sim_flights, key, lead, result)
+            |identity| self.compile_sim(k, dtype_of, cfg, identity, key),
+        )
+    }
+
+    /// After a counted miss (the lock still held in `g`): waits for the
+    /// compile of the same identity in flight, or leads one, running
+    /// `compile` outside the lock and handing its result to everyone who
+    /// waited for it.
+    fn compile_shared<I: Clone + PartialEq, T: Clone>(
+        &self,
+        mut g: std::sync::MutexGuard<'_, Inner>,
+        flights: fn(&mut Inner) -> &mut Flights<I, T>,
+        (key, identity): (u64, I),
+        what: impl FnOnce() -> String,
+        compile: impl FnOnce(I) -> Result<T, RuntimeError>,
+    ) -> Result<T, RuntimeError> {
+        let lead = match join(flights(&mut g), key, &identity) {
+            Join::Wait(flight) => {
+                drop(g);
+                return flight.wait();
+            }
+            Join::Lead(flight) => flight,
+        };
+        drop(g);
+        let result = catching(what, || compile(identity));
+        land(flights(&mut self.lock()), key, lead, result)
     }
 
     /// Compiles `k` for the device and enters it under `key` (as
