@@ -365,6 +365,8 @@ fn quickstart_passes_in_verify_mode_and_writes_traces() {
     for suffix in [
         ".traced.graph",
         ".graph",
+        ".kernels",
+        ".keys",
         ".kernel",
         ".clif",
         ".disasm",
@@ -374,6 +376,20 @@ fn quickstart_passes_in_verify_mode_and_writes_traces() {
             names.iter().any(|n| n.ends_with(suffix)),
             "no {suffix} in {names:?}"
         );
+    }
+    // Every kernel a program's `.keys` file names was dumped under the
+    // stem it gives, whichever program compiled it.
+    for keys in names.iter().filter(|n| n.ends_with(".keys")) {
+        let text = std::fs::read_to_string(dump.join(keys)).unwrap();
+        assert!(!text.is_empty(), "{keys}");
+        for line in text.lines() {
+            let stem = line.rsplit_once("-> ").unwrap().1;
+            let stem = stem.trim_end_matches(".{kernel,clif,disasm}");
+            for suffix in ["kernel", "clif", "disasm"] {
+                let file = format!("{stem}.{suffix}");
+                assert!(names.contains(&file), "{keys}: {line}: no {file}");
+            }
+        }
     }
     let s_file = names.iter().find(|n| n.ends_with(".s")).unwrap();
     let text = std::fs::read_to_string(dump.join(s_file)).unwrap();

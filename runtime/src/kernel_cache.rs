@@ -255,12 +255,10 @@ pub(crate) fn dump_dir() -> Option<&'static std::path::Path> {
         .as_deref()
 }
 
-/// Writes `files` (suffix, contents) as `<dir>/<stem>.<suffix>`; a failure
-/// is reported once per file on stderr and never fails the compile.
-pub(crate) fn dump(stem: &str, files: &[(&str, &str)]) {
-    let Some(dir) = dump_dir() else { return };
-    let stem: String = stem
-        .chars()
+/// The file stem [`dump`] writes `stem` under: ASCII letters, digits and
+/// `-`, anything else as `_`, at most 80 characters.
+pub(crate) fn dump_stem(stem: &str) -> String {
+    stem.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' {
                 c
@@ -269,7 +267,14 @@ pub(crate) fn dump(stem: &str, files: &[(&str, &str)]) {
             }
         })
         .take(80)
-        .collect();
+        .collect()
+}
+
+/// Writes `files` (suffix, contents) as `<dir>/<stem>.<suffix>`; a failure
+/// is reported once per file on stderr and never fails the compile.
+pub(crate) fn dump(stem: &str, files: &[(&str, &str)]) {
+    let Some(dir) = dump_dir() else { return };
+    let stem = dump_stem(stem);
     if let Err(e) = std::fs::create_dir_all(dir) {
         eprintln!(
             "tilejit: TILEJIT_DUMP: cannot create {}: {e}",

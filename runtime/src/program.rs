@@ -35,18 +35,10 @@ impl Program {
         // in debug builds and tests, where a pass bug should fail loudly.
         let optimized = simplify(&traced, cfg!(debug_assertions))?;
         verify(&optimized)?;
-        if crate::kernel_cache::dump_dir().is_some() {
-            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            crate::kernel_cache::dump(
-                &format!("program-{}-{n}", std::process::id()),
-                &[
-                    ("traced.graph", &traced.to_string()),
-                    ("graph", &optimized.to_string()),
-                ],
-            );
-        }
         let host = HostProgram::compile(&optimized)?;
+        if crate::kernel_cache::dump_dir().is_some() {
+            dump_program(&traced, &optimized, &host);
+        }
         Ok(Program {
             traced,
             optimized,
@@ -191,4 +183,34 @@ pub fn run_eager_sim(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeE
         .get_or(g, || SimProgram::compile(g))?
         .run(inputs, &[], false)?
         .0)
+}
+
+/// `TILEJIT_DUMP` for one program: its graphs as traced and optimised,
+/// its fused kernels (the kernel IR text form), and which dump files hold
+/// each kernel's compiled forms. A kernel the cache already held was
+/// dumped when it was compiled, maybe by another program: the `.keys`
+/// file is how to find it.
+fn dump_program(traced: &Graph, optimized: &Graph, host: &HostProgram) {
+    use crate::kernel_cache::{dump, dump_stem};
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let kernels = host.kernels();
+    let keys: String = kernels
+        .kernels
+        .iter()
+        .zip(host.code())
+        .map(|(k, c)| {
+            let stem = dump_stem(&format!("{}-{}", k.name, c.key));
+            format!("{} {} -> {stem}.{{kernel,clif,disasm}}\n", k.name, c.key)
+        })
+        .collect();
+    dump(
+        &format!("program-{}-{n}", std::process::id()),
+        &[
+            ("traced.graph", &traced.to_string()),
+            ("graph", &optimized.to_string()),
+            ("kernels", &kernels.to_string()),
+            ("keys", &keys),
+        ],
+    );
 }
