@@ -250,8 +250,9 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
         result
     }
 
-    /// Bounds the ready entries to `max` (at least one is kept, the one
-    /// just built), evicting the least recently used at once if over.
+    /// Bounds the ready entries to `max`, evicting the least recently used
+    /// at once if over. A bound of 0 acts as 1: the entry a call has just
+    /// built is never the one evicted.
     pub fn set_capacity(&self, max: usize) {
         self.max_entries.store(max, Ordering::Relaxed);
         let evicted = self.evict(&mut self.lock(), None);
