@@ -17,6 +17,8 @@
 
 use crate::error::{panic_message, RuntimeError};
 use rayon::prelude::*;
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::ThreadId;
@@ -61,6 +63,66 @@ impl<T: Clone> Flight<T> {
             }
             guard = self.done.wait(guard).unwrap_or_else(|p| p.into_inner());
         }
+    }
+}
+
+/// A cache's builds in flight, by key, each with the identity it builds
+/// (the kernel cache keys by a hash, so two identities can share a key;
+/// the handler cache's key is its identity, `()` here). The owner keeps it
+/// under the same lock as its entries.
+pub(crate) struct Flights<K, I, T> {
+    map: HashMap<K, (I, Arc<Flight<T>>)>,
+}
+
+/// What a caller that missed does: wait for the build in flight, or lead
+/// one. `Lead(None)` builds alone, sharing nothing: another identity holds
+/// the key, or the build in flight is this thread's own, suspended further
+/// up its stack (see the module doc).
+pub(crate) enum Join<T> {
+    Wait(Arc<Flight<T>>),
+    Lead(Option<Arc<Flight<T>>>),
+}
+
+impl<K, I, T> Default for Flights<K, I, T> {
+    fn default() -> Self {
+        Flights {
+            map: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone, I: Clone + PartialEq, T: Clone> Flights<K, I, T> {
+    /// Joins the build of `identity` in flight under `key`, or registers
+    /// this caller's. Called under the owner's lock, so one caller leads.
+    pub(crate) fn join(&mut self, key: &K, identity: &I) -> Join<T> {
+        match self.map.get(key) {
+            Some((i, f)) if i == identity && !f.led_here() => Join::Wait(f.clone()),
+            Some(_) => Join::Lead(None),
+            None => {
+                let f = Flight::start();
+                self.map.insert(key.clone(), (identity.clone(), f.clone()));
+                Join::Lead(Some(f))
+            }
+        }
+    }
+
+    /// Ends a leader's flight with `result` and returns it. Called under
+    /// the owner's lock once the entry, if any, is in place, so no caller
+    /// finds neither the entry nor the flight.
+    pub(crate) fn land(&mut self, key: &K, lead: Option<Arc<Flight<T>>>, result: T) -> T {
+        if let Some(f) = lead {
+            if self.map.get(key).is_some_and(|(_, g)| Arc::ptr_eq(g, &f)) {
+                self.map.remove(key);
+            }
+            f.finish(result.clone());
+        }
+        result
+    }
+
+    /// True when nothing is in flight.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.map.is_empty()
     }
 }
 

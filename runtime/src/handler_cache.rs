@@ -15,7 +15,7 @@
 //!   counted in `stats().evictions`.
 
 use crate::error::RuntimeError;
-use crate::flight::{catching, Flight};
+use crate::flight::{catching, Flights, Join};
 use crate::signature::Signature;
 use ahash::AHashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -78,9 +78,10 @@ impl Stamp {
     }
 }
 
-enum Slot<V, E> {
-    Ready(Arc<Ready<V>>),
-    Building(Arc<Flight<Result<Arc<V>, E>>>),
+/// The ready entries and the builds in flight, under one lock.
+struct State<V, E> {
+    ready: AHashMap<Signature, Arc<Ready<V>>>,
+    flights: Flights<Signature, (), Result<Arc<V>, E>>,
 }
 
 /// Counters of a cache.
@@ -109,7 +110,7 @@ pub const DEFAULT_MAX_SIGNATURES: usize = 256;
 
 /// A signature-keyed single-flight cache.
 pub struct HandlerCache<V, E> {
-    map: Mutex<AHashMap<Signature, Slot<V, E>>>,
+    state: Mutex<State<V, E>>,
     misses: AtomicU64,
     builds: AtomicU64,
     failures: AtomicU64,
@@ -126,7 +127,10 @@ pub struct HandlerCache<V, E> {
 impl<V, E> Default for HandlerCache<V, E> {
     fn default() -> Self {
         HandlerCache {
-            map: Mutex::new(AHashMap::new()),
+            state: Mutex::new(State {
+                ready: AHashMap::new(),
+                flights: Flights::default(),
+            }),
             misses: AtomicU64::new(0),
             builds: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -144,22 +148,18 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
         Self::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, AHashMap<Signature, Slot<V, E>>> {
+    fn lock(&self) -> MutexGuard<'_, State<V, E>> {
         // A panic never happens while the lock is held (builds run outside
         // it), so a poisoned lock still guards a consistent map.
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Returns the entry for `key` if it is ready, counting a hit.
     pub fn get(&self, key: &Signature) -> Option<Arc<V>> {
-        let map = self.lock();
-        match map.get(key) {
-            Some(Slot::Ready(r)) => {
-                r.touch();
-                Some(r.value.clone())
-            }
-            _ => None,
-        }
+        let st = self.lock();
+        let r = st.ready.get(key)?;
+        r.touch();
+        Some(r.value.clone())
     }
 
     /// The value of the entry the last lookup hit, if `matches` accepts its
@@ -189,64 +189,50 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
         key: &Signature,
         build: impl FnOnce() -> Result<V, E>,
     ) -> Result<Arc<V>, E> {
-        let flight = {
-            let mut map = self.lock();
-            match map.get(key) {
-                Some(Slot::Ready(r)) => {
-                    r.touch();
-                    let (value, r) = (r.value.clone(), r.clone());
-                    drop(map);
-                    self.remember(key, &r);
-                    return Ok(value);
-                }
-                Some(Slot::Building(f)) => {
-                    let f = f.clone();
-                    drop(map);
-                    self.misses.fetch_add(1, Ordering::Relaxed);
-                    if f.led_here() {
-                        // A call made from inside this thread's own build
-                        // of `key`: waiting would never end, so build
-                        // apart (and cache nothing; the outer build will).
-                        self.builds.fetch_add(1, Ordering::Relaxed);
-                        let what = || format!("building the program for {key}");
-                        return catching(what, build).map(Arc::new);
-                    }
+        let lead = {
+            let mut st = self.lock();
+            if let Some(r) = st.ready.get(key) {
+                r.touch();
+                let (value, r) = (r.value.clone(), r.clone());
+                drop(st);
+                self.remember(key, &r);
+                return Ok(value);
+            }
+            self.misses.fetch_add(1, Ordering::Relaxed);
+            match st.flights.join(key, &()) {
+                Join::Wait(f) => {
+                    drop(st);
                     return f.wait();
                 }
-                None => {
-                    self.misses.fetch_add(1, Ordering::Relaxed);
-                    let f = Flight::start();
-                    map.insert(key.clone(), Slot::Building(f.clone()));
-                    f
-                }
+                // `None`: a call from inside this thread's own build of
+                // `key`, which builds apart (see `flight.rs`).
+                Join::Lead(f) => f,
             }
         };
         self.builds.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
         let result = catching(|| format!("building the program for {key}"), build).map(Arc::new);
         let build_time = start.elapsed();
-        {
-            let mut map = self.lock();
-            match &result {
-                Ok(v) => {
-                    let ready = Ready {
-                        value: v.clone(),
-                        build_time,
-                        hits: AtomicU64::new(0),
-                        last_used: AtomicU64::new(Stamp::now()),
-                    };
-                    map.insert(key.clone(), Slot::Ready(Arc::new(ready)));
-                    let evicted = self.evict(&mut map, Some(key));
-                    drop(map);
-                    self.forget_last(&evicted);
-                }
-                Err(_) => {
-                    self.failures.fetch_add(1, Ordering::Relaxed);
-                    map.remove(key);
-                }
+        let mut st = self.lock();
+        let mut evicted = Vec::new();
+        match &result {
+            Ok(v) => {
+                let ready = Ready {
+                    value: v.clone(),
+                    build_time,
+                    hits: AtomicU64::new(0),
+                    last_used: AtomicU64::new(Stamp::now()),
+                };
+                st.ready.insert(key.clone(), Arc::new(ready));
+                evicted = self.evict(&mut st.ready, Some(key));
+            }
+            Err(_) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
             }
         }
-        flight.finish(result.clone());
+        let result = st.flights.land(key, lead, result);
+        drop(st);
+        self.forget_last(&evicted);
         result
     }
 
@@ -255,7 +241,7 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
     /// built is never the one evicted.
     pub fn set_capacity(&self, max: usize) {
         self.max_entries.store(max, Ordering::Relaxed);
-        let evicted = self.evict(&mut self.lock(), None);
+        let evicted = self.evict(&mut self.lock().ready, None);
         self.forget_last(&evicted);
     }
 
@@ -268,27 +254,19 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
     /// the bound are left; returns their signatures.
     fn evict(
         &self,
-        map: &mut AHashMap<Signature, Slot<V, E>>,
+        ready: &mut AHashMap<Signature, Arc<Ready<V>>>,
         keep: Option<&Signature>,
     ) -> Vec<Signature> {
         let max = self.max_entries.load(Ordering::Relaxed).max(1);
         let mut evicted = Vec::new();
-        loop {
-            let ready = map.values().filter(|s| matches!(s, Slot::Ready(_)));
-            if ready.count() <= max {
-                break;
-            }
-            let oldest = map
+        while ready.len() > max {
+            let oldest = ready
                 .iter()
                 .filter(|(k, _)| Some(*k) != keep)
-                .filter_map(|(k, s)| match s {
-                    Slot::Ready(r) => Some((r.last_used.load(Ordering::Relaxed), k)),
-                    Slot::Building(_) => None,
-                })
-                .min_by_key(|(stamp, _)| *stamp)
-                .map(|(_, k)| k.clone());
+                .min_by_key(|(_, r)| r.last_used.load(Ordering::Relaxed))
+                .map(|(k, _)| k.clone());
             let Some(k) = oldest else { break };
-            if let Some(Slot::Ready(r)) = map.remove(&k) {
+            if let Some(r) = ready.remove(&k) {
                 self.cleared_hits
                     .fetch_add(r.hits.load(Ordering::Relaxed), Ordering::Relaxed);
                 self.evictions.fetch_add(1, Ordering::Relaxed);
@@ -312,18 +290,16 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
 
     /// Ready entries, sorted by signature text for stable output.
     pub fn entries(&self) -> Vec<CacheEntry<V>> {
-        let map = self.lock();
-        let mut v: Vec<CacheEntry<V>> = map
+        let st = self.lock();
+        let mut v: Vec<CacheEntry<V>> = st
+            .ready
             .iter()
-            .filter_map(|(k, s)| match s {
-                Slot::Ready(r) => Some(CacheEntry {
-                    signature: k.clone(),
-                    value: r.value.clone(),
-                    build_time: r.build_time,
-                    hits: r.hits.load(Ordering::Relaxed),
-                    last_used: Stamp::instant(r.last_used.load(Ordering::Relaxed)),
-                }),
-                Slot::Building(_) => None,
+            .map(|(k, r)| CacheEntry {
+                signature: k.clone(),
+                value: r.value.clone(),
+                build_time: r.build_time,
+                hits: r.hits.load(Ordering::Relaxed),
+                last_used: Stamp::instant(r.last_used.load(Ordering::Relaxed)),
             })
             .collect();
         v.sort_by_key(|e| e.signature.to_string());
@@ -332,10 +308,7 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
 
     /// Number of ready entries.
     pub fn len(&self) -> usize {
-        self.lock()
-            .values()
-            .filter(|s| matches!(s, Slot::Ready(_)))
-            .count()
+        self.lock().ready.len()
     }
 
     /// True if no entry is ready.
@@ -362,29 +335,26 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
         // can land on a cleared entry.
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         *last = None;
-        let mut map = self.lock();
-        let mut cleared = 0;
-        map.retain(|_, s| match s {
-            Slot::Ready(r) => {
-                cleared += r.hits.load(Ordering::Relaxed);
-                false
-            }
-            Slot::Building(_) => true,
-        });
+        let mut st = self.lock();
+        let cleared: u64 = st
+            .ready
+            .values()
+            .map(|r| r.hits.load(Ordering::Relaxed))
+            .sum();
+        st.ready.clear();
         self.cleared_hits.fetch_add(cleared, Ordering::Relaxed);
     }
 
     /// Why `key` would miss: the differing arguments against the nearest
     /// ready signature, or `None` if it would hit.
     pub fn explain_miss(&self, key: &Signature) -> Option<String> {
-        let map = self.lock();
-        if matches!(map.get(key), Some(Slot::Ready(_))) {
+        let st = self.lock();
+        if st.ready.contains_key(key) {
             return None;
         }
-        let nearest = map
-            .iter()
-            .filter(|(_, s)| matches!(s, Slot::Ready(_)))
-            .map(|(k, _)| k)
+        let nearest = st
+            .ready
+            .keys()
             .min_by_key(|k| (key.distance(k), k.to_string()));
         Some(match nearest {
             Some(seen) => key.explain_against(seen),

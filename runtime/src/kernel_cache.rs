@@ -18,7 +18,7 @@
 //! compile it once. The lock is never held while compiling.
 
 use crate::error::RuntimeError;
-use crate::flight::{catching, Flight};
+use crate::flight::{catching, Flights, Join};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -220,18 +220,15 @@ struct SimEntry {
     last_used: Instant,
 }
 
-/// A compile in flight, shared by every caller that misses its identity
-/// while it runs.
-type Shared<T> = Arc<Flight<Result<T, RuntimeError>>>;
-
-/// Compiles in flight by key, each with the identity it compiles.
-type Flights<I, T> = HashMap<u64, (I, Shared<T>)>;
+/// Compiles in flight, each shared by every caller that misses its
+/// identity while it runs.
+type Compiles<I, T> = Flights<u64, I, Result<T, RuntimeError>>;
 
 struct Inner {
     map: HashMap<u64, Entry>,
     sim: HashMap<u64, SimEntry>,
-    host_flights: Flights<HostIdentity, Arc<CachedKernel>>,
-    sim_flights: Flights<SimIdentity, Arc<Vec<DeviceKernel>>>,
+    host_flights: Compiles<HostIdentity, Arc<CachedKernel>>,
+    sim_flights: Compiles<SimIdentity, Arc<Vec<DeviceKernel>>>,
     stats: KernelCacheStats,
     max_entries: usize,
     max_bytes: usize,
@@ -325,18 +322,14 @@ pub fn log_enabled(part: &str) -> bool {
         .any(|p| p == part)
 }
 
-fn log_compiles() -> bool {
-    log_enabled("compile")
-}
-
 impl KernelCache {
     fn new() -> KernelCache {
         KernelCache {
             inner: Mutex::new(Inner {
                 map: HashMap::new(),
                 sim: HashMap::new(),
-                host_flights: HashMap::new(),
-                sim_flights: HashMap::new(),
+                host_flights: Flights::default(),
+                sim_flights: Flights::default(),
                 stats: KernelCacheStats::default(),
                 max_entries: 4096,
                 max_bytes: 256 << 20,
@@ -392,7 +385,7 @@ impl KernelCache {
         let start = Instant::now();
         let code = compile(k, dtype_of, opts).map_err(RuntimeError::Codegen)?;
         let compile_time = start.elapsed();
-        if log_compiles() {
+        if log_enabled("compile") {
             eprintln!(
                 "[tilejit] compiled {} ({:016x}) in {:.3} ms, {} bytes",
                 k.name,
@@ -495,12 +488,12 @@ impl KernelCache {
     fn compile_shared<I: Clone + PartialEq, T: Clone>(
         &self,
         mut g: std::sync::MutexGuard<'_, Inner>,
-        flights: fn(&mut Inner) -> &mut Flights<I, T>,
+        flights: fn(&mut Inner) -> &mut Compiles<I, T>,
         (key, identity): (u64, I),
         what: impl FnOnce() -> String,
         compile: impl FnOnce(I) -> Result<T, RuntimeError>,
     ) -> Result<T, RuntimeError> {
-        let lead = match join(flights(&mut g), key, &identity) {
+        let lead = match flights(&mut g).join(&key, &identity) {
             Join::Wait(flight) => {
                 drop(g);
                 return flight.wait();
@@ -509,7 +502,7 @@ impl KernelCache {
         };
         drop(g);
         let result = catching(what, || compile(identity));
-        land(flights(&mut self.lock()), key, lead, result)
+        flights(&mut self.lock()).land(&key, lead, result)
     }
 
     /// Compiles `k` for the device and enters it under `key` (as
@@ -530,7 +523,7 @@ impl KernelCache {
             &format!("{}-{key:016x}", k.name),
             &[("kernel", &identity.text), ("s", &asm.join("\n"))],
         );
-        if log_compiles() {
+        if log_enabled("compile") {
             eprintln!(
                 "[tilejit] compiled {} for sim ({:016x}) in {:.3} ms, {} core function(s)",
                 k.name,
@@ -670,52 +663,6 @@ impl KernelCache {
     }
 }
 
-/// What a caller that missed does: wait for the compile in flight, or
-/// lead its own (`None`: another identity whose key collides is in
-/// flight, or this thread's own compile of it, so this compile runs
-/// alone).
-enum Join<T> {
-    Wait(Shared<T>),
-    Lead(Option<Shared<T>>),
-}
-
-/// Joins the compile of `identity` in flight under `key`, or registers
-/// this caller's. Called under the cache lock, so one caller leads.
-fn join<I: Clone + PartialEq, T: Clone>(
-    flights: &mut Flights<I, T>,
-    key: u64,
-    identity: &I,
-) -> Join<T> {
-    match flights.get(&key) {
-        // This thread's own compile, suspended further up its stack.
-        Some((i, f)) if i == identity && f.led_here() => Join::Lead(None),
-        Some((i, f)) if i == identity => Join::Wait(f.clone()),
-        Some(_) => Join::Lead(None),
-        None => {
-            let f = Flight::start();
-            flights.insert(key, (identity.clone(), f.clone()));
-            Join::Lead(Some(f))
-        }
-    }
-}
-
-/// Ends a leader's flight with `result` (the entry, if any, is already
-/// in the map, so no caller can find neither) and returns it.
-fn land<I, T: Clone>(
-    flights: &mut Flights<I, T>,
-    key: u64,
-    lead: Option<Shared<T>>,
-    result: Result<T, RuntimeError>,
-) -> Result<T, RuntimeError> {
-    if let Some(f) = lead {
-        if flights.get(&key).is_some_and(|(_, g)| Arc::ptr_eq(g, &f)) {
-            flights.remove(&key);
-        }
-        f.finish(result.clone());
-    }
-    result
-}
-
 fn evict(g: &mut Inner) {
     // The entry bound counts host and sim entries together (as `len`
     // does); the byte bound counts host code, the only code with bytes.
@@ -725,13 +672,13 @@ fn evict(g: &mut Inner) {
         if !over_entries && !over_bytes {
             break;
         }
+        // The least recently used entry of either map; only host entries
+        // when only the byte bound is exceeded.
         let host = g.map.iter().min_by_key(|(_, e)| e.last_used);
         let host = host.map(|(&k, e)| (k, e.last_used));
         let sim = g.sim.iter().min_by_key(|(_, e)| e.last_used);
-        let sim = sim.map(|(&k, e)| (k, e.last_used));
+        let sim = sim.filter(|_| over_entries).map(|(&k, e)| (k, e.last_used));
         match (host, sim) {
-            // Over bytes only: host entries go, oldest first.
-            (Some((key, _)), _) if !over_entries => evict_host(g, key),
             (Some((key, h)), Some((_, s))) if h <= s => evict_host(g, key),
             (_, Some((key, _))) => {
                 g.sim.remove(&key);
