@@ -34,7 +34,7 @@ pub struct JitFunction {
     params: Vec<ParamSpec>,
     cache: HandlerCache<Program, Error>,
     /// The function's own run mode (`#[jit(mode = ..)]`, `set_mode`).
-    /// 0 when unset, else `RunMode::to_byte`: read on every call, so an
+    /// 0 when unset, else `mode::mode_to_byte`: read on every call, so an
     /// atomic rather than a lock.
     mode: AtomicU8,
     /// What the last call in Verify mode measured.
@@ -96,13 +96,15 @@ impl JitFunction {
     /// Host). A per-call mode ([`crate::with_mode`]) still wins.
     pub fn set_mode(&self, mode: Option<RunMode>) {
         self.mode
-            .store(mode.map_or(0, RunMode::to_byte), Ordering::Relaxed);
+            .store(mode.map_or(0, crate::mode::mode_to_byte), Ordering::Relaxed);
     }
 
     /// The mode a call made now would run in.
     pub fn effective_mode(&self) -> RunMode {
         crate::mode::scoped()
-            .or(RunMode::from_byte(self.mode.load(Ordering::Relaxed)))
+            .or(crate::mode::mode_from_byte(
+                self.mode.load(Ordering::Relaxed),
+            ))
             .or_else(crate::mode::env_mode)
             .unwrap_or_default()
     }
@@ -185,7 +187,7 @@ impl JitFunction {
             Some(p) => p,
             None => {
                 let sig = self.signature(args)?;
-                if self.frozen.load(Ordering::Relaxed) || tilejit_runtime::log_enabled("trace") {
+                if self.frozen.load(Ordering::Relaxed) || tilejit_ir::config::config().log.trace {
                     self.before_miss(&sig)?;
                 }
                 self.cache

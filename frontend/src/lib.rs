@@ -50,6 +50,7 @@ pub use jit::{HandlerInfo, JitFn, JitFunction, WithMode};
 pub use mode::{with_mode, OutputDiff, RunMode};
 pub use scalar::Scalar;
 pub use tensor::Tensor;
+pub use tilejit_ir::config::{config, Config};
 pub use tilejit_ir::{DType, Element, ErrorKind};
 pub use tilejit_macros::{jit, jit_fn};
 pub use tilejit_runtime::device::Profile;

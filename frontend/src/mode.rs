@@ -16,69 +16,18 @@
 
 use crate::error::{Error, Result};
 use std::cell::Cell;
-use std::fmt;
-use std::sync::OnceLock;
 use tilejit_ir::{Array, DType};
 
-/// Where a compiled program runs.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub enum RunMode {
-    /// Native host code (the default).
-    #[default]
-    Host,
-    /// The simulated accelerator.
-    Sim,
-    /// Host and Sim, outputs compared.
-    Verify,
-    /// The reference interpreter.
-    Reference,
+pub use tilejit_ir::config::RunMode;
+
+/// A non-zero byte for each mode (0 stands for "unset" where stored).
+pub(crate) fn mode_to_byte(m: RunMode) -> u8 {
+    m as u8 + 1
 }
 
-impl RunMode {
-    /// `host`, `sim`, `verify`, `reference`.
-    pub fn name(self) -> &'static str {
-        match self {
-            RunMode::Host => "host",
-            RunMode::Sim => "sim",
-            RunMode::Verify => "verify",
-            RunMode::Reference => "reference",
-        }
-    }
-
-    /// A non-zero byte for each mode (0 stands for "unset" where stored).
-    pub(crate) fn to_byte(self) -> u8 {
-        self as u8 + 1
-    }
-
-    /// The mode [`RunMode::to_byte`] gave, or `None` for 0.
-    pub(crate) fn from_byte(b: u8) -> Option<RunMode> {
-        [
-            RunMode::Host,
-            RunMode::Sim,
-            RunMode::Verify,
-            RunMode::Reference,
-        ]
-        .into_iter()
-        .find(|m| m.to_byte() == b)
-    }
-
-    /// Parses [`RunMode::name`] (case-insensitive).
-    pub fn from_name(s: &str) -> Option<RunMode> {
-        [
-            RunMode::Host,
-            RunMode::Sim,
-            RunMode::Verify,
-            RunMode::Reference,
-        ]
-        .into_iter()
-        .find(|m| m.name().eq_ignore_ascii_case(s.trim()))
-    }
-}
-
-impl fmt::Display for RunMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
+/// The mode [`mode_to_byte`] gave, or `None` for 0.
+pub(crate) fn mode_from_byte(b: u8) -> Option<RunMode> {
+    RunMode::ALL.into_iter().find(|&m| mode_to_byte(m) == b)
 }
 
 thread_local! {
@@ -120,19 +69,9 @@ pub(crate) fn scoped() -> Option<RunMode> {
     SCOPED.with(Cell::get)
 }
 
-/// `TILEJIT_RUN_MODE`, read once. An unknown value is reported once on
-/// stderr and ignored (a typo must not silently change what runs, nor
-/// crash the program).
+/// `TILEJIT_RUN_MODE`, if set to a mode.
 pub(crate) fn env_mode() -> Option<RunMode> {
-    static ENV: OnceLock<Option<RunMode>> = OnceLock::new();
-    *ENV.get_or_init(|| {
-        let v = std::env::var("TILEJIT_RUN_MODE").ok()?;
-        let m = RunMode::from_name(&v);
-        if m.is_none() {
-            eprintln!("tilejit: ignoring TILEJIT_RUN_MODE={v:?} (expected host, sim, verify or reference)");
-        }
-        m
-    })
+    tilejit_ir::config::config().run_mode
 }
 
 /// How far Host and Sim may differ, per dtype: relative error (to
@@ -259,7 +198,7 @@ pub fn compare(function: &str, host: &[Array], sim: &[Array]) -> Result<Vec<Outp
 /// `TILEJIT_LOG=verify`: one line per Verify-mode call with its measured
 /// differences.
 pub(crate) fn log_verify(function: &str, diffs: &[OutputDiff]) {
-    if tilejit_runtime::log_enabled("verify") {
+    if tilejit_ir::config::config().log.verify {
         for d in diffs {
             eprintln!(
                 "[tilejit] verify `{function}` output {}: max abs {:e}, max rel {:e}, max {} ulp",

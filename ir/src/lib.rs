@@ -1,5 +1,6 @@
 //! `tilejit-ir`: the data every other tilejit crate speaks.
 //!
+//! - [`config`]: every `TILEJIT_*` environment variable, read once.
 //! - [`dtype`], [`shape`]: element types, shapes (rank <= 8), broadcasting.
 //! - [`array`](mod@array): concrete host tensors (`Array`), used by the interpreter and
 //!   as constants.
@@ -17,6 +18,7 @@
 //! [`interp::run`], optimise it with [`passes::simplify`].
 
 pub mod array;
+pub mod config;
 pub mod dtype;
 pub mod error;
 pub mod graph;

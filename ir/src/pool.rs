@@ -3,8 +3,8 @@
 //! dropped, the buffer goes back to a global pool keyed by (dtype, length)
 //! instead of to the system; a backend that needs storage of that type
 //! takes it back without asking the OS. Why: every call allocates its
-//! outputs, and a fresh 64 MiB buffer page-faults in at ~3 GB/s on the
-//! machines we measure, slower than the kernel that fills it.
+//! outputs, and a fresh big buffer page-faults in more slowly than the
+//! kernel that fills it.
 //!
 //! A taken buffer holds stale values: only code that overwrites every
 //! element may take one. In debug builds taken buffers are poisoned (NaN,
@@ -51,43 +51,11 @@ pub struct BufferPool {
     state: Mutex<State>,
 }
 
-/// The global pool's byte bound unless `TILEJIT_POOL_BYTES` says otherwise.
-const DEFAULT_POOL_BYTES: usize = 2 << 30;
-
-/// The process-wide pool. Its byte bound defaults to 2 GiB;
-/// `TILEJIT_POOL_BYTES` overrides it (bytes, or with a `K`, `M` or `G`
-/// suffix for KiB, MiB or GiB; 0 disables pooling). A value that is not
-/// one of those is reported once on stderr and the default kept.
+/// The process-wide pool. Its byte bound is `TILEJIT_POOL_BYTES`
+/// ([`crate::config`]; 2 GiB by default, 0 disables pooling).
 pub fn pool() -> &'static BufferPool {
     static POOL: OnceLock<BufferPool> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let capacity = match std::env::var("TILEJIT_POOL_BYTES") {
-            Ok(v) => parse_bytes(&v).unwrap_or_else(|| {
-                eprintln!(
-                    "tilejit: ignoring TILEJIT_POOL_BYTES={v:?} (expected bytes such as 1073741824 or 1G; 0 disables pooling)"
-                );
-                DEFAULT_POOL_BYTES
-            }),
-            Err(_) => DEFAULT_POOL_BYTES,
-        };
-        BufferPool::new(capacity)
-    })
-}
-
-/// A byte count: digits, optionally followed by `K`, `M` or `G` (binary
-/// units, upper or lower case); `None` for anything else or an overflow.
-pub fn parse_bytes(text: &str) -> Option<usize> {
-    let text = text.trim();
-    let (digits, unit) = match text.char_indices().last()? {
-        (i, 'k' | 'K') => (&text[..i], 1usize << 10),
-        (i, 'm' | 'M') => (&text[..i], 1 << 20),
-        (i, 'g' | 'G') => (&text[..i], 1 << 30),
-        _ => (text, 1),
-    };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse::<usize>().ok()?.checked_mul(unit)
+    POOL.get_or_init(|| BufferPool::new(crate::config::config().pool_bytes))
 }
 
 impl BufferPool {

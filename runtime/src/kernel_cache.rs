@@ -247,9 +247,7 @@ pub fn kernel_cache() -> &'static KernelCache {
 
 /// `TILEJIT_DUMP=<dir>`: where every compile writes what it compiled.
 pub(crate) fn dump_dir() -> Option<&'static std::path::Path> {
-    static D: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
-    D.get_or_init(|| std::env::var_os("TILEJIT_DUMP").map(std::path::PathBuf::from))
-        .as_deref()
+    tilejit_ir::config::config().dump_dir.as_deref()
 }
 
 /// The file stem [`dump`] writes `stem` under: ASCII letters, digits and
@@ -288,38 +286,6 @@ pub(crate) fn dump(stem: &str, files: &[(&str, &str)]) {
             );
         }
     }
-}
-
-/// What `TILEJIT_LOG` can name.
-const LOG_PARTS: [&str; 3] = ["compile", "trace", "verify"];
-
-/// Whether `TILEJIT_LOG` (a comma list) names `part` (`compile`: one line
-/// per kernel compile; `trace`: one line per jit trace, saying why the
-/// call missed; `verify`: one line per Verify-mode output). Read
-/// once; parts it does not know are reported once on stderr, so a typo
-/// does not silently log nothing.
-pub fn log_enabled(part: &str) -> bool {
-    static PARTS: OnceLock<Vec<String>> = OnceLock::new();
-    PARTS
-        .get_or_init(|| {
-            let Ok(v) = std::env::var("TILEJIT_LOG") else {
-                return Vec::new();
-            };
-            let parts: Vec<String> = v
-                .split(',')
-                .map(|p| p.trim().to_string())
-                .filter(|p| !p.is_empty())
-                .collect();
-            for p in parts.iter().filter(|p| !LOG_PARTS.contains(&p.as_str())) {
-                eprintln!(
-                    "tilejit: ignoring {p:?} in TILEJIT_LOG={v:?} (expected a comma list of {})",
-                    LOG_PARTS.join(", ")
-                );
-            }
-            parts
-        })
-        .iter()
-        .any(|p| p == part)
 }
 
 impl KernelCache {
@@ -385,7 +351,7 @@ impl KernelCache {
         let start = Instant::now();
         let code = compile(k, dtype_of, opts).map_err(RuntimeError::Codegen)?;
         let compile_time = start.elapsed();
-        if log_enabled("compile") {
+        if tilejit_ir::config::config().log.compile {
             eprintln!(
                 "[tilejit] compiled {} ({:016x}) in {:.3} ms, {} bytes",
                 k.name,
@@ -523,7 +489,7 @@ impl KernelCache {
             &format!("{}-{key:016x}", k.name),
             &[("kernel", &identity.text), ("s", &asm.join("\n"))],
         );
-        if log_enabled("compile") {
+        if tilejit_ir::config::config().log.compile {
             eprintln!(
                 "[tilejit] compiled {} for sim ({:016x}) in {:.3} ms, {} core function(s)",
                 k.name,

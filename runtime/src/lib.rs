@@ -25,8 +25,7 @@ pub use error::{panic_message, RuntimeError};
 pub use handler_cache::{CacheEntry, HandlerCache, HandlerStats, DEFAULT_MAX_SIGNATURES};
 pub use host::HostProgram;
 pub use kernel_cache::{
-    kernel_cache, log_enabled, CachedKernel, KernelCache, KernelCacheStats, KernelDetails,
-    KernelEntry,
+    kernel_cache, CachedKernel, KernelCache, KernelCacheStats, KernelDetails, KernelEntry,
 };
 pub use program::{run_eager, run_eager_sim, Program};
 pub use signature::{ArgSig, Signature};

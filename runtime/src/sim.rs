@@ -47,9 +47,7 @@ pub fn collect_profiles<R>(f: impl FnOnce() -> R) -> (R, Vec<Profile>) {
 
 /// `TILEJIT_PROFILE=<dir>`: where every Sim launch writes its Chrome trace.
 fn profile_dir() -> Option<&'static std::path::Path> {
-    static DIR: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
-    DIR.get_or_init(|| std::env::var_os("TILEJIT_PROFILE").map(std::path::PathBuf::from))
-        .as_deref()
+    tilejit_ir::config::config().profile_dir.as_deref()
 }
 
 /// Writes `profile` as `<dir>/<launch>-<n>.json` (n counts launches in
@@ -88,17 +86,7 @@ pub fn sim_policy() -> Policy {
         0 => Policy::Fifo,
         1 => Policy::NewestFirst,
         2 => Policy::Fair,
-        _ => {
-            static ENV: OnceLock<Policy> = OnceLock::new();
-            *ENV.get_or_init(|| {
-                let v = std::env::var("TILEJIT_SIM_POLICY").ok();
-                let p = v.as_deref().map(Policy::from_name);
-                if let Some(None) = p {
-                    eprintln!("tilejit: ignoring TILEJIT_SIM_POLICY={v:?} (expected fifo, newest-first or fair)");
-                }
-                p.flatten().unwrap_or_default()
-            })
-        }
+        _ => tilejit_ir::config::config().sim_policy.unwrap_or_default(),
     }
 }
 

@@ -1,24 +1,18 @@
 //! Compiler warm-up: the first compile in a process runs Cranelift's code
-//! cold (its pages, caches and heap), which made W7's layernorm compile in
-//! 1.31-1.36 ms against ~0.6 ms once warm. The first tensor a program
-//! makes therefore starts [`warm_up`] (the frontend calls it from every
-//! concrete tensor's constructor; a jit call's trace calls it too): a pool
-//! thread compiles a small kernel and drops it, so the real compile that
-//! follows finds much of Cranelift warm. The warm-up kernel never enters
-//! the kernel cache, logs nothing and changes no result.
+//! cold (its pages, caches and heap) and takes about twice as long as a
+//! warm one. The first tensor a program makes therefore starts
+//! [`warm_up`] (the frontend calls it from every concrete tensor's
+//! constructor; a jit call's trace calls it too): a pool thread compiles a
+//! small kernel and drops it, so the real compile that follows finds much
+//! of Cranelift warm. The warm-up kernel never enters the kernel cache,
+//! logs nothing and changes no result.
 //!
-//! Measured on W7 (alternating fresh processes, three rounds of 25-30
-//! each way): the layernorm compile 1.31-1.36 -> 1.07-1.11 ms, the first
-//! call's median 5.27 -> 5.00, 5.08 -> 4.81 and 5.60 -> 5.44 ms. A dedicated thread instead of a
-//! pool thread made it slower (4.88 -> 5.87 ms): on 2 cores a third
-//! runnable thread time-slices with the first run. Handing the first real
-//! compile to the warmed thread made that compile 0.8-0.9 ms but the first
-//! call slower (5.82 -> 7.10 ms): the trace ends before the warm-up
-//! compile does, so the real compile waited for it. Starting at the first
-//! tensor instead of the first trace (W7 makes its inputs first, as most
-//! programs do) gives the warm-up time to finish: over 30 alternating fresh
-//! processes the first call's median went 4.26 -> 4.03 ms (trace + compile
-//! 1.44 -> 1.30 ms), and W6's per-call time did not move (one atomic load).
+//! It starts at the first tensor, not the first trace, because most
+//! programs make their inputs first, which gives it time to finish. It runs
+//! on a pool thread, not a thread of its own: on 2 cores a third runnable
+//! thread time-slices with the first run. Nor is the first real compile
+//! handed to the warmed thread: the trace can end before the warm-up does,
+//! and the compile would then wait for it.
 //! `TILEJIT_WARMUP=0` (or `off`, `false`, `no`) turns it off.
 
 use tilejit_codegen::host::{compile, CodegenOptions};
@@ -44,7 +38,7 @@ const WARM_UP_GRAPH: &str = "graph {
 pub fn warm_up() {
     static STARTED: std::sync::Once = std::sync::Once::new();
     STARTED.call_once(|| {
-        if !warm_up_wanted(std::env::var("TILEJIT_WARMUP").ok().as_deref()) {
+        if !tilejit_ir::config::config().warmup {
             return;
         }
         rayon::spawn(|| {
@@ -52,22 +46,6 @@ pub fn warm_up() {
             let _ = compile_warm_up_kernels();
         });
     });
-}
-
-/// Whether `TILEJIT_WARMUP` (unset, or its value) leaves the warm-up on:
-/// `0`, `off`, `false` and `no` turn it off, `1`, `on`, `true` and `yes`
-/// (and unset) leave it on; anything else is reported on stderr and
-/// leaves it on.
-fn warm_up_wanted(v: Option<&str>) -> bool {
-    let Some(v) = v else { return true };
-    match v.trim().to_ascii_lowercase().as_str() {
-        "0" | "off" | "false" | "no" => false,
-        "1" | "on" | "true" | "yes" => true,
-        _ => {
-            eprintln!("tilejit: ignoring TILEJIT_WARMUP={v:?} (expected 0 or 1)");
-            true
-        }
-    }
 }
 
 /// Compiles the warm-up graph's kernels and drops the code; returns how
@@ -92,19 +70,5 @@ mod tests {
     #[test]
     fn the_warm_up_kernel_compiles() {
         assert_eq!(super::compile_warm_up_kernels(), Ok(1));
-    }
-
-    /// Off by any usual spelling of off, on by default and by any usual
-    /// spelling of on; an unreadable value leaves the default.
-    #[test]
-    fn tilejit_warmup_values() {
-        use super::warm_up_wanted as wanted;
-        assert!(wanted(None));
-        for off in ["0", "off", "FALSE", " no "] {
-            assert!(!wanted(Some(off)), "{off:?}");
-        }
-        for on in ["1", "on", "True", "yes", "2", "maybe"] {
-            assert!(wanted(Some(on)), "{on:?}");
-        }
     }
 }

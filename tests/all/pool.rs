@@ -198,7 +198,7 @@ fn threads_share_one_pool_and_its_counts_stay_exact() {
 /// silently becoming some other bound.
 #[test]
 fn pool_bytes_parse_plain_and_suffixed_counts_only() {
-    use tilejit_ir::pool::parse_bytes;
+    use tilejit_ir::config::parse_bytes;
     let ok = [
         ("0", 0),
         ("1048576", 1 << 20),

@@ -33,19 +33,9 @@ use std::time::Duration;
 
 pub use profile::{HostCopies, Profile};
 
-/// Which ready task a manager hands out first.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
-pub enum Policy {
-    /// Oldest ready task first.
-    #[default]
-    Fifo,
-    /// Newest ready task first: a successor runs while its inputs are
-    /// still in L2.
-    NewestFirst,
-    /// FIFO, and no manager fills a core's pending slot while another
-    /// manager's cores sit idle.
-    Fair,
-}
+/// Which ready task a manager hands out first (defined with the
+/// `TILEJIT_SIM_POLICY` setting that names it).
+pub use tilejit_ir::config::Policy;
 
 /// Where a task runs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -138,27 +128,6 @@ pub struct LaunchOptions {
     pub timeout: Duration,
     /// For messages and traces.
     pub name: String,
-}
-
-impl Policy {
-    /// `fifo`, `newest-first`, `fair`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::Fifo => "fifo",
-            Policy::NewestFirst => "newest-first",
-            Policy::Fair => "fair",
-        }
-    }
-
-    /// Parses [`Policy::name`] (also `newest`), case-insensitive.
-    pub fn from_name(s: &str) -> Option<Policy> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "fifo" => Some(Policy::Fifo),
-            "newest-first" | "newest" => Some(Policy::NewestFirst),
-            "fair" => Some(Policy::Fair),
-            _ => None,
-        }
-    }
 }
 
 impl Default for LaunchOptions {

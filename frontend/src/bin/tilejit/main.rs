@@ -95,8 +95,9 @@ fn demo() -> tilejit::Result<()> {
         "\non the simulated device (RunMode::Sim): {:.1} ms of host time, max |host - sim| = {max_diff:.2e}",
         t.elapsed().as_secs_f64() * 1e3
     );
-    let dir = std::env::var_os("TILEJIT_PROFILE")
-        .map(std::path::PathBuf::from)
+    let dir = tilejit::config()
+        .profile_dir
+        .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("tilejit-demo-profile"));
     for p in &profiles {
         print!("{}", p.summary());
