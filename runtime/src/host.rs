@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tilejit_codegen::host::{
     matmul_f32, matmul_f64, storage_bytes, zeroed_vec, BufArg, CheckedArgs, CodegenOptions,
+    KernelArgs,
 };
 use tilejit_ir::kernel::{fuse, BufKind, Kernel, KernelProgram, ProgramOutput};
 use tilejit_ir::pool::pool;
@@ -105,43 +106,29 @@ enum Slot<'a> {
     Owned(Store),
 }
 
-/// A kernel argument for storage the kernel only reads.
-fn ro<T>(v: &[T]) -> BufArg {
-    BufArg {
-        ptr: v.as_ptr() as usize,
-        bytes: std::mem::size_of_val(v),
-        writable: false,
-    }
-}
-
-/// A kernel argument for storage the kernel may write.
-fn rw<T>(v: &mut [T]) -> BufArg {
-    BufArg {
-        ptr: v.as_mut_ptr() as usize,
-        bytes: std::mem::size_of_val(v),
-        writable: true,
-    }
-}
-
 impl Slot<'_> {
-    fn arg(&mut self) -> BufArg {
+    /// The slot as a kernel argument: writable when the program owns it.
+    fn arg(&mut self) -> BufArg<'_> {
         match self {
-            Slot::Borrowed(Buffer::F32(v)) => ro(v),
-            Slot::Borrowed(Buffer::F64(v)) => ro(v),
-            Slot::Borrowed(Buffer::I32(v)) => ro(v),
-            Slot::Borrowed(Buffer::I64(v)) => ro(v),
-            Slot::Borrowed(Buffer::Bool(v)) => ro(v),
+            Slot::Borrowed(_) => self.arg_read(),
+            Slot::Owned(Store::F32(v)) => BufArg::write(v),
+            Slot::Owned(Store::F64(v)) => BufArg::write(v),
+            Slot::Owned(Store::I32(v)) => BufArg::write(v),
+            Slot::Owned(Store::I64(v)) => BufArg::write(v),
+            Slot::Owned(Store::Bool(v)) => BufArg::write(v),
+        }
+    }
+
+    /// The slot as a read-only kernel argument.
+    fn arg_read(&self) -> BufArg<'_> {
+        match self {
+            Slot::Borrowed(Buffer::F32(v)) | Slot::Owned(Store::F32(v)) => BufArg::read(v),
+            Slot::Borrowed(Buffer::F64(v)) | Slot::Owned(Store::F64(v)) => BufArg::read(v),
+            Slot::Borrowed(Buffer::I32(v)) | Slot::Owned(Store::I32(v)) => BufArg::read(v),
+            Slot::Borrowed(Buffer::I64(v)) | Slot::Owned(Store::I64(v)) => BufArg::read(v),
+            Slot::Borrowed(Buffer::Bool(v)) | Slot::Owned(Store::Bool(v)) => BufArg::read(v),
             // f16/bf16 arguments are converted to owned f32 up front.
-            Slot::Borrowed(Buffer::F16(_) | Buffer::BF16(_)) => BufArg {
-                ptr: 0,
-                bytes: 0,
-                writable: false,
-            },
-            Slot::Owned(Store::F32(v)) => rw(v),
-            Slot::Owned(Store::F64(v)) => rw(v),
-            Slot::Owned(Store::I32(v)) => rw(v),
-            Slot::Owned(Store::I64(v)) => rw(v),
-            Slot::Owned(Store::Bool(v)) => rw(v),
+            Slot::Borrowed(Buffer::F16(_) | Buffer::BF16(_)) => BufArg::empty(),
         }
     }
 
@@ -235,7 +222,7 @@ impl HostProgram {
             .iter()
             .zip(&code)
             .map(|(k, c)| {
-                let layout = &c.code.layout;
+                let layout = c.code.layout();
                 if layout.params > 0 {
                     return Ok(None);
                 }
@@ -306,10 +293,10 @@ impl HostProgram {
             }
             let per_call;
             let args = match &self.fixed_args[i] {
-                Some(a) => Args::Checked(a),
+                Some(a) => KernelArgs::Checked(a),
                 None => {
-                    per_call = code.code.layout.args(k, params);
-                    Args::Raw(&per_call)
+                    per_call = code.code.layout().args(k, params);
+                    KernelArgs::Raw(&per_call)
                 }
             };
             launch(k, code, locals, &mut slots, args)?;
@@ -434,7 +421,7 @@ impl HostProgram {
     ) -> Result<bool, RuntimeError> {
         let threads = rayon::current_num_threads();
         let (m, n) = (mm.m, mm.n);
-        let layout = &code.code.layout;
+        let layout = code.code.layout();
         let plain = mm.batch == 1
             && k.domain == [m, n]
             && threads >= 2
@@ -484,43 +471,62 @@ impl HostProgram {
         let Store::F32(mut product) = take_owned(&mut slots[mm.out.0 as usize])? else {
             return Err(IrError::Verify("matmul product is not f32".into()).into());
         };
-        let whole: Vec<BufArg> = locals.iter().map(|b| slots[b.0 as usize].arg()).collect();
-        let (Some(a), Some(bm)) = (slots[mm.a.0 as usize].f32s(), slots[mm.b.0 as usize].f32s())
-        else {
+        let tile = m.div_ceil(threads);
+        let tiles = m.div_ceil(tile);
+        // Each tile's buffers: row-split ones as the tile's own rows, whole
+        // ones shared read-only; the matmul operands are not accessed.
+        let mut per_tile: Vec<Vec<BufArg<'_>>> = (0..tiles)
+            .map(|_| (0..locals.len()).map(|_| BufArg::empty()).collect())
+            .collect();
+        let (mut a, mut bm) = (None, None);
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if i == mm.a.0 as usize || i == mm.b.0 as usize {
+                let slot: &Slot<'_> = slot;
+                if i == mm.a.0 as usize {
+                    a = slot.f32s();
+                }
+                if i == mm.b.0 as usize {
+                    bm = slot.f32s();
+                }
+                continue;
+            }
+            let Some(at) = locals.iter().position(|b| b.0 as usize == i) else {
+                continue;
+            };
+            match parts[at] {
+                TilePart::Whole => {
+                    let whole = slot.arg_read();
+                    for t in per_tile.iter_mut() {
+                        t[at] = whole.share().unwrap_or_else(|| BufArg::empty());
+                    }
+                }
+                TilePart::Rows(len) => {
+                    let size = layout.elem_bytes[at];
+                    let pieces = slot.arg().split(tile * len * size);
+                    for (t, piece) in per_tile.iter_mut().zip(pieces) {
+                        t[at] = piece;
+                    }
+                }
+            }
+        }
+        let (Some(a), Some(bm)) = (a, bm) else {
+            drop(per_tile);
             slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
             return Ok(false);
         };
-        let tile = m.div_ceil(threads);
         let args = layout.args(k, params);
         code.launches.fetch_add(1, Ordering::Relaxed);
         let result = product
             .par_chunks_mut(tile * n)
             .zip(a.par_chunks(tile * mm.k))
-            .enumerate()
-            .try_for_each(|(t, (out, a))| -> Result<(), RuntimeError> {
+            .zip(per_tile.into_par_iter())
+            .try_for_each(|((out, a), mut bufs)| -> Result<(), RuntimeError> {
                 let rows = out.len() / n;
                 matmul_f32(a, bm, out, [1, rows, mm.k, n], 1)?;
-                // Each row-split buffer as this tile's rows: the same
-                // storage, offset to the tile's first row.
-                let mut bufs: Vec<BufArg> = whole
-                    .iter()
-                    .zip(&parts)
-                    .map(|(w, part)| match *part {
-                        TilePart::Whole => *w,
-                        TilePart::Rows(len) => {
-                            let size = w.bytes / (m * len).max(1);
-                            BufArg {
-                                ptr: w.ptr + t * tile * len * size,
-                                bytes: rows * len * size,
-                                writable: w.writable,
-                            }
-                        }
-                    })
-                    .collect();
-                bufs[out_at] = rw(out);
+                bufs[out_at] = BufArg::write(out);
                 let mut args = args.clone();
                 args[0] = rows as i64;
-                Ok(code.code.call(&bufs, &args, 0, rows)?)
+                Ok(code.code.call(&mut bufs, &args, 0, rows)?)
             });
         slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
         result.map(|()| true)
@@ -544,84 +550,49 @@ fn int_matmul(a: &[i64], b: &[i64], [batch, m, k, n]: [usize; 4]) -> Vec<i64> {
     out
 }
 
-/// Runs one kernel over its whole domain.
+/// The kernel arguments of `locals`, in that order (storage the program
+/// owns writable, arguments read-only).
+fn kernel_bufs<'s>(
+    slots: &'s mut [Slot<'_>],
+    locals: &[tilejit_ir::kernel::BufId],
+) -> SmallVec<[BufArg<'s>; 16]> {
+    let mut bufs: SmallVec<[BufArg<'s>; 16]> = locals.iter().map(|_| BufArg::empty()).collect();
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if let Some(at) = locals.iter().position(|b| b.0 as usize == i) {
+            bufs[at] = slot.arg();
+        }
+    }
+    bufs
+}
+
+/// Runs one kernel over its whole domain: in chunks over the rayon pool,
+/// or on the calling thread when it is small.
 fn launch(
     k: &Kernel,
     code: &CachedKernel,
     locals: &[tilejit_ir::kernel::BufId],
     slots: &mut [Slot<'_>],
-    args: Args<'_>,
+    args: KernelArgs<'_>,
 ) -> Result<(), RuntimeError> {
-    let layout = &code.code.layout;
-    // Most kernels have a few buffers: describe them on the stack.
-    let empty = BufArg {
-        ptr: 0,
-        bytes: 0,
-        writable: false,
-    };
-    let mut small = [empty; 16];
-    let heap: Vec<BufArg>;
-    let bufs: &[BufArg] = if locals.len() <= small.len() {
-        for (d, b) in small.iter_mut().zip(locals) {
-            *d = slots[b.0 as usize].arg();
-        }
-        &small[..locals.len()]
-    } else {
-        heap = locals.iter().map(|b| slots[b.0 as usize].arg()).collect();
-        &heap
-    };
     let units = k.units();
     code.launches.fetch_add(1, Ordering::Relaxed);
     if units == 0 {
         return Ok(());
     }
-    let cols = k.cols();
-    let run = |start: usize, end: usize| -> Result<(), RuntimeError> {
-        let call = |bufs: &[BufArg]| match args {
-            Args::Checked(a) => code.code.call_checked(bufs, a, start, end),
-            Args::Raw(a) => code.code.call(bufs, a, start, end),
-        };
-        if layout.scratch == 0 {
-            return Ok(call(bufs)?);
-        }
-        // Scratch rows are per call: calls on other threads get their own.
-        let mut scratch: Vec<Vec<u64>> = (0..layout.scratch).map(|_| vec![0u64; cols]).collect();
-        let mut all = bufs.to_vec();
-        for s in scratch.iter_mut() {
-            all.push(BufArg {
-                ptr: s.as_mut_ptr() as usize,
-                bytes: s.len() * 8,
-                writable: true,
-            });
-        }
-        call(&all)?;
-        Ok(())
-    };
+    let mut bufs = kernel_bufs(slots, locals);
     let work: usize = k.domain.iter().product();
-    if work < PARALLEL_MIN || units < 2 {
-        return run(0, units);
-    }
     let threads = rayon::current_num_threads();
-    if threads < 2 {
-        return run(0, units);
-    }
-    let chunks = (threads * 4).min(units);
-    let mut size = units.div_ceil(chunks);
-    if k.is_flat() {
-        size = size.div_ceil(16) * 16;
-    }
-    let starts: Vec<usize> = (0..units).step_by(size).collect();
-    starts
-        .par_iter()
-        .try_for_each(|&s| run(s, (s + size).min(units)))
-}
-
-/// A kernel's arguments for one run: checked once at compile time, or
-/// built (and checked) per call because they hold param values.
-#[derive(Copy, Clone)]
-enum Args<'a> {
-    Checked(&'a CheckedArgs),
-    Raw(&'a [i64]),
+    let chunk = if work < PARALLEL_MIN || units < 2 || threads < 2 {
+        units
+    } else {
+        let size = units.div_ceil((threads * 4).min(units));
+        if k.is_flat() {
+            size.div_ceil(16) * 16
+        } else {
+            size
+        }
+    };
+    Ok(code.code.launch(&mut bufs, args, units, chunk)?)
 }
 
 /// A program output that is one of its params, as a rank-0 array of `d`.

@@ -673,7 +673,7 @@ fn kernel_calls_are_bounds_checked() {
     let k = &prog.kernels[0];
     let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffers[b.0 as usize].ty.dtype;
     let code = compile(k, &dtype_of, CodegenOptions::default()).unwrap();
-    let layout = &code.layout;
+    let layout = code.layout();
     let args = layout.args(k, &[]);
     let checked = layout.check_args(args.clone()).unwrap();
     let units = k.units();
@@ -686,64 +686,150 @@ fn kernel_calls_are_bounds_checked() {
             (0..n).map(|i| i as f32).collect()
         })
         .collect();
-    let arg = |v: &mut Vec<f32>, len: usize, writable: bool| BufArg {
-        ptr: v.as_mut_ptr() as usize,
-        bytes: len * 4,
-        writable,
-    };
     let written: Vec<bool> = layout.written.clone();
-    // Plain addresses: the vectors stay readable (and unmoved) meanwhile.
-    let mut bufs: Vec<BufArg> = store
-        .iter_mut()
-        .zip(&written)
-        .map(|(v, &w)| {
-            let n = v.len();
-            arg(v, n, w)
-        })
-        .collect();
+    // Each call's buffers, lent from `store` as a safe caller must: the
+    // first `len[i]` elements of buffer i, writable where `writable[i]`.
+    let call = |store: &mut [Vec<f32>],
+                len: &[usize],
+                writable: &[bool],
+                checked_too: bool,
+                start: usize,
+                end: usize|
+     -> Result<(), String> {
+        let mut bufs: Vec<BufArg<'_>> = store
+            .iter_mut()
+            .zip(len.iter().zip(writable))
+            .map(|(v, (&n, &w))| {
+                if w {
+                    BufArg::write(&mut v[..n])
+                } else {
+                    BufArg::read(&v[..n])
+                }
+            })
+            .collect();
+        code.call(&mut bufs, &args, start, end)
+            .map_err(|e| e.to_string())?;
+        if checked_too {
+            code.call_checked(&mut bufs, &checked, start, end)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    let full: Vec<usize> = store.iter().map(Vec::len).collect();
     // Correct calls run, both ways.
-    code.call(&bufs, &args, 0, units).unwrap();
-    code.call_checked(&bufs, &checked, 0, units).unwrap();
+    call(&mut store, &full, &written, true, 0, units).unwrap();
     let out = written.iter().position(|&w| w).unwrap();
     let xi = store.iter().position(|v| v.len() == 5).unwrap();
     let zi = (0..store.len()).find(|&i| i != out && i != xi).unwrap();
     for i in 0..15 {
         assert_eq!(store[out][i], store[xi][i % 5] * store[zi][i]);
     }
-    // Each bad call is refused before any native code runs.
-    let expect_err = |bufs: &[BufArg], start: usize, end: usize, what: &str| {
-        let a = code.call(bufs, &args, start, end).unwrap_err().to_string();
-        let b = code
-            .call_checked(bufs, &checked, start, end)
+    // Each bad call is refused before any native code runs, by both checks.
+    let mut expect_err = |len: &[usize], writable: &[bool], start, end, what: &str| {
+        let m = call(&mut store, len, writable, false, start, end).unwrap_err();
+        assert!(m.contains(what), "{m} (wanted {what})");
+        let mut bufs: Vec<BufArg<'_>> = store
+            .iter_mut()
+            .zip(len.iter().zip(writable))
+            .map(|(v, (&n, &w))| {
+                if w {
+                    BufArg::write(&mut v[..n])
+                } else {
+                    BufArg::read(&v[..n])
+                }
+            })
+            .collect();
+        let m = code
+            .call_checked(&mut bufs, &checked, start, end)
             .unwrap_err()
             .to_string();
-        for m in [a, b] {
-            assert!(m.contains(what), "{m} (wanted {what})");
-        }
+        assert!(m.contains(what), "{m} (wanted {what})");
     };
     for (i, w) in written.iter().enumerate() {
-        let mut short = bufs.clone();
-        short[i].bytes -= 4;
-        expect_err(&short, 0, units, "reaches");
+        let mut short = full.clone();
+        short[i] -= 1;
+        expect_err(&short, &written, 0, units, "reaches");
         if *w {
-            let mut ro = bufs.clone();
-            ro[i].writable = false;
-            expect_err(&ro, 0, units, "not writable");
+            let mut ro = written.clone();
+            ro[i] = false;
+            expect_err(&full, &ro, 0, units, "not writable");
         }
     }
-    let mut null = bufs.clone();
-    null[0].ptr = 0;
-    expect_err(&null, 0, units, "null");
-    expect_err(&bufs[..bufs.len() - 1], 0, units, "buffers given");
-    expect_err(&bufs, 0, units + 1, "exceeds");
+    expect_err(&full[..full.len() - 1], &written, 0, units, "buffers given");
+    expect_err(&full, &written, 0, units + 1, "exceeds");
     // A range that touches nothing needs nothing.
-    bufs.iter_mut().for_each(|b| b.bytes = 0);
-    code.call(&bufs, &args, 1, 1).unwrap();
-    code.call_checked(&bufs, &checked, 2, 2).unwrap();
+    let none = vec![0; full.len()];
+    call(&mut store, &none, &written, true, 1, 1).unwrap();
+    call(&mut store, &none, &written, true, 2, 2).unwrap();
     // Negative strides and dims are refused by both checks.
     let mut neg = args.clone();
     neg[0] = -1;
     assert!(layout.check_args(neg).is_err());
+}
+
+/// What safe code can build cannot reach outside its storage: a buffer is
+/// only ever a borrowed slice, a piece of one is a piece of that slice,
+/// and a parallel launch refuses (runs as one call) a store that two units
+/// would both write.
+#[test]
+fn safe_kernel_arguments_stay_inside_their_storage() {
+    use tilejit_codegen::host::{compile, BufArg, CodegenOptions, KernelArgs};
+    // y = x - sum(x, row) over [4, 8]: a row kernel.
+    let mut g = Graph::new();
+    let x = g
+        .add(Op::Input {
+            index: 0,
+            ty: ty(D::F32, &[4, 8]),
+        })
+        .unwrap();
+    let r = g
+        .add(Op::Reduce(ReduceOp::Sum, x, Axes::from_axes(&[1])))
+        .unwrap();
+    let r = g
+        .add(Op::Broadcast(r, Shape::new(&[4, 8]).unwrap()))
+        .unwrap();
+    let e = g.add(Op::Binary(tilejit_ir::BinaryOp::Sub, x, r)).unwrap();
+    g.outputs.push(e);
+    let prog = tilejit_ir::kernel::fuse(&g).unwrap();
+    let k = &prog.kernels[0];
+    let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffers[b.0 as usize].ty.dtype;
+    let code = compile(k, &dtype_of, CodegenOptions::default()).unwrap();
+    let args = code.layout().args(k, &[]);
+    let input: Vec<f32> = (0..32).map(|i| i as f32 / 8.0).collect();
+    // Pieces of a buffer tile it exactly and are no bigger than asked.
+    let mut whole = vec![0f32; 32];
+    let pieces = BufArg::write(&mut whole).split(40);
+    let sizes: Vec<usize> = pieces.iter().map(BufArg::bytes).collect();
+    assert_eq!(sizes, [40, 40, 40, 8]);
+    assert!(pieces.iter().all(|p| p.writable() && p.share().is_none()));
+    // A launch split into chunks of one unit computes what one call does,
+    // and an output one element short is refused before anything runs.
+    let mut out = vec![f32::NAN; 32];
+    let mut bufs = [BufArg::read(&input), BufArg::write(&mut out)];
+    code.launch(&mut bufs, KernelArgs::Raw(&args), k.units(), 1)
+        .unwrap();
+    for (i, o) in out.iter().enumerate() {
+        let row: f32 = input[i / 8 * 8..][..8].iter().sum();
+        assert_eq!(*o, input[i] - row, "element {i}");
+    }
+    let mut short = vec![7f32; 31];
+    let mut bufs = [BufArg::read(&input), BufArg::write(&mut short)];
+    let e = code
+        .launch(&mut bufs, KernelArgs::Raw(&args), k.units(), 1)
+        .unwrap_err();
+    assert!(e.to_string().contains("reaches"), "{e}");
+    assert!(short.iter().all(|&v| v == 7.0), "nothing ran");
+    // Units that would write the same elements (a zero row stride on the
+    // store) are not split: a parallel launch would race on them.
+    let layout = code.layout();
+    assert!(layout.writes_disjoint_units(&args));
+    let mut same_rows = args.clone();
+    let store_stride = layout.stride_slot(layout.loads);
+    same_rows[store_stride] = 0;
+    assert!(!layout.writes_disjoint_units(&same_rows));
+    let mut overlapping = args.clone();
+    overlapping[store_stride] = 4; // rows of 8 columns, 4 apart
+    assert!(!layout.writes_disjoint_units(&overlapping));
 }
 
 /// Big enough matmuls run as one row tile per pool thread, the epilogue

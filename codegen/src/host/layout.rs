@@ -37,6 +37,8 @@ pub struct ArgLayout {
     pub written: Vec<bool>,
     /// Local buffer of each access (loads, then stores).
     pub access_buf: Vec<usize>,
+    /// Number of loads (the first accesses).
+    pub loads: usize,
     /// Whether an access is made at inner index 0 of a per-row stage (and so
     /// even when the inner dimension is empty).
     pub access_per_row: Vec<bool>,
@@ -95,6 +97,7 @@ impl ArgLayout {
             buffers,
             written,
             access_buf,
+            loads: nloads,
             access_per_row,
             scratch: k.scratch.len(),
             params: k
@@ -141,7 +144,7 @@ impl ArgLayout {
     /// Checks that a call over units `start..end` stays inside every buffer.
     pub fn check(
         &self,
-        bufs: &[super::BufArg],
+        bufs: &[super::BufArg<'_>],
         args: &[i64],
         start: usize,
         end: usize,
@@ -158,7 +161,7 @@ impl ArgLayout {
         for a in 0..self.access_buf.len() {
             if let Some(max) = self.max_offset(a, args, &dom, end)? {
                 let lb = self.access_buf[a];
-                let elems = (bufs[lb].bytes / self.elem_bytes[lb]) as u128;
+                let elems = (bufs[lb].bytes() / self.elem_bytes[lb]) as u128;
                 if max >= elems {
                     return Err(format!(
                         "access {a} reaches element {max} of a buffer of {elems}"
@@ -196,7 +199,7 @@ impl ArgLayout {
     /// a call over `start..end`.
     pub fn check_checked(
         &self,
-        bufs: &[super::BufArg],
+        bufs: &[super::BufArg<'_>],
         checked: &CheckedArgs,
         start: usize,
         end: usize,
@@ -213,10 +216,10 @@ impl ArgLayout {
         }
         self.check_bufs(bufs, checked.cols)?;
         for (lb, &need) in checked.need.iter().enumerate() {
-            if (bufs[lb].bytes as u128) < need {
+            if (bufs[lb].bytes() as u128) < need {
                 return Err(format!(
                     "buffer {lb} has {} bytes where the kernel reaches {need}",
-                    bufs[lb].bytes
+                    bufs[lb].bytes()
                 ));
             }
         }
@@ -233,6 +236,60 @@ impl ArgLayout {
             return Err(format!("{args} args given, {nargs} expected"));
         }
         Ok(())
+    }
+
+    /// The inner dimension (row length) `args` describes.
+    pub fn cols(&self, args: &[i64]) -> Result<usize, String> {
+        self.check_counts(self.buffers.len() + self.scratch, args.len())?;
+        Ok(self.domain(args)?.cols)
+    }
+
+    /// Whether calls over disjoint ranges of units can run at once: no
+    /// element one unit writes is read or written by another unit. Holds
+    /// when each written buffer has one store, any load of it uses the
+    /// store's strides, and the store maps (unit, column) to distinct
+    /// elements (sorted by stride, each dimension's stride passes the
+    /// extent of the smaller ones, the numpy no-overlap test).
+    pub fn writes_disjoint_units(&self, args: &[i64]) -> bool {
+        let Ok(dom) = self.domain(args) else {
+            return false;
+        };
+        let nloads = self.loads;
+        let strides = |a: usize| &args[self.stride_slot(a)..self.stride_slot(a) + self.rank];
+        for st in nloads..self.access_buf.len() {
+            let buf = self.access_buf[st];
+            let others =
+                (0..self.access_buf.len()).filter(|&a| a != st && self.access_buf[a] == buf);
+            for a in others {
+                if a >= nloads || strides(a) != strides(st) {
+                    return false;
+                }
+            }
+            // (extent, stride) of every dimension that separates elements.
+            let mut dims: Vec<(u128, u128)> = Vec::with_capacity(self.rank);
+            let s = strides(st);
+            if self.flat {
+                dims.push((dom.units as u128, s[0] as u128));
+            } else {
+                for (&n, &st) in dom.dims.iter().zip(s).take(self.rank - 1) {
+                    dims.push((n as u128, st as u128));
+                }
+                // Columns of one row are written by the row's own call.
+                if s[self.rank - 1] != 0 {
+                    dims.push((dom.cols as u128, s[self.rank - 1] as u128));
+                }
+            }
+            dims.retain(|&(n, _)| n > 1);
+            dims.sort_by_key(|&(_, s)| s);
+            let mut reach: u128 = 0;
+            for (n, s) in dims {
+                if s <= reach {
+                    return false;
+                }
+                reach += (n - 1) * s;
+            }
+        }
+        true
     }
 
     /// The domain `args` describes.
@@ -260,20 +317,15 @@ impl ArgLayout {
     }
 
     /// Null, writability and scratch-size checks of the buffers.
-    fn check_bufs(&self, bufs: &[super::BufArg], cols: usize) -> Result<(), String> {
-        for (i, b) in bufs.iter().enumerate() {
-            if b.ptr == 0 && b.bytes > 0 {
-                return Err(format!("buffer {i} is null"));
-            }
-        }
+    fn check_bufs(&self, bufs: &[super::BufArg<'_>], cols: usize) -> Result<(), String> {
         for (l, w) in self.written.iter().enumerate() {
-            if *w && !bufs[l].writable {
+            if *w && !bufs[l].writable() {
                 return Err(format!("buffer {l} is written but not writable"));
             }
         }
         for s in 0..self.scratch {
             let b = &bufs[self.buffers.len() + s];
-            if !b.writable || b.bytes < cols.saturating_mul(8) {
+            if !b.writable() || b.bytes() < cols.saturating_mul(8) {
                 return Err(format!("scratch {s} must hold {cols} 8-byte slots"));
             }
         }

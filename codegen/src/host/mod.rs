@@ -3,8 +3,8 @@
 //! [`compile`] builds the function (`lower.rs`, math in `math.rs`), gives it
 //! its own `JITModule` (so evicting a kernel frees its code) and returns a
 //! [`KernelCode`] handle. The ISA flags come from `cranelift_native` with
-//! `opt_level=speed` and the IR verifier off in release builds (it costs
-//! 40-65% of compile time); FMA must be present or each vector `fma` would
+//! `opt_level=speed` and the IR verifier off in release builds (it would
+//! dominate compile time); FMA must be present or each vector `fma` would
 //! become four libcalls, so without it the code uses `fmul`+`fadd`.
 
 mod layout;
@@ -18,7 +18,7 @@ mod native;
 pub use layout::{storage_bytes, ArgLayout, CheckedArgs};
 pub use native::{
     block_math, coarse_clock_ns, huge_page_len, matmul_f32, matmul_f64, zeroed_vec, BlockFn,
-    BufArg, KernelCode, ZeroBits, MATH_BLOCK,
+    BufArg, KernelArgs, KernelCode, KernelElem, ZeroBits, MATH_BLOCK,
 };
 
 use crate::CodegenError;
@@ -58,10 +58,9 @@ pub struct CodegenOptions {
 /// buffer, then copied out by the `stream` helper ([`BlockFn`]). An
 /// ordinary store of a line not in cache first reads the line from
 /// memory; a streaming one does not, which saves a third of the memory
-/// traffic of `y = f(x)` once the output cannot stay in cache anyway (on
-/// W1, 64 MiB out, 10-12% less time in paired runs). An output that a later
-/// kernel reads back while still in cache would instead have to come from
-/// memory, hence the size rule. A store stage whose buffer the kernel also
+/// traffic of `y = f(x)` once the output cannot stay in cache anyway. An
+/// output that a later kernel reads back while still in cache would instead
+/// have to come from memory, hence the size rule. A store stage whose buffer the kernel also
 /// loads never streams.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub enum StreamStores {
@@ -71,8 +70,8 @@ pub enum StreamStores {
     /// [`stream_min_bytes`]: [`CodegenOptions::for_kernel`] turns this into
     /// `Off` or `Always` before a kernel is compiled or looked up, so a
     /// cached kernel compiled for one size class is not reused for the
-    /// other (and small kernels compile as fast as before: the streaming
-    /// blocks made bias_relu's compile 38% slower, layernorm's 21-30%).
+    /// other (and small kernels skip the streaming blocks, which make a
+    /// compile noticeably slower).
     #[default]
     Large,
     /// At every size.

@@ -24,6 +24,7 @@ use super::layout::{ArgLayout, CheckedArgs};
 use super::BlockMath;
 use crate::CodegenError;
 use cranelift_jit::JITModule;
+use std::marker::PhantomData;
 use std::sync::Mutex;
 
 /// Elements per block buffer that generated code hands to a [`block_math`]
@@ -103,19 +104,141 @@ pub fn block_math(choice: BlockMath) -> Result<Option<[BlockFn; 9]>, CodegenErro
 }
 
 /// `fn(bufs, args, start, end)`: the native calling convention of a kernel.
-type KernelFn = extern "C" fn(*const *mut u8, *const i64, i64, i64);
+/// Unsafe to call: only after [`ArgLayout`]'s bounds check passed.
+type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, i64, i64);
 
-/// One buffer handed to a kernel: base address and length in bytes. The
-/// address is a plain integer so launch descriptions can cross threads; the
-/// caller keeps the storage alive and unaliased for the call.
-#[derive(Copy, Clone, Debug)]
-pub struct BufArg {
-    /// Start of the storage.
-    pub ptr: usize,
+/// Element types kernel storage may hold: plain numbers whose every bit
+/// pattern is a value, and `bool`, which generated code writes only as 0
+/// or 1.
+pub trait KernelElem: Copy + Send + Sync + sealed::Sealed {}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! kernel_elems {
+    ($($t:ty),*) => { $( impl sealed::Sealed for $t {} impl KernelElem for $t {} )* };
+}
+kernel_elems!(f32, f64, i32, i64, u8, u64, bool);
+
+/// One buffer handed to a kernel: a borrowed slice, read-only or writable.
+/// Only the constructors make one, so its address and size always describe
+/// live storage the caller lent for `'a`, and the bounds check that every
+/// call runs against its size is enough to keep native code inside it.
+///
+/// ```
+/// use tilejit_codegen::host::BufArg;
+/// let mut out = vec![0f32; 8];
+/// let input = [1f32; 8];
+/// let bufs = [BufArg::read(&input), BufArg::write(&mut out)];
+/// assert_eq!((bufs[0].bytes(), bufs[1].writable()), (32, true));
+/// ```
+///
+/// Safe code cannot make one from an address:
+///
+/// ```compile_fail
+/// let b = tilejit_codegen::host::BufArg { ptr: 0x1000, bytes: 1 << 40, writable: true };
+/// ```
+///
+/// nor lend the same storage writable twice:
+///
+/// ```compile_fail
+/// use tilejit_codegen::host::BufArg;
+/// let mut v = vec![0f32; 4];
+/// let (a, b) = (BufArg::write(&mut v), BufArg::write(&mut v));
+/// drop((a, b));
+/// ```
+#[derive(Debug)]
+pub struct BufArg<'a> {
+    ptr: *mut u8,
+    bytes: usize,
+    writable: bool,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+// SAFETY: a `BufArg` is a `&[T]` or `&mut [T]` of a `KernelElem` (all
+// `Send + Sync`) in another form; native code is only entered through
+// `&mut [BufArg]`, so a writable one is used by one call at a time except
+// inside `KernelCode::launch`, which splits it into disjoint unit ranges.
+unsafe impl Send for BufArg<'_> {}
+// SAFETY: `&BufArg` only reads its size and flag, or (`share`) makes a
+// read-only copy of a read-only buffer.
+unsafe impl Sync for BufArg<'_> {}
+
+impl<'a> BufArg<'a> {
+    /// Storage the kernel only reads.
+    pub fn read<T: KernelElem>(v: &'a [T]) -> BufArg<'a> {
+        BufArg {
+            ptr: v.as_ptr().cast_mut().cast(),
+            bytes: std::mem::size_of_val(v),
+            writable: false,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// Storage the kernel may write.
+    pub fn write<T: KernelElem>(v: &'a mut [T]) -> BufArg<'a> {
+        BufArg {
+            ptr: v.as_mut_ptr().cast(),
+            bytes: std::mem::size_of_val(v),
+            writable: true,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// No storage: zero bytes, read-only (for a buffer the kernel does not
+    /// touch).
+    pub fn empty() -> BufArg<'static> {
+        BufArg {
+            ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(),
+            bytes: 0,
+            writable: false,
+            _borrow: PhantomData,
+        }
+    }
+
     /// Its size in bytes.
-    pub bytes: usize,
-    /// True if the kernel may write it.
-    pub writable: bool,
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Whether the kernel may write it.
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// Another handle to a read-only buffer (`None` for a writable one,
+    /// which only one call at a time may hold).
+    pub fn share(&self) -> Option<BufArg<'a>> {
+        (!self.writable).then_some(BufArg { ..*self })
+    }
+
+    /// Splits the buffer into consecutive pieces of `piece` bytes (the last
+    /// one shorter), each lent for as long as the whole was: the row tiles
+    /// of a buffer that several calls fill in parallel.
+    pub fn split(self, piece: usize) -> Vec<BufArg<'a>> {
+        let piece = piece.max(1);
+        (0..self.bytes)
+            .step_by(piece)
+            .map(|at| BufArg {
+                // SAFETY: `at < self.bytes`, so the offset stays inside the
+                // borrowed storage.
+                ptr: unsafe { self.ptr.add(at) },
+                bytes: piece.min(self.bytes - at),
+                ..self
+            })
+            .collect()
+    }
+}
+
+/// A kernel's `args`: checked once ahead ([`ArgLayout::check_args`]), or
+/// raw (checked on every call).
+#[derive(Copy, Clone, Debug)]
+pub enum KernelArgs<'a> {
+    /// Checked once; per call only buffer sizes are compared.
+    Checked(&'a CheckedArgs),
+    /// Checked on every call.
+    Raw(&'a [i64]),
 }
 
 /// Compiled native code for one kernel structure.
@@ -124,7 +247,7 @@ pub struct KernelCode {
     /// Owns the code pages; freed on drop.
     module: Mutex<Option<JITModule>>,
     /// Layout of the arguments, and what every access may touch.
-    pub layout: ArgLayout,
+    layout: ArgLayout,
     /// The kernel's name (for errors).
     pub name: String,
     /// Size of the machine code in bytes.
@@ -160,6 +283,11 @@ impl KernelCode {
         }
     }
 
+    /// Layout of the arguments, and what every access may touch.
+    pub fn layout(&self) -> &ArgLayout {
+        &self.layout
+    }
+
     fn bad(&self, message: String) -> CodegenError {
         CodegenError::Launch {
             kernel: self.name.clone(),
@@ -174,14 +302,12 @@ impl KernelCode {
     /// `start..end` is checked to stay inside its buffer first.
     pub fn call(
         &self,
-        bufs: &[BufArg],
+        bufs: &mut [BufArg<'_>],
         args: &[i64],
         start: usize,
         end: usize,
     ) -> Result<(), CodegenError> {
-        self.layout
-            .check(bufs, args, start, end)
-            .map_err(|m| self.bad(m))?;
+        self.check(bufs, KernelArgs::Raw(args), start, end)?;
         self.enter(bufs, args, start, end);
         Ok(())
     }
@@ -191,20 +317,86 @@ impl KernelCode {
     /// compared, which matters for tiny kernels called often.
     pub fn call_checked(
         &self,
-        bufs: &[BufArg],
+        bufs: &mut [BufArg<'_>],
         args: &CheckedArgs,
         start: usize,
         end: usize,
     ) -> Result<(), CodegenError> {
-        self.layout
-            .check_checked(bufs, args, start, end)
-            .map_err(|m| self.bad(m))?;
+        self.check(bufs, KernelArgs::Checked(args), start, end)?;
         self.enter(bufs, args.args(), start, end);
         Ok(())
     }
 
+    fn check(
+        &self,
+        bufs: &[BufArg<'_>],
+        args: KernelArgs<'_>,
+        start: usize,
+        end: usize,
+    ) -> Result<(), CodegenError> {
+        match args {
+            KernelArgs::Checked(a) => self.layout.check_checked(bufs, a, start, end),
+            KernelArgs::Raw(a) => self.layout.check(bufs, a, start, end),
+        }
+        .map_err(|m| self.bad(m))
+    }
+
+    /// Runs the kernel over all its `units` (`bufs` without scratch: each
+    /// call gets scratch rows of its own), split into calls of `chunk`
+    /// units that run in parallel on the rayon pool when there are several
+    /// and no two units write the same element (else as one call).
+    pub fn launch(
+        &self,
+        bufs: &mut [BufArg<'_>],
+        args: KernelArgs<'_>,
+        units: usize,
+        chunk: usize,
+    ) -> Result<(), CodegenError> {
+        let raw = match args {
+            KernelArgs::Checked(a) => a.args(),
+            KernelArgs::Raw(a) => a,
+        };
+        let cols = self.layout.cols(raw).map_err(|m| self.bad(m))?;
+        let scratch = self.layout.scratch;
+        let call = |bufs: &mut [BufArg<'_>], start: usize, end: usize| {
+            if scratch == 0 {
+                self.check(bufs, args, start, end)?;
+                self.enter(bufs, raw, start, end);
+                return Ok(());
+            }
+            let mut rows: Vec<Vec<u64>> = (0..scratch).map(|_| vec![0u64; cols]).collect();
+            let mut all: Vec<BufArg<'_>> = bufs.iter().map(|b| BufArg { ..*b }).collect();
+            all.extend(rows.iter_mut().map(|r| BufArg::write(r)));
+            self.check(&all, args, start, end)?;
+            self.enter(&all, raw, start, end);
+            Ok(())
+        };
+        let chunk = chunk.max(1);
+        if units <= chunk || !self.layout.writes_disjoint_units(raw) {
+            return call(bufs, 0, units);
+        }
+        // Check the whole range once, so a bad call fails before any runs.
+        let mut probe: Vec<BufArg<'_>> = bufs.iter().map(|b| BufArg { ..*b }).collect();
+        let mut rows: Vec<Vec<u64>> = (0..scratch).map(|_| vec![0u64; cols]).collect();
+        probe.extend(rows.iter_mut().map(|r| BufArg::write(r)));
+        self.check(&probe, args, 0, units)?;
+        drop(probe);
+        let shared = SharedBufs(bufs);
+        let starts: Vec<usize> = (0..units).step_by(chunk).collect();
+        use rayon::prelude::*;
+        starts.par_iter().try_for_each(|&s| {
+            // SAFETY: each call covers its own range of units, and
+            // `writes_disjoint_units` proved that the elements any two units
+            // write are distinct, so these copies of the writable buffers are
+            // never written at the same place by two calls; read-only ones
+            // are never written. `bufs` stays borrowed until all calls end.
+            let mut mine = unsafe { shared.copies() };
+            call(&mut mine, s, (s + chunk).min(units))
+        })
+    }
+
     /// Enters the native code; only after one of the bounds checks passed.
-    fn enter(&self, bufs: &[BufArg], args: &[i64], start: usize, end: usize) {
+    fn enter(&self, bufs: &[BufArg<'_>], args: &[i64], start: usize, end: usize) {
         if start >= end {
             return;
         }
@@ -214,21 +406,38 @@ impl KernelCode {
         let heap: Vec<*mut u8>;
         let ptrs: &[*mut u8] = if bufs.len() <= small.len() {
             for (p, b) in small.iter_mut().zip(bufs) {
-                *p = b.ptr as *mut u8;
+                *p = b.ptr;
             }
             &small[..bufs.len()]
         } else {
-            heap = bufs.iter().map(|b| b.ptr as *mut u8).collect();
+            heap = bufs.iter().map(|b| b.ptr).collect();
             &heap
         };
-        // SAFETY: both callers ran a bounds check first: `check` proved for
+        // SAFETY: every caller ran a bounds check first: `check` proved for
         // these `args` and start..end, and `check_checked` for a superset
         // range (every unit of the domain) of the same `args`, that every
         // load and store the kernel performs (computed from the dims and
         // strides in `args`) lies within its buffer, that written buffers
-        // are writable, and that scratch buffers hold a full row. The
-        // pointers stay valid for the call because the caller borrows them.
-        (self.func)(ptrs.as_ptr(), args.as_ptr(), start as i64, end as i64);
+        // are writable, and that scratch buffers hold a full row. Each
+        // `BufArg` borrows its storage for longer than this call.
+        unsafe { (self.func)(ptrs.as_ptr(), args.as_ptr(), start as i64, end as i64) };
+    }
+}
+
+/// The buffers of a parallel launch, shared by its calls.
+struct SharedBufs<'s, 'a>(&'s [BufArg<'a>]);
+
+// SAFETY: see `KernelCode::launch`: the calls write disjoint elements.
+unsafe impl Sync for SharedBufs<'_, '_> {}
+
+impl<'a> SharedBufs<'_, 'a> {
+    /// Copies of every handle, writable ones included.
+    ///
+    /// # Safety
+    /// The calls given these copies must not write an element another call
+    /// reads or writes.
+    unsafe fn copies(&self) -> Vec<BufArg<'a>> {
+        self.0.iter().map(|b| BufArg { ..*b }).collect()
     }
 }
 
