@@ -1,7 +1,7 @@
-//! `tilejit-benches`: the workloads W1-W8 of `shared/design.md`, defined as
-//! `../shared/peers/README.md` defines them (same shapes, same formulas,
-//! output allocated per call), run by the `bench` binary, which checks each
-//! result against the reference interpreter before timing it.
+//! `tilejit-benches`: the workloads W1-W8 as `benches/WORKLOADS.md` defines
+//! them (the peers' shapes and formulas, output allocated per call), run by
+//! the `bench` binary, which checks each result against the reference
+//! interpreter before timing it. Results: `benches/RESULTS.md`.
 
 use std::time::{Duration, Instant};
 

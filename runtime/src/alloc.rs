@@ -4,9 +4,8 @@
 //! (`tilejit_codegen::host::zeroed_vec`, which from 16 MiB up also pads
 //! the allocation so that all of it can be).
 //! A streaming kernel over 4 KiB pages takes a TLB miss every 4 KiB and a
-//! fault per page on first touch; with `randn` inputs on 2 MiB pages W1 ran
-//! ~10% faster over seven alternations of old and new binaries, and W2-W4
-//! were faster in five of the seven. Kernel outputs (through the caching
+//! fault per page on first touch, so inputs on 2 MiB pages make the
+//! memory-bound workloads faster. Kernel outputs (through the caching
 //! pool first), `full`/`zeros`/`ones` and the random tensors come from
 //! here; not yet `arange`, `from_vec` (the caller's vector) or f16/bf16
 //! results, which are converted out of f32 storage into plain vectors.

@@ -394,7 +394,7 @@ fn calls(text: &str, opts: CodegenOptions) -> Vec<(String, String)> {
 
 /// A helper prefetches the next row only where it re-reads a row an
 /// earlier stage brought in: softmax's exp(x - max) after the max pass
-/// does (W3 ran 15-20% faster with it; like the helper choice below, only
+/// does (it makes softmax faster; like the helper choice below, only
 /// the code shows it), a lone gelu (one pass, a stream the hardware
 /// prefetcher follows) does not.
 #[test]
@@ -426,7 +426,7 @@ fn helpers_prefetch_the_next_row_only_on_a_second_pass() {
 /// Which ops go to helpers: only values that vary along the row. A row
 /// value divided by a literal (layernorm's mean) is one hoisted scalar op;
 /// through a helper it would be computed per element (that slip once made
-/// W4 three times slower with identical results, so only the code shows
+/// layernorm several times slower with identical results, so only the code shows
 /// it: read here from the calls in the Cranelift IR, whose imports the
 /// listing names).
 #[test]

@@ -7,9 +7,9 @@
 //! memory speed, and the part of a copy inside one page never tears
 //! against another copy.
 //!
-//! Word-atomic pages (one `AtomicU64` load or store per 8 bytes) were the
-//! first form; a profile of a Sim launch put 83% of its time in those word
-//! loops, which cannot vectorise.
+//! Not word-atomic pages (one `AtomicU64` load or store per 8 bytes): a Sim
+//! launch spent most of its time in those word loops, which cannot
+//! vectorise.
 
 use rayon::prelude::*;
 use std::sync::{OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -106,8 +106,7 @@ fn control_loop(inner: Arc<SimInner>, rx: mpsc::Receiver<Job>) {
     let cfg = &inner.config;
     let blocks = cfg.blocks().max(1);
     // A manager is a host thread that runs its cores' tasks itself, so
-    // more managers than host cores would only time-slice (measured on 2
-    // cores: W1's launch 18.8-19.5 ms with 3 managers, 17.3-18.1 with 2).
+    // more managers than host cores would only time-slice.
     let host_cores = thread::available_parallelism().map_or(1, |n| n.get());
     let k = (blocks.div_ceil(8).clamp(1, cfg.max_managers) as usize).min(host_cores);
     let regs: Arc<Vec<CoreRegs>> = Arc::new(

@@ -23,10 +23,8 @@ pub struct Work {
 }
 
 impl Work {
-    /// Elementary steps for the watchdog: host time is roughly linear in it
-    /// (measured in release: ~0.6 ns per cube multiply-add, from a
-    /// 64x16384 @ 16384x64 tile in 43 ms; ~17 ns per dispatched scalar
-    /// instruction, from a 30M-instruction loop in 0.5 s).
+    /// Elementary steps for the watchdog: the interpreter's host time is
+    /// roughly linear in it, so a step budget bounds wall time.
     pub fn steps(&self) -> u64 {
         16 + self.bytes / 4 + self.macs
     }

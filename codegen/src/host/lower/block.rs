@@ -286,7 +286,7 @@ impl Lowerer<'_, '_> {
     /// How far ahead a helper reading load access `l` in place prefetches:
     /// to the next row when an earlier stage of this row already read `l`
     /// (this pass finds the row in cache and computes, so the next row can
-    /// stream in meanwhile: W3's softmax ran 15-20% faster), else not at
+    /// stream in meanwhile), else not at
     /// all (a first pass is the stream the hardware prefetcher follows).
     fn prefetch_distance(&mut self, l: usize) -> Value {
         let k = self.k;

@@ -17,8 +17,8 @@
 //! starts. Each function is one long dependency chain (~50 cycles for exp),
 //! and with the chains interleaved in program order the out-of-order
 //! scheduler holds ready work from four of them instead of waiting on one
-//! (measured with AVX2: exp ~23% fewer cycles than four vectors computed one
-//! after the other; two, six or eight in lockstep were no faster than four).
+//! (fewer cycles than four vectors computed one after the other; two, six
+//! or eight in lockstep did no better than four).
 //!
 //! What the invoking module provides: the types `F` (four float vectors),
 //! `I` (four integer vectors) and `M` (four compare masks), the constant
@@ -262,8 +262,8 @@ macro_rules! simd_math {
         ///
         /// Non-temporal stores are weakly ordered: the caller fences before
         /// another thread may read `dst` (generated code does once, at the
-        /// end of its call; a fence here, per block, made W3 11-13% slower
-        /// than no streaming at all).
+        /// end of its call; a fence here, per block, cost more than
+        /// streaming saves).
         ///
         /// # Safety
         /// `src` must point to `n` initialised f32s and `dst` to `n`

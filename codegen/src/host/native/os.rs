@@ -17,17 +17,12 @@
 //! Linux places such a mapping on a 2 MiB boundary, and the buffer starts
 //! 16 bytes past it. The whole mapping is advised, and its first region,
 //! where the header page already sits on a 4 KiB page, is collapsed into a
-//! huge page at once (`MADV_COLLAPSE`, ~0.2 ms). Touching a fresh 32 MiB
-//! buffer from two threads then took ~20 faults and 1.7 ms instead of ~530
-//! and 2.6 ms (a C probe, five runs each). W7 over 30 alternating fresh
-//! processes: the first call's median 4.65 -> 4.25 ms, the second call's
-//! (a fresh output, no compile) 3.35 -> 2.67 ms. Streaming kernels do not
-//! mind that every big buffer now starts at the same offset in its 2 MiB
-//! page: W1 and W2 on inputs and outputs of either layout, alternated in
-//! one process, ran 5.12 vs 5.15 and 2.84 vs 2.78 ms (8 rounds, medians
-//! of 11). Where the layout is not the one
-//! expected (another allocator, an old kernel), only the aligned interior
-//! is advised, as before; advice never changes what memory holds.
+//! huge page at once (`MADV_COLLAPSE`), so a fresh big output faults in a
+//! few huge pages instead of hundreds of small ones. Streaming kernels do
+//! not mind that every big buffer then starts at the same offset in its
+//! 2 MiB page. Where the layout is not the one expected (another
+//! allocator, an old kernel), only the aligned interior is advised, as
+//! before; advice never changes what memory holds.
 
 /// A transparent huge page.
 const HUGE: usize = 2 << 20;
