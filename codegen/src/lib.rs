@@ -10,12 +10,16 @@
 //!   serves every tile task of the kernel (tasks differ only in their
 //!   ranges and params).
 //!
-//! Invariant: the only `unsafe` in this crate is in `host/native.rs`, the one
-//! module that enters native code (JIT kernels and `gemm`) or the OS
-//! (`madvise` for fresh outputs).
+//! - [`sys`]: the OS calls (zeroed, huge-page-backed allocation; the
+//!   coarse clock).
+//!
+//! Invariant: the only `unsafe` in this crate is in `host/native.rs` and its
+//! children (`sys` among them), the one module that enters native code (JIT
+//! kernels and `gemm`) or the OS (`madvise` for fresh outputs).
 
 pub mod device;
 mod error;
 pub mod host;
 
 pub use error::CodegenError;
+pub use host::sys;

@@ -1,7 +1,7 @@
 //! Host memory for tensors: fresh zeroed buffers, fallible (an impossible
 //! size is an error, not an abort) and, from 1 MiB up, advised onto huge
 //! pages where the OS allows, as numpy does for its arrays of 4 MiB and up
-//! (`tilejit_codegen::host::zeroed_vec`, which from 16 MiB up also pads
+//! (`tilejit_codegen::sys::zeroed_vec`, which from 16 MiB up also pads
 //! the allocation so that all of it can be).
 //! A streaming kernel over 4 KiB pages takes a TLB miss every 4 KiB and a
 //! fault per page on first touch, so inputs on 2 MiB pages make the
@@ -11,7 +11,7 @@
 //! results, which are converted out of f32 storage into plain vectors.
 
 use rayon::prelude::*;
-use tilejit_codegen::host::zeroed_vec;
+use tilejit_codegen::sys::zeroed_vec;
 use tilejit_ir::pool::pool;
 use tilejit_ir::{Buffer, DType, IrError, Lit};
 

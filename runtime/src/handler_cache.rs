@@ -21,7 +21,7 @@ use ahash::AHashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
-use tilejit_codegen::host::coarse_clock_ns;
+use tilejit_codegen::sys::coarse_clock_ns;
 
 /// One cached program with its statistics.
 pub struct CacheEntry<V> {

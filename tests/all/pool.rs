@@ -93,7 +93,7 @@ fn the_byte_bound_evicts_oldest_first() {
 /// than one region past what was asked for.
 #[test]
 fn fresh_storage_is_zero_and_padded_to_huge_pages_from_16_mib() {
-    use tilejit_codegen::host::{huge_page_len, zeroed_vec};
+    use tilejit_codegen::sys::{huge_page_len, zeroed_vec};
     const REGION: usize = 2 << 20;
     let glibc = cfg!(all(target_os = "linux", target_env = "gnu"));
     for (n, elem) in [(0, 4), (1, 4), (1000, 8), ((16 << 20) / 4 - 1, 4)] {

@@ -17,8 +17,8 @@ mod native;
 
 pub use layout::{storage_bytes, ArgLayout, CheckedArgs};
 pub use native::{
-    block_math, coarse_clock_ns, huge_page_len, matmul_f32, matmul_f64, zeroed_vec, BlockFn,
-    BufArg, KernelArgs, KernelCode, KernelElem, ZeroBits, MATH_BLOCK,
+    block_math, matmul_f32, matmul_f64, sys, BlockFn, BufArg, KernelArgs, KernelCode, KernelElem,
+    MATH_BLOCK,
 };
 
 use crate::CodegenError;

@@ -1,8 +1,8 @@
 //! The only module of tilejit that enters native code outside safe Rust:
 //! JIT-compiled kernels (the typed handle [`KernelCode`]) and the `gemm`
 //! crate's matrix multiply ([`matmul_f32`], [`matmul_f64`]), and (child
-//! `os`) the OS calls that allocate fresh buffers onto huge pages
-//! ([`zeroed_vec`]) and read the coarse clock. Its children `avx2` and `avx512` hold the
+//! [`sys`]) the OS calls that allocate fresh buffers onto huge pages
+//! ([`sys::zeroed_vec`]) and read the coarse clock. Its children `avx2` and `avx512` hold the
 //! 8- and 16-lane math helpers ([`block_math`], their math written once in
 //! `lanes`) that generated code calls on its own block buffers and on row
 //! ranges its launch's bounds check covers. Each entry point
@@ -16,9 +16,7 @@ mod avx2;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
-mod os;
-
-pub use os::{coarse_clock_ns, huge_page_len, zeroed_vec, ZeroBits};
+pub mod sys;
 
 use super::layout::{ArgLayout, CheckedArgs};
 use super::BlockMath;
