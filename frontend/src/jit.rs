@@ -396,7 +396,8 @@ impl JitFunction {
             };
             state.graph.outputs.push(node);
         }
-        Program::compile(state.graph).map_err(|e| wrap(Error::Runtime(e)))
+        Program::compile_named(state.graph, &format!("{}{sig}", self.name))
+            .map_err(|e| wrap(Error::Runtime(e)))
     }
 
     /// The handler cache's entries, sorted by signature.

@@ -320,7 +320,7 @@ fn quickstart_passes_in_verify_mode_and_writes_traces() {
         .env("TILEJIT_RUN_MODE", "verify")
         .env("TILEJIT_PROFILE", &dir)
         .env("TILEJIT_DUMP", &dump)
-        .env("TILEJIT_LOG", "compile, verify,trace,bogus"));
+        .env("TILEJIT_LOG", "compile, verify,trace,timing,bogus"));
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     assert!(
         stdout(&o).contains("on the simulated device"),
@@ -336,6 +336,25 @@ fn quickstart_passes_in_verify_mode_and_writes_traces() {
         err.contains("[tilejit] tracing `mlp_block` for (f32[64,256]"),
         "{err}"
     );
+    // `timing`: each compile's stages, named after the function and signature.
+    let timing = err
+        .lines()
+        .find(|l| l.starts_with("tilejit: timing mlp_block(f32[64,256]"))
+        .unwrap_or_else(|| panic!("no timing line for mlp_block in {err}"));
+    for stage in [
+        "verify",
+        "simplify",
+        "fuse",
+        "verify-kernels",
+        "codegen-host",
+        "total",
+    ] {
+        assert!(timing.contains(stage), "{timing}");
+    }
+    assert!(
+        err.contains("tilejit: timing attention_probs(") && err.contains(" on sim: codegen-sim "),
+        "{err}"
+    );
     assert_eq!(
         err.matches("ignoring \"bogus\" in TILEJIT_LOG").count(),
         1,
@@ -346,6 +365,17 @@ fn quickstart_passes_in_verify_mode_and_writes_traces() {
         .map(|e| e.unwrap().path())
         .collect();
     assert!(traces.len() >= 2, "{traces:?}");
+    // Traces of jit calls are named after the function and its signature.
+    let file_names: Vec<String> = traces
+        .iter()
+        .map(|t| t.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    for f in ["mlp_block-f32_64x256-", "attention_probs-"] {
+        assert!(
+            file_names.iter().any(|n| n.starts_with(f)),
+            "no trace named {f}* in {file_names:?}"
+        );
+    }
     for t in traces {
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&t).unwrap()).unwrap();
         let lanes = v["traceEvents"]
@@ -377,6 +407,13 @@ fn quickstart_passes_in_verify_mode_and_writes_traces() {
             "no {suffix} in {names:?}"
         );
     }
+    // Programs are named after their function and signature.
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("mlp_block-f32_64x256-") && n.ends_with(".graph")),
+        "{names:?}"
+    );
     // Every kernel a program's `.keys` file names was dumped under the
     // stem it gives, whichever program compiled it.
     for keys in names.iter().filter(|n| n.ends_with(".keys")) {

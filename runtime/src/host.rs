@@ -7,15 +7,16 @@
 use crate::error::RuntimeError;
 use crate::flight::map_off_pool;
 use crate::kernel_cache::{kernel_cache, CachedKernel};
+use crate::pipeline::{self, Stage, StageTimes};
 use rayon::prelude::*;
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tilejit_codegen::host::{
-    matmul_f32, matmul_f64, storage_bytes, zeroed_vec, BufArg, CheckedArgs, CodegenOptions,
+    matmul_f32, matmul_f64, storage_bytes, sys::zeroed_vec, BufArg, CheckedArgs, CodegenOptions,
     KernelArgs,
 };
-use tilejit_ir::kernel::{fuse, BufKind, Kernel, KernelProgram, ProgramOutput};
+use tilejit_ir::kernel::{BufKind, Kernel, KernelProgram, ProgramOutput};
 use tilejit_ir::pool::pool;
 use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit};
 
@@ -201,7 +202,21 @@ impl HostProgram {
     /// [`HostProgram::compile`] with explicit code generation options (the
     /// cache keeps kernels of different options apart).
     pub fn compile_with(g: &Graph, opts: CodegenOptions) -> Result<HostProgram, RuntimeError> {
-        let prog = fuse(g)?;
+        let mut t = StageTimes::default();
+        let prog = pipeline::lower(g, &mut t)?;
+        let constants = g.constants().iter().map(|c| c.0.clone()).collect();
+        t.run(Stage::CodegenHost, || {
+            HostProgram::codegen(prog, constants, opts)
+        })
+    }
+
+    /// The codegen stage: compiles every kernel of `prog` (in parallel)
+    /// through the kernel cache.
+    pub(crate) fn codegen(
+        prog: KernelProgram,
+        constants: Vec<Array>,
+        opts: CodegenOptions,
+    ) -> Result<HostProgram, RuntimeError> {
         if prog
             .kernels
             .iter()
@@ -213,7 +228,6 @@ impl HostProgram {
         let code = map_off_pool(&prog.kernels, |k| {
             kernel_cache().get_or_compile(k, &dtype_of, opts)
         })?;
-        let constants = g.constants().iter().map(|c| c.0.clone()).collect();
         let locals = prog.kernels.iter().map(|k| k.local_buffers()).collect();
         // Kernels without params see the same args on every call: check
         // their bounds once here, leaving only buffer sizes per call.

@@ -245,49 +245,6 @@ pub fn kernel_cache() -> &'static KernelCache {
     C.get_or_init(KernelCache::new)
 }
 
-/// `TILEJIT_DUMP=<dir>`: where every compile writes what it compiled.
-pub(crate) fn dump_dir() -> Option<&'static std::path::Path> {
-    tilejit_ir::config::config().dump_dir.as_deref()
-}
-
-/// The file stem [`dump`] writes `stem` under: ASCII letters, digits and
-/// `-`, anything else as `_`, at most 80 characters.
-pub(crate) fn dump_stem(stem: &str) -> String {
-    stem.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(80)
-        .collect()
-}
-
-/// Writes `files` (suffix, contents) as `<dir>/<stem>.<suffix>`; a failure
-/// is reported once per file on stderr and never fails the compile.
-pub(crate) fn dump(stem: &str, files: &[(&str, &str)]) {
-    let Some(dir) = dump_dir() else { return };
-    let stem = dump_stem(stem);
-    if let Err(e) = std::fs::create_dir_all(dir) {
-        eprintln!(
-            "tilejit: TILEJIT_DUMP: cannot create {}: {e}",
-            dir.display()
-        );
-        return;
-    }
-    for (suffix, text) in files {
-        let path = dir.join(format!("{stem}.{suffix}"));
-        if let Err(e) = std::fs::write(&path, text) {
-            eprintln!(
-                "tilejit: TILEJIT_DUMP: cannot write {}: {e}",
-                path.display()
-            );
-        }
-    }
-}
-
 impl KernelCache {
     fn new() -> KernelCache {
         KernelCache {
@@ -361,10 +318,10 @@ impl KernelCache {
             );
         }
         let source = Arc::new(Source::new(k, dtype_of, opts));
-        if dump_dir().is_some() {
+        if crate::dump::enabled() {
             let d = source.details();
-            dump(
-                &format!("{}-{key:016x}", k.name),
+            crate::dump::write(
+                &crate::dump::kernel_stem(&k.name, &format!("{key:016x}")),
                 &[
                     ("kernel", &d.kernel_ir),
                     ("clif", &d.clif),
@@ -485,10 +442,12 @@ impl KernelCache {
         let kernels = Arc::new(tilejit_codegen::device::compile(k, dtype_of, cfg)?);
         let compile_time = start.elapsed();
         let asm: Vec<&str> = kernels.iter().map(|d| d.asm.as_str()).collect();
-        dump(
-            &format!("{}-{key:016x}", k.name),
-            &[("kernel", &identity.text), ("s", &asm.join("\n"))],
-        );
+        if crate::dump::enabled() {
+            crate::dump::write(
+                &crate::dump::kernel_stem(&k.name, &format!("{key:016x}")),
+                &[("kernel", &identity.text), ("s", &asm.join("\n"))],
+            );
+        }
         if tilejit_ir::config::config().log.compile {
             eprintln!(
                 "[tilejit] compiled {} for sim ({:016x}) in {:.3} ms, {} core function(s)",

@@ -10,11 +10,13 @@
 //!   tile tasks on the simulated accelerator ([`sim_device`]).
 
 mod alloc;
+mod dump;
 mod error;
 mod flight;
 mod handler_cache;
 mod host;
 mod kernel_cache;
+pub mod pipeline;
 mod program;
 mod signature;
 mod sim;

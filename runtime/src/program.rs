@@ -1,14 +1,12 @@
-//! `Program`: what a jit function's handler cache holds for one signature.
-//! Compiling = verify the traced graph, run the pass pipeline, verify again,
-//! fuse into kernels and compile them to native code (through the kernel
-//! cache). Running launches the kernels; `run_reference` runs the optimised
-//! graph on the reference interpreter instead (the oracle).
+//! `Program`: what a jit function's handler cache holds for one signature:
+//! the traced graph run through the compile pipeline ([`crate::pipeline`])
+//! to native code, and to bytecode on its first Sim run. `run_reference`
+//! runs the optimised graph on the reference interpreter (the oracle).
 
 use crate::error::RuntimeError;
+use crate::pipeline::{self, Stage, StageTimes};
 use std::time::{Duration, Instant};
 use tilejit_device::Target;
-use tilejit_ir::passes::simplify;
-use tilejit_ir::verify::verify;
 use tilejit_ir::{interp, Array, Graph, Lit};
 
 use crate::host::HostProgram;
@@ -18,34 +16,57 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// A compiled program.
 #[derive(Debug)]
 pub struct Program {
+    name: String,
     traced: Graph,
     optimized: Graph,
     host: HostProgram,
     /// The bytecode form, compiled on the first Sim run.
     sim: OnceLock<Result<Arc<SimProgram>, RuntimeError>>,
     compile_time: Duration,
+    stage_times: StageTimes,
 }
 
 impl Program {
-    /// Verifies and optimises a traced graph.
+    /// Runs a traced graph through the compile pipeline, as `program`.
     pub fn compile(traced: Graph) -> Result<Program, RuntimeError> {
+        Program::compile_named(traced, "program")
+    }
+
+    /// Runs a traced graph through the compile pipeline. `name` (a jit
+    /// function and its signature, say `mlp(f32[8,64])`) names the program
+    /// in logs, dump files and Sim profiles.
+    pub fn compile_named(traced: Graph, name: &str) -> Result<Program, RuntimeError> {
         let start = Instant::now();
-        verify(&traced)?;
-        // The verifier between passes is cheap next to tracing; keep it on
-        // in debug builds and tests, where a pass bug should fail loudly.
-        let optimized = simplify(&traced, cfg!(debug_assertions))?;
-        verify(&optimized)?;
-        let host = HostProgram::compile(&optimized)?;
-        if crate::kernel_cache::dump_dir().is_some() {
-            dump_program(&traced, &optimized, &host);
+        let mut t = StageTimes::default();
+        let optimized = pipeline::optimize(&traced, &mut t)?;
+        let kernels = pipeline::lower(&optimized, &mut t)?;
+        let host = t.run(Stage::CodegenHost, || {
+            HostProgram::codegen(kernels, constants(&optimized), Default::default())
+        })?;
+        t.log(name);
+        if crate::dump::enabled() {
+            crate::dump::program(name, &traced, &optimized, &host);
         }
         Ok(Program {
+            name: name.to_string(),
             traced,
             optimized,
             host,
             sim: OnceLock::new(),
             compile_time: start.elapsed(),
+            stage_times: t,
         })
+    }
+
+    /// The name it was compiled under.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How long each stage of its compile took (the Sim codegen, which runs
+    /// on first use, is logged on its own).
+    pub fn stage_times(&self) -> &StageTimes {
+        &self.stage_times
     }
 
     /// Runs the program's native kernels on concrete inputs and parameter
@@ -58,7 +79,15 @@ impl Program {
     /// result, error included, is kept).
     pub fn sim(&self) -> Result<Arc<SimProgram>, RuntimeError> {
         self.sim
-            .get_or_init(|| SimProgram::compile(&self.optimized).map(Arc::new))
+            .get_or_init(|| {
+                let mut t = StageTimes::default();
+                let sim = t.run(Stage::CodegenSim, || {
+                    let kernels = self.host.kernels().clone();
+                    SimProgram::codegen(kernels, constants(&self.optimized), &self.name)
+                });
+                t.log(&format!("{} on sim", self.name));
+                sim.map(Arc::new)
+            })
             .clone()
     }
 
@@ -185,32 +214,7 @@ pub fn run_eager_sim(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeE
         .0)
 }
 
-/// `TILEJIT_DUMP` for one program: its graphs as traced and optimised,
-/// its fused kernels (the kernel IR text form), and which dump files hold
-/// each kernel's compiled forms. A kernel the cache already held was
-/// dumped when it was compiled, maybe by another program: the `.keys`
-/// file is how to find it.
-fn dump_program(traced: &Graph, optimized: &Graph, host: &HostProgram) {
-    use crate::kernel_cache::{dump, dump_stem};
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let kernels = host.kernels();
-    let keys: String = kernels
-        .kernels
-        .iter()
-        .zip(host.code())
-        .map(|(k, c)| {
-            let stem = dump_stem(&format!("{}-{}", k.name, c.key));
-            format!("{} {} -> {stem}.{{kernel,clif,disasm}}\n", k.name, c.key)
-        })
-        .collect();
-    dump(
-        &format!("program-{}-{n}", std::process::id()),
-        &[
-            ("traced.graph", &traced.to_string()),
-            ("graph", &optimized.to_string()),
-            ("kernels", &kernels.to_string()),
-            ("keys", &keys),
-        ],
-    );
+/// The constants a graph's nodes refer to, in index order.
+fn constants(g: &Graph) -> Vec<Array> {
+    g.constants().iter().map(|c| c.0.clone()).collect()
 }

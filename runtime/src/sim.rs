@@ -9,6 +9,7 @@
 use crate::error::RuntimeError;
 use crate::flight::map_off_pool;
 use crate::kernel_cache::kernel_cache;
+use crate::pipeline::{self, Stage, StageTimes};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tilejit_codegen::device::DeviceKernel;
@@ -16,7 +17,7 @@ use tilejit_device::{
     CoreType, DeviceApi, DeviceBuffer, DeviceConfig, GmArg, HostCopies, Launch, LaunchHandle,
     LaunchOptions, LaunchReport, Policy, Profile, SimDevice, Task, TaskKind,
 };
-use tilejit_ir::kernel::{fuse, BufKind, KernelProgram, ProgramOutput};
+use tilejit_ir::kernel::{BufKind, KernelProgram, ProgramOutput};
 use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit, TensorType};
 
 /// The process-wide simulated device (910B defaults).
@@ -59,12 +60,7 @@ pub fn write_trace(
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     std::fs::create_dir_all(dir)?;
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name: String = profile
-        .name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .take(48)
-        .collect();
+    let name = crate::dump::file_stem(&profile.name);
     let path = dir.join(format!("{name}-{}-{n}.json", std::process::id()));
     std::fs::write(&path, profile.chrome_trace())?;
     Ok(path)
@@ -93,6 +89,8 @@ pub fn sim_policy() -> Policy {
 /// A program compiled for the simulated device.
 #[derive(Debug)]
 pub struct SimProgram {
+    /// What its profiles are named after (a jit function and signature).
+    name: String,
     prog: KernelProgram,
     kernels: Vec<DeviceKernel>,
     /// Per core function, its workspace set in `workspaces`, if any.
@@ -135,7 +133,25 @@ impl SimProgram {
     /// Fuses `g` and compiles every kernel to bytecode (in parallel, off
     /// the rayon pool: see `flight.rs`).
     pub fn compile(g: &Graph) -> Result<SimProgram, RuntimeError> {
-        let prog = fuse(g)?;
+        let mut t = StageTimes::default();
+        let prog = pipeline::lower(g, &mut t)?;
+        let constants = g.constants().iter().map(|c| c.0.clone()).collect();
+        let name = match prog.kernels.first() {
+            Some(k) => format!("eager {}", k.name),
+            None => "eager".to_string(),
+        };
+        t.run(Stage::CodegenSim, || {
+            SimProgram::codegen(prog, constants, &name)
+        })
+    }
+
+    /// The codegen stage: compiles every kernel of `prog` to bytecode (in
+    /// parallel, off the rayon pool) through the kernel cache.
+    pub(crate) fn codegen(
+        prog: KernelProgram,
+        constants: Vec<Array>,
+        name: &str,
+    ) -> Result<SimProgram, RuntimeError> {
         let cfg = sim_device().config();
         let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
         let kernels: Vec<DeviceKernel> = map_off_pool(&prog.kernels, |k| {
@@ -144,9 +160,9 @@ impl SimProgram {
         .into_iter()
         .flat_map(|v| v.iter().cloned().collect::<Vec<_>>())
         .collect();
-        let constants = g.constants().iter().map(|c| c.0.clone()).collect();
         let (workspace_of, workspaces) = group_workspaces(&kernels);
         Ok(SimProgram {
+            name: name.to_string(),
             prog,
             kernels,
             workspace_of,
@@ -291,10 +307,7 @@ impl SimProgram {
         );
         let collecting = COLLECT.with(|c| c.borrow().is_some());
         let record = profile || collecting || profile_dir().is_some();
-        let name = self
-            .kernels
-            .first()
-            .map_or("empty".to_string(), |k| k.name.clone());
+        let name = self.name.clone();
         let handle = dev.launch(
             launch,
             LaunchOptions {
