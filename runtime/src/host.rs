@@ -206,7 +206,7 @@ impl HostProgram {
         let prog = pipeline::lower(g, &mut t)?;
         let constants = g.constants().iter().map(|c| c.0.clone()).collect();
         t.run(Stage::CodegenHost, || {
-            HostProgram::codegen(prog, constants, opts)
+            HostProgram::codegen(prog, constants, opts, "eager")
         })
     }
 
@@ -216,6 +216,7 @@ impl HostProgram {
         prog: KernelProgram,
         constants: Vec<Array>,
         opts: CodegenOptions,
+        name: &str,
     ) -> Result<HostProgram, RuntimeError> {
         if prog
             .kernels
@@ -226,7 +227,7 @@ impl HostProgram {
         }
         let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
         let code = map_off_pool(&prog.kernels, |k| {
-            kernel_cache().get_or_compile(k, &dtype_of, opts)
+            kernel_cache().get_or_compile(k, &dtype_of, opts, name)
         })?;
         let locals = prog.kernels.iter().map(|k| k.local_buffers()).collect();
         // Kernels without params see the same args on every call: check

@@ -27,7 +27,8 @@ pub use error::{panic_message, RuntimeError};
 pub use handler_cache::{CacheEntry, HandlerCache, HandlerStats, DEFAULT_MAX_SIGNATURES};
 pub use host::HostProgram;
 pub use kernel_cache::{
-    kernel_cache, CachedKernel, KernelCache, KernelCacheStats, KernelDetails, KernelEntry,
+    kernel_cache, Cached, CachedKernel, CachedSimKernel, KernelCache, KernelCacheStats,
+    KernelDetails, KernelEntry,
 };
 pub use program::{run_eager, run_eager_sim, Program};
 pub use signature::{ArgSig, Signature};

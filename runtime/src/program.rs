@@ -41,7 +41,7 @@ impl Program {
         let optimized = pipeline::optimize(&traced, &mut t)?;
         let kernels = pipeline::lower(&optimized, &mut t)?;
         let host = t.run(Stage::CodegenHost, || {
-            HostProgram::codegen(kernels, constants(&optimized), Default::default())
+            HostProgram::codegen(kernels, constants(&optimized), Default::default(), name)
         })?;
         t.log(name);
         if crate::dump::enabled() {

@@ -8,7 +8,7 @@
 
 use crate::error::RuntimeError;
 use crate::flight::map_off_pool;
-use crate::kernel_cache::kernel_cache;
+use crate::kernel_cache::{kernel_cache, CachedSimKernel};
 use crate::pipeline::{self, Stage, StageTimes};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -92,6 +92,8 @@ pub struct SimProgram {
     /// What its profiles are named after (a jit function and signature).
     name: String,
     prog: KernelProgram,
+    /// The cache entries the kernels came from (their launch counters).
+    cached: Vec<Arc<CachedSimKernel>>,
     kernels: Vec<DeviceKernel>,
     /// Per core function, its workspace set in `workspaces`, if any.
     workspace_of: Vec<Option<usize>>,
@@ -136,12 +138,8 @@ impl SimProgram {
         let mut t = StageTimes::default();
         let prog = pipeline::lower(g, &mut t)?;
         let constants = g.constants().iter().map(|c| c.0.clone()).collect();
-        let name = match prog.kernels.first() {
-            Some(k) => format!("eager {}", k.name),
-            None => "eager".to_string(),
-        };
         t.run(Stage::CodegenSim, || {
-            SimProgram::codegen(prog, constants, &name)
+            SimProgram::codegen(prog, constants, "eager")
         })
     }
 
@@ -154,17 +152,16 @@ impl SimProgram {
     ) -> Result<SimProgram, RuntimeError> {
         let cfg = sim_device().config();
         let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
-        let kernels: Vec<DeviceKernel> = map_off_pool(&prog.kernels, |k| {
-            kernel_cache().get_or_compile_sim(k, &dtype_of, cfg)
-        })?
-        .into_iter()
-        .flat_map(|v| v.iter().cloned().collect::<Vec<_>>())
-        .collect();
+        let cached = map_off_pool(&prog.kernels, |k| {
+            kernel_cache().get_or_compile_sim(k, &dtype_of, cfg, name)
+        })?;
+        let kernels: Vec<DeviceKernel> = cached.iter().flat_map(|c| c.code.clone()).collect();
         let (workspace_of, workspaces) = group_workspaces(&kernels);
         Ok(SimProgram {
             name: name.to_string(),
             prog,
             kernels,
+            cached,
             workspace_of,
             workspaces,
             constants,
@@ -307,7 +304,14 @@ impl SimProgram {
         );
         let collecting = COLLECT.with(|c| c.borrow().is_some());
         let record = profile || collecting || profile_dir().is_some();
-        let name = self.name.clone();
+        let name = match (self.name.as_str(), self.prog.kernels.first()) {
+            ("eager", Some(k)) => format!("eager {}", k.name),
+            (name, _) => name.to_string(),
+        };
+        for c in &self.cached {
+            c.launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let handle = dev.launch(
             launch,
             LaunchOptions {

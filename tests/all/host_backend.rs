@@ -589,7 +589,7 @@ fn codegen_options_are_part_of_the_kernel_key() {
     ];
     let key = |opts| {
         kernel_cache()
-            .get_or_compile(&prog.kernels[0], &dtype_of, opts)
+            .get_or_compile(&prog.kernels[0], &dtype_of, opts, "test")
             .unwrap()
             .key
             .clone()

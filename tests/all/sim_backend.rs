@@ -447,3 +447,24 @@ fn sim_matches_reference_on_random_graphs_with_long_rows() {
     let ran = ran.into_inner();
     assert!(ran >= 50, "only {ran} long-row graphs ran on the device");
 }
+
+/// Sim entries of the kernel cache count their launches (they once always
+/// showed 0) and name the jit function and signature that compiled them.
+#[test]
+fn sim_cache_entries_count_launches_and_name_their_program() {
+    use tilejit::prelude::*;
+    let f = tilejit::jit_fn!(|x: &Tensor| (x * 3.0).tanh() - 0.25);
+    let x = Tensor::randn(&[77], 5);
+    for _ in 0..3 {
+        with_mode(RunMode::Sim, || f.call(&x)).unwrap();
+    }
+    let name = f.handlers()[0].program.name().to_string();
+    assert!(name.ends_with("(f32[77])"), "{name}");
+    let entries = tilejit::kernel_cache().entries();
+    let mine: Vec<_> = entries
+        .iter()
+        .filter(|e| e.target == tilejit_runtime::Target::Sim && e.program == name)
+        .collect();
+    assert!(!mine.is_empty(), "no sim entry for {name}: {entries:?}");
+    assert!(mine.iter().all(|e| e.launches >= 3), "{mine:?}");
+}

@@ -1,0 +1,444 @@
+//! The global kernel cache: compiled kernels keyed by everything their code
+//! depends on, so every jit function and every eager op that produces the
+//! same kernel shares one compile.
+//!
+//! One map, LRU and set of counters serve both targets; what differs
+//! between them (the identity a key hashes, how to compile, what `details`
+//! shows) is a [`Backend`]: [`host`] (Cranelift code, keyed by the kernel's
+//! structure, codegen options and CPU features) and [`sim`] (device
+//! bytecode, keyed by the whole kernel text and the device config). The
+//! map's key is a 64-bit hash of the identity; a hit also compares the
+//! identity whole, so a hash collision is a miss, never another kernel's
+//! code. Entries are `Arc`s: a program that holds a kernel keeps it working
+//! after the cache evicts or clears it.
+//!
+//! Single flight (`flight.rs`): threads that miss the same kernel while it
+//! compiles wait for that compile and share its result, error included.
+//! The lock is never held while compiling.
+
+mod host;
+mod sim;
+mod table;
+#[cfg(test)]
+mod tests;
+
+use crate::error::RuntimeError;
+use crate::flight::{catching, Flights, Join};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+use tilejit_codegen::device::DeviceKernel;
+use tilejit_codegen::host::KernelCode;
+use tilejit_device::Target;
+
+pub(crate) use host::HostBackend;
+pub(crate) use sim::SimBackend;
+
+/// Compiled code as programs hold it, with its use counters.
+#[derive(Debug)]
+pub struct Cached<C> {
+    /// The code.
+    pub code: C,
+    /// Times it ran (the range calls or tasks of one launch count once).
+    pub launches: AtomicU64,
+    /// Lookups that found it.
+    pub hits: AtomicU64,
+    /// The cache key, as hex.
+    pub key: String,
+}
+
+/// A kernel compiled to native code.
+pub type CachedKernel = Cached<KernelCode>;
+
+/// A kernel compiled for the simulated device: its core functions.
+pub type CachedSimKernel = Cached<Vec<DeviceKernel>>;
+
+/// What differs between the cache's targets.
+pub(crate) trait Backend: Sized + 'static {
+    /// Everything the code depends on; equal identities may share code.
+    type Identity: Clone + PartialEq + Send;
+    /// The compiled code.
+    type Code: Send + Sync;
+    /// The target its entries report.
+    const TARGET: Target;
+    /// The map key: a hash of the identity and the target.
+    fn key(identity: &Self::Identity) -> u64;
+    /// Bytes of code (machine code or bytecode), for the byte bound.
+    fn code_bytes(code: &Self::Code) -> usize;
+    /// This target's part of the cache.
+    fn part(inner: &mut Inner) -> &mut Part<Self>;
+}
+
+/// What a backend's compile returns besides the code.
+pub(crate) struct Compiled<C> {
+    pub(crate) code: C,
+    /// Domain and buffer types of the kernel compiled.
+    pub(crate) signature: String,
+    /// Makes the texts `details` shows (on demand, outside the lock).
+    pub(crate) details: DetailsFn,
+}
+
+/// Makes an entry's [`KernelDetails`].
+pub(crate) type DetailsFn = Arc<dyn Fn() -> KernelDetails + Send + Sync>;
+
+/// The 64-bit map key of an identity's parts. `DefaultHasher::new()` has
+/// fixed keys, so keys are stable across the processes of one build (logs
+/// and dumps name kernels by them).
+fn key_of(parts: impl std::hash::Hash) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
+}
+
+/// One entry.
+struct Entry<B: Backend> {
+    identity: B::Identity,
+    code: Arc<Cached<B::Code>>,
+    name: String,
+    program: String,
+    signature: String,
+    ops: Vec<&'static str>,
+    compile_time: Duration,
+    details: DetailsFn,
+    last_used: Instant,
+}
+
+/// What a lookup of a `B` kernel returns.
+type Lookup<B> = Result<Arc<Cached<<B as Backend>::Code>>, RuntimeError>;
+
+/// One target's entries and compiles in flight.
+pub(crate) struct Part<B: Backend> {
+    entries: HashMap<u64, Entry<B>>,
+    flights: Flights<u64, B::Identity, Lookup<B>>,
+}
+
+impl<B: Backend> Default for Part<B> {
+    fn default() -> Self {
+        Part {
+            entries: HashMap::new(),
+            flights: Flights::default(),
+        }
+    }
+}
+
+impl<B: Backend> Part<B> {
+    /// The least recently used entry's key and time.
+    fn oldest(&self) -> Option<(u64, Instant)> {
+        let (k, e) = self.entries.iter().min_by_key(|(_, e)| e.last_used)?;
+        Some((*k, e.last_used))
+    }
+
+    /// Removes an entry, returning its code bytes.
+    fn remove(&mut self, key: u64) -> Option<usize> {
+        self.entries
+            .remove(&key)
+            .map(|e| B::code_bytes(&e.code.code))
+    }
+
+    fn report(&self) -> impl Iterator<Item = KernelEntry> + '_ {
+        self.entries.values().map(|e| KernelEntry {
+            name: e.name.clone(),
+            key: e.code.key.clone(),
+            target: B::TARGET,
+            program: e.program.clone(),
+            signature: e.signature.clone(),
+            ops: e.ops.clone(),
+            compile_time: e.compile_time,
+            code_bytes: B::code_bytes(&e.code.code),
+            hits: e.code.hits.load(Ordering::Relaxed),
+            launches: e.code.launches.load(Ordering::Relaxed),
+            last_used: e.last_used,
+        })
+    }
+}
+
+/// Counters of the whole cache.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KernelCacheStats {
+    /// Lookups that found a compiled kernel.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Kernels compiled.
+    pub compiles: u64,
+    /// Entries dropped to respect the capacity.
+    pub evictions: u64,
+    /// Code bytes held now (host machine code and device bytecode).
+    pub bytes: usize,
+    /// Total time spent compiling.
+    pub compile_time: Duration,
+}
+
+/// One cache entry, as `entries()` reports it.
+#[derive(Clone, Debug)]
+pub struct KernelEntry {
+    /// Readable name (`fused_mul_add_relu`).
+    pub name: String,
+    /// The cache key, as hex.
+    pub key: String,
+    /// Where the code runs.
+    pub target: Target,
+    /// The program whose compile made it: a jit function and signature
+    /// (`mlp(f32[8,64])`), or `eager` for an op outside any jit function.
+    pub program: String,
+    /// The domain and buffer types of the kernel that was compiled first.
+    pub signature: String,
+    /// The graph ops fused into it.
+    pub ops: Vec<&'static str>,
+    /// Time to compile.
+    pub compile_time: Duration,
+    /// Size of the code (machine code, or bytecode).
+    pub code_bytes: usize,
+    /// Lookups that found it.
+    pub hits: u64,
+    /// Times it ran.
+    pub launches: u64,
+    /// When it was last looked up.
+    pub last_used: Instant,
+}
+
+/// What an entry shows on demand.
+#[derive(Clone, Debug)]
+pub struct KernelDetails {
+    /// The kernel IR text of the kernel first compiled under this key.
+    pub kernel_ir: String,
+    /// The Cranelift IR (empty for a sim entry).
+    pub clif: String,
+    /// Cranelift's machine-code listing, or the bytecode's disassembly.
+    pub disasm: String,
+}
+
+pub(crate) struct Inner {
+    host: Part<HostBackend>,
+    sim: Part<SimBackend>,
+    stats: KernelCacheStats,
+    max_entries: usize,
+    max_bytes: usize,
+}
+
+/// The cache. Get the global one with [`kernel_cache`].
+///
+/// ```
+/// use tilejit_runtime::{kernel_cache, HostProgram};
+/// let g = tilejit_ir::text::parse(
+///     "graph {\n  %0 = input 0 : f32[64]\n  %1 = exp %0 : f32[64]\n  return %1\n}",
+/// )?;
+/// let program = HostProgram::compile(&g)?;      // compiles through the cache
+/// let cache = kernel_cache();
+/// let entry = cache.entries().into_iter().find(|e| e.ops == ["exp"]).expect("cached");
+/// assert_eq!((entry.program.as_str(), entry.key.as_str()), ("eager", program.code()[0].key.as_str()));
+/// let details = cache.details(&entry.key).expect("held");
+/// assert!(details.kernel_ir.contains("exp") && !details.disasm.is_empty());
+/// println!("{cache}");                            // a table of every entry
+/// # Ok::<(), tilejit_runtime::RuntimeError>(())
+/// ```
+pub struct KernelCache {
+    inner: Mutex<Inner>,
+}
+
+/// The process-wide kernel cache.
+pub fn kernel_cache() -> &'static KernelCache {
+    static C: OnceLock<KernelCache> = OnceLock::new();
+    C.get_or_init(KernelCache::new)
+}
+
+impl KernelCache {
+    fn new() -> KernelCache {
+        KernelCache {
+            inner: Mutex::new(Inner {
+                host: Part::default(),
+                sim: Part::default(),
+                stats: KernelCacheStats::default(),
+                max_entries: 4096,
+                max_bytes: 256 << 20,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the map inconsistent
+        // (every update is a single insert/remove), so recover the guard.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The entry for `identity`, compiling it on a miss with `compile`.
+    /// Threads that miss the same identity while it compiles wait for that
+    /// compile and share its result (one compile, counted once).
+    fn get<B: Backend>(
+        &self,
+        kernel: &tilejit_ir::kernel::Kernel,
+        program: &str,
+        identity: B::Identity,
+        compile: impl FnOnce(&B::Identity, u64) -> Result<Compiled<B::Code>, RuntimeError>,
+    ) -> Result<Arc<Cached<B::Code>>, RuntimeError> {
+        let key = B::key(&identity);
+        let mut g = self.lock();
+        let part = B::part(&mut g);
+        if let Some(e) = part
+            .entries
+            .get_mut(&key)
+            .filter(|e| e.identity == identity)
+        {
+            e.last_used = Instant::now();
+            e.code.hits.fetch_add(1, Ordering::Relaxed);
+            let code = e.code.clone();
+            g.stats.hits += 1;
+            return Ok(code);
+        }
+        g.stats.misses += 1;
+        let lead = match B::part(&mut g).flights.join(&key, &identity) {
+            Join::Wait(flight) => {
+                drop(g);
+                return flight.wait();
+            }
+            Join::Lead(flight) => flight,
+        };
+        drop(g);
+        let what = || format!("compiling kernel {} for {}", kernel.name, B::TARGET);
+        let result = catching(what, || {
+            self.compile::<B>(kernel, program, identity.clone(), key, compile)
+        });
+        B::part(&mut self.lock()).flights.land(&key, lead, result)
+    }
+
+    /// Compiles and enters one kernel under `key` (unless a colliding
+    /// compile entered the same identity first: then that code).
+    fn compile<B: Backend>(
+        &self,
+        kernel: &tilejit_ir::kernel::Kernel,
+        program: &str,
+        identity: B::Identity,
+        key: u64,
+        compile: impl FnOnce(&B::Identity, u64) -> Result<Compiled<B::Code>, RuntimeError>,
+    ) -> Result<Arc<Cached<B::Code>>, RuntimeError> {
+        let start = Instant::now();
+        let compiled = compile(&identity, key)?;
+        let compile_time = start.elapsed();
+        let bytes = B::code_bytes(&compiled.code);
+        if tilejit_ir::config::config().log.compile {
+            eprintln!(
+                "[tilejit] compiled {} for {} ({key:016x}) in {:.3} ms, {bytes} bytes",
+                kernel.name,
+                B::TARGET,
+                compile_time.as_secs_f64() * 1e3,
+            );
+        }
+        let cached = Arc::new(Cached {
+            code: compiled.code,
+            launches: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            key: format!("{key:016x}"),
+        });
+        let mut g = self.lock();
+        g.stats.compiles += 1;
+        g.stats.compile_time += compile_time;
+        let part = B::part(&mut g);
+        if let Some(e) = part.entries.get(&key).filter(|e| e.identity == identity) {
+            return Ok(e.code.clone());
+        }
+        let entry = Entry {
+            identity,
+            code: cached.clone(),
+            name: kernel.name.clone(),
+            program: program.to_string(),
+            signature: compiled.signature,
+            ops: kernel.ops.clone(),
+            compile_time,
+            details: compiled.details,
+            last_used: Instant::now(),
+        };
+        // A colliding entry that made way takes its code's bytes along.
+        let replaced = part
+            .entries
+            .insert(key, entry)
+            .map_or(0, |old| B::code_bytes(&old.code.code));
+        g.stats.bytes = g.stats.bytes + bytes - replaced;
+        evict(&mut g);
+        Ok(cached)
+    }
+
+    /// Number of entries (host and sim).
+    pub fn len(&self) -> usize {
+        let g = self.lock();
+        g.host.entries.len() + g.sim.entries.len()
+    }
+
+    /// True if there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> KernelCacheStats {
+        self.lock().stats.clone()
+    }
+
+    /// Every entry, most recently used first.
+    pub fn entries(&self) -> Vec<KernelEntry> {
+        let g = self.lock();
+        let mut v: Vec<KernelEntry> = g.host.report().chain(g.sim.report()).collect();
+        v.sort_by(|a, b| b.last_used.cmp(&a.last_used).then(a.name.cmp(&b.name)));
+        v
+    }
+
+    /// Kernel IR, Cranelift IR and disassembly of the entry with this key;
+    /// for a sim entry, the bytecode's disassembly of every core function
+    /// (and no Cranelift IR).
+    pub fn details(&self, key: &str) -> Option<KernelDetails> {
+        let g = self.lock();
+        let host = g.host.entries.values().find(|e| e.code.key == key);
+        let details = match host {
+            Some(e) => e.details.clone(),
+            None => g
+                .sim
+                .entries
+                .values()
+                .find(|e| e.code.key == key)?
+                .details
+                .clone(),
+        };
+        // Host listings compile again: outside the lock.
+        drop(g);
+        Some(details())
+    }
+
+    /// Drops every entry (programs keep the kernels they hold).
+    pub fn clear(&self) {
+        let mut g = self.lock();
+        g.host.entries.clear();
+        g.sim.entries.clear();
+        g.stats.bytes = 0;
+    }
+
+    /// Bounds the cache: at most `entries` entries, host and sim together,
+    /// and `bytes` bytes of code; evicts
+    /// least-recently-used entries at once if over.
+    pub fn set_capacity(&self, entries: usize, bytes: usize) {
+        let mut g = self.lock();
+        g.max_entries = entries;
+        g.max_bytes = bytes;
+        evict(&mut g);
+    }
+}
+
+/// Drops least-recently-used entries, of either target, until both bounds
+/// hold.
+fn evict(g: &mut Inner) {
+    loop {
+        let len = g.host.entries.len() + g.sim.entries.len();
+        let over = len > g.max_entries || (g.stats.bytes > g.max_bytes && len > 0);
+        if !over {
+            break;
+        }
+        let freed = match (g.host.oldest(), g.sim.oldest()) {
+            (Some((key, h)), Some((_, s))) if h <= s => g.host.remove(key),
+            (_, Some((key, _))) => g.sim.remove(key),
+            (Some((key, _)), None) => g.host.remove(key),
+            (None, None) => break,
+        };
+        g.stats.bytes -= freed.unwrap_or(0);
+        g.stats.evictions += 1;
+    }
+}

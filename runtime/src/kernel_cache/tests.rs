@@ -1,0 +1,267 @@
+//! Unit tests of the kernel cache: collisions, CPU identity, eviction,
+//! clear, and single-flight compiles under real threads.
+#![allow(clippy::unwrap_used)] // tests assert by unwrapping
+
+use super::host::HostIdentity;
+use super::*;
+use tilejit_codegen::host::CodegenOptions;
+use tilejit_device::DeviceConfig;
+use tilejit_ir::kernel::{BufId, Kernel};
+use tilejit_ir::DType;
+
+fn kernel(graph: &str) -> (Kernel, Vec<DType>) {
+    let g = tilejit_ir::text::parse(graph).unwrap();
+    let prog = tilejit_ir::kernel::fuse(&g).unwrap();
+    let dtypes = prog.buffers.iter().map(|b| b.ty.dtype).collect();
+    (prog.kernels[0].clone(), dtypes)
+}
+
+/// Two kernels whose 64-bit keys collide never share code: an entry
+/// forged under one kernel's key with another kernel's identity is not
+/// a hit; the compile that follows replaces it, bytes and all.
+#[test]
+fn a_key_collision_is_a_miss_not_someone_elses_code() {
+    let cache = KernelCache::new();
+    let (a, a_dtypes) =
+        kernel("graph {\n  %0 = input 0 : f32[4,9]\n  %1 = tanh %0 : f32[4,9]\n  return %1\n}");
+    let (b, b_dtypes) =
+        kernel("graph {\n  %0 = input 0 : f32[5]\n  %1 = exp %0 : f32[5]\n  return %1\n}");
+    let a_dtype = |id: BufId| a_dtypes[id.0 as usize];
+    let b_dtype = |id: BufId| b_dtypes[id.0 as usize];
+    let opts = CodegenOptions::default();
+    let b_code = cache.get_or_compile(&b, &b_dtype, opts, "test").unwrap();
+    // Move b's entry under the key a will look up.
+    let a_key = HostBackend::key(&HostIdentity::new(&a, &a_dtype, opts));
+    {
+        let mut g = cache.lock();
+        let (_, forged) = g.host.entries.drain().next().unwrap();
+        g.host.entries.insert(a_key, forged);
+    }
+    let a_code = cache.get_or_compile(&a, &a_dtype, opts, "test").unwrap();
+    assert!(!Arc::ptr_eq(&a_code, &b_code), "a got b's code");
+    assert_eq!(a_code.key, format!("{a_key:016x}"));
+    let g = cache.lock();
+    assert_eq!(
+        (g.stats.compiles, g.stats.hits, g.host.entries.len()),
+        (2, 0, 1)
+    );
+    assert_eq!(g.stats.bytes, a_code.code.code_bytes);
+    drop(g);
+    // And a's own entry is a hit from now on.
+    let again = cache.get_or_compile(&a, &a_dtype, opts, "test").unwrap();
+    assert!(Arc::ptr_eq(&again, &a_code));
+}
+
+/// An entry compiled for other CPU features is never reused: one
+/// forged to say it was compiled with AVX-512 flipped (its key made
+/// from that identity) is a miss for this CPU, which compiles its own.
+#[test]
+fn an_entry_for_other_cpu_features_is_not_reused() {
+    let cache = KernelCache::new();
+    let (k, dtypes) =
+        kernel("graph {\n  %0 = input 0 : f32[4,9]\n  %1 = tanh %0 : f32[4,9]\n  return %1\n}");
+    let dtype_of = |id: BufId| dtypes[id.0 as usize];
+    let opts = CodegenOptions::default();
+    let first = cache.get_or_compile(&k, &dtype_of, opts, "test").unwrap();
+    {
+        let mut g = cache.lock();
+        let (_, mut e) = g.host.entries.drain().next().unwrap();
+        e.identity.cpu.avx512f = !e.identity.cpu.avx512f;
+        let other_key = HostBackend::key(&e.identity);
+        g.host.entries.insert(other_key, e);
+    }
+    let mine = cache.get_or_compile(&k, &dtype_of, opts, "test").unwrap();
+    assert!(!Arc::ptr_eq(&mine, &first), "reused another CPU's code");
+    let st = cache.stats();
+    assert_eq!((st.compiles, st.hits, cache.len()), (2, 0, 2));
+}
+
+fn unary(op: &str, n: usize) -> (Kernel, Vec<DType>) {
+    kernel(&format!(
+        "graph {{\n  %0 = input 0 : f32[{n}]\n  %1 = {op} %0 : f32[{n}]\n  return %1\n}}"
+    ))
+}
+
+/// Eviction takes the least recently used entry first, counts each,
+/// and respects the byte bound as well as the entry bound; a program's
+/// `Arc` outlives its entry.
+#[test]
+fn eviction_is_least_recently_used_and_counted() {
+    let cache = KernelCache::new();
+    let opts = CodegenOptions::default();
+    let (a, da) = unary("exp", 7);
+    let (b, db) = unary("tanh", 7);
+    let (c, dc) = unary("log", 7);
+    let get = |k: &Kernel, d: &Vec<DType>| {
+        cache
+            .get_or_compile(k, &|id: BufId| d[id.0 as usize], opts, "test")
+            .unwrap()
+    };
+    let held_a = get(&a, &da);
+    let _ = get(&b, &db);
+    let _ = get(&a, &da); // a is now more recent than b
+    cache.set_capacity(1, usize::MAX);
+    let names: Vec<String> = cache.entries().into_iter().map(|e| e.name).collect();
+    assert_eq!(
+        names,
+        std::slice::from_ref(&a.name),
+        "b, the least recently used, goes"
+    );
+    assert_eq!(cache.stats().evictions, 1);
+    // A byte bound below one kernel's code empties the cache.
+    let _ = get(&c, &dc);
+    cache.set_capacity(16, held_a.code.code_bytes - 1);
+    let st = cache.stats();
+    assert_eq!((cache.len(), st.bytes, st.evictions), (0, 0, 3));
+    // The evicted entry's code stays with whoever holds it; a lookup
+    // compiles it again.
+    assert!(held_a.code.code_bytes > 0);
+    cache.set_capacity(16, usize::MAX);
+    let again = get(&a, &da);
+    assert!(!Arc::ptr_eq(&again, &held_a));
+    assert_eq!(cache.stats().compiles, 4);
+}
+
+/// The entry bound counts host and sim entries together, as `len`
+/// does: the least recently used of the two goes first.
+#[test]
+fn the_entry_bound_counts_both_targets() {
+    let cache = KernelCache::new();
+    let (k, dtypes) = unary("exp", 11);
+    let dtype_of = |id: BufId| dtypes[id.0 as usize];
+    let cfg = DeviceConfig::default();
+    cache
+        .get_or_compile_sim(&k, &dtype_of, &cfg, "test")
+        .unwrap();
+    cache
+        .get_or_compile(&k, &dtype_of, CodegenOptions::default(), "test")
+        .unwrap();
+    cache.set_capacity(1, usize::MAX);
+    let left: Vec<Target> = cache.entries().into_iter().map(|e| e.target).collect();
+    assert_eq!(
+        left,
+        [Target::Host],
+        "the sim entry was used least recently"
+    );
+    cache
+        .get_or_compile_sim(&k, &dtype_of, &cfg, "test")
+        .unwrap();
+    let left: Vec<Target> = cache.entries().into_iter().map(|e| e.target).collect();
+    assert_eq!(left, [Target::Sim], "now the host entry was");
+    assert_eq!(cache.stats().evictions, 2);
+}
+
+/// `clear` empties host and sim entries and the byte count; counters
+/// keep counting, and the next lookup compiles again.
+#[test]
+fn clear_empties_both_targets() {
+    let cache = KernelCache::new();
+    let (k, dtypes) = unary("exp", 9);
+    let dtype_of = |id: BufId| dtypes[id.0 as usize];
+    cache
+        .get_or_compile(&k, &dtype_of, CodegenOptions::default(), "test")
+        .unwrap();
+    cache
+        .get_or_compile_sim(&k, &dtype_of, &DeviceConfig::default(), "test")
+        .unwrap();
+    assert_eq!(cache.len(), 2);
+    assert!(cache.stats().bytes > 0);
+    cache.clear();
+    let st = cache.stats();
+    assert_eq!((cache.len(), st.bytes, st.compiles), (0, 0, 2));
+    cache
+        .get_or_compile(&k, &dtype_of, CodegenOptions::default(), "test")
+        .unwrap();
+    assert_eq!((cache.len(), cache.stats().compiles), (1, 3));
+}
+
+const LAYERNORM: &str = "graph {
+  %0 = input 0 : f32[64,96]
+  %1 = reduce_sum %0 axes=[1] : f32[64,1]
+  %2 = broadcast %1 : f32[64,96]
+  %3 = sub %0, %2 : f32[64,96]
+  %4 = mul %3, %3 : f32[64,96]
+  %5 = reduce_sum %4 axes=[1] : f32[64,1]
+  %6 = rsqrt %5 : f32[64,1]
+  %7 = broadcast %6 : f32[64,96]
+  %8 = mul %3, %7 : f32[64,96]
+  return %8
+}";
+
+/// Runs `get` on `threads` threads released at once; what each got.
+fn at_once<T: Send>(threads: usize, get: impl Fn() -> T + Sync) -> Vec<T> {
+    let barrier = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    get()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Threads that miss the same kernel at once share one compile: one
+/// compile counted, every thread holding the same code, each lookup
+/// counted as a hit or a miss. (With each miss compiling, as this
+/// cache once did, the first round compiled twice when this was checked.)
+#[test]
+fn concurrent_misses_compile_once() {
+    let (k, dtypes) = kernel(LAYERNORM);
+    let dtype_of = |id: BufId| dtypes[id.0 as usize];
+    for round in 0..3 {
+        let cache = KernelCache::new();
+        let opts = CodegenOptions::default();
+        let got = at_once(8, || {
+            cache.get_or_compile(&k, &dtype_of, opts, "test").unwrap()
+        });
+        assert!(got.iter().all(|c| Arc::ptr_eq(c, &got[0])), "round {round}");
+        let st = cache.stats();
+        assert_eq!((st.compiles, st.hits + st.misses), (1, 8), "round {round}");
+        assert_eq!(cache.len(), 1);
+        assert!(cache.lock().host.flights.is_empty());
+    }
+}
+
+/// The same for the simulated device's compiles.
+#[test]
+fn concurrent_sim_misses_compile_once() {
+    let (k, dtypes) = kernel(LAYERNORM);
+    let dtype_of = |id: BufId| dtypes[id.0 as usize];
+    let cfg = DeviceConfig::default();
+    let cache = KernelCache::new();
+    let got = at_once(8, || {
+        cache
+            .get_or_compile_sim(&k, &dtype_of, &cfg, "test")
+            .unwrap()
+    });
+    assert!(got.iter().all(|c| Arc::ptr_eq(c, &got[0])));
+    let st = cache.stats();
+    assert_eq!((st.compiles, st.hits + st.misses), (1, 8));
+    assert!(cache.lock().sim.flights.is_empty());
+}
+
+/// Callers waiting on a compile that fails get its error, and the
+/// failure leaves neither an entry nor a flight behind.
+#[test]
+fn waiters_share_a_failed_compile() {
+    let (k, dtypes) = kernel(LAYERNORM);
+    let dtype_of = |id: BufId| dtypes[id.0 as usize];
+    // A device whose local buffers cannot hold one row's tile.
+    let cfg = DeviceConfig {
+        ub_bytes: 64,
+        ..DeviceConfig::default()
+    };
+    let cache = KernelCache::new();
+    let got = at_once(4, || cache.get_or_compile_sim(&k, &dtype_of, &cfg, "test"));
+    let errors: Vec<String> = got
+        .iter()
+        .map(|r| r.as_ref().unwrap_err().to_string())
+        .collect();
+    assert!(errors.iter().all(|e| *e == errors[0]), "{errors:?}");
+    assert!(cache.is_empty());
+    assert!(cache.lock().sim.flights.is_empty());
+}
