@@ -285,15 +285,23 @@ fn hostile_input_exits_1_or_2_with_a_message() {
         (
             vec!["sim".into(), v.into(), "--frobnicate".into()],
             2,
-            "unknown option",
+            "unexpected argument '--frobnicate'",
         ),
-        (vec!["asm".into(), v.into()], 2, "needs -o"),
+        (vec!["asm".into(), v.into()], 2, "--output <FILE.bin>"),
         (
             vec!["sim".into(), "--config".into(), tiny.display().to_string()],
             2,
-            "needs a program",
+            "required arguments were not provided:\n  <FILE>",
         ),
     ];
+    let cases = cases.into_iter().chain([
+        (vec!["frobnicate".into()], 2, "unrecognized subcommand"),
+        (
+            vec!["sim".into(), v.into(), "--core".into(), "gpu".into()],
+            2,
+            "expected aiv or aic",
+        ),
+    ]);
     for (args, code, want) in cases {
         let o = run(bin().args(&args));
         let err = stderr(&o);
@@ -431,4 +439,62 @@ fn quickstart_passes_in_verify_mode_and_writes_traces() {
     let s_file = names.iter().find(|n| n.ends_with(".s")).unwrap();
     let text = std::fs::read_to_string(dump.join(s_file)).unwrap();
     assert!(text.starts_with(".kernel "), "{text}");
+}
+
+/// `--help` and `--version` work everywhere, print to stdout and exit 0;
+/// `demo --help` shows help instead of running the demo; each subcommand's
+/// help names its options and gives an example.
+#[test]
+fn help_and_version_everywhere() {
+    for (args, want) in [
+        (vec!["--help"], "Usage: tilejit [COMMAND]"),
+        (vec!["help"], "Commands:"),
+        (vec!["demo", "--help"], "Usage: tilejit demo"),
+        (
+            vec!["asm", "--help"],
+            "tilejit asm device/examples/softmax_rows.s -o",
+        ),
+        (vec!["disasm", "-h"], "Usage: tilejit disasm <INPUT>"),
+        (vec!["sim", "--help"], "--input <NAME=FILE.npy>"),
+        (vec!["help", "sim"], "Examples:"),
+        (vec!["--version"], "tilejit 0.1.0"),
+        (vec!["sim", "--version"], "tilejit-sim 0.1.0"),
+    ] {
+        let o = run(bin().args(&args));
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains(want),
+            "{args:?}: no `{want}` in {}",
+            stdout(&o)
+        );
+        assert!(
+            !stdout(&o).contains("quickstart: x f32"),
+            "{args:?} ran the demo"
+        );
+    }
+}
+
+/// A reader that goes away (`tilejit sim ... | head`) ends the tool quietly
+/// with success, never a panic.
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    use std::process::Stdio;
+    let vadd = examples().join("vadd_double_buffered.s");
+    for args in [
+        vec!["sim".to_string(), vadd.display().to_string()],
+        vec!["demo".to_string()],
+    ] {
+        let mut child = bin()
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close the read end before the tool writes its first line.
+        drop(child.stdout.take());
+        let o = child.wait_with_output().unwrap();
+        let err = stderr(&o);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+    }
 }

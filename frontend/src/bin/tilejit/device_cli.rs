@@ -3,6 +3,7 @@
 //! fails (unreadable or malformed files, verifier rejections, faults,
 //! out-of-memory) with 1; no input makes the tool panic or hang.
 
+use crate::{out, outln};
 use std::fmt::Write as _;
 use tilejit_ir::DType;
 use tilejit_runtime::device::isa::{asm, binary, GmDecl, Role};
@@ -52,27 +53,26 @@ fn load_program(path: &str) -> Result<Program, CliError> {
     }
 }
 
+/// `tilejit asm`'s arguments.
+#[derive(clap::Args)]
+pub struct AsmArgs {
+    /// The assembly file.
+    input: String,
+    /// Where to write the bytecode.
+    #[arg(short = 'o', long = "output", value_name = "FILE.bin")]
+    output: String,
+}
+
 /// `tilejit asm FILE.s -o FILE.bin`
-pub fn asm_cmd(args: &[String]) -> Result<(), CliError> {
-    let (mut input, mut output) = (None, None);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-o" => output = Some(it.next().ok_or_else(|| usage("-o needs a file"))?.clone()),
-            s if s.starts_with('-') => return Err(usage(format!("unknown option `{s}`"))),
-            s if input.is_none() => input = Some(s.to_string()),
-            s => return Err(usage(format!("unexpected argument `{s}`"))),
-        }
-    }
-    let input = input.ok_or_else(|| usage("asm needs an input file"))?;
-    let output = output.ok_or_else(|| usage("asm needs -o OUTPUT"))?;
-    let bytes = read_file(&input)?;
+pub fn asm_cmd(a: &AsmArgs) -> Result<(), CliError> {
+    let (input, output) = (&a.input, &a.output);
+    let bytes = read_file(input)?;
     let text = std::str::from_utf8(&bytes).map_err(|_| fail(format!("{input}: not UTF-8 text")))?;
     let program = asm::assemble(text).map_err(|e| fail(format!("{input}: {e}")))?;
     tilejit_runtime::device::verify(program.clone(), &DeviceConfig::default())
         .map_err(|e| fail(format!("{input}: {e}")))?;
     let bin = binary::encode(&program).map_err(|e| fail(format!("{input}: {e}")))?;
-    write_file(&output, &bin)?;
+    write_file(output, &bin)?;
     eprintln!(
         "{input}: {} instructions, {} bytes -> {output}",
         program.code.len(),
@@ -81,91 +81,68 @@ pub fn asm_cmd(args: &[String]) -> Result<(), CliError> {
     Ok(())
 }
 
+/// `tilejit disasm`'s arguments.
+#[derive(clap::Args)]
+pub struct DisasmArgs {
+    /// The bytecode file.
+    input: String,
+}
+
 /// `tilejit disasm FILE.bin`
-pub fn disasm_cmd(args: &[String]) -> Result<(), CliError> {
-    let [input] = args else {
-        return Err(usage("disasm takes one file"));
-    };
-    let bytes = read_file(input)?;
-    let program = binary::decode(&bytes).map_err(|e| fail(format!("{input}: {e}")))?;
-    print!("{}", asm::disassemble(&program));
+pub fn disasm_cmd(a: &DisasmArgs) -> Result<(), CliError> {
+    let bytes = read_file(&a.input)?;
+    let program = binary::decode(&bytes).map_err(|e| fail(format!("{}: {e}", a.input)))?;
+    out!("{}", asm::disassemble(&program));
     Ok(())
 }
 
-struct SimArgs {
+/// `tilejit sim`'s arguments.
+#[derive(clap::Args)]
+pub struct SimArgs {
+    /// The program: assembly text or bytecode.
     file: String,
+    /// The core type it must be for.
+    #[arg(long, value_name = "aiv|aic", value_parser = parse_core)]
     core: Option<CoreType>,
+    /// Read a GM argument from a .npy file (repeatable).
+    #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_pair)]
     inputs: Vec<(String, String)>,
+    /// Write a GM argument to a .npy file after the run (repeatable).
+    #[arg(long = "output", value_name = "NAME=FILE.npy", value_parser = parse_pair)]
     outputs: Vec<(String, String)>,
+    /// Set a scalar argument (repeatable).
+    #[arg(long = "arg", value_name = "NAME=VALUE", value_parser = parse_scalar)]
     scalars: Vec<(String, i64)>,
+    /// Seed of the inputs not given.
+    #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// A device configuration (JSON) instead of the default one.
+    #[arg(long, value_name = "DEVICE.json")]
     config: Option<String>,
 }
 
-fn parse_sim_args(args: &[String]) -> Result<SimArgs, CliError> {
-    let mut s = SimArgs {
-        file: String::new(),
-        core: None,
-        inputs: vec![],
-        outputs: vec![],
-        scalars: vec![],
-        seed: 0,
-        config: None,
-    };
-    let mut it = args.iter();
-    let pair = |v: Option<&String>, opt: &str| -> Result<(String, String), CliError> {
-        let v = v.ok_or_else(|| usage(format!("{opt} needs NAME=VALUE")))?;
-        let (n, f) = v
-            .split_once('=')
-            .ok_or_else(|| usage(format!("{opt} {v}: expected NAME=VALUE")))?;
-        Ok((n.to_string(), f.to_string()))
-    };
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--core" => {
-                let c = it.next().ok_or_else(|| usage("--core needs aiv or aic"))?;
-                s.core = Some(
-                    CoreType::from_name(c)
-                        .ok_or_else(|| usage(format!("--core {c}: expected aiv or aic")))?,
-                );
-            }
-            "--input" => s.inputs.push(pair(it.next(), "--input")?),
-            "--output" => s.outputs.push(pair(it.next(), "--output")?),
-            "--arg" => {
-                let (n, v) = pair(it.next(), "--arg")?;
-                let v = v
-                    .parse::<i64>()
-                    .map_err(|_| usage(format!("--arg {n}={v}: not an integer")))?;
-                s.scalars.push((n, v));
-            }
-            "--seed" => {
-                let v = it.next().ok_or_else(|| usage("--seed needs a number"))?;
-                s.seed = v
-                    .parse()
-                    .map_err(|_| usage(format!("--seed {v}: not a number")))?;
-            }
-            "--config" => {
-                s.config = Some(
-                    it.next()
-                        .ok_or_else(|| usage("--config needs a file"))?
-                        .clone(),
-                )
-            }
-            f if f.starts_with('-') => return Err(usage(format!("unknown option `{f}`"))),
-            f if s.file.is_empty() => s.file = f.to_string(),
-            f => return Err(usage(format!("unexpected argument `{f}`"))),
-        }
-    }
-    if s.file.is_empty() {
-        return Err(usage("sim needs a program file"));
-    }
-    Ok(s)
+fn parse_core(s: &str) -> Result<CoreType, String> {
+    CoreType::from_name(s).ok_or_else(|| format!("expected aiv or aic, not `{s}`"))
+}
+
+fn parse_pair(s: &str) -> Result<(String, String), String> {
+    let (n, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=VALUE, not `{s}`"))?;
+    Ok((n.to_string(), v.to_string()))
+}
+
+fn parse_scalar(s: &str) -> Result<(String, i64), String> {
+    let (n, v) = parse_pair(s)?;
+    let v = v
+        .parse::<i64>()
+        .map_err(|_| format!("{n}={v}: not an integer"))?;
+    Ok((n, v))
 }
 
 /// `tilejit sim FILE [--core aiv|aic] [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...
 /// [--arg NAME=VALUE]... [--seed N] [--config FILE.json]`
-pub fn sim_cmd(args: &[String]) -> Result<(), CliError> {
-    let a = parse_sim_args(args)?;
+pub fn sim_cmd(a: &SimArgs) -> Result<(), CliError> {
     let config = match &a.config {
         Some(path) => {
             let text = String::from_utf8(read_file(path)?)
@@ -249,13 +226,13 @@ pub fn sim_cmd(args: &[String]) -> Result<(), CliError> {
         .run(&verified, 0, &refs, &scalars)
         .map_err(|e| fail(e.to_string()))?;
     let cfg = device.config();
-    println!(
+    outln!(
         "program {} on {}_0",
         program.name,
         program.core.name().to_uppercase()
     );
-    print!("{run}");
-    println!(
+    out!("{run}");
+    outln!(
         "device time: {:.3} us at {:.2} GHz",
         run.seconds(cfg.clock_hz) * 1e6,
         cfg.clock_hz / 1e9
@@ -267,7 +244,7 @@ pub fn sim_cmd(args: &[String]) -> Result<(), CliError> {
             .copy_to_host(buf, 0, &mut data)
             .map_err(|e| fail(e.to_string()))?;
         if decl.role != Role::In {
-            println!("{}", summary(decl, &data));
+            outln!("{}", summary(decl, &data));
         }
         if let Some((_, path)) = a.outputs.iter().find(|(n, _)| *n == decl.name) {
             let arr = NpyArray {

@@ -1,28 +1,82 @@
-//! The `tilejit` command-line tool. `tilejit demo` (the default) runs the
-//! quickstart model and prints results, timings and the handler caches;
-//! `asm`, `disasm` and `sim` are the simulated accelerator's tools
-//! ([`device_cli`]).
+//! The `tilejit` command-line tool (clap): `tilejit demo` (the default)
+//! runs the quickstart model and prints results, timings and the handler
+//! caches; `asm`, `disasm` and `sim` are the simulated accelerator's tools
+//! ([`device_cli`]). `--help` works everywhere.
 
 mod device_cli;
 
+use clap::{Parser, Subcommand};
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Instant;
 use tilejit::prelude::*;
 
-const USAGE: &str = "usage: tilejit [demo | asm | disasm | sim | help | version]
+/// Writes to stdout; a reader that went away (`tilejit sim ... | head`)
+/// ends the program quietly, as other command-line tools do, instead of
+/// a panic.
+fn say(args: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
 
-  demo      run the quickstart model (layernorm -> matmul -> gelu -> matmul -> residual,
-            then softmax) twice, and print results, timings and the handler caches
-  asm FILE.s -o FILE.bin
-            assemble (and verify) a simulated-core program
-  disasm FILE.bin
-            print a bytecode program as assembly (it assembles back to the same bytes)
-  sim FILE(.s|.bin) [--core aiv|aic] [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...
-            [--arg NAME=VALUE]... [--seed N] [--config DEVICE.json]
-            run one program on one simulated core and print cycles per pipe; inputs
-            not given are filled deterministically from the seed
-  help      this text
-  version   print the version";
+/// `print!` through [`say`].
+macro_rules! out {
+    ($($t:tt)*) => { $crate::say(format_args!($($t)*)) };
+}
+
+/// `println!` through [`say`].
+macro_rules! outln {
+    () => { $crate::say(format_args!("\n")) };
+    ($($t:tt)*) => { $crate::say(format_args!("{}\n", format_args!($($t)*))) };
+}
+pub(crate) use {out, outln};
+
+/// A JIT kernel compiler and dispatcher for tensor programs: the quickstart
+/// demo, and the simulated accelerator's assembler, disassembler and
+/// single-core simulator.
+#[derive(Parser)]
+#[command(
+    name = "tilejit",
+    version,
+    propagate_version = true,
+    after_help = "With no command, runs `demo`.\n\nExit codes: 0 success, 1 failure (bad file, fault, verifier rejection), 2 bad usage.\nEnvironment: TILEJIT_RUN_MODE, TILEJIT_LOG, TILEJIT_DUMP, TILEJIT_PROFILE, ... (see README.md)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the quickstart model (layernorm -> matmul -> gelu -> matmul ->
+    /// residual, then softmax) twice on the host and once on the simulated
+    /// device, and print results, timings and the handler caches.
+    #[command(
+        after_help = "Examples:\n  tilejit demo\n  TILEJIT_RUN_MODE=verify TILEJIT_LOG=timing tilejit demo"
+    )]
+    Demo,
+    /// Assemble (and verify) a simulated-core program.
+    #[command(
+        after_help = "Example:\n  tilejit asm device/examples/softmax_rows.s -o softmax.bin"
+    )]
+    Asm(device_cli::AsmArgs),
+    /// Print a bytecode program as assembly (it assembles back to the same
+    /// bytes).
+    #[command(after_help = "Example:\n  tilejit disasm softmax.bin")]
+    Disasm(device_cli::DisasmArgs),
+    /// Run one program on one simulated core and print the cycles each pipe
+    /// was busy; inputs not given are filled deterministically from the seed.
+    #[command(
+        after_help = "Examples:\n  tilejit sim device/examples/vadd_double_buffered.s --core aiv\n  tilejit sim softmax.bin --input x=x.npy --output y=y.npy --seed 7"
+    )]
+    Sim(device_cli::SimArgs),
+}
 
 /// One transformer-style MLP block: pre-norm, up-projection, GELU,
 /// down-projection, residual.
@@ -46,11 +100,11 @@ fn demo() -> tilejit::Result<()> {
     let w1 = Tensor::randn(&[d, hidden], 2) * (1.0 / (d as f32).sqrt());
     let w2 = Tensor::randn(&[hidden, d], 3) * (1.0 / (hidden as f32).sqrt());
 
-    println!(
+    outln!(
         "tilejit {} quickstart: x f32[{rows},{d}], hidden {hidden}",
         env!("CARGO_PKG_VERSION")
     );
-    println!("(backend: native host code compiled with Cranelift)\n");
+    outln!("(backend: native host code compiled with Cranelift)\n");
     for call in [
         "first call (trace + compile + run)",
         "second call (handler cache hit)",
@@ -60,9 +114,9 @@ fn demo() -> tilejit::Result<()> {
         let probs = attention_probs(&y, &y, 1.0 / (d as f32).sqrt())?;
         let dt = t.elapsed();
         let row_sums = probs.sum(-1, false);
-        println!("{call}: {:.2} ms", dt.as_secs_f64() * 1e3);
-        println!("  y[0, :6]    = {}", first_cells(&y, 6)?);
-        println!(
+        outln!("{call}: {:.2} ms", dt.as_secs_f64() * 1e3);
+        outln!("  y[0, :6]    = {}", first_cells(&y, 6)?);
+        outln!(
             "  probs rows sum to 1: min {:.6}, max {:.6}",
             min_max(&row_sums)?.0,
             min_max(&row_sums)?.1
@@ -91,7 +145,7 @@ fn demo() -> tilejit::Result<()> {
         .iter()
         .zip(&sv)
         .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    println!(
+    outln!(
         "\non the simulated device (RunMode::Sim): {:.1} ms of host time, max |host - sim| = {max_diff:.2e}",
         t.elapsed().as_secs_f64() * 1e3
     );
@@ -100,16 +154,16 @@ fn demo() -> tilejit::Result<()> {
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("tilejit-demo-profile"));
     for p in &profiles {
-        print!("{}", p.summary());
+        out!("{}", p.summary());
         match tilejit::write_trace(&dir, p) {
-            Ok(path) => println!("  trace (open in Perfetto): {}", path.display()),
-            Err(e) => println!("  (could not write the trace to {}: {e})", dir.display()),
+            Ok(path) => outln!("  trace (open in Perfetto): {}", path.display()),
+            Err(e) => outln!("  (could not write the trace to {}: {e})", dir.display()),
         }
     }
-    println!("\n{}", mlp_block::jit());
-    println!("{}", attention_probs::jit());
+    outln!("\n{}", mlp_block::jit());
+    outln!("{}", attention_probs::jit());
     if let Some(h) = mlp_block::jit().handlers().first() {
-        println!(
+        outln!(
             "optimised graph of mlp_block for {}:\n{}",
             h.signature,
             h.graph_text()
@@ -136,44 +190,22 @@ fn min_max(t: &Tensor) -> tilejit::Result<(f32, f32)> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str).unwrap_or("demo") {
-        "demo" => match demo() {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(1)
-            }
-        },
-        cmd @ ("asm" | "disasm" | "sim") => {
-            let rest = &args[1..];
-            let result = match cmd {
-                "asm" => device_cli::asm_cmd(rest),
-                "disasm" => device_cli::disasm_cmd(rest),
-                _ => device_cli::sim_cmd(rest),
-            };
-            match result {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {}", e.msg);
-                    if e.code == 2 {
-                        eprintln!("\n{USAGE}");
-                    }
-                    ExitCode::from(e.code)
-                }
-            }
-        }
-        "help" | "-h" | "--help" => {
-            println!("{USAGE}");
-            ExitCode::SUCCESS
-        }
-        "version" | "-V" | "--version" => {
-            println!("tilejit {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        other => {
-            eprintln!("error: unknown command `{other}`\n\n{USAGE}");
-            ExitCode::from(2)
+    // Help and version print to stdout and exit 0; usage errors exit 2.
+    let cli = Cli::parse();
+    let result = match cli.command.unwrap_or(Command::Demo) {
+        Command::Demo => demo().map_err(|e| device_cli::CliError {
+            code: 1,
+            msg: e.to_string(),
+        }),
+        Command::Asm(a) => device_cli::asm_cmd(&a),
+        Command::Disasm(a) => device_cli::disasm_cmd(&a),
+        Command::Sim(a) => device_cli::sim_cmd(&a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", e.msg);
+            ExitCode::from(e.code)
         }
     }
 }
