@@ -59,6 +59,15 @@ pub enum DeviceError {
         /// What was wrong.
         msg: String,
     },
+    /// A [`ProgramBuilder`](crate::isa::emit::ProgramBuilder) was given
+    /// something the program cannot hold (a code generator bug).
+    #[error("program `{program}` could not be built: {msg}")]
+    Build {
+        /// The program's name.
+        program: String,
+        /// What was wrong.
+        msg: String,
+    },
     /// The verifier rejected a program before it ran.
     #[error("program `{program}` rejected{}: {msg}", pc.map(|p| format!(" at pc {p}")).unwrap_or_default())]
     Verify {

@@ -13,6 +13,7 @@
 pub mod asm;
 pub mod binary;
 pub mod doc;
+pub mod emit;
 pub mod table;
 pub mod verify;
 

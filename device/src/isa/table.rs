@@ -6,8 +6,10 @@
 //! `ISA.md` (`doc.rs`) are all driven by this table; only the semantics of
 //! each opcode (`sim/exec.rs`) are written per opcode.
 
-use super::{Cores, Foot, Kind, PipeSel, Space};
+use super::emit::{Addr, EventId, Gm, Int, Label, Mkn, ProgramBuilder, Reg, Shape, ToOperand, Val};
+use super::{Cond, Cores, Foot, Kind, PipeSel, Space};
 use crate::isa::Pipe;
+use tilejit_ir::DType;
 
 /// How an instruction's cycles are computed (formulas in `ISA.md`; numbers
 /// in [`crate::CostTable`]).
@@ -57,8 +59,8 @@ pub struct OpInfo {
 }
 
 macro_rules! isa_table {
-    ($( $name:ident $mn:literal $pipe:expr, $cores:ident, $cost:ident,
-        [$($on:literal : $ok:expr),* $(,)?], $doc:literal; )*) => {
+    ($( $name:ident $mn:ident $pipe:expr, $cores:ident, $cost:ident,
+        [$($on:ident : $ok:ident),* $(,)?], $doc:literal; )*) => {
         /// An opcode; its discriminant is its row in [`TABLE`] and its byte
         /// in the binary encoding.
         #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -70,13 +72,73 @@ macro_rules! isa_table {
         /// The ISA, one row per opcode, in opcode order.
         pub const TABLE: &[OpInfo] = &[ $( OpInfo {
             opcode: Opcode::$name,
-            mnemonic: $mn,
+            mnemonic: stringify!($mn),
             pipe: $pipe,
             cores: Cores::$cores,
             cost: CostClass::$cost,
-            operands: &[$(($on, $ok)),*],
+            operands: &[$((stringify!($on), $ok)),*],
             doc: $doc,
         }, )* ];
+
+        /// One method per opcode, named by its mnemonic, taking its operands
+        /// in table order with one Rust type per operand kind.
+        // Rows take up to 10 operands; the methods mirror them one to one.
+        #[allow(clippy::too_many_arguments, rustdoc::broken_intra_doc_links)]
+        impl ProgramBuilder {
+            $(
+                #[doc = concat!("`", stringify!($mn), "`: ", $doc)]
+                pub fn $mn(&mut self $(, $on: kind_param!($ok))*) -> &mut Self {
+                    let args = vec![$( ToOperand::to_operand(Into::<kind_arg!($ok)>::into($on)) ),*];
+                    self.push(Opcode::$name, args)
+                }
+            )*
+        }
+    };
+}
+
+/// The Rust type a builder method takes for an operand of a table kind.
+macro_rules! kind_param {
+    (REG) => { Reg };
+    (IMM) => { impl Into<Int> };
+    (VAL) => { impl Into<Val> };
+    (SCALAR) => { f64 };
+    (DT) => { DType };
+    (SHAPE) => { Shape };
+    (MKN) => { Mkn };
+    (GM) => { Gm };
+    (LABEL) => { Label };
+    (PIPE) => { Pipe };
+    (EV) => { impl Into<EventId> };
+    (COND) => { Cond };
+    (UB) => { Addr };
+    (UB2) => { Addr };
+    (UB_MASK) => { Addr };
+    (UB_ROW) => { Addr };
+    (UB_COL) => { Addr };
+    (UB_ELEM) => { Addr };
+    (L1) => { Addr };
+    (L0A) => { Addr };
+    (L0B) => { Addr };
+    (L0C) => { Addr };
+    (MAT_A) => { Addr };
+    (MAT_B) => { Addr };
+    (MAT_C) => { Addr };
+}
+
+/// The type [`kind_param`]'s parameter converts to before it becomes an
+/// [`Operand`](super::Operand).
+macro_rules! kind_arg {
+    (IMM) => {
+        Int
+    };
+    (VAL) => {
+        Val
+    };
+    (EV) => {
+        EventId
+    };
+    ($other:ident) => {
+        kind_param!($other)
     };
 }
 
@@ -107,92 +169,92 @@ const FIXP: PipeSel = PipeSel::Fixed(Pipe::Fixp);
 
 isa_table! {
     // ---- scalar unit and control (both core types) ----
-    Nop "nop" S, Both, Scalar, [], "No operation.";
-    Movi "movi" S, Both, Scalar, ["rd": REG, "imm": IMM], "rd = imm.";
-    Mov "mov" S, Both, Scalar, ["rd": REG, "rs": REG], "rd = rs.";
-    Add "add" S, Both, Scalar, ["rd": REG, "ra": REG, "b": VAL], "rd = ra + b (wrapping).";
-    Sub "sub" S, Both, Scalar, ["rd": REG, "ra": REG, "b": VAL], "rd = ra - b (wrapping).";
-    Mul "mul" S, Both, Scalar, ["rd": REG, "ra": REG, "b": VAL], "rd = ra * b (wrapping).";
-    Div "div" S, Both, Scalar, ["rd": REG, "ra": REG, "b": VAL], "rd = ra / b, truncating; b = 0 faults.";
-    Rem "rem" S, Both, Scalar, ["rd": REG, "ra": REG, "b": VAL], "rd = ra % b (sign of ra); b = 0 faults.";
-    Min "min" S, Both, Scalar, ["rd": REG, "ra": REG, "b": VAL], "rd = min(ra, b).";
-    Max "max" S, Both, Scalar, ["rd": REG, "ra": REG, "b": VAL], "rd = max(ra, b).";
-    Shl "shl" S, Both, Scalar, ["rd": REG, "ra": REG, "b": VAL], "rd = ra << b; b outside 0..64 faults.";
-    Shr "shr" S, Both, Scalar, ["rd": REG, "ra": REG, "b": VAL], "rd = ra >> b (arithmetic); b outside 0..64 faults.";
-    Ldarg "ldarg" S, Both, Scalar, ["rd": REG, "index": IMM], "rd = the task's scalar argument `index`.";
-    Jmp "jmp" S, Both, Branch, ["target": LABEL], "Jump to target.";
-    Blt "blt" S, Both, Branch, ["ra": REG, "b": VAL, "target": LABEL], "Jump to target if ra < b.";
-    Bge "bge" S, Both, Branch, ["ra": REG, "b": VAL, "target": LABEL], "Jump to target if ra >= b.";
-    Beq "beq" S, Both, Branch, ["ra": REG, "b": VAL, "target": LABEL], "Jump to target if ra == b.";
-    Bne "bne" S, Both, Branch, ["ra": REG, "b": VAL, "target": LABEL], "Jump to target if ra != b.";
-    Setf "setf" PipeSel::Operand(0), Both, Flag, ["src": PIPE, "dst": PIPE, "event": EV],
+    Nop nop S, Both, Scalar, [], "No operation.";
+    Movi movi S, Both, Scalar, [rd: REG, imm: IMM], "rd = imm.";
+    Mov mov S, Both, Scalar, [rd: REG, rs: REG], "rd = rs.";
+    Add add S, Both, Scalar, [rd: REG, ra: REG, b: VAL], "rd = ra + b (wrapping).";
+    Sub sub S, Both, Scalar, [rd: REG, ra: REG, b: VAL], "rd = ra - b (wrapping).";
+    Mul mul S, Both, Scalar, [rd: REG, ra: REG, b: VAL], "rd = ra * b (wrapping).";
+    Div div S, Both, Scalar, [rd: REG, ra: REG, b: VAL], "rd = ra / b, truncating; b = 0 faults.";
+    Rem rem S, Both, Scalar, [rd: REG, ra: REG, b: VAL], "rd = ra % b (sign of ra); b = 0 faults.";
+    Min min S, Both, Scalar, [rd: REG, ra: REG, b: VAL], "rd = min(ra, b).";
+    Max max S, Both, Scalar, [rd: REG, ra: REG, b: VAL], "rd = max(ra, b).";
+    Shl shl S, Both, Scalar, [rd: REG, ra: REG, b: VAL], "rd = ra << b; b outside 0..64 faults.";
+    Shr shr S, Both, Scalar, [rd: REG, ra: REG, b: VAL], "rd = ra >> b (arithmetic); b outside 0..64 faults.";
+    Ldarg ldarg S, Both, Scalar, [rd: REG, index: IMM], "rd = the task's scalar argument `index`.";
+    Jmp jmp S, Both, Branch, [target: LABEL], "Jump to target.";
+    Blt blt S, Both, Branch, [ra: REG, b: VAL, target: LABEL], "Jump to target if ra < b.";
+    Bge bge S, Both, Branch, [ra: REG, b: VAL, target: LABEL], "Jump to target if ra >= b.";
+    Beq beq S, Both, Branch, [ra: REG, b: VAL, target: LABEL], "Jump to target if ra == b.";
+    Bne bne S, Both, Branch, [ra: REG, b: VAL, target: LABEL], "Jump to target if ra != b.";
+    Setf setf PipeSel::Operand(0), Both, Flag, [src: PIPE, dst: PIPE, event: EV],
         "Queued on `src`: once every earlier `src` instruction is done, raise flag (src, dst, event).";
-    Waitf "waitf" PipeSel::Operand(1), Both, Flag, ["src": PIPE, "dst": PIPE, "event": EV],
+    Waitf waitf PipeSel::Operand(1), Both, Flag, [src: PIPE, dst: PIPE, event: EV],
         "Queued on `dst`: `dst` stalls until flag (src, dst, event) is raised, then lowers it.";
-    Barrier "barrier" PipeSel::All, Both, Barrier, [],
+    Barrier barrier PipeSel::All, Both, Barrier, [],
         "Every pipe waits until all earlier instructions on every pipe are done.";
-    End "end" S, Both, Scalar, [], "Stop issuing; the run ends when every pipe has drained.";
+    End end S, Both, Scalar, [], "Stop issuing; the run ends when every pipe has drained.";
 
     // ---- AIV: GM <-> UB transfers ----
-    Ld "ld" MTE2, Aiv, GmRead,
-        ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "src": GM, "offset": VAL, "stride": VAL],
+    Ld ld MTE2, Aiv, GmRead,
+        [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, src: GM, offset: VAL, stride: VAL],
         "Load the valid vrows x vcols region from GM (element `offset`, row stride `stride` elements) into a UB tile; the rest of the tile is zero-filled.";
-    Ldx "ldx" MTE2, Aiv, GmRead,
-        ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "src": GM, "offset": VAL, "stride": VAL, "cstride": VAL],
+    Ldx ldx MTE2, Aiv, GmRead,
+        [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, src: GM, offset: VAL, stride: VAL, cstride: VAL],
         "Strided load: element (r, c) of the valid region comes from GM element offset + r*stride + c*cstride (a transposed or strided view); the rest of the tile is zero-filled.";
-    Stx "stx" MTE3, Aiv, GmWrite,
-        ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": GM, "offset": VAL, "stride": VAL, "cstride": VAL, "src": UB],
+    Stx stx MTE3, Aiv, GmWrite,
+        [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: GM, offset: VAL, stride: VAL, cstride: VAL, src: UB],
         "Strided store: element (r, c) of the valid region goes to GM element offset + r*stride + c*cstride.";
-    St "st" MTE3, Aiv, GmWrite,
-        ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": GM, "offset": VAL, "stride": VAL, "src": UB],
+    St st MTE3, Aiv, GmWrite,
+        [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: GM, offset: VAL, stride: VAL, src: UB],
         "Store the valid vrows x vcols region of a UB tile to GM (element `offset`, row stride `stride`).";
 
     // ---- AIV: vector unit, elementwise on the valid region ----
-    Vadd "vadd" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB, "b": UB], "dst = a + b.";
-    Vsub "vsub" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB, "b": UB], "dst = a - b.";
-    Vmul "vmul" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB, "b": UB], "dst = a * b.";
-    Vdiv "vdiv" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB, "b": UB], "dst = a / b (integers: truncating, x / 0 = 0).";
-    Vmax "vmax" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB, "b": UB], "dst = max(a, b), NaN-propagating.";
-    Vmin "vmin" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB, "b": UB], "dst = min(a, b), NaN-propagating.";
-    Vmov "vmov" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = a.";
-    Vneg "vneg" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = -a.";
-    Vabs "vabs" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = |a|.";
-    Vsquare "vsquare" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = a * a.";
-    Vrelu "vrelu" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = max(a, 0), NaN-propagating.";
-    Vexp "vexp" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = e^a (floats).";
-    Vlog "vlog" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = ln a (floats).";
-    Vsqrt "vsqrt" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = sqrt a (floats).";
-    Vrsqrt "vrsqrt" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = 1 / sqrt a (floats).";
-    Vrecip "vrecip" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = 1 / a (floats).";
-    Vtanh "vtanh" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = tanh a (floats).";
-    Vsigmoid "vsigmoid" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = 1 / (1 + e^-a) (floats).";
-    Vgelu "vgelu" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB], "dst = gelu(a), tanh approximation (floats).";
-    Vadds "vadds" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB, "s": SCALAR], "dst = a + s.";
-    Vmuls "vmuls" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB, "s": SCALAR], "dst = a * s.";
-    Vmaxs "vmaxs" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB, "s": SCALAR], "dst = max(a, s), NaN-propagating.";
-    Vmins "vmins" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "a": UB, "s": SCALAR], "dst = min(a, s), NaN-propagating.";
-    Vdup "vdup" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "s": SCALAR], "dst = s everywhere in the valid region.";
-    Vdupr "vdupr" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "rs": REG], "dst = the value in rs everywhere in the valid region (floats: rs holds f64 bits, rounded to dtype; integers: wrapped).";
-    Vbcast "vbcast" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "src": UB_ELEM], "dst = src's first element everywhere in the valid region.";
-    Vcmp "vcmp" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "cond": COND, "dst": UB_MASK, "a": UB, "b": UB], "dst (bool tile) = a cond b.";
-    Vsel "vsel" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "mask": UB_MASK, "a": UB, "b": UB], "dst = mask ? a : b.";
-    Vcast "vcast" V, Aiv, Vector, ["dtype": DT, "from": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "src": UB2], "dst = src converted from `from` to `dtype` (round to nearest; float -> int truncates and saturates).";
-    Vrsum "vrsum" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB_ROW, "src": UB], "dst[r] = sum of row r's valid columns (accumulated exactly, rounded once).";
-    Vrmax "vrmax" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB_ROW, "src": UB], "dst[r] = max of row r's valid columns, NaN-propagating.";
-    Vrmin "vrmin" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB_ROW, "src": UB], "dst[r] = min of row r's valid columns, NaN-propagating.";
-    Vbrow "vbrow" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "src": UB_ROW], "dst[r][c] = src[r] (broadcast one value per row along the row).";
-    Vbcol "vbcol" V, Aiv, Vector, ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": UB, "src": UB_COL], "dst[r][c] = src[c] (broadcast a row vector down the rows).";
+    Vadd vadd V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a + b.";
+    Vsub vsub V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a - b.";
+    Vmul vmul V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a * b.";
+    Vdiv vdiv V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a / b (integers: truncating, x / 0 = 0).";
+    Vmax vmax V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = max(a, b), NaN-propagating.";
+    Vmin vmin V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = min(a, b), NaN-propagating.";
+    Vmov vmov V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = a.";
+    Vneg vneg V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = -a.";
+    Vabs vabs V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = |a|.";
+    Vsquare vsquare V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = a * a.";
+    Vrelu vrelu V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = max(a, 0), NaN-propagating.";
+    Vexp vexp V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = e^a (floats).";
+    Vlog vlog V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = ln a (floats).";
+    Vsqrt vsqrt V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = sqrt a (floats).";
+    Vrsqrt vrsqrt V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = 1 / sqrt a (floats).";
+    Vrecip vrecip V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = 1 / a (floats).";
+    Vtanh vtanh V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = tanh a (floats).";
+    Vsigmoid vsigmoid V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = 1 / (1 + e^-a) (floats).";
+    Vgelu vgelu V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = gelu(a), tanh approximation (floats).";
+    Vadds vadds V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, s: SCALAR], "dst = a + s.";
+    Vmuls vmuls V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, s: SCALAR], "dst = a * s.";
+    Vmaxs vmaxs V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, s: SCALAR], "dst = max(a, s), NaN-propagating.";
+    Vmins vmins V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, s: SCALAR], "dst = min(a, s), NaN-propagating.";
+    Vdup vdup V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, s: SCALAR], "dst = s everywhere in the valid region.";
+    Vdupr vdupr V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, rs: REG], "dst = the value in rs everywhere in the valid region (floats: rs holds f64 bits, rounded to dtype; integers: wrapped).";
+    Vbcast vbcast V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, src: UB_ELEM], "dst = src's first element everywhere in the valid region.";
+    Vcmp vcmp V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, cond: COND, dst: UB_MASK, a: UB, b: UB], "dst (bool tile) = a cond b.";
+    Vsel vsel V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, mask: UB_MASK, a: UB, b: UB], "dst = mask ? a : b.";
+    Vcast vcast V, Aiv, Vector, [dtype: DT, from: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, src: UB2], "dst = src converted from `from` to `dtype` (round to nearest; float -> int truncates and saturates).";
+    Vrsum vrsum V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB_ROW, src: UB], "dst[r] = sum of row r's valid columns (accumulated exactly, rounded once).";
+    Vrmax vrmax V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB_ROW, src: UB], "dst[r] = max of row r's valid columns, NaN-propagating.";
+    Vrmin vrmin V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB_ROW, src: UB], "dst[r] = min of row r's valid columns, NaN-propagating.";
+    Vbrow vbrow V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, src: UB_ROW], "dst[r][c] = src[r] (broadcast one value per row along the row).";
+    Vbcol vbcol V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, src: UB_COL], "dst[r][c] = src[c] (broadcast a row vector down the rows).";
 
     // ---- AIC: GM -> L1 -> L0A/L0B -> cube -> L0C -> GM ----
-    Ldl1 "ldl1" MTE2, Aic, GmRead,
-        ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": L1, "src": GM, "offset": VAL, "stride": VAL],
+    Ldl1 ldl1 MTE2, Aic, GmRead,
+        [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: L1, src: GM, offset: VAL, stride: VAL],
         "Load the valid region from GM into an L1 tile; the rest of the tile is zero-filled.";
-    Mvl0a "mvl0a" MTE1, Aic, L1ToL0a, ["dtype": DT, "shape": SHAPE, "dst": L0A, "src": L1], "Copy a whole L1 tile to L0A (left matrix).";
-    Mvl0b "mvl0b" MTE1, Aic, L1ToL0b, ["dtype": DT, "shape": SHAPE, "dst": L0B, "src": L1], "Copy a whole L1 tile to L0B (right matrix).";
-    Mmad "mmad" M, Aic, Cube, ["dtype": DT, "mkn": MKN, "c": MAT_C, "a": MAT_A, "b": MAT_B, "acc": IMM],
+    Mvl0a mvl0a MTE1, Aic, L1ToL0a, [dtype: DT, shape: SHAPE, dst: L0A, src: L1], "Copy a whole L1 tile to L0A (left matrix).";
+    Mvl0b mvl0b MTE1, Aic, L1ToL0b, [dtype: DT, shape: SHAPE, dst: L0B, src: L1], "Copy a whole L1 tile to L0B (right matrix).";
+    Mmad mmad M, Aic, Cube, [dtype: DT, mkn: MKN, c: MAT_C, a: MAT_A, b: MAT_B, acc: IMM],
         "c[m,n] (f32) = (acc ? c : 0) + a[m,k] @ b[k,n]; each step is a multiply-add rounded to f32.";
-    Fixp "fixp" FIXP, Aic, Fixpipe,
-        ["dtype": DT, "shape": SHAPE, "vrows": VAL, "vcols": VAL, "dst": GM, "offset": VAL, "stride": VAL, "src": L0C, "relu": IMM],
+    Fixp fixp FIXP, Aic, Fixpipe,
+        [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: GM, offset: VAL, stride: VAL, src: L0C, relu: IMM],
         "Store the valid region of an f32 L0C tile to GM converted to `dtype`, with relu when relu = 1.";
 }
 
