@@ -1,18 +1,50 @@
 //! Matmul kernels: AIC tasks over output tiles for the cube's dtypes, and
 //! a row-by-row vector-core form for f64 and integers.
 
-use super::{assemble_verified, sanitize, unsupported, DeviceKernel};
+use super::{finish, sanitize, unsupported, DeviceKernel};
 use crate::CodegenError;
-use std::fmt::Write;
-use tilejit_device::isa::pitch;
+use std::sync::Arc;
+use tilejit_device::isa::emit::{Addr, Gm, Mkn, ProgramBuilder, Shape};
+use tilejit_device::isa::{pitch, Pipe, Role};
 use tilejit_device::{CoreType, DeviceConfig};
-use tilejit_ir::kernel::{BufId, Kernel};
+use tilejit_ir::kernel::{BufId, Kernel, MatMul};
 use tilejit_ir::DType;
 
 /// The cube's tile: `TM x TK` by `TK x TN` per multiply-accumulate.
 const TM: usize = 64;
 const TK: usize = 64;
 const TN: usize = 64;
+
+/// The registers of an AIC matmul task.
+mod cube {
+    use tilejit_device::isa::emit::Reg;
+
+    /// The output tile index.
+    pub(super) const TILE: Reg = Reg::fixed(0);
+    /// One past the task's last tile.
+    pub(super) const END: Reg = Reg::fixed(1);
+    /// The tile's batch, m-tile and n-tile.
+    pub(super) const BATCH: Reg = Reg::fixed(2);
+    pub(super) const MT: Reg = Reg::fixed(3);
+    pub(super) const NT: Reg = Reg::fixed(4);
+    /// Valid rows and columns of the output tile.
+    pub(super) const VROWS: Reg = Reg::fixed(5);
+    pub(super) const VCOLS: Reg = Reg::fixed(6);
+    /// The K step, and its valid K.
+    pub(super) const KSTEP: Reg = Reg::fixed(7);
+    pub(super) const VK: Reg = Reg::fixed(8);
+    /// GM element offsets of the A panel, the B panel and the C tile.
+    pub(super) const OFF_A: Reg = Reg::fixed(9);
+    pub(super) const OFF_B: Reg = Reg::fixed(10);
+    pub(super) const OFF_C: Reg = Reg::fixed(11);
+    /// Scratch.
+    pub(super) const T: Reg = Reg::fixed(12);
+}
+
+/// `-v`, for the `mul r, r, -TILE` that starts `min(TILE, dim - i*TILE)`.
+fn neg(v: usize) -> i64 {
+    -(v as i64)
+}
 
 /// A matmul as AIC tasks over output tiles: each tile loads A and B panels
 /// into L1 per K step, moves them to L0A/L0B, multiplies into L0C (the
@@ -21,10 +53,11 @@ const TN: usize = 64;
 /// K, M and N tails need no special code.
 pub(super) fn compile_matmul(
     k: &Kernel,
-    mm: &tilejit_ir::kernel::MatMul,
+    mm: &MatMul,
     buf_dtype: &dyn Fn(BufId) -> DType,
     cfg: &DeviceConfig,
 ) -> Result<DeviceKernel, CodegenError> {
+    use cube::{END, KSTEP, OFF_C, TILE, VCOLS, VROWS};
     let dt = buf_dtype(mm.a);
     if !matches!(dt, DType::F32 | DType::F16 | DType::BF16) || buf_dtype(mm.b) != dt {
         return Err(unsupported(
@@ -33,88 +66,142 @@ pub(super) fn compile_matmul(
         ));
     }
     let out_dt = buf_dtype(mm.out);
-    let (b, m, kk, n) = (mm.batch.max(1), mm.m, mm.k, mm.n);
+    let (m, kk, n) = (mm.m, mm.k, mm.n);
     let (mt, nt, kt) = (m.div_ceil(TM), n.div_ceil(TN), kk.div_ceil(TK));
-    let tiles = b * mt * nt;
-    let a_bytes = (TM as u64) * pitch(TK as u64, dt);
-    let mut s = String::new();
-    let name = format!("mm_{}", sanitize(&k.name));
-    let _ = writeln!(s, ".kernel {name} aic");
-    let _ = writeln!(
-        s,
-        ".gm a {dt} [] in\n.gm b {dt} [] in\n.gm c {out_dt} [] out"
-    );
-    let _ = writeln!(s, ".arg lo 0\n.arg hi 0");
-    // r0 tile index, r1 end; r2 batch, r3 m-tile, r4 n-tile; r5/r6 valid
-    // rows/cols of the output tile; r7 k step; r8 valid k; r9/r10/r11 GM
-    // offsets of A, B, C; r12 scratch.
-    let _ = writeln!(
-        s,
-        "    ldarg r0, 0\n    ldarg r1, 1\nloop:\n    bge r0, r1, done"
-    );
-    // An empty output (m or n = 0) has no tiles and so no tasks; the
-    // divisors only have to be legal. With k = 0 the one K step multiplies
-    // zero-filled panels, so the product is zeros.
-    let (dmt, dnt) = (mt.max(1), nt.max(1));
-    let _ = writeln!(
-        s,
-        "    rem r4, r0, {dnt}\n    div r12, r0, {dnt}\n    rem r3, r12, {dmt}\n    div r2, r12, {dmt}"
-    );
-    let _ = writeln!(
-        s,
-        "    mul r5, r3, -{TM}\n    add r5, r5, {m}\n    min r5, r5, {TM}"
-    );
-    let _ = writeln!(
-        s,
-        "    mul r6, r4, -{TN}\n    add r6, r6, {n}\n    min r6, r6, {TN}"
-    );
-    // Offsets of the output tile's first element.
-    let _ = writeln!(s, "    mul r11, r2, {}\n    mul r12, r3, {}\n    add r11, r11, r12\n    mul r12, r4, {TN}\n    add r11, r11, r12", m * n, TM * n);
-    let k_step = |acc: u8, s: &mut String| {
-        // Valid K of this step: min(TK, k - r7*TK).
-        let _ = writeln!(
-            s,
-            "    mul r8, r7, -{TK}\n    add r8, r8, {kk}\n    min r8, r8, {TK}"
-        );
-        let _ = writeln!(s, "    mul r9, r2, {}\n    mul r12, r3, {}\n    add r9, r9, r12\n    mul r12, r7, {TK}\n    add r9, r9, r12", m * kk, TM * kk);
-        let _ = writeln!(s, "    mul r10, r2, {}\n    mul r12, r7, {}\n    add r10, r10, r12\n    mul r12, r4, {TN}\n    add r10, r10, r12", kk * n, TK * n);
-        let _ = writeln!(s, "    ldl1 {dt}, {TM}x{TK}, r5, r8, @0x0, a, r9, {kk}");
-        let _ = writeln!(
-            s,
-            "    ldl1 {dt}, {TK}x{TN}, r8, r6, @0x{a_bytes:x}, b, r10, {n}"
-        );
-        let _ = writeln!(s, "    setf mte2, mte1, 0\n    waitf mte2, mte1, 0");
-        let _ = writeln!(s, "    mvl0a {dt}, {TM}x{TK}, @0x0, @0x0\n    mvl0b {dt}, {TK}x{TN}, @0x0, @0x{a_bytes:x}");
-        let _ = writeln!(s, "    setf mte1, m, 0\n    waitf mte1, m, 0");
-        let _ = writeln!(s, "    mmad {dt}, {TM}x{TK}x{TN}, @0x0, @0x0, @0x0, {acc}");
-        // The next step's loads reuse L1 and L0: wait for the cube.
-        let _ = writeln!(s, "    barrier\n    add r7, r7, 1");
+    let mut b = ProgramBuilder::new(format!("mm_{}", sanitize(&k.name)), CoreType::Aic);
+    let (ga, gb) = (b.gm("a", dt, &[], Role::In), b.gm("b", dt, &[], Role::In));
+    let gc = b.gm("c", out_dt, &[], Role::Out);
+    let (lo, hi) = (b.arg("lo", 0), b.arg("hi", 0));
+    let (top, done, kloop, kdone) = (b.label(), b.label(), b.label(), b.label());
+    b.ldarg(TILE, lo).ldarg(END, hi);
+    b.bind(top);
+    b.bge(TILE, END, done);
+    emit_tile_coords(&mut b, mm, (mt, nt));
+    let cx = KStep {
+        dt,
+        mm,
+        a: ga,
+        b: gb,
     };
-    let _ = writeln!(s, "    movi r7, 0");
-    k_step(0, &mut s);
-    let _ = writeln!(s, "kloop:\n    bge r7, {kt}, kdone");
-    k_step(1, &mut s);
-    let _ = writeln!(s, "    jmp kloop\nkdone:");
-    let _ = writeln!(s, "    setf m, fixp, 0\n    waitf m, fixp, 0");
-    let _ = writeln!(
-        s,
-        "    fixp {out_dt}, {TM}x{TN}, r5, r6, c, r11, {n}, @0x0, 0"
-    );
-    let _ = writeln!(
-        s,
-        "    barrier\n    add r0, r0, 1\n    jmp loop\ndone:\n    end"
-    );
-    let program = assemble_verified(k, &s, cfg)?;
+    b.movi(KSTEP, 0);
+    cx.emit(&mut b, 0);
+    b.bind(kloop);
+    b.bge(KSTEP, kt, kdone);
+    cx.emit(&mut b, 1);
+    b.jmp(kloop);
+    b.bind(kdone);
+    b.setf(Pipe::M, Pipe::Fixp, 0).waitf(Pipe::M, Pipe::Fixp, 0);
+    let out = Shape::new(TM, TN);
+    b.fixp(out_dt, out, VROWS, VCOLS, gc, OFF_C, n, Addr::new(0), 0);
+    b.barrier().add(TILE, TILE, 1).jmp(top);
+    b.bind(done);
+    b.end();
+    let (program, asm) = finish(k, b, cfg)?;
     Ok(DeviceKernel {
         name: format!("{}/matmul", k.name),
         core: CoreType::Aic,
         program,
-        asm: s,
+        asm,
         buffers: vec![mm.a, mm.b, mm.out],
-        units: tiles,
+        units: mm.batch.max(1) * mt * nt,
         tile_units: 1,
-        extra: std::sync::Arc::new(Vec::new()),
+        extra: Arc::new(Vec::new()),
     })
+}
+
+/// The output tile's batch, m-tile and n-tile, its valid rows and
+/// columns, and the GM offset of its first element.
+fn emit_tile_coords(b: &mut ProgramBuilder, mm: &MatMul, (mt, nt): (usize, usize)) {
+    use cube::{BATCH, MT, NT, OFF_C, T, TILE, VCOLS, VROWS};
+    let (m, n) = (mm.m, mm.n);
+    // An empty output (m or n = 0) has no tiles and so no tasks; the
+    // divisors only have to be legal. With k = 0 the one K step multiplies
+    // zero-filled panels, so the product is zeros.
+    let (dmt, dnt) = (mt.max(1), nt.max(1));
+    b.rem(NT, TILE, dnt).div(T, TILE, dnt);
+    b.rem(MT, T, dmt).div(BATCH, T, dmt);
+    b.mul(VROWS, MT, neg(TM))
+        .add(VROWS, VROWS, m)
+        .min(VROWS, VROWS, TM);
+    b.mul(VCOLS, NT, neg(TN))
+        .add(VCOLS, VCOLS, n)
+        .min(VCOLS, VCOLS, TN);
+    b.mul(OFF_C, BATCH, m * n)
+        .mul(T, MT, TM * n)
+        .add(OFF_C, OFF_C, T);
+    b.mul(T, NT, TN).add(OFF_C, OFF_C, T);
+}
+
+/// One K step of an output tile.
+struct KStep<'a> {
+    dt: DType,
+    mm: &'a MatMul,
+    a: Gm,
+    b: Gm,
+}
+
+impl KStep<'_> {
+    /// Loads the step's A and B panels, moves them to L0A/L0B and
+    /// multiplies into L0C (accumulating when `acc` is 1).
+    fn emit(&self, b: &mut ProgramBuilder, acc: u8) {
+        use cube::{BATCH, KSTEP, MT, NT, OFF_A, OFF_B, T, VCOLS, VK, VROWS};
+        let (dt, m, kk, n) = (self.dt, self.mm.m, self.mm.k, self.mm.n);
+        let (a_l1, b_l1, zero) = (Addr::new(0), self.b_addr(), Addr::new(0));
+        // Valid K of this step: min(TK, k - KSTEP*TK).
+        b.mul(VK, KSTEP, neg(TK)).add(VK, VK, kk).min(VK, VK, TK);
+        b.mul(OFF_A, BATCH, m * kk)
+            .mul(T, MT, TM * kk)
+            .add(OFF_A, OFF_A, T);
+        b.mul(T, KSTEP, TK).add(OFF_A, OFF_A, T);
+        b.mul(OFF_B, BATCH, kk * n)
+            .mul(T, KSTEP, TK * n)
+            .add(OFF_B, OFF_B, T);
+        b.mul(T, NT, TN).add(OFF_B, OFF_B, T);
+        let (sa, sb) = (Shape::new(TM, TK), Shape::new(TK, TN));
+        b.ldl1(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, kk);
+        b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, n);
+        b.setf(Pipe::Mte2, Pipe::Mte1, 0)
+            .waitf(Pipe::Mte2, Pipe::Mte1, 0);
+        b.mvl0a(dt, sa, zero, a_l1).mvl0b(dt, sb, zero, b_l1);
+        b.setf(Pipe::Mte1, Pipe::M, 0).waitf(Pipe::Mte1, Pipe::M, 0);
+        b.mmad(dt, Mkn::new(TM, TK, TN), zero, zero, zero, acc);
+        // The next step's loads reuse L1 and L0: wait for the cube.
+        b.barrier().add(KSTEP, KSTEP, 1);
+    }
+
+    /// Where the B panel sits in L1 (after the A panel).
+    fn b_addr(&self) -> Addr {
+        Addr::new(TM as u64 * pitch(TK as u64, self.dt))
+    }
+}
+
+/// The registers of a vector-core matmul task.
+mod rows {
+    use tilejit_device::isa::emit::Reg;
+
+    /// The output row over batch * m.
+    pub(super) const ROW: Reg = Reg::fixed(0);
+    /// One past the task's last row.
+    pub(super) const END: Reg = Reg::fixed(1);
+    /// The row's batch and row within it.
+    pub(super) const BATCH: Reg = Reg::fixed(2);
+    pub(super) const I: Reg = Reg::fixed(3);
+    /// The A row's GM offset.
+    pub(super) const A_ROW: Reg = Reg::fixed(4);
+    /// Scratch.
+    pub(super) const T5: Reg = Reg::fixed(5);
+    /// B's batch offset; C's row offset.
+    pub(super) const B_BATCH: Reg = Reg::fixed(6);
+    pub(super) const C_ROW: Reg = Reg::fixed(7);
+    /// The column chunk and its valid columns.
+    pub(super) const COL: Reg = Reg::fixed(8);
+    pub(super) const VCOLS: Reg = Reg::fixed(9);
+    /// The K index.
+    pub(super) const P: Reg = Reg::fixed(10);
+    /// GM offsets of `a[i, p]`, of B's row chunk and of C's chunk.
+    pub(super) const A_OFF: Reg = Reg::fixed(11);
+    pub(super) const B_OFF: Reg = Reg::fixed(12);
+    pub(super) const C_OFF: Reg = Reg::fixed(13);
 }
 
 /// A matmul in a dtype the cube does not take (f64, i32, i64) on the
@@ -124,10 +211,11 @@ pub(super) fn compile_matmul(
 /// rounding, so results are exact).
 pub(super) fn compile_matmul_vector(
     k: &Kernel,
-    mm: &tilejit_ir::kernel::MatMul,
+    mm: &MatMul,
     buf_dtype: &dyn Fn(BufId) -> DType,
     cfg: &DeviceConfig,
 ) -> Result<DeviceKernel, CodegenError> {
+    use rows::{BATCH, B_BATCH, COL, C_ROW, END, I, ROW, T5};
     let dt = buf_dtype(mm.a);
     if !matches!(dt, DType::F64 | DType::I32 | DType::I64)
         || buf_dtype(mm.b) != dt
@@ -135,80 +223,84 @@ pub(super) fn compile_matmul_vector(
     {
         return Err(unsupported(k, format!("a {dt} matmul")));
     }
-    let (b, m, kk, n) = (mm.batch.max(1), mm.m, mm.k, mm.n);
-    // Three tiles (accumulator, B row, product) and one element slot.
+    let (m, kk, n) = (mm.m, mm.k, mm.n);
+    let w = row_chunk(n, cfg);
+    let mut b = ProgramBuilder::new(format!("mmv_{}", sanitize(&k.name)), CoreType::Aiv);
+    let gms = [
+        b.gm("a", dt, &[], Role::In),
+        b.gm("b", dt, &[], Role::In),
+        b.gm("c", dt, &[], Role::Out),
+    ];
+    let (lo, hi) = (b.arg("lo", 0), b.arg("hi", 0));
+    let (top, done, nloop, ndone) = (b.label(), b.label(), b.label(), b.label());
+    b.ldarg(ROW, lo).ldarg(END, hi);
+    b.bind(top);
+    b.bge(ROW, END, done);
+    // With m = 0 there are no tasks; the divisor only has to be legal.
+    b.div(BATCH, ROW, m.max(1)).rem(I, ROW, m.max(1));
+    b.mul(rows::A_ROW, BATCH, m * kk).mul(T5, I, kk);
+    b.add(rows::A_ROW, rows::A_ROW, T5);
+    b.mul(B_BATCH, BATCH, kk * n)
+        .mul(C_ROW, ROW, n)
+        .movi(COL, 0);
+    b.bind(nloop);
+    b.bge(COL, n, ndone);
+    emit_row_chunk(&mut b, dt, mm, w, gms);
+    b.jmp(nloop);
+    b.bind(ndone);
+    b.add(ROW, ROW, 1).jmp(top);
+    b.bind(done);
+    b.end();
+    let (program, asm) = finish(k, b, cfg)?;
+    Ok(DeviceKernel {
+        name: format!("{}/matmul", k.name),
+        core: CoreType::Aiv,
+        program,
+        asm,
+        buffers: vec![mm.a, mm.b, mm.out],
+        units: mm.batch.max(1) * m,
+        tile_units: 1,
+        extra: Arc::new(Vec::new()),
+    })
+}
+
+/// The widest power-of-two column chunk (at least 8) whose three tiles
+/// (accumulator, B row, product) and one element slot fit UB.
+fn row_chunk(n: usize, cfg: &DeviceConfig) -> usize {
     let ub = cfg.ub_bytes as usize;
     let mut w = 2048usize.min(n.max(1)).next_power_of_two().max(8);
     while w > 8 && 3 * (w * 8).next_multiple_of(32) + 32 > ub {
         w /= 2;
     }
+    w
+}
+
+/// One column chunk of an output row: accumulate `a[i,p] * b[p, chunk]`
+/// over p, store it, move to the next chunk.
+fn emit_row_chunk(b: &mut ProgramBuilder, dt: DType, mm: &MatMul, w: usize, [ga, gb, gc]: [Gm; 3]) {
+    use rows::{A_OFF, A_ROW, B_BATCH, B_OFF, COL, C_OFF, C_ROW, P, VCOLS};
+    let (kk, n) = (mm.k, mm.n);
     let tile = (w * dt.size_bytes()).next_multiple_of(32);
-    let (acc, brow, prod, elem) = (0, tile, 2 * tile, 3 * tile);
-    let t = format!("{dt}, 1x{w}, 1, r9");
-    let mut s = String::new();
-    let _ = writeln!(s, ".kernel mmv_{} aiv", sanitize(&k.name));
-    let _ = writeln!(
-        s,
-        ".gm a {dt} [] in\n.gm b {dt} [] in\n.gm c {dt} [] out\n.arg lo 0\n.arg hi 0"
-    );
-    let _ = writeln!(
-        s,
-        "    ldarg r0, 0\n    ldarg r1, 1\nloop:\n    bge r0, r1, done"
-    );
-    // r0: output row over batch*m; r4: A row offset; r6: B batch offset;
-    // r7: C row offset; r8: column chunk; r9: valid columns; r10: k index.
-    // With m = 0 there are no tasks; the divisor only has to be legal.
-    let _ = writeln!(
-        s,
-        "    div r2, r0, {}\n    rem r3, r0, {}",
-        m.max(1),
-        m.max(1)
-    );
-    let _ = writeln!(
-        s,
-        "    mul r4, r2, {}\n    mul r5, r3, {kk}\n    add r4, r4, r5",
-        m * kk
-    );
-    let _ = writeln!(
-        s,
-        "    mul r6, r2, {}\n    mul r7, r0, {n}\n    movi r8, 0",
-        kk * n
-    );
-    let _ = writeln!(
-        s,
-        "nloop:\n    bge r8, {n}, ndone\n    movi r9, {n}\n    sub r9, r9, r8\n    min r9, r9, {w}"
-    );
-    let _ = writeln!(s, "    vdup {t}, @0x{acc:x}, 0.0\n    movi r10, 0");
-    let _ = writeln!(s, "kloop:\n    bge r10, {kk}, kdone\n    add r11, r4, r10");
-    let _ = writeln!(s, "    ld {dt}, 1x1, 1, 1, @0x{elem:x}, a, r11, 0");
-    let _ = writeln!(
-        s,
-        "    mul r12, r10, {n}\n    add r12, r12, r6\n    add r12, r12, r8"
-    );
-    let _ = writeln!(s, "    ld {t}, @0x{brow:x}, b, r12, 0");
-    let _ = writeln!(s, "    setf mte2, v, 0\n    waitf mte2, v, 0");
-    let _ = writeln!(s, "    vbcast {t}, @0x{prod:x}, @0x{elem:x}");
-    let _ = writeln!(s, "    vmul {t}, @0x{prod:x}, @0x{prod:x}, @0x{brow:x}");
-    let _ = writeln!(s, "    vadd {t}, @0x{acc:x}, @0x{acc:x}, @0x{prod:x}");
-    let _ = writeln!(s, "    barrier\n    add r10, r10, 1\n    jmp kloop\nkdone:");
-    let _ = writeln!(
-        s,
-        "    add r13, r7, r8\n    setf v, mte3, 0\n    waitf v, mte3, 0"
-    );
-    let _ = writeln!(
-        s,
-        "    st {t}, c, r13, 0, @0x{acc:x}\n    barrier\n    add r8, r8, {w}\n    jmp nloop"
-    );
-    let _ = writeln!(s, "ndone:\n    add r0, r0, 1\n    jmp loop\ndone:\n    end");
-    let program = assemble_verified(k, &s, cfg)?;
-    Ok(DeviceKernel {
-        name: format!("{}/matmul", k.name),
-        core: CoreType::Aiv,
-        program,
-        asm: s,
-        buffers: vec![mm.a, mm.b, mm.out],
-        units: b * m,
-        tile_units: 1,
-        extra: std::sync::Arc::new(Vec::new()),
-    })
+    let [acc, brow, prod, elem] = [0, tile, 2 * tile, 3 * tile].map(Addr::from);
+    let (sh, one) = (Shape::new(1, w), Shape::new(1, 1));
+    let (kloop, kdone) = (b.label(), b.label());
+    b.movi(VCOLS, n).sub(VCOLS, VCOLS, COL).min(VCOLS, VCOLS, w);
+    b.vdup(dt, sh, 1, VCOLS, acc, 0.0).movi(P, 0);
+    b.bind(kloop);
+    b.bge(P, kk, kdone).add(A_OFF, A_ROW, P);
+    b.ld(dt, one, 1, 1, elem, ga, A_OFF, 0);
+    b.mul(B_OFF, P, n)
+        .add(B_OFF, B_OFF, B_BATCH)
+        .add(B_OFF, B_OFF, COL);
+    b.ld(dt, sh, 1, VCOLS, brow, gb, B_OFF, 0);
+    b.setf(Pipe::Mte2, Pipe::V, 0).waitf(Pipe::Mte2, Pipe::V, 0);
+    b.vbcast(dt, sh, 1, VCOLS, prod, elem);
+    b.vmul(dt, sh, 1, VCOLS, prod, prod, brow);
+    b.vadd(dt, sh, 1, VCOLS, acc, acc, prod);
+    b.barrier().add(P, P, 1).jmp(kloop);
+    b.bind(kdone);
+    b.add(C_OFF, C_ROW, COL);
+    b.setf(Pipe::V, Pipe::Mte3, 0).waitf(Pipe::V, Pipe::Mte3, 0);
+    b.st(dt, sh, 1, VCOLS, gc, C_OFF, 0, acc);
+    b.barrier().add(COL, COL, w);
 }

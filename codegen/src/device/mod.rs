@@ -39,12 +39,17 @@
 //! chunk to a GM workspace and a combine function per reduction folds them
 //! per row (partial + combine tasks), so one big reduction uses many cores.
 //!
-//! What the generator cannot express (a kernel needing more registers or
-//! UB than a core has) is [`CodegenError::SimUnsupported`], never a wrong
-//! result.
+//! Programs are built with the device's typed
+//! [`ProgramBuilder`] (one method per opcode) and verified; their text comes from the
+//! disassembler. What the generator cannot express (a kernel needing more
+//! registers or UB than a core has) is [`CodegenError::SimUnsupported`],
+//! never a wrong result; a generator that contradicts itself is
+//! [`CodegenError::Internal`].
 
 use crate::CodegenError;
 use std::sync::Arc;
+use tilejit_device::isa::asm::disassemble;
+use tilejit_device::isa::emit::ProgramBuilder;
 use tilejit_device::{CoreType, DeviceConfig, VerifiedProgram};
 use tilejit_ir::kernel::{BufId, Kernel};
 use tilejit_ir::DType;
@@ -65,7 +70,8 @@ pub struct DeviceKernel {
     pub core: CoreType,
     /// The core function.
     pub program: VerifiedProgram,
-    /// Its assembly text (what the kernel cache shows).
+    /// Its assembly text, from the disassembler (what the kernel cache
+    /// shows).
     pub asm: String,
     /// GM arguments in order: the kernel's local buffers.
     pub buffers: Vec<BufId>,
@@ -89,13 +95,12 @@ pub(crate) fn unsupported(k: &Kernel, what: impl Into<String>) -> CodegenError {
     }
 }
 
-/// Text of a float literal the assembler reads back exactly.
-pub(crate) fn float_text(v: f64) -> String {
-    let t = format!("{v:?}");
-    if !v.is_nan() && t.parse::<f64>().map(f64::to_bits) == Ok(v.to_bits()) {
-        t
-    } else {
-        format!("bits:0x{:016x}", v.to_bits())
+/// A contradiction inside the generator (a tilejit bug), never a wrong
+/// program.
+pub(crate) fn internal(k: &Kernel, what: impl Into<String>) -> CodegenError {
+    CodegenError::Internal {
+        kernel: k.name.clone(),
+        what: what.into(),
     }
 }
 
@@ -123,19 +128,21 @@ pub fn compile(
     Ok(out)
 }
 
-/// Assembles and verifies generated text; a failure is a code generator
-/// bug, reported with the text.
-pub(crate) fn assemble_verified(
+/// Finishes and verifies a generated program; returns it with its
+/// disassembly (the dump text). The verifier runs on every generated
+/// program: a rejection is a code generator bug, reported with the text.
+pub(crate) fn finish(
     k: &Kernel,
-    text: &str,
+    b: ProgramBuilder,
     cfg: &DeviceConfig,
-) -> Result<VerifiedProgram, CodegenError> {
-    let bad = |e: tilejit_device::DeviceError| CodegenError::Bytecode {
+) -> Result<(VerifiedProgram, String), CodegenError> {
+    let program = b.finish().map_err(|e| internal(k, e.to_string()))?;
+    let asm = disassemble(&program);
+    let program = tilejit_device::verify(program, cfg).map_err(|e| CodegenError::Bytecode {
         kernel: k.name.clone(),
-        error: format!("{e}\n{text}"),
-    };
-    let program = tilejit_device::isa::asm::assemble(text).map_err(bad)?;
-    tilejit_device::verify(program, cfg).map_err(bad)
+        error: format!("{e}\n{asm}"),
+    })?;
+    Ok((program, asm))
 }
 
 pub(crate) fn sanitize(name: &str) -> String {

@@ -1,324 +1,486 @@
 //! Emitting one tile's instructions: loads (MTE2), the expression DAG and
 //! stages on the vector unit, stores (MTE3), with UB slots assigned by
-//! liveness.
+//! liveness. [`TileCx::plan`] assigns the slots; [`TileCx::emit_tile`]
+//! pushes the three streams with the flags between them.
 
 use super::vector::Event;
-use super::{float_text, unsupported};
+use super::{internal, unsupported};
 use crate::CodegenError;
-use std::fmt::Write;
+use tilejit_device::isa::emit::{Addr, Gm, ProgramBuilder, Reg, Shape, Val};
+use tilejit_device::isa::{Cond, Pipe};
 use tilejit_ir::kernel::{Access, BufId, Expr, ExprId, Kernel, Stage};
-use tilejit_ir::{BinaryOp, CmpOp, Lit, ReduceOp, UnaryOp};
+use tilejit_ir::{BinaryOp, CmpOp, DType, Lit, ReduceOp, UnaryOp};
+
+/// The registers of a vector kernel. r5.. hold the accesses' row offsets
+/// ([`TileCx::base_reg`]), then the params ([`TileCx::param_reg`]).
+pub(super) mod regs {
+    use tilejit_device::isa::emit::Reg;
+
+    /// The unit (element or row) the tile starts at.
+    pub(in crate::device) const UNIT: Reg = Reg::fixed(0);
+    /// One past the task's last unit.
+    pub(in crate::device) const END: Reg = Reg::fixed(1);
+    /// The tile's valid columns.
+    pub(in crate::device) const VALID: Reg = Reg::fixed(2);
+    /// Scratch: loads' GM offsets, the row index being peeled.
+    pub(in crate::device) const T3: Reg = Reg::fixed(3);
+    /// Scratch: stores' GM offsets, one row index digit.
+    pub(in crate::device) const T4: Reg = Reg::fixed(4);
+    /// The first access's row offset.
+    pub(in crate::device) const FIRST_BASE: usize = 5;
+    /// Registers below this are free for bases and params.
+    pub(in crate::device) const BASES_END: usize = 27;
+    /// Split long rows: the index of this chunk's partial in its workspace.
+    pub(in crate::device) const PARTIAL: Reg = Reg::fixed(26);
+    /// Scratch (split long rows).
+    pub(in crate::device) const T27: Reg = Reg::fixed(27);
+    /// A long row's chunk offset (its first column).
+    pub(in crate::device) const CHUNK: Reg = Reg::fixed(28);
+    /// Split long rows: the task's first column.
+    pub(in crate::device) const COL_LO: Reg = Reg::fixed(29);
+    /// Split long rows: one past the task's last column.
+    pub(in crate::device) const COL_HI: Reg = Reg::fixed(30);
+    /// Scratch: a row offset term.
+    pub(in crate::device) const T31: Reg = Reg::fixed(31);
+}
+
+use regs::{CHUNK, PARTIAL, T3, T4, UNIT, VALID};
 
 /// What emitting one tile's instructions needs to know.
 pub(super) struct TileCx<'a> {
     pub(super) k: &'a Kernel,
     pub(super) flat: bool,
     pub(super) long: bool,
-    pub(super) shape: String,
-    pub(super) vcv: &'static str,
+    pub(super) shape: Shape,
+    /// The valid columns vector ops compute (loads and reductions use
+    /// [`VALID`]).
+    pub(super) vcv: Val,
     pub(super) slot_bytes: usize,
     pub(super) elem_base: usize,
     /// Where this buffer set starts in UB (the second set of a double-
     /// buffered kernel sits after the first).
     pub(super) ub_base: usize,
+    /// The kernel's buffers; buffer `i` is GM argument `i`.
     pub(super) buffers: &'a [BufId],
     pub(super) access_list: &'a [&'a Access],
     /// Split long rows: per stage, the GM argument its chunk partials go
-    /// to (register r26 holds the partial's index).
-    pub(super) partials: Vec<Option<String>>,
+    /// to ([`PARTIAL`] holds the partial's index).
+    pub(super) partials: Vec<Option<Gm>>,
+}
+
+/// One tile's UB slot per expression, for one list of events.
+pub(super) struct TilePlan<'e> {
+    events: &'e [Event],
+    slot_of: Vec<Option<usize>>,
+}
+
+/// UB slots by liveness: a slot is free again after its value's last use.
+struct SlotAlloc<'u> {
+    last_use: &'u [usize],
+    slot_of: Vec<Option<usize>>,
+    free: Vec<usize>,
+    /// (last use, slot) of the slots in use.
+    expiring: Vec<(usize, usize)>,
+}
+
+impl SlotAlloc<'_> {
+    /// A slot for `e`, computed at event `i`; `None` when all are taken.
+    fn assign(&mut self, e: ExprId, i: usize) -> Option<usize> {
+        let sl = self.free.pop()?;
+        self.expiring.push((self.last_use[e.0 as usize].max(i), sl));
+        self.slot_of[e.0 as usize] = Some(sl);
+        Some(sl)
+    }
+
+    /// Frees the slots whose last use is before event `i`.
+    fn expire_before(&mut self, i: usize) {
+        let free = &mut self.free;
+        self.expiring.retain(|&(end, sl)| {
+            if end < i {
+                free.push(sl);
+                false
+            } else {
+                true
+            }
+        });
+    }
 }
 
 impl TileCx<'_> {
-    pub(super) fn base_reg(&self, a: usize) -> usize {
-        5 + a
+    fn reg(&self, index: usize) -> Result<Reg, CodegenError> {
+        Reg::new(index).ok_or_else(|| internal(self.k, format!("no register r{index}")))
     }
 
-    pub(super) fn param_reg(&self, p: usize) -> usize {
-        5 + self.access_list.len() + p
+    /// The register holding access `a`'s row offset.
+    pub(super) fn base_reg(&self, a: usize) -> Result<Reg, CodegenError> {
+        self.reg(regs::FIRST_BASE + a)
     }
 
-    pub(super) fn elem_addr(&self, i: usize) -> usize {
-        self.ub_base + self.elem_base + i * 32
+    /// The register holding param `p`.
+    pub(super) fn param_reg(&self, p: usize) -> Result<Reg, CodegenError> {
+        self.reg(regs::FIRST_BASE + self.access_list.len() + p)
     }
 
-    fn gm_of(&self, b: BufId) -> usize {
-        self.buffers.iter().position(|&x| x == b).unwrap_or(0)
+    /// Element slot `i` (a scalar load, a stage's row value, a partial).
+    pub(super) fn elem_addr(&self, i: usize) -> Addr {
+        Addr::from(self.ub_base + self.elem_base + i * 32)
     }
 
-    /// The GM element offset operand of access `a` at this tile, with the
-    /// instructions (into `pre`) that compute it into `scratch`.
-    fn offset(&self, a: usize, inner: i64, scratch: &str, pre: &mut String) -> String {
-        let base = format!("r{}", self.base_reg(a));
-        match (self.flat, self.long, inner) {
-            (true, _, 0) => "0".into(),
-            (true, _, 1) => "r0".into(),
-            (true, _, s) => {
-                let _ = writeln!(pre, "    mul {scratch}, r0, {s}");
-                scratch.into()
-            }
-            (false, false, _) | (false, true, 0) => base,
-            (false, true, 1) => {
-                let _ = writeln!(pre, "    add {scratch}, {base}, r28");
-                scratch.into()
-            }
-            (false, true, s) => {
-                let _ = writeln!(
-                    pre,
-                    "    mul {scratch}, r28, {s}\n    add {scratch}, {scratch}, {base}"
-                );
-                scratch.into()
-            }
+    fn slot_addr(&self, slot: usize) -> Addr {
+        Addr::from(self.ub_base + slot * self.slot_bytes)
+    }
+
+    /// Where expression `e` lives in this tile.
+    fn src(&self, plan: &TilePlan<'_>, e: ExprId) -> Result<Addr, CodegenError> {
+        match plan.slot_of.get(e.0 as usize) {
+            Some(Some(sl)) => Ok(self.slot_addr(*sl)),
+            _ => Err(internal(
+                self.k,
+                format!("expression {} has no UB slot", e.0),
+            )),
         }
     }
 
-    /// One tile's loads, vector ops and stores for `events`.
-    pub(super) fn emit(
+    fn gm_of(&self, b: &ProgramBuilder, buf: BufId) -> Result<Gm, CodegenError> {
+        self.buffers
+            .iter()
+            .position(|&x| x == buf)
+            .and_then(|i| b.gm_at(i))
+            .ok_or_else(|| internal(self.k, format!("buffer {} is not a GM argument", buf.0)))
+    }
+
+    /// Assigns each expression of `events` a UB slot (one of `slots`),
+    /// reusing a slot after its last use; loads get theirs first, since
+    /// they are all issued at the start of the tile.
+    pub(super) fn plan<'e>(
         &self,
-        events: &[Event],
+        events: &'e [Event],
         last_use: &[usize],
         slots: usize,
-    ) -> Result<(String, String, String), CodegenError> {
+    ) -> Result<TilePlan<'e>, CodegenError> {
         let k = self.k;
-        let (shape, vcv) = (&self.shape, self.vcv);
         let is_load = |e: ExprId| matches!(k.expr(e).expr, Expr::Load(_));
-        let mut slot_of: Vec<Option<usize>> = vec![None; k.exprs.len()];
-        let mut free: Vec<usize> = (0..slots).rev().collect();
-        let mut expiring: Vec<(usize, usize)> = Vec::new(); // (last use, slot)
-        let slot_addr = |sl: usize| self.ub_base + sl * self.slot_bytes;
-        let (mut loads, mut v_ops, mut stores) = (String::new(), String::new(), String::new());
-        let assign = |e: ExprId,
-                      i: usize,
-                      free: &mut Vec<usize>,
-                      expiring: &mut Vec<(usize, usize)>|
-         -> Option<usize> {
-            let sl = free.pop()?;
-            expiring.push((last_use[e.0 as usize].max(i), sl));
-            Some(sl)
+        let mut alloc = SlotAlloc {
+            last_use,
+            slot_of: vec![None; k.exprs.len()],
+            free: (0..slots).rev().collect(),
+            expiring: Vec::new(),
         };
-        // Loads first: their slots are assigned up front so they can be
-        // issued together at the start of the tile.
         for ev in events {
             if let Event::Eval(e) = *ev {
                 if is_load(e) {
-                    let sl = assign(e, 0, &mut free, &mut expiring)
+                    alloc
+                        .assign(e, 0)
                         .ok_or_else(|| unsupported(k, "more loads than UB slots"))?;
-                    slot_of[e.0 as usize] = Some(sl);
                 }
             }
         }
         for (i, ev) in events.iter().enumerate() {
-            expiring.retain(|&(end, sl)| {
-                if end < i {
-                    free.push(sl);
-                    false
-                } else {
-                    true
+            alloc.expire_before(i);
+            if let Event::Eval(e) = *ev {
+                if alloc.slot_of[e.0 as usize].is_none() {
+                    alloc
+                        .assign(e, i)
+                        .ok_or_else(|| unsupported(k, "an expression DAG wider than UB"))?;
                 }
-            });
+            }
+        }
+        let slot_of = alloc.slot_of;
+        Ok(TilePlan { events, slot_of })
+    }
+
+    /// One tile: its loads, a flag (event `ev`) to V, its vector ops, a
+    /// flag to MTE3, its stores.
+    pub(super) fn emit_tile(
+        &self,
+        b: &mut ProgramBuilder,
+        plan: &TilePlan<'_>,
+        ev: u8,
+    ) -> Result<(), CodegenError> {
+        self.emit_loads(b, plan)?;
+        b.setf(Pipe::Mte2, Pipe::V, ev)
+            .waitf(Pipe::Mte2, Pipe::V, ev);
+        self.emit_vector(b, plan)?;
+        b.setf(Pipe::V, Pipe::Mte3, ev)
+            .waitf(Pipe::V, Pipe::Mte3, ev);
+        self.emit_stores(b, plan)
+    }
+
+    /// The GM element offset operand of access `a` at this tile, with the
+    /// instructions that compute it into `scratch`.
+    fn offset(
+        &self,
+        b: &mut ProgramBuilder,
+        a: usize,
+        inner: i64,
+        scratch: Reg,
+    ) -> Result<Val, CodegenError> {
+        Ok(match (self.flat, self.long, inner) {
+            (true, _, 0) => Val::from(0),
+            (true, _, 1) => UNIT.into(),
+            (true, _, s) => {
+                b.mul(scratch, UNIT, s);
+                scratch.into()
+            }
+            (false, false, _) | (false, true, 0) => self.base_reg(a)?.into(),
+            (false, true, 1) => {
+                b.add(scratch, self.base_reg(a)?, CHUNK);
+                scratch.into()
+            }
+            (false, true, s) => {
+                b.mul(scratch, CHUNK, s)
+                    .add(scratch, scratch, self.base_reg(a)?);
+                scratch.into()
+            }
+        })
+    }
+
+    /// The loads (MTE2): a tile per load, or one element for a load that
+    /// is constant along the row (broadcast by [`Self::emit_vector`]).
+    fn emit_loads(&self, b: &mut ProgramBuilder, plan: &TilePlan<'_>) -> Result<(), CodegenError> {
+        let k = self.k;
+        for ev in plan.events {
+            let Event::Eval(e) = *ev else { continue };
+            let node = k.expr(e);
+            let Expr::Load(l) = node.expr else { continue };
+            let (dt, dst) = (node.dtype, self.src(plan, e)?);
+            let acc = &k.loads[l as usize];
+            let gm = self.gm_of(b, acc.buf)?;
+            let inner = acc.inner_stride();
+            let off = self.offset(b, l as usize, inner, T3)?;
+            // Loads read only the valid columns (none in a zero-column
+            // row), whatever width V computes.
+            match inner {
+                1 => b.ld(dt, self.shape, 1, VALID, dst, gm, off, 0),
+                // A transposed or strided view: element-strided load.
+                s if s != 0 => b.ldx(dt, self.shape, 1, VALID, dst, gm, off, 0, s),
+                _ => {
+                    let one = Shape::new(1, 1);
+                    b.ld(dt, one, 1, 1, self.elem_addr(l as usize), gm, off, 0)
+                }
+            };
+        }
+        Ok(())
+    }
+
+    /// The vector ops (V): each expression in event order, then each
+    /// reduction's row reduce.
+    fn emit_vector(&self, b: &mut ProgramBuilder, plan: &TilePlan<'_>) -> Result<(), CodegenError> {
+        for ev in plan.events {
             match *ev {
-                Event::Eval(e) => {
-                    let node = k.expr(e);
-                    let dt = node.dtype;
-                    let sl = match slot_of[e.0 as usize] {
-                        Some(sl) => sl,
-                        None => {
-                            let sl = assign(e, i, &mut free, &mut expiring)
-                                .ok_or_else(|| unsupported(k, "an expression DAG wider than UB"))?;
-                            slot_of[e.0 as usize] = Some(sl);
-                            sl
-                        }
-                    };
-                    let dst = slot_addr(sl);
-                    let hdr = format!("{dt}, {shape}, 1, {vcv}, @0x{dst:x}");
-                    let src = |x: ExprId| slot_addr(slot_of[x.0 as usize].unwrap_or(0));
-                    match node.expr {
-                        Expr::Load(l) => {
-                            let acc = &k.loads[l as usize];
-                            let gm = self.gm_of(acc.buf);
-                            let inner = acc.inner_stride();
-                            let off = self.offset(l as usize, inner, "r3", &mut loads);
-                            // Loads read only the valid columns (none in a
-                            // zero-column row), whatever width V computes.
-                            let hdr = format!("{dt}, {shape}, 1, r2, @0x{dst:x}");
-                            if inner == 1 {
-                                let _ =
-                                    writeln!(loads, "    ld {hdr}, b{gm}_{}, {off}, 0", acc.buf.0);
-                            } else if inner != 0 {
-                                // A transposed or strided view: element-strided load.
-                                let _ = writeln!(
-                                    loads,
-                                    "    ldx {hdr}, b{gm}_{}, {off}, 0, {inner}",
-                                    acc.buf.0
-                                );
-                            } else {
-                                let ea = self.elem_addr(l as usize);
-                                let _ = writeln!(
-                                    loads,
-                                    "    ld {dt}, 1x1, 1, 1, @0x{ea:x}, b{gm}_{}, {off}, 0",
-                                    acc.buf.0
-                                );
-                                let _ = writeln!(v_ops, "    vbcast {hdr}, @0x{ea:x}");
-                            }
-                        }
-                        Expr::Param(p) => {
-                            let _ =
-                                writeln!(v_ops, "    vdupr {hdr}, r{}", self.param_reg(p as usize));
-                        }
-                        Expr::Lit(l) => {
-                            let v = match l {
-                                Lit::Float(f) => f,
-                                other => other.as_f64(),
-                            };
-                            let _ = writeln!(v_ops, "    vdup {hdr}, {}", float_text(v));
-                        }
-                        Expr::Unary(u, a) => {
-                            let _ = writeln!(v_ops, "    {} {hdr}, @0x{:x}", unary_op(u), src(a));
-                        }
-                        Expr::Binary(b, x, y) => {
-                            let _ = writeln!(
-                                v_ops,
-                                "    {} {hdr}, @0x{:x}, @0x{:x}",
-                                binary_op(b),
-                                src(x),
-                                src(y)
-                            );
-                        }
-                        Expr::Compare(c, x, y) => {
-                            let cond = match c {
-                                CmpOp::Lt => "lt",
-                                CmpOp::Gt => "gt",
-                                CmpOp::Le => "le",
-                                CmpOp::Ge => "ge",
-                                CmpOp::Eq => "eq",
-                            };
-                            let xdt = k.expr(x).dtype;
-                            let _ = writeln!(v_ops, "    vcmp {xdt}, {shape}, 1, {vcv}, {cond}, @0x{dst:x}, @0x{:x}, @0x{:x}", src(x), src(y));
-                        }
-                        Expr::Select(c, x, y) => {
-                            let _ = writeln!(
-                                v_ops,
-                                "    vsel {hdr}, @0x{:x}, @0x{:x}, @0x{:x}",
-                                src(c),
-                                src(x),
-                                src(y)
-                            );
-                        }
-                        Expr::Cast(x) => {
-                            let from = k.expr(x).dtype;
-                            let _ = writeln!(
-                                v_ops,
-                                "    vcast {dt}, {from}, {shape}, 1, {vcv}, @0x{dst:x}, @0x{:x}",
-                                src(x)
-                            );
-                        }
-                        Expr::Row(st) => {
-                            let _ = writeln!(
-                                v_ops,
-                                "    vbrow {hdr}, @0x{:x}",
-                                self.elem_addr(k.loads.len() + st as usize)
-                            );
-                        }
-                    }
-                }
+                Event::Eval(e) => self.emit_expr(b, plan, e)?,
                 Event::Stage(si) => {
-                    match &k.stages[si] {
-                        Stage::Reduce { op, value } => {
-                            let dt = k.expr(*value).dtype;
-                            // The row reduction, and the binary op that folds
-                            // two partials of it.
-                            let (rop, combine) = match op {
-                                ReduceOp::Sum => ("vrsum", "vadd"),
-                                ReduceOp::Max => ("vrmax", "vmax"),
-                                ReduceOp::Min => ("vrmin", "vmin"),
-                            };
-                            let sl = slot_addr(slot_of[value.0 as usize].unwrap_or(0));
-                            let acc = self.elem_addr(k.loads.len() + si);
-                            if let Some(Some(gm)) = self.partials.get(si) {
-                                // Split rows: this chunk's partial goes to GM for the
-                                // combine task.
-                                let tmp = self.elem_addr(k.loads.len() + k.stages.len());
-                                let _ = writeln!(
-                                    v_ops,
-                                    "    {rop} {dt}, {shape}, 1, r2, @0x{tmp:x}, @0x{sl:x}"
-                                );
-                                let _ = writeln!(
-                                    stores,
-                                    "    st {dt}, 1x1, 1, 1, {gm}, r26, 0, @0x{tmp:x}"
-                                );
-                            } else if self.long {
-                                // This chunk's partial, folded into the row's accumulator.
-                                let tmp = self.elem_addr(k.loads.len() + k.stages.len());
-                                let _ = writeln!(
-                                    v_ops,
-                                    "    {rop} {dt}, {shape}, 1, r2, @0x{tmp:x}, @0x{sl:x}"
-                                );
-                                let _ = writeln!(v_ops, "    {combine} {dt}, 1x1, 1, 1, @0x{acc:x}, @0x{acc:x}, @0x{tmp:x}");
-                            } else {
-                                let _ = writeln!(
-                                    v_ops,
-                                    "    {rop} {dt}, {shape}, 1, r2, @0x{acc:x}, @0x{sl:x}"
-                                );
-                            }
-                        }
-                        Stage::Store { access, value } => {
-                            let dt = k.expr(*value).dtype;
-                            let sl = slot_addr(slot_of[value.0 as usize].unwrap_or(0));
-                            let gm = self.gm_of(access.buf);
-                            let a = self
-                                .access_list
-                                .iter()
-                                .position(|x| std::ptr::eq(*x, access))
-                                .unwrap_or(0);
-                            let inner = access.inner_stride();
-                            let off = self.offset(a, inner, "r4", &mut stores);
-                            if inner == 0 || inner == 1 {
-                                let vc = if inner == 1 { "r2" } else { "1" };
-                                let _ = writeln!(
-                                    stores,
-                                    "    st {dt}, {shape}, 1, {vc}, b{gm}_{}, {off}, 0, @0x{sl:x}",
-                                    access.buf.0
-                                );
-                            } else {
-                                // A transposed or strided destination.
-                                let _ = writeln!(
-                                    stores,
-                                    "    stx {dt}, {shape}, 1, r2, b{gm}_{}, {off}, 0, {inner}, @0x{sl:x}",
-                                    access.buf.0
-                                );
-                            }
-                        }
+                    if let Stage::Reduce { op, value } = &self.k.stages[si] {
+                        self.emit_reduce(b, plan, si, *op, *value)?;
                     }
                 }
             }
         }
-        Ok((loads, v_ops, stores))
+        Ok(())
+    }
+
+    /// Expression `e` into its slot.
+    fn emit_expr(
+        &self,
+        b: &mut ProgramBuilder,
+        plan: &TilePlan<'_>,
+        e: ExprId,
+    ) -> Result<(), CodegenError> {
+        let k = self.k;
+        let node = k.expr(e);
+        let (dt, sh, vcv) = (node.dtype, self.shape, self.vcv);
+        let dst = self.src(plan, e)?;
+        match node.expr {
+            Expr::Load(l) => {
+                if k.loads[l as usize].inner_stride() == 0 {
+                    b.vbcast(dt, sh, 1, VALID, dst, self.elem_addr(l as usize));
+                }
+            }
+            Expr::Param(p) => {
+                b.vdupr(dt, sh, 1, vcv, dst, self.param_reg(p as usize)?);
+            }
+            Expr::Lit(l) => {
+                let v = match l {
+                    Lit::Float(f) => f,
+                    other => other.as_f64(),
+                };
+                b.vdup(dt, sh, 1, vcv, dst, v);
+            }
+            Expr::Unary(u, a) => unary(b, u, dt, sh, vcv, dst, self.src(plan, a)?),
+            Expr::Binary(op, x, y) => {
+                let (x, y) = (self.src(plan, x)?, self.src(plan, y)?);
+                binary(b, op, dt, sh, 1.into(), vcv, dst, x, y);
+            }
+            Expr::Compare(c, x, y) => {
+                let xdt = k.expr(x).dtype;
+                let (x, y) = (self.src(plan, x)?, self.src(plan, y)?);
+                b.vcmp(xdt, sh, 1, vcv, cond(c), dst, x, y);
+            }
+            Expr::Select(c, x, y) => {
+                let (c, x, y) = (self.src(plan, c)?, self.src(plan, x)?, self.src(plan, y)?);
+                b.vsel(dt, sh, 1, vcv, dst, c, x, y);
+            }
+            Expr::Cast(x) => {
+                let from = k.expr(x).dtype;
+                b.vcast(dt, from, sh, 1, vcv, dst, self.src(plan, x)?);
+            }
+            Expr::Row(st) => {
+                let row = self.elem_addr(k.loads.len() + st as usize);
+                b.vbrow(dt, sh, 1, vcv, dst, row);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stage `si`, reducing `value`'s row: into the stage's element slot,
+    /// or as this chunk's partial (folded into the slot for long rows, or
+    /// stored to GM by [`Self::emit_stores`] for split rows).
+    fn emit_reduce(
+        &self,
+        b: &mut ProgramBuilder,
+        plan: &TilePlan<'_>,
+        si: usize,
+        op: ReduceOp,
+        value: ExprId,
+    ) -> Result<(), CodegenError> {
+        let k = self.k;
+        let dt = k.expr(value).dtype;
+        let src = self.src(plan, value)?;
+        let acc = self.elem_addr(k.loads.len() + si);
+        let tmp = self.elem_addr(k.loads.len() + k.stages.len());
+        let split = matches!(self.partials.get(si), Some(Some(_)));
+        if split {
+            reduce_row(b, op, dt, self.shape, VALID.into(), tmp, src);
+        } else if self.long {
+            reduce_row(b, op, dt, self.shape, VALID.into(), tmp, src);
+            let one = Shape::new(1, 1);
+            binary(b, combine(op), dt, one, 1.into(), 1.into(), acc, acc, tmp);
+        } else {
+            reduce_row(b, op, dt, self.shape, VALID.into(), acc, src);
+        }
+        Ok(())
+    }
+
+    /// The stores (MTE3): split rows' partials and the store stages.
+    fn emit_stores(&self, b: &mut ProgramBuilder, plan: &TilePlan<'_>) -> Result<(), CodegenError> {
+        let k = self.k;
+        for ev in plan.events {
+            let Event::Stage(si) = *ev else { continue };
+            match &k.stages[si] {
+                Stage::Reduce { value, .. } => {
+                    if let Some(Some(gm)) = self.partials.get(si) {
+                        let dt = k.expr(*value).dtype;
+                        let tmp = self.elem_addr(k.loads.len() + k.stages.len());
+                        b.st(dt, Shape::new(1, 1), 1, 1, *gm, PARTIAL, 0, tmp);
+                    }
+                }
+                Stage::Store { access, value } => self.emit_store(b, plan, access, *value)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// A store stage: `value` to `access` at this tile.
+    fn emit_store(
+        &self,
+        b: &mut ProgramBuilder,
+        plan: &TilePlan<'_>,
+        access: &Access,
+        value: ExprId,
+    ) -> Result<(), CodegenError> {
+        let dt = self.k.expr(value).dtype;
+        let src = self.src(plan, value)?;
+        let gm = self.gm_of(b, access.buf)?;
+        let a = self
+            .access_list
+            .iter()
+            .position(|x| std::ptr::eq(*x, access))
+            .ok_or_else(|| internal(self.k, "a store whose access is not listed"))?;
+        let inner = access.inner_stride();
+        let off = self.offset(b, a, inner, T4)?;
+        match inner {
+            0 => b.st(dt, self.shape, 1, 1, gm, off, 0, src),
+            1 => b.st(dt, self.shape, 1, VALID, gm, off, 0, src),
+            // A transposed or strided destination.
+            s => b.stx(dt, self.shape, 1, VALID, gm, off, 0, s, src),
+        };
+        Ok(())
     }
 }
 
-fn unary_op(u: UnaryOp) -> &'static str {
+fn cond(c: CmpOp) -> Cond {
+    match c {
+        CmpOp::Lt => Cond::Lt,
+        CmpOp::Gt => Cond::Gt,
+        CmpOp::Le => Cond::Le,
+        CmpOp::Ge => Cond::Ge,
+        CmpOp::Eq => Cond::Eq,
+    }
+}
+
+/// `dst = u(a)` over the valid `1 x vcols` region.
+fn unary(b: &mut ProgramBuilder, u: UnaryOp, dt: DType, sh: Shape, vcols: Val, dst: Addr, a: Addr) {
     match u {
-        UnaryOp::Neg => "vneg",
-        UnaryOp::Abs => "vabs",
-        UnaryOp::Square => "vsquare",
-        UnaryOp::Relu => "vrelu",
-        UnaryOp::Exp => "vexp",
-        UnaryOp::Log => "vlog",
-        UnaryOp::Sqrt => "vsqrt",
-        UnaryOp::Rsqrt => "vrsqrt",
-        UnaryOp::Recip => "vrecip",
-        UnaryOp::Tanh => "vtanh",
-        UnaryOp::Sigmoid => "vsigmoid",
-        UnaryOp::Gelu => "vgelu",
+        UnaryOp::Neg => b.vneg(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Abs => b.vabs(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Square => b.vsquare(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Relu => b.vrelu(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Exp => b.vexp(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Log => b.vlog(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Sqrt => b.vsqrt(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Rsqrt => b.vrsqrt(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Recip => b.vrecip(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Tanh => b.vtanh(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Sigmoid => b.vsigmoid(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Gelu => b.vgelu(dt, sh, 1, vcols, dst, a),
+    };
+}
+
+/// `dst = op(x, y)` over the valid `vrows x vcols` region.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn binary(
+    b: &mut ProgramBuilder,
+    op: BinaryOp,
+    dt: DType,
+    sh: Shape,
+    vrows: Val,
+    vcols: Val,
+    dst: Addr,
+    x: Addr,
+    y: Addr,
+) {
+    match op {
+        BinaryOp::Add => b.vadd(dt, sh, vrows, vcols, dst, x, y),
+        BinaryOp::Sub => b.vsub(dt, sh, vrows, vcols, dst, x, y),
+        BinaryOp::Mul => b.vmul(dt, sh, vrows, vcols, dst, x, y),
+        BinaryOp::Div => b.vdiv(dt, sh, vrows, vcols, dst, x, y),
+        BinaryOp::Max => b.vmax(dt, sh, vrows, vcols, dst, x, y),
+        BinaryOp::Min => b.vmin(dt, sh, vrows, vcols, dst, x, y),
+    };
+}
+
+/// The binary op that folds two partials of a reduction.
+fn combine(op: ReduceOp) -> BinaryOp {
+    match op {
+        ReduceOp::Sum => BinaryOp::Add,
+        ReduceOp::Max => BinaryOp::Max,
+        ReduceOp::Min => BinaryOp::Min,
     }
 }
 
-fn binary_op(b: BinaryOp) -> &'static str {
-    match b {
-        BinaryOp::Add => "vadd",
-        BinaryOp::Sub => "vsub",
-        BinaryOp::Mul => "vmul",
-        BinaryOp::Div => "vdiv",
-        BinaryOp::Max => "vmax",
-        BinaryOp::Min => "vmin",
-    }
+/// `dst[0] = op` over the valid columns of the one-row tile `src`.
+pub(super) fn reduce_row(
+    b: &mut ProgramBuilder,
+    op: ReduceOp,
+    dt: DType,
+    sh: Shape,
+    vcols: Val,
+    dst: Addr,
+    src: Addr,
+) {
+    match op {
+        ReduceOp::Sum => b.vrsum(dt, sh, 1, vcols, dst, src),
+        ReduceOp::Max => b.vrmax(dt, sh, 1, vcols, dst, src),
+        ReduceOp::Min => b.vrmin(dt, sh, 1, vcols, dst, src),
+    };
 }

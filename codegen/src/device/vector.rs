@@ -2,11 +2,13 @@
 //! schedule of expressions and stages, slot liveness, and the loop over a
 //! task's range (flat tiles, whole rows, or long rows in column chunks).
 
-use super::tile::TileCx;
-use super::{assemble_verified, float_text, sanitize, unsupported, DeviceKernel, MAX_FLAT_W};
+use super::tile::regs::{self, CHUNK, COL_HI, COL_LO, END, PARTIAL, T27, T3, T31, T4, UNIT, VALID};
+use super::tile::{reduce_row, TileCx};
+use super::{finish, internal, sanitize, unsupported, DeviceKernel, MAX_FLAT_W};
 use crate::CodegenError;
-use std::fmt::Write;
 use std::sync::Arc;
+use tilejit_device::isa::emit::{Addr, Arg, Gm, ProgramBuilder, Shape};
+use tilejit_device::isa::{Pipe, Role};
 use tilejit_device::{CoreType, DeviceConfig};
 use tilejit_ir::kernel::{Access, BufId, Expr, ExprId, Kernel, Stage};
 use tilejit_ir::{DType, ReduceOp};
@@ -48,55 +50,81 @@ pub(super) fn schedule(k: &Kernel) -> Vec<Event> {
     events
 }
 
-pub(super) fn compile_vector(
-    k: &Kernel,
-    buf_dtype: &dyn Fn(BufId) -> DType,
-    cfg: &DeviceConfig,
-) -> Result<Vec<DeviceKernel>, CodegenError> {
-    if k.domain.is_empty() {
-        return Err(unsupported(k, "a rank-0 domain"));
-    }
-    let flat = k.is_flat();
-    let cols = k.cols();
-    let buffers = k.local_buffers();
-    for st in &k.stages {
-        if let Stage::Store { access, value } = st {
-            if k.expr(*value).dtype != buf_dtype(access.buf) {
-                return Err(unsupported(
-                    k,
-                    "a store whose value dtype differs from its buffer",
-                ));
-            }
+/// One pass over a tile: its events, each expression's last use, and the
+/// most slots live at once.
+type Pass = (Vec<Event>, Vec<usize>, usize);
+
+/// How a vector kernel's tiles sit in UB and run.
+pub(super) struct Layout {
+    flat: bool,
+    /// Rows too long for UB, processed in column chunks.
+    long: bool,
+    /// Tile width in elements.
+    w: usize,
+    /// Tile slots per buffer set.
+    peak: usize,
+    /// One pass, or one per stage for long rows.
+    passes: Vec<Pass>,
+    /// Two buffer sets, so loads, vector ops and stores overlap.
+    double: bool,
+    slot_bytes: usize,
+    /// Bytes of one buffer set (where the second starts).
+    set_bytes: usize,
+    n_params: usize,
+}
+
+/// UB bytes of tile slots and element slots.
+struct Sizes {
+    /// The widest dtype's bytes.
+    max_size: usize,
+    /// Element slots: one per load (scalar broadcasts), one per stage (row
+    /// values / accumulators), one for a chunk's partial reduction.
+    elem_bytes: usize,
+    ub: usize,
+}
+
+impl Sizes {
+    fn new(k: &Kernel, cfg: &DeviceConfig) -> Sizes {
+        let max_size = k.exprs.iter().map(|n| n.dtype.size_bytes()).max();
+        Sizes {
+            max_size: max_size.unwrap_or(4).max(1),
+            elem_bytes: (k.loads.len() + k.stages.len() + 3) * 32,
+            ub: cfg.ub_bytes as usize,
         }
     }
-    let max_size = k
-        .exprs
-        .iter()
-        .map(|n| n.dtype.size_bytes())
-        .max()
-        .unwrap_or(4)
-        .max(1);
-    let ub = cfg.ub_bytes as usize;
-    // Element slots: one per load (scalar broadcasts), one per stage (row
-    // values / accumulators), one for a chunk's partial reduction.
-    let n_elem = k.loads.len() + k.stages.len() + 3;
-    let elem_bytes = n_elem * 32;
-    let slot_bytes_for = |w: usize| (w * max_size).next_multiple_of(32);
-    let fits = |w: usize, peak: usize| peak.max(1) * slot_bytes_for(w) + elem_bytes <= ub;
-    let widest = |peak: usize| {
+
+    fn slot(&self, w: usize) -> usize {
+        (w * self.max_size).next_multiple_of(32)
+    }
+
+    fn fits(&self, w: usize, peak: usize) -> bool {
+        peak.max(1) * self.slot(w) + self.elem_bytes <= self.ub
+    }
+
+    fn set(&self, w: usize, peak: usize) -> usize {
+        (peak * self.slot(w) + self.elem_bytes).next_multiple_of(32)
+    }
+
+    /// The widest power-of-two tile (at least 8) for `peak` live slots.
+    fn widest(&self, cols: usize, peak: usize) -> usize {
         let mut w = MAX_FLAT_W.min(cols.max(1)).next_power_of_two().max(8);
-        while w > 8 && !fits(w, peak) {
+        while w > 8 && !self.fits(w, peak) {
             w /= 2;
         }
         w
-    };
+    }
+}
+
+fn layout(k: &Kernel, cfg: &DeviceConfig) -> Result<Layout, CodegenError> {
+    let (flat, cols) = (k.is_flat(), k.cols());
+    let sz = Sizes::new(k, cfg);
     let all = schedule(k);
     let (all_last, all_peak) = liveness(k, &all);
     // Long rows: a row that does not fit UB is processed in column chunks,
     // one pass per stage (reductions accumulate over the chunks).
-    let whole_row_fits = cols <= u16::MAX as usize && fits(cols.max(1), all_peak);
+    let whole_row_fits = cols <= u16::MAX as usize && sz.fits(cols.max(1), all_peak);
     let long = !flat && !whole_row_fits;
-    let passes: Vec<(Vec<Event>, Vec<usize>, usize)> = if long {
+    let passes: Vec<Pass> = if long {
         (0..k.stages.len())
             .map(|si| {
                 let ev = schedule_stage(k, si);
@@ -109,154 +137,112 @@ pub(super) fn compile_vector(
     };
     let peak = passes.iter().map(|p| p.2).max().unwrap_or(1).max(1);
     let w = if flat || long {
-        widest(peak)
+        sz.widest(cols, peak)
     } else {
         cols.max(1)
     };
-    if !fits(w, peak) {
+    if !sz.fits(w, peak) {
         return Err(unsupported(
             k,
-            format!("{peak} live tiles of {w} elements (more than the {ub}-byte UB holds)"),
+            format!(
+                "{peak} live tiles of {w} elements (more than the {}-byte UB holds)",
+                sz.ub
+            ),
         ));
     }
-    // Double buffering (whole tiles only): a second set of slots, so that
-    // MTE2 loads tile i+1 while V computes tile i and MTE3 stores tile
-    // i-1. A flat kernel halves its tile width, down to 256 elements, to
-    // make room; a row kernel double-buffers when two rows fit.
-    let set_bytes = |w: usize| (peak * slot_bytes_for(w) + elem_bytes).next_multiple_of(32);
-    let (w, double) = if long {
+    let (w, double) = double_buffering(&sz, flat, long, w, peak);
+    let n_params = k.exprs.iter().filter_map(|n| match n.expr {
+        Expr::Param(p) => Some(p as usize + 1),
+        _ => None,
+    });
+    Ok(Layout {
+        flat,
+        long,
+        w,
+        peak,
+        passes,
+        double,
+        slot_bytes: sz.slot(w),
+        set_bytes: sz.set(w, peak),
+        n_params: n_params.max().unwrap_or(0),
+    })
+}
+
+/// Double buffering (whole tiles only): a second set of slots, so that
+/// MTE2 loads tile i+1 while V computes tile i and MTE3 stores tile i-1.
+/// A flat kernel halves its tile width, down to 256 elements, to make
+/// room; a row kernel double-buffers when two rows fit. Returns the width
+/// and whether to.
+fn double_buffering(sz: &Sizes, flat: bool, long: bool, w: usize, peak: usize) -> (usize, bool) {
+    if long {
         (w, false)
     } else if flat {
         let mut d = w;
-        while d > 256 && 2 * set_bytes(d) > ub {
+        while d > 256 && 2 * sz.set(d, peak) > sz.ub {
             d /= 2;
         }
-        if 2 * set_bytes(d) <= ub {
+        if 2 * sz.set(d, peak) <= sz.ub {
             (d, true)
         } else {
             (w, false)
         }
     } else {
-        (w, 2 * set_bytes(w) <= ub)
-    };
-    let slot_bytes = slot_bytes_for(w);
-    let params = k.exprs.iter().filter_map(|n| match n.expr {
-        Expr::Param(p) => Some(p as usize + 1),
-        _ => None,
-    });
-    let n_params = params.max().unwrap_or(0);
-    let access_list: Vec<&Access> = k.accesses().collect();
-    // r0: unit, r1: end, r2: valid columns, r3/r4: scratch, r5..: row bases,
-    // then params; r27 reserved, r28: a long row's chunk offset, r31: scratch.
-    if 5 + access_list.len() + n_params > 27 {
-        return Err(unsupported(
-            k,
-            format!(
-                "{} accesses and {n_params} params (too many registers)",
-                access_list.len()
-            ),
-        ));
+        (w, 2 * sz.set(w, peak) <= sz.ub)
     }
-    let cx = TileCx {
-        k,
-        flat,
-        long,
-        shape: format!("1x{w}"),
-        // A row kernel over zero columns still computes its row values in
-        // column 0, which row-constant stores then write.
-        vcv: if !flat && cols == 0 { "1" } else { "r2" },
-        slot_bytes,
-        elem_base: peak * slot_bytes,
-        ub_base: 0,
-        buffers: &buffers,
-        access_list: &access_list,
-        partials: Vec::new(),
-    };
-    // A few long rows: split each row's columns across tasks, one function
-    // per stage plus a combine function per reduction (partial + combine
-    // tasks), so one big reduction uses many cores.
-    let n_chunks = cols.div_ceil(w);
-    if long && k.rows() <= SPLIT_MAX_ROWS && (n_chunks * 8).next_multiple_of(32) + 64 <= ub {
-        return compile_split(k, buf_dtype, cfg, &cx, &passes, peak, w, n_params);
-    }
+}
 
-    // ---- emit ----
-    let mut s = String::new();
-    let name = format!("k_{}", sanitize(&k.name));
-    let _ = writeln!(s, ".kernel {name} aiv");
-    for (i, &b) in buffers.iter().enumerate() {
-        let _ = writeln!(s, ".gm b{i}_{} {} [] inout", b.0, buf_dtype(b));
-    }
-    let _ = writeln!(s, ".arg lo 0\n.arg hi 0");
-    for p in 0..n_params {
-        let _ = writeln!(s, ".arg p{p} 0");
-    }
-    let _ = writeln!(s, "    ldarg r0, 0\n    ldarg r1, 1");
-    for p in 0..n_params {
-        let _ = writeln!(s, "    ldarg r{}, {}", cx.param_reg(p), 2 + p);
-    }
-    // Per tile: the valid width (flat) or the row's access offsets.
-    let mut prologue = String::new();
-    if flat {
-        let _ = writeln!(prologue, "    sub r2, r1, r0\n    min r2, r2, {w}");
-    } else {
-        let _ = writeln!(prologue, "    movi r2, {cols}");
-        // Row offsets: peel the row index into its multi-index, innermost
-        // row dimension first.
-        for a in 0..access_list.len() {
-            let _ = writeln!(prologue, "    movi r{}, 0", cx.base_reg(a));
-        }
-        let _ = writeln!(prologue, "    mov r3, r0");
-        let rank = k.domain.len();
-        for d in (0..rank - 1).rev() {
-            let dim = k.domain[d].max(1);
-            let _ = writeln!(prologue, "    rem r4, r3, {dim}\n    div r3, r3, {dim}");
-            for (a, acc) in access_list.iter().enumerate() {
-                let st = acc.strides[d];
-                if st != 0 {
-                    let _ = writeln!(
-                        prologue,
-                        "    mul r31, r4, {st}\n    add r{0}, r{0}, r31",
-                        cx.base_reg(a)
-                    );
-                }
+fn check_store_dtypes(k: &Kernel, buf_dtype: &dyn Fn(BufId) -> DType) -> Result<(), CodegenError> {
+    for st in &k.stages {
+        if let Stage::Store { access, value } = st {
+            if k.expr(*value).dtype != buf_dtype(access.buf) {
+                return Err(unsupported(
+                    k,
+                    "a store whose value dtype differs from its buffer",
+                ));
             }
         }
     }
-    let step = if flat { w } else { 1 };
-    if double {
-        let (ev, lu, _) = &passes[0];
-        let pong = TileCx {
-            ub_base: set_bytes(w),
-            shape: cx.shape.clone(),
-            partials: Vec::new(),
-            ..cx
-        };
-        // Event b guards buffer set b: MTE3 -> MTE2 says its last store
-        // is done (both start free), MTE2 -> V its loads are in, V -> MTE3
-        // its results are ready.
-        s.push_str("    setf mte3, mte2, 0\n    setf mte3, mte2, 1\nloop:\n");
-        for (b, set) in [&cx, &pong].into_iter().enumerate() {
-            let (loads, v_ops, stores) = set.emit(ev, lu, peak)?;
-            let _ = write!(
-                s,
-                "    bge r0, r1, done\n{prologue}    waitf mte3, mte2, {b}\n{loads}\
-                 \x20   setf mte2, v, {b}\n    waitf mte2, v, {b}\n{v_ops}\
-                 \x20   setf v, mte3, {b}\n    waitf v, mte3, {b}\n{stores}\
-                 \x20   setf mte3, mte2, {b}\n    add r0, r0, {step}\n"
-            );
-        }
-        s.push_str(
-            "    jmp loop\ndone:\n    waitf mte3, mte2, 0\n    waitf mte3, mte2, 1\n    end\n",
-        );
-    } else {
-        emit_single_buffered(&mut s, &cx, &passes, &prologue, (peak, w, step))?;
+    Ok(())
+}
+
+pub(super) fn compile_vector(
+    k: &Kernel,
+    buf_dtype: &dyn Fn(BufId) -> DType,
+    cfg: &DeviceConfig,
+) -> Result<Vec<DeviceKernel>, CodegenError> {
+    if k.domain.is_empty() {
+        return Err(unsupported(k, "a rank-0 domain"));
     }
-    let program = assemble_verified(k, &s, cfg)?;
+    let buffers = k.local_buffers();
+    check_store_dtypes(k, buf_dtype)?;
+    let lay = layout(k, cfg)?;
+    let access_list: Vec<&Access> = k.accesses().collect();
+    let cx = tile_cx(k, &lay, &buffers, &access_list)?;
+    let cols = k.cols();
+    // A few long rows: split each row's columns across tasks, one function
+    // per stage plus a combine function per reduction (partial + combine
+    // tasks), so one big reduction uses many cores.
+    let n_chunks = cols.div_ceil(lay.w);
+    let ub = cfg.ub_bytes as usize;
+    if lay.long && k.rows() <= SPLIT_MAX_ROWS && (n_chunks * 8).next_multiple_of(32) + 64 <= ub {
+        let split = Split::new(k, buf_dtype, cfg, &cx, &lay);
+        return split.compile();
+    }
+    let mut b = ProgramBuilder::new(format!("k_{}", sanitize(&k.name)), CoreType::Aiv);
+    let decls = declare(&mut b, &buffers, buf_dtype, &[], lay.n_params);
+    b.ldarg(UNIT, decls.lo).ldarg(END, decls.hi);
+    load_params(&mut b, &cx, &decls)?;
+    let step = if lay.flat { lay.w } else { 1 };
+    if lay.double {
+        emit_double_buffered(&mut b, &cx, &lay, step)?;
+    } else {
+        emit_single_buffered(&mut b, &cx, &lay, step)?;
+    }
+    let (program, asm) = finish(k, b, cfg)?;
     Ok(vec![DeviceKernel {
         name: k.name.clone(),
         program,
-        asm: s,
+        asm,
         buffers,
         core: CoreType::Aiv,
         units: k.units(),
@@ -265,61 +251,240 @@ pub(super) fn compile_vector(
     }])
 }
 
+/// The tile context of a kernel laid out as `lay` (first buffer set), once
+/// its registers are known to fit.
+fn tile_cx<'a>(
+    k: &'a Kernel,
+    lay: &Layout,
+    buffers: &'a [BufId],
+    access_list: &'a [&'a Access],
+) -> Result<TileCx<'a>, CodegenError> {
+    // r5.. hold the row bases, then the params; r26 up are taken (see
+    // `regs`).
+    if regs::FIRST_BASE + access_list.len() + lay.n_params > regs::BASES_END {
+        return Err(unsupported(
+            k,
+            format!(
+                "{} accesses and {} params (too many registers)",
+                access_list.len(),
+                lay.n_params
+            ),
+        ));
+    }
+    Ok(TileCx {
+        k,
+        flat: lay.flat,
+        long: lay.long,
+        shape: Shape::new(1, lay.w),
+        // A row kernel over zero columns still computes its row values in
+        // column 0, which row-constant stores then write.
+        vcv: if !lay.flat && k.cols() == 0 {
+            1.into()
+        } else {
+            VALID.into()
+        },
+        slot_bytes: lay.slot_bytes,
+        elem_base: lay.peak * lay.slot_bytes,
+        ub_base: 0,
+        buffers,
+        access_list,
+        partials: Vec::new(),
+    })
+}
+
+/// A vector function's declarations: buffer `i` is GM `b{i}_{buf}`,
+/// workspace `j` is GM `w{j}`, then scalar arguments `lo`, `hi` (the
+/// task's range) and the params `p{i}`.
+struct Decls {
+    work: Vec<Gm>,
+    lo: Arg,
+    hi: Arg,
+    params: Vec<Arg>,
+}
+
+fn declare(
+    b: &mut ProgramBuilder,
+    buffers: &[BufId],
+    buf_dtype: &dyn Fn(BufId) -> DType,
+    extra: &[(DType, usize)],
+    n_params: usize,
+) -> Decls {
+    for (i, &buf) in buffers.iter().enumerate() {
+        b.gm(&format!("b{i}_{}", buf.0), buf_dtype(buf), &[], Role::InOut);
+    }
+    let work = extra
+        .iter()
+        .enumerate()
+        .map(|(j, &(dt, _))| b.gm(&format!("w{j}"), dt, &[], Role::InOut))
+        .collect();
+    let (lo, hi) = (b.arg("lo", 0), b.arg("hi", 0));
+    let params = (0..n_params).map(|p| b.arg(&format!("p{p}"), 0)).collect();
+    Decls {
+        work,
+        lo,
+        hi,
+        params,
+    }
+}
+
+/// Loads each param into its register.
+fn load_params(b: &mut ProgramBuilder, cx: &TileCx<'_>, d: &Decls) -> Result<(), CodegenError> {
+    for (p, &arg) in d.params.iter().enumerate() {
+        b.ldarg(cx.param_reg(p)?, arg);
+    }
+    Ok(())
+}
+
+/// Per tile: the valid width (flat) or the row's access offsets.
+fn emit_prologue(b: &mut ProgramBuilder, cx: &TileCx<'_>, w: usize) -> Result<(), CodegenError> {
+    if cx.flat {
+        b.sub(VALID, END, UNIT).min(VALID, VALID, w);
+        Ok(())
+    } else {
+        b.movi(VALID, cx.k.cols());
+        emit_row_bases(b, cx)
+    }
+}
+
+/// Each access's offset of row [`UNIT`]: peel the row index into its
+/// multi-index, innermost row dimension first.
+fn emit_row_bases(b: &mut ProgramBuilder, cx: &TileCx<'_>) -> Result<(), CodegenError> {
+    let k = cx.k;
+    for a in 0..cx.access_list.len() {
+        b.movi(cx.base_reg(a)?, 0);
+    }
+    b.mov(T3, UNIT);
+    for d in (0..k.domain.len() - 1).rev() {
+        let dim = k.domain[d].max(1);
+        b.rem(T4, T3, dim).div(T3, T3, dim);
+        for (a, acc) in cx.access_list.iter().enumerate() {
+            let st = acc.strides[d];
+            if st != 0 {
+                let base = cx.base_reg(a)?;
+                b.mul(T31, T4, st).add(base, base, T31);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The valid columns of the chunk at [`CHUNK`]: `min(w, cols - CHUNK)`.
+fn emit_chunk_width(b: &mut ProgramBuilder, cols: usize, w: usize) {
+    b.movi(VALID, cols)
+        .sub(VALID, VALID, CHUNK)
+        .min(VALID, VALID, w);
+}
+
+fn first_pass<'l>(k: &Kernel, lay: &'l Layout) -> Result<&'l Pass, CodegenError> {
+    lay.passes
+        .first()
+        .ok_or_else(|| internal(k, "a kernel without passes"))
+}
+
+/// The tile loop with two buffer sets, tiles alternating between them.
+/// Event `b` guards buffer set `b`: MTE3 -> MTE2 says its last store is
+/// done (both start free), MTE2 -> V its loads are in, V -> MTE3 its
+/// results are ready.
+fn emit_double_buffered(
+    b: &mut ProgramBuilder,
+    cx: &TileCx<'_>,
+    lay: &Layout,
+    step: usize,
+) -> Result<(), CodegenError> {
+    let (ev, lu, _) = first_pass(cx.k, lay)?;
+    let plan = cx.plan(ev, lu, lay.peak)?;
+    let pong = TileCx {
+        ub_base: lay.set_bytes,
+        partials: Vec::new(),
+        ..*cx
+    };
+    let (top, done) = (b.label(), b.label());
+    b.setf(Pipe::Mte3, Pipe::Mte2, 0)
+        .setf(Pipe::Mte3, Pipe::Mte2, 1);
+    b.bind(top);
+    for (e, set) in [(0u8, cx), (1, &pong)] {
+        b.bge(UNIT, END, done);
+        emit_prologue(b, set, lay.w)?;
+        b.waitf(Pipe::Mte3, Pipe::Mte2, e);
+        set.emit_tile(b, &plan, e)?;
+        b.setf(Pipe::Mte3, Pipe::Mte2, e).add(UNIT, UNIT, step);
+    }
+    b.jmp(top);
+    b.bind(done);
+    b.waitf(Pipe::Mte3, Pipe::Mte2, 0)
+        .waitf(Pipe::Mte3, Pipe::Mte2, 1)
+        .end();
+    Ok(())
+}
+
 /// The tile loop with one set of slots and a barrier between tiles (long
 /// rows, one pass per stage over column chunks, or tiles too big to hold
 /// twice).
 fn emit_single_buffered(
-    s: &mut String,
+    b: &mut ProgramBuilder,
     cx: &TileCx<'_>,
-    passes: &[(Vec<Event>, Vec<usize>, usize)],
-    prologue: &str,
-    (peak, w, step): (usize, usize, usize),
+    lay: &Layout,
+    step: usize,
+) -> Result<(), CodegenError> {
+    let (top, done) = (b.label(), b.label());
+    b.bind(top);
+    b.bge(UNIT, END, done);
+    emit_prologue(b, cx, lay.w)?;
+    if cx.long {
+        for (si, pass) in lay.passes.iter().enumerate() {
+            emit_long_pass(b, cx, lay, si, pass)?;
+        }
+    } else {
+        let (ev, lu, _) = first_pass(cx.k, lay)?;
+        cx.emit_tile(b, &cx.plan(ev, lu, lay.peak)?, 0)?;
+        b.barrier();
+    }
+    b.add(UNIT, UNIT, step).jmp(top);
+    b.bind(done);
+    b.end();
+    Ok(())
+}
+
+/// Stage `si` of a long row: a loop over its column chunks, a reduction
+/// starting from its identity.
+fn emit_long_pass(
+    b: &mut ProgramBuilder,
+    cx: &TileCx<'_>,
+    lay: &Layout,
+    si: usize,
+    (ev, lu, _): &Pass,
 ) -> Result<(), CodegenError> {
     let k = cx.k;
     let cols = k.cols();
-    let _ = write!(s, "loop:\n    bge r0, r1, done\n{prologue}");
-    let sync = |s: &mut String, body: (String, String, String)| {
-        s.push_str(&body.0);
-        s.push_str("    setf mte2, v, 0\n    waitf mte2, v, 0\n");
-        s.push_str(&body.1);
-        s.push_str("    setf v, mte3, 0\n    waitf v, mte3, 0\n");
-        s.push_str(&body.2);
-        s.push_str("    barrier\n");
-    };
-    if cx.long {
-        for (si, (ev, lu, _)) in passes.iter().enumerate() {
-            if let Stage::Reduce { op, value } = &k.stages[si] {
-                let dt = k.expr(*value).dtype;
-                let identity = match op {
-                    ReduceOp::Sum => 0.0,
-                    ReduceOp::Max => f64::NEG_INFINITY,
-                    ReduceOp::Min => f64::INFINITY,
-                };
-                let identity = if dt.is_float() {
-                    float_text(identity)
-                } else {
-                    float_text(identity.clamp(i64::MIN as f64, i64::MAX as f64))
-                };
-                let _ = writeln!(
-                    s,
-                    "    vdup {dt}, 1x1, 1, 1, @0x{:x}, {identity}",
-                    cx.elem_addr(k.loads.len() + si)
-                );
-            }
-            let _ = writeln!(s, "    movi r28, 0\nc{si}:\n    bge r28, {cols}, e{si}");
-            let _ = writeln!(
-                s,
-                "    movi r2, {cols}\n    sub r2, r2, r28\n    min r2, r2, {w}"
-            );
-            sync(s, cx.emit(ev, lu, peak)?);
-            let _ = writeln!(s, "    add r28, r28, {w}\n    jmp c{si}\ne{si}:");
-        }
-    } else {
-        let (ev, lu, _) = &passes[0];
-        sync(s, cx.emit(ev, lu, peak)?);
+    if let Stage::Reduce { op, value } = &k.stages[si] {
+        let dt = k.expr(*value).dtype;
+        let acc = cx.elem_addr(k.loads.len() + si);
+        b.vdup(dt, Shape::new(1, 1), 1, 1, acc, reduce_identity(*op, dt));
     }
-    let _ = writeln!(s, "    add r0, r0, {step}\n    jmp loop\ndone:\n    end");
+    let (chunk, end) = (b.label(), b.label());
+    b.movi(CHUNK, 0);
+    b.bind(chunk);
+    b.bge(CHUNK, cols, end);
+    emit_chunk_width(b, cols, lay.w);
+    cx.emit_tile(b, &cx.plan(ev, lu, lay.peak)?, 0)?;
+    b.barrier().add(CHUNK, CHUNK, lay.w).jmp(chunk);
+    b.bind(end);
     Ok(())
+}
+
+/// The value a reduction starts from (integers: the float clamped to the
+/// i64 range, which `vdup` then wraps into the dtype).
+fn reduce_identity(op: ReduceOp, dt: DType) -> f64 {
+    let v = match op {
+        ReduceOp::Sum => 0.0,
+        ReduceOp::Max => f64::NEG_INFINITY,
+        ReduceOp::Min => f64::INFINITY,
+    };
+    if dt.is_float() {
+        v
+    } else {
+        v.clamp(i64::MIN as f64, i64::MAX as f64)
+    }
 }
 
 /// Long rows fewer than this are split across tasks.
@@ -331,156 +496,172 @@ const SPLIT_MAX_ROWS: usize = 8;
 /// a column range (all rows, chunk by chunk, reading earlier row values
 /// from GM); each reduction adds a combine function over rows that folds
 /// its partials. The runtime chains them in order.
-#[allow(clippy::too_many_arguments)]
-fn compile_split(
-    k: &Kernel,
-    buf_dtype: &dyn Fn(BufId) -> DType,
-    cfg: &DeviceConfig,
-    base: &TileCx<'_>,
-    passes: &[(Vec<Event>, Vec<usize>, usize)],
-    peak: usize,
-    w: usize,
-    n_params: usize,
-) -> Result<Vec<DeviceKernel>, CodegenError> {
-    let (rows, cols) = (k.rows(), k.cols());
-    let n_chunks = cols.div_ceil(w);
-    let reduces: Vec<(usize, DType, ReduceOp)> = k
-        .stages
-        .iter()
-        .enumerate()
-        .filter_map(|(si, st)| match st {
-            Stage::Reduce { op, value } => Some((si, k.expr(*value).dtype, *op)),
-            Stage::Store { .. } => None,
-        })
-        .collect();
-    let ridx = |si: usize| reduces.iter().position(|r| r.0 == si);
-    let extra: Arc<Vec<(DType, usize)>> = Arc::new(
-        reduces
+struct Split<'a> {
+    k: &'a Kernel,
+    buf_dtype: &'a dyn Fn(BufId) -> DType,
+    cfg: &'a DeviceConfig,
+    base: &'a TileCx<'a>,
+    lay: &'a Layout,
+    /// The reductions: stage, dtype, op.
+    reduces: Vec<(usize, DType, ReduceOp)>,
+    extra: Arc<Vec<(DType, usize)>>,
+    n_chunks: usize,
+}
+
+impl<'a> Split<'a> {
+    fn new(
+        k: &'a Kernel,
+        buf_dtype: &'a dyn Fn(BufId) -> DType,
+        cfg: &'a DeviceConfig,
+        base: &'a TileCx<'a>,
+        lay: &'a Layout,
+    ) -> Split<'a> {
+        let n_chunks = k.cols().div_ceil(lay.w);
+        let reduces: Vec<(usize, DType, ReduceOp)> = k
+            .stages
+            .iter()
+            .enumerate()
+            .filter_map(|(si, st)| match st {
+                Stage::Reduce { op, value } => Some((si, k.expr(*value).dtype, *op)),
+                Stage::Store { .. } => None,
+            })
+            .collect();
+        let rows = k.rows();
+        let extra = reduces
             .iter()
             .flat_map(|&(_, dt, _)| [(dt, rows * n_chunks), (dt, rows)])
-            .collect(),
-    );
-    let header = |s: &mut String, name: &str| {
-        let _ = writeln!(s, ".kernel {name} aiv");
-        for (i, &b) in base.buffers.iter().enumerate() {
-            let _ = writeln!(s, ".gm b{i}_{} {} [] inout", b.0, buf_dtype(b));
+            .collect();
+        Split {
+            k,
+            buf_dtype,
+            cfg,
+            base,
+            lay,
+            reduces,
+            extra: Arc::new(extra),
+            n_chunks,
         }
-        for (j, (dt, _)) in extra.iter().enumerate() {
-            let _ = writeln!(s, ".gm w{j} {dt} [] inout");
+    }
+
+    fn compile(&self) -> Result<Vec<DeviceKernel>, CodegenError> {
+        let mut out = Vec::new();
+        for (si, pass) in self.lay.passes.iter().enumerate() {
+            out.push(self.stage(si, pass)?);
+            if let Some(j) = self.ridx(si) {
+                out.push(self.combine(si, j)?);
+            }
         }
-        let _ = writeln!(s, ".arg lo 0\n.arg hi 0");
-        for p in 0..n_params {
-            let _ = writeln!(s, ".arg p{p} 0");
+        Ok(out)
+    }
+
+    /// Stage `si`'s index among the reductions.
+    fn ridx(&self, si: usize) -> Option<usize> {
+        self.reduces.iter().position(|r| r.0 == si)
+    }
+
+    fn declare(&self, b: &mut ProgramBuilder) -> Decls {
+        let n_params = self.lay.n_params;
+        declare(b, self.base.buffers, self.buf_dtype, &self.extra, n_params)
+    }
+
+    /// Workspace `i` (reduction `j`'s partials are `2j`, its row values
+    /// `2j + 1`).
+    fn work(&self, d: &Decls, i: usize) -> Result<Gm, CodegenError> {
+        let missing = || internal(self.k, format!("workspace w{i} is not declared"));
+        d.work.get(i).copied().ok_or_else(missing)
+    }
+
+    /// Stage `si` over a range of columns of every row, its reduction's
+    /// chunk partials to GM.
+    fn stage(&self, si: usize, (ev, lu, _): &Pass) -> Result<DeviceKernel, CodegenError> {
+        let (k, lay) = (self.k, self.lay);
+        let mut b = ProgramBuilder::new(format!("k_{}_s{si}", sanitize(&k.name)), CoreType::Aiv);
+        let d = self.declare(&mut b);
+        let mut partials = vec![None; k.stages.len()];
+        if let Some(j) = self.ridx(si) {
+            partials[si] = Some(self.work(&d, 2 * j)?);
         }
-    };
-    let finish = |s: String,
-                  name: String,
-                  units: usize,
-                  tile_units: usize|
-     -> Result<DeviceKernel, CodegenError> {
-        let program = assemble_verified(k, &s, cfg)?;
+        let cx = TileCx {
+            partials,
+            ..*self.base
+        };
+        b.ldarg(COL_LO, d.lo).ldarg(COL_HI, d.hi);
+        load_params(&mut b, &cx, &d)?;
+        let (rows, done, chunks, row_done) = (b.label(), b.label(), b.label(), b.label());
+        b.movi(UNIT, 0);
+        b.bind(rows);
+        b.bge(UNIT, k.rows(), done);
+        emit_row_bases(&mut b, &cx)?;
+        // Earlier reductions' finished row values, from the combine tasks.
+        for &(sj, dt, _) in self.reduces.iter().filter(|r| r.0 < si) {
+            let j = self
+                .ridx(sj)
+                .ok_or_else(|| internal(k, "a reduction not listed"))?;
+            let row_value = cx.elem_addr(k.loads.len() + sj);
+            let src = self.work(&d, 2 * j + 1)?;
+            b.ld(dt, Shape::new(1, 1), 1, 1, row_value, src, UNIT, 0);
+        }
+        b.mov(CHUNK, COL_LO);
+        b.bind(chunks);
+        b.bge(CHUNK, COL_HI, row_done);
+        emit_chunk_width(&mut b, k.cols(), lay.w);
+        b.div(PARTIAL, CHUNK, lay.w)
+            .mul(T27, UNIT, self.n_chunks)
+            .add(PARTIAL, PARTIAL, T27);
+        cx.emit_tile(&mut b, &cx.plan(ev, lu, lay.peak)?, 0)?;
+        b.barrier().add(CHUNK, CHUNK, lay.w).jmp(chunks);
+        b.bind(row_done);
+        b.add(UNIT, UNIT, 1).jmp(rows);
+        b.bind(done);
+        b.end();
+        self.finish(b, format!("{}/stage{si}", k.name), k.cols(), lay.w)
+    }
+
+    /// Folds reduction `j` (stage `si`)'s chunk partials into one value
+    /// per row.
+    fn combine(&self, si: usize, j: usize) -> Result<DeviceKernel, CodegenError> {
+        let k = self.k;
+        let (_, dt, op) = self.reduces[j];
+        let n = self.n_chunks;
+        let tmp = Addr::from((n * dt.size_bytes()).next_multiple_of(32));
+        let mut b = ProgramBuilder::new(format!("k_{}_c{si}", sanitize(&k.name)), CoreType::Aiv);
+        let d = self.declare(&mut b);
+        let (partials, row_values) = (self.work(&d, 2 * j)?, self.work(&d, 2 * j + 1)?);
+        let (top, done) = (b.label(), b.label());
+        b.ldarg(UNIT, d.lo).ldarg(END, d.hi);
+        b.bind(top);
+        b.bge(UNIT, END, done).mul(T3, UNIT, n);
+        let (row, zero) = (Shape::new(1, n), Addr::new(0));
+        b.ld(dt, row, 1, n, zero, partials, T3, 0);
+        b.setf(Pipe::Mte2, Pipe::V, 0).waitf(Pipe::Mte2, Pipe::V, 0);
+        reduce_row(&mut b, op, dt, row, n.into(), tmp, zero);
+        b.setf(Pipe::V, Pipe::Mte3, 0).waitf(Pipe::V, Pipe::Mte3, 0);
+        b.st(dt, Shape::new(1, 1), 1, 1, row_values, UNIT, 0, tmp);
+        b.barrier().add(UNIT, UNIT, 1).jmp(top);
+        b.bind(done);
+        b.end();
+        self.finish(b, format!("{}/combine{si}", k.name), k.rows(), 1)
+    }
+
+    fn finish(
+        &self,
+        b: ProgramBuilder,
+        name: String,
+        units: usize,
+        tile_units: usize,
+    ) -> Result<DeviceKernel, CodegenError> {
+        let (program, asm) = finish(self.k, b, self.cfg)?;
         Ok(DeviceKernel {
             name,
             program,
-            asm: s,
-            buffers: base.buffers.to_vec(),
+            asm,
+            buffers: self.base.buffers.to_vec(),
             core: CoreType::Aiv,
             units,
             tile_units,
-            extra: extra.clone(),
+            extra: self.extra.clone(),
         })
-    };
-    let mut out = Vec::new();
-    for (si, (ev, lu, _)) in passes.iter().enumerate() {
-        let cx = TileCx {
-            partials: (0..k.stages.len())
-                .map(|s| {
-                    (s == si)
-                        .then(|| ridx(s).map(|j| format!("w{}", 2 * j)))
-                        .flatten()
-                })
-                .collect(),
-            shape: base.shape.clone(),
-            ..*base
-        };
-        let mut s = String::new();
-        header(&mut s, &format!("k_{}_s{si}", sanitize(&k.name)));
-        let _ = writeln!(s, "    ldarg r29, 0\n    ldarg r30, 1");
-        for p in 0..n_params {
-            let _ = writeln!(s, "    ldarg r{}, {}", cx.param_reg(p), 2 + p);
-        }
-        let _ = writeln!(s, "    movi r0, 0\nrows:\n    bge r0, {rows}, done");
-        for a in 0..base.access_list.len() {
-            let _ = writeln!(s, "    movi r{}, 0", cx.base_reg(a));
-        }
-        let _ = writeln!(s, "    mov r3, r0");
-        for d in (0..k.domain.len() - 1).rev() {
-            let dim = k.domain[d].max(1);
-            let _ = writeln!(s, "    rem r4, r3, {dim}\n    div r3, r3, {dim}");
-            for (a, acc) in base.access_list.iter().enumerate() {
-                let st = acc.strides[d];
-                if st != 0 {
-                    let _ = writeln!(
-                        s,
-                        "    mul r31, r4, {st}\n    add r{0}, r{0}, r31",
-                        cx.base_reg(a)
-                    );
-                }
-            }
-        }
-        // Earlier reductions' finished row values, from the combine tasks.
-        for &(sj, dt, _) in reduces.iter().filter(|r| r.0 < si) {
-            let j = ridx(sj).unwrap_or(0);
-            let _ = writeln!(
-                s,
-                "    ld {dt}, 1x1, 1, 1, @0x{:x}, w{}, r0, 0",
-                cx.elem_addr(k.loads.len() + sj),
-                2 * j + 1
-            );
-        }
-        let _ = writeln!(s, "    mov r28, r29\nchunks:\n    bge r28, r30, rowdone");
-        let _ = writeln!(
-            s,
-            "    movi r2, {cols}\n    sub r2, r2, r28\n    min r2, r2, {w}"
-        );
-        let _ = writeln!(
-            s,
-            "    div r26, r28, {w}\n    mul r27, r0, {n_chunks}\n    add r26, r26, r27"
-        );
-        let (loads, v_ops, stores) = cx.emit(ev, lu, peak)?;
-        s.push_str(&loads);
-        s.push_str("    setf mte2, v, 0\n    waitf mte2, v, 0\n");
-        s.push_str(&v_ops);
-        s.push_str("    setf v, mte3, 0\n    waitf v, mte3, 0\n");
-        s.push_str(&stores);
-        let _ = writeln!(s, "    barrier\n    add r28, r28, {w}\n    jmp chunks\nrowdone:\n    add r0, r0, 1\n    jmp rows\ndone:\n    end");
-        out.push(finish(s, format!("{}/stage{si}", k.name), cols, w)?);
-        if let Some(j) = ridx(si) {
-            let (_, dt, op) = reduces[j];
-            let rop = match op {
-                ReduceOp::Sum => "vrsum",
-                ReduceOp::Max => "vrmax",
-                ReduceOp::Min => "vrmin",
-            };
-            let tmp = (n_chunks * dt.size_bytes()).next_multiple_of(32);
-            let mut s = String::new();
-            header(&mut s, &format!("k_{}_c{si}", sanitize(&k.name)));
-            let _ = writeln!(s, "    ldarg r0, 0\n    ldarg r1, 1\nloop:\n    bge r0, r1, done\n    mul r3, r0, {n_chunks}");
-            let _ = writeln!(
-                s,
-                "    ld {dt}, 1x{n_chunks}, 1, {n_chunks}, @0x0, w{}, r3, 0",
-                2 * j
-            );
-            let _ = writeln!(s, "    setf mte2, v, 0\n    waitf mte2, v, 0\n    {rop} {dt}, 1x{n_chunks}, 1, {n_chunks}, @0x{tmp:x}, @0x0");
-            let _ = writeln!(s, "    setf v, mte3, 0\n    waitf v, mte3, 0\n    st {dt}, 1x1, 1, 1, w{}, r0, 0, @0x{tmp:x}", 2 * j + 1);
-            let _ = writeln!(
-                s,
-                "    barrier\n    add r0, r0, 1\n    jmp loop\ndone:\n    end"
-            );
-            out.push(finish(s, format!("{}/combine{si}", k.name), rows, 1)?);
-        }
     }
-    Ok(out)
 }
 
 /// The expressions stage `si` needs (all of them, recomputed in its own

@@ -1,10 +1,12 @@
 //! The one table that defines the ISA. Every opcode has one row: mnemonic,
 //! the pipe it runs on, the core types that have it, its cost class, its
 //! operands (name and kind) and a doc line. The binary encoder and decoder
-//! (`binary.rs`), the assembler and disassembler (`asm.rs`), the verifier's
-//! operand checks (`verify.rs`), the cycle model (`sim/cycles.rs`) and
-//! `ISA.md` (`doc.rs`) are all driven by this table; only the semantics of
-//! each opcode (`sim/exec.rs`) are written per opcode.
+//! (`binary.rs`), the assembler and disassembler (`asm.rs`), the typed
+//! builder's methods (`emit.rs`, generated here: mnemonics and operand
+//! names are identifiers for that), the verifier's operand checks
+//! (`verify.rs`), the cycle model (`sim/cycles.rs`) and `ISA.md`
+//! (`doc.rs`) are all driven by this table; only the semantics of each
+//! opcode (`sim/exec.rs`) are written per opcode.
 
 use super::emit::{Addr, EventId, Gm, Int, Label, Mkn, ProgramBuilder, Reg, Shape, ToOperand, Val};
 use super::{Cond, Cores, Foot, Kind, PipeSel, Space};
