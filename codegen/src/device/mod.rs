@@ -159,3 +159,79 @@ pub(crate) fn sanitize(name: &str) -> String {
         .collect();
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tilejit_device::isa::asm::assemble;
+    use tilejit_ir::kernel::{Access, Expr, ExprId, ExprNode, Stage};
+    use tilejit_ir::UnaryOp;
+
+    /// `y = exp(x)` over 100 f32 elements.
+    fn exp_kernel() -> Kernel {
+        let x = Access {
+            buf: BufId(0),
+            strides: vec![1],
+        };
+        let y = Access {
+            buf: BufId(1),
+            strides: vec![1],
+        };
+        let node = |expr| ExprNode {
+            expr,
+            dtype: DType::F32,
+        };
+        Kernel {
+            name: "exp".into(),
+            domain: vec![100],
+            loads: vec![x],
+            exprs: vec![
+                node(Expr::Load(0)),
+                node(Expr::Unary(UnaryOp::Exp, ExprId(0))),
+            ],
+            scratch: Vec::new(),
+            stages: vec![Stage::Store {
+                access: y,
+                value: ExprId(1),
+            }],
+            matmul: None,
+            ops: vec!["exp"],
+        }
+    }
+
+    #[test]
+    fn dump_text_is_the_programs_disassembly() {
+        let kernels = compile(&exp_kernel(), &|_| DType::F32, &DeviceConfig::default())
+            .expect("exp compiles");
+        for d in &kernels {
+            let back = assemble(&d.asm).expect("the dump text assembles");
+            assert_eq!(&back, d.program.program(), "{}", d.asm);
+        }
+    }
+
+    #[test]
+    fn a_builder_error_is_internal_and_names_the_kernel() {
+        let mut b = ProgramBuilder::new("k_exp", CoreType::Aiv);
+        let never = b.label();
+        b.jmp(never);
+        let err = finish(&exp_kernel(), b, &DeviceConfig::default())
+            .expect_err("an unbound label is an error");
+        assert!(
+            matches!(&err, CodegenError::Internal { kernel, .. } if kernel == "exp"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("never bound"), "{err}");
+    }
+
+    #[test]
+    fn a_verifier_rejection_is_bytecode_with_the_text() {
+        let mut b = ProgramBuilder::new("k_exp", CoreType::Aiv);
+        b.nop();
+        let err = finish(&exp_kernel(), b, &DeviceConfig::default())
+            .expect_err("a program that runs off its end is rejected");
+        let CodegenError::Bytecode { error, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert!(error.contains(".kernel k_exp aiv\n    nop"), "{error}");
+    }
+}
