@@ -27,7 +27,27 @@ use tilejit_runtime::{panic_message, ArgSig, HandlerCache, HandlerStats, Program
 /// A traced body: receives the arguments as trace values, returns outputs.
 pub type Body<'b> = dyn Fn(&[TraceValue]) -> Result<Vec<Tensor>> + Send + Sync + 'b;
 
-/// A jit-compiled function's identity and handler cache.
+/// A jit-compiled function's identity and handler cache: one compiled
+/// program per signature (dtype and shape of each tensor argument, values
+/// of integer and bool arguments). `#[jit] fn f` reaches it as `f::jit()`.
+///
+/// ```
+/// use tilejit::prelude::*;
+///
+/// #[jit]
+/// fn scale_add(x: &Tensor, k: f32) -> Tensor { x * k + 1.0 }
+///
+/// let x = Tensor::ones(&[4], DType::F32);
+/// scale_add(&x, 2.0)?;                         // traces and compiles
+/// let y = scale_add(&x, 3.0)?;                 // a float is a runtime value: a hit
+/// assert_eq!(y.to_vec::<f32>()?, [4.0; 4]);
+/// scale_add(&Tensor::ones(&[8], DType::F32), 2.0)?; // a new shape: a second program
+/// let f = scale_add::jit();
+/// assert_eq!((f.stats().builds, f.stats().hits, f.handlers().len()), (2, 1, 2));
+/// f.freeze(true);                              // from now on, a new signature is an error
+/// assert!(scale_add(&Tensor::ones(&[5], DType::F32), 2.0).is_err());
+/// # Ok::<(), tilejit::Error>(())
+/// ```
 pub struct JitFunction {
     name: String,
     location: String,

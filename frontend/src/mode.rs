@@ -36,6 +36,18 @@ thread_local! {
 
 /// Runs `f` with every jit call it makes on this thread in `mode`
 /// (overriding functions' own modes and the environment).
+///
+/// ```
+/// use tilejit::prelude::*;
+/// let f = jit_fn!(|x: &Tensor| (x * 0.5).tanh());
+/// let x = Tensor::randn(&[1000], 7);
+/// let on_device = with_mode(RunMode::Sim, || f.call(&x))?;        // bytecode on the simulator
+/// let checked = with_mode(RunMode::Verify, || f.call(&x))?;       // host and sim, compared
+/// let oracle = with_mode(RunMode::Reference, || f.call(&x))?;     // the interpreter
+/// assert_eq!(on_device.to_vec::<f32>()?, oracle.to_vec::<f32>()?);
+/// assert_eq!(checked.shape(), &[1000]);
+/// # Ok::<(), tilejit::Error>(())
+/// ```
 pub fn with_mode<R>(mode: RunMode, f: impl FnOnce() -> R) -> R {
     let _scope = Scope::enter(mode);
     f()

@@ -18,6 +18,18 @@ use std::sync::Arc;
 use tilejit_ir::{Array, DType, Element, IrError, Lit, NodeId, Shape, TensorType};
 
 /// An n-dimensional array of one dtype. Cheap to clone; `Send + Sync`.
+///
+/// ```
+/// use tilejit::prelude::*;
+/// let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0, -4.0], &[2, 2])?;
+/// let y = (&x * 2.0).relu().sum(-1, false);        // eager ops: numpy semantics
+/// assert_eq!(y.to_vec::<f32>()?, [2.0, 6.0]);
+/// // A failing op gives an error tensor; the read returns the error.
+/// let bad = &x + &Tensor::zeros(&[3], DType::F32);
+/// let message = bad.to_vec::<f32>().unwrap_err().to_string();
+/// assert!(message.contains("shapes [2,2] and [3] do not broadcast"), "{message}");
+/// # Ok::<(), tilejit::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Tensor {
     pub(crate) repr: Repr,

@@ -38,7 +38,9 @@ pub const VARIABLES: [(&str, &str); 7] = [
 /// The storage pool's byte bound unless `TILEJIT_POOL_BYTES` says otherwise.
 pub const DEFAULT_POOL_BYTES: usize = 2 << 30;
 
-/// Where a compiled program runs.
+/// Where a compiled program runs. A call's mode is, first found: a
+/// per-call override (`tilejit::with_mode`), the function's own
+/// (`#[jit(mode = sim)]`), `TILEJIT_RUN_MODE`, `Host`.
 ///
 /// ```
 /// use tilejit_ir::config::RunMode;

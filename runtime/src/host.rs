@@ -79,8 +79,7 @@ fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
 
 /// Starts rayon's threads (once per process) without waiting for them, so
 /// they come up while Cranelift compiles rather than inside the first
-/// parallel launch: W7's first call (a fresh process) went from a median of
-/// ~11 ms to ~8 ms over 10 alternating runs on 2 cores.
+/// parallel launch (a fresh process's first call is measurably faster).
 fn start_thread_pool() {
     static STARTED: std::sync::Once = std::sync::Once::new();
     STARTED.call_once(|| rayon::spawn(|| ()));

@@ -7,9 +7,8 @@
 //! ```
 //!
 //! [`optimize`] and [`lower`] are the shared front half; each backend adds
-//! its codegen stage. Every stage runs under a [`StageTimes`], whose names
-//! are what `TILEJIT_LOG=timing` prints and what `TILEJIT_DUMP` files are
-//! named after. The graph verifier runs before and after `simplify`; the
+//! its codegen stage. Every stage runs under a [`StageTimes`], whose stage
+//! names are what `TILEJIT_LOG=timing` prints. The graph verifier runs before and after `simplify`; the
 //! pass-by-pass and kernel verifiers run in debug builds and tests, where
 //! a pass bug should fail loudly.
 

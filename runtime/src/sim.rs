@@ -37,6 +37,21 @@ thread_local! {
 
 /// Runs `f`, collecting the profile of every Sim launch it makes on this
 /// thread (the API form of `TILEJIT_PROFILE`).
+///
+/// ```
+/// use tilejit_runtime::{collect_profiles, Program};
+/// let g = tilejit_ir::text::parse(
+///     "graph {\n  %0 = input 0 : f32[64,128]\n  %1 = exp %0 : f32[64,128]\n  return %1\n}",
+/// )?;
+/// let x = tilejit_ir::Array::from_vec(vec![0.5f32; 64 * 128], &[64, 128])?;
+/// let program = Program::compile_named(g, "exp_rows(f32[64,128])")?;
+/// let (run, profiles) = collect_profiles(|| program.run_sim(&[x], &[], false));
+/// run?;
+/// assert_eq!(profiles.len(), 1);
+/// assert_eq!(profiles[0].name, "exp_rows(f32[64,128])");
+/// print!("{}", profiles[0].summary());      // device time, utilisation, pipes
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn collect_profiles<R>(f: impl FnOnce() -> R) -> (R, Vec<Profile>) {
     let outer = COLLECT.with(|c| c.borrow_mut().replace(Vec::new()));
     let r = f();

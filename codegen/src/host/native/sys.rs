@@ -4,13 +4,13 @@
 //!
 //! A fresh buffer's pages fault in where a kernel first writes them, in
 //! parallel, and the OS zeroes each as it maps it. On 4 KiB pages a fresh
-//! 32 MiB output costs ~8K faults, more than the kernel that fills it, so
+//! 32 MiB output costs 8K faults, more than the kernel that fills it, so
 //! buffers from 1 MiB up are advised onto 2 MiB pages (`MADV_HUGEPAGE`).
 //! Only whole 2 MiB regions can be huge pages, though, and glibc puts a big
 //! allocation 16 bytes past the start of its own mapping, whose first page
 //! it has already written (the chunk header): so the first region, and
-//! the partial last one, still faulted page by page. That was ~530 faults
-//! for a 32 MiB output, all in the first worker's rows.
+//! the partial last one, still faulted page by page, all in the first
+//! worker's rows.
 //!
 //! From 16 MiB up (where the padding is at most an eighth of the buffer)
 //! the allocation is therefore padded to 32 bytes short of whole 2 MiB
