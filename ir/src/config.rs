@@ -193,6 +193,7 @@ impl Default for Config {
 
 /// The process's configuration, read from the environment on first use.
 /// Values it could not read were reported on stderr then, once.
+#[inline]
 pub fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {

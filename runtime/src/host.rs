@@ -595,8 +595,13 @@ fn launch(
     }
     let mut bufs = kernel_bufs(slots, locals);
     let work: usize = k.domain.iter().product();
-    let threads = rayon::current_num_threads();
-    let chunk = if work < PARALLEL_MIN || units < 2 || threads < 2 {
+    // Small kernels stay on this thread (and never ask rayon anything).
+    let threads = if work < PARALLEL_MIN || units < 2 {
+        1
+    } else {
+        rayon::current_num_threads()
+    };
+    let chunk = if threads < 2 {
         units
     } else {
         let size = units.div_ceil((threads * 4).min(units));

@@ -687,15 +687,10 @@ fn kernel_calls_are_bounds_checked() {
         })
         .collect();
     let written: Vec<bool> = layout.written.clone();
-    // Each call's buffers, lent from `store` as a safe caller must: the
-    // first `len[i]` elements of buffer i, writable where `writable[i]`.
-    let call = |store: &mut [Vec<f32>],
-                len: &[usize],
-                writable: &[bool],
-                checked_too: bool,
-                start: usize,
-                end: usize|
-     -> Result<(), String> {
+    // Calls the kernel both ways (checked per call, and with arguments
+    // checked once) on buffers lent from `store` as a safe caller must:
+    // the first `len[i]` elements of buffer i, writable where `writable[i]`.
+    let calls = |store: &mut [Vec<f32>], len: &[usize], writable: &[bool], start, end| {
         let mut bufs: Vec<BufArg<'_>> = store
             .iter_mut()
             .zip(len.iter().zip(writable))
@@ -707,17 +702,17 @@ fn kernel_calls_are_bounds_checked() {
                 }
             })
             .collect();
-        code.call(&mut bufs, &args, start, end)
-            .map_err(|e| e.to_string())?;
-        if checked_too {
-            code.call_checked(&mut bufs, &checked, start, end)
-                .map_err(|e| e.to_string())?;
-        }
-        Ok(())
+        [
+            code.call(&mut bufs, &args, start, end),
+            code.call_checked(&mut bufs, &checked, start, end),
+        ]
+        .map(|r| r.map_err(|e| e.to_string()))
     };
     let full: Vec<usize> = store.iter().map(Vec::len).collect();
     // Correct calls run, both ways.
-    call(&mut store, &full, &written, true, 0, units).unwrap();
+    for r in calls(&mut store, &full, &written, 0, units) {
+        r.unwrap();
+    }
     let out = written.iter().position(|&w| w).unwrap();
     let xi = store.iter().position(|v| v.len() == 5).unwrap();
     let zi = (0..store.len()).find(|&i| i != out && i != xi).unwrap();
@@ -726,24 +721,10 @@ fn kernel_calls_are_bounds_checked() {
     }
     // Each bad call is refused before any native code runs, by both checks.
     let mut expect_err = |len: &[usize], writable: &[bool], start, end, what: &str| {
-        let m = call(&mut store, len, writable, false, start, end).unwrap_err();
-        assert!(m.contains(what), "{m} (wanted {what})");
-        let mut bufs: Vec<BufArg<'_>> = store
-            .iter_mut()
-            .zip(len.iter().zip(writable))
-            .map(|(v, (&n, &w))| {
-                if w {
-                    BufArg::write(&mut v[..n])
-                } else {
-                    BufArg::read(&v[..n])
-                }
-            })
-            .collect();
-        let m = code
-            .call_checked(&mut bufs, &checked, start, end)
-            .unwrap_err()
-            .to_string();
-        assert!(m.contains(what), "{m} (wanted {what})");
+        for r in calls(&mut store, len, writable, start, end) {
+            let m = r.unwrap_err();
+            assert!(m.contains(what), "{m} (wanted {what})");
+        }
     };
     for (i, w) in written.iter().enumerate() {
         let mut short = full.clone();
@@ -759,8 +740,11 @@ fn kernel_calls_are_bounds_checked() {
     expect_err(&full, &written, 0, units + 1, "exceeds");
     // A range that touches nothing needs nothing.
     let none = vec![0; full.len()];
-    call(&mut store, &none, &written, true, 1, 1).unwrap();
-    call(&mut store, &none, &written, true, 2, 2).unwrap();
+    for (start, end) in [(1, 1), (2, 2)] {
+        for r in calls(&mut store, &none, &written, start, end) {
+            r.unwrap();
+        }
+    }
     // Negative strides and dims are refused by both checks.
     let mut neg = args.clone();
     neg[0] = -1;

@@ -165,6 +165,7 @@ unsafe impl Sync for BufArg<'_> {}
 
 impl<'a> BufArg<'a> {
     /// Storage the kernel only reads.
+    #[inline]
     pub fn read<T: KernelElem>(v: &'a [T]) -> BufArg<'a> {
         BufArg {
             ptr: v.as_ptr().cast_mut().cast(),
@@ -175,6 +176,7 @@ impl<'a> BufArg<'a> {
     }
 
     /// Storage the kernel may write.
+    #[inline]
     pub fn write<T: KernelElem>(v: &'a mut [T]) -> BufArg<'a> {
         BufArg {
             ptr: v.as_mut_ptr().cast(),
@@ -186,6 +188,7 @@ impl<'a> BufArg<'a> {
 
     /// No storage: zero bytes, read-only (for a buffer the kernel does not
     /// touch).
+    #[inline]
     pub fn empty() -> BufArg<'static> {
         BufArg {
             ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(),
@@ -196,11 +199,13 @@ impl<'a> BufArg<'a> {
     }
 
     /// Its size in bytes.
+    #[inline]
     pub fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Whether the kernel may write it.
+    #[inline]
     pub fn writable(&self) -> bool {
         self.writable
     }
@@ -282,6 +287,7 @@ impl KernelCode {
     }
 
     /// Layout of the arguments, and what every access may touch.
+    #[inline]
     pub fn layout(&self) -> &ArgLayout {
         &self.layout
     }
@@ -343,6 +349,7 @@ impl KernelCode {
     /// call gets scratch rows of its own), split into calls of `chunk`
     /// units that run in parallel on the rayon pool when there are several
     /// and no two units write the same element (else as one call).
+    #[inline]
     pub fn launch(
         &self,
         bufs: &mut [BufArg<'_>],
@@ -354,8 +361,16 @@ impl KernelCode {
             KernelArgs::Checked(a) => a.args(),
             KernelArgs::Raw(a) => a,
         };
-        let cols = self.layout.cols(raw).map_err(|m| self.bad(m))?;
         let scratch = self.layout.scratch;
+        let chunk = chunk.max(1);
+        let split = units > chunk && self.layout.writes_disjoint_units(raw);
+        if scratch == 0 && !split {
+            // The common small call: no scratch rows, one range.
+            self.check(bufs, args, 0, units)?;
+            self.enter(bufs, raw, 0, units);
+            return Ok(());
+        }
+        let cols = self.layout.cols(raw).map_err(|m| self.bad(m))?;
         let call = |bufs: &mut [BufArg<'_>], start: usize, end: usize| {
             if scratch == 0 {
                 self.check(bufs, args, start, end)?;
@@ -369,16 +384,9 @@ impl KernelCode {
             self.enter(&all, raw, start, end);
             Ok(())
         };
-        let chunk = chunk.max(1);
-        if units <= chunk || !self.layout.writes_disjoint_units(raw) {
+        if !split {
             return call(bufs, 0, units);
         }
-        // Check the whole range once, so a bad call fails before any runs.
-        let mut probe: Vec<BufArg<'_>> = bufs.iter().map(|b| BufArg { ..*b }).collect();
-        let mut rows: Vec<Vec<u64>> = (0..scratch).map(|_| vec![0u64; cols]).collect();
-        probe.extend(rows.iter_mut().map(|r| BufArg::write(r)));
-        self.check(&probe, args, 0, units)?;
-        drop(probe);
         let shared = SharedBufs(bufs);
         let starts: Vec<usize> = (0..units).step_by(chunk).collect();
         use rayon::prelude::*;
