@@ -40,7 +40,13 @@ pub(crate) fn scalar_lit<S: Scalar>(s: S, dtype: DType) -> Result<Lit, IrError> 
         (_, DType::Bool) => Ok(Lit::Bool(v != 0.0)),
         (_, d) if d.is_float() => Ok(Lit::from_f64(v, d)),
         (Lit::Int(i), d) if d.wrap_int(i) == i => Ok(Lit::Int(i)),
-        (Lit::Float(f), d) if f.fract() == 0.0 && d.wrap_int(f as i64) as f64 == f => {
+        // Whole and inside the dtype's range (2^63 itself is not: `as`
+        // would saturate it to i64::MAX, which converts back to 2^63).
+        (Lit::Float(f), d)
+            if f.fract() == 0.0
+                && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&f)
+                && d.wrap_int(f as i64) as f64 == f =>
+        {
             Ok(Lit::Int(f as i64))
         }
         (_, d) => Err(IrError::InexactScalar { value: v, dtype: d }),

@@ -235,11 +235,14 @@ impl Lit {
         }
     }
 
-    /// Converts `v` to a literal of `dtype`, rounding floats and wrapping ints.
+    /// Converts `v` to a literal of `dtype`: rounded to a float dtype, or
+    /// converted to an integer one as a cast converts it (toward zero,
+    /// saturating at the dtype's bounds, NaN to 0).
     pub fn from_f64(v: f64, dtype: DType) -> Lit {
         match dtype {
             DType::Bool => Lit::Bool(v != 0.0),
-            d if d.is_int() => Lit::Int(d.wrap_int(v as i64)),
+            // The cast's rule: truncate toward zero, saturate, NaN -> 0.
+            d if d.is_int() => Lit::Int(crate::scalar::float_to_int(v, d)),
             d => Lit::Float(d.round_float(v)),
         }
     }

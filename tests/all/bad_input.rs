@@ -316,3 +316,59 @@ fn error_codes_are_stable() {
         "{e}"
     );
 }
+
+/// A float becomes an integer by one rule everywhere, the cast's: toward
+/// zero, saturating at the dtype's bounds, NaN to 0. `full` and `scalar`
+/// once wrapped instead (3e9 as i32 gave -1294967296).
+#[test]
+fn floats_become_integers_as_a_cast_makes_them() {
+    let cases: [(f64, DType, i64); 9] = [
+        (3e9, DType::I32, i32::MAX as i64),
+        (-3e9, DType::I32, i32::MIN as i64),
+        (f64::INFINITY, DType::I32, i32::MAX as i64),
+        (f64::NEG_INFINITY, DType::I64, i64::MIN),
+        (1e10, DType::I32, i32::MAX as i64),
+        (1e30, DType::I64, i64::MAX),
+        (f64::NAN, DType::I32, 0),
+        (-2.75, DType::I32, -2),
+        (2.75, DType::I64, 2),
+    ];
+    for (v, d, want) in cases {
+        let full = Tensor::full(&[2], v, d);
+        let scalar = Tensor::scalar(v, d);
+        let cast = Tensor::full(&[2], v, DType::F64).cast(d);
+        let as_i64 = |t: &Tensor| -> Vec<i64> {
+            match d {
+                DType::I32 => t
+                    .to_vec::<i32>()
+                    .unwrap()
+                    .into_iter()
+                    .map(i64::from)
+                    .collect(),
+                _ => t.to_vec::<i64>().unwrap(),
+            }
+        };
+        assert_eq!(as_i64(&full), [want, want], "full({v}, {d})");
+        assert_eq!(as_i64(&scalar), [want], "scalar({v}, {d})");
+        assert_eq!(as_i64(&cast), [want, want], "cast({v}) to {d}");
+    }
+}
+
+/// A float scalar meeting an integer tensor must be a whole number the
+/// dtype holds exactly; 2^63 is not an i64 (it once became i64::MAX).
+#[test]
+fn a_scalar_just_past_i64_is_inexact() {
+    let x = Tensor::arange(3, DType::I64);
+    let (t, line) = (&x + 9.223_372_036_854_775_808e18, line!());
+    let e = expect_err(
+        &t,
+        ErrorKind::DType,
+        &["not exactly representable as i64"],
+        line,
+    );
+    assert_eq!(e.code(), 3);
+    let ok = &x + (-9.223_372_036_854_775_808e18);
+    assert_eq!(ok.to_vec::<i64>().unwrap()[0], i64::MIN);
+    let (t, line) = (&Tensor::arange(2, DType::I32) + 3e9, line!());
+    expect_err(&t, ErrorKind::DType, &["i32"], line);
+}
