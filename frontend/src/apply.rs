@@ -13,7 +13,7 @@ use crate::error::{Error, Loc};
 use crate::mode::RunMode;
 use crate::tensor::{Repr, Tensor};
 use crate::trace;
-use tilejit_ir::{Graph, IrError, NodeId, Op};
+use tilejit_ir::{ErrorKind, Graph, IrError, NodeId, Op};
 
 /// Applies an op; see the module docs.
 pub(crate) fn apply(
@@ -111,7 +111,10 @@ fn apply_eager(
             .unwrap_or_default();
         let flat = |e: tilejit_runtime::RuntimeError| match e {
             tilejit_runtime::RuntimeError::Ir(e) => e,
-            other => IrError::Verify(other.to_string()),
+            other => IrError::Backend {
+                kind: other.kind(),
+                message: other.to_string(),
+            },
         };
         let mut out = match mode {
             RunMode::Host => tilejit_runtime::run_eager(&g, &inputs).map_err(flat)?,
@@ -120,8 +123,10 @@ fn apply_eager(
             RunMode::Verify => {
                 let host = tilejit_runtime::run_eager(&g, &inputs).map_err(flat)?;
                 let sim = tilejit_runtime::run_eager_sim(&g, &inputs).map_err(flat)?;
-                crate::mode::compare(op, &host, &sim)
-                    .map_err(|e| IrError::Verify(e.to_string()))?;
+                crate::mode::compare(op, &host, &sim).map_err(|e| IrError::Backend {
+                    kind: ErrorKind::Device,
+                    message: format!("verify mode: host and sim differ: {e}"),
+                })?;
                 host
             }
         };

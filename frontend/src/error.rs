@@ -126,14 +126,14 @@ impl Error {
             | Error::Arguments { .. }
             | Error::Frozen { .. } => ErrorKind::BadArgument,
             Error::Trace { source, .. } => source.kind(),
-            Error::Panic { .. } => ErrorKind::BadArgument,
+            Error::Panic { .. } => ErrorKind::Panic,
             Error::Runtime(e) => e.kind(),
             Error::Verify { .. } => ErrorKind::Device,
         }
     }
 
     /// The stable numeric code of the category: 1 bad argument, 2 shape,
-    /// 3 dtype, 4 unsupported, 5 device, 6 internal.
+    /// 3 dtype, 4 unsupported, 5 device, 6 internal, 7 panic in user code.
     pub fn code(&self) -> u32 {
         self.kind().code()
     }

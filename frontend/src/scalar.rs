@@ -44,7 +44,7 @@ pub(crate) fn scalar_lit<S: Scalar>(s: S, dtype: DType) -> Result<Lit, IrError> 
         // would saturate it to i64::MAX, which converts back to 2^63).
         (Lit::Float(f), d)
             if f.fract() == 0.0
-                && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&f)
+                && (i64::MIN as f64..-(i64::MIN as f64)).contains(&f)
                 && d.wrap_int(f as i64) as f64 == f =>
         {
             Ok(Lit::Int(f as i64))

@@ -21,6 +21,8 @@ pub enum ErrorKind {
     Device,
     /// A bug in tilejit: please report it.
     Internal,
+    /// The user's own code panicked (a jit body, a registered function).
+    Panic,
 }
 
 impl ErrorKind {
@@ -33,6 +35,7 @@ impl ErrorKind {
             ErrorKind::Unsupported => 4,
             ErrorKind::Device => 5,
             ErrorKind::Internal => 6,
+            ErrorKind::Panic => 7,
         }
     }
 
@@ -45,6 +48,7 @@ impl ErrorKind {
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::Device => "device error",
             ErrorKind::Internal => "internal error",
+            ErrorKind::Panic => "panic in user code",
         }
     }
 }
@@ -213,6 +217,15 @@ pub enum IrError {
     /// The verifier rejected a graph (a tilejit bug when it comes from a pass).
     #[error("verifier: {0}")]
     Verify(String),
+    /// A backend (the host code, the simulated device) failed running an
+    /// eager op; `kind` is the backend error's own category.
+    #[error("{message}")]
+    Backend {
+        /// The backend error's category (a device fault is `Device`).
+        kind: ErrorKind,
+        /// Its message.
+        message: String,
+    },
 }
 
 impl IrError {
@@ -234,6 +247,7 @@ impl IrError {
             | WrongElement { .. } => ErrorKind::DType,
             OutOfMemory { .. } => ErrorKind::Device,
             Verify(_) => ErrorKind::Internal,
+            Backend { kind, .. } => *kind,
         }
     }
 }

@@ -305,11 +305,12 @@ fn error_codes_are_stable() {
         ErrorKind::Unsupported,
         ErrorKind::Device,
         ErrorKind::Internal,
+        ErrorKind::Panic,
     ]
     .iter()
     .map(|k| k.code())
     .collect();
-    assert_eq!(codes, vec![1, 2, 3, 4, 5, 6]);
+    assert_eq!(codes, vec![1, 2, 3, 4, 5, 6, 7]);
     let e = t32(&[1.0], &[1]).reshape(&[2]).error().cloned().unwrap();
     assert!(
         e.to_string().starts_with("shape error [E2] in `reshape`"),
@@ -359,7 +360,8 @@ fn floats_become_integers_as_a_cast_makes_them() {
 #[test]
 fn a_scalar_just_past_i64_is_inexact() {
     let x = Tensor::arange(3, DType::I64);
-    let (t, line) = (&x + 9.223_372_036_854_775_808e18, line!());
+    let two_63 = -(i64::MIN as f64);
+    let (t, line) = (&x + two_63, line!());
     let e = expect_err(
         &t,
         ErrorKind::DType,
@@ -367,8 +369,39 @@ fn a_scalar_just_past_i64_is_inexact() {
         line,
     );
     assert_eq!(e.code(), 3);
-    let ok = &x + (-9.223_372_036_854_775_808e18);
+    let ok = &x + (-two_63);
     assert_eq!(ok.to_vec::<i64>().unwrap()[0], i64::MIN);
     let (t, line) = (&Tensor::arange(2, DType::I32) + 3e9, line!());
     expect_err(&t, ErrorKind::DType, &["i32"], line);
+}
+
+/// A panic in a jit body is the user's code failing: its own kind (E7),
+/// not a bad argument (E1, as it once was).
+#[test]
+fn a_panicking_jit_body_is_e7() {
+    let f = tilejit::jit_fn!(|x: &Tensor| -> Tensor {
+        if x.shape()[0] == 2 {
+            panic!("the body gave up");
+        }
+        x.clone()
+    });
+    let e = f.call(&Tensor::ones(&[2], DType::F32)).unwrap_err();
+    assert_eq!((e.kind(), e.code()), (ErrorKind::Panic, 7), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("panic in user code [E7]") && msg.contains("the body gave up"),
+        "{msg}"
+    );
+}
+
+/// A device failure while running an eager op on Sim (here: GM, 8 GiB by
+/// default, cannot hold a 10 GB output of two small inputs) is a device
+/// error (E5) with the device's message; it was flattened into E6.
+#[test]
+fn a_device_failure_in_an_eager_op_is_e5() {
+    let x = Tensor::zeros(&[50_000, 1], DType::F32);
+    let y = Tensor::zeros(&[1, 50_000], DType::F32);
+    let (t, line) = (with_mode(RunMode::Sim, || &x + &y), line!());
+    let e = expect_err(&t, ErrorKind::Device, &["out of memory in GM"], line);
+    assert_eq!(e.code(), 5);
 }
