@@ -152,7 +152,12 @@ fn eval(
     };
     let n = ty.shape.numel();
     Ok(match *op {
-        Op::Input { index, .. } => from_buffer(inputs[index as usize].buffer()),
+        Op::Input { index, .. } => from_buffer(
+            inputs
+                .get(index as usize)
+                .ok_or_else(|| IrError::Arguments(format!("no tensor for input {index}")))?
+                .buffer(),
+        ),
         Op::Param { index, dtype } => {
             let lit = *params
                 .get(index as usize)

@@ -218,6 +218,13 @@ pub fn parse(text: &str) -> Result<Graph, IrError> {
         p.line += 1;
         return Err(p.err("unexpected end of input: a graph ends with `return ...` and `}`"));
     }
+    // Reject here what the verifier would: text is user input, and a graph
+    // that parses must be safe to run (input indices 0..n, types as
+    // inferred, ...).
+    crate::verify::verify(&p.g).map_err(|e| IrError::Parse {
+        line: p.line,
+        message: format!("the graph does not verify: {e}"),
+    })?;
     Ok(p.g)
 }
 

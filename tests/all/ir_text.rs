@@ -214,3 +214,41 @@ graph {
     let after = interp::run(&s, &[x], &[]).unwrap();
     assert_eq!(format!("{before:?}"), format!("{after:?}"));
 }
+
+/// Text is user input: a graph the verifier would reject does not parse
+/// (an input index past the inputs once parsed and then made the
+/// interpreter index out of bounds), and the interpreter itself returns an
+/// error for such a graph built by hand.
+#[test]
+fn text_the_verifier_rejects_does_not_parse() {
+    let gapped = "graph {
+  %0 = input 0 : f32[2,3]
+  %1 = input 5 : f32[2,3]
+  %2 = add %0, %1 : f32[2,3]
+  return %2
+}";
+    let e = tilejit_ir::text::parse(gapped).unwrap_err().to_string();
+    assert!(e.contains("input indices [0, 5] are not 0..2"), "{e}");
+    let mistyped = "graph {
+  %0 = input 0 : f32[2,3]
+  %1 = exp %0 : f64[2,3]
+  return %1
+}";
+    let e = tilejit_ir::text::parse(mistyped).unwrap_err().to_string();
+    assert!(e.contains("line 3") && e.contains("f64[2,3]"), "{e}");
+    // Built by hand, the same graph is an interpreter error, not a panic.
+    let mut g = tilejit_ir::Graph::new();
+    let ty = tilejit_ir::TensorType::new(
+        tilejit_ir::DType::F32,
+        tilejit_ir::Shape::new(&[2]).unwrap(),
+    );
+    let a = g.add(tilejit_ir::Op::Input { index: 0, ty }).unwrap();
+    let b = g.add(tilejit_ir::Op::Input { index: 5, ty }).unwrap();
+    let s = g
+        .add(tilejit_ir::Op::Binary(tilejit_ir::BinaryOp::Add, a, b))
+        .unwrap();
+    g.outputs.push(s);
+    let x = tilejit_ir::Array::from_vec(vec![1f32, 2.0], &[2]).unwrap();
+    let r = tilejit_ir::interp::run(&g, &[x.clone(), x], &[]);
+    assert!(r.is_err(), "{r:?}");
+}
