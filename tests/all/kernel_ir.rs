@@ -120,3 +120,23 @@ fn parse_errors_name_the_line() {
     .unwrap_err();
     assert!(e.to_string().contains("before it is defined"), "{e}");
 }
+
+/// Kernel text whose scratch lines repeat or come out of expression order
+/// does not parse: it printed back differently (a repeated `scratch %3`
+/// line was printed once), and scratch order is the argument layout.
+#[test]
+fn repeated_or_reordered_scratch_lines_do_not_parse() {
+    let p = fused(&golden_graph("softmax.simplified.graph"));
+    let text = p.to_string();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("scratch %"))
+        .expect("softmax has a scratch value")
+        .to_string();
+    let doubled = text.replacen(&line, &format!("{line}\n{line}"), 1);
+    let e = parse_program(&doubled).unwrap_err().to_string();
+    assert!(e.contains("repeats or comes out of order"), "{e}");
+    // Every program that does parse prints back to its own text.
+    let back = parse_program(&text).unwrap();
+    assert_eq!(back.to_string(), text);
+}

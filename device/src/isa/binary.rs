@@ -233,6 +233,11 @@ pub fn decode(bytes: &[u8]) -> Result<Program> {
     let mut gm = Vec::with_capacity(n_gm as usize);
     for _ in 0..n_gm {
         let name = r.str("a GM argument name")?;
+        // The assembler refuses a name declared twice, so the decoder does
+        // too: the disassembly of what decodes must assemble back.
+        if gm.iter().any(|g: &GmDecl| g.name == name) {
+            return Err(r.err(format!("GM argument `{name}` declared twice")));
+        }
         let dtype = r.dtype()?;
         let rank = r.u8("a rank")? as usize;
         if rank > MAX_RANK {
@@ -259,6 +264,9 @@ pub fn decode(bytes: &[u8]) -> Result<Program> {
     let mut args = Vec::with_capacity(n_args as usize);
     for _ in 0..n_args {
         let name = r.str("a scalar argument name")?;
+        if args.iter().any(|a: &ArgDecl| a.name == name) {
+            return Err(r.err(format!("scalar argument `{name}` declared twice")));
+        }
         let value = r.u64("a scalar argument value")? as i64;
         args.push(ArgDecl { name, value });
     }
@@ -346,4 +354,34 @@ fn reg(r: &mut Reader<'_>, what: &str) -> Result<u8> {
         return Err(r.err(format!("{what}: register r{b} does not exist (r0..r31)")));
     }
     Ok(b)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests assert by unwrapping
+mod tests {
+    use super::{decode, encode};
+    use crate::isa::asm::{assemble, disassemble};
+
+    /// A binary that declares a GM or scalar argument name twice does not
+    /// decode: it once decoded to a program whose disassembly the
+    /// assembler refused ("declared twice"), breaking the round trip.
+    #[test]
+    fn a_name_declared_twice_does_not_decode() {
+        let text =
+            ".kernel k aiv\n.gm xa f32 [8] in\n.gm xb f32 [8] out\n.arg na 1\n.arg nb 2\n    end\n";
+        let good = encode(&assemble(text).unwrap()).unwrap();
+        let p = decode(&good).unwrap();
+        assert_eq!(assemble(&disassemble(&p)).unwrap(), p);
+        // Same-length names, so renaming keeps every offset.
+        for (from, to, what) in [
+            (b"xb", b"xa", "GM argument `xa`"),
+            (b"nb", b"na", "scalar argument `na`"),
+        ] {
+            let at = good.windows(2).rposition(|w| w == from).unwrap();
+            let mut bad = good.clone();
+            bad[at..at + 2].copy_from_slice(to);
+            let e = decode(&bad).unwrap_err().to_string();
+            assert!(e.contains(what) && e.contains("declared twice"), "{e}");
+        }
+    }
 }

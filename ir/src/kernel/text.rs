@@ -405,7 +405,16 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
         return Ok(());
     }
     if let Some(rest) = line.strip_prefix("scratch ") {
-        k.scratch.push(p.expr(rest, n)?);
+        let e = p.expr(rest, n)?;
+        // Printed once each, in expression order: anything else would not
+        // print back to the same text (and scratch order is the layout).
+        if k.scratch.last().is_some_and(|&last| last >= e) {
+            return Err(p.err(format!(
+                "scratch %{} repeats or comes out of order (scratch values are listed once each, in expression order)",
+                e.0
+            )));
+        }
+        k.scratch.push(e);
         return Ok(());
     }
     if let Some(rest) = line.strip_prefix("stage ") {
