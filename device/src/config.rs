@@ -72,6 +72,9 @@ impl Default for CostTable {
     }
 }
 
+/// The largest cost, latency or rate a config may set (2^20).
+pub const MAX_COST: u64 = 1 << 20;
+
 /// The whole device model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -170,9 +173,33 @@ impl DeviceConfig {
             ("fixpipe_bytes_per_cycle", c.fixpipe_bytes_per_cycle),
             ("cube_f32_factor", c.cube_f32_factor),
         ];
-        for (name, v) in rates {
+        for (name, v) in rates.iter().copied() {
             if v == 0 {
                 return Err(DeviceError::Config(format!("costs.{name} must be > 0")));
+            }
+        }
+        // Every cost bounded, so the cycle model's sums cannot overflow (a
+        // run is bounded by the watchdog's work budget).
+        let costs = [
+            ("scalar", c.scalar),
+            ("branch", c.branch),
+            ("flag", c.flag),
+            ("vector_startup", c.vector_startup),
+            ("gm_read_latency", c.gm_read_latency),
+            ("gm_write_latency", c.gm_write_latency),
+            ("l1_to_l0_latency", c.l1_to_l0_latency),
+            ("cube_startup", c.cube_startup),
+            ("fixpipe_latency", c.fixpipe_latency),
+            ("cube_f32_factor", c.cube_f32_factor),
+        ]
+        .into_iter()
+        .chain(rates)
+        .chain([("dispatch_cycles", self.dispatch_cycles)]);
+        for (name, v) in costs {
+            if v > MAX_COST {
+                return Err(DeviceError::Config(format!(
+                    "{name} = {v}: at most {MAX_COST} cycles (or bytes per cycle)"
+                )));
             }
         }
         let mems = [
@@ -219,5 +246,38 @@ impl DeviceConfig {
             return Err(DeviceError::Config("watchdog_work must be > 0".into()));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests assert by unwrapping
+mod tests {
+    use super::{DeviceConfig, MAX_COST};
+
+    /// A cost past the bound is refused, naming the field (huge costs once
+    /// overflowed the cycle model's sums: a panic in debug builds, garbage
+    /// device times in release ones); the default config passes.
+    #[test]
+    fn huge_costs_are_refused() {
+        DeviceConfig::default().validate().unwrap();
+        let mut c = DeviceConfig::default();
+        c.costs.gm_read_latency = u64::MAX;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("gm_read_latency") && e.contains(&MAX_COST.to_string()),
+            "{e}"
+        );
+        let c = DeviceConfig {
+            dispatch_cycles: MAX_COST + 1,
+            ..DeviceConfig::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("dispatch_cycles"));
+        let mut c = DeviceConfig::default();
+        c.costs.scalar = MAX_COST;
+        c.validate().unwrap();
     }
 }

@@ -26,7 +26,7 @@ impl Work {
     /// Elementary steps for the watchdog: the interpreter's host time is
     /// roughly linear in it, so a step budget bounds wall time.
     pub fn steps(&self) -> u64 {
-        16 + self.bytes / 4 + self.macs
+        (16 + self.bytes / 4).saturating_add(self.macs)
     }
 }
 
@@ -43,13 +43,30 @@ pub fn cost(class: CostClass, w: &Work, c: &CostTable, f32_cube: bool) -> u64 {
             }
         }
         CostClass::Flag => c.flag,
-        CostClass::Vector => c.vector_startup + per(w.bytes, c.vector_bytes_per_cycle),
-        CostClass::GmRead => c.gm_read_latency + per(w.bytes, c.gm_read_bytes_per_cycle),
-        CostClass::GmWrite => c.gm_write_latency + per(w.bytes, c.gm_write_bytes_per_cycle),
-        CostClass::L1ToL0a => c.l1_to_l0_latency + per(w.bytes, c.l1_to_l0a_bytes_per_cycle),
-        CostClass::L1ToL0b => c.l1_to_l0_latency + per(w.bytes, c.l1_to_l0b_bytes_per_cycle),
-        CostClass::Cube => c.cube_startup + w.blocks * if f32_cube { c.cube_f32_factor } else { 1 },
-        CostClass::Fixpipe => c.fixpipe_latency + per(w.bytes, c.fixpipe_bytes_per_cycle),
+        CostClass::Vector => c
+            .vector_startup
+            .saturating_add(per(w.bytes, c.vector_bytes_per_cycle)),
+        CostClass::GmRead => c
+            .gm_read_latency
+            .saturating_add(per(w.bytes, c.gm_read_bytes_per_cycle)),
+        CostClass::GmWrite => c
+            .gm_write_latency
+            .saturating_add(per(w.bytes, c.gm_write_bytes_per_cycle)),
+        CostClass::L1ToL0a => c
+            .l1_to_l0_latency
+            .saturating_add(per(w.bytes, c.l1_to_l0a_bytes_per_cycle)),
+        CostClass::L1ToL0b => c
+            .l1_to_l0_latency
+            .saturating_add(per(w.bytes, c.l1_to_l0b_bytes_per_cycle)),
+        CostClass::Cube => c
+            .cube_startup
+            .saturating_add(
+                w.blocks
+                    .saturating_mul(if f32_cube { c.cube_f32_factor } else { 1 }),
+            ),
+        CostClass::Fixpipe => c
+            .fixpipe_latency
+            .saturating_add(per(w.bytes, c.fixpipe_bytes_per_cycle)),
     }
 }
 
@@ -79,9 +96,9 @@ impl Timeline {
             crate::isa::Opcode::Setf => {
                 let src = inst.pipe(0).index();
                 let issue = self.issue(c);
-                let t = self.free[src].max(issue) + cycles;
+                let t = self.free[src].max(issue).saturating_add(cycles);
                 self.free[src] = t;
-                self.busy[src] += cycles;
+                self.busy[src] = self.busy[src].saturating_add(cycles);
                 let flag = flag_index(inst.pipe(0), inst.pipe(1), inst.event(2));
                 self.raised.push((flag, t));
             }
@@ -98,24 +115,30 @@ impl Timeline {
                 };
                 let issue = self.issue(c);
                 let d = dp.index();
-                self.free[d] = self.free[d].max(issue).max(t_set) + cycles;
-                self.busy[d] += cycles;
+                self.free[d] = self.free[d].max(issue).max(t_set).saturating_add(cycles);
+                self.busy[d] = self.busy[d].saturating_add(cycles);
             }
             crate::isa::Opcode::Barrier => {
-                let t = self.free.iter().copied().max().unwrap_or(0) + cycles;
+                let t = self
+                    .free
+                    .iter()
+                    .copied()
+                    .max()
+                    .unwrap_or(0)
+                    .saturating_add(cycles);
                 self.free = [t; 7];
-                self.busy[s] += cycles;
+                self.busy[s] = self.busy[s].saturating_add(cycles);
             }
             _ => match inst.pipe_of() {
                 Some(Pipe::S) | None => {
-                    self.free[s] += cycles;
-                    self.busy[s] += cycles;
+                    self.free[s] = self.free[s].saturating_add(cycles);
+                    self.busy[s] = self.busy[s].saturating_add(cycles);
                 }
                 Some(p) => {
                     let issue = self.issue(c);
                     let i = p.index();
-                    self.free[i] = self.free[i].max(issue) + cycles;
-                    self.busy[i] += cycles;
+                    self.free[i] = self.free[i].max(issue).saturating_add(cycles);
+                    self.busy[i] = self.busy[i].saturating_add(cycles);
                 }
             },
         }
@@ -124,8 +147,9 @@ impl Timeline {
 
     /// The scalar unit spends one scalar cycle dispatching to another pipe.
     fn issue(&mut self, c: &CostTable) -> u64 {
-        self.free[Pipe::S.index()] += c.scalar;
-        self.busy[Pipe::S.index()] += c.scalar;
+        let s = Pipe::S.index();
+        self.free[s] = self.free[s].saturating_add(c.scalar);
+        self.busy[s] = self.busy[s].saturating_add(c.scalar);
         self.free[Pipe::S.index()]
     }
 

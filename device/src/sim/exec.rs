@@ -163,10 +163,13 @@ impl Ctx<'_> {
                 ));
             }
         }
+        // Past the check above these are only used inside the region it
+        // proved; an empty region or a single row never uses the strides,
+        // which may then be anything: saturate rather than overflow.
         Ok((
-            span.addr + off as u64 * size,
-            stride as u64 * size,
-            cstride as u64 * size,
+            span.addr.saturating_add((off as u64).saturating_mul(size)),
+            (stride as u64).saturating_mul(size),
+            (cstride as u64).saturating_mul(size),
         ))
     }
 }
@@ -720,5 +723,34 @@ fn broadcast(src: &Vals, vr: usize, vc: usize, pick: fn(usize, usize) -> usize) 
     match src {
         Vals::F(v) => Vals::F(idx.map(|i| v[i]).collect()),
         Vals::I(v) => Vals::I(idx.map(|i| v[i]).collect()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests assert by unwrapping
+mod tests {
+    use crate::isa::asm::assemble;
+    use crate::{DeviceApi, DeviceConfig, SimDevice};
+
+    /// A stride or offset the verifier cannot see (a register) that is
+    /// never used for an access (one row, or nothing valid) runs instead of
+    /// overflowing `stride * size` (a panic in debug builds).
+    #[test]
+    fn huge_unused_strides_and_offsets_do_not_overflow() {
+        let text = ".kernel k aiv\n.gm x f32 [8] in\n.gm y f32 [8] out\n\
+            movi r1, 9223372036854775807\n\
+            ld f32, 1x8, 1, 8, @0x0, x, 0, r1\n\
+            ld f32, 1x8, 0, 8, @0x100, x, r1, r1\n\
+            st f32, 1x8, 1, 8, y, 0, r1, @0x0\n\
+            end\n";
+        let dev = SimDevice::new(DeviceConfig::default()).unwrap();
+        let p = dev.verify(assemble(text).unwrap()).unwrap();
+        let (x, y) = (dev.allocate(32).unwrap(), dev.allocate(32).unwrap());
+        let ones: Vec<u8> = (0..8).flat_map(|_| 1f32.to_le_bytes()).collect();
+        dev.copy_from_host(&ones, &x, 0).unwrap();
+        dev.run(&p, 0, &[&x, &y], &[]).unwrap();
+        let mut out = vec![0u8; 32];
+        dev.copy_to_host(&y, 0, &mut out).unwrap();
+        assert_eq!(out, ones);
     }
 }
