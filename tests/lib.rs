@@ -1,11 +1,33 @@
 //! Helpers shared by tilejit's integration tests: tolerance checks, an
 //! independent f64 reference for a few composite ops (written from their
-//! textbook definitions, not from tilejit's code), and golden files.
+//! textbook definitions, not from tilejit's code), golden files, a seeded
+//! generator ([`Rng`]) and random graphs ([`graphs`]).
 
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
 use tilejit::prelude::*;
+
+pub mod graphs;
+
+/// A xorshift generator: random values that a seed reproduces.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    #[allow(clippy::should_implement_trait)] // not an iterator: it never ends
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A value in `0..n` (`0` when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
 
 /// Values of an f32 tensor, panicking with the tensor's error if it has one.
 pub fn vals(t: &Tensor) -> Vec<f32> {

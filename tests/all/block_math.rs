@@ -5,14 +5,14 @@
 //! Accuracy itself is held by `host_backend`'s ulp sweeps, which run
 //! whichever path the default options pick on this CPU.
 
-use crate::device_isa::Rng;
 use crate::host_backend::unary_graph;
-use crate::simplify_props::{build, inputs_with};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use tilejit_codegen::host::{block_math, BlockMath, CodegenOptions, StreamStores};
 use tilejit_ir::{Array, DType as D, Graph, Lit, UnaryOp};
 use tilejit_runtime::HostProgram;
+use tilejit_tests::graphs::{build, inputs_with};
+use tilejit_tests::Rng;
 
 fn opts(block_math: BlockMath) -> CodegenOptions {
     CodegenOptions {

@@ -3,7 +3,6 @@
 //! per function, and the kernel cache (sharing across shapes and functions,
 //! eviction, threads).
 
-use crate::simplify_props::{build, dims, inputs, inputs_with};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use tilejit::prelude::*;
@@ -11,6 +10,7 @@ use tilejit_ir::{
     Array, Axes, BinaryOp, DType as D, Graph, Lit, Op, ReduceOp, Shape, TensorType, UnaryOp,
 };
 use tilejit_runtime::{kernel_cache, Program};
+use tilejit_tests::graphs::{build, dims, inputs, inputs_with};
 
 pub(crate) fn as_f64(a: &Array) -> Vec<f64> {
     let b = a.buffer();
@@ -90,8 +90,8 @@ proptest! {
         seed in any::<u64>(),
         param in prop_oneof![Just(1.0f64), Just(0.0), Just(-2.5)],
     ) {
-        let g = crate::simplify_props::build_typed(dt, rows, cols, &instrs);
-        let args = crate::simplify_props::inputs_typed(dt, rows, cols, seed);
+        let g = tilejit_tests::graphs::build_typed(dt, rows, cols, &instrs);
+        let args = tilejit_tests::graphs::inputs_typed(dt, rows, cols, seed);
         let tol = if dt == D::F64 { 1e-9 } else { 2e-2 };
         check_program(g, &args, &[Lit::Float(param)], tol).map_err(TestCaseError::fail)?;
     }

@@ -383,7 +383,7 @@ fn f64_to_f16_and_bf16_round_to_nearest_even() {
     // Random values: nothing representable is nearer than the result, and
     // a tie goes to the even neighbour. Differences are exact in f64 (the
     // operands are within a factor of two of each other).
-    let mut rng = crate::device_isa::Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = tilejit_tests::Rng(0x9e37_79b9_7f4a_7c15);
     for _ in 0..200_000 {
         let s = rng.next();
         let exp = (s >> 52) % 40 + 1003; // about 2^-20 .. 2^19

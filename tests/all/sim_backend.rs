@@ -6,7 +6,6 @@
 //! fail with a clear `unsupported` error, never a wrong answer.
 
 use crate::host_backend::{as_f64, ramp, ty, unary_graph, unary_ops};
-use crate::simplify_props::{build_typed, dims, inputs_typed, inputs_with};
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,6 +13,7 @@ use tilejit_ir::{
     Array, Axes, BinaryOp, DType as D, Graph, Lit, NodeId, Op, ReduceOp, Shape, UnaryOp,
 };
 use tilejit_runtime::{Program, RuntimeError};
+use tilejit_tests::graphs::{build_typed, dims, inputs_typed, inputs_with};
 
 /// Sim vs reference: every output element equal (NaN matches NaN). The
 /// device computes each op in the node's dtype with the interpreter's
