@@ -5,10 +5,6 @@
 mod bad_input;
 mod block_math;
 mod concurrency;
-mod device_isa;
-mod device_mem;
-mod device_sched;
-mod device_sim;
 mod display;
 mod every_mode;
 mod host_backend;

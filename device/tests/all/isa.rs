@@ -6,43 +6,13 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
-use std::path::PathBuf;
 use tilejit_device::isa::{asm, binary, doc, ArgDecl, Cond, GmDecl, Kind, Role, TABLE};
 use tilejit_device::{
     CoreType, DeviceApi, DeviceConfig, Inst, Opcode, Operand, Pipe, Program, SimDevice,
 };
 use tilejit_ir::DType;
 
-pub fn example_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../device/examples")
-}
-
-pub fn example(name: &str) -> Program {
-    let text = std::fs::read_to_string(example_dir().join(name)).unwrap();
-    asm::assemble(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-pub const EXAMPLES: [&str; 4] = [
-    "vadd_double_buffered.s",
-    "vadd_single_buffered.s",
-    "softmax_rows.s",
-    "matmul_relu_f16.s",
-];
-
-/// A xorshift generator: random programs and graphs that a seed reproduces.
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use crate::{check_golden_file, example, example_dir, Rng, EXAMPLES};
 
 /// Any operand value that fits a slot of `kind` (not necessarily valid).
 fn random_operand(kind: Kind, r: &mut Rng) -> Operand {
@@ -224,8 +194,8 @@ fn examples_round_trip_through_binary_and_text() {
 
 #[test]
 fn isa_md_is_generated_from_the_table() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../device/ISA.md");
-    tilejit_tests::check_golden_file(&path, &doc::markdown());
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ISA.md");
+    check_golden_file(&path, &doc::markdown());
     // Every opcode is documented, in byte order.
     let md = doc::markdown();
     for (i, info) in TABLE.iter().enumerate() {

@@ -5,7 +5,7 @@
 //! next, bad graphs rejected at init, many host threads launching at once,
 //! the launch watchdog, and the profile's Chrome trace.
 
-use super::device_isa::{example, Rng};
+use crate::{example, Rng};
 use std::sync::Arc;
 use std::time::Duration;
 use tilejit_device::isa::asm;

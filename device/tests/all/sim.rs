@@ -7,7 +7,7 @@
 
 #![allow(clippy::type_complexity)] // tables of (name, reference fn) read best inline
 
-use super::device_isa::example;
+use crate::example;
 use half::{bf16, f16};
 use tilejit_device::isa::asm;
 use tilejit_device::{
@@ -709,7 +709,7 @@ fn cube_matmul_accumulates_in_f32_and_fixpipe_casts_with_relu() {
         }
         assert_same(&outs[2], &want, &format!("relu={relu} acc={acc_twice}"));
         // And close to the exact f64 product.
-        let exact = tilejit_tests::reference::matmul(&a, &b, m, k, n);
+        let exact = crate::reference::matmul(&a, &b, m, k, n);
         for (g, e) in outs[2].iter().zip(&exact) {
             let e = if relu == 1 {
                 e.max(0.0)
@@ -912,7 +912,7 @@ fn softmax_example_matches_the_reference() {
             &[rows as i64, cols as i64],
         )
         .unwrap();
-        let want = tilejit_tests::reference::softmax(&x[..rows * cols], cols);
+        let want = crate::reference::softmax(&x[..rows * cols], cols);
         for (i, w) in want.iter().enumerate() {
             let g = outs[1][i];
             assert!(
