@@ -131,34 +131,43 @@ pub fn check_golden(name: &str, actual: &str) {
 /// Compares `actual` with the file at `path`; `BLESS=1` rewrites the file.
 #[track_caller]
 pub fn check_golden_file(path: &std::path::Path, actual: &str) {
-    let path = path.to_path_buf();
+    if let Some(message) = golden_mismatch(path, actual) {
+        panic!("{message}");
+    }
+}
+
+/// What [`check_golden_file`] would panic with, or `None` when `actual`
+/// matches the file (or `BLESS=1` has just written it), so a test over a
+/// directory can report every mismatching file at once.
+pub fn golden_mismatch(path: &std::path::Path, actual: &str) -> Option<String> {
     if std::env::var_os("BLESS").is_some_and(|v| v == "1") {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).expect("create golden dir");
         }
-        std::fs::write(&path, actual).expect("write golden file");
-        return;
+        std::fs::write(path, actual).expect("write golden file");
+        return None;
     }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
-        panic!(
+    let Ok(expected) = std::fs::read_to_string(path) else {
+        return Some(format!(
             "golden file {} is missing; run `BLESS=1 cargo test -p tilejit-tests` to create it",
             path.display()
-        )
-    });
-    if expected != actual {
-        let mut diff = String::new();
-        for (i, (e, a)) in expected.lines().zip(actual.lines()).enumerate() {
-            if e != a {
-                diff.push_str(&format!("line {}:\n  - {e}\n  + {a}\n", i + 1));
-            }
-        }
-        let (ne, na) = (expected.lines().count(), actual.lines().count());
-        if ne != na {
-            diff.push_str(&format!("line count: expected {ne}, actual {na}\n"));
-        }
-        panic!(
-            "golden mismatch for {}:\n{diff}\nif the change is intended, run `BLESS=1 cargo test -p tilejit-tests`",
-            path.display()
-        );
+        ));
+    };
+    if expected == actual {
+        return None;
     }
+    let mut diff = String::new();
+    for (i, (e, a)) in expected.lines().zip(actual.lines()).enumerate() {
+        if e != a {
+            diff.push_str(&format!("line {}:\n  - {e}\n  + {a}\n", i + 1));
+        }
+    }
+    let (ne, na) = (expected.lines().count(), actual.lines().count());
+    if ne != na {
+        diff.push_str(&format!("line count: expected {ne}, actual {na}\n"));
+    }
+    Some(format!(
+        "golden mismatch for {}:\n{diff}\nif the change is intended, run `BLESS=1 cargo test -p tilejit-tests`",
+        path.display()
+    ))
 }

@@ -1,10 +1,11 @@
 //! The kernel IR: fusion of the golden graphs (softmax and layernorm are one
 //! kernel each, matmul takes its epilogue), print -> parse -> print round
-//! trips, the verifier, and golden files (`BLESS=1`).
+//! trips, the verifier, and golden files (`BLESS=1`), among them the fusion
+//! filetests: each `golden/fusion/NAME.graph` fused is `NAME.kernels`.
 
 use tilejit_ir::kernel::{fuse, parse_program, verify_program, KernelProgram};
 use tilejit_ir::text::parse;
-use tilejit_tests::{check_golden, golden_dir};
+use tilejit_tests::{check_golden, golden_dir, golden_mismatch};
 
 fn fused(graph_text: &str) -> KernelProgram {
     let g = parse(graph_text).unwrap();
@@ -15,6 +16,42 @@ fn fused(graph_text: &str) -> KernelProgram {
     assert_eq!(back.to_string(), text, "kernel text must round-trip");
     assert_eq!(back, p);
     p
+}
+
+/// Every `golden/fusion/*.graph` (graph text, `#` comments say what fusion
+/// should do) fuses to the program in the `.kernels` file beside it; a new
+/// case is a new `.graph` file and `BLESS=1 cargo test -p tilejit-tests
+/// fusion_filetests`, then a read of the `.kernels` it writes.
+#[test]
+fn fusion_filetests() {
+    let dir = golden_dir().join("fusion");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    paths.sort();
+    let mut cases = 0;
+    let mut failures = Vec::new();
+    for path in &paths {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("graph") => {
+                let text = std::fs::read_to_string(path).unwrap();
+                let graph = parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let program = fused(&graph.to_string());
+                let expected = path.with_extension("kernels");
+                failures.extend(golden_mismatch(&expected, &program.to_string()));
+                cases += 1;
+            }
+            Some("kernels") => assert!(
+                path.with_extension("graph").exists(),
+                "{} has no .graph input",
+                path.display()
+            ),
+            _ => panic!("unexpected file {} in {}", path.display(), dir.display()),
+        }
+    }
+    assert!(cases >= 8, "only {cases} fusion cases in {}", dir.display());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 fn golden_graph(name: &str) -> String {
