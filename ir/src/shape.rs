@@ -232,3 +232,77 @@ impl fmt::Display for TensorType {
         write!(f, "{}{}", self.dtype, self.shape)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn s(d: &[usize]) -> Shape {
+        Shape::new(d).unwrap()
+    }
+
+    #[test]
+    fn broadcast_aligns_at_the_right_and_stretches_ones() {
+        assert_eq!(Shape::broadcast(&s(&[4, 8]), &s(&[8])).unwrap(), s(&[4, 8]));
+        assert_eq!(
+            Shape::broadcast(&s(&[4, 1]), &s(&[1, 8])).unwrap(),
+            s(&[4, 8])
+        );
+        assert_eq!(
+            Shape::broadcast(&s(&[2, 1, 3]), &s(&[5, 1])).unwrap(),
+            s(&[2, 5, 3])
+        );
+        assert_eq!(Shape::broadcast(&Shape::SCALAR, &s(&[3])).unwrap(), s(&[3]));
+        // A zero-size dim broadcasts against 1, not against another size.
+        assert_eq!(
+            Shape::broadcast(&s(&[0, 1]), &s(&[1, 5])).unwrap(),
+            s(&[0, 5])
+        );
+        assert!(Shape::broadcast(&s(&[0]), &s(&[2])).is_err());
+    }
+
+    #[test]
+    fn broadcast_error_names_both_shapes() {
+        let e = Shape::broadcast(&s(&[4, 3]), &s(&[4])).unwrap_err();
+        assert!(matches!(e, IrError::Broadcast { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("[4,3]") && text.contains("[4]"), "{text}");
+    }
+
+    #[test]
+    fn broadcasts_to_is_one_directional() {
+        assert!(s(&[8]).broadcasts_to(&s(&[4, 8])));
+        assert!(s(&[4, 1]).broadcasts_to(&s(&[4, 8])));
+        assert!(Shape::SCALAR.broadcasts_to(&s(&[2, 2])));
+        assert!(!s(&[4, 8]).broadcasts_to(&s(&[8])));
+        assert!(!s(&[1, 8]).broadcasts_to(&s(&[4, 1])));
+    }
+
+    #[test]
+    fn axes_strides_and_sizes() {
+        let x = s(&[2, 3, 4]);
+        assert_eq!(x.axis(-1).unwrap(), 2);
+        assert_eq!(x.axis(0).unwrap(), 0);
+        assert!(x.axis(3).is_err() && x.axis(-4).is_err());
+        assert_eq!(&x.strides()[..3], &[12, 4, 1]);
+        assert_eq!(x.numel(), 24);
+        assert_eq!(x.with_dim(1, 7), s(&[2, 7, 4]));
+        assert_eq!(x.byte_size(DType::F16).unwrap(), 48);
+        assert_eq!(Shape::SCALAR.numel(), 1);
+        assert_eq!(s(&[usize::MAX, 2]).checked_numel(), None);
+        assert!(s(&[usize::MAX / 2, 2]).byte_size(DType::F32).is_err());
+        assert!(Shape::new(&[1; MAX_RANK + 1]).is_err());
+    }
+
+    #[test]
+    fn equality_counts_rank_and_text_is_compact() {
+        assert_ne!(s(&[4]), s(&[4, 1]));
+        assert_ne!(Shape::SCALAR, s(&[1]));
+        assert_eq!(s(&[4, 8]).to_string(), "[4,8]");
+        assert_eq!(Shape::SCALAR.to_string(), "[]");
+        let t = TensorType::new(DType::BF16, s(&[3]));
+        assert_eq!(t.to_string(), "bf16[3]");
+    }
+}

@@ -488,3 +488,118 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
     k.exprs.push(ExprNode { expr, dtype });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::parse_program;
+    use crate::kernel::fuse;
+
+    /// Every line kind: buffers of each kind, params, a matmul, loads,
+    /// literals, a cast, a compare and select, reduce stages with a scratch
+    /// value and `row` reads, a store, and both kinds of output.
+    const PROGRAM: &str = "\
+kernels {
+  buffer b0 = input 0 : f32[4,8]
+  buffer b1 = const 0 : f16[8]
+  buffer b2 = temp : f32[4,8]
+  buffer b3 = temp : f32[4,1]
+  buffer b4 = input 1 : f32[8,8]
+  buffer b5 = temp : f32[4,8]
+  inputs [f32[4,8],f32[8,8]]
+  params [f32,i32]
+  kernel fused_reduce_max_sub_exp_reduce_sum domain=[4,8] ops=[reduce_max,sub,exp,reduce_sum] {
+    load b0 strides=[8,1]
+    load b1 strides=[0,1]
+    %0 = load 0 : f32
+    stage reduce_max %0
+    %1 = row 0 : f32
+    %2 = sub %0, %1 : f32
+    %3 = exp %2 : f32
+    scratch %3
+    %4 = load 1 : f16
+    %5 = cast %4 from f16 : f32
+    %6 = param 0 : f32
+    %7 = lt %5, %6 : bool
+    %8 = lit 0.0 : f32
+    %9 = select %7, %3, %8 : f32
+    stage reduce_sum %9
+    %10 = row 1 : f32
+    stage store b3 strides=[1,0] = %10
+  }
+  kernel matmul domain=[4,8] ops=[matmul] {
+    matmul b0 x b4 -> b5 batch=1 m=4 k=8 n=8
+    load b5 strides=[8,1]
+    %0 = load 0 : f32
+    stage store b2 strides=[8,1] = %0
+  }
+  return b3 as f32[4,1], b2 as f32[4,8], param 1 as i32
+}
+";
+
+    #[test]
+    fn every_line_kind_prints_back_as_written() {
+        let p = parse_program(PROGRAM).unwrap();
+        crate::kernel::verify_program(&p).unwrap();
+        assert_eq!(p.to_string(), PROGRAM);
+        assert_eq!(parse_program(&p.to_string()).unwrap(), p);
+        assert_eq!(p.kernels.len(), 2);
+        assert_eq!(p.kernels[0].scratch.len(), 1);
+        assert!(p.kernels[1].matmul.is_some());
+    }
+
+    #[test]
+    fn a_fused_program_round_trips() {
+        let g = crate::text::parse(
+            "graph {
+  %0 = input 0 : f32[4,8]
+  %1 = input 1 : f32[8]
+  %2 = broadcast %1 : f32[4,8]
+  %3 = mul %0, %2 : f32[4,8]
+  %4 = reduce_sum %3 axes=[1] : f32[4,1]
+  return %4, %3
+}",
+        )
+        .unwrap();
+        let p = fuse(&g).unwrap();
+        let text = p.to_string();
+        let back = parse_program(&text).unwrap();
+        assert_eq!(back, p);
+        assert_eq!(back.to_string(), text);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_the_problem() {
+        let cases = [
+            ("kernels {\n  buffer b1 = temp : f32[2]\n}", 2, "in order"),
+            (
+                "kernels {\n  buffer b0 = wat : f32[2]\n}",
+                2,
+                "unknown buffer kind",
+            ),
+            (
+                "kernels {\n  buffer b0 = temp : f32[2]\n  kernel k domain=[] ops=[] {\n  }\n}",
+                3,
+                "rank >= 1",
+            ),
+            (
+                "kernels {\n  kernel k domain=[2] ops=[frob] {\n  }\n}",
+                2,
+                "unknown op `frob`",
+            ),
+            (
+                "kernels {\n  kernel k domain=[2] ops=[] {\n    %0 = load 0 : f32\n",
+                3,
+                "unterminated kernel",
+            ),
+        ];
+        for (text, line, what) in cases {
+            let e = parse_program(text).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("line {line}")) && e.contains(what),
+                "{text:?}: {e}"
+            );
+        }
+    }
+}
