@@ -382,6 +382,9 @@ impl JitFunction {
         let result = catch_unwind(AssertUnwindSafe(|| body(&values)));
         drop(values);
         let state = guard.finish();
+        // The user's code is done: callers waiting for this build now wait
+        // for the compile, however long it takes.
+        tilejit_runtime::user_code_done();
         let outputs = match result {
             Err(payload) => {
                 return Err(Error::Panic {

@@ -15,6 +15,20 @@ pub enum RuntimeError {
     /// The simulated device failed (a fault, a bad launch, out of GM).
     #[error(transparent)]
     Device(#[from] tilejit_device::DeviceError),
+    /// A call waited [`crate::TRACE_WAIT`] for another thread's trace of its
+    /// signature, which is still running the jit body: most likely the
+    /// body is waiting for this call (a deadlock).
+    #[error(
+        "waited {waited:?} for another thread's trace of this function for signature {signature}, \
+         which is still running the body; a jit body that waits for a thread calling the same \
+         function with the same signature deadlocks (call it once before, or trace on one thread)"
+    )]
+    TraceWait {
+        /// The signature being traced.
+        signature: String,
+        /// How long the call waited.
+        waited: std::time::Duration,
+    },
     /// A compile step panicked; the cache entry was released, not poisoned.
     #[error("{what} panicked: {message}")]
     Panicked {
@@ -31,6 +45,7 @@ impl RuntimeError {
         match self {
             RuntimeError::Ir(e) => e.kind(),
             RuntimeError::Panicked { .. } => ErrorKind::Internal,
+            RuntimeError::TraceWait { .. } => ErrorKind::BadArgument,
             RuntimeError::Codegen(tilejit_codegen::CodegenError::Unsupported { .. }) => {
                 ErrorKind::Unsupported
             }

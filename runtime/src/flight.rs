@@ -20,6 +20,7 @@ use rayon::prelude::*;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::ThreadId;
 
@@ -28,6 +29,45 @@ pub(crate) struct Flight<T> {
     result: Mutex<Option<T>>,
     done: Condvar,
     leader: ThreadId,
+    /// True while the build runs the user's code (a jit body's trace),
+    /// which may wait for anything; false once only tilejit's code runs.
+    in_user_code: Arc<AtomicBool>,
+}
+
+thread_local! {
+    /// The user-code flags of the flights this thread leads, innermost last.
+    static LEADING: std::cell::RefCell<Vec<Arc<AtomicBool>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Marks the innermost flight this thread leads as past the user's code
+/// (a jit trace has ended; compiling follows): callers waiting for it then
+/// wait as long as the compile takes.
+pub fn user_code_done() {
+    LEADING.with(|l| {
+        if let Some(f) = l.borrow().last() {
+            f.store(false, Ordering::Relaxed);
+        }
+    });
+}
+
+/// While alive, `flag` is the innermost flight this thread leads.
+pub(crate) struct Leading;
+
+impl Leading {
+    pub(crate) fn enter<T>(flight: &Option<Arc<Flight<T>>>) -> Leading {
+        let flag = flight.as_ref().map_or_else(
+            || Arc::new(AtomicBool::new(true)),
+            |f| f.in_user_code.clone(),
+        );
+        LEADING.with(|l| l.borrow_mut().push(flag));
+        Leading
+    }
+}
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        LEADING.with(|l| l.borrow_mut().pop());
+    }
 }
 
 impl<T: Clone> Flight<T> {
@@ -37,6 +77,7 @@ impl<T: Clone> Flight<T> {
             result: Mutex::new(None),
             done: Condvar::new(),
             leader: std::thread::current().id(),
+            in_user_code: Arc::new(AtomicBool::new(true)),
         })
     }
 
@@ -52,6 +93,32 @@ impl<T: Clone> Flight<T> {
         // waiter that panicked) holds nothing half-done.
         *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
         self.done.notify_all();
+    }
+
+    /// Blocks until the build has finished; its result, or `None` when the
+    /// build has spent `limit` in the user's code and is still there (it
+    /// may be waiting for this caller: see [`user_code_done`]).
+    pub(crate) fn wait_user_code_for(&self, limit: std::time::Duration) -> Option<T> {
+        let deadline = std::time::Instant::now() + limit;
+        let mut guard = self.result.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(r) = guard.as_ref() {
+                return Some(r.clone());
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline && self.in_user_code.load(Ordering::Relaxed) {
+                return None;
+            }
+            // Past the deadline but compiling: look again now and then.
+            let nap = deadline
+                .checked_duration_since(now)
+                .unwrap_or(std::time::Duration::from_millis(50));
+            guard = self
+                .done
+                .wait_timeout(guard, nap)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
     }
 
     /// Blocks until the build has finished; its result.

@@ -5,7 +5,8 @@
 //! Invariants:
 //! - at most one build runs per signature; callers that arrive while it runs
 //!   wait on it and share its result, success or error (except a call on
-//!   the building thread itself, which builds apart: see `flight.rs`);
+//!   the building thread itself, which builds apart: see `flight.rs`, and
+//!   a caller that has waited [`TRACE_WAIT`], which builds its own);
 //! - a failed (or panicking) build leaves no entry behind: the next call
 //!   with that signature builds again;
 //! - the lock is never held while building, so builds of different
@@ -15,7 +16,7 @@
 //!   counted in `stats().evictions`.
 
 use crate::error::RuntimeError;
-use crate::flight::{catching, Flights, Join};
+use crate::flight::{catching, Flights, Join, Leading};
 use crate::signature::Signature;
 use ahash::AHashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -99,6 +100,13 @@ pub struct HandlerStats {
     /// first; the next call with that signature builds again).
     pub evictions: u64,
 }
+
+/// How long a caller waits for another thread's trace of the same
+/// signature while that trace is still running the user's code; past it
+/// the call fails with [`RuntimeError::TraceWait`] (a body that waits for a
+/// thread calling its own signature would otherwise deadlock). Once the
+/// trace is compiling, callers wait for as long as that takes.
+pub const TRACE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How many ready signatures a handler cache keeps unless told otherwise
 /// ([`HandlerCache::set_capacity`]): enough for any program that uses a
@@ -202,7 +210,17 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
             match st.flights.join(key, &()) {
                 Join::Wait(f) => {
                     drop(st);
-                    return f.wait();
+                    // A trace runs the user's code, which may itself wait
+                    // for this caller (a body that joins a thread calling
+                    // the same signature): a trace still running after
+                    // TRACE_WAIT is reported instead of waited for forever.
+                    return match f.wait_user_code_for(TRACE_WAIT) {
+                        Some(r) => r,
+                        None => Err(E::from(RuntimeError::TraceWait {
+                            signature: key.to_string(),
+                            waited: TRACE_WAIT,
+                        })),
+                    };
                 }
                 // `None`: a call from inside this thread's own build of
                 // `key`, which builds apart (see `flight.rs`).
@@ -211,7 +229,9 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
         };
         self.builds.fetch_add(1, Ordering::Relaxed);
         let start = Instant::now();
+        let leading = Leading::enter(&lead);
         let result = catching(|| format!("building the program for {key}"), build).map(Arc::new);
+        drop(leading);
         let build_time = start.elapsed();
         let mut st = self.lock();
         let mut evicted = Vec::new();

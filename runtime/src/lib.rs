@@ -24,7 +24,10 @@ mod warmup;
 
 pub use alloc::{f32_buffer_from_fn, filled_buffer};
 pub use error::{panic_message, RuntimeError};
-pub use handler_cache::{CacheEntry, HandlerCache, HandlerStats, DEFAULT_MAX_SIGNATURES};
+pub use flight::user_code_done;
+pub use handler_cache::{
+    CacheEntry, HandlerCache, HandlerStats, DEFAULT_MAX_SIGNATURES, TRACE_WAIT,
+};
 pub use host::HostProgram;
 pub use kernel_cache::{
     kernel_cache, Cached, CachedKernel, CachedSimKernel, KernelCache, KernelCacheStats,

@@ -146,3 +146,44 @@ fn a_build_that_asks_for_its_own_key_does_not_wait_for_itself() {
     let (outer, cached, builds) = got.expect("the build waited for itself");
     assert_eq!((outer, cached, builds), (Ok(8), Some(8), 2));
 }
+
+/// A body that spawns a thread calling the same function with the same
+/// signature, and joins it, once never returned: the thread waited for the
+/// trace that waited for the thread. The thread's call now fails after
+/// `TRACE_WAIT` with an error that says so, and the outer call returns the
+/// right values. (A watchdog fails the test instead of hanging the suite.)
+#[tilejit::jit]
+fn calls_itself_on_a_thread(x: &Tensor) -> Tensor {
+    let inner = std::thread::scope(|s| {
+        s.spawn(|| calls_itself_on_a_thread(&Tensor::ones(&[3], DType::F32)).map(|_| ()))
+            .join()
+    });
+    if let Ok(r) = inner {
+        *INNER_RESULT.lock().unwrap() = Some(r.map_err(|e| e.to_string()));
+    }
+    x * 2.0
+}
+
+/// What the thread's call returned.
+static INNER_RESULT: std::sync::Mutex<Option<Result<(), String>>> = std::sync::Mutex::new(None);
+
+#[test]
+fn a_body_that_joins_a_thread_calling_its_own_signature_returns() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let y = calls_itself_on_a_thread(&Tensor::ones(&[3], DType::F32));
+        let _ = tx.send(y.and_then(|y| y.to_vec::<f32>()));
+    });
+    let limit = tilejit_runtime::TRACE_WAIT * 10;
+    let got = rx
+        .recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("no return within {limit:?}: deadlocked"));
+    assert_eq!(got.unwrap(), [2.0, 2.0, 2.0]);
+    let inner = INNER_RESULT
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the thread ran");
+    let e = inner.unwrap_err();
+    assert!(e.contains("deadlocks") && e.contains("f32[3]"), "{e}");
+}
