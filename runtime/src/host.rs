@@ -299,6 +299,21 @@ impl HostProgram {
             .zip(&self.locals)
             .enumerate()
         {
+            // A kernel that writes no element (an empty output, or rows of
+            // no columns) has nothing to do, however many units it spans.
+            let writes = |b: tilejit_ir::kernel::BufId| p.buffers[b.0 as usize].ty.shape.numel();
+            let written: usize = k
+                .stages
+                .iter()
+                .filter_map(|s| match s {
+                    tilejit_ir::kernel::Stage::Store { access, .. } => Some(writes(access.buf)),
+                    _ => None,
+                })
+                .chain(k.matmul.as_ref().map(|m| writes(m.out)))
+                .sum();
+            if written == 0 {
+                continue;
+            }
             if let Some(mm) = &k.matmul {
                 if self.run_row_tiled(k, code, locals, &mut slots, mm, params)? {
                     continue;

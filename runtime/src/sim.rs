@@ -486,6 +486,15 @@ impl SimProgram {
         let mut tasks: Vec<Task> = Vec::new();
         let mut prev_tail: Option<usize> = None; // the hub after the previous kernel
         for (ki, k) in self.kernels.iter().enumerate() {
+            // An empty domain, or one whose every buffer is empty (rows of
+            // no columns), has nothing to compute: no tasks, no hub, and
+            // the next kernel follows the previous one.
+            let empty = |b: &tilejit_ir::kernel::BufId| {
+                self.prog.buffers[b.0 as usize].ty.shape.numel() == 0
+            };
+            if k.units == 0 || (!k.buffers.is_empty() && k.buffers.iter().all(empty)) {
+                continue;
+            }
             let tiles = k.units.div_ceil(k.tile_units.max(1));
             let (kind, cores) = match k.core {
                 CoreType::Aic => (TaskKind::Aic, cores[0]),
@@ -514,7 +523,7 @@ impl SimProgram {
                 }
             }
             let mut lo = 0;
-            while lo < k.units || (lo == 0 && k.units == 0) {
+            while lo < k.units {
                 let hi = (lo + per).min(k.units);
                 let mut scalars = vec![lo as i64, hi as i64];
                 scalars.extend_from_slice(params);

@@ -274,3 +274,77 @@ fn many_threads_run_jit_calls_on_the_device_at_once() {
         }
     });
 }
+
+/// Runs `f` on a thread and fails (instead of hanging the suite) if it has
+/// not returned within `secs` seconds.
+fn within<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(secs))
+        .unwrap_or_else(|_| panic!("{what} did not finish within {secs} s"))
+}
+
+/// A zero-batch matmul runs in every mode and dtype and gives an empty
+/// result (it faulted on Sim and in Verify: the device launched a tile of
+/// an empty product).
+#[test]
+fn zero_batch_matmuls_run_everywhere() {
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+        DType::I32,
+        DType::I64,
+    ] {
+        let a = Tensor::zeros(&[0, 2, 3], dtype);
+        let b = Tensor::zeros(&[0, 3, 4], dtype);
+        for mode in [
+            RunMode::Host,
+            RunMode::Sim,
+            RunMode::Verify,
+            RunMode::Reference,
+        ] {
+            let y = with_mode(mode, || a.matmul(&b));
+            let y = y
+                .check()
+                .unwrap_or_else(|e| panic!("{dtype:?} {mode:?}: {e}"));
+            assert_eq!(y.shape(), &[0, 2, 4], "{dtype:?} {mode:?}");
+        }
+    }
+}
+
+/// An empty domain costs nothing: layer_norm over 2^40 rows of no columns
+/// (it once looped over every empty row, ~80 minutes on the host) and 2^24
+/// of them on Sim (28 s), each within seconds, with empty results; and a
+/// sum over rows of no columns still gives its zeros.
+#[test]
+fn empty_domains_cost_nothing() {
+    for (mode, rows) in [(RunMode::Host, 1usize << 40), (RunMode::Sim, 1 << 24)] {
+        let shape = within(
+            60,
+            &format!("layer_norm [{rows}, 0] on {mode:?}"),
+            move || {
+                let x = Tensor::zeros(&[rows, 0], DType::F32);
+                let g = Tensor::ones(&[0], DType::F32);
+                let b = Tensor::zeros(&[0], DType::F32);
+                // Fused into one kernel (eagerly, the row means alone would
+                // need 4 TiB: an out-of-memory error, also quick).
+                let f =
+                    tilejit::jit_fn!(|x: &Tensor, g: &Tensor, b: &Tensor| x.layer_norm(g, b, 1e-5));
+                let y = with_mode(mode, || f.call((&x, &g, &b)));
+                let y = y.map_err(|e| e.to_string())?;
+                y.check()
+                    .map(|y| y.shape().to_vec())
+                    .map_err(|e| e.to_string())
+            },
+        );
+        assert_eq!(shape.unwrap(), [rows, 0], "{mode:?}");
+    }
+    for mode in [RunMode::Host, RunMode::Sim] {
+        let s = with_mode(mode, || Tensor::zeros(&[5, 0], DType::F32).sum(-1, false));
+        assert_eq!(s.to_vec::<f32>().unwrap(), [0.0; 5], "{mode:?}");
+    }
+}
