@@ -6,7 +6,8 @@
 //! - at most one build runs per signature; callers that arrive while it runs
 //!   wait on it and share its result, success or error (except a call on
 //!   the building thread itself, which builds apart: see `flight.rs`, and
-//!   a caller that has waited [`TRACE_WAIT`], which builds its own);
+//!   a caller that has waited [`TRACE_WAIT`] for a build still running the
+//!   user's code, which fails with `RuntimeError::TraceWait`);
 //! - a failed (or panicking) build leaves no entry behind: the next call
 //!   with that signature builds again;
 //! - the lock is never held while building, so builds of different

@@ -203,9 +203,8 @@ impl HostProgram {
     pub fn compile_with(g: &Graph, opts: CodegenOptions) -> Result<HostProgram, RuntimeError> {
         let mut t = StageTimes::default();
         let prog = pipeline::lower(g, &mut t)?;
-        let constants = g.constants().iter().map(|c| c.0.clone()).collect();
         t.run(Stage::CodegenHost, || {
-            HostProgram::codegen(prog, constants, opts, "eager")
+            HostProgram::codegen(prog, pipeline::constants(g), opts, "eager")
         })
     }
 

@@ -92,6 +92,12 @@ impl fmt::Display for StageTimes {
     }
 }
 
+/// The constants a graph's nodes refer to, in index order: what a compiled
+/// program keeps beside its kernels.
+pub(crate) fn constants(g: &Graph) -> Vec<tilejit_ir::Array> {
+    g.constants().iter().map(|c| c.0.clone()).collect()
+}
+
 /// Traced graph -> optimised graph: verify, simplify, verify.
 pub fn optimize(traced: &Graph, t: &mut StageTimes) -> Result<Graph, RuntimeError> {
     t.run(Stage::Verify, || verify(traced))?;

@@ -41,7 +41,12 @@ impl Program {
         let optimized = pipeline::optimize(&traced, &mut t)?;
         let kernels = pipeline::lower(&optimized, &mut t)?;
         let host = t.run(Stage::CodegenHost, || {
-            HostProgram::codegen(kernels, constants(&optimized), Default::default(), name)
+            HostProgram::codegen(
+                kernels,
+                pipeline::constants(&optimized),
+                Default::default(),
+                name,
+            )
         })?;
         t.log(name);
         if crate::dump::enabled() {
@@ -83,7 +88,7 @@ impl Program {
                 let mut t = StageTimes::default();
                 let sim = t.run(Stage::CodegenSim, || {
                     let kernels = self.host.kernels().clone();
-                    SimProgram::codegen(kernels, constants(&self.optimized), &self.name)
+                    SimProgram::codegen(kernels, pipeline::constants(&self.optimized), &self.name)
                 });
                 t.log(&format!("{} on sim", self.name));
                 sim.map(Arc::new)
@@ -212,9 +217,4 @@ pub fn run_eager_sim(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeE
         .get_or(g, || SimProgram::compile(g))?
         .run(inputs, &[], false)?
         .0)
-}
-
-/// The constants a graph's nodes refer to, in index order.
-fn constants(g: &Graph) -> Vec<Array> {
-    g.constants().iter().map(|c| c.0.clone()).collect()
 }

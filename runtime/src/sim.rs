@@ -152,9 +152,8 @@ impl SimProgram {
     pub fn compile(g: &Graph) -> Result<SimProgram, RuntimeError> {
         let mut t = StageTimes::default();
         let prog = pipeline::lower(g, &mut t)?;
-        let constants = g.constants().iter().map(|c| c.0.clone()).collect();
         t.run(Stage::CodegenSim, || {
-            SimProgram::codegen(prog, constants, "eager")
+            SimProgram::codegen(prog, pipeline::constants(g), "eager")
         })
     }
 
