@@ -34,6 +34,10 @@ pub struct HostProgram {
     /// Per kernel, its scalar arguments (sizes, strides) when it takes no
     /// params: computed and bounds-checked once, not per call.
     fixed_args: Vec<Option<CheckedArgs>>,
+    /// Per kernel, whether it writes no element (an empty output, or rows
+    /// of no columns): then it has nothing to do, however many units it
+    /// spans, and is not launched.
+    idle: Vec<bool>,
     constants: Vec<Array>,
 }
 
@@ -248,11 +252,28 @@ impl HostProgram {
                     })
             })
             .collect::<Result<_, _>>()?;
+        let numel = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.shape.numel();
+        let idle = prog
+            .kernels
+            .iter()
+            .map(|k| {
+                let stores = k.stages.iter().filter_map(|s| match s {
+                    tilejit_ir::kernel::Stage::Store { access, .. } => Some(access.buf),
+                    _ => None,
+                });
+                stores
+                    .chain(k.matmul.as_ref().map(|m| m.out))
+                    .map(numel)
+                    .sum::<usize>()
+                    == 0
+            })
+            .collect();
         Ok(HostProgram {
             prog,
             code,
             locals,
             fixed_args,
+            idle,
             constants,
         })
     }
@@ -298,19 +319,7 @@ impl HostProgram {
             .zip(&self.locals)
             .enumerate()
         {
-            // A kernel that writes no element (an empty output, or rows of
-            // no columns) has nothing to do, however many units it spans.
-            let writes = |b: tilejit_ir::kernel::BufId| p.buffers[b.0 as usize].ty.shape.numel();
-            let written: usize = k
-                .stages
-                .iter()
-                .filter_map(|s| match s {
-                    tilejit_ir::kernel::Stage::Store { access, .. } => Some(writes(access.buf)),
-                    _ => None,
-                })
-                .chain(k.matmul.as_ref().map(|m| writes(m.out)))
-                .sum();
-            if written == 0 {
+            if self.idle[i] {
                 continue;
             }
             if let Some(mm) = &k.matmul {

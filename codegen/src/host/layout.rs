@@ -265,24 +265,32 @@ impl ArgLayout {
                     return false;
                 }
             }
-            // (extent, stride) of every dimension that separates elements.
-            let mut dims: Vec<(u128, u128)> = Vec::with_capacity(self.rank);
+            // (extent, stride) of every dimension that separates elements
+            // (rank <= 8, so on the stack).
+            let mut dims = [(0u128, 0u128); 8];
+            let mut used = 0;
+            let mut push = |n: usize, s: i64| {
+                if n > 1 {
+                    dims[used] = (n as u128, s as u128);
+                    used += 1;
+                }
+            };
             let s = strides(st);
             if self.flat {
-                dims.push((dom.units as u128, s[0] as u128));
+                push(dom.units, s[0]);
             } else {
                 for (&n, &st) in dom.dims.iter().zip(s).take(self.rank - 1) {
-                    dims.push((n as u128, st as u128));
+                    push(n, st);
                 }
                 // Columns of one row are written by the row's own call.
                 if s[self.rank - 1] != 0 {
-                    dims.push((dom.cols as u128, s[self.rank - 1] as u128));
+                    push(dom.cols, s[self.rank - 1]);
                 }
             }
-            dims.retain(|&(n, _)| n > 1);
-            dims.sort_by_key(|&(_, s)| s);
+            let dims = &mut dims[..used];
+            dims.sort_unstable_by_key(|&(_, s)| s);
             let mut reach: u128 = 0;
-            for (n, s) in dims {
+            for &(n, s) in dims.iter() {
                 if s <= reach {
                     return false;
                 }

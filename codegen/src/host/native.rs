@@ -363,20 +363,19 @@ impl KernelCode {
         };
         let scratch = self.layout.scratch;
         let chunk = chunk.max(1);
-        let split = units > chunk && self.layout.writes_disjoint_units(raw);
-        if scratch == 0 && !split {
-            // The common small call: no scratch rows, one range.
+        if scratch == 0 && units <= chunk {
+            // The common small call: one range, no scratch rows.
             self.check(bufs, args, 0, units)?;
             self.enter(bufs, raw, 0, units);
             return Ok(());
         }
-        let cols = self.layout.cols(raw).map_err(|m| self.bad(m))?;
         let call = |bufs: &mut [BufArg<'_>], start: usize, end: usize| {
             if scratch == 0 {
                 self.check(bufs, args, start, end)?;
                 self.enter(bufs, raw, start, end);
                 return Ok(());
             }
+            let cols = self.layout.cols(raw).map_err(|m| self.bad(m))?;
             let mut rows: Vec<Vec<u64>> = (0..scratch).map(|_| vec![0u64; cols]).collect();
             let mut all: Vec<BufArg<'_>> = bufs.iter().map(|b| BufArg { ..*b }).collect();
             all.extend(rows.iter_mut().map(|r| BufArg::write(r)));
@@ -384,7 +383,8 @@ impl KernelCode {
             self.enter(&all, raw, start, end);
             Ok(())
         };
-        if !split {
+        // Small calls (the common case) ask nothing more than their check.
+        if units <= chunk || !self.layout.writes_disjoint_units(raw) {
             return call(bufs, 0, units);
         }
         let shared = SharedBufs(bufs);
