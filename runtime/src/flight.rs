@@ -13,7 +13,9 @@
 //! to go on, for a build that can then never finish. So builds map in
 //! parallel only off the pool ([`map_off_pool`]), and a caller on the
 //! thread that leads a flight does not wait for it ([`Flight::led_here`]):
-//! it builds on its own.
+//! it builds on its own. And a build still running the user's code (a jit
+//! body, which may wait for the caller) is waited for only so long
+//! ([`Flight::wait_user_code_for`]).
 
 use crate::error::{panic_message, RuntimeError};
 use rayon::prelude::*;

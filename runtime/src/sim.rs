@@ -114,6 +114,9 @@ pub struct SimProgram {
     workspace_of: Vec<Option<usize>>,
     /// The distinct workspace sets (a kernel's core functions share one).
     workspaces: Vec<WorkspaceSet>,
+    /// Per core function, whether it has nothing to compute: it gets no
+    /// tasks and no hub, and the next kernel follows the previous one.
+    idle: Vec<bool>,
     constants: Vec<Array>,
 }
 
@@ -171,10 +174,18 @@ impl SimProgram {
         })?;
         let kernels: Vec<DeviceKernel> = cached.iter().flat_map(|c| c.code.clone()).collect();
         let (workspace_of, workspaces) = group_workspaces(&kernels);
+        // An empty domain, or one whose every buffer is empty (rows of no
+        // columns), has nothing to compute.
+        let empty = |b: &tilejit_ir::kernel::BufId| prog.buffer(*b).ty.shape.numel() == 0;
+        let idle = kernels
+            .iter()
+            .map(|k| k.units == 0 || (!k.buffers.is_empty() && k.buffers.iter().all(empty)))
+            .collect();
         Ok(SimProgram {
             name: name.to_string(),
             prog,
             kernels,
+            idle,
             cached,
             workspace_of,
             workspaces,
@@ -485,13 +496,7 @@ impl SimProgram {
         let mut tasks: Vec<Task> = Vec::new();
         let mut prev_tail: Option<usize> = None; // the hub after the previous kernel
         for (ki, k) in self.kernels.iter().enumerate() {
-            // An empty domain, or one whose every buffer is empty (rows of
-            // no columns), has nothing to compute: no tasks, no hub, and
-            // the next kernel follows the previous one.
-            let empty = |b: &tilejit_ir::kernel::BufId| {
-                self.prog.buffers[b.0 as usize].ty.shape.numel() == 0
-            };
-            if k.units == 0 || (!k.buffers.is_empty() && k.buffers.iter().all(empty)) {
+            if self.idle[ki] {
                 continue;
             }
             let tiles = k.units.div_ceil(k.tile_units.max(1));
