@@ -123,9 +123,11 @@ fn apply_eager(
             RunMode::Verify => {
                 let host = tilejit_runtime::run_eager(&g, &inputs).map_err(flat)?;
                 let sim = tilejit_runtime::run_eager_sim(&g, &inputs).map_err(flat)?;
-                crate::mode::compare(op, &host, &sim).map_err(|e| IrError::Backend {
-                    kind: ErrorKind::Device,
-                    message: format!("verify mode: host and sim differ: {e}"),
+                crate::mode::compare(op, &g, &inputs, &[], &host, &sim).map_err(|e| {
+                    IrError::Backend {
+                        kind: ErrorKind::Device,
+                        message: format!("verify mode: host and sim differ: {e}"),
+                    }
                 })?;
                 host
             }

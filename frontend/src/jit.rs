@@ -234,7 +234,14 @@ impl JitFunction {
             RunMode::Verify => {
                 let host = program.run(&inputs, &params)?;
                 let (sim, _) = program.run_sim(&inputs, &params, false)?;
-                let diffs = crate::mode::compare(&self.name, &host, &sim)?;
+                let diffs = crate::mode::compare(
+                    &self.name,
+                    program.optimized(),
+                    &inputs,
+                    &params,
+                    &host,
+                    &sim,
+                )?;
                 crate::mode::log_verify(&self.name, &diffs);
                 *self.last_verify.lock().unwrap_or_else(|p| p.into_inner()) = Some(diffs);
                 host

@@ -5,7 +5,8 @@
 //!   tile tasks on the simulated accelerator (inputs copied to its GM, the
 //!   outputs copied back).
 //! - [`RunMode::Verify`]: both, every output compared; a difference past
-//!   the dtype's tolerance fails the call with the worst element's errors.
+//!   what two correct results may differ by ([`compare`]) fails the call
+//!   with the first such element.
 //! - [`RunMode::Reference`]: the reference interpreter.
 //!
 //! The mode of a call is, first found: a per-call override
@@ -16,7 +17,7 @@
 
 use crate::error::{Error, Result};
 use std::cell::Cell;
-use tilejit_ir::{Array, DType};
+use tilejit_ir::{Array, DType, Graph, Lit};
 
 pub use tilejit_ir::config::RunMode;
 
@@ -86,17 +87,9 @@ pub(crate) fn env_mode() -> Option<RunMode> {
     tilejit_ir::config::config().run_mode
 }
 
-/// How far Host and Sim may differ, per dtype: relative error (to
-/// max(1, |sim|)) or distance in units in the last place, whichever is
-/// looser; integers and bools must be equal.
-fn tolerance(d: DType) -> (f64, u64) {
-    match d {
-        DType::F64 => (1e-12, 64),
-        DType::F32 => (1e-5, 64),
-        DType::F16 | DType::BF16 => (1e-2, 4),
-        _ => (0.0, 0),
-    }
-}
+/// Host and Sim results this many ulps apart always pass: rounding
+/// differences that no bound tracks (subnormals flushed, an FMA).
+pub const FLOOR_ULPS: u64 = 4;
 
 /// Distance in ulps between two values of a float dtype (NaN == NaN).
 fn ulps(a: f64, b: f64, d: DType) -> u64 {
@@ -140,19 +133,47 @@ pub struct OutputDiff {
     pub max_rel: f64,
     /// Largest distance in ulps.
     pub max_ulp: u64,
+    /// The largest share of its tolerance (twice the element's error bound)
+    /// an element more than [`FLOOR_ULPS`] apart used: at most 1 when the
+    /// call passed; 0 when no element needed its bound.
+    pub max_bound_use: f64,
     /// Where the first out-of-tolerance element is, with both values.
     pub worst: Option<(usize, f64, f64)>,
 }
 
-/// Compares Host and Sim outputs (what `RunMode::Verify` does); `Err`
-/// names the first output past tolerance with its worst element.
-pub fn compare(function: &str, host: &[Array], sim: &[Array]) -> Result<Vec<OutputDiff>> {
-    let mut diffs = Vec::new();
+/// Compares Host and Sim outputs of `graph` run on `inputs` and `params`
+/// (what `RunMode::Verify` does); `Err` names the first element past its
+/// tolerance.
+///
+/// The rule: two elements pass if they are equal, both NaN, at most
+/// [`FLOOR_ULPS`] apart, or apart by at most twice the element's forward
+/// error bound ([`tilejit_ir::bound`]: for sums and matmuls the
+/// accumulation length times `Σ|terms|` times the unit roundoff, a few
+/// roundings per elementwise op, carried through the graph), since each
+/// correct backend lies within the bound of the exact result. Where the
+/// bound is infinite (a division by a value its own error could make
+/// zero) the element is not checked. Bounds are computed (one reference
+/// interpreter run) only when some element is past the floor.
+pub fn compare(
+    function: &str,
+    graph: &Graph,
+    inputs: &[Array],
+    params: &[Lit],
+    host: &[Array],
+    sim: &[Array],
+) -> Result<Vec<OutputDiff>> {
+    let fail = |msg: String| Error::Verify {
+        function: function.to_string(),
+        message: msg,
+    };
+    if host.len() != sim.len() {
+        return Err(fail(format!(
+            "host gives {} outputs, sim {}",
+            host.len(),
+            sim.len()
+        )));
+    }
     for (i, (h, s)) in host.iter().zip(sim).enumerate() {
-        let fail = |msg: String| Error::Verify {
-            function: function.to_string(),
-            message: msg,
-        };
         if h.ty() != s.ty() {
             return Err(fail(format!(
                 "output {i}: host gives {}, sim gives {}",
@@ -160,51 +181,120 @@ pub fn compare(function: &str, host: &[Array], sim: &[Array]) -> Result<Vec<Outp
                 s.ty()
             )));
         }
-        let (rel_tol, ulp_tol) = tolerance(h.dtype());
-        let (hb, sb) = (h.buffer(), s.buffer());
-        let mut d = OutputDiff {
-            output: i,
-            max_abs: 0.0,
-            max_rel: 0.0,
-            max_ulp: 0,
-            worst: None,
-        };
-        for j in 0..hb.len() {
-            let (x, y) = (hb.get(j).as_f64(), sb.get(j).as_f64());
-            if x == y || (x.is_nan() && y.is_nan()) {
-                continue;
-            }
-            let abs = (x - y).abs();
-            let rel = abs / y.abs().max(1.0);
-            let u = if h.dtype().is_float() {
-                ulps(x, y, h.dtype())
-            } else {
-                u64::MAX
-            };
-            d.max_abs = d
-                .max_abs
-                .max(if abs.is_nan() { f64::INFINITY } else { abs });
-            d.max_rel = d
-                .max_rel
-                .max(if rel.is_nan() { f64::INFINITY } else { rel });
-            d.max_ulp = d.max_ulp.max(u);
-            if !(rel <= rel_tol || u <= ulp_tol) && d.worst.is_none() {
-                d.worst = Some((j, x, y));
-            }
+    }
+    let mut diffs: Vec<OutputDiff> = host
+        .iter()
+        .zip(sim)
+        .enumerate()
+        .map(|(i, (h, s))| measure(i, h, s))
+        .collect();
+    if diffs.iter().all(|d| d.worst.is_none()) {
+        return Ok(diffs);
+    }
+    let bounds = tilejit_ir::bound::error_bounds(graph, inputs, params)
+        .map_err(|e| fail(format!("computing the error bounds: {e}")))?;
+    if bounds.len() != host.len() {
+        return Err(fail(format!(
+            "the graph has {} outputs, the backends gave {}",
+            bounds.len(),
+            host.len()
+        )));
+    }
+    for (d, ((h, s), e)) in diffs.iter_mut().zip(host.iter().zip(sim).zip(&bounds)) {
+        if d.worst.is_some() {
+            check_bounds(d, h, s, e).map_err(fail)?;
         }
-        if let Some((j, x, y)) = d.worst {
-            return Err(fail(format!(
-                "output {i} ({}): element {j} is {x} on host and {y} on sim; max abs error {:e}, max rel error {:e}, \
-                 max {} ulp (tolerance: rel {rel_tol:e} or {ulp_tol} ulp)",
-                h.ty(),
-                d.max_abs,
-                d.max_rel,
-                d.max_ulp
-            )));
-        }
-        diffs.push(d);
     }
     Ok(diffs)
+}
+
+/// The differences of one output pair; `worst` is the first element past
+/// [`FLOOR_ULPS`] (or unequal, for integers and bools).
+fn measure(i: usize, h: &Array, s: &Array) -> OutputDiff {
+    let (hb, sb) = (h.buffer(), s.buffer());
+    let mut d = OutputDiff {
+        output: i,
+        max_abs: 0.0,
+        max_rel: 0.0,
+        max_ulp: 0,
+        max_bound_use: 0.0,
+        worst: None,
+    };
+    for j in 0..hb.len() {
+        let (x, y) = (hb.get(j).as_f64(), sb.get(j).as_f64());
+        if x == y || (x.is_nan() && y.is_nan()) {
+            continue;
+        }
+        let abs = (x - y).abs();
+        let rel = abs / y.abs().max(1.0);
+        let u = if h.dtype().is_float() {
+            ulps(x, y, h.dtype())
+        } else {
+            u64::MAX
+        };
+        d.max_abs = d
+            .max_abs
+            .max(if abs.is_nan() { f64::INFINITY } else { abs });
+        d.max_rel = d
+            .max_rel
+            .max(if rel.is_nan() { f64::INFINITY } else { rel });
+        d.max_ulp = d.max_ulp.max(u);
+        if u > FLOOR_ULPS && d.worst.is_none() {
+            d.worst = Some((j, x, y));
+        }
+    }
+    d
+}
+
+/// Checks every element of an output pair past the floor against twice
+/// its error bound `e`; clears `d.worst` when all pass.
+fn check_bounds(
+    d: &mut OutputDiff,
+    h: &Array,
+    s: &Array,
+    e: &[f64],
+) -> std::result::Result<(), String> {
+    let (hb, sb) = (h.buffer(), s.buffer());
+    if e.len() != hb.len() {
+        return Err(format!(
+            "output {}: {} error bounds for {} elements",
+            d.output,
+            e.len(),
+            hb.len()
+        ));
+    }
+    for (j, &bound) in e.iter().enumerate() {
+        let (x, y) = (hb.get(j).as_f64(), sb.get(j).as_f64());
+        if x == y || (x.is_nan() && y.is_nan()) {
+            continue;
+        }
+        if h.dtype().is_float() && ulps(x, y, h.dtype()) <= FLOOR_ULPS {
+            continue;
+        }
+        let tol = 2.0 * bound;
+        if !tol.is_finite() {
+            continue;
+        }
+        let diff = (x - y).abs();
+        let used = diff / tol;
+        d.max_bound_use = d
+            .max_bound_use
+            .max(if used.is_nan() { f64::INFINITY } else { used });
+        if diff.is_nan() || diff > tol {
+            return Err(format!(
+                "output {} ({}): element {j} is {x} on host and {y} on sim, {diff:e} apart ({} ulp); \
+                 two correct results are at most {tol:e} apart there (twice its error bound) \
+                 or {FLOOR_ULPS} ulp; max abs error {:e}, max {} ulp",
+                d.output,
+                h.ty(),
+                if h.dtype().is_float() { ulps(x, y, h.dtype()) } else { 0 },
+                d.max_abs,
+                d.max_ulp
+            ));
+        }
+    }
+    d.worst = None;
+    Ok(())
 }
 
 /// `TILEJIT_LOG=verify`: one line per Verify-mode call with its measured
@@ -213,8 +303,9 @@ pub(crate) fn log_verify(function: &str, diffs: &[OutputDiff]) {
     if tilejit_ir::config::config().log.verify {
         for d in diffs {
             eprintln!(
-                "[tilejit] verify `{function}` output {}: max abs {:e}, max rel {:e}, max {} ulp",
-                d.output, d.max_abs, d.max_rel, d.max_ulp
+                "[tilejit] verify `{function}` output {}: max abs {:e}, max rel {:e}, max {} ulp, \
+                 {:.3} of the error bound used",
+                d.output, d.max_abs, d.max_rel, d.max_ulp, d.max_bound_use
             );
         }
     }

@@ -24,7 +24,7 @@ use crate::shape::{Shape, TensorType, MAX_RANK};
 /// Element values of one node while interpreting: floats widened to f64,
 /// integers and bools to i64.
 #[derive(Clone, Debug)]
-enum Vals {
+pub(crate) enum Vals {
     F(Vec<f64>),
     I(Vec<i64>),
 }
@@ -57,7 +57,7 @@ pub fn run(g: &Graph, inputs: &[Array], params: &[Lit]) -> Result<Vec<Array>, Ir
         .collect()
 }
 
-fn internal(msg: &str) -> IrError {
+pub(crate) fn internal(msg: &str) -> IrError {
     IrError::Verify(format!("interpreter: {msg}"))
 }
 
@@ -95,7 +95,7 @@ pub fn check_arguments(
 }
 
 /// For each node, the last node that uses it (outputs are never freed).
-fn last_uses(g: &Graph) -> Vec<Option<NodeId>> {
+pub(crate) fn last_uses(g: &Graph) -> Vec<Option<NodeId>> {
     let mut last = vec![None; g.len()];
     for id in g.ids() {
         for operand in g.node(id).op.operands() {
@@ -108,7 +108,7 @@ fn last_uses(g: &Graph) -> Vec<Option<NodeId>> {
     last
 }
 
-fn alloc<T: Clone>(n: usize, v: T) -> Result<Vec<T>, IrError> {
+pub(crate) fn alloc<T: Clone>(n: usize, v: T) -> Result<Vec<T>, IrError> {
     let mut out = Vec::new();
     out.try_reserve_exact(n).map_err(|_| IrError::OutOfMemory {
         bytes: n.saturating_mul(std::mem::size_of::<T>()),
@@ -137,7 +137,7 @@ fn to_array(ty: TensorType, v: &Vals) -> Result<Array, IrError> {
     Array::new(ty.shape, buf)
 }
 
-fn eval(
+pub(crate) fn eval(
     g: &Graph,
     op: &Op,
     ty: TensorType,
@@ -183,29 +183,40 @@ fn eval(
             arg(x)?,
         )?,
         Op::MatMul(a, b) => matmul(ty, &g.ty(a).shape, &g.ty(b).shape, arg(a)?, arg(b)?)?,
-        Op::Reshape(x, _) => arg(x)?.clone(),
-        Op::Permute(x, perm) => {
-            let src = g.ty(x).shape;
+        Op::Reshape(x, _) | Op::Permute(x, _) | Op::Broadcast(x, _) => {
+            move_elements(g, op, ty, arg(x)?)
+        }
+        Op::Cast(x, to) => cast(arg(x)?, to),
+    })
+}
+
+/// The value of a layout op (`Reshape`, `Permute`, `Broadcast`) whose
+/// operand holds `x`: the same elements moved. (Error bounds move the same
+/// way, so [`crate::bound`] calls this too.)
+pub(crate) fn move_elements(g: &Graph, op: &Op, ty: TensorType, x: &Vals) -> Vals {
+    match *op {
+        Op::Permute(operand, perm) => {
+            let src = g.ty(operand).shape;
             let p = perm.as_vec();
-            gather(arg(x)?, &ty.shape, |out, inp| {
+            gather(x, &ty.shape, |out, inp| {
                 for (d, &pd) in p.iter().enumerate() {
                     inp[pd] = out[d];
                 }
                 linear(inp, &src)
             })
         }
-        Op::Broadcast(x, _) => {
-            let src = g.ty(x).shape;
+        Op::Broadcast(operand, _) => {
+            let src = g.ty(operand).shape;
             let off = ty.shape.rank() - src.rank();
-            gather(arg(x)?, &ty.shape, |out, inp| {
+            gather(x, &ty.shape, |out, inp| {
                 for d in 0..src.rank() {
                     inp[d] = if src[d] == 1 { 0 } else { out[off + d] };
                 }
                 linear(inp, &src)
             })
         }
-        Op::Cast(x, to) => cast(arg(x)?, to),
-    })
+        _ => x.clone(),
+    }
 }
 
 fn convert_lit(lit: Lit, dtype: DType) -> Lit {
@@ -223,12 +234,12 @@ fn splat(value: Lit, n: usize) -> Result<Vals, IrError> {
 }
 
 /// Row-major linear index of a multi-index.
-fn linear(idx: &[usize; MAX_RANK], shape: &Shape) -> usize {
+pub(crate) fn linear(idx: &[usize; MAX_RANK], shape: &Shape) -> usize {
     (0..shape.rank()).fold(0, |acc, d| acc * shape[d] + idx[d])
 }
 
 /// Advances a row-major multi-index by one; returns false after the last.
-fn next_index(idx: &mut [usize; MAX_RANK], shape: &Shape) -> bool {
+pub(crate) fn next_index(idx: &mut [usize; MAX_RANK], shape: &Shape) -> bool {
     for d in (0..shape.rank()).rev() {
         idx[d] += 1;
         if idx[d] < shape[d] {
@@ -240,7 +251,7 @@ fn next_index(idx: &mut [usize; MAX_RANK], shape: &Shape) -> bool {
 }
 
 /// out[i] = src[source_of(index of i)], for every element of `out_shape`.
-fn gather(
+pub(crate) fn gather(
     src: &Vals,
     out_shape: &Shape,
     mut source_of: impl FnMut(&[usize; MAX_RANK], &mut [usize; MAX_RANK]) -> usize,

@@ -18,6 +18,7 @@
 //! [`interp::run`], optimise it with [`passes::simplify`].
 
 pub mod array;
+pub mod bound;
 pub mod config;
 pub mod dtype;
 pub mod error;

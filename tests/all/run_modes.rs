@@ -110,28 +110,133 @@ fn jit_fn_with_mode_and_reference() {
     assert_eq!(RunMode::from_name("gpu"), None);
 }
 
+/// A graph from its text form, for `mode::compare`.
+fn graph(text: &str) -> tilejit::internals::ir::Graph {
+    tilejit::internals::ir::text::parse(text).unwrap()
+}
+
 #[test]
-fn verify_reports_the_worst_element_past_tolerance() {
+fn verify_reports_the_first_element_past_tolerance() {
+    let g = graph("graph {\n  %0 = input 0 : f32[3]\n  %1 = add %0, %0 : f32[3]\n  return %1\n}\n");
+    let x = Array::from_vec(vec![0.5f32, 1.0, 1.5], &[3]).unwrap();
     let a = Array::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap();
     let close = Array::from_vec(vec![1.0f32, 2.0 + 2.0 * f32::EPSILON, 3.0], &[3]).unwrap();
     let far = Array::from_vec(vec![1.0f32, 2.5, 3.0], &[3]).unwrap();
-    let ok = tilejit::mode::compare("f", std::slice::from_ref(&a), std::slice::from_ref(&close))
-        .unwrap();
+    let inputs = std::slice::from_ref(&x);
+    let ok = tilejit::mode::compare(
+        "f",
+        &g,
+        inputs,
+        &[],
+        std::slice::from_ref(&a),
+        std::slice::from_ref(&close),
+    )
+    .unwrap();
     assert!(ok[0].max_ulp <= 2 && ok[0].max_abs > 0.0, "{ok:?}");
-    let err = tilejit::mode::compare("f", std::slice::from_ref(&a), std::slice::from_ref(&far))
-        .unwrap_err();
+    let err = tilejit::mode::compare(
+        "f",
+        &g,
+        inputs,
+        &[],
+        std::slice::from_ref(&a),
+        std::slice::from_ref(&far),
+    )
+    .unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains("`f` in verify mode") && msg.contains("element 1 is 2 on host and 2.5 on sim"),
         "{msg}"
     );
     assert_eq!(err.code(), 5);
-    let ints = Array::from_vec(vec![1i32, 2], &[2]).unwrap();
-    let ints2 = Array::from_vec(vec![1i32, 3], &[2]).unwrap();
+    // An add of exact inputs rounds once: 8 ulp apart is a bug.
+    let off = Array::from_vec(vec![1.0f32, 2.0 + 16.0 * f32::EPSILON, 3.0], &[3]).unwrap();
+    assert!(tilejit::mode::compare("f", &g, inputs, &[], &[a], &[off]).is_err());
+    let gi =
+        graph("graph {\n  %0 = input 0 : i32[2]\n  %1 = add %0, %0 : i32[2]\n  return %1\n}\n");
+    let xi = Array::from_vec(vec![1i32, 1], &[2]).unwrap();
+    let ints = Array::from_vec(vec![2i32, 2], &[2]).unwrap();
+    let ints2 = Array::from_vec(vec![2i32, 3], &[2]).unwrap();
     assert!(
-        tilejit::mode::compare("g", &[ints], &[ints2]).is_err(),
+        tilejit::mode::compare("g", &gi, &[xi], &[], &[ints], &[ints2]).is_err(),
         "integers must match exactly"
     );
+}
+
+#[test]
+fn verify_tolerance_follows_the_computation_on_unscaled_random_data() {
+    // Sums cancel: the result is small while each backend's rounding error
+    // grows with Σ|a_i b_i|. These sizes failed 41-100% of seeds under a
+    // tolerance relative to the result.
+    #[jit]
+    fn mm(a: &Tensor, b: &Tensor) -> Tensor {
+        a.matmul(b)
+    }
+    #[jit]
+    fn row_stats(x: &Tensor) -> (Tensor, Tensor) {
+        (x.sum(-1, true), x.softmax(-1))
+    }
+    with_mode(RunMode::Verify, || {
+        for seed in 0..12u64 {
+            let (x, w) = (
+                Tensor::randn(&[8, 256], seed),
+                Tensor::randn(&[256, 256], 100 + seed),
+            );
+            mm(&x, &w).unwrap();
+            let (x, w) = (
+                Tensor::randn(&[8, 1024], 200 + seed),
+                Tensor::randn(&[1024, 64], 300 + seed),
+            );
+            mm(&x, &w).unwrap();
+        }
+        let x = Tensor::randn(&[16, 4096], 7);
+        row_stats(&x).unwrap();
+        norm(&x, &Tensor::randn(&[4096], 8), &Tensor::randn(&[4096], 9)).unwrap();
+    });
+}
+
+#[test]
+fn verify_still_catches_one_wrong_element_of_a_matmul() {
+    let (m, k, n) = (8usize, 1024usize, 64usize);
+    let a = Tensor::randn(&[m, k], 1);
+    let b = Tensor::randn(&[k, n], 2);
+    let g = graph(&format!(
+        "graph {{\n  %0 = input 0 : f32[{m},{k}]\n  %1 = input 1 : f32[{k},{n}]\n  \
+         %2 = matmul %0, %1 : f32[{m},{n}]\n  return %2\n}}\n"
+    ));
+    let inputs = [a.to_array().unwrap(), b.to_array().unwrap()];
+    let host = a.matmul(&b).to_array().unwrap();
+    let sim = with_mode(RunMode::Sim, || a.matmul(&b)).to_array().unwrap();
+    let check = |wrong: Vec<f32>| {
+        let wrong = Array::from_vec(wrong, &[m, n]).unwrap();
+        tilejit::mode::compare(
+            "mm",
+            &g,
+            &inputs,
+            &[],
+            std::slice::from_ref(&host),
+            &[wrong],
+        )
+    };
+    let diffs = check(sim.as_slice::<f32>().unwrap().to_vec()).expect("the device result passes");
+    assert!(diffs[0].max_bound_use <= 1.0, "{diffs:?}");
+    let good = host.as_slice::<f32>().unwrap().to_vec();
+    let (av, bv) = (f64s(&a), f64s(&b));
+    // Element (3, 5) takes its neighbour's value: an indexing bug.
+    let mut wrong = good.clone();
+    wrong[3 * n + 5] = good[3 * n + 6];
+    let msg = check(wrong).unwrap_err().to_string();
+    assert!(msg.contains(&format!("element {}", 3 * n + 5)), "{msg}");
+    // Element (3, 5) misses its largest term: a loop bound off by one.
+    let t = (0..k)
+        .max_by(|&p, &q| {
+            (av[3 * k + p] * bv[p * n + 5])
+                .abs()
+                .total_cmp(&(av[3 * k + q] * bv[q * n + 5]).abs())
+        })
+        .unwrap();
+    let mut wrong = good.clone();
+    wrong[3 * n + 5] -= (av[3 * k + t] * bv[t * n + 5]) as f32;
+    assert!(check(wrong).is_err());
 }
 
 #[test]
