@@ -5,6 +5,13 @@ use thiserror::Error;
 /// What can go wrong turning a kernel into code.
 #[derive(Clone, Debug, PartialEq, Error)]
 pub enum CodegenError {
+    /// A launch was stopped between its parallel calls (the caller's cancel
+    /// token or deadline); the runtime reports why.
+    #[error("kernel `{kernel}` was stopped")]
+    Stopped {
+        /// The kernel's name.
+        kernel: String,
+    },
     /// The kernel uses something this backend does not implement.
     #[error("kernel `{kernel}`: {what} is not supported by the host backend")]
     Unsupported {

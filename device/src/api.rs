@@ -420,6 +420,7 @@ impl SimDevice {
             TaskArgs {
                 gm: &spans,
                 scalars,
+                stop: None,
             },
             &self.inner.config,
         )

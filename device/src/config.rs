@@ -106,7 +106,8 @@ pub struct DeviceConfig {
     /// The default, 4e9, lets one task do a 64x64 output tile with K up to
     /// ~15,000 x 64 and still turns a hung or runaway program into an
     /// error within seconds of host time in release builds (a scalar loop
-    /// faults after 250M instructions, ~4 s), never a hang.
+    /// faults after 250M instructions, ~4 s), never a hang. At most
+    /// [`MAX_WATCHDOG_WORK`]; a launch's timeout stops a run sooner.
     pub watchdog_work: u64,
     /// Most scheduler manager threads a launch uses (PyPTO's AICPU
     /// schedulers: `ceil(blocks / 8)`, capped by this and by the host's
@@ -118,6 +119,10 @@ pub struct DeviceConfig {
     /// Instruction costs.
     pub costs: CostTable,
 }
+
+/// The largest `watchdog_work`: 10^12 steps, about 15 minutes of one core
+/// in a release build (launch timeouts stop runs sooner).
+pub const MAX_WATCHDOG_WORK: u64 = 1_000_000_000_000;
 
 impl Default for DeviceConfig {
     fn default() -> Self {
@@ -242,8 +247,11 @@ impl DeviceConfig {
                 self.max_managers
             )));
         }
-        if self.watchdog_work == 0 {
-            return Err(DeviceError::Config("watchdog_work must be > 0".into()));
+        if self.watchdog_work == 0 || self.watchdog_work > MAX_WATCHDOG_WORK {
+            return Err(DeviceError::Config(format!(
+                "watchdog_work = {}: must be 1..={MAX_WATCHDOG_WORK}",
+                self.watchdog_work
+            )));
         }
         Ok(())
     }

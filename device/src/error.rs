@@ -93,6 +93,19 @@ pub enum DeviceError {
     /// A device configuration is invalid or could not be read.
     #[error("device config: {0}")]
     Config(String),
+    /// A launch ran past its timeout, or its caller cancelled it; the
+    /// device stays usable.
+    #[error("launch `{program}` {why} with {done} of {total} tasks done")]
+    Stopped {
+        /// The launch's name.
+        program: String,
+        /// `ran past its 2s timeout` or `was cancelled`.
+        why: String,
+        /// Tasks finished before it stopped.
+        done: usize,
+        /// Tasks in the launch.
+        total: usize,
+    },
     /// Arguments given to a launch do not match the program.
     #[error("bad launch arguments for `{program}`: {msg}")]
     BadArguments {

@@ -32,7 +32,7 @@ pub use isa::{CoreType, Inst, Opcode, Operand, Pipe, Program, Space};
 pub use mem::GmElem;
 pub use sched::{
     GmArg, HostCopies, Launch, LaunchHandle, LaunchOptions, LaunchReport, Policy, Profile, Task,
-    TaskKind,
+    TaskKind, MAX_LAUNCH_TIMEOUT,
 };
 pub use sim::{CoreRun, CoreState, TaskArgs};
 

@@ -133,7 +133,8 @@ impl Error {
     }
 
     /// The stable numeric code of the category: 1 bad argument, 2 shape,
-    /// 3 dtype, 4 unsupported, 5 device, 6 internal, 7 panic in user code.
+    /// 3 dtype, 4 unsupported, 5 device, 6 internal, 7 panic in user code,
+    /// 8 cancelled (a cancel token or a deadline stopped the call).
     pub fn code(&self) -> u32 {
         self.kind().code()
     }

@@ -53,6 +53,7 @@ pub use tensor::Tensor;
 pub use tilejit_ir::config::{config, Config};
 pub use tilejit_ir::{DType, Element, ErrorKind};
 pub use tilejit_macros::{jit, jit_fn};
+pub use tilejit_runtime::cancel::{with_cancel, with_deadline, CancelToken};
 pub use tilejit_runtime::device::Profile;
 pub use tilejit_runtime::{collect_profiles, write_trace};
 pub use tilejit_runtime::{

@@ -23,6 +23,8 @@ pub enum ErrorKind {
     Internal,
     /// The user's own code panicked (a jit body, a registered function).
     Panic,
+    /// The call was cancelled or ran past its deadline.
+    Cancelled,
 }
 
 impl ErrorKind {
@@ -36,6 +38,7 @@ impl ErrorKind {
             ErrorKind::Device => 5,
             ErrorKind::Internal => 6,
             ErrorKind::Panic => 7,
+            ErrorKind::Cancelled => 8,
         }
     }
 
@@ -49,6 +52,7 @@ impl ErrorKind {
             ErrorKind::Device => "device error",
             ErrorKind::Internal => "internal error",
             ErrorKind::Panic => "panic in user code",
+            ErrorKind::Cancelled => "cancelled",
         }
     }
 }

@@ -29,6 +29,15 @@ pub enum RuntimeError {
         /// How long the call waited.
         waited: std::time::Duration,
     },
+    /// A run was stopped by a cancel token or a deadline
+    /// ([`crate::cancel`]).
+    #[error("{what} {why}")]
+    Stopped {
+        /// What was running.
+        what: String,
+        /// `was cancelled` or `ran past its deadline (2s)`.
+        why: String,
+    },
     /// A compile step panicked; the cache entry was released, not poisoned.
     #[error("{what} panicked: {message}")]
     Panicked {
@@ -46,6 +55,10 @@ impl RuntimeError {
             RuntimeError::Ir(e) => e.kind(),
             RuntimeError::Panicked { .. } => ErrorKind::Internal,
             RuntimeError::TraceWait { .. } => ErrorKind::BadArgument,
+            RuntimeError::Stopped { .. } => ErrorKind::Cancelled,
+            RuntimeError::Device(tilejit_device::DeviceError::Stopped { .. }) => {
+                ErrorKind::Cancelled
+            }
             RuntimeError::Codegen(tilejit_codegen::CodegenError::Unsupported { .. }) => {
                 ErrorKind::Unsupported
             }

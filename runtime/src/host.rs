@@ -16,6 +16,7 @@ use tilejit_codegen::host::{
     matmul_f32, matmul_f64, storage_bytes, sys::zeroed_vec, BufArg, CheckedArgs, CodegenOptions,
     KernelArgs,
 };
+use tilejit_codegen::CodegenError;
 use tilejit_ir::kernel::{BufKind, Kernel, KernelProgram, ProgramOutput};
 use tilejit_ir::pool::pool;
 use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit};
@@ -312,6 +313,10 @@ impl HostProgram {
                 BufKind::Temp => Slot::Owned(output_store(b.ty.dtype, b.ty.shape.numel())?),
             });
         }
+        // What may stop this run: usually nothing, and then no check costs.
+        let limits = crate::cancel::current();
+        let stop_check = || limits.stopped().is_some();
+        let stop: Option<&(dyn Fn() -> bool + Sync)> = (!limits.is_none()).then_some(&stop_check);
         for (i, ((k, code), locals)) in p
             .kernels
             .iter()
@@ -321,6 +326,9 @@ impl HostProgram {
         {
             if self.idle[i] {
                 continue;
+            }
+            if stop.is_some() {
+                limits.check(&format!("kernel `{}`", k.name))?;
             }
             if let Some(mm) = &k.matmul {
                 if self.run_row_tiled(k, code, locals, &mut slots, mm, params)? {
@@ -336,7 +344,18 @@ impl HostProgram {
                     KernelArgs::Raw(&per_call)
                 }
             };
-            launch(k, code, locals, &mut slots, args)?;
+            launch(k, code, locals, &mut slots, args, stop).map_err(|e| match e {
+                RuntimeError::Codegen(CodegenError::Stopped { kernel }) => {
+                    match limits.check(&format!("kernel `{kernel}`")) {
+                        Err(stopped) => stopped,
+                        Ok(()) => RuntimeError::Stopped {
+                            what: format!("kernel `{kernel}`"),
+                            why: "was stopped".into(),
+                        },
+                    }
+                }
+                e => e,
+            })?;
         }
         // Buffers already turned into arrays, for outputs that repeat one
         // (recorded only when a later output could ask: usually never).
@@ -610,6 +629,7 @@ fn launch(
     locals: &[tilejit_ir::kernel::BufId],
     slots: &mut [Slot<'_>],
     args: KernelArgs<'_>,
+    stop: Option<&(dyn Fn() -> bool + Sync)>,
 ) -> Result<(), RuntimeError> {
     let units = k.units();
     code.launches.fetch_add(1, Ordering::Relaxed);
@@ -634,7 +654,7 @@ fn launch(
             size
         }
     };
-    Ok(code.code.launch(&mut bufs, args, units, chunk)?)
+    Ok(code.code.launch(&mut bufs, args, units, chunk, stop)?)
 }
 
 /// A program output that is one of its params, as a rank-0 array of `d`.

@@ -10,6 +10,7 @@
 //!   tile tasks on the simulated accelerator ([`sim_device`]).
 
 mod alloc;
+pub mod cancel;
 mod dump;
 mod error;
 mod flight;

@@ -277,6 +277,9 @@ impl SimProgram {
     ) -> Result<PendingRun<'_>, RuntimeError> {
         let p = &self.prog;
         interp::check_arguments(&p.inputs, p.params.len(), inputs, params)?;
+        // A cancel token or deadline of the caller's goes with the launch.
+        let limits = crate::cancel::current();
+        limits.check(&format!("launch `{}`", self.name))?;
         let dev = sim_device();
         let copy_in_start = Instant::now();
         let mut bufs: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(p.buffers.len());
@@ -337,13 +340,17 @@ impl SimProgram {
             c.launches
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        let default_timeout = LaunchOptions::default().timeout;
         let handle = dev.launch(
             launch,
             LaunchOptions {
                 profile: record,
                 name,
                 policy: sim_policy(),
-                ..LaunchOptions::default()
+                cancel: limits.launch_flags(),
+                timeout: limits.time_left().map_or(default_timeout, |left| {
+                    left.clamp(Duration::from_millis(1), default_timeout)
+                }),
             },
         );
         Ok(PendingRun {

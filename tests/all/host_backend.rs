@@ -790,7 +790,7 @@ fn safe_kernel_arguments_stay_inside_their_storage() {
     // and an output one element short is refused before anything runs.
     let mut out = vec![f32::NAN; 32];
     let mut bufs = [BufArg::read(&input), BufArg::write(&mut out)];
-    code.launch(&mut bufs, KernelArgs::Raw(&args), k.units(), 1)
+    code.launch(&mut bufs, KernelArgs::Raw(&args), k.units(), 1, None)
         .unwrap();
     for (i, o) in out.iter().enumerate() {
         let row: f32 = input[i / 8 * 8..][..8].iter().sum();
@@ -799,10 +799,19 @@ fn safe_kernel_arguments_stay_inside_their_storage() {
     let mut short = vec![7f32; 31];
     let mut bufs = [BufArg::read(&input), BufArg::write(&mut short)];
     let e = code
-        .launch(&mut bufs, KernelArgs::Raw(&args), k.units(), 1)
+        .launch(&mut bufs, KernelArgs::Raw(&args), k.units(), 1, None)
         .unwrap_err();
     assert!(e.to_string().contains("reaches"), "{e}");
     assert!(short.iter().all(|&v| v == 7.0), "nothing ran");
+    // A stop that says true before the chunks start: none of them runs.
+    let mut untouched = vec![7f32; 32];
+    let mut bufs = [BufArg::read(&input), BufArg::write(&mut untouched)];
+    let stop = || true;
+    let e = code
+        .launch(&mut bufs, KernelArgs::Raw(&args), k.units(), 1, Some(&stop))
+        .unwrap_err();
+    assert!(e.to_string().contains("was stopped"), "{e}");
+    assert!(untouched.iter().all(|&v| v == 7.0), "nothing ran");
     // Units that would write the same elements (a zero row stride on the
     // store) are not split: a parallel launch would race on them.
     let layout = code.layout();

@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod block_math;
+mod cancel;
 mod concurrency;
 mod display;
 mod every_mode;

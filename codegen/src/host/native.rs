@@ -348,7 +348,10 @@ impl KernelCode {
     /// Runs the kernel over all its `units` (`bufs` without scratch: each
     /// call gets scratch rows of its own), split into calls of `chunk`
     /// units that run in parallel on the rayon pool when there are several
-    /// and no two units write the same element (else as one call).
+    /// and no two units write the same element (else as one call). When
+    /// `stop` is given, it is asked before each of those parallel calls;
+    /// once it says true no further call starts and the launch fails with
+    /// [`CodegenError::Stopped`].
     #[inline]
     pub fn launch(
         &self,
@@ -356,6 +359,7 @@ impl KernelCode {
         args: KernelArgs<'_>,
         units: usize,
         chunk: usize,
+        stop: Option<&(dyn Fn() -> bool + Sync)>,
     ) -> Result<(), CodegenError> {
         let raw = match args {
             KernelArgs::Checked(a) => a.args(),
@@ -391,6 +395,11 @@ impl KernelCode {
         let starts: Vec<usize> = (0..units).step_by(chunk).collect();
         use rayon::prelude::*;
         starts.par_iter().try_for_each(|&s| {
+            if stop.is_some_and(|f| f()) {
+                return Err(CodegenError::Stopped {
+                    kernel: self.name.clone(),
+                });
+            }
             // SAFETY: each call covers its own range of units, and
             // `writes_disjoint_units` proved that the elements any two units
             // write are distinct, so these copies of the writable buffers are

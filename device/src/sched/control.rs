@@ -168,13 +168,23 @@ fn bad(opts: &LaunchOptions, msg: String) -> DeviceError {
     }
 }
 
-/// Init: every index in range, argument counts matching the functions,
+/// Init: a bounded timeout, every index in range, argument counts matching the functions,
 /// GM ranges inside their buffers, functions fitting this device's cores,
 /// and no dependency cycle. Returns each task's ready count.
 fn validate(inner: &SimInner, launch: &Launch, opts: &LaunchOptions) -> Result<Vec<u32>> {
     let n = launch.tasks.len();
     if n >= super::FINISH as usize {
         return Err(bad(opts, format!("{n} tasks: at most 2^31 - 1 per launch")));
+    }
+    if opts.timeout.is_zero() || opts.timeout > super::MAX_LAUNCH_TIMEOUT {
+        return Err(bad(
+            opts,
+            format!(
+                "timeout {:?}: must be more than 0 and at most {:?}",
+                opts.timeout,
+                super::MAX_LAUNCH_TIMEOUT
+            ),
+        ));
     }
     let cfg = &inner.config;
     for (i, f) in launch.functions.iter().enumerate() {

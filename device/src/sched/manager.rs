@@ -200,27 +200,32 @@ impl LaunchState {
         self.check_end();
     }
 
-    /// Sync: blocks until every task is done, a task faulted, or the
-    /// launch's timeout passed (which fails it).
+    /// Sync: blocks until every task is done, a task faulted, the launch's
+    /// timeout passed or its cancel flag was set (both fail it; running
+    /// cores see the failure and stop).
     pub(crate) fn wait_finished(&self) {
+        // `validate` bounded the timeout, so this cannot overflow.
         let deadline = self.start + self.opts.timeout;
         let mut g = lock(&self.end);
         while !self.finished() {
             let now = Instant::now();
-            if now >= deadline {
+            let cancelled = self.opts.cancel.iter().any(|c| c.load(Ordering::Acquire));
+            if now >= deadline || cancelled {
                 drop(g);
-                let done = self.done.load(Ordering::Acquire);
-                self.fail(DeviceError::BadArguments {
+                self.fail(DeviceError::Stopped {
                     program: self.opts.name.clone(),
-                    msg: format!(
-                        "watchdog: the launch ran past its {:?} timeout with {done} of {} tasks done",
-                        self.opts.timeout,
-                        self.launch.tasks.len()
-                    ),
+                    why: if cancelled {
+                        "was cancelled".into()
+                    } else {
+                        format!("ran past its {:?} timeout", self.opts.timeout)
+                    },
+                    done: self.done.load(Ordering::Acquire),
+                    total: self.launch.tasks.len(),
                 });
                 return;
             }
-            let wait = (deadline - now).min(Duration::from_millis(50));
+            // Short naps so a cancel is seen within milliseconds.
+            let wait = (deadline - now).min(Duration::from_millis(10));
             g = self
                 .end_cv
                 .wait_timeout(g, wait)
@@ -395,6 +400,7 @@ fn run_task(
                 TaskArgs {
                     gm: &spans,
                     scalars: &task.scalars,
+                    stop: Some(&st.abort),
                 },
                 &inner.config,
             )

@@ -27,6 +27,7 @@ use crate::api::DeviceBuffer;
 use crate::error::{DeviceError, Result};
 use crate::isa::verify::VerifiedProgram;
 use crate::isa::CoreType;
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,6 +118,9 @@ pub struct Launch {
     pub tasks: Vec<Task>,
 }
 
+/// The longest [`LaunchOptions::timeout`] a launch may ask for.
+pub const MAX_LAUNCH_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// How to run one launch.
 #[derive(Clone, Debug)]
 pub struct LaunchOptions {
@@ -124,8 +128,14 @@ pub struct LaunchOptions {
     pub policy: Policy,
     /// Record a per-task profile (Chrome trace).
     pub profile: bool,
-    /// A launch still running after this fails with a timeout.
+    /// A launch still running after this fails with
+    /// [`DeviceError::Stopped`]: its running tasks stop within a few
+    /// thousand instructions and the device goes on with the next launch.
+    /// At most [`MAX_LAUNCH_TIMEOUT`].
     pub timeout: Duration,
+    /// Flags that stop the launch early (the same way as a timeout) when
+    /// any one is set.
+    pub cancel: Vec<Arc<AtomicBool>>,
     /// For messages and traces.
     pub name: String,
 }
@@ -136,6 +146,7 @@ impl Default for LaunchOptions {
             policy: Policy::Fifo,
             profile: false,
             timeout: Duration::from_secs(120),
+            cancel: Vec::new(),
             name: "launch".into(),
         }
     }

@@ -12,6 +12,7 @@ use crate::isa::verify::VerifiedProgram;
 use crate::isa::{CoreType, Pipe, Space, NUM_REGS};
 use crate::mem::{PagedMemory, Span};
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tilejit_ir::DType;
 
 /// A core's identity and local memories.
@@ -63,7 +64,15 @@ pub struct TaskArgs<'a> {
     pub gm: &'a [Span],
     /// Scalar arguments.
     pub scalars: &'a [i64],
+    /// When set, the run stops (the launch it belongs to failed, timed
+    /// out or was cancelled); checked every [`STOP_CHECK_STEPS`]
+    /// instructions.
+    pub stop: Option<&'a AtomicBool>,
 }
+
+/// How often (in instructions) a run looks at its stop flag: often enough
+/// to stop within microseconds, rarely enough to cost nothing.
+pub const STOP_CHECK_STEPS: u64 = 1024;
 
 /// The cycle model's account of one run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -188,6 +197,14 @@ pub fn run_core(
         let Some(inst) = p.code.get(pc) else {
             return Err(fault(pc, "pc outside the program".into()));
         };
+        if steps.is_multiple_of(STOP_CHECK_STEPS)
+            && args.stop.is_some_and(|f| f.load(Ordering::Relaxed))
+        {
+            return Err(fault(
+                pc,
+                format!("stopped after {steps} instructions: its launch ended"),
+            ));
+        }
         if work_done > cfg.watchdog_work {
             return Err(fault(
                 pc,

@@ -423,7 +423,7 @@ fn the_launch_watchdog_turns_a_long_launch_into_an_error() {
         .unwrap_err()
         .to_string();
     assert!(
-        msg.contains("watchdog") && msg.contains("timeout") && msg.contains("of 64 tasks done"),
+        msg.contains("ran past its 30ms timeout") && msg.contains("of 64 tasks done"),
         "{msg}"
     );
     assert_eq!(
@@ -438,6 +438,121 @@ fn the_launch_watchdog_turns_a_long_launch_into_an_error() {
         .unwrap()
         .tasks,
         10
+    );
+}
+
+/// A launch of endless loops on a device whose core watchdog would let
+/// each run for ~15 minutes: the timeout (or a cancel) stops the running
+/// cores, not only the wait, and the device runs the next launch.
+#[test]
+fn timeouts_and_cancels_stop_running_tasks_and_the_device_goes_on() {
+    let dev = SimDevice::new(DeviceConfig {
+        watchdog_work: tilejit_device::config::MAX_WATCHDOG_WORK,
+        ..DeviceConfig::default()
+    })
+    .unwrap();
+    let spin = dev
+        .verify(asm::assemble(".kernel spin aiv\nl:\n    jmp l\n").unwrap())
+        .unwrap();
+    let endless = || Launch {
+        functions: vec![spin.clone()],
+        tasks: (0..4)
+            .map(|i| Task::new(format!("spin/{i}"), TaskKind::Aiv, Some(0)))
+            .collect(),
+        ..Launch::default()
+    };
+    let t0 = std::time::Instant::now();
+    let err = dev
+        .launch(
+            endless(),
+            LaunchOptions {
+                timeout: Duration::from_millis(100),
+                name: "endless".into(),
+                ..LaunchOptions::default()
+            },
+        )
+        .wait()
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            DeviceError::Stopped {
+                done: 0,
+                total: 4,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("ran past its 100ms timeout"),
+        "{err}"
+    );
+    // Before running tasks were stopped, this wait lasted as long as the
+    // core watchdog allowed (minutes); a generous bound, not a timing.
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let handle = dev.launch(
+        endless(),
+        LaunchOptions {
+            timeout: tilejit_device::MAX_LAUNCH_TIMEOUT,
+            cancel: vec![cancel.clone()],
+            name: "cancelled".into(),
+            ..LaunchOptions::default()
+        },
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    cancel.store(true, std::sync::atomic::Ordering::Release);
+    let err = handle.wait().unwrap_err();
+    assert!(
+        err.to_string().contains("`cancelled` was cancelled"),
+        "{err}"
+    );
+    let report = dev
+        .launch(
+            Launch {
+                tasks: random_dag(10, 2),
+                ..Launch::default()
+            },
+            LaunchOptions::default(),
+        )
+        .wait()
+        .unwrap();
+    assert_eq!(report.tasks, 10);
+}
+
+#[test]
+fn unbounded_timeouts_and_watchdogs_are_refused() {
+    let dev = device();
+    for timeout in [
+        Duration::ZERO,
+        Duration::MAX,
+        tilejit_device::MAX_LAUNCH_TIMEOUT * 2,
+    ] {
+        let err = dev
+            .launch(
+                Launch {
+                    tasks: random_dag(3, 3),
+                    ..Launch::default()
+                },
+                LaunchOptions {
+                    timeout,
+                    ..LaunchOptions::default()
+                },
+            )
+            .wait()
+            .unwrap_err();
+        assert!(err.to_string().contains("timeout"), "{err}");
+    }
+    let err = SimDevice::new(DeviceConfig {
+        watchdog_work: u64::MAX,
+        ..DeviceConfig::default()
+    })
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("watchdog_work = 18446744073709551615"),
+        "{err}"
     );
 }
 
