@@ -202,6 +202,13 @@ fn hostile_input_exits_1_or_2_with_a_message() {
         ..Default::default()
     };
     std::fs::write(&tiny, cfg.to_json()).unwrap();
+    // A watchdog this large once let `tilejit sim` hang for good.
+    let endless = tmp("endless.json");
+    let cfg = tilejit_runtime::device::DeviceConfig {
+        watchdog_work: u64::MAX,
+        ..Default::default()
+    };
+    std::fs::write(&endless, cfg.to_json()).unwrap();
     let badnpy = tmp("bad.npy");
     std::fs::write(&badnpy, b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'").unwrap();
     let vadd = examples().join("vadd_double_buffered.s");
@@ -246,6 +253,16 @@ fn hostile_input_exits_1_or_2_with_a_message() {
             ],
             1,
             "watchdog",
+        ),
+        (
+            vec![
+                "sim".into(),
+                spin.display().to_string(),
+                "--config".into(),
+                endless.display().to_string(),
+            ],
+            1,
+            "watchdog_work = 18446744073709551615: must be 1..=1000000000000",
         ),
         (
             vec!["sim".into(), v.into(), "--core".into(), "aic".into()],
