@@ -23,3 +23,7 @@ pub mod host;
 
 pub use error::CodegenError;
 pub use host::sys;
+
+/// The Cranelift version this build generates host code with (part of
+/// every host kernel's content key).
+pub const CRANELIFT_VERSION: &str = cranelift_jit::VERSION;

@@ -7,7 +7,7 @@
 //! | variable | values | default | effect |
 //! |---|---|---|---|
 //! | `TILEJIT_RUN_MODE` | `host`, `sim`, `verify`, `reference` | `host` | where jit calls and eager ops that set no mode themselves run |
-//! | `TILEJIT_LOG` | comma list of `compile`, `trace`, `verify`, `timing` | none | one stderr line per kernel compile; per trace, why the call missed; per Verify output its errors; per compile, the time of each pipeline stage |
+//! | `TILEJIT_LOG` | comma list of `compile`, `trace`, `verify`, `timing`, `cache` | none | one stderr line per kernel compile; per trace, why the call missed; per Verify output its errors; per compile, the time of each pipeline stage; per kernel cache miss, the key components that differ from the nearest entry |
 //! | `TILEJIT_DUMP` | a directory | off | every compile writes its graphs, kernel IR, Cranelift IR, machine code and bytecode there |
 //! | `TILEJIT_PROFILE` | a directory | off | every Sim launch writes a Chrome trace (open in Perfetto) there |
 //! | `TILEJIT_SIM_POLICY` | `fifo`, `newest-first`, `fair` | `fifo` | the device scheduler's ready-queue policy for Sim launches |
@@ -23,7 +23,7 @@ pub const VARIABLES: [(&str, &str); 7] = [
     ("TILEJIT_RUN_MODE", "host, sim, verify or reference"),
     (
         "TILEJIT_LOG",
-        "a comma list of compile, trace, verify, timing",
+        "a comma list of compile, trace, verify, timing, cache",
     ),
     ("TILEJIT_DUMP", "a directory"),
     ("TILEJIT_PROFILE", "a directory"),
@@ -139,11 +139,14 @@ pub struct LogParts {
     pub verify: bool,
     /// One line per compile with the time each pipeline stage took.
     pub timing: bool,
+    /// One line per kernel cache miss naming the key components that
+    /// differ from the nearest entry.
+    pub cache: bool,
 }
 
 impl LogParts {
     /// The names `TILEJIT_LOG` accepts.
-    pub const NAMES: [&'static str; 4] = ["compile", "trace", "verify", "timing"];
+    pub const NAMES: [&'static str; 5] = ["compile", "trace", "verify", "timing", "cache"];
 
     fn set(&mut self, part: &str) -> bool {
         let flag = match part {
@@ -151,6 +154,7 @@ impl LogParts {
             "trace" => &mut self.trace,
             "verify" => &mut self.verify,
             "timing" => &mut self.timing,
+            "cache" => &mut self.cache,
             _ => return false,
         };
         *flag = true;

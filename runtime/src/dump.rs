@@ -79,7 +79,8 @@ pub(crate) fn program(name: &str, traced: &Graph, optimized: &Graph, host: &Host
         .iter()
         .zip(host.code())
         .map(|(k, c)| {
-            let stem = kernel_stem(&k.name, &c.key);
+            // Files are named by the key's first 16 hex digits, as written.
+            let stem = kernel_stem(&k.name, &c.key[..c.key.len().min(16)]);
             format!("{} {} -> {stem}.{{kernel,clif,disasm}}\n", k.name, c.key)
         })
         .collect();

@@ -2,6 +2,7 @@
 //! (sizes and strides other than 0 and 1 are runtime arguments), the
 //! codegen options as they apply to it, and the CPU features.
 
+use super::key::KeyParts;
 use super::{Backend, CachedKernel, Compiled, Inner, KernelCache, KernelDetails, Part};
 use crate::error::RuntimeError;
 use std::sync::Arc;
@@ -41,8 +42,11 @@ impl Backend for HostBackend {
     type Code = KernelCode;
     const TARGET: Target = Target::Host;
 
-    fn key(id: &HostIdentity) -> u64 {
-        super::key_of((&id.structure, Target::Host, id.opts, id.cpu))
+    fn key_parts(id: &HostIdentity) -> KeyParts {
+        KeyParts::new("host")
+            .with("kernel", id.structure.clone())
+            .with("codegen-options", format!("{:?}", id.opts))
+            .with("cpu", format!("{:?}", id.cpu))
     }
 
     fn code_bytes(code: &KernelCode) -> usize {
@@ -110,7 +114,7 @@ impl KernelCache {
             if crate::dump::enabled() {
                 let d = source.details();
                 crate::dump::write(
-                    &crate::dump::kernel_stem(&k.name, &format!("{key:016x}")),
+                    &crate::dump::kernel_stem(&k.name, &key.short()),
                     &[
                         ("kernel", &d.kernel_ir),
                         ("clif", &d.clif),

@@ -7,9 +7,9 @@
 //! shows) is a [`Backend`]: [`host`] (Cranelift code, keyed by the kernel's
 //! structure, codegen options and CPU features) and [`sim`] (device
 //! bytecode, keyed by the whole kernel text and the device config). The
-//! map's key is a 64-bit hash of the identity; a hit also compares the
-//! identity whole, so a hash collision is a miss, never another kernel's
-//! code. Entries are `Arc`s: a program that holds a kernel keeps it working
+//! map's key is the identity's [`key::ContentKey`] (SHA-256, stable across
+//! processes and builds of the same sources); a hit also compares the
+//! identity whole, belt and braces. Entries are `Arc`s: a program that holds a kernel keeps it working
 //! after the cache evicts or clears it.
 //!
 //! Single flight (`flight.rs`): threads that miss the same kernel while it
@@ -17,6 +17,7 @@
 //! The lock is never held while compiling.
 
 mod host;
+pub mod key;
 mod sim;
 mod table;
 #[cfg(test)]
@@ -24,6 +25,7 @@ mod tests;
 
 use crate::error::RuntimeError;
 use crate::flight::{catching, Flights, Join};
+use key::ContentKey;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -62,8 +64,9 @@ pub(crate) trait Backend: Sized + 'static {
     type Code: Send + Sync;
     /// The target its entries report.
     const TARGET: Target;
-    /// The map key: a hash of the identity and the target.
-    fn key(identity: &Self::Identity) -> u64;
+    /// The identity as named key components (the target's and the
+    /// build's included).
+    fn key_parts(identity: &Self::Identity) -> key::KeyParts;
     /// Bytes of code (machine code or bytecode), for the byte bound.
     fn code_bytes(code: &Self::Code) -> usize;
     /// This target's part of the cache.
@@ -82,19 +85,47 @@ pub(crate) struct Compiled<C> {
 /// Makes an entry's [`KernelDetails`].
 pub(crate) type DetailsFn = Arc<dyn Fn() -> KernelDetails + Send + Sync>;
 
-/// The 64-bit map key of an identity's parts. `DefaultHasher::new()` has
-/// fixed keys, so keys are stable across the processes of one build (logs
-/// and dumps name kernels by them).
-fn key_of(parts: impl std::hash::Hash) -> u64 {
-    use std::hash::Hasher;
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    parts.hash(&mut h);
-    h.finish()
+/// The entry of `part` whose key shares the most components with
+/// `digests`: its key, its kernel's name and the components that differ.
+fn nearest<B: Backend>(
+    part: &Part<B>,
+    digests: &[(&'static str, [u8; 8])],
+) -> Option<(ContentKey, String, Vec<&'static str>)> {
+    part.entries
+        .iter()
+        .map(|(k, e)| (*k, e.name.clone(), key::differing(digests, &e.digests)))
+        .min_by_key(|(k, _, diff)| (diff.len(), *k))
+}
+
+/// `TILEJIT_LOG=cache`: a line for a miss naming the nearest entry and the
+/// key components that differ from it.
+fn explain_miss<B: Backend>(
+    part: &Part<B>,
+    kernel: &tilejit_ir::kernel::Kernel,
+    key: &ContentKey,
+    digests: &[(&'static str, [u8; 8])],
+    target: Target,
+) {
+    let why = match nearest(part, digests) {
+        None => "no entry for this target yet".to_string(),
+        Some((k, name, diff)) => format!(
+            "nearest entry {} (`{name}`) differs in {}",
+            k.short(),
+            diff.join(", ")
+        ),
+    };
+    eprintln!(
+        "[tilejit] kernel cache miss: {} for {target} ({}): {why}",
+        kernel.name,
+        key.short()
+    );
 }
 
 /// One entry.
 struct Entry<B: Backend> {
     identity: B::Identity,
+    /// Each key component's digest, to explain misses.
+    digests: Vec<(&'static str, [u8; 8])>,
     code: Arc<Cached<B::Code>>,
     name: String,
     program: String,
@@ -110,8 +141,8 @@ type Lookup<B> = Result<Arc<Cached<<B as Backend>::Code>>, RuntimeError>;
 
 /// One target's entries and compiles in flight.
 pub(crate) struct Part<B: Backend> {
-    entries: HashMap<u64, Entry<B>>,
-    flights: Flights<u64, B::Identity, Lookup<B>>,
+    entries: HashMap<ContentKey, Entry<B>>,
+    flights: Flights<ContentKey, B::Identity, Lookup<B>>,
 }
 
 impl<B: Backend> Default for Part<B> {
@@ -125,13 +156,13 @@ impl<B: Backend> Default for Part<B> {
 
 impl<B: Backend> Part<B> {
     /// The least recently used entry's key and time.
-    fn oldest(&self) -> Option<(u64, Instant)> {
+    fn oldest(&self) -> Option<(ContentKey, Instant)> {
         let (k, e) = self.entries.iter().min_by_key(|(_, e)| e.last_used)?;
         Some((*k, e.last_used))
     }
 
     /// Removes an entry, returning its code bytes.
-    fn remove(&mut self, key: u64) -> Option<usize> {
+    fn remove(&mut self, key: ContentKey) -> Option<usize> {
         self.entries
             .remove(&key)
             .map(|e| B::code_bytes(&e.code.code))
@@ -271,9 +302,10 @@ impl KernelCache {
         kernel: &tilejit_ir::kernel::Kernel,
         program: &str,
         identity: B::Identity,
-        compile: impl FnOnce(&B::Identity, u64) -> Result<Compiled<B::Code>, RuntimeError>,
+        compile: impl FnOnce(&B::Identity, ContentKey) -> Result<Compiled<B::Code>, RuntimeError>,
     ) -> Result<Arc<Cached<B::Code>>, RuntimeError> {
-        let key = B::key(&identity);
+        let parts = B::key_parts(&identity);
+        let key = parts.key();
         let mut g = self.lock();
         let part = B::part(&mut g);
         if let Some(e) = part
@@ -288,6 +320,10 @@ impl KernelCache {
             return Ok(code);
         }
         g.stats.misses += 1;
+        let digests = parts.digests();
+        if tilejit_ir::config::config().log.cache {
+            explain_miss(B::part(&mut g), kernel, &key, &digests, B::TARGET);
+        }
         let lead = match B::part(&mut g).flights.join(&key, &identity) {
             Join::Wait(flight) => {
                 drop(g);
@@ -298,7 +334,7 @@ impl KernelCache {
         drop(g);
         let what = || format!("compiling kernel {} for {}", kernel.name, B::TARGET);
         let result = catching(what, || {
-            self.compile::<B>(kernel, program, identity.clone(), key, compile)
+            self.compile::<B>(kernel, program, identity.clone(), key, digests, compile)
         });
         B::part(&mut self.lock()).flights.land(&key, lead, result)
     }
@@ -310,8 +346,9 @@ impl KernelCache {
         kernel: &tilejit_ir::kernel::Kernel,
         program: &str,
         identity: B::Identity,
-        key: u64,
-        compile: impl FnOnce(&B::Identity, u64) -> Result<Compiled<B::Code>, RuntimeError>,
+        key: ContentKey,
+        digests: Vec<(&'static str, [u8; 8])>,
+        compile: impl FnOnce(&B::Identity, ContentKey) -> Result<Compiled<B::Code>, RuntimeError>,
     ) -> Result<Arc<Cached<B::Code>>, RuntimeError> {
         let start = Instant::now();
         let compiled = compile(&identity, key)?;
@@ -319,9 +356,10 @@ impl KernelCache {
         let bytes = B::code_bytes(&compiled.code);
         if tilejit_ir::config::config().log.compile {
             eprintln!(
-                "[tilejit] compiled {} for {} ({key:016x}) in {:.3} ms, {bytes} bytes",
+                "[tilejit] compiled {} for {} ({}) in {:.3} ms, {bytes} bytes",
                 kernel.name,
                 B::TARGET,
+                key.short(),
                 compile_time.as_secs_f64() * 1e3,
             );
         }
@@ -329,7 +367,7 @@ impl KernelCache {
             code: compiled.code,
             launches: AtomicU64::new(0),
             hits: AtomicU64::new(0),
-            key: format!("{key:016x}"),
+            key: key.hex(),
         });
         let mut g = self.lock();
         g.stats.compiles += 1;
@@ -340,6 +378,7 @@ impl KernelCache {
         }
         let entry = Entry {
             identity,
+            digests,
             code: cached.clone(),
             name: kernel.name.clone(),
             program: program.to_string(),

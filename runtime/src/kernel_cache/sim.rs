@@ -2,6 +2,7 @@
 //! so the key is the kernel's whole text, its buffers' dtypes and the
 //! device config.
 
+use super::key::KeyParts;
 use super::{Backend, CachedSimKernel, Compiled, Inner, KernelCache, KernelDetails, Part};
 use crate::error::RuntimeError;
 use std::sync::Arc;
@@ -26,8 +27,11 @@ impl Backend for SimBackend {
     type Code = Vec<DeviceKernel>;
     const TARGET: Target = Target::Sim;
 
-    fn key(id: &SimIdentity) -> u64 {
-        super::key_of((&id.text, &id.dtypes, Target::Sim, &id.config))
+    fn key_parts(id: &SimIdentity) -> KeyParts {
+        KeyParts::new("sim")
+            .with("kernel", id.text.clone())
+            .with("dtypes", format!("{:?}", id.dtypes))
+            .with("device-config", id.config.clone())
     }
 
     fn code_bytes(code: &Vec<DeviceKernel>) -> usize {
@@ -61,7 +65,7 @@ impl KernelCache {
             if crate::dump::enabled() {
                 let asm: Vec<&str> = kernels.iter().map(|d| d.asm.as_str()).collect();
                 crate::dump::write(
-                    &crate::dump::kernel_stem(&k.name, &format!("{key:016x}")),
+                    &crate::dump::kernel_stem(&k.name, &key.short()),
                     &[("kernel", &identity.text), ("s", &asm.join("\n"))],
                 );
             }

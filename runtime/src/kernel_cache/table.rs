@@ -41,7 +41,7 @@ impl fmt::Display for KernelCache {
                 "  {:<36} {:<28} {:<16} {:>6} {:>8} {:>6} {:>9} {:>8.3}ms",
                 fit(&e.name, 36),
                 fit(&e.program, 28),
-                e.key,
+                &e.key[..e.key.len().min(16)],
                 e.target.to_string(),
                 e.code_bytes,
                 e.hits,

@@ -31,7 +31,7 @@ fn a_key_collision_is_a_miss_not_someone_elses_code() {
     let opts = CodegenOptions::default();
     let b_code = cache.get_or_compile(&b, &b_dtype, opts, "test").unwrap();
     // Move b's entry under the key a will look up.
-    let a_key = HostBackend::key(&HostIdentity::new(&a, &a_dtype, opts));
+    let a_key = HostBackend::key_parts(&HostIdentity::new(&a, &a_dtype, opts)).key();
     {
         let mut g = cache.lock();
         let (_, forged) = g.host.entries.drain().next().unwrap();
@@ -39,7 +39,7 @@ fn a_key_collision_is_a_miss_not_someone_elses_code() {
     }
     let a_code = cache.get_or_compile(&a, &a_dtype, opts, "test").unwrap();
     assert!(!Arc::ptr_eq(&a_code, &b_code), "a got b's code");
-    assert_eq!(a_code.key, format!("{a_key:016x}"));
+    assert_eq!(a_code.key, a_key.hex());
     let g = cache.lock();
     assert_eq!(
         (g.stats.compiles, g.stats.hits, g.host.entries.len()),
@@ -67,8 +67,16 @@ fn an_entry_for_other_cpu_features_is_not_reused() {
         let mut g = cache.lock();
         let (_, mut e) = g.host.entries.drain().next().unwrap();
         e.identity.cpu.avx512f = !e.identity.cpu.avx512f;
-        let other_key = HostBackend::key(&e.identity);
-        g.host.entries.insert(other_key, e);
+        let parts = HostBackend::key_parts(&e.identity);
+        e.digests = parts.digests();
+        g.host.entries.insert(parts.key(), e);
+    }
+    // `TILEJIT_LOG=cache` would name the CPU as the one difference.
+    {
+        let g = cache.lock();
+        let mine = HostBackend::key_parts(&HostIdentity::new(&k, &dtype_of, opts));
+        let (_, name, diff) = super::nearest(&g.host, &mine.digests()).unwrap();
+        assert_eq!((name.as_str(), diff), (k.name.as_str(), vec!["cpu"]));
     }
     let mine = cache.get_or_compile(&k, &dtype_of, opts, "test").unwrap();
     assert!(!Arc::ptr_eq(&mine, &first), "reused another CPU's code");
