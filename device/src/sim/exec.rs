@@ -144,28 +144,32 @@ impl Ctx<'_> {
             ));
         }
         let size = dt.size_bytes() as u64;
-        if vr > 0 && vc > 0 {
-            // One past the last element, in bytes.
-            let end = (vr as u64 - 1)
-                .checked_mul(stride as u64)
-                .and_then(|x| x.checked_add((vc as u64 - 1).checked_mul(cstride as u64)?))
-                .and_then(|x| x.checked_add(off as u64 + 1))
-                .and_then(|x| x.checked_mul(size));
-            if !matches!(end, Some(e) if e <= span.len) {
-                let (kind, strides) = if strided {
-                    ("strided ", format!("strides {stride}/{cstride}"))
-                } else {
-                    ("", format!("stride {stride}"))
-                };
-                return Err(format!(
-                    "{kind}GM access to argument {g} (offset {off}, {strides}, {vr}x{vc} {dt}) goes outside its {} bytes",
-                    span.len
-                ));
-            }
+        if vr == 0 || vc == 0 {
+            // Nothing is touched, so the offset may point anywhere; callers
+            // still form row addresses (of zero bytes), so give them ones
+            // inside the argument.
+            return Ok((span.addr, 0, 0));
+        }
+        // One past the last element, in bytes.
+        let end = (vr as u64 - 1)
+            .checked_mul(stride as u64)
+            .and_then(|x| x.checked_add((vc as u64 - 1).checked_mul(cstride as u64)?))
+            .and_then(|x| x.checked_add(off as u64 + 1))
+            .and_then(|x| x.checked_mul(size));
+        if !matches!(end, Some(e) if e <= span.len) {
+            let (kind, strides) = if strided {
+                ("strided ", format!("strides {stride}/{cstride}"))
+            } else {
+                ("", format!("stride {stride}"))
+            };
+            return Err(format!(
+                "{kind}GM access to argument {g} (offset {off}, {strides}, {vr}x{vc} {dt}) goes outside its {} bytes",
+                span.len
+            ));
         }
         // Past the check above these are only used inside the region it
-        // proved; an empty region or a single row never uses the strides,
-        // which may then be anything: saturate rather than overflow.
+        // proved; a single row never uses the strides, which may then be
+        // anything: saturate rather than overflow.
         Ok((
             span.addr.saturating_add((off as u64).saturating_mul(size)),
             (stride as u64).saturating_mul(size),

@@ -758,6 +758,27 @@ fn faults_name_core_program_and_pc() {
     }
 }
 
+/// A load or store whose valid region is empty touches no GM, so its
+/// offset may lie anywhere (found by tilejit-fuzz: a zero-column load at
+/// an offset past GM tripped the memory's bounds assertion).
+#[test]
+fn empty_valid_regions_touch_no_gm_wherever_they_point() {
+    let far = i64::MAX;
+    for (vr, vc) in [(1, 0), (0, 8), (0, 0)] {
+        let text = format!(
+            ".kernel t aiv\n.gm x f32 [8] inout\n    movi r1, {far}\n\
+             ld f32, 1x8, {vr}, {vc}, @0x0, x, r1, 0\n\
+             ldx f32, 1x8, {vr}, {vc}, @0x0, x, r1, 0, 0\n\
+             setf mte2, mte3, 0\n    waitf mte2, mte3, 0\n\
+             st f32, 1x8, {vr}, {vc}, x, r1, 0, @0x0\n\
+             stx f32, 1x8, {vr}, {vc}, x, r1, 0, 0, @0x0\n    end\n"
+        );
+        let x = vec![(DType::F32, vec![2.0; 8])];
+        let (outs, _) = run(&device(), &text, &x, &[]).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert_eq!(outs[0], vec![2.0; 8]);
+    }
+}
+
 #[test]
 fn a_fault_leaves_the_device_usable_and_bad_launches_are_refused() {
     let dev = device();
