@@ -602,4 +602,25 @@ kernels {
             );
         }
     }
+
+    /// Inputs tilejit-fuzz found panicking, each now an error: sizes from
+    /// text whose product overflows.
+    #[test]
+    fn fuzz_findings_are_errors() {
+        let matmul = "\
+kernels {
+  buffer b0 = input 0 : f32[8,16]
+  buffer b1 = input 1 : f32[16,4]
+  buffer b2 = temp : f32[8,4]
+  inputs [f32[8,16],f32[16,4]]
+  params []
+  kernel matmul domain=[8,4] ops=[matmul] {
+    matmul b0 x b1 -> b2 batch=1 m=8 k=16 n=9223372036854775808
+  }
+  return b2 as f32[8,4]
+}
+";
+        let e = parse_program(matmul).unwrap_err().to_string();
+        assert!(e.contains("matmul sizes do not match"), "{e}");
+    }
 }

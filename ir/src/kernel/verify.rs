@@ -65,11 +65,12 @@ fn verify_kernel(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError
                 return Err(bad(k, format!("matmul names missing buffer b{}", b.0)));
             }
         }
-        let numel = |b: super::BufId| p.buffer(b).ty.shape.numel();
-        if numel(m.a) != m.batch * m.m * m.k
-            || numel(m.b) != m.batch * m.k * m.n
-            || numel(m.out) != m.batch * m.m * m.n
-        {
+        // Sizes come from text, so their products may overflow.
+        let fits = |b: super::BufId, x: usize, y: usize| {
+            let want = m.batch.checked_mul(x).and_then(|n| n.checked_mul(y));
+            want.is_some() && p.buffer(b).ty.shape.checked_numel() == want
+        };
+        if !(fits(m.a, m.m, m.k) && fits(m.b, m.k, m.n) && fits(m.out, m.m, m.n)) {
             return Err(bad(k, "matmul sizes do not match its buffers".into()));
         }
     }
