@@ -288,4 +288,18 @@ mod tests {
         c.costs.scalar = MAX_COST;
         c.validate().unwrap();
     }
+
+    /// A config read back from its own JSON is the same config, floats
+    /// included (found by tilejit-fuzz: serde_json's default float parser
+    /// is not exact, so this clock came back one ulp off, and the sim
+    /// kernel cache keys on the config's JSON).
+    #[test]
+    fn json_round_trips_exactly() {
+        let text = DeviceConfig::default()
+            .to_json()
+            .replace("1850000000.0", "18589934592850000000.0");
+        let c = DeviceConfig::from_json(&text).unwrap();
+        assert_eq!(c.clock_hz, 18589934592850000000.0);
+        assert_eq!(DeviceConfig::from_json(&c.to_json()).unwrap(), c);
+    }
 }
