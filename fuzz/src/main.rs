@@ -11,6 +11,9 @@
 //! tilejit-fuzz list
 //! ```
 //!
+//! (`--help` says more; arguments are parsed with clap, as the `tilejit`
+//! CLI's are.)
+//!
 //! `all --time T` gives each target an equal share of `T`. A panic, a
 //! failed round trip or an input that runs past `--timeout` is saved under
 //! `--out` (a temporary folder by default) and ends the run with status 1.
@@ -20,60 +23,77 @@ mod mutate;
 mod rng;
 mod targets;
 
+use clap::Parser;
 use engine::Options;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-const USAGE: &str = "usage: tilejit-fuzz <TARGET|all> [--time 60s] [--seed N] [--corpus DIR]... [--out DIR] [--timeout 10s] [--verbose]
-       tilejit-fuzz <TARGET> --replay FILE
-       tilejit-fuzz list";
+/// Mutation fuzzing of tilejit's parsers, decoder, verifiers and
+/// interpreters, seeded from the test corpus.
+#[derive(Parser, Debug)]
+#[command(
+    name = "tilejit-fuzz",
+    version,
+    after_help = "Examples:\n  tilejit-fuzz all --time 72s --seed 1     (what CI runs)\n  \
+                  tilejit-fuzz graph --time 1h --out findings\n  \
+                  tilejit-fuzz device --replay findings/device-0123456789abcdef\n  tilejit-fuzz list"
+)]
+struct Cli {
+    /// A target (see `list`), `all`, or `list` to name the targets.
+    target: String,
+    /// How long to fuzz (`90`, `90s`, `2m`, `1h`); `all` splits it evenly.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    time: Duration,
+    /// Random seed of the mutations (a finding reproduces with the same seed).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Extra seed inputs: every file in this folder (repeatable).
+    #[arg(long)]
+    corpus: Vec<PathBuf>,
+    /// Where findings are saved [default: a new temporary folder].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// The bound on one execution; an input running longer is a finding.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    timeout: Duration,
+    /// Print every signature seen, with counts, after each target.
+    #[arg(long)]
+    verbose: bool,
+    /// Run one saved input through the target instead of fuzzing.
+    #[arg(long, value_name = "FILE")]
+    replay: Option<PathBuf>,
+}
 
 fn main() -> ExitCode {
-    match cli(std::env::args().skip(1).collect()) {
+    match run(Cli::parse()) {
         Ok(code) => code,
         Err(msg) => {
-            eprintln!("tilejit-fuzz: {msg}\n{USAGE}");
+            eprintln!("tilejit-fuzz: {msg}");
             ExitCode::from(2)
         }
     }
 }
 
-fn cli(args: Vec<String>) -> Result<ExitCode, String> {
-    let mut it = args.into_iter();
-    let which = it.next().ok_or("no target given")?;
+fn run(cli: Cli) -> Result<ExitCode, String> {
+    let which = cli.target;
     if which == "list" {
         for t in &targets::ALL {
             println!("{:<8} {}", t.name, t.about);
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let mut opts = Options {
-        seed: 0,
-        time: Duration::from_secs(60),
-        timeout: Duration::from_secs(10),
-        corpus: Vec::new(),
-        verbose: false,
-        out: std::env::temp_dir().join(format!("tilejit-fuzz-{}", std::process::id())),
+    let opts = Options {
+        seed: cli.seed,
+        time: cli.time,
+        timeout: cli.timeout,
+        corpus: cli.corpus,
+        verbose: cli.verbose,
+        out: cli.out.unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("tilejit-fuzz-{}", std::process::id()))
+        }),
     };
-    let mut replay = None;
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--time" => opts.time = duration(&value()?)?,
-            "--timeout" => opts.timeout = duration(&value()?)?,
-            "--seed" => {
-                let v = value()?;
-                opts.seed = v.parse().map_err(|_| format!("bad seed `{v}`"))?;
-            }
-            "--corpus" => opts.corpus.push(PathBuf::from(value()?)),
-            "--out" => opts.out = PathBuf::from(value()?),
-            "--verbose" => opts.verbose = true,
-            "--replay" => replay = Some(PathBuf::from(value()?)),
-            other => return Err(format!("unknown option `{other}`")),
-        }
-    }
-    if let Some(path) = replay {
+    if let Some(path) = cli.replay {
         let t = targets::find(&which).ok_or(format!("no target `{which}` to replay with"))?;
         return Ok(match engine::replay(t, &path) {
             Ok(()) => ExitCode::SUCCESS,
