@@ -130,7 +130,7 @@ pub fn inputs_typed(dt: DType, rows: usize, cols: usize, seed: u64) -> Vec<Array
         .map(|a| {
             let v = a.as_slice::<f32>().unwrap();
             let lits = v.iter().map(|&x| Lit::Float(x as f64));
-            Array::new(*a.shape(), tilejit_ir::Buffer::from_lits(dt, lits)).unwrap()
+            Array::new(*a.shape(), tilejit_ir::Buffer::from_lits(dt, lits).unwrap()).unwrap()
         })
         .collect()
 }

@@ -23,6 +23,9 @@ pub enum DeviceError {
         /// The largest contiguous free block.
         largest_free: u64,
     },
+    /// The host could not allocate the pages behind simulated memory.
+    #[error("{0}")]
+    HostMemory(#[from] crate::mem::PageAllocError),
     /// A copy or access outside a buffer.
     #[error("{what}: bytes {offset}..{end} are outside a buffer of {size} bytes")]
     OutOfBounds {

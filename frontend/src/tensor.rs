@@ -144,7 +144,7 @@ impl Tensor {
         let r = Shape::new(&[n]).and_then(|s| {
             s.byte_size(dtype)?;
             let lits = (0..n).map(|i| Lit::from_i64(i as i64, dtype));
-            Array::new(s, tilejit_ir::Buffer::from_lits(dtype, lits))
+            Array::new(s, tilejit_ir::Buffer::from_lits(dtype, lits)?)
         });
         Tensor::from_ir(r, "arange", location)
     }
@@ -239,7 +239,7 @@ impl Tensor {
         let location = Loc::caller();
         let a = self.array("to_vec")?;
         a.as_slice::<T>()
-            .map(<[T]>::to_vec)
+            .and_then(|s| tilejit_ir::fallible::collect(s.iter().copied()))
             .map_err(|source| Error::Op {
                 op: "to_vec",
                 source,

@@ -515,3 +515,29 @@ fn a_closed_stdout_is_not_a_panic() {
         assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
     }
 }
+
+/// Filling a GM argument bigger than the host can hold (4 GiB under a
+/// 512 MiB address-space limit) ends with exit code 1 and a message naming
+/// the bytes, not an abort (`memory allocation of N bytes failed`): the
+/// tool streams the argument into GM in chunks, and GM's pages come from
+/// fallible allocations.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_gm_argument_the_host_cannot_hold_is_an_error() {
+    let big = tmp("big.s");
+    std::fs::write(
+        &big,
+        ".kernel big aiv\n.gm x f32 [1073741824] in\n    end\n",
+    )
+    .unwrap();
+    let o = run(Command::new("sh")
+        .args(["-c", "ulimit -v 524288 && exec \"$0\" sim \"$1\""])
+        .arg(env!("CARGO_BIN_EXE_tilejit"))
+        .arg(&big));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("GM argument `x`: out of host memory allocating 262144 bytes"),
+        "{err}"
+    );
+}

@@ -3,6 +3,7 @@
 
 use crate::dtype::{DType, Element, Lit};
 use crate::error::IrError;
+use crate::fallible::{collect, filled as try_filled};
 use crate::shape::{Shape, TensorType};
 use half::{bf16, f16};
 use std::sync::Arc;
@@ -24,16 +25,6 @@ pub enum Buffer {
     I64(Vec<i64>),
     /// bool elements.
     Bool(Vec<bool>),
-}
-
-/// Allocates a vector of `n` copies of `v`, reporting failure instead of aborting.
-fn try_filled<T: Copy>(n: usize, v: T) -> Result<Vec<T>, IrError> {
-    let mut out = Vec::new();
-    out.try_reserve_exact(n).map_err(|_| IrError::OutOfMemory {
-        bytes: n.saturating_mul(std::mem::size_of::<T>()),
-    })?;
-    out.resize(n, v);
-    Ok(out)
 }
 
 impl Buffer {
@@ -126,23 +117,22 @@ impl Buffer {
         }
     }
 
-    /// Builds a buffer of `dtype` from literals (each converted to `dtype`).
-    pub fn from_lits(dtype: DType, lits: impl ExactSizeIterator<Item = Lit>) -> Buffer {
-        match dtype {
-            DType::F32 => Buffer::F32(lits.map(|l| l.as_f64() as f32).collect()),
-            DType::F64 => Buffer::F64(lits.map(|l| l.as_f64()).collect()),
-            DType::F16 => Buffer::F16(
-                lits.map(|l| crate::scalar::f16_from_f64(l.as_f64()))
-                    .collect(),
-            ),
-            DType::BF16 => Buffer::BF16(
-                lits.map(|l| crate::scalar::bf16_from_f64(l.as_f64()))
-                    .collect(),
-            ),
-            DType::I32 => Buffer::I32(lits.map(|l| l.as_i64() as i32).collect()),
-            DType::I64 => Buffer::I64(lits.map(|l| l.as_i64()).collect()),
-            DType::Bool => Buffer::Bool(lits.map(|l| l.as_i64() != 0).collect()),
-        }
+    /// Builds a buffer of `dtype` from literals (each converted to `dtype`);
+    /// fails only if the memory cannot be had.
+    pub fn from_lits(
+        dtype: DType,
+        lits: impl ExactSizeIterator<Item = Lit>,
+    ) -> Result<Buffer, IrError> {
+        use crate::scalar::{bf16_from_f64, f16_from_f64};
+        Ok(match dtype {
+            DType::F32 => Buffer::F32(collect(lits.map(|l| l.as_f64() as f32))?),
+            DType::F64 => Buffer::F64(collect(lits.map(|l| l.as_f64()))?),
+            DType::F16 => Buffer::F16(collect(lits.map(|l| f16_from_f64(l.as_f64())))?),
+            DType::BF16 => Buffer::BF16(collect(lits.map(|l| bf16_from_f64(l.as_f64())))?),
+            DType::I32 => Buffer::I32(collect(lits.map(|l| l.as_i64() as i32))?),
+            DType::I64 => Buffer::I64(collect(lits.map(|l| l.as_i64()))?),
+            DType::Bool => Buffer::Bool(collect(lits.map(|l| l.as_i64() != 0))?),
+        })
     }
 }
 

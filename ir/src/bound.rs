@@ -179,7 +179,7 @@ fn node_bound(
         }
         Op::Reshape(x, _) | Op::Permute(x, _) | Op::Broadcast(x, _) => {
             let (_, xe) = operand(x)?;
-            match interp::move_elements(g, op, ty, &Vals::F(xe.to_vec())) {
+            match interp::move_elements(g, op, ty, &Vals::F(xe.to_vec()))? {
                 Vals::F(e) => e,
                 Vals::I(_) => return Err(interp::internal("bounds moved to integer lanes")),
             }

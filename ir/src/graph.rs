@@ -335,7 +335,8 @@ impl Serialize for ConstData {
 impl<'de> Deserialize<'de> for ConstData {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ConstData, D::Error> {
         let (ty, lits): (TensorType, Vec<Lit>) = Deserialize::deserialize(d)?;
-        let buf = crate::array::Buffer::from_lits(ty.dtype, lits.into_iter());
+        let buf = crate::array::Buffer::from_lits(ty.dtype, lits.into_iter())
+            .map_err(serde::de::Error::custom)?;
         Array::new(ty.shape, buf)
             .map(ConstData)
             .map_err(serde::de::Error::custom)

@@ -17,6 +17,8 @@
 use crate::array::{Array, Buffer};
 use crate::dtype::{DType, Lit};
 use crate::error::IrError;
+pub(crate) use crate::fallible::filled as alloc;
+use crate::fallible::{collect, with_capacity};
 use crate::graph::{BinaryOp, CmpOp, Graph, NodeId, Op, ReduceOp, UnaryOp};
 use crate::scalar::{self, max_nan, min_nan};
 use crate::shape::{Shape, TensorType, MAX_RANK};
@@ -108,31 +110,23 @@ pub(crate) fn last_uses(g: &Graph) -> Vec<Option<NodeId>> {
     last
 }
 
-pub(crate) fn alloc<T: Clone>(n: usize, v: T) -> Result<Vec<T>, IrError> {
-    let mut out = Vec::new();
-    out.try_reserve_exact(n).map_err(|_| IrError::OutOfMemory {
-        bytes: n.saturating_mul(std::mem::size_of::<T>()),
-    })?;
-    out.resize(n, v);
-    Ok(out)
-}
-
-fn from_buffer(b: &Buffer) -> Vals {
-    match b {
-        Buffer::F32(v) => Vals::F(v.iter().map(|&x| x as f64).collect()),
-        Buffer::F64(v) => Vals::F(v.clone()),
-        Buffer::F16(v) => Vals::F(v.iter().map(|x| x.to_f64()).collect()),
-        Buffer::BF16(v) => Vals::F(v.iter().map(|x| x.to_f64()).collect()),
-        Buffer::I32(v) => Vals::I(v.iter().map(|&x| x as i64).collect()),
-        Buffer::I64(v) => Vals::I(v.clone()),
-        Buffer::Bool(v) => Vals::I(v.iter().map(|&x| x as i64).collect()),
-    }
+/// A buffer's values widened (an f32 input takes twice its bytes here).
+fn from_buffer(b: &Buffer) -> Result<Vals, IrError> {
+    Ok(match b {
+        Buffer::F32(v) => Vals::F(collect(v.iter().map(|&x| x as f64))?),
+        Buffer::F64(v) => Vals::F(collect(v.iter().copied())?),
+        Buffer::F16(v) => Vals::F(collect(v.iter().map(|x| x.to_f64()))?),
+        Buffer::BF16(v) => Vals::F(collect(v.iter().map(|x| x.to_f64()))?),
+        Buffer::I32(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
+        Buffer::I64(v) => Vals::I(collect(v.iter().copied())?),
+        Buffer::Bool(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
+    })
 }
 
 fn to_array(ty: TensorType, v: &Vals) -> Result<Array, IrError> {
     let buf = match v {
-        Vals::F(x) => Buffer::from_lits(ty.dtype, x.iter().map(|&f| Lit::Float(f))),
-        Vals::I(x) => Buffer::from_lits(ty.dtype, x.iter().map(|&i| Lit::Int(i))),
+        Vals::F(x) => Buffer::from_lits(ty.dtype, x.iter().map(|&f| Lit::Float(f)))?,
+        Vals::I(x) => Buffer::from_lits(ty.dtype, x.iter().map(|&i| Lit::Int(i)))?,
     };
     Array::new(ty.shape, buf)
 }
@@ -157,7 +151,7 @@ pub(crate) fn eval(
                 .get(index as usize)
                 .ok_or_else(|| IrError::Arguments(format!("no tensor for input {index}")))?
                 .buffer(),
-        ),
+        )?,
         Op::Param { index, dtype } => {
             let lit = *params
                 .get(index as usize)
@@ -169,11 +163,11 @@ pub(crate) fn eval(
             g.constant(index)
                 .ok_or_else(|| internal("missing constant"))?
                 .buffer(),
-        ),
-        Op::Unary(u, x) => unary(u, ty.dtype, arg(x)?),
-        Op::Binary(b, x, y) => binary(b, ty.dtype, arg(x)?, arg(y)?),
-        Op::Compare(c, x, y) => compare(c, arg(x)?, arg(y)?),
-        Op::Select(c, a, b) => select(arg(c)?, arg(a)?, arg(b)?),
+        )?,
+        Op::Unary(u, x) => unary(u, ty.dtype, arg(x)?)?,
+        Op::Binary(b, x, y) => binary(b, ty.dtype, arg(x)?, arg(y)?)?,
+        Op::Compare(c, x, y) => compare(c, arg(x)?, arg(y)?)?,
+        Op::Select(c, a, b) => select(arg(c)?, arg(a)?, arg(b)?)?,
         Op::Reduce(r, x, axes) => reduce(
             r,
             ty.dtype,
@@ -184,17 +178,17 @@ pub(crate) fn eval(
         )?,
         Op::MatMul(a, b) => matmul(ty, &g.ty(a).shape, &g.ty(b).shape, arg(a)?, arg(b)?)?,
         Op::Reshape(x, _) | Op::Permute(x, _) | Op::Broadcast(x, _) => {
-            move_elements(g, op, ty, arg(x)?)
+            move_elements(g, op, ty, arg(x)?)?
         }
-        Op::Cast(x, to) => cast(arg(x)?, to),
+        Op::Cast(x, to) => cast(arg(x)?, to)?,
     })
 }
 
 /// The value of a layout op (`Reshape`, `Permute`, `Broadcast`) whose
 /// operand holds `x`: the same elements moved. (Error bounds move the same
 /// way, so [`crate::bound`] calls this too.)
-pub(crate) fn move_elements(g: &Graph, op: &Op, ty: TensorType, x: &Vals) -> Vals {
-    match *op {
+pub(crate) fn move_elements(g: &Graph, op: &Op, ty: TensorType, x: &Vals) -> Result<Vals, IrError> {
+    Ok(match *op {
         Op::Permute(operand, perm) => {
             let src = g.ty(operand).shape;
             let p = perm.as_vec();
@@ -203,7 +197,7 @@ pub(crate) fn move_elements(g: &Graph, op: &Op, ty: TensorType, x: &Vals) -> Val
                     inp[pd] = out[d];
                 }
                 linear(inp, &src)
-            })
+            })?
         }
         Op::Broadcast(operand, _) => {
             let src = g.ty(operand).shape;
@@ -213,10 +207,14 @@ pub(crate) fn move_elements(g: &Graph, op: &Op, ty: TensorType, x: &Vals) -> Val
                     inp[d] = if src[d] == 1 { 0 } else { out[off + d] };
                 }
                 linear(inp, &src)
-            })
+            })?
         }
-        _ => x.clone(),
-    }
+        // A reshape keeps the elements in order: a copy (fallible).
+        _ => match x {
+            Vals::F(v) => Vals::F(collect(v.iter().copied())?),
+            Vals::I(v) => Vals::I(collect(v.iter().copied())?),
+        },
+    })
 }
 
 fn convert_lit(lit: Lit, dtype: DType) -> Lit {
@@ -255,9 +253,9 @@ pub(crate) fn gather(
     src: &Vals,
     out_shape: &Shape,
     mut source_of: impl FnMut(&[usize; MAX_RANK], &mut [usize; MAX_RANK]) -> usize,
-) -> Vals {
+) -> Result<Vals, IrError> {
     let n = out_shape.numel();
-    let mut order = Vec::with_capacity(n);
+    let mut order = with_capacity(n)?;
     if n > 0 {
         let mut idx = [0usize; MAX_RANK];
         let mut inp = [0usize; MAX_RANK];
@@ -268,14 +266,14 @@ pub(crate) fn gather(
             }
         }
     }
-    match src {
-        Vals::F(v) => Vals::F(order.iter().map(|&i| v[i]).collect()),
-        Vals::I(v) => Vals::I(order.iter().map(|&i| v[i]).collect()),
-    }
+    Ok(match src {
+        Vals::F(v) => Vals::F(collect(order.iter().map(|&i| v[i]))?),
+        Vals::I(v) => Vals::I(collect(order.iter().map(|&i| v[i]))?),
+    })
 }
 
-fn unary(u: UnaryOp, dtype: DType, x: &Vals) -> Vals {
-    match x {
+fn unary(u: UnaryOp, dtype: DType, x: &Vals) -> Result<Vals, IrError> {
+    Ok(match x {
         Vals::F(v) => {
             let f: fn(f64) -> f64 = match u {
                 UnaryOp::Neg => |x| -x,
@@ -291,7 +289,7 @@ fn unary(u: UnaryOp, dtype: DType, x: &Vals) -> Vals {
                 UnaryOp::Sigmoid => scalar::sigmoid,
                 UnaryOp::Gelu => scalar::gelu,
             };
-            Vals::F(v.iter().map(|&a| dtype.round_float(f(a))).collect())
+            Vals::F(collect(v.iter().map(|&a| dtype.round_float(f(a))))?)
         }
         Vals::I(v) => {
             // Type inference admits only these four on integers.
@@ -301,13 +299,13 @@ fn unary(u: UnaryOp, dtype: DType, x: &Vals) -> Vals {
                 UnaryOp::Square => |x| x.wrapping_mul(x),
                 _ => |x| x.max(0),
             };
-            Vals::I(v.iter().map(|&a| dtype.wrap_int(f(a))).collect())
+            Vals::I(collect(v.iter().map(|&a| dtype.wrap_int(f(a))))?)
         }
-    }
+    })
 }
 
-fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Vals {
-    match (x, y) {
+fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Result<Vals, IrError> {
+    Ok(match (x, y) {
         (Vals::F(p), Vals::F(q)) => {
             let f: fn(f64, f64) -> f64 = match b {
                 BinaryOp::Add => |a, b| a + b,
@@ -317,12 +315,9 @@ fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Vals {
                 BinaryOp::Max => max_nan,
                 BinaryOp::Min => min_nan,
             };
-            Vals::F(
-                p.iter()
-                    .zip(q)
-                    .map(|(&a, &c)| dtype.round_float(f(a, c)))
-                    .collect(),
-            )
+            Vals::F(collect(
+                p.iter().zip(q).map(|(&a, &c)| dtype.round_float(f(a, c))),
+            )?)
         }
         (Vals::I(p), Vals::I(q)) => {
             let f: fn(i64, i64) -> i64 = match b {
@@ -333,19 +328,16 @@ fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Vals {
                 BinaryOp::Max => i64::max,
                 BinaryOp::Min => i64::min,
             };
-            Vals::I(
-                p.iter()
-                    .zip(q)
-                    .map(|(&a, &c)| dtype.wrap_int(f(a, c)))
-                    .collect(),
-            )
+            Vals::I(collect(
+                p.iter().zip(q).map(|(&a, &c)| dtype.wrap_int(f(a, c))),
+            )?)
         }
         // Type inference guarantees equal dtypes.
         _ => Vals::F(vec![]),
-    }
+    })
 }
 
-fn compare(c: CmpOp, x: &Vals, y: &Vals) -> Vals {
+fn compare(c: CmpOp, x: &Vals, y: &Vals) -> Result<Vals, IrError> {
     fn cmp<T: PartialOrd>(c: CmpOp, a: T, b: T) -> i64 {
         (match c {
             CmpOp::Lt => a < b,
@@ -355,32 +347,29 @@ fn compare(c: CmpOp, x: &Vals, y: &Vals) -> Vals {
             CmpOp::Eq => a == b,
         }) as i64
     }
-    match (x, y) {
-        (Vals::F(p), Vals::F(q)) => Vals::I(p.iter().zip(q).map(|(&a, &b)| cmp(c, a, b)).collect()),
-        (Vals::I(p), Vals::I(q)) => Vals::I(p.iter().zip(q).map(|(&a, &b)| cmp(c, a, b)).collect()),
+    Ok(match (x, y) {
+        (Vals::F(p), Vals::F(q)) => Vals::I(collect(p.iter().zip(q).map(|(&a, &b)| cmp(c, a, b)))?),
+        (Vals::I(p), Vals::I(q)) => Vals::I(collect(p.iter().zip(q).map(|(&a, &b)| cmp(c, a, b)))?),
         _ => Vals::I(vec![]),
-    }
+    })
 }
 
-fn select(c: &Vals, a: &Vals, b: &Vals) -> Vals {
+fn select(c: &Vals, a: &Vals, b: &Vals) -> Result<Vals, IrError> {
     let Vals::I(c) = c else {
-        return Vals::I(vec![]);
+        return Ok(Vals::I(vec![]));
     };
-    match (a, b) {
-        (Vals::F(p), Vals::F(q)) => Vals::F(
+    fn pick<T: Copy>(c: &[i64], p: &[T], q: &[T]) -> Result<Vec<T>, IrError> {
+        collect(
             c.iter()
                 .zip(p.iter().zip(q))
-                .map(|(&k, (&x, &y))| if k != 0 { x } else { y })
-                .collect(),
-        ),
-        (Vals::I(p), Vals::I(q)) => Vals::I(
-            c.iter()
-                .zip(p.iter().zip(q))
-                .map(|(&k, (&x, &y))| if k != 0 { x } else { y })
-                .collect(),
-        ),
-        _ => Vals::I(vec![]),
+                .map(|(&k, (&x, &y))| if k != 0 { x } else { y }),
+        )
     }
+    Ok(match (a, b) {
+        (Vals::F(p), Vals::F(q)) => Vals::F(pick(c, p, q)?),
+        (Vals::I(p), Vals::I(q)) => Vals::I(pick(c, p, q)?),
+        _ => Vals::I(vec![]),
+    })
 }
 
 fn reduce(
@@ -393,7 +382,7 @@ fn reduce(
 ) -> Result<Vals, IrError> {
     // Output index of each input element: reduced axes collapse to 0.
     let n_out = out.numel();
-    let mut target = Vec::with_capacity(src.numel());
+    let mut target = with_capacity(src.numel())?;
     if src.numel() > 0 {
         let mut idx = [0usize; MAX_RANK];
         loop {
@@ -420,7 +409,7 @@ fn reduce(
             for (&t, &e) in target.iter().zip(v) {
                 acc[t] = f(acc[t], e);
             }
-            Vals::F(acc.into_iter().map(|a| dtype.round_float(a)).collect())
+            Vals::F(collect(acc.into_iter().map(|a| dtype.round_float(a)))?)
         }
         Vals::I(v) => {
             let (init, f): (i64, fn(i64, i64) -> i64) = match r {
@@ -432,7 +421,7 @@ fn reduce(
             for (&t, &e) in target.iter().zip(v) {
                 acc[t] = f(acc[t], e);
             }
-            Vals::I(acc.into_iter().map(|a| dtype.wrap_int(a)).collect())
+            Vals::I(collect(acc.into_iter().map(|a| dtype.wrap_int(a)))?)
         }
     })
 }
@@ -482,18 +471,18 @@ fn matmul(ty: TensorType, sa: &Shape, sb: &Shape, a: &Vals, b: &Vals) -> Result<
     })
 }
 
-fn cast(x: &Vals, to: DType) -> Vals {
-    match x {
+fn cast(x: &Vals, to: DType) -> Result<Vals, IrError> {
+    Ok(match x {
         Vals::F(v) => match to {
-            d if d.is_float() => Vals::F(v.iter().map(|&f| d.round_float(f)).collect()),
-            d => Vals::I(v.iter().map(|&f| scalar::float_to_int(f, d)).collect()),
+            d if d.is_float() => Vals::F(collect(v.iter().map(|&f| d.round_float(f)))?),
+            d => Vals::I(collect(v.iter().map(|&f| scalar::float_to_int(f, d)))?),
         },
         Vals::I(v) => {
             if to.is_float() {
-                Vals::F(v.iter().map(|&i| scalar::int_to_float(i, to)).collect())
+                Vals::F(collect(v.iter().map(|&i| scalar::int_to_float(i, to)))?)
             } else {
-                Vals::I(v.iter().map(|&i| to.wrap_int(i)).collect())
+                Vals::I(collect(v.iter().map(|&i| to.wrap_int(i)))?)
             }
         }
-    }
+    })
 }

@@ -4,7 +4,8 @@
 //! - [`dtype`], [`shape`]: element types, shapes (rank <= 8), broadcasting.
 //! - [`array`](mod@array): concrete host tensors (`Array`), used by the interpreter and
 //!   as constants.
-//! - [`pool`]: the caching allocator tensor storage returns to.
+//! - [`pool`]: the caching allocator tensor storage returns to; [`fallible`]:
+//!   allocations sized by user input, as errors instead of aborts.
 //! - [`graph`]: the graph IR (plain enums, typed ids into an arena, always in
 //!   topological order); [`infer`] types each op; [`verify`] checks a graph.
 //! - [`passes`]: `simplify` = fold constants -> CSE -> DCE.
@@ -22,6 +23,7 @@ pub mod bound;
 pub mod config;
 pub mod dtype;
 pub mod error;
+pub mod fallible;
 pub mod graph;
 pub mod infer;
 pub mod interp;

@@ -337,7 +337,7 @@ impl Parser {
             .filter(|t| !t.is_empty())
             .map(|t| self.parse_lit(t, ty.dtype))
             .collect::<Result<Vec<_>, _>>()?;
-        Array::new(ty.shape, Buffer::from_lits(ty.dtype, lits.into_iter()))
+        Array::new(ty.shape, Buffer::from_lits(ty.dtype, lits.into_iter())?)
             .map_err(|e| self.err(e.to_string()))
     }
 

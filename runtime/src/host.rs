@@ -17,6 +17,7 @@ use tilejit_codegen::host::{
     KernelArgs,
 };
 use tilejit_codegen::CodegenError;
+use tilejit_ir::fallible::{collect, filled};
 use tilejit_ir::kernel::{BufKind, Kernel, KernelProgram, ProgramOutput};
 use tilejit_ir::pool::pool;
 use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit};
@@ -152,13 +153,15 @@ impl Slot<'_> {
     }
 
     /// Values as i64 (integer matmul only).
-    fn ints(&self) -> Vec<i64> {
+    fn ints(&self) -> Result<Vec<i64>, IrError> {
         match self {
             Slot::Borrowed(Buffer::I32(v)) | Slot::Owned(Store::I32(v)) => {
-                v.iter().map(|&x| x as i64).collect()
+                collect(v.iter().map(|&x| x as i64))
             }
-            Slot::Borrowed(Buffer::I64(v)) | Slot::Owned(Store::I64(v)) => v.clone(),
-            _ => Vec::new(),
+            Slot::Borrowed(Buffer::I64(v)) | Slot::Owned(Store::I64(v)) => {
+                collect(v.iter().copied())
+            }
+            _ => Ok(Vec::new()),
         }
     }
 }
@@ -173,28 +176,34 @@ fn take_owned(slot: &mut Slot<'_>) -> Result<Store, RuntimeError> {
     }
 }
 
-fn slot_for(buf: &Buffer) -> Slot<'_> {
-    match buf {
-        Buffer::F16(v) => Slot::Owned(Store::F32(v.iter().map(|x| x.to_f32()).collect())),
-        Buffer::BF16(v) => Slot::Owned(Store::F32(v.iter().map(|x| x.to_f32()).collect())),
+/// An argument as a slot: borrowed, or for f16/bf16 widened to f32.
+fn slot_for(buf: &Buffer) -> Result<Slot<'_>, IrError> {
+    Ok(match buf {
+        Buffer::F16(v) => Slot::Owned(Store::F32(collect(v.iter().map(|x| x.to_f32()))?)),
+        Buffer::BF16(v) => Slot::Owned(Store::F32(collect(v.iter().map(|x| x.to_f32()))?)),
         b => Slot::Borrowed(b),
-    }
+    })
 }
 
-fn to_buffer(store: Store, dtype: DType) -> Buffer {
-    match (store, dtype) {
+/// A result's storage as a buffer of its dtype (f16/bf16 narrowed from f32).
+fn to_buffer(store: Store, dtype: DType) -> Result<Buffer, IrError> {
+    Ok(match (store, dtype) {
         (Store::F32(v), DType::F16) => {
-            Buffer::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect())
+            let b = Buffer::F16(collect(v.iter().map(|&x| half::f16::from_f32(x)))?);
+            recycle([Slot::Owned(Store::F32(v))]);
+            b
         }
         (Store::F32(v), DType::BF16) => {
-            Buffer::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect())
+            let b = Buffer::BF16(collect(v.iter().map(|&x| half::bf16::from_f32(x)))?);
+            recycle([Slot::Owned(Store::F32(v))]);
+            b
         }
         (Store::F32(v), _) => Buffer::F32(v),
         (Store::F64(v), _) => Buffer::F64(v),
         (Store::I32(v), _) => Buffer::I32(v),
         (Store::I64(v), _) => Buffer::I64(v),
         (Store::Bool(v), _) => Buffer::Bool(v),
-    }
+    })
 }
 
 impl HostProgram {
@@ -303,13 +312,13 @@ impl HostProgram {
                         .get(i as usize)
                         .ok_or_else(|| IrError::Arguments(format!("missing input {i}")))?
                         .buffer(),
-                ),
+                )?,
                 BufKind::Constant(c) => slot_for(
                     self.constants
                         .get(c as usize)
                         .ok_or_else(|| IrError::Verify(format!("missing constant {c}")))?
                         .buffer(),
-                ),
+                )?,
                 BufKind::Temp => Slot::Owned(output_store(b.ty.dtype, b.ty.shape.numel())?),
             });
         }
@@ -374,7 +383,7 @@ impl HostProgram {
                         (BufKind::Temp, None) => {
                             let store = take_owned(&mut slots[bi])?;
                             let decl = p.buffers[bi].ty;
-                            let a = Array::new(decl.shape, to_buffer(store, decl.dtype))?;
+                            let a = Array::new(decl.shape, to_buffer(store, decl.dtype)?)?;
                             if oi + 1 < p.outputs.len() {
                                 done.push((bi, a.clone()));
                             }
@@ -431,12 +440,12 @@ impl HostProgram {
                 _ => return Err(mismatch()),
             },
             Store::I32(o) => {
-                let v = int_matmul(&a.ints(), &b.ints(), dims);
+                let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
                 o.iter_mut().zip(v).for_each(|(d, s)| *d = s as i32);
                 Ok(())
             }
             Store::I64(o) => {
-                let v = int_matmul(&a.ints(), &b.ints(), dims);
+                let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
                 o.iter_mut().zip(v).for_each(|(d, s)| *d = s);
                 Ok(())
             }
@@ -590,8 +599,8 @@ impl HostProgram {
 }
 
 /// Wrapping integer matmul (ints are not the fast path).
-fn int_matmul(a: &[i64], b: &[i64], [batch, m, k, n]: [usize; 4]) -> Vec<i64> {
-    let mut out = vec![0i64; batch * m * n];
+fn int_matmul(a: &[i64], b: &[i64], [batch, m, k, n]: [usize; 4]) -> Result<Vec<i64>, IrError> {
+    let mut out = filled(batch * m * n, 0i64)?;
     for bi in 0..batch {
         for i in 0..m {
             for p in 0..k {
@@ -603,7 +612,7 @@ fn int_matmul(a: &[i64], b: &[i64], [batch, m, k, n]: [usize; 4]) -> Vec<i64> {
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// The kernel arguments of `locals`, in that order (storage the program

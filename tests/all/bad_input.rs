@@ -405,3 +405,60 @@ fn a_device_failure_in_an_eager_op_is_e5() {
     let e = expect_err(&t, ErrorKind::Device, &["out of memory in GM"], line);
     assert_eq!(e.code(), 5);
 }
+
+/// An allocation sized by a shape that the host cannot give (2^40
+/// elements) is an error naming its bytes (E5), not the abort `memory
+/// allocation of N bytes failed`; the process goes on.
+#[test]
+fn arange_too_big_to_allocate_is_e5() {
+    let line = line!() + 1;
+    let t = Tensor::arange(1 << 40, DType::F32);
+    expect_err(
+        &t,
+        ErrorKind::Device,
+        &[
+            "`arange`",
+            "out of host memory allocating 4398046511104 bytes",
+        ],
+        line,
+    );
+    let t = Tensor::arange(3, DType::F32);
+    assert_eq!(t.to_vec::<f32>().unwrap(), [0.0, 1.0, 2.0]);
+}
+
+/// A 2^40-element result is E5 on every backend: host storage (an f16
+/// result, an integer matmul), GM, or the interpreter's own vectors.
+#[test]
+fn a_huge_result_is_e5_on_every_backend() {
+    let h = Tensor::ones(&[1], DType::F16);
+    let (a, b) = (
+        Tensor::ones(&[1 << 20, 1], DType::I32),
+        Tensor::ones(&[1, 1 << 20], DType::I32),
+    );
+    for mode in [RunMode::Host, RunMode::Sim, RunMode::Reference] {
+        let (t, line) = (with_mode(mode, || h.broadcast_to(&[1 << 40])), line!());
+        expect_err(&t, ErrorKind::Device, &["out of", "bytes"], line);
+        let (t, line) = (with_mode(mode, || a.matmul(&b)), line!());
+        expect_err(&t, ErrorKind::Device, &["out of", "bytes"], line);
+    }
+    assert_eq!(h.to_vec::<half::f16>().unwrap().len(), 1);
+}
+
+#[jit]
+fn sum_of_a_huge_broadcast(x: &Tensor) -> Tensor {
+    x.broadcast_to(&[1 << 20, 1 << 20]).sum_all()
+}
+
+/// Only an intermediate is huge (2^40 elements, summed to one): the
+/// interpreter, which holds every node's values, fails the call with E5.
+#[test]
+fn a_huge_intermediate_in_the_interpreter_is_e5() {
+    let x = Tensor::ones(&[1], DType::F32);
+    let e = with_mode(RunMode::Reference, || sum_of_a_huge_broadcast(&x)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Device, "{e}");
+    assert!(
+        e.to_string().contains("out of host memory allocating"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("bytes"), "{e}");
+}

@@ -12,6 +12,7 @@ mod host_backend;
 mod ir_text;
 mod jit;
 mod kernel_ir;
+mod oom;
 mod ops;
 mod pool;
 mod run_modes;

@@ -5,4 +5,4 @@ pub mod region;
 pub mod storage;
 
 pub use region::{MemChunk, MemRegion, RegionStats, Span, ALIGN};
-pub use storage::{GmElem, PagedMemory};
+pub use storage::{GmElem, PageAllocError, PagedMemory};

@@ -277,22 +277,20 @@ impl MemChunk {
         let base = self.offset + offset;
         let memory = &self.region.memory;
         if data.len() * T::BYTES <= PARALLEL_COPY_BYTES {
-            memory.write_elems(base, data);
-            return Ok(());
+            return Ok(memory.write_elems(base, data)?);
         }
         data.par_chunks(PARALLEL_COPY_BYTES / T::BYTES)
             .enumerate()
-            .for_each(|(i, c)| {
-                memory.write_elems(base + (i * PARALLEL_COPY_BYTES) as u64, c);
-            });
+            .try_for_each(|(i, c)| {
+                memory.write_elems(base + (i * PARALLEL_COPY_BYTES) as u64, c)
+            })?;
         Ok(())
     }
 
     /// Copies bytes into the chunk, starting `offset` bytes in.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.check("write", offset, data.len())?;
-        self.region.memory.write(self.offset + offset, data);
-        Ok(())
+        Ok(self.region.memory.write(self.offset + offset, data)?)
     }
 }
 

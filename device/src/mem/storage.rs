@@ -7,6 +7,10 @@
 //! memory speed, and the part of a copy inside one page never tears
 //! against another copy.
 //!
+//! A page or table the host cannot allocate is a [`PageAllocError`]
+//! naming the bytes (a `DeviceError::HostMemory`, or a fault of the core
+//! that wrote), not an abort: GM may be far bigger than the host's memory.
+//!
 //! Not word-atomic pages (one `AtomicU64` load or store per 8 bytes): a Sim
 //! launch spent most of its time in those word loops, which cannot
 //! vectorise.
@@ -22,6 +26,35 @@ const DIR_PAGES: usize = 4096;
 type Page = RwLock<Box<[u8]>>;
 type PageRead<'a> = RwLockReadGuard<'a, Box<[u8]>>;
 type PageWrite<'a> = RwLockWriteGuard<'a, Box<[u8]>>;
+
+/// Host memory for a page or page table could not be allocated.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PageAllocError {
+    /// The bytes asked of the host.
+    pub bytes: usize,
+}
+
+impl std::fmt::Display for PageAllocError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "out of host memory allocating {} bytes for simulated memory pages",
+            self.bytes
+        )
+    }
+}
+
+impl std::error::Error for PageAllocError {}
+
+/// `n` values from `make`, or the error naming their bytes.
+fn try_boxed<T>(n: usize, make: impl FnMut() -> T) -> Result<Box<[T]>, PageAllocError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| PageAllocError {
+        bytes: n.saturating_mul(std::mem::size_of::<T>()),
+    })?;
+    v.extend(std::iter::repeat_with(make).take(n));
+    Ok(v.into_boxed_slice())
+}
 
 /// Lazily paged memory of a fixed size: a directory of lazily made tables
 /// of lazily made pages.
@@ -80,13 +113,32 @@ impl PagedMemory {
     /// A page for writing, created (zeroed) on first use. The copies under
     /// the lock cannot panic, so a poisoned lock still guards whole bytes
     /// and is used as it is.
-    fn page_mut(&self, index: usize) -> PageWrite<'_> {
-        let table = self.dir[index / DIR_PAGES]
-            .get_or_init(|| (0..DIR_PAGES).map(|_| OnceLock::new()).collect());
-        table[index % DIR_PAGES]
-            .get_or_init(|| RwLock::new(vec![0u8; PAGE_BYTES].into_boxed_slice()))
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn page_mut(&self, index: usize) -> Result<PageWrite<'_>, PageAllocError> {
+        // Made before `get_or_init`, which cannot fail; a thread that loses
+        // the race drops its copy.
+        let slot = &self.dir[index / DIR_PAGES];
+        let table = match slot.get() {
+            Some(t) => t,
+            None => {
+                let t = try_boxed(DIR_PAGES, OnceLock::new)?;
+                slot.get_or_init(|| t)
+            }
+        };
+        let slot = &table[index % DIR_PAGES];
+        let page = match slot.get() {
+            Some(p) => p,
+            None => {
+                let p = RwLock::new(try_boxed(PAGE_BYTES, || 0u8)?);
+                slot.get_or_init(|| p)
+            }
+        };
+        Ok(page.write().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// A page that was written, for writing; `None` for one never written.
+    fn written_page_mut(&self, index: usize) -> Option<PageWrite<'_>> {
+        let lock = self.slot(index)?.get()?;
+        Some(lock.write().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// A written page for reading, or `None` for one never written.
@@ -109,15 +161,16 @@ impl PagedMemory {
     }
 
     /// Copies `data` into memory starting at `addr`.
-    pub fn write(&self, addr: u64, data: &[u8]) {
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), PageAllocError> {
         debug_assert!(addr + data.len() as u64 <= self.size);
         for (page, in_page, at, n) in page_spans(addr, data.len()) {
             let src = &data[at..at + n];
             // Writing zeros to an untouched page changes nothing.
             if self.written(page) || src.iter().any(|&b| b != 0) {
-                self.page_mut(page)[in_page..in_page + n].copy_from_slice(src);
+                self.page_mut(page)?[in_page..in_page + n].copy_from_slice(src);
             }
         }
+        Ok(())
     }
 
     /// Reads `sz`-byte elements from the addresses `addrs` gives into
@@ -127,22 +180,34 @@ impl PagedMemory {
     /// copies nothing.
     pub fn gather(&self, addrs: impl Iterator<Item = u64>, sz: usize, out: &mut [u8]) {
         let slots = out.chunks_exact_mut(sz.max(1));
-        walk(
+        let read = walk(
             addrs.zip(slots),
             sz,
-            |p| self.page(p),
-            |held, a, at, dst| match held {
-                None => self.read(a, dst),
-                Some(Some(bytes)) => dst.copy_from_slice(&bytes[at..at + sz]),
-                Some(None) => dst.fill(0),
+            |p| Ok::<_, std::convert::Infallible>(self.page(p)),
+            |held, a, at, dst| {
+                match held {
+                    None => self.read(a, dst),
+                    Some(Some(bytes)) => dst.copy_from_slice(&bytes[at..at + sz]),
+                    Some(None) => dst.fill(0),
+                }
+                Ok(())
             },
         );
+        match read {
+            Ok(()) => {}
+            Err(never) => match never {},
+        }
     }
 
     /// Writes consecutive `sz`-byte elements of `data` to the addresses
     /// `addrs` gives (a strided DMA write), the inverse of
     /// [`gather`](Self::gather).
-    pub fn scatter(&self, addrs: impl Iterator<Item = u64>, sz: usize, data: &[u8]) {
+    pub fn scatter(
+        &self,
+        addrs: impl Iterator<Item = u64>,
+        sz: usize,
+        data: &[u8],
+    ) -> Result<(), PageAllocError> {
         let elems = data.chunks_exact(sz.max(1));
         walk(
             addrs.zip(elems),
@@ -150,19 +215,22 @@ impl PagedMemory {
             |p| self.page_mut(p),
             |held, a, at, src| match held {
                 None => self.write(a, src),
-                Some(bytes) => bytes[at..at + sz].copy_from_slice(src),
+                Some(bytes) => {
+                    bytes[at..at + sz].copy_from_slice(src);
+                    Ok(())
+                }
             },
-        );
+        )
     }
 
     /// Writes `data` as its little-endian bytes starting at `addr`: the
     /// typed form of [`write`](Self::write) that encodes elements straight
     /// into the pages (no staging bytes), for bulk host->device copies.
-    pub fn write_elems<T: GmElem>(&self, addr: u64, data: &[T]) {
+    pub fn write_elems<T: GmElem>(&self, addr: u64, data: &[T]) -> Result<(), PageAllocError> {
         debug_assert!(addr + (data.len() * T::BYTES) as u64 <= self.size);
         if !addr.is_multiple_of(T::BYTES as u64) {
             // An element may straddle two pages.
-            let mut bytes = vec![0u8; data.len() * T::BYTES];
+            let mut bytes = try_boxed(data.len() * T::BYTES, || 0u8)?;
             T::encode(data, &mut bytes);
             return self.write(addr, &bytes);
         }
@@ -170,9 +238,10 @@ impl PagedMemory {
         for (page, in_page, at, n) in page_spans(addr, data.len() * T::BYTES) {
             let src = &data[at / T::BYTES..(at + n) / T::BYTES];
             if self.written(page) || src.iter().any(|x| x.bits() != 0) {
-                T::encode(src, &mut self.page_mut(page)[in_page..in_page + n]);
+                T::encode(src, &mut self.page_mut(page)?[in_page..in_page + n]);
             }
         }
+        Ok(())
     }
 
     /// Reads `out.len()` elements from their little-endian bytes at `addr`:
@@ -180,9 +249,15 @@ impl PagedMemory {
     pub fn read_elems<T: GmElem>(&self, addr: u64, out: &mut [T]) {
         debug_assert!(addr + (out.len() * T::BYTES) as u64 <= self.size);
         if !addr.is_multiple_of(T::BYTES as u64) {
-            let mut bytes = vec![0u8; out.len() * T::BYTES];
-            self.read(addr, &mut bytes);
-            return T::decode(&bytes, out);
+            // In page-sized pieces, so no staging buffer grows with `out`.
+            let per = (PAGE_BYTES / T::BYTES).max(1);
+            let mut bytes = vec![0u8; per * T::BYTES];
+            for (i, part) in out.chunks_mut(per).enumerate() {
+                let b = &mut bytes[..part.len() * T::BYTES];
+                self.read(addr + (i * per * T::BYTES) as u64, b);
+                T::decode(b, part);
+            }
+            return;
         }
         for (page, in_page, at, n) in page_spans(addr, out.len() * T::BYTES) {
             let dst = &mut out[at / T::BYTES..(at + n) / T::BYTES];
@@ -197,8 +272,8 @@ impl PagedMemory {
     /// Big ranges are zeroed page by page over the rayon pool.
     pub fn zero(&self, addr: u64, len: u64) {
         let zero_span = |(page, in_page, _, n): (usize, usize, usize, usize)| {
-            if self.written(page) {
-                self.page_mut(page)[in_page..in_page + n].fill(0);
+            if let Some(mut bytes) = self.written_page_mut(page) {
+                bytes[in_page..in_page + n].fill(0);
             }
         };
         let spans = page_spans(addr, len as usize);
@@ -216,14 +291,14 @@ impl PagedMemory {
 /// An element that straddles a page boundary gets `None`, with no guard
 /// held. At most one guard is held at a time, so no two threads can wait on
 /// each other.
-fn walk<G, P>(
+fn walk<G, P, E>(
     elems: impl Iterator<Item = (u64, P)>,
     sz: usize,
-    mut lock: impl FnMut(usize) -> G,
-    mut visit: impl FnMut(Option<&mut G>, u64, usize, P),
-) {
+    mut lock: impl FnMut(usize) -> Result<G, E>,
+    mut visit: impl FnMut(Option<&mut G>, u64, usize, P) -> Result<(), E>,
+) -> Result<(), E> {
     if sz == 0 {
-        return;
+        return Ok(());
     }
     let mut held: Option<(usize, G)> = None;
     for (a, payload) in elems {
@@ -233,16 +308,17 @@ fn walk<G, P>(
         );
         if at + sz > PAGE_BYTES {
             held = None;
-            visit(None, a, at, payload);
+            visit(None, a, at, payload)?;
             continue;
         }
         if held.as_ref().is_none_or(|(p, _)| *p != page) {
             // Let go of the old page before taking the new one.
             drop(held.take());
-            held = Some((page, lock(page)));
+            held = Some((page, lock(page)?));
         }
-        visit(held.as_mut().map(|(_, g)| g), a, at, payload);
+        visit(held.as_mut().map(|(_, g)| g), a, at, payload)?;
     }
+    Ok(())
 }
 
 /// The `len` bytes at `addr` split at page boundaries, as `(page, offset in

@@ -278,7 +278,8 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
                 let row = cx.local(Space::Ub, src + r * p, vrc.1 * sz)?;
                 let at = base + r as u64 * rs;
                 cx.gm
-                    .scatter((0..vrc.1 as u64).map(|c| at + c * cs), sz, row);
+                    .scatter((0..vrc.1 as u64).map(|c| at + c * cs), sz, row)
+                    .map_err(|e| e.to_string())?;
             }
             w.bytes = (vrc.0 * vrc.1 * sz) as u64;
         }
@@ -291,7 +292,9 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
             let src = inst.addr(7);
             for r in 0..vrc.0 {
                 let row = cx.local(Space::Ub, src + r * p, row_bytes)?;
-                cx.gm.write(base + r as u64 * stride, row);
+                cx.gm
+                    .write(base + r as u64 * stride, row)
+                    .map_err(|e| e.to_string())?;
             }
             w.bytes = (vrc.0 * row_bytes) as u64;
         }
@@ -322,7 +325,9 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
             let mut row = vec![0u8; row_bytes];
             for r in 0..vrc.0 {
                 values::encode_from(&acc, r * vrc.1, dt, &mut row);
-                cx.gm.write(base + r as u64 * stride, &row);
+                cx.gm
+                    .write(base + r as u64 * stride, &row)
+                    .map_err(|e| e.to_string())?;
             }
             w.bytes = (vrc.0 * row_bytes) as u64;
         }

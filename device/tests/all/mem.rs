@@ -459,8 +459,8 @@ fn gather_and_scatter_match_element_copies() {
     const PAGE: u64 = 256 * 1024;
     let mem = PagedMemory::new(4 * PAGE);
     let pattern: Vec<u8> = (0..PAGE as usize).map(|i| (i * 7 + 1) as u8).collect();
-    mem.write(0, &pattern);
-    mem.write(2 * PAGE, &pattern);
+    mem.write(0, &pattern).unwrap();
+    mem.write(2 * PAGE, &pattern).unwrap();
     for (start, stride, sz) in [
         (0u64, 4099u64, 4usize),
         (PAGE - 2, 1, 4),
@@ -479,11 +479,11 @@ fn gather_and_scatter_match_element_copies() {
 
         let data: Vec<u8> = (0..n * sz).map(|i| (i * 13 + 5) as u8).collect();
         let (a_mem, b_mem) = (PagedMemory::new(4 * PAGE), PagedMemory::new(4 * PAGE));
-        a_mem.write(PAGE, &pattern);
-        b_mem.write(PAGE, &pattern);
-        a_mem.scatter(addrs(), sz, &data);
+        a_mem.write(PAGE, &pattern).unwrap();
+        b_mem.write(PAGE, &pattern).unwrap();
+        a_mem.scatter(addrs(), sz, &data).unwrap();
         for (a, d) in addrs().zip(data.chunks_exact(sz)) {
-            b_mem.write(a, d);
+            b_mem.write(a, d).unwrap();
         }
         let (mut a_all, mut b_all) = (vec![0u8; 4 * PAGE as usize], vec![0u8; 4 * PAGE as usize]);
         a_mem.read(0, &mut a_all);
@@ -500,9 +500,9 @@ fn a_huge_sparse_memory_holds_what_is_written() {
     let size = 16u64 << 40;
     let mem = PagedMemory::new(size);
     assert_eq!(mem.pages_touched(), 0);
-    mem.write(size - 8, &7u64.to_le_bytes());
-    mem.write(5 << 30, &[1, 2, 3]);
-    mem.write(9 << 30, &[0; 64]); // zeros to an untouched page: nothing made
+    mem.write(size - 8, &7u64.to_le_bytes()).unwrap();
+    mem.write(5 << 30, &[1, 2, 3]).unwrap();
+    mem.write(9 << 30, &[0; 64]).unwrap(); // zeros to an untouched page: nothing made
     let mut back = [0u8; 8];
     mem.read(size - 8, &mut back);
     assert_eq!(u64::from_le_bytes(back), 7);

@@ -211,7 +211,8 @@ fn random_lit(rng: &mut Rng, d: DType) -> Lit {
 fn random_array(rng: &mut Rng, t: TensorType) -> Result<Array, String> {
     let n = t.shape.numel();
     let lits: Vec<Lit> = (0..n).map(|_| random_lit(rng, t.dtype)).collect();
-    Array::new(t.shape, Buffer::from_lits(t.dtype, lits.into_iter()))
+    Buffer::from_lits(t.dtype, lits.into_iter())
+        .and_then(|b| Array::new(t.shape, b))
         .map_err(|e| format!("cannot build an input of {t}: {e}"))
 }
 

@@ -186,7 +186,7 @@ pub fn sim_cmd(a: &SimArgs) -> Result<(), CliError> {
             .allocate(bytes)
             .map_err(|e| fail(format!("GM argument `{}`: {e}", decl.name)))?;
         let given = a.inputs.iter().find(|(n, _)| *n == decl.name);
-        let data = match given {
+        match given {
             Some((_, path)) => {
                 let arr = npy::read(&read_file(path)?).map_err(|e| fail(format!("{path}: {e}")))?;
                 if arr.dtype != decl.dtype || arr.data.len() as u64 != bytes {
@@ -195,15 +195,14 @@ pub fn sim_cmd(a: &SimArgs) -> Result<(), CliError> {
                         arr.dtype, arr.shape, decl.name, decl.dtype, decl.shape
                     )));
                 }
-                Some(arr.data)
+                device
+                    .copy_from_host(&arr.data, &buf, 0)
+                    .map_err(|e| fail(format!("GM argument `{}`: {e}", decl.name)))?;
             }
-            None if decl.role != Role::Out => Some(fill(decl, a.seed.wrapping_add(i as u64))),
-            None => None,
-        };
-        if let Some(d) = data {
-            device
-                .copy_from_host(&d, &buf, 0)
-                .map_err(|e| fail(e.to_string()))?;
+            None if decl.role != Role::Out => {
+                fill(&device, &buf, decl, a.seed.wrapping_add(i as u64))?
+            }
+            None => {}
         }
         buffers.push(buf);
     }
@@ -238,15 +237,22 @@ pub fn sim_cmd(a: &SimArgs) -> Result<(), CliError> {
         cfg.clock_hz / 1e9
     );
     for (decl, buf) in program.gm.iter().zip(&buffers) {
-        let bytes = decl.bytes().unwrap_or(0);
-        let mut data = vec![0u8; bytes as usize];
-        device
-            .copy_to_host(buf, 0, &mut data)
-            .map_err(|e| fail(e.to_string()))?;
         if decl.role != Role::In {
-            outln!("{}", summary(decl, &data));
+            outln!("{}", summary(&device, buf, decl)?);
         }
         if let Some((_, path)) = a.outputs.iter().find(|(n, _)| *n == decl.name) {
+            let bytes = decl.bytes().unwrap_or(0);
+            let mut data = Vec::new();
+            data.try_reserve_exact(bytes as usize).map_err(|_| {
+                fail(format!(
+                    "GM argument `{}`: out of host memory allocating {bytes} bytes",
+                    decl.name
+                ))
+            })?;
+            data.resize(bytes as usize, 0);
+            device
+                .copy_to_host(buf, 0, &mut data)
+                .map_err(|e| fail(e.to_string()))?;
             let arr = NpyArray {
                 dtype: decl.dtype,
                 shape: decl.shape.clone(),
@@ -258,9 +264,14 @@ pub fn sim_cmd(a: &SimArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Deterministic contents for an input nobody gave: a SplitMix64 stream
-/// per argument; floats uniform in [-1, 1), integers in [-8, 8), bools 0/1.
-fn fill(decl: &GmDecl, seed: u64) -> Vec<u8> {
+/// Elements generated, copied or summed at a time, so the host memory a
+/// GM argument takes beyond GM's own pages stays small however big it is.
+const CHUNK_ELEMS: usize = 1 << 16;
+
+/// Writes deterministic contents into an input nobody gave: a SplitMix64
+/// stream per argument; floats uniform in [-1, 1), integers in [-8, 8),
+/// bools 0/1.
+fn fill(device: &SimDevice, buf: &DeviceBuffer, decl: &GmDecl, seed: u64) -> Result<(), CliError> {
     let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
     let mut next = move || {
         state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -270,36 +281,67 @@ fn fill(decl: &GmDecl, seed: u64) -> Vec<u8> {
         z ^ (z >> 31)
     };
     let n = decl.numel().unwrap_or(0) as usize;
-    let vals = if decl.dtype.is_float() {
-        Vals::F(
-            (0..n)
-                .map(|_| (next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0)
-                .collect(),
-        )
-    } else if decl.dtype == DType::Bool {
-        Vals::I((0..n).map(|_| (next() & 1) as i64).collect())
-    } else {
-        Vals::I((0..n).map(|_| (next() % 16) as i64 - 8).collect())
-    };
-    // The device's own encoder rounds each value to the dtype.
-    let mut out = vec![0u8; n * decl.dtype.size_bytes()];
-    values::encode_from(&vals, 0, decl.dtype, &mut out);
-    out
+    let size = decl.dtype.size_bytes();
+    let mut bytes = vec![0u8; CHUNK_ELEMS * size];
+    let mut done = 0;
+    while done < n {
+        let k = (n - done).min(CHUNK_ELEMS);
+        let vals = if decl.dtype.is_float() {
+            Vals::F(
+                (0..k)
+                    .map(|_| (next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0)
+                    .collect(),
+            )
+        } else if decl.dtype == DType::Bool {
+            Vals::I((0..k).map(|_| (next() & 1) as i64).collect())
+        } else {
+            Vals::I((0..k).map(|_| (next() % 16) as i64 - 8).collect())
+        };
+        // The device's own encoder rounds each value to the dtype.
+        let chunk = &mut bytes[..k * size];
+        values::encode_from(&vals, 0, decl.dtype, chunk);
+        device
+            .copy_from_host(chunk, buf, (done * size) as u64)
+            .map_err(|e| fail(format!("GM argument `{}`: {e}", decl.name)))?;
+        done += k;
+    }
+    Ok(())
 }
 
-/// `name f32[16,1000]: v0 v1 ... (sum S)` for an output.
-fn summary(decl: &GmDecl, data: &[u8]) -> String {
-    let mut vals = values::empty(decl.dtype, data.len() / decl.dtype.size_bytes());
-    values::decode_into(data, decl.dtype, &mut vals);
-    let vals: Vec<f64> = (0..vals.len()).map(|i| vals.get_f(i)).collect();
+/// `name f32[16,1000]: v0 v1 ... (sum S)` for an output, read from GM a
+/// chunk at a time.
+fn summary(device: &SimDevice, buf: &DeviceBuffer, decl: &GmDecl) -> Result<String, CliError> {
+    let n = decl.numel().unwrap_or(0) as usize;
+    let size = decl.dtype.size_bytes();
+    let mut bytes = vec![0u8; CHUNK_ELEMS * size];
+    // From -0.0, as `Iterator::sum` starts: the same bits for any values.
+    let (mut first, mut sum) = (Vec::new(), -0.0f64);
+    let mut done = 0;
+    while done < n {
+        let k = (n - done).min(CHUNK_ELEMS);
+        let chunk = &mut bytes[..k * size];
+        device
+            .copy_to_host(buf, (done * size) as u64, chunk)
+            .map_err(|e| fail(e.to_string()))?;
+        let mut vals = values::empty(decl.dtype, k);
+        values::decode_into(chunk, decl.dtype, &mut vals);
+        for i in 0..vals.len() {
+            let v = vals.get_f(i);
+            if first.len() < 6 {
+                first.push(v);
+            }
+            sum += v;
+        }
+        done += k;
+    }
     let dims: Vec<String> = decl.shape.iter().map(u64::to_string).collect();
     let mut s = format!("{} {}[{}]:", decl.name, decl.dtype, dims.join(","));
-    for v in vals.iter().take(6) {
+    for v in &first {
         let _ = write!(s, " {v:.6}");
     }
-    if vals.len() > 6 {
+    if n > 6 {
         s.push_str(" ...");
     }
-    let _ = write!(s, " (sum {:.6})", vals.iter().sum::<f64>());
-    s
+    let _ = write!(s, " (sum {sum:.6})");
+    Ok(s)
 }
