@@ -61,6 +61,22 @@ pub use tilejit_runtime::{
     Signature,
 };
 
+pub use tilejit_ir::pool::{BufferPool, PoolStats};
+
+/// The process-wide pool that recycles dead tensors' storage: `stats()`,
+/// `empty()` (give every held buffer back to the system), `trim(bytes)`
+/// and `set_capacity(bytes)` (`TILEJIT_POOL_BYTES`, 256 MiB by default).
+///
+/// ```
+/// let before = tilejit::storage_pool().stats();
+/// tilejit::storage_pool().empty();
+/// assert_eq!(tilejit::storage_pool().stats().bytes, 0);
+/// assert!(tilejit::storage_pool().stats().hits >= before.hits);
+/// ```
+pub fn storage_pool() -> &'static BufferPool {
+    tilejit_ir::pool::pool()
+}
+
 /// Re-exports for generated code and for looking under the hood.
 pub mod internals {
     pub use tilejit_ir as ir;

@@ -11,7 +11,7 @@
 //! | `TILEJIT_DUMP` | a directory | off | every compile writes its graphs, kernel IR, Cranelift IR, machine code and bytecode there |
 //! | `TILEJIT_PROFILE` | a directory | off | every Sim launch writes a Chrome trace (open in Perfetto) there |
 //! | `TILEJIT_SIM_POLICY` | `fifo`, `newest-first`, `fair` | `fifo` | the device scheduler's ready-queue policy for Sim launches |
-//! | `TILEJIT_POOL_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `2G` | bound of the storage pool of dead tensor buffers; `0` disables it |
+//! | `TILEJIT_POOL_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `256M` | bound of the storage pool of dead tensor buffers; `0` disables it |
 //! | `TILEJIT_WARMUP` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | the first tensor of a process has a rayon pool thread compile a small kernel, so the first real compile finds Cranelift warm |
 
 use std::ffi::OsString;
@@ -35,8 +35,11 @@ pub const VARIABLES: [(&str, &str); 7] = [
     ("TILEJIT_WARMUP", "0 or 1 (also off/on, false/true, no/yes)"),
 ];
 
-/// The storage pool's byte bound unless `TILEJIT_POOL_BYTES` says otherwise.
-pub const DEFAULT_POOL_BYTES: usize = 2 << 30;
+/// The storage pool's byte bound unless `TILEJIT_POOL_BYTES` says otherwise:
+/// four of the 64 MiB outputs of the hot benchmarks (W1-W3), so a loop's
+/// outputs and temporaries still cycle through the pool, while dead
+/// buffers of past shapes cannot hold more than a small model's worth.
+pub const DEFAULT_POOL_BYTES: usize = 256 << 20;
 
 /// Where a compiled program runs. A call's mode is, first found: a
 /// per-call override (`tilejit::with_mode`), the function's own

@@ -1,10 +1,22 @@
 //! The caching allocator for tensor storage (PyTorch's caching allocator,
 //! simplified): when the last [`Array`](crate::Array) holding a buffer is
-//! dropped, the buffer goes back to a global pool keyed by (dtype, length)
-//! instead of to the system; a backend that needs storage of that type
-//! takes it back without asking the OS. Why: every call allocates its
-//! outputs, and a fresh big buffer page-faults in more slowly than the
-//! kernel that fills it.
+//! dropped, the buffer goes back to a global pool instead of to the system;
+//! a backend that needs storage of that type takes it back without asking
+//! the OS. Why: every call allocates its outputs, and a fresh big buffer
+//! page-faults in more slowly than the kernel that fills it.
+//!
+//! Buffers are kept by dtype and size class, not exact length, so a
+//! program run over many nearby shapes (eager ops, growing batches) reuses
+//! a few buffers instead of keeping one per shape. As PyTorch's
+//! `roundup_power2_divisions`, a class is a quarter-power of two below
+//! 8 MiB (at most 25% slack) and whole 2 MiB regions above it (the huge
+//! pages fresh big buffers are padded to anyway, [`class_len`]). Fresh
+//! storage is allocated at its class's length and its vector truncated to
+//! the length asked for; a taken buffer's length is set within its
+//! capacity, so nothing is copied (growing it writes only the elements
+//! between the two lengths). The byte bound evicts the oldest buffers
+//! first; [`BufferPool::empty`] and [`BufferPool::trim`] give buffers back
+//! to the system on demand.
 //!
 //! A taken buffer holds stale values: only code that overwrites every
 //! element may take one. In debug builds taken buffers are poisoned (NaN,
@@ -21,14 +33,68 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 /// fast for them.
 pub const MIN_POOLED_BYTES: usize = 4096;
 
+/// Past this, classes are whole 2 MiB regions.
+const LARGE_FROM: usize = 8 << 20;
+/// A transparent huge page.
+const REGION: usize = 2 << 20;
+/// What glibc puts before a big allocation in its mapping; a large class
+/// leaves room for it, so the class fills whole regions
+/// (`tilejit_codegen::sys::huge_page_len` pads fresh buffers the same way).
+const HEADER: usize = 32;
+
+/// The smallest size class holding `bytes`, or `None` past `usize`.
+fn class_up(bytes: usize) -> Option<usize> {
+    if bytes > LARGE_FROM {
+        let padded = bytes
+            .checked_add(HEADER)?
+            .checked_next_multiple_of(REGION)?;
+        return Some(padded - HEADER);
+    }
+    let step = (prev_power_of_two(bytes) / 4).max(1);
+    Some(bytes.next_multiple_of(step))
+}
+
+/// The largest size class that `cap` bytes of storage hold.
+fn class_down(cap: usize) -> usize {
+    if cap.saturating_add(HEADER) >= LARGE_FROM + REGION {
+        return (cap + HEADER) / REGION * REGION - HEADER;
+    }
+    let step = (prev_power_of_two(cap) / 4).max(1);
+    cap / step * step
+}
+
+fn prev_power_of_two(x: usize) -> usize {
+    if x == 0 {
+        0
+    } else {
+        1 << (usize::BITS - 1 - x.leading_zeros())
+    }
+}
+
+/// The length to allocate for `n` elements of `dtype` so that the storage
+/// fills its size class and can later serve any length of that class: `n`
+/// itself where the buffer would be too small to pool (or the size
+/// overflows).
+pub fn class_len(dtype: DType, n: usize) -> usize {
+    let size = dtype.size_bytes();
+    match n.checked_mul(size) {
+        Some(bytes) if bytes >= MIN_POOLED_BYTES => class_up(bytes).map_or(n, |c| c / size),
+        _ => n,
+    }
+}
+
 /// What the pool holds and has done.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PoolStats {
     /// Takes served from the pool.
     pub hits: u64,
+    /// Hits whose buffer had been used for another length (a nearby shape
+    /// of the same size class).
+    pub resized_hits: u64,
     /// Takes that found nothing.
     pub misses: u64,
-    /// Buffers dropped because the pool was full (oldest first).
+    /// Buffers dropped because the pool was full (oldest first) or was
+    /// trimmed.
     pub evictions: u64,
     /// Bytes held now.
     pub bytes: usize,
@@ -52,7 +118,7 @@ pub struct BufferPool {
 }
 
 /// The process-wide pool. Its byte bound is `TILEJIT_POOL_BYTES`
-/// ([`crate::config`]; 2 GiB by default, 0 disables pooling).
+/// ([`crate::config`]; 256 MiB by default, 0 disables pooling).
 pub fn pool() -> &'static BufferPool {
     static POOL: OnceLock<BufferPool> = OnceLock::new();
     POOL.get_or_init(|| BufferPool::new(crate::config::config().pool_bytes))
@@ -77,22 +143,27 @@ impl BufferPool {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A buffer of exactly `len` elements of `dtype` that was given back
-    /// earlier, if the pool has one. Its contents are stale (poisoned in
-    /// debug builds): the caller must overwrite every element.
+    /// A buffer of `len` elements of `dtype` that was given back earlier,
+    /// if the pool has one of `len`'s size class. Its contents are stale
+    /// (poisoned in debug builds): the caller must overwrite every element.
     pub fn take(&self, dtype: DType, len: usize) -> Option<Buffer> {
-        if len * dtype.size_bytes() < MIN_POOLED_BYTES {
+        let bytes = len.checked_mul(dtype.size_bytes())?;
+        if bytes < MIN_POOLED_BYTES {
             return None;
         }
+        let class = class_up(bytes)?;
         let mut st = self.lock();
-        let found = st.free.get_mut(&(dtype, len)).and_then(Vec::pop);
+        let found = st.free.get_mut(&(dtype, class)).and_then(Vec::pop);
         match found {
-            Some(b) => {
+            Some(mut b) => {
                 st.stats.hits += 1;
+                if b.len() != len {
+                    st.stats.resized_hits += 1;
+                }
                 st.stats.bytes -= b.allocated_bytes();
                 st.stats.buffers -= 1;
                 drop(st);
-                let mut b = b;
+                set_len(&mut b, len);
                 if cfg!(debug_assertions) {
                     poison(&mut b);
                 }
@@ -108,12 +179,13 @@ impl BufferPool {
     /// Keeps `buf` for a later [`take`](Self::take), evicting the oldest
     /// buffers if the pool would exceed its bound.
     pub fn give(&self, buf: Buffer) {
-        // Which buffers pool is decided by length, as in `take`; the bound
-        // counts what they hold.
-        if buf.len() * buf.dtype().size_bytes() < MIN_POOLED_BYTES {
+        // Kept under the largest class its capacity holds, so whatever
+        // takes it fits; the bound counts all it holds.
+        let bytes = buf.allocated_bytes();
+        if bytes < MIN_POOLED_BYTES {
             return;
         }
-        let bytes = buf.allocated_bytes();
+        let key = (buf.dtype(), class_down(bytes));
         let mut st = self.lock();
         if bytes > st.stats.capacity {
             return;
@@ -134,7 +206,6 @@ impl BufferPool {
                 evicted.push(b);
             }
         }
-        let key = (buf.dtype(), buf.len());
         st.free.entry(key).or_default().push(buf);
         st.order.push_back(key);
         st.stats.bytes += bytes;
@@ -159,24 +230,74 @@ impl BufferPool {
         self.lock().stats
     }
 
-    /// Drops every held buffer.
+    /// Gives every held buffer back to the system (PyTorch's
+    /// `empty_cache`); counters other than occupancy are kept.
+    pub fn empty(&self) {
+        self.trim(0);
+    }
+
+    /// Drops every held buffer; the same as [`empty`](Self::empty).
     pub fn clear(&self) {
-        let old = {
+        self.empty();
+    }
+
+    /// Gives the oldest held buffers back to the system until the pool
+    /// holds at most `bytes`.
+    pub fn trim(&self, bytes: usize) {
+        let evicted = {
             let mut st = self.lock();
-            st.order.clear();
-            st.stats.bytes = 0;
-            st.stats.buffers = 0;
-            std::mem::take(&mut st.free)
+            let mut evicted = Vec::new();
+            while st.stats.bytes > bytes {
+                let Some(key) = st.order.pop_front() else {
+                    break;
+                };
+                if let Some(b) = st
+                    .free
+                    .get_mut(&key)
+                    .and_then(|v| (!v.is_empty()).then(|| v.remove(0)))
+                {
+                    st.stats.bytes -= b.allocated_bytes();
+                    st.stats.buffers -= 1;
+                    st.stats.evictions += 1;
+                    evicted.push(b);
+                }
+            }
+            if st.stats.buffers == 0 {
+                st.free.clear();
+                st.order.clear();
+            }
+            evicted
         };
-        drop(old);
+        // Freed outside the lock: returning big blocks to the OS takes time.
+        drop(evicted);
     }
 
     /// Sets the byte bound (0 disables pooling) and trims to it.
     pub fn set_capacity(&self, bytes: usize) {
         self.lock().stats.capacity = bytes;
-        if bytes == 0 {
-            self.clear();
+        self.trim(bytes);
+    }
+}
+
+/// Sets `b`'s length to `len` within its capacity (a class's buffer may
+/// have served another length): truncating is free, and growing writes
+/// only the elements between the two lengths.
+fn set_len(b: &mut Buffer, len: usize) {
+    fn to<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
+        if len <= v.len() {
+            v.truncate(len);
+        } else {
+            v.resize(len, fill);
         }
+    }
+    match b {
+        Buffer::F32(v) => to(v, len, 0.0),
+        Buffer::F64(v) => to(v, len, 0.0),
+        Buffer::F16(v) => to(v, len, f16::ZERO),
+        Buffer::BF16(v) => to(v, len, bf16::ZERO),
+        Buffer::I32(v) => to(v, len, 0),
+        Buffer::I64(v) => to(v, len, 0),
+        Buffer::Bool(v) => to(v, len, false),
     }
 }
 

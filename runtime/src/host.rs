@@ -4,6 +4,7 @@
 //! `gemm`, f16/bf16 held as f32 between the program's boundaries (each
 //! op's result rounded to its type).
 
+use crate::alloc::class_vec;
 use crate::error::RuntimeError;
 use crate::flight::map_off_pool;
 use crate::kernel_cache::{kernel_cache, CachedKernel};
@@ -13,8 +14,7 @@ use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tilejit_codegen::host::{
-    matmul_f32, matmul_f64, storage_bytes, sys::zeroed_vec, BufArg, CheckedArgs, CodegenOptions,
-    KernelArgs,
+    matmul_f32, matmul_f64, storage_bytes, BufArg, CheckedArgs, CodegenOptions, KernelArgs,
 };
 use tilejit_codegen::CodegenError;
 use tilejit_ir::fallible::{collect, filled};
@@ -53,9 +53,10 @@ enum Store {
 }
 
 /// Storage for `n` elements that kernels will overwrite completely: a
-/// buffer from the caching pool when one of that type and length is free,
-/// else fresh zeroed memory (calloc: the OS maps zero pages lazily, so the
-/// page faults happen in the parallel kernel, not in a serial memset here).
+/// buffer from the caching pool when one of that type and size class is
+/// free, else fresh zeroed memory (calloc: the OS maps zero pages lazily,
+/// so the page faults happen in the parallel kernel, not in a serial
+/// memset here) filling its class, for later reuse.
 fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
     let oom = || IrError::OutOfMemory {
         bytes: n.saturating_mul(storage_bytes(dtype)),
@@ -75,11 +76,11 @@ fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
         }
     }
     Ok(match held {
-        DType::F64 => Store::F64(zeroed_vec(n).ok_or_else(oom)?),
-        DType::I32 => Store::I32(zeroed_vec(n).ok_or_else(oom)?),
-        DType::I64 => Store::I64(zeroed_vec(n).ok_or_else(oom)?),
-        DType::Bool => Store::Bool(zeroed_vec(n).ok_or_else(oom)?),
-        _ => Store::F32(zeroed_vec(n).ok_or_else(oom)?),
+        DType::F64 => Store::F64(class_vec(held, n).ok_or_else(oom)?),
+        DType::I32 => Store::I32(class_vec(held, n).ok_or_else(oom)?),
+        DType::I64 => Store::I64(class_vec(held, n).ok_or_else(oom)?),
+        DType::Bool => Store::Bool(class_vec(held, n).ok_or_else(oom)?),
+        _ => Store::F32(class_vec(held, n).ok_or_else(oom)?),
     })
 }
 

@@ -1,11 +1,12 @@
 //! The caching allocator for tensor storage: buffers come back when the
 //! last array holding them is dropped, a program's next run reuses them
 //! (poisoned in debug builds, so a kernel that skipped an element would
-//! show), and the byte bound evicts oldest first. The pool is global and
+//! show), nearby lengths share a size class, and the byte bound evicts
+//! oldest first. The pool is global and
 //! other tests run beside these, so counters are compared as increases.
 
 use tilejit::prelude::*;
-use tilejit_ir::pool::{pool, BufferPool};
+use tilejit_ir::pool::{class_len, pool, BufferPool};
 use tilejit_ir::{Array, Buffer, DType};
 
 #[jit]
@@ -41,11 +42,10 @@ fn repeated_calls_reuse_output_storage_and_stay_correct() {
 fn take_give_and_the_byte_bound() {
     let p: &BufferPool = pool();
     let n = 12_345; // a length no other test allocates
-    let arr = Array::new(
-        tilejit_ir::Shape::new(&[n]).unwrap(),
-        Buffer::I64(vec![5; n]),
-    )
-    .unwrap();
+                    // Allocated as the runtime does, filling its size class.
+    let mut v = vec![5; class_len(DType::I64, n)];
+    v.truncate(n);
+    let arr = Array::new(tilejit_ir::Shape::new(&[n]).unwrap(), Buffer::I64(v)).unwrap();
     let clone = arr.clone();
     drop(arr);
     assert!(p.take(DType::I64, n).is_none(), "still held by a clone");
@@ -66,20 +66,23 @@ fn take_give_and_the_byte_bound() {
 
 #[test]
 fn the_byte_bound_evicts_oldest_first() {
-    let p = BufferPool::new(3 * 8192 + 12);
-    for i in 0..3 {
-        p.give(Buffer::F32(vec![i as f32; 2048 + i]));
+    // Three size classes: 8, 10 and 12 KiB of f32s.
+    let lens = [2048, 2560, 3072];
+    let p = BufferPool::new(30 * 1024 + 12);
+    for (i, len) in lens.into_iter().enumerate() {
+        p.give(Buffer::F32(vec![i as f32; len]));
     }
     assert_eq!((p.stats().buffers, p.stats().evictions), (3, 0));
-    p.give(Buffer::F32(vec![9.0; 2047])); // over the bound: the oldest goes
+    p.give(Buffer::F32(vec![9.0; 2048])); // over the bound: the oldest goes
     let s = p.stats();
     assert_eq!((s.buffers, s.evictions), (3, 1));
     assert!(s.bytes <= s.capacity);
+    assert!(p.take(DType::F32, 2048).is_some(), "the newest 8 KiB one");
     assert!(p.take(DType::F32, 2048).is_none(), "oldest evicted");
-    assert!(p.take(DType::F32, 2049).is_some());
-    assert!(p.take(DType::F32, 2047).is_some());
+    assert!(p.take(DType::F32, 3072).is_some());
+    p.give(Buffer::F32(vec![0.0; 2048]));
     p.give(Buffer::F32(vec![0.0; 1 << 20])); // bigger than the whole bound: not kept
-    assert_eq!(p.stats().buffers, 1);
+    assert_eq!(p.stats().buffers, 2);
     p.clear();
     assert_eq!((p.stats().buffers, p.stats().bytes), (0, 0));
     p.set_capacity(0);
@@ -159,8 +162,14 @@ fn threads_share_one_pool_and_its_counts_stay_exact() {
                     let mut held: Vec<Buffer> = lens
                         .iter()
                         .map(|&len| {
+                            // Fresh storage fills its size class, as the
+                            // runtime allocates it.
                             let b = p.take(DType::F32, len);
-                            b.unwrap_or_else(|| Buffer::F32(vec![0.0; len]))
+                            b.unwrap_or_else(|| {
+                                let mut v = vec![0.0; class_len(DType::F32, len)];
+                                v.truncate(len);
+                                Buffer::F32(v)
+                            })
                         })
                         .collect();
                     for (b, &len) in held.iter_mut().zip(&lens) {
@@ -221,4 +230,121 @@ fn pool_bytes_parse_plain_and_suffixed_counts_only() {
     ] {
         assert_eq!(parse_bytes(bad), None, "{bad:?}");
     }
+}
+
+/// Size classes: every length fits its class, with at most a quarter of
+/// slack below 8 MiB and less than one 2 MiB region above; a buffer
+/// allocated at its class's length serves every length of that class, and
+/// one of any other capacity serves only lengths it holds.
+#[test]
+fn size_classes_hold_their_lengths_and_serve_each_other() {
+    let p = BufferPool::new(1 << 30);
+    let mut lens: Vec<usize> = (1024..3000).step_by(7).collect();
+    lens.extend((0..24).map(|i| (1usize << (12 + i / 2)) + i * 4099));
+    lens.extend([(2 << 20) - 8, 2 << 20, (2 << 20) + 1, 5 << 20, 9 << 20]);
+    for len in lens {
+        let class = class_len(DType::F32, len);
+        assert!(class >= len, "{len}");
+        let (bytes, slack) = (len * 4, (class - len) * 4);
+        if bytes < 8 << 20 {
+            assert!(slack * 4 <= bytes, "{len} -> {class}");
+        } else {
+            assert!(slack < 2 << 20, "{len} -> {class}");
+        }
+        let mut v = vec![0.0f32; class];
+        v.truncate(len);
+        p.give(Buffer::F32(v));
+        // The largest and the smallest length of the class both take it.
+        let b = p
+            .take(DType::F32, class)
+            .unwrap_or_else(|| panic!("{len} -> {class}: {:?}", p.stats()));
+        assert_eq!(b.len(), class);
+        p.give(b);
+        let smallest = (1..=len)
+            .rev()
+            .take_while(|&n| class_len(DType::F32, n) == class)
+            .last();
+        let b = p
+            .take(DType::F32, smallest.unwrap())
+            .expect("its smallest length");
+        assert_eq!(b.len(), smallest.unwrap());
+        assert_eq!(p.take(DType::F32, class + 1), None, "{len}: nothing bigger");
+    }
+    assert_eq!(p.stats().buffers, 0);
+    // A buffer not allocated at a class boundary serves the classes below.
+    p.give(Buffer::I64(vec![1; 3000]));
+    assert_eq!(p.take(DType::I64, 3000), None);
+    assert_eq!(p.take(DType::I64, 2500).map(|b| b.len()), Some(2500));
+}
+
+/// 10^4 results of distinct lengths, each dropped before the next (an
+/// eager loop over growing inputs): keyed by size class, the pool holds a
+/// handful of buffers and serves nearly every take, where keyed by exact
+/// length it kept one buffer per shape (404 MiB at 10^4 shapes).
+#[test]
+fn ten_thousand_distinct_lengths_reuse_a_few_buffers() {
+    let p = BufferPool::new(1 << 30);
+    let mut held = Vec::new();
+    for i in 0..10_000usize {
+        let len = 10_000 + 3 * i; // 40 to 160 KB of f32s
+        let b = p.take(DType::F32, len).unwrap_or_else(|| {
+            let mut v = vec![0.0; class_len(DType::F32, len)];
+            v.truncate(len);
+            Buffer::F32(v)
+        });
+        assert_eq!(b.len(), len);
+        // The previous result dies as the next one is made.
+        held.push(b);
+        if held.len() > 1 {
+            p.give(held.remove(0));
+        }
+    }
+    let s = p.stats();
+    // Two buffers alternate per class, and stay behind when lengths move
+    // to the next of its nine classes.
+    assert!(s.misses <= 24, "{s:?}");
+    assert!(s.resized_hits + 24 >= 10_000, "{s:?}");
+    assert!(s.buffers <= 20 && s.bytes <= 4 << 20, "{s:?}");
+}
+
+/// The same through eager ops on the global pool: random inputs and
+/// results of 1000 distinct lengths all reuse each other's storage (random
+/// tensors, written whole, take from the pool too: made fresh, they only
+/// ever fed it). Other tests share the pool, so only increases count.
+#[test]
+fn distinct_eager_shapes_reuse_nearby_buffers() {
+    let _host = tilejit::mode::scoped_host();
+    let before = tilejit::storage_pool().stats();
+    let n = 1000u64;
+    for i in 0..n as usize {
+        let len = 50_000 + 13 * i; // 200 to 250 KB
+        let x = Tensor::randn(&[len], i as u64);
+        let y = x.relu();
+        assert_eq!(y.shape(), [len]);
+    }
+    let after = tilejit::storage_pool().stats();
+    let resized = after.resized_hits - before.resized_hits;
+    assert!(resized + 20 >= 2 * n, "{before:?} -> {after:?}");
+    assert!(after.bytes <= after.capacity);
+}
+
+/// A pool empties and trims; `tilejit::storage_pool()` is the global one.
+#[test]
+fn the_storage_pool_empties_and_trims() {
+    let p = BufferPool::new(1 << 30);
+    // Lengths at class boundaries: 40, 64 and 160 KiB of f64s.
+    for len in [5120usize, 8192, 20_480] {
+        p.give(Buffer::F64(vec![0.0; len]));
+    }
+    p.trim(200_000);
+    let s = p.stats();
+    assert_eq!((s.buffers, s.evictions), (1, 2), "the oldest go first");
+    assert!(p.take(DType::F64, 20_000).is_some());
+    p.give(Buffer::F64(vec![0.0; 5120]));
+    p.empty();
+    assert_eq!((p.stats().buffers, p.stats().bytes), (0, 0));
+    // The global one (not emptied here: other tests count its hits).
+    let g = tilejit::storage_pool();
+    assert_eq!(g.stats().capacity, tilejit::config().pool_bytes);
+    assert!(g.stats().bytes <= g.stats().capacity);
 }
