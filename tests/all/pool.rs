@@ -41,8 +41,11 @@ fn repeated_calls_reuse_output_storage_and_stay_correct() {
 #[test]
 fn take_give_and_the_byte_bound() {
     let p: &BufferPool = pool();
-    let n = 12_345; // a length no other test allocates
-                    // Allocated as the runtime does, filling its size class.
+    // 40 MB of i64: a size class no other test allocates (with classes,
+    // nearby lengths share buffers, so a small length could be served by
+    // another test's storage). Allocated as the runtime does, filling its
+    // size class.
+    let n = 5_000_003;
     let mut v = vec![5; class_len(DType::I64, n)];
     v.truncate(n);
     let arr = Array::new(tilejit_ir::Shape::new(&[n]).unwrap(), Buffer::I64(v)).unwrap();
