@@ -13,13 +13,14 @@
 //! | `TILEJIT_SIM_POLICY` | `fifo`, `newest-first`, `fair` | `fifo` | the device scheduler's ready-queue policy for Sim launches |
 //! | `TILEJIT_POOL_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `256M` | bound of the storage pool of dead tensor buffers; `0` disables it |
 //! | `TILEJIT_WARMUP` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | the first tensor of a process has a rayon pool thread compile a small kernel, so the first real compile finds Cranelift warm |
+//! | `TILEJIT_CACHE_DIR` | a directory, or `off` | `$XDG_CACHE_HOME/tilejit`, else `~/.cache/tilejit` | where the on-disk kernel cache lives; `off` disables it (so does having neither `XDG_CACHE_HOME` nor `HOME`) |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// Every variable [`Config`] reads, with the values it accepts.
-pub const VARIABLES: [(&str, &str); 7] = [
+pub const VARIABLES: [(&str, &str); 8] = [
     ("TILEJIT_RUN_MODE", "host, sim, verify or reference"),
     (
         "TILEJIT_LOG",
@@ -33,6 +34,7 @@ pub const VARIABLES: [(&str, &str); 7] = [
         "bytes such as 1073741824 or 1G; 0 disables pooling",
     ),
     ("TILEJIT_WARMUP", "0 or 1 (also off/on, false/true, no/yes)"),
+    ("TILEJIT_CACHE_DIR", "a directory, or off"),
 ];
 
 /// The storage pool's byte bound unless `TILEJIT_POOL_BYTES` says otherwise:
@@ -182,6 +184,9 @@ pub struct Config {
     pub pool_bytes: usize,
     /// `TILEJIT_WARMUP`: whether the first tensor starts a compiler warm-up.
     pub warmup: bool,
+    /// `TILEJIT_CACHE_DIR`, else `$XDG_CACHE_HOME/tilejit`, else
+    /// `$HOME/.cache/tilejit`: the on-disk kernel cache; `None` is off.
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -194,6 +199,7 @@ impl Default for Config {
             sim_policy: None,
             pool_bytes: DEFAULT_POOL_BYTES,
             warmup: true,
+            cache_dir: None,
         }
     }
 }
@@ -276,8 +282,26 @@ impl Config {
                 None => ignore(&mut complaints, "TILEJIT_WARMUP", &v),
             }
         }
+        c.cache_dir = cache_dir(&var);
         (c, complaints)
     }
+}
+
+/// The disk cache's directory: `TILEJIT_CACHE_DIR` (`off` disables it),
+/// else `$XDG_CACHE_HOME/tilejit` (the XDG spec ignores a relative one),
+/// else `$HOME/.cache/tilejit`, else none.
+fn cache_dir(var: &impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = set("TILEJIT_CACHE_DIR") {
+        let off = dir
+            .to_str()
+            .is_some_and(|t| t.trim().eq_ignore_ascii_case("off"));
+        return (!off).then_some(dir);
+    }
+    if let Some(xdg) = set("XDG_CACHE_HOME").filter(|p| p.is_absolute()) {
+        return Some(xdg.join("tilejit"));
+    }
+    set("HOME").map(|home| home.join(".cache").join("tilejit"))
 }
 
 /// A byte count: digits, optionally followed by `K`, `M` or `G` (binary
@@ -333,6 +357,7 @@ mod tests {
             ("TILEJIT_SIM_POLICY", "newest"),
             ("TILEJIT_POOL_BYTES", "512M"),
             ("TILEJIT_WARMUP", "off"),
+            ("TILEJIT_CACHE_DIR", "/tmp/c"),
         ]);
         assert!(complaints.is_empty(), "{complaints:?}");
         let want = Config {
@@ -347,6 +372,7 @@ mod tests {
             sim_policy: Some(Policy::NewestFirst),
             pool_bytes: 512 << 20,
             warmup: false,
+            cache_dir: Some("/tmp/c".into()),
         };
         assert_eq!(c, want);
     }
@@ -369,6 +395,26 @@ mod tests {
             assert!(complaint.contains(name), "{complaint}");
             assert!(complaint.contains(value), "{complaint}");
         }
+    }
+
+    #[test]
+    fn the_cache_dir_falls_back_to_xdg_then_home_and_can_be_off() {
+        let dir = |vars: &[(&str, &str)]| read(vars).0.cache_dir;
+        let home = ("HOME", "/home/u");
+        assert_eq!(dir(&[home]), Some("/home/u/.cache/tilejit".into()));
+        let xdg = ("XDG_CACHE_HOME", "/x");
+        assert_eq!(dir(&[home, xdg]), Some("/x/tilejit".into()));
+        // A relative XDG_CACHE_HOME is invalid by the spec: ignored.
+        assert_eq!(
+            dir(&[home, ("XDG_CACHE_HOME", "rel")]),
+            Some("/home/u/.cache/tilejit".into())
+        );
+        assert_eq!(
+            dir(&[home, xdg, ("TILEJIT_CACHE_DIR", "/c")]),
+            Some("/c".into())
+        );
+        assert_eq!(dir(&[home, xdg, ("TILEJIT_CACHE_DIR", "OFF")]), None);
+        assert_eq!(dir(&[]), None);
     }
 
     #[test]
