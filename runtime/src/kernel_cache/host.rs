@@ -100,7 +100,7 @@ impl KernelCache {
         program: &str,
     ) -> Result<Arc<CachedKernel>, RuntimeError> {
         let identity = HostIdentity::new(k, dtype_of, opts);
-        self.get::<HostBackend>(k, program, identity, |identity, key| {
+        self.get::<HostBackend>(k, program, identity, None, |identity, key| {
             let code = compile(k, dtype_of, identity.opts)?;
             let source = Arc::new(Source {
                 kernel: k.clone(),

@@ -64,6 +64,11 @@ impl KeyParts {
         self
     }
 
+    /// The components, in order.
+    pub(crate) fn parts(&self) -> &[(&'static str, String)] {
+        &self.parts
+    }
+
     /// The key: SHA-256 over each component as (name length, name, value
     /// length, value), lengths as little-endian u64, so no two lists of
     /// components encode alike.

@@ -12,10 +12,16 @@
 //! identity whole, belt and braces. Entries are `Arc`s: a program that holds a kernel keeps it working
 //! after the cache evicts or clears it.
 //!
+//! Below the map lies the on-disk cache ([`disk`]): a miss looks there
+//! before compiling and writes what it compiled, so later processes skip
+//! the compile. Sim entries persist; host entries (machine code that
+//! would need relinking) stay in memory only for now.
+//!
 //! Single flight (`flight.rs`): threads that miss the same kernel while it
 //! compiles wait for that compile and share its result, error included.
 //! The lock is never held while compiling.
 
+pub(crate) mod disk;
 mod host;
 pub mod key;
 mod sim;
@@ -25,7 +31,8 @@ mod tests;
 
 use crate::error::RuntimeError;
 use crate::flight::{catching, Flights, Join};
-use key::ContentKey;
+use disk::{DiskCache, Miss};
+use key::{ContentKey, KeyParts};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -71,7 +78,15 @@ pub(crate) trait Backend: Sized + 'static {
     fn code_bytes(code: &Self::Code) -> usize;
     /// This target's part of the cache.
     fn part(inner: &mut Inner) -> &mut Part<Self>;
+    /// The code as a disk cache payload; `None` keeps it in memory only.
+    fn encode(_code: &Self::Code) -> Option<Vec<u8>> {
+        None
+    }
 }
+
+/// Makes code from a disk cache payload, checking it as untrusted input;
+/// an `Err` says why the payload is unusable.
+pub(crate) type Loader<'a, C> = &'a dyn Fn(&[u8]) -> Result<Compiled<C>, String>;
 
 /// What a backend's compile returns besides the code.
 pub(crate) struct Compiled<C> {
@@ -134,6 +149,15 @@ struct Entry<B: Backend> {
     compile_time: Duration,
     details: DetailsFn,
     last_used: Instant,
+}
+
+/// What a leader needs besides the compile: the key and how to load it.
+struct Made<'a, C> {
+    parts: &'a KeyParts,
+    key: ContentKey,
+    digests: Vec<(&'static str, [u8; 8])>,
+    /// `None`: this backend's entries stay in memory.
+    load: Option<Loader<'a, C>>,
 }
 
 /// What a lookup of a `B` kernel returns.
@@ -200,6 +224,15 @@ pub struct KernelCacheStats {
     pub bytes: usize,
     /// Total time spent compiling.
     pub compile_time: Duration,
+    /// Misses the disk cache served.
+    pub disk_hits: u64,
+    /// Misses the disk cache could not serve (rejected files included).
+    pub disk_misses: u64,
+    /// Entries written to the disk cache.
+    pub disk_writes: u64,
+    /// Disk cache files found unusable (truncated, corrupt, another
+    /// format or key); each was recompiled and replaced.
+    pub disk_rejected: u64,
 }
 
 /// One cache entry, as `entries()` reports it.
@@ -267,17 +300,27 @@ pub(crate) struct Inner {
 /// ```
 pub struct KernelCache {
     inner: Mutex<Inner>,
+    /// The on-disk cache below the map (`TILEJIT_CACHE_DIR`), if on.
+    disk: Option<DiskCache>,
 }
 
-/// The process-wide kernel cache.
+/// The process-wide kernel cache, over the disk cache `TILEJIT_CACHE_DIR`
+/// names (by default in the user's cache directory).
 pub fn kernel_cache() -> &'static KernelCache {
     static C: OnceLock<KernelCache> = OnceLock::new();
-    C.get_or_init(KernelCache::new)
+    C.get_or_init(|| KernelCache::with_disk(DiskCache::from_config()))
 }
 
 impl KernelCache {
+    /// A cache without a disk below it.
+    #[cfg_attr(not(test), allow(dead_code))]
     fn new() -> KernelCache {
+        KernelCache::with_disk(None)
+    }
+
+    fn with_disk(disk: Option<DiskCache>) -> KernelCache {
         KernelCache {
+            disk,
             inner: Mutex::new(Inner {
                 host: Part::default(),
                 sim: Part::default(),
@@ -302,6 +345,7 @@ impl KernelCache {
         kernel: &tilejit_ir::kernel::Kernel,
         program: &str,
         identity: B::Identity,
+        load: Option<Loader<'_, B::Code>>,
         compile: impl FnOnce(&B::Identity, ContentKey) -> Result<Compiled<B::Code>, RuntimeError>,
     ) -> Result<Arc<Cached<B::Code>>, RuntimeError> {
         let parts = B::key_parts(&identity);
@@ -334,34 +378,94 @@ impl KernelCache {
         drop(g);
         let what = || format!("compiling kernel {} for {}", kernel.name, B::TARGET);
         let result = catching(what, || {
-            self.compile::<B>(kernel, program, identity.clone(), key, digests, compile)
+            let made = Made {
+                parts: &parts,
+                key,
+                digests,
+                load,
+            };
+            self.compile::<B>(kernel, program, identity.clone(), made, compile)
         });
         B::part(&mut self.lock()).flights.land(&key, lead, result)
     }
 
-    /// Compiles and enters one kernel under `key` (unless a colliding
-    /// compile entered the same identity first: then that code).
+    /// The disk cache's entry for `made`, if it has a usable one; counts
+    /// the lookup. A rejected file is logged under `TILEJIT_LOG=cache`.
+    fn load_from_disk<C>(
+        &self,
+        kernel: &tilejit_ir::kernel::Kernel,
+        target: Target,
+        made: &Made<'_, C>,
+    ) -> Option<Compiled<C>> {
+        let (disk, load) = (self.disk.as_ref()?, made.load?);
+        let got = disk
+            .load(&made.key, made.parts)
+            .and_then(|bytes| load(&bytes).map_err(Miss::Rejected));
+        let mut g = self.lock();
+        match got {
+            Ok(c) => {
+                g.stats.disk_hits += 1;
+                Some(c)
+            }
+            Err(miss) => {
+                g.stats.disk_misses += 1;
+                if matches!(miss, Miss::Rejected(_)) {
+                    g.stats.disk_rejected += 1;
+                    if tilejit_ir::config::config().log.cache {
+                        eprintln!(
+                            "[tilejit] disk cache entry for {} on {target} ({}) rejected: {miss}; recompiling",
+                            kernel.name,
+                            made.key.short()
+                        );
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    /// Loads from disk or compiles one kernel, and enters it under `key`
+    /// (unless a colliding compile entered the same identity first: then
+    /// that code). A compile is written to the disk cache.
     fn compile<B: Backend>(
         &self,
         kernel: &tilejit_ir::kernel::Kernel,
         program: &str,
         identity: B::Identity,
-        key: ContentKey,
-        digests: Vec<(&'static str, [u8; 8])>,
+        made: Made<'_, B::Code>,
         compile: impl FnOnce(&B::Identity, ContentKey) -> Result<Compiled<B::Code>, RuntimeError>,
     ) -> Result<Arc<Cached<B::Code>>, RuntimeError> {
+        let key = made.key;
         let start = Instant::now();
-        let compiled = compile(&identity, key)?;
+        let loaded = self.load_from_disk(kernel, B::TARGET, &made);
+        let from_disk = loaded.is_some();
+        let compiled = match loaded {
+            Some(c) => c,
+            None => compile(&identity, key)?,
+        };
         let compile_time = start.elapsed();
         let bytes = B::code_bytes(&compiled.code);
         if tilejit_ir::config::config().log.compile {
             eprintln!(
-                "[tilejit] compiled {} for {} ({}) in {:.3} ms, {bytes} bytes",
+                "[tilejit] {} {} for {} ({}) in {:.3} ms, {bytes} bytes",
+                if from_disk {
+                    "loaded from disk"
+                } else {
+                    "compiled"
+                },
                 kernel.name,
                 B::TARGET,
                 key.short(),
                 compile_time.as_secs_f64() * 1e3,
             );
+        }
+        if let (false, Some(disk), Some(_)) = (from_disk, &self.disk, made.load) {
+            // Written outside the lock; a failure only costs caching.
+            if let Some(payload) = B::encode(&compiled.code) {
+                if disk.store(&key, made.parts, &payload) {
+                    self.lock().stats.disk_writes += 1;
+                }
+            }
         }
         let cached = Arc::new(Cached {
             code: compiled.code,
@@ -370,15 +474,17 @@ impl KernelCache {
             key: key.hex(),
         });
         let mut g = self.lock();
-        g.stats.compiles += 1;
-        g.stats.compile_time += compile_time;
+        if !from_disk {
+            g.stats.compiles += 1;
+            g.stats.compile_time += compile_time;
+        }
         let part = B::part(&mut g);
         if let Some(e) = part.entries.get(&key).filter(|e| e.identity == identity) {
             return Ok(e.code.clone());
         }
         let entry = Entry {
             identity,
-            digests,
+            digests: made.digests,
             code: cached.clone(),
             name: kernel.name.clone(),
             program: program.to_string(),

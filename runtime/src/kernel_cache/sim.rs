@@ -1,13 +1,19 @@
 //! Sim entries: device bytecode. Device code bakes sizes and strides in,
 //! so the key is the kernel's whole text, its buffers' dtypes and the
 //! device config.
+//!
+//! On disk an entry is its core functions' bytecode (`isa::binary`) plus
+//! the launch metadata `DeviceKernel` carries; loading decodes and runs
+//! the verifier again, so a file can never run an unverified program.
 
+use super::disk::Reader;
 use super::key::KeyParts;
 use super::{Backend, CachedSimKernel, Compiled, Inner, KernelCache, KernelDetails, Part};
 use crate::error::RuntimeError;
 use std::sync::Arc;
 use tilejit_codegen::device::DeviceKernel;
-use tilejit_device::{DeviceConfig, Target};
+use tilejit_device::isa::{asm::disassemble, binary};
+use tilejit_device::{CoreType, DeviceConfig, Target};
 use tilejit_ir::kernel::{BufId, Kernel};
 use tilejit_ir::DType;
 
@@ -43,6 +49,129 @@ impl Backend for SimBackend {
     fn part(inner: &mut Inner) -> &mut Part<Self> {
         &mut inner.sim
     }
+
+    fn encode(code: &Vec<DeviceKernel>) -> Option<Vec<u8>> {
+        encode(code)
+    }
+}
+
+/// A sim entry's payload, little endian:
+///
+/// ```text
+/// u32:n_extra { u8:dtype u64:elements }   workspace, shared by all functions
+/// u32:n_kernels {
+///   u32:len name  u8:core  u32:n { u32:buffer }  u64:units  u64:tile_units
+///   u32:len bytecode
+/// }
+/// ```
+///
+/// `None` if the functions do not share one workspace list (the launcher
+/// relies on that sharing) or a program cannot be encoded.
+fn encode(code: &[DeviceKernel]) -> Option<Vec<u8>> {
+    let extra = &code.first()?.extra;
+    if !code.iter().all(|k| Arc::ptr_eq(&k.extra, extra)) {
+        return None;
+    }
+    let mut out = Vec::new();
+    let u32_of = |n: usize| u32::try_from(n).ok().map(u32::to_le_bytes);
+    out.extend(u32_of(extra.len())?);
+    for (dtype, n) in extra.iter() {
+        out.push(DType::ALL.iter().position(|d| d == dtype)? as u8);
+        out.extend((*n as u64).to_le_bytes());
+    }
+    out.extend(u32_of(code.len())?);
+    for k in code {
+        out.extend(u32_of(k.name.len())?);
+        out.extend(k.name.as_bytes());
+        out.push(core_byte(k.core));
+        out.extend(u32_of(k.buffers.len())?);
+        for b in &k.buffers {
+            out.extend(b.0.to_le_bytes());
+        }
+        out.extend((k.units as u64).to_le_bytes());
+        out.extend((k.tile_units as u64).to_le_bytes());
+        let program = binary::encode(k.program.program()).ok()?;
+        out.extend(u32_of(program.len())?);
+        out.extend(program);
+    }
+    Some(out)
+}
+
+fn core_byte(core: CoreType) -> u8 {
+    match core {
+        CoreType::Aic => 0,
+        CoreType::Aiv => 1,
+    }
+}
+
+/// The core functions of a payload, decoded and verified for `cfg` as
+/// untrusted input: any flaw is an `Err` naming it.
+fn decode(bytes: &[u8], cfg: &DeviceConfig) -> Result<Vec<DeviceKernel>, String> {
+    let mut r = Reader { bytes, pos: 0 };
+    let to_usize = |v: u64| usize::try_from(v).map_err(|_| format!("{v} does not fit usize"));
+    let n = r.count(9)?;
+    let mut extra = Vec::with_capacity(n);
+    for _ in 0..n {
+        let b = r.u8()?;
+        let dtype = *DType::ALL
+            .get(b as usize)
+            .ok_or_else(|| format!("bad dtype byte {b}"))?;
+        extra.push((dtype, to_usize(r.u64()?)?));
+    }
+    let extra = Arc::new(extra);
+    let n = r.count(29)?;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = r.u32()? as usize;
+        let name = std::str::from_utf8(r.take(len)?)
+            .map_err(|_| "a kernel name is not UTF-8")?
+            .to_string();
+        let core = r.u8()?;
+        let nb = r.count(4)?;
+        let buffers = (0..nb)
+            .map(|_| r.u32().map(BufId))
+            .collect::<Result<Vec<_>, _>>()?;
+        let units = to_usize(r.u64()?)?;
+        let tile_units = to_usize(r.u64()?)?;
+        let len = r.u32()? as usize;
+        let program = binary::decode(r.take(len)?).map_err(|e| e.to_string())?;
+        if core_byte(program.core) != core {
+            return Err(format!("`{name}`: core type differs from its program's"));
+        }
+        if tile_units == 0 {
+            return Err(format!("`{name}`: zero units per tile"));
+        }
+        let asm = disassemble(&program);
+        let program = tilejit_device::verify(program, cfg).map_err(|e| e.to_string())?;
+        out.push(DeviceKernel {
+            name,
+            core: program.program().core,
+            program,
+            asm,
+            buffers,
+            units,
+            tile_units,
+            extra: extra.clone(),
+        });
+    }
+    if !r.done() || out.is_empty() {
+        return Err("trailing bytes or no core function".into());
+    }
+    Ok(out)
+}
+
+/// What `details` shows for sim code.
+fn details_of(kernel_ir: String, kernels: &[DeviceKernel]) -> super::DetailsFn {
+    let disasm = kernels
+        .iter()
+        .map(|d| d.asm.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    Arc::new(move || KernelDetails {
+        kernel_ir: kernel_ir.clone(),
+        clif: String::new(),
+        disasm: disasm.clone(),
+    })
 }
 
 impl KernelCache {
@@ -60,7 +189,16 @@ impl KernelCache {
             dtypes: k.local_buffers().into_iter().map(dtype_of).collect(),
             config: cfg.to_json(),
         };
-        self.get::<SimBackend>(k, program, identity, |identity, key| {
+        let signature = format!("domain={:?}", k.domain);
+        let load = |bytes: &[u8]| {
+            let kernels = decode(bytes, cfg)?;
+            Ok(Compiled {
+                details: details_of(k.text(), &kernels),
+                code: kernels,
+                signature: signature.clone(),
+            })
+        };
+        self.get::<SimBackend>(k, program, identity, Some(&load), |identity, key| {
             let kernels = tilejit_codegen::device::compile(k, dtype_of, cfg)?;
             if crate::dump::enabled() {
                 let asm: Vec<&str> = kernels.iter().map(|d| d.asm.as_str()).collect();
@@ -69,20 +207,10 @@ impl KernelCache {
                     &[("kernel", &identity.text), ("s", &asm.join("\n"))],
                 );
             }
-            let kernel_ir = identity.text.clone();
-            let disasm = kernels
-                .iter()
-                .map(|d| d.asm.as_str())
-                .collect::<Vec<_>>()
-                .join("\n");
             Ok(Compiled {
+                details: details_of(identity.text.clone(), &kernels),
                 code: kernels,
-                signature: format!("domain={:?}", k.domain),
-                details: Arc::new(move || KernelDetails {
-                    kernel_ir: kernel_ir.clone(),
-                    clif: String::new(),
-                    disasm: disasm.clone(),
-                }),
+                signature: signature.clone(),
             })
         })
     }

@@ -32,6 +32,11 @@ impl fmt::Display for KernelCache {
         )?;
         writeln!(
             f,
+            "  disk: {} hits, {} misses ({} rejected), {} writes",
+            s.disk_hits, s.disk_misses, s.disk_rejected, s.disk_writes
+        )?;
+        writeln!(
+            f,
             "  {:<36} {:<28} {:<16} {:>6} {:>8} {:>6} {:>9} {:>10}",
             "name", "first compiled for", "key", "target", "bytes", "hits", "launches", "compile"
         )?;

@@ -1,0 +1,395 @@
+//! The on-disk kernel cache: one self-checking file per entry, so a later
+//! process (or a concurrent one) skips compiles this one did.
+//!
+//! Files live in `<dir>/v<FORMAT_VERSION>/<key hex>.tjk`, `<dir>` from
+//! `TILEJIT_CACHE_DIR` (see `tilejit_ir::config`). A file is, little
+//! endian:
+//!
+//! ```text
+//! "TJKC" u32:format-version
+//! u32:n_parts { u32:len name u32:len value }   the key's components, as text
+//! u64:len payload                              the backend's encoding
+//! [u8; 32] SHA-256 of every byte before it
+//! ```
+//!
+//! Publishing writes a uniquely named temp file in the same directory,
+//! fsyncs it and renames it over the final name, so a reader sees a whole
+//! entry or none, and racing writers of one key leave one of their (equal)
+//! files. Reading checks the length, magic, version, checksum and that
+//! every key component equals the expected one; any failure is a
+//! [`Miss`] with a reason, never an error: the caller compiles and
+//! replaces the file. Every I/O error is swallowed the same way, so a
+//! read-only or full disk only costs caching. The directory is bounded in
+//! bytes: after a write, the least recently used files (by mtime, which a
+//! hit touches) go until it fits.
+//!
+//! The cache is trusted like any code directory: whoever can write it can
+//! make this process run their device programs (which the verifier still
+//! checks) — so it is created private to the user.
+
+use super::key::{ContentKey, KeyParts};
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+/// File magic.
+const MAGIC: &[u8; 4] = b"TJKC";
+/// Bumped when the file layout or a payload encoding changes; it names the
+/// subfolder too, so builds of different formats never read each other.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+/// The directory's default byte bound.
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+/// Temp files older than this were left by a crashed writer.
+const STALE_TEMP: Duration = Duration::from_secs(3600);
+const EXT: &str = "tjk";
+
+/// Why a lookup found no usable entry.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Miss {
+    /// No file (or it could not be opened).
+    Absent,
+    /// A file that cannot be used; it will be replaced.
+    Rejected(String),
+}
+
+impl fmt::Display for Miss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Miss::Absent => f.write_str("no file"),
+            Miss::Rejected(why) => f.write_str(why),
+        }
+    }
+}
+
+/// One cache directory.
+#[derive(Debug)]
+pub(crate) struct DiskCache {
+    /// The versioned subfolder holding the files.
+    dir: PathBuf,
+    max_bytes: u64,
+}
+
+impl DiskCache {
+    /// The cache `TILEJIT_CACHE_DIR` (or its default) names, if on.
+    pub(crate) fn from_config() -> Option<DiskCache> {
+        let root = tilejit_ir::config::config().cache_dir.clone()?;
+        Some(DiskCache::at(&root, DEFAULT_MAX_BYTES))
+    }
+
+    /// A cache under `root`, bounded to `max_bytes`.
+    pub(crate) fn at(root: &Path, max_bytes: u64) -> DiskCache {
+        DiskCache {
+            dir: root.join(format!("v{FORMAT_VERSION}")),
+            max_bytes,
+        }
+    }
+
+    /// The file of `key`.
+    pub(crate) fn path(&self, key: &ContentKey) -> PathBuf {
+        self.dir.join(format!("{}.{EXT}", key.hex()))
+    }
+
+    /// The payload stored under `key`, if its file is whole and was
+    /// written for exactly `parts`. A hit marks the file recently used.
+    pub(crate) fn load(&self, key: &ContentKey, parts: &KeyParts) -> Result<Vec<u8>, Miss> {
+        let path = self.path(key);
+        let bytes = fs::read(&path).map_err(|_| Miss::Absent)?;
+        let payload = parse(&bytes, parts).map_err(Miss::Rejected)?;
+        // Best effort: a failed touch only makes eviction less exact.
+        if let Ok(f) = fs::File::options().append(true).open(&path) {
+            let _ = f.set_modified(SystemTime::now());
+        }
+        Ok(payload.to_vec())
+    }
+
+    /// Publishes `payload` under `key` atomically, then trims the
+    /// directory to its bound. False if anything failed (nothing is left
+    /// half written either way).
+    pub(crate) fn store(&self, key: &ContentKey, parts: &KeyParts, payload: &[u8]) -> bool {
+        let bytes = encode(parts, payload);
+        if bytes.len() as u64 > self.max_bytes || self.publish(key, &bytes).is_err() {
+            return false;
+        }
+        self.trim();
+        true
+    }
+
+    fn publish(&self, key: &ContentKey, bytes: &[u8]) -> std::io::Result<()> {
+        create_private_dir(&self.dir)?;
+        // Unique per process and call, and `create_new`: two writers never
+        // share a temp file.
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let tmp = self.dir.join(format!(
+            "{}.tmp.{}.{}",
+            key.hex(),
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let written = (|| {
+            let mut f = fs::File::options()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+            fs::rename(&tmp, self.path(key))
+        })();
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        written
+    }
+
+    /// Deletes least recently used entries until the directory fits its
+    /// bound, and temp files a crashed writer left behind.
+    fn trim(&self) {
+        let Ok(dir) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        let now = SystemTime::now();
+        let mut files = Vec::new();
+        for e in dir.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            let mtime = meta.modified().unwrap_or(now);
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.contains(".tmp.") {
+                if now.duration_since(mtime).is_ok_and(|age| age > STALE_TEMP) {
+                    let _ = fs::remove_file(e.path());
+                }
+            } else if name.ends_with(EXT) && meta.is_file() {
+                files.push((mtime, meta.len(), e.path()));
+            }
+        }
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        files.sort();
+        for (_, len, path) in files {
+            if total <= self.max_bytes {
+                break;
+            }
+            // Another process may have removed it already: either way it
+            // no longer counts.
+            let _ = fs::remove_file(path);
+            total -= len;
+        }
+    }
+}
+
+/// The directory, readable only by its owner where permissions exist.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut b = fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(dir)
+}
+
+/// A whole file's bytes.
+fn encode(parts: &KeyParts, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + 256);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(parts.parts().len() as u32).to_le_bytes());
+    for (name, value) in parts.parts() {
+        for s in [name.as_bytes(), value.as_bytes()] {
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s);
+        }
+    }
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(payload);
+    let sum = Sha256::digest(&out);
+    out.extend_from_slice(&sum);
+    out
+}
+
+/// The payload of a file's bytes, or why they are unusable for `parts`.
+fn parse<'a>(bytes: &'a [u8], parts: &KeyParts) -> Result<&'a [u8], String> {
+    if bytes.len() < 8 + 32 {
+        return Err(format!("truncated ({} bytes)", bytes.len()));
+    }
+    if &bytes[..4] != MAGIC {
+        return Err("not a tilejit cache file (bad magic)".into());
+    }
+    let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+    if version != FORMAT_VERSION {
+        return Err(format!(
+            "format version {version} (this build reads {FORMAT_VERSION})"
+        ));
+    }
+    let (body, sum) = bytes.split_at(bytes.len() - 32);
+    if Sha256::digest(body).as_slice() != sum {
+        return Err("checksum mismatch (truncated or corrupt)".into());
+    }
+    let mut r = Reader {
+        bytes: body,
+        pos: 8,
+    };
+    let n = r.u32()? as usize;
+    if n != parts.parts().len() {
+        return Err(format!(
+            "{n} key components (expected {})",
+            parts.parts().len()
+        ));
+    }
+    for (name, value) in parts.parts() {
+        let len = r.u32()? as usize;
+        let got_name = r.take(len)?;
+        let len = r.u32()? as usize;
+        let got_value = r.take(len)?;
+        if got_name != name.as_bytes() || got_value != value.as_bytes() {
+            return Err(format!("key component `{name}` differs"));
+        }
+    }
+    let len = r.u64()?;
+    let payload = r.take(usize::try_from(len).map_err(|_| "payload too long")?)?;
+    if r.pos != body.len() {
+        return Err("trailing bytes after the payload".into());
+    }
+    Ok(payload)
+}
+
+/// Bounds-checked little-endian reads; every failure is a message.
+pub(crate) struct Reader<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or_else(|| format!("truncated at byte {}", self.pos))?;
+        let s = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    pub(crate) fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+
+    pub(crate) fn u32(&mut self) -> Result<u32, String> {
+        let mut b = [0; 4];
+        b.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(b))
+    }
+
+    pub(crate) fn u64(&mut self) -> Result<u64, String> {
+        let mut b = [0; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// A count of items at least `min_size` bytes each, checked against
+    /// the bytes left so garbage cannot make us allocate much.
+    pub(crate) fn count(&mut self, min_size: usize) -> Result<usize, String> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(min_size.max(1)) > self.bytes.len() - self.pos {
+            return Err(format!("count {n} at byte {} exceeds the file", self.pos));
+        }
+        Ok(n)
+    }
+
+    pub(crate) fn done(&self) -> bool {
+        self.pos == self.bytes.len()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests assert by unwrapping
+mod tests {
+    use super::*;
+
+    fn temp_root(tag: &str) -> PathBuf {
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        std::env::temp_dir().join(format!("tilejit-disk-{tag}-{}-{nanos}", std::process::id()))
+    }
+
+    fn parts(kernel: &str) -> KeyParts {
+        KeyParts::new("sim").with("kernel", kernel.to_string())
+    }
+
+    #[test]
+    fn a_stored_entry_loads_back_and_anything_else_is_a_miss() {
+        let root = temp_root("roundtrip");
+        let disk = DiskCache::at(&root, DEFAULT_MAX_BYTES);
+        let p = parts("k1");
+        let key = p.key();
+        assert_eq!(disk.load(&key, &p), Err(Miss::Absent));
+        assert!(disk.store(&key, &p, b"payload"));
+        assert_eq!(disk.load(&key, &p).as_deref(), Ok(&b"payload"[..]));
+        // No temp file is left behind.
+        let names: Vec<_> = fs::read_dir(&disk.dir).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1);
+
+        let good = fs::read(disk.path(&key)).unwrap();
+        let reject = |bytes: &[u8], why: &str| {
+            fs::write(disk.path(&key), bytes).unwrap();
+            match disk.load(&key, &p) {
+                Err(Miss::Rejected(r)) => assert!(r.contains(why), "{r} (wanted {why})"),
+                other => panic!("{other:?} (wanted {why})"),
+            }
+        };
+        reject(&good[..good.len() - 1], "checksum");
+        reject(&good[..5], "truncated");
+        reject(b"garbage garbage garbage garbage garbage garbage", "magic");
+        let mut flipped = good.clone();
+        flipped[good.len() / 2] ^= 1;
+        reject(&flipped, "checksum");
+        let mut version = good.clone();
+        version[4] = 9;
+        reject(&version, "format version 9");
+        // A file stored under this key for other components (a collision,
+        // or a renamed file) is refused.
+        let other = parts("k2");
+        fs::write(disk.path(&key), encode(&other, b"payload")).unwrap();
+        assert!(matches!(disk.load(&key, &p), Err(Miss::Rejected(r)) if r.contains("`kernel`")));
+        let _ = fs::remove_dir_all(root);
+    }
+
+    #[test]
+    fn the_directory_keeps_to_its_bound_dropping_least_recently_used() {
+        let root = temp_root("bound");
+        let payload = vec![7u8; 1000];
+        let one = encode(&parts("k0"), &payload).len() as u64;
+        // Room for three entries.
+        let disk = DiskCache::at(&root, 3 * one + one / 2);
+        let keys: Vec<_> = (0..4).map(|i| parts(&format!("k{i}"))).collect();
+        let old = SystemTime::now() - Duration::from_secs(100);
+        for (i, p) in keys[..3].iter().enumerate() {
+            assert!(disk.store(&p.key(), p, &payload));
+            let f = fs::File::options()
+                .append(true)
+                .open(disk.path(&p.key()))
+                .unwrap();
+            f.set_modified(old + Duration::from_secs(i as u64)).unwrap();
+        }
+        // A hit makes k0 the most recently used: k1 is the oldest now.
+        assert!(disk.load(&keys[0].key(), &keys[0]).is_ok());
+        assert!(disk.store(&keys[3].key(), &keys[3], &payload));
+        let present: Vec<bool> = keys.iter().map(|p| disk.path(&p.key()).exists()).collect();
+        assert_eq!(present, [true, false, true, true]);
+        let _ = fs::remove_dir_all(root);
+    }
+
+    #[test]
+    fn an_unwritable_directory_only_costs_caching() {
+        let root = temp_root("unwritable");
+        // A file where the directory should be: every create fails.
+        fs::write(&root, b"not a directory").unwrap();
+        let disk = DiskCache::at(&root, DEFAULT_MAX_BYTES);
+        let p = parts("k");
+        assert!(!disk.store(&p.key(), &p, b"x"));
+        assert_eq!(disk.load(&p.key(), &p), Err(Miss::Absent));
+        let _ = fs::remove_file(root);
+    }
+}
