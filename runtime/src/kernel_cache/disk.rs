@@ -20,8 +20,8 @@
 //! [`Miss`] with a reason, never an error: the caller compiles and
 //! replaces the file. Every I/O error is swallowed the same way, so a
 //! read-only or full disk only costs caching. The directory is bounded in
-//! bytes: after a write, the least recently used files (by mtime, which a
-//! hit touches) go until it fits.
+//! bytes: after a process's first write and every 64th, the least
+//! recently used files (by mtime, which a hit touches) go until it fits.
 //!
 //! The cache is trusted like any code directory: whoever can write it can
 //! make this process run their device programs (which the verifier still
@@ -46,6 +46,10 @@ pub(crate) const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 /// Temp files older than this were left by a crashed writer.
 const STALE_TEMP: Duration = Duration::from_secs(3600);
 const EXT: &str = "tjk";
+/// A process trims the directory at its first write and every this many
+/// after: a scan stats every file, too slow to repeat per write of a
+/// cache of thousands, and the bound may overshoot by only this many.
+const TRIM_EVERY: u64 = 64;
 
 /// Why a lookup found no usable entry.
 #[derive(Debug, PartialEq, Eq)]
@@ -71,6 +75,9 @@ pub(crate) struct DiskCache {
     /// The versioned subfolder holding the files.
     dir: PathBuf,
     max_bytes: u64,
+    /// Writes by this process, to pace `trim`.
+    writes: AtomicU64,
+    trim_every: u64,
 }
 
 impl DiskCache {
@@ -85,6 +92,8 @@ impl DiskCache {
         DiskCache {
             dir: root.join(format!("v{FORMAT_VERSION}")),
             max_bytes,
+            writes: AtomicU64::new(0),
+            trim_every: TRIM_EVERY,
         }
     }
 
@@ -106,15 +115,21 @@ impl DiskCache {
         Ok(payload.to_vec())
     }
 
-    /// Publishes `payload` under `key` atomically, then trims the
-    /// directory to its bound. False if anything failed (nothing is left
+    /// Publishes `payload` under `key` atomically, then (at times) trims
+    /// the directory to its bound. False if anything failed (nothing is left
     /// half written either way).
     pub(crate) fn store(&self, key: &ContentKey, parts: &KeyParts, payload: &[u8]) -> bool {
         let bytes = encode(parts, payload);
         if bytes.len() as u64 > self.max_bytes || self.publish(key, &bytes).is_err() {
             return false;
         }
-        self.trim();
+        if self
+            .writes
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(self.trim_every)
+        {
+            self.trim();
+        }
         true
     }
 
@@ -362,7 +377,8 @@ mod tests {
         let payload = vec![7u8; 1000];
         let one = encode(&parts("k0"), &payload).len() as u64;
         // Room for three entries.
-        let disk = DiskCache::at(&root, 3 * one + one / 2);
+        let mut disk = DiskCache::at(&root, 3 * one + one / 2);
+        disk.trim_every = 1;
         let keys: Vec<_> = (0..4).map(|i| parts(&format!("k{i}"))).collect();
         let old = SystemTime::now() - Duration::from_secs(100);
         for (i, p) in keys[..3].iter().enumerate() {
