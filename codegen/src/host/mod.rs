@@ -7,6 +7,7 @@
 //! dominate compile time); FMA must be present or each vector `fma` would
 //! become four libcalls, so without it the code uses `fmul`+`fadd`.
 
+mod image;
 mod layout;
 mod lower;
 // The Cephes coefficients in `math` are kept digit for digit as published,
@@ -15,6 +16,7 @@ mod lower;
 mod math;
 mod native;
 
+pub use image::CodeImage;
 pub use layout::{storage_bytes, ArgLayout, CheckedArgs};
 pub use native::{
     block_math, matmul_f32, matmul_f64, sys, BlockFn, BufArg, KernelArgs, KernelCode, KernelElem,
@@ -427,9 +429,78 @@ fn build(
         Some(c) => (c.code_buffer().len(), c.vcode.clone().unwrap_or_default()),
         None => (0, String::new()),
     };
+    let image = ctx
+        .compiled_code()
+        .and_then(|c| CodeImage::capture(&module, &ctx.func, id, &c.buffer));
     let listing = clif.map(|clif| Listing { clif, disasm });
     module.finalize_definitions().map_err(|e| cl_err(k, e))?;
     let ptr = module.get_finalized_function(id);
-    let code = KernelCode::new(module, ptr, layout, k.name.clone(), code_bytes);
+    let mut code = KernelCode::new(module, ptr, layout, k.name.clone(), code_bytes);
+    code.image = image.map(std::sync::Arc::new);
     Ok((code, listing))
+}
+
+/// Relinks machine code that [`compile`] made for `k` (in this or an
+/// earlier process of the same build, with the same `opts` and CPU)
+/// against this process's helper functions. The image is trusted: the
+/// caller has checked it came from such a compile (the disk cache's key
+/// and checksum). Relocations naming a symbol this build does not provide
+/// are an error, not a crash.
+pub fn load(
+    k: &Kernel,
+    dtype_of: &dyn Fn(BufId) -> DType,
+    opts: CodegenOptions,
+    image: &CodeImage,
+) -> Result<KernelCode, CodegenError> {
+    let opts = opts.for_kernel(k);
+    let layout = ArgLayout::of(k, dtype_of);
+    let helpers = block_math(opts.block_math)?;
+    let helpers: &[BlockFn] = helpers.as_ref().map_or(&[], |h| h.as_slice());
+    let mut module = new_module(k, opts, helpers)?;
+    let ptr = module.target_config().pointer_type();
+    let call_conv = module.isa().default_call_conv();
+    let mut sig = Signature::new(call_conv);
+    for _ in 0..4 {
+        sig.params.push(AbiParam::new(ptr));
+    }
+    let id = module
+        .declare_anonymous_function(&sig)
+        .map_err(|e| cl_err(k, e))?;
+    let known = |sym: &str| {
+        F64_FNS.iter().any(|(_, s, _)| *s == sym)
+            || sym == "tj_round_f16"
+            || sym == "tj_round_bf16"
+            || helpers.iter().any(|h| h.symbol == sym)
+    };
+    let mut relocs = Vec::with_capacity(image.relocs.len());
+    for r in &image.relocs {
+        // cranelift-jit panics on a symbol it cannot resolve.
+        if !known(&r.symbol) {
+            return Err(cl_err(
+                k,
+                format!("unknown symbol {:?} in cached code", r.symbol),
+            ));
+        }
+        // Only the name matters for linking; one signature for all.
+        let fid = module
+            .declare_function(&r.symbol, Linkage::Import, &Signature::new(call_conv))
+            .map_err(|e| cl_err(k, e))?;
+        relocs.push(cranelift_module::ModuleReloc {
+            offset: r.offset,
+            kind: r.kind(),
+            name: cranelift_module::ModuleRelocTarget::User {
+                namespace: 0,
+                index: fid.as_u32(),
+            },
+            addend: r.addend,
+        });
+    }
+    module
+        .define_function_bytes(id, image.align, &image.bytes, &relocs)
+        .map_err(|e| cl_err(k, e))?;
+    module.finalize_definitions().map_err(|e| cl_err(k, e))?;
+    let ptr = module.get_finalized_function(id);
+    let mut code = KernelCode::new(module, ptr, layout, k.name.clone(), image.bytes.len());
+    code.image = Some(std::sync::Arc::new(image.clone()));
+    Ok(code)
 }

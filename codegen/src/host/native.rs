@@ -23,7 +23,7 @@ use super::BlockMath;
 use crate::CodegenError;
 use cranelift_jit::JITModule;
 use std::marker::PhantomData;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Elements per block buffer that generated code hands to a [`block_math`]
 /// helper (also the block of a blocked f32 sum, so a sum's helper math runs
@@ -255,6 +255,8 @@ pub struct KernelCode {
     pub name: String,
     /// Size of the machine code in bytes.
     pub code_bytes: usize,
+    /// The code as the disk cache stores it, if it can be relinked.
+    pub(crate) image: Option<Arc<super::CodeImage>>,
 }
 
 // SAFETY: the code pages are immutable once finalised and the function is
@@ -275,7 +277,10 @@ impl KernelCode {
     ) -> KernelCode {
         // SAFETY: `ptr` is the finalised address of a function that codegen
         // declared with exactly the signature of `KernelFn` (four pointer-size
-        // integers, SystemV / "C" calling convention, no return value).
+        // integers, SystemV / "C" calling convention, no return value):
+        // compiled now, or relinked by `load` from bytes the same build
+        // compiled (the disk cache's key and checksum say so; the cache
+        // directory is trusted, as its docs say).
         let func = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };
         KernelCode {
             func,
@@ -283,7 +288,14 @@ impl KernelCode {
             layout,
             name,
             code_bytes,
+            image: None,
         }
+    }
+
+    /// The machine code and its relocations by symbol, for the disk
+    /// cache (`None` if some relocation cannot be relinked by name).
+    pub fn image(&self) -> Option<&super::CodeImage> {
+        self.image.as_deref()
     }
 
     /// Layout of the arguments, and what every access may touch.
