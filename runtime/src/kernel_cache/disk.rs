@@ -24,8 +24,8 @@
 //! recently used files (by mtime, which a hit touches) go until it fits.
 //!
 //! The cache is trusted like any code directory: whoever can write it can
-//! make this process run their device programs (which the verifier still
-//! checks) — so it is created private to the user.
+//! make this process run their machine code (device programs are still
+//! verified) — so it is created private to the user.
 
 use super::key::{ContentKey, KeyParts};
 use sha2::{Digest, Sha256};

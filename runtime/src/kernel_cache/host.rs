@@ -1,13 +1,19 @@
 //! Host entries: Cranelift native code, keyed by the kernel's structure
 //! (sizes and strides other than 0 and 1 are runtime arguments), the
 //! codegen options as they apply to it, and the CPU features.
+//!
+//! On disk an entry is its machine code with relocations by symbol name
+//! (`tilejit_codegen::host::CodeImage`), relinked on load against this
+//! process's helpers. The file is trusted as the build's own output once
+//! its checksum and every key component (tilejit build, Cranelift
+//! version, CPU features, options, kernel structure) match.
 
 use super::key::KeyParts;
 use super::{Backend, CachedKernel, Compiled, Inner, KernelCache, KernelDetails, Part};
 use crate::error::RuntimeError;
 use std::sync::Arc;
 use tilejit_codegen::host::{
-    compile, cpu_features, listing, CodegenOptions, CpuFeatures, KernelCode,
+    compile, cpu_features, listing, load, CodeImage, CodegenOptions, CpuFeatures, KernelCode,
 };
 use tilejit_device::Target;
 use tilejit_ir::kernel::{BufId, Kernel};
@@ -56,6 +62,10 @@ impl Backend for HostBackend {
     fn part(inner: &mut Inner) -> &mut Part<Self> {
         &mut inner.host
     }
+
+    fn encode(code: &KernelCode) -> Option<Vec<u8>> {
+        code.image().map(CodeImage::to_bytes)
+    }
 }
 
 /// A compiled kernel's input, kept for `details` (its texts are made on
@@ -100,41 +110,59 @@ impl KernelCache {
         program: &str,
     ) -> Result<Arc<CachedKernel>, RuntimeError> {
         let identity = HostIdentity::new(k, dtype_of, opts);
-        self.get::<HostBackend>(k, program, identity, None, |identity, key| {
+        let opts = identity.opts;
+        let from_disk = |bytes: &[u8], key| {
+            let image = CodeImage::from_bytes(bytes)?;
+            let code = load(k, dtype_of, opts, &image).map_err(|e| e.to_string())?;
+            Ok(compiled(k, dtype_of, opts, code, key))
+        };
+        self.get::<HostBackend>(k, program, identity, Some(&from_disk), |identity, key| {
             let code = compile(k, dtype_of, identity.opts)?;
-            let source = Arc::new(Source {
-                kernel: k.clone(),
-                dtypes: k
-                    .local_buffers()
-                    .into_iter()
-                    .map(|b| (b, dtype_of(b)))
-                    .collect(),
-                opts: identity.opts,
-            });
-            if crate::dump::enabled() {
-                let d = source.details();
-                crate::dump::write(
-                    &crate::dump::kernel_stem(&k.name, &key.short()),
-                    &[
-                        ("kernel", &d.kernel_ir),
-                        ("clif", &d.clif),
-                        ("disasm", &d.disasm),
-                    ],
-                );
-            }
-            let signature = format!(
-                "domain={:?} {}",
-                k.domain,
-                k.accesses()
-                    .map(|a| dtype_of(a.buf).to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            );
-            Ok(Compiled {
-                code,
-                signature,
-                details: Arc::new(move || source.details()),
-            })
+            Ok(compiled(k, dtype_of, identity.opts, code, key))
         })
+    }
+}
+
+/// A host entry's code with its signature and details; writes its
+/// `TILEJIT_DUMP` files under `key` (loaded from disk or compiled alike).
+fn compiled(
+    k: &Kernel,
+    dtype_of: &dyn Fn(BufId) -> DType,
+    opts: CodegenOptions,
+    code: KernelCode,
+    key: super::ContentKey,
+) -> Compiled<KernelCode> {
+    let source = Arc::new(Source {
+        kernel: k.clone(),
+        dtypes: k
+            .local_buffers()
+            .into_iter()
+            .map(|b| (b, dtype_of(b)))
+            .collect(),
+        opts,
+    });
+    if crate::dump::enabled() {
+        let d = source.details();
+        crate::dump::write(
+            &crate::dump::kernel_stem(&k.name, &key.short()),
+            &[
+                ("kernel", &d.kernel_ir),
+                ("clif", &d.clif),
+                ("disasm", &d.disasm),
+            ],
+        );
+    }
+    let signature = format!(
+        "domain={:?} {}",
+        k.domain,
+        k.accesses()
+            .map(|a| dtype_of(a.buf).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    Compiled {
+        code,
+        signature,
+        details: Arc::new(move || source.details()),
     }
 }

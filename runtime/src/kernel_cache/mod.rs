@@ -14,8 +14,8 @@
 //!
 //! Below the map lies the on-disk cache ([`disk`]): a miss looks there
 //! before compiling and writes what it compiled, so later processes skip
-//! the compile. Sim entries persist; host entries (machine code that
-//! would need relinking) stay in memory only for now.
+//! the compile: host entries as relinkable machine code, Sim entries as
+//! bytecode verified again on load.
 //!
 //! Single flight (`flight.rs`): threads that miss the same kernel while it
 //! compiles wait for that compile and share its result, error included.
@@ -84,9 +84,9 @@ pub(crate) trait Backend: Sized + 'static {
     }
 }
 
-/// Makes code from a disk cache payload, checking it as untrusted input;
-/// an `Err` says why the payload is unusable.
-pub(crate) type Loader<'a, C> = &'a dyn Fn(&[u8]) -> Result<Compiled<C>, String>;
+/// Makes code from a disk cache payload stored under a key (which names
+/// its `TILEJIT_DUMP` files); an `Err` says why the payload is unusable.
+pub(crate) type Loader<'a, C> = &'a dyn Fn(&[u8], ContentKey) -> Result<Compiled<C>, String>;
 
 /// What a backend's compile returns besides the code.
 pub(crate) struct Compiled<C> {
@@ -400,7 +400,7 @@ impl KernelCache {
         let (disk, load) = (self.disk.as_ref()?, made.load?);
         let got = disk
             .load(&made.key, made.parts)
-            .and_then(|bytes| load(&bytes).map_err(Miss::Rejected));
+            .and_then(|bytes| load(&bytes, made.key).map_err(Miss::Rejected));
         let mut g = self.lock();
         match got {
             Ok(c) => {

@@ -7,7 +7,7 @@
 //! the verifier again, so a file can never run an unverified program.
 
 use super::disk::Reader;
-use super::key::KeyParts;
+use super::key::{ContentKey, KeyParts};
 use super::{Backend, CachedSimKernel, Compiled, Inner, KernelCache, KernelDetails, Part};
 use crate::error::RuntimeError;
 use std::sync::Arc;
@@ -190,8 +190,19 @@ impl KernelCache {
             config: cfg.to_json(),
         };
         let signature = format!("domain={:?}", k.domain);
-        let load = |bytes: &[u8]| {
+        let text = k.text();
+        let dump = |kernels: &[DeviceKernel], key: ContentKey| {
+            if crate::dump::enabled() {
+                let asm: Vec<&str> = kernels.iter().map(|d| d.asm.as_str()).collect();
+                crate::dump::write(
+                    &crate::dump::kernel_stem(&k.name, &key.short()),
+                    &[("kernel", &text), ("s", &asm.join("\n"))],
+                );
+            }
+        };
+        let load = |bytes: &[u8], key: ContentKey| {
             let kernels = decode(bytes, cfg)?;
+            dump(&kernels, key);
             Ok(Compiled {
                 details: details_of(k.text(), &kernels),
                 code: kernels,
@@ -200,13 +211,7 @@ impl KernelCache {
         };
         self.get::<SimBackend>(k, program, identity, Some(&load), |identity, key| {
             let kernels = tilejit_codegen::device::compile(k, dtype_of, cfg)?;
-            if crate::dump::enabled() {
-                let asm: Vec<&str> = kernels.iter().map(|d| d.asm.as_str()).collect();
-                crate::dump::write(
-                    &crate::dump::kernel_stem(&k.name, &key.short()),
-                    &[("kernel", &identity.text), ("s", &asm.join("\n"))],
-                );
-            }
+            dump(&kernels, key);
             Ok(Compiled {
                 details: details_of(identity.text.clone(), &kernels),
                 code: kernels,
