@@ -191,7 +191,9 @@ pub struct HostDevice {
 }
 
 impl HostDevice {
-    /// A host device that can hand out up to `bytes` (backed lazily).
+    /// A host device that can hand out up to `bytes` (backed lazily; at
+    /// most [`MAX_REGION_BYTES`](crate::mem::region::MAX_REGION_BYTES),
+    /// larger sizes are clamped to it).
     pub fn new(bytes: u64) -> HostDevice {
         HostDevice {
             mem: Memory {

@@ -77,9 +77,15 @@ pub struct Span {
     pub len: u64,
 }
 
+/// The largest region: 16 TiB (also the bound on a Sim device's GM).
+pub const MAX_REGION_BYTES: u64 = 1 << 44;
+
 impl MemRegion {
     /// A region of `size` bytes named `name` (for messages).
     pub fn new(name: &str, size: u64) -> MemRegion {
+        // The page directory grows with the size (lazily backed pages, but
+        // one slot per 1 GiB): clamp so even `u64::MAX` builds in kilobytes.
+        let size = size.min(MAX_REGION_BYTES);
         let size = size - size % ALIGN;
         let mut free = BTreeMap::new();
         if size > 0 {

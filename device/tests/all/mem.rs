@@ -213,6 +213,21 @@ fn device_api_on_host_and_sim() {
     assert!(sim.free(foreign).is_err());
 }
 
+/// A host device of `u64::MAX` bytes once aborted the process building a
+/// page directory of 256 GiB; it is clamped to 16 TiB, lazily backed.
+#[test]
+fn a_host_device_of_any_size_builds_and_bounds_its_allocations() {
+    let host = HostDevice::new(u64::MAX);
+    assert_eq!(host.describe().memory_bytes, 1 << 44);
+    let err = host.allocate(1 << 45).unwrap_err();
+    assert!(matches!(err, DeviceError::OutOfMemory { .. }), "{err}");
+    let b = host.allocate(4096).unwrap();
+    host.copy_from_host(&[7; 16], &b, 0).unwrap();
+    let mut back = [0u8; 16];
+    host.copy_to_host(&b, 0, &mut back).unwrap();
+    assert_eq!(back, [7; 16]);
+}
+
 #[test]
 fn sim_device_is_shared_across_threads() {
     let sim = Arc::new(SimDevice::new(DeviceConfig::default()).unwrap());
