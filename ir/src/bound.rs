@@ -346,13 +346,7 @@ fn matmul(
     v: &[f64],
     u: f64,
 ) -> Result<Vec<f64>, IrError> {
-    let r = sa.rank();
-    let (batch, m, k, n) = (
-        if r == 3 { sa[0] } else { 1 },
-        sa[r - 2],
-        sa[r - 1],
-        sb[r - 1],
-    );
+    let (batch, m, k, n) = interp::matmul_dims(sa, sb);
     let g = gamma(k, u);
     let exact = ea.iter().all(|&e| e == 0.0) && eb.iter().all(|&e| e == 0.0);
     let mut out = interp::alloc(batch * m * n, 0.0f64)?;

@@ -426,14 +426,19 @@ fn reduce(
     })
 }
 
-fn matmul(ty: TensorType, sa: &Shape, sb: &Shape, a: &Vals, b: &Vals) -> Result<Vals, IrError> {
+/// `(batch, m, k, n)` of a matmul of `sa` by `sb` (batch 1 for rank 2).
+pub(crate) fn matmul_dims(sa: &Shape, sb: &Shape) -> (usize, usize, usize, usize) {
     let r = sa.rank();
-    let (batch, m, k, n) = (
+    (
         if r == 3 { sa[0] } else { 1 },
         sa[r - 2],
         sa[r - 1],
         sb[r - 1],
-    );
+    )
+}
+
+fn matmul(ty: TensorType, sa: &Shape, sb: &Shape, a: &Vals, b: &Vals) -> Result<Vals, IrError> {
+    let (batch, m, k, n) = matmul_dims(sa, sb);
     Ok(match (a, b) {
         (Vals::F(p), Vals::F(q)) => {
             let mut out = alloc(batch * m * n, 0.0f64)?;

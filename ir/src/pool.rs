@@ -112,6 +112,30 @@ struct State {
     stats: PoolStats,
 }
 
+impl State {
+    /// Removes the oldest buffers until at most `bytes` are held, returning
+    /// them (for the caller to free outside the lock).
+    fn evict_to(&mut self, bytes: usize) -> Vec<Buffer> {
+        let mut evicted = Vec::new();
+        while self.stats.bytes > bytes {
+            let Some(key) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(b) = self
+                .free
+                .get_mut(&key)
+                .and_then(|v| (!v.is_empty()).then(|| v.remove(0)))
+            {
+                self.stats.bytes -= b.allocated_bytes();
+                self.stats.buffers -= 1;
+                self.stats.evictions += 1;
+                evicted.push(b);
+            }
+        }
+        evicted
+    }
+}
+
 /// The global storage pool; see [`pool`].
 pub struct BufferPool {
     state: Mutex<State>,
@@ -190,22 +214,8 @@ impl BufferPool {
         if bytes > st.stats.capacity {
             return;
         }
-        let mut evicted = Vec::new();
-        while st.stats.bytes + bytes > st.stats.capacity {
-            let Some(key) = st.order.pop_front() else {
-                break;
-            };
-            if let Some(b) = st
-                .free
-                .get_mut(&key)
-                .and_then(|v| (!v.is_empty()).then(|| v.remove(0)))
-            {
-                st.stats.bytes -= b.allocated_bytes();
-                st.stats.buffers -= 1;
-                st.stats.evictions += 1;
-                evicted.push(b);
-            }
-        }
+        let limit = st.stats.capacity - bytes;
+        let evicted = st.evict_to(limit);
         st.free.entry(key).or_default().push(buf);
         st.order.push_back(key);
         st.stats.bytes += bytes;
@@ -246,22 +256,7 @@ impl BufferPool {
     pub fn trim(&self, bytes: usize) {
         let evicted = {
             let mut st = self.lock();
-            let mut evicted = Vec::new();
-            while st.stats.bytes > bytes {
-                let Some(key) = st.order.pop_front() else {
-                    break;
-                };
-                if let Some(b) = st
-                    .free
-                    .get_mut(&key)
-                    .and_then(|v| (!v.is_empty()).then(|| v.remove(0)))
-                {
-                    st.stats.bytes -= b.allocated_bytes();
-                    st.stats.buffers -= 1;
-                    st.stats.evictions += 1;
-                    evicted.push(b);
-                }
-            }
+            let evicted = st.evict_to(bytes);
             if st.stats.buffers == 0 {
                 st.free.clear();
                 st.order.clear();
