@@ -14,13 +14,14 @@
 //! | `TILEJIT_POOL_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `256M` | bound of the storage pool of dead tensor buffers; `0` disables it |
 //! | `TILEJIT_WARMUP` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | the first tensor of a process has a rayon pool thread compile a small kernel, so the first real compile finds Cranelift warm |
 //! | `TILEJIT_CACHE_DIR` | a directory, or `off` | `$XDG_CACHE_HOME/tilejit`, else `~/.cache/tilejit` | where the on-disk kernel cache lives; `off` disables it (so does having neither `XDG_CACHE_HOME` nor `HOME`) |
+//! | `TILEJIT_CACHE_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `1G` | bound of the on-disk kernel cache (least recently used files go first); `0` disables it |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// Every variable [`Config`] reads, with the values it accepts.
-pub const VARIABLES: [(&str, &str); 8] = [
+pub const VARIABLES: [(&str, &str); 9] = [
     ("TILEJIT_RUN_MODE", "host, sim, verify or reference"),
     (
         "TILEJIT_LOG",
@@ -35,7 +36,15 @@ pub const VARIABLES: [(&str, &str); 8] = [
     ),
     ("TILEJIT_WARMUP", "0 or 1 (also off/on, false/true, no/yes)"),
     ("TILEJIT_CACHE_DIR", "a directory, or off"),
+    (
+        "TILEJIT_CACHE_BYTES",
+        "bytes such as 1073741824 or 1G; 0 disables the disk cache",
+    ),
 ];
+
+/// The on-disk kernel cache's byte bound unless `TILEJIT_CACHE_BYTES`
+/// says otherwise.
+pub const DEFAULT_CACHE_BYTES: u64 = 1 << 30;
 
 /// The storage pool's byte bound unless `TILEJIT_POOL_BYTES` says otherwise:
 /// four of the 64 MiB outputs of the hot benchmarks (W1-W3), so a loop's
@@ -187,6 +196,9 @@ pub struct Config {
     /// `TILEJIT_CACHE_DIR`, else `$XDG_CACHE_HOME/tilejit`, else
     /// `$HOME/.cache/tilejit`: the on-disk kernel cache; `None` is off.
     pub cache_dir: Option<PathBuf>,
+    /// `TILEJIT_CACHE_BYTES`: the on-disk kernel cache's byte bound (0:
+    /// off).
+    pub cache_bytes: u64,
 }
 
 impl Default for Config {
@@ -200,6 +212,7 @@ impl Default for Config {
             pool_bytes: DEFAULT_POOL_BYTES,
             warmup: true,
             cache_dir: None,
+            cache_bytes: DEFAULT_CACHE_BYTES,
         }
     }
 }
@@ -283,6 +296,12 @@ impl Config {
             }
         }
         c.cache_dir = cache_dir(&var);
+        if let Some(v) = text("TILEJIT_CACHE_BYTES") {
+            match parse_bytes(&v) {
+                Some(b) => c.cache_bytes = b as u64,
+                None => ignore(&mut complaints, "TILEJIT_CACHE_BYTES", &v),
+            }
+        }
         (c, complaints)
     }
 }
@@ -358,6 +377,7 @@ mod tests {
             ("TILEJIT_POOL_BYTES", "512M"),
             ("TILEJIT_WARMUP", "off"),
             ("TILEJIT_CACHE_DIR", "/tmp/c"),
+            ("TILEJIT_CACHE_BYTES", "64M"),
         ]);
         assert!(complaints.is_empty(), "{complaints:?}");
         let want = Config {
@@ -373,6 +393,7 @@ mod tests {
             pool_bytes: 512 << 20,
             warmup: false,
             cache_dir: Some("/tmp/c".into()),
+            cache_bytes: 64 << 20,
         };
         assert_eq!(c, want);
     }
@@ -387,6 +408,7 @@ mod tests {
             ("TILEJIT_SIM_POLICY", "lifo"),
             ("TILEJIT_POOL_BYTES", "2T"),
             ("TILEJIT_WARMUP", "maybe"),
+            ("TILEJIT_CACHE_BYTES", "lots"),
         ];
         let (c, complaints) = read(&bad);
         assert_eq!(c, Config::default());

@@ -323,29 +323,34 @@ fn four_racing_processes_leave_a_usable_cache() {
 #[test]
 fn off_writes_nothing() {
     let home = temp_dir("off");
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "disk_cache::child",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_VAR, "1")
-        .env("TILEJIT_CACHE_DIR", "off")
-        .env("HOME", &*home)
-        .env("XDG_CACHE_HOME", &*home)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let r = finish(child);
-    assert!(r.sim_entries > 0);
-    assert_eq!(
-        (r.disk_hits, r.disk_misses, r.disk_writes, r.disk_rejected),
-        (0, 0, 0, 0),
-        "{r:?}"
-    );
-    assert!(files(&home).is_empty(), "{:?}", files(&home));
+    let home_dir = home.to_str().unwrap().to_string();
+    // `TILEJIT_CACHE_DIR=off`, and a real directory with a zero byte bound.
+    for (dir, bytes) in [("off", "1G"), (home_dir.as_str(), "0")] {
+        let child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "disk_cache::child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_VAR, "1")
+            .env("TILEJIT_CACHE_DIR", dir)
+            .env("TILEJIT_CACHE_BYTES", bytes)
+            .env("HOME", &*home)
+            .env("XDG_CACHE_HOME", &*home)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let r = finish(child);
+        assert!(r.sim_entries > 0);
+        assert_eq!(
+            (r.disk_hits, r.disk_misses, r.disk_writes, r.disk_rejected),
+            (0, 0, 0, 0),
+            "{dir} {bytes}: {r:?}"
+        );
+        assert!(files(&home).is_empty(), "{:?}", files(&home));
+    }
 }
 
 /// The suite itself never uses the user's cache directory: the

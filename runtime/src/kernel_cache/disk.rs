@@ -41,8 +41,6 @@ const MAGIC: &[u8; 4] = b"TJKC";
 /// Bumped when the file layout or a payload encoding changes; it names the
 /// subfolder too, so builds of different formats never read each other.
 pub(crate) const FORMAT_VERSION: u32 = 1;
-/// The directory's default byte bound.
-pub(crate) const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 /// Temp files older than this were left by a crashed writer.
 const STALE_TEMP: Duration = Duration::from_secs(3600);
 const EXT: &str = "tjk";
@@ -81,10 +79,12 @@ pub(crate) struct DiskCache {
 }
 
 impl DiskCache {
-    /// The cache `TILEJIT_CACHE_DIR` (or its default) names, if on.
+    /// The cache `TILEJIT_CACHE_DIR` (or its default) names, bounded by
+    /// `TILEJIT_CACHE_BYTES`, if on.
     pub(crate) fn from_config() -> Option<DiskCache> {
-        let root = tilejit_ir::config::config().cache_dir.clone()?;
-        Some(DiskCache::at(&root, DEFAULT_MAX_BYTES))
+        let c = tilejit_ir::config::config();
+        let root = c.cache_dir.clone()?;
+        (c.cache_bytes > 0).then(|| DiskCache::at(&root, c.cache_bytes))
     }
 
     /// A cache under `root`, bounded to `max_bytes`.
@@ -336,7 +336,7 @@ mod tests {
     #[test]
     fn a_stored_entry_loads_back_and_anything_else_is_a_miss() {
         let root = temp_root("roundtrip");
-        let disk = DiskCache::at(&root, DEFAULT_MAX_BYTES);
+        let disk = DiskCache::at(&root, tilejit_ir::config::DEFAULT_CACHE_BYTES);
         let p = parts("k1");
         let key = p.key();
         assert_eq!(disk.load(&key, &p), Err(Miss::Absent));
@@ -402,7 +402,7 @@ mod tests {
         let root = temp_root("unwritable");
         // A file where the directory should be: every create fails.
         fs::write(&root, b"not a directory").unwrap();
-        let disk = DiskCache::at(&root, DEFAULT_MAX_BYTES);
+        let disk = DiskCache::at(&root, tilejit_ir::config::DEFAULT_CACHE_BYTES);
         let p = parts("k");
         assert!(!disk.store(&p.key(), &p, b"x"));
         assert_eq!(disk.load(&p.key(), &p), Err(Miss::Absent));
