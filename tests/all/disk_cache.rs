@@ -145,21 +145,25 @@ fn temp_dir(tag: &str) -> TempDir {
 
 /// Starts a child with the disk cache at `cache_dir` (a path, or `off`).
 fn spawn(cache_dir: &Path) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "disk_cache::child",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_VAR, "1")
-        .env("TILEJIT_CACHE_DIR", cache_dir)
-        .env("TILEJIT_WARMUP", "off")
-        .env_remove("TILEJIT_LOG")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    command(cache_dir).spawn().unwrap()
+}
+
+/// The child's command, for callers that set more of its environment.
+fn command(cache_dir: &Path) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "disk_cache::child",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_VAR, "1")
+    .env("TILEJIT_CACHE_DIR", cache_dir)
+    .env("TILEJIT_WARMUP", "off")
+    .env_remove("TILEJIT_LOG")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c
 }
 
 /// Waits for a child; fails unless it succeeded and reported.
@@ -326,20 +330,10 @@ fn off_writes_nothing() {
     let home_dir = home.to_str().unwrap().to_string();
     // `TILEJIT_CACHE_DIR=off`, and a real directory with a zero byte bound.
     for (dir, bytes) in [("off", "1G"), (home_dir.as_str(), "0")] {
-        let child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "disk_cache::child",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD_VAR, "1")
-            .env("TILEJIT_CACHE_DIR", dir)
+        let child = command(Path::new(dir))
             .env("TILEJIT_CACHE_BYTES", bytes)
             .env("HOME", &*home)
             .env("XDG_CACHE_HOME", &*home)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let r = finish(child);

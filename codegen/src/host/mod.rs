@@ -346,6 +346,23 @@ pub fn listing(
     build(k, dtype_of, opts, true).map(|(_, listing)| listing.unwrap_or_default())
 }
 
+/// Declares the kernel's function in `module`: four pointer arguments
+/// (buffers, args, start, end), the signature every kernel shares.
+fn declare_kernel(
+    k: &Kernel,
+    module: &mut JITModule,
+) -> Result<(Signature, cranelift_module::FuncId), CodegenError> {
+    let ptr = module.target_config().pointer_type();
+    let mut sig = Signature::new(module.isa().default_call_conv());
+    for _ in 0..4 {
+        sig.params.push(AbiParam::new(ptr));
+    }
+    let id = module
+        .declare_anonymous_function(&sig)
+        .map_err(|e| cl_err(k, e))?;
+    Ok((sig, id))
+}
+
 fn build(
     k: &Kernel,
     dtype_of: &dyn Fn(BufId) -> DType,
@@ -361,14 +378,8 @@ fn build(
     let helpers = block_math(opts.block_math)?;
     let helpers: &[BlockFn] = helpers.as_ref().map_or(&[], |h| h.as_slice());
     let mut module = new_module(k, opts, helpers)?;
+    let (sig, id) = declare_kernel(k, &mut module)?;
     let ptr = module.target_config().pointer_type();
-    let mut sig = Signature::new(module.isa().default_call_conv());
-    for _ in 0..4 {
-        sig.params.push(AbiParam::new(ptr));
-    }
-    let id = module
-        .declare_anonymous_function(&sig)
-        .map_err(|e| cl_err(k, e))?;
     let mut ctx = Context::new();
     ctx.func.signature = sig;
     ctx.func.name = UserFuncName::user(0, id.as_u32());
@@ -457,15 +468,8 @@ pub fn load(
     let helpers = block_math(opts.block_math)?;
     let helpers: &[BlockFn] = helpers.as_ref().map_or(&[], |h| h.as_slice());
     let mut module = new_module(k, opts, helpers)?;
-    let ptr = module.target_config().pointer_type();
-    let call_conv = module.isa().default_call_conv();
-    let mut sig = Signature::new(call_conv);
-    for _ in 0..4 {
-        sig.params.push(AbiParam::new(ptr));
-    }
-    let id = module
-        .declare_anonymous_function(&sig)
-        .map_err(|e| cl_err(k, e))?;
+    let (sig, id) = declare_kernel(k, &mut module)?;
+    let call_conv = sig.call_conv;
     let known = |sym: &str| {
         F64_FNS.iter().any(|(_, s, _)| *s == sym)
             || sym == "tj_round_f16"
