@@ -15,14 +15,17 @@ use crate::mode::RunMode;
 use crate::tensor::{Repr, Tensor};
 use crate::trace::{self, TraceGuard};
 use smallvec::SmallVec;
+use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tilejit_ir::{Array, Lit, Op};
-use tilejit_runtime::{panic_message, ArgSig, HandlerCache, HandlerStats, Program, Signature};
+use tilejit_ir::{Array, Graph, Lit, Op};
+use tilejit_runtime::{
+    panic_message, ArgSig, GenericGraph, HandlerCache, HandlerStats, Program, ShapeClass, Signature,
+};
 
 /// A traced body: receives the arguments as trace values, returns outputs.
 pub type Body<'b> = dyn Fn(&[TraceValue]) -> Result<Vec<Tensor>> + Send + Sync + 'b;
@@ -61,7 +64,19 @@ pub struct JitFunction {
     last_verify: Mutex<Option<Vec<crate::mode::OutputDiff>>>,
     /// No new traces: a call with an unseen signature is an error.
     frozen: AtomicBool,
+    /// Key the handler cache's traces on shape classes (`set_dynamic`).
+    dynamic: AtomicBool,
+    /// Per shape class seen while dynamic: its generic trace, or why it
+    /// is traced per size.
+    classes: Mutex<HashMap<ShapeClass, ClassEntry>>,
 }
+
+/// A shape class's generic trace, or why it has none.
+type ClassEntry = Arc<std::result::Result<GenericGraph, String>>;
+
+/// Shape classes a function remembers (cleared when full: a class costs
+/// one trace to relearn).
+const MAX_CLASSES: usize = 256;
 
 /// One handler-cache entry, for inspection.
 #[derive(Clone)]
@@ -100,7 +115,68 @@ impl JitFunction {
             mode: AtomicU8::new(0),
             last_verify: Mutex::new(None),
             frozen: AtomicBool::new(false),
+            dynamic: AtomicBool::new(false),
+            classes: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Keys traces on shape classes (`true`) or exact sizes (`false`, the
+    /// default). While dynamic, a call with unseen sizes of a seen
+    /// [`ShapeClass`] (same dtypes and ranks, same dims 0 or 1, same dims
+    /// equal to each other) does not trace: the class's one trace is
+    /// instantiated at the new sizes and compiled, and its kernels come
+    /// from the kernel cache. The body is traced at stand-in sizes, so it
+    /// must run the same ops for every size (not branch on sizes); what
+    /// cannot be generic is traced per size, and `TILEJIT_LOG=trace` says
+    /// why. `#[jit(dynamic)]` sets it at definition.
+    ///
+    /// ```
+    /// use tilejit::prelude::*;
+    ///
+    /// #[jit(dynamic, mode = host)]
+    /// fn bias_relu(x: &Tensor, b: &Tensor) -> Tensor { (x + b).relu() }
+    ///
+    /// for n in [8, 16, 24] {
+    ///     bias_relu(&Tensor::ones(&[4, n], DType::F32), &Tensor::ones(&[n], DType::F32))?;
+    /// }
+    /// let f = bias_relu::jit();
+    /// assert_eq!((f.stats().traces, f.stats().builds), (1, 3));
+    /// // Every dim other than 0 and 1 is a size symbol; equal dims share one.
+    /// assert_eq!(f.shape_classes()[0].0.to_string(), "(f32[n0,n1], f32[n1])");
+    /// # Ok::<(), tilejit::Error>(())
+    /// ```
+    ///
+    /// `dynamic` takes no value:
+    ///
+    /// ```compile_fail
+    /// use tilejit::prelude::*;
+    /// #[jit(dynamic = true)]
+    /// fn f(x: &Tensor) -> Tensor { x + 1.0 }
+    /// ```
+    pub fn set_dynamic(&self, dynamic: bool) {
+        self.dynamic.store(dynamic, Ordering::Relaxed);
+    }
+
+    /// Whether [`set_dynamic`](Self::set_dynamic) is on.
+    pub fn is_dynamic(&self) -> bool {
+        self.dynamic.load(Ordering::Relaxed)
+    }
+
+    /// The shape classes a dynamic function has traced, each with `Ok` if
+    /// its trace serves all its sizes or the reason it is traced per size.
+    pub fn shape_classes(&self) -> Vec<(ShapeClass, std::result::Result<(), String>)> {
+        let classes = self.classes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<_> = classes
+            .iter()
+            .map(|(c, e)| {
+                (
+                    c.clone(),
+                    e.as_ref().as_ref().map(|_| ()).map_err(Clone::clone),
+                )
+            })
+            .collect();
+        out.sort_by_key(|(c, _)| c.to_string());
+        out
     }
 
     /// The differences the last Verify-mode call measured between Host and
@@ -227,6 +303,7 @@ impl JitFunction {
                 ArgValue::Int(_) | ArgValue::Bool(_) => {}
             }
         }
+        params.extend_from_slice(program.size_params());
         let outs = match self.effective_mode() {
             RunMode::Host => program.run(&inputs, &params)?,
             RunMode::Reference => program.run_reference(&inputs, &params)?,
@@ -257,6 +334,15 @@ impl JitFunction {
         let Some(why) = self.cache.explain_miss(sig) else {
             return Ok(());
         };
+        // New sizes of a class with a generic trace need no trace: frozen
+        // or not, they compile (from cached kernels).
+        if self.is_dynamic()
+            && self
+                .class(&ShapeClass::of(sig).0)
+                .is_some_and(|c| c.is_ok())
+        {
+            return Ok(());
+        }
         if self.frozen.load(Ordering::Relaxed) {
             return Err(Error::Frozen {
                 function: self.name.clone(),
@@ -320,6 +406,89 @@ impl JitFunction {
         // The first trace in a process starts warming the compiler on an
         // idle core, so the compile after the trace runs warmer.
         tilejit_runtime::warm_up();
+        let instance = match self.is_dynamic() {
+            true => self.dynamic_graph(sig, args, body),
+            false => None,
+        };
+        let (graph, size_params) = match instance {
+            Some(g) => g,
+            None => (self.trace(sig, args, body)?, Vec::new()),
+        };
+        Program::compile_named(graph, &format!("{}{sig}", self.name))
+            .map(|p| p.with_size_params(size_params))
+            .map_err(|e| Error::Trace {
+                function: self.name.clone(),
+                signature: sig.to_string(),
+                source: Box::new(Error::Runtime(e)),
+            })
+    }
+
+    /// A dynamic function's graph for `sig`: its class's trace
+    /// instantiated at `sig`'s sizes (tracing the class first if new), with
+    /// the values of the params it added for sizes; `None` if the class or
+    /// these sizes need an exact trace (logged under `TILEJIT_LOG=trace`).
+    fn dynamic_graph(
+        &self,
+        sig: &Signature,
+        args: &[ArgValue],
+        body: &Body,
+    ) -> Option<(Graph, Vec<Lit>)> {
+        let (class, sizes) = ShapeClass::of(sig);
+        let known = self.class(&class);
+        let seen = known.is_some();
+        let log = tilejit_ir::config::config().log.trace;
+        let generic = match known {
+            Some(g) => g,
+            None => {
+                let traced = class
+                    .probe_signature()
+                    .map_err(|e| e.to_string())
+                    .and_then(|probe| self.trace(&probe, args, body).map_err(|e| e.to_string()))
+                    .and_then(|g| GenericGraph::new(&class, g));
+                let mut classes = self.classes.lock().unwrap_or_else(|p| p.into_inner());
+                if classes.len() >= MAX_CLASSES {
+                    classes.clear();
+                }
+                classes
+                    .entry(class.clone())
+                    .or_insert_with(|| Arc::new(traced))
+                    .clone()
+            }
+        };
+        let why = match &*generic {
+            Ok(g) => match g.instantiate(&sizes) {
+                Ok(graph) => {
+                    if log && seen {
+                        eprintln!(
+                            "[tilejit] `{}`: {sig} is a new size of class {class}: no trace",
+                            self.name
+                        );
+                    }
+                    return Some(graph);
+                }
+                Err(why) => format!("these sizes do not fit the class's trace: {why}"),
+            },
+            Err(why) => format!("class {class} is traced per size: {why}"),
+        };
+        if log {
+            eprintln!("[tilejit] `{}`: tracing {sig} exactly: {why}", self.name);
+        }
+        None
+    }
+
+    /// The class's entry, if it was traced.
+    fn class(&self, class: &ShapeClass) -> Option<ClassEntry> {
+        self.classes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(class)
+            .cloned()
+    }
+
+    /// Runs the body on traced arguments of `sig`'s types: the graph it
+    /// records, with its outputs.
+    fn trace(&self, sig: &Signature, args: &[ArgValue], body: &Body) -> Result<Graph> {
+        self.cache.note_trace();
         let wrap = |source: Error| Error::Trace {
             function: self.name.clone(),
             signature: sig.to_string(),
@@ -426,8 +595,7 @@ impl JitFunction {
             };
             state.graph.outputs.push(node);
         }
-        Program::compile_named(state.graph, &format!("{}{sig}", self.name))
-            .map_err(|e| wrap(Error::Runtime(e)))
+        Ok(state.graph)
     }
 
     /// The handler cache's entries, sorted by signature.
@@ -450,9 +618,14 @@ impl JitFunction {
         self.cache.stats()
     }
 
-    /// Empties the handler cache (the next call of each signature retraces).
+    /// Empties the handler cache and forgets the shape classes (the next
+    /// call of each signature retraces).
     pub fn clear(&self) {
-        self.cache.clear()
+        self.cache.clear();
+        self.classes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// Why a call with these arguments would trace again: the arguments that
@@ -468,17 +641,25 @@ impl fmt::Display for JitFunction {
         let handlers = self.handlers();
         writeln!(
             f,
-            "jit function `{}` ({}): {} signature(s), {} hit(s), {} miss(es), {} trace(s), {} failed, {} evicted{}",
+            "jit function `{}` ({}): {} signature(s), {} hit(s), {} miss(es), {} build(s), {} trace(s), {} failed, {} evicted{}{}",
             self.name,
             self.location,
             handlers.len(),
             s.hits,
             s.misses,
             s.builds,
+            s.traces,
             s.failures,
             s.evictions,
+            if self.is_dynamic() { ", dynamic" } else { "" },
             if self.is_frozen() { ", frozen" } else { "" }
         )?;
+        for (class, generic) in self.shape_classes() {
+            match generic {
+                Ok(()) => writeln!(f, "  class {class}: one trace")?,
+                Err(why) => writeln!(f, "  class {class}: traced per size ({why})")?,
+            }
+        }
         for h in &handlers {
             writeln!(
                 f,

@@ -95,6 +95,10 @@ pub struct HandlerStats {
     pub misses: u64,
     /// Builds that ran.
     pub builds: u64,
+    /// Times the owner ran the user's code to trace ([`HandlerCache::note_trace`]):
+    /// a build traces once, or not at all when a dynamic function
+    /// instantiates a class it traced before.
+    pub traces: u64,
     /// Builds that failed.
     pub failures: u64,
     /// Ready entries dropped to respect the bound (least recently used
@@ -122,6 +126,7 @@ pub struct HandlerCache<V, E> {
     state: Mutex<State<V, E>>,
     misses: AtomicU64,
     builds: AtomicU64,
+    traces: AtomicU64,
     failures: AtomicU64,
     evictions: AtomicU64,
     /// Hits of entries no longer in the map (cleared or evicted).
@@ -142,6 +147,7 @@ impl<V, E> Default for HandlerCache<V, E> {
             }),
             misses: AtomicU64::new(0),
             builds: AtomicU64::new(0),
+            traces: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             cleared_hits: AtomicU64::new(0),
@@ -344,9 +350,15 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
             hits: live_hits + self.cleared_hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             builds: self.builds.load(Ordering::Relaxed),
+            traces: self.traces.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
             evictions: self.evictions.load(Ordering::Relaxed),
         }
+    }
+
+    /// Counts one run of the user's code to trace (`stats().traces`).
+    pub fn note_trace(&self) {
+        self.traces.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Drops every ready entry (programs in use stay alive through their

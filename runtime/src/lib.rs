@@ -3,7 +3,8 @@
 //! - [`Program`]: a traced graph, verified and optimised, ready to run.
 //! - [`HandlerCache`]: a jit function's signature -> program cache with
 //!   single-flight builds and miss explanation.
-//! - [`Signature`]: the key.
+//! - [`Signature`]: the key; [`ShapeClass`]: a dynamic function's key,
+//!   with [`GenericGraph`], one trace instantiated for many sizes.
 //! - [`HostProgram`]: a program fused into kernels and compiled to native
 //!   code; [`kernel_cache`]: the global cache of compiled kernels.
 //! - [`SimProgram`]: the same kernels compiled to bytecode and launched as
@@ -19,6 +20,7 @@ mod host;
 mod kernel_cache;
 pub mod pipeline;
 mod program;
+mod shape_class;
 mod signature;
 mod sim;
 mod warmup;
@@ -35,6 +37,7 @@ pub use kernel_cache::{
     KernelDetails, KernelEntry,
 };
 pub use program::{run_eager, run_eager_sim, Program};
+pub use shape_class::{probes, ClassArg, ClassDim, GenericGraph, ShapeClass};
 pub use signature::{ArgSig, Signature};
 pub use sim::{
     collect_profiles, set_sim_policy, sim_device, sim_policy, write_trace, PendingRun, SimProgram,

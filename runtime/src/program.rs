@@ -24,6 +24,9 @@ pub struct Program {
     sim: OnceLock<Result<Arc<SimProgram>, RuntimeError>>,
     compile_time: Duration,
     stage_times: StageTimes,
+    /// Values of the graph's last params, which stand for sizes
+    /// ([`Program::with_size_params`]).
+    size_params: Vec<Lit>,
 }
 
 impl Program {
@@ -60,7 +63,22 @@ impl Program {
             sim: OnceLock::new(),
             compile_time: start.elapsed(),
             stage_times: t,
+            size_params: Vec::new(),
         })
+    }
+
+    /// Records the values of the graph's last params: a dynamic function's
+    /// instantiated graph takes sizes it used as values (`mean`'s divisor)
+    /// as params, so its kernels do not change with them. Callers append
+    /// [`size_params`](Self::size_params) to the call's own params.
+    pub fn with_size_params(mut self, values: Vec<Lit>) -> Program {
+        self.size_params = values;
+        self
+    }
+
+    /// The values of the params that stand for sizes (usually none).
+    pub fn size_params(&self) -> &[Lit] {
+        &self.size_params
     }
 
     /// The name it was compiled under.

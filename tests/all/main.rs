@@ -8,6 +8,7 @@ mod cancel;
 mod concurrency;
 mod disk_cache;
 mod display;
+mod dynamic;
 mod every_mode;
 mod host_backend;
 mod ir_text;

@@ -115,37 +115,60 @@ fn specs(params: &[Param]) -> TokenStream2 {
 /// module `f` whose `f::jit()` returns the function's `JitFunction` (handler
 /// cache, statistics). The return type is a `Tensor` or a tuple of up to 8.
 /// Generic functions and methods are not supported.
+///
+/// Arguments: `mode = host|sim|verify|reference` sets the function's run
+/// mode; `dynamic` keys its handler cache on shape classes instead of exact
+/// sizes (`JitFunction::set_dynamic`), so new sizes of one class do not
+/// retrace: `#[jit(dynamic, mode = sim)]`.
 #[proc_macro_attribute]
 pub fn jit(attr: TokenStream, item: TokenStream) -> TokenStream {
     let attr = TokenStream2::from(attr);
-    let mode = match parse_mode(attr) {
-        Ok(m) => m,
+    let attrs = match parse_attrs(attr) {
+        Ok(a) => a,
         Err(e) => return e.to_compile_error().into(),
     };
     let func = parse_macro_input!(item as ItemFn);
-    match expand_jit(func, mode) {
+    match expand_jit(func, attrs) {
         Ok(t) => t.into(),
         Err(e) => e.to_compile_error().into(),
     }
 }
 
-/// `mode = host|sim|verify|reference`, the only argument `#[jit]` takes.
-fn parse_mode(attr: TokenStream2) -> syn::Result<Option<TokenStream2>> {
+/// What `#[jit(..)]` was given.
+#[derive(Default)]
+struct JitAttrs {
+    /// `mode = host|sim|verify|reference`.
+    mode: Option<TokenStream2>,
+    /// `dynamic`: key on shape classes.
+    dynamic: bool,
+}
+
+const ATTR_HELP: &str = "#[jit] takes `mode = host|sim|verify|reference` and `dynamic`";
+
+/// `#[jit(mode = sim, dynamic)]`: the arguments in any order, each once.
+fn parse_attrs(attr: TokenStream2) -> syn::Result<JitAttrs> {
+    use syn::parse::Parser;
+    let mut out = JitAttrs::default();
     if attr.is_empty() {
-        return Ok(None);
+        return Ok(out);
     }
-    let nv: syn::MetaNameValue = syn::parse2(attr.clone()).map_err(|_| {
-        syn::Error::new(
-            attr.span(),
-            "#[jit] takes `mode = host|sim|verify|reference`",
-        )
-    })?;
-    if !nv.path.is_ident("mode") {
-        return Err(syn::Error::new(
-            nv.path.span(),
-            "#[jit] takes only `mode = ...`",
-        ));
+    let metas = syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated
+        .parse2(attr.clone())
+        .map_err(|_| syn::Error::new(attr.span(), ATTR_HELP))?;
+    for meta in metas {
+        match meta {
+            syn::Meta::Path(p) if p.is_ident("dynamic") && !out.dynamic => out.dynamic = true,
+            syn::Meta::NameValue(nv) if nv.path.is_ident("mode") && out.mode.is_none() => {
+                out.mode = Some(parse_mode(&nv)?)
+            }
+            other => return Err(syn::Error::new(other.span(), ATTR_HELP)),
+        }
     }
+    Ok(out)
+}
+
+/// `mode = host|sim|verify|reference`.
+fn parse_mode(nv: &syn::MetaNameValue) -> syn::Result<TokenStream2> {
     let name = match &nv.value {
         syn::Expr::Path(p) if p.path.segments.len() == 1 => p.path.segments[0].ident.to_string(),
         syn::Expr::Lit(syn::ExprLit {
@@ -171,10 +194,10 @@ fn parse_mode(attr: TokenStream2) -> syn::Result<Option<TokenStream2>> {
             ))
         }
     };
-    Ok(Some(quote!(::tilejit::RunMode::#variant)))
+    Ok(quote!(::tilejit::RunMode::#variant))
 }
 
-fn expand_jit(func: ItemFn, mode: Option<TokenStream2>) -> syn::Result<TokenStream2> {
+fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
     let sig = &func.sig;
     if let Some(g) = sig.generics.params.first() {
         return Err(syn::Error::new(
@@ -229,9 +252,13 @@ fn expand_jit(func: ItemFn, mode: Option<TokenStream2>) -> syn::Result<TokenStre
         (0..params.len()).map(|i| quote!(::tilejit::FromTrace::from_trace(&__tilejit_v[#i])?));
     let specs = specs(&params);
     let mod_doc = format!("The jit function behind [`{name}()`]: handler cache and statistics.");
-    let set_mode = match mode {
+    let set_mode = match jit_attrs.mode {
         Some(m) => quote!(f.set_mode(::std::option::Option::Some(#m));),
         None => quote!(),
+    };
+    let set_dynamic = match jit_attrs.dynamic {
+        true => quote!(f.set_dynamic(true);),
+        false => quote!(),
     };
     Ok(quote! {
         #(#attrs)*
@@ -257,6 +284,7 @@ fn expand_jit(func: ItemFn, mode: Option<TokenStream2>) -> syn::Result<TokenStre
                 FUNCTION.get_or_init(|| {
                     let f = ::tilejit::JitFunction::new(stringify!(#name), concat!(file!(), ":", line!()), #specs);
                     #set_mode
+                    #set_dynamic
                     f
                 })
             }

@@ -1,0 +1,270 @@
+//! Dynamic jit functions (`#[jit(dynamic)]`, `set_dynamic`): one trace per
+//! shape class, instantiated for each new size. Every size is checked
+//! against the same body traced exactly (the path every other test
+//! covers) and against numbers computed here, on Host and Sim; the body
+//! counts its own runs, so "one trace" is measured, not taken from the
+//! code under test.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tilejit::prelude::*;
+use tilejit_tests::reference;
+
+static BIAS_RELU_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+#[jit(dynamic)]
+fn bias_relu(x: &Tensor, b: &Tensor) -> Tensor {
+    BIAS_RELU_RUNS.fetch_add(1, Ordering::Relaxed);
+    (x + b).relu()
+}
+
+#[jit]
+fn bias_relu_exact(x: &Tensor, b: &Tensor) -> Tensor {
+    (x + b).relu()
+}
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    f32s(t).iter().map(|v| v.to_bits()).collect()
+}
+
+/// Twenty sizes of one class: one body run, one compiled host kernel
+/// shared by every size, every result equal to the exact trace's bits and
+/// to `max(x + b, 0)` computed here.
+#[test]
+fn twenty_sizes_trace_once_and_share_one_kernel() {
+    let f = bias_relu::jit();
+    assert!(f.is_dynamic());
+    let mut first_code = None;
+    for i in 1..=20 {
+        let (rows, cols) = (i + 1, 50 * i + 3);
+        let x = Tensor::randn(&[rows, cols], i as u64);
+        let b = Tensor::randn(&[cols], 100 + i as u64);
+        let y = bias_relu(&x, &b).unwrap();
+        assert_eq!(bits(&y), bits(&bias_relu_exact(&x, &b).unwrap()));
+        let (xv, bv) = (f32s(&x), f32s(&b));
+        let want: Vec<f32> = (0..rows * cols)
+            .map(|k| (xv[k] + bv[k % cols]).max(0.0))
+            .collect();
+        assert_eq!(f32s(&y), want);
+        let h = f
+            .handlers()
+            .into_iter()
+            .find(|h| {
+                h.signature
+                    .to_string()
+                    .contains(&format!("[{rows},{cols}]"))
+            })
+            .unwrap();
+        let code: Vec<_> = h.program.host().code().to_vec();
+        match &first_code {
+            None => first_code = Some(code),
+            Some(c) => {
+                assert_eq!(c.len(), code.len());
+                assert!(c.iter().zip(&code).all(|(a, b)| Arc::ptr_eq(a, b)));
+            }
+        }
+    }
+    assert_eq!(BIAS_RELU_RUNS.load(Ordering::Relaxed), 1);
+    let s = f.stats();
+    assert_eq!((s.traces, s.builds), (1, 20));
+    let classes = f.shape_classes();
+    assert_eq!(classes.len(), 1);
+    assert_eq!(classes[0].0.to_string(), "(f32[n0,n1], f32[n1])");
+    assert_eq!(classes[0].1, Ok(()));
+    assert!(f
+        .to_string()
+        .contains("class (f32[n0,n1], f32[n1]): one trace"));
+}
+
+static NORM_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// `layer_norm` divides by the row length (a size used as a value) and
+/// `flatten` reshapes to a product of sizes.
+#[jit(dynamic)]
+fn norm_flat(x: &Tensor, g: &Tensor, b: &Tensor) -> Tensor {
+    NORM_RUNS.fetch_add(1, Ordering::Relaxed);
+    let s = x.shape().to_vec();
+    x.layer_norm(g, b, 1e-5).reshape(&[s[0] * s[1]])
+}
+
+#[test]
+fn a_size_used_as_a_value_and_a_product_of_sizes_stay_generic_on_host_and_sim() {
+    let f = norm_flat::jit();
+    for (i, (rows, cols)) in [(3, 8), (5, 33), (2, 100), (7, 257), (4, 64)]
+        .into_iter()
+        .enumerate()
+    {
+        let x = Tensor::randn(&[rows, cols], i as u64);
+        let g = Tensor::randn(&[cols], 10 + i as u64);
+        let b = Tensor::randn(&[cols], 20 + i as u64);
+        let to64 = |t: &Tensor| f32s(t).iter().map(|&v| v as f64).collect::<Vec<_>>();
+        let want = reference::layer_norm(&to64(&x), &to64(&g), &to64(&b), cols, 1e-5);
+        for mode in [RunMode::Host, RunMode::Sim] {
+            let y = with_mode(mode, || norm_flat(&x, &g, &b)).unwrap();
+            assert_eq!(y.shape(), [rows * cols]);
+            for (k, (a, w)) in f32s(&y).iter().zip(&want).enumerate() {
+                assert!(
+                    (*a as f64 - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                    "{mode:?} [{rows},{cols}] element {k}: {a} vs {w}"
+                );
+            }
+        }
+    }
+    assert_eq!(NORM_RUNS.load(Ordering::Relaxed), 1);
+    assert_eq!(f.stats().traces, 1);
+    // The divisor is a param, so every size runs the same host kernels.
+    let handlers = f.handlers();
+    let code0 = handlers[0].program.host().code().to_vec();
+    for h in &handlers[1..] {
+        let code = h.program.host().code();
+        assert!(code0.iter().zip(code).all(|(a, b)| Arc::ptr_eq(a, b)));
+    }
+}
+
+#[jit(dynamic)]
+fn add2(x: &Tensor, y: &Tensor) -> Tensor {
+    x + y
+}
+
+#[jit]
+fn add2_exact(x: &Tensor, y: &Tensor) -> Tensor {
+    x + y
+}
+
+/// Sizes that break a class's relations are another class, whose trace
+/// fails just as an exact trace does; dims of 1 are a class of their own.
+#[test]
+fn sizes_that_break_the_class_get_the_exact_error() {
+    let a = Tensor::ones(&[10], DType::F32);
+    let b = Tensor::ones(&[11], DType::F32);
+    let dynamic = add2(&a, &b).unwrap_err();
+    let exact = add2_exact(&a, &b).unwrap_err();
+    assert_eq!(dynamic.kind(), exact.kind());
+    assert!(dynamic.to_string().contains("f32[10]"), "{dynamic}");
+    assert!(
+        dynamic.to_string().contains("do not broadcast"),
+        "{dynamic}"
+    );
+    // [10] + [10], [11] + [11]: one class; [1] + [1]: another.
+    for n in [10, 11, 1] {
+        let x = Tensor::full(&[n], 2.0, DType::F32);
+        assert_eq!(f32s(&add2(&x, &x).unwrap()), vec![4.0; n]);
+    }
+    let classes: Vec<String> = add2::jit()
+        .shape_classes()
+        .iter()
+        .map(|(c, _)| c.to_string())
+        .collect();
+    assert_eq!(
+        classes,
+        [
+            "(f32[1], f32[1])",
+            "(f32[n0], f32[n0])",
+            "(f32[n0], f32[n1])"
+        ]
+    );
+}
+
+static HALVES_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// `n / 2` cannot be read back from a trace (the stand-in is prime), so
+/// this function is traced per size, correctly, and says why.
+#[jit(dynamic)]
+fn halves(x: &Tensor) -> Tensor {
+    HALVES_RUNS.fetch_add(1, Ordering::Relaxed);
+    let n = x.shape()[0];
+    x.reshape(&[n / 2, 2]).sum(1, false)
+}
+
+#[test]
+fn a_body_that_is_not_size_generic_is_traced_per_size() {
+    let f = halves::jit();
+    for n in [4usize, 6, 8] {
+        let x = Tensor::arange(n, DType::F32);
+        let y = halves(&x).unwrap();
+        let want: Vec<f32> = (0..n / 2).map(|i| (4 * i + 1) as f32).collect();
+        assert_eq!(f32s(&y), want);
+    }
+    // One failed try at the stand-in sizes, then one exact trace per size.
+    assert_eq!(HALVES_RUNS.load(Ordering::Relaxed), 4);
+    assert_eq!(f.stats().traces, 4);
+    let classes = f.shape_classes();
+    assert_eq!(classes.len(), 1);
+    let why = classes[0].1.clone().unwrap_err();
+    assert!(why.contains("reshape"), "{why}");
+}
+
+#[jit(dynamic)]
+fn scaled(x: &Tensor) -> Tensor {
+    let n = x.shape()[0] as f32;
+    x * (1.0 / n)
+}
+
+/// A value computed from a size (here `1/n`) cannot be redone at other
+/// sizes: traced per size, never the stand-in's value.
+#[test]
+fn a_value_computed_from_a_size_is_never_baked_in() {
+    for n in [4usize, 5, 8] {
+        let x = Tensor::ones(&[n], DType::F32);
+        let y = scaled(&x).unwrap();
+        assert_eq!(f32s(&y), vec![1.0 / n as f32; n]);
+    }
+    let classes = scaled::jit().shape_classes();
+    let why = classes[0].1.clone().unwrap_err();
+    assert!(why.contains("computed from sizes"), "{why}");
+}
+
+#[jit(dynamic)]
+fn frozen_double(x: &Tensor) -> Tensor {
+    x * 2.0
+}
+
+/// A frozen dynamic function serves new sizes of classes it traced; a new
+/// class is still `Frozen`.
+#[test]
+fn frozen_serves_new_sizes_of_known_classes() {
+    let f = frozen_double::jit();
+    frozen_double(&Tensor::ones(&[3, 4], DType::F32)).unwrap();
+    f.freeze(true);
+    let y = frozen_double(&Tensor::ones(&[5, 6], DType::F32)).unwrap();
+    assert_eq!(f32s(&y), vec![2.0; 30]);
+    let e = frozen_double(&Tensor::ones(&[5], DType::F32)).unwrap_err();
+    assert!(matches!(e, tilejit::Error::Frozen { .. }), "{e}");
+    f.freeze(false);
+    assert_eq!(f.stats().traces, 1);
+}
+
+static THREADED_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+#[jit(dynamic)]
+fn threaded(x: &Tensor) -> Tensor {
+    THREADED_RUNS.fetch_add(1, Ordering::Relaxed);
+    (x * x).sum(-1, false)
+}
+
+/// Eight threads, each with its own sizes of one class, all at once:
+/// every result right, one class, at most one trace per thread (threads
+/// that meet an untraced class may each trace it; the first one kept).
+#[test]
+fn threads_with_different_sizes_of_one_class() {
+    std::thread::scope(|s| {
+        for t in 0..8usize {
+            s.spawn(move || {
+                for r in 0..10usize {
+                    let (rows, cols) = (2 + t, 3 + r * 7 + t);
+                    let x = Tensor::full(&[rows, cols], 3.0, DType::F32);
+                    let y = threaded(&x).unwrap();
+                    assert_eq!(f32s(&y), vec![9.0 * cols as f32; rows]);
+                }
+            });
+        }
+    });
+    let f = threaded::jit();
+    assert_eq!(f.shape_classes().len(), 1);
+    assert!(THREADED_RUNS.load(Ordering::Relaxed) <= 8);
+    assert_eq!(f.stats().builds, 80);
+}
