@@ -159,7 +159,7 @@ const PROBE_MIN: usize = 1 << 14;
 const NEAR: usize = 64;
 
 /// The stand-in sizes of `n` symbols: the first `n` primes above
-/// [`PROBE_MIN`].
+/// 2^14.
 pub fn probes(n: usize) -> &'static [usize] {
     static PRIMES: OnceLock<Vec<usize>> = OnceLock::new();
     // 8 arguments of rank 8 at most need 64; a few more cost nothing.
