@@ -16,6 +16,12 @@ pub mod workloads {
         (x * w + b).relu()
     }
 
+    /// W8 with shape classes: `bias_relu`, traced once for all sizes.
+    #[jit(dynamic)]
+    pub fn bias_relu_dynamic(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
+        (x * w + b).relu()
+    }
+
     /// W2: GELU, tanh approximation.
     #[jit]
     pub fn gelu(x: &Tensor) -> Tensor {

@@ -165,7 +165,11 @@ pub fn probes(n: usize) -> &'static [usize] {
     // 8 arguments of rank 8 at most need 64; a few more cost nothing.
     const MAX: usize = 80;
     let primes = PRIMES.get_or_init(|| {
-        let is_prime = |p: usize| (2..).take_while(|d| d * d <= p).all(|d| !p.is_multiple_of(d));
+        let is_prime = |p: usize| {
+            (2..)
+                .take_while(|d| d * d <= p)
+                .all(|d| !p.is_multiple_of(d))
+        };
         (PROBE_MIN..).filter(|&p| is_prime(p)).take(MAX).collect()
     });
     &primes[..n.min(MAX)]
