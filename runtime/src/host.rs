@@ -621,14 +621,17 @@ fn int_matmul(a: &[i64], b: &[i64], [batch, m, k, n]: [usize; 4]) -> Result<Vec<
 fn kernel_bufs<'s>(
     slots: &'s mut [Slot<'_>],
     locals: &[tilejit_ir::kernel::BufId],
-) -> SmallVec<[BufArg<'s>; 16]> {
-    let mut bufs: SmallVec<[BufArg<'s>; 16]> = locals.iter().map(|_| BufArg::empty()).collect();
+    bufs: &mut SmallVec<[BufArg<'s>; 8]>,
+) {
+    // Filled in place: a returned SmallVec is a memcpy per kernel, a
+    // measurable share of a tiny call.
+    bufs.clear();
+    bufs.extend(locals.iter().map(|_| BufArg::empty()));
     for (i, slot) in slots.iter_mut().enumerate() {
         if let Some(at) = locals.iter().position(|b| b.0 as usize == i) {
             bufs[at] = slot.arg();
         }
     }
-    bufs
 }
 
 /// Runs one kernel over its whole domain: in chunks over the rayon pool,
@@ -646,7 +649,8 @@ fn launch(
     if units == 0 {
         return Ok(());
     }
-    let mut bufs = kernel_bufs(slots, locals);
+    let mut bufs = SmallVec::new();
+    kernel_bufs(slots, locals, &mut bufs);
     let work: usize = k.domain.iter().product();
     // Small kernels stay on this thread (and never ask rayon anything).
     let threads = if work < PARALLEL_MIN || units < 2 {
