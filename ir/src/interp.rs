@@ -66,10 +66,10 @@ pub(crate) fn internal(msg: &str) -> IrError {
 /// Checks tensor arguments against the input types a program expects (count
 /// and dtype + shape of each) and the number of params. Every backend runs
 /// this at its boundary.
-pub fn check_arguments(
+pub fn check_arguments<A: std::borrow::Borrow<Array>>(
     want: &[TensorType],
     param_count: usize,
-    inputs: &[Array],
+    inputs: &[A],
     params: &[Lit],
 ) -> Result<(), IrError> {
     if want.len() != inputs.len() {
@@ -80,6 +80,7 @@ pub fn check_arguments(
         )));
     }
     for (i, (w, a)) in want.iter().zip(inputs).enumerate() {
+        let a = a.borrow();
         if *w != a.ty() {
             return Err(IrError::Arguments(format!(
                 "input {i}: expected {w}, got {}",

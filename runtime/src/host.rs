@@ -11,6 +11,7 @@ use crate::kernel_cache::{kernel_cache, CachedKernel};
 use crate::pipeline::{self, Stage, StageTimes};
 use rayon::prelude::*;
 use smallvec::SmallVec;
+use std::borrow::Borrow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tilejit_codegen::host::{
@@ -95,7 +96,11 @@ fn start_thread_pool() {
 /// Gives the storage of a run's temporaries back to the pool.
 fn recycle<'a>(slots: impl IntoIterator<Item = Slot<'a>>) {
     for slot in slots {
+        // A taken output leaves an empty store behind: nothing to give.
         if let Slot::Owned(store) = slot {
+            if matches!(&store, Store::Bool(v) if v.capacity() == 0) {
+                continue;
+            }
             pool().give(match store {
                 Store::F32(v) => Buffer::F32(v),
                 Store::F64(v) => Buffer::F64(v),
@@ -299,28 +304,41 @@ impl HostProgram {
         &self.code
     }
 
-    /// Runs on concrete inputs and param values (checked first).
-    pub fn run(&self, inputs: &[Array], params: &[Lit]) -> Result<Vec<Array>, RuntimeError> {
+    /// Runs on concrete inputs (arrays or references to them) and param
+    /// values (checked first).
+    pub fn run<A: Borrow<Array>>(
+        &self,
+        inputs: &[A],
+        params: &[Lit],
+    ) -> Result<Vec<Array>, RuntimeError> {
         let p = &self.prog;
         interp::check_arguments(&p.inputs, p.params.len(), inputs, params)?;
         // On the stack for the usual handful of buffers: a heap vector per
         // call is a measurable share of a small call's dispatch cost.
-        let mut slots: SmallVec<[Slot<'_>; 8]> = SmallVec::with_capacity(p.buffers.len());
+        // (`new`, not `with_capacity`: that one is built aside and copied in.)
+        let mut slots: SmallVec<[Slot<'_>; 8]> = SmallVec::new();
         for b in &p.buffers {
-            slots.push(match b.kind {
-                BufKind::Input(i) => slot_for(
-                    inputs
-                        .get(i as usize)
-                        .ok_or_else(|| IrError::Arguments(format!("missing input {i}")))?
-                        .buffer(),
-                )?,
-                BufKind::Constant(c) => slot_for(
-                    self.constants
-                        .get(c as usize)
-                        .ok_or_else(|| IrError::Verify(format!("missing constant {c}")))?
-                        .buffer(),
-                )?,
-                BufKind::Temp => Slot::Owned(output_store(b.ty.dtype, b.ty.shape.numel())?),
+            let buf = match b.kind {
+                BufKind::Input(i) => inputs
+                    .get(i as usize)
+                    .ok_or_else(|| IrError::Arguments(format!("missing input {i}")))?
+                    .borrow()
+                    .buffer(),
+                BufKind::Constant(c) => self
+                    .constants
+                    .get(c as usize)
+                    .ok_or_else(|| IrError::Verify(format!("missing constant {c}")))?
+                    .buffer(),
+                BufKind::Temp => {
+                    slots.push(Slot::Owned(output_store(b.ty.dtype, b.ty.shape.numel())?));
+                    continue;
+                }
+            };
+            // Only halves are converted: the common slot is built without
+            // a `Result` (176 bytes with an `IrError`) in between.
+            slots.push(match buf {
+                Buffer::F16(_) | Buffer::BF16(_) => slot_for(buf)?,
+                b => Slot::Borrowed(b),
             });
         }
         // What may stop this run: usually nothing, and then no check costs.
@@ -379,7 +397,7 @@ impl HostProgram {
                     let seen = done.iter().find(|(b, _)| *b == bi).map(|(_, a)| a.clone());
                     let arr = match (&p.buffers[bi].kind, seen) {
                         (_, Some(a)) => a,
-                        (BufKind::Input(i), _) => inputs[*i as usize].clone(),
+                        (BufKind::Input(i), _) => inputs[*i as usize].borrow().clone(),
                         (BufKind::Constant(c), _) => self.constants[*c as usize].clone(),
                         (BufKind::Temp, None) => {
                             let store = take_owned(&mut slots[bi])?;
@@ -399,7 +417,8 @@ impl HostProgram {
                 }
             });
         }
-        recycle(slots);
+        // Drained, not moved: moving the SmallVec is a 256-byte memcpy.
+        recycle(slots.drain(..));
         Ok(outs)
     }
 

@@ -94,7 +94,11 @@ impl Program {
 
     /// Runs the program's native kernels on concrete inputs and parameter
     /// values.
-    pub fn run(&self, inputs: &[Array], params: &[Lit]) -> Result<Vec<Array>, RuntimeError> {
+    pub fn run<A: std::borrow::Borrow<Array>>(
+        &self,
+        inputs: &[A],
+        params: &[Lit],
+    ) -> Result<Vec<Array>, RuntimeError> {
         self.host.run(inputs, params)
     }
 
