@@ -107,6 +107,14 @@ pub enum Error {
     },
     /// Compiling or running a program failed.
     Runtime(RuntimeError),
+    /// A file could not be read or written, or does not hold what it
+    /// should (`tilejit::io`).
+    File {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What was wrong.
+        message: String,
+    },
     /// `RunMode::Verify`: Host and Sim results differ past tolerance.
     Verify {
         /// The jit function.
@@ -124,7 +132,8 @@ impl Error {
             Error::TracedValue { .. }
             | Error::ForeignTrace { .. }
             | Error::Arguments { .. }
-            | Error::Frozen { .. } => ErrorKind::BadArgument,
+            | Error::Frozen { .. }
+            | Error::File { .. } => ErrorKind::BadArgument,
             Error::Trace { source, .. } => source.kind(),
             Error::Panic { .. } => ErrorKind::Panic,
             Error::Runtime(e) => e.kind(),
@@ -175,6 +184,7 @@ impl fmt::Display for Error {
                 write!(f, "{kind}: `{function}` is frozen and has no program for signature {signature} ({nearest})")
             }
             Error::Runtime(e) => write!(f, "{kind}: {e}"),
+            Error::File { path, message } => write!(f, "{kind}: {}: {message}", path.display()),
             Error::Verify { function, message } => {
                 write!(f, "{kind}: `{function}` in verify mode: host and sim differ: {message}")
             }

@@ -33,6 +33,7 @@ mod apply;
 pub mod args;
 mod display;
 pub mod error;
+pub mod io;
 pub mod jit;
 pub mod mode;
 mod operators;

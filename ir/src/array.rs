@@ -28,6 +28,65 @@ pub enum Buffer {
 }
 
 impl Buffer {
+    /// Elements of `dtype` from their little-endian bytes (bool: one byte,
+    /// 0 or 1). An error if the length is not a whole number of elements,
+    /// a bool byte is neither 0 nor 1, or memory runs out.
+    pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Result<Buffer, IrError> {
+        let size = dtype.size_bytes();
+        if !bytes.len().is_multiple_of(size) {
+            return Err(IrError::Arguments(format!(
+                "{} bytes are not a whole number of {dtype} elements",
+                bytes.len()
+            )));
+        }
+        macro_rules! words {
+            ($t:ty, $n:literal) => {
+                crate::fallible::collect(bytes.chunks_exact($n).map(|c| {
+                    let mut w = [0u8; $n];
+                    w.copy_from_slice(c);
+                    <$t>::from_le_bytes(w)
+                }))?
+            };
+        }
+        Ok(match dtype {
+            DType::F32 => Buffer::F32(words!(f32, 4)),
+            DType::F64 => Buffer::F64(words!(f64, 8)),
+            DType::F16 => Buffer::F16(words!(f16, 2)),
+            DType::BF16 => Buffer::BF16(words!(bf16, 2)),
+            DType::I32 => Buffer::I32(words!(i32, 4)),
+            DType::I64 => Buffer::I64(words!(i64, 8)),
+            DType::Bool => {
+                if let Some(i) = bytes.iter().position(|&b| b > 1) {
+                    return Err(IrError::Arguments(format!(
+                        "bool element {i} is byte {}, not 0 or 1",
+                        bytes[i]
+                    )));
+                }
+                Buffer::Bool(crate::fallible::collect(bytes.iter().map(|&b| b == 1))?)
+            }
+        })
+    }
+
+    /// The elements as little-endian bytes (bool: one byte, 0 or 1).
+    pub fn to_le_bytes(&self) -> Result<Vec<u8>, IrError> {
+        let mut out = crate::fallible::with_capacity::<u8>(self.byte_len())?;
+        match self {
+            Buffer::F32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Buffer::F64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Buffer::F16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Buffer::BF16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Buffer::I32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Buffer::I64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Buffer::Bool(v) => out.extend(v.iter().map(|&b| b as u8)),
+        }
+        Ok(out)
+    }
+
+    /// Bytes of its elements (length, not capacity).
+    fn byte_len(&self) -> usize {
+        self.len().saturating_mul(self.dtype().size_bytes())
+    }
+
     /// The dtype of the elements.
     pub fn dtype(&self) -> DType {
         match self {

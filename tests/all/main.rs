@@ -11,6 +11,7 @@ mod display;
 mod dynamic;
 mod every_mode;
 mod host_backend;
+mod io;
 mod ir_text;
 mod jit;
 mod kernel_ir;

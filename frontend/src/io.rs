@@ -1,0 +1,201 @@
+//! Tensors to and from files: NumPy's `.npy` (one array) and
+//! safetensors (named weights, through the format's own crate).
+//!
+//! Every failure is an [`Error::File`] naming the file and what was
+//! wrong: a missing or unreadable file, a malformed or truncated one, a
+//! dtype tilejit does not have. Writes go to a temporary file beside the
+//! target and are renamed over it, so a reader never sees half a file.
+//!
+//! ```
+//! use tilejit::prelude::*;
+//! use tilejit::io;
+//!
+//! let dir = std::env::temp_dir().join(format!("tilejit-io-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir).unwrap();
+//! let w = Tensor::arange(6, DType::F32).reshape(&[2, 3]);
+//! io::save_safetensors(dir.join("model.safetensors"), &[("w", &w)])?;
+//! let weights = io::load_safetensors(dir.join("model.safetensors"))?;
+//! assert_eq!(weights["w"].to_vec::<f32>()?, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+//! io::write_npy(dir.join("w.npy"), &w)?;
+//! assert_eq!(io::read_npy(dir.join("w.npy"))?.shape(), [2, 3]);
+//! # std::fs::remove_dir_all(&dir).unwrap();
+//! # Ok::<(), tilejit::Error>(())
+//! ```
+
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use safetensors::tensor::{Dtype as StDtype, TensorView};
+use safetensors::SafeTensors;
+use std::collections::BTreeMap;
+use std::path::Path;
+use tilejit_ir::{Array, Buffer, DType, Shape};
+use tilejit_runtime::device::npy::{self, NpyArray};
+
+fn file_error(path: &Path, message: impl Into<String>) -> Error {
+    Error::File {
+        path: path.to_path_buf(),
+        message: message.into(),
+    }
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>> {
+    if path.is_dir() {
+        return Err(file_error(path, "is a directory"));
+    }
+    std::fs::read(path).map_err(|e| file_error(path, e.to_string()))
+}
+
+/// Writes `bytes` whole or not at all: a temporary file in the same
+/// directory, synced, then renamed over `path`.
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let name = path
+        .file_name()
+        .ok_or_else(|| file_error(path, "names no file"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    // Unique per process and write, so concurrent writers never share one.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tmp_name.push(format!(".{}.{n}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    result.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        file_error(path, e.to_string())
+    })
+}
+
+/// A tensor from its dtype, dims and little-endian bytes.
+fn tensor_from_bytes(
+    dtype: DType,
+    dims: &[usize],
+    bytes: &[u8],
+) -> std::result::Result<Tensor, String> {
+    let shape = Shape::new(dims).map_err(|e| e.to_string())?;
+    let buffer = Buffer::from_le_bytes(dtype, bytes).map_err(|e| e.to_string())?;
+    let array = Array::new(shape, buffer).map_err(|e| e.to_string())?;
+    Ok(Tensor::concrete(array))
+}
+
+/// Reads a `.npy` file (format 1-3, C order, little endian; f32, f64, f16,
+/// i32, i64, bool, and bf16 as tilejit writes it).
+#[track_caller]
+pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor> {
+    let path = path.as_ref();
+    let a = npy::read(&read_file(path)?).map_err(|e| file_error(path, e))?;
+    let dims: Vec<usize> = a
+        .shape
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| file_error(path, "a dimension does not fit this machine"))?;
+    tensor_from_bytes(a.dtype, &dims, &a.data).map_err(|e| file_error(path, e))
+}
+
+/// Writes a tensor as a `.npy` file (bf16, which NumPy lacks, as its raw
+/// bits with descr `<u2`).
+#[track_caller]
+pub fn write_npy(path: impl AsRef<Path>, tensor: &Tensor) -> Result<()> {
+    let path = path.as_ref();
+    let array = tensor.to_array()?;
+    let data = array
+        .buffer()
+        .to_le_bytes()
+        .map_err(|e| file_error(path, e.to_string()))?;
+    let a = NpyArray {
+        dtype: array.dtype(),
+        shape: array.shape().dims().iter().map(|&d| d as u64).collect(),
+        data,
+    };
+    write_file(path, &npy::write(&a))
+}
+
+fn from_st_dtype(d: StDtype) -> Option<DType> {
+    Some(match d {
+        StDtype::F32 => DType::F32,
+        StDtype::F64 => DType::F64,
+        StDtype::F16 => DType::F16,
+        StDtype::BF16 => DType::BF16,
+        StDtype::I32 => DType::I32,
+        StDtype::I64 => DType::I64,
+        StDtype::BOOL => DType::Bool,
+        _ => return None,
+    })
+}
+
+fn to_st_dtype(d: DType) -> StDtype {
+    match d {
+        DType::F32 => StDtype::F32,
+        DType::F64 => StDtype::F64,
+        DType::F16 => StDtype::F16,
+        DType::BF16 => StDtype::BF16,
+        DType::I32 => StDtype::I32,
+        DType::I64 => StDtype::I64,
+        DType::Bool => StDtype::BOOL,
+    }
+}
+
+/// Loads every tensor of a safetensors file, by name. The file is read
+/// whole and each tensor copied into its own storage.
+#[track_caller]
+pub fn load_safetensors(path: impl AsRef<Path>) -> Result<BTreeMap<String, Tensor>> {
+    let path = path.as_ref();
+    let bytes = read_file(path)?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| file_error(path, e.to_string()))?;
+    let mut out = BTreeMap::new();
+    for (name, view) in file.tensors() {
+        let dtype = from_st_dtype(view.dtype()).ok_or_else(|| {
+            file_error(
+                path,
+                format!(
+                    "tensor `{name}` has dtype {:?}, which tilejit does not have",
+                    view.dtype()
+                ),
+            )
+        })?;
+        let t = tensor_from_bytes(dtype, view.shape(), view.data())
+            .map_err(|e| file_error(path, format!("tensor `{name}`: {e}")))?;
+        out.insert(name, t);
+    }
+    Ok(out)
+}
+
+/// Saves named tensors as a safetensors file. Names must be distinct.
+#[track_caller]
+pub fn save_safetensors(path: impl AsRef<Path>, tensors: &[(&str, &Tensor)]) -> Result<()> {
+    let path = path.as_ref();
+    let mut data = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        if data
+            .iter()
+            .any(|(n, ..): &(&str, DType, Vec<usize>, Vec<u8>)| n == name)
+        {
+            return Err(file_error(
+                path,
+                format!("tensor name `{name}` given twice"),
+            ));
+        }
+        let a = t.to_array()?;
+        let bytes = a
+            .buffer()
+            .to_le_bytes()
+            .map_err(|e| file_error(path, e.to_string()))?;
+        data.push((*name, a.dtype(), a.shape().dims().to_vec(), bytes));
+    }
+    let views = data
+        .iter()
+        .map(|(n, d, dims, bytes)| {
+            TensorView::new(to_st_dtype(*d), dims.clone(), bytes)
+                .map(|v| (*n, v))
+                .map_err(|e| file_error(path, format!("tensor `{n}`: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bytes = safetensors::serialize(views, None).map_err(|e| file_error(path, e.to_string()))?;
+    write_file(path, &bytes)
+}
