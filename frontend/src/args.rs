@@ -153,7 +153,7 @@ impl<'a> FromTrace<'a> for bool {
     }
 }
 
-/// What a jit function may return: a `Tensor` or a tuple of up to 8.
+/// What a jit function may return: a `Tensor` or a tuple of up to 16.
 pub trait JitOutput: Sized {
     /// Flattens into tensors.
     fn into_tensors(self) -> Vec<Tensor>;
@@ -208,7 +208,7 @@ impl JitOutput for Tensor {
     }
 }
 
-/// A tuple of jit arguments, for [`JitFn::call`](crate::JitFn::call).
+/// A tuple of jit arguments (up to 16), for [`JitFn::call`](crate::JitFn::call).
 pub trait JitArgs {
     /// The arguments in order.
     fn args(&self) -> Vec<ArgValue<'_>>;
@@ -258,4 +258,12 @@ tuples! {
     6: A 0 B 1 C 2 D 3 E 4 F 5;
     7: A 0 B 1 C 2 D 3 E 4 F 5 G 6;
     8: A 0 B 1 C 2 D 3 E 4 F 5 G 6 H 7;
+    9: A 0 B 1 C 2 D 3 E 4 F 5 G 6 H 7 I 8;
+    10: A 0 B 1 C 2 D 3 E 4 F 5 G 6 H 7 I 8 J 9;
+    11: A 0 B 1 C 2 D 3 E 4 F 5 G 6 H 7 I 8 J 9 K 10;
+    12: A 0 B 1 C 2 D 3 E 4 F 5 G 6 H 7 I 8 J 9 K 10 L 11;
+    13: A 0 B 1 C 2 D 3 E 4 F 5 G 6 H 7 I 8 J 9 K 10 L 11 M 12;
+    14: A 0 B 1 C 2 D 3 E 4 F 5 G 6 H 7 I 8 J 9 K 10 L 11 M 12 N 13;
+    15: A 0 B 1 C 2 D 3 E 4 F 5 G 6 H 7 I 8 J 9 K 10 L 11 M 12 N 13 O 14;
+    16: A 0 B 1 C 2 D 3 E 4 F 5 G 6 H 7 I 8 J 9 K 10 L 11 M 12 N 13 O 14 P 15;
 }

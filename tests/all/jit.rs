@@ -428,3 +428,82 @@ fn handler_cache_evicts_least_recently_used_signatures() {
     assert_eq!(f.handlers().len(), 1);
     assert!(f.to_string().contains("3 evicted"), "{f}");
 }
+
+/// `jit_fn!` takes sixteen arguments (mixed kinds) and returns sixteen
+/// outputs, each checked against the value computed here.
+#[test]
+fn jit_fn_takes_and_returns_sixteen() {
+    let f = jit_fn!(|a: &Tensor,
+                     b: &Tensor,
+                     c: &Tensor,
+                     d: &Tensor,
+                     e: &Tensor,
+                     f: &Tensor,
+                     g: &Tensor,
+                     h: &Tensor,
+                     i: &Tensor,
+                     j: &Tensor,
+                     k: &Tensor,
+                     l: &Tensor,
+                     m: &Tensor,
+                     n: &Tensor,
+                     s: f32,
+                     p: i64|
+     -> (
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor,
+        Tensor
+    ) {
+        let all = [a, b, c, d, e, f, g, h, i, j, k, l, m, n];
+        let sum = all
+            .iter()
+            .fold(Tensor::zeros(&[2], DType::F32), |acc, t| acc + *t);
+        let scaled = &sum * s;
+        let shifted = &sum + p as f64;
+        (
+            sum.clone(),
+            scaled,
+            shifted,
+            a * 1.0,
+            b * 1.0,
+            c * 1.0,
+            d * 1.0,
+            e * 1.0,
+            f * 1.0,
+            g * 1.0,
+            h * 1.0,
+            i * 1.0,
+            j * 1.0,
+            k * 1.0,
+            l * 1.0,
+            m + n,
+        )
+    });
+    let ts: Vec<Tensor> = (0..14)
+        .map(|i| Tensor::full(&[2], i as f64, DType::F32))
+        .collect();
+    let out = f
+        .call((
+            &ts[0], &ts[1], &ts[2], &ts[3], &ts[4], &ts[5], &ts[6], &ts[7], &ts[8], &ts[9],
+            &ts[10], &ts[11], &ts[12], &ts[13], 0.5f32, 3i64,
+        ))
+        .unwrap();
+    assert_eq!(out.0.to_vec::<f32>().unwrap(), [91.0; 2]); // 0 + 1 + ... + 13
+    assert_eq!(out.1.to_vec::<f32>().unwrap(), [45.5; 2]);
+    assert_eq!(out.2.to_vec::<f32>().unwrap(), [94.0; 2]);
+    assert_eq!(out.8.to_vec::<f32>().unwrap(), [5.0; 2]);
+    assert_eq!(out.15.to_vec::<f32>().unwrap(), [25.0; 2]);
+}

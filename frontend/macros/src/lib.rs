@@ -113,7 +113,7 @@ fn specs(params: &[Param]) -> TokenStream2 {
 /// `#[jit] fn f(x: &Tensor, k: f32, n: usize) -> Tensor { .. }` becomes
 /// `fn f(x: &Tensor, k: f32, n: usize) -> tilejit::Result<Tensor>` plus a
 /// module `f` whose `f::jit()` returns the function's `JitFunction` (handler
-/// cache, statistics). The return type is a `Tensor` or a tuple of up to 8.
+/// cache, statistics). The return type is a `Tensor` or a tuple of up to 16.
 /// Generic functions and methods are not supported.
 ///
 /// Arguments: `mode = host|sim|verify|reference` sets the function's run
@@ -293,8 +293,9 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
 }
 
 /// Compiles a closure of tensors just in time: `jit_fn!(|a: &Tensor, b: &Tensor| a * b)`
-/// gives a `JitFn` called as `f.call((&a, &b))`. Parameters need type
-/// annotations (same rules as `#[jit]`). Captured tensors become constants.
+/// gives a `JitFn` called as `f.call((&a, &b))` (a tuple of up to 16
+/// arguments). Parameters need type annotations (same rules as `#[jit]`).
+/// Captured tensors become constants.
 #[proc_macro]
 pub fn jit_fn(input: TokenStream) -> TokenStream {
     let closure = parse_macro_input!(input as syn::ExprClosure);
