@@ -429,6 +429,26 @@ fn handler_cache_evicts_least_recently_used_signatures() {
     assert!(f.to_string().contains("3 evicted"), "{f}");
 }
 
+/// Sixteen outputs.
+type Sixteen = (
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+    Tensor,
+);
+
 /// `jit_fn!` takes sixteen arguments (mixed kinds) and returns sixteen
 /// outputs, each checked against the value computed here.
 #[test]
@@ -449,24 +469,7 @@ fn jit_fn_takes_and_returns_sixteen() {
                      n: &Tensor,
                      s: f32,
                      p: i64|
-     -> (
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor,
-        Tensor
-    ) {
+     -> Sixteen {
         let all = [a, b, c, d, e, f, g, h, i, j, k, l, m, n];
         let sum = all
             .iter()
