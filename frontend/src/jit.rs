@@ -8,6 +8,11 @@
 //! `#[jit] fn f` keeps its `JitFunction` in a static reachable as
 //! `f::jit()`; `jit_fn!` returns a [`JitFn`], which derefs to its
 //! `JitFunction`.
+//!
+//! [`JitFunction::save`] writes its programs to a snapshot file and
+//! [`JitFunction::load`] fills the handler cache from one
+//! (`tilejit_runtime::snapshot`), so a later process serves those
+//! signatures without tracing or compiling.
 
 use crate::args::{ArgKind, ArgValue, JitArgs, JitOutput, Outputs, ParamSpec, TraceValue};
 use crate::error::{Error, Loc, Result};
@@ -19,12 +24,14 @@ use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tilejit_ir::{Array, Graph, Lit, Op};
 use tilejit_runtime::{
-    panic_message, ArgSig, GenericGraph, HandlerCache, HandlerStats, Program, ShapeClass, Signature,
+    panic_message, ArgSig, GenericGraph, HandlerCache, HandlerStats, Program, RuntimeError,
+    ShapeClass, Signature, SnapshotProblem,
 };
 
 /// A traced body: receives the arguments as trace values, returns outputs.
@@ -77,6 +84,17 @@ type ClassEntry = Arc<std::result::Result<GenericGraph, String>>;
 /// Shape classes a function remembers (cleared when full: a class costs
 /// one trace to relearn).
 const MAX_CLASSES: usize = 256;
+
+/// What [`JitFunction::load_snapshot`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotLoad {
+    /// Signatures the snapshot held, all now in the handler cache.
+    pub signatures: usize,
+    /// Why code was compiled again from the snapshot's graphs instead of
+    /// linked (another tilejit build, other CPU features, another device
+    /// config for Sim code), if it was.
+    pub recompiled: Option<String>,
+}
 
 /// One handler-cache entry, for inspection.
 #[derive(Clone)]
@@ -618,6 +636,86 @@ impl JitFunction {
                 program: e.value,
             })
             .collect()
+    }
+
+    /// Writes every signature this function holds (graphs, kernels, host
+    /// code, Sim bytecode, constants) to one snapshot file at `path`,
+    /// replaced atomically. Compiles each program's Sim form first if a
+    /// Sim run has not, so the snapshot serves Sim calls too.
+    ///
+    /// ```
+    /// use tilejit::prelude::*;
+    ///
+    /// #[jit]
+    /// fn double(x: &Tensor) -> Tensor { x * 2.0 }
+    ///
+    /// let path = std::env::temp_dir().join(format!("double-{}.tjsnap", std::process::id()));
+    /// double(&Tensor::ones(&[4], DType::F32))?;
+    /// double::jit().save(&path)?;
+    /// double::jit().clear();
+    /// assert_eq!(double::jit().load(&path)?, 1);    // no trace, no compile
+    /// double::jit().freeze(true);
+    /// assert_eq!(double(&Tensor::ones(&[4], DType::F32))?.to_vec::<f32>()?, [2.0; 4]);
+    /// # std::fs::remove_file(&path).ok();
+    /// # Ok::<(), tilejit::Error>(())
+    /// ```
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let programs: Vec<(Signature, Arc<Program>)> = self
+            .cache
+            .entries()
+            .into_iter()
+            .map(|e| (e.signature, e.value))
+            .collect();
+        tilejit_runtime::snapshot::save(path.as_ref(), &self.name, &programs)?;
+        Ok(())
+    }
+
+    /// Fills the handler cache from a snapshot [`save`](Self::save)
+    /// wrote (for this function): returns how many signatures it holds,
+    /// each of which now runs with no trace and no compile. A snapshot
+    /// from another tilejit build or for other CPU features is recompiled
+    /// from its stored graphs (still no trace; see
+    /// [`load_snapshot`](Self::load_snapshot) for why). A missing,
+    /// damaged or foreign file is an error and changes nothing.
+    pub fn load(&self, path: impl AsRef<Path>) -> Result<usize> {
+        Ok(self.load_snapshot(path)?.signatures)
+    }
+
+    /// [`load`](Self::load), also saying whether (and why) code was
+    /// recompiled rather than linked.
+    pub fn load_snapshot(&self, path: impl AsRef<Path>) -> Result<SnapshotLoad> {
+        let path = path.as_ref();
+        let loaded = tilejit_runtime::snapshot::load(path, &self.name)?;
+        for (sig, _) in &loaded.programs {
+            let fits = sig.args.len() == self.params.len()
+                && sig.args.iter().zip(&self.params).all(|(a, p)| {
+                    matches!(
+                        (a, p.kind),
+                        (ArgSig::Tensor(_), ArgKind::Tensor)
+                            | (ArgSig::Float(_), ArgKind::Float)
+                            | (ArgSig::Int(_), ArgKind::Int)
+                            | (ArgSig::Bool(_), ArgKind::Bool)
+                    )
+                });
+            if !fits {
+                return Err(Error::Runtime(RuntimeError::Snapshot {
+                    path: path.display().to_string(),
+                    problem: SnapshotProblem::Parameters {
+                        function: self.name.clone(),
+                        signature: sig.to_string(),
+                    },
+                }));
+            }
+        }
+        let signatures = loaded.programs.len();
+        for (sig, program) in loaded.programs {
+            let took = program.compile_time();
+            self.cache.insert(sig, program, took);
+        }
+        Ok(SnapshotLoad {
+            signatures,
+            recompiled: loaded.recompiled,
+        })
     }
 
     /// Hit/miss/build counters.

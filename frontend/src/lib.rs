@@ -47,7 +47,7 @@ pub use args::{
     ArgKind, ArgValue, FromTrace, JitArg, JitArgs, JitOutput, Outputs, ParamSpec, TraceValue,
 };
 pub use error::{Error, Loc, Result};
-pub use jit::{HandlerInfo, JitFn, JitFunction, WithMode};
+pub use jit::{HandlerInfo, JitFn, JitFunction, SnapshotLoad, WithMode};
 pub use mode::{with_mode, OutputDiff, RunMode};
 pub use scalar::Scalar;
 pub use tensor::Tensor;

@@ -2,7 +2,7 @@
 //! shipped example through `sim` (outputs saved with `--output` and checked
 //! here), `asm` -> `disasm` -> `asm` giving identical bytes, and hostile
 //! input that must end with exit code 1 or 2 and a message, never a panic
-//! (101), a signal or a hang.
+//! (101), a signal or a hang; and `snapshot info` on a snapshot saved here.
 
 #![allow(clippy::unwrap_used)]
 
@@ -474,6 +474,10 @@ fn help_and_version_everywhere() {
         (vec!["disasm", "-h"], "Usage: tilejit disasm <INPUT>"),
         (vec!["sim", "--help"], "--input <NAME=FILE.npy>"),
         (vec!["help", "sim"], "Examples:"),
+        (
+            vec!["snapshot", "info", "--help"],
+            "tilejit snapshot info model.tjsnap",
+        ),
         (vec!["--version"], "tilejit 0.1.0"),
         (vec!["sim", "--version"], "tilejit-sim 0.1.0"),
     ] {
@@ -540,4 +544,49 @@ fn a_gm_argument_the_host_cannot_hold_is_an_error() {
         err.contains("GM argument `x`: out of host memory allocating 262144 bytes"),
         "{err}"
     );
+}
+
+/// A snapshot's manifest, saved from a jit function here.
+#[tilejit::jit]
+fn cli_snap(x: &tilejit::Tensor, k: f32) -> tilejit::Tensor {
+    x * k + 1.0
+}
+
+/// `tilejit snapshot info` prints the manifest of a snapshot this build
+/// saved (format, build, CPU, function, each signature) and that its code
+/// links here; a file that is not a snapshot, or a missing one, exits
+/// with 1 and a message naming it.
+#[test]
+fn snapshot_info_prints_the_manifest() {
+    use tilejit::{DType, Tensor};
+    cli_snap(&Tensor::ones(&[4], DType::F32), 2.0).unwrap();
+    cli_snap(&Tensor::ones(&[2, 3], DType::F32), 2.0).unwrap();
+    let file = tmp("cli_snap.tjsnap");
+    cli_snap::jit().save(&file).unwrap();
+    let o = run(bin().args(["snapshot", "info", file.to_str().unwrap()]));
+    let out = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for want in [
+        "tilejit snapshot\nformat: 1\n",
+        "\ntilejit: ",
+        "\ncpu: ",
+        "\nfunction: cli_snap\n",
+        "\nsignatures: 2\n",
+        "sim=yes (f32[2,3], f32 param)\n",
+        "sim=yes (f32[4], f32 param)\n",
+        "host code: links on this build and machine",
+    ] {
+        assert!(out.contains(want), "{want:?} in:\n{out}");
+    }
+    let garbage = tmp("garbage.tjsnap");
+    std::fs::write(&garbage, b"definitely not a snapshot").unwrap();
+    for bad in [garbage, tmp("missing.tjsnap")] {
+        let o = run(bin().args(["snapshot", "info", bad.to_str().unwrap()]));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&bad.display().to_string()) && !err.contains("panicked"),
+            "{err}"
+        );
+    }
 }

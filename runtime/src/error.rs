@@ -38,6 +38,15 @@ pub enum RuntimeError {
         /// `was cancelled` or `ran past its deadline (2s)`.
         why: String,
     },
+    /// A snapshot file could not be written, read or used
+    /// (`JitFunction::save`, `load`; nothing was linked from it).
+    #[error("snapshot {path}: {problem}")]
+    Snapshot {
+        /// The file.
+        path: String,
+        /// What was wrong.
+        problem: SnapshotProblem,
+    },
     /// A compile step panicked; the cache entry was released, not poisoned.
     #[error("{what} panicked: {message}")]
     Panicked {
@@ -54,6 +63,7 @@ impl RuntimeError {
         match self {
             RuntimeError::Ir(e) => e.kind(),
             RuntimeError::Panicked { .. } => ErrorKind::Internal,
+            RuntimeError::Snapshot { .. } => ErrorKind::BadArgument,
             RuntimeError::TraceWait { .. } => ErrorKind::BadArgument,
             RuntimeError::Stopped { .. } => ErrorKind::Cancelled,
             RuntimeError::Device(tilejit_device::DeviceError::Stopped { .. }) => {
@@ -70,6 +80,51 @@ impl RuntimeError {
             RuntimeError::Codegen(_) => ErrorKind::Internal,
         }
     }
+}
+
+/// What was wrong with a snapshot file ([`RuntimeError::Snapshot`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotProblem {
+    /// The file system refused (no such file, a directory, no permission).
+    #[error("cannot {action} it: {message}")]
+    Io {
+        /// `read` or `write`.
+        action: &'static str,
+        /// The system's message.
+        message: String,
+    },
+    /// The file is not a tilejit snapshot (empty, or another format).
+    #[error("not a tilejit snapshot ({0})")]
+    Foreign(String),
+    /// A snapshot of a format this build does not read.
+    #[error("snapshot format version {found}; this build reads version {expected}")]
+    Version {
+        /// The file's.
+        found: u32,
+        /// This build's.
+        expected: u32,
+    },
+    /// A snapshot whose bytes are damaged: truncated, a checksum
+    /// mismatch, or contents that do not parse.
+    #[error("corrupt: {0}")]
+    Corrupt(String),
+    /// A signature in the snapshot does not fit the loading function's
+    /// parameters (another function of the same name).
+    #[error("signature {signature} does not fit the parameters of `{function}`")]
+    Parameters {
+        /// The jit function loading it.
+        function: String,
+        /// The signature.
+        signature: String,
+    },
+    /// A whole snapshot of another jit function.
+    #[error("holds the programs of `{saved}`, not of `{loading}`")]
+    OtherFunction {
+        /// The function it was saved from.
+        saved: String,
+        /// The function loading it.
+        loading: String,
+    },
 }
 
 /// Text of a panic payload.

@@ -263,6 +263,28 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
         result
     }
 
+    /// Enters a value built elsewhere (a program loaded from a snapshot)
+    /// as ready under `key`, unless `key` already has one; true if it was
+    /// entered. Counts no miss and no build; the bound holds as after a
+    /// build.
+    pub fn insert(&self, key: Signature, value: V, build_time: Duration) -> bool {
+        let mut st = self.lock();
+        if st.ready.contains_key(&key) {
+            return false;
+        }
+        let ready = Ready {
+            value: Arc::new(value),
+            build_time,
+            hits: AtomicU64::new(0),
+            last_used: AtomicU64::new(Stamp::now()),
+        };
+        st.ready.insert(key.clone(), Arc::new(ready));
+        let evicted = self.evict(&mut st.ready, Some(&key));
+        drop(st);
+        self.forget_last(&evicted);
+        true
+    }
+
     /// Bounds the ready entries to `max`, evicting the least recently used
     /// at once if over. A bound of 0 acts as 1: the entry a call has just
     /// built is never the one evicted.

@@ -7,7 +7,7 @@
 use crate::alloc::class_vec;
 use crate::error::RuntimeError;
 use crate::flight::map_off_pool;
-use crate::kernel_cache::{kernel_cache, CachedKernel};
+use crate::kernel_cache::{kernel_cache, CachedKernel, StoredCode};
 use crate::pipeline::{self, Stage, StageTimes};
 use rayon::prelude::*;
 use smallvec::SmallVec;
@@ -247,6 +247,45 @@ impl HostProgram {
         let code = map_off_pool(&prog.kernels, |k| {
             kernel_cache().get_or_compile(k, &dtype_of, opts, name)
         })?;
+        HostProgram::assemble(prog, code, constants)
+    }
+
+    /// A program from a snapshot's parts: each kernel's code is linked
+    /// from `stored` (its image and the key it was made under) through the
+    /// kernel cache, which compiles only a kernel whose image is missing
+    /// or was made under another key. No fusion runs.
+    pub(crate) fn from_snapshot(
+        prog: KernelProgram,
+        constants: Vec<Array>,
+        name: &str,
+        stored: &[Option<StoredCode<'_>>],
+    ) -> Result<HostProgram, RuntimeError> {
+        let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
+        let code = prog
+            .kernels
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let stored = stored.get(i).copied().flatten();
+                kernel_cache().get_or_load(k, &dtype_of, Default::default(), name, stored)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        HostProgram::assemble(prog, code, constants)
+    }
+
+    /// The program over `prog` with each kernel's compiled code.
+    fn assemble(
+        prog: KernelProgram,
+        code: Vec<Arc<CachedKernel>>,
+        constants: Vec<Array>,
+    ) -> Result<HostProgram, RuntimeError> {
+        if prog
+            .kernels
+            .iter()
+            .any(|k| k.domain.iter().product::<usize>() >= PARALLEL_MIN)
+        {
+            start_thread_pool();
+        }
         let locals = prog.kernels.iter().map(|k| k.local_buffers()).collect();
         // Kernels without params see the same args on every call: check
         // their bounds once here, leaving only buffer sizes per call.
@@ -302,6 +341,11 @@ impl HostProgram {
     /// The compiled kernels, in program order.
     pub fn code(&self) -> &[Arc<CachedKernel>] {
         &self.code
+    }
+
+    /// The constants its kernels read, by index.
+    pub fn constants(&self) -> &[Array] {
+        &self.constants
     }
 
     /// Runs on concrete inputs (arrays or references to them) and param

@@ -9,6 +9,8 @@
 //!   code; [`kernel_cache`]: the global cache of compiled kernels.
 //! - [`SimProgram`]: the same kernels compiled to bytecode and launched as
 //!   tile tasks on the simulated accelerator ([`sim_device`]).
+//! - [`snapshot`]: a jit function's programs saved to one file and
+//!   loaded back without tracing or compiling.
 
 mod alloc;
 pub mod cancel;
@@ -18,15 +20,17 @@ mod flight;
 mod handler_cache;
 mod host;
 mod kernel_cache;
+mod persist;
 pub mod pipeline;
 mod program;
 mod shape_class;
 mod signature;
 mod sim;
+pub mod snapshot;
 mod warmup;
 
 pub use alloc::{f32_buffer_from_fn, filled_buffer};
-pub use error::{panic_message, RuntimeError};
+pub use error::{panic_message, RuntimeError, SnapshotProblem};
 pub use flight::user_code_done;
 pub use handler_cache::{
     CacheEntry, HandlerCache, HandlerStats, DEFAULT_MAX_SIGNATURES, TRACE_WAIT,

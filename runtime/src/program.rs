@@ -81,6 +81,33 @@ impl Program {
         &self.size_params
     }
 
+    /// A program from parts made elsewhere (a snapshot's): runs no pass
+    /// and no codegen. `sim`, if given, is its Sim form (else compiled on
+    /// the first Sim run); `load_time` stands for its compile time.
+    pub(crate) fn from_parts(
+        name: &str,
+        traced: Graph,
+        optimized: Graph,
+        host: HostProgram,
+        sim: Option<SimProgram>,
+        load_time: Duration,
+    ) -> Program {
+        let cell = OnceLock::new();
+        if let Some(sim) = sim {
+            let _ = cell.set(Ok(Arc::new(sim)));
+        }
+        Program {
+            name: name.to_string(),
+            traced,
+            optimized,
+            host,
+            sim: cell,
+            compile_time: load_time,
+            stage_times: StageTimes::default(),
+            size_params: Vec::new(),
+        }
+    }
+
     /// The name it was compiled under.
     pub fn name(&self) -> &str {
         &self.name

@@ -2,9 +2,13 @@
 //! argument, a tensor's dtype and shape, a float parameter's dtype (its value
 //! is a runtime parameter and does not retrace), or the value of an integer
 //! or bool argument (static: it may change the traced program).
+//!
+//! Snapshots store signatures in a stable binary form
+//! ([`Signature::encode`], `Signature::decode`); `Display` is for people.
 
+use crate::persist::{Reader, Writer};
 use std::fmt;
-use tilejit_ir::{DType, TensorType};
+use tilejit_ir::{DType, Shape, TensorType};
 
 /// One argument's part of a signature.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -89,6 +93,89 @@ impl Signature {
     }
 }
 
+/// A dtype's stable byte: its index in [`DType::ALL`].
+pub(crate) fn dtype_byte(d: DType) -> u8 {
+    DType::ALL.iter().position(|x| *x == d).unwrap_or(0) as u8
+}
+
+/// The dtype of a [`dtype_byte`].
+pub(crate) fn dtype_of_byte(b: u8) -> Result<DType, String> {
+    DType::ALL
+        .get(b as usize)
+        .copied()
+        .ok_or_else(|| format!("bad dtype byte {b}"))
+}
+
+/// A tensor type: dtype byte, rank byte, each dim as u64.
+pub(crate) fn encode_type(w: &mut Writer, t: TensorType) {
+    w.u8(dtype_byte(t.dtype));
+    w.u8(t.shape.rank() as u8);
+    for &d in t.shape.dims() {
+        w.u64(d as u64);
+    }
+}
+
+/// Reads [`encode_type`].
+pub(crate) fn decode_type(r: &mut Reader<'_>) -> Result<TensorType, String> {
+    let dtype = dtype_of_byte(r.u8()?)?;
+    let rank = r.u8()? as usize;
+    let dims = (0..rank)
+        .map(|_| r.usize())
+        .collect::<Result<Vec<_>, _>>()?;
+    let shape = Shape::new(&dims).map_err(|e| e.to_string())?;
+    Ok(TensorType::new(dtype, shape))
+}
+
+impl Signature {
+    /// The stable binary form: a count, then per argument a tag byte (0
+    /// tensor, 1 float, 2 int, 3 bool) and its value, little endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.count(self.args.len());
+        for a in &self.args {
+            match *a {
+                ArgSig::Tensor(t) => {
+                    w.u8(0);
+                    encode_type(&mut w, t);
+                }
+                ArgSig::Float(d) => {
+                    w.u8(1);
+                    w.u8(dtype_byte(d));
+                }
+                ArgSig::Int(v) => {
+                    w.u8(2);
+                    w.u64(v as u64);
+                }
+                ArgSig::Bool(v) => {
+                    w.u8(3);
+                    w.u8(v as u8);
+                }
+            }
+        }
+        w.out
+    }
+
+    /// Reads [`Signature::encode`]'s form; any flaw is a message.
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Signature, String> {
+        let n = r.count(2)?;
+        let mut args = Vec::with_capacity(n);
+        for _ in 0..n {
+            args.push(match r.u8()? {
+                0 => ArgSig::Tensor(decode_type(r)?),
+                1 => ArgSig::Float(dtype_of_byte(r.u8()?)?),
+                2 => ArgSig::Int(r.u64()? as i64),
+                3 => match r.u8()? {
+                    0 => ArgSig::Bool(false),
+                    1 => ArgSig::Bool(true),
+                    b => return Err(format!("bad bool byte {b}")),
+                },
+                t => return Err(format!("bad argument tag {t}")),
+            });
+        }
+        Ok(Signature { args })
+    }
+}
+
 impl fmt::Display for Signature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("(")?;
@@ -99,5 +186,31 @@ impl fmt::Display for Signature {
             write!(f, "{a}")?;
         }
         f.write_str(")")
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests assert by unwrapping
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signature_round_trips_through_its_binary_form() {
+        let t = TensorType::new(DType::BF16, Shape::new(&[3, 0, 7]).unwrap());
+        let sig = Signature {
+            args: vec![
+                ArgSig::Tensor(t),
+                ArgSig::Float(DType::F64),
+                ArgSig::Int(-5),
+                ArgSig::Bool(true),
+            ],
+        };
+        let bytes = sig.encode();
+        let mut r = Reader::new(&bytes);
+        assert_eq!(Signature::decode(&mut r).unwrap(), sig);
+        assert!(r.done());
+        for n in 0..bytes.len() {
+            assert!(Signature::decode(&mut Reader::new(&bytes[..n])).is_err());
+        }
     }
 }

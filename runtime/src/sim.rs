@@ -8,7 +8,7 @@
 
 use crate::error::RuntimeError;
 use crate::flight::map_off_pool;
-use crate::kernel_cache::{kernel_cache, CachedSimKernel};
+use crate::kernel_cache::{kernel_cache, CachedSimKernel, StoredCode};
 use crate::pipeline::{self, Stage, StageTimes};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -172,6 +172,40 @@ impl SimProgram {
         let cached = map_off_pool(&prog.kernels, |k| {
             kernel_cache().get_or_compile_sim(k, &dtype_of, cfg, name)
         })?;
+        Ok(SimProgram::assemble(prog, cached, constants, name))
+    }
+
+    /// A program from a snapshot's parts: each kernel's bytecode is
+    /// decoded and verified from `stored` (its payload and the key it was
+    /// made under) through the kernel cache, which compiles only a kernel
+    /// whose payload is missing or was made under another key.
+    pub(crate) fn from_snapshot(
+        prog: KernelProgram,
+        constants: Vec<Array>,
+        name: &str,
+        stored: &[Option<StoredCode<'_>>],
+    ) -> Result<SimProgram, RuntimeError> {
+        let cfg = sim_device().config();
+        let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
+        let cached = prog
+            .kernels
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let stored = stored.get(i).copied().flatten();
+                kernel_cache().get_or_load_sim(k, &dtype_of, cfg, name, stored)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SimProgram::assemble(prog, cached, constants, name))
+    }
+
+    /// The program over `prog` with each kernel's core functions.
+    fn assemble(
+        prog: KernelProgram,
+        cached: Vec<Arc<CachedSimKernel>>,
+        constants: Vec<Array>,
+        name: &str,
+    ) -> SimProgram {
         let kernels: Vec<DeviceKernel> = cached.iter().flat_map(|c| c.code.clone()).collect();
         let (workspace_of, workspaces) = group_workspaces(&kernels);
         // An empty domain, or one whose every buffer is empty (rows of no
@@ -181,7 +215,7 @@ impl SimProgram {
             .iter()
             .map(|k| k.units == 0 || (!k.buffers.is_empty() && k.buffers.iter().all(empty)))
             .collect();
-        Ok(SimProgram {
+        SimProgram {
             name: name.to_string(),
             prog,
             kernels,
@@ -190,7 +224,13 @@ impl SimProgram {
             workspace_of,
             workspaces,
             constants,
-        })
+        }
+    }
+
+    /// Per kernel of its program, the kernel cache entry its core
+    /// functions came from.
+    pub(crate) fn cached(&self) -> &[Arc<CachedSimKernel>] {
+        &self.cached
     }
 
     /// The compiled kernels.

@@ -21,3 +21,4 @@ mod pool;
 mod run_modes;
 mod sim_backend;
 mod simplify_props;
+mod snapshot;

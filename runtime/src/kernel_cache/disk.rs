@@ -28,10 +28,10 @@
 //! verified) — so it is created private to the user.
 
 use super::key::{ContentKey, KeyParts};
+use crate::persist::Reader;
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -135,28 +135,7 @@ impl DiskCache {
 
     fn publish(&self, key: &ContentKey, bytes: &[u8]) -> std::io::Result<()> {
         create_private_dir(&self.dir)?;
-        // Unique per process and call, and `create_new`: two writers never
-        // share a temp file.
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let tmp = self.dir.join(format!(
-            "{}.tmp.{}.{}",
-            key.hex(),
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let written = (|| {
-            let mut f = fs::File::options()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            fs::rename(&tmp, self.path(key))
-        })();
-        if written.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        written
+        crate::persist::publish(&self.path(key), bytes)
     }
 
     /// Deletes least recently used entries until the directory fits its
@@ -240,10 +219,8 @@ fn parse<'a>(bytes: &'a [u8], parts: &KeyParts) -> Result<&'a [u8], String> {
     if Sha256::digest(body).as_slice() != sum {
         return Err("checksum mismatch (truncated or corrupt)".into());
     }
-    let mut r = Reader {
-        bytes: body,
-        pos: 8,
-    };
+    let mut r = Reader::new(body);
+    r.pos = 8;
     let n = r.u32()? as usize;
     if n != parts.parts().len() {
         return Err(format!(
@@ -266,55 +243,6 @@ fn parse<'a>(bytes: &'a [u8], parts: &KeyParts) -> Result<&'a [u8], String> {
         return Err("trailing bytes after the payload".into());
     }
     Ok(payload)
-}
-
-/// Bounds-checked little-endian reads; every failure is a message.
-pub(crate) struct Reader<'a> {
-    pub(crate) bytes: &'a [u8],
-    pub(crate) pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|&e| e <= self.bytes.len())
-            .ok_or_else(|| format!("truncated at byte {}", self.pos))?;
-        let s = &self.bytes[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-
-    pub(crate) fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
-
-    pub(crate) fn u32(&mut self) -> Result<u32, String> {
-        let mut b = [0; 4];
-        b.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(b))
-    }
-
-    pub(crate) fn u64(&mut self) -> Result<u64, String> {
-        let mut b = [0; 8];
-        b.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(b))
-    }
-
-    /// A count of items at least `min_size` bytes each, checked against
-    /// the bytes left so garbage cannot make us allocate much.
-    pub(crate) fn count(&mut self, min_size: usize) -> Result<usize, String> {
-        let n = self.u32()? as usize;
-        if n.saturating_mul(min_size.max(1)) > self.bytes.len() - self.pos {
-            return Err(format!("count {n} at byte {} exceeds the file", self.pos));
-        }
-        Ok(n)
-    }
-
-    pub(crate) fn done(&self) -> bool {
-        self.pos == self.bytes.len()
-    }
 }
 
 #[cfg(test)]

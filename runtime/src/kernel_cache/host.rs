@@ -9,7 +9,7 @@
 //! version, CPU features, options, kernel structure) match.
 
 use super::key::KeyParts;
-use super::{Backend, CachedKernel, Compiled, Inner, KernelCache, KernelDetails, Part};
+use super::{Backend, CachedKernel, Compiled, Inner, KernelCache, KernelDetails, Part, StoredCode};
 use crate::error::RuntimeError;
 use std::sync::Arc;
 use tilejit_codegen::host::{
@@ -109,6 +109,20 @@ impl KernelCache {
         opts: CodegenOptions,
         program: &str,
     ) -> Result<Arc<CachedKernel>, RuntimeError> {
+        self.get_or_load(k, dtype_of, opts, program, None)
+    }
+
+    /// [`KernelCache::get_or_compile`], but a miss first links `stored`
+    /// (a snapshot's code image for `k`) if it was made under this
+    /// kernel's key here: a snapshot load, not a compile.
+    pub(crate) fn get_or_load(
+        &self,
+        k: &Kernel,
+        dtype_of: &dyn Fn(BufId) -> DType,
+        opts: CodegenOptions,
+        program: &str,
+        stored: Option<StoredCode<'_>>,
+    ) -> Result<Arc<CachedKernel>, RuntimeError> {
         let identity = HostIdentity::new(k, dtype_of, opts);
         let opts = identity.opts;
         let from_disk = |bytes: &[u8], key| {
@@ -116,7 +130,8 @@ impl KernelCache {
             let code = load(k, dtype_of, opts, &image).map_err(|e| e.to_string())?;
             Ok(compiled(k, dtype_of, opts, code, key))
         };
-        self.get::<HostBackend>(k, program, identity, Some(&from_disk), |identity, key| {
+        let load = Some(&from_disk as super::Loader<'_, KernelCode>);
+        self.get::<HostBackend>(k, program, identity, load, stored, |identity, key| {
             let code = compile(k, dtype_of, identity.opts)?;
             Ok(compiled(k, dtype_of, identity.opts, code, key))
         })

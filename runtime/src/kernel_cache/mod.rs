@@ -88,6 +88,40 @@ pub(crate) trait Backend: Sized + 'static {
 /// its `TILEJIT_DUMP` files); an `Err` says why the payload is unusable.
 pub(crate) type Loader<'a, C> = &'a dyn Fn(&[u8], ContentKey) -> Result<Compiled<C>, String>;
 
+/// Code a snapshot stored for a kernel, with the key it was made under.
+#[derive(Clone, Copy)]
+pub(crate) struct StoredCode<'a> {
+    /// The key, as hex ([`Cached::key`]).
+    pub(crate) key: &'a str,
+    /// The backend's payload (as the disk cache stores it).
+    pub(crate) bytes: &'a [u8],
+}
+
+impl<'a> StoredCode<'a> {
+    /// The payload, if it was made under `key` (the kernel, options, CPU
+    /// features, device config and build all as here); else `None`, logged
+    /// under `TILEJIT_LOG=cache`, and the kernel is compiled.
+    fn bytes_for(
+        self,
+        key: &ContentKey,
+        kernel: &tilejit_ir::kernel::Kernel,
+        target: Target,
+    ) -> Option<&'a [u8]> {
+        if self.key == key.hex() {
+            return Some(self.bytes);
+        }
+        if tilejit_ir::config::config().log.cache {
+            eprintln!(
+                "[tilejit] snapshot code for {} on {target} was made under key {} but here it is {}; recompiling",
+                kernel.name,
+                &self.key[..self.key.len().min(16)],
+                key.short()
+            );
+        }
+        None
+    }
+}
+
 /// What a backend's compile returns besides the code.
 pub(crate) struct Compiled<C> {
     pub(crate) code: C,
@@ -158,6 +192,8 @@ struct Made<'a, C> {
     digests: Vec<(&'static str, [u8; 8])>,
     /// `None`: this backend's entries stay in memory.
     load: Option<Loader<'a, C>>,
+    /// Code a snapshot holds for this key, tried first (with `load`).
+    snapshot: Option<&'a [u8]>,
 }
 
 /// What a lookup of a `B` kernel returns.
@@ -233,6 +269,9 @@ pub struct KernelCacheStats {
     /// Disk cache files found unusable (truncated, corrupt, another
     /// format or key); each was recompiled and replaced.
     pub disk_rejected: u64,
+    /// Kernels linked from a snapshot's code (`JitFunction::load`): not
+    /// compiles, and not disk hits.
+    pub snapshot_loads: u64,
 }
 
 /// One cache entry, as `entries()` reports it.
@@ -346,10 +385,12 @@ impl KernelCache {
         program: &str,
         identity: B::Identity,
         load: Option<Loader<'_, B::Code>>,
+        snapshot: Option<StoredCode<'_>>,
         compile: impl FnOnce(&B::Identity, ContentKey) -> Result<Compiled<B::Code>, RuntimeError>,
     ) -> Result<Arc<Cached<B::Code>>, RuntimeError> {
         let parts = B::key_parts(&identity);
         let key = parts.key();
+        let snapshot = snapshot.and_then(|s| s.bytes_for(&key, kernel, B::TARGET));
         let mut g = self.lock();
         let part = B::part(&mut g);
         if let Some(e) = part
@@ -383,6 +424,7 @@ impl KernelCache {
                 key,
                 digests,
                 load,
+                snapshot,
             };
             self.compile::<B>(kernel, program, identity.clone(), made, compile)
         });
@@ -424,9 +466,37 @@ impl KernelCache {
         }
     }
 
-    /// Loads from disk or compiles one kernel, and enters it under `key`
-    /// (unless a colliding compile entered the same identity first: then
-    /// that code). A compile is written to the disk cache.
+    /// The code a snapshot holds for `made`, if it loads; a payload that
+    /// does not is logged under `TILEJIT_LOG=cache` (the kernel is then
+    /// looked up on disk or compiled, as without a snapshot).
+    fn load_from_snapshot<C>(
+        &self,
+        kernel: &tilejit_ir::kernel::Kernel,
+        target: Target,
+        made: &Made<'_, C>,
+    ) -> Option<Compiled<C>> {
+        let (bytes, load) = (made.snapshot?, made.load?);
+        match load(bytes, made.key) {
+            Ok(c) => {
+                self.lock().stats.snapshot_loads += 1;
+                Some(c)
+            }
+            Err(why) => {
+                if tilejit_ir::config::config().log.cache {
+                    eprintln!(
+                        "[tilejit] snapshot code for {} on {target} ({}) rejected: {why}; recompiling",
+                        kernel.name,
+                        made.key.short()
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Loads from a snapshot or disk, or compiles one kernel, and enters
+    /// it under `key` (unless a colliding compile entered the same identity
+    /// first: then that code). A compile is written to the disk cache.
     fn compile<B: Backend>(
         &self,
         kernel: &tilejit_ir::kernel::Kernel,
@@ -437,7 +507,13 @@ impl KernelCache {
     ) -> Result<Arc<Cached<B::Code>>, RuntimeError> {
         let key = made.key;
         let start = Instant::now();
-        let loaded = self.load_from_disk(kernel, B::TARGET, &made);
+        let (loaded, from) = match self.load_from_snapshot(kernel, B::TARGET, &made) {
+            Some(c) => (Some(c), "loaded from a snapshot"),
+            None => (
+                self.load_from_disk(kernel, B::TARGET, &made),
+                "loaded from disk",
+            ),
+        };
         let from_disk = loaded.is_some();
         let compiled = match loaded {
             Some(c) => c,
@@ -448,11 +524,7 @@ impl KernelCache {
         if tilejit_ir::config::config().log.compile {
             eprintln!(
                 "[tilejit] {} {} for {} ({}) in {:.3} ms, {bytes} bytes",
-                if from_disk {
-                    "loaded from disk"
-                } else {
-                    "compiled"
-                },
+                if from_disk { from } else { "compiled" },
                 kernel.name,
                 B::TARGET,
                 key.short(),

@@ -6,10 +6,12 @@
 //! the launch metadata `DeviceKernel` carries; loading decodes and runs
 //! the verifier again, so a file can never run an unverified program.
 
-use super::disk::Reader;
 use super::key::{ContentKey, KeyParts};
-use super::{Backend, CachedSimKernel, Compiled, Inner, KernelCache, KernelDetails, Part};
+use super::{
+    Backend, CachedSimKernel, Compiled, Inner, KernelCache, KernelDetails, Part, StoredCode,
+};
 use crate::error::RuntimeError;
+use crate::persist::Reader;
 use std::sync::Arc;
 use tilejit_codegen::device::DeviceKernel;
 use tilejit_device::isa::{asm::disassemble, binary};
@@ -66,10 +68,15 @@ impl Backend for SimBackend {
 /// ```
 ///
 /// `None` if the functions do not share one workspace list (the launcher
-/// relies on that sharing) or a program cannot be encoded.
+/// relies on that sharing; empty lists need not be shared) or a program
+/// cannot be encoded.
 fn encode(code: &[DeviceKernel]) -> Option<Vec<u8>> {
     let extra = &code.first()?.extra;
-    if !code.iter().all(|k| Arc::ptr_eq(&k.extra, extra)) {
+    // Empty lists need no sharing (the launcher skips them): a matmul's
+    // AIC and AIV functions each have their own.
+    let shared = code.iter().all(|k| Arc::ptr_eq(&k.extra, extra))
+        || code.iter().all(|k| k.extra.is_empty());
+    if !shared {
         return None;
     }
     let mut out = Vec::new();
@@ -107,7 +114,7 @@ fn core_byte(core: CoreType) -> u8 {
 /// The core functions of a payload, decoded and verified for `cfg` as
 /// untrusted input: any flaw is an `Err` naming it.
 fn decode(bytes: &[u8], cfg: &DeviceConfig) -> Result<Vec<DeviceKernel>, String> {
-    let mut r = Reader { bytes, pos: 0 };
+    let mut r = Reader::new(bytes);
     let to_usize = |v: u64| usize::try_from(v).map_err(|_| format!("{v} does not fit usize"));
     let n = r.count(9)?;
     let mut extra = Vec::with_capacity(n);
@@ -184,6 +191,20 @@ impl KernelCache {
         cfg: &DeviceConfig,
         program: &str,
     ) -> Result<Arc<CachedSimKernel>, RuntimeError> {
+        self.get_or_load_sim(k, dtype_of, cfg, program, None)
+    }
+
+    /// [`KernelCache::get_or_compile_sim`], but a miss first decodes and
+    /// verifies `stored` (a snapshot's bytecode for `k`) if it was made
+    /// under this kernel's key here.
+    pub(crate) fn get_or_load_sim(
+        &self,
+        k: &Kernel,
+        dtype_of: &dyn Fn(BufId) -> DType,
+        cfg: &DeviceConfig,
+        program: &str,
+        stored: Option<StoredCode<'_>>,
+    ) -> Result<Arc<CachedSimKernel>, RuntimeError> {
         let identity = SimIdentity {
             text: k.text(),
             dtypes: k.local_buffers().into_iter().map(dtype_of).collect(),
@@ -209,7 +230,8 @@ impl KernelCache {
                 signature: signature.clone(),
             })
         };
-        self.get::<SimBackend>(k, program, identity, Some(&load), |identity, key| {
+        let load = Some(&load as super::Loader<'_, Vec<DeviceKernel>>);
+        self.get::<SimBackend>(k, program, identity, load, stored, |identity, key| {
             let kernels = tilejit_codegen::device::compile(k, dtype_of, cfg)?;
             dump(&kernels, key);
             Ok(Compiled {

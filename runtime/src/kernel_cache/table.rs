@@ -32,8 +32,8 @@ impl fmt::Display for KernelCache {
         )?;
         writeln!(
             f,
-            "  disk: {} hits, {} misses ({} rejected), {} writes",
-            s.disk_hits, s.disk_misses, s.disk_rejected, s.disk_writes
+            "  disk: {} hits, {} misses ({} rejected), {} writes; {} loaded from snapshots",
+            s.disk_hits, s.disk_misses, s.disk_rejected, s.disk_writes, s.snapshot_loads
         )?;
         writeln!(
             f,

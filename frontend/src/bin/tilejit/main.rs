@@ -1,9 +1,11 @@
 //! The `tilejit` command-line tool (clap): `tilejit demo` (the default)
 //! runs the quickstart model and prints results, timings and the handler
 //! caches; `asm`, `disasm` and `sim` are the simulated accelerator's tools
-//! ([`device_cli`]). `--help` works everywhere.
+//! ([`device_cli`]); `snapshot info` prints a snapshot's manifest
+//! ([`snapshot_cli`]). `--help` works everywhere.
 
 mod device_cli;
+mod snapshot_cli;
 
 use clap::{Parser, Subcommand};
 use std::io::Write as _;
@@ -76,6 +78,9 @@ enum Command {
         after_help = "Examples:\n  tilejit sim device/examples/vadd_double_buffered.s --core aiv\n  tilejit sim softmax.bin --input x=x.npy --output y=y.npy --seed 7"
     )]
     Sim(device_cli::SimArgs),
+    /// Inspect a snapshot file (`JitFunction::save`).
+    #[command(subcommand)]
+    Snapshot(snapshot_cli::SnapshotCommand),
 }
 
 /// One transformer-style MLP block: pre-norm, up-projection, GELU,
@@ -200,6 +205,7 @@ fn main() -> ExitCode {
         Command::Asm(a) => device_cli::asm_cmd(&a),
         Command::Disasm(a) => device_cli::disasm_cmd(&a),
         Command::Sim(a) => device_cli::sim_cmd(&a),
+        Command::Snapshot(c) => snapshot_cli::snapshot_cmd(&c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
