@@ -136,8 +136,11 @@ impl Program {
             .get_or_init(|| {
                 let mut t = StageTimes::default();
                 let sim = t.run(Stage::CodegenSim, || {
+                    // The host program's constants: the ones its kernel
+                    // program's indices refer to (a snapshot's optimised
+                    // graph was parsed back and may number them apart).
                     let kernels = self.host.kernels().clone();
-                    SimProgram::codegen(kernels, pipeline::constants(&self.optimized), &self.name)
+                    SimProgram::codegen(kernels, self.host.constants().to_vec(), &self.name)
                 });
                 t.log(&format!("{} on sim", self.name));
                 sim.map(Arc::new)

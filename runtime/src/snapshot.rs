@@ -588,6 +588,12 @@ pub fn load(path: &Path, function: &str) -> Result<Loaded, RuntimeError> {
     let bytes = read(path)?;
     let (text, body) = open(&bytes).map_err(|p| fail(path, p))?;
     let manifest = Manifest::parse(text).map_err(corrupt)?;
+    if manifest.format != FORMAT_VERSION {
+        return Err(corrupt(format!(
+            "the manifest says format {} but the header {FORMAT_VERSION}",
+            manifest.format
+        )));
+    }
     if manifest.function != function {
         return Err(fail(
             path,
@@ -701,6 +707,57 @@ mod tests {
             for n in 0..w.out.len() {
                 assert!(read_constant(&mut Reader::new(&w.out[..n])).is_err());
             }
+        }
+    }
+
+    /// Every one-byte change of a real snapshot's body, checksum fixed
+    /// up (a crafted file), parses or fails with a message, never panics:
+    /// the body, its signatures, constants and texts are untrusted input.
+    #[test]
+    fn crafted_bodies_never_panic_the_parser() {
+        let g = tilejit_ir::text::parse(
+            "graph {\n  %0 = input 0 : f32[4,3]\n  %1 = param 0 : f32[]\n  \
+             %2 = const [1.0, 2.0, 3.0] : f32[3]\n  %3 = broadcast %2 : f32[4,3]\n  \
+             %4 = broadcast %1 : f32[4,3]\n  %5 = mul %0, %4 : f32[4,3]\n  \
+             %6 = add %5, %3 : f32[4,3]\n  %7 = reduce_sum %6 axes=[1] : f32[4,1]\n  \
+             return %7\n}",
+        )
+        .unwrap();
+        let p = Arc::new(Program::compile_named(g, "crafted").unwrap());
+        let sig = Signature {
+            args: vec![
+                crate::ArgSig::Tensor(p.traced().input_types()[0]),
+                crate::ArgSig::Float(DType::F32),
+            ],
+        };
+        let path = std::env::temp_dir().join(format!(
+            "tilejit-crafted-{}-{:?}.tjsnap",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        save(&path, "crafted", &[(sig, p)]).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let (text, body) = open(&bytes).unwrap();
+        let manifest = Manifest::parse(text).unwrap();
+        let parse_all = |body: &[u8]| -> Result<(), String> {
+            for s in parse_body(body, &manifest)? {
+                tilejit_ir::text::parse(s.traced).map_err(|e| e.to_string())?;
+                tilejit_ir::text::parse(s.optimized).map_err(|e| e.to_string())?;
+                tilejit_ir::kernel::parse_program(s.kernels).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        };
+        parse_all(body).unwrap();
+        for i in 0..body.len() {
+            for bit in [0x01, 0x80] {
+                let mut b = body.to_vec();
+                b[i] ^= bit;
+                let _ = parse_all(&b);
+            }
+        }
+        for n in 0..body.len() {
+            assert!(parse_all(&body[..n]).is_err(), "prefix {n}");
         }
     }
 

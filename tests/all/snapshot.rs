@@ -310,6 +310,26 @@ fn a_snapshot_for_another_cpu_or_build_recompiles_from_its_ir() {
     }
 }
 
+/// A manifest naming another device config keeps the host code (linked,
+/// not compiled) and drops the Sim bytecode, which compiles on first use
+/// from the loaded kernels and constants: the same bits, and the reason.
+#[test]
+fn a_snapshot_for_another_device_config_compiles_only_sim_code() {
+    let dir = temp_dir("foreign-device");
+    let file = dir.join("block.tjsnap");
+    let (host, sim) = save_here(&file);
+    let other = dir.join("device.tjsnap");
+    rewrite_manifest(&file, "device-config", "0123456789abcdef", &other);
+    let r = run_child(&other);
+    assert_eq!((r.loaded, r.traces, r.builds), (3, 0, 0), "{r:?}");
+    assert!(r.snapshot_loads > 0 && r.compiles > 0, "{r:?}");
+    assert_eq!((r.host, r.sim), (host, sim), "{r:?}");
+    assert!(
+        r.recompiled.contains("device config 0123456789abcdef"),
+        "{r:?}"
+    );
+}
+
 /// The error a load of `path` into `snap_block` gives; the handler cache
 /// is left as it was.
 fn load_error(path: &Path) -> String {
