@@ -7,7 +7,7 @@
 //! | variable | values | default | effect |
 //! |---|---|---|---|
 //! | `TILEJIT_RUN_MODE` | `host`, `sim`, `verify`, `reference` | `host` | where jit calls and eager ops that set no mode themselves run |
-//! | `TILEJIT_LOG` | comma list of `compile`, `trace`, `verify`, `timing`, `cache` | none | one stderr line per kernel compile; per trace, why the call missed; per Verify output its errors; per compile, the time of each pipeline stage; per kernel cache miss, the key components that differ from the nearest entry |
+//! | `TILEJIT_LOG` | comma list of `compile`, `trace`, `verify`, `timing`, `cache` | none | one stderr line per kernel compile; per trace, why the call missed; per Verify output its errors; per compile, the time of each pipeline stage; per kernel cache miss, the key components that differ from the nearest entry, and why a snapshot's or disk entry's code was not used |
 //! | `TILEJIT_DUMP` | a directory | off | every compile writes its graphs, kernel IR, Cranelift IR, machine code and bytecode there |
 //! | `TILEJIT_PROFILE` | a directory | off | every Sim launch writes a Chrome trace (open in Perfetto) there |
 //! | `TILEJIT_SIM_POLICY` | `fifo`, `newest-first`, `fair` | `fifo` | the device scheduler's ready-queue policy for Sim launches |
@@ -154,7 +154,8 @@ pub struct LogParts {
     /// One line per compile with the time each pipeline stage took.
     pub timing: bool,
     /// One line per kernel cache miss naming the key components that
-    /// differ from the nearest entry.
+    /// differ from the nearest entry, and why a disk cache file or a
+    /// snapshot's code was not used.
     pub cache: bool,
 }
 

@@ -15,7 +15,10 @@
 //! Below the map lies the on-disk cache ([`disk`]): a miss looks there
 //! before compiling and writes what it compiled, so later processes skip
 //! the compile: host entries as relinkable machine code, Sim entries as
-//! bytecode verified again on load.
+//! bytecode verified again on load. A snapshot (`crate::snapshot`) hands
+//! a miss its stored code (`StoredCode`), tried before the disk and
+//! used only under the key it was made under; such a load is counted in
+//! `snapshot_loads`, not as a compile.
 //!
 //! Single flight (`flight.rs`): threads that miss the same kernel while it
 //! compiles wait for that compile and share its result, error included.
