@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tilejit_ir::{Array, Graph, Lit, Op};
 use tilejit_runtime::{
-    panic_message, ArgSig, GenericGraph, HandlerCache, HandlerStats, Program, RuntimeError,
-    ShapeClass, Signature, SnapshotProblem,
+    panic_message, ArgSig, GenericGraph, HandlerCache, HandlerStats, Program, ShapeClass,
+    Signature,
 };
 
 /// A traced body: receives the arguments as trace values, returns outputs.
@@ -684,10 +684,8 @@ impl JitFunction {
     /// [`load`](Self::load), also saying whether (and why) code was
     /// recompiled rather than linked.
     pub fn load_snapshot(&self, path: impl AsRef<Path>) -> Result<SnapshotLoad> {
-        let path = path.as_ref();
-        let loaded = tilejit_runtime::snapshot::load(path, &self.name)?;
-        for (sig, _) in &loaded.programs {
-            let fits = sig.args.len() == self.params.len()
+        let fits = |sig: &Signature| {
+            sig.args.len() == self.params.len()
                 && sig.args.iter().zip(&self.params).all(|(a, p)| {
                     matches!(
                         (a, p.kind),
@@ -696,17 +694,9 @@ impl JitFunction {
                             | (ArgSig::Int(_), ArgKind::Int)
                             | (ArgSig::Bool(_), ArgKind::Bool)
                     )
-                });
-            if !fits {
-                return Err(Error::Runtime(RuntimeError::Snapshot {
-                    path: path.display().to_string(),
-                    problem: SnapshotProblem::Parameters {
-                        function: self.name.clone(),
-                        signature: sig.to_string(),
-                    },
-                }));
-            }
-        }
+                })
+        };
+        let loaded = tilejit_runtime::snapshot::load(path.as_ref(), &self.name, &fits)?;
         let signatures = loaded.programs.len();
         for (sig, program) in loaded.programs {
             let took = program.compile_time();

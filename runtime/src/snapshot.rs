@@ -47,6 +47,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
+use tilejit_ir::kernel::BufKind;
 use tilejit_ir::{Array, Buffer, DType};
 
 /// File magic.
@@ -312,6 +313,9 @@ fn write_code(w: &mut Writer, key: &str, payload: Option<Vec<u8>>) {
 
 fn read_code<'a>(r: &mut Reader<'a>) -> Result<Option<StoredCode<'a>>, String> {
     let key = r.str()?;
+    if key.len() != 64 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("bad kernel key `{key}`"));
+    }
     Ok(match r.u8()? {
         0 => None,
         1 => Some(StoredCode {
@@ -579,10 +583,15 @@ fn parse_body<'a>(body: &'a [u8], manifest: &Manifest) -> Result<Vec<Stored<'a>>
 }
 
 /// The programs of the snapshot at `path`, which must have been saved
-/// from jit function `function`. Links their stored code when the
-/// manifest matches this build and machine, else recompiles them from
-/// their traced graphs and says why in [`Loaded::recompiled`].
-pub fn load(path: &Path, function: &str) -> Result<Loaded, RuntimeError> {
+/// from jit function `function`, each of whose signatures must satisfy
+/// `fits` (its parameters). Links their stored code when the manifest
+/// matches this build and machine, else recompiles them from their
+/// traced graphs and says why in [`Loaded::recompiled`].
+pub fn load(
+    path: &Path,
+    function: &str,
+    fits: &dyn Fn(&Signature) -> bool,
+) -> Result<Loaded, RuntimeError> {
     let start = Instant::now();
     let corrupt = |m: String| fail(path, SnapshotProblem::Corrupt(m));
     let bytes = read(path)?;
@@ -604,6 +613,15 @@ pub fn load(path: &Path, function: &str) -> Result<Loaded, RuntimeError> {
         ));
     }
     let stored = parse_body(body, &manifest).map_err(corrupt)?;
+    if let Some(s) = stored.iter().find(|s| !fits(&s.signature)) {
+        return Err(fail(
+            path,
+            SnapshotProblem::Parameters {
+                function: function.to_string(),
+                signature: s.signature.to_string(),
+            },
+        ));
+    }
     let host_mismatch = manifest.host_mismatch();
     let sim_mismatch = manifest.sim_mismatch();
     let recompiled = match (&host_mismatch, &sim_mismatch) {
@@ -629,12 +647,18 @@ pub fn load(path: &Path, function: &str) -> Result<Loaded, RuntimeError> {
         }
         let optimized = parse("optimised", s.optimized)?;
         let kernels = tilejit_ir::kernel::parse_program(s.kernels)
+            .and_then(|k| tilejit_ir::kernel::verify_program(&k).map(|()| k))
             .map_err(|e| corrupt(format!("the kernels of {}: {e}", s.signature)))?;
+        let constants_fit = kernels.buffers.iter().all(|b| match b.kind {
+            BufKind::Constant(i) => s.constants.get(i as usize).is_some_and(|c| c.ty() == b.ty),
+            _ => true,
+        });
         if kernels.kernels.len() != s.host.len()
             || s.sim.as_ref().is_some_and(|v| v.len() != s.host.len())
+            || !constants_fit
         {
             return Err(corrupt(format!(
-                "the code of {} does not match its kernels",
+                "the code or constants of {} do not match its kernels",
                 s.signature
             )));
         }

@@ -431,6 +431,24 @@ fn a_snapshot_loads_only_into_its_own_function() {
         "{msg}"
     );
     assert!(snap_other::jit().handlers().is_empty());
+    // Same name, other parameters: refused before anything is linked.
+    let impostor = tilejit::JitFunction::new(
+        "snap_block",
+        "elsewhere",
+        &[tilejit::jit::param("x", tilejit::ArgKind::Tensor)],
+    );
+    let e = impostor.load(&file).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::Runtime(RuntimeError::Snapshot {
+                problem: SnapshotProblem::Parameters { .. },
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    assert!(impostor.handlers().is_empty());
 }
 
 /// A missing file, a directory and an unwritable destination are errors

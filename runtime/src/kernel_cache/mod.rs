@@ -117,7 +117,7 @@ impl<'a> StoredCode<'a> {
             eprintln!(
                 "[tilejit] snapshot code for {} on {target} was made under key {} but here it is {}; recompiling",
                 kernel.name,
-                &self.key[..self.key.len().min(16)],
+                self.key.get(..16).unwrap_or(self.key),
                 key.short()
             );
         }
@@ -393,7 +393,6 @@ impl KernelCache {
     ) -> Result<Arc<Cached<B::Code>>, RuntimeError> {
         let parts = B::key_parts(&identity);
         let key = parts.key();
-        let snapshot = snapshot.and_then(|s| s.bytes_for(&key, kernel, B::TARGET));
         let mut g = self.lock();
         let part = B::part(&mut g);
         if let Some(e) = part
@@ -420,6 +419,8 @@ impl KernelCache {
             Join::Lead(flight) => flight,
         };
         drop(g);
+        // Checked by the leader only: a hit or a waiter never uses it.
+        let snapshot = snapshot.and_then(|s| s.bytes_for(&key, kernel, B::TARGET));
         let what = || format!("compiling kernel {} for {}", kernel.name, B::TARGET);
         let result = catching(what, || {
             let made = Made {
