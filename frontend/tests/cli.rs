@@ -580,7 +580,7 @@ fn snapshot_info_prints_the_manifest() {
     }
     let garbage = tmp("garbage.tjsnap");
     std::fs::write(&garbage, b"definitely not a snapshot").unwrap();
-    for bad in [garbage, tmp("missing.tjsnap")] {
+    for bad in [garbage.clone(), tmp("missing.tjsnap")] {
         let o = run(bin().args(["snapshot", "info", bad.to_str().unwrap()]));
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(1), "{err}");
@@ -589,4 +589,6 @@ fn snapshot_info_prints_the_manifest() {
             "{err}"
         );
     }
+    let _ = std::fs::remove_file(file);
+    let _ = std::fs::remove_file(garbage);
 }
