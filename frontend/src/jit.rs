@@ -30,8 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tilejit_ir::{Array, Graph, Lit, Op};
 use tilejit_runtime::{
-    panic_message, ArgSig, GenericGraph, HandlerCache, HandlerStats, Program, ShapeClass,
-    Signature,
+    panic_message, ArgSig, GenericGraph, HandlerCache, HandlerStats, Program, ShapeClass, Signature,
 };
 
 /// A traced body: receives the arguments as trace values, returns outputs.

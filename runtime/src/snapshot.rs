@@ -48,7 +48,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 use tilejit_ir::kernel::BufKind;
-use tilejit_ir::{Array, Buffer, DType};
+use tilejit_ir::{Array, Buffer, DType, Lit};
 
 /// File magic.
 const MAGIC: &[u8; 8] = b"TJSNAP\0\0";
@@ -294,6 +294,7 @@ struct Stored<'a> {
     traced: &'a str,
     optimized: &'a str,
     kernels: &'a str,
+    size_params: Vec<Lit>,
     constants: Vec<Array>,
     host: Vec<Option<StoredCode<'a>>>,
     sim: Option<Vec<Option<StoredCode<'a>>>>,
@@ -327,6 +328,28 @@ fn read_code<'a>(r: &mut Reader<'a>) -> Result<Option<StoredCode<'a>>, String> {
 }
 
 /// Bytes per element of a constant in the file.
+/// A dynamic program's size param: a tag, then the value's 8 bytes.
+fn write_lit(w: &mut Writer, l: Lit) {
+    let (tag, bits) = match l {
+        Lit::Float(f) => (0, f.to_bits()),
+        Lit::Int(i) => (1, i as u64),
+        Lit::Bool(b) => (2, b as u64),
+    };
+    w.u8(tag);
+    w.u64(bits);
+}
+
+fn read_lit(r: &mut Reader<'_>) -> Result<Lit, String> {
+    let tag = r.u8()?;
+    let bits = r.u64()?;
+    Ok(match tag {
+        0 => Lit::Float(f64::from_bits(bits)),
+        1 => Lit::Int(bits as i64),
+        2 if bits <= 1 => Lit::Bool(bits == 1),
+        _ => return Err(format!("bad size param tag {tag}")),
+    })
+}
+
 fn elem_bytes(d: DType) -> usize {
     match d {
         DType::F64 | DType::I64 => 8,
@@ -407,6 +430,10 @@ pub fn save(
         w.str(&p.traced().to_string());
         w.str(&p.optimized().to_string());
         w.str(&host.kernels().to_string());
+        w.count(p.size_params().len());
+        for l in p.size_params() {
+            write_lit(&mut w, *l);
+        }
         w.count(host.constants().len());
         for c in host.constants() {
             write_constant(&mut w, c);
@@ -534,6 +561,10 @@ fn parse_body<'a>(body: &'a [u8], manifest: &Manifest) -> Result<Vec<Stored<'a>>
         let traced = r.str()?;
         let optimized = r.str()?;
         let kernels = r.str()?;
+        let np = r.count(9)?;
+        let size_params = (0..np)
+            .map(|_| read_lit(&mut r))
+            .collect::<Result<_, _>>()?;
         let nc = r.count(2)?;
         let constants = (0..nc)
             .map(|_| read_constant(&mut r))
@@ -560,6 +591,7 @@ fn parse_body<'a>(body: &'a [u8], manifest: &Manifest) -> Result<Vec<Stored<'a>>
             traced,
             optimized,
             kernels,
+            size_params,
             constants,
             host,
             sim,
@@ -642,7 +674,8 @@ pub fn load(
         };
         let traced = parse("traced", s.traced)?;
         if host_mismatch.is_some() {
-            programs.push((s.signature, Program::compile_named(traced, s.name)?));
+            let p = Program::compile_named(traced, s.name)?.with_size_params(s.size_params);
+            programs.push((s.signature, p));
             continue;
         }
         let optimized = parse("optimised", s.optimized)?;
@@ -671,7 +704,8 @@ pub fn load(
             _ => None,
         };
         let host = HostProgram::from_snapshot(kernels, s.constants, s.name, &s.host)?;
-        let program = Program::from_parts(s.name, traced, optimized, host, sim, start.elapsed());
+        let program = Program::from_parts(s.name, traced, optimized, host, sim, start.elapsed())
+            .with_size_params(s.size_params);
         programs.push((s.signature, program));
     }
     Ok(Loaded {

@@ -268,3 +268,45 @@ fn threads_with_different_sizes_of_one_class() {
     assert!(THREADED_RUNS.load(Ordering::Relaxed) <= 8);
     assert_eq!(f.stats().builds, 80);
 }
+
+static SAVED_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+#[jit(dynamic)]
+fn saved_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> Tensor {
+    SAVED_RUNS.fetch_add(1, Ordering::Relaxed);
+    x.layer_norm(g, b, 1e-5)
+}
+
+/// A dynamic function's programs carry their size params (`mean`'s
+/// divisor) through a snapshot: reloaded, every size runs with no trace
+/// and the same bits.
+#[test]
+fn a_snapshot_of_a_dynamic_function_keeps_its_size_params() {
+    let f = saved_norm::jit();
+    let sizes = [(3usize, 8usize), (5, 33), (2, 100)];
+    let args: Vec<[Tensor; 3]> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &(r, c))| {
+            [
+                Tensor::randn(&[r, c], i as u64),
+                Tensor::randn(&[c], 10 + i as u64),
+                Tensor::randn(&[c], 20 + i as u64),
+            ]
+        })
+        .collect();
+    let before: Vec<Vec<u32>> = args
+        .iter()
+        .map(|[x, g, b]| bits(&saved_norm(x, g, b).unwrap()))
+        .collect();
+    assert_eq!(SAVED_RUNS.load(Ordering::Relaxed), 1);
+    let path = std::env::temp_dir().join(format!("tilejit-dyn-snap-{}.tjs", std::process::id()));
+    f.save(&path).unwrap();
+    f.clear();
+    assert_eq!(f.load(&path).unwrap(), 3);
+    let _ = std::fs::remove_file(&path);
+    for ([x, g, b], want) in args.iter().zip(&before) {
+        assert_eq!(&bits(&saved_norm(x, g, b).unwrap()), want);
+    }
+    assert_eq!(SAVED_RUNS.load(Ordering::Relaxed), 1);
+}
