@@ -140,12 +140,15 @@ impl JitFunction {
     /// Keys traces on shape classes (`true`) or exact sizes (`false`, the
     /// default). While dynamic, a call with unseen sizes of a seen
     /// [`ShapeClass`] (same dtypes and ranks, same dims 0 or 1, same dims
-    /// equal to each other) does not trace: the class's one trace is
+    /// equal to each other) does not trace: the class's trace is
     /// instantiated at the new sizes and compiled, and its kernels come
-    /// from the kernel cache. The body is traced at stand-in sizes, so it
-    /// must run the same ops for every size (not branch on sizes); what
-    /// cannot be generic is traced per size, and `TILEJIT_LOG=trace` says
-    /// why. `#[jit(dynamic)]` sets it at definition.
+    /// from the kernel cache. A new class is traced at the call's sizes
+    /// and at stand-in sizes, which must agree (see [`ShapeClass`]); the
+    /// body must run the same ops for every size (not branch on sizes).
+    /// What cannot be generic is traced per size, and `TILEJIT_LOG=trace`
+    /// and [`shape_classes`](Self::shape_classes) say why. A frozen
+    /// dynamic function still compiles new sizes of the classes it knows.
+    /// `#[jit(dynamic)]` sets it at definition.
     ///
     /// ```
     /// use tilejit::prelude::*;
@@ -157,7 +160,8 @@ impl JitFunction {
     ///     bias_relu(&Tensor::ones(&[4, n], DType::F32), &Tensor::ones(&[n], DType::F32))?;
     /// }
     /// let f = bias_relu::jit();
-    /// assert_eq!((f.stats().traces, f.stats().builds), (1, 3));
+    /// // The first call traces twice (its sizes and stand-ins); later sizes never.
+    /// assert_eq!((f.stats().traces, f.stats().builds), (2, 3));
     /// // Every dim other than 0 and 1 is a size symbol; equal dims share one.
     /// assert_eq!(f.shape_classes()[0].0.to_string(), "(f32[n0,n1], f32[n1])");
     /// # Ok::<(), tilejit::Error>(())
@@ -383,7 +387,8 @@ impl JitFunction {
     /// ([`Error::Frozen`], naming the nearest signature seen) instead of a
     /// new trace and compile. For serving code whose shapes must all have
     /// been warmed up: an unexpected shape fails loudly rather than paying
-    /// a compile in the middle of traffic.
+    /// a compile in the middle of traffic. A frozen dynamic function still
+    /// compiles new sizes of shape classes it has traced (no trace runs).
     pub fn freeze(&self, frozen: bool) {
         self.frozen.store(frozen, Ordering::Relaxed);
     }
@@ -430,13 +435,9 @@ impl JitFunction {
         // The first trace in a process starts warming the compiler on an
         // idle core, so the compile after the trace runs warmer.
         tilejit_runtime::warm_up();
-        let instance = match self.is_dynamic() {
-            true => self.dynamic_graph(sig, args, body),
-            false => None,
-        };
-        let (graph, size_params) = match instance {
-            Some(g) => g,
-            None => (self.trace(sig, args, body)?, Vec::new()),
+        let (graph, size_params) = match self.is_dynamic() {
+            true => self.dynamic_graph(sig, args, body)?,
+            false => (self.trace(sig, args, body)?, Vec::new()),
         };
         Program::compile_named(graph, &format!("{}{sig}", self.name))
             .map(|p| p.with_size_params(size_params))
@@ -447,57 +448,87 @@ impl JitFunction {
             })
     }
 
-    /// A dynamic function's graph for `sig`: its class's trace
-    /// instantiated at `sig`'s sizes (tracing the class first if new), with
-    /// the values of the params it added for sizes; `None` if the class or
-    /// these sizes need an exact trace (logged under `TILEJIT_LOG=trace`).
+    /// A dynamic function's graph for `sig`, with the values of the params
+    /// it added for sizes: its class's trace instantiated at `sig`'s sizes
+    /// when the class was checked generic, else an exact trace (why is
+    /// logged under `TILEJIT_LOG=trace`). A new class is traced exactly
+    /// and at stand-in sizes, and the two must agree
+    /// ([`GenericGraph::check_against`]).
     fn dynamic_graph(
         &self,
         sig: &Signature,
         args: &[ArgValue],
         body: &Body,
-    ) -> Option<(Graph, Vec<Lit>)> {
+    ) -> Result<(Graph, Vec<Lit>)> {
         let (class, sizes) = ShapeClass::of(sig);
-        let known = self.class(&class);
-        let seen = known.is_some();
         let log = tilejit_ir::config::config().log.trace;
-        let generic = match known {
-            Some(g) => g,
-            None => {
-                let traced = class
-                    .probe_signature()
-                    .map_err(|e| e.to_string())
-                    .and_then(|probe| self.trace(&probe, args, body).map_err(|e| e.to_string()))
-                    .and_then(|g| GenericGraph::new(&class, g));
-                let mut classes = self.classes.lock().unwrap_or_else(|p| p.into_inner());
-                if classes.len() >= MAX_CLASSES {
-                    classes.clear();
-                }
-                classes
-                    .entry(class.clone())
-                    .or_insert_with(|| Arc::new(traced))
-                    .clone()
+        let say = |what: &str| {
+            if log {
+                eprintln!("[tilejit] `{}`: {sig}: {what}", self.name);
             }
         };
-        let why = match &*generic {
-            Ok(g) => match g.instantiate(&sizes) {
-                Ok(graph) => {
-                    if log && seen {
-                        eprintln!(
-                            "[tilejit] `{}`: {sig} is a new size of class {class}: no trace",
-                            self.name
-                        );
-                    }
-                    return Some(graph);
-                }
-                Err(why) => format!("these sizes do not fit the class's trace: {why}"),
-            },
-            Err(why) => format!("class {class} is traced per size: {why}"),
+        // Frozen: whatever would trace below is an error instead (the
+        // class may have been dropped since `before_miss` looked).
+        let no_trace = || -> Result<()> {
+            match self.is_frozen() {
+                true => Err(Error::Frozen {
+                    function: self.name.clone(),
+                    signature: sig.to_string(),
+                    nearest: format!("class {class} has no generic trace"),
+                }),
+                false => Ok(()),
+            }
         };
-        if log {
-            eprintln!("[tilejit] `{}`: tracing {sig} exactly: {why}", self.name);
+        let entry = match self.class(&class) {
+            Some(entry) => entry,
+            None => {
+                no_trace()?;
+                // The exact trace first: it is this call's graph if the
+                // class cannot be generic, and an error in it is the call's.
+                let exact = self.trace(sig, args, body)?;
+                let generic = class
+                    .probe_signature()
+                    .and_then(|probe| self.trace(&probe, args, body).map_err(|e| e.to_string()))
+                    .and_then(|g| GenericGraph::new(&class, g))
+                    .and_then(|g| g.check_against(&exact, &sizes).map(|()| g));
+                let entry = {
+                    let mut classes = self.classes.lock().unwrap_or_else(|p| p.into_inner());
+                    if classes.len() >= MAX_CLASSES {
+                        classes.clear();
+                    }
+                    classes
+                        .entry(class.clone())
+                        .or_insert_with(|| Arc::new(generic))
+                        .clone()
+                };
+                match &*entry {
+                    Ok(_) => say(&format!("class {class} traced: later sizes need no trace")),
+                    Err(why) => say(&format!("class {class} is traced per size: {why}")),
+                }
+                // All sizes of a generic class run its instantiation, so
+                // they share kernels; else this call's exact graph.
+                if let Ok(Ok(instance)) = entry.as_ref().as_ref().map(|g| g.instantiate(&sizes)) {
+                    return Ok(instance);
+                }
+                return Ok((exact, Vec::new()));
+            }
+        };
+        if let Ok(g) = &*entry {
+            match g.instantiate(&sizes) {
+                Ok(instance) => {
+                    say(&format!("a new size of class {class}: no trace"));
+                    // No user code runs for this build: callers waiting on
+                    // it wait for the compile, not `TRACE_WAIT`.
+                    tilejit_runtime::user_code_done();
+                    return Ok(instance);
+                }
+                Err(why) => say(&format!(
+                    "traced exactly: sizes do not fit the class: {why}"
+                )),
+            }
         }
-        None
+        no_trace()?;
+        Ok((self.trace(sig, args, body)?, Vec::new()))
     }
 
     /// The class's entry, if it was traced.
@@ -750,7 +781,7 @@ impl fmt::Display for JitFunction {
         )?;
         for (class, generic) in self.shape_classes() {
             match generic {
-                Ok(()) => writeln!(f, "  class {class}: one trace")?,
+                Ok(()) => writeln!(f, "  class {class}: generic")?,
                 Err(why) => writeln!(f, "  class {class}: traced per size ({why})")?,
             }
         }

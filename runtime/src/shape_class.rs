@@ -8,22 +8,23 @@
 //! `(f32[n0,n1], f32[n1])`, while `(f32[10], f32[11])` is not the class of
 //! `(f32[10], f32[10])`.
 //!
-//! A class is traced once, with stand-in sizes: each symbol gets its own
-//! prime above 2^14 ([`probes`]). Because the body never sees data, only
-//! sizes, every size the trace records is then a product `c · n_i · n_j ..`
-//! that can be read back by factoring over those primes: a reshape to
-//! `[n0 * n1]` or `[n0, 64]`, a `full` of `[3 * n0]`. [`GenericGraph`]
-//! checks that every size in the traced graph reads back this way and
-//! instantiates the graph for real sizes by rebuilding it node by node,
-//! so every node's type is inferred (and so checked) again.
+//! A new class is traced twice: at the call's own sizes (its exact graph)
+//! and at stand-in sizes, each symbol its own prime above 2^10
+//! ([`probes`]). Because the body never sees data, only sizes, every size
+//! the stand-in trace records reads back by factoring over those primes:
+//! a reshape to `[n0 * n1]` or `[n0, 64]`, a `full` of `[3 * n0]`, `mean`'s
+//! divisor `n1`. [`GenericGraph::check_against`] then evaluates that
+//! reading at the call's sizes and requires the exact graph, op for op and
+//! bit for bit: what a body computed from sizes in a way factoring cannot
+//! see (`n - 1`, `1.0 / n`, `n / 2`, a rounded `numel`, a size inside a
+//! constant tensor) differs there, and the class is traced per size, with
+//! the reason kept. Later sizes of a checked class are instantiated
+//! ([`GenericGraph::instantiate`]) without running the body, every node's
+//! type inferred again.
 //!
-//! What cannot be generic makes the class fall back to exact-size traces,
-//! with the reason kept: a body that fails at the stand-in sizes (say a
-//! reshape to `n0 / 2`), a size that looks like a sum (`n0 + 1`, detected
-//! as near a small multiple of a stand-in), a constant tensor whose size
-//! came from a symbol. A body that branches on a size sees the stand-in
-//! and takes the same branch for every size of the class: dynamic
-//! functions must compute the same ops for all sizes.
+//! The contract, as for any tracing JIT: a dynamic body must run the same
+//! ops for every size. A branch or clamp on a size that both traces take
+//! the same way (`n.min(512)` with both sizes above 512) is not seen.
 
 use crate::signature::{ArgSig, Signature};
 use smallvec::SmallVec;
@@ -116,8 +117,15 @@ impl ShapeClass {
 
     /// The member signature a class is traced with: each symbol its own
     /// stand-in prime.
-    pub fn probe_signature(&self) -> Result<Signature, IrError> {
+    pub fn probe_signature(&self) -> Result<Signature, String> {
+        if self.symbols > MAX_SYMBOLS {
+            return Err(format!(
+                "{} size symbols (at most {MAX_SYMBOLS})",
+                self.symbols
+            ));
+        }
         self.signature_with(probes(self.symbols))
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -149,34 +157,36 @@ impl fmt::Display for ShapeClass {
     }
 }
 
-/// The smallest stand-in size: sizes below it in a traced graph are
-/// constants. Above 2^14 so that constants are rarely mistaken, small
-/// enough that a rank-4 shape of stand-ins does not overflow.
-const PROBE_MIN: usize = 1 << 14;
+/// The smallest stand-in size. Small enough that a tensor a body builds
+/// from stand-in sizes stays affordable and that f16 holds them exactly
+/// (so f16 `mean` stays generic); constants that happen to be multiples
+/// of a stand-in only cost a per-size fallback, never a wrong result
+/// (see [`GenericGraph::check_against`]).
+const PROBE_MIN: usize = 1 << 10;
 
-/// How close to a small multiple of a stand-in a constant may not be: a
-/// size the body computed as `n + k` (|k| up to this) or `2n - k`.
-const NEAR: usize = 64;
+/// How many symbols a class may have and still be traced generically.
+pub const MAX_SYMBOLS: usize = 96;
 
-/// The stand-in sizes of `n` symbols: the first `n` primes above
-/// 2^14.
+/// The stand-in sizes of `n` symbols: the first `n` primes above 2^10
+/// (at most [`MAX_SYMBOLS`]).
 pub fn probes(n: usize) -> &'static [usize] {
     static PRIMES: OnceLock<Vec<usize>> = OnceLock::new();
-    // 8 arguments of rank 8 at most need 64; a few more cost nothing.
-    const MAX: usize = 80;
     let primes = PRIMES.get_or_init(|| {
         let is_prime = |p: usize| {
             (2..)
                 .take_while(|d| d * d <= p)
                 .all(|d| !p.is_multiple_of(d))
         };
-        (PROBE_MIN..).filter(|&p| is_prime(p)).take(MAX).collect()
+        (PROBE_MIN..)
+            .filter(|&p| is_prime(p))
+            .take(MAX_SYMBOLS)
+            .collect()
     });
-    &primes[..n.min(MAX)]
+    &primes[..n.min(MAX_SYMBOLS)]
 }
 
 /// A size in a traced graph, read back over the stand-ins: `coef ·
-/// Π n_sym^exp`.
+/// Π n_sym^exp` (a constant when there are no factors).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct SizeExpr {
     coef: usize,
@@ -184,8 +194,7 @@ struct SizeExpr {
 }
 
 impl SizeExpr {
-    /// Reads a traced size back; an error says why it cannot be generic.
-    fn decompose(d: usize, probes: &[usize]) -> Result<SizeExpr, String> {
+    fn decompose(d: usize, probes: &[usize]) -> SizeExpr {
         let mut coef = d;
         let mut factors = SmallVec::new();
         if d > 1 {
@@ -200,16 +209,7 @@ impl SizeExpr {
                 }
             }
         }
-        for (i, &p) in probes.iter().enumerate() {
-            for m in 1..=8usize {
-                if coef.abs_diff(m * p) <= NEAR {
-                    return Err(format!(
-                        "size {d} looks computed from n{i} by more than a product (n{i} = {p} while tracing)"
-                    ));
-                }
-            }
-        }
-        Ok(SizeExpr { coef, factors })
+        SizeExpr { coef, factors }
     }
 
     fn is_const(&self) -> bool {
@@ -227,45 +227,71 @@ impl SizeExpr {
     }
 }
 
-/// A class's traced graph, checked to be generic over its sizes.
+/// A `full`'s value read back over the stand-ins: `Some(size)` (up to
+/// sign) when it is an integral multiple of stand-ins, else `None`.
+fn value_expr(value: Lit, probes: &[usize]) -> Option<SizeExpr> {
+    let v = match value {
+        Lit::Bool(_) => return None,
+        Lit::Int(i) => i as f64,
+        Lit::Float(f) => f,
+    };
+    // Integral values only: 2^53 keeps the conversion exact.
+    if !v.is_finite() || v.fract() != 0.0 || v.abs() >= (1u64 << 53) as f64 {
+        return None;
+    }
+    let e = SizeExpr::decompose(v.abs() as usize, probes);
+    (!e.is_const()).then_some(e)
+}
+
+/// A class's traced graph, read back over its stand-in sizes.
 #[derive(Debug)]
 pub struct GenericGraph {
     traced: Graph,
     symbols: usize,
 }
 
-/// The shapes an op carries as attributes.
-fn op_shapes(op: &Op) -> SmallVec<[Shape; 1]> {
-    match op {
-        Op::Input { ty, .. } | Op::Full { ty, .. } | Op::Constant { ty, .. } => {
-            SmallVec::from_elem(ty.shape, 1)
-        }
-        Op::Reshape(_, s) | Op::Broadcast(_, s) => SmallVec::from_elem(*s, 1),
-        _ => SmallVec::new(),
+/// What a node of the traced graph becomes at some sizes.
+enum Concrete {
+    /// The op with every size evaluated.
+    Op(Op),
+    /// A `full` whose value is a size: this value, of the node's type.
+    SizeValue(Lit, TensorType),
+}
+
+/// A literal's identity: floats by bits, so -0.0 and NaNs compare exactly.
+fn lit_bits(l: Lit) -> (u8, u64) {
+    match l {
+        Lit::Float(f) => (0, f.to_bits()),
+        Lit::Int(i) => (1, i as u64),
+        Lit::Bool(b) => (2, b as u64),
     }
 }
 
 impl GenericGraph {
-    /// Checks a graph traced at `class`'s stand-in sizes; an error says
-    /// why the class cannot share one trace.
+    /// A graph traced at `class`'s stand-in sizes; an error says why it
+    /// cannot serve other sizes. Before use it must pass
+    /// [`check_against`](Self::check_against).
     pub fn new(class: &ShapeClass, traced: Graph) -> Result<GenericGraph, String> {
-        let probes = probes(class.symbols);
-        if probes.len() < class.symbols {
-            return Err(format!("{} size symbols (at most 80)", class.symbols));
+        if class.symbols > MAX_SYMBOLS {
+            return Err(format!(
+                "{} size symbols (at most {MAX_SYMBOLS})",
+                class.symbols
+            ));
         }
+        let probes = probes(class.symbols);
         for id in traced.ids() {
             let node = traced.node(id);
-            if let Op::Full { value, .. } = node.op {
-                value_expr(value, probes)?;
-            }
-            for shape in op_shapes(&node.op).iter().chain([node.ty.shape].iter()) {
-                for &d in shape.dims() {
-                    let e = SizeExpr::decompose(d, probes)?;
-                    if matches!(node.op, Op::Constant { .. }) && !e.is_const() {
-                        return Err(format!(
-                            "constant tensor of shape {shape} made from a size inside the body"
-                        ));
-                    }
+            if let Op::Constant { ty, .. } = node.op {
+                if ty
+                    .shape
+                    .dims()
+                    .iter()
+                    .any(|&d| !SizeExpr::decompose(d, probes).is_const())
+                {
+                    return Err(format!(
+                        "constant tensor of shape {} made from a size inside the body",
+                        ty.shape
+                    ));
                 }
             }
         }
@@ -280,10 +306,121 @@ impl GenericGraph {
         &self.traced
     }
 
+    fn shape_at(&self, s: &Shape, sizes: &[usize]) -> Result<Shape, String> {
+        let probes = probes(self.symbols);
+        let mut dims: SmallVec<[usize; 4]> = SmallVec::new();
+        for &d in s.dims() {
+            dims.push(
+                SizeExpr::decompose(d, probes)
+                    .eval(sizes)
+                    .ok_or_else(|| format!("size {d} overflows at sizes {sizes:?}"))?,
+            );
+        }
+        Shape::new(&dims).map_err(|e| e.to_string())
+    }
+
+    fn ty_at(&self, t: &TensorType, sizes: &[usize]) -> Result<TensorType, String> {
+        Ok(TensorType::new(t.dtype, self.shape_at(&t.shape, sizes)?))
+    }
+
+    /// Node `id` at these sizes.
+    fn concrete(&self, id: NodeId, sizes: &[usize]) -> Result<Concrete, String> {
+        Ok(Concrete::Op(match self.traced.node(id).op.clone() {
+            Op::Input { index, ty } => Op::Input {
+                index,
+                ty: self.ty_at(&ty, sizes)?,
+            },
+            Op::Full { value, ty } => {
+                let ty = self.ty_at(&ty, sizes)?;
+                let Some(e) = value_expr(value, probes(self.symbols)) else {
+                    return Ok(Concrete::Op(Op::Full { value, ty }));
+                };
+                let v = e
+                    .eval(sizes)
+                    .ok_or_else(|| format!("a size value overflows at sizes {sizes:?}"))?;
+                let negative = match value {
+                    Lit::Float(f) => f < 0.0,
+                    Lit::Int(i) => i < 0,
+                    Lit::Bool(_) => false,
+                };
+                let lit = if ty.dtype.is_float() {
+                    Lit::from_f64(if negative { -(v as f64) } else { v as f64 }, ty.dtype)
+                } else {
+                    // A size that does not fit the dtype is an error at
+                    // this size, as an exact trace's scalar would be.
+                    let v = i64::try_from(v).map_err(|_| format!("size value {v} overflows"))?;
+                    let v = if negative { -v } else { v };
+                    let lit = Lit::from_i64(v, ty.dtype);
+                    if lit.as_i64() != v {
+                        return Err(format!("size value {v} does not fit {}", ty.dtype));
+                    }
+                    lit
+                };
+                return Ok(Concrete::SizeValue(lit, ty));
+            }
+            Op::Constant { index, ty } => Op::Constant {
+                index,
+                ty: self.ty_at(&ty, sizes)?,
+            },
+            Op::Reshape(x, s) => Op::Reshape(x, self.shape_at(&s, sizes)?),
+            Op::Broadcast(x, s) => Op::Broadcast(x, self.shape_at(&s, sizes)?),
+            other => other,
+        }))
+    }
+
+    /// Checks that this trace, evaluated at `sizes`, is exactly `exact`,
+    /// the body traced at those sizes: every op, attribute, `full` value
+    /// (by bits), constant (by bits) and type. The trace at stand-in sizes
+    /// cannot see which of its values came from sizes by arithmetic it
+    /// cannot read back (`n - 1`, `1.0 / n`, a rounded `numel`, a size
+    /// baked into a constant tensor, a branch on a size); a second trace
+    /// at real sizes disagrees with it there, and the class is then traced
+    /// per size.
+    pub fn check_against(&self, exact: &Graph, sizes: &[usize]) -> Result<(), String> {
+        if exact.len() != self.traced.len() || exact.outputs != self.traced.outputs {
+            return Err(format!(
+                "the body builds {} nodes at stand-in sizes and {} at {sizes:?}",
+                self.traced.len(),
+                exact.len()
+            ));
+        }
+        for id in self.traced.ids() {
+            let e = exact.node(id);
+            let differs = || {
+                format!(
+                    "node {} (`{}`) differs between stand-in sizes and {sizes:?}",
+                    id.0,
+                    tilejit_ir::text::op_name(&e.op)
+                )
+            };
+            let same = match (self.concrete(id, sizes)?, &e.op) {
+                (Concrete::SizeValue(a, ta), Op::Full { value: b, ty: tb })
+                | (Concrete::Op(Op::Full { value: a, ty: ta }), Op::Full { value: b, ty: tb }) => {
+                    ta == *tb && lit_bits(a) == lit_bits(*b)
+                }
+                (
+                    Concrete::Op(Op::Constant { index: a, ty: ta }),
+                    Op::Constant { index: b, ty: tb },
+                ) => {
+                    let bytes = |g: &Graph, i: u32| {
+                        g.constant(i).and_then(|c| c.buffer().to_le_bytes().ok())
+                    };
+                    ta == *tb && bytes(&self.traced, a).is_some_and(|x| Some(x) == bytes(exact, *b))
+                }
+                (Concrete::Op(a), b) => a == *b,
+                (Concrete::SizeValue(..), _) => false,
+            };
+            if !same || self.ty_at(&self.traced.node(id).ty, sizes)? != e.ty {
+                return Err(differs());
+            }
+        }
+        Ok(())
+    }
+
     /// The graph for these symbol values, and the values of the params it
-    /// adds after the traced ones (one per `full` whose float value is a
-    /// size, like `mean`'s divisor, so that value is a launch argument and
-    /// the kernels stay size-generic). Every node is rebuilt with its sizes
+    /// adds after the traced ones (one per `full` whose value is a size,
+    /// like `mean`'s divisor, so that value is a launch argument and the
+    /// kernels stay size-generic). Every node is rebuilt with its sizes
     /// evaluated, its type inferred again and checked against the traced
     /// one's. An error means these sizes do not fit the trace (the caller
     /// traces them exactly).
@@ -295,21 +432,6 @@ impl GenericGraph {
                 self.symbols
             ));
         }
-        let probes = probes(self.symbols);
-        let eval = |e: &SizeExpr, d: usize| {
-            e.eval(sizes)
-                .ok_or_else(|| format!("size {d} overflows at sizes {sizes:?}"))
-        };
-        let map_shape = |s: &Shape| -> Result<Shape, String> {
-            let mut dims: SmallVec<[usize; 4]> = SmallVec::new();
-            for &d in s.dims() {
-                dims.push(eval(&SizeExpr::decompose(d, probes)?, d)?);
-            }
-            Shape::new(&dims).map_err(|e| e.to_string())
-        };
-        let map_ty = |t: &TensorType| -> Result<TensorType, String> {
-            Ok(TensorType::new(t.dtype, map_shape(&t.shape)?))
-        };
         let add = |g: &mut Graph, op: Op, id: NodeId| {
             g.add(op).map_err(|e| format!("node {}: {e}", id.0))
         };
@@ -319,72 +441,34 @@ impl GenericGraph {
         let mut g = Graph::new();
         for id in self.traced.ids() {
             let node = self.traced.node(id);
-            let new_id = match node.op.map_operands(|x| map[x.index()]) {
-                Op::Constant { index, .. } => {
+            let new_id = match self.concrete(id, sizes)? {
+                Concrete::Op(Op::Constant { index, .. }) => {
                     let value = self
                         .traced
                         .constant(index)
                         .ok_or_else(|| format!("constant {index} missing"))?;
                     g.add_constant(value.clone())
                 }
-                Op::Full { value, ty } => {
-                    let ty = map_ty(&ty)?;
-                    match value_expr(value, probes)? {
-                        Some(e) if ty.dtype.is_float() => {
-                            let v = eval(&e, e.coef)? as f64;
-                            let sign = if matches!(value, Lit::Float(f) if f < 0.0) {
-                                -1.0
-                            } else {
-                                1.0
-                            };
-                            size_params.push(Lit::from_f64(sign * v, ty.dtype));
-                            let p = add(
-                                &mut g,
-                                Op::Param {
-                                    index: next_param,
-                                    dtype: ty.dtype,
-                                },
-                                id,
-                            )?;
-                            next_param += 1;
-                            match ty.shape.rank() {
-                                0 => p,
-                                _ => add(&mut g, Op::Broadcast(p, ty.shape), id)?,
-                            }
-                        }
-                        Some(e) => {
-                            let v = eval(&e, e.coef)? as i64;
-                            let v = if matches!(value, Lit::Int(i) if i < 0) {
-                                -v
-                            } else {
-                                v
-                            };
-                            add(
-                                &mut g,
-                                Op::Full {
-                                    value: Lit::from_i64(v, ty.dtype),
-                                    ty,
-                                },
-                                id,
-                            )?
-                        }
-                        None => add(&mut g, Op::Full { value, ty }, id)?,
+                Concrete::SizeValue(value, ty) if ty.dtype.is_float() => {
+                    size_params.push(value);
+                    let p = add(
+                        &mut g,
+                        Op::Param {
+                            index: next_param,
+                            dtype: ty.dtype,
+                        },
+                        id,
+                    )?;
+                    next_param += 1;
+                    match ty.shape.rank() {
+                        0 => p,
+                        _ => add(&mut g, Op::Broadcast(p, ty.shape), id)?,
                     }
                 }
-                op => {
-                    let op = match op {
-                        Op::Input { index, ty } => Op::Input {
-                            index,
-                            ty: map_ty(&ty)?,
-                        },
-                        Op::Reshape(x, s) => Op::Reshape(x, map_shape(&s)?),
-                        Op::Broadcast(x, s) => Op::Broadcast(x, map_shape(&s)?),
-                        other => other,
-                    };
-                    add(&mut g, op, id)?
-                }
+                Concrete::SizeValue(value, ty) => add(&mut g, Op::Full { value, ty }, id)?,
+                Concrete::Op(op) => add(&mut g, op.map_operands(|x| map[x.index()]), id)?,
             };
-            let want = map_ty(&node.ty)?;
+            let want = self.ty_at(&node.ty, sizes)?;
             if g.ty(new_id) != want {
                 return Err(format!(
                     "node {} is {} at these sizes, not {want}",
@@ -396,47 +480,6 @@ impl GenericGraph {
         }
         g.outputs = self.traced.outputs.iter().map(|o| map[o.index()]).collect();
         Ok((g, size_params))
-    }
-}
-
-/// A `full`'s value read back over the stand-ins: `None` for a constant,
-/// `Some(size)` for a value that is a size (up to sign), an error for a
-/// value computed from sizes some other way that the instantiation could
-/// not redo (`1/n`, `sqrt(n)`, `n²`, `n + 1`).
-fn value_expr(value: Lit, probes: &[usize]) -> Result<Option<SizeExpr>, String> {
-    let size = |v: f64| -> Result<Option<SizeExpr>, String> {
-        // Integral values only: 2^53 keeps the conversion exact.
-        if v.fract() != 0.0 || v.abs() >= (1u64 << 53) as f64 {
-            return Ok(None);
-        }
-        let e = SizeExpr::decompose(v.abs() as usize, probes)
-            .map_err(|why| format!("value {v}: {why}"))?;
-        Ok((!e.is_const()).then_some(e))
-    };
-    match value {
-        Lit::Bool(_) => Ok(None),
-        Lit::Int(i) => size(i as f64),
-        Lit::Float(f) if !f.is_finite() || f == 0.0 => Ok(None),
-        Lit::Float(f) => {
-            if let Some(e) = size(f)? {
-                return Ok(Some(e));
-            }
-            // Forms the body may have computed from a size: reject them
-            // rather than bake in the stand-in's.
-            let a = f.abs();
-            for (form, g) in [("1/v", 1.0 / a), ("v²", a * a), ("1/v²", 1.0 / (a * a))] {
-                let r = g.round();
-                if r >= (PROBE_MIN - NEAR) as f64 && (g - r).abs() <= 1e-5 * g {
-                    let read = size(r).map_err(|why| format!("value {f} ({form}): {why}"))?;
-                    if read.is_some() {
-                        return Err(format!(
-                            "value {f} looks computed from sizes ({form} = {r})"
-                        ));
-                    }
-                }
-            }
-            Ok(None)
-        }
     }
 }
 
@@ -504,21 +547,28 @@ mod tests {
         }
     }
 
+    /// Sizes the stand-in trace cannot read back (`n + 1`) pass `new` but
+    /// fail the check against a trace at real sizes; constants sized by a
+    /// symbol fail at once.
     #[test]
     fn sums_of_sizes_and_sized_constants_are_not_generic() {
         let (class, _) = ShapeClass::of(&sig(&[&[5]]));
         let p = probes(1)[0];
-        let mut g = Graph::new();
-        let ty = TensorType::new(DType::F32, Shape::new(&[p + 1]).unwrap());
-        let f = g
-            .add(Op::Full {
-                value: tilejit_ir::Lit::Float(0.0),
-                ty,
-            })
-            .unwrap();
-        g.outputs.push(f);
-        let why = GenericGraph::new(&class, g).unwrap_err();
-        assert!(why.contains("more than a product"), "{why}");
+        let full = |n: usize| {
+            let mut g = Graph::new();
+            let ty = TensorType::new(DType::F32, Shape::new(&[n + 1]).unwrap());
+            let f = g
+                .add(Op::Full {
+                    value: tilejit_ir::Lit::Float(0.0),
+                    ty,
+                })
+                .unwrap();
+            g.outputs.push(f);
+            g
+        };
+        let generic = GenericGraph::new(&class, full(p)).unwrap();
+        let why = generic.check_against(&full(5), &[5]).unwrap_err();
+        assert!(why.contains("differs"), "{why}");
 
         let mut g = Graph::new();
         let a = tilejit_ir::Array::from_vec((0..p).map(|i| i as f32).collect::<Vec<f32>>(), &[p])
@@ -550,14 +600,14 @@ mod tests {
     }
 
     /// `x / full(n0)` (how `mean` divides): the divisor becomes a param
-    /// whose value is the size; `x * full(1/n0)` is not generic.
+    /// whose value is the size.
     #[test]
     fn a_size_used_as_a_value_becomes_a_param() {
         let (class, _) = ShapeClass::of(&sig(&[&[5]]));
         let p = probes(1)[0];
-        let build = |v: f64| {
+        let build_at = |n: usize, v: f64| {
             let mut g = Graph::new();
-            let ty = TensorType::new(DType::F32, Shape::new(&[p]).unwrap());
+            let ty = TensorType::new(DType::F32, Shape::new(&[n]).unwrap());
             let x = g.add(Op::Input { index: 0, ty }).unwrap();
             let n = g
                 .add(Op::Full {
@@ -569,14 +619,17 @@ mod tests {
             g.outputs.push(y);
             g
         };
+        let build = |v: f64| build_at(p, v);
         let generic = GenericGraph::new(&class, build(p as f64)).unwrap();
         let (g, extra) = generic.instantiate(&[7]).unwrap();
         assert_eq!(extra, [Lit::Float(7.0)]);
         assert_eq!(g.param_types(), [DType::F32]);
         assert_eq!(g.ty(g.outputs[0]).shape.dims(), [7]);
-        let inv = DType::F32.round_float(1.0 / p as f64);
-        let why = GenericGraph::new(&class, build(inv)).unwrap_err();
-        assert!(why.contains("computed from sizes"), "{why}");
-        assert!(GenericGraph::new(&class, build(3.0)).is_ok());
+        assert!(generic.check_against(&build_at(7, 7.0), &[7]).is_ok());
+        // `x * full(1/n0)` reads back as a constant, which the exact
+        // trace contradicts.
+        let inv = |n: usize| DType::F32.round_float(1.0 / n as f64);
+        let generic = GenericGraph::new(&class, build(inv(p))).unwrap();
+        assert!(generic.check_against(&build_at(7, inv(7)), &[7]).is_err());
     }
 }
