@@ -20,5 +20,6 @@ mod ops;
 mod pool;
 mod run_modes;
 mod sim_backend;
+mod sim_sizes;
 mod simplify_props;
 mod snapshot;
