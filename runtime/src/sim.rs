@@ -5,6 +5,13 @@
 //! of one function's tasks -> one hub -> all of the next one's). Host arrays are copied to GM,
 //! the launch runs through the device's control and manager threads, and
 //! the outputs are copied back.
+//!
+//! Device code is size-generic (one cache entry serves every shape of a
+//! kernel's structure and plan class), so the launcher supplies the
+//! shape: each task's scalar arguments are `lo`, `hi`, the kernel's sizes
+//! and strides (`tilejit_codegen::device::size_args`) and the params, and
+//! task ranges and workspace lengths come from the kernel this program
+//! runs (`Units::of`, `Extent::of`).
 
 use crate::error::RuntimeError;
 use crate::flight::map_off_pool;
@@ -110,9 +117,15 @@ pub struct SimProgram {
     /// The cache entries the kernels came from (their launch counters).
     cached: Vec<Arc<CachedSimKernel>>,
     kernels: Vec<DeviceKernel>,
+    /// Per core function, the units its launch splits (for this program's
+    /// shapes).
+    units: Vec<usize>,
+    /// Per core function, its size arguments (those of its kernel).
+    sizes: Vec<Arc<Vec<i64>>>,
     /// Per core function, its workspace set in `workspaces`, if any.
     workspace_of: Vec<Option<usize>>,
-    /// The distinct workspace sets (a kernel's core functions share one).
+    /// The workspace sets, one per kernel that has any (its core functions
+    /// share it), as (dtype, elements).
     workspaces: Vec<WorkspaceSet>,
     /// Per core function, whether it has nothing to compute: it gets no
     /// tasks and no hub, and the next kernel follows the previous one.
@@ -121,30 +134,7 @@ pub struct SimProgram {
 }
 
 /// Workspace buffers (dtype, elements) shared by a kernel's core functions.
-type WorkspaceSet = Arc<Vec<(DType, usize)>>;
-
-/// Numbers the distinct non-empty workspace sets of `kernels` (by `Arc`
-/// identity) and says which one each core function uses.
-fn group_workspaces(kernels: &[DeviceKernel]) -> (Vec<Option<usize>>, Vec<WorkspaceSet>) {
-    let mut sets: Vec<WorkspaceSet> = Vec::new();
-    let of = kernels
-        .iter()
-        .map(|k| {
-            if k.extra.is_empty() {
-                return None;
-            }
-            Some(
-                sets.iter()
-                    .position(|s| Arc::ptr_eq(s, &k.extra))
-                    .unwrap_or_else(|| {
-                        sets.push(k.extra.clone());
-                        sets.len() - 1
-                    }),
-            )
-        })
-        .collect();
-    (of, sets)
-}
+type WorkspaceSet = Vec<(DType, usize)>;
 
 /// What a Sim run returns besides its outputs.
 pub type SimRun = (Vec<Array>, LaunchReport);
@@ -172,7 +162,7 @@ impl SimProgram {
         let cached = map_off_pool(&prog.kernels, |k| {
             kernel_cache().get_or_compile_sim(k, &dtype_of, cfg, name)
         })?;
-        Ok(SimProgram::assemble(prog, cached, constants, name))
+        SimProgram::assemble(prog, cached, constants, name)
     }
 
     /// A program from a snapshot's parts: each kernel's bytecode is
@@ -196,7 +186,7 @@ impl SimProgram {
                 kernel_cache().get_or_load_sim(k, &dtype_of, cfg, name, stored)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(SimProgram::assemble(prog, cached, constants, name))
+        SimProgram::assemble(prog, cached, constants, name)
     }
 
     /// The program over `prog` with each kernel's core functions.
@@ -205,26 +195,53 @@ impl SimProgram {
         cached: Vec<Arc<CachedSimKernel>>,
         constants: Vec<Array>,
         name: &str,
-    ) -> SimProgram {
-        let kernels: Vec<DeviceKernel> = cached.iter().flat_map(|c| c.code.clone()).collect();
-        let (workspace_of, workspaces) = group_workspaces(&kernels);
+    ) -> Result<SimProgram, RuntimeError> {
+        let mut kernels: Vec<DeviceKernel> = Vec::new();
+        let (mut units, mut sizes, mut workspace_of) = (Vec::new(), Vec::new(), Vec::new());
+        let mut workspaces: Vec<WorkspaceSet> = Vec::new();
+        for (k, c) in prog.kernels.iter().zip(&cached) {
+            let args = Arc::new(tilejit_codegen::device::size_args(k));
+            // A kernel's core functions share one workspace list.
+            let set = c.code.iter().find(|d| !d.extra.is_empty()).map(|d| {
+                let set = d.extra.iter().map(|&(dt, e)| (dt, e.of(k))).collect();
+                workspaces.push(set);
+                workspaces.len() - 1
+            });
+            // The code numbers GM arguments by local buffer: this kernel's.
+            let local = k.local_buffers();
+            for d in c.code.iter() {
+                units.push(d.units.of(k));
+                sizes.push(args.clone());
+                workspace_of.push(set.filter(|_| !d.extra.is_empty()));
+                let mut d = d.clone();
+                for b in &mut d.buffers {
+                    *b = *local.get(b.0 as usize).ok_or_else(|| {
+                        IrError::Verify(format!("`{}`: GM argument {} is no buffer", d.name, b.0))
+                    })?;
+                }
+                kernels.push(d);
+            }
+        }
         // An empty domain, or one whose every buffer is empty (rows of no
         // columns), has nothing to compute.
         let empty = |b: &tilejit_ir::kernel::BufId| prog.buffer(*b).ty.shape.numel() == 0;
         let idle = kernels
             .iter()
-            .map(|k| k.units == 0 || (!k.buffers.is_empty() && k.buffers.iter().all(empty)))
+            .zip(&units)
+            .map(|(k, &n)| n == 0 || (!k.buffers.is_empty() && k.buffers.iter().all(empty)))
             .collect();
-        SimProgram {
+        Ok(SimProgram {
             name: name.to_string(),
             prog,
             kernels,
+            units,
+            sizes,
             idle,
             cached,
             workspace_of,
             workspaces,
             constants,
-        }
+        })
     }
 
     /// Per kernel of its program, the kernel cache entry its core
@@ -236,6 +253,28 @@ impl SimProgram {
     /// The compiled kernels.
     pub fn kernels(&self) -> &[DeviceKernel] {
         &self.kernels
+    }
+
+    /// The kernel cache key of each kernel's entry, in kernel order: equal
+    /// for two programs whose kernels share their (size-generic) code.
+    pub fn cache_keys(&self) -> Vec<&str> {
+        self.cached.iter().map(|c| c.key.as_str()).collect()
+    }
+
+    /// The units core function `i` of [`SimProgram::kernels`] splits over
+    /// its tasks, for this program's shapes.
+    pub fn units(&self, i: usize) -> usize {
+        self.units[i]
+    }
+
+    /// The scalar arguments of a task of core function `i` covering units
+    /// `lo..hi`: the range, its kernel's sizes and strides, the params.
+    pub fn task_scalars(&self, i: usize, lo: usize, hi: usize, params: &[i64]) -> Vec<i64> {
+        let mut scalars = vec![lo as i64, hi as i64];
+        scalars.extend_from_slice(&self.sizes[i]);
+        scalars.extend_from_slice(params);
+        scalars.truncate(self.kernels[i].program.program().args.len());
+        scalars
     }
 
     /// The GM this program's runs take, sized up front from its buffer
@@ -546,7 +585,8 @@ impl SimProgram {
             if self.idle[ki] {
                 continue;
             }
-            let tiles = k.units.div_ceil(k.tile_units.max(1));
+            let units = self.units[ki];
+            let tiles = units.div_ceil(k.tile_units.max(1));
             let (kind, cores) = match k.core {
                 CoreType::Aic => (TaskKind::Aic, cores[0]),
                 CoreType::Aiv => (TaskKind::Aiv, cores[1]),
@@ -574,11 +614,9 @@ impl SimProgram {
                 }
             }
             let mut lo = 0;
-            while lo < k.units {
-                let hi = (lo + per).min(k.units);
-                let mut scalars = vec![lo as i64, hi as i64];
-                scalars.extend_from_slice(params);
-                scalars.truncate(k.program.program().args.len());
+            while lo < units {
+                let hi = (lo + per).min(units);
+                let scalars = self.task_scalars(ki, lo, hi, params);
                 tasks.push(Task {
                     name: format!("{}/{}", k.name, tasks.len() - first),
                     kind,
@@ -587,7 +625,7 @@ impl SimProgram {
                     scalars,
                     successors: Vec::new(),
                 });
-                if hi >= k.units {
+                if hi >= units {
                     break;
                 }
                 lo = hi;

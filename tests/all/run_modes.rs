@@ -245,15 +245,14 @@ fn sim_kernels_enter_the_kernel_cache_with_their_bytecode() {
     let a = Tensor::randn(&[777], 12);
     // Other tests may clear the global cache at any moment: look right after
     // a call, and retry a few times. Other tests' sigmoid kernels (other
-    // dtypes, other sizes) may be there too: device kernels bake in their
-    // domain, so this one is the f32 sigmoid over [777].
+    // dtypes) may be there too; device code is size-generic, so the f32
+    // one may have been compiled first for another size.
     let found = (0..5).find_map(|_| {
         f.with_mode(RunMode::Sim).call(&a).unwrap();
         tilejit::kernel_cache()
             .entries()
             .into_iter()
             .filter(|e| e.target == tilejit_runtime::Target::Sim && e.ops.contains(&"sigmoid"))
-            .filter(|e| e.signature.contains("[777]"))
             .filter_map(|e| tilejit::kernel_cache().details(&e.key))
             .find(|d| d.kernel_ir.contains(": f32"))
     });

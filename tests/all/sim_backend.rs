@@ -379,9 +379,8 @@ fn flat_and_row_kernels_overlap_copies_with_compute() {
         dev.copy_elems_from_host(&xs, &bufs[0], 0).unwrap();
         dev.copy_elems_from_host(&ws, &bufs[1], 0).unwrap();
         let refs: Vec<_> = bufs.iter().collect();
-        let run = dev
-            .run(&kern.program, 0, &refs, &[0, kern.units as i64])
-            .unwrap();
+        let scalars = sp.task_scalars(0, 0, sp.units(0), &[]);
+        let run = dev.run(&kern.program, 0, &refs, &scalars).unwrap();
         let mut out = vec![0f32; n];
         dev.copy_elems_to_host(&bufs[2], 0, &mut out).unwrap();
         let want = p

@@ -1,7 +1,9 @@
 //! Matmul kernels: AIC tasks over output tiles for the cube's dtypes, and
-//! a row-by-row vector-core form for f64 and integers.
+//! a row-by-row vector-core form for f64 and integers. Batch, m, k and n
+//! are size arguments ([`SizeArgs::mm`]): the code is the same for every
+//! shape.
 
-use super::{finish, sanitize, unsupported, DeviceKernel};
+use super::{finish, sanitize, unsupported, DeviceKernel, SizeArgs, Units};
 use crate::CodegenError;
 use std::sync::Arc;
 use tilejit_device::isa::emit::{Addr, Gm, Mkn, ProgramBuilder, Shape};
@@ -11,9 +13,9 @@ use tilejit_ir::kernel::{BufId, Kernel, MatMul};
 use tilejit_ir::DType;
 
 /// The cube's tile: `TM x TK` by `TK x TN` per multiply-accumulate.
-const TM: usize = 64;
+pub(super) const TM: usize = 64;
 const TK: usize = 64;
-const TN: usize = 64;
+pub(super) const TN: usize = 64;
 
 /// The registers of an AIC matmul task.
 mod cube {
@@ -39,6 +41,46 @@ mod cube {
     pub(super) const OFF_C: Reg = Reg::fixed(11);
     /// Scratch.
     pub(super) const T: Reg = Reg::fixed(12);
+    /// The sizes m, k, n (size arguments).
+    pub(super) const M: Reg = Reg::fixed(13);
+    pub(super) const K: Reg = Reg::fixed(14);
+    pub(super) const N: Reg = Reg::fixed(15);
+    /// Output tiles along m and n (at least 1: legal divisors), K steps.
+    pub(super) const MTILES: Reg = Reg::fixed(16);
+    pub(super) const NTILES: Reg = Reg::fixed(17);
+    pub(super) const KSTEPS: Reg = Reg::fixed(18);
+    /// Element strides: a batch of C, A and B; a 64-row panel of C
+    /// (`TM * n`), of A (`TM * k`); a K step of B (`TK * n`).
+    pub(super) const C_BATCH: Reg = Reg::fixed(19);
+    pub(super) const A_BATCH: Reg = Reg::fixed(20);
+    pub(super) const B_BATCH: Reg = Reg::fixed(21);
+    pub(super) const C_PANEL: Reg = Reg::fixed(22);
+    pub(super) const A_PANEL: Reg = Reg::fixed(23);
+    pub(super) const B_STEP: Reg = Reg::fixed(24);
+}
+
+/// Loads a cube task's sizes and the strides and counts derived from them
+/// (once per task).
+fn emit_cube_sizes(b: &mut ProgramBuilder, sizes: &SizeArgs) {
+    use cube::NTILES;
+    use cube::{A_BATCH, A_PANEL, B_BATCH, B_STEP, C_BATCH, C_PANEL, K, KSTEPS, M, MTILES, N};
+    b.ldarg(M, sizes.mm(1))
+        .ldarg(K, sizes.mm(2))
+        .ldarg(N, sizes.mm(3));
+    // An empty output (m or n = 0) has no tiles and so no tasks; the
+    // divisors only have to be legal. With k = 0 the one K step multiplies
+    // zero-filled panels, so the product is zeros.
+    b.add(MTILES, M, TM - 1)
+        .div(MTILES, MTILES, TM)
+        .max(MTILES, MTILES, 1);
+    b.add(NTILES, N, TN - 1)
+        .div(NTILES, NTILES, TN)
+        .max(NTILES, NTILES, 1);
+    b.add(KSTEPS, K, TK - 1).div(KSTEPS, KSTEPS, TK);
+    b.mul(C_BATCH, M, N).mul(A_BATCH, M, K).mul(B_BATCH, K, N);
+    b.mul(C_PANEL, N, TM as i64)
+        .mul(A_PANEL, K, TM as i64)
+        .mul(B_STEP, N, TK as i64);
 }
 
 /// `-v`, for the `mul r, r, -TILE` that starts `min(TILE, dim - i*TILE)`.
@@ -57,7 +99,7 @@ pub(super) fn compile_matmul(
     buf_dtype: &dyn Fn(BufId) -> DType,
     cfg: &DeviceConfig,
 ) -> Result<DeviceKernel, CodegenError> {
-    use cube::{END, KSTEP, OFF_C, TILE, VCOLS, VROWS};
+    use cube::{END, KSTEP, KSTEPS, N, OFF_C, TILE, VCOLS, VROWS};
     let dt = buf_dtype(mm.a);
     if !matches!(dt, DType::F32 | DType::F16 | DType::BF16) || buf_dtype(mm.b) != dt {
         return Err(unsupported(
@@ -66,33 +108,28 @@ pub(super) fn compile_matmul(
         ));
     }
     let out_dt = buf_dtype(mm.out);
-    let (m, kk, n) = (mm.m, mm.k, mm.n);
-    let (mt, nt, kt) = (m.div_ceil(TM), n.div_ceil(TN), kk.div_ceil(TK));
+    let sizes = SizeArgs::new(k);
     let mut b = ProgramBuilder::new(format!("mm_{}", sanitize(&k.name)), CoreType::Aic);
     let (ga, gb) = (b.gm("a", dt, &[], Role::In), b.gm("b", dt, &[], Role::In));
     let gc = b.gm("c", out_dt, &[], Role::Out);
-    let (lo, hi) = (b.arg("lo", 0), b.arg("hi", 0));
+    let (lo, hi) = sizes.declare(&mut b);
     let (top, done, kloop, kdone) = (b.label(), b.label(), b.label(), b.label());
     b.ldarg(TILE, lo).ldarg(END, hi);
+    emit_cube_sizes(&mut b, &sizes);
     b.bind(top);
     b.bge(TILE, END, done);
-    emit_tile_coords(&mut b, mm, (mt, nt));
-    let cx = KStep {
-        dt,
-        mm,
-        a: ga,
-        b: gb,
-    };
+    emit_tile_coords(&mut b);
+    let cx = KStep { dt, a: ga, b: gb };
     b.movi(KSTEP, 0);
     cx.emit(&mut b, 0);
     b.bind(kloop);
-    b.bge(KSTEP, kt, kdone);
+    b.bge(KSTEP, KSTEPS, kdone);
     cx.emit(&mut b, 1);
     b.jmp(kloop);
     b.bind(kdone);
     b.setf(Pipe::M, Pipe::Fixp, 0).waitf(Pipe::M, Pipe::Fixp, 0);
     let out = Shape::new(TM, TN);
-    b.fixp(out_dt, out, VROWS, VCOLS, gc, OFF_C, n, Addr::new(0), 0);
+    b.fixp(out_dt, out, VROWS, VCOLS, gc, OFF_C, N, Addr::new(0), 0);
     b.barrier().add(TILE, TILE, 1).jmp(top);
     b.bind(done);
     b.end();
@@ -103,7 +140,7 @@ pub(super) fn compile_matmul(
         program,
         asm,
         buffers: vec![mm.a, mm.b, mm.out],
-        units: mm.batch.max(1) * mt * nt,
+        units: Units::CubeTiles,
         tile_units: 1,
         extra: Arc::new(Vec::new()),
     })
@@ -111,55 +148,51 @@ pub(super) fn compile_matmul(
 
 /// The output tile's batch, m-tile and n-tile, its valid rows and
 /// columns, and the GM offset of its first element.
-fn emit_tile_coords(b: &mut ProgramBuilder, mm: &MatMul, (mt, nt): (usize, usize)) {
-    use cube::{BATCH, MT, NT, OFF_C, T, TILE, VCOLS, VROWS};
-    let (m, n) = (mm.m, mm.n);
-    // An empty output (m or n = 0) has no tiles and so no tasks; the
-    // divisors only have to be legal. With k = 0 the one K step multiplies
-    // zero-filled panels, so the product is zeros.
-    let (dmt, dnt) = (mt.max(1), nt.max(1));
-    b.rem(NT, TILE, dnt).div(T, TILE, dnt);
-    b.rem(MT, T, dmt).div(BATCH, T, dmt);
+fn emit_tile_coords(b: &mut ProgramBuilder) {
+    use cube::{BATCH, C_BATCH, C_PANEL, M, MT, MTILES, N, NT, NTILES, OFF_C, T, TILE};
+    use cube::{VCOLS, VROWS};
+    b.rem(NT, TILE, NTILES).div(T, TILE, NTILES);
+    b.rem(MT, T, MTILES).div(BATCH, T, MTILES);
     b.mul(VROWS, MT, neg(TM))
-        .add(VROWS, VROWS, m)
+        .add(VROWS, VROWS, M)
         .min(VROWS, VROWS, TM);
     b.mul(VCOLS, NT, neg(TN))
-        .add(VCOLS, VCOLS, n)
+        .add(VCOLS, VCOLS, N)
         .min(VCOLS, VCOLS, TN);
-    b.mul(OFF_C, BATCH, m * n)
-        .mul(T, MT, TM * n)
+    b.mul(OFF_C, BATCH, C_BATCH)
+        .mul(T, MT, C_PANEL)
         .add(OFF_C, OFF_C, T);
     b.mul(T, NT, TN).add(OFF_C, OFF_C, T);
 }
 
 /// One K step of an output tile.
-struct KStep<'a> {
+struct KStep {
     dt: DType,
-    mm: &'a MatMul,
     a: Gm,
     b: Gm,
 }
 
-impl KStep<'_> {
+impl KStep {
     /// Loads the step's A and B panels, moves them to L0A/L0B and
     /// multiplies into L0C (accumulating when `acc` is 1).
     fn emit(&self, b: &mut ProgramBuilder, acc: u8) {
-        use cube::{BATCH, KSTEP, MT, NT, OFF_A, OFF_B, T, VCOLS, VK, VROWS};
-        let (dt, m, kk, n) = (self.dt, self.mm.m, self.mm.k, self.mm.n);
+        use cube::{A_BATCH, A_PANEL, BATCH, B_BATCH, B_STEP, K, KSTEP, MT, N, NT, OFF_A};
+        use cube::{OFF_B, T, VCOLS, VK, VROWS};
+        let dt = self.dt;
         let (a_l1, b_l1, zero) = (Addr::new(0), self.b_addr(), Addr::new(0));
         // Valid K of this step: min(TK, k - KSTEP*TK).
-        b.mul(VK, KSTEP, neg(TK)).add(VK, VK, kk).min(VK, VK, TK);
-        b.mul(OFF_A, BATCH, m * kk)
-            .mul(T, MT, TM * kk)
+        b.mul(VK, KSTEP, neg(TK)).add(VK, VK, K).min(VK, VK, TK);
+        b.mul(OFF_A, BATCH, A_BATCH)
+            .mul(T, MT, A_PANEL)
             .add(OFF_A, OFF_A, T);
         b.mul(T, KSTEP, TK).add(OFF_A, OFF_A, T);
-        b.mul(OFF_B, BATCH, kk * n)
-            .mul(T, KSTEP, TK * n)
+        b.mul(OFF_B, BATCH, B_BATCH)
+            .mul(T, KSTEP, B_STEP)
             .add(OFF_B, OFF_B, T);
         b.mul(T, NT, TN).add(OFF_B, OFF_B, T);
         let (sa, sb) = (Shape::new(TM, TK), Shape::new(TK, TN));
-        b.ldl1(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, kk);
-        b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, n);
+        b.ldl1(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, K);
+        b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, N);
         b.setf(Pipe::Mte2, Pipe::Mte1, 0)
             .waitf(Pipe::Mte2, Pipe::Mte1, 0);
         b.mvl0a(dt, sa, zero, a_l1).mvl0b(dt, sb, zero, b_l1);
@@ -202,6 +235,13 @@ mod rows {
     pub(super) const A_OFF: Reg = Reg::fixed(11);
     pub(super) const B_OFF: Reg = Reg::fixed(12);
     pub(super) const C_OFF: Reg = Reg::fixed(13);
+    /// The sizes m (at least 1: a legal divisor), k and n.
+    pub(super) const M1: Reg = Reg::fixed(14);
+    pub(super) const K: Reg = Reg::fixed(15);
+    pub(super) const N: Reg = Reg::fixed(16);
+    /// Element strides of a batch of A (`m * k`) and of B (`k * n`).
+    pub(super) const A_BATCH: Reg = Reg::fixed(17);
+    pub(super) const B_BATCH_STRIDE: Reg = Reg::fixed(18);
 }
 
 /// A matmul in a dtype the cube does not take (f64, i32, i64) on the
@@ -215,7 +255,7 @@ pub(super) fn compile_matmul_vector(
     buf_dtype: &dyn Fn(BufId) -> DType,
     cfg: &DeviceConfig,
 ) -> Result<DeviceKernel, CodegenError> {
-    use rows::{BATCH, B_BATCH, COL, C_ROW, END, I, ROW, T5};
+    use rows::{A_BATCH, BATCH, B_BATCH, B_BATCH_STRIDE, COL, C_ROW, END, I, K, M1, N, ROW, T5};
     let dt = buf_dtype(mm.a);
     if !matches!(dt, DType::F64 | DType::I32 | DType::I64)
         || buf_dtype(mm.b) != dt
@@ -223,29 +263,34 @@ pub(super) fn compile_matmul_vector(
     {
         return Err(unsupported(k, format!("a {dt} matmul")));
     }
-    let (m, kk, n) = (mm.m, mm.k, mm.n);
-    let w = row_chunk(n, cfg);
+    let w = row_chunk(cfg);
+    let sizes = SizeArgs::new(k);
     let mut b = ProgramBuilder::new(format!("mmv_{}", sanitize(&k.name)), CoreType::Aiv);
     let gms = [
         b.gm("a", dt, &[], Role::In),
         b.gm("b", dt, &[], Role::In),
         b.gm("c", dt, &[], Role::Out),
     ];
-    let (lo, hi) = (b.arg("lo", 0), b.arg("hi", 0));
+    let (lo, hi) = sizes.declare(&mut b);
     let (top, done, nloop, ndone) = (b.label(), b.label(), b.label(), b.label());
     b.ldarg(ROW, lo).ldarg(END, hi);
+    b.ldarg(M1, sizes.mm(1))
+        .ldarg(K, sizes.mm(2))
+        .ldarg(N, sizes.mm(3));
+    b.mul(A_BATCH, M1, K).mul(B_BATCH_STRIDE, K, N);
+    // With m = 0 there are no tasks; the divisor only has to be legal.
+    b.max(M1, M1, 1);
     b.bind(top);
     b.bge(ROW, END, done);
-    // With m = 0 there are no tasks; the divisor only has to be legal.
-    b.div(BATCH, ROW, m.max(1)).rem(I, ROW, m.max(1));
-    b.mul(rows::A_ROW, BATCH, m * kk).mul(T5, I, kk);
+    b.div(BATCH, ROW, M1).rem(I, ROW, M1);
+    b.mul(rows::A_ROW, BATCH, A_BATCH).mul(T5, I, K);
     b.add(rows::A_ROW, rows::A_ROW, T5);
-    b.mul(B_BATCH, BATCH, kk * n)
-        .mul(C_ROW, ROW, n)
+    b.mul(B_BATCH, BATCH, B_BATCH_STRIDE)
+        .mul(C_ROW, ROW, N)
         .movi(COL, 0);
     b.bind(nloop);
-    b.bge(COL, n, ndone);
-    emit_row_chunk(&mut b, dt, mm, w, gms);
+    b.bge(COL, N, ndone);
+    emit_row_chunk(&mut b, dt, w, gms);
     b.jmp(nloop);
     b.bind(ndone);
     b.add(ROW, ROW, 1).jmp(top);
@@ -258,17 +303,17 @@ pub(super) fn compile_matmul_vector(
         program,
         asm,
         buffers: vec![mm.a, mm.b, mm.out],
-        units: mm.batch.max(1) * m,
+        units: Units::MatRows,
         tile_units: 1,
         extra: Arc::new(Vec::new()),
     })
 }
 
-/// The widest power-of-two column chunk (at least 8) whose three tiles
-/// (accumulator, B row, product) and one element slot fit UB.
-fn row_chunk(n: usize, cfg: &DeviceConfig) -> usize {
+/// The widest power-of-two column chunk (at least 8, at most 2048) whose
+/// three tiles (accumulator, B row, product) and one element slot fit UB.
+fn row_chunk(cfg: &DeviceConfig) -> usize {
     let ub = cfg.ub_bytes as usize;
-    let mut w = 2048usize.min(n.max(1)).next_power_of_two().max(8);
+    let mut w = 2048usize;
     while w > 8 && 3 * (w * 8).next_multiple_of(32) + 32 > ub {
         w /= 2;
     }
@@ -277,19 +322,18 @@ fn row_chunk(n: usize, cfg: &DeviceConfig) -> usize {
 
 /// One column chunk of an output row: accumulate `a[i,p] * b[p, chunk]`
 /// over p, store it, move to the next chunk.
-fn emit_row_chunk(b: &mut ProgramBuilder, dt: DType, mm: &MatMul, w: usize, [ga, gb, gc]: [Gm; 3]) {
-    use rows::{A_OFF, A_ROW, B_BATCH, B_OFF, COL, C_OFF, C_ROW, P, VCOLS};
-    let (kk, n) = (mm.k, mm.n);
+fn emit_row_chunk(b: &mut ProgramBuilder, dt: DType, w: usize, [ga, gb, gc]: [Gm; 3]) {
+    use rows::{A_OFF, A_ROW, B_BATCH, B_OFF, COL, C_OFF, C_ROW, K, N, P, VCOLS};
     let tile = (w * dt.size_bytes()).next_multiple_of(32);
     let [acc, brow, prod, elem] = [0, tile, 2 * tile, 3 * tile].map(Addr::from);
     let (sh, one) = (Shape::new(1, w), Shape::new(1, 1));
     let (kloop, kdone) = (b.label(), b.label());
-    b.movi(VCOLS, n).sub(VCOLS, VCOLS, COL).min(VCOLS, VCOLS, w);
+    b.sub(VCOLS, N, COL).min(VCOLS, VCOLS, w);
     b.vdup(dt, sh, 1, VCOLS, acc, 0.0).movi(P, 0);
     b.bind(kloop);
-    b.bge(P, kk, kdone).add(A_OFF, A_ROW, P);
+    b.bge(P, K, kdone).add(A_OFF, A_ROW, P);
     b.ld(dt, one, 1, 1, elem, ga, A_OFF, 0);
-    b.mul(B_OFF, P, n)
+    b.mul(B_OFF, P, N)
         .add(B_OFF, B_OFF, B_BATCH)
         .add(B_OFF, B_OFF, COL);
     b.ld(dt, sh, 1, VCOLS, brow, gb, B_OFF, 0);

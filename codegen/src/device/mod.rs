@@ -2,15 +2,32 @@
 //!
 //! One kernel becomes one AIV core function; a launch runs it as many tile
 //! tasks that differ only in their scalar arguments (`lo`, `hi`: the range
-//! of units the task covers, then the program's params). The function
-//! loops over its range one tile at a time:
+//! of units the task covers, then the kernel's sizes and strides, then the
+//! program's params). The function loops over its range one tile at a
+//! time:
 //!
 //! - **flat kernels** (one dimension, no reduction) take tiles of `1 x W`
 //!   elements, the last one partial (the valid region is `min(W, hi - i)`);
-//! - **row kernels** take one row per tile (`1 x C`, the whole row in UB),
+//! - **row kernels** take one row per tile (the whole row in UB, in a
+//!   `1 x W` tile where `W` is the widest row of the kernel's class),
 //!   computing each access's row offset from the row index with scalar
-//!   div/mod, so reductions are whole-row `vrsum`/`vrmax`/`vrmin` and row
-//!   values broadcast back with `vbrow`.
+//!   div/mod by the row dimensions, so reductions are whole-row
+//!   `vrsum`/`vrmax`/`vrmin` over the row's valid columns and row values
+//!   broadcast back with `vbrow`.
+//!
+//! **Size-generic code.** Like host code, device code depends only on the
+//! kernel's structure ([`Kernel::structure_text`]): every domain size and
+//! every stride (outer ones, and inner ones other than 0 and 1) is a
+//! scalar argument ([`size_args`], read with `ldarg` once per task or per
+//! row, never per element), trip counts and tail tiles are computed from
+//! them at run time, and what depends on the sizes outside the code (a
+//! launch's units, workspace lengths) is stated as a function of the
+//! kernel ([`Units`], [`Extent`]) that the launcher evaluates. The few
+//! choices the generator still makes from the sizes form a coarse class
+//! ([`plan_class`], part of the kernel cache key): flat; whole rows,
+//! double buffered when two sets of the class's widest row fit UB, else
+//! single; long rows in column chunks; a few long rows split across tasks.
+//! Matmuls have no size class (the cube or vector form follows the dtype).
 //!
 //! Each tile: every load (MTE2), a flag to V, the expression DAG and stages
 //! in order on V (each expression computed once, into a UB slot reused
@@ -42,14 +59,14 @@
 //! Programs are built with the device's typed
 //! [`ProgramBuilder`] (one method per opcode) and verified; their text comes from the
 //! disassembler. What the generator cannot express (a kernel needing more
-//! registers or UB than a core has) is [`CodegenError::SimUnsupported`],
-//! never a wrong result; a generator that contradicts itself is
-//! [`CodegenError::Internal`].
+//! registers, scalar arguments or UB than a core has) is
+//! [`CodegenError::SimUnsupported`], never a wrong result; a generator
+//! that contradicts itself is [`CodegenError::Internal`].
 
 use crate::CodegenError;
 use std::sync::Arc;
 use tilejit_device::isa::asm::disassemble;
-use tilejit_device::isa::emit::ProgramBuilder;
+use tilejit_device::isa::emit::{Arg, ProgramBuilder};
 use tilejit_device::{CoreType, DeviceConfig, VerifiedProgram};
 use tilejit_ir::kernel::{BufId, Kernel};
 use tilejit_ir::DType;
@@ -61,7 +78,11 @@ mod vector;
 use matmul::{compile_matmul, compile_matmul_vector};
 use vector::compile_vector;
 
-/// A kernel compiled for the simulated device.
+/// A kernel compiled for the simulated device. Its code is size-generic:
+/// the kernel's sizes and strides are scalar arguments ([`size_args`]), so
+/// what depends on them (units, workspace lengths) is stated as a function
+/// of the kernel ([`Units`], [`Extent`]) that the launcher evaluates for
+/// the shape it runs.
 #[derive(Clone, Debug)]
 pub struct DeviceKernel {
     /// The kernel's name.
@@ -73,16 +94,168 @@ pub struct DeviceKernel {
     /// Its assembly text, from the disassembler (what the kernel cache
     /// shows).
     pub asm: String,
-    /// GM arguments in order: the kernel's local buffers.
+    /// GM arguments in order, by local number: `BufId(i)` is the `i`-th
+    /// of [`Kernel::local_buffers`] (so that kernels of one structure,
+    /// whatever their program's buffer numbering, share the code).
     pub buffers: Vec<BufId>,
-    /// Units to split over tasks (elements for flat kernels, rows otherwise).
-    pub units: usize,
+    /// Units to split over tasks.
+    pub units: Units,
     /// Units one tile covers (a task's range is always a multiple of it).
     pub tile_units: usize,
-    /// Workspace buffers (dtype, elements) appended to the GM arguments.
+    /// Workspace buffers (dtype, length) appended to the GM arguments.
     /// The core functions of one kernel share one list (the same `Arc`):
     /// allocate it once per kernel.
-    pub extra: Arc<Vec<(DType, usize)>>,
+    pub extra: Arc<Vec<(DType, Extent)>>,
+}
+
+/// What a core function's task ranges split, given the kernel's sizes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Units {
+    /// [`Kernel::units`]: elements of a flat kernel, rows otherwise.
+    Kernel,
+    /// The columns of a row (split long rows: a stage over column ranges).
+    Cols,
+    /// The rows (split long rows: a combine function).
+    Rows,
+    /// A cube matmul's 64x64 output tiles, over the batch.
+    CubeTiles,
+    /// A vector-core matmul's output rows, over the batch.
+    MatRows,
+}
+
+impl Units {
+    /// The number of units for kernel `k` (the kernel the function was
+    /// compiled for, or any of the same structure and plan class).
+    pub fn of(self, k: &Kernel) -> usize {
+        let mm = k.matmul.as_ref();
+        let batch = mm.map_or(1, |m| m.batch.max(1));
+        match self {
+            Units::Kernel => k.units(),
+            Units::Cols => k.cols(),
+            Units::Rows => k.rows(),
+            Units::CubeTiles => mm.map_or(0, |m| {
+                batch * m.m.div_ceil(matmul::TM) * m.n.div_ceil(matmul::TN)
+            }),
+            Units::MatRows => mm.map_or(0, |m| batch * m.m),
+        }
+    }
+
+    /// Its byte in the kernel cache's encoding.
+    pub fn to_byte(self) -> u8 {
+        self as u8
+    }
+
+    /// The units a byte of [`Units::to_byte`] stands for.
+    pub fn from_byte(b: u8) -> Option<Units> {
+        [
+            Units::Kernel,
+            Units::Cols,
+            Units::Rows,
+            Units::CubeTiles,
+            Units::MatRows,
+        ]
+        .get(b as usize)
+        .copied()
+    }
+}
+
+/// A workspace buffer's length in elements, given the kernel's sizes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Extent {
+    /// One element per row and column chunk of this width.
+    RowChunks(usize),
+    /// One element per row.
+    Rows,
+}
+
+impl Extent {
+    /// The length for kernel `k`.
+    pub fn of(self, k: &Kernel) -> usize {
+        match self {
+            Extent::RowChunks(w) => k.rows() * k.cols().div_ceil(w.max(1)),
+            Extent::Rows => k.rows(),
+        }
+    }
+}
+
+/// The size arguments every core function of `k` takes after `lo` and
+/// `hi` (and before the params): each domain dimension, then each access's
+/// strides (accesses in [`Kernel::accesses`] order, one per domain
+/// dimension), then for a matmul its batch, m, k and n. The launcher
+/// passes these for the shape it runs; the code reads them with `ldarg`.
+pub fn size_args(k: &Kernel) -> Vec<i64> {
+    let mut v: Vec<i64> = k.domain.iter().map(|&d| d as i64).collect();
+    for a in k.accesses() {
+        v.extend(a.strides.iter().copied());
+    }
+    if let Some(mm) = &k.matmul {
+        v.extend([mm.batch, mm.m, mm.k, mm.n].map(|d| d as i64));
+    }
+    v
+}
+
+/// Where each size argument of a kernel sits among a function's scalar
+/// arguments (see [`size_args`]).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct SizeArgs {
+    rank: usize,
+    accesses: usize,
+    matmul: bool,
+}
+
+impl SizeArgs {
+    pub(crate) fn new(k: &Kernel) -> SizeArgs {
+        SizeArgs {
+            rank: k.domain.len(),
+            accesses: k.accesses().count(),
+            matmul: k.matmul.is_some(),
+        }
+    }
+
+    /// How many there are.
+    pub(crate) fn len(&self) -> usize {
+        self.rank * (1 + self.accesses) + if self.matmul { 4 } else { 0 }
+    }
+
+    /// Declares `lo`, `hi` and the size arguments (`s0`..), in order.
+    pub(crate) fn declare(&self, b: &mut ProgramBuilder) -> (Arg, Arg) {
+        let (lo, hi) = (b.arg("lo", 0), b.arg("hi", 0));
+        for i in 0..self.len() {
+            b.arg(&format!("s{i}"), 0);
+        }
+        (lo, hi)
+    }
+
+    /// Domain dimension `d`.
+    pub(crate) fn dim(&self, d: usize) -> u32 {
+        2 + d as u32
+    }
+
+    /// Access `a`'s stride along dimension `d`.
+    pub(crate) fn stride(&self, a: usize, d: usize) -> u32 {
+        (2 + self.rank * (1 + a) + d) as u32
+    }
+
+    /// The matmul's batch, m, k, n (`i` = 0..4).
+    pub(crate) fn mm(&self, i: usize) -> u32 {
+        (2 + self.rank * (1 + self.accesses) + i) as u32
+    }
+}
+
+/// The size-dependent choices the generator makes at compile time, as a
+/// coarse class: two kernels of one structure and one class share their
+/// code. Part of the Sim kernel cache key.
+pub fn plan_class(k: &Kernel, buf_dtype: &dyn Fn(BufId) -> DType, cfg: &DeviceConfig) -> String {
+    let _ = buf_dtype;
+    if k.domain.is_empty() {
+        return "none".into();
+    }
+    let mut epilogue = k.clone();
+    epilogue.matmul = None;
+    match vector::plan(&epilogue, cfg) {
+        Ok(p) => format!("{p:?}"),
+        Err(_) => "unsupported".into(),
+    }
 }
 
 /// Largest tile width of a flat kernel.
@@ -110,6 +283,14 @@ pub fn compile(
     buf_dtype: &dyn Fn(BufId) -> DType,
     cfg: &DeviceConfig,
 ) -> Result<Vec<DeviceKernel>, CodegenError> {
+    // lo, hi, the sizes and the params must fit the 256 scalar arguments.
+    let n_params = k.exprs.iter().filter_map(|n| match n.expr {
+        tilejit_ir::kernel::Expr::Param(p) => Some(p as usize + 1),
+        _ => None,
+    });
+    if 2 + SizeArgs::new(k).len() + n_params.max().unwrap_or(0) > 256 {
+        return Err(unsupported(k, "more than 256 scalar arguments"));
+    }
     let mut out = Vec::new();
     if let Some(mm) = &k.matmul {
         let dt = buf_dtype(mm.a);
@@ -121,9 +302,18 @@ pub fn compile(
         // The epilogue reads the product from GM like any other buffer.
         let mut epilogue = k.clone();
         epilogue.matmul = None;
-        out.extend(compile_vector(&epilogue, buf_dtype, cfg)?);
+        out.extend(compile_vector(&epilogue, buf_dtype, cfg, SizeArgs::new(k))?);
     } else {
-        out.extend(compile_vector(k, buf_dtype, cfg)?);
+        out.extend(compile_vector(k, buf_dtype, cfg, SizeArgs::new(k))?);
+    }
+    let local = k.local_buffers();
+    for d in &mut out {
+        for b in &mut d.buffers {
+            let i = local.iter().position(|x| x == b);
+            *b = BufId(
+                i.ok_or_else(|| internal(k, "a GM argument that is no local buffer"))? as u32,
+            );
+        }
     }
     Ok(out)
 }

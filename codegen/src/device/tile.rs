@@ -4,7 +4,7 @@
 //! pushes the three streams with the flags between them.
 
 use super::vector::Event;
-use super::{internal, unsupported};
+use super::{internal, unsupported, SizeArgs};
 use crate::CodegenError;
 use tilejit_device::isa::emit::{Addr, Gm, ProgramBuilder, Reg, Shape, Val};
 use tilejit_device::isa::{Cond, Pipe};
@@ -34,6 +34,9 @@ pub(super) mod regs {
     pub(in crate::device) const PARTIAL: Reg = Reg::fixed(26);
     /// Scratch (split long rows).
     pub(in crate::device) const T27: Reg = Reg::fixed(27);
+    /// Whole rows: the columns vector ops compute, `max(cols, 1)` (the
+    /// same register as [`T27`], which only split rows use).
+    pub(in crate::device) const VCOLS: Reg = Reg::fixed(27);
     /// A long row's chunk offset (its first column).
     pub(in crate::device) const CHUNK: Reg = Reg::fixed(28);
     /// Split long rows: the task's first column.
@@ -44,7 +47,7 @@ pub(super) mod regs {
     pub(in crate::device) const T31: Reg = Reg::fixed(31);
 }
 
-use regs::{CHUNK, PARTIAL, T3, T4, UNIT, VALID};
+use regs::{CHUNK, PARTIAL, T3, T31, T4, UNIT, VALID};
 
 /// What emitting one tile's instructions needs to know.
 pub(super) struct TileCx<'a> {
@@ -66,6 +69,8 @@ pub(super) struct TileCx<'a> {
     /// Split long rows: per stage, the GM argument its chunk partials go
     /// to ([`PARTIAL`] holds the partial's index).
     pub(super) partials: Vec<Option<Gm>>,
+    /// Where the sizes and strides sit among the scalar arguments.
+    pub(super) sizes: SizeArgs,
 }
 
 /// One tile's UB slot per expression, for one list of events.
@@ -109,6 +114,23 @@ impl SlotAlloc<'_> {
 impl TileCx<'_> {
     fn reg(&self, index: usize) -> Result<Reg, CodegenError> {
         Reg::new(index).ok_or_else(|| internal(self.k, format!("no register r{index}")))
+    }
+
+    /// The scalar argument holding the row length (the inner dimension).
+    pub(super) fn cols_arg(&self) -> u32 {
+        self.sizes.dim(self.k.domain.len() - 1)
+    }
+
+    /// The scalar argument holding access `a`'s inner stride.
+    fn inner_arg(&self, a: usize) -> u32 {
+        self.sizes.stride(a, self.k.domain.len() - 1)
+    }
+
+    /// Access `a`'s inner stride (a size argument) into [`T31`], for an
+    /// element-strided `ldx`/`stx`.
+    fn cstride(&self, b: &mut ProgramBuilder, a: usize) -> Val {
+        b.ldarg(T31, self.inner_arg(a));
+        T31.into()
     }
 
     /// The register holding access `a`'s row offset.
@@ -207,7 +229,8 @@ impl TileCx<'_> {
     }
 
     /// The GM element offset operand of access `a` at this tile, with the
-    /// instructions that compute it into `scratch`.
+    /// instructions that compute it into `scratch` (an inner stride other
+    /// than 0 and 1 is a size argument).
     fn offset(
         &self,
         b: &mut ProgramBuilder,
@@ -218,8 +241,9 @@ impl TileCx<'_> {
         Ok(match (self.flat, self.long, inner) {
             (true, _, 0) => Val::from(0),
             (true, _, 1) => UNIT.into(),
-            (true, _, s) => {
-                b.mul(scratch, UNIT, s);
+            (true, _, _) => {
+                b.ldarg(scratch, self.inner_arg(a))
+                    .mul(scratch, UNIT, scratch);
                 scratch.into()
             }
             (false, false, _) | (false, true, 0) => self.base_reg(a)?.into(),
@@ -227,8 +251,9 @@ impl TileCx<'_> {
                 b.add(scratch, self.base_reg(a)?, CHUNK);
                 scratch.into()
             }
-            (false, true, s) => {
-                b.mul(scratch, CHUNK, s)
+            (false, true, _) => {
+                b.ldarg(scratch, self.inner_arg(a))
+                    .mul(scratch, CHUNK, scratch)
                     .add(scratch, scratch, self.base_reg(a)?);
                 scratch.into()
             }
@@ -253,7 +278,10 @@ impl TileCx<'_> {
             match inner {
                 1 => b.ld(dt, self.shape, 1, VALID, dst, gm, off, 0),
                 // A transposed or strided view: element-strided load.
-                s if s != 0 => b.ldx(dt, self.shape, 1, VALID, dst, gm, off, 0, s),
+                s if s != 0 => {
+                    let cs = self.cstride(b, l as usize);
+                    b.ldx(dt, self.shape, 1, VALID, dst, gm, off, 0, cs)
+                }
                 _ => {
                     let one = Shape::new(1, 1);
                     b.ld(dt, one, 1, 1, self.elem_addr(l as usize), gm, off, 0)
@@ -402,7 +430,10 @@ impl TileCx<'_> {
             0 => b.st(dt, self.shape, 1, 1, gm, off, 0, src),
             1 => b.st(dt, self.shape, 1, VALID, gm, off, 0, src),
             // A transposed or strided destination.
-            s => b.stx(dt, self.shape, 1, VALID, gm, off, 0, s, src),
+            _ => {
+                let cs = self.cstride(b, a);
+                b.stx(dt, self.shape, 1, VALID, gm, off, 0, cs, src)
+            }
         };
         Ok(())
     }

@@ -2,9 +2,10 @@
 //! schedule of expressions and stages, slot liveness, and the loop over a
 //! task's range (flat tiles, whole rows, or long rows in column chunks).
 
-use super::tile::regs::{self, CHUNK, END, T3, T31, T4, UNIT, VALID};
+use super::tile::regs::{self, CHUNK, END, T3, T31, T4, UNIT, VALID, VCOLS};
 use super::tile::TileCx;
-use super::{finish, internal, sanitize, unsupported, DeviceKernel, MAX_FLAT_W};
+use super::Extent;
+use super::{finish, internal, sanitize, unsupported, DeviceKernel, SizeArgs, Units, MAX_FLAT_W};
 use crate::CodegenError;
 use std::sync::Arc;
 use tilejit_device::isa::emit::{Arg, Gm, ProgramBuilder, Shape};
@@ -57,11 +58,38 @@ pub(super) fn schedule(k: &Kernel) -> Vec<Event> {
 /// most slots live at once.
 type Pass = (Vec<Event>, Vec<usize>, usize);
 
+/// The size class of a vector kernel: the choice the generator makes from
+/// its sizes (everything else is read at run time).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// One dimension, no reduction: flat tiles.
+    Flat,
+    /// Whole rows in UB; `double` where two buffer sets of the widest row
+    /// of the class fit.
+    Rows {
+        /// Two buffer sets.
+        double: bool,
+    },
+    /// Rows longer than UB, in column chunks.
+    Long,
+    /// A few long rows, split across tasks (partial + combine).
+    Split,
+}
+
+/// The plan class of a kernel without a matmul (see [`Plan`]).
+pub(crate) fn plan(k: &Kernel, cfg: &DeviceConfig) -> Result<Plan, CodegenError> {
+    Ok(layout(k, cfg)?.plan)
+}
+
 /// How a vector kernel's tiles sit in UB and run.
 pub(super) struct Layout {
+    plan: Plan,
     flat: bool,
     /// Rows too long for UB, processed in column chunks.
     long: bool,
+    /// Split long rows: the most column chunks a row may have (the
+    /// combine's tile width).
+    pub(super) max_chunks: usize,
     /// Tile width in elements.
     w: usize,
     /// Tile slots per buffer set.
@@ -108,14 +136,33 @@ impl Sizes {
         (peak * self.slot(w) + self.elem_bytes).next_multiple_of(32)
     }
 
-    /// The widest power-of-two tile (at least 8) for `peak` live slots.
-    fn widest(&self, cols: usize, peak: usize) -> usize {
-        let mut w = MAX_FLAT_W.min(cols.max(1)).next_power_of_two().max(8);
+    /// The widest power-of-two tile (at least 8, at most
+    /// [`MAX_FLAT_W`]) for `peak` live slots.
+    fn widest(&self, peak: usize) -> usize {
+        let mut w = MAX_FLAT_W;
         while w > 8 && !self.fits(w, peak) {
             w /= 2;
         }
         w
     }
+}
+
+/// The largest `w` in `1..=u16::MAX` with `ok(w)` (a monotone predicate:
+/// true up to some width), if any.
+fn largest(ok: impl Fn(usize) -> bool) -> Option<usize> {
+    if !ok(1) {
+        return None;
+    }
+    let (mut lo, mut hi) = (1usize, u16::MAX as usize);
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if ok(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Some(lo)
 }
 
 fn layout(k: &Kernel, cfg: &DeviceConfig) -> Result<Layout, CodegenError> {
@@ -124,9 +171,10 @@ fn layout(k: &Kernel, cfg: &DeviceConfig) -> Result<Layout, CodegenError> {
     let all = schedule(k);
     let (all_last, all_peak) = liveness(k, &all);
     // Long rows: a row that does not fit UB is processed in column chunks,
-    // one pass per stage (reductions accumulate over the chunks).
-    let whole_row_fits = cols <= u16::MAX as usize && sz.fits(cols.max(1), all_peak);
-    let long = !flat && !whole_row_fits;
+    // one pass per stage (reductions accumulate over the chunks). The
+    // widest row that fits bounds the whole-row class.
+    let whole_max = largest(|w| sz.fits(w, all_peak));
+    let long = !flat && whole_max.is_none_or(|m| cols.max(1) > m);
     let passes: Vec<Pass> = if long {
         (0..k.stages.len())
             .map(|si| {
@@ -139,10 +187,16 @@ fn layout(k: &Kernel, cfg: &DeviceConfig) -> Result<Layout, CodegenError> {
         vec![(all, all_last, all_peak)]
     };
     let peak = passes.iter().map(|p| p.2).max().unwrap_or(1).max(1);
+    // Whole rows: the row class's widest row, or where two buffer sets of
+    // a narrower one fit and this row does too, that one (double
+    // buffered).
+    let ub = sz.ub;
+    let whole_double = largest(|w| 2 * sz.set(w, peak) <= ub);
+    let row_double = whole_double.filter(|&d| cols.max(1) <= d);
     let w = if flat || long {
-        sz.widest(cols, peak)
+        sz.widest(peak)
     } else {
-        cols.max(1)
+        row_double.or(whole_max).unwrap_or(1)
     };
     if !sz.fits(w, peak) {
         return Err(unsupported(
@@ -153,14 +207,30 @@ fn layout(k: &Kernel, cfg: &DeviceConfig) -> Result<Layout, CodegenError> {
             ),
         ));
     }
-    let (w, double) = double_buffering(&sz, flat, long, w, peak);
+    let (w, double) = if flat || long {
+        double_buffering(&sz, flat, long, w, peak)
+    } else {
+        (w, row_double.is_some())
+    };
+    // A few long rows: split each row's columns across tasks when the
+    // combine's tile of one partial per chunk fits UB.
+    let max_chunks = largest(|n| (n * 8).next_multiple_of(32) + 64 <= ub).unwrap_or(0);
+    let split = long && k.rows() <= SPLIT_MAX_ROWS && cols.div_ceil(w) <= max_chunks;
+    let plan = match (flat, long, split) {
+        (true, _, _) => Plan::Flat,
+        (_, true, true) => Plan::Split,
+        (_, true, false) => Plan::Long,
+        _ => Plan::Rows { double },
+    };
     let n_params = k.exprs.iter().filter_map(|n| match n.expr {
         Expr::Param(p) => Some(p as usize + 1),
         _ => None,
     });
     Ok(Layout {
+        plan,
         flat,
         long,
+        max_chunks,
         w,
         peak,
         passes,
@@ -171,15 +241,14 @@ fn layout(k: &Kernel, cfg: &DeviceConfig) -> Result<Layout, CodegenError> {
     })
 }
 
-/// Double buffering (whole tiles only): a second set of slots, so that
-/// MTE2 loads tile i+1 while V computes tile i and MTE3 stores tile i-1.
-/// A flat kernel halves its tile width, down to 256 elements, to make
-/// room; a row kernel double-buffers when two rows fit. Returns the width
-/// and whether to.
+/// Double buffering (flat tiles; whole rows decide in [`layout`]): a
+/// second set of slots, so that MTE2 loads tile i+1 while V computes tile
+/// i and MTE3 stores tile i-1. A flat kernel halves its tile width, down
+/// to 256 elements, to make room. Returns the width and whether to.
 fn double_buffering(sz: &Sizes, flat: bool, long: bool, w: usize, peak: usize) -> (usize, bool) {
-    if long {
+    if long || !flat {
         (w, false)
-    } else if flat {
+    } else {
         let mut d = w;
         while d > 256 && 2 * sz.set(d, peak) > sz.ub {
             d /= 2;
@@ -189,8 +258,6 @@ fn double_buffering(sz: &Sizes, flat: bool, long: bool, w: usize, peak: usize) -
         } else {
             (w, false)
         }
-    } else {
-        (w, 2 * sz.set(w, peak) <= sz.ub)
     }
 }
 
@@ -208,10 +275,14 @@ fn check_store_dtypes(k: &Kernel, buf_dtype: &dyn Fn(BufId) -> DType) -> Result<
     Ok(())
 }
 
+/// `k`'s core functions (one, or per stage plus combines for split
+/// rows); `sizes` places the size arguments (those of the kernel before
+/// its matmul was taken off, for an epilogue).
 pub(super) fn compile_vector(
     k: &Kernel,
     buf_dtype: &dyn Fn(BufId) -> DType,
     cfg: &DeviceConfig,
+    sizes: SizeArgs,
 ) -> Result<Vec<DeviceKernel>, CodegenError> {
     if k.domain.is_empty() {
         return Err(unsupported(k, "a rank-0 domain"));
@@ -220,19 +291,16 @@ pub(super) fn compile_vector(
     check_store_dtypes(k, buf_dtype)?;
     let lay = layout(k, cfg)?;
     let access_list: Vec<&Access> = k.accesses().collect();
-    let cx = tile_cx(k, &lay, &buffers, &access_list)?;
-    let cols = k.cols();
+    let cx = tile_cx(k, &lay, &buffers, &access_list, sizes)?;
     // A few long rows: split each row's columns across tasks, one function
     // per stage plus a combine function per reduction (partial + combine
     // tasks), so one big reduction uses many cores.
-    let n_chunks = cols.div_ceil(lay.w);
-    let ub = cfg.ub_bytes as usize;
-    if lay.long && k.rows() <= SPLIT_MAX_ROWS && (n_chunks * 8).next_multiple_of(32) + 64 <= ub {
+    if lay.plan == Plan::Split {
         let split = Split::new(k, buf_dtype, cfg, &cx, &lay);
         return split.compile();
     }
     let mut b = ProgramBuilder::new(format!("k_{}", sanitize(&k.name)), CoreType::Aiv);
-    let decls = declare(&mut b, &buffers, buf_dtype, &[], lay.n_params);
+    let decls = declare(&mut b, &buffers, buf_dtype, &[], sizes, lay.n_params);
     b.ldarg(UNIT, decls.lo).ldarg(END, decls.hi);
     load_params(&mut b, &cx, &decls)?;
     let step = if lay.flat { lay.w } else { 1 };
@@ -248,7 +316,7 @@ pub(super) fn compile_vector(
         asm,
         buffers,
         core: CoreType::Aiv,
-        units: k.units(),
+        units: Units::Kernel,
         tile_units: step,
         extra: Arc::new(Vec::new()),
     }])
@@ -261,6 +329,7 @@ fn tile_cx<'a>(
     lay: &Layout,
     buffers: &'a [BufId],
     access_list: &'a [&'a Access],
+    sizes: SizeArgs,
 ) -> Result<TileCx<'a>, CodegenError> {
     // r5.. hold the row bases, then the params; r26 up are taken (see
     // `regs`).
@@ -280,12 +349,14 @@ fn tile_cx<'a>(
         long: lay.long,
         shape: Shape::new(1, lay.w),
         // A row kernel over zero columns still computes its row values in
-        // column 0, which row-constant stores then write.
-        vcv: if !lay.flat && k.cols() == 0 {
-            1.into()
+        // column 0, which row-constant stores then write: whole rows
+        // compute max(cols, 1) columns.
+        vcv: if !lay.flat && !lay.long {
+            VCOLS.into()
         } else {
             VALID.into()
         },
+        sizes,
         slot_bytes: lay.slot_bytes,
         elem_base: lay.peak * lay.slot_bytes,
         ub_base: 0,
@@ -297,7 +368,8 @@ fn tile_cx<'a>(
 
 /// A vector function's declarations: buffer `i` is GM `b{i}_{buf}`,
 /// workspace `j` is GM `w{j}`, then scalar arguments `lo`, `hi` (the
-/// task's range) and the params `p{i}`.
+/// task's range), the size arguments `s{i}` ([`SizeArgs`]) and the params
+/// `p{i}`.
 struct Decls {
     work: Vec<Gm>,
     lo: Arg,
@@ -309,7 +381,8 @@ fn declare(
     b: &mut ProgramBuilder,
     buffers: &[BufId],
     buf_dtype: &dyn Fn(BufId) -> DType,
-    extra: &[(DType, usize)],
+    extra: &[(DType, Extent)],
+    sizes: SizeArgs,
     n_params: usize,
 ) -> Decls {
     for (i, &buf) in buffers.iter().enumerate() {
@@ -320,7 +393,7 @@ fn declare(
         .enumerate()
         .map(|(j, &(dt, _))| b.gm(&format!("w{j}"), dt, &[], Role::InOut))
         .collect();
-    let (lo, hi) = (b.arg("lo", 0), b.arg("hi", 0));
+    let (lo, hi) = sizes.declare(b);
     let params = (0..n_params).map(|p| b.arg(&format!("p{p}"), 0)).collect();
     Decls {
         work,
@@ -338,19 +411,21 @@ fn load_params(b: &mut ProgramBuilder, cx: &TileCx<'_>, d: &Decls) -> Result<(),
     Ok(())
 }
 
-/// Per tile: the valid width (flat) or the row's access offsets.
+/// Per tile: the valid width (flat) or the row's length and access
+/// offsets.
 fn emit_prologue(b: &mut ProgramBuilder, cx: &TileCx<'_>, w: usize) -> Result<(), CodegenError> {
     if cx.flat {
         b.sub(VALID, END, UNIT).min(VALID, VALID, w);
         Ok(())
     } else {
-        b.movi(VALID, cx.k.cols());
+        b.ldarg(VALID, cx.cols_arg()).max(VCOLS, VALID, 1);
         emit_row_bases(b, cx)
     }
 }
 
 /// Each access's offset of row [`UNIT`]: peel the row index into its
-/// multi-index, innermost row dimension first.
+/// multi-index, innermost row dimension first (the outermost digit is
+/// what is left), each digit times the access's stride (size arguments).
 fn emit_row_bases(b: &mut ProgramBuilder, cx: &TileCx<'_>) -> Result<(), CodegenError> {
     let k = cx.k;
     for a in 0..cx.access_list.len() {
@@ -358,22 +433,26 @@ fn emit_row_bases(b: &mut ProgramBuilder, cx: &TileCx<'_>) -> Result<(), Codegen
     }
     b.mov(T3, UNIT);
     for d in (0..k.domain.len() - 1).rev() {
-        let dim = k.domain[d].max(1);
-        b.rem(T4, T3, dim).div(T3, T3, dim);
-        for (a, acc) in cx.access_list.iter().enumerate() {
-            let st = acc.strides[d];
-            if st != 0 {
-                let base = cx.base_reg(a)?;
-                b.mul(T31, T4, st).add(base, base, T31);
-            }
+        let digit = if d == 0 {
+            T3
+        } else {
+            b.ldarg(T31, cx.sizes.dim(d)).max(T31, T31, 1);
+            b.rem(T4, T3, T31).div(T3, T3, T31);
+            T4
+        };
+        for a in 0..cx.access_list.len() {
+            let base = cx.base_reg(a)?;
+            b.ldarg(T31, cx.sizes.stride(a, d))
+                .mul(T31, digit, T31)
+                .add(base, base, T31);
         }
     }
     Ok(())
 }
 
 /// The valid columns of the chunk at [`CHUNK`]: `min(w, cols - CHUNK)`.
-fn emit_chunk_width(b: &mut ProgramBuilder, cols: usize, w: usize) {
-    b.movi(VALID, cols)
+fn emit_chunk_width(b: &mut ProgramBuilder, cx: &TileCx<'_>, w: usize) {
+    b.ldarg(VALID, cx.cols_arg())
         .sub(VALID, VALID, CHUNK)
         .min(VALID, VALID, w);
 }
@@ -458,7 +537,6 @@ fn emit_long_pass(
     (ev, lu, _): &Pass,
 ) -> Result<(), CodegenError> {
     let k = cx.k;
-    let cols = k.cols();
     if let Stage::Reduce { op, value } = &k.stages[si] {
         let dt = k.expr(*value).dtype;
         let acc = cx.elem_addr(k.loads.len() + si);
@@ -467,8 +545,8 @@ fn emit_long_pass(
     let (chunk, end) = (b.label(), b.label());
     b.movi(CHUNK, 0);
     b.bind(chunk);
-    b.bge(CHUNK, cols, end);
-    emit_chunk_width(b, cols, lay.w);
+    b.ldarg(T31, cx.cols_arg()).bge(CHUNK, T31, end);
+    emit_chunk_width(b, cx, lay.w);
     cx.emit_tile(b, &cx.plan(ev, lu, lay.peak)?, 0)?;
     b.barrier().add(CHUNK, CHUNK, lay.w).jmp(chunk);
     b.bind(end);

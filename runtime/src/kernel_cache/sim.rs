@@ -1,6 +1,11 @@
-//! Sim entries: device bytecode. Device code bakes sizes and strides in,
-//! so the key is the kernel's whole text, its buffers' dtypes and the
-//! device config.
+//! Sim entries: device bytecode. Device code is size-generic like host
+//! code (sizes and strides are scalar arguments of its tasks), so the key
+//! is the kernel's structure ([`Kernel::structure_text`]), its buffers'
+//! dtypes, the device config and the plan class
+//! ([`tilejit_codegen::device::plan_class`]: the few choices the
+//! generator still makes from the sizes, such as whole rows in UB or
+//! column chunks). Every shape of one structure and class shares one
+//! entry.
 //!
 //! On disk an entry is its core functions' bytecode (`isa::binary`) plus
 //! the launch metadata `DeviceKernel` carries; loading decodes and runs
@@ -13,7 +18,7 @@ use super::{
 use crate::error::RuntimeError;
 use crate::persist::Reader;
 use std::sync::Arc;
-use tilejit_codegen::device::DeviceKernel;
+use tilejit_codegen::device::{DeviceKernel, Extent, Units};
 use tilejit_device::isa::{asm::disassemble, binary};
 use tilejit_device::{CoreType, DeviceConfig, Target};
 use tilejit_ir::kernel::{BufId, Kernel};
@@ -25,9 +30,10 @@ pub(crate) struct SimBackend;
 /// Everything a sim entry's code depends on.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct SimIdentity {
-    text: String,
+    structure: String,
     dtypes: Vec<DType>,
     config: String,
+    plan: String,
 }
 
 impl Backend for SimBackend {
@@ -37,9 +43,10 @@ impl Backend for SimBackend {
 
     fn key_parts(id: &SimIdentity) -> KeyParts {
         KeyParts::new("sim")
-            .with("kernel", id.text.clone())
+            .with("kernel", id.structure.clone())
             .with("dtypes", format!("{:?}", id.dtypes))
             .with("device-config", id.config.clone())
+            .with("plan", id.plan.clone())
     }
 
     fn code_bytes(code: &Vec<DeviceKernel>) -> usize {
@@ -60,11 +67,17 @@ impl Backend for SimBackend {
 /// A sim entry's payload, little endian:
 ///
 /// ```text
-/// u32:n_extra { u8:dtype u64:elements }   workspace, shared by all functions
+/// u32:n_extra { u8:dtype u8:extent u64:width }   workspace, shared by all functions
 /// u32:n_kernels {
-///   u32:len name  u8:core  u32:n { u32:buffer }  u64:units  u64:tile_units
+///   u32:len name  u8:core  u32:n { u32:buffer }  u8:units  u64:tile_units
 ///   u32:len bytecode
 /// }
+/// ```
+///
+/// An extent byte is 0 for one element per row and chunk of `width`
+/// columns, 1 for one per row (`width` 0); units are `Units::to_byte`.
+///
+/// ```text
 /// ```
 ///
 /// `None` if the functions do not share one workspace list (the launcher
@@ -82,9 +95,14 @@ fn encode(code: &[DeviceKernel]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     let u32_of = |n: usize| u32::try_from(n).ok().map(u32::to_le_bytes);
     out.extend(u32_of(extra.len())?);
-    for (dtype, n) in extra.iter() {
+    for (dtype, extent) in extra.iter() {
         out.push(DType::ALL.iter().position(|d| d == dtype)? as u8);
-        out.extend((*n as u64).to_le_bytes());
+        let (tag, width) = match *extent {
+            Extent::RowChunks(w) => (0u8, w),
+            Extent::Rows => (1, 0),
+        };
+        out.push(tag);
+        out.extend((width as u64).to_le_bytes());
     }
     out.extend(u32_of(code.len())?);
     for k in code {
@@ -95,7 +113,7 @@ fn encode(code: &[DeviceKernel]) -> Option<Vec<u8>> {
         for b in &k.buffers {
             out.extend(b.0.to_le_bytes());
         }
-        out.extend((k.units as u64).to_le_bytes());
+        out.push(k.units.to_byte());
         out.extend((k.tile_units as u64).to_le_bytes());
         let program = binary::encode(k.program.program()).ok()?;
         out.extend(u32_of(program.len())?);
@@ -116,17 +134,24 @@ fn core_byte(core: CoreType) -> u8 {
 fn decode(bytes: &[u8], cfg: &DeviceConfig) -> Result<Vec<DeviceKernel>, String> {
     let mut r = Reader::new(bytes);
     let to_usize = |v: u64| usize::try_from(v).map_err(|_| format!("{v} does not fit usize"));
-    let n = r.count(9)?;
+    let n = r.count(10)?;
     let mut extra = Vec::with_capacity(n);
     for _ in 0..n {
         let b = r.u8()?;
         let dtype = *DType::ALL
             .get(b as usize)
             .ok_or_else(|| format!("bad dtype byte {b}"))?;
-        extra.push((dtype, to_usize(r.u64()?)?));
+        let tag = r.u8()?;
+        let width = to_usize(r.u64()?)?;
+        let extent = match (tag, width) {
+            (0, w) if w > 0 => Extent::RowChunks(w),
+            (1, 0) => Extent::Rows,
+            _ => return Err(format!("bad workspace extent {tag} {width}")),
+        };
+        extra.push((dtype, extent));
     }
     let extra = Arc::new(extra);
-    let n = r.count(29)?;
+    let n = r.count(22)?;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         let len = r.u32()? as usize;
@@ -138,7 +163,8 @@ fn decode(bytes: &[u8], cfg: &DeviceConfig) -> Result<Vec<DeviceKernel>, String>
         let buffers = (0..nb)
             .map(|_| r.u32().map(BufId))
             .collect::<Result<Vec<_>, _>>()?;
-        let units = to_usize(r.u64()?)?;
+        let b = r.u8()?;
+        let units = Units::from_byte(b).ok_or_else(|| format!("bad units byte {b}"))?;
         let tile_units = to_usize(r.u64()?)?;
         let len = r.u32()? as usize;
         let program = binary::decode(r.take(len)?).map_err(|e| e.to_string())?;
@@ -206,9 +232,10 @@ impl KernelCache {
         stored: Option<StoredCode<'_>>,
     ) -> Result<Arc<CachedSimKernel>, RuntimeError> {
         let identity = SimIdentity {
-            text: k.text(),
+            structure: k.structure_text(dtype_of),
             dtypes: k.local_buffers().into_iter().map(dtype_of).collect(),
             config: cfg.to_json(),
+            plan: tilejit_codegen::device::plan_class(k, dtype_of, cfg),
         };
         let signature = format!("domain={:?}", k.domain);
         let text = k.text();
@@ -231,11 +258,11 @@ impl KernelCache {
             })
         };
         let load = Some(&load as super::Loader<'_, Vec<DeviceKernel>>);
-        self.get::<SimBackend>(k, program, identity, load, stored, |identity, key| {
+        self.get::<SimBackend>(k, program, identity, load, stored, |_, key| {
             let kernels = tilejit_codegen::device::compile(k, dtype_of, cfg)?;
             dump(&kernels, key);
             Ok(Compiled {
-                details: details_of(identity.text.clone(), &kernels),
+                details: details_of(k.text(), &kernels),
                 code: kernels,
                 signature: signature.clone(),
             })
