@@ -8,7 +8,8 @@
 //! - [`device`]: bytecode core functions for the simulated accelerator.
 //!   [`device::compile`] turns a kernel into one AIV core function that
 //!   serves every tile task of the kernel (tasks differ only in their
-//!   ranges and params).
+//!   ranges and params) and every shape of its structure and plan class
+//!   (sizes and strides are scalar arguments too).
 //!
 //! - [`sys`]: the OS calls (zeroed, huge-page-backed allocation; the
 //!   coarse clock).

@@ -150,9 +150,18 @@ fn sim_cycle_figures() {
         let p = Program::compile(g).unwrap();
         let (_, report) = p.run_sim(&args, &[], false).unwrap();
         let busy: u64 = report.pipe_busy.iter().sum();
+        // Host wall time of a run (copies, launch, interpreter): median of 5.
+        let mut times: Vec<f64> = (0..5)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                p.run_sim(&args, &[], false).unwrap();
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
         println!(
-            "{name:<28} device_cycles {:>10}  pipe_busy {:>12}  scalar_busy {:>10}",
-            report.device_cycles, busy, report.pipe_busy[0]
+            "{name:<28} device_cycles {:>10}  pipe_busy {:>12}  scalar_busy {:>10}  wall_ms {:>8.2}",
+            report.device_cycles, busy, report.pipe_busy[0], times[2]
         );
     }
 }

@@ -245,14 +245,19 @@ impl SizeArgs {
 /// The size-dependent choices the generator makes at compile time, as a
 /// coarse class: two kernels of one structure and one class share their
 /// code. Part of the Sim kernel cache key.
-pub fn plan_class(k: &Kernel, buf_dtype: &dyn Fn(BufId) -> DType, cfg: &DeviceConfig) -> String {
-    let _ = buf_dtype;
+pub fn plan_class(k: &Kernel, cfg: &DeviceConfig) -> String {
     if k.domain.is_empty() {
         return "none".into();
     }
-    let mut epilogue = k.clone();
-    epilogue.matmul = None;
-    match vector::plan(&epilogue, cfg) {
+    // A matmul has no class of its own: its epilogue's decides.
+    let plan = if k.matmul.is_some() {
+        let mut epilogue = k.clone();
+        epilogue.matmul = None;
+        vector::plan(&epilogue, cfg)
+    } else {
+        vector::plan(k, cfg)
+    };
+    match plan {
         Ok(p) => format!("{p:?}"),
         Err(_) => "unsupported".into(),
     }

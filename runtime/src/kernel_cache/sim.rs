@@ -235,7 +235,7 @@ impl KernelCache {
             structure: k.structure_text(dtype_of),
             dtypes: k.local_buffers().into_iter().map(dtype_of).collect(),
             config: cfg.to_json(),
-            plan: tilejit_codegen::device::plan_class(k, dtype_of, cfg),
+            plan: tilejit_codegen::device::plan_class(k, cfg),
         };
         let signature = format!("domain={:?}", k.domain);
         let text = k.text();
