@@ -328,33 +328,55 @@ fn vector_matmuls_compile_once_for_twenty_sizes() {
     });
 }
 
-/// Sizes in different plan classes (whole rows, a few long rows split
-/// across tasks, many long rows in column chunks) get different entries,
-/// each serving the other sizes of its class, and every size is right.
+/// Sizes in different plan classes (whole rows double or single
+/// buffered, a few long rows split across tasks, many long rows in column
+/// chunks) get different entries, each serving the other sizes of its
+/// class, and every size is right.
 #[test]
 fn plan_classes_get_their_own_entries() {
     let runs = [
         (4usize, 100usize),
         (4, 70_000),
         (12, 70_001),
+        (3, 16_000),
         (5, 200),
         (3, 80_000),
         (9, 65_600),
+        (5, 20_000),
     ];
-    let mut keys = Vec::new();
+    let cfg = tilejit_runtime::sim_device().config();
+    let mut seen: Vec<(Vec<String>, Vec<String>)> = Vec::new();
     for (r, c) in runs {
         let (g, args) = softmax(r, c, 1.3125);
         let name = format!("sim_sizes::classes[{r},{c}]");
+        let p = Program::compile_named(g.clone(), &name).unwrap();
+        // The classes of its kernels; the softmax kernel's last.
+        let mut kernels: Vec<_> = p.host().kernels().kernels.iter().collect();
+        kernels.sort_by_key(|k| k.has_reduce());
+        let class: Vec<String> = kernels
+            .iter()
+            .map(|k| tilejit_codegen::device::plan_class(k, cfg))
+            .collect();
         // Long rows sum per chunk (the reference once): close, not equal.
-        let tol = if c > 10_000 { 1e-5 } else { 0.0 };
-        keys.push(run_and_compare(&name, g, &args, tol).0);
+        let tol = if c > 30_000 { 1e-5 } else { 0.0 };
+        let keys = run_and_compare(&name, g, &args, tol).0;
+        seen.push((class, keys));
     }
-    // Each class's sizes share an entry; the three classes have three.
-    assert_eq!(keys[0], keys[3], "whole rows");
-    assert_eq!(keys[1], keys[4], "split long rows");
-    assert_eq!(keys[2], keys[5], "long rows");
-    let mut distinct = keys.clone();
-    distinct.sort();
-    distinct.dedup();
-    assert_eq!(distinct.len(), 3, "{keys:?}");
+    let classes: Vec<&str> = seen.iter().map(|s| s.0.last().unwrap().as_str()).collect();
+    assert_eq!(
+        &classes[..4],
+        [
+            "Rows { double: true }",
+            "Split",
+            "Long",
+            "Rows { double: false }"
+        ],
+        "{classes:?}"
+    );
+    // Same class, same entry; other class, other entry.
+    for a in &seen {
+        for b in &seen {
+            assert_eq!(a.0 == b.0, a.1 == b.1, "{a:?} vs {b:?}");
+        }
+    }
 }
