@@ -405,6 +405,21 @@ mod tests {
     }
 
     #[test]
+    fn one_program_serves_every_size_of_a_class() {
+        let cfg = DeviceConfig::default();
+        let at = |n: usize| {
+            let mut k = exp_kernel();
+            k.domain = vec![n];
+            let d = compile(&k, &|_| DType::F32, &cfg).expect("exp compiles");
+            (plan_class(&k, &cfg), d[0].asm.clone(), size_args(&k))
+        };
+        let (small, big) = (at(3), at(70_001));
+        assert_eq!(small.0, big.0, "one class");
+        assert_eq!(small.1, big.1, "the same code");
+        assert_eq!((small.2, big.2), (vec![3, 1, 1], vec![70_001, 1, 1]));
+    }
+
+    #[test]
     fn a_builder_error_is_internal_and_names_the_kernel() {
         let mut b = ProgramBuilder::new("k_exp", CoreType::Aiv);
         let never = b.label();

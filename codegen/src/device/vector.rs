@@ -1,6 +1,8 @@
 //! Elementwise and row kernels as AIV core functions: the per-tile
-//! schedule of expressions and stages, slot liveness, and the loop over a
-//! task's range (flat tiles, whole rows, or long rows in column chunks).
+//! schedule of expressions and stages, slot liveness, the size class
+//! ([`Plan`]) and the loop over a task's range (flat tiles, whole rows, or
+//! long rows in column chunks), with row lengths, row offsets and chunk
+//! counts computed from the size arguments at run time.
 
 use super::tile::regs::{self, CHUNK, END, T3, T31, T4, UNIT, VALID, VCOLS};
 use super::tile::TileCx;
