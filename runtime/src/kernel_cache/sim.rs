@@ -83,7 +83,7 @@ impl Backend for SimBackend {
 /// `None` if the functions do not share one workspace list (the launcher
 /// relies on that sharing; empty lists need not be shared) or a program
 /// cannot be encoded.
-fn encode(code: &[DeviceKernel]) -> Option<Vec<u8>> {
+pub(super) fn encode(code: &[DeviceKernel]) -> Option<Vec<u8>> {
     let extra = &code.first()?.extra;
     // Empty lists need no sharing (the launcher skips them): a matmul's
     // AIC and AIV functions each have their own.
@@ -131,7 +131,7 @@ fn core_byte(core: CoreType) -> u8 {
 
 /// The core functions of a payload, decoded and verified for `cfg` as
 /// untrusted input: any flaw is an `Err` naming it.
-fn decode(bytes: &[u8], cfg: &DeviceConfig) -> Result<Vec<DeviceKernel>, String> {
+pub(super) fn decode(bytes: &[u8], cfg: &DeviceConfig) -> Result<Vec<DeviceKernel>, String> {
     let mut r = Reader::new(bytes);
     let to_usize = |v: u64| usize::try_from(v).map_err(|_| format!("{v} does not fit usize"));
     let n = r.count(10)?;

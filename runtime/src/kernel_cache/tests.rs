@@ -1,5 +1,6 @@
 //! Unit tests of the kernel cache: collisions, CPU identity, eviction,
-//! clear, and single-flight compiles under real threads.
+//! clear, single-flight compiles under real threads, and size-generic Sim
+//! entries.
 #![allow(clippy::unwrap_used)] // tests assert by unwrapping
 
 use super::host::HostIdentity;
@@ -272,4 +273,59 @@ fn waiters_share_a_failed_compile() {
     assert!(errors.iter().all(|e| *e == errors[0]), "{errors:?}");
     assert!(cache.is_empty());
     assert!(cache.lock().sim.flights.is_empty());
+}
+
+/// A row sum over `[rows, cols]`.
+fn row_sum(rows: usize, cols: usize) -> (Kernel, Vec<DType>) {
+    kernel(&format!(
+        "graph {{\n  %0 = input 0 : f32[{rows},{cols}]\n  \
+         %1 = reduce_sum %0 axes=[1] : f32[{rows},1]\n  return %1\n}}"
+    ))
+}
+
+/// Sim code is size-generic: a kernel compiles once for every size of its
+/// structure and plan class, and once more for each other class.
+#[test]
+fn sim_kernels_compile_once_per_structure_and_class() {
+    let cfg = DeviceConfig::default();
+    let cache = KernelCache::new();
+    let get = |(k, dtypes): (Kernel, Vec<DType>)| {
+        let dtype_of = |id: BufId| dtypes[id.0 as usize];
+        cache
+            .get_or_compile_sim(&k, &dtype_of, &cfg, "test")
+            .unwrap()
+    };
+    let flat: Vec<_> = [3, 4096, 5000, 70_001]
+        .into_iter()
+        .map(|n| get(unary("exp", n)))
+        .collect();
+    assert!(flat.iter().all(|c| Arc::ptr_eq(c, &flat[0])));
+    assert_eq!(cache.stats().compiles, 1);
+    // Whole rows, then a few rows longer than UB (split): two classes.
+    for (r, c) in [(3, 100), (5, 3000), (2, 70_000), (3, 90_000)] {
+        get(row_sum(r, c));
+    }
+    assert_eq!(cache.stats().compiles, 3);
+}
+
+/// A split kernel's payload (workspace extents, units, local buffer
+/// numbers) survives the disk encoding.
+#[test]
+fn sim_payloads_round_trip_units_and_extents() {
+    let (k, dtypes) = row_sum(2, 70_000);
+    let dtype_of = |id: BufId| dtypes[id.0 as usize];
+    let cfg = DeviceConfig::default();
+    let code = tilejit_codegen::device::compile(&k, &dtype_of, &cfg).unwrap();
+    assert!(code.iter().any(|d| !d.extra.is_empty()), "a split kernel");
+    let bytes = super::sim::encode(&code).unwrap();
+    let back = super::sim::decode(&bytes, &cfg).unwrap();
+    assert_eq!(back.len(), code.len());
+    for (a, b) in code.iter().zip(&back) {
+        assert_eq!(
+            (&a.name, a.units, a.tile_units, &a.buffers),
+            (&b.name, b.units, b.tile_units, &b.buffers)
+        );
+        assert_eq!(a.program.program(), b.program.program());
+        assert_eq!(*a.extra, *b.extra);
+    }
 }
