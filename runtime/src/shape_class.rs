@@ -165,10 +165,10 @@ impl fmt::Display for ShapeClass {
 const PROBE_MIN: usize = 1 << 10;
 
 /// How many symbols a class may have and still be traced generically.
-pub const MAX_SYMBOLS: usize = 96;
+pub(crate) const MAX_SYMBOLS: usize = 96;
 
 /// The stand-in sizes of `n` symbols: the first `n` primes above 2^10
-/// (at most [`MAX_SYMBOLS`]).
+/// (at most 96).
 pub fn probes(n: usize) -> &'static [usize] {
     static PRIMES: OnceLock<Vec<usize>> = OnceLock::new();
     let primes = PRIMES.get_or_init(|| {

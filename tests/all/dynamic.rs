@@ -369,3 +369,54 @@ mod size_arithmetic {
         assert!(!generic(padded::jit()));
     }
 }
+
+static SIM_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+#[jit(dynamic, mode = sim)]
+fn sim_softmax_bias(x: &Tensor, b: &Tensor) -> Tensor {
+    SIM_RUNS.fetch_add(1, Ordering::Relaxed);
+    (x + b).softmax(-1)
+}
+
+/// On the simulated device too, twenty sizes of a class trace only when
+/// the class is new, and every size runs the same device kernels (equal
+/// cache keys: size-generic bytecode), each result checked against a
+/// softmax computed here.
+#[test]
+fn twenty_sizes_share_device_kernels_on_sim() {
+    let f = sim_softmax_bias::jit();
+    let mut keys: Option<Vec<String>> = None;
+    for i in 0..20usize {
+        let (rows, cols) = (2 + i % 5, 30 + 37 * i);
+        let x = Tensor::randn(&[rows, cols], i as u64);
+        let b = Tensor::randn(&[cols], 50 + i as u64);
+        let y = sim_softmax_bias(&x, &b).unwrap();
+        let (xv, bv) = (f32s(&x), f32s(&b));
+        let z: Vec<f64> = (0..rows * cols)
+            .map(|k| xv[k] as f64 + bv[k % cols] as f64)
+            .collect();
+        let want = reference::softmax(&z, cols);
+        for (k, (a, w)) in f32s(&y).iter().zip(&want).enumerate() {
+            assert!(
+                (*a as f64 - w).abs() <= 1e-5 + 1e-4 * w.abs(),
+                "[{rows},{cols}] {k}: {a} vs {w}"
+            );
+        }
+        let h = f
+            .handlers()
+            .into_iter()
+            .find(|h| {
+                h.signature
+                    .to_string()
+                    .contains(&format!("[{rows},{cols}]"))
+            })
+            .unwrap();
+        let sim = h.program.sim().unwrap();
+        let k: Vec<String> = sim.cache_keys().iter().map(|s| s.to_string()).collect();
+        match &keys {
+            None => keys = Some(k),
+            Some(first) => assert_eq!(first, &k, "[{rows},{cols}]"),
+        }
+    }
+    assert_eq!(SIM_RUNS.load(Ordering::Relaxed), 2);
+}
