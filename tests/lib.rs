@@ -10,7 +10,7 @@ use tilejit::prelude::*;
 
 pub mod graphs;
 
-pub use tilejit_testkit::{check_golden_file, golden_mismatch, reference, Rng};
+pub use tilejit_testkit::{check_golden_file, golden_mismatch, reference, Rng, TempDir};
 
 /// Values of an f32 tensor, panicking with the tensor's error if it has one.
 pub fn vals(t: &Tensor) -> Vec<f32> {

@@ -113,3 +113,33 @@ pub fn golden_mismatch(path: &std::path::Path, actual: &str) -> Option<String> {
         path.display()
     ))
 }
+
+/// A fresh directory under the system temp dir (unique per process, tag
+/// and moment), removed on drop, a failing test's too.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// Makes one; `tag` names it for whoever finds it left behind.
+    pub fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir =
+            std::env::temp_dir().join(format!("tilejit-test-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}

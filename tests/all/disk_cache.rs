@@ -10,10 +10,10 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::SystemTime;
 use tilejit_device::Target;
 use tilejit_ir::{Array, Shape};
 use tilejit_runtime::{kernel_cache, Program};
+use tilejit_tests::TempDir;
 
 const CHILD_VAR: &str = "TILEJIT_DISK_CHILD";
 
@@ -114,33 +114,8 @@ fn child() {
     );
 }
 
-/// A fresh directory under the system temp dir, removed on drop (a
-/// failing test's too).
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
 fn temp_dir(tag: &str) -> TempDir {
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let dir = std::env::temp_dir().join(format!(
-        "tilejit-disk-test-{tag}-{}-{nanos}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    TempDir(dir)
+    TempDir::new(&format!("disk-{tag}"))
 }
 
 /// Starts a child with the disk cache at `cache_dir` (a path, or `off`).

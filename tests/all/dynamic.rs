@@ -27,6 +27,15 @@ fn f32s(t: &Tensor) -> Vec<f32> {
     t.to_vec::<f32>().unwrap()
 }
 
+/// The handler of the signature with a `[rows,cols]` tensor.
+fn handler(f: &tilejit::JitFunction, rows: usize, cols: usize) -> tilejit::jit::HandlerInfo {
+    let dims = format!("[{rows},{cols}]");
+    f.handlers()
+        .into_iter()
+        .find(|h| h.signature.to_string().contains(&dims))
+        .unwrap()
+}
+
 fn bits(t: &Tensor) -> Vec<u32> {
     f32s(t).iter().map(|v| v.to_bits()).collect()
 }
@@ -51,15 +60,7 @@ fn twenty_sizes_trace_once_and_share_one_kernel() {
             .map(|k| (xv[k] + bv[k % cols]).max(0.0))
             .collect();
         assert_eq!(f32s(&y), want);
-        let h = f
-            .handlers()
-            .into_iter()
-            .find(|h| {
-                h.signature
-                    .to_string()
-                    .contains(&format!("[{rows},{cols}]"))
-            })
-            .unwrap();
+        let h = handler(f, rows, cols);
         let code: Vec<_> = h.program.host().code().to_vec();
         match &first_code {
             None => first_code = Some(code),
@@ -402,15 +403,7 @@ fn twenty_sizes_share_device_kernels_on_sim() {
                 "[{rows},{cols}] {k}: {a} vs {w}"
             );
         }
-        let h = f
-            .handlers()
-            .into_iter()
-            .find(|h| {
-                h.signature
-                    .to_string()
-                    .contains(&format!("[{rows},{cols}]"))
-            })
-            .unwrap();
+        let h = handler(f, rows, cols);
         let sim = h.program.sim().unwrap();
         let k: Vec<String> = sim.cache_keys().iter().map(|s| s.to_string()).collect();
         match &keys {

@@ -3,30 +3,9 @@
 //! under test), every dtype round-tripped, and every bad file a clean
 //! `Error::File` naming it.
 
-use std::path::PathBuf;
 use tilejit::io;
 use tilejit::prelude::*;
-
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let d = std::env::temp_dir().join(format!("tilejit-io-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        TempDir(d)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use tilejit_tests::TempDir;
 
 /// A version-1 `.npy` file as the NumPy format spec lays it out: magic,
 /// version, header length, a dict padded with spaces to a multiple of 64
@@ -68,7 +47,7 @@ fn file_error(e: &tilejit::Error, path: &std::path::Path, what: &str) {
 #[test]
 fn npy_files_written_by_hand_read_back() {
     let dir = TempDir::new("npy-hand");
-    let p = dir.path("a.npy");
+    let p = dir.join("a.npy");
     let data: Vec<u8> = [1.5f32, -2.0, 0.25, 8.0, -0.0, 3.0]
         .iter()
         .flat_map(|x| x.to_le_bytes())
@@ -113,7 +92,7 @@ fn every_dtype_round_trips_through_npy_and_safetensors() {
     let mut named = Vec::new();
     for (i, d) in dtypes.into_iter().enumerate() {
         let t = base.cast(d);
-        let p = dir.path(&format!("{d}.npy"));
+        let p = dir.join(format!("{d}.npy"));
         io::write_npy(&p, &t).unwrap();
         let back = io::read_npy(&p).unwrap();
         assert_eq!((back.dtype(), back.shape()), (d, &[2usize, 3][..]));
@@ -123,7 +102,7 @@ fn every_dtype_round_trips_through_npy_and_safetensors() {
     // Empty and rank-0 tensors too.
     named.push(("empty".into(), Tensor::zeros(&[0, 4], DType::F32)));
     named.push(("scalar".into(), Tensor::scalar(2.5, DType::F64)));
-    let p = dir.path("all.safetensors");
+    let p = dir.join("all.safetensors");
     let refs: Vec<(&str, &Tensor)> = named.iter().map(|(n, t)| (n.as_str(), t)).collect();
     io::save_safetensors(&p, &refs).unwrap();
     let back = io::load_safetensors(&p).unwrap();
@@ -138,7 +117,7 @@ fn every_dtype_round_trips_through_npy_and_safetensors() {
 #[test]
 fn a_safetensors_file_written_by_hand_loads() {
     let dir = TempDir::new("st-hand");
-    let p = dir.path("w.safetensors");
+    let p = dir.join("w.safetensors");
     let mut data: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
         .iter()
         .flat_map(|x| x.to_le_bytes())
@@ -159,7 +138,7 @@ fn a_safetensors_file_written_by_hand_loads() {
 #[test]
 fn bad_files_are_errors_naming_the_file() {
     let dir = TempDir::new("bad");
-    let missing = dir.path("missing.npy");
+    let missing = dir.join("missing.npy");
     file_error(
         &io::read_npy(&missing).unwrap_err(),
         &missing,
@@ -170,11 +149,11 @@ fn bad_files_are_errors_naming_the_file() {
         &missing,
         "No such file",
     );
-    let d = dir.path("sub");
+    let d = dir.join("sub");
     std::fs::create_dir_all(&d).unwrap();
     file_error(&io::read_npy(&d).unwrap_err(), &d, "directory");
 
-    let p = dir.path("x.npy");
+    let p = dir.join("x.npy");
     for (bytes, what) in [
         (Vec::new(), "bad magic"),
         (b"not numpy at all".to_vec(), "bad magic"),
@@ -190,7 +169,7 @@ fn bad_files_are_errors_naming_the_file() {
         file_error(&io::read_npy(&p).unwrap_err(), &p, what);
     }
 
-    let p = dir.path("x.safetensors");
+    let p = dir.join("x.safetensors");
     let u8_header = r#"{"q":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}"#;
     let good = safetensors_bytes(
         r#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#,
@@ -210,14 +189,14 @@ fn bad_files_are_errors_naming_the_file() {
     let t = Tensor::ones(&[2], DType::F32);
     let e = io::save_safetensors(&p, &[("a", &t), ("a", &t)]).unwrap_err();
     file_error(&e, &p, "given twice");
-    let nowhere = dir.path("no/such/dir/w.npy");
+    let nowhere = dir.join("no/such/dir/w.npy");
     file_error(
         &io::write_npy(&nowhere, &t).unwrap_err(),
         &nowhere,
         "No such file",
     );
     // A failed write leaves no temporary file behind.
-    let left: Vec<_> = std::fs::read_dir(&dir.0).unwrap().collect();
+    let left: Vec<_> = std::fs::read_dir(&*dir).unwrap().collect();
     assert!(left.len() <= 3, "{left:?}");
 }
 
@@ -225,7 +204,7 @@ fn bad_files_are_errors_naming_the_file() {
 #[test]
 fn concurrent_writers_never_leave_half_a_file() {
     let dir = TempDir::new("race");
-    let p = dir.path("w.safetensors");
+    let p = dir.join("w.safetensors");
     std::thread::scope(|s| {
         for i in 0..4usize {
             let p = p.clone();

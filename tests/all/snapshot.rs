@@ -11,13 +11,13 @@
 use sha2::{Digest, Sha256};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::SystemTime;
 use tilejit::prelude::*;
 use tilejit::{kernel_cache, Error};
 use tilejit_runtime::{RuntimeError, SnapshotProblem};
+use tilejit_tests::TempDir;
 
 const CHILD_VAR: &str = "TILEJIT_SNAP_CHILD";
 const FILE_VAR: &str = "TILEJIT_SNAP_FILE";
@@ -175,32 +175,8 @@ fn run_child(file: &Path) -> Report {
     }
 }
 
-/// A fresh directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
 fn temp_dir(tag: &str) -> TempDir {
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let dir = std::env::temp_dir().join(format!(
-        "tilejit-snap-test-{tag}-{}-{nanos}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    TempDir(dir)
+    TempDir::new(&format!("snap-{tag}"))
 }
 
 /// Runs every call in this process (tracing what it must) and saves the
