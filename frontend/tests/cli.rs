@@ -345,7 +345,9 @@ fn quickstart_passes_in_verify_mode_and_writes_traces() {
         .env("TILEJIT_RUN_MODE", "verify")
         .env("TILEJIT_PROFILE", &dir)
         .env("TILEJIT_DUMP", &dump)
-        .env("TILEJIT_LOG", "compile, verify,trace,timing,bogus"));
+        .env("TILEJIT_LOG", "compile, verify,trace,timing,bogus")
+        // Compiles to log and dump: not kernels other tests left on disk.
+        .env("TILEJIT_CACHE_DIR", "off"));
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     assert!(
         stdout(&o).contains("on the simulated device"),
