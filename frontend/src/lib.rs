@@ -93,3 +93,8 @@ pub mod prelude {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The caching guide's examples, run as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/caching.md")]
+pub struct CachingDoctests;
