@@ -12,6 +12,23 @@ pub mod graphs;
 
 pub use tilejit_testkit::{check_golden_file, golden_mismatch, reference, Rng, TempDir};
 
+/// The report line a child test process printed after `tag` (the test
+/// binary re-running itself); fails unless the child succeeded and
+/// reported.
+pub fn child_report(out: &std::process::Output, tag: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .find_map(|l| l.split_once(tag).map(|(_, r)| r.to_string()))
+        .unwrap_or_else(|| panic!("no report from the child:\n{stdout}"))
+}
+
 /// Values of an f32 tensor, panicking with the tensor's error if it has one.
 pub fn vals(t: &Tensor) -> Vec<f32> {
     match t.to_vec::<f32>() {

@@ -81,7 +81,7 @@ pub struct JitFunction {
 type ClassEntry = Arc<std::result::Result<GenericGraph, String>>;
 
 /// Shape classes a function remembers (cleared when full: a class costs
-/// one trace to relearn).
+/// two traces to relearn).
 const MAX_CLASSES: usize = 256;
 
 /// What [`JitFunction::load_snapshot`] did.

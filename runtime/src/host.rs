@@ -93,6 +93,18 @@ fn start_thread_pool() {
     STARTED.call_once(|| rayon::spawn(|| ()));
 }
 
+/// Starts rayon's threads if some kernel of `prog` is big enough to run
+/// in parallel (before its compile, so they come up meanwhile).
+fn start_thread_pool_for(prog: &KernelProgram) {
+    if prog
+        .kernels
+        .iter()
+        .any(|k| k.domain.iter().product::<usize>() >= PARALLEL_MIN)
+    {
+        start_thread_pool();
+    }
+}
+
 /// Gives the storage of a run's temporaries back to the pool.
 fn recycle<'a>(slots: impl IntoIterator<Item = Slot<'a>>) {
     for slot in slots {
@@ -236,13 +248,7 @@ impl HostProgram {
         opts: CodegenOptions,
         name: &str,
     ) -> Result<HostProgram, RuntimeError> {
-        if prog
-            .kernels
-            .iter()
-            .any(|k| k.domain.iter().product::<usize>() >= PARALLEL_MIN)
-        {
-            start_thread_pool();
-        }
+        start_thread_pool_for(&prog);
         let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
         let code = map_off_pool(&prog.kernels, |k| {
             kernel_cache().get_or_compile(k, &dtype_of, opts, name)
@@ -260,6 +266,7 @@ impl HostProgram {
         name: &str,
         stored: &[Option<StoredCode<'_>>],
     ) -> Result<HostProgram, RuntimeError> {
+        start_thread_pool_for(&prog);
         let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
         let code = prog
             .kernels
@@ -279,13 +286,6 @@ impl HostProgram {
         code: Vec<Arc<CachedKernel>>,
         constants: Vec<Array>,
     ) -> Result<HostProgram, RuntimeError> {
-        if prog
-            .kernels
-            .iter()
-            .any(|k| k.domain.iter().product::<usize>() >= PARALLEL_MIN)
-        {
-            start_thread_pool();
-        }
         let locals = prog.kernels.iter().map(|k| k.local_buffers()).collect();
         // Kernels without params see the same args on every call: check
         // their bounds once here, leaving only buffer sizes per call.

@@ -4,7 +4,7 @@
 //! - [`HandlerCache`]: a jit function's signature -> program cache with
 //!   single-flight builds and miss explanation.
 //! - [`Signature`]: the key; [`ShapeClass`]: a dynamic function's key,
-//!   with [`GenericGraph`], one trace instantiated for many sizes.
+//!   with [`GenericGraph`], a checked trace instantiated for many sizes.
 //! - [`HostProgram`]: a program fused into kernels and compiled to native
 //!   code; [`kernel_cache`]: the global cache of compiled kernels.
 //! - [`SimProgram`]: the same kernels compiled to bytecode and launched as

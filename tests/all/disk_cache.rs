@@ -144,17 +144,7 @@ fn command(cache_dir: &Path) -> Command {
 /// Waits for a child; fails unless it succeeded and reported.
 fn finish(child: Child) -> Report {
     let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child failed: {}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = stdout
-        .lines()
-        .find_map(|l| l.split_once("DISKCHILD ").map(|(_, r)| r))
-        .unwrap_or_else(|| panic!("no report from the child:\n{stdout}"));
+    let line = tilejit_tests::child_report(&out, "DISKCHILD ");
     let v: Vec<u64> = line
         .split_whitespace()
         .take(8)

@@ -149,17 +149,7 @@ fn run_child(file: &Path) -> Report {
         .stderr(Stdio::piped())
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child failed: {}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line = stdout
-        .lines()
-        .find_map(|l| l.split_once("SNAPCHILD ").map(|(_, r)| r))
-        .unwrap_or_else(|| panic!("no report from the child:\n{stdout}"));
+    let line = tilejit_tests::child_report(&out, "SNAPCHILD ");
     let mut v = line.splitn(8, ' ');
     let mut next = || v.next().unwrap_or("").to_string();
     Report {
