@@ -35,6 +35,7 @@ mod display;
 pub mod error;
 pub mod io;
 pub mod jit;
+mod layout_ops;
 pub mod mode;
 mod operators;
 mod ops;

@@ -125,6 +125,17 @@ pub enum IrError {
         /// Requested shape.
         to: Shape,
     },
+    /// A slice window that leaves its operand, or concat operands that do
+    /// not join.
+    #[error("{op} of {shape}: {reason}")]
+    Window {
+        /// The op (`slice`, `cat`).
+        op: &'static str,
+        /// The (first) operand's shape.
+        shape: Shape,
+        /// What is wrong.
+        reason: String,
+    },
     /// A permutation that is not one.
     #[error("{perm:?} is not a permutation of 0..{rank}")]
     Permutation {
@@ -240,7 +251,9 @@ impl IrError {
             Broadcast { .. } | BroadcastTo { .. } | ShapeMismatch { .. } | MatMul { .. } => {
                 ErrorKind::Shape
             }
-            Reshape { .. } | EmptyReduction { .. } | RankTooLarge { .. } => ErrorKind::Shape,
+            Reshape { .. } | EmptyReduction { .. } | RankTooLarge { .. } | Window { .. } => {
+                ErrorKind::Shape
+            }
             Axis { .. } | DuplicateAxis { .. } | Permutation { .. } | Length { .. } => {
                 ErrorKind::BadArgument
             }

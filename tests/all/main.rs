@@ -15,6 +15,7 @@ mod io;
 mod ir_text;
 mod jit;
 mod kernel_ir;
+mod layout_ops;
 mod oom;
 mod ops;
 mod pool;

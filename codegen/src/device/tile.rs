@@ -12,7 +12,8 @@ use tilejit_ir::kernel::{Access, BufId, Expr, ExprId, Kernel, Stage};
 use tilejit_ir::{BinaryOp, CmpOp, DType, Lit, ReduceOp, UnaryOp};
 
 /// The registers of a vector kernel. r5.. hold the accesses' row offsets
-/// ([`TileCx::base_reg`]), then the params ([`TileCx::param_reg`]).
+/// (flat kernels: their fixed offsets; [`TileCx::base_reg`]), then the
+/// params ([`TileCx::param_reg`]).
 pub(super) mod regs {
     use tilejit_device::isa::emit::Reg;
 
@@ -239,11 +240,15 @@ impl TileCx<'_> {
         scratch: Reg,
     ) -> Result<Val, CodegenError> {
         Ok(match (self.flat, self.long, inner) {
-            (true, _, 0) => Val::from(0),
-            (true, _, 1) => UNIT.into(),
+            (true, _, 0) => self.base_reg(a)?.into(),
+            (true, _, 1) => {
+                b.add(scratch, self.base_reg(a)?, UNIT);
+                scratch.into()
+            }
             (true, _, _) => {
                 b.ldarg(scratch, self.inner_arg(a))
-                    .mul(scratch, UNIT, scratch);
+                    .mul(scratch, UNIT, scratch)
+                    .add(scratch, scratch, self.base_reg(a)?);
                 scratch.into()
             }
             (false, false, _) | (false, true, 0) => self.base_reg(a)?.into(),

@@ -67,13 +67,18 @@ pub struct BufDecl {
     pub kind: BufKind,
 }
 
-/// A buffer seen through one stride per domain dimension (in elements).
+/// A buffer seen through one stride per domain dimension (in elements),
+/// starting `offset` elements in (a slice's window, a concat operand's
+/// place in the joined buffer).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Access {
     /// The buffer.
     pub buf: BufId,
     /// Element stride per domain dimension.
     pub strides: Vec<i64>,
+    /// Elements from the buffer's start to domain index zero (a runtime
+    /// argument, like the strides).
+    pub offset: i64,
 }
 
 impl Access {

@@ -58,6 +58,27 @@ fn verify_kernel(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError
                 ),
             ));
         }
+        // The elements the access reaches must lie in its buffer (text can
+        // say anything; fusion must never produce this).
+        if !k.domain.contains(&0) {
+            let reach = k
+                .domain
+                .iter()
+                .zip(&a.strides)
+                .try_fold(i128::from(a.offset), |acc, (&d, &s)| {
+                    (s >= 0).then(|| acc + (d as i128 - 1) * i128::from(s))
+                });
+            let len = p.buffer(a.buf).ty.shape.numel() as i128;
+            if a.offset < 0 || reach.is_none_or(|r| r >= len) {
+                return Err(bad(
+                    k,
+                    format!(
+                        "access of b{} with offset {} and strides {:?} leaves its {len} elements",
+                        a.buf.0, a.offset, a.strides
+                    ),
+                ));
+            }
+        }
     }
     if let Some(m) = &k.matmul {
         for b in [m.a, m.b, m.out] {
