@@ -1,8 +1,10 @@
 //! Tensor methods that move elements rather than compute them: `slice`,
-//! `split`, `cat`, `pad`, `tril` and `triu`. A slice is a window of its
-//! operand (`Op::Slice`) that fused consumers read in place; a concat
-//! (`Op::Concat`) is one buffer its operands' kernels write into, each at
-//! its offset; `pad` is a concat with constant blocks.
+//! `split`, `cat`, `pad`, `tril`, `triu`, `gather` and `index_select`. A
+//! slice is a window of its operand (`Op::Slice`) that fused consumers
+//! read in place; a concat (`Op::Concat`) is one buffer its operands'
+//! kernels write into, each at its offset; `pad` is a concat with constant
+//! blocks; a gather (`Op::Gather`) reads at data-dependent addresses, each
+//! index checked by the kernel.
 
 use crate::apply::apply;
 use crate::error::Loc;
@@ -203,6 +205,56 @@ impl Tensor {
                 x = join(g, &parts, d)?;
             }
             Ok(x)
+        })
+    }
+
+    /// numpy `take_along_axis` (torch `gather`): `index` (i32 or i64) has
+    /// this tensor's rank and dims except along `axis`, and result element
+    /// `[.., j, ..]` is `self[.., index[.., j, ..], ..]`. An index outside
+    /// `0..self.shape[axis]` (negative ones too) is an error when the call
+    /// runs, on every backend, never a read out of bounds.
+    ///
+    /// ```
+    /// # use tilejit::{DType, Tensor};
+    /// let x = Tensor::from_vec(vec![10.0f32, 11.0, 12.0, 20.0, 21.0, 22.0], &[2, 3])?;
+    /// let i = Tensor::from_vec(vec![2i64, 0, 1, 1], &[2, 2])?;
+    /// assert_eq!(x.gather(1, &i).to_vec::<f32>()?, vec![12.0, 10.0, 21.0, 21.0]);
+    /// # Ok::<(), tilejit::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn gather(&self, axis: isize, index: &Tensor) -> Tensor {
+        apply("gather", Loc::caller(), &[self, index], |g, ids| {
+            let a = g.ty(ids[0]).shape.axis(axis)?;
+            g.add(Op::Gather(ids[0], ids[1], a as u8))
+        })
+    }
+
+    /// The slices at `index` (a 1-D i32 or i64 tensor) along `axis`: the
+    /// result has this tensor's shape with `axis` as long as `index`
+    /// (torch `index_select`, numpy `take`). An embedding lookup is
+    /// `table.index_select(0, &tokens)`. An index outside the axis is an
+    /// error when the call runs, never a read out of bounds.
+    #[track_caller]
+    pub fn index_select(&self, axis: isize, index: &Tensor) -> Tensor {
+        apply("index_select", Loc::caller(), &[self, index], |g, ids| {
+            let (x, i) = (ids[0], ids[1]);
+            let shape = g.ty(x).shape;
+            let a = shape.axis(axis)?;
+            let ti = g.ty(i);
+            if ti.shape.rank() != 1 {
+                return Err(IrError::Window {
+                    op: "index_select",
+                    shape,
+                    reason: format!("the index must be 1-D, not {}", ti.shape),
+                });
+            }
+            // The index along `axis`, the same for every other position: a
+            // broadcast view, so it is read in place, never copied.
+            let mut dims = vec![1; shape.rank()];
+            dims[a] = ti.shape[0];
+            let i = g.add(Op::Reshape(i, Shape::new(&dims)?))?;
+            let i = g.add(Op::Broadcast(i, shape.with_dim(a, ti.shape[0])))?;
+            g.add(Op::Gather(x, i, a as u8))
         })
     }
 

@@ -136,6 +136,16 @@ pub enum IrError {
         /// What is wrong.
         reason: String,
     },
+    /// A data-dependent index outside the axis it indexes.
+    #[error("{op}: {} is out of range for an axis of length {len}", index_text(.index))]
+    IndexOutOfRange {
+        /// The op (`gather`, `index_select`).
+        op: &'static str,
+        /// The index found, where the backend reports it.
+        index: Option<i64>,
+        /// The axis length.
+        len: usize,
+    },
     /// A permutation that is not one.
     #[error("{perm:?} is not a permutation of 0..{rank}")]
     Permutation {
@@ -243,6 +253,14 @@ pub enum IrError {
     },
 }
 
+/// `index 7`, or `an index` where the backend does not say which.
+fn index_text(index: &Option<i64>) -> String {
+    match index {
+        Some(i) => format!("index {i}"),
+        None => "an index".into(),
+    }
+}
+
 impl IrError {
     /// The error's category.
     pub fn kind(&self) -> ErrorKind {
@@ -254,9 +272,11 @@ impl IrError {
             Reshape { .. } | EmptyReduction { .. } | RankTooLarge { .. } | Window { .. } => {
                 ErrorKind::Shape
             }
-            Axis { .. } | DuplicateAxis { .. } | Permutation { .. } | Length { .. } => {
-                ErrorKind::BadArgument
-            }
+            Axis { .. }
+            | DuplicateAxis { .. }
+            | Permutation { .. }
+            | Length { .. }
+            | IndexOutOfRange { .. } => ErrorKind::BadArgument,
             TooLarge { .. } | Arguments(_) | Parse { .. } => ErrorKind::BadArgument,
             DTypeMismatch { .. }
             | DTypeUnsupported { .. }

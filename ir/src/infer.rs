@@ -206,6 +206,43 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
                 .ok_or_else(|| bad("the joined dim overflows".into()))?;
             checked(TensorType::new(tx.dtype, tx.shape.with_dim(axis, n)))?
         }
+        Op::Gather(x, index, axis) => {
+            let (tx, ti) = (ty(x), ty(index));
+            let axis = axis as usize;
+            if !matches!(ti.dtype, DType::I32 | DType::I64) {
+                return Err(IrError::DTypeUnsupported {
+                    op: "gather",
+                    dtype: ti.dtype,
+                    hint: "indices must be i32 or i64; cast them first",
+                });
+            }
+            if axis >= tx.shape.rank() {
+                return Err(IrError::Axis {
+                    axis: axis as isize,
+                    rank: tx.shape.rank(),
+                });
+            }
+            let fits = ti.shape.rank() == tx.shape.rank()
+                && (0..tx.shape.rank()).all(|d| d == axis || ti.shape[d] == tx.shape[d]);
+            if !fits {
+                return Err(IrError::Window {
+                    op: "gather",
+                    shape: tx.shape,
+                    reason: format!(
+                        "the index {} must have the operand's rank and dims except axis {axis}",
+                        ti.shape
+                    ),
+                });
+            }
+            if tx.shape[axis] == 0 && ti.shape.numel() > 0 {
+                return Err(IrError::Window {
+                    op: "gather",
+                    shape: tx.shape,
+                    reason: format!("axis {axis} is empty, so no index is in range"),
+                });
+            }
+            TensorType::new(tx.dtype, ti.shape)
+        }
     };
     Ok(out)
 }

@@ -184,7 +184,53 @@ pub(crate) fn eval(
         Op::Cast(x, to) => cast(arg(x)?, to)?,
         Op::Slice(x, ..) => move_elements(g, op, ty, arg(x)?)?,
         Op::Concat(a, b, axis) => concat(&g.ty(a).shape, &ty.shape, axis, arg(a)?, arg(b)?)?,
+        Op::Gather(x, index, axis) => {
+            gather_along(&g.ty(x).shape, &ty.shape, axis, arg(x)?, arg(index)?)?
+        }
     })
+}
+
+/// `take_along_axis`: the elements of `x` (of shape `src`) that `index`
+/// (of shape `out`) picks along `axis`; an index outside the axis is an
+/// error (so error bounds move the same way; [`crate::bound`] calls this).
+pub(crate) fn gather_along(
+    src: &Shape,
+    out: &Shape,
+    axis: u8,
+    x: &Vals,
+    index: &Vals,
+) -> Result<Vals, IrError> {
+    let Vals::I(index) = index else {
+        return Err(internal("gather indices in float lanes"));
+    };
+    let axis = axis as usize;
+    let n = src[axis];
+    let mut k = 0;
+    let mut bad = None;
+    let picked = gather(x, out, |o, inp| {
+        let v = index[k];
+        k += 1;
+        inp[..out.rank()].copy_from_slice(&o[..out.rank()]);
+        inp[axis] = match usize::try_from(v) {
+            Ok(i) if i < n => i,
+            _ => {
+                bad.get_or_insert(v);
+                0
+            }
+        };
+        if n == 0 {
+            return 0;
+        }
+        linear(inp, src)
+    });
+    match bad {
+        Some(v) => Err(IrError::IndexOutOfRange {
+            op: "gather",
+            index: Some(v),
+            len: n,
+        }),
+        None => picked,
+    }
 }
 
 /// `a` and `b` joined along `axis` into `out` (so error bounds join the

@@ -112,6 +112,7 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::Cast(..) => "cast",
         Op::Slice(..) => "slice",
         Op::Concat(..) => "cat",
+        Op::Gather(..) => "gather",
     }
 }
 
@@ -176,7 +177,9 @@ impl fmt::Display for Graph {
                             f.write_str(" start=")?;
                             write_list(f, start.dims())?;
                         }
-                        Op::Concat(_, _, axis) => write!(f, " axis={axis}")?,
+                        Op::Concat(_, _, axis) | Op::Gather(_, _, axis) => {
+                            write!(f, " axis={axis}")?
+                        }
                         _ => {}
                     }
                 }
@@ -435,7 +438,7 @@ impl Parser {
                     .map_err(|e| self.err(e.to_string()))?;
                 Op::Slice(o[0], start, ty.shape)
             }
-            "cat" => {
+            "cat" | "gather" => {
                 let (o, attr) = self.operands(args, 2)?;
                 let axis = attr
                     .trim()
@@ -443,7 +446,11 @@ impl Parser {
                     .and_then(|a| a.parse::<u8>().ok())
                     .filter(|&a| (a as usize) < crate::shape::MAX_RANK)
                     .ok_or_else(|| self.err("expected `axis=N`"))?;
-                Op::Concat(o[0], o[1], axis)
+                if name == "cat" {
+                    Op::Concat(o[0], o[1], axis)
+                } else {
+                    Op::Gather(o[0], o[1], axis)
+                }
             }
             other => return Err(self.err(format!("unknown op `{other}`"))),
         })

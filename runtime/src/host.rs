@@ -426,6 +426,15 @@ impl HostProgram {
                         },
                     }
                 }
+                // The user's data, not the kernel, is at fault.
+                RuntimeError::Codegen(CodegenError::IndexOutOfRange { len, .. }) => {
+                    IrError::IndexOutOfRange {
+                        op: "gather",
+                        index: None,
+                        len: len.max(0) as usize,
+                    }
+                    .into()
+                }
                 e => e,
             })?;
         }

@@ -128,6 +128,27 @@ fn ops() -> Vec<(&'static str, Op, bool)> {
             false,
         ),
         ("tril", |a, _| a.tril(0), false),
+        (
+            "index_select_reversed",
+            |a, _| {
+                // A computed index (materialised first), reversing dim 0.
+                let n = a.shape().first().copied().unwrap_or(0);
+                let rev = Tensor::arange(n, DType::I64) * -1 + (n as f64 - 1.0);
+                a.index_select(0, &rev)
+            },
+            false,
+        ),
+        (
+            "gather_last",
+            |a, _| {
+                // Each row read from its end: an index per element.
+                let s = a.shape().to_vec();
+                let n = s.last().copied().unwrap_or(0);
+                let idx = (Tensor::arange(n, DType::I32) * -1 + (n as f64 - 1.0)).broadcast_to(&s);
+                a.gather(-1, &idx)
+            },
+            false,
+        ),
         ("triu_minus_tril", |a, _| a.triu(1) - a.tril(-1), false),
         (
             "layer_norm",

@@ -10,6 +10,7 @@ mod disk_cache;
 mod display;
 mod dynamic;
 mod every_mode;
+mod gather;
 mod host_backend;
 mod io;
 mod ir_text;

@@ -622,7 +622,7 @@ pub(super) fn liveness(k: &Kernel, events: &[Event]) -> (Vec<usize>, usize) {
             }
         }
     }
-    let is_load = |e: ExprId| matches!(k.expr(e).expr, Expr::Load(_));
+    let is_load = |e: ExprId| matches!(k.expr(e).expr, Expr::Load(_) | Expr::Gather { .. });
     let mut ends: Vec<usize> = events
         .iter()
         .filter_map(|ev| match *ev {

@@ -52,6 +52,9 @@ pub struct ArgLayout {
     /// Matmul operand and result local buffers, if any (the runtime fills
     /// the result before the stages run).
     pub matmul: Option<[usize; 3]>,
+    /// Per access, how many elements past its strided reach a gather on it
+    /// may read ([`Kernel::gather_reach`]; the code checks each index).
+    pub gather_reach: Vec<u64>,
 }
 
 impl ArgLayout {
@@ -81,7 +84,7 @@ impl ArgLayout {
                 if !flat && access.inner_stride() == 0 {
                     access_per_row[store_i] = true;
                     for e in reachable(k, *value) {
-                        if let Expr::Load(l) = k.expr(e).expr {
+                        if let Expr::Load(l) | Expr::Gather { load: l, .. } = k.expr(e).expr {
                             access_per_row[l as usize] = true;
                         }
                     }
@@ -112,6 +115,15 @@ impl ArgLayout {
                 .unwrap_or(0),
             flat,
             matmul,
+            gather_reach: (0..k.accesses().count())
+                .map(|a| {
+                    if a < nloads {
+                        k.gather_reach(a).max(0) as u64
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
         }
     }
 
@@ -365,9 +377,10 @@ impl ArgLayout {
         let offset =
             u128::try_from(offset).map_err(|_| format!("access {a} has a negative offset"))?;
         if self.flat {
-            return Ok(Some(offset + (end as u128 - 1) * strides[0] as u128));
+            let reach = offset + u128::from(self.gather_reach[a]);
+            return Ok(Some(reach + (end as u128 - 1) * strides[0] as u128));
         }
-        let mut m: u128 = offset;
+        let mut m: u128 = offset + u128::from(self.gather_reach[a]);
         for (&dim, &stride) in dom.dims.iter().zip(strides).take(self.rank - 1) {
             m += dim.saturating_sub(1) as u128 * stride as u128;
         }

@@ -314,7 +314,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             // caller's thread reports this range done.
             self.b.ins().fence();
         }
-        self.b.ins().return_(&[]);
+        let ok = self.iconst(0);
+        self.b.ins().return_(&[ok]);
         self.b.seal_all_blocks();
         Ok(())
     }
@@ -384,6 +385,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                     is_f32ish(n.dtype)
                         && !matches!(self.accesses[l as usize].inner, Inner::Runtime(_))
                 }
+                // Each lane's address depends on its index.
+                Expr::Gather { .. } => false,
                 _ => is_f32ish(n.dtype),
             }
         })

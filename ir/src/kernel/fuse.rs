@@ -170,6 +170,7 @@ fn is_elementwise(op: &Op) -> bool {
             | Op::Broadcast(..)
             | Op::Permute(..)
             | Op::Slice(..)
+            | Op::Gather(..)
             | Op::Full { .. }
             | Op::Param { .. }
     )
@@ -228,6 +229,12 @@ impl KernelBuilder {
     }
 
     fn load(&mut self, access: Access, dtype: crate::dtype::DType) -> ExprId {
+        let i = self.access_slot(access);
+        self.push(Expr::Load(i), dtype)
+    }
+
+    /// The number of a load access, added if new.
+    fn access_slot(&mut self, access: Access) -> u32 {
         let i = match self.loads.iter().position(|a| *a == access) {
             Some(i) => i,
             None => {
@@ -235,7 +242,7 @@ impl KernelBuilder {
                 self.loads.len() - 1
             }
         };
-        self.push(Expr::Load(i as u32), dtype)
+        i as u32
     }
 }
 
@@ -321,6 +328,11 @@ impl<'g> Fuser<'g> {
                     }
                 }
                 Op::Concat(..) if !self.absorbed(id) => self.materialized[id.index()] = true,
+                // Gathers read their data at computed addresses: from a buffer.
+                Op::Gather(x, ..) => {
+                    let s = self.view_source(x);
+                    self.materialized[s.index()] = true;
+                }
                 Op::Reshape(x, to) => {
                     let mappable = unit_reshape(&g.ty(x).shape, &to).is_some();
                     if !mappable || self.materialized[id.index()] {
@@ -718,6 +730,8 @@ impl<'g> Fuser<'g> {
                 }
                 vec![(x, m)]
             }
+            // The data operand is read from its buffer, not built.
+            Op::Gather(_, index, _) => vec![(index, *map)],
             Op::Slice(x, start, _) => {
                 let mut m = *map;
                 for d in 0..start.rank() {
@@ -831,6 +845,33 @@ impl<'g> Fuser<'g> {
                 Op::Reduce(r, ..) => {
                     kb.stages.push(Stage::Reduce { op: r, value: e[0] });
                     kb.push(Expr::Row(kb.stages.len() as u32 - 1), dt)
+                }
+                Op::Gather(x, index, axis) => {
+                    // Device code reads the indices from memory: they must
+                    // be a load here, not a computed value.
+                    if !matches!(kb.exprs[e[0].0 as usize].expr, Expr::Load(_)) {
+                        return Err(Stop::Materialize(index));
+                    }
+                    let s = self.view_source(x);
+                    let buf = self.buffer_of[s.index()].ok_or(Stop::Materialize(s))?;
+                    let shape = g.ty(x).shape;
+                    let axis = axis as usize;
+                    let mut mx = m;
+                    mx.dims[axis] = None;
+                    mx.start[axis] = 0;
+                    let access = self.access(kb, buf, &shape, &mx);
+                    let load = kb.access_slot(access);
+                    let stride = contiguous_strides(&shape)[axis];
+                    let len = shape[axis] as i64;
+                    kb.push(
+                        Expr::Gather {
+                            load,
+                            index: e[0],
+                            stride,
+                            len,
+                        },
+                        dt,
+                    )
                 }
                 _ => {
                     return Err(Stop::Ir(IrError::Verify(format!(

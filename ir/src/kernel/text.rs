@@ -52,6 +52,12 @@ fn expr_text(k: &Kernel, e: &ExprNode) -> String {
         Expr::Select(c, x, y) => format!("select {}, {}, {}", r(c), r(x), r(y)),
         Expr::Cast(a) => format!("cast {} from {}", r(a), k.expr(a).dtype),
         Expr::Row(s) => format!("row {s}"),
+        Expr::Gather {
+            load,
+            index,
+            stride,
+            len,
+        } => format!("gather {load}, {}, {stride}, {len}", r(index)),
     }
 }
 
@@ -383,7 +389,7 @@ fn split_types(s: &str) -> Vec<String> {
 
 /// The `&'static str` op name for a parsed one.
 fn intern_op(s: &str) -> Option<&'static str> {
-    const OTHER: [&str; 5] = ["matmul", "select", "cast", "param", "cat"];
+    const OTHER: [&str; 6] = ["matmul", "select", "cast", "param", "cat", "gather"];
     if let Some(u) = unary_from_name(s) {
         return Some(unary_name(u));
     }
@@ -484,6 +490,15 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
                 .ok_or_else(|| p.err(format!("bad {dtype} literal `{args}`")))?,
         ),
         "select" => Expr::Select(e(0)?, e(1)?, e(2)?),
+        "gather" => {
+            let num = |i: usize| p.num::<i64>(ops.get(i).copied().unwrap_or(""));
+            Expr::Gather {
+                load: p.num(ops.first().copied().unwrap_or(""))?,
+                index: e(1)?,
+                stride: num(2)?,
+                len: num(3)?,
+            }
+        }
         "cast" => {
             let (a, _) = args
                 .split_once(" from ")
