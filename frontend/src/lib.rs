@@ -31,6 +31,7 @@
 
 mod apply;
 pub mod args;
+mod conv;
 mod display;
 pub mod error;
 pub mod io;

@@ -6,6 +6,7 @@ mod bad_input;
 mod block_math;
 mod cancel;
 mod concurrency;
+mod conv;
 mod disk_cache;
 mod display;
 mod dynamic;
