@@ -246,6 +246,12 @@ impl JitFunction {
             function: self.name.clone(),
             message,
         };
+        // A list or struct parameter is several leaves, as many as its
+        // value has: the macro flattens them, and its lengths and
+        // structure keys are leaves of the signature.
+        if self.params.iter().any(|p| p.kind == ArgKind::Tree) {
+            return Ok(());
+        }
         if args.len() != self.params.len() {
             return Err(bad(format!(
                 "expected {} arguments, got {}",
@@ -723,17 +729,21 @@ impl JitFunction {
     /// [`load`](Self::load), also saying whether (and why) code was
     /// recompiled rather than linked.
     pub fn load_snapshot(&self, path: impl AsRef<Path>) -> Result<SnapshotLoad> {
+        let trees = self.params.iter().any(|p| p.kind == ArgKind::Tree);
         let fits = |sig: &Signature| {
-            sig.args.len() == self.params.len()
-                && sig.args.iter().zip(&self.params).all(|(a, p)| {
-                    matches!(
-                        (a, p.kind),
-                        (ArgSig::Tensor(_), ArgKind::Tensor)
-                            | (ArgSig::Float(_), ArgKind::Float)
-                            | (ArgSig::Int(_), ArgKind::Int)
-                            | (ArgSig::Bool(_), ArgKind::Bool)
-                    )
-                })
+            // Leaves of lists and structs are checked by the body that
+            // rebuilds them (lengths and structure keys are in the signature).
+            trees
+                || (sig.args.len() == self.params.len()
+                    && sig.args.iter().zip(&self.params).all(|(a, p)| {
+                        matches!(
+                            (a, p.kind),
+                            (ArgSig::Tensor(_), ArgKind::Tensor)
+                                | (ArgSig::Float(_), ArgKind::Float)
+                                | (ArgSig::Int(_), ArgKind::Int)
+                                | (ArgSig::Bool(_), ArgKind::Bool)
+                        )
+                    }))
         };
         let loaded = tilejit_runtime::snapshot::load(path.as_ref(), &self.name, &fits)?;
         let signatures = loaded.programs.len();

@@ -46,7 +46,8 @@ pub mod tensor;
 mod trace;
 
 pub use args::{
-    ArgKind, ArgValue, FromTrace, JitArg, JitArgs, JitOutput, Outputs, ParamSpec, TraceValue,
+    ArgKind, ArgValue, FromLeaves, FromTrace, JitArg, JitArgs, JitOutput, Outputs, ParamSpec,
+    TraceValue,
 };
 pub use error::{Error, Loc, Result};
 pub use jit::{HandlerInfo, JitFn, JitFunction, SnapshotLoad, WithMode};
@@ -55,7 +56,7 @@ pub use scalar::Scalar;
 pub use tensor::Tensor;
 pub use tilejit_ir::config::{config, Config};
 pub use tilejit_ir::{DType, Element, ErrorKind};
-pub use tilejit_macros::{jit, jit_fn};
+pub use tilejit_macros::{jit, jit_fn, JitArgs};
 pub use tilejit_runtime::cancel::{with_cancel, with_deadline, CancelToken};
 pub use tilejit_runtime::device::Profile;
 pub use tilejit_runtime::{collect_profiles, write_trace};
@@ -88,7 +89,9 @@ pub mod internals {
 
 /// `use tilejit::prelude::*;` brings what a jit program needs.
 pub mod prelude {
-    pub use crate::{jit, jit_fn, with_mode, DType, Element, Result, RunMode, Scalar, Tensor};
+    pub use crate::{
+        jit, jit_fn, with_mode, DType, Element, JitArgs, Result, RunMode, Scalar, Tensor,
+    };
 }
 
 /// The README's examples, compiled and run as doctests so they stay true.
