@@ -371,7 +371,7 @@ fn nested_jit_calls_compose_with_question_mark() {
     assert!(msg.contains("expected 2 tensors, got 3"), "{msg}");
     assert!(msg.contains("outer_checked"), "{msg}");
     // Called directly, a body written `-> Result` returns its `Err` too.
-    let e = inner_checked(&[x.clone()]).unwrap_err().to_string();
+    let e = inner_checked(std::slice::from_ref(&x)).unwrap_err().to_string();
     assert!(e.contains("expected 2 tensors, got 1"), "{e}");
     assert_eq!(
         vals(&inner_checked(&[x.clone(), x.clone()]).unwrap()),
