@@ -371,7 +371,9 @@ fn nested_jit_calls_compose_with_question_mark() {
     assert!(msg.contains("expected 2 tensors, got 3"), "{msg}");
     assert!(msg.contains("outer_checked"), "{msg}");
     // Called directly, a body written `-> Result` returns its `Err` too.
-    let e = inner_checked(std::slice::from_ref(&x)).unwrap_err().to_string();
+    let e = inner_checked(std::slice::from_ref(&x))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("expected 2 tensors, got 1"), "{e}");
     assert_eq!(
         vals(&inner_checked(&[x.clone(), x.clone()]).unwrap()),
@@ -419,4 +421,59 @@ fn bad_weights_are_errors_never_panics() {
     // The good call still works after the failures.
     let (x, m) = small();
     assert_eq!(vals(&mlp(&x, &m).unwrap()), [3.0, 0.0]);
+}
+
+#[derive(JitArgs)]
+struct Norm {
+    gamma: Tensor,
+    beta: Tensor,
+}
+
+#[jit(dynamic)]
+fn norm_dynamic(x: &Tensor, n: &Norm) -> Tensor {
+    let xc = x - x.mean(-1, true);
+    &xc * (xc.square().mean(-1, true) + 1e-5).rsqrt() * &n.gamma + &n.beta
+}
+
+#[jit]
+fn norm_saved(xs: &[Tensor], n: &Norm) -> Tensor {
+    (&xs[0] + &xs[1]) * &n.gamma + &n.beta
+}
+
+#[test]
+fn structs_work_with_dynamic_shapes_and_snapshots() {
+    let norm = |d: usize| Norm {
+        gamma: Tensor::full(&[d], 2.0, DType::F32),
+        beta: Tensor::ones(&[d], DType::F32),
+    };
+    // [1, 3]: mean 2, centred [-1, 1], variance 1: [-2 + 1, 2 + 1] (to 1e-5).
+    for d in [2, 6, 10] {
+        let x = Tensor::from_vec([1.0f32, 3.0].repeat(d / 2), &[1, d]).unwrap();
+        let y = vals(&norm_dynamic(&x, &norm(d)).unwrap());
+        let want: Vec<f32> = [-1.0f32, 3.0].repeat(d / 2);
+        for (g, w) in y.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-4, "{y:?}");
+        }
+    }
+    // One class: its first sizes and stand-ins traced, later sizes not.
+    assert_eq!(norm_dynamic::jit().stats().traces, 2);
+
+    let path = std::env::temp_dir().join(format!("jit-args-{}.tjsnap", std::process::id()));
+    let xs = vec![t32(&[1.0, 2.0], &[2]), t32(&[3.0, 4.0], &[2])];
+    let f = norm_saved::jit();
+    assert_eq!(vals(&norm_saved(&xs, &norm(2)).unwrap()), [9.0, 13.0]);
+    f.save(&path).unwrap();
+    f.clear();
+    assert_eq!(f.load(&path).unwrap(), 1);
+    f.freeze(true);
+    assert_eq!(vals(&norm_saved(&xs, &norm(2)).unwrap()), [9.0, 13.0]);
+    assert_eq!(f.stats().traces, 1, "the loaded program served the call");
+    // A list of another length is a new signature: frozen, an error.
+    let three = vec![xs[0].clone(), xs[1].clone(), xs[1].clone()];
+    assert!(matches!(
+        norm_saved(&three, &norm(2)),
+        Err(Error::Frozen { .. })
+    ));
+    f.freeze(false);
+    std::fs::remove_file(&path).ok();
 }
