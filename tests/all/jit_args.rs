@@ -477,3 +477,38 @@ fn structs_work_with_dynamic_shapes_and_snapshots() {
     f.freeze(false);
     std::fs::remove_file(&path).ok();
 }
+
+#[jit]
+fn count_and_sum(xs: &[Tensor], d: Dense) -> (Tensor, Tensor) {
+    let n = Tensor::full(&[], xs.len() as f64, DType::F32);
+    let s = xs.iter().fold(d.w.clone(), |a, b| a + b);
+    (n, s)
+}
+
+#[jit]
+fn nested_struct_result(x: &Tensor) -> Tensor {
+    let m = moments(x)?;
+    m.spread.max - m.spread.min
+}
+
+#[test]
+fn empty_lists_owned_structs_slices_in_closures_and_nested_results() {
+    let d = || Dense {
+        w: t32(&[1.0, 2.0], &[2]),
+    };
+    let (n, s) = count_and_sum(&[], d()).unwrap();
+    assert_eq!((vals(&n), vals(&s)), (vec![0.0], vec![1.0, 2.0]));
+    let xs = [t32(&[1.0, 1.0], &[2]), t32(&[2.0, 2.0], &[2])];
+    let (n, s) = count_and_sum(&xs, d()).unwrap();
+    assert_eq!((vals(&n), vals(&s)), (vec![2.0], vec![4.0, 5.0]));
+    assert_eq!(count_and_sum::jit().handlers().len(), 2);
+
+    let f = jit_fn!(|xs: &[Tensor], k: f32| xs.iter().fold(&xs[0] * 0.0, |a, b| a + b) * k);
+    assert_eq!(vals(&f.call((&xs[..], 2.0)).unwrap()), [6.0, 6.0]);
+    assert_eq!(vals(&f.call((&xs[..1], 2.0)).unwrap()), [2.0, 2.0]);
+    assert_eq!(f.handlers().len(), 2);
+
+    // A struct a nested jit call returns, taken with `?`.
+    let x = t32(&[1.0, 5.0, 3.0, -2.0, 0.0, 8.0], &[2, 3]);
+    assert_eq!(vals(&nested_struct_result(&x).unwrap()), [4.0, 10.0]);
+}
