@@ -426,6 +426,39 @@ macro_rules! leaf_from {
 }
 leaf_from!(bool i8 i16 i32 i64 u8 u16 u32 u64 usize isize);
 
+/// The elements of a list that must hold exactly `N`, as an array to
+/// destructure, or an error naming the caller's line (in a jit body, `?`
+/// makes it the call's error, where indexing a short list would panic):
+/// `let [b1, b2] = tilejit::args::exactly(&m.biases)?;`.
+///
+/// ```
+/// use tilejit::prelude::*;
+///
+/// #[jit]
+/// fn pair_sum(xs: &[Tensor]) -> Tensor {
+///     let [a, b] = tilejit::args::exactly(xs)?;
+///     a + b
+/// }
+///
+/// let one = Tensor::ones(&[2], DType::F32);
+/// assert_eq!(pair_sum(&[one.clone(), one.clone()])?.to_vec::<f32>()?, [2.0, 2.0]);
+/// let e = pair_sum(&[one]).unwrap_err().to_string();
+/// assert!(e.contains("a list of 1 where 2 are needed"), "{e}");
+/// # Ok::<(), tilejit::Error>(())
+/// ```
+#[track_caller]
+pub fn exactly<const N: usize, T>(xs: &[T]) -> Result<&[T; N]> {
+    let location = crate::error::Loc::caller();
+    xs.try_into().map_err(|_| Error::Op {
+        op: "exactly",
+        source: tilejit_ir::IrError::Arguments(format!(
+            "a list of {} where {N} are needed",
+            xs.len()
+        )),
+        location,
+    })
+}
+
 /// A float field of a `#[derive(JitArgs)]` struct: a static value (its bits
 /// are an integer leaf), since the body reads it as a Rust float. For a
 /// runtime scalar, use a rank-0 `Tensor` field.

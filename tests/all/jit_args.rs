@@ -23,9 +23,20 @@ struct Mlp {
 /// Where `mlp` indexes its biases (a wrong length panics there).
 static MLP_LINE: AtomicU32 = AtomicU32::new(0);
 
+/// Where `mlp` takes exactly two biases.
+static BIAS_LINE: AtomicU32 = AtomicU32::new(0);
+
 #[jit]
 fn mlp(x: &Tensor, m: &Mlp) -> Tensor {
+    BIAS_LINE.store(line!() + 1, Ordering::Relaxed);
+    let [b1, b2] = tilejit::args::exactly(&m.biases)?;
     MLP_LINE.store(line!() + 1, Ordering::Relaxed);
+    let h = (x.matmul(&m.l1.w) + b1).relu();
+    (h.matmul(&m.l2.w) + b2) * m.scale
+}
+
+#[jit]
+fn mlp_indexed(x: &Tensor, m: &Mlp) -> Tensor {
     let h = (x.matmul(&m.l1.w) + &m.biases[0]).relu();
     (h.matmul(&m.l2.w) + &m.biases[1]) * m.scale
 }
@@ -384,16 +395,24 @@ fn nested_jit_calls_compose_with_question_mark() {
 #[test]
 fn bad_weights_are_errors_never_panics() {
     let (x, m) = small();
-    // A wrong number of biases: the body's index panics while tracing,
-    // which fails the call (the panic is caught, the cache keeps nothing).
+    // A wrong number of biases: `exactly` names the body's line.
     let short = Mlp {
         biases: vec![m.biases[0].clone()],
         ..m
     };
     let e = mlp(&x, &short).unwrap_err();
+    let msg = e.to_string();
+    assert_eq!(e.kind(), tilejit::ErrorKind::BadArgument, "{msg}");
+    assert!(msg.contains("a list of 1 where 2 are needed"), "{msg}");
+    let line = BIAS_LINE.load(Ordering::Relaxed);
+    assert!(msg.contains(&format!("jit_args.rs:{line}")), "{msg}");
+    // Indexing instead panics while tracing, which fails the call (the
+    // panic is caught, the cache keeps nothing).
+    let e = mlp_indexed(&x, &short).unwrap_err();
     assert_eq!(e.kind(), tilejit::ErrorKind::Panic, "{e}");
     assert!(e.to_string().contains("index out of bounds"), "{e}");
-    assert!(e.to_string().contains("mlp"), "{e}");
+    assert!(e.to_string().contains("mlp_indexed"), "{e}");
+    assert_eq!(mlp_indexed::jit().handlers().len(), 0);
 
     // A weight of the wrong shape: the op's error, at its line in the body.
     let (x, m) = small();

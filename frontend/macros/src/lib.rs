@@ -274,7 +274,9 @@ impl syn::visit_mut::VisitMut for WrapReturns {
 /// `E: Into<tilejit::Error>`), and the function still returns
 /// `tilejit::Result<Tensor>`. An `Err` from the body fails the call with
 /// `Error::Trace`; an op's error inside a nested function fails it naming
-/// that op and its line.
+/// that op and its line. `let [a, b] = tilejit::args::exactly(xs)?;` takes
+/// a list of known length, an error at that line if it is not (indexing
+/// would panic, which fails the call as `Error::Panic`).
 ///
 /// Arguments: `mode = host|sim|verify|reference` sets the function's run
 /// mode; `dynamic` keys its handler cache on shape classes instead of exact
