@@ -6,6 +6,7 @@
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use tilejit_ir::DType;
+pub use tilejit_runtime::Mark;
 
 /// What kind of value a jit parameter takes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -43,6 +44,8 @@ pub enum ArgValue<'a> {
     Int(i64),
     /// A static bool.
     Bool(bool),
+    /// The leaf that leads a list's or struct's leaves (static).
+    Mark(Mark),
 }
 
 impl ArgValue<'_> {
@@ -53,6 +56,7 @@ impl ArgValue<'_> {
             ArgValue::Float(..) => ArgKind::Float,
             ArgValue::Int(_) => ArgKind::Int,
             ArgValue::Bool(_) => ArgKind::Bool,
+            ArgValue::Mark(_) => ArgKind::Tree,
         }
     }
 }
@@ -246,9 +250,9 @@ impl JitOutput for Tensor {
 /// [`JitFn::call`](crate::JitFn::call)), tensors, floats, integers, bools,
 /// `Vec`s and slices of these, and structs that `#[derive(JitArgs)]`.
 ///
-/// A list is its length (an integer leaf, so another length is another
-/// signature) then its elements. A derived struct is a structure key (an
-/// integer leaf hashing its name and its fields' names and types, so two
+/// A list is its length (a [`Mark`] leaf, so another length is another
+/// signature) then its elements. A derived struct is a structure key (a
+/// [`Mark`] hashing its name and its fields' names and types, so two
 /// structs with the same leaves never share a program) then its fields in
 /// order.
 ///
@@ -339,7 +343,8 @@ impl<'a> Leaves<'a> {
         self.it.next().ok_or_else(|| kind_error("another leaf"))
     }
 
-    /// The next leaf as a static integer (a length or a structure key).
+    /// The next leaf as a static integer (or a list's length, or a
+    /// structure key).
     pub fn int(&mut self) -> Result<i64> {
         match self.next()? {
             TraceValue::Int(i) => Ok(*i),
@@ -348,8 +353,8 @@ impl<'a> Leaves<'a> {
     }
 
     /// Checks the next leaf is the structure key `key` of `name`.
-    pub fn expect_key(&mut self, key: i64, name: &str) -> Result<()> {
-        match self.int()? == key {
+    pub fn expect_key(&mut self, key: u64, name: &str) -> Result<()> {
+        match self.int()? as u64 == key {
             true => Ok(()),
             false => Err(kind_error(&format!("the structure key of `{name}`"))),
         }
@@ -372,7 +377,7 @@ impl<T: JitArgs + ?Sized> JitArgs for &T {
 
 impl<T: JitArgs> JitArgs for [T] {
     fn push_args<'a>(&'a self, out: &mut Vec<ArgValue<'a>>) {
-        out.push(ArgValue::Int(self.len() as i64));
+        out.push(ArgValue::Mark(Mark::Len(self.len() as u64)));
         for x in self {
             x.push_args(out);
         }

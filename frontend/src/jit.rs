@@ -30,7 +30,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tilejit_ir::{Array, Graph, Lit, Op};
 use tilejit_runtime::{
-    panic_message, ArgSig, GenericGraph, HandlerCache, HandlerStats, Program, ShapeClass, Signature,
+    panic_message, ArgSig, GenericGraph, HandlerCache, HandlerStats, Mark, Program, ShapeClass,
+    Signature,
 };
 
 /// A traced body: receives the arguments as trace values, returns outputs.
@@ -293,6 +294,7 @@ impl JitFunction {
                 ArgValue::Float(_, d) => ArgSig::Float(d),
                 ArgValue::Int(v) => ArgSig::Int(v),
                 ArgValue::Bool(v) => ArgSig::Bool(v),
+                ArgValue::Mark(m) => ArgSig::Mark(m),
             });
         }
         Ok(Signature { args: sig })
@@ -329,7 +331,7 @@ impl JitFunction {
                     }
                 }
                 ArgValue::Float(v, d) => params.push(Lit::from_f64(v, d)),
-                ArgValue::Int(_) | ArgValue::Bool(_) => {}
+                ArgValue::Int(_) | ArgValue::Bool(_) | ArgValue::Mark(_) => {}
             }
         }
         params.extend_from_slice(program.size_params());
@@ -436,6 +438,7 @@ impl JitFunction {
                 }
                 ArgValue::Int(v) => TraceValue::Int(v),
                 ArgValue::Bool(v) => TraceValue::Bool(v),
+                ArgValue::Mark(m) => mark_value(m),
             })
             .collect();
         body(&values).map(Outputs::from_tensor_vec)
@@ -615,6 +618,7 @@ impl JitFunction {
                     }
                     (ArgValue::Int(v), _) => TraceValue::Int(v),
                     (ArgValue::Bool(v), _) => TraceValue::Bool(v),
+                    (ArgValue::Mark(m), _) => mark_value(m),
                     (ArgValue::Tensor(_), _) => {
                         return Err(wrap(Error::Arguments {
                             function: self.name.clone(),
@@ -877,6 +881,14 @@ pub fn param(name: &'static str, kind: ArgKind) -> ParamSpec {
     ParamSpec { name, kind }
 }
 
+/// A list's length or a struct's key as the body reads it (an integer).
+fn mark_value(m: Mark) -> TraceValue {
+    match m {
+        Mark::Len(n) => TraceValue::Int(n as i64),
+        Mark::Struct(k) => TraceValue::Int(k as i64),
+    }
+}
+
 /// True when `args` have exactly the signature `sig` (concrete tensors of
 /// its types, the same static values, floats of its dtypes).
 fn signature_matches(sig: &Signature, args: &[ArgValue]) -> bool {
@@ -888,6 +900,7 @@ fn signature_matches(sig: &Signature, args: &[ArgValue]) -> bool {
             (ArgSig::Float(d), ArgValue::Float(_, e)) => d == e,
             (ArgSig::Int(v), ArgValue::Int(w)) => v == w,
             (ArgSig::Bool(v), ArgValue::Bool(w)) => v == w,
+            (ArgSig::Mark(m), ArgValue::Mark(n)) => m == n,
             _ => false,
         })
 }

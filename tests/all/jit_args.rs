@@ -107,6 +107,14 @@ fn a_struct_of_weights_gives_the_positional_values_in_every_mode() {
             let (x, m) = small();
             assert_eq!(vals(&mlp(&x, &m).unwrap()), [3.0, 0.0], "{mode:?}");
             assert_eq!(vals(&positional(&x, &m)), [3.0, 0.0], "{mode:?}");
+            // Each struct leads with its key, the list with its length; the
+            // f32 field is static (its bits: 2.0 is 0x40000000).
+            assert!(mlp::jit().handlers().iter().any(|h| {
+                let s = h.signature.to_string();
+                s.starts_with("(f32[1,2], struct ")
+                    && s.ends_with(", len 2, f32[3], f32[2], int 1073741824)")
+                    && s.matches("struct ").count() == 3
+            }));
             for (rows, d, hidden, out) in [(1, 1, 1, 1), (5, 7, 9, 4), (33, 17, 65, 3)] {
                 let (x, m) = random(rows, d, hidden, out, rows as u64);
                 let got = vals(&mlp(&x, &m).unwrap());
@@ -161,7 +169,7 @@ fn a_list_length_is_part_of_the_signature() {
     assert!(
         f.handlers()
             .iter()
-            .any(|h| h.signature.to_string() == "(int 3, f32[2], f32[2], f32[2])"),
+            .any(|h| h.signature.to_string() == "(len 3, f32[2], f32[2], f32[2])"),
         "the length leads the list's leaves"
     );
 
@@ -241,7 +249,7 @@ fn structs_with_the_same_leaves_have_different_keys() {
         Tensor::ones(&[2], DType::F32),
     );
     let key = |args: Vec<tilejit::ArgValue>| match args[0] {
-        tilejit::ArgValue::Int(k) => k,
+        tilejit::ArgValue::Mark(tilejit::args::Mark::Struct(k)) => k,
         _ => panic!("a struct's first leaf is its key"),
     };
     let twin = Twin {

@@ -525,13 +525,13 @@ fn expand_jit_fn(c: syn::ExprClosure) -> syn::Result<TokenStream2> {
 }
 
 /// FNV-1a, 64 bits: a derived struct's structure key.
-fn fnv1a(text: &str) -> i64 {
+fn fnv1a(text: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {
         h ^= b as u64;
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    h as i64
+    h
 }
 
 /// `#[derive(JitArgs)]`: a struct of tensors as one jit argument (and
@@ -624,7 +624,7 @@ fn expand_derive(input: syn::DeriveInput) -> syn::Result<TokenStream2> {
     Ok(quote! {
         impl ::tilejit::JitArgs for #name {
             fn push_args<'a>(&'a self, out: &mut ::std::vec::Vec<::tilejit::ArgValue<'a>>) {
-                out.push(::tilejit::ArgValue::Int(#key));
+                out.push(::tilejit::ArgValue::Mark(::tilejit::args::Mark::Struct(#key)));
                 #(#pushes)*
             }
         }
