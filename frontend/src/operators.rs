@@ -1,4 +1,4 @@
-//! `+ - * /` and unary `-` for every mix of `Tensor`, `&Tensor` and Rust
+//! `+ - * / %` (`%` is numpy's `mod`: see `Tensor::remainder`) and unary `-` for every mix of `Tensor`, `&Tensor` and Rust
 //! scalars. Errors follow the crate rule: the result is an error tensor.
 //!
 //! Scalars on the right go through one generic impl per operator, so any
@@ -11,7 +11,7 @@ use crate::error::Loc;
 use crate::ops::{binary, binary_scalar};
 use crate::scalar::Scalar;
 use crate::tensor::Tensor;
-use std::ops::{Add, Div, Mul, Neg, Sub};
+use std::ops::{Add, Div, Mul, Neg, Rem, Sub};
 use tilejit_ir::{BinaryOp, Op, UnaryOp};
 
 macro_rules! tensor_ops {
@@ -86,6 +86,7 @@ tensor_ops! {
     Sub sub BinaryOp::Sub;
     Mul mul BinaryOp::Mul;
     Div div BinaryOp::Div;
+    Rem rem BinaryOp::Rem;
 }
 
 impl Neg for &Tensor {

@@ -20,6 +20,13 @@
 //!   [`TRANSCENDENTAL_ULPS`] roundings; gelu: its Lipschitz constant times
 //!   `E` plus [`GELU_ULPS`] and `u·|x|` (its `1 + tanh` cancels for
 //!   `x << 0`; backends approximate these functions);
+//! - sin, cos (slope at most 1), erf: as the monotone functions;
+//!   floor, ceil, round: exact, or `E + 1` for an inexact operand (a
+//!   step); sign: exact, or 2 where the operand's bound spans 0;
+//! - pow: [`TRANSCENDENTAL_ULPS`] roundings of exact operands, the change
+//!   over the corners of the operands' intervals for a positive base, else
+//!   unbounded; mod: one rounding of exact operands, else `2(|y| + E_y)`
+//!   (the result lies in `(-|y|, |y|)`);
 //! - max/min, relu, neg, abs, layout ops: the operand's bound moves with it;
 //! - a comparison whose operands are within their bounds of each other may
 //!   flip: `select` on it is then bounded by the distance between its
@@ -279,6 +286,14 @@ fn unary(f: UnaryOp, x: f64, e: f64, v: f64, u: f64) -> f64 {
         UnaryOp::Sigmoid => over(crate::scalar::sigmoid, true) + rounding(TRANSCENDENTAL_ULPS),
         // `0.5x(1 + tanh(..))` cancels for x << 0: an error of about u|x|.
         UnaryOp::Gelu => GELU_LIPSCHITZ * e + rounding(GELU_ULPS) + u * x.abs(),
+        // Slope at most 1.
+        UnaryOp::Sin | UnaryOp::Cos => e + rounding(TRANSCENDENTAL_ULPS),
+        UnaryOp::Erf => over(crate::scalar::erf, true) + rounding(TRANSCENDENTAL_ULPS),
+        // Exact, but a step: an inexact operand may move it by one more.
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round if e > 0.0 => e + 1.0,
+        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => 0.0,
+        UnaryOp::Sign if x.abs() <= e => 2.0,
+        UnaryOp::Sign => 0.0,
     }
 }
 
@@ -302,6 +317,37 @@ fn binary(b: BinaryOp, (x, ex): (f64, f64), (y, ey): (f64, f64), v: f64, u: f64)
             }
         }
         BinaryOp::Max | BinaryOp::Min => ex.max(ey),
+        BinaryOp::Pow => {
+            if ex == 0.0 && ey == 0.0 {
+                TRANSCENDENTAL_ULPS * r
+            } else if u > 0.0 && x - ex > 0.0 {
+                // Monotone in each operand for x > 0: the corners bound it.
+                let mut d: f64 = 0.0;
+                for xc in [x - ex, x + ex] {
+                    for yc in [y - ey, y + ey] {
+                        d = d.max((xc.powf(yc) - v).abs());
+                    }
+                }
+                if d.is_nan() {
+                    f64::INFINITY
+                } else {
+                    d + TRANSCENDENTAL_ULPS * r
+                }
+            } else {
+                f64::INFINITY
+            }
+        }
+        BinaryOp::Rem => {
+            if ex == 0.0 && ey == 0.0 {
+                // fmod is exact; moving it into the divisor's sign rounds.
+                r
+            } else if u > 0.0 {
+                // A step at every multiple of `y`: anywhere in `(-|y|, |y|)`.
+                2.0 * (y.abs() + ey) + r
+            } else {
+                f64::INFINITY
+            }
+        }
     }
 }
 

@@ -56,6 +56,20 @@ pub enum UnaryOp {
     Sigmoid,
     /// tanh approximation `0.5x(1+tanh(0.7978845608(x+0.044715x^3)))`
     Gelu,
+    /// sine (radians)
+    Sin,
+    /// cosine (radians)
+    Cos,
+    /// the error function `2/sqrt(pi) * integral_0^x e^(-t^2) dt`
+    Erf,
+    /// largest integer `<= x` (integers: the identity)
+    Floor,
+    /// smallest integer `>= x` (integers: the identity)
+    Ceil,
+    /// nearest integer, halves to even (integers: the identity)
+    Round,
+    /// `-1`, `0` or `1` by the sign of `x` (`sign(-0.0) = 0.0`, NaN stays NaN)
+    Sign,
 }
 
 /// Elementwise functions of two operands of equal type.
@@ -73,6 +87,12 @@ pub enum BinaryOp {
     Max,
     /// elementwise minimum, NaN-propagating
     Min,
+    /// `a^b` (floats: IEEE `pow`; integers: wrapping, `a^b = 0` for
+    /// `b < 0` unless `a` is 1 or -1)
+    Pow,
+    /// `a mod b` with the divisor's sign (numpy's `mod`; integers: `x mod 0
+    /// = 0`; floats: `x mod 0 = NaN`)
+    Rem,
 }
 
 /// Elementwise comparisons; the result is `bool`.
@@ -93,7 +113,7 @@ pub enum CmpOp {
 impl UnaryOp {
     /// Every unary op, in declaration order (the text parser looks names
     /// up here, so an op missing from it fails the text round-trip tests).
-    pub const ALL: [UnaryOp; 12] = [
+    pub const ALL: [UnaryOp; 19] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Square,
@@ -106,18 +126,27 @@ impl UnaryOp {
         UnaryOp::Tanh,
         UnaryOp::Sigmoid,
         UnaryOp::Gelu,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Erf,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Sign,
     ];
 }
 
 impl BinaryOp {
     /// Every binary op, in declaration order.
-    pub const ALL: [BinaryOp; 6] = [
+    pub const ALL: [BinaryOp; 8] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
         BinaryOp::Div,
         BinaryOp::Max,
         BinaryOp::Min,
+        BinaryOp::Pow,
+        BinaryOp::Rem,
     ];
 }
 

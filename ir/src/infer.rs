@@ -282,7 +282,14 @@ fn same_type(what: &'static str, a: TensorType, b: TensorType) -> Result<(), IrE
 fn unary_dtype_ok(u: UnaryOp, d: DType) -> Result<(), IrError> {
     let int_ok = matches!(
         u,
-        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Square | UnaryOp::Relu
+        UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Square
+            | UnaryOp::Relu
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Sign
     );
     if d.is_float() || (d.is_int() && int_ok) {
         return Ok(());
@@ -346,6 +353,13 @@ pub fn unary_name(u: UnaryOp) -> &'static str {
         UnaryOp::Tanh => "tanh",
         UnaryOp::Sigmoid => "sigmoid",
         UnaryOp::Gelu => "gelu",
+        UnaryOp::Sin => "sin",
+        UnaryOp::Cos => "cos",
+        UnaryOp::Erf => "erf",
+        UnaryOp::Floor => "floor",
+        UnaryOp::Ceil => "ceil",
+        UnaryOp::Round => "round",
+        UnaryOp::Sign => "sign",
     }
 }
 
@@ -358,6 +372,8 @@ pub fn binary_name(b: BinaryOp) -> &'static str {
         BinaryOp::Div => "div",
         BinaryOp::Max => "maximum",
         BinaryOp::Min => "minimum",
+        BinaryOp::Pow => "pow",
+        BinaryOp::Rem => "rem",
     }
 }
 

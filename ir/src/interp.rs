@@ -381,15 +381,24 @@ fn unary(u: UnaryOp, dtype: DType, x: &Vals) -> Result<Vals, IrError> {
                 UnaryOp::Tanh => f64::tanh,
                 UnaryOp::Sigmoid => scalar::sigmoid,
                 UnaryOp::Gelu => scalar::gelu,
+                UnaryOp::Sin => f64::sin,
+                UnaryOp::Cos => f64::cos,
+                UnaryOp::Erf => scalar::erf,
+                UnaryOp::Floor => f64::floor,
+                UnaryOp::Ceil => f64::ceil,
+                UnaryOp::Round => f64::round_ties_even,
+                UnaryOp::Sign => scalar::sign,
             };
             Vals::F(collect(v.iter().map(|&a| dtype.round_float(f(a))))?)
         }
         Vals::I(v) => {
-            // Type inference admits only these four on integers.
+            // Type inference admits only these on integers.
             let f: fn(i64) -> i64 = match u {
                 UnaryOp::Neg => i64::wrapping_neg,
                 UnaryOp::Abs => i64::wrapping_abs,
                 UnaryOp::Square => |x| x.wrapping_mul(x),
+                UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => |x| x,
+                UnaryOp::Sign => i64::signum,
                 _ => |x| x.max(0),
             };
             Vals::I(collect(v.iter().map(|&a| dtype.wrap_int(f(a))))?)
@@ -407,6 +416,8 @@ fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Result<Vals, IrError
                 BinaryOp::Div => |a, b| a / b,
                 BinaryOp::Max => max_nan,
                 BinaryOp::Min => min_nan,
+                BinaryOp::Pow => f64::powf,
+                BinaryOp::Rem => scalar::float_mod,
             };
             Vals::F(collect(
                 p.iter().zip(q).map(|(&a, &c)| dtype.round_float(f(a, c))),
@@ -420,6 +431,8 @@ fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Result<Vals, IrError
                 BinaryOp::Div => scalar::int_div,
                 BinaryOp::Max => i64::max,
                 BinaryOp::Min => i64::min,
+                BinaryOp::Pow => scalar::int_pow,
+                BinaryOp::Rem => scalar::int_mod,
             };
             Vals::I(collect(
                 p.iter().zip(q).map(|(&a, &c)| dtype.wrap_int(f(a, c))),

@@ -45,6 +45,85 @@ pub fn min_nan(a: f64, b: f64) -> f64 {
     }
 }
 
+/// The error function (`libm`'s, a port of FreeBSD's `erf`: under 1 ulp).
+pub fn erf(x: f64) -> f64 {
+    libm::erf(x)
+}
+
+/// numpy's `sign`: -1, 0 or 1; `sign(-0.0) = 0.0`, NaN stays NaN.
+pub fn sign(x: f64) -> f64 {
+    if x > 0.0 {
+        1.0
+    } else if x < 0.0 {
+        -1.0
+    } else if x == 0.0 {
+        0.0
+    } else {
+        x
+    }
+}
+
+/// numpy's float `mod`: `fmod(a, b)` moved into the divisor's sign by
+/// adding `b` (so `-1 mod inf = inf`, as numpy gives), a zero result takes
+/// `b`'s sign, and `a mod 0` is NaN.
+pub fn float_mod(a: f64, b: f64) -> f64 {
+    let m = a % b;
+    if b == 0.0 {
+        m
+    } else if m != 0.0 {
+        if (b < 0.0) != (m < 0.0) {
+            m + b
+        } else {
+            m
+        }
+    } else {
+        0.0f64.copysign(b)
+    }
+}
+
+/// numpy's integer `mod`: the result has the divisor's sign, `x mod 0 =
+/// 0` (numpy's value, with a warning there) and `MIN mod -1 = 0`.
+pub fn int_mod(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        return 0;
+    }
+    let r = a.wrapping_rem(b);
+    if r != 0 && (r < 0) != (b < 0) {
+        r + b
+    } else {
+        r
+    }
+}
+
+/// Integer power by repeated squaring, wrapping. numpy raises on a
+/// negative exponent; here `a^b` for `b < 0` is the integer part of
+/// `1/a^|b|`: 1 for `a = 1`, `(-1)^b` for `a = -1`, and 0 otherwise
+/// (including `a = 0`).
+pub fn int_pow(a: i64, b: i64) -> i64 {
+    if b < 0 {
+        return match a {
+            1 => 1,
+            -1 => {
+                if b & 1 == 0 {
+                    1
+                } else {
+                    -1
+                }
+            }
+            _ => 0,
+        };
+    }
+    let (mut base, mut e, mut r) = (a, b as u64, 1i64);
+    while e != 0 {
+        if e & 1 == 1 {
+            r = r.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        e >>= 1;
+    }
+    r
+}
+
 /// Integer division truncating toward zero, with `x / 0 == 0` and
 /// `i64::MIN / -1` wrapping.
 pub fn int_div(a: i64, b: i64) -> i64 {

@@ -168,7 +168,16 @@ pub(crate) fn unary_ops(d: D) -> &'static [UnaryOp] {
     if d.is_float() {
         &UnaryOp::ALL
     } else {
-        &[UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Square, UnaryOp::Relu]
+        &[
+            UnaryOp::Neg,
+            UnaryOp::Abs,
+            UnaryOp::Square,
+            UnaryOp::Relu,
+            UnaryOp::Floor,
+            UnaryOp::Ceil,
+            UnaryOp::Round,
+            UnaryOp::Sign,
+        ]
     }
 }
 
@@ -337,6 +346,12 @@ fn ulp_sweep(u: UnaryOp, lo: f64, hi: f64, n: usize, f: fn(f64) -> f64) -> u32 {
     let xs: Vec<f32> = (0..n)
         .map(|i| (lo + (hi - lo) * i as f64 / n as f64) as f32)
         .collect();
+    ulp_max(u, xs, f)
+}
+
+/// The largest ulp distance of `u` on the host from `f` rounded to f32.
+fn ulp_max(u: UnaryOp, xs: Vec<f32>, f: fn(f64) -> f64) -> u32 {
+    let n = xs.len();
     let p = Program::compile(unary_graph(u, D::F32, n)).unwrap();
     let out = p
         .run(&[Array::from_vec(xs.clone(), &[n]).unwrap()], &[])
@@ -384,6 +399,46 @@ fn inline_math_is_accurate_over_a_million_points() {
     assert!(
         exp <= 2 && log <= 4 && log01 <= 4 && tanh <= 4 && sig <= 4 && gelu <= 4 && gelu_neg <= 32,
         "exp {exp}, log {log}/{log01}, tanh {tanh}, sigmoid {sig}, gelu {gelu}/{gelu_neg}"
+    );
+}
+
+/// sin and cos (the Cody-Waite reduction: exact `j pi/2` parts with FMA)
+/// near 0, to 1e4 and to the end of the polynomial range (131072), then
+/// past it where lanes take f64 calls; erf across both of its forms. The
+/// figures are stated in `Tensor::sin`, `cos` and `erf`'s docs.
+#[test]
+fn sin_cos_erf_are_accurate_over_a_million_points() {
+    const N: usize = 1 << 20;
+    let mut report = String::new();
+    let mut worst = 0;
+    for (lo, hi) in [
+        (-10.0, 10.0),
+        (-1e4, 1e4),
+        (-131072.0, 131072.0),
+        (-1e6, 1e6),
+    ] {
+        let s = ulp_sweep(UnaryOp::Sin, lo, hi, N, f64::sin);
+        let c = ulp_sweep(UnaryOp::Cos, lo, hi, N, f64::cos);
+        report += &format!("sin {s} / cos {c} on [{lo}, {hi}]; ");
+        worst = worst.max(s).max(c);
+    }
+    // The f32 values nearest each multiple of pi/2 up to 2^17 (and their
+    // neighbours), where the reduced argument is tiny and its error shows.
+    let xs: Vec<f32> = (1..83_000)
+        .flat_map(|k| {
+            let x = (k as f64 * std::f64::consts::FRAC_PI_2) as f32;
+            let b = x.to_bits();
+            [f32::from_bits(b - 1), x, f32::from_bits(b + 1)]
+        })
+        .collect();
+    let near = ulp_max(UnaryOp::Sin, xs.clone(), f64::sin);
+    let near_c = ulp_max(UnaryOp::Cos, xs, f64::cos);
+    let erf = ulp_sweep(UnaryOp::Erf, -5.0, 5.0, N, tilejit_ir::scalar::erf);
+    let erf_small = ulp_sweep(UnaryOp::Erf, -1e-3, 1e-3, N, tilejit_ir::scalar::erf);
+    eprintln!("max ulp: {report}sin near k pi/2 {near}, cos {near_c}, erf {erf} / {erf_small}");
+    assert!(
+        worst <= 2 && near <= 2 && near_c <= 2 && erf <= 2 && erf_small <= 2,
+        "{report}sin near k pi/2 {near}, cos {near_c}, erf {erf} / {erf_small}"
     );
 }
 
@@ -475,6 +530,13 @@ fn inline_math_edges_match_the_reference() {
         UnaryOp::Tanh,
         UnaryOp::Sigmoid,
         UnaryOp::Gelu,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Erf,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Sign,
     ] {
         let p = Program::compile(unary_graph(u, D::F32, n)).unwrap();
         let got = p.run(std::slice::from_ref(&input), &[]).unwrap();

@@ -19,6 +19,7 @@ mod jit;
 mod jit_args;
 mod kernel_ir;
 mod layout_ops;
+mod math_ops;
 mod oom;
 mod ops;
 mod pool;

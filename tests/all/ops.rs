@@ -66,6 +66,13 @@ fn unary_math_matches_hand_values() {
     check(x.abs(), f64::abs);
     check(x.square(), |v| v * v);
     check(x.recip(), |v| 1.0 / v);
+    check(x.sin(), f64::sin);
+    check(x.cos(), f64::cos);
+    check(x.erf(), tilejit_ir::scalar::erf);
+    check(x.floor(), f64::floor);
+    check(x.ceil(), f64::ceil);
+    check(x.round(), f64::round_ties_even);
+    check(x.sign(), |v| if v == 0.0 { 0.0 } else { v.signum() });
     let p = t32(&[0.25, 1.0, 4.0, 9.0], &[4]);
     assert_eq!(vals(&p.sqrt()), vec![0.5, 1.0, 2.0, 3.0]);
     assert_eq!(vals(&p.rsqrt()), vec![2.0, 1.0, 0.5, 1.0 / 3.0]);

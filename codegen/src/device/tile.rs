@@ -521,6 +521,13 @@ fn unary(b: &mut ProgramBuilder, u: UnaryOp, dt: DType, sh: Shape, vcols: Val, d
         UnaryOp::Tanh => b.vtanh(dt, sh, 1, vcols, dst, a),
         UnaryOp::Sigmoid => b.vsigmoid(dt, sh, 1, vcols, dst, a),
         UnaryOp::Gelu => b.vgelu(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Sin => b.vsin(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Cos => b.vcos(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Erf => b.verf(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Floor => b.vfloor(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Ceil => b.vceil(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Round => b.vround(dt, sh, 1, vcols, dst, a),
+        UnaryOp::Sign => b.vsign(dt, sh, 1, vcols, dst, a),
     };
 }
 
@@ -544,6 +551,8 @@ pub(super) fn binary(
         BinaryOp::Div => b.vdiv(dt, sh, vrows, vcols, dst, x, y),
         BinaryOp::Max => b.vmax(dt, sh, vrows, vcols, dst, x, y),
         BinaryOp::Min => b.vmin(dt, sh, vrows, vcols, dst, x, y),
+        BinaryOp::Pow => b.vpow(dt, sh, vrows, vcols, dst, x, y),
+        BinaryOp::Rem => b.vrem(dt, sh, vrows, vcols, dst, x, y),
     };
 }
 

@@ -25,7 +25,7 @@ use cranelift_codegen::ir::{types, FuncRef, InstBuilder, MemFlagsData, Type, Val
 use cranelift_frontend::{FunctionBuilder, Variable};
 use std::collections::HashMap;
 use tilejit_ir::kernel::{Expr, ExprId, Kernel, Stage};
-use tilejit_ir::DType;
+use tilejit_ir::{BinaryOp, DType};
 
 mod block;
 mod expr;
@@ -44,6 +44,8 @@ const _: () = assert!(ACCS as i64 * LANES == 16, "the fold helpers write 16 lane
 pub struct Libcalls {
     /// `f64 -> f64` functions by name (`exp`, `log`, `tanh`).
     pub f64_fns: HashMap<&'static str, FuncRef>,
+    /// Two-operand functions by name: `pow`, `mod` (`f64`), `ipow` (`i64`).
+    pub fns2: HashMap<&'static str, FuncRef>,
     /// `f32 -> f32` rounding to f16 / bf16.
     pub round_f16: FuncRef,
     /// See `round_f16`.
@@ -375,6 +377,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             let n = k.expr(e);
             match n.expr {
                 Expr::Cast(_) => false,
+                // Library calls (scalar).
+                Expr::Binary(BinaryOp::Pow | BinaryOp::Rem, ..) => false,
                 // Rounding to f16/bf16 is a scalar call.
                 _ if is_low_precision(n.dtype) && !matches!(n.expr, Expr::Load(_)) => false,
                 Expr::Compare(_, a, _) => is_f32ish(k.expr(a).dtype),

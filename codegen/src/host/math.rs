@@ -72,6 +72,61 @@ pub(super) const GELU_C: f32 = -2.0 * 0.7978845608;
 /// See [`GELU_C`].
 pub(super) const GELU_CK: f32 = GELU_C * 0.044715;
 
+/// The largest `|x|` for which [`Math::sin`] and [`Math::cos`] with FMA are
+/// within a few ulp (past it, `j = round(|x| 2/pi)` rounds in f32 and `r`
+/// leaves `[-pi/4, pi/4]`); the lowering sends larger ones to f64 calls.
+pub(crate) const SIN_FAST_MAX: f32 = 131072.0;
+/// [`SIN_FAST_MAX`] without FMA, where Cephes' reduction holds.
+pub(crate) const SIN_FAST_MAX_NO_FMA: f32 = 8192.0;
+/// `pi/2` in three f32 parts for FMA reduction (`x - j*P1` is exact in one
+/// `fma`; the parts sum to `pi/2` within 1e-23).
+pub(super) const PIO2_FMA: [f32; 3] = [
+    1.5707963705062866,
+    -4.371138828673793e-8,
+    -1.7151245100058819e-15,
+];
+/// `pi/2` in three parts for reduction without FMA (Cephes' `DP1..DP3`,
+/// doubled): the first two have 8 and 11 significant bits, so `j*P` is
+/// exact for the quadrant counts `|x| < 8192` gives.
+pub(super) const PIO2_CEPHES: [f32; 3] =
+    [1.5703125, 4.837512969970703125e-4, 7.54978995489188216e-8];
+/// Cephes `sinf` polynomial in `r^2` (`sin r = r + r^3 P(r^2)`, |r| <= pi/4),
+/// highest degree first.
+pub(super) const SIN_POLY: [f32; 3] = [-1.9515295891E-4, 8.3321608736E-3, -1.6666654611E-1];
+/// Cephes `cosf` polynomial in `r^2` (`cos r = 1 - r^2/2 + r^4 P(r^2)`).
+pub(super) const COS_POLY: [f32; 3] = [
+    2.443315711809948E-5,
+    -1.388731625493765E-3,
+    4.166664568298827E-2,
+];
+/// erf on `|x| < 1`: `erf x = x + x P(x^2)`, a least-squares fit of relative
+/// error (0.96 ulp with f32 Horner), highest degree first.
+pub(super) const ERF_SMALL: [f32; 7] = [
+    7.847259257687256e-5,
+    -8.008189033716917e-4,
+    5.188099108636379e-3,
+    -2.6853691786527634e-2,
+    1.128358244895935e-1,
+    -3.761262595653534e-1,
+    1.2837916612625122e-1,
+];
+/// erf on `1 <= |x| <= ERF_CLAMP`: `erf x = 1 - e^(-x^2) P(x)` (`P` fits
+/// `erfcx`, weighted by `e^(-x^2)`), highest degree first.
+pub(super) const ERF_TAIL: [f32; 9] = [
+    1.0234693763777614e-4,
+    -1.8475810065865517e-3,
+    1.4909335412085056e-2,
+    -7.14135617017746e-2,
+    2.2774887084960938e-1,
+    -5.151476263999939e-1,
+    8.597264289855957e-1,
+    -1.0784902572631836,
+    9.91995632648468e-1,
+];
+/// Past this `|x|`, `erfc x < 2^-25` and erf rounds to 1 (the tail
+/// polynomial is evaluated at most here).
+pub(super) const ERF_CLAMP: f32 = 3.92;
+
 /// Emits f32 math for one lane shape.
 pub struct Math<'a, 'b> {
     /// The builder.
@@ -316,6 +371,108 @@ impl Math<'_, '_> {
         let small = self.mul_add(pz, ax, ax);
         let lim = self.c(TANH_SMALL);
         let is_small = self.cmp(FloatCC::LessThan, ax, lim);
+        let r = self.select(is_small, small, big);
+        let ri = self.int_bits(r);
+        let ri = self.b.ins().bor(ri, sign);
+        self.float_bits(ri)
+    }
+
+    /// `sin x` (radians); see [`Math::sin_cos`].
+    pub fn sin(&mut self, x: Value) -> Value {
+        self.sin_cos(x, false)
+    }
+
+    /// `cos x` (radians); see [`Math::sin_cos`].
+    pub fn cos(&mut self, x: Value) -> Value {
+        self.sin_cos(x, true)
+    }
+
+    /// sin or cos: `|x| = j pi/2 + r` with `j` the nearest integer to `|x|
+    /// 2/pi` and `r` from a Cody-Waite subtraction of `j` times three parts
+    /// of pi/2 (exact-product parts [`PIO2_FMA`] with FMA, Cephes' few-bit
+    /// parts [`PIO2_CEPHES`] without), then Cephes' polynomials for sin and
+    /// cos on `|r| <= pi/4`, chosen and signed by `j mod 4` (and `x`'s sign
+    /// for sin, so `sin(-0) = -0`). inf and NaN give NaN.
+    fn sin_cos(&mut self, x: Value, cos: bool) -> Value {
+        let xi = self.int_bits(x);
+        let ax = self.b.ins().fabs(x);
+        let two_pi = self.c(std::f32::consts::FRAC_2_PI);
+        let t = self.b.ins().fmul(ax, two_pi);
+        let j = self.b.ins().nearest(t);
+        let parts = if self.fma { PIO2_FMA } else { PIO2_CEPHES };
+        let nj = self.b.ins().fneg(j);
+        let mut r = ax;
+        for p in parts {
+            let pc = self.c(p);
+            r = self.mul_add(nj, pc, r);
+        }
+        // j mod 4, exactly in f32 (j/4, its floor and 4 floor(j/4) are
+        // exact), then as an integer (NaN -> 0: the result is NaN anyway).
+        let quarter = self.c(0.25);
+        let q = self.b.ins().fmul(j, quarter);
+        let q = self.b.ins().floor(q);
+        let m4 = self.c(-4.0);
+        let m = self.mul_add(q, m4, j);
+        let it = self.int_ty();
+        let mut qi = self.b.ins().fcvt_to_sint_sat(it, m);
+        if cos {
+            // cos x = sin(x + pi/2): one quadrant on.
+            let one = self.ci(1);
+            qi = self.b.ins().iadd(qi, one);
+        }
+        let z = self.b.ins().fmul(r, r);
+        let ps = self.horner(z, &SIN_POLY);
+        let pz = self.b.ins().fmul(ps, z);
+        let sin_r = self.mul_add(pz, r, r);
+        let pc = self.horner(z, &COS_POLY);
+        let zz = self.b.ins().fmul(z, z);
+        let y = self.b.ins().fmul(pc, zz);
+        let mhalf = self.c(-0.5);
+        let y = self.mul_add(z, mhalf, y);
+        let one = self.c(1.0);
+        let cos_r = self.b.ins().fadd(y, one);
+        // Odd quadrants take cos r: an all-ones mask from bit 0 of q.
+        let swap = self.b.ins().ishl_imm_s(qi, 31);
+        let swap = self.b.ins().sshr_imm_s(swap, 31);
+        let sb = self.int_bits(sin_r);
+        let cb = self.int_bits(cos_r);
+        let pick_c = self.b.ins().band(cb, swap);
+        let pick_s = self.b.ins().band_not(sb, swap);
+        let v = self.b.ins().bor(pick_c, pick_s);
+        // Quadrants 2 and 3 negate: bit 1 of q to the sign bit.
+        let two = self.ci(2);
+        let neg = self.b.ins().band(qi, two);
+        let mut neg = self.b.ins().ishl_imm_s(neg, 30);
+        if !cos {
+            let sign_mask = self.ci(i32::MIN);
+            let xs = self.b.ins().band(xi, sign_mask);
+            neg = self.b.ins().bxor(neg, xs);
+        }
+        let v = self.b.ins().bxor(v, neg);
+        self.float_bits(v)
+    }
+
+    /// The error function: `x + x P(x^2)` ([`ERF_SMALL`]) for `|x| < 1`,
+    /// `1 - e^(-x^2) P(|x|)` ([`ERF_TAIL`], `|x|` clamped to [`ERF_CLAMP`])
+    /// above, with `x`'s sign (erf is odd; `erf(-0) = -0`). NaN in, NaN out.
+    pub fn erf(&mut self, x: Value) -> Value {
+        let sign_mask = self.ci(i32::MIN);
+        let xi = self.int_bits(x);
+        let sign = self.b.ins().band(xi, sign_mask);
+        let ax = self.b.ins().fabs(x);
+        let t = self.b.ins().fmul(ax, ax);
+        let q = self.horner(t, &ERF_SMALL);
+        let small = self.mul_add(ax, q, ax);
+        // NaN passes the clamp (and fails `< 1`), so the tail gives NaN.
+        let lim = self.c(ERF_CLAMP);
+        let xc = self.pmin(ax, lim);
+        let p = self.horner(xc, &ERF_TAIL);
+        let nt = self.b.ins().fneg(t);
+        let e = self.exp_from(nt, EXP_FLOOR);
+        let ep = self.b.ins().fmul(e, p);
+        let one = self.c(1.0);
+        let big = self.b.ins().fsub(one, ep);
+        let is_small = self.cmp(FloatCC::LessThan, ax, one);
         let r = self.select(is_small, small, big);
         let ri = self.int_bits(r);
         let ri = self.b.ins().bor(ri, sign);

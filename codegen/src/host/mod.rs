@@ -208,6 +208,24 @@ extern "C" fn tj_sigmoid(x: f64) -> f64 {
 extern "C" fn tj_gelu(x: f64) -> f64 {
     0.5 * x * (1.0 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh())
 }
+extern "C" fn tj_sin(x: f64) -> f64 {
+    x.sin()
+}
+extern "C" fn tj_cos(x: f64) -> f64 {
+    x.cos()
+}
+extern "C" fn tj_erf(x: f64) -> f64 {
+    tilejit_ir::scalar::erf(x)
+}
+extern "C" fn tj_pow(x: f64, y: f64) -> f64 {
+    x.powf(y)
+}
+extern "C" fn tj_mod(x: f64, y: f64) -> f64 {
+    tilejit_ir::scalar::float_mod(x, y)
+}
+extern "C" fn tj_ipow(x: i64, y: i64) -> i64 {
+    tilejit_ir::scalar::int_pow(x, y)
+}
 extern "C" fn tj_round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
@@ -223,7 +241,7 @@ extern "C" fn tj_round_bf16_f64(x: f64) -> f64 {
     tilejit_ir::scalar::bf16_from_f64(x).to_f64()
 }
 
-const F64_FNS: [(&str, &str, extern "C" fn(f64) -> f64); 7] = [
+const F64_FNS: [(&str, &str, extern "C" fn(f64) -> f64); 10] = [
     ("round_f16", "tj_round_f16_f64", tj_round_f16_f64),
     ("round_bf16", "tj_round_bf16_f64", tj_round_bf16_f64),
     ("exp", "tj_exp", tj_exp),
@@ -231,7 +249,17 @@ const F64_FNS: [(&str, &str, extern "C" fn(f64) -> f64); 7] = [
     ("tanh", "tj_tanh", tj_tanh),
     ("sigmoid", "tj_sigmoid", tj_sigmoid),
     ("gelu", "tj_gelu", tj_gelu),
+    ("sin", "tj_sin", tj_sin),
+    ("cos", "tj_cos", tj_cos),
+    ("erf", "tj_erf", tj_erf),
 ];
+
+/// Two-operand libcalls: f32 and f64 `pow` and `mod` (promoted to f64,
+/// whose result rounded to f32 is the reference's), and integer `pow`.
+const F64_FNS2: [(&str, &str, extern "C" fn(f64, f64) -> f64); 2] =
+    [("pow", "tj_pow", tj_pow), ("mod", "tj_mod", tj_mod)];
+/// See [`F64_FNS2`].
+const I64_FNS2: [(&str, &str, extern "C" fn(i64, i64) -> i64); 1] = [("ipow", "tj_ipow", tj_ipow)];
 
 fn cl_err(k: &Kernel, e: impl std::fmt::Display) -> CodegenError {
     CodegenError::Cranelift {
@@ -288,6 +316,12 @@ fn new_module(
     let isa = isa_for(k, opts)?;
     let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
     for (_, sym, f) in F64_FNS {
+        jb.symbol(sym, f as *const u8);
+    }
+    for (_, sym, f) in F64_FNS2 {
+        jb.symbol(sym, f as *const u8);
+    }
+    for (_, sym, f) in I64_FNS2 {
         jb.symbol(sym, f as *const u8);
     }
     jb.symbol("tj_round_f16", tj_round_f16 as *const u8);
@@ -391,9 +425,11 @@ fn build(
     let mut symbols: Vec<(FuncRef, &'static str)> = Vec::new();
     {
         let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-        let mut import = |sym: &'static str, ty: types::Type| {
+        let mut import = |sym: &'static str, ty: types::Type, arity: usize| {
             let mut s = Signature::new(module.isa().default_call_conv());
-            s.params.push(AbiParam::new(ty));
+            for _ in 0..arity {
+                s.params.push(AbiParam::new(ty));
+            }
             s.returns.push(AbiParam::new(ty));
             let fid = module
                 .declare_function(sym, Linkage::Import, &s)
@@ -404,10 +440,17 @@ fn build(
         };
         let mut f64_fns = HashMap::new();
         for (name, sym, _) in F64_FNS {
-            f64_fns.insert(name, import(sym, types::F64)?);
+            f64_fns.insert(name, import(sym, types::F64, 1)?);
         }
-        let round_f16 = import("tj_round_f16", types::F32)?;
-        let round_bf16 = import("tj_round_bf16", types::F32)?;
+        let mut fns2 = HashMap::new();
+        for (name, sym, _) in F64_FNS2 {
+            fns2.insert(name, import(sym, types::F64, 2)?);
+        }
+        for (name, sym, _) in I64_FNS2 {
+            fns2.insert(name, import(sym, types::I64, 2)?);
+        }
+        let round_f16 = import("tj_round_f16", types::F32, 1)?;
+        let round_bf16 = import("tj_round_bf16", types::F32, 1)?;
         let mut block_fns = HashMap::new();
         for f in helpers {
             let mut s = Signature::new(module.isa().default_call_conv());
@@ -426,6 +469,7 @@ fn build(
         }
         let libs = lower::Libcalls {
             f64_fns,
+            fns2,
             round_f16,
             round_bf16,
             block_fns,

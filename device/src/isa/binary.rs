@@ -22,8 +22,9 @@ use tilejit_ir::DType;
 
 /// File magic.
 pub const MAGIC: &[u8; 4] = b"TJBC";
-/// Encoding version.
-pub const VERSION: u16 = 1;
+/// Encoding version (2: opcodes renumbered by the math rows `vpow` ...
+/// `vsign`).
+pub const VERSION: u16 = 2;
 const MAX_RANK: usize = 8;
 
 /// Encodes a program. Fails only if a name, count or operand cannot be

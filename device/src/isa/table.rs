@@ -221,6 +221,8 @@ isa_table! {
     Vdiv vdiv V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a / b (integers: truncating, x / 0 = 0).";
     Vmax vmax V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = max(a, b), NaN-propagating.";
     Vmin vmin V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = min(a, b), NaN-propagating.";
+    Vpow vpow V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a ^ b (floats: IEEE pow; integers: wrapping, 0 for b < 0 unless a is 1 or -1).";
+    Vrem vrem V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a mod b with b's sign (integers: x mod 0 = 0; floats: x mod 0 = NaN).";
     Vmov vmov V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = a.";
     Vneg vneg V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = -a.";
     Vabs vabs V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = |a|.";
@@ -234,6 +236,13 @@ isa_table! {
     Vtanh vtanh V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = tanh a (floats).";
     Vsigmoid vsigmoid V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = 1 / (1 + e^-a) (floats).";
     Vgelu vgelu V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = gelu(a), tanh approximation (floats).";
+    Vsin vsin V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = sin a (floats, radians).";
+    Vcos vcos V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = cos a (floats, radians).";
+    Verf verf V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = erf a (floats).";
+    Vfloor vfloor V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = floor a (integers: a).";
+    Vceil vceil V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = ceil a (integers: a).";
+    Vround vround V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = a rounded to the nearest integer, halves to even (integers: a).";
+    Vsign vsign V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = -1, 0 or 1 by the sign of a (sign(-0.0) = 0.0, NaN stays NaN).";
     Vadds vadds V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, s: SCALAR], "dst = a + s.";
     Vmuls vmuls V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, s: SCALAR], "dst = a * s.";
     Vmaxs vmaxs V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, s: SCALAR], "dst = max(a, s), NaN-propagating.";

@@ -235,9 +235,12 @@ fn check_dtypes(inst: &Inst) -> std::result::Result<(), String> {
     };
     let mn = inst.op.mnemonic();
     let ok = match inst.op {
-        Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh | Vsigmoid | Vgelu => dt.is_float(),
-        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vneg | Vabs | Vsquare | Vrelu | Vadds | Vmuls
-        | Vmaxs | Vmins | Vrsum | Vrmax | Vrmin => dt != DType::Bool,
+        Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh | Vsigmoid | Vgelu | Vsin | Vcos | Verf => {
+            dt.is_float()
+        }
+        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vneg | Vabs | Vsquare | Vrelu
+        | Vfloor | Vceil | Vround | Vsign | Vadds | Vmuls | Vmaxs | Vmins | Vrsum | Vrmax
+        | Vrmin => dt != DType::Bool,
         Mmad | Mvl0a | Mvl0b => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
         Fixp => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
         Ldg => matches!(inst.dtype2(), Some(DType::I32 | DType::I64)),

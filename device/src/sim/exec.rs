@@ -387,10 +387,12 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
         }
         // Listed one by one so that a new opcode in the table does not
         // compile until it has semantics here.
-        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vmov | Vneg | Vabs | Vsquare | Vrelu | Vexp
-        | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh | Vsigmoid | Vgelu | Vadds | Vmuls | Vmaxs
-        | Vmins | Vdup | Vdupr | Vbcast | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin | Vbrow
-        | Vbcol => vector(inst, cx, w, dt)?,
+        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vmov | Vneg | Vabs | Vsquare
+        | Vrelu | Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh | Vsigmoid | Vgelu | Vsin
+        | Vcos | Verf | Vfloor | Vceil | Vround | Vsign | Vadds | Vmuls | Vmaxs | Vmins | Vdup
+        | Vdupr | Vbcast | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin | Vbrow | Vbcol => {
+            vector(inst, cx, w, dt)?
+        }
     }
     Ok(Flow::Next)
 }
@@ -450,7 +452,7 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
     }
     let tile = |cx: &Ctx<'_>, i: usize| cx.read_tile(Space::Ub, inst.addr(i), dt, vrc, cols);
     let out: Vals = match inst.op {
-        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin => {
+        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem => {
             let (a, b) = (tile(cx, 5)?, tile(cx, 6)?);
             let (f, g): Binary = match inst.op {
                 Vadd => (|a, b| a + b, i64::wrapping_add),
@@ -458,6 +460,8 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
                 Vmul => (|a, b| a * b, i64::wrapping_mul),
                 Vdiv => (|a, b| a / b, scalar::int_div),
                 Vmax => (scalar::max_nan, i64::max),
+                Vpow => (f64::powf, scalar::int_pow),
+                Vrem => (scalar::float_mod, scalar::int_mod),
                 _ => (scalar::min_nan, i64::min),
             };
             values::zip(&a, &b, dt, f, g)
@@ -488,7 +492,7 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
         }
         Vmov => tile(cx, 5)?,
         Vneg | Vabs | Vsquare | Vrelu | Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh
-        | Vsigmoid | Vgelu => {
+        | Vsigmoid | Vgelu | Vsin | Vcos | Verf | Vfloor | Vceil | Vround | Vsign => {
             let a = tile(cx, 5)?;
             let (f, g): Unary = match inst.op {
                 Vneg => (|x| -x, i64::wrapping_neg),
@@ -502,6 +506,13 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
                 Vrecip => (|x| 1.0 / x, |x| x),
                 Vtanh => (f64::tanh, |x| x),
                 Vsigmoid => (scalar::sigmoid, |x| x),
+                Vsin => (f64::sin, |x| x),
+                Vcos => (f64::cos, |x| x),
+                Verf => (scalar::erf, |x| x),
+                Vfloor => (f64::floor, |x| x),
+                Vceil => (f64::ceil, |x| x),
+                Vround => (f64::round_ties_even, |x| x),
+                Vsign => (scalar::sign, i64::signum),
                 _ => (scalar::gelu, |x| x),
             };
             values::map(&a, dt, f, g)

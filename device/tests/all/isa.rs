@@ -114,7 +114,7 @@ proptest! {
         let mut bytes = bytes;
         if magic {
             // Give most cases a valid header so the decoder gets deeper.
-            let mut head = b"TJBC\x01\x00\x01\x01k".to_vec();
+            let mut head = b"TJBC\x02\x00\x01\x01k".to_vec();
             head.extend_from_slice(&bytes);
             bytes = head;
         }

@@ -207,13 +207,28 @@ fn binary_ops_match_native_f32_arithmetic() {
     let (mut a, b) = (data(DType::F32, 1), data(DType::F32, 2));
     a[3] = f64::NAN;
     a[4] = f64::INFINITY;
-    let ops: [(&str, fn(f32, f32) -> f32); 6] = [
+    let ops: [(&str, fn(f32, f32) -> f32); 8] = [
         ("vadd", |x, y| x + y),
         ("vsub", |x, y| x - y),
         ("vmul", |x, y| x * y),
         ("vdiv", |x, y| x / y),
         ("vmax", nan_max),
         ("vmin", nan_min),
+        // f64 pow rounded once is the reference's f32 pow.
+        ("vpow", |x, y| (x as f64).powf(y as f64) as f32),
+        // numpy's mod in f32: fmod (exact), into y's sign.
+        ("vrem", |x, y| {
+            let m = x % y;
+            if y == 0.0 {
+                m
+            } else if m == 0.0 {
+                0.0f32.copysign(y)
+            } else if (m < 0.0) != (y < 0.0) {
+                m + y
+            } else {
+                m
+            }
+        }),
     ];
     for (op, f) in ops {
         let got = vec_op(
@@ -314,12 +329,34 @@ fn binary_ops_in_other_dtypes() {
     b[1] = 0.0;
     a[2] = i32::MAX as f64;
     b[2] = 2.0;
-    let int_ops: [(&str, fn(i32, i32) -> i32); 5] = [
+    let int_ops: [(&str, fn(i32, i32) -> i32); 7] = [
         ("vadd", i32::wrapping_add),
         ("vsub", i32::wrapping_sub),
         ("vmul", i32::wrapping_mul),
         ("vdiv", |x, y| if y == 0 { 0 } else { x.wrapping_div(y) }),
         ("vmax", i32::max),
+        // numpy's mod (x % 0 = 0, MIN % -1 = 0).
+        ("vrem", |x, y| {
+            let r = if y == 0 { 0 } else { x.wrapping_rem(y) };
+            if r != 0 && (r < 0) != (y < 0) {
+                r + y
+            } else {
+                r
+            }
+        }),
+        // Wrapping; a negative exponent gives the integer part of 1/x^|y|.
+        ("vpow", |x, y| match (x, y) {
+            (_, 0..) => x.wrapping_pow(y as u32),
+            (1, _) => 1,
+            (-1, _) => {
+                if y % 2 == 0 {
+                    1
+                } else {
+                    -1
+                }
+            }
+            _ => 0,
+        }),
     ];
     for (op, f) in int_ops {
         let got = vec_op(
@@ -347,7 +384,7 @@ fn unary_ops_match_f64_math_rounded_to_the_dtype() {
     let mut a = data(DType::F32, 9);
     a[5] = -0.0;
     a[6] = f64::NAN;
-    let ops: [(&str, fn(f64) -> f64); 12] = [
+    let ops: [(&str, fn(f64) -> f64); 19] = [
         ("vneg", |x| -x),
         ("vabs", f64::abs),
         ("vsquare", |x| x * x),
@@ -361,6 +398,22 @@ fn unary_ops_match_f64_math_rounded_to_the_dtype() {
         ("vsigmoid", |x| 1.0 / (1.0 + (-x).exp())),
         ("vgelu", |x| {
             0.5 * x * (1.0 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh())
+        }),
+        ("vsin", f64::sin),
+        ("vcos", f64::cos),
+        ("verf", tilejit_ir::scalar::erf),
+        ("vfloor", f64::floor),
+        ("vceil", f64::ceil),
+        ("vround", f64::round_ties_even),
+        // numpy's sign: -0 gives +0, NaN stays.
+        ("vsign", |x| {
+            if x == 0.0 {
+                0.0
+            } else if x.is_nan() {
+                x
+            } else {
+                x.signum()
+            }
         }),
     ];
     for dt in [DType::F32, DType::F16] {

@@ -352,7 +352,8 @@ impl<'g> Fuser<'g> {
             }
             let own = match op {
                 Op::Unary(u, _) => unary_cost(*u),
-                Op::Binary(crate::graph::BinaryOp::Div, ..) => 4,
+                Op::Binary(crate::graph::BinaryOp::Div | crate::graph::BinaryOp::Rem, ..) => 4,
+                Op::Binary(crate::graph::BinaryOp::Pow, ..) => 12,
                 Op::Broadcast(..)
                 | Op::Permute(..)
                 | Op::Slice(..)

@@ -4,10 +4,10 @@
 
 use super::{scalar_ty, unsupported, Inner, Lowerer, Mode};
 use crate::host::layout::reachable_until;
-use crate::host::math::Math;
+use crate::host::math::{Math, SIN_FAST_MAX, SIN_FAST_MAX_NO_FMA};
 use crate::CodegenError;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, InstBuilder, Value};
+use cranelift_codegen::ir::{types, BlockArg, InstBuilder, Value};
 use std::collections::HashMap;
 use tilejit_ir::kernel::{Expr, ExprId};
 use tilejit_ir::{BinaryOp, CmpOp, DType, Lit, UnaryOp};
@@ -237,6 +237,16 @@ impl<'b> Lowerer<'_, 'b> {
                     let z = self.b.ins().iconst(ty, 0);
                     self.b.ins().smax(x, z)
                 }
+                UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => x,
+                UnaryOp::Sign => {
+                    let z = self.b.ins().iconst(ty, 0);
+                    let one = self.b.ins().iconst(ty, 1);
+                    let m1 = self.b.ins().iconst(ty, -1);
+                    let pos = self.b.ins().icmp(IntCC::SignedGreaterThan, x, z);
+                    let neg = self.b.ins().icmp(IntCC::SignedLessThan, x, z);
+                    let r = self.b.ins().select(pos, one, z);
+                    self.b.ins().select(neg, m1, r)
+                }
                 other => return Err(unsupported(self.k, format!("{other:?} on {d}"))),
             });
         }
@@ -279,7 +289,43 @@ impl<'b> Lowerer<'_, 'b> {
                     self.b.ins().select(m, x, z)
                 }
             }
-            UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Gelu
+            UnaryOp::Floor => self.b.ins().floor(x),
+            UnaryOp::Ceil => self.b.ins().ceil(x),
+            // Ties to even (roundss/roundps mode 0).
+            UnaryOp::Round => self.b.ins().nearest(x),
+            UnaryOp::Sign => {
+                // NaN fails every test and stays; -0 == 0 gives +0.
+                let c = |s: &mut Self, v: f64| -> Value {
+                    let v = if f64m {
+                        s.b.ins().f64const(v)
+                    } else {
+                        s.b.ins().f32const(v as f32)
+                    };
+                    s.splat_if(v, mode)
+                };
+                let (z, o, m1) = (c(self, 0.0), c(self, 1.0), c(self, -1.0));
+                let sel = |s: &mut Self, m: Value, a: Value, b: Value| -> Value {
+                    if mode == Mode::Vector {
+                        s.math(mode).select(m, a, b)
+                    } else {
+                        s.b.ins().select(m, a, b)
+                    }
+                };
+                let pos = self.b.ins().fcmp(FloatCC::GreaterThan, x, z);
+                let r = sel(self, pos, o, x);
+                let neg = self.b.ins().fcmp(FloatCC::LessThan, x, z);
+                let r = sel(self, neg, m1, r);
+                let zero = self.b.ins().fcmp(FloatCC::Equal, x, z);
+                sel(self, zero, z, r)
+            }
+            UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Gelu
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Erf
                 if f64m =>
             {
                 self.f64_unary(u, x)?
@@ -289,7 +335,74 @@ impl<'b> Lowerer<'_, 'b> {
             UnaryOp::Tanh => self.math(mode).tanh(x),
             UnaryOp::Sigmoid => self.math(mode).sigmoid(x),
             UnaryOp::Gelu => self.math(mode).gelu(x),
+            UnaryOp::Sin | UnaryOp::Cos => self.sin_cos(u, x, mode)?,
+            UnaryOp::Erf => self.math(mode).erf(x),
         })
+    }
+
+    /// f32 sin or cos: [`Math::sin`] / [`Math::cos`], and where a lane's
+    /// `|x|` is past the range that reduction is accurate for
+    /// ([`SIN_FAST_MAX`], or [`SIN_FAST_MAX_NO_FMA`]; rare in practice), a
+    /// branch to f64 `sin`/`cos` calls for the whole point (all four lanes).
+    fn sin_cos(&mut self, u: UnaryOp, x: Value, mode: Mode) -> Result<Value, CodegenError> {
+        let fast = if u == UnaryOp::Sin {
+            self.math(mode).sin(x)
+        } else {
+            self.math(mode).cos(x)
+        };
+        let name = if u == UnaryOp::Sin { "sin" } else { "cos" };
+        let f = *self
+            .libs
+            .f64_fns
+            .get(name)
+            .ok_or_else(|| unsupported(self.k, format!("f64 {name}")))?;
+        let lim = if self.fma {
+            SIN_FAST_MAX
+        } else {
+            SIN_FAST_MAX_NO_FMA
+        };
+        let lim = self.b.ins().f32const(lim);
+        let lim = self.splat_if(lim, mode);
+        let ax = self.b.ins().fabs(x);
+        // NaN is not big: the fast path gives NaN. inf is (libm: NaN).
+        let big = self.b.ins().fcmp(FloatCC::GreaterThan, ax, lim);
+        let any = if mode == Mode::Vector {
+            self.b.ins().vany_true(big)
+        } else {
+            big
+        };
+        let ty = if mode == Mode::Vector {
+            types::F32X4
+        } else {
+            types::F32
+        };
+        let slow = self.b.create_block();
+        let done = self.b.create_block();
+        let r = self.b.append_block_param(done, ty);
+        self.b
+            .ins()
+            .brif(any, slow, &[], done, &[BlockArg::Value(fast)]);
+        self.b.switch_to_block(slow);
+        let call = |b: &mut cranelift_frontend::FunctionBuilder<'_>, v: Value| -> Value {
+            let w = b.ins().fpromote(types::F64, v);
+            let c = b.ins().call(f, &[w]);
+            let r = b.inst_results(c)[0];
+            b.ins().fdemote(types::F32, r)
+        };
+        let exact = if mode == Mode::Vector {
+            let mut acc = x;
+            for lane in 0..4u8 {
+                let v = self.b.ins().extractlane(x, lane);
+                let e = call(&mut self.b, v);
+                acc = self.b.ins().insertlane(acc, e, lane);
+            }
+            acc
+        } else {
+            call(&mut self.b, x)
+        };
+        self.b.ins().jump(done, &[BlockArg::Value(exact)]);
+        self.b.switch_to_block(done);
+        Ok(r)
     }
 
     /// f64 transcendentals call Rust's libm (f64 is not the fast path).
@@ -300,7 +413,40 @@ impl<'b> Lowerer<'_, 'b> {
             UnaryOp::Tanh => self.f64_call("tanh", x)?,
             UnaryOp::Sigmoid => self.f64_call("sigmoid", x)?,
             UnaryOp::Gelu => self.f64_call("gelu", x)?,
+            UnaryOp::Sin => self.f64_call("sin", x)?,
+            UnaryOp::Cos => self.f64_call("cos", x)?,
+            UnaryOp::Erf => self.f64_call("erf", x)?,
             other => return Err(unsupported(self.k, format!("f64 {other:?}"))),
+        })
+    }
+
+    /// A two-operand libcall (`F64_FNS2`/`I64_FNS2` in `mod.rs`) on
+    /// scalars of type `ty`, widened to the call's type `wide` and back.
+    fn call2(
+        &mut self,
+        name: &str,
+        ty: types::Type,
+        wide: types::Type,
+        x: Value,
+        y: Value,
+    ) -> Result<Value, CodegenError> {
+        let f = *self
+            .libs
+            .fns2
+            .get(name)
+            .ok_or_else(|| unsupported(self.k, format!("libcall {name}")))?;
+        let widen = |b: &mut cranelift_frontend::FunctionBuilder<'_>, v: Value| match (ty, wide) {
+            _ if ty == wide => v,
+            (types::F32, _) => b.ins().fpromote(wide, v),
+            _ => b.ins().sextend(wide, v),
+        };
+        let (a, c) = (widen(&mut self.b, x), widen(&mut self.b, y));
+        let call = self.b.ins().call(f, &[a, c]);
+        let r = self.b.inst_results(call)[0];
+        Ok(match (ty, wide) {
+            _ if ty == wide => r,
+            (types::F32, _) => self.b.ins().fdemote(ty, r),
+            _ => self.b.ins().ireduce(ty, r),
         })
     }
 
@@ -325,6 +471,20 @@ impl<'b> Lowerer<'_, 'b> {
             let nan = m.cmp(FloatCC::Unordered, x, y);
             return Ok(m.select(nan, sum, r));
         }
+        // Library calls, on scalars only (`vectorizable` keeps these kernels
+        // scalar): f64 pow and numpy's mod, exact in f64 for f32 operands.
+        match op {
+            BinaryOp::Pow if d.is_float() => {
+                return self.call2("pow", scalar_ty(d), types::F64, x, y);
+            }
+            BinaryOp::Rem if d.is_float() => {
+                return self.call2("mod", scalar_ty(d), types::F64, x, y);
+            }
+            BinaryOp::Pow if d != DType::Bool => {
+                return self.call2("ipow", scalar_ty(d), types::I64, x, y);
+            }
+            _ => {}
+        }
         let b = &mut self.b;
         if d.is_float() {
             return Ok(match op {
@@ -334,6 +494,7 @@ impl<'b> Lowerer<'_, 'b> {
                 BinaryOp::Div => b.ins().fdiv(x, y),
                 BinaryOp::Max => b.ins().fmax(x, y),
                 BinaryOp::Min => b.ins().fmin(x, y),
+                BinaryOp::Pow | BinaryOp::Rem => unreachable!("a libcall above"),
             });
         }
         if d == DType::Bool {
@@ -359,6 +520,23 @@ impl<'b> Lowerer<'_, 'b> {
                 let q = b.ins().select(ism1, neg, q);
                 b.ins().select(is0, zero, q)
             }
+            BinaryOp::Rem => {
+                // numpy's mod: x % 0 == 0 and MIN % -1 == 0 (both divide by
+                // 1 instead, which never traps), then into y's sign.
+                let one = b.ins().iconst(ty, 1);
+                let is0 = b.ins().icmp_imm_s(IntCC::Equal, y, 0);
+                let ism1 = b.ins().icmp_imm_s(IntCC::Equal, y, -1);
+                let bad = b.ins().bor(is0, ism1);
+                let safe = b.ins().select(bad, one, y);
+                let r = b.ins().srem(x, safe);
+                let s = b.ins().bxor(r, y);
+                let differ = b.ins().icmp_imm_s(IntCC::SignedLessThan, s, 0);
+                let nz = b.ins().icmp_imm_s(IntCC::NotEqual, r, 0);
+                let adj = b.ins().band(differ, nz);
+                let ry = b.ins().iadd(r, y);
+                b.ins().select(adj, ry, r)
+            }
+            BinaryOp::Pow => unreachable!("a libcall above"),
         })
     }
 
