@@ -1,5 +1,8 @@
 //! Inline f32 math as Cranelift IR, for scalars (`F32`) and vectors
-//! (`F32X4`) alike: `exp`, `log`, `tanh` (and from them sigmoid and gelu).
+//! (`F32X4`) alike: `exp`, `log`, `tanh` (and from them sigmoid and gelu),
+//! `sin`, `cos` and `erf` (their accuracy: `Tensor::sin`'s docs and the test
+//! `sin_cos_erf_are_accurate_over_a_million_points`; they have no block
+//! helpers).
 //! No libcalls, only ops that lower on every x86-64 level (FMA when the CPU
 //! has it). `native/avx2.rs` repeats each function op for op on eight
 //! lanes (the constants below serve both), so the block helpers give the
@@ -76,7 +79,7 @@ pub(super) const GELU_CK: f32 = GELU_C * 0.044715;
 /// within a few ulp (past it, `j = round(|x| 2/pi)` rounds in f32 and `r`
 /// leaves `[-pi/4, pi/4]`); the lowering sends larger ones to f64 calls.
 pub(crate) const SIN_FAST_MAX: f32 = 131072.0;
-/// [`SIN_FAST_MAX`] without FMA, where Cephes' reduction holds.
+/// [`SIN_FAST_MAX`] without FMA, where [`PIO2_SPLIT`]'s products are exact.
 pub(crate) const SIN_FAST_MAX_NO_FMA: f32 = 8192.0;
 /// `pi/2` in three f32 parts for FMA reduction (`x - j*P1` is exact in one
 /// `fma`; the parts sum to `pi/2` within 1e-23).
@@ -85,11 +88,19 @@ pub(super) const PIO2_FMA: [f32; 3] = [
     -4.371138828673793e-8,
     -1.7151245100058819e-15,
 ];
-/// `pi/2` in three parts for reduction without FMA (Cephes' `DP1..DP3`,
-/// doubled): the first two have 8 and 11 significant bits, so `j*P` is
-/// exact for the quadrant counts `|x| < 8192` gives.
-pub(super) const PIO2_CEPHES: [f32; 3] =
-    [1.5703125, 4.837512969970703125e-4, 7.54978995489188216e-8];
+/// `pi/2` in five parts for reduction without FMA (Cephes' scheme with
+/// more parts): the first four have 11 significant bits, so `j*P` is exact
+/// for the quadrant counts `j < 2^13` that `|x| <= 8192` gives, and the
+/// subtractions are exact. Emulated in numpy (every op rounded to f32):
+/// max 2 ulp on [-8192, 8192], 1 ulp at the f32 values nearest the
+/// multiples of pi/2 there.
+pub(super) const PIO2_SPLIT: [f32; 5] = [
+    1.5703125,
+    4.837512969970703e-4,
+    7.549533620476723e-8,
+    2.5632829192545614e-12,
+    6.123234262925839e-17,
+];
 /// Cephes `sinf` polynomial in `r^2` (`sin r = r + r^3 P(r^2)`, |r| <= pi/4),
 /// highest degree first.
 pub(super) const SIN_POLY: [f32; 3] = [-1.9515295891E-4, 8.3321608736E-3, -1.6666654611E-1];
@@ -388,9 +399,9 @@ impl Math<'_, '_> {
     }
 
     /// sin or cos: `|x| = j pi/2 + r` with `j` the nearest integer to `|x|
-    /// 2/pi` and `r` from a Cody-Waite subtraction of `j` times three parts
-    /// of pi/2 (exact-product parts [`PIO2_FMA`] with FMA, Cephes' few-bit
-    /// parts [`PIO2_CEPHES`] without), then Cephes' polynomials for sin and
+    /// 2/pi` and `r` from a Cody-Waite subtraction of `j` times parts of
+    /// pi/2 (three exact-product parts [`PIO2_FMA`] with FMA, five few-bit
+    /// parts [`PIO2_SPLIT`] without), then Cephes' polynomials for sin and
     /// cos on `|r| <= pi/4`, chosen and signed by `j mod 4` (and `x`'s sign
     /// for sin, so `sin(-0) = -0`). inf and NaN give NaN.
     fn sin_cos(&mut self, x: Value, cos: bool) -> Value {
@@ -399,10 +410,10 @@ impl Math<'_, '_> {
         let two_pi = self.c(std::f32::consts::FRAC_2_PI);
         let t = self.b.ins().fmul(ax, two_pi);
         let j = self.b.ins().nearest(t);
-        let parts = if self.fma { PIO2_FMA } else { PIO2_CEPHES };
+        let parts: &[f32] = if self.fma { &PIO2_FMA } else { &PIO2_SPLIT };
         let nj = self.b.ins().fneg(j);
         let mut r = ax;
-        for p in parts {
+        for &p in parts {
             let pc = self.c(p);
             r = self.mul_add(nj, pc, r);
         }
