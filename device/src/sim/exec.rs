@@ -600,8 +600,8 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
 
 /// f32 elementwise ops whose native f32 result is the IEEE result the
 /// general path computes through f64 (`+ - * /`, NaN-propagating max/min,
-/// relu, neg, abs, moves): done row by row on the UB bytes, without
-/// widening. Returns false for anything else.
+/// relu, neg, abs, floor, ceil, round, sign, moves): done row by row on
+/// the UB bytes, without widening. Returns false for anything else.
 fn f32_fast(inst: &Inst, cx: &mut Ctx<'_>, (vr, vc): (usize, usize), cols: usize) -> R<bool> {
     use Opcode::*;
     fn max_nan(a: f32, b: f32) -> f32 {
@@ -642,6 +642,16 @@ fn f32_fast(inst: &Inst, cx: &mut Ctx<'_>, (vr, vc): (usize, usize), cols: usize
         Vneg => rows.unary(inst, cx, |a| -a)?,
         Vabs => rows.unary(inst, cx, f32::abs)?,
         Vmov => rows.unary(inst, cx, |a| a)?,
+        Vfloor => rows.unary(inst, cx, f32::floor)?,
+        Vceil => rows.unary(inst, cx, f32::ceil)?,
+        Vround => rows.unary(inst, cx, f32::round_ties_even)?,
+        Vsign => rows.unary(inst, cx, |a| {
+            if a == 0.0 || a.is_nan() {
+                a + 0.0
+            } else {
+                a.signum()
+            }
+        })?,
         _ => return Ok(false),
     }
     Ok(true)

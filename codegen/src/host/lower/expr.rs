@@ -494,7 +494,9 @@ impl<'b> Lowerer<'_, 'b> {
                 BinaryOp::Div => b.ins().fdiv(x, y),
                 BinaryOp::Max => b.ins().fmax(x, y),
                 BinaryOp::Min => b.ins().fmin(x, y),
-                BinaryOp::Pow | BinaryOp::Rem => unreachable!("a libcall above"),
+                BinaryOp::Pow | BinaryOp::Rem => {
+                    return Err(unsupported(self.k, format!("{op:?} inline")));
+                }
             });
         }
         if d == DType::Bool {
@@ -536,7 +538,7 @@ impl<'b> Lowerer<'_, 'b> {
                 let ry = b.ins().iadd(r, y);
                 b.ins().select(adj, ry, r)
             }
-            BinaryOp::Pow => unreachable!("a libcall above"),
+            BinaryOp::Pow => return Err(unsupported(self.k, "Pow inline")),
         })
     }
 
