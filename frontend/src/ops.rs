@@ -177,8 +177,10 @@ impl Tensor {
     /// range, with FMA): 1 ulp on [-10, 10], [-1e4, 1e4], [-131072, 131072]
     /// and [-1e6, 1e6], and 1 ulp at the f32 values nearest each multiple
     /// of pi/2 below 131072 (where the result is tiny). Without FMA the
-    /// reduction uses five few-bit parts of pi/2 (max 2 ulp on [-8192,
-    /// 8192] in a numpy emulation of the same f32 operations). f64 calls
+    /// reduction uses five few-bit parts of pi/2: measured (test
+    /// `sin_cos_without_fma_are_accurate`, `TILEJIT_NO_FMA`) max 2 ulp for
+    /// sin and cos on [-8192, 8192] and sin on [-1e5, 1e5], 1 ulp near the
+    /// multiples of pi/2 below 8192. f64 calls
     /// Rust's `sin`. `sin(±inf)` and `sin(NaN)` are NaN; `sin(-0) = -0`.
     #[track_caller]
     pub fn sin(&self) -> Tensor {

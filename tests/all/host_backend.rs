@@ -442,6 +442,51 @@ fn sin_cos_erf_are_accurate_over_a_million_points() {
     );
 }
 
+/// The FMA-less sin/cos (five-part reduction, to 8192; f64 calls past it)
+/// in a child process that generates code as for a CPU without FMA.
+#[test]
+fn sin_cos_without_fma_are_accurate() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "host_backend::no_fma_child",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TILEJIT_NO_FMA", "1")
+        .env("TILEJIT_CACHE_DIR", "off")
+        .env_remove("TILEJIT_RUN_MODE")
+        .output()
+        .unwrap();
+    let line = tilejit_tests::child_report(&out, "NOFMA ");
+    eprintln!("without FMA, max ulp: {line}");
+}
+
+/// [`sin_cos_without_fma_are_accurate`]'s child: does nothing unless
+/// `TILEJIT_NO_FMA` is set.
+#[test]
+fn no_fma_child() {
+    if std::env::var_os("TILEJIT_NO_FMA").is_none() {
+        return;
+    }
+    assert!(!tilejit_codegen::host::cpu_features().fma);
+    const N: usize = 1 << 20;
+    let s = ulp_sweep(UnaryOp::Sin, -8192.0, 8192.0, N, f64::sin);
+    let c = ulp_sweep(UnaryOp::Cos, -8192.0, 8192.0, N, f64::cos);
+    let s_big = ulp_sweep(UnaryOp::Sin, -1e5, 1e5, N, f64::sin);
+    let xs: Vec<f32> = (1..5216)
+        .flat_map(|k| {
+            let x = (k as f64 * std::f64::consts::FRAC_PI_2) as f32;
+            let b = x.to_bits();
+            [f32::from_bits(b - 1), x, f32::from_bits(b + 1)]
+        })
+        .collect();
+    let near = ulp_max(UnaryOp::Sin, xs.clone(), f64::sin);
+    let near_c = ulp_max(UnaryOp::Cos, xs, f64::cos);
+    println!("NOFMA sin {s} / cos {c} on [-8192, 8192], sin {s_big} on [-1e5, 1e5], near k pi/2 sin {near} / cos {near_c}");
+    assert!(s <= 2 && c <= 2 && s_big <= 2 && near <= 2 && near_c <= 2);
+}
+
 #[test]
 fn special_values_follow_ieee() {
     let x = Tensor::from_vec(

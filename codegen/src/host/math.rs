@@ -91,9 +91,9 @@ pub(super) const PIO2_FMA: [f32; 3] = [
 /// `pi/2` in five parts for reduction without FMA (Cephes' scheme with
 /// more parts): the first four have 11 significant bits, so `j*P` is exact
 /// for the quadrant counts `j < 2^13` that `|x| <= 8192` gives, and the
-/// subtractions are exact. Emulated in numpy (every op rounded to f32):
+/// subtractions are exact. Measured (`sin_cos_without_fma_are_accurate`):
 /// max 2 ulp on [-8192, 8192], 1 ulp at the f32 values nearest the
-/// multiples of pi/2 there.
+/// multiples of pi/2 there; Cephes' three parts gave 21 and ~1000.
 pub(super) const PIO2_SPLIT: [f32; 5] = [
     1.5703125,
     4.837512969970703e-4,

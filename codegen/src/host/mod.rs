@@ -160,7 +160,8 @@ impl Default for CodegenOptions {
 pub struct CpuFeatures {
     /// SSE4.1 (`roundps`, `blendvps`).
     pub sse41: bool,
-    /// Fused multiply-add.
+    /// Fused multiply-add (false also when `TILEJIT_NO_FMA` is set, for
+    /// tests of the code generated for CPUs without it).
     pub fma: bool,
     /// AVX2 (used by the matmul crate; Cranelift emits only 128-bit vectors).
     pub avx2: bool,
@@ -176,7 +177,8 @@ pub fn cpu_features() -> CpuFeatures {
         {
             CpuFeatures {
                 sse41: std::arch::is_x86_feature_detected!("sse4.1"),
-                fma: std::arch::is_x86_feature_detected!("fma"),
+                fma: std::arch::is_x86_feature_detected!("fma")
+                    && std::env::var_os("TILEJIT_NO_FMA").is_none(),
                 avx2: std::arch::is_x86_feature_detected!("avx2"),
                 avx512f: std::arch::is_x86_feature_detected!("avx512f"),
             }
