@@ -110,19 +110,116 @@ fn reduce(
     location: Loc,
 ) -> Tensor {
     apply(name, location, &[t], |g, ids| {
-        let shape = g.ty(ids[0]).shape;
-        let a = shape.axis(axis)?;
-        let red = g.add(Op::Reduce(r, ids[0], Axes::from_axes(&[a])))?;
-        if keepdim {
-            return Ok(red);
+        let ty = g.ty(ids[0]);
+        let a = ty.shape.axis(axis)?;
+        let red = match r {
+            ReduceOp::Max | ReduceOp::Min if ty.dtype == DType::Bool => {
+                bool_any_all(g, ids[0], a, r == ReduceOp::Max)?
+            }
+            _ => g.add(Op::Reduce(r, ids[0], Axes::from_axes(&[a])))?,
+        };
+        drop_axis(g, red, ty.shape, a, keepdim)
+    })
+}
+
+/// `red` (reduced over axis `a` of `shape`, kept with size 1) reshaped
+/// without that axis unless `keepdim`.
+fn drop_axis(
+    g: &mut Graph,
+    red: NodeId,
+    shape: Shape,
+    a: usize,
+    keepdim: bool,
+) -> Result<NodeId, IrError> {
+    if keepdim {
+        return Ok(red);
+    }
+    let dims: Vec<usize> = shape
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != a)
+        .map(|(_, &d)| d)
+        .collect();
+    g.add(Op::Reshape(red, Shape::new(&dims)?))
+}
+
+/// numpy's `any` (`max` of bools) or `all` (`min`) of the bool `x` over
+/// axis `a`, kept with size 1: the count of true elements (an i64 sum) is
+/// above 0, or equal to the axis length. An empty axis gives `false` for
+/// `any` and `true` for `all`, as numpy's do.
+fn bool_any_all(g: &mut Graph, x: NodeId, a: usize, any: bool) -> Result<NodeId, IrError> {
+    let n = g.ty(x).shape[a];
+    let ones = g.add(Op::Cast(x, DType::I64))?;
+    let count = g.add(Op::Reduce(ReduceOp::Sum, ones, Axes::from_axes(&[a])))?;
+    let ty = g.ty(count);
+    let (cmp, k) = if any {
+        (CmpOp::Gt, 0)
+    } else {
+        (CmpOp::Eq, n as i64)
+    };
+    let k = g.add(Op::Full {
+        value: tilejit_ir::Lit::Int(k),
+        ty,
+    })?;
+    g.add(Op::Compare(cmp, count, k))
+}
+
+/// The index (i64) of the first maximum (`max`) or minimum of `x` along
+/// `axis`, a NaN's index if the lane has one (numpy's `argmax`/`argmin`).
+/// Built from two fusable reductions: the extreme `m` (NaN-propagating),
+/// then the least index `i` whose element equals `m` or is NaN (elements
+/// that are not candidates count as the axis length).
+fn arg_extreme(
+    t: &Tensor,
+    max: bool,
+    axis: isize,
+    keepdim: bool,
+    name: &'static str,
+    location: Loc,
+) -> Tensor {
+    apply(name, location, &[t], |g, ids| {
+        let mut x = ids[0];
+        let ty = g.ty(x);
+        let a = ty.shape.axis(axis)?;
+        let n = ty.shape[a];
+        if n == 0 {
+            return Err(IrError::EmptyReduction {
+                op: name,
+                axis: a,
+                shape: ty.shape,
+            });
         }
-        let dims: Vec<usize> = shape
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| i != a)
-            .map(|(_, &d)| d)
-            .collect();
-        g.add(Op::Reshape(red, Shape::new(&dims)?))
+        if ty.dtype == DType::Bool {
+            x = g.add(Op::Cast(x, DType::I32))?;
+        }
+        let shape = ty.shape;
+        let one_axis = Axes::from_axes(&[a]);
+        let r = if max { ReduceOp::Max } else { ReduceOp::Min };
+        let m = g.add(Op::Reduce(r, x, one_axis))?;
+        let m = g.add(Op::Broadcast(m, shape))?;
+        let mut cand = g.add(Op::Compare(CmpOp::Eq, x, m))?;
+        if g.ty(x).dtype.is_float() {
+            // A NaN is unequal to itself; if the lane has one, `m` is NaN
+            // and only the NaNs are candidates.
+            let not_nan = g.add(Op::Compare(CmpOp::Eq, x, x))?;
+            let yes = g.add(Op::Full {
+                value: tilejit_ir::Lit::Bool(true),
+                ty: tilejit_ir::TensorType::new(DType::Bool, shape),
+            })?;
+            cand = g.add(Op::Select(not_nan, cand, yes))?;
+        }
+        let mut dims = vec![1usize; shape.rank()];
+        dims[a] = n;
+        let iota: Vec<i64> = (0..n as i64).collect();
+        let iota = g.add_constant(tilejit_ir::Array::from_vec(iota, &dims)?);
+        let iota = bcast(g, iota, shape)?;
+        let none = g.add(Op::Full {
+            value: tilejit_ir::Lit::Int(n as i64),
+            ty: tilejit_ir::TensorType::new(DType::I64, shape),
+        })?;
+        let idx = g.add(Op::Select(cand, iota, none))?;
+        let first = g.add(Op::Reduce(ReduceOp::Min, idx, one_axis))?;
+        drop_axis(g, first, shape, a, keepdim)
     })
 }
 
@@ -250,15 +347,41 @@ impl Tensor {
     pub fn sum(&self, axis: isize, keepdim: bool) -> Tensor {
         reduce(self, ReduceOp::Sum, axis, keepdim, "sum", Loc::caller())
     }
-    /// Maximum over `axis`; an error over an empty axis (no identity).
+    /// Maximum over `axis`, NaN-propagating; an error over an empty axis
+    /// (no identity). Over a bool tensor it is numpy's `any` (`false` over
+    /// an empty axis).
     #[track_caller]
     pub fn max(&self, axis: isize, keepdim: bool) -> Tensor {
         reduce(self, ReduceOp::Max, axis, keepdim, "max", Loc::caller())
     }
-    /// Minimum over `axis`; an error over an empty axis.
+    /// Minimum over `axis`, NaN-propagating; an error over an empty axis.
+    /// Over a bool tensor it is numpy's `all` (`true` over an empty axis).
     #[track_caller]
     pub fn min(&self, axis: isize, keepdim: bool) -> Tensor {
         reduce(self, ReduceOp::Min, axis, keepdim, "min", Loc::caller())
+    }
+    /// Product over `axis` (negative counts from the end); 1 over an empty
+    /// axis; integers wrap. Not defined on bool (cast first). Floats
+    /// multiply in the dtype (Sim rounds once from f64), so a product of
+    /// `K` terms may differ from the exact one by about `K` roundings.
+    #[track_caller]
+    pub fn prod(&self, axis: isize, keepdim: bool) -> Tensor {
+        reduce(self, ReduceOp::Prod, axis, keepdim, "prod", Loc::caller())
+    }
+    /// Index (an i64 tensor) of the maximum along `axis`, as numpy's
+    /// `argmax`: the first index on ties, the first NaN's index if the
+    /// lane holds a NaN, `true` before `false` for bools; an error over an
+    /// empty axis.
+    #[track_caller]
+    pub fn argmax(&self, axis: isize, keepdim: bool) -> Tensor {
+        arg_extreme(self, true, axis, keepdim, "argmax", Loc::caller())
+    }
+    /// Index (an i64 tensor) of the minimum along `axis`, as numpy's
+    /// `argmin`: the first index on ties, the first NaN's index if the
+    /// lane holds a NaN; an error over an empty axis.
+    #[track_caller]
+    pub fn argmin(&self, axis: isize, keepdim: bool) -> Tensor {
+        arg_extreme(self, false, axis, keepdim, "argmin", Loc::caller())
     }
     /// Mean over `axis`: NaN over an empty axis; integer tensors give f64 (as numpy).
     #[track_caller]
@@ -431,6 +554,12 @@ try_forms! {
     try_max => max(axis: isize, keepdim: bool);
     /// Fallible [`Tensor::min`].
     try_min => min(axis: isize, keepdim: bool);
+    /// Fallible [`Tensor::prod`].
+    try_prod => prod(axis: isize, keepdim: bool);
+    /// Fallible [`Tensor::argmax`].
+    try_argmax => argmax(axis: isize, keepdim: bool);
+    /// Fallible [`Tensor::argmin`].
+    try_argmin => argmin(axis: isize, keepdim: bool);
     /// Fallible [`Tensor::mean`].
     try_mean => mean(axis: isize, keepdim: bool);
     /// Fallible [`Tensor::softmax`].

@@ -405,6 +405,7 @@ fn reduce(
                 ReduceOp::Sum => (0.0, |a, b| a + b),
                 ReduceOp::Max => (f64::NEG_INFINITY, max_nan),
                 ReduceOp::Min => (f64::INFINITY, min_nan),
+                ReduceOp::Prod => (1.0, |a, b| a * b),
             };
             let mut acc = alloc(n_out, init)?;
             for (&t, &e) in target.iter().zip(v) {
@@ -417,6 +418,7 @@ fn reduce(
                 ReduceOp::Sum => (0, i64::wrapping_add),
                 ReduceOp::Max => (i64::MIN, i64::max),
                 ReduceOp::Min => (i64::MAX, i64::min),
+                ReduceOp::Prod => (1, i64::wrapping_mul),
             };
             let mut acc = alloc(n_out, init)?;
             for (&t, &e) in target.iter().zip(v) {

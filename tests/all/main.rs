@@ -18,6 +18,7 @@ mod kernel_ir;
 mod oom;
 mod ops;
 mod pool;
+mod reductions;
 mod run_modes;
 mod sim_backend;
 mod sim_sizes;

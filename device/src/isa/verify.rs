@@ -237,7 +237,7 @@ fn check_dtypes(inst: &Inst) -> std::result::Result<(), String> {
     let ok = match inst.op {
         Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh | Vsigmoid | Vgelu => dt.is_float(),
         Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vneg | Vabs | Vsquare | Vrelu | Vadds | Vmuls
-        | Vmaxs | Vmins | Vrsum | Vrmax | Vrmin => dt != DType::Bool,
+        | Vmaxs | Vmins | Vrsum | Vrmax | Vrmin | Vrprod => dt != DType::Bool,
         Mmad | Mvl0a | Mvl0b => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
         Fixp => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
         _ => true,

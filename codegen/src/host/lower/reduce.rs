@@ -26,6 +26,7 @@ impl Lowerer<'_, '_> {
                 ReduceOp::Sum => 0.0,
                 ReduceOp::Max => f64::NEG_INFINITY,
                 ReduceOp::Min => f64::INFINITY,
+                ReduceOp::Prod => 1.0,
             };
             if ty == types::F64 {
                 self.b.ins().f64const(v)
@@ -35,6 +36,7 @@ impl Lowerer<'_, '_> {
         } else {
             let v = match (op, d) {
                 (ReduceOp::Sum, _) => 0,
+                (ReduceOp::Prod, _) => 1,
                 (ReduceOp::Max, DType::I32) => i32::MIN as i64,
                 (ReduceOp::Min, DType::I32) => i32::MAX as i64,
                 (ReduceOp::Max, _) => i64::MIN,
@@ -49,9 +51,11 @@ impl Lowerer<'_, '_> {
             (ReduceOp::Sum, true) => self.b.ins().fadd(a, b),
             (ReduceOp::Max, true) => self.b.ins().fmax(a, b),
             (ReduceOp::Min, true) => self.b.ins().fmin(a, b),
+            (ReduceOp::Prod, true) => self.b.ins().fmul(a, b),
             (ReduceOp::Sum, false) => self.b.ins().iadd(a, b),
             (ReduceOp::Max, false) => self.b.ins().smax(a, b),
             (ReduceOp::Min, false) => self.b.ins().smin(a, b),
+            (ReduceOp::Prod, false) => self.b.ins().imul(a, b),
         }
     }
 
@@ -59,6 +63,9 @@ impl Lowerer<'_, '_> {
     /// blocks of [`SUM_BLOCK`] elements whose totals add up in f64, so its
     /// rounding error grows with the block length, not the row length (one
     /// long f32 accumulator drifts far from the exact sum on long rows).
+    /// A product is not blocked: its `K - 1` roundings are relative, so
+    /// blocks would not shrink them (measured 3.0e-5 relative over 100,003
+    /// f32 factors near 1 either way, numpy's f32 `prod` 2.9e-5).
     pub(super) fn reduce_loop(
         &mut self,
         op: ReduceOp,
@@ -129,7 +136,8 @@ impl Lowerer<'_, '_> {
         // IEEE fmax/fmin with NaN propagation lower to eight instructions.
         // One NaN mask per accumulator: a single mask would chain four
         // dependent `por`s through every unrolled iteration.
-        let nans: Option<Vec<Variable>> = (vector && float && op != ReduceOp::Sum).then(|| {
+        let max_min = matches!(op, ReduceOp::Max | ReduceOp::Min);
+        let nans: Option<Vec<Variable>> = (vector && float && max_min).then(|| {
             let zero = self.b.ins().iconst(types::I32, 0);
             let z = self.b.ins().splat(types::I32X4, zero);
             (0..ACCS)
