@@ -11,6 +11,8 @@
 //! - integers are computed in i64 and wrapped to the dtype (two's
 //!   complement); integer division truncates toward zero and `x / 0 == 0`.
 //! - `max`/`min` (elementwise and reductions) propagate NaN, as numpy does.
+//! - a reduction over an empty axis gives its identity (sum 0, prod 1);
+//!   max and min have none (an `EmptyReduction` error).
 //! - casts float -> int truncate toward zero and saturate (NaN -> 0), as
 //!   Rust's `as`; anything -> bool is `!= 0` (NaN -> true).
 

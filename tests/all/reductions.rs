@@ -694,3 +694,55 @@ fn bad_reduction_input_names_the_op_and_the_line() {
     assert!(x.try_argmax(1, false).is_err());
     assert!(x.try_prod(1, false).is_ok());
 }
+
+/// Each new reduction fuses as a reduction does today: into as many
+/// kernels as a model built from `sum` and `max` (argmax's two reductions,
+/// chained through a broadcast, as softmax's are), on rows and on columns.
+#[test]
+fn new_reductions_fuse_as_the_existing_ones_do() {
+    let cases: [(&str, Op, Op); 4] = [
+        (
+            "prod",
+            |x, a| (x * 0.5 + 1.0).prod(a, false) * 2.0,
+            |x, a| (x * 0.5 + 1.0).sum(a, false) * 2.0,
+        ),
+        (
+            "argmax",
+            |x, a| (x * 0.5).exp().argmax(a, false),
+            |x, a| {
+                let y = (x * 0.5).exp();
+                (&y - &y.max(a, true)).sum(a, false)
+            },
+        ),
+        (
+            "argmin",
+            |x, a| x.argmin(a, true),
+            |x, a| (x - x.min(a, true)).sum(a, true),
+        ),
+        (
+            "any",
+            |x, a| x.gt(&Tensor::zeros(&[], DType::F32)).max(a, false),
+            |x, a| {
+                x.gt(&Tensor::zeros(&[], DType::F32))
+                    .cast(DType::I64)
+                    .sum(a, false)
+            },
+        ),
+    ];
+    let x = Tensor::randn(&[6, 33], 3);
+    let count = |op: Op, axis: i64| {
+        let f = jit_fn!(move |x: &Tensor, ax: i64| op(x, ax as isize));
+        f.call((&x, axis)).unwrap();
+        let handlers = f.handlers();
+        let kernels = handlers[0].program.host().kernels();
+        (kernels.kernels.len(), kernels.to_string())
+    };
+    for (name, op, model) in cases {
+        for axis in [-1i64, 0] {
+            let (got, text) = count(op, axis);
+            let (want, _) = count(model, axis);
+            eprintln!("{name} axis {axis}: {got} kernels, model {want}");
+            assert_eq!(got, want, "{name} axis {axis}:\n{text}");
+        }
+    }
+}
