@@ -63,9 +63,10 @@ impl Lowerer<'_, '_> {
     /// blocks of [`SUM_BLOCK`] elements whose totals add up in f64, so its
     /// rounding error grows with the block length, not the row length (one
     /// long f32 accumulator drifts far from the exact sum on long rows).
-    /// A product is not blocked: its `K - 1` roundings are relative, so
-    /// blocks would not shrink them (measured 3.0e-5 relative over 100,003
-    /// f32 factors near 1 either way, numpy's f32 `prod` 2.9e-5).
+    /// An f32 product multiplies in f64 and rounds once, as the reference
+    /// and Sim do (blocks would not help: a product's roundings are
+    /// relative, whatever the grouping; f32 accumulators were 3.0e-5
+    /// relative off over 100,003 factors near 1, numpy's f32 `prod` 2.9e-5).
     pub(super) fn reduce_loop(
         &mut self,
         op: ReduceOp,
@@ -74,6 +75,9 @@ impl Lowerer<'_, '_> {
         j1: Value,
     ) -> Result<Value, CodegenError> {
         let d = self.k.expr(value).dtype;
+        if op == ReduceOp::Prod && scalar_ty(d) == types::F32 {
+            return self.f64_product(value, j0, j1);
+        }
         if op != ReduceOp::Sum || scalar_ty(d) != types::F32 {
             return self.reduce_block(op, value, j0, j1);
         }
@@ -102,6 +106,26 @@ impl Lowerer<'_, '_> {
             Ok(())
         })?;
         let total = self.b.use_var(outer);
+        Ok(self.b.ins().fdemote(types::F32, total))
+    }
+
+    /// The product of the f32 `value` over `j0..j1`, in one scalar f64
+    /// accumulator (every f32 factor is exact in f64; the result rounds
+    /// once to f32). In element order, as the reference multiplies.
+    fn f64_product(&mut self, value: ExprId, j0: Value, j1: Value) -> Result<Value, CodegenError> {
+        let one = self.b.ins().f64const(1.0);
+        let acc = self.b.declare_var(types::F64);
+        self.b.def_var(acc, one);
+        self.inner_loop(j0, j1, false, 1, &mut |s, j, mode| {
+            let mut cache = HashMap::new();
+            let v = s.eval(value, j, mode, &mut cache, true)?;
+            let v = s.b.ins().fpromote(types::F64, v);
+            let cur = s.b.use_var(acc);
+            let next = s.b.ins().fmul(cur, v);
+            s.b.def_var(acc, next);
+            Ok(())
+        })?;
+        let total = self.b.use_var(acc);
         Ok(self.b.ins().fdemote(types::F32, total))
     }
 
