@@ -144,31 +144,35 @@ fn drop_axis(
 }
 
 /// numpy's `any` (`max` of bools) or `all` (`min`) of the bool `x` over
-/// axis `a`, kept with size 1: the count of true elements (an i64 sum) is
-/// above 0, or equal to the axis length. An empty axis gives `false` for
-/// `any` and `true` for `all`, as numpy's do.
+/// axis `a`, kept with size 1: whether the count of true (for `any`) or
+/// false (`all`) elements is above 0. The count is an f32 sum of 0s and
+/// 1s (the vectorized sum; a positive count never rounds to 0). An empty
+/// axis gives `false` for `any` and `true` for `all`, as numpy's do.
 fn bool_any_all(g: &mut Graph, x: NodeId, a: usize, any: bool) -> Result<NodeId, IrError> {
-    let n = g.ty(x).shape[a];
-    let ones = g.add(Op::Cast(x, DType::I64))?;
+    let ty = g.ty(x);
+    let mut ones = g.add(Op::Cast(x, DType::F32))?;
+    if !any {
+        let one = g.add(Op::Full {
+            value: tilejit_ir::Lit::Float(1.0),
+            ty: tilejit_ir::TensorType::new(DType::F32, ty.shape),
+        })?;
+        ones = g.add(Op::Binary(BinaryOp::Sub, one, ones))?;
+    }
     let count = g.add(Op::Reduce(ReduceOp::Sum, ones, Axes::from_axes(&[a])))?;
-    let ty = g.ty(count);
-    let (cmp, k) = if any {
-        (CmpOp::Gt, 0)
-    } else {
-        (CmpOp::Eq, n as i64)
-    };
-    let k = g.add(Op::Full {
-        value: tilejit_ir::Lit::Int(k),
-        ty,
+    let zero = g.add(Op::Full {
+        value: tilejit_ir::Lit::Float(0.0),
+        ty: g.ty(count),
     })?;
-    g.add(Op::Compare(cmp, count, k))
+    let cmp = if any { CmpOp::Gt } else { CmpOp::Eq };
+    g.add(Op::Compare(cmp, count, zero))
 }
 
 /// The index (i64) of the first maximum (`max`) or minimum of `x` along
 /// `axis`, a NaN's index if the lane has one (numpy's `argmax`/`argmin`).
 /// Built from two fusable reductions: the extreme `m` (NaN-propagating),
 /// then the least index `i` whose element equals `m` or is NaN (elements
-/// that are not candidates count as the axis length).
+/// that are not candidates count as the axis length). Indices are f32
+/// (exact below 2^24, and their min vectorizes) unless the axis is longer.
 fn arg_extreme(
     t: &Tensor,
     max: bool,
@@ -210,15 +214,27 @@ fn arg_extreme(
         }
         let mut dims = vec![1usize; shape.rank()];
         dims[a] = n;
-        let iota: Vec<i64> = (0..n as i64).collect();
-        let iota = g.add_constant(tilejit_ir::Array::from_vec(iota, &dims)?);
+        let (iota, none) = if n <= 1 << 24 {
+            let iota: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let iota = tilejit_ir::Array::from_vec(iota, &dims)?;
+            (iota, tilejit_ir::Lit::Float(n as f64))
+        } else {
+            let iota: Vec<i64> = (0..n as i64).collect();
+            let iota = tilejit_ir::Array::from_vec(iota, &dims)?;
+            (iota, tilejit_ir::Lit::Int(n as i64))
+        };
+        let dt = iota.dtype();
+        let iota = g.add_constant(iota);
         let iota = bcast(g, iota, shape)?;
         let none = g.add(Op::Full {
-            value: tilejit_ir::Lit::Int(n as i64),
-            ty: tilejit_ir::TensorType::new(DType::I64, shape),
+            value: none,
+            ty: tilejit_ir::TensorType::new(dt, shape),
         })?;
         let idx = g.add(Op::Select(cand, iota, none))?;
-        let first = g.add(Op::Reduce(ReduceOp::Min, idx, one_axis))?;
+        let mut first = g.add(Op::Reduce(ReduceOp::Min, idx, one_axis))?;
+        if dt != DType::I64 {
+            first = g.add(Op::Cast(first, DType::I64))?;
+        }
         drop_axis(g, first, shape, a, keepdim)
     })
 }
