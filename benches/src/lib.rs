@@ -1,4 +1,4 @@
-//! `tilejit-benches`: the workloads W1-W8 as `benches/WORKLOADS.md` defines
+//! `tilejit-benches`: the workloads W1-W9 as `benches/WORKLOADS.md` defines
 //! them (the peers' shapes and formulas, output allocated per call), run by
 //! the `bench` binary, which checks each result against the reference
 //! interpreter before timing it. Results: `benches/RESULTS.md`.
@@ -50,6 +50,63 @@ pub mod workloads {
     #[jit]
     pub fn add(x: &Tensor, y: &Tensor) -> Tensor {
         x + y
+    }
+
+    /// W9's sizes: one GPT-2-small block, batch 1.
+    pub const T9: usize = 256;
+    /// Model width.
+    pub const D9: usize = 768;
+    /// Attention heads.
+    pub const H9: usize = 12;
+    /// MLP width.
+    pub const F9: usize = 3072;
+    /// W9's floating-point operations (the matmuls, as `peers.py` counts).
+    pub const W9_FLOPS: usize =
+        2 * T9 * D9 * D9 * 4 + 2 * 2 * H9 * T9 * T9 * (D9 / H9) + 2 * 2 * T9 * D9 * F9;
+
+    /// `[T, D]` -> `[H, T, D/H]`.
+    fn heads(t: &Tensor) -> Tensor {
+        t.reshape(&[T9, H9, D9 / H9]).permute(&[1, 0, 2])
+    }
+
+    /// W9: one GPT-2-small block as `peers.py` writes it: pre-LN, causal
+    /// attention (the mask is an input), tanh-GELU MLP, separate Q/K/V
+    /// weights.
+    #[jit]
+    #[allow(clippy::too_many_arguments)]
+    pub fn gpt2_block(
+        x: &Tensor,
+        g1: &Tensor,
+        b1: &Tensor,
+        wq: &Tensor,
+        bq: &Tensor,
+        wk: &Tensor,
+        bk: &Tensor,
+        wv: &Tensor,
+        bv: &Tensor,
+        wo: &Tensor,
+        bo: &Tensor,
+        g2: &Tensor,
+        b2: &Tensor,
+        wf: &Tensor,
+        bf: &Tensor,
+        wp: &Tensor,
+        bp: &Tensor,
+        mask: &Tensor,
+    ) -> Tensor {
+        let h = x.layer_norm(g1, b1, 1e-5);
+        let (q, k, v) = (
+            heads(&(h.matmul(wq) + bq)),
+            heads(&(h.matmul(wk) + bk)),
+            heads(&(h.matmul(wv) + bv)),
+        );
+        let scale = 1.0 / ((D9 / H9) as f64).sqrt();
+        let a = (q.matmul(&k.transpose(-1, -2)) * scale + mask)
+            .softmax(-1)
+            .matmul(&v);
+        let x = x + a.permute(&[1, 0, 2]).reshape(&[T9, D9]).matmul(wo) + bo;
+        let h = x.layer_norm(g2, b2, 1e-5);
+        &x + (h.matmul(wf) + bf).gelu().matmul(wp) + bp
     }
 }
 

@@ -12,6 +12,15 @@ pub enum CodegenError {
         /// The kernel's name.
         kernel: String,
     },
+    /// A gather met an index outside its axis and stopped before reading
+    /// it (the kernel's outputs are then incomplete).
+    #[error("kernel `{kernel}`: a gather index is out of range for an axis of length {len}")]
+    IndexOutOfRange {
+        /// The kernel's name.
+        kernel: String,
+        /// The gathered axis's length.
+        len: i64,
+    },
     /// The kernel uses something this backend does not implement.
     #[error("kernel `{kernel}`: {what} is not supported by the host backend")]
     Unsupported {

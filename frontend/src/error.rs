@@ -52,6 +52,16 @@ pub enum Error {
         /// Where the user called it.
         location: Loc,
     },
+    /// Running a jit function's compiled program failed (an index out of
+    /// range in the data, a device fault, a cancelled call, ...).
+    Run {
+        /// The jit function.
+        function: String,
+        /// Where the user called it.
+        location: Loc,
+        /// What failed.
+        source: RuntimeError,
+    },
     /// The values of a traced tensor were read inside a jit body; they do not
     /// exist until the compiled program runs.
     TracedValue {
@@ -136,7 +146,7 @@ impl Error {
             | Error::File { .. } => ErrorKind::BadArgument,
             Error::Trace { source, .. } => source.kind(),
             Error::Panic { .. } => ErrorKind::Panic,
-            Error::Runtime(e) => e.kind(),
+            Error::Runtime(e) | Error::Run { source: e, .. } => e.kind(),
             Error::Verify { .. } => ErrorKind::Device,
         }
     }
@@ -184,6 +194,9 @@ impl fmt::Display for Error {
                 write!(f, "{kind}: `{function}` is frozen and has no program for signature {signature} ({nearest})")
             }
             Error::Runtime(e) => write!(f, "{kind}: {e}"),
+            Error::Run { function, location, source } => {
+                write!(f, "{kind}: {source}\n  while running `{function}` called at {location}")
+            }
             Error::File { path, message } => write!(f, "{kind}: {}: {message}", path.display()),
             Error::Verify { function, message } => {
                 write!(f, "{kind}: `{function}` in verify mode: host and sim differ: {message}")
@@ -197,7 +210,7 @@ impl std::error::Error for Error {
         match self {
             Error::Op { source, .. } => Some(source),
             Error::Trace { source, .. } => Some(source.as_ref()),
-            Error::Runtime(e) => Some(e),
+            Error::Runtime(e) | Error::Run { source: e, .. } => Some(e),
             _ => None,
         }
     }

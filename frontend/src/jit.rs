@@ -328,17 +328,26 @@ impl JitFunction {
         }
         params.extend_from_slice(program.size_params());
         let mode = self.effective_mode();
+        // `#[track_caller]` does not reach into closures: take it here (a
+        // pointer copy); the error itself is only built when a run fails.
+        let location = Loc::caller();
+        let ran = |e: tilejit_runtime::RuntimeError| Error::Run {
+            function: self.name.clone(),
+            location,
+            source: e,
+        };
         if mode == RunMode::Host {
-            return Ok(Outputs::from_arrays(program.run(&inputs, &params)?));
+            let outs = program.run(&inputs, &params).map_err(ran)?;
+            return Ok(Outputs::from_arrays(outs));
         }
         let inputs: SmallVec<[Array; 4]> = inputs.into_iter().cloned().collect();
         let outs = match mode {
-            RunMode::Host => program.run(&inputs, &params)?,
-            RunMode::Reference => program.run_reference(&inputs, &params)?,
-            RunMode::Sim => program.run_sim(&inputs, &params, false)?.0,
+            RunMode::Host => program.run(&inputs, &params).map_err(ran)?,
+            RunMode::Reference => program.run_reference(&inputs, &params).map_err(ran)?,
+            RunMode::Sim => program.run_sim(&inputs, &params, false).map_err(ran)?.0,
             RunMode::Verify => {
-                let host = program.run(&inputs, &params)?;
-                let (sim, _) = program.run_sim(&inputs, &params, false)?;
+                let host = program.run(&inputs, &params).map_err(ran)?;
+                let (sim, _) = program.run_sim(&inputs, &params, false).map_err(ran)?;
                 let diffs = crate::mode::compare(
                     &self.name,
                     program.optimized(),

@@ -31,10 +31,12 @@
 
 mod apply;
 pub mod args;
+mod conv;
 mod display;
 pub mod error;
 pub mod io;
 pub mod jit;
+mod layout_ops;
 pub mod mode;
 mod operators;
 mod ops;

@@ -179,7 +179,36 @@ fn node_bound(
             let ((av, ae), (bv, be)) = (operand(a)?, operand(b)?);
             matmul(&g.ty(a).shape, &g.ty(b).shape, (&av, ae), (&bv, be), &v, u)?
         }
-        Op::Reshape(x, _) | Op::Permute(x, _) | Op::Broadcast(x, _) => {
+        Op::Gather(x, index, axis) => {
+            let ((_, xe), (iv, _)) = (operand(x)?, operand(index)?);
+            let index = Vals::I(iv.iter().map(|&v| v as i64).collect());
+            let picked = interp::gather_along(
+                &g.ty(x).shape,
+                &ty.shape,
+                axis,
+                &Vals::F(xe.to_vec()),
+                &index,
+            )?;
+            match picked {
+                Vals::F(e) => e,
+                Vals::I(_) => return Err(interp::internal("bounds moved to integer lanes")),
+            }
+        }
+        Op::Concat(a, b, axis) => {
+            let ((_, ae), (_, be)) = (operand(a)?, operand(b)?);
+            let joined = interp::concat(
+                &g.ty(a).shape,
+                &ty.shape,
+                axis,
+                &Vals::F(ae.to_vec()),
+                &Vals::F(be.to_vec()),
+            )?;
+            match joined {
+                Vals::F(e) => e,
+                Vals::I(_) => return Err(interp::internal("bounds moved to integer lanes")),
+            }
+        }
+        Op::Reshape(x, _) | Op::Permute(x, _) | Op::Broadcast(x, _) | Op::Slice(x, ..) => {
             let (_, xe) = operand(x)?;
             match interp::move_elements(g, op, ty, &Vals::F(xe.to_vec()))? {
                 Vals::F(e) => e,

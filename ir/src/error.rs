@@ -125,6 +125,27 @@ pub enum IrError {
         /// Requested shape.
         to: Shape,
     },
+    /// A slice window that leaves its operand, or concat operands that do
+    /// not join.
+    #[error("{op} of {shape}: {reason}")]
+    Window {
+        /// The op (`slice`, `cat`).
+        op: &'static str,
+        /// The (first) operand's shape.
+        shape: Shape,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A data-dependent index outside the axis it indexes.
+    #[error("{op}: {} is out of range for an axis of length {len}", index_text(.index))]
+    IndexOutOfRange {
+        /// The op (`gather`, `index_select`).
+        op: &'static str,
+        /// The index found, where the backend reports it.
+        index: Option<i64>,
+        /// The axis length.
+        len: usize,
+    },
     /// A permutation that is not one.
     #[error("{perm:?} is not a permutation of 0..{rank}")]
     Permutation {
@@ -232,6 +253,14 @@ pub enum IrError {
     },
 }
 
+/// `index 7`, or `an index` where the backend does not say which.
+fn index_text(index: &Option<i64>) -> String {
+    match index {
+        Some(i) => format!("index {i}"),
+        None => "an index".into(),
+    }
+}
+
 impl IrError {
     /// The error's category.
     pub fn kind(&self) -> ErrorKind {
@@ -240,10 +269,14 @@ impl IrError {
             Broadcast { .. } | BroadcastTo { .. } | ShapeMismatch { .. } | MatMul { .. } => {
                 ErrorKind::Shape
             }
-            Reshape { .. } | EmptyReduction { .. } | RankTooLarge { .. } => ErrorKind::Shape,
-            Axis { .. } | DuplicateAxis { .. } | Permutation { .. } | Length { .. } => {
-                ErrorKind::BadArgument
+            Reshape { .. } | EmptyReduction { .. } | RankTooLarge { .. } | Window { .. } => {
+                ErrorKind::Shape
             }
+            Axis { .. }
+            | DuplicateAxis { .. }
+            | Permutation { .. }
+            | Length { .. }
+            | IndexOutOfRange { .. } => ErrorKind::BadArgument,
             TooLarge { .. } | Arguments(_) | Parse { .. } => ErrorKind::BadArgument,
             DTypeMismatch { .. }
             | DTypeUnsupported { .. }

@@ -212,6 +212,19 @@ pub enum Op {
     Broadcast(NodeId, Shape),
     /// Elementwise dtype conversion.
     Cast(NodeId, DType),
+    /// A window of the operand: result element `i` is operand element
+    /// `start + i` in every dim; the result shape (the node's type) is the
+    /// second `Shape`. Fused consumers read it as a strided view (no copy).
+    Slice(NodeId, Shape, Shape),
+    /// The operands joined along `axis`: equal dtypes and ranks, equal dims
+    /// but `axis`. Its buffer is written in place by one kernel per operand.
+    Concat(NodeId, NodeId, u8),
+    /// numpy `take_along_axis(x, index, axis)`: result element `[.., j, ..]`
+    /// is `x[.., index[.., j, ..], ..]` (the index replaces the `axis`
+    /// coordinate). `index` is i32 or i64 of the result's shape, whose
+    /// dims other than `axis` equal the operand's; an index outside
+    /// `0..x.shape[axis]` is a run-time error, never a read.
+    Gather(NodeId, NodeId, u8),
 }
 
 /// A permutation of up to 8 axes.
@@ -273,7 +286,9 @@ impl Op {
             Op::Input { .. } | Op::Param { .. } | Op::Full { .. } | Op::Constant { .. } => vec![],
             Op::Unary(_, x) | Op::Reduce(_, x, _) | Op::Reshape(x, _) => vec![x],
             Op::Permute(x, _) | Op::Broadcast(x, _) | Op::Cast(x, _) => vec![x],
+            Op::Slice(x, ..) => vec![x],
             Op::Binary(_, a, b) | Op::Compare(_, a, b) | Op::MatMul(a, b) => vec![a, b],
+            Op::Concat(a, b, _) | Op::Gather(a, b, _) => vec![a, b],
             Op::Select(c, a, b) => vec![c, a, b],
         }
     }
@@ -294,6 +309,9 @@ impl Op {
             Op::Permute(x, p) => Op::Permute(f(x), p),
             Op::Broadcast(x, s) => Op::Broadcast(f(x), s),
             Op::Cast(x, d) => Op::Cast(f(x), d),
+            Op::Slice(x, start, shape) => Op::Slice(f(x), start, shape),
+            Op::Concat(x, y, axis) => Op::Concat(f(x), f(y), axis),
+            Op::Gather(x, i, axis) => Op::Gather(f(x), f(i), axis),
         }
     }
 

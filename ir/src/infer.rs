@@ -142,6 +142,107 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
             checked(TensorType::new(t.dtype, shape))?
         }
         Op::Cast(x, dtype) => TensorType::new(dtype, ty(x).shape),
+        Op::Slice(x, start, shape) => {
+            let t = ty(x);
+            let bad = |reason: String| IrError::Window {
+                op: "slice",
+                shape: t.shape,
+                reason,
+            };
+            if start.rank() != t.shape.rank() || shape.rank() != t.shape.rank() {
+                return Err(bad(format!(
+                    "the window {start} + {shape} must have the operand's rank {}",
+                    t.shape.rank()
+                )));
+            }
+            for d in 0..t.shape.rank() {
+                if start[d]
+                    .checked_add(shape[d])
+                    .is_none_or(|end| end > t.shape[d])
+                {
+                    return Err(bad(format!(
+                        "dim {d}: elements {}..{} are outside 0..{}",
+                        start[d],
+                        start[d].saturating_add(shape[d]),
+                        t.shape[d]
+                    )));
+                }
+            }
+            TensorType::new(t.dtype, shape)
+        }
+        Op::Concat(x, y, axis) => {
+            let (tx, ty_) = (ty(x), ty(y));
+            same_type_dtype(tx, ty_)?;
+            let axis = axis as usize;
+            let bad = |reason: String| IrError::Window {
+                op: "cat",
+                shape: tx.shape,
+                reason,
+            };
+            if axis >= tx.shape.rank() {
+                return Err(IrError::Axis {
+                    axis: axis as isize,
+                    rank: tx.shape.rank(),
+                });
+            }
+            if tx.shape.rank() != ty_.shape.rank() {
+                return Err(bad(format!(
+                    "{} has rank {}, not {}",
+                    ty_.shape,
+                    ty_.shape.rank(),
+                    tx.shape.rank()
+                )));
+            }
+            if let Some(d) =
+                (0..tx.shape.rank()).find(|&d| d != axis && tx.shape[d] != ty_.shape[d])
+            {
+                return Err(bad(format!(
+                    "{} differs in dim {d} ({} vs {}); only the cat axis {axis} may differ",
+                    ty_.shape, ty_.shape[d], tx.shape[d]
+                )));
+            }
+            let n = tx.shape[axis]
+                .checked_add(ty_.shape[axis])
+                .ok_or_else(|| bad("the joined dim overflows".into()))?;
+            checked(TensorType::new(tx.dtype, tx.shape.with_dim(axis, n)))?
+        }
+        Op::Gather(x, index, axis) => {
+            let (tx, ti) = (ty(x), ty(index));
+            let axis = axis as usize;
+            if !matches!(ti.dtype, DType::I32 | DType::I64) {
+                return Err(IrError::DTypeUnsupported {
+                    op: "gather",
+                    dtype: ti.dtype,
+                    hint: "indices must be i32 or i64; cast them first",
+                });
+            }
+            if axis >= tx.shape.rank() {
+                return Err(IrError::Axis {
+                    axis: axis as isize,
+                    rank: tx.shape.rank(),
+                });
+            }
+            let fits = ti.shape.rank() == tx.shape.rank()
+                && (0..tx.shape.rank()).all(|d| d == axis || ti.shape[d] == tx.shape[d]);
+            if !fits {
+                return Err(IrError::Window {
+                    op: "gather",
+                    shape: tx.shape,
+                    reason: format!(
+                        "the index {} must have the operand's rank and dims except axis {axis}",
+                        ti.shape
+                    ),
+                });
+            }
+            if tx.shape[axis] == 0 && ti.shape.numel() > 0 {
+                return Err(IrError::Window {
+                    op: "gather",
+                    shape: tx.shape,
+                    reason: format!("axis {axis} is empty, so no index is in range"),
+                });
+            }
+            TensorType::new(tx.dtype, ti.shape)
+        }
     };
     Ok(out)
 }
@@ -149,6 +250,16 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
 fn checked(t: TensorType) -> Result<TensorType, IrError> {
     t.shape.byte_size(t.dtype)?;
     Ok(t)
+}
+
+fn same_type_dtype(a: TensorType, b: TensorType) -> Result<(), IrError> {
+    if a.dtype != b.dtype {
+        return Err(IrError::DTypeMismatch {
+            lhs: a.dtype,
+            rhs: b.dtype,
+        });
+    }
+    Ok(())
 }
 
 fn same_type(what: &'static str, a: TensorType, b: TensorType) -> Result<(), IrError> {

@@ -184,6 +184,89 @@ pub(crate) fn eval(
             move_elements(g, op, ty, arg(x)?)?
         }
         Op::Cast(x, to) => cast(arg(x)?, to)?,
+        Op::Slice(x, ..) => move_elements(g, op, ty, arg(x)?)?,
+        Op::Concat(a, b, axis) => concat(&g.ty(a).shape, &ty.shape, axis, arg(a)?, arg(b)?)?,
+        Op::Gather(x, index, axis) => {
+            gather_along(&g.ty(x).shape, &ty.shape, axis, arg(x)?, arg(index)?)?
+        }
+    })
+}
+
+/// `take_along_axis`: the elements of `x` (of shape `src`) that `index`
+/// (of shape `out`) picks along `axis`; an index outside the axis is an
+/// error (so error bounds move the same way; [`crate::bound`] calls this).
+pub(crate) fn gather_along(
+    src: &Shape,
+    out: &Shape,
+    axis: u8,
+    x: &Vals,
+    index: &Vals,
+) -> Result<Vals, IrError> {
+    let Vals::I(index) = index else {
+        return Err(internal("gather indices in float lanes"));
+    };
+    let axis = axis as usize;
+    let n = src[axis];
+    let mut k = 0;
+    let mut bad = None;
+    let picked = gather(x, out, |o, inp| {
+        let v = index[k];
+        k += 1;
+        inp[..out.rank()].copy_from_slice(&o[..out.rank()]);
+        inp[axis] = match usize::try_from(v) {
+            Ok(i) if i < n => i,
+            _ => {
+                bad.get_or_insert(v);
+                0
+            }
+        };
+        if n == 0 {
+            return 0;
+        }
+        linear(inp, src)
+    });
+    match bad {
+        Some(v) => Err(IrError::IndexOutOfRange {
+            op: "gather",
+            index: Some(v),
+            len: n,
+        }),
+        None => picked,
+    }
+}
+
+/// `a` and `b` joined along `axis` into `out` (so error bounds join the
+/// same way; [`crate::bound`] calls this too).
+pub(crate) fn concat(
+    a_shape: &Shape,
+    out: &Shape,
+    axis: u8,
+    a: &Vals,
+    b: &Vals,
+) -> Result<Vals, IrError> {
+    let axis = axis as usize;
+    // Rows of the outer dims; each holds a run of `a` then a run of `b`.
+    let inner: usize = out.dims()[axis + 1..].iter().product();
+    let (ra, rb) = (a_shape[axis] * inner, (out[axis] - a_shape[axis]) * inner);
+    let rows: usize = out.dims()[..axis].iter().product();
+    fn join<T: Copy>(
+        x: &[T],
+        y: &[T],
+        rows: usize,
+        ra: usize,
+        rb: usize,
+    ) -> Result<Vec<T>, IrError> {
+        let mut v = with_capacity(rows * (ra + rb))?;
+        for r in 0..rows {
+            v.extend_from_slice(&x[r * ra..(r + 1) * ra]);
+            v.extend_from_slice(&y[r * rb..(r + 1) * rb]);
+        }
+        Ok(v)
+    }
+    Ok(match (a, b) {
+        (Vals::F(x), Vals::F(y)) => Vals::F(join(x, y, rows, ra, rb)?),
+        (Vals::I(x), Vals::I(y)) => Vals::I(join(x, y, rows, ra, rb)?),
+        _ => return Err(internal("cat of float and integer lanes")),
     })
 }
 
@@ -208,6 +291,15 @@ pub(crate) fn move_elements(g: &Graph, op: &Op, ty: TensorType, x: &Vals) -> Res
             gather(x, &ty.shape, |out, inp| {
                 for d in 0..src.rank() {
                     inp[d] = if src[d] == 1 { 0 } else { out[off + d] };
+                }
+                linear(inp, &src)
+            })?
+        }
+        Op::Slice(operand, start, _) => {
+            let src = g.ty(operand).shape;
+            gather(x, &ty.shape, |out, inp| {
+                for d in 0..src.rank() {
+                    inp[d] = out[d] + start[d];
                 }
                 linear(inp, &src)
             })?

@@ -111,6 +111,9 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::Permute(..) => "permute",
         Op::Broadcast(..) => "broadcast",
         Op::Cast(..) => "cast",
+        Op::Slice(..) => "slice",
+        Op::Concat(..) => "cat",
+        Op::Gather(..) => "gather",
     }
 }
 
@@ -170,6 +173,13 @@ impl fmt::Display for Graph {
                         Op::Permute(_, perm) => {
                             f.write_str(" perm=")?;
                             write_list(f, perm.as_vec())?;
+                        }
+                        Op::Slice(_, start, _) => {
+                            f.write_str(" start=")?;
+                            write_list(f, start.dims())?;
+                        }
+                        Op::Concat(_, _, axis) | Op::Gather(_, _, axis) => {
+                            write!(f, " axis={axis}")?
                         }
                         _ => {}
                     }
@@ -422,6 +432,26 @@ impl Parser {
                 let perm = Perm::new(&self.attr_list(&attr, "perm")?)
                     .map_err(|e| self.err(e.to_string()))?;
                 Op::Permute(o[0], perm)
+            }
+            "slice" => {
+                let (o, attr) = self.operands(args, 1)?;
+                let start = Shape::new(&self.attr_list(&attr, "start")?)
+                    .map_err(|e| self.err(e.to_string()))?;
+                Op::Slice(o[0], start, ty.shape)
+            }
+            "cat" | "gather" => {
+                let (o, attr) = self.operands(args, 2)?;
+                let axis = attr
+                    .trim()
+                    .strip_prefix("axis=")
+                    .and_then(|a| a.parse::<u8>().ok())
+                    .filter(|&a| (a as usize) < crate::shape::MAX_RANK)
+                    .ok_or_else(|| self.err("expected `axis=N`"))?;
+                if name == "cat" {
+                    Op::Concat(o[0], o[1], axis)
+                } else {
+                    Op::Gather(o[0], o[1], axis)
+                }
             }
             other => return Err(self.err(format!("unknown op `{other}`"))),
         })

@@ -426,6 +426,15 @@ impl HostProgram {
                         },
                     }
                 }
+                // The user's data, not the kernel, is at fault.
+                RuntimeError::Codegen(CodegenError::IndexOutOfRange { len, .. }) => {
+                    IrError::IndexOutOfRange {
+                        op: "gather",
+                        index: None,
+                        len: len.max(0) as usize,
+                    }
+                    .into()
+                }
                 e => e,
             })?;
         }
@@ -558,7 +567,9 @@ impl HostProgram {
             && m * n * mm.k >= 1 << 18
             && layout.scratch == 0
             && self.prog.buffer(mm.out).ty.dtype == DType::F32;
-        if !plain || k.accesses().any(|a| a.buf == mm.a || a.buf == mm.b) {
+        // Tiles split buffers by rows, which an offset window would cross.
+        let windowed = k.accesses().any(|a| a.offset != 0);
+        if !plain || windowed || k.accesses().any(|a| a.buf == mm.a || a.buf == mm.b) {
             return Ok(false);
         }
         // How each local buffer is split: `a` and the product by rows,

@@ -364,6 +364,9 @@ impl GenericGraph {
             },
             Op::Reshape(x, s) => Op::Reshape(x, self.shape_at(&s, sizes)?),
             Op::Broadcast(x, s) => Op::Broadcast(x, self.shape_at(&s, sizes)?),
+            Op::Slice(x, start, s) => {
+                Op::Slice(x, self.shape_at(&start, sizes)?, self.shape_at(&s, sizes)?)
+            }
             other => other,
         }))
     }

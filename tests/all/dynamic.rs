@@ -413,3 +413,76 @@ fn twenty_sizes_share_device_kernels_on_sim() {
     }
     assert_eq!(SIM_RUNS.load(Ordering::Relaxed), 2);
 }
+
+static CUT_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// A cat of two `[t, d]` inputs cut back at `d`: the slice starts are the
+/// symbol `d`, so they read back at any size and the class is generic.
+#[jit(dynamic)]
+fn cut_back(x: &Tensor, y: &Tensor) -> Tensor {
+    CUT_RUNS.fetch_add(1, Ordering::Relaxed);
+    let d = y.shape()[1];
+    let p = Tensor::cat(&[x, y], 1).exp().split(&[d, d], 1);
+    Tensor::cat(&[&(&p[1] - &p[0]), &p[0]], 1)
+}
+
+#[jit]
+fn cut_back_exact(x: &Tensor, y: &Tensor) -> Tensor {
+    let d = y.shape()[1];
+    let p = Tensor::cat(&[x, y], 1).exp().split(&[d, d], 1);
+    Tensor::cat(&[&(&p[1] - &p[0]), &p[0]], 1)
+}
+
+/// Q, K and V cut from one `[t, 3d]` projection: `d` is a third of a dim,
+/// which a class cannot express (its stand-in is a prime), so this class
+/// is traced per size, and says why.
+#[jit(dynamic)]
+fn qkv_scores(x: &Tensor) -> Tensor {
+    let d = x.shape()[1] / 3;
+    let p = x.split(&[d, d, d], 1);
+    Tensor::cat(&[&p[0].matmul(&p[1].transpose(0, 1)), &p[2]], 1)
+}
+
+#[jit]
+fn qkv_scores_exact(x: &Tensor) -> Tensor {
+    let d = x.shape()[1] / 3;
+    let p = x.split(&[d, d, d], 1);
+    Tensor::cat(&[&p[0].matmul(&p[1].transpose(0, 1)), &p[2]], 1)
+}
+
+#[test]
+fn slices_and_concats_by_a_symbol_stay_generic() {
+    for (i, (t, d)) in [(4, 5), (7, 3), (9, 8), (2, 11)].into_iter().enumerate() {
+        let x = Tensor::randn(&[t, d], 40 + i as u64);
+        let y = Tensor::randn(&[t, d], 50 + i as u64);
+        for mode in [RunMode::Host, RunMode::Sim] {
+            let got = with_mode(mode, || cut_back(&x, &y)).unwrap();
+            assert_eq!(got.shape(), [t, 2 * d]);
+            let want = with_mode(mode, || cut_back_exact(&x, &y)).unwrap();
+            assert_eq!(bits(&got), bits(&want), "{mode:?} t={t} d={d}");
+        }
+        // exp(y) - exp(x), computed here.
+        let (xv, yv, g) = (f32s(&x), f32s(&y), f32s(&cut_back(&x, &y).unwrap()));
+        for r in 0..t {
+            for c in 0..d {
+                let want = yv[r * d + c].exp() - xv[r * d + c].exp();
+                assert!((g[r * 2 * d + c] - want).abs() <= 1e-5 * want.abs().max(1.0));
+            }
+        }
+    }
+    assert_eq!(cut_back::jit().shape_classes()[0].1, Ok(()));
+    // The first call's sizes and the stand-ins: two runs for four sizes.
+    assert_eq!(CUT_RUNS.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn a_third_of_a_dim_is_traced_per_size_with_its_reason() {
+    for (t, d) in [(4, 5), (3, 2)] {
+        let x = Tensor::randn(&[t, 3 * d], t as u64);
+        let got = qkv_scores(&x).unwrap();
+        assert_eq!(bits(&got), bits(&qkv_scores_exact(&x).unwrap()));
+    }
+    let classes = qkv_scores::jit().shape_classes();
+    let why = classes[0].1.as_ref().unwrap_err();
+    assert!(why.contains("do not add up"), "{why}");
+}

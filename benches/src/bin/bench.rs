@@ -149,6 +149,51 @@ fn main() {
         let gflops = 2.0 * 1024f64.powi(3) / s / 1e9;
         emit("W5", "median_s", s, format!(", \"gflops\": {gflops:.3}"));
     }
+    if want("W9") {
+        // `peers.py`'s `w9_inputs`: weights scaled by 1/sqrt(fan-in), gains
+        // 1 + 0.1 * randn, biases 0.1 * randn; the causal mask -1e9 above
+        // the diagonal.
+        let (sd, sf) = (1.0 / (D9 as f64).sqrt(), 1.0 / (F9 as f64).sqrt());
+        let w = |shape: &[usize], scale: f64, seed: u64| Tensor::randn(shape, seed) * scale;
+        let v = |n: usize, seed: u64| Tensor::randn(&[n], seed) * 0.1;
+        let gain = |n: usize, seed: u64| Tensor::randn(&[n], seed) * 0.1 + 1.0;
+        let x = Tensor::randn(&[T9, D9], 20);
+        let (g1, b1, g2, b2) = (gain(D9, 21), v(D9, 22), gain(D9, 35), v(D9, 36));
+        let (wq, wk, wv, wo) = (
+            w(&[D9, D9], sd, 23),
+            w(&[D9, D9], sd, 24),
+            w(&[D9, D9], sd, 25),
+            w(&[D9, D9], sd, 26),
+        );
+        let (bq, bk, bv, bo) = (v(D9, 27), v(D9, 28), v(D9, 29), v(D9, 30));
+        let (wf, bf) = (w(&[D9, F9], sd, 31), v(F9, 32));
+        let (wp, bp) = (w(&[F9, D9], sf, 33), v(D9, 34));
+        let mask = Tensor::ones(&[T9, T9], DType::F32).triu(1) * -1e9;
+        let args = [
+            &x, &g1, &b1, &wq, &bq, &wk, &bk, &wv, &bv, &wo, &bo, &g2, &b2, &wf, &bf, &wp, &bp,
+            &mask,
+        ];
+        let call = || {
+            gpt2_block(
+                &x, &g1, &b1, &wq, &bq, &wk, &bk, &wv, &bv, &wo, &bo, &g2, &b2, &wf, &bf, &wp, &bp,
+                &mask,
+            )
+        };
+        let s = hot("W9", gpt2_block::jit(), &args, 2e-3, call);
+        let kernels = gpt2_block::jit()
+            .handlers()
+            .last()
+            .map_or(0, |h| h.program.host().kernels().kernels.len());
+        emit(
+            "W9",
+            "median_s",
+            s,
+            format!(
+                ", \"gflops\": {:.3}, \"kernels\": {kernels}",
+                W9_FLOPS as f64 / s / 1e9
+            ),
+        );
+    }
     if want("W6") {
         let (x, y) = (Tensor::randn(&[16], 12), Tensor::randn(&[16], 13));
         let z = add(&x, &y).expect("W6");

@@ -181,13 +181,15 @@ impl Extent {
 /// The size arguments every core function of `k` takes after `lo` and
 /// `hi` (and before the params): each domain dimension, then each access's
 /// strides (accesses in [`Kernel::accesses`] order, one per domain
-/// dimension), then for a matmul its batch, m, k and n. The launcher
+/// dimension), then each access's offset, then for a matmul its batch, m,
+/// k and n. The launcher
 /// passes these for the shape it runs; the code reads them with `ldarg`.
 pub fn size_args(k: &Kernel) -> Vec<i64> {
     let mut v: Vec<i64> = k.domain.iter().map(|&d| d as i64).collect();
     for a in k.accesses() {
         v.extend(a.strides.iter().copied());
     }
+    v.extend(k.accesses().map(|a| a.offset));
     if let Some(mm) = &k.matmul {
         v.extend([mm.batch, mm.m, mm.k, mm.n].map(|d| d as i64));
     }
@@ -214,7 +216,7 @@ impl SizeArgs {
 
     /// How many there are.
     pub(crate) fn len(&self) -> usize {
-        self.rank * (1 + self.accesses) + if self.matmul { 4 } else { 0 }
+        self.rank * (1 + self.accesses) + self.accesses + if self.matmul { 4 } else { 0 }
     }
 
     /// Declares `lo`, `hi` and the size arguments (`s0`..), in order.
@@ -236,9 +238,14 @@ impl SizeArgs {
         (2 + self.rank * (1 + a) + d) as u32
     }
 
+    /// Access `a`'s offset (elements from its buffer's start).
+    pub(crate) fn offset(&self, a: usize) -> u32 {
+        (2 + self.rank * (1 + self.accesses) + a) as u32
+    }
+
     /// The matmul's batch, m, k, n (`i` = 0..4).
     pub(crate) fn mm(&self, i: usize) -> u32 {
-        (2 + self.rank * (1 + self.accesses) + i) as u32
+        (2 + self.rank * (1 + self.accesses) + self.accesses + i) as u32
     }
 }
 
@@ -366,10 +373,12 @@ mod tests {
     fn exp_kernel() -> Kernel {
         let x = Access {
             buf: BufId(0),
+            offset: 0,
             strides: vec![1],
         };
         let y = Access {
             buf: BufId(1),
+            offset: 0,
             strides: vec![1],
         };
         let node = |expr| ExprNode {
@@ -416,7 +425,11 @@ mod tests {
         let (small, big) = (at(3), at(70_001));
         assert_eq!(small.0, big.0, "one class");
         assert_eq!(small.1, big.1, "the same code");
-        assert_eq!((small.2, big.2), (vec![3, 1, 1], vec![70_001, 1, 1]));
+        // Sizes, strides, then offsets.
+        assert_eq!(
+            (small.2, big.2),
+            (vec![3, 1, 1, 0, 0], vec![70_001, 1, 1, 0, 0])
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@ use tilejit_ir::kernel::{Access, BufId, Expr, ExprId, Kernel, Stage};
 use tilejit_ir::{BinaryOp, CmpOp, DType, Lit, ReduceOp, UnaryOp};
 
 /// The registers of a vector kernel. r5.. hold the accesses' row offsets
-/// ([`TileCx::base_reg`]), then the params ([`TileCx::param_reg`]).
+/// (flat kernels: their fixed offsets; [`TileCx::base_reg`]), then the
+/// params ([`TileCx::param_reg`]).
 pub(super) mod regs {
     use tilejit_device::isa::emit::Reg;
 
@@ -181,7 +182,8 @@ impl TileCx<'_> {
         slots: usize,
     ) -> Result<TilePlan<'e>, CodegenError> {
         let k = self.k;
-        let is_load = |e: ExprId| matches!(k.expr(e).expr, Expr::Load(_));
+        // Gathers are MTE2 reads too, issued with the loads.
+        let is_load = |e: ExprId| matches!(k.expr(e).expr, Expr::Load(_) | Expr::Gather { .. });
         let mut alloc = SlotAlloc {
             last_use,
             slot_of: vec![None; k.exprs.len()],
@@ -239,11 +241,15 @@ impl TileCx<'_> {
         scratch: Reg,
     ) -> Result<Val, CodegenError> {
         Ok(match (self.flat, self.long, inner) {
-            (true, _, 0) => Val::from(0),
-            (true, _, 1) => UNIT.into(),
+            (true, _, 0) => self.base_reg(a)?.into(),
+            (true, _, 1) => {
+                b.add(scratch, self.base_reg(a)?, UNIT);
+                scratch.into()
+            }
             (true, _, _) => {
                 b.ldarg(scratch, self.inner_arg(a))
-                    .mul(scratch, UNIT, scratch);
+                    .mul(scratch, UNIT, scratch)
+                    .add(scratch, scratch, self.base_reg(a)?);
                 scratch.into()
             }
             (false, false, _) | (false, true, 0) => self.base_reg(a)?.into(),
@@ -267,6 +273,10 @@ impl TileCx<'_> {
         for ev in plan.events {
             let Event::Eval(e) = *ev else { continue };
             let node = k.expr(e);
+            if let Expr::Gather { .. } = node.expr {
+                self.emit_gather(b, plan, e)?;
+                continue;
+            }
             let Expr::Load(l) = node.expr else { continue };
             let (dt, dst) = (node.dtype, self.src(plan, e)?);
             let acc = &k.loads[l as usize];
@@ -288,6 +298,51 @@ impl TileCx<'_> {
                 }
             };
         }
+        Ok(())
+    }
+
+    /// A gather (MTE2, after its index's load in the same pipe): `ldg`
+    /// reads each column's element at its index, which the instruction
+    /// checks against the axis length (a fault, never a stray read).
+    fn emit_gather(
+        &self,
+        b: &mut ProgramBuilder,
+        plan: &TilePlan<'_>,
+        e: ExprId,
+    ) -> Result<(), CodegenError> {
+        let k = self.k;
+        let node = k.expr(e);
+        let Expr::Gather {
+            load,
+            index,
+            stride,
+            len,
+        } = node.expr
+        else {
+            return Err(internal(k, "emit_gather of a non-gather"));
+        };
+        let Expr::Load(il) = k.expr(index).expr else {
+            return Err(internal(k, "a gather index that is not a load"));
+        };
+        let (dt, dst) = (node.dtype, self.src(plan, e)?);
+        let acc = &k.loads[load as usize];
+        let gm = self.gm_of(b, acc.buf)?;
+        let inner = acc.inner_stride();
+        let off = self.offset(b, load as usize, inner, T3)?;
+        let cs: Val = match inner {
+            0 | 1 => Val::from(inner),
+            _ => self.cstride(b, load as usize),
+        };
+        // An index constant along the row sits in its load's element slot.
+        let (idx, istride) = if k.loads[il as usize].inner_stride() == 0 {
+            (self.elem_addr(il as usize), 0)
+        } else {
+            (self.src(plan, index)?, 1)
+        };
+        let it = k.expr(index).dtype;
+        b.ldg(
+            dt, self.shape, 1, VALID, dst, gm, off, cs, it, idx, istride, stride, len,
+        );
         Ok(())
     }
 
@@ -319,6 +374,8 @@ impl TileCx<'_> {
         let (dt, sh, vcv) = (node.dtype, self.shape, self.vcv);
         let dst = self.src(plan, e)?;
         match node.expr {
+            // Read by `ldg` on MTE2.
+            Expr::Gather { .. } => {}
             Expr::Load(l) => {
                 if k.loads[l as usize].inner_stride() == 0 {
                     b.vbcast(dt, sh, 1, VALID, dst, self.elem_addr(l as usize));

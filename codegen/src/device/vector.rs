@@ -410,6 +410,13 @@ fn load_params(b: &mut ProgramBuilder, cx: &TileCx<'_>, d: &Decls) -> Result<(),
     for (p, &arg) in d.params.iter().enumerate() {
         b.ldarg(cx.param_reg(p)?, arg);
     }
+    // Flat tiles address from each access's offset (row kernels rebase
+    // per row in `emit_row_bases`).
+    if cx.flat {
+        for a in 0..cx.access_list.len() {
+            b.ldarg(cx.base_reg(a)?, cx.sizes.offset(a));
+        }
+    }
     Ok(())
 }
 
@@ -431,7 +438,7 @@ fn emit_prologue(b: &mut ProgramBuilder, cx: &TileCx<'_>, w: usize) -> Result<()
 fn emit_row_bases(b: &mut ProgramBuilder, cx: &TileCx<'_>) -> Result<(), CodegenError> {
     let k = cx.k;
     for a in 0..cx.access_list.len() {
-        b.movi(cx.base_reg(a)?, 0);
+        b.ldarg(cx.base_reg(a)?, cx.sizes.offset(a));
     }
     b.mov(T3, UNIT);
     for d in (0..k.domain.len() - 1).rev() {
@@ -616,7 +623,7 @@ pub(super) fn liveness(k: &Kernel, events: &[Event]) -> (Vec<usize>, usize) {
             }
         }
     }
-    let is_load = |e: ExprId| matches!(k.expr(e).expr, Expr::Load(_));
+    let is_load = |e: ExprId| matches!(k.expr(e).expr, Expr::Load(_) | Expr::Gather { .. });
     let mut ends: Vec<usize> = events
         .iter()
         .filter_map(|ev| match *ev {

@@ -4,8 +4,9 @@
 //!   in order of first use: matmul operands, loads, stores), then one pointer per
 //!   scratch value (a row of 8-byte slots);
 //! - `args`: the domain dims, then `rank` strides (in elements) per access
-//!   (loads, then stores), then one 8-byte slot per param (f64 bits for a
-//!   float param, the integer for an int or bool one).
+//!   (loads, then stores), then one offset (in elements) per access, then
+//!   one 8-byte slot per param (f64 bits for a float param, the integer for
+//!   an int or bool one).
 //!
 //! Sizes and strides are runtime values, so one compiled kernel serves every
 //! shape with the same structure.
@@ -51,6 +52,9 @@ pub struct ArgLayout {
     /// Matmul operand and result local buffers, if any (the runtime fills
     /// the result before the stages run).
     pub matmul: Option<[usize; 3]>,
+    /// Per access, how many elements past its strided reach a gather on it
+    /// may read ([`Kernel::gather_reach`]; the code checks each index).
+    pub gather_reach: Vec<u64>,
 }
 
 impl ArgLayout {
@@ -80,7 +84,7 @@ impl ArgLayout {
                 if !flat && access.inner_stride() == 0 {
                     access_per_row[store_i] = true;
                     for e in reachable(k, *value) {
-                        if let Expr::Load(l) = k.expr(e).expr {
+                        if let Expr::Load(l) | Expr::Gather { load: l, .. } = k.expr(e).expr {
                             access_per_row[l as usize] = true;
                         }
                     }
@@ -111,6 +115,15 @@ impl ArgLayout {
                 .unwrap_or(0),
             flat,
             matmul,
+            gather_reach: (0..k.accesses().count())
+                .map(|a| {
+                    if a < nloads {
+                        k.gather_reach(a).max(0) as u64
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
         }
     }
 
@@ -119,9 +132,14 @@ impl ArgLayout {
         self.rank + a * self.rank
     }
 
+    /// Index of access `a`'s offset in `args`.
+    pub fn offset_slot(&self, a: usize) -> usize {
+        self.rank + self.access_buf.len() * self.rank + a
+    }
+
     /// Index of param `p` in `args`.
     pub fn param_slot(&self, p: usize) -> usize {
-        self.rank + self.access_buf.len() * self.rank + p
+        self.rank + self.access_buf.len() * (self.rank + 1) + p
     }
 
     /// The `args` array for a kernel instance: its domain, its accesses'
@@ -131,6 +149,7 @@ impl ArgLayout {
         for a in k.accesses() {
             v.extend_from_slice(&a.strides);
         }
+        v.extend(k.accesses().map(|a| a.offset));
         for i in 0..self.params {
             v.push(match params.get(i) {
                 Some(Lit::Float(f)) => f.to_bits() as i64,
@@ -261,7 +280,8 @@ impl ArgLayout {
             let others =
                 (0..self.access_buf.len()).filter(|&a| a != st && self.access_buf[a] == buf);
             for a in others {
-                if a >= nloads || strides(a) != strides(st) {
+                let offset = |a: usize| args[self.offset_slot(a)];
+                if a >= nloads || strides(a) != strides(st) || offset(a) != offset(st) {
                     return false;
                 }
             }
@@ -353,10 +373,14 @@ impl ArgLayout {
         if strides.iter().any(|&s| s < 0) {
             return Err(format!("access {a} has a negative stride"));
         }
+        let offset = args[self.offset_slot(a)];
+        let offset =
+            u128::try_from(offset).map_err(|_| format!("access {a} has a negative offset"))?;
         if self.flat {
-            return Ok(Some((end as u128 - 1) * strides[0] as u128));
+            let reach = offset + u128::from(self.gather_reach[a]);
+            return Ok(Some(reach + (end as u128 - 1) * strides[0] as u128));
         }
-        let mut m: u128 = 0;
+        let mut m: u128 = offset + u128::from(self.gather_reach[a]);
         for (&dim, &stride) in dom.dims.iter().zip(strides).take(self.rank - 1) {
             m += dim.saturating_sub(1) as u128 * stride as u128;
         }

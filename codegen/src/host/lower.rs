@@ -237,6 +237,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         // Accesses: strides, base pointers (as variables, rebased per row).
         let all: Vec<tilejit_ir::kernel::Access> = self.k.accesses().cloned().collect();
         let mut outer_strides: Vec<Vec<Value>> = Vec::new();
+        let mut origins: Vec<Value> = Vec::with_capacity(all.len());
         for (a, acc) in all.iter().enumerate() {
             let lb = self.layout.access_buf[a];
             let esize = storage_bytes((self.dtype_of_buf)(lb)) as i64;
@@ -253,9 +254,19 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                 1 => Inner::One,
                 _ => Inner::Runtime(strides[rank - 1]),
             };
+            // The access's origin: its buffer plus its offset (a slice's
+            // window, a concat operand's place).
+            let offset = self.b.ins().load(
+                ptr,
+                Self::flags(),
+                args_p,
+                (8 * self.layout.offset_slot(a)) as i32,
+            );
+            let offset_bytes = self.b.ins().imul_imm_s(offset, esize);
+            let origin = self.b.ins().iadd(self.bufs[lb], offset_bytes);
+            origins.push(origin);
             let base = self.b.declare_var(ptr);
-            let v = self.bufs[lb];
-            self.b.def_var(base, v);
+            self.b.def_var(base, origin);
             let row_step = (!self.layout.flat && rank >= 2)
                 .then(|| self.b.ins().imul_imm_s(strides[rank - 2], esize));
             self.accesses.push(Access {
@@ -292,8 +303,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                         off = s.b.ins().iadd(off, t);
                     }
                     let bytes = s.b.ins().imul_imm_s(off, s.accesses[a].esize);
-                    let lb = s.layout.access_buf[a];
-                    let base = s.b.ins().iadd(s.bufs[lb], bytes);
+                    let base = s.b.ins().iadd(origins[a], bytes);
                     s.b.def_var(s.accesses[a].base, base);
                 }
                 s.run_stages(zero, cols, false)
@@ -304,7 +314,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             // caller's thread reports this range done.
             self.b.ins().fence();
         }
-        self.b.ins().return_(&[]);
+        let ok = self.iconst(0);
+        self.b.ins().return_(&[ok]);
         self.b.seal_all_blocks();
         Ok(())
     }
@@ -374,6 +385,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                     is_f32ish(n.dtype)
                         && !matches!(self.accesses[l as usize].inner, Inner::Runtime(_))
                 }
+                // Each lane's address depends on its index.
+                Expr::Gather { .. } => false,
                 _ => is_f32ish(n.dtype),
             }
         })

@@ -357,6 +357,8 @@ fn declare_kernel(
     for _ in 0..4 {
         sig.params.push(AbiParam::new(ptr));
     }
+    // The status: 0, or a gather's axis length + 1 where an index left it.
+    sig.returns.push(AbiParam::new(types::I64));
     let id = module
         .declare_anonymous_function(&sig)
         .map_err(|e| cl_err(k, e))?;

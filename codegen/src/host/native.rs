@@ -103,7 +103,7 @@ pub fn block_math(choice: BlockMath) -> Result<Option<[BlockFn; 9]>, CodegenErro
 
 /// `fn(bufs, args, start, end)`: the native calling convention of a kernel.
 /// Unsafe to call: only after [`ArgLayout`]'s bounds check passed.
-type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, i64, i64);
+type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, i64, i64) -> i64;
 
 /// Element types kernel storage may hold: plain numbers whose every bit
 /// pattern is a value, and `bool`, which generated code writes only as 0
@@ -324,8 +324,7 @@ impl KernelCode {
         end: usize,
     ) -> Result<(), CodegenError> {
         self.check(bufs, KernelArgs::Raw(args), start, end)?;
-        self.enter(bufs, args, start, end);
-        Ok(())
+        self.enter(bufs, args, start, end)
     }
 
     /// [`Self::call`] with arguments checked once ahead
@@ -339,8 +338,7 @@ impl KernelCode {
         end: usize,
     ) -> Result<(), CodegenError> {
         self.check(bufs, KernelArgs::Checked(args), start, end)?;
-        self.enter(bufs, args.args(), start, end);
-        Ok(())
+        self.enter(bufs, args.args(), start, end)
     }
 
     fn check(
@@ -382,22 +380,19 @@ impl KernelCode {
         if scratch == 0 && units <= chunk {
             // The common small call: one range, no scratch rows.
             self.check(bufs, args, 0, units)?;
-            self.enter(bufs, raw, 0, units);
-            return Ok(());
+            return self.enter(bufs, raw, 0, units);
         }
         let call = |bufs: &mut [BufArg<'_>], start: usize, end: usize| {
             if scratch == 0 {
                 self.check(bufs, args, start, end)?;
-                self.enter(bufs, raw, start, end);
-                return Ok(());
+                return self.enter(bufs, raw, start, end);
             }
             let cols = self.layout.cols(raw).map_err(|m| self.bad(m))?;
             let mut rows: Vec<Vec<u64>> = (0..scratch).map(|_| vec![0u64; cols]).collect();
             let mut all: Vec<BufArg<'_>> = bufs.iter().map(|b| BufArg { ..*b }).collect();
             all.extend(rows.iter_mut().map(|r| BufArg::write(r)));
             self.check(&all, args, start, end)?;
-            self.enter(&all, raw, start, end);
-            Ok(())
+            self.enter(&all, raw, start, end)
         };
         // Small calls (the common case) ask nothing more than their check.
         if units <= chunk || !self.layout.writes_disjoint_units(raw) {
@@ -423,9 +418,15 @@ impl KernelCode {
     }
 
     /// Enters the native code; only after one of the bounds checks passed.
-    fn enter(&self, bufs: &[BufArg<'_>], args: &[i64], start: usize, end: usize) {
+    fn enter(
+        &self,
+        bufs: &[BufArg<'_>],
+        args: &[i64],
+        start: usize,
+        end: usize,
+    ) -> Result<(), CodegenError> {
         if start >= end {
-            return;
+            return Ok(());
         }
         // Most kernels take a handful of buffers: keep their pointers on the
         // stack (a heap vector costs more than a small kernel's work).
@@ -447,7 +448,16 @@ impl KernelCode {
         // strides in `args`) lies within its buffer, that written buffers
         // are writable, and that scratch buffers hold a full row. Each
         // `BufArg` borrows its storage for longer than this call.
-        unsafe { (self.func)(ptrs.as_ptr(), args.as_ptr(), start as i64, end as i64) };
+        let status = unsafe { (self.func)(ptrs.as_ptr(), args.as_ptr(), start as i64, end as i64) };
+        // Nonzero: a gather stopped at an index outside its axis (the
+        // status is that axis's length plus one).
+        match status {
+            0 => Ok(()),
+            s => Err(CodegenError::IndexOutOfRange {
+                kernel: self.name.clone(),
+                len: s - 1,
+            }),
+        }
     }
 }
 

@@ -207,6 +207,9 @@ isa_table! {
     Stx stx MTE3, Aiv, GmWrite,
         [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: GM, offset: VAL, stride: VAL, cstride: VAL, src: UB],
         "Strided store: element (r, c) of the valid region goes to GM element offset + r*stride + c*cstride.";
+    Ldg ldg MTE2, Aiv, GmRead,
+        [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, src: GM, offset: VAL, cstride: VAL, itype: DT, idx: UB_ELEM, istride: VAL, gstride: VAL, len: VAL],
+        "Gather load of one row (vrows = 1): element c of the valid region comes from GM element offset + c*cstride + i*gstride, where i = idx[c*istride] (an `itype` integer in UB); an i outside 0..len faults before anything is read; the rest of the tile is zero-filled.";
     St st MTE3, Aiv, GmWrite,
         [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: GM, offset: VAL, stride: VAL, src: UB],
         "Store the valid vrows x vcols region of a UB tile to GM (element `offset`, row stride `stride`).";

@@ -267,6 +267,60 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
             }
             w.bytes = (vrc.0 * vrc.1 * sz) as u64;
         }
+        Ldg => {
+            let (rows, cols) = inst.shape().unwrap_or((0, 0));
+            let (vr, vc) = cx.valid(inst, 2)?;
+            if vr > 1 {
+                return Err(format!("ldg loads one row, not {vr}"));
+            }
+            let g = inst.gm(5);
+            let span = *cx
+                .spans
+                .get(g)
+                .ok_or_else(|| format!("GM argument {g} was not passed"))?;
+            let (off, cs) = (cx.val(inst, 6), cx.val(inst, 7));
+            let it = inst.dtype2().unwrap_or(DType::I64);
+            let (istride, gs, len) = (cx.val(inst, 10), cx.val(inst, 11), cx.val(inst, 12));
+            if off < 0 || cs < 0 || istride < 0 || gs < 0 {
+                return Err(format!(
+                    "negative ldg offset {off}, cstride {cs}, istride {istride} or gstride {gs}"
+                ));
+            }
+            let sz = dt.size_bytes();
+            let isz = it.size_bytes();
+            let mut addrs = Vec::with_capacity(vr * vc);
+            for c in 0..vr * vc {
+                let at = inst.addr(9) + c * istride as usize * isz;
+                let raw = cx.local(Space::Ub, at, isz)?;
+                let i = match it {
+                    DType::I32 => i64::from(i32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]])),
+                    _ => i64::from_le_bytes(raw[..8].try_into().map_err(|_| "short index")?),
+                };
+                if !(0..len).contains(&i) {
+                    return Err(format!(
+                        "gather index {i} is out of range for an axis of length {len}"
+                    ));
+                }
+                let e = (c as i64)
+                    .checked_mul(cs)
+                    .and_then(|x| x.checked_add(i.checked_mul(gs)?))
+                    .and_then(|x| x.checked_add(off))
+                    .filter(|&e| (e as u64 + 1) * sz as u64 <= span.len)
+                    .ok_or_else(|| {
+                        format!(
+                            "ldg element {c} (index {i}) goes outside GM argument {g}'s {} bytes",
+                            span.len
+                        )
+                    })?;
+                addrs.push(span.addr + e as u64 * sz as u64);
+            }
+            let p = pitch(cols, dt) as usize;
+            let gm = cx.gm;
+            let tile = cx.local_mut(Space::Ub, inst.addr(4), rows as usize * p)?;
+            tile.fill(0);
+            gm.gather(addrs.into_iter(), sz, &mut tile[..vr * vc * sz]);
+            w.bytes = (vr * vc * sz) as u64;
+        }
         Stx => {
             let (_, cols) = inst.shape().unwrap_or((0, 0));
             let vrc = cx.valid(inst, 2)?;

@@ -1020,3 +1020,79 @@ fn strided_loads_and_stores_transpose() {
         "{msg}"
     );
 }
+
+#[test]
+fn ldg_gathers_by_index_and_faults_outside_the_axis() {
+    // s = arange(24) as a 4x6 f32 matrix; o[c] = s[idx[c], 2] (offset 2,
+    // gstride 6, len 4): a column read at data-dependent rows.
+    let s: Vec<f64> = (0..24).map(|i| i as f64).collect();
+    let program = |itype: &str, istride: u32| {
+        format!(
+            ".kernel t aiv\n.gm s f32 [24] in\n.gm ix {itype} [5] in\n.gm o f32 [8] out
+    ld {itype}, 1x8, 1, 5, @0x0, ix, 0, 0
+    ldg f32, 1x8, 1, 5, @0x100, s, 2, 0, {itype}, @0x0, {istride}, 6, 4
+    barrier
+    st f32, 1x8, 1, 5, o, 0, 0, @0x100
+    end\n"
+        )
+    };
+    let dev = device();
+    for itype in [DType::I64, DType::I32] {
+        let text = program(&itype.to_string(), 1);
+        let ix = vec![3.0, 0.0, 2.0, 1.0, 3.0];
+        let (outs, _) = run(
+            &dev,
+            &text,
+            &[
+                (DType::F32, s.clone()),
+                (itype, ix),
+                (DType::F32, vec![-1.0; 8]),
+            ],
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            outs[2],
+            [20.0, 2.0, 14.0, 8.0, 20.0, -1.0, -1.0, -1.0],
+            "{itype}"
+        );
+    }
+    // istride 0: the first index for every column (an index constant
+    // along the row).
+    let (outs, _) = run(
+        &dev,
+        &program("i64", 0),
+        &[
+            (DType::F32, s.clone()),
+            (DType::I64, vec![1.0, 9.0, 9.0, 9.0, 9.0]),
+            (DType::F32, vec![-1.0; 8]),
+        ],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(outs[2][..5], [8.0; 5]);
+    // Outside 0..4, negative too: a fault naming the index, and the device
+    // stays usable.
+    for bad in [4.0, -1.0] {
+        let err = run(
+            &dev,
+            &program("i64", 1),
+            &[
+                (DType::F32, s.clone()),
+                (DType::I64, vec![0.0, bad, 1.0, 1.0, 1.0]),
+                (DType::F32, vec![-1.0; 8]),
+            ],
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains(&format!("gather index {bad} is out of range")),
+            "{err}"
+        );
+    }
+    // A float index type is rejected before anything runs.
+    let text = program("i64", 1).replace("5, @0x100, s, 2, 0, i64", "5, @0x100, s, 2, 0, f32");
+    let p = asm::assemble(&text).unwrap();
+    assert!(dev.verify(p).is_err());
+}

@@ -10,7 +10,12 @@
 //!   inner dimension can be its axis (so row softmax and layernorm are one
 //!   kernel each); otherwise it is materialised;
 //! - a matmul whose only user is inlined here becomes the kernel's matmul and
-//!   the rest of the expression its epilogue.
+//!   the rest of the expression its epilogue;
+//! - a slice is a window: its start moves the reading access's offset;
+//! - a concat is always materialised, as one buffer written by one kernel
+//!   per operand (each with its producer fused in) at that operand's
+//!   offset; a concat whose only user is a concat along the same axis is
+//!   flattened into it.
 //!
 //! Inlining recomputes a value in each kernel that reads it, which is free
 //! for cheap ops. An expensive value (exp, tanh, ...) with several users is
@@ -34,8 +39,42 @@ use crate::DType;
 use std::collections::HashMap;
 
 /// An index map: for each dim of a node's shape, the domain dim that indexes
-/// it, or `None` where the node's dim has size 1 (index 0).
-type Map = [Option<u8>; MAX_RANK];
+/// it (or `None` where the node's dim has size 1: index 0), plus a start
+/// offset in that dim (from slices between the kernel's root and the node).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+struct Map {
+    dims: [Option<u8>; MAX_RANK],
+    start: [usize; MAX_RANK],
+}
+
+impl Map {
+    const NONE: Map = Map {
+        dims: [None; MAX_RANK],
+        start: [0; MAX_RANK],
+    };
+}
+
+impl std::ops::Index<usize> for Map {
+    type Output = Option<u8>;
+    fn index(&self, d: usize) -> &Option<u8> {
+        &self.dims[d]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Map {
+    fn index_mut(&mut self, d: usize) -> &mut Option<u8> {
+        &mut self.dims[d]
+    }
+}
+
+/// Where a concat operand's kernel stores: its place in the joined buffer.
+#[derive(Copy, Clone)]
+struct Target {
+    buf: BufId,
+    shape: Shape,
+    axis: usize,
+    start: usize,
+}
 
 /// Values whose inlined cost reaches this are not recomputed per user.
 const EXPENSIVE: u32 = 8;
@@ -113,8 +152,8 @@ fn contiguous_strides(shape: &Shape) -> Vec<i64> {
 }
 
 fn identity_map(rank: usize) -> Map {
-    let mut m = [None; MAX_RANK];
-    for (d, slot) in m.iter_mut().enumerate().take(rank) {
+    let mut m = Map::NONE;
+    for (d, slot) in m.dims.iter_mut().enumerate().take(rank) {
         *slot = Some(d as u8);
     }
     m
@@ -131,6 +170,8 @@ fn is_elementwise(op: &Op) -> bool {
             | Op::Cast(..)
             | Op::Broadcast(..)
             | Op::Permute(..)
+            | Op::Slice(..)
+            | Op::Gather(..)
             | Op::Full { .. }
             | Op::Param { .. }
     )
@@ -189,6 +230,12 @@ impl KernelBuilder {
     }
 
     fn load(&mut self, access: Access, dtype: crate::dtype::DType) -> ExprId {
+        let i = self.access_slot(access);
+        self.push(Expr::Load(i), dtype)
+    }
+
+    /// The number of a load access, added if new.
+    fn access_slot(&mut self, access: Access) -> u32 {
         let i = match self.loads.iter().position(|a| *a == access) {
             Some(i) => i,
             None => {
@@ -196,7 +243,7 @@ impl KernelBuilder {
                 self.loads.len() - 1
             }
         };
-        self.push(Expr::Load(i as u32), dtype)
+        i as u32
     }
 }
 
@@ -281,6 +328,12 @@ impl<'g> Fuser<'g> {
                         self.materialized[id.index()] = true;
                     }
                 }
+                Op::Concat(..) if !self.absorbed(id) => self.materialized[id.index()] = true,
+                // Gathers read their data at computed addresses: from a buffer.
+                Op::Gather(x, ..) => {
+                    let s = self.view_source(x);
+                    self.materialized[s.index()] = true;
+                }
                 Op::Reshape(x, to) => {
                     let mappable = unit_reshape(&g.ty(x).shape, &to).is_some();
                     if !mappable || self.materialized[id.index()] {
@@ -301,7 +354,11 @@ impl<'g> Fuser<'g> {
             let own = match op {
                 Op::Unary(u, _) => unary_cost(*u),
                 Op::Binary(crate::graph::BinaryOp::Div, ..) => 4,
-                Op::Broadcast(..) | Op::Permute(..) | Op::Full { .. } | Op::Param { .. } => 0,
+                Op::Broadcast(..)
+                | Op::Permute(..)
+                | Op::Slice(..)
+                | Op::Full { .. }
+                | Op::Param { .. } => 0,
                 _ => 1,
             };
             let inner: u32 = op
@@ -327,9 +384,13 @@ impl<'g> Fuser<'g> {
                 i += 1;
                 continue;
             }
-            match self.build_kernel(id) {
-                Ok(kernel) => {
-                    self.kernels.push((id, kernel));
+            let built = match g.node(id).op {
+                Op::Concat(..) => self.build_concat(id),
+                _ => self.build_kernel(id, None).map(|k| vec![k]),
+            };
+            match built {
+                Ok(kernels) => {
+                    self.kernels.extend(kernels.into_iter().map(|k| (id, k)));
                     i += 1;
                 }
                 Err(Stop::Materialize(n)) => {
@@ -388,28 +449,102 @@ impl<'g> Fuser<'g> {
         None
     }
 
-    /// Builds the kernel of `root`; on failure no buffer it made survives.
-    fn build_kernel(&mut self, root: NodeId) -> Result<Kernel, Stop> {
+    /// A concat whose only user is a concat along the same axis: its
+    /// operands are written straight into that one's buffer.
+    fn absorbed(&self, n: NodeId) -> bool {
+        let Op::Concat(_, _, axis) = self.g.node(n).op else {
+            return false;
+        };
+        let users = &self.users[n.index()];
+        !self.is_output[n.index()]
+            && users.len() == 1
+            && matches!(self.g.node(users[0]).op, Op::Concat(_, _, a) if a == axis)
+    }
+
+    /// Builds the kernel of `root` (or, with a target, the kernel that
+    /// writes concat operand `root` into its place); on failure no buffer
+    /// it made survives.
+    fn build_kernel(&mut self, root: NodeId, target: Option<Target>) -> Result<Kernel, Stop> {
         let nbuf = self.buffers.len();
-        let r = self.try_build_kernel(root);
+        let r = self.try_build_kernel(root, target);
         if r.is_err() {
             self.buffers.truncate(nbuf);
         }
         r
     }
 
-    fn try_build_kernel(&mut self, root: NodeId) -> Result<Kernel, Stop> {
+    /// The kernels of a concat: one per operand (absorbed concats
+    /// flattened), each storing into its window of one joined buffer.
+    fn build_concat(&mut self, root: NodeId) -> Result<Vec<Kernel>, Stop> {
         let g = self.g;
         let ty = g.ty(root);
+        let Op::Concat(_, _, axis) = g.node(root).op else {
+            return Err(Stop::Ir(IrError::Verify(format!(
+                "fusion: {root} is not a concat"
+            ))));
+        };
+        let nbuf = self.buffers.len();
+        let buf = self.new_buffer(ty, BufKind::Temp);
+        let mut parts = Vec::new();
+        let mut work = vec![root];
+        while let Some(n) = work.pop() {
+            match g.node(n).op {
+                Op::Concat(a, b, _)
+                    if n == root || (self.absorbed(n) && !self.materialized[n.index()]) =>
+                {
+                    work.push(b);
+                    work.push(a);
+                }
+                _ => parts.push(n),
+            }
+        }
+        let mut kernels = Vec::with_capacity(parts.len());
+        let mut start = 0;
+        for p in parts {
+            let pty = g.ty(p);
+            if pty.shape.numel() > 0 {
+                let target = Target {
+                    buf,
+                    shape: ty.shape,
+                    axis: axis as usize,
+                    start,
+                };
+                match self.try_build_kernel(p, Some(target)) {
+                    Ok(k) => kernels.push(k),
+                    Err(e) => {
+                        self.buffers.truncate(nbuf);
+                        return Err(e);
+                    }
+                }
+            }
+            start += pty.shape[axis as usize];
+        }
+        self.buffer_of[root.index()] = Some(buf);
+        Ok(kernels)
+    }
+
+    fn try_build_kernel(&mut self, root: NodeId, target: Option<Target>) -> Result<Kernel, Stop> {
+        let g = self.g;
+        let ty = g.ty(root);
+        // A concat operand that has its own buffer is copied: a leaf.
+        let copied = target.is_some() && self.buffer_of[self.view_source(root).index()].is_some();
+        if target.is_some() && !copied && self.shared_expensive[root.index()] {
+            return Err(Stop::Materialize(root));
+        }
+        let anchor = if copied {
+            None
+        } else {
+            self.anchor_reduction(root)
+        };
         // Domain and the root's map.
-        let (domain, root_map) = match self.anchor_reduction(root) {
+        let (domain, root_map) = match anchor {
             Some((red, axis)) => {
                 let Op::Reduce(_, x, _) = g.node(red).op else {
                     unreachable!("anchor is a reduction")
                 };
                 let src = g.ty(x).shape;
                 let mut domain = Vec::with_capacity(src.rank());
-                let mut map = [None; MAX_RANK];
+                let mut map = Map::NONE;
                 for d in (0..src.rank()).filter(|&d| d != axis) {
                     map[d] = Some(domain.len() as u8);
                     domain.push(src[d]);
@@ -417,7 +552,7 @@ impl<'g> Fuser<'g> {
                 domain.push(src[axis]);
                 (domain, map)
             }
-            None if ty.shape.rank() == 0 => (vec![1], [None; MAX_RANK]),
+            None if ty.shape.rank() == 0 => (vec![1], Map::NONE),
             None => (ty.shape.dims().to_vec(), identity_map(ty.shape.rank())),
         };
         let mut kb = KernelBuilder {
@@ -429,13 +564,24 @@ impl<'g> Fuser<'g> {
             memo: HashMap::new(),
             expr_memo: HashMap::new(),
         };
-        let out = self.new_buffer(ty, BufKind::Temp);
-        if let Op::MatMul(a, b) = g.node(root).op {
-            kb.matmul = Some(self.matmul_spec(a, b, out)?);
-        } else {
-            let value = self.build_expr(&mut kb, root, root_map)?;
-            let access = self.access(&kb, out, &ty.shape, &root_map);
-            kb.stages.push(Stage::Store { access, value });
+        let out = match target {
+            Some(t) => t.buf,
+            None => self.new_buffer(ty, BufKind::Temp),
+        };
+        match (target, &g.node(root).op) {
+            (None, &Op::MatMul(a, b)) => kb.matmul = Some(self.matmul_spec(a, b, out)?),
+            (None, _) => {
+                let value = self.build_expr(&mut kb, root, root_map, true)?;
+                let access = self.access(&kb, out, &ty.shape, &root_map);
+                kb.stages.push(Stage::Store { access, value });
+            }
+            (Some(t), _) => {
+                let value = self.build_expr(&mut kb, root, root_map, !copied)?;
+                let mut map = root_map;
+                map.start[t.axis] += t.start;
+                let access = self.access(&kb, out, &t.shape, &map);
+                kb.stages.push(Stage::Store { access, value });
+            }
         }
         // Shared expensive values: scratch if every user is here, else
         // materialise them.
@@ -468,7 +614,9 @@ impl<'g> Fuser<'g> {
                 scratch.push(ids[0]);
             }
         }
-        self.buffer_of[root.index()] = Some(out);
+        if target.is_none() {
+            self.buffer_of[root.index()] = Some(out);
+        }
         let mut ops: Vec<(NodeId, &'static str)> = inlined
             .iter()
             .filter(|n| self.buffer_of[n.index()].is_none() || **n == root)
@@ -476,12 +624,22 @@ impl<'g> Fuser<'g> {
             .filter(|(_, name)| {
                 !matches!(
                     *name,
-                    "broadcast" | "permute" | "reshape" | "param" | "full" | "input" | "const"
+                    "broadcast"
+                        | "permute"
+                        | "reshape"
+                        | "slice"
+                        | "param"
+                        | "full"
+                        | "input"
+                        | "const"
                 )
             })
             .collect();
         if kb.matmul.is_some() && !ops.iter().any(|o| o.1 == "matmul") {
             ops.push((root, "matmul"));
+        }
+        if target.is_some() {
+            ops.push((root, "cat"));
         }
         ops.sort();
         let ops: Vec<&'static str> = ops.into_iter().map(|o| o.1).collect();
@@ -525,12 +683,18 @@ impl<'g> Fuser<'g> {
     fn access(&self, kb: &KernelBuilder, buf: BufId, shape: &Shape, map: &Map) -> Access {
         let cs = contiguous_strides(shape);
         let mut strides = vec![0i64; kb.domain.len()];
+        let mut offset = 0i64;
         for d in 0..shape.rank() {
             if let (Some(k), true) = (map[d], shape[d] != 1) {
                 strides[k as usize] += cs[d];
             }
+            offset += map.start[d] as i64 * cs[d];
         }
-        Access { buf, strides }
+        Access {
+            buf,
+            strides,
+            offset,
+        }
     }
 
     /// The maps of a node's operands, or `Materialize` if it cannot inline.
@@ -549,26 +713,41 @@ impl<'g> Fuser<'g> {
             Op::Broadcast(x, to) => {
                 let src = g.ty(x).shape;
                 let off = to.rank() - src.rank();
-                let mut m = [None; MAX_RANK];
+                let mut m = Map::NONE;
                 for d in 0..src.rank() {
-                    m[d] = if src[d] == 1 { None } else { map[off + d] };
+                    // A broadcast dim reads index 0 whatever the window.
+                    if src[d] != 1 {
+                        m[d] = map[off + d];
+                        m.start[d] = map.start[off + d];
+                    }
                 }
                 vec![(x, m)]
             }
             Op::Permute(x, perm) => {
-                let mut m = [None; MAX_RANK];
+                let mut m = Map::NONE;
                 for (i, &p) in perm.as_vec().iter().enumerate() {
                     m[p] = map[i];
+                    m.start[p] = map.start[i];
+                }
+                vec![(x, m)]
+            }
+            // The data operand is read from its buffer, not built.
+            Op::Gather(_, index, _) => vec![(index, *map)],
+            Op::Slice(x, start, _) => {
+                let mut m = *map;
+                for d in 0..start.rank() {
+                    m.start[d] += start[d];
                 }
                 vec![(x, m)]
             }
             Op::Reshape(x, to) => {
                 let from = g.ty(x).shape;
                 let dims = unit_reshape(&from, &to).ok_or(Stop::Materialize(x))?;
-                let mut m = [None; MAX_RANK];
+                let mut m = Map::NONE;
                 for (b, a) in dims.iter().enumerate() {
                     if let Some(a) = a {
                         m[*a] = map[b];
+                        m.start[*a] = map.start[b];
                     }
                 }
                 vec![(x, m)]
@@ -598,8 +777,11 @@ impl<'g> Fuser<'g> {
         kb: &mut KernelBuilder,
         root: NodeId,
         map: Map,
+        defining: bool,
     ) -> Result<ExprId, Stop> {
         let g = self.g;
+        // The node this kernel defines is computed, never loaded.
+        let defined = |n: NodeId| defining && n == root;
         let mut stack = vec![(root, map, false)];
         while let Some((n, m, expanded)) = stack.pop() {
             if kb.memo.contains_key(&(n, m)) {
@@ -607,7 +789,7 @@ impl<'g> Fuser<'g> {
             }
             let node = g.node(n);
             // Leaves: buffers, params, literals, a fusable matmul.
-            let leaf = if n != root && self.buffer_of[self.view_source(n).index()].is_some() {
+            let leaf = if !defined(n) && self.buffer_of[self.view_source(n).index()].is_some() {
                 let s = self.view_source(n);
                 let buf = self.buffer_of[s.index()].ok_or(Stop::Materialize(s))?;
                 let access = self.access(kb, buf, &node.ty.shape, &m);
@@ -632,7 +814,7 @@ impl<'g> Fuser<'g> {
                             "fusion: source {n} has no buffer"
                         ))))
                     }
-                    _ if n != root && self.materialized[n.index()] => {
+                    _ if !defined(n) && self.materialized[n.index()] => {
                         return Err(Stop::Materialize(n));
                     }
                     _ => None,
@@ -660,10 +842,37 @@ impl<'g> Fuser<'g> {
                 Op::Compare(c, ..) => kb.push(Expr::Compare(c, e[0], e[1]), dt),
                 Op::Select(..) => kb.push(Expr::Select(e[0], e[1], e[2]), dt),
                 Op::Cast(..) => kb.push(Expr::Cast(e[0]), dt),
-                Op::Broadcast(..) | Op::Permute(..) | Op::Reshape(..) => e[0],
+                Op::Broadcast(..) | Op::Permute(..) | Op::Reshape(..) | Op::Slice(..) => e[0],
                 Op::Reduce(r, ..) => {
                     kb.stages.push(Stage::Reduce { op: r, value: e[0] });
                     kb.push(Expr::Row(kb.stages.len() as u32 - 1), dt)
+                }
+                Op::Gather(x, index, axis) => {
+                    // Device code reads the indices from memory: they must
+                    // be a load here, not a computed value.
+                    if !matches!(kb.exprs[e[0].0 as usize].expr, Expr::Load(_)) {
+                        return Err(Stop::Materialize(index));
+                    }
+                    let s = self.view_source(x);
+                    let buf = self.buffer_of[s.index()].ok_or(Stop::Materialize(s))?;
+                    let shape = g.ty(x).shape;
+                    let axis = axis as usize;
+                    let mut mx = m;
+                    mx.dims[axis] = None;
+                    mx.start[axis] = 0;
+                    let access = self.access(kb, buf, &shape, &mx);
+                    let load = kb.access_slot(access);
+                    let stride = contiguous_strides(&shape)[axis];
+                    let len = shape[axis] as i64;
+                    kb.push(
+                        Expr::Gather {
+                            load,
+                            index: e[0],
+                            stride,
+                            len,
+                        },
+                        dt,
+                    )
                 }
                 _ => {
                     return Err(Stop::Ir(IrError::Verify(format!(

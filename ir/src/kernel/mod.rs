@@ -67,13 +67,18 @@ pub struct BufDecl {
     pub kind: BufKind,
 }
 
-/// A buffer seen through one stride per domain dimension (in elements).
+/// A buffer seen through one stride per domain dimension (in elements),
+/// starting `offset` elements in (a slice's window, a concat operand's
+/// place in the joined buffer).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Access {
     /// The buffer.
     pub buf: BufId,
     /// Element stride per domain dimension.
     pub strides: Vec<i64>,
+    /// Elements from the buffer's start to domain index zero (a runtime
+    /// argument, like the strides).
+    pub offset: i64,
 }
 
 impl Access {
@@ -104,6 +109,21 @@ pub enum Expr {
     Cast(ExprId),
     /// The value reduce stage `i` computed for the current row.
     Row(u32),
+    /// A data-dependent read: the element of `loads[load]` at the current
+    /// domain index, moved `index * stride` elements (the gathered axis's
+    /// stride; the access's own stride along that axis is 0). `index` is an
+    /// i32/i64 expression; one outside `0..len` stops the kernel with an
+    /// error before anything is read.
+    Gather {
+        /// The access gathered from.
+        load: u32,
+        /// The index along the gathered axis.
+        index: ExprId,
+        /// Elements between consecutive indices.
+        stride: i64,
+        /// The gathered axis's length.
+        len: i64,
+    },
 }
 
 impl Expr {
@@ -111,7 +131,7 @@ impl Expr {
     pub fn operands(&self) -> Vec<ExprId> {
         match *self {
             Expr::Load(_) | Expr::Param(_) | Expr::Lit(_) | Expr::Row(_) => vec![],
-            Expr::Unary(_, a) | Expr::Cast(a) => vec![a],
+            Expr::Unary(_, a) | Expr::Cast(a) | Expr::Gather { index: a, .. } => vec![a],
             Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![a, b],
             Expr::Select(c, a, b) => vec![c, a, b],
         }
@@ -233,6 +253,29 @@ impl Kernel {
                 Stage::Store { access, .. } => Some(access),
                 Stage::Reduce { .. } => None,
             }))
+    }
+
+    /// How far past its own reach access `l` may read through gathers:
+    /// the largest `(len - 1) * stride` of a [`Expr::Gather`] on it (0 if
+    /// none), for bounds checks.
+    pub fn gather_reach(&self, l: usize) -> i64 {
+        self.exprs
+            .iter()
+            .filter_map(|e| match e.expr {
+                Expr::Gather {
+                    load, stride, len, ..
+                } if load as usize == l => Some(len.saturating_sub(1).saturating_mul(stride)),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// True if an expression reads data-dependent addresses.
+    pub fn has_gather(&self) -> bool {
+        self.exprs
+            .iter()
+            .any(|e| matches!(e.expr, Expr::Gather { .. }))
     }
 
     /// The buffers the kernel touches, each once, in order of first use:

@@ -52,6 +52,12 @@ fn expr_text(k: &Kernel, e: &ExprNode) -> String {
         Expr::Select(c, x, y) => format!("select {}, {}, {}", r(c), r(x), r(y)),
         Expr::Cast(a) => format!("cast {} from {}", r(a), k.expr(a).dtype),
         Expr::Row(s) => format!("row {s}"),
+        Expr::Gather {
+            load,
+            index,
+            stride,
+            len,
+        } => format!("gather {load}, {}, {stride}, {len}", r(index)),
     }
 }
 
@@ -76,9 +82,10 @@ impl Kernel {
         for l in &self.loads {
             writeln!(
                 f,
-                "{indent}  load b{} strides={}",
+                "{indent}  load b{} strides={}{}",
                 l.buf.0,
-                list(&l.strides)
+                list(&l.strides),
+                offset_text(l)
             )?;
         }
         // Stages are printed right after the last expression they need, so
@@ -105,9 +112,10 @@ impl Kernel {
                     }
                     Stage::Store { access, value } => writeln!(
                         f,
-                        "{indent}  stage store b{} strides={} = %{}",
+                        "{indent}  stage store b{} strides={}{} = %{}",
                         access.buf.0,
                         list(&access.strides),
+                        offset_text(access),
                         value.0
                     )?,
                 }
@@ -212,11 +220,32 @@ impl P {
     fn dtype(&self, t: &str) -> Result<DType, IrError> {
         DType::from_name(t.trim()).ok_or_else(|| self.err(format!("unknown dtype `{t}`")))
     }
+    /// `bN` and `strides=[..]`, with ` offset=N` after it if not zero.
+    fn access(&self, b: &str, rest: &str) -> Result<Access, IrError> {
+        let (strides, offset) = match rest.trim().split_once(' ') {
+            Some((s, o)) => (s, self.num::<i64>(self.attr(o, "offset")?)?),
+            None => (rest, 0),
+        };
+        Ok(Access {
+            buf: self.buf(b)?,
+            strides: self.list(self.attr(strides, "strides")?)?,
+            offset,
+        })
+    }
+
     fn attr<'a>(&self, t: &'a str, key: &str) -> Result<&'a str, IrError> {
         t.trim()
             .strip_prefix(key)
             .and_then(|x| x.strip_prefix('='))
             .ok_or_else(|| self.err(format!("expected `{key}=...`, found `{t}`")))
+    }
+}
+
+/// ` offset=N`, or nothing for offset 0.
+fn offset_text(a: &Access) -> String {
+    match a.offset {
+        0 => String::new(),
+        o => format!(" offset={o}"),
     }
 }
 
@@ -360,7 +389,7 @@ fn split_types(s: &str) -> Vec<String> {
 
 /// The `&'static str` op name for a parsed one.
 fn intern_op(s: &str) -> Option<&'static str> {
-    const OTHER: [&str; 4] = ["matmul", "select", "cast", "param"];
+    const OTHER: [&str; 6] = ["matmul", "select", "cast", "param", "cat", "gather"];
     if let Some(u) = unary_from_name(s) {
         return Some(unary_name(u));
     }
@@ -398,10 +427,7 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
         let (b, s) = rest
             .split_once(' ')
             .ok_or_else(|| p.err("expected `load bN strides=[..]`"))?;
-        k.loads.push(Access {
-            buf: p.buf(b)?,
-            strides: p.list(p.attr(s, "strides")?)?,
-        });
+        k.loads.push(p.access(b, s)?);
         return Ok(());
     }
     if let Some(rest) = line.strip_prefix("scratch ") {
@@ -426,10 +452,7 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
                 .split_once(' ')
                 .ok_or_else(|| p.err("missing strides"))?;
             k.stages.push(Stage::Store {
-                access: Access {
-                    buf: p.buf(b)?,
-                    strides: p.list(p.attr(s, "strides")?)?,
-                },
+                access: p.access(b, s)?,
                 value: p.expr(v, n)?,
             });
         } else {
@@ -467,6 +490,15 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
                 .ok_or_else(|| p.err(format!("bad {dtype} literal `{args}`")))?,
         ),
         "select" => Expr::Select(e(0)?, e(1)?, e(2)?),
+        "gather" => {
+            let num = |i: usize| p.num::<i64>(ops.get(i).copied().unwrap_or(""));
+            Expr::Gather {
+                load: p.num(ops.first().copied().unwrap_or(""))?,
+                index: e(1)?,
+                stride: num(2)?,
+                len: num(3)?,
+            }
+        }
         "cast" => {
             let (a, _) = args
                 .split_once(" from ")

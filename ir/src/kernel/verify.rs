@@ -44,7 +44,7 @@ fn verify_kernel(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError
         return Err(bad(k, "empty domain".into()));
     }
     let rank = k.domain.len();
-    for a in k.accesses() {
+    for (ai, a) in k.accesses().enumerate() {
         if a.buf.0 >= nbuf {
             return Err(bad(k, format!("access to missing buffer b{}", a.buf.0)));
         }
@@ -57,6 +57,29 @@ fn verify_kernel(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError
                     a.strides.len()
                 ),
             ));
+        }
+        // The elements the access reaches must lie in its buffer (text can
+        // say anything; fusion must never produce this).
+        if !k.domain.contains(&0) {
+            let gathered = if ai < k.loads.len() {
+                k.gather_reach(ai)
+            } else {
+                0
+            };
+            let reach = k.domain.iter().zip(&a.strides).try_fold(
+                i128::from(a.offset) + i128::from(gathered),
+                |acc, (&d, &s)| (s >= 0).then(|| acc + (d as i128 - 1) * i128::from(s)),
+            );
+            let len = p.buffer(a.buf).ty.shape.numel() as i128;
+            if a.offset < 0 || reach.is_none_or(|r| r >= len) {
+                return Err(bad(
+                    k,
+                    format!(
+                        "access of b{} with offset {} and strides {:?} leaves its {len} elements",
+                        a.buf.0, a.offset, a.strides
+                    ),
+                ));
+            }
         }
     }
     if let Some(m) = &k.matmul {
@@ -93,6 +116,19 @@ fn verify_kernel(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError
             Expr::Compare(_, a, b) => dt(a) == dt(b) && e.dtype == DType::Bool,
             Expr::Select(c, a, b) => dt(c) == DType::Bool && dt(a) == e.dtype && dt(b) == e.dtype,
             Expr::Cast(_) => true,
+            Expr::Gather {
+                load,
+                index,
+                stride,
+                len,
+            } => {
+                k.loads
+                    .get(load as usize)
+                    .is_some_and(|a| p.buffer(a.buf).ty.dtype == e.dtype)
+                    && matches!(dt(index), DType::I32 | DType::I64)
+                    && stride >= 0
+                    && len >= 0
+            }
             Expr::Row(s) => {
                 matches!(k.stages.get(s as usize), Some(Stage::Reduce { value, .. }) if dt(*value) == e.dtype)
             }

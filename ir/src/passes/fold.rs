@@ -65,6 +65,7 @@ fn identity(g: &Graph, op: &Op, ty: TensorType) -> Option<NodeId> {
     match *op {
         Op::Reshape(x, _) | Op::Broadcast(x, _) | Op::Cast(x, _) => same_ty(x),
         Op::Permute(x, p) if p.is_identity() => Some(x),
+        Op::Slice(x, ..) => same_ty(x),
         Op::Unary(UnaryOp::Neg, x) => match g.node(x).op {
             Op::Unary(UnaryOp::Neg, y) => Some(y),
             _ => None,
@@ -111,7 +112,9 @@ fn fold(g: &Graph, op: &Op, ty: TensorType) -> Result<Option<Array>, IrError> {
         .collect::<Option<Vec<_>>>()
     {
         let one = match *op {
-            Op::Reshape(..) | Op::Broadcast(..) | Op::Permute(..) => Some(values[0]),
+            Op::Reshape(..) | Op::Broadcast(..) | Op::Permute(..) | Op::Slice(..) => {
+                Some(values[0])
+            }
             Op::Unary(..) | Op::Binary(..) | Op::Compare(..) | Op::Select(..) | Op::Cast(..) => {
                 let mut mini = Graph::new();
                 let ids = operands

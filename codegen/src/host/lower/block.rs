@@ -161,7 +161,9 @@ impl Lowerer<'_, '_> {
         super::reachable(self.k, e)
             .into_iter()
             .any(|x| match self.k.expr(x).expr {
-                Expr::Load(l) => !matches!(self.accesses[l as usize].inner, Inner::Zero),
+                Expr::Load(l) | Expr::Gather { load: l, .. } => {
+                    !matches!(self.accesses[l as usize].inner, Inner::Zero)
+                }
                 _ => self.k.scratch.contains(&x),
             })
     }

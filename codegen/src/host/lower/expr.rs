@@ -157,10 +157,40 @@ impl<'b> Lowerer<'_, 'b> {
                 }
             }
             Expr::Cast(x) => self.cast(arg(x), self.k.expr(x).dtype, d)?,
+            Expr::Gather {
+                load,
+                index,
+                stride,
+                len,
+            } => {
+                if mode == Mode::Vector {
+                    return Err(unsupported(self.k, "a vector gather"));
+                }
+                let i = arg(index);
+                let i = match self.k.expr(index).dtype {
+                    DType::I64 => i,
+                    _ => self.b.ins().sextend(types::I64, i),
+                };
+                // Unsigned, so a negative index is out of range too.
+                let inside = self.b.ins().icmp_imm_u(IntCC::UnsignedLessThan, i, len);
+                let (read, stop) = (self.b.create_block(), self.b.create_block());
+                self.b.ins().brif(inside, read, &[], stop, &[]);
+                self.b.switch_to_block(stop);
+                self.b.seal_block(stop);
+                let status = self.b.ins().iconst(types::I64, len + 1);
+                self.b.ins().return_(&[status]);
+                self.b.switch_to_block(read);
+                self.b.seal_block(read);
+                let l = load as usize;
+                let p = self.addr(l, j);
+                let off = self.b.ins().imul_imm_s(i, stride * self.accesses[l].esize);
+                let p = self.b.ins().iadd(p, off);
+                self.b.ins().load(scalar_ty(d), Self::flags(), p, 0)
+            }
         };
         Ok(match n.expr {
             // Loads read rounded values; casts and literals round themselves.
-            Expr::Load(_) | Expr::Cast(_) | Expr::Lit(_) | Expr::Row(_) => v,
+            Expr::Load(_) | Expr::Gather { .. } | Expr::Cast(_) | Expr::Lit(_) | Expr::Row(_) => v,
             _ => self.round_low(v, d),
         })
     }

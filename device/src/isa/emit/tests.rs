@@ -105,6 +105,7 @@ fn one_of_each(b: &mut ProgramBuilder, l: Label, g: Gm) {
         .barrier();
     b.ld(F32, sh, 2, R1, t, g, R0, 8);
     b.ldx(F32, sh, 2, 8, t, g, 0, R3, 2);
+    b.ldg(F32, sh, 1, 8, t, g, R0, 1, DType::I64, u, 1, 8, R1);
     b.stx(F32, sh, R2, 8, g, 0, 8, 1, t);
     b.st(F32, sh, 2, 8, g, R0, 8, t);
     b.vadd(F32, sh, 2, 8, u, t, v).vsub(F32, sh, 2, 8, u, t, v);

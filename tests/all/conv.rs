@@ -1,0 +1,180 @@
+//! `conv2d`, `max_pool2d`, `avg_pool2d` on NCHW images: numpy-computed
+//! values and a direct loop written here, on every backend, eager and
+//! traced; bad shapes named with the caller's line.
+
+use tilejit::prelude::*;
+use tilejit::{jit, ErrorKind};
+
+const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn conv_and_pool_match_numpy_on_a_small_image() {
+    // numpy (x = arange(40).reshape(2, 1, 4, 5), w = [[1, 2], [3, 4]]):
+    // np.pad(x, 1) then each 2x2 window at stride 2 times w, summed; and
+    // the max of each 2x2 window at stride 2 of x.
+    let conv = [
+        0.0, 11.0, 25.0, 50.0, 101.0, 121.0, 30.0, 50.0, 56.0, 80.0, 151.0, 165.0, 170.0, 301.0,
+        321.0, 70.0, 110.0, 116.0,
+    ];
+    let pool = [6.0, 8.0, 16.0, 18.0, 26.0, 28.0, 36.0, 38.0];
+    for mode in MODES {
+        with_mode(mode, || {
+            let x = Tensor::arange(40, DType::F32).reshape(&[2, 1, 4, 5]);
+            let w = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[1, 1, 2, 2]).unwrap();
+            let y = x.conv2d(&w, 2, 1);
+            assert_eq!(y.shape(), [2, 1, 3, 3]);
+            assert_eq!(f32s(&y), conv, "{mode:?}");
+            assert_eq!(f32s(&x.max_pool2d(2, 2)), pool, "{mode:?}");
+            let avg = f32s(&x.avg_pool2d(2, 2));
+            assert_eq!(avg[0], (0.0 + 1.0 + 5.0 + 6.0) / 4.0, "{mode:?}");
+        });
+    }
+}
+
+/// `out[n, o, y, x] = sum w[o, c, i, j] * in[n, c, y*s + i - p, x*s + j - p]`,
+/// in f64, straight from the definition.
+fn conv_loops(x: &Tensor, w: &Tensor, s: usize, p: usize) -> Vec<f64> {
+    let (xs, ws) = (x.shape().to_vec(), w.shape().to_vec());
+    let (xv, wv) = (f32s(x), f32s(w));
+    let (n, c, h, wd) = (xs[0], xs[1], xs[2], xs[3]);
+    let (o, kh, kw) = (ws[0], ws[2], ws[3]);
+    let oh = (h + 2 * p - kh) / s + 1;
+    let ow = (wd + 2 * p - kw) / s + 1;
+    let mut out = Vec::new();
+    for b in 0..n {
+        for f in 0..o {
+            for y in 0..oh {
+                for z in 0..ow {
+                    let mut acc = 0.0f64;
+                    for ch in 0..c {
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let (r, q) = (y * s + i, z * s + j);
+                                if r < p || q < p || r - p >= h || q - p >= wd {
+                                    continue;
+                                }
+                                let xi = ((b * c + ch) * h + r - p) * wd + q - p;
+                                let wi = ((f * c + ch) * kh + i) * kw + j;
+                                acc += f64::from(xv[xi]) * f64::from(wv[wi]);
+                            }
+                        }
+                    }
+                    out.push(acc);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[jit]
+fn conv_relu_pool(x: &Tensor, w: &Tensor) -> Tensor {
+    x.conv2d(w, 1, 1).relu().max_pool2d(2, 2)
+}
+
+#[test]
+fn conv2d_matches_the_definition_at_several_shapes() {
+    for (shape, wshape, s, p) in [
+        ([2, 3, 9, 7], [4, 3, 3, 3], 1, 1),
+        ([1, 2, 8, 8], [5, 2, 3, 2], 2, 0),
+        ([3, 1, 5, 6], [2, 1, 5, 6], 1, 0),
+        ([1, 4, 11, 10], [3, 4, 1, 1], 3, 2),
+    ] {
+        let x = Tensor::randn(&shape, 1);
+        let w = Tensor::randn(&wshape, 2);
+        let want = conv_loops(&x, &w, s, p);
+        for mode in MODES {
+            let got = with_mode(mode, || x.conv2d(&w, s, p));
+            let got = f32s(&got);
+            assert_eq!(got.len(), want.len());
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (f64::from(*g) - w).abs() <= 1e-4 * w.abs().max(1.0),
+                    "{mode:?} {shape:?} element {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
+    // Fused into a jit function with a pool after it, against the reference.
+    let (x, w) = (
+        Tensor::randn(&[2, 3, 10, 10], 3),
+        Tensor::randn(&[4, 3, 3, 3], 4),
+    );
+    let want = f32s(&with_mode(RunMode::Reference, || conv_relu_pool(&x, &w)).unwrap());
+    for mode in MODES {
+        let got = f32s(&with_mode(mode, || conv_relu_pool(&x, &w)).unwrap());
+        assert_eq!(got.len(), 2 * 4 * 5 * 5);
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                "{mode:?}: {g} vs {w}"
+            );
+        }
+    }
+}
+
+#[test]
+fn pooling_propagates_nan_and_works_on_ints() {
+    for mode in MODES {
+        with_mode(mode, || {
+            let mut v: Vec<f32> = (0..16).map(|i| i as f32).collect();
+            v[5] = f32::NAN;
+            let x = Tensor::from_vec(v, &[1, 1, 4, 4]).unwrap();
+            let m = f32s(&x.max_pool2d(2, 2));
+            assert!(
+                m[0].is_nan() && m[1] == 7.0 && m[3] == 15.0,
+                "{mode:?} {m:?}"
+            );
+            let i = Tensor::arange(16, DType::I32).reshape(&[1, 1, 4, 4]);
+            let mi = i.max_pool2d(3, 1).to_vec::<i32>().unwrap();
+            assert_eq!(mi, [10, 11, 14, 15], "{mode:?}");
+        });
+    }
+}
+
+#[test]
+fn bad_conv_arguments_name_the_op_and_line() {
+    let x = Tensor::zeros(&[1, 2, 4, 4], DType::F32);
+    let cases: Vec<(u32, Tensor, ErrorKind, &str)> = vec![
+        (
+            line!(),
+            x.conv2d(&Tensor::zeros(&[3, 1, 2, 2], DType::F32), 1, 0),
+            ErrorKind::Shape,
+            "OIHW",
+        ),
+        (
+            line!(),
+            x.conv2d(&Tensor::zeros(&[3, 2, 7, 2], DType::F32), 1, 1),
+            ErrorKind::Shape,
+            "does not fit",
+        ),
+        (line!(), x.max_pool2d(2, 0), ErrorKind::Shape, "stride"),
+        (
+            line!(),
+            x.reshape(&[2, 16]).max_pool2d(2, 2),
+            ErrorKind::Shape,
+            "NCHW",
+        ),
+        (
+            line!(),
+            x.cast(DType::I32).avg_pool2d(2, 2),
+            ErrorKind::DType,
+            "avg_pool2d",
+        ),
+    ];
+    for (line, t, kind, needle) in cases {
+        let e = t.error().unwrap_or_else(|| panic!("line {line}: no error"));
+        let msg = e.to_string();
+        assert_eq!(e.kind(), kind, "line {line}: {msg}");
+        assert!(msg.contains(needle), "line {line}: {msg}");
+        let at = |l: u32| msg.contains(&format!("conv.rs:{l}:"));
+        assert!(
+            at(line) || at(line + 1) || at(line + 2),
+            "line {line}: {msg}"
+        );
+    }
+}

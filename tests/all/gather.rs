@@ -1,0 +1,193 @@
+//! `gather` (numpy `take_along_axis`) and `index_select` (numpy `take`):
+//! numpy-computed values on every backend, eager and traced; an embedding
+//! lookup fused with its consumer; indices out of range are errors that
+//! name the op, never reads out of bounds.
+
+use tilejit::prelude::*;
+use tilejit::{jit, ErrorKind};
+
+const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
+
+/// `arange(12).reshape(3, 4) * 1.5`.
+fn x34() -> Tensor {
+    Tensor::arange(12, DType::F32).reshape(&[3, 4]) * 1.5
+}
+
+fn i64s(v: &[i64], shape: &[usize]) -> Tensor {
+    Tensor::from_vec(v.to_vec(), shape).unwrap()
+}
+
+#[jit]
+fn along(x: &Tensor, i: &Tensor, j: &Tensor) -> (Tensor, Tensor) {
+    (x.gather(0, i), x.gather(-1, j))
+}
+
+#[test]
+fn gather_matches_numpy_take_along_axis() {
+    // numpy: np.take_along_axis(x, i, 0), np.take_along_axis(x, j, 1)
+    let i = i64s(&[2, 0, 1, 1, 0, 0, 2, 1], &[2, 4]);
+    let j = i64s(&[3, 3, 0, 1, 2, 0], &[3, 2]).cast(DType::I32);
+    for mode in MODES {
+        with_mode(mode, || {
+            let x = x34();
+            let (a, b) = along(&x, &i, &j).unwrap();
+            let want_a = [12.0, 1.5, 9.0, 10.5, 0.0, 1.5, 15.0, 10.5];
+            assert_eq!(a.to_vec::<f32>().unwrap(), want_a, "{mode:?}");
+            assert_eq!(b.shape(), [3, 2]);
+            let want_b = [4.5, 4.5, 6.0, 7.5, 15.0, 12.0];
+            assert_eq!(b.to_vec::<f32>().unwrap(), want_b, "{mode:?}");
+            assert_eq!(x.gather(1, &j).to_vec::<f32>().unwrap(), want_b, "eager");
+        });
+    }
+}
+
+#[test]
+fn index_select_matches_numpy_take_on_ints() {
+    // numpy: np.take(t, [4, 0, 4, 2], axis=0), np.take(t, [3, 1], axis=1)
+    for mode in MODES {
+        with_mode(mode, || {
+            let t = Tensor::arange(20, DType::I32).reshape(&[5, 4]);
+            let rows = t.index_select(0, &i64s(&[4, 0, 4, 2], &[4]));
+            assert_eq!(
+                rows.to_vec::<i32>().unwrap(),
+                [16, 17, 18, 19, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11],
+                "{mode:?}"
+            );
+            let cols = t.index_select(1, &i64s(&[3, 1], &[2]).cast(DType::I32));
+            assert_eq!(
+                cols.to_vec::<i32>().unwrap(),
+                [3, 1, 7, 5, 11, 9, 15, 13, 19, 17],
+                "{mode:?}"
+            );
+            let none = t.index_select(0, &i64s(&[], &[0]));
+            assert_eq!(none.shape(), [0, 4]);
+        });
+    }
+}
+
+#[jit]
+fn embed(table: &Tensor, pos: &Tensor, tokens: &Tensor) -> Tensor {
+    table.index_select(0, tokens) + pos
+}
+
+#[test]
+fn an_embedding_lookup_fuses_with_its_consumer() {
+    let (v, t, d) = (50, 7, 33);
+    let table = Tensor::randn(&[v, d], 1);
+    let pos = Tensor::randn(&[t, d], 2);
+    let toks: Vec<i64> = (0..t as i64).map(|k| (k * 17 + 3) % v as i64).collect();
+    let tokens = i64s(&toks, &[t]);
+    let (tv, pv) = (table.to_vec::<f32>().unwrap(), pos.to_vec::<f32>().unwrap());
+    for mode in MODES {
+        let got = with_mode(mode, || embed(&table, &pos, &tokens)).unwrap();
+        let got = got.to_vec::<f32>().unwrap();
+        for (r, &tok) in toks.iter().enumerate() {
+            for c in 0..d {
+                let want = tv[tok as usize * d + c] + pv[r * d + c];
+                assert_eq!(got[r * d + c], want, "{mode:?} row {r} col {c}");
+            }
+        }
+    }
+    // One kernel: the index is read in place through a broadcast, and the
+    // table row is read at the token's address.
+    let h = embed::jit().handlers();
+    assert_eq!(h[0].program.host().kernels().kernels.len(), 1);
+}
+
+#[jit]
+fn pick(x: &Tensor, i: &Tensor) -> Tensor {
+    x.index_select(0, i) * 2.0
+}
+
+#[test]
+fn an_index_out_of_range_is_an_error_on_every_backend() {
+    let x = x34();
+    for bad in [3i64, -1, i64::MAX] {
+        let i = i64s(&[0, bad], &[2]);
+        // Eager: the op and this line.
+        let line = line!() + 1;
+        let e = x.index_select(0, &i);
+        let msg = e.to_vec::<f32>().unwrap_err().to_string();
+        assert!(msg.contains("out of range"), "{msg}");
+        assert!(msg.contains(&format!("gather.rs:{line}:")), "{msg}");
+        for mode in MODES {
+            let line = line!() + 1;
+            let err = with_mode(mode, || pick(&x, &i)).unwrap_err();
+            let msg = err.to_string();
+            assert!(
+                msg.contains("out of range") && msg.contains("length 3"),
+                "{mode:?} {bad}: {msg}"
+            );
+            // The jit function and the line that called it.
+            assert!(msg.contains("`pick`"), "{mode:?}: {msg}");
+            assert!(
+                msg.contains(&format!("gather.rs:{line}:")),
+                "{mode:?}: {msg}"
+            );
+        }
+        // The host names the index's kind of mistake, a bad argument.
+        let host = with_mode(RunMode::Host, || pick(&x, &i)).unwrap_err();
+        assert_eq!(host.kind(), ErrorKind::BadArgument, "{host}");
+    }
+    // Good indices after bad ones: nothing was left behind.
+    let ok = pick(&x, &i64s(&[2, 0], &[2])).unwrap();
+    assert_eq!(ok.to_vec::<f32>().unwrap()[..2], [24.0, 27.0]);
+}
+
+#[test]
+fn bad_gather_arguments_name_the_op_and_line() {
+    let x = x34();
+    let cases: Vec<(u32, Tensor, ErrorKind, &str)> = vec![
+        (line!(), x.gather(0, &x), ErrorKind::DType, "i32 or i64"),
+        (
+            line!(),
+            x.gather(0, &i64s(&[0, 1], &[2])),
+            ErrorKind::Shape,
+            "rank",
+        ),
+        (
+            line!(),
+            x.index_select(0, &i64s(&[0, 1], &[1, 2])),
+            ErrorKind::Shape,
+            "1-D",
+        ),
+        (
+            line!(),
+            x.gather(2, &x.cast(DType::I64)),
+            ErrorKind::BadArgument,
+            "axis",
+        ),
+    ];
+    for (line, t, kind, needle) in cases {
+        let e = t.error().unwrap_or_else(|| panic!("line {line}: no error"));
+        let msg = e.to_string();
+        assert_eq!(e.kind(), kind, "line {line}: {msg}");
+        assert!(msg.contains(needle), "line {line}: {msg}");
+        let at = |l: u32| msg.contains(&format!("gather.rs:{l}:"));
+        assert!(
+            at(line) || at(line + 1) || at(line + 2),
+            "line {line}: {msg}"
+        );
+    }
+}
+
+#[jit]
+fn long_gather(x: &Tensor, i: &Tensor) -> Tensor {
+    x.gather(1, i).exp().sum(-1, true)
+}
+
+#[test]
+fn long_rows_gather_like_the_reference() {
+    let (r, n, m) = (3, 20001, 5000);
+    let x = Tensor::randn(&[r, n], 4);
+    let idx: Vec<i64> = (0..(r * m) as i64).map(|k| (k * 7919) % n as i64).collect();
+    let i = i64s(&idx, &[r, m]);
+    let want = with_mode(RunMode::Reference, || long_gather(&x, &i)).unwrap();
+    let want = want.to_vec::<f32>().unwrap();
+    for mode in MODES {
+        let got = with_mode(mode, || long_gather(&x, &i)).unwrap();
+        for (g, w) in got.to_vec::<f32>().unwrap().iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-4 * w.abs(), "{mode:?}: {g} vs {w}");
+        }
+    }
+}

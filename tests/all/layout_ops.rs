@@ -1,0 +1,258 @@
+//! `slice`, `split`, `cat`, `pad`, `tril`, `triu`: numpy-computed values on
+//! every backend, eager and traced; slices read in place and concats
+//! written in place; bad input named with the caller's line.
+
+use tilejit::prelude::*;
+use tilejit::{jit, ErrorKind};
+
+const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
+
+/// `arange(12).reshape(3, 4)` as f32.
+fn x34() -> Tensor {
+    Tensor::arange(12, DType::F32).reshape(&[3, 4])
+}
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Equal within `rel` of each element's size (sums round differently per
+/// backend); names only the first difference.
+#[track_caller]
+fn assert_near(got: &Tensor, want: &Tensor, rel: f32, what: &str) {
+    assert_eq!(got.shape(), want.shape(), "{what}");
+    let (g, w) = (f32s(got), f32s(want));
+    if let Some(i) = (0..g.len()).find(|&i| (g[i] - w[i]).abs() > rel * w[i].abs().max(1.0)) {
+        panic!(
+            "{what}: element {i} is {} where the reference has {}",
+            g[i], w[i]
+        );
+    }
+}
+
+#[jit]
+fn windows(x: &Tensor) -> (Tensor, Tensor, Tensor) {
+    (
+        x.slice(1, 1, 3),
+        x.slice(0, -2, 100).slice(1, -100, 2),
+        x.slice(1, 3, 1),
+    )
+}
+
+#[test]
+fn slice_follows_python_rules_on_every_backend() {
+    // numpy: x[:, 1:3], x[-2:, -100:2], x[:, 3:1]
+    for mode in MODES {
+        with_mode(mode, || {
+            let x = x34();
+            let (a, b, c) = windows(&x).unwrap();
+            assert_eq!(f32s(&a), [1.0, 2.0, 5.0, 6.0, 9.0, 10.0], "{mode:?}");
+            assert_eq!(f32s(&b), [4.0, 5.0, 8.0, 9.0], "{mode:?}");
+            assert_eq!((c.shape(), f32s(&c).len()), (&[3usize, 0][..], 0));
+            // Eager, the same values.
+            assert_eq!(f32s(&x.slice(-1, 1, 3)), [1.0, 2.0, 5.0, 6.0, 9.0, 10.0]);
+        });
+    }
+}
+
+#[jit]
+fn qk(x: &Tensor) -> Tensor {
+    let d = x.shape()[1] / 2;
+    let (q, k) = (
+        x.slice(1, 0, d as isize),
+        x.slice(1, d as isize, 2 * d as isize),
+    );
+    (&q * &k).sum(-1, false)
+}
+
+#[test]
+fn fused_slices_are_views_not_copies() {
+    let x = Tensor::randn(&[5, 6], 3);
+    let want = with_mode(RunMode::Reference, || qk(&x)).unwrap();
+    for mode in MODES {
+        let got = with_mode(mode, || qk(&x)).unwrap();
+        assert_near(&got, &want, 1e-6, &format!("{mode:?}"));
+    }
+    let h = qk::jit().handlers();
+    let kernels = &h[0].program.host().kernels().kernels;
+    assert_eq!(kernels.len(), 1, "one kernel reads both halves of x");
+    let loads: Vec<i64> = kernels[0].loads.iter().map(|a| a.offset).collect();
+    assert_eq!(loads, [0, 3], "k is x at offset 3");
+}
+
+#[jit]
+fn joined(x: &Tensor) -> Tensor {
+    Tensor::cat(&[&(x.slice(1, 0, 1) * 10.0), x, &x.slice(1, 3, 4)], 1)
+}
+
+#[test]
+fn cat_writes_each_operand_into_one_buffer() {
+    // numpy: np.concatenate([x[:, :1] * 10, x, x[:, 3:]], axis=1)
+    let want = [
+        0.0, 0.0, 1.0, 2.0, 3.0, 3.0, 40.0, 4.0, 5.0, 6.0, 7.0, 7.0, 80.0, 8.0, 9.0, 10.0, 11.0,
+        11.0,
+    ];
+    for mode in MODES {
+        with_mode(mode, || {
+            let x = x34();
+            assert_eq!(f32s(&joined(&x).unwrap()), want, "{mode:?}");
+            let eager = Tensor::cat(&[&(x.slice(1, 0, 1) * 10.0), &x, &x.slice(1, 3, 4)], 1);
+            assert_eq!(f32s(&eager), want, "{mode:?} eager");
+        });
+    }
+    let h = joined::jit().handlers();
+    let p = h[0].program.host().kernels();
+    // The nested binary concats are one buffer written by three kernels.
+    assert_eq!(p.kernels.len(), 3, "{p}");
+    let stores: Vec<i64> = p
+        .kernels
+        .iter()
+        .flat_map(|k| k.stages.iter())
+        .filter_map(|s| match s {
+            tilejit::internals::ir::kernel::Stage::Store { access, .. } => Some(access.offset),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stores, [0, 1, 5], "{p}");
+}
+
+#[test]
+fn cat_and_split_round_trip_integers_and_bools() {
+    for mode in MODES {
+        with_mode(mode, || {
+            let x = Tensor::arange(10, DType::I64).reshape(&[2, 5]);
+            let parts = x.split(&[2, 0, 3], 1);
+            assert_eq!(parts.len(), 3);
+            assert_eq!(parts[0].to_vec::<i64>().unwrap(), [0, 1, 5, 6]);
+            assert_eq!(parts[1].shape(), [2, 0]);
+            assert_eq!(parts[2].to_vec::<i64>().unwrap(), [2, 3, 4, 7, 8, 9]);
+            let back = Tensor::cat(&[&parts[2], &parts[1], &parts[0]], -1);
+            assert_eq!(
+                back.to_vec::<i64>().unwrap(),
+                [2, 3, 4, 0, 1, 7, 8, 9, 5, 6]
+            );
+            let b = x.gt(&Tensor::full(&[], 4.0, DType::I64));
+            let bb = Tensor::cat(&[&b, &b], 0);
+            assert_eq!(bb.shape(), [4, 5]);
+            assert_eq!(bb.cast(DType::I32).sum_all().item::<i32>().unwrap(), 10);
+        });
+    }
+}
+
+#[test]
+fn pad_matches_numpy() {
+    // numpy: np.pad(np.arange(6, dtype=np.int32).reshape(2, 3), ((1, 0), (2, 1)), constant_values=7)
+    let want = [7, 7, 7, 7, 7, 7, 7, 7, 0, 1, 2, 7, 7, 7, 3, 4, 5, 7];
+    for mode in MODES {
+        with_mode(mode, || {
+            let x = Tensor::arange(6, DType::I32).reshape(&[2, 3]);
+            let p = x.pad(&[(1, 0), (2, 1)], 7.0);
+            assert_eq!(p.shape(), [3, 6]);
+            assert_eq!(p.to_vec::<i32>().unwrap(), want, "{mode:?}");
+            let f = Tensor::ones(&[1], DType::F32).pad(&[(0, 0)], -2.5);
+            assert_eq!(f32s(&f), [1.0]);
+            let e = Tensor::zeros(&[0], DType::F32).pad(&[(2, 1)], -2.5);
+            assert_eq!(f32s(&e), [-2.5, -2.5, -2.5]);
+        });
+    }
+}
+
+#[test]
+fn tril_and_triu_match_numpy() {
+    // numpy: np.tril(x, 1), np.triu(x, -1), np.tril(x, -5)
+    let tril1 = [0.0, 1.0, 0.0, 0.0, 4.0, 5.0, 6.0, 0.0, 8.0, 9.0, 10.0, 11.0];
+    let triu_1 = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 0.0, 9.0, 10.0, 11.0];
+    for mode in MODES {
+        with_mode(mode, || {
+            let x = x34();
+            assert_eq!(f32s(&x.tril(1)), tril1, "{mode:?}");
+            assert_eq!(f32s(&x.triu(-1)), triu_1, "{mode:?}");
+            assert_eq!(f32s(&x.tril(-5)), [0.0; 12], "{mode:?}");
+            // Batched: the mask repeats over leading dims.
+            let b = Tensor::cat(&[&x.reshape(&[1, 3, 4]), &x.reshape(&[1, 3, 4])], 0);
+            let t = f32s(&b.tril(1));
+            assert_eq!((&t[..12], &t[12..]), (&tril1[..], &tril1[..]));
+        });
+    }
+}
+
+#[test]
+fn bad_layout_arguments_name_the_op_and_line() {
+    let x = x34();
+    let cases: Vec<(Tensor, u32, ErrorKind, &str)> = vec![
+        (x.slice(2, 0, 1), line!(), ErrorKind::BadArgument, "`slice`"),
+        (
+            x.split(&[1, 1], 0).remove(0),
+            line!(),
+            ErrorKind::Shape,
+            "do not add up",
+        ),
+        (
+            Tensor::cat(&[&x, &Tensor::ones(&[2, 3], DType::F32)], 0),
+            line!(),
+            ErrorKind::Shape,
+            "differs in dim 1",
+        ),
+        (
+            Tensor::cat(&[&x, &x.cast(DType::I32)], 0),
+            line!(),
+            ErrorKind::DType,
+            "mixed dtypes",
+        ),
+        (
+            Tensor::cat(&[], 0),
+            line!(),
+            ErrorKind::BadArgument,
+            "no tensors",
+        ),
+        (
+            Tensor::cat(&[&x, &x.reshape(&[12])], 0),
+            line!(),
+            ErrorKind::Shape,
+            "rank",
+        ),
+        (x.pad(&[(1, 1)], 0.0), line!(), ErrorKind::Shape, "pairs"),
+        (
+            Tensor::arange(3, DType::I32).pad(&[(1, 1)], 0.5),
+            line!(),
+            ErrorKind::DType,
+            "not exactly representable",
+        ),
+        (
+            Tensor::arange(3, DType::F32).tril(0),
+            line!(),
+            ErrorKind::Shape,
+            "`tril`",
+        ),
+    ];
+    for (t, line, kind, needle) in cases {
+        let e = t.error().unwrap_or_else(|| panic!("line {line}: no error"));
+        let msg = e.to_string();
+        assert_eq!(e.kind(), kind, "line {line}: {msg}");
+        assert!(msg.contains(needle), "line {line}: {msg}");
+        // The case's `line!()` and its call may sit on neighbouring lines.
+        let at = |l: u32| msg.contains(&format!("layout_ops.rs:{l}:"));
+        assert!(
+            at(line) || at(line - 1) || at(line + 1),
+            "line {line}: {msg}"
+        );
+    }
+}
+
+#[jit]
+fn long_rows(x: &Tensor) -> Tensor {
+    let n = x.shape()[1] as isize;
+    let halves = Tensor::cat(&[&x.slice(1, n / 2, n), &x.slice(1, 0, n / 2)], 1);
+    (halves.exp() + x).pad(&[(1, 1), (0, 3)], 0.0).triu(-2)
+}
+
+#[test]
+fn large_windows_agree_with_the_reference() {
+    let x = Tensor::randn(&[3, 20001], 9);
+    let want = with_mode(RunMode::Reference, || long_rows(&x)).unwrap();
+    for mode in MODES {
+        let got = with_mode(mode, || long_rows(&x)).unwrap();
+        assert_eq!(got.shape(), [5, 20004]);
+        assert_near(&got, &want, 1e-6, &format!("{mode:?}"));
+    }
+}
