@@ -30,7 +30,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tilejit_ir::{Array, Graph, Lit, Op};
 use tilejit_runtime::{
-    panic_message, ArgSig, GenericGraph, HandlerCache, HandlerStats, Program, ShapeClass, Signature,
+    panic_message, ArgSig, GenericGraph, HandlerCache, HandlerStats, Mark, Program, ShapeClass,
+    Signature,
 };
 
 /// A traced body: receives the arguments as trace values, returns outputs.
@@ -246,6 +247,12 @@ impl JitFunction {
             function: self.name.clone(),
             message,
         };
+        // A list or struct parameter is several leaves, as many as its
+        // value has: the macro flattens them, and its lengths and
+        // structure keys are leaves of the signature.
+        if self.params.iter().any(|p| p.kind == ArgKind::Tree) {
+            return Ok(());
+        }
         if args.len() != self.params.len() {
             return Err(bad(format!(
                 "expected {} arguments, got {}",
@@ -287,6 +294,7 @@ impl JitFunction {
                 ArgValue::Float(_, d) => ArgSig::Float(d),
                 ArgValue::Int(v) => ArgSig::Int(v),
                 ArgValue::Bool(v) => ArgSig::Bool(v),
+                ArgValue::Mark(m) => ArgSig::Mark(m),
             });
         }
         Ok(Signature { args: sig })
@@ -323,7 +331,7 @@ impl JitFunction {
                     }
                 }
                 ArgValue::Float(v, d) => params.push(Lit::from_f64(v, d)),
-                ArgValue::Int(_) | ArgValue::Bool(_) => {}
+                ArgValue::Int(_) | ArgValue::Bool(_) | ArgValue::Mark(_) => {}
             }
         }
         params.extend_from_slice(program.size_params());
@@ -430,6 +438,7 @@ impl JitFunction {
                 }
                 ArgValue::Int(v) => TraceValue::Int(v),
                 ArgValue::Bool(v) => TraceValue::Bool(v),
+                ArgValue::Mark(m) => mark_value(m),
             })
             .collect();
         body(&values).map(Outputs::from_tensor_vec)
@@ -609,6 +618,7 @@ impl JitFunction {
                     }
                     (ArgValue::Int(v), _) => TraceValue::Int(v),
                     (ArgValue::Bool(v), _) => TraceValue::Bool(v),
+                    (ArgValue::Mark(m), _) => mark_value(m),
                     (ArgValue::Tensor(_), _) => {
                         return Err(wrap(Error::Arguments {
                             function: self.name.clone(),
@@ -723,17 +733,21 @@ impl JitFunction {
     /// [`load`](Self::load), also saying whether (and why) code was
     /// recompiled rather than linked.
     pub fn load_snapshot(&self, path: impl AsRef<Path>) -> Result<SnapshotLoad> {
+        let trees = self.params.iter().any(|p| p.kind == ArgKind::Tree);
         let fits = |sig: &Signature| {
-            sig.args.len() == self.params.len()
-                && sig.args.iter().zip(&self.params).all(|(a, p)| {
-                    matches!(
-                        (a, p.kind),
-                        (ArgSig::Tensor(_), ArgKind::Tensor)
-                            | (ArgSig::Float(_), ArgKind::Float)
-                            | (ArgSig::Int(_), ArgKind::Int)
-                            | (ArgSig::Bool(_), ArgKind::Bool)
-                    )
-                })
+            // Leaves of lists and structs are checked by the body that
+            // rebuilds them (lengths and structure keys are in the signature).
+            trees
+                || (sig.args.len() == self.params.len()
+                    && sig.args.iter().zip(&self.params).all(|(a, p)| {
+                        matches!(
+                            (a, p.kind),
+                            (ArgSig::Tensor(_), ArgKind::Tensor)
+                                | (ArgSig::Float(_), ArgKind::Float)
+                                | (ArgSig::Int(_), ArgKind::Int)
+                                | (ArgSig::Bool(_), ArgKind::Bool)
+                        )
+                    }))
         };
         let loaded = tilejit_runtime::snapshot::load(path.as_ref(), &self.name, &fits)?;
         let signatures = loaded.programs.len();
@@ -867,6 +881,14 @@ pub fn param(name: &'static str, kind: ArgKind) -> ParamSpec {
     ParamSpec { name, kind }
 }
 
+/// A list's length or a struct's key as the body reads it (an integer).
+fn mark_value(m: Mark) -> TraceValue {
+    match m {
+        Mark::Len(n) => TraceValue::Int(n as i64),
+        Mark::Struct(k) => TraceValue::Int(k as i64),
+    }
+}
+
 /// True when `args` have exactly the signature `sig` (concrete tensors of
 /// its types, the same static values, floats of its dtypes).
 fn signature_matches(sig: &Signature, args: &[ArgValue]) -> bool {
@@ -878,6 +900,7 @@ fn signature_matches(sig: &Signature, args: &[ArgValue]) -> bool {
             (ArgSig::Float(d), ArgValue::Float(_, e)) => d == e,
             (ArgSig::Int(v), ArgValue::Int(w)) => v == w,
             (ArgSig::Bool(v), ArgValue::Bool(w)) => v == w,
+            (ArgSig::Mark(m), ArgValue::Mark(n)) => m == n,
             _ => false,
         })
 }

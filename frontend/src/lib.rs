@@ -28,6 +28,43 @@
 //! tensors they meet; integer and bool parameters are plain static values.
 //! Tensors captured from outside (by a `jit_fn!` closure, or made inside the
 //! body with `Tensor::ones` etc.) become constants of the traced program.
+//!
+//! Weights are values ([`JitArgs`]), and a jit function called inside
+//! another's body is inlined and composes with `?`: the body's value is
+//! wrapped in `Ok`, so it is still written `-> Tensor`. An `Err` (or an
+//! op's error in the nested body, with its line) fails the outer call.
+//!
+//! ```
+//! use tilejit::prelude::*;
+//!
+//! #[derive(JitArgs)]
+//! struct Block { w: Tensor, biases: Vec<Tensor> }
+//!
+//! #[jit]
+//! fn dense(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor { x.matmul(w) + b }
+//!
+//! #[jit]
+//! fn block(x: &Tensor, p: &Block) -> Tensor {
+//!     let mut h = x.clone();
+//!     for b in &p.biases {
+//!         h = dense(&h, &p.w, b)?.relu();
+//!     }
+//!     h
+//! }
+//!
+//! # fn main() -> tilejit::Result<()> {
+//! let p = Block {
+//!     w: Tensor::from_vec(vec![1.0f32, 0.0, 0.0, -1.0], &[2, 2])?,
+//!     biases: vec![Tensor::ones(&[2], DType::F32), Tensor::zeros(&[2], DType::F32)],
+//! };
+//! let x = Tensor::from_vec(vec![2.0f32, -3.0], &[1, 2])?;
+//! // [2, -3] -> [2, 3] + 1 = [3, 4] -> [3, -4] relu [3, 0]
+//! assert_eq!(block(&x, &p)?.to_vec::<f32>()?, [3.0, 0.0]);
+//! // A weight of the wrong shape: an error naming the nested op, not a panic.
+//! let bad = Block { w: Tensor::ones(&[3, 3], DType::F32), ..p };
+//! assert!(block(&x, &bad).unwrap_err().to_string().contains("matmul"));
+//! # Ok(()) }
+//! ```
 
 mod apply;
 pub mod args;
@@ -46,7 +83,8 @@ pub mod tensor;
 mod trace;
 
 pub use args::{
-    ArgKind, ArgValue, FromTrace, JitArg, JitArgs, JitOutput, Outputs, ParamSpec, TraceValue,
+    ArgKind, ArgValue, FromLeaves, FromTrace, JitArg, JitArgs, JitOutput, Outputs, ParamSpec,
+    TraceValue,
 };
 pub use error::{Error, Loc, Result};
 pub use jit::{HandlerInfo, JitFn, JitFunction, SnapshotLoad, WithMode};
@@ -55,7 +93,7 @@ pub use scalar::Scalar;
 pub use tensor::Tensor;
 pub use tilejit_ir::config::{config, Config};
 pub use tilejit_ir::{DType, Element, ErrorKind};
-pub use tilejit_macros::{jit, jit_fn};
+pub use tilejit_macros::{jit, jit_fn, JitArgs};
 pub use tilejit_runtime::cancel::{with_cancel, with_deadline, CancelToken};
 pub use tilejit_runtime::device::Profile;
 pub use tilejit_runtime::{collect_profiles, write_trace};
@@ -88,7 +126,9 @@ pub mod internals {
 
 /// `use tilejit::prelude::*;` brings what a jit program needs.
 pub mod prelude {
-    pub use crate::{jit, jit_fn, with_mode, DType, Element, Result, RunMode, Scalar, Tensor};
+    pub use crate::{
+        jit, jit_fn, with_mode, DType, Element, JitArgs, Result, RunMode, Scalar, Tensor,
+    };
 }
 
 /// The README's examples, compiled and run as doctests so they stay true.

@@ -42,7 +42,7 @@ pub use kernel_cache::{
 };
 pub use program::{run_eager, run_eager_sim, Program};
 pub use shape_class::{probes, ClassArg, ClassDim, GenericGraph, ShapeClass};
-pub use signature::{ArgSig, Signature};
+pub use signature::{ArgSig, Mark, Signature};
 pub use sim::{
     collect_profiles, set_sim_policy, sim_device, sim_policy, write_trace, PendingRun, SimProgram,
     SimRun, Workspace, WorkspaceBuffer,

@@ -1,7 +1,9 @@
 //! The shape signature that keys a jit function's handler cache: per
 //! argument, a tensor's dtype and shape, a float parameter's dtype (its value
 //! is a runtime parameter and does not retrace), or the value of an integer
-//! or bool argument (static: it may change the traced program).
+//! or bool argument (static: it may change the traced program). A list or
+//! struct argument is its leaves, led by a [`Mark`]: the list's length or
+//! the struct's structure key.
 //!
 //! Snapshots store signatures in a stable binary form
 //! ([`Signature::encode`], `Signature::decode`); `Display` is for people.
@@ -21,6 +23,19 @@ pub enum ArgSig {
     Int(i64),
     /// A bool argument (static value).
     Bool(bool),
+    /// The leaf that leads a list or struct argument's leaves.
+    Mark(Mark),
+}
+
+/// What leads a list or struct argument's leaves, so another length or
+/// layout is another signature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mark {
+    /// A list of this many elements.
+    Len(u64),
+    /// A struct with this structure key (a hash of its name and its
+    /// fields' names and types).
+    Struct(u64),
 }
 
 impl fmt::Display for ArgSig {
@@ -30,6 +45,8 @@ impl fmt::Display for ArgSig {
             ArgSig::Float(d) => write!(f, "{d} param"),
             ArgSig::Int(v) => write!(f, "int {v}"),
             ArgSig::Bool(v) => write!(f, "bool {v}"),
+            ArgSig::Mark(Mark::Len(n)) => write!(f, "len {n}"),
+            ArgSig::Mark(Mark::Struct(k)) => write!(f, "struct {:08x}", k >> 32),
         }
     }
 }
@@ -128,7 +145,8 @@ pub(crate) fn decode_type(r: &mut Reader<'_>) -> Result<TensorType, String> {
 
 impl Signature {
     /// The stable binary form: a count, then per argument a tag byte (0
-    /// tensor, 1 float, 2 int, 3 bool) and its value, little endian.
+    /// tensor, 1 float, 2 int, 3 bool, 4 list length, 5 structure key) and
+    /// its value, little endian.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::default();
         w.count(self.args.len());
@@ -150,6 +168,14 @@ impl Signature {
                     w.u8(3);
                     w.u8(v as u8);
                 }
+                ArgSig::Mark(Mark::Len(n)) => {
+                    w.u8(4);
+                    w.u64(n);
+                }
+                ArgSig::Mark(Mark::Struct(k)) => {
+                    w.u8(5);
+                    w.u64(k);
+                }
             }
         }
         w.out
@@ -169,6 +195,8 @@ impl Signature {
                     1 => ArgSig::Bool(true),
                     b => return Err(format!("bad bool byte {b}")),
                 },
+                4 => ArgSig::Mark(Mark::Len(r.u64()?)),
+                5 => ArgSig::Mark(Mark::Struct(r.u64()?)),
                 t => return Err(format!("bad argument tag {t}")),
             });
         }
@@ -203,6 +231,8 @@ mod tests {
                 ArgSig::Float(DType::F64),
                 ArgSig::Int(-5),
                 ArgSig::Bool(true),
+                ArgSig::Mark(Mark::Len(3)),
+                ArgSig::Mark(Mark::Struct(u64::MAX - 7)),
             ],
         };
         let bytes = sig.encode();

@@ -385,7 +385,7 @@ fn a_panicking_jit_body_is_e7() {
         }
         x.clone()
     });
-    let e = f.call(&Tensor::ones(&[2], DType::F32)).unwrap_err();
+    let e = f.call(Tensor::ones(&[2], DType::F32)).unwrap_err();
     assert_eq!((e.kind(), e.code()), (ErrorKind::Panic, 7), "{e}");
     let msg = e.to_string();
     assert!(

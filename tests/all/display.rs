@@ -52,5 +52,5 @@ fn error_and_traced_tensors_say_what_they_are() {
         assert_eq!(x.to_string(), "Tensor(traced f32[2], node %0)");
         x * 1.0
     });
-    f.call(&Tensor::ones(&[2], DType::F32)).unwrap();
+    f.call(Tensor::ones(&[2], DType::F32)).unwrap();
 }

@@ -205,7 +205,7 @@ fn closures_capture_tensors_as_constants() {
     let w = t32(&[1.0, 10.0, 100.0], &[3]);
     let f = jit_fn!(|x: &Tensor| x * &w + 1.0);
     assert_eq!(
-        vals(&f.call(&t32(&[1.0, 2.0, 3.0], &[3])).unwrap()),
+        vals(&f.call(t32(&[1.0, 2.0, 3.0], &[3])).unwrap()),
         vec![2.0, 21.0, 301.0]
     );
     assert_eq!(
@@ -225,7 +225,7 @@ fn closures_capture_tensors_as_constants() {
 fn tensors_made_inside_a_body_are_constants() {
     let f = jit_fn!(|x: &Tensor| x + Tensor::arange(3, DType::F32));
     assert_eq!(
-        vals(&f.call(&Tensor::ones(&[2, 3], DType::F32)).unwrap()),
+        vals(&f.call(Tensor::ones(&[2, 3], DType::F32)).unwrap()),
         vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
     );
 }
@@ -246,7 +246,7 @@ fn escaped_traced_tensors_are_caught() {
         *stash.lock().unwrap() = Some(x.clone());
         x * 2.0
     });
-    f.call(&Tensor::ones(&[2], DType::F32)).unwrap();
+    f.call(Tensor::ones(&[2], DType::F32)).unwrap();
     let escaped = stash.lock().unwrap().clone().unwrap();
     assert!(escaped.is_traced());
     let e = (&escaped + 1.0).error().cloned().expect("error");

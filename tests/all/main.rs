@@ -16,6 +16,7 @@ mod host_backend;
 mod io;
 mod ir_text;
 mod jit;
+mod jit_args;
 mod kernel_ir;
 mod layout_ops;
 mod oom;

@@ -19,6 +19,19 @@ enum Kind {
     Float,
     Int,
     Bool,
+    /// A list or derived struct: several leaves, rebuilt in the body.
+    Tree(Tree),
+}
+
+/// How a list or struct parameter is written, so the body gets that type.
+#[derive(Clone, Copy)]
+enum Tree {
+    /// `&[T]`: rebuilt as a `Vec<T>`, lent as a slice.
+    Slice,
+    /// `&X`: rebuilt as an `X`, lent.
+    Ref,
+    /// `X`: rebuilt and moved.
+    Owned,
 }
 
 impl Kind {
@@ -28,6 +41,7 @@ impl Kind {
             Kind::Float => quote!(::tilejit::ArgKind::Float),
             Kind::Int => quote!(::tilejit::ArgKind::Int),
             Kind::Bool => quote!(::tilejit::ArgKind::Bool),
+            Kind::Tree(_) => quote!(::tilejit::ArgKind::Tree),
         }
     }
 }
@@ -41,6 +55,8 @@ struct Param {
     ty: Type,
     /// Type the body receives (floats become `&Tensor`).
     body_ty: Type,
+    /// What a list or struct is rebuilt as in the body, before it is lent.
+    owner: Option<Type>,
     kind: Kind,
     name: String,
 }
@@ -52,29 +68,44 @@ fn last_segment(ty: &Type) -> Option<String> {
     }
 }
 
+const LEAF_INTS: &[&str] = &[
+    "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "usize", "isize",
+];
+
 fn classify(ty: &Type) -> syn::Result<Kind> {
     let err = || {
         syn::Error::new(
             ty.span(),
             "jit parameters must be `&Tensor` or `Tensor` (traced), `f32`/`f64` (runtime parameters), \
-             an integer type or `bool` (static values that key the cache)",
+             an integer type or `bool` (static values that key the cache), or a list or struct of \
+             these: `&[Tensor]`, `Vec<Tensor>`, `&Vec<Tensor>`, a `#[derive(JitArgs)]` struct or a \
+             reference to one",
         )
     };
     if let Type::Reference(r) = ty {
-        return match last_segment(&r.elem).as_deref() {
-            Some("Tensor") if r.mutability.is_none() => Ok(Kind::Tensor),
+        if r.mutability.is_some() {
+            return Err(err());
+        }
+        return match (&*r.elem, last_segment(&r.elem).as_deref()) {
+            (Type::Slice(_), _) => Ok(Kind::Tree(Tree::Slice)),
+            (_, Some("Tensor")) => Ok(Kind::Tensor),
+            (_, Some(s)) if !is_scalar(s) => Ok(Kind::Tree(Tree::Ref)),
             _ => Err(err()),
         };
     }
     match last_segment(ty).as_deref() {
         Some("Tensor") => Ok(Kind::Tensor),
         Some("f32" | "f64") => Ok(Kind::Float),
-        Some("i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64" | "usize" | "isize") => {
-            Ok(Kind::Int)
-        }
+        Some(s) if LEAF_INTS.contains(&s) => Ok(Kind::Int),
         Some("bool") => Ok(Kind::Bool),
+        Some(_) => Ok(Kind::Tree(Tree::Owned)),
         _ => Err(err()),
     }
+}
+
+/// A Rust scalar type's name.
+fn is_scalar(s: &str) -> bool {
+    matches!(s, "f32" | "f64" | "bool") || LEAF_INTS.contains(&s)
 }
 
 fn param(i: usize, pat: &Pat, ty: &Type) -> syn::Result<Param> {
@@ -89,11 +120,24 @@ fn param(i: usize, pat: &Pat, ty: &Type) -> syn::Result<Param> {
         Kind::Float => syn::parse_quote_spanned!(ty.span()=> &::tilejit::Tensor),
         _ => ty.clone(),
     };
+    let owner = match (kind, ty) {
+        (Kind::Tree(Tree::Slice), Type::Reference(r)) => match &*r.elem {
+            Type::Slice(s) => {
+                let elem = &s.elem;
+                Some(syn::parse_quote_spanned!(ty.span()=> ::std::vec::Vec<#elem>))
+            }
+            _ => None,
+        },
+        (Kind::Tree(Tree::Ref), Type::Reference(r)) => Some((*r.elem).clone()),
+        (Kind::Tree(Tree::Owned), _) => Some(ty.clone()),
+        _ => None,
+    };
     Ok(Param {
         outer,
         pat: pat.clone(),
         ty: ty.clone(),
         body_ty,
+        owner,
         kind,
         name,
     })
@@ -108,13 +152,131 @@ fn specs(params: &[Param]) -> TokenStream2 {
     quote!(&[#(#items),*])
 }
 
+/// Whether any parameter is a list or struct (several leaves).
+fn has_trees(params: &[Param]) -> bool {
+    params.iter().any(|p| matches!(p.kind, Kind::Tree(_)))
+}
+
+/// The outer function's argument list, as `ArgValue`s in
+/// `__tilejit_args`: a fixed array of one leaf per parameter, or with a
+/// list or struct parameter a `Vec` of every leaf.
+fn flatten_args(params: &[Param]) -> TokenStream2 {
+    if !has_trees(params) {
+        let to_args = params.iter().map(|p| {
+            let o = &p.outer;
+            quote!(::tilejit::JitArg::to_arg(&#o))
+        });
+        return quote!(let __tilejit_args = [#(#to_args),*];);
+    }
+    let pushes = params.iter().map(|p| {
+        let o = &p.outer;
+        quote!(::tilejit::JitArgs::push_args(&#o, &mut __tilejit_args);)
+    });
+    quote! {
+        let mut __tilejit_args = ::std::vec::Vec::new();
+        #(#pushes)*
+    }
+}
+
+/// Statements that rebuild each parameter from `__tilejit_v` (the trace
+/// values), and per parameter the expression the body receives.
+fn rebuild_args(params: &[Param]) -> (TokenStream2, Vec<TokenStream2>) {
+    if !has_trees(params) {
+        let exprs = (0..params.len())
+            .map(|i| quote!(::tilejit::FromTrace::from_trace(&__tilejit_v[#i])?))
+            .collect();
+        return (quote!(), exprs);
+    }
+    let mut stmts = quote!(let mut __tilejit_leaves = ::tilejit::args::Leaves::new(__tilejit_v););
+    let mut exprs = Vec::new();
+    for (i, p) in params.iter().enumerate() {
+        let v = format_ident!("__tilejit_p{}", i);
+        match (&p.owner, p.kind) {
+            (Some(owner), Kind::Tree(tree)) => {
+                stmts.extend(quote! {
+                    let #v: #owner = <#owner as ::tilejit::FromLeaves>::from_leaves(&mut __tilejit_leaves)?;
+                });
+                exprs.push(match tree {
+                    Tree::Slice | Tree::Ref => quote!(&#v),
+                    Tree::Owned => quote!(#v),
+                });
+            }
+            _ => {
+                let t = &p.body_ty;
+                stmts.extend(quote! {
+                    let #v: #t = ::tilejit::FromTrace::from_trace(__tilejit_leaves.next()?)?;
+                });
+                exprs.push(quote!(#v));
+            }
+        }
+    }
+    stmts.extend(quote!(__tilejit_leaves.finish()?;));
+    (stmts, exprs)
+}
+
+/// `T` when `ty` is written `Result<T>` or `Result<T, E>`.
+fn result_ok_type(ty: &Type) -> Option<Type> {
+    let Type::Path(p) = ty else { return None };
+    let seg = p.path.segments.last()?;
+    if seg.ident != "Result" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(a) = &seg.arguments else {
+        return None;
+    };
+    match a.args.first()? {
+        syn::GenericArgument::Type(t) => Some(t.clone()),
+        _ => None,
+    }
+}
+
+/// Rewrites `return e` into `return Ok(e)` in a body whose value becomes
+/// `Ok(body)`, leaving closures, async blocks and nested items alone
+/// (their `return`s are their own).
+struct WrapReturns;
+
+impl syn::visit_mut::VisitMut for WrapReturns {
+    fn visit_expr_mut(&mut self, e: &mut syn::Expr) {
+        match e {
+            syn::Expr::Closure(_) | syn::Expr::Async(_) => {}
+            syn::Expr::Return(r) => {
+                if let Some(v) = &mut r.expr {
+                    self.visit_expr_mut(v);
+                    let inner = &**v;
+                    **v = syn::parse_quote!(::std::result::Result::Ok(#inner));
+                }
+            }
+            _ => syn::visit_mut::visit_expr_mut(self, e),
+        }
+    }
+    fn visit_item_mut(&mut self, _: &mut syn::Item) {}
+}
+
 /// Compiles a function of tensors just in time.
 ///
 /// `#[jit] fn f(x: &Tensor, k: f32, n: usize) -> Tensor { .. }` becomes
 /// `fn f(x: &Tensor, k: f32, n: usize) -> tilejit::Result<Tensor>` plus a
 /// module `f` whose `f::jit()` returns the function's `JitFunction` (handler
-/// cache, statistics). The return type is a `Tensor` or a tuple of up to 16.
-/// Generic functions and methods are not supported.
+/// cache, statistics). The return type is a `Tensor`, a tuple of up to 16,
+/// or a `#[derive(JitArgs)]` struct of tensors. Generic functions and
+/// methods are not supported.
+///
+/// Weights are values: a parameter may be `&[Tensor]`, `Vec<Tensor>`,
+/// `&Vec<Tensor>` or a `#[derive(JitArgs)]` struct (or a reference to one).
+/// Each of its tensors is a leaf of the signature, as is each list's length
+/// and each struct's structure key, so another length or layout is another
+/// program; the body gets the same type with traced tensors.
+///
+/// Errors compose with `?`: a body written `-> Tensor` may use `?` (on a
+/// nested jit call, which is inlined and returns `Result`), because its
+/// value is wrapped in `Ok` (and each `return e` becomes `return Ok(e)`); a
+/// body may also be written `-> Result<Tensor>` (or `Result<T, E>` with
+/// `E: Into<tilejit::Error>`), and the function still returns
+/// `tilejit::Result<Tensor>`. An `Err` from the body fails the call with
+/// `Error::Trace`; an op's error inside a nested function fails it naming
+/// that op and its line. `let [a, b] = tilejit::args::exactly(xs)?;` takes
+/// a list of known length, an error at that line if it is not (indexing
+/// would panic, which fails the call as `Error::Panic`).
 ///
 /// Arguments: `mode = host|sim|verify|reference` sets the function's run
 /// mode; `dynamic` keys its handler cache on shape classes instead of exact
@@ -244,12 +406,29 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
         let (pat, t) = (&p.pat, &p.body_ty);
         quote!(#pat: #t)
     });
-    let to_args = params.iter().map(|p| {
-        let o = &p.outer;
-        quote!(::tilejit::JitArg::to_arg(&#o))
-    });
-    let from =
-        (0..params.len()).map(|i| quote!(::tilejit::FromTrace::from_trace(&__tilejit_v[#i])?));
+    let flatten = flatten_args(&params);
+    let (rebuild, from) = rebuild_args(&params);
+    // A body written `-> Result<T>` returns its own errors; any other body
+    // is wrapped so `?` works in it (on a nested jit call, say): its value
+    // becomes `Ok(value)` and each `return e` becomes `return Ok(e)`.
+    let (out_ty, body_fn, call_body) = match result_ok_type(&ret) {
+        Some(t) => (
+            t,
+            quote!(fn __tilejit_body(#(#inner),*) -> #ret #block),
+            quote!(__tilejit_body(#(#from),*).map_err(::std::convert::Into::<::tilejit::Error>::into)?),
+        ),
+        None => {
+            let mut block = (**block).clone();
+            syn::visit_mut::VisitMut::visit_block_mut(&mut WrapReturns, &mut block);
+            (
+                ret.clone(),
+                quote!(fn __tilejit_body(#(#inner),*) -> ::tilejit::Result<#ret> {
+                    ::std::result::Result::Ok(#block)
+                }),
+                quote!(__tilejit_body(#(#from),*)?),
+            )
+        }
+    };
     let specs = specs(&params);
     let mod_doc = format!("The jit function behind [`{name}()`]: handler cache and statistics.");
     let set_mode = match jit_attrs.mode {
@@ -263,17 +442,18 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
     Ok(quote! {
         #(#attrs)*
         #[track_caller]
-        #vis fn #name(#(#outer),*) -> ::tilejit::Result<#ret> {
-            #[allow(clippy::all, unused_mut, unused_variables)]
-            fn __tilejit_body(#(#inner),*) -> #ret #block
-            let __tilejit_args = [#(#to_args),*];
+        #vis fn #name(#(#outer),*) -> ::tilejit::Result<#out_ty> {
+            #[allow(clippy::all, unused_mut, unused_variables, unreachable_code)]
+            #body_fn
+            #flatten
             let __tilejit_out = #name::jit().call(
                 &__tilejit_args,
                 &|__tilejit_v: &[::tilejit::TraceValue]| -> ::tilejit::Result<::std::vec::Vec<::tilejit::Tensor>> {
-                    ::std::result::Result::Ok(::tilejit::JitOutput::into_tensors(__tilejit_body(#(#from),*)))
+                    #rebuild
+                    ::std::result::Result::Ok(::tilejit::JitOutput::into_tensors(#call_body))
                 },
             )?;
-            <#ret as ::tilejit::JitOutput>::from_tensors(__tilejit_out)
+            <#out_ty as ::tilejit::JitOutput>::from_tensors(__tilejit_out)
         }
 
         #[doc = #mod_doc]
@@ -320,9 +500,10 @@ fn expand_jit_fn(c: syn::ExprClosure) -> syn::Result<TokenStream2> {
     }
     let capture = &c.capture;
     let body = &c.body;
-    let lets = params.iter().enumerate().map(|(i, p)| {
+    let (rebuild, from) = rebuild_args(&params);
+    let lets = params.iter().zip(&from).map(|(p, e)| {
         let (pat, t) = (&p.pat, &p.body_ty);
-        quote_spanned!(Span::call_site()=> let #pat: #t = ::tilejit::FromTrace::from_trace(&__tilejit_v[#i])?;)
+        quote_spanned!(Span::call_site()=> let #pat: #t = #e;)
     });
     let result = match &c.output {
         ReturnType::Type(_, t) => quote!({ let __tilejit_r: #t = #body; __tilejit_r }),
@@ -335,9 +516,124 @@ fn expand_jit_fn(c: syn::ExprClosure) -> syn::Result<TokenStream2> {
             concat!(file!(), ":", line!()),
             #specs,
             #capture |__tilejit_v: &[::tilejit::TraceValue]| -> ::tilejit::Result<_> {
+                #rebuild
                 #(#lets)*
                 ::std::result::Result::Ok(#result)
             },
         )
+    })
+}
+
+/// FNV-1a, 64 bits: a derived struct's structure key.
+fn fnv1a(text: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// `#[derive(JitArgs)]`: a struct of tensors as one jit argument (and
+/// result). See `tilejit::JitArgs` (the trait) for the docs.
+#[proc_macro_derive(JitArgs)]
+pub fn derive_jit_args(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as syn::DeriveInput);
+    match expand_derive(input) {
+        Ok(t) => t.into(),
+        Err(e) => e.to_compile_error().into(),
+    }
+}
+
+fn expand_derive(input: syn::DeriveInput) -> syn::Result<TokenStream2> {
+    let name = &input.ident;
+    if let Some(g) = input.generics.params.first() {
+        return Err(syn::Error::new(
+            g.span(),
+            "#[derive(JitArgs)] structs cannot be generic",
+        ));
+    }
+    let fields = match &input.data {
+        syn::Data::Struct(syn::DataStruct {
+            fields: syn::Fields::Named(f),
+            ..
+        }) => &f.named,
+        _ => {
+            return Err(syn::Error::new(
+                name.span(),
+                "#[derive(JitArgs)] is for structs with named fields",
+            ))
+        }
+    };
+    let mut text = format!("{name}{{");
+    let mut pushes = Vec::new();
+    let mut takes = Vec::new();
+    let mut out_pushes = Vec::new();
+    let mut out_takes = Vec::new();
+    let mut outputs = true;
+    for f in fields {
+        let Some(id) = &f.ident else { continue };
+        let ty = &f.ty;
+        text.push_str(&format!("{id}:{},", quote!(#ty)));
+        let seg = last_segment(ty);
+        let float = matches!(seg.as_deref(), Some("f32" | "f64"));
+        if float {
+            pushes.push(quote!(::tilejit::args::StaticFloat::push_static(&self.#id, out);));
+            takes.push(quote!(#id: <#ty as ::tilejit::args::StaticFloat>::from_static(leaves)?,));
+        } else {
+            pushes.push(quote!(::tilejit::JitArgs::push_args(&self.#id, out);));
+            takes.push(quote!(#id: <#ty as ::tilejit::FromLeaves>::from_leaves(leaves)?,));
+        }
+        // Only tensors and structs can be results: a list's length or a
+        // static value could not be rebuilt from a program's outputs.
+        match seg.as_deref() {
+            Some(s) if !is_scalar(s) && s != "Vec" && !matches!(ty, Type::Reference(_)) => {
+                out_pushes.push(quote!(::tilejit::JitOutput::push_tensors(self.#id, out);));
+                out_takes.push(quote!(#id: <#ty as ::tilejit::JitOutput>::take_from(v)?,));
+            }
+            _ => outputs = false,
+        }
+    }
+    text.push('}');
+    let key = fnv1a(&text);
+    let name_str = name.to_string();
+    let output_impl = match outputs {
+        true => quote! {
+            impl ::tilejit::JitOutput for #name {
+                fn into_tensors(self) -> ::std::vec::Vec<::tilejit::Tensor> {
+                    let mut out = ::std::vec::Vec::new();
+                    ::tilejit::JitOutput::push_tensors(self, &mut out);
+                    out
+                }
+                fn from_tensors(v: ::tilejit::Outputs) -> ::tilejit::Result<Self> {
+                    let mut v = v;
+                    let s = <Self as ::tilejit::JitOutput>::take_from(&mut v)?;
+                    v.finish()?;
+                    ::std::result::Result::Ok(s)
+                }
+                fn push_tensors(self, out: &mut ::std::vec::Vec<::tilejit::Tensor>) {
+                    #(#out_pushes)*
+                }
+                fn take_from(v: &mut ::tilejit::Outputs) -> ::tilejit::Result<Self> {
+                    ::std::result::Result::Ok(#name { #(#out_takes)* })
+                }
+            }
+        },
+        false => quote!(),
+    };
+    Ok(quote! {
+        impl ::tilejit::JitArgs for #name {
+            fn push_args<'a>(&'a self, out: &mut ::std::vec::Vec<::tilejit::ArgValue<'a>>) {
+                out.push(::tilejit::ArgValue::Mark(::tilejit::args::Mark::Struct(#key)));
+                #(#pushes)*
+            }
+        }
+        impl ::tilejit::FromLeaves for #name {
+            fn from_leaves(leaves: &mut ::tilejit::args::Leaves<'_>) -> ::tilejit::Result<Self> {
+                leaves.expect_key(#key, #name_str)?;
+                ::std::result::Result::Ok(#name { #(#takes)* })
+            }
+        }
+        #output_impl
     })
 }
