@@ -81,7 +81,8 @@ pub fn build_typed(dt: DType, rows: usize, cols: usize, instrs: &[(u8, u16, u16,
             }
             5 if tx.shape.rank() > 0 => {
                 let axis = extra as usize % tx.shape.rank();
-                let r = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min][(extra / 8) as usize % 3];
+                let r = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod]
+                    [(extra / 8) as usize % 4];
                 g.add(Op::Reduce(r, x, Axes::from_axes(&[axis]))).ok()
             }
             6 => bcast(&mut g, x, y).and_then(|(x, y)| {

@@ -27,6 +27,8 @@
 //!   over the corners of the operands' intervals for a positive base, else
 //!   unbounded; mod: one rounding of exact operands, else `2(|y| + E_y)`
 //!   (the result lies in `(-|y|, |y|)`);
+//! - products over `K` terms: `Π(|x|+E) - Π|x|` carried, plus
+//!   `γ_2K · Π(|x|+E)` for the roundings;
 //! - max/min, relu, neg, abs, layout ops: the operand's bound moves with it;
 //! - a comparison whose operands are within their bounds of each other may
 //!   flip: `select` on it is then bounded by the distance between its
@@ -377,6 +379,10 @@ fn reduce(
     let k = src.numel().checked_div(n_out).unwrap_or(0);
     let mut carried = interp::alloc(n_out, 0.0f64)?;
     let mut magnitude = interp::alloc(n_out, 0.0f64)?;
+    // A product's `Π(|x| + E)` and `Π|x|`, for its carried error.
+    let prod = r == ReduceOp::Prod;
+    let mut hi = interp::alloc(if prod { n_out } else { 0 }, 1.0f64)?;
+    let mut lo = interp::alloc(if prod { n_out } else { 0 }, 1.0f64)?;
     if src.numel() > 0 {
         let mut idx = [0usize; MAX_RANK];
         let mut i = 0;
@@ -394,6 +400,10 @@ fn reduce(
                     magnitude[t] += x[i].abs();
                 }
                 ReduceOp::Max | ReduceOp::Min => carried[t] = carried[t].max(e[i]),
+                ReduceOp::Prod => {
+                    hi[t] *= x[i].abs() + e[i];
+                    lo[t] *= x[i].abs();
+                }
             }
             i += 1;
             if !interp::next_index(&mut idx, src) {
@@ -409,6 +419,20 @@ fn reduce(
                 .collect()
         }
         ReduceOp::Max | ReduceOp::Min => carried,
+        // The operands' errors move the exact product by at most
+        // `Π(|x|+E) - Π|x|`; its `K - 1` roundings (in any order) by
+        // `γ_K·Π|x|`, computed here with the bound's own slack (`γ_2K`).
+        ReduceOp::Prod => {
+            let g = gamma(2 * k.max(1), u);
+            (0..n_out)
+                .map(|t| {
+                    // Equal (integers, exact operands, both infinite): nothing carried.
+                    let carried = if hi[t] == lo[t] { 0.0 } else { hi[t] - lo[t] };
+                    let rounding = if u == 0.0 { 0.0 } else { g * hi[t] };
+                    carried + rounding + u * v[t].abs()
+                })
+                .collect()
+        }
     })
 }
 

@@ -181,7 +181,7 @@ pub enum IrError {
         dtype: DType,
     },
     /// max/min over an axis of size zero (no identity element).
-    #[error("{op} over axis {axis} of size 0 in {shape}: a zero-size reduction has no identity (sum gives 0, mean NaN)")]
+    #[error("{op} over axis {axis} of size 0 in {shape}: a zero-size reduction has no identity (sum gives 0, prod 1, mean NaN)")]
     EmptyReduction {
         /// The reduction.
         op: &'static str,

@@ -164,6 +164,8 @@ pub enum ReduceOp {
     Max,
     /// minimum, NaN-propagating (undefined over an empty axis)
     Min,
+    /// product (1 over an empty axis; integers wrap)
+    Prod,
 }
 
 /// A set of axes as a bitmask (rank is at most 8).

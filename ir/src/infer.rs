@@ -91,7 +91,7 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
                         rank: t.shape.rank(),
                     });
                 }
-                if t.shape[a] == 0 && r != ReduceOp::Sum {
+                if t.shape[a] == 0 && matches!(r, ReduceOp::Max | ReduceOp::Min) {
                     return Err(IrError::EmptyReduction {
                         op: reduce_name(r),
                         axis: a,
@@ -383,5 +383,6 @@ pub fn reduce_name(r: ReduceOp) -> &'static str {
         ReduceOp::Sum => "sum",
         ReduceOp::Max => "max",
         ReduceOp::Min => "min",
+        ReduceOp::Prod => "prod",
     }
 }

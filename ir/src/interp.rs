@@ -11,6 +11,8 @@
 //! - integers are computed in i64 and wrapped to the dtype (two's
 //!   complement); integer division truncates toward zero and `x / 0 == 0`.
 //! - `max`/`min` (elementwise and reductions) propagate NaN, as numpy does.
+//! - a reduction over an empty axis gives its identity (sum 0, prod 1);
+//!   max and min have none (an `EmptyReduction` error).
 //! - casts float -> int truncate toward zero and saturate (NaN -> 0), as
 //!   Rust's `as`; anything -> bool is `!= 0` (NaN -> true).
 
@@ -510,6 +512,7 @@ fn reduce(
                 ReduceOp::Sum => (0.0, |a, b| a + b),
                 ReduceOp::Max => (f64::NEG_INFINITY, max_nan),
                 ReduceOp::Min => (f64::INFINITY, min_nan),
+                ReduceOp::Prod => (1.0, |a, b| a * b),
             };
             let mut acc = alloc(n_out, init)?;
             for (&t, &e) in target.iter().zip(v) {
@@ -522,6 +525,7 @@ fn reduce(
                 ReduceOp::Sum => (0, i64::wrapping_add),
                 ReduceOp::Max => (i64::MIN, i64::max),
                 ReduceOp::Min => (i64::MAX, i64::min),
+                ReduceOp::Prod => (1, i64::wrapping_mul),
             };
             let mut acc = alloc(n_out, init)?;
             for (&t, &e) in target.iter().zip(v) {

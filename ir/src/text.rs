@@ -25,7 +25,7 @@ use crate::shape::{Shape, TensorType};
 use std::collections::HashMap;
 use std::fmt::{self, Write};
 
-const REDUCE: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min];
+const REDUCE: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod];
 
 pub(crate) fn binary_text(b: BinaryOp) -> &'static str {
     match b {
@@ -50,6 +50,7 @@ pub(crate) fn reduce_text(r: ReduceOp) -> &'static str {
         ReduceOp::Sum => "reduce_sum",
         ReduceOp::Max => "reduce_max",
         ReduceOp::Min => "reduce_min",
+        ReduceOp::Prod => "reduce_prod",
     }
 }
 

@@ -62,6 +62,24 @@ fn ops() -> Vec<(&'static str, Op, bool)> {
         ("sum_first_keep", |a, _| a.sum(0, true), false),
         ("max_last", |a, _| a.max(-1, true), false),
         ("min_first", |a, _| a.min(0, false), false),
+        // Factors near 1, so long rows stay finite.
+        ("prod_last", |a, _| (a * 0.01 + 1.0).prod(-1, false), true),
+        ("prod_first_keep", |a, _| a.prod(0, true), false),
+        ("argmax_last", |a, _| a.argmax(-1, false), false),
+        (
+            "argmin_first",
+            |a, b| a.argmin(0, true) + b.argmax(0, true),
+            false,
+        ),
+        (
+            "any_all",
+            |a, b| {
+                let p = a.gt(b);
+                let all = p.min(0, true).cast(DType::I32).sum(-1, false);
+                p.max(-1, false).cast(DType::I32) + all
+            },
+            false,
+        ),
         ("mean_last", |a, _| a.mean(-1, false), true),
         ("sum_all", |a, _| a.sum_all(), false),
         ("softmax", |a, _| a.softmax(-1), true),

@@ -23,6 +23,7 @@ mod math_ops;
 mod oom;
 mod ops;
 mod pool;
+mod reductions;
 mod run_modes;
 mod sim_backend;
 mod sim_sizes;

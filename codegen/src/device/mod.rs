@@ -12,7 +12,7 @@
 //!   `1 x W` tile where `W` is the widest row of the kernel's class),
 //!   computing each access's row offset from the row index with scalar
 //!   div/mod by the row dimensions, so reductions are whole-row
-//!   `vrsum`/`vrmax`/`vrmin` over the row's valid columns and row values
+//!   `vrsum`/`vrmax`/`vrmin`/`vrprod` over the row's valid columns and row values
 //!   broadcast back with `vbrow`.
 //!
 //! **Size-generic code.** Like host code, device code depends only on the

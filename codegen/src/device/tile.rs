@@ -562,6 +562,7 @@ fn combine(op: ReduceOp) -> BinaryOp {
         ReduceOp::Sum => BinaryOp::Add,
         ReduceOp::Max => BinaryOp::Max,
         ReduceOp::Min => BinaryOp::Min,
+        ReduceOp::Prod => BinaryOp::Mul,
     }
 }
 
@@ -579,5 +580,6 @@ pub(super) fn reduce_row(
         ReduceOp::Sum => b.vrsum(dt, sh, 1, vcols, dst, src),
         ReduceOp::Max => b.vrmax(dt, sh, 1, vcols, dst, src),
         ReduceOp::Min => b.vrmin(dt, sh, 1, vcols, dst, src),
+        ReduceOp::Prod => b.vrprod(dt, sh, 1, vcols, dst, src),
     };
 }

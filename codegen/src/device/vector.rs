@@ -569,6 +569,7 @@ fn reduce_identity(op: ReduceOp, dt: DType) -> f64 {
         ReduceOp::Sum => 0.0,
         ReduceOp::Max => f64::NEG_INFINITY,
         ReduceOp::Min => f64::INFINITY,
+        ReduceOp::Prod => 1.0,
     };
     if dt.is_float() {
         v

@@ -256,6 +256,7 @@ isa_table! {
     Vrsum vrsum V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB_ROW, src: UB], "dst[r] = sum of row r's valid columns (accumulated exactly, rounded once).";
     Vrmax vrmax V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB_ROW, src: UB], "dst[r] = max of row r's valid columns, NaN-propagating.";
     Vrmin vrmin V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB_ROW, src: UB], "dst[r] = min of row r's valid columns, NaN-propagating.";
+    Vrprod vrprod V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB_ROW, src: UB], "dst[r] = product of row r's valid columns (1 if none; floats multiplied in f64, rounded once; integers wrap).";
     Vbrow vbrow V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, src: UB_ROW], "dst[r][c] = src[r] (broadcast one value per row along the row).";
     Vbcol vbcol V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, src: UB_COL], "dst[r][c] = src[c] (broadcast a row vector down the rows).";
 

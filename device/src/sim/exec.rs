@@ -390,7 +390,7 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
         Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vmov | Vneg | Vabs | Vsquare
         | Vrelu | Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh | Vsigmoid | Vgelu | Vsin
         | Vcos | Verf | Vfloor | Vceil | Vround | Vsign | Vadds | Vmuls | Vmaxs | Vmins | Vdup
-        | Vdupr | Vbcast | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin | Vbrow | Vbcol => {
+        | Vdupr | Vbcast | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin | Vrprod | Vbrow | Vbcol => {
             vector(inst, cx, w, dt)?
         }
     }
@@ -573,7 +573,7 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
             cx.write_tile(Space::Ub, inst.addr(5), dt, vrc, cols, &out)?;
             return Ok(());
         }
-        Vrsum | Vrmax | Vrmin => {
+        Vrsum | Vrmax | Vrmin | Vrprod => {
             let a = tile(cx, 5)?;
             let out = reduce_rows(inst.op, &a, dt, vr, vc);
             // The result is a 1 x vrows tile: `vr` contiguous values.
@@ -777,10 +777,12 @@ fn reduce_rows(op: Opcode, a: &Vals, dt: DType, vr: usize, vc: usize) -> Vals {
                     let row = &v[r * vc..(r + 1) * vc];
                     let x = match op {
                         Opcode::Vrsum => row.iter().sum::<f64>(),
+                        Opcode::Vrprod => row.iter().product::<f64>(),
                         Opcode::Vrmax => {
                             row.iter().copied().fold(f64::NEG_INFINITY, scalar::max_nan)
                         }
-                        _ => row.iter().copied().fold(f64::INFINITY, scalar::min_nan),
+                        Opcode::Vrmin => row.iter().copied().fold(f64::INFINITY, scalar::min_nan),
+                        other => unreachable!("{other:?} is not a row reduction"),
                     };
                     dt.round_float(x)
                 })
@@ -792,8 +794,10 @@ fn reduce_rows(op: Opcode, a: &Vals, dt: DType, vr: usize, vc: usize) -> Vals {
                     let row = &v[r * vc..(r + 1) * vc];
                     let x = match op {
                         Opcode::Vrsum => row.iter().fold(0i64, |s, &x| s.wrapping_add(x)),
+                        Opcode::Vrprod => row.iter().fold(1i64, |s, &x| s.wrapping_mul(x)),
                         Opcode::Vrmax => row.iter().copied().max().unwrap_or(i64::MIN),
-                        _ => row.iter().copied().min().unwrap_or(i64::MAX),
+                        Opcode::Vrmin => row.iter().copied().min().unwrap_or(i64::MAX),
+                        other => unreachable!("{other:?} is not a row reduction"),
                     };
                     dt.wrap_int(x)
                 })

@@ -626,6 +626,8 @@ fn row_reductions_and_broadcasts() {
                 }
             })
         }),
+        // The f64 product, rounded once to f32.
+        ("vrprod", |row: &[f64]| row.iter().product::<f64>()),
     ] {
         let line = format!("{op} {{dt}}, {{shape}}, r1, r2, @0x18000, @0x0\n    vbrow {{dt}}, {{shape}}, r1, r2, @0x10000, @0x18000");
         let got = vec_op(&line, DType::F32, &a, &a, &[0.0; R * C]);
@@ -648,6 +650,14 @@ fn row_reductions_and_broadcasts() {
     let got = vec_op("vrsum {dt}, {shape}, r1, r2, @0x18000, @0x0\n    vbrow {dt}, {shape}, r1, r2, @0x10000, @0x18000", DType::I32, &ai, &ai, &[0.0; R * C]);
     check("i32 vrsum", &got, |i| {
         ai[(i / C) * C..(i / C) * C + VC].iter().sum()
+    });
+    // An i32 product wraps (the data's values are small; scale them up so
+    // that the row products leave the i32 range).
+    let big: Vec<f64> = ai.iter().map(|x| x * 1000.0 + 7.0).collect();
+    let got = vec_op("vrprod {dt}, {shape}, r1, r2, @0x18000, @0x0\n    vbrow {dt}, {shape}, r1, r2, @0x10000, @0x18000", DType::I32, &big, &big, &[0.0; R * C]);
+    check("i32 vrprod", &got, |i| {
+        let row = &big[(i / C) * C..(i / C) * C + VC];
+        row.iter().fold(1i64, |p, &x| p.wrapping_mul(x as i64)) as i32 as f64
     });
 }
 

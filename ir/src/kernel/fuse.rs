@@ -114,10 +114,11 @@ fn split_multi_axis_reductions(g: &Graph) -> Result<Graph, IrError> {
             // Reducing over no axes (`sum_all` of a scalar) is the identity.
             Op::Reduce(_, x, axes) if axes.iter().count() == 0 && out.ty(x) == g.ty(id) => x,
             Op::Reduce(r, x, axes) if axes.iter().count() > 1 => {
-                // An f16/bf16 sum rounds once, as one reduction would: its
-                // partial sums stay f32 (max and min lose nothing).
+                // An f16/bf16 sum or product rounds once, as one reduction
+                // would: its partials stay f32 (max and min lose nothing).
                 let low = out.ty(x).dtype;
-                let widen = r == ReduceOp::Sum && matches!(low, DType::F16 | DType::BF16);
+                let widen = matches!(r, ReduceOp::Sum | ReduceOp::Prod)
+                    && matches!(low, DType::F16 | DType::BF16);
                 let mut cur = if widen {
                     out.add(Op::Cast(x, DType::F32))?
                 } else {

@@ -322,7 +322,7 @@ impl Lowerer<'_, '_> {
         let name = match op {
             ReduceOp::Max => "max",
             ReduceOp::Min => "min",
-            ReduceOp::Sum => return Ok(None),
+            ReduceOp::Sum | ReduceOp::Prod => return Ok(None),
         };
         let Some(&f) = self.libs.block_fns.get(name) else {
             return Ok(None);
