@@ -12,6 +12,7 @@ mod display;
 mod dynamic;
 mod every_mode;
 mod gather;
+mod gpt;
 mod host_backend;
 mod io;
 mod ir_text;
