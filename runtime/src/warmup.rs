@@ -13,7 +13,11 @@
 //! thread time-slices with the first run. Nor is the first real compile
 //! handed to the warmed thread: the trace can end before the warm-up does,
 //! and the compile would then wait for it.
-//! `TILEJIT_WARMUP=0` (or `off`, `false`, `no`) turns it off.
+//! `TILEJIT_WARMUP=0` (or `off`, `false`, `no`) turns it off. It is also
+//! skipped when the on-disk kernel cache already holds entries: kernels
+//! then mostly load, and a warm-up compile would only compete with the
+//! loads for the two cores (a cache of another build's entries costs one
+//! colder first compile).
 
 use tilejit_codegen::host::{compile, CodegenOptions};
 use tilejit_ir::kernel::{fuse, BufId};
@@ -39,6 +43,10 @@ pub fn warm_up() {
     static STARTED: std::sync::Once = std::sync::Once::new();
     STARTED.call_once(|| {
         if !tilejit_ir::config::config().warmup {
+            return;
+        }
+        let disk = crate::kernel_cache::disk::DiskCache::from_config();
+        if disk.is_some_and(|d| d.has_entries()) {
             return;
         }
         rayon::spawn(|| {

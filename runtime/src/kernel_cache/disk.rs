@@ -97,6 +97,14 @@ impl DiskCache {
         }
     }
 
+    /// Whether the directory holds any entry (of any build): then the
+    /// process's kernels will likely load rather than compile.
+    pub(crate) fn has_entries(&self) -> bool {
+        std::fs::read_dir(&self.dir).is_ok_and(|mut d| {
+            d.any(|e| e.is_ok_and(|e| e.path().extension().is_some_and(|x| x == EXT)))
+        })
+    }
+
     /// The file of `key`.
     pub(crate) fn path(&self, key: &ContentKey) -> PathBuf {
         self.dir.join(format!("{}.{EXT}", key.hex()))
@@ -259,6 +267,22 @@ mod tests {
 
     fn parts(kernel: &str) -> KeyParts {
         KeyParts::new("sim").with("kernel", kernel.to_string())
+    }
+
+    /// What the compiler warm-up asks before it starts: only a stored
+    /// entry counts, not a missing directory or a temp file.
+    #[test]
+    fn has_entries_sees_only_stored_entries() {
+        let root = temp_root("entries");
+        let disk = DiskCache::at(&root, tilejit_ir::config::DEFAULT_CACHE_BYTES);
+        assert!(!disk.has_entries(), "no directory yet");
+        fs::create_dir_all(&disk.dir).unwrap();
+        fs::write(disk.dir.join("left.tmp"), b"x").unwrap();
+        assert!(!disk.has_entries(), "a temp file is no entry");
+        let p = parts("k");
+        assert!(disk.store(&p.key(), &p, b"payload"));
+        assert!(disk.has_entries());
+        let _ = fs::remove_dir_all(&root);
     }
 
     #[test]
