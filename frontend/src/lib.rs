@@ -79,6 +79,7 @@ mod operators;
 mod ops;
 mod random;
 mod scalar;
+mod scan;
 pub mod tensor;
 mod trace;
 

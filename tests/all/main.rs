@@ -26,6 +26,7 @@ mod ops;
 mod pool;
 mod reductions;
 mod run_modes;
+mod scan;
 mod sim_backend;
 mod sim_sizes;
 mod simplify_props;
