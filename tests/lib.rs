@@ -66,6 +66,25 @@ pub fn assert_close(got: &[f32], want: &[f64], tol: f64) {
     }
 }
 
+/// Checks a table of bad calls, each `(line!(), result, kind, needle)`:
+/// every result is an error tensor of `kind` whose message holds `needle`
+/// and names `file` at that line (or one of the next two, where the
+/// formatter put the call below its `line!()`).
+#[track_caller]
+pub fn check_error_cases(file: &str, cases: Vec<(u32, Tensor, tilejit::ErrorKind, &str)>) {
+    for (line, t, kind, needle) in cases {
+        let e = t.error().unwrap_or_else(|| panic!("line {line}: no error"));
+        let msg = e.to_string();
+        assert_eq!(e.kind(), kind, "line {line}: {msg}");
+        assert!(msg.contains(needle), "line {line}: {msg}");
+        let at = |l: u32| msg.contains(&format!("{file}:{l}:"));
+        assert!(
+            at(line) || at(line + 1) || at(line + 2),
+            "line {line}: {msg}"
+        );
+    }
+}
+
 /// Widens f32 values.
 pub fn f64s(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| x as f64).collect()

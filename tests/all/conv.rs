@@ -166,15 +166,5 @@ fn bad_conv_arguments_name_the_op_and_line() {
             "avg_pool2d",
         ),
     ];
-    for (line, t, kind, needle) in cases {
-        let e = t.error().unwrap_or_else(|| panic!("line {line}: no error"));
-        let msg = e.to_string();
-        assert_eq!(e.kind(), kind, "line {line}: {msg}");
-        assert!(msg.contains(needle), "line {line}: {msg}");
-        let at = |l: u32| msg.contains(&format!("conv.rs:{l}:"));
-        assert!(
-            at(line) || at(line + 1) || at(line + 2),
-            "line {line}: {msg}"
-        );
-    }
+    tilejit_tests::check_error_cases("conv.rs", cases);
 }

@@ -158,17 +158,7 @@ fn bad_gather_arguments_name_the_op_and_line() {
             "axis",
         ),
     ];
-    for (line, t, kind, needle) in cases {
-        let e = t.error().unwrap_or_else(|| panic!("line {line}: no error"));
-        let msg = e.to_string();
-        assert_eq!(e.kind(), kind, "line {line}: {msg}");
-        assert!(msg.contains(needle), "line {line}: {msg}");
-        let at = |l: u32| msg.contains(&format!("gather.rs:{l}:"));
-        assert!(
-            at(line) || at(line + 1) || at(line + 2),
-            "line {line}: {msg}"
-        );
-    }
+    tilejit_tests::check_error_cases("gather.rs", cases);
 }
 
 #[jit]

@@ -179,64 +179,53 @@ fn tril_and_triu_match_numpy() {
 #[test]
 fn bad_layout_arguments_name_the_op_and_line() {
     let x = x34();
-    let cases: Vec<(Tensor, u32, ErrorKind, &str)> = vec![
-        (x.slice(2, 0, 1), line!(), ErrorKind::BadArgument, "`slice`"),
+    let cases: Vec<(u32, Tensor, ErrorKind, &str)> = vec![
+        (line!(), x.slice(2, 0, 1), ErrorKind::BadArgument, "`slice`"),
         (
-            x.split(&[1, 1], 0).remove(0),
             line!(),
+            x.split(&[1, 1], 0).remove(0),
             ErrorKind::Shape,
             "do not add up",
         ),
         (
-            Tensor::cat(&[&x, &Tensor::ones(&[2, 3], DType::F32)], 0),
             line!(),
+            Tensor::cat(&[&x, &Tensor::ones(&[2, 3], DType::F32)], 0),
             ErrorKind::Shape,
             "differs in dim 1",
         ),
         (
-            Tensor::cat(&[&x, &x.cast(DType::I32)], 0),
             line!(),
+            Tensor::cat(&[&x, &x.cast(DType::I32)], 0),
             ErrorKind::DType,
             "mixed dtypes",
         ),
         (
-            Tensor::cat(&[], 0),
             line!(),
+            Tensor::cat(&[], 0),
             ErrorKind::BadArgument,
             "no tensors",
         ),
         (
-            Tensor::cat(&[&x, &x.reshape(&[12])], 0),
             line!(),
+            Tensor::cat(&[&x, &x.reshape(&[12])], 0),
             ErrorKind::Shape,
             "rank",
         ),
-        (x.pad(&[(1, 1)], 0.0), line!(), ErrorKind::Shape, "pairs"),
+        (line!(), x.pad(&[(1, 1)], 0.0), ErrorKind::Shape, "pairs"),
         (
-            Tensor::arange(3, DType::I32).pad(&[(1, 1)], 0.5),
             line!(),
+            Tensor::arange(3, DType::I32).pad(&[(1, 1)], 0.5),
             ErrorKind::DType,
             "not exactly representable",
         ),
         (
-            Tensor::arange(3, DType::F32).tril(0),
             line!(),
+            Tensor::arange(3, DType::F32).tril(0),
             ErrorKind::Shape,
             "`tril`",
         ),
     ];
-    for (t, line, kind, needle) in cases {
-        let e = t.error().unwrap_or_else(|| panic!("line {line}: no error"));
-        let msg = e.to_string();
-        assert_eq!(e.kind(), kind, "line {line}: {msg}");
-        assert!(msg.contains(needle), "line {line}: {msg}");
-        // The case's `line!()` and its call may sit on neighbouring lines.
-        let at = |l: u32| msg.contains(&format!("layout_ops.rs:{l}:"));
-        assert!(
-            at(line) || at(line - 1) || at(line + 1),
-            "line {line}: {msg}"
-        );
-    }
+    tilejit_tests::check_error_cases("layout_ops.rs", cases);
 }
 
 #[jit]
