@@ -348,6 +348,12 @@ impl<'g> Fuser<'g> {
         let mut cost = vec![0u32; g.len()];
         for id in g.ids() {
             let op = &g.node(id).op;
+            // An inlined matmul is its kernel's whole GEMM: a value built
+            // on one is never recomputed by each kernel that reads it.
+            if matches!(op, Op::MatMul(..)) && !self.materialized[id.index()] {
+                cost[id.index()] = EXPENSIVE;
+                continue;
+            }
             if !is_elementwise(op) {
                 continue;
             }
