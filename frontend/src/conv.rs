@@ -7,9 +7,7 @@ use crate::apply::apply;
 use crate::error::Loc;
 use crate::tensor::Tensor;
 use tilejit_ir::fallible::with_capacity;
-use tilejit_ir::{
-    Array, Axes, Buffer, Graph, IrError, NodeId, Op, Perm, ReduceOp, Shape, TensorType,
-};
+use tilejit_ir::{Array, Axes, Buffer, Graph, IrError, NodeId, Op, Perm, ReduceOp, Shape};
 
 /// The output size of a window of `k` moved by `stride` over `n` elements.
 fn out_len(n: usize, k: usize, stride: usize) -> usize {
@@ -55,27 +53,6 @@ fn windows(
     let cols = g.add(Op::Gather(flat, idx, 2))?;
     let cols = g.add(Op::Reshape(cols, Shape::new(&[n, c, oh * ow, kh * kw])?))?;
     Ok((cols, oh, ow))
-}
-
-/// Zero padding of `p` on both sides of the last two dims.
-fn pad_hw(g: &mut Graph, x: NodeId, p: usize) -> Result<NodeId, IrError> {
-    if p == 0 {
-        return Ok(x);
-    }
-    let ty = g.ty(x);
-    let zero = crate::scalar::scalar_lit(0i64, ty.dtype)?;
-    let mut x = x;
-    for d in [2usize, 3] {
-        let shape = g.ty(x).shape;
-        let block = TensorType::new(ty.dtype, shape.with_dim(d, p));
-        let edge = g.add(Op::Full {
-            value: zero,
-            ty: block,
-        })?;
-        let left = g.add(Op::Concat(edge, x, d as u8))?;
-        x = g.add(Op::Concat(left, edge, d as u8))?;
-    }
-    Ok(x)
 }
 
 /// Checks that `x` is an `[n, c, h, w]` image.
@@ -152,7 +129,9 @@ impl Tensor {
                 });
             }
             let (n, c, o, kh, kw) = (sx[0], sx[1], sw[0], sw[2], sw[3]);
-            let xp = pad_hw(g, x, padding)?;
+            let zero = crate::scalar::scalar_lit(0i64, g.ty(x).dtype)?;
+            let p = (padding, padding);
+            let xp = crate::layout_ops::pad_with(g, x, &[(0, 0), (0, 0), p, p], zero)?;
             let (cols, oh, ow) = windows(g, "conv2d", xp, (kh, kw), stride)?;
             // [n, c, p, k] -> [n, p, c, k] -> [n*p, c*k]: the rows of one
             // GEMM with the weights as [c*k, o] (no copy per image).

@@ -52,6 +52,34 @@ fn join(g: &mut Graph, xs: &[NodeId], axis: usize) -> Result<NodeId, IrError> {
     Ok(acc)
 }
 
+/// `x` with `pads[d]` elements of `value` (of `x`'s dtype) before and after
+/// each dim `d`: per padded dim, a concat of constant blocks around it.
+pub(crate) fn pad_with(
+    g: &mut Graph,
+    mut x: NodeId,
+    pads: &[(usize, usize)],
+    value: tilejit_ir::Lit,
+) -> Result<NodeId, IrError> {
+    let dtype = g.ty(x).dtype;
+    for (d, &(before, after)) in pads.iter().enumerate() {
+        if (before, after) == (0, 0) {
+            continue;
+        }
+        let shape = g.ty(x).shape;
+        let mut parts = Vec::with_capacity(3);
+        for (n, is_x) in [(before, false), (0, true), (after, false)] {
+            if is_x {
+                parts.push(x);
+            } else if n > 0 {
+                let block = TensorType::new(dtype, shape.with_dim(d, n));
+                parts.push(g.add(Op::Full { value, ty: block })?);
+            }
+        }
+        x = join(g, &parts, d)?;
+    }
+    Ok(x)
+}
+
 /// The `[.., n, m]` mask of a triangle: `keep(col - row)` per element.
 fn triangle(
     name: &'static str,
@@ -177,7 +205,7 @@ impl Tensor {
     #[track_caller]
     pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Tensor {
         apply("pad", Loc::caller(), &[self], |g, ids| {
-            let mut x = ids[0];
+            let x = ids[0];
             let ty = g.ty(x);
             if pads.len() != ty.shape.rank() {
                 return Err(IrError::Window {
@@ -190,21 +218,7 @@ impl Tensor {
                     ),
                 });
             }
-            let value = scalar_lit(value, ty.dtype)?;
-            for (d, &(before, after)) in pads.iter().enumerate() {
-                let shape = g.ty(x).shape;
-                let mut parts = Vec::with_capacity(3);
-                for (n, is_x) in [(before, false), (0, true), (after, false)] {
-                    if is_x {
-                        parts.push(x);
-                    } else if n > 0 {
-                        let block = TensorType::new(ty.dtype, shape.with_dim(d, n));
-                        parts.push(g.add(Op::Full { value, ty: block })?);
-                    }
-                }
-                x = join(g, &parts, d)?;
-            }
-            Ok(x)
+            pad_with(g, x, pads, scalar_lit(value, ty.dtype)?)
         })
     }
 
