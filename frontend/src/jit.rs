@@ -283,6 +283,7 @@ impl JitFunction {
             sig.push(match *a {
                 ArgValue::Tensor(t) => match &t.repr {
                     Repr::Concrete(arr) => ArgSig::Tensor(arr.ty()),
+                    Repr::Sim(d) => ArgSig::Tensor(d.ty()),
                     Repr::Error(e) => return Err((**e).clone()),
                     Repr::Traced { .. } => {
                         return Err(Error::ForeignTrace {
@@ -323,13 +324,13 @@ impl JitFunction {
         // count, a share of a tiny call's cost (W6).
         let mut inputs: SmallVec<[&Array; 4]> = SmallVec::new();
         let mut params: SmallVec<[Lit; 4]> = SmallVec::new();
+        let mut on_device = false;
         for a in args {
             match *a {
-                ArgValue::Tensor(t) => {
-                    if let Repr::Concrete(arr) = &t.repr {
-                        inputs.push(arr);
-                    }
-                }
+                ArgValue::Tensor(t) => match &t.repr {
+                    Repr::Concrete(arr) => inputs.push(arr),
+                    _ => on_device = true,
+                },
                 ArgValue::Float(v, d) => params.push(Lit::from_f64(v, d)),
                 ArgValue::Int(_) | ArgValue::Bool(_) | ArgValue::Mark(_) => {}
             }
@@ -344,6 +345,9 @@ impl JitFunction {
             location,
             source: e,
         };
+        if on_device {
+            return self.call_on_device(&program, args, &params, location);
+        }
         if mode == RunMode::Host {
             let outs = program.run(&inputs, &params).map_err(ran)?;
             return Ok(Outputs::from_arrays(outs));
@@ -370,6 +374,48 @@ impl JitFunction {
             }
         };
         Ok(Outputs::from_arrays(outs))
+    }
+
+    /// A call with tensor arguments in device memory: they must all be on
+    /// one device (rank-0 host tensors may join), where the program runs
+    /// and its results stay.
+    fn call_on_device(
+        &self,
+        program: &Program,
+        args: &[ArgValue],
+        params: &[Lit],
+        location: Loc,
+    ) -> Result<Outputs> {
+        let tensors = args.iter().enumerate().filter_map(|(i, a)| match *a {
+            ArgValue::Tensor(t) => {
+                let name = self
+                    .params
+                    .get(i)
+                    .map_or_else(|| format!("argument {i}"), |p| format!("`{}`", p.name));
+                Some((name, t))
+            }
+            _ => None,
+        });
+        crate::device::common_device(&self.name, location, tensors.clone())?;
+        let inputs = tensors
+            .map(|(_, t)| match &t.repr {
+                Repr::Sim(d) => Ok(tilejit_runtime::Value::Device(d.clone())),
+                Repr::Concrete(a) => Ok(tilejit_runtime::Value::Host(a.clone())),
+                // The signature lets only concrete tensors through.
+                _ => Err(Error::ForeignTrace {
+                    op: "jit call",
+                    location,
+                }),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let outs = program
+            .run_resident(&inputs, params)
+            .map_err(|source| Error::Run {
+                function: self.name.clone(),
+                location,
+                source,
+            })?;
+        Ok(Outputs::from_tensor_vec(crate::device::sim_tensors(outs)))
     }
 
     /// For a call about to look `sig` up: if it has no ready program, an
@@ -665,6 +711,7 @@ impl JitFunction {
                     }))
                 }
                 Repr::Concrete(a) => state.graph.add_constant(a.clone()),
+                Repr::Sim(_) => state.graph.add_constant(t.array("return").map_err(wrap)?),
                 Repr::Error(e) => return Err(wrap((**e).clone())),
             };
             state.graph.outputs.push(node);
@@ -894,9 +941,11 @@ fn mark_value(m: Mark) -> TraceValue {
 fn signature_matches(sig: &Signature, args: &[ArgValue]) -> bool {
     sig.args.len() == args.len()
         && sig.args.iter().zip(args).all(|(s, a)| match (s, a) {
-            (ArgSig::Tensor(t), ArgValue::Tensor(x)) => {
-                matches!(&x.repr, Repr::Concrete(arr) if arr.ty() == *t)
-            }
+            (ArgSig::Tensor(t), ArgValue::Tensor(x)) => match &x.repr {
+                Repr::Concrete(arr) => arr.ty() == *t,
+                Repr::Sim(d) => d.ty() == *t,
+                _ => false,
+            },
             (ArgSig::Float(d), ArgValue::Float(_, e)) => d == e,
             (ArgSig::Int(v), ArgValue::Int(w)) => v == w,
             (ArgSig::Bool(v), ArgValue::Bool(w)) => v == w,

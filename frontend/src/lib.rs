@@ -69,6 +69,7 @@
 mod apply;
 pub mod args;
 mod conv;
+pub mod device;
 mod display;
 pub mod error;
 pub mod io;
@@ -87,6 +88,7 @@ pub use args::{
     ArgKind, ArgValue, FromLeaves, FromTrace, JitArg, JitArgs, JitOutput, Outputs, ParamSpec,
     TraceValue,
 };
+pub use device::{count_transfers, transfer_stats, Device, MemoryReport, TransferStats};
 pub use error::{Error, Loc, Result};
 pub use jit::{HandlerInfo, JitFn, JitFunction, SnapshotLoad, WithMode};
 pub use mode::{with_mode, OutputDiff, RunMode};

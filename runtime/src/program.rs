@@ -10,7 +10,8 @@ use tilejit_device::Target;
 use tilejit_ir::{interp, Array, Graph, Lit};
 
 use crate::host::HostProgram;
-use crate::sim::{SimProgram, SimRun};
+use crate::resident::DeviceArray;
+use crate::sim::{SimProgram, SimRun, Value};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A compiled program.
@@ -159,6 +160,16 @@ impl Program {
         self.sim()?.run(inputs, params, profile)
     }
 
+    /// Runs on the simulated device on values that may live there already
+    /// (host values are copied in); the outputs stay in device memory.
+    pub fn run_resident(
+        &self,
+        inputs: &[Value],
+        params: &[Lit],
+    ) -> Result<Vec<DeviceArray>, RuntimeError> {
+        Ok(self.sim()?.run_resident(inputs, params)?.0)
+    }
+
     /// Runs the optimised graph on the reference interpreter.
     pub fn run_reference(
         &self,
@@ -259,14 +270,22 @@ pub fn run_eager(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError
         .run(inputs, &[])
 }
 
-/// [`run_eager`] on the simulated device.
-pub fn run_eager_sim(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError> {
+/// The eager programs compiled for the simulated device.
+fn eager_sim(g: &Graph) -> Result<Arc<SimProgram>, RuntimeError> {
     static CACHE: OnceLock<EagerCache<SimProgram>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| EagerCache {
         map: Mutex::new(Default::default()),
     });
-    Ok(cache
-        .get_or(g, || SimProgram::compile(g))?
-        .run(inputs, &[], false)?
-        .0)
+    cache.get_or(g, || SimProgram::compile(g))
+}
+
+/// [`run_eager`] on the simulated device.
+pub fn run_eager_sim(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError> {
+    Ok(eager_sim(g)?.run(inputs, &[], false)?.0)
+}
+
+/// [`run_eager`] on the simulated device, on values that may live there
+/// already; the outputs stay in device memory.
+pub fn run_eager_resident(g: &Graph, inputs: &[Value]) -> Result<Vec<DeviceArray>, RuntimeError> {
+    Ok(eager_sim(g)?.run_resident(inputs, &[])?.0)
 }

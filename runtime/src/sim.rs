@@ -17,6 +17,7 @@ use crate::error::RuntimeError;
 use crate::flight::map_off_pool;
 use crate::kernel_cache::{kernel_cache, CachedSimKernel, StoredCode};
 use crate::pipeline::{self, Stage, StageTimes};
+use crate::resident::DeviceArray;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tilejit_codegen::device::DeviceKernel;
@@ -25,7 +26,7 @@ use tilejit_device::{
     LaunchOptions, LaunchReport, Policy, Profile, SimDevice, Task, TaskKind,
 };
 use tilejit_ir::kernel::{BufKind, KernelProgram, ProgramOutput};
-use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit, TensorType};
+use tilejit_ir::{Array, DType, Graph, IrError, Lit, TensorType};
 
 /// The process-wide simulated device (910B defaults).
 pub fn sim_device() -> &'static SimDevice {
@@ -131,6 +132,8 @@ pub struct SimProgram {
     /// tasks and no hub, and the next kernel follows the previous one.
     idle: Vec<bool>,
     constants: Vec<Array>,
+    /// The constants in GM, once a launch has copied them in.
+    device_constants: std::sync::Mutex<Option<Arc<Vec<Arc<DeviceBuffer>>>>>,
 }
 
 /// Workspace buffers (dtype, elements) shared by a kernel's core functions.
@@ -241,6 +244,7 @@ impl SimProgram {
             workspace_of,
             workspaces,
             constants,
+            device_constants: Default::default(),
         })
     }
 
@@ -344,46 +348,64 @@ impl SimProgram {
         self.launch(inputs, params, profile)?.wait()
     }
 
-    /// The device launcher: checks the arguments, allocates the workspace,
-    /// copies inputs and constants to GM and submits the launch to the
-    /// device's stream, returning at once. Wait on the result for the
-    /// outputs.
+    /// Runs on inputs that may already live on the device; the outputs
+    /// stay there (no copy back). Inputs on the host are copied in.
+    pub fn run_resident(
+        &self,
+        inputs: &[Value],
+        params: &[Lit],
+    ) -> Result<(Vec<DeviceArray>, LaunchReport), RuntimeError> {
+        self.launch_values(inputs, params, false)?.wait_resident()
+    }
+
+    /// [`SimProgram::launch_values`] on host arrays.
     pub fn launch(
         &self,
         inputs: &[Array],
         params: &[Lit],
         profile: bool,
     ) -> Result<PendingRun<'_>, RuntimeError> {
+        let inputs: Vec<Value> = inputs.iter().cloned().map(Value::Host).collect();
+        self.launch_values(&inputs, params, profile)
+    }
+
+    /// The device launcher: checks the arguments, allocates the workspace,
+    /// copies host inputs to GM (device inputs are used in place) and
+    /// submits the launch to the device's stream, returning at once. Wait
+    /// on the result for the outputs.
+    pub fn launch_values(
+        &self,
+        inputs: &[Value],
+        params: &[Lit],
+        profile: bool,
+    ) -> Result<PendingRun<'_>, RuntimeError> {
         let p = &self.prog;
-        interp::check_arguments(&p.inputs, p.params.len(), inputs, params)?;
+        check_types(&p.inputs, p.params.len(), inputs, params)?;
         // A cancel token or deadline of the caller's goes with the launch.
         let limits = crate::cancel::current();
         limits.check(&format!("launch `{}`", self.name))?;
         let dev = sim_device();
         let copy_in_start = Instant::now();
+        let constants = self.device_constants()?;
         let mut bufs: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(p.buffers.len());
         for b in &p.buffers {
             let bytes = (b.ty.shape.numel() * b.ty.dtype.size_bytes()) as u64;
-            let host = match b.kind {
-                BufKind::Input(i) => Some(
-                    inputs
-                        .get(i as usize)
-                        .ok_or_else(|| IrError::Arguments(format!("missing input {i}")))?,
-                ),
-                BufKind::Constant(c) => Some(
-                    self.constants
-                        .get(c as usize)
-                        .ok_or_else(|| IrError::Verify(format!("missing constant {c}")))?,
-                ),
-                BufKind::Temp => None,
+            // Inputs and constants are written whole (or already there),
+            // and temporaries by the kernel that produces them: no
+            // zero-fill.
+            let buf = match b.kind {
+                BufKind::Input(i) => match inputs.get(i as usize) {
+                    Some(Value::Host(a)) => Arc::new(crate::resident::upload_buffer(a.buffer())?),
+                    Some(Value::Device(d)) => d.buffer().clone(),
+                    None => return Err(IrError::Arguments(format!("missing input {i}")).into()),
+                },
+                BufKind::Constant(c) => constants
+                    .get(c as usize)
+                    .ok_or_else(|| IrError::Verify(format!("missing constant {c}")))?
+                    .clone(),
+                BufKind::Temp => Arc::new(dev.allocate_for_overwrite(bytes)?),
             };
-            // Inputs and constants are written whole right away, and
-            // temporaries by the kernel that produces them: no zero-fill.
-            let buf = match host {
-                Some(a) => dev.allocate_filled(bytes, |buf| upload(dev, a.buffer(), buf))?,
-                None => dev.allocate_for_overwrite(bytes)?,
-            };
-            bufs.push(Arc::new(buf));
+            bufs.push(buf);
         }
         let copy_in = copy_in_start.elapsed();
         let scalars: Vec<i64> = params
@@ -442,6 +464,88 @@ impl SimProgram {
             copy_in,
         })
     }
+
+    /// The program's constants in GM, copied in by its first launch and
+    /// kept for the next ones (labelled as this program's in memory
+    /// reports).
+    fn device_constants(&self) -> Result<Arc<Vec<Arc<DeviceBuffer>>>, RuntimeError> {
+        let mut held = self
+            .device_constants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = held.as_ref() {
+            return Ok(c.clone());
+        }
+        let label: Arc<str> = format!("constant of {}", self.name).into();
+        let mut v = Vec::with_capacity(self.constants.len());
+        for a in &self.constants {
+            let buf = crate::resident::upload_buffer(a.buffer())?;
+            buf.set_label(label.clone());
+            v.push(Arc::new(buf));
+        }
+        let v = Arc::new(v);
+        *held = Some(v.clone());
+        Ok(v)
+    }
+}
+
+/// Checks inputs and params against a program's declared types.
+fn check_types(
+    want: &[TensorType],
+    param_count: usize,
+    inputs: &[Value],
+    params: &[Lit],
+) -> Result<(), IrError> {
+    if want.len() != inputs.len() {
+        return Err(IrError::Arguments(format!(
+            "expected {} tensor inputs, got {}",
+            want.len(),
+            inputs.len()
+        )));
+    }
+    for (i, (w, a)) in want.iter().zip(inputs).enumerate() {
+        if *w != a.ty() {
+            return Err(IrError::Arguments(format!(
+                "input {i}: expected {w}, got {}",
+                a.ty()
+            )));
+        }
+    }
+    if param_count != params.len() {
+        return Err(IrError::Arguments(format!(
+            "expected {param_count} params, got {}",
+            params.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A value a Sim launch takes: a host array (copied in) or a device array
+/// (used in place).
+#[derive(Clone, Debug)]
+pub enum Value {
+    /// On the host.
+    Host(Array),
+    /// In the simulated device's GM.
+    Device(DeviceArray),
+}
+
+impl Value {
+    /// Its type.
+    pub fn ty(&self) -> TensorType {
+        match self {
+            Value::Host(a) => a.ty(),
+            Value::Device(d) => d.ty(),
+        }
+    }
+
+    /// The elements on the host (a copy back for a device value).
+    pub fn to_host(&self) -> Result<Array, RuntimeError> {
+        match self {
+            Value::Host(a) => Ok(a.clone()),
+            Value::Device(d) => d.download(),
+        }
+    }
 }
 
 /// A submitted Sim run (the launch's completion event plus what copying
@@ -449,7 +553,7 @@ impl SimProgram {
 #[derive(Debug)]
 pub struct PendingRun<'a> {
     prog: &'a SimProgram,
-    inputs: Vec<Array>,
+    inputs: Vec<Value>,
     params: Vec<Lit>,
     bufs: Vec<Arc<DeviceBuffer>>,
     handle: LaunchHandle,
@@ -461,22 +565,22 @@ pub struct PendingRun<'a> {
 impl PendingRun<'_> {
     /// Waits for the launch, then copies the outputs back.
     pub fn wait(self) -> Result<SimRun, RuntimeError> {
-        let dev = sim_device();
-        let (p, inputs, params, bufs) = (&self.prog.prog, &self.inputs, &self.params, &self.bufs);
-        let mut report = self.handle.wait()?;
+        let (p, inputs) = (&self.prog.prog, &self.inputs);
+        let report = self.handle.wait()?;
         let copy_out_start = Instant::now();
         let mut outs = Vec::with_capacity(p.outputs.len());
         for o in &p.outputs {
             outs.push(match *o {
-                ProgramOutput::Param(i, d) => crate::host::param_output(params, i, d)?,
+                ProgramOutput::Param(i, d) => crate::host::param_output(&self.params, i, d)?,
                 ProgramOutput::Buffer(b, ty) => {
                     let decl = p.buffers[b.0 as usize];
                     let arr = match decl.kind {
-                        BufKind::Input(i) => inputs[i as usize].clone(),
+                        BufKind::Input(i) => inputs[i as usize].to_host()?,
                         BufKind::Constant(c) => self.prog.constants[c as usize].clone(),
                         BufKind::Temp => {
                             let n = decl.ty.shape.numel();
-                            let data = download(dev, &bufs[b.0 as usize], n, decl.ty.dtype)?;
+                            let buf = &self.bufs[b.0 as usize];
+                            let data = crate::resident::download_buffer(buf, n, decl.ty.dtype)?;
                             Array::new(decl.ty.shape, data)?
                         }
                     };
@@ -484,28 +588,78 @@ impl PendingRun<'_> {
                 }
             });
         }
-        let copies = HostCopies {
-            copy_in: self.copy_in,
-            copy_out: copy_out_start.elapsed(),
-        };
-        if let Some(pr) = &mut report.profile {
-            pr.host_copies = Some(copies);
-            if let Some(dir) = profile_dir() {
-                if let Err(e) = write_trace(dir, pr) {
-                    eprintln!("tilejit: cannot write a profile to {}: {e}", dir.display());
+        let copy_out = copy_out_start.elapsed();
+        Ok((
+            outs,
+            finish_report(self.copy_in, self.profile, report, copy_out),
+        ))
+    }
+
+    /// Waits for the launch; the outputs stay in GM (a param returned as
+    /// an output is copied in).
+    pub fn wait_resident(self) -> Result<(Vec<DeviceArray>, LaunchReport), RuntimeError> {
+        let p = &self.prog.prog;
+        let report = self.handle.wait()?;
+        let mut outs = Vec::with_capacity(p.outputs.len());
+        for o in &p.outputs {
+            outs.push(match *o {
+                ProgramOutput::Param(i, d) => {
+                    DeviceArray::upload(&crate::host::param_output(&self.params, i, d)?)?
                 }
-            }
-            COLLECT.with(|c| {
-                if let Some(v) = c.borrow_mut().as_mut() {
-                    v.push(pr.clone());
+                ProgramOutput::Buffer(b, ty) => {
+                    let decl = p.buffers[b.0 as usize];
+                    let d = match decl.kind {
+                        BufKind::Input(i) => match &self.inputs[i as usize] {
+                            Value::Device(d) => d.clone(),
+                            Value::Host(_) => {
+                                DeviceArray::from_buffer(self.bufs[b.0 as usize].clone(), decl.ty)
+                            }
+                        },
+                        // A constant returned whole gets its own copy: the
+                        // program's stays the program's.
+                        BufKind::Constant(c) => {
+                            DeviceArray::upload(&self.prog.constants[c as usize])?
+                        }
+                        BufKind::Temp => {
+                            DeviceArray::from_buffer(self.bufs[b.0 as usize].clone(), decl.ty)
+                        }
+                    };
+                    d.reshaped(ty.shape)?
                 }
             });
         }
-        if !self.profile {
-            report.profile = None;
-        }
-        Ok((outs, report))
+        Ok((
+            outs,
+            finish_report(self.copy_in, self.profile, report, Duration::ZERO),
+        ))
     }
+}
+
+/// Adds the host copy times to the report's profile, writes and collects
+/// it, and drops it unless `keep_profile`.
+fn finish_report(
+    copy_in: Duration,
+    keep_profile: bool,
+    mut report: LaunchReport,
+    copy_out: Duration,
+) -> LaunchReport {
+    if let Some(pr) = &mut report.profile {
+        pr.host_copies = Some(HostCopies { copy_in, copy_out });
+        if let Some(dir) = profile_dir() {
+            if let Err(e) = write_trace(dir, pr) {
+                eprintln!("tilejit: cannot write a profile to {}: {e}", dir.display());
+            }
+        }
+        COLLECT.with(|c| {
+            if let Some(v) = c.borrow_mut().as_mut() {
+                v.push(pr.clone());
+            }
+        });
+    }
+    if !keep_profile {
+        report.profile = None;
+    }
+    report
 }
 
 /// One buffer of a program's device workspace.
@@ -646,39 +800,4 @@ impl SimProgram {
             tasks,
         }
     }
-}
-
-/// Copies an array's elements into a device buffer.
-fn upload(dev: &SimDevice, a: &Buffer, dst: &DeviceBuffer) -> Result<(), RuntimeError> {
-    match a {
-        Buffer::F32(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::F64(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::F16(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::BF16(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::I32(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::I64(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::Bool(v) => dev.copy_elems_from_host(v, dst, 0),
-    }?;
-    Ok(())
-}
-
-/// Copies `n` elements of `dt` out of a device buffer into a buffer from
-/// the caching pool (or a fresh one).
-fn download(
-    dev: &SimDevice,
-    src: &DeviceBuffer,
-    n: usize,
-    dt: DType,
-) -> Result<Buffer, RuntimeError> {
-    let mut out = crate::alloc::output_buffer(dt, n)?;
-    match &mut out {
-        Buffer::F32(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::F64(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::F16(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::BF16(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::I32(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::I64(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::Bool(v) => dev.copy_elems_to_host(src, 0, v),
-    }?;
-    Ok(out)
 }
