@@ -72,6 +72,7 @@ mod conv;
 pub mod device;
 mod display;
 pub mod error;
+pub mod hooks;
 pub mod io;
 pub mod jit;
 mod layout_ops;
@@ -90,6 +91,7 @@ pub use args::{
 };
 pub use device::{count_transfers, transfer_stats, Device, MemoryReport, TransferStats};
 pub use error::{Error, Loc, Result};
+pub use hooks::{with_hooks, Hooks, KernelEvent};
 pub use jit::{HandlerInfo, JitFn, JitFunction, SnapshotLoad, WithMode};
 pub use mode::{with_mode, OutputDiff, RunMode};
 pub use scalar::Scalar;

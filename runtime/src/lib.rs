@@ -18,6 +18,7 @@ mod dump;
 mod error;
 mod flight;
 mod handler_cache;
+pub mod hooks;
 mod host;
 mod kernel_cache;
 mod persist;

@@ -131,6 +131,8 @@ pub struct SimProgram {
     /// Per core function, whether it has nothing to compute: it gets no
     /// tasks and no hub, and the next kernel follows the previous one.
     idle: Vec<bool>,
+    /// Per core function, the index of its kernel in the program.
+    kernel_of: Vec<usize>,
     constants: Vec<Array>,
     /// The constants in GM, once a launch has copied them in.
     device_constants: std::sync::Mutex<Option<Arc<Vec<Arc<DeviceBuffer>>>>>,
@@ -201,8 +203,9 @@ impl SimProgram {
     ) -> Result<SimProgram, RuntimeError> {
         let mut kernels: Vec<DeviceKernel> = Vec::new();
         let (mut units, mut sizes, mut workspace_of) = (Vec::new(), Vec::new(), Vec::new());
+        let mut kernel_of = Vec::new();
         let mut workspaces: Vec<WorkspaceSet> = Vec::new();
-        for (k, c) in prog.kernels.iter().zip(&cached) {
+        for (ki, (k, c)) in prog.kernels.iter().zip(&cached).enumerate() {
             let args = Arc::new(tilejit_codegen::device::size_args(k));
             // A kernel's core functions share one workspace list.
             let set = c.code.iter().find(|d| !d.extra.is_empty()).map(|d| {
@@ -213,6 +216,7 @@ impl SimProgram {
             // The code numbers GM arguments by local buffer: this kernel's.
             let local = k.local_buffers();
             for d in c.code.iter() {
+                kernel_of.push(ki);
                 units.push(d.units.of(k));
                 sizes.push(args.clone());
                 workspace_of.push(set.filter(|_| !d.extra.is_empty()));
@@ -240,6 +244,7 @@ impl SimProgram {
             units,
             sizes,
             idle,
+            kernel_of,
             cached,
             workspace_of,
             workspaces,
@@ -425,12 +430,20 @@ impl SimProgram {
             extras.push(v);
         }
         let cfg = dev.config();
-        let launch = self.build_launch(
-            bufs.clone(),
-            extras,
-            &scalars,
-            [cfg.aic_cores as usize, cfg.aiv_cores as usize],
-        );
+        let cores = [cfg.aic_cores as usize, cfg.aiv_cores as usize];
+        if let Some(hooks) = crate::hooks::active() {
+            let report = self.run_observed(&hooks, &bufs, &extras, &scalars, cores, &limits)?;
+            return Ok(PendingRun {
+                prog: self,
+                inputs: inputs.to_vec(),
+                params: params.to_vec(),
+                bufs,
+                handle: Launched::Done(Box::new(report)),
+                profile,
+                copy_in,
+            });
+        }
+        let launch = self.build_launch(bufs.clone(), extras, &scalars, cores, None);
         let collecting = COLLECT.with(|c| c.borrow().is_some());
         let record = profile || collecting || profile_dir().is_some();
         let name = match (self.name.as_str(), self.prog.kernels.first()) {
@@ -459,10 +472,102 @@ impl SimProgram {
             inputs: inputs.to_vec(),
             params: params.to_vec(),
             bufs,
-            handle,
+            handle: Launched::Pending(handle),
             profile,
             copy_in,
         })
+    }
+
+    /// With kernel observers: one launch per kernel, waited for, with the
+    /// kernel's buffers copied back for the observers around it. Returns
+    /// the launches' summed report.
+    fn run_observed(
+        &self,
+        hooks: &crate::hooks::Observers,
+        bufs: &[Arc<DeviceBuffer>],
+        extras: &[Vec<Arc<DeviceBuffer>>],
+        scalars: &[i64],
+        cores: [usize; 2],
+        limits: &crate::cancel::Limits,
+    ) -> Result<LaunchReport, RuntimeError> {
+        let dev = sim_device();
+        let p = &self.prog;
+        let arrays = |ids: &[tilejit_ir::kernel::BufId]| -> Result<Vec<Array>, RuntimeError> {
+            ids.iter()
+                .map(|b| {
+                    let ty = p.buffers[b.0 as usize].ty;
+                    let buf = &bufs[b.0 as usize];
+                    let data = crate::resident::download_buffer(buf, ty.shape.numel(), ty.dtype)?;
+                    Ok(Array::new(ty.shape, data)?)
+                })
+                .collect()
+        };
+        let mut total: Option<LaunchReport> = None;
+        for (ki, k) in p.kernels.iter().enumerate() {
+            let fns = (0..self.kernels.len()).filter(|&f| self.kernel_of[f] == ki);
+            if fns.clone().all(|f| self.idle[f]) {
+                continue;
+            }
+            limits.check(&format!("kernel `{}`", k.name))?;
+            let inputs = arrays(&k.read_buffers())?;
+            let mut event = crate::hooks::KernelRun {
+                program: &self.name,
+                run: hooks.run,
+                index: ki,
+                name: &k.name,
+                place: crate::hooks::Place::Sim,
+                inputs: &inputs,
+                outputs: &[],
+                elapsed: None,
+            };
+            hooks.before(&event);
+            let launch =
+                self.build_launch(bufs.to_vec(), extras.to_vec(), scalars, cores, Some(ki));
+            let report = dev
+                .launch(
+                    launch,
+                    LaunchOptions {
+                        profile: false,
+                        name: format!("{} kernel {ki}", self.name),
+                        policy: sim_policy(),
+                        cancel: limits.launch_flags(),
+                        ..LaunchOptions::default()
+                    },
+                )
+                .wait()?;
+            let outputs = arrays(&k.stored_buffers())?;
+            event.outputs = &outputs;
+            event.elapsed = Some(Duration::from_secs_f64(
+                report.device_cycles as f64 / dev.config().clock_hz,
+            ));
+            hooks.after(&event);
+            total = Some(match total {
+                None => report,
+                Some(mut t) => {
+                    t.tasks += report.tasks;
+                    t.device_cycles += report.device_cycles;
+                    t.host_time += report.host_time;
+                    for (a, b) in t.pipe_busy.iter_mut().zip(report.pipe_busy) {
+                        *a += b;
+                    }
+                    t
+                }
+            });
+        }
+        for c in &self.cached {
+            c.launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        // A program with nothing to compute still reports (an empty launch).
+        match total {
+            Some(t) => Ok(t),
+            None => Ok(dev
+                .launch(
+                    self.build_launch(Vec::new(), Vec::new(), scalars, cores, Some(usize::MAX)),
+                    LaunchOptions::default(),
+                )
+                .wait()?),
+        }
     }
 
     /// The program's constants in GM, copied in by its first launch and
@@ -548,6 +653,23 @@ impl Value {
     }
 }
 
+/// A submitted launch, or (kernels run one by one for observers) its
+/// finished report.
+#[derive(Debug)]
+enum Launched {
+    Pending(LaunchHandle),
+    Done(Box<LaunchReport>),
+}
+
+impl Launched {
+    fn wait(self) -> Result<LaunchReport, RuntimeError> {
+        match self {
+            Launched::Pending(h) => Ok(h.wait()?),
+            Launched::Done(r) => Ok(*r),
+        }
+    }
+}
+
 /// A submitted Sim run (the launch's completion event plus what copying
 /// the outputs back needs).
 #[derive(Debug)]
@@ -556,7 +678,7 @@ pub struct PendingRun<'a> {
     inputs: Vec<Value>,
     params: Vec<Lit>,
     bufs: Vec<Arc<DeviceBuffer>>,
-    handle: LaunchHandle,
+    handle: Launched,
     profile: bool,
     /// Host time `launch` spent allocating GM and copying data in.
     copy_in: Duration,
@@ -725,6 +847,7 @@ impl SimProgram {
         extras: Vec<Vec<Arc<DeviceBuffer>>>,
         params: &[i64],
         cores: [usize; 2],
+        only: Option<usize>,
     ) -> Launch {
         // Workspace buffers go after the program's, one set per group of
         // core functions that share them.
@@ -736,7 +859,7 @@ impl SimProgram {
         let mut tasks: Vec<Task> = Vec::new();
         let mut prev_tail: Option<usize> = None; // the hub after the previous kernel
         for (ki, k) in self.kernels.iter().enumerate() {
-            if self.idle[ki] {
+            if self.idle[ki] || only.is_some_and(|o| self.kernel_of[ki] != o) {
                 continue;
             }
             let units = self.units[ki];

@@ -14,6 +14,7 @@ mod dynamic;
 mod every_mode;
 mod gather;
 mod gpt;
+mod hooks;
 mod host_backend;
 mod io;
 mod ir_text;
