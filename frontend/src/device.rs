@@ -5,7 +5,7 @@
 //! A tensor moves with [`Tensor::to`]. A jit call or eager op whose tensor
 //! arguments all live on the Sim device launches there and returns Sim
 //! tensors, so chained calls never copy through the host; arguments on
-//! different devices are an [`Error::Devices`](crate::Error::Devices).
+//! different devices are an [`Error::Devices`].
 //! Reading values (`to_vec`, `item`, Display) of a device tensor copies
 //! them back. [`transfer_stats`] counts every byte that crossed.
 

@@ -134,6 +134,20 @@ pub enum Error {
         /// Each tensor argument (its name) and its device.
         arguments: Vec<(String, crate::Device)>,
     },
+    /// A placed call's kernel cannot run where the placement requires
+    /// ([`crate::with_placement`]).
+    Placement {
+        /// The jit function.
+        function: String,
+        /// Where the user called it.
+        location: Loc,
+        /// The kernel.
+        kernel: String,
+        /// The device it could not run on.
+        device: crate::Device,
+        /// Why.
+        reason: String,
+    },
     /// `RunMode::Verify`: Host and Sim results differ past tolerance.
     Verify {
         /// The jit function.
@@ -158,6 +172,7 @@ impl Error {
             Error::Panic { .. } => ErrorKind::Panic,
             Error::Runtime(e) | Error::Run { source: e, .. } => e.kind(),
             Error::Verify { .. } => ErrorKind::Device,
+            Error::Placement { .. } => ErrorKind::Unsupported,
         }
     }
 
@@ -208,6 +223,10 @@ impl fmt::Display for Error {
                 write!(f, "{kind}: {source}\n  while running `{function}` called at {location}")
             }
             Error::File { path, message } => write!(f, "{kind}: {}: {message}", path.display()),
+            Error::Placement { function, location, kernel, device, reason } => write!(
+                f,
+                "{kind}: `{function}` at {location}: kernel `{kernel}` cannot run on {device}: {reason}"
+            ),
             Error::Devices { op, location, arguments } => {
                 let each: Vec<String> =
                     arguments.iter().map(|(name, d)| format!("{name} on {d}")).collect();

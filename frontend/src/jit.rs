@@ -17,6 +17,7 @@
 use crate::args::{ArgKind, ArgValue, JitArgs, JitOutput, Outputs, ParamSpec, TraceValue};
 use crate::error::{Error, Loc, Result};
 use crate::mode::RunMode;
+use crate::placement::{KernelPlacement, Placement};
 use crate::tensor::{Repr, Tensor};
 use crate::trace::{self, TraceGuard};
 use smallvec::SmallVec;
@@ -69,6 +70,8 @@ pub struct JitFunction {
     mode: AtomicU8,
     /// What the last call in Verify mode measured.
     last_verify: Mutex<Option<Vec<crate::mode::OutputDiff>>>,
+    /// Where the kernels of the last placed call ran.
+    last_placement: Mutex<Option<Vec<KernelPlacement>>>,
     /// No new traces: a call with an unseen signature is an error.
     frozen: AtomicBool,
     /// Key the handler cache's traces on shape classes (`set_dynamic`).
@@ -132,6 +135,7 @@ impl JitFunction {
             cache: HandlerCache::new(),
             mode: AtomicU8::new(0),
             last_verify: Mutex::new(None),
+            last_placement: Mutex::new(None),
             frozen: AtomicBool::new(false),
             dynamic: AtomicBool::new(false),
             classes: Mutex::new(HashMap::new()),
@@ -201,8 +205,19 @@ impl JitFunction {
         out
     }
 
+    /// Where each kernel of the last call made under a placement
+    /// ([`crate::with_placement`]) ran and why (`None` before any); show
+    /// it with [`crate::PlacementReport`].
+    pub fn last_placement(&self) -> Option<Vec<KernelPlacement>> {
+        self.last_placement
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// The differences the last Verify-mode call measured between Host and
-    /// Sim, per output (max abs/rel error, ulps), if one passed.
+    /// Sim (or, placed, the placed run), per output (max abs/rel error,
+    /// ulps), if one passed.
     pub fn last_verify(&self) -> Option<Vec<crate::mode::OutputDiff>> {
         self.last_verify
             .lock()
@@ -345,6 +360,9 @@ impl JitFunction {
             location,
             source: e,
         };
+        if let Some(placement) = crate::placement::current() {
+            return self.call_placed(&program, args, &params, &placement, mode, location);
+        }
         if on_device {
             return self.call_on_device(&program, args, &params, location);
         }
@@ -374,6 +392,61 @@ impl JitFunction {
             }
         };
         Ok(Outputs::from_arrays(outs))
+    }
+
+    /// A call under a placement: each kernel on the first device that can
+    /// run it, values copied between devices where they cross, results on
+    /// the placement's first device. Verify mode compares the placed run
+    /// with the host's.
+    fn call_placed(
+        &self,
+        program: &Program,
+        args: &[ArgValue],
+        params: &[Lit],
+        placement: &Placement,
+        mode: RunMode,
+        location: Loc,
+    ) -> Result<Outputs> {
+        let ran = |source| Error::Run {
+            function: self.name.clone(),
+            location,
+            source,
+        };
+        let mut inputs = Vec::new();
+        for a in args {
+            if let ArgValue::Tensor(t) = *a {
+                inputs.push(t.array("jit call")?);
+            }
+        }
+        if mode == RunMode::Reference {
+            let outs = program.run_reference(&inputs, params).map_err(ran)?;
+            return Ok(Outputs::from_arrays(outs));
+        }
+        let (on_sim, report) = crate::placement::plan(placement, program, &self.name, location)?;
+        let outs = program.run_placed(&inputs, params, &on_sim).map_err(ran)?;
+        if mode == RunMode::Verify {
+            let host = program.run(&inputs, params).map_err(ran)?;
+            let diffs = crate::mode::compare(
+                &self.name,
+                program.optimized(),
+                &inputs,
+                params,
+                &host,
+                &outs,
+            )?;
+            crate::mode::log_verify(&self.name, &diffs);
+            *self.last_verify.lock().unwrap_or_else(|p| p.into_inner()) = Some(diffs);
+        }
+        *self
+            .last_placement
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(report);
+        let home = placement.home();
+        let tensors = outs
+            .into_iter()
+            .map(|a| Tensor::concrete(a).to(&home))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Outputs::from_tensor_vec(tensors))
     }
 
     /// A call with tensor arguments in device memory: they must all be on

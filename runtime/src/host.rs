@@ -10,6 +10,7 @@ use crate::flight::map_off_pool;
 use crate::hooks::{KernelRun, Place};
 use crate::kernel_cache::{kernel_cache, CachedKernel, StoredCode};
 use crate::pipeline::{self, Stage, StageTimes};
+use crate::placed::Mixed;
 use rayon::prelude::*;
 use smallvec::SmallVec;
 use std::borrow::Borrow;
@@ -49,7 +50,7 @@ pub struct HostProgram {
 }
 
 /// Typed storage the program owns during a run.
-enum Store {
+pub(crate) enum Store {
     F32(Vec<f32>),
     F64(Vec<f64>),
     I32(Vec<i32>),
@@ -58,6 +59,20 @@ enum Store {
 }
 
 impl Store {
+    /// A buffer's elements as storage (f16/bf16 widened to f32, as the
+    /// host computes them).
+    pub(crate) fn from_buffer(b: Buffer) -> Result<Store, IrError> {
+        Ok(match b {
+            Buffer::F32(v) => Store::F32(v),
+            Buffer::F64(v) => Store::F64(v),
+            Buffer::I32(v) => Store::I32(v),
+            Buffer::I64(v) => Store::I64(v),
+            Buffer::Bool(v) => Store::Bool(v),
+            Buffer::F16(v) => Store::F32(collect(v.iter().map(|x| x.to_f32()))?),
+            Buffer::BF16(v) => Store::F32(collect(v.iter().map(|x| x.to_f32()))?),
+        })
+    }
+
     /// A copy (fallible: the size is the user's).
     fn try_clone(&self) -> Result<Store, IrError> {
         Ok(match self {
@@ -123,7 +138,7 @@ fn start_thread_pool_for(prog: &KernelProgram) {
 }
 
 /// Gives the storage of a run's temporaries back to the pool.
-fn recycle<'a>(slots: impl IntoIterator<Item = Slot<'a>>) {
+pub(crate) fn recycle<'a>(slots: impl IntoIterator<Item = Slot<'a>>) {
     for slot in slots {
         // A taken output leaves an empty store behind: nothing to give.
         if let Slot::Owned(store) = slot {
@@ -142,7 +157,7 @@ fn recycle<'a>(slots: impl IntoIterator<Item = Slot<'a>>) {
 }
 
 /// A buffer during a run: borrowed from an argument, or owned.
-enum Slot<'a> {
+pub(crate) enum Slot<'a> {
     Borrowed(&'a Buffer),
     Owned(Store),
 }
@@ -374,6 +389,17 @@ impl HostProgram {
         inputs: &[A],
         params: &[Lit],
     ) -> Result<Vec<Array>, RuntimeError> {
+        self.run_with(inputs, params, None)
+    }
+
+    /// [`HostProgram::run`], with some kernels placed on the Sim device
+    /// when `mixed` says so.
+    pub(crate) fn run_with<A: Borrow<Array>>(
+        &self,
+        inputs: &[A],
+        params: &[Lit],
+        mut mixed: Option<&mut Mixed<'_>>,
+    ) -> Result<Vec<Array>, RuntimeError> {
         let p = &self.prog;
         interp::check_arguments(&p.inputs, p.params.len(), inputs, params)?;
         // On the stack for the usual handful of buffers: a heap vector per
@@ -417,30 +443,46 @@ impl HostProgram {
             if stop.is_some() {
                 limits.check(&format!("kernel `{}`", k.name))?;
             }
-            match &hooks {
+            let on_sim = mixed.as_ref().is_some_and(|m| m.on_sim(i));
+            let Some(h) = &hooks else {
+                match mixed.as_deref_mut() {
+                    None => self.run_kernel(i, &mut slots, params, &limits, stop)?,
+                    Some(m) => m.run_kernel(self, i, &mut slots, params, &limits, stop)?,
+                }
+                continue;
+            };
+            // Observed: the kernel's values are read on the host.
+            if let Some(m) = mixed.as_deref_mut() {
+                m.pull_to_host(self, &k.read_buffers(), &mut slots)?;
+            }
+            let inputs = self.slot_arrays(&slots, &k.read_buffers())?;
+            let mut event = KernelRun {
+                program: &self.name,
+                run: h.run,
+                index: i,
+                name: &k.name,
+                place: if on_sim { Place::Sim } else { Place::Host },
+                inputs: &inputs,
+                outputs: &[],
+                elapsed: None,
+            };
+            h.before(&event);
+            let start = Instant::now();
+            match mixed.as_deref_mut() {
                 None => self.run_kernel(i, &mut slots, params, &limits, stop)?,
-                Some(h) => {
-                    let inputs = self.slot_arrays(&slots, &k.read_buffers())?;
-                    let mut event = KernelRun {
-                        program: &self.name,
-                        run: h.run,
-                        index: i,
-                        name: &k.name,
-                        place: Place::Host,
-                        inputs: &inputs,
-                        outputs: &[],
-                        elapsed: None,
-                    };
-                    h.before(&event);
-                    let start = Instant::now();
-                    self.run_kernel(i, &mut slots, params, &limits, stop)?;
-                    let elapsed = start.elapsed();
-                    let outputs = self.slot_arrays(&slots, &k.stored_buffers())?;
-                    event.outputs = &outputs;
-                    event.elapsed = Some(elapsed);
-                    h.after(&event);
+                Some(m) => {
+                    m.run_kernel(self, i, &mut slots, params, &limits, stop)?;
+                    m.pull_to_host(self, &k.stored_buffers(), &mut slots)?;
                 }
             }
+            let elapsed = start.elapsed();
+            let outputs = self.slot_arrays(&slots, &k.stored_buffers())?;
+            event.outputs = &outputs;
+            event.elapsed = Some(elapsed);
+            h.after(&event);
+        }
+        if let Some(m) = mixed {
+            m.outputs_to_host(self, &mut slots)?;
         }
         // Buffers already turned into arrays, for outputs that repeat one
         // (recorded only when a later output could ask: usually never).
@@ -480,7 +522,7 @@ impl HostProgram {
     }
 
     /// Runs kernel `i` over `slots`.
-    fn run_kernel(
+    pub(crate) fn run_kernel(
         &self,
         i: usize,
         slots: &mut [Slot<'_>],
@@ -527,8 +569,8 @@ impl HostProgram {
     }
 
     /// Copies of the buffers `ids` as arrays of their declared types (for
-    /// kernel observers).
-    fn slot_arrays(
+    /// kernel observers and copies to the device).
+    pub(crate) fn slot_arrays(
         &self,
         slots: &[Slot<'_>],
         ids: &[tilejit_ir::kernel::BufId],

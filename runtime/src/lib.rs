@@ -23,6 +23,7 @@ mod host;
 mod kernel_cache;
 mod persist;
 pub mod pipeline;
+mod placed;
 mod program;
 mod resident;
 mod shape_class;
@@ -51,6 +52,7 @@ pub use sim::{
     SimRun, Value, Workspace, WorkspaceBuffer,
 };
 pub use tilejit_codegen::host::{BlockMath, CodegenOptions, StreamStores};
+pub use tilejit_codegen::CodegenError;
 /// The device model (device API, simulated accelerator, ISA), re-exported
 /// for tools such as the `tilejit` CLI.
 pub use tilejit_device as device;

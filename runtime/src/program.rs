@@ -23,6 +23,9 @@ pub struct Program {
     host: HostProgram,
     /// The bytecode form, compiled on the first Sim run.
     sim: OnceLock<Result<Arc<SimProgram>, RuntimeError>>,
+    /// The bytecode of the kernels the device can run, and per kernel why
+    /// it cannot (placement), compiled on the first placed run.
+    partial: OnceLock<Result<Arc<PartialSim>, RuntimeError>>,
     compile_time: Duration,
     stage_times: StageTimes,
     /// Values of the graph's last params, which stand for sizes
@@ -62,6 +65,7 @@ impl Program {
             optimized,
             host,
             sim: OnceLock::new(),
+            partial: OnceLock::new(),
             compile_time: start.elapsed(),
             stage_times: t,
             size_params: Vec::new(),
@@ -103,6 +107,7 @@ impl Program {
             optimized,
             host,
             sim: cell,
+            partial: OnceLock::new(),
             compile_time: load_time,
             stage_times: StageTimes::default(),
             size_params: Vec::new(),
@@ -170,6 +175,54 @@ impl Program {
         Ok(self.sim()?.run_resident(inputs, params)?.0)
     }
 
+    /// Per kernel, why the Sim device cannot run it (`None`: it can): the
+    /// device generator's `SimUnsupported` message.
+    pub fn sim_support(&self) -> Result<Vec<Option<String>>, RuntimeError> {
+        Ok(self.partial()?.why.clone())
+    }
+
+    fn partial(&self) -> Result<Arc<PartialSim>, RuntimeError> {
+        self.partial
+            .get_or_init(|| {
+                let kernels = self.host.kernels().clone();
+                let (sim, why) = SimProgram::codegen_partial(
+                    kernels,
+                    self.host.constants().to_vec(),
+                    &self.name,
+                )?;
+                Ok(Arc::new(PartialSim { sim, why }))
+            })
+            .clone()
+    }
+
+    /// Runs on host inputs with kernel `i` on the Sim device where
+    /// `on_sim[i]` and on the host otherwise, copying each value across
+    /// only where a kernel on the other side reads it; the outputs come
+    /// back to the host. A kernel placed on Sim that the device cannot
+    /// run is an error naming it.
+    pub fn run_placed(
+        &self,
+        inputs: &[Array],
+        params: &[Lit],
+        on_sim: &[bool],
+    ) -> Result<Vec<Array>, RuntimeError> {
+        if !on_sim.iter().any(|&s| s) {
+            return self.host.run(inputs, params);
+        }
+        let partial = self.partial()?;
+        for (i, why) in partial.why.iter().enumerate() {
+            if let (true, Some(why)) = (on_sim.get(i).copied().unwrap_or(false), why) {
+                return Err(tilejit_ir::IrError::Verify(format!(
+                    "kernel {i} is placed on sim, which cannot run it: {why}"
+                ))
+                .into());
+            }
+        }
+        debug_assert!((0..on_sim.len()).all(|i| !on_sim[i] || partial.sim.has_code(i)));
+        let mut mixed = crate::placed::Mixed::new(&partial.sim, on_sim);
+        self.host.run_with(inputs, params, Some(&mut mixed))
+    }
+
     /// Runs the optimised graph on the reference interpreter.
     pub fn run_reference(
         &self,
@@ -204,6 +257,14 @@ impl Program {
     pub fn target(&self) -> Target {
         Target::Host
     }
+}
+
+/// A program's Sim form with only the kernels the device can run.
+#[derive(Debug)]
+struct PartialSim {
+    sim: SimProgram,
+    /// Per kernel, why the device cannot run it.
+    why: Vec<Option<String>>,
 }
 
 /// A one-op (or small) eager graph without constants, by value: the key of

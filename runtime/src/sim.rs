@@ -170,6 +170,43 @@ impl SimProgram {
         SimProgram::assemble(prog, cached, constants, name)
     }
 
+    /// Like [`SimProgram::codegen`], but a kernel the device generator
+    /// cannot handle (`CodegenError::SimUnsupported`) gets no core
+    /// functions instead of failing the program: the second result says,
+    /// per kernel, why it cannot run here (`None`: it can). For placing
+    /// kernels across devices.
+    pub(crate) fn codegen_partial(
+        prog: KernelProgram,
+        constants: Vec<Array>,
+        name: &str,
+    ) -> Result<(SimProgram, Vec<Option<String>>), RuntimeError> {
+        let cfg = sim_device().config();
+        let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
+        let mut cached = Vec::with_capacity(prog.kernels.len());
+        let mut why = Vec::with_capacity(prog.kernels.len());
+        for k in &prog.kernels {
+            match kernel_cache().get_or_compile_sim(k, &dtype_of, cfg, name) {
+                Ok(c) => {
+                    cached.push(c);
+                    why.push(None);
+                }
+                Err(RuntimeError::Codegen(
+                    e @ tilejit_codegen::CodegenError::SimUnsupported { .. },
+                )) => {
+                    cached.push(Arc::new(crate::kernel_cache::Cached {
+                        code: Vec::new(),
+                        launches: Default::default(),
+                        hits: Default::default(),
+                        key: String::new(),
+                    }));
+                    why.push(Some(e.to_string()));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((SimProgram::assemble(prog, cached, constants, name)?, why))
+    }
+
     /// A program from a snapshot's parts: each kernel's bytecode is
     /// decoded and verified from `stored` (its payload and the key it was
     /// made under) through the kernel cache, which compiles only a kernel
@@ -413,14 +450,7 @@ impl SimProgram {
             bufs.push(buf);
         }
         let copy_in = copy_in_start.elapsed();
-        let scalars: Vec<i64> = params
-            .iter()
-            .map(|l| match *l {
-                Lit::Float(f) => f.to_bits() as i64,
-                Lit::Int(i) => i,
-                Lit::Bool(b) => b as i64,
-            })
-            .collect();
+        let scalars: Vec<i64> = params.iter().map(lit_bits).collect();
         let mut extras = Vec::new();
         for set in &self.workspaces {
             let mut v = Vec::with_capacity(set.len());
@@ -478,6 +508,77 @@ impl SimProgram {
         })
     }
 
+    /// Runs kernel `ki` alone over `bufs` (every program buffer, in order;
+    /// only the kernel's own must hold data), waiting for it: how a
+    /// placed program runs the kernels it put on the device.
+    pub(crate) fn run_kernel(
+        &self,
+        ki: usize,
+        bufs: &[Arc<DeviceBuffer>],
+        params: &[Lit],
+    ) -> Result<LaunchReport, RuntimeError> {
+        let dev = sim_device();
+        let limits = crate::cancel::current();
+        let scalars: Vec<i64> = params.iter().map(lit_bits).collect();
+        // Workspaces only for the sets this kernel's functions use.
+        let used: Vec<usize> = (0..self.kernels.len())
+            .filter(|&f| self.kernel_of[f] == ki)
+            .filter_map(|f| self.workspace_of[f])
+            .collect();
+        let mut extras = Vec::with_capacity(self.workspaces.len());
+        for (g, set) in self.workspaces.iter().enumerate() {
+            let mut v = Vec::with_capacity(set.len());
+            for &(dt, n) in set.iter() {
+                let bytes = if used.contains(&g) {
+                    (n * dt.size_bytes()) as u64
+                } else {
+                    1
+                };
+                v.push(Arc::new(dev.allocate(bytes)?));
+            }
+            extras.push(v);
+        }
+        let cfg = dev.config();
+        let cores = [cfg.aic_cores as usize, cfg.aiv_cores as usize];
+        let launch = self.build_launch(bufs.to_vec(), extras, &scalars, cores, Some(ki));
+        if let Some(c) = self.cached.get(ki) {
+            c.launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.launch_one(launch, ki, &limits)
+    }
+
+    /// Submits a launch of one kernel and waits for it.
+    fn launch_one(
+        &self,
+        launch: Launch,
+        ki: usize,
+        limits: &crate::cancel::Limits,
+    ) -> Result<LaunchReport, RuntimeError> {
+        let default_timeout = LaunchOptions::default().timeout;
+        let options = LaunchOptions {
+            profile: false,
+            name: format!("{} kernel {ki}", self.name),
+            policy: sim_policy(),
+            cancel: limits.launch_flags(),
+            timeout: limits.time_left().map_or(default_timeout, |left| {
+                left.clamp(Duration::from_millis(1), default_timeout)
+            }),
+        };
+        Ok(sim_device().launch(launch, options).wait()?)
+    }
+
+    /// Whether kernel `ki` has device code (a partial program's kernels
+    /// the generator could not handle have none).
+    pub(crate) fn has_code(&self, ki: usize) -> bool {
+        self.kernel_of.contains(&ki)
+    }
+
+    /// The kernel program it runs.
+    pub(crate) fn program(&self) -> &KernelProgram {
+        &self.prog
+    }
+
     /// With kernel observers: one launch per kernel, waited for, with the
     /// kernel's buffers copied back for the observers around it. Returns
     /// the launches' summed report.
@@ -523,18 +624,7 @@ impl SimProgram {
             hooks.before(&event);
             let launch =
                 self.build_launch(bufs.to_vec(), extras.to_vec(), scalars, cores, Some(ki));
-            let report = dev
-                .launch(
-                    launch,
-                    LaunchOptions {
-                        profile: false,
-                        name: format!("{} kernel {ki}", self.name),
-                        policy: sim_policy(),
-                        cancel: limits.launch_flags(),
-                        ..LaunchOptions::default()
-                    },
-                )
-                .wait()?;
+            let report = self.launch_one(launch, ki, limits)?;
             let outputs = arrays(&k.stored_buffers())?;
             event.outputs = &outputs;
             event.elapsed = Some(Duration::from_secs_f64(
@@ -591,6 +681,15 @@ impl SimProgram {
         let v = Arc::new(v);
         *held = Some(v.clone());
         Ok(v)
+    }
+}
+
+/// A param as a task's scalar argument (a float by its bits).
+fn lit_bits(l: &Lit) -> i64 {
+    match *l {
+        Lit::Float(f) => f.to_bits() as i64,
+        Lit::Int(i) => i,
+        Lit::Bool(b) => b as i64,
     }
 }
 

@@ -25,6 +25,7 @@ mod layout_ops;
 mod math_ops;
 mod oom;
 mod ops;
+mod placement;
 mod pool;
 mod reductions;
 mod run_modes;
