@@ -147,3 +147,7 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/caching.md")]
 pub struct CachingDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/devices.md")]
+pub struct DevicesDoctests;
