@@ -423,8 +423,16 @@ impl JitFunction {
             return Ok(Outputs::from_arrays(outs));
         }
         let (on_sim, report) = crate::placement::plan(placement, program, &self.name, location)?;
-        let outs = program.run_placed(&inputs, params, &on_sim).map_err(ran)?;
+        let home = placement.home();
+        let outs = program
+            .run_placed(&inputs, params, &on_sim, home == crate::Device::sim())
+            .map_err(ran)?;
         if mode == RunMode::Verify {
+            let placed = outs
+                .iter()
+                .map(tilejit_runtime::Value::to_host)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(ran)?;
             let host = program.run(&inputs, params).map_err(ran)?;
             let diffs = crate::mode::compare(
                 &self.name,
@@ -432,7 +440,7 @@ impl JitFunction {
                 &inputs,
                 params,
                 &host,
-                &outs,
+                &placed,
             )?;
             crate::mode::log_verify(&self.name, &diffs);
             *self.last_verify.lock().unwrap_or_else(|p| p.into_inner()) = Some(diffs);
@@ -441,10 +449,14 @@ impl JitFunction {
             .last_placement
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(report);
-        let home = placement.home();
         let tensors = outs
             .into_iter()
-            .map(|a| Tensor::concrete(a).to(&home))
+            .map(|v| match v {
+                tilejit_runtime::Value::Host(a) => Tensor::concrete(a).to(&home),
+                tilejit_runtime::Value::Device(d) => {
+                    Ok(crate::device::sim_tensors(vec![d]).remove(0))
+                }
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(Outputs::from_tensor_vec(tensors))
     }

@@ -33,11 +33,17 @@ pub(crate) struct Mixed<'p> {
     on_sim: &'p [bool],
     dev: Vec<Option<Arc<DeviceBuffer>>>,
     side: Vec<Side>,
+    /// Leave outputs whose latest data is in GM there (`kept`) instead
+    /// of copying them back.
+    keep_on_device: bool,
+    /// Those outputs' buffers, by buffer index.
+    pub(crate) kept: Vec<(usize, Arc<DeviceBuffer>)>,
 }
 
 impl<'p> Mixed<'p> {
-    /// A run of `sim`'s program with kernel `i` on Sim where `on_sim[i]`.
-    pub(crate) fn new(sim: &'p SimProgram, on_sim: &'p [bool]) -> Mixed<'p> {
+    /// A run of `sim`'s program with kernel `i` on Sim where `on_sim[i]`;
+    /// `keep_on_device` leaves outputs made there in GM.
+    pub(crate) fn new(sim: &'p SimProgram, on_sim: &'p [bool], keep_on_device: bool) -> Mixed<'p> {
         let side = sim
             .program()
             .buffers
@@ -52,6 +58,8 @@ impl<'p> Mixed<'p> {
             on_sim,
             dev: vec![None; side.len()],
             side,
+            keep_on_device,
+            kept: Vec::new(),
         }
     }
 
@@ -154,7 +162,7 @@ impl<'p> Mixed<'p> {
     }
 
     /// Copies every program output whose latest data is in GM back to
-    /// the host.
+    /// the host, or, keeping them on the device, records its buffer.
     pub(crate) fn outputs_to_host(
         &mut self,
         host: &HostProgram,
@@ -169,6 +177,15 @@ impl<'p> Mixed<'p> {
                 ProgramOutput::Param(..) => None,
             })
             .collect();
+        if self.keep_on_device {
+            for b in outs {
+                let bi = b.0 as usize;
+                if let (Side::Sim | Side::Both, Some(buf)) = (self.side[bi], &self.dev[bi]) {
+                    self.kept.push((bi, buf.clone()));
+                }
+            }
+            return Ok(());
+        }
         self.pull_to_host(host, &outs, slots)
     }
 }

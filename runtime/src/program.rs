@@ -7,6 +7,7 @@ use crate::error::RuntimeError;
 use crate::pipeline::{self, Stage, StageTimes};
 use std::time::{Duration, Instant};
 use tilejit_device::Target;
+use tilejit_ir::kernel::ProgramOutput;
 use tilejit_ir::{interp, Array, Graph, Lit};
 
 use crate::host::HostProgram;
@@ -197,17 +198,20 @@ impl Program {
 
     /// Runs on host inputs with kernel `i` on the Sim device where
     /// `on_sim[i]` and on the host otherwise, copying each value across
-    /// only where a kernel on the other side reads it; the outputs come
-    /// back to the host. A kernel placed on Sim that the device cannot
-    /// run is an error naming it.
+    /// only where a kernel on the other side reads it. Outputs come back
+    /// to the host, except, with `keep_on_sim`, those made on the device,
+    /// which stay there. A kernel placed on Sim that the device cannot run
+    /// is an error naming it.
     pub fn run_placed(
         &self,
         inputs: &[Array],
         params: &[Lit],
         on_sim: &[bool],
-    ) -> Result<Vec<Array>, RuntimeError> {
+        keep_on_sim: bool,
+    ) -> Result<Vec<Value>, RuntimeError> {
         if !on_sim.iter().any(|&s| s) {
-            return self.host.run(inputs, params);
+            let outs = self.host.run(inputs, params)?;
+            return Ok(outs.into_iter().map(Value::Host).collect());
         }
         let partial = self.partial()?;
         for (i, why) in partial.why.iter().enumerate() {
@@ -219,8 +223,29 @@ impl Program {
             }
         }
         debug_assert!((0..on_sim.len()).all(|i| !on_sim[i] || partial.sim.has_code(i)));
-        let mut mixed = crate::placed::Mixed::new(&partial.sim, on_sim);
-        self.host.run_with(inputs, params, Some(&mut mixed))
+        let mut mixed = crate::placed::Mixed::new(&partial.sim, on_sim, keep_on_sim);
+        let outs = self.host.run_with(inputs, params, Some(&mut mixed))?;
+        // Outputs left in GM replace the (unwritten) host arrays of them.
+        let p = self.host.kernels();
+        let mut values = Vec::with_capacity(outs.len());
+        for (o, a) in p.outputs.iter().zip(outs) {
+            let kept = match *o {
+                ProgramOutput::Buffer(b, ty) => mixed
+                    .kept
+                    .iter()
+                    .find(|(k, _)| *k == b.0 as usize)
+                    .map(|(_, buf)| {
+                        let decl = p.buffers[b.0 as usize].ty;
+                        DeviceArray::from_buffer(buf.clone(), decl).reshaped(ty.shape)
+                    }),
+                ProgramOutput::Param(..) => None,
+            };
+            values.push(match kept {
+                Some(d) => Value::Device(d?),
+                None => Value::Host(a),
+            });
+        }
+        Ok(values)
     }
 
     /// Runs the optimised graph on the reference interpreter.
