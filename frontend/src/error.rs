@@ -125,6 +125,14 @@ pub enum Error {
         /// What was wrong.
         message: String,
     },
+    /// A registry name that is taken, missing or empty, or a typed handle
+    /// that does not fit its function ([`crate::registry`]).
+    Registry {
+        /// The name.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The tensors of one call or op live on different devices.
     Devices {
         /// The op or jit function.
@@ -167,6 +175,7 @@ impl Error {
             | Error::Arguments { .. }
             | Error::Frozen { .. }
             | Error::Devices { .. }
+            | Error::Registry { .. }
             | Error::File { .. } => ErrorKind::BadArgument,
             Error::Trace { source, .. } => source.kind(),
             Error::Panic { .. } => ErrorKind::Panic,
@@ -223,6 +232,7 @@ impl fmt::Display for Error {
                 write!(f, "{kind}: {source}\n  while running `{function}` called at {location}")
             }
             Error::File { path, message } => write!(f, "{kind}: {}: {message}", path.display()),
+            Error::Registry { name, message } => write!(f, "{kind}: registry name `{name}`: {message}"),
             Error::Placement { function, location, kernel, device, reason } => write!(
                 f,
                 "{kind}: `{function}` at {location}: kernel `{kernel}` cannot run on {device}: {reason}"

@@ -38,6 +38,9 @@ use tilejit_runtime::{
 /// A traced body: receives the arguments as trace values, returns outputs.
 pub type Body<'b> = dyn Fn(&[TraceValue]) -> Result<Vec<Tensor>> + Send + Sync + 'b;
 
+/// A `#[jit]` function's body as a plain function.
+pub type PackedBody = fn(&[TraceValue]) -> Result<Vec<Tensor>>;
+
 /// A jit-compiled function's identity and handler cache: one compiled
 /// program per signature (dtype and shape of each tensor argument, values
 /// of integer and bool arguments). `#[jit] fn f` reaches it as `f::jit()`.
@@ -72,6 +75,8 @@ pub struct JitFunction {
     last_verify: Mutex<Option<Vec<crate::mode::OutputDiff>>>,
     /// Where the kernels of the last placed call ran.
     last_placement: Mutex<Option<Vec<KernelPlacement>>>,
+    /// The body, for calls by argument list (`#[jit]` sets it).
+    body: Option<PackedBody>,
     /// No new traces: a call with an unseen signature is an error.
     frozen: AtomicBool,
     /// Key the handler cache's traces on shape classes (`set_dynamic`).
@@ -136,6 +141,7 @@ impl JitFunction {
             mode: AtomicU8::new(0),
             last_verify: Mutex::new(None),
             last_placement: Mutex::new(None),
+            body: None,
             frozen: AtomicBool::new(false),
             dynamic: AtomicBool::new(false),
             classes: Mutex::new(HashMap::new()),
@@ -314,6 +320,27 @@ impl JitFunction {
             });
         }
         Ok(Signature { args: sig })
+    }
+
+    /// Gives the function its body, so [`JitFunction::call_packed`] (and
+    /// the registry) can call it by argument list; `#[jit]` does this.
+    pub fn set_body(&mut self, body: PackedBody) {
+        self.body = Some(body);
+    }
+
+    /// Calls the function on an argument list (checked against its
+    /// parameters), returning its outputs as tensors: how the registry
+    /// calls a jit function by name.
+    #[track_caller]
+    pub fn call_packed(&self, args: &[ArgValue]) -> Result<Vec<Tensor>> {
+        let Some(body) = self.body else {
+            return Err(Error::Arguments {
+                function: self.name.clone(),
+                message: "it has no body to call by argument list (only `#[jit]` functions do)"
+                    .into(),
+            });
+        };
+        self.call(args, &body).map(|outs| outs.collect())
     }
 
     /// Calls the function: cache lookup, trace + compile on a miss, run.

@@ -81,6 +81,7 @@ mod operators;
 mod ops;
 pub mod placement;
 mod random;
+pub mod registry;
 mod scalar;
 mod scan;
 pub mod tensor;

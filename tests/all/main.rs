@@ -28,6 +28,7 @@ mod ops;
 mod placement;
 mod pool;
 mod reductions;
+mod registry;
 mod run_modes;
 mod scan;
 mod sim_backend;

@@ -439,30 +439,48 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
         true => quote!(f.set_dynamic(true);),
         false => quote!(),
     };
+    // The body, packed (trace values in, tensors out), is an item beside
+    // the function, so both the function and `#name::jit()` (an
+    // associated function of a type named like it: unlike a module's, its
+    // body sees items local to the block the function is in) can name it,
+    // and the registry can call it by name.
+    let packed = quote::format_ident!("__tilejit_packed_{}", name);
+    let cfgs: Vec<_> = attrs.iter().filter(|a| a.path().is_ident("cfg")).collect();
     Ok(quote! {
         #(#attrs)*
         #[track_caller]
         #vis fn #name(#(#outer),*) -> ::tilejit::Result<#out_ty> {
-            #[allow(clippy::all, unused_mut, unused_variables, unreachable_code)]
-            #body_fn
             #flatten
-            let __tilejit_out = #name::jit().call(
-                &__tilejit_args,
-                &|__tilejit_v: &[::tilejit::TraceValue]| -> ::tilejit::Result<::std::vec::Vec<::tilejit::Tensor>> {
-                    #rebuild
-                    ::std::result::Result::Ok(::tilejit::JitOutput::into_tensors(#call_body))
-                },
-            )?;
+            let __tilejit_out = #name::jit().call(&__tilejit_args, &#packed)?;
             <#out_ty as ::tilejit::JitOutput>::from_tensors(__tilejit_out)
         }
 
+        #(#cfgs)*
+        #[doc(hidden)]
+        #[allow(non_snake_case, clippy::all, unused_mut, unused_variables, unreachable_code)]
+        fn #packed(
+            __tilejit_v: &[::tilejit::TraceValue],
+        ) -> ::tilejit::Result<::std::vec::Vec<::tilejit::Tensor>> {
+            #body_fn
+            #rebuild
+            ::std::result::Result::Ok(::tilejit::JitOutput::into_tensors(#call_body))
+        }
+
+        #(#cfgs)*
         #[doc = #mod_doc]
-        #vis mod #name {
+        #[allow(non_camel_case_types)]
+        #vis struct #name {
+            _private: (),
+        }
+
+        #(#cfgs)*
+        impl #name {
             /// The `JitFunction` (handler cache, statistics) of this jit function.
             pub fn jit() -> &'static ::tilejit::JitFunction {
                 static FUNCTION: ::std::sync::OnceLock<::tilejit::JitFunction> = ::std::sync::OnceLock::new();
                 FUNCTION.get_or_init(|| {
-                    let f = ::tilejit::JitFunction::new(stringify!(#name), concat!(file!(), ":", line!()), #specs);
+                    let mut f = ::tilejit::JitFunction::new(stringify!(#name), concat!(file!(), ":", line!()), #specs);
+                    f.set_body(#packed);
                     #set_mode
                     #set_dynamic
                     f
