@@ -67,6 +67,11 @@ fn apply_traced(
             source,
             location,
         })?;
+        if let Some(locs) = &mut state.locs {
+            // Every node this op added (and any added since the last op,
+            // such as its operands' constants) is this line's.
+            locs.resize(state.graph.len(), location);
+        }
         Ok(Tensor {
             repr: Repr::Traced {
                 trace: state.id,
@@ -108,8 +113,8 @@ fn apply_eager(
         .map(|(i, t)| (format!("operand {i}"), *t));
     match crate::device::common_device(op, location, named) {
         Err(e) => Tensor::from_error(e),
-        Ok(d) if d.is_host() => Tensor::from_ir(run_host(op, operands, &g), op, location),
-        Ok(_) => run_sim(operands, &g).unwrap_or_else(|e| failed(flat(e))),
+        Ok(d) if d.is_host() => run_host(op, location, operands, &g).unwrap_or_else(failed),
+        Ok(_) => run_sim(location, operands, &g).unwrap_or_else(|e| failed(flat(e))),
     }
 }
 
@@ -139,8 +144,8 @@ fn apply_placed(
         };
         let refs: Vec<&Tensor> = moved.iter().collect();
         let result = match d.is_host() {
-            true => run_host(op, &refs, g).map(Tensor::concrete),
-            false => match run_sim(&refs, g) {
+            true => run_host(op, location, &refs, g),
+            false => match run_sim(location, &refs, g) {
                 Ok(t) => Ok(t),
                 Err(tilejit_runtime::RuntimeError::Codegen(
                     e @ tilejit_runtime::CodegenError::SimUnsupported { .. },
@@ -209,12 +214,20 @@ fn flat(e: tilejit_runtime::RuntimeError) -> IrError {
     }
 }
 
+/// True when an eager op runs inside a `tilejit::debug` scope, where every
+/// value is kept (not while tracing: an eager op in a jit body makes a
+/// constant of the trace).
+fn debugging() -> bool {
+    crate::debug::active() && !trace::active()
+}
+
 /// An eager op on host operands, in the scoped run mode.
 fn run_host(
     op: &'static str,
+    location: Loc,
     operands: &[&Tensor],
     g: &Graph,
-) -> Result<tilejit_ir::Array, IrError> {
+) -> Result<Tensor, IrError> {
     let mut inputs = Vec::with_capacity(operands.len());
     for t in operands {
         let Repr::Concrete(a) = &t.repr else {
@@ -224,20 +237,39 @@ fn run_host(
         };
         inputs.push(a.clone());
     }
-    // Eager ops follow a per-call mode (`with_mode`) or
-    // `TILEJIT_RUN_MODE`, so a program run on Sim sees eager results
-    // computed the same way as its jit results.
+    if debugging() {
+        return crate::debug::run_eager(location, g.clone(), |g| {
+            Ok(run_graph(op, g, &inputs)?
+                .into_iter()
+                .map(Tensor::concrete)
+                .collect())
+        });
+    }
+    run_graph(op, g, &inputs)?
+        .pop()
+        .map(Tensor::concrete)
+        .ok_or_else(|| IrError::Verify("eager op produced no output".into()))
+}
+
+/// Runs an eager op's graph in this thread's mode: a per-call mode
+/// (`with_mode`) or `TILEJIT_RUN_MODE`, so a program run on Sim sees eager
+/// results computed the same way as its jit results.
+fn run_graph(
+    op: &'static str,
+    g: &Graph,
+    inputs: &[tilejit_ir::Array],
+) -> Result<Vec<tilejit_ir::Array>, IrError> {
     let mode = crate::mode::scoped()
         .or_else(crate::mode::env_mode)
         .unwrap_or_default();
-    let mut out = match mode {
-        RunMode::Host => tilejit_runtime::run_eager(g, &inputs).map_err(flat)?,
-        RunMode::Reference => tilejit_ir::interp::run(g, &inputs, &[])?,
-        RunMode::Sim => tilejit_runtime::run_eager_sim(g, &inputs).map_err(flat)?,
+    Ok(match mode {
+        RunMode::Host => tilejit_runtime::run_eager(g, inputs).map_err(flat)?,
+        RunMode::Reference => tilejit_ir::interp::run(g, inputs, &[])?,
+        RunMode::Sim => tilejit_runtime::run_eager_sim(g, inputs).map_err(flat)?,
         RunMode::Verify => {
-            let host = tilejit_runtime::run_eager(g, &inputs).map_err(flat)?;
-            let sim = tilejit_runtime::run_eager_sim(g, &inputs).map_err(flat)?;
-            crate::mode::compare(op, g, &inputs, &[], &host, &sim).map_err(|e| {
+            let host = tilejit_runtime::run_eager(g, inputs).map_err(flat)?;
+            let sim = tilejit_runtime::run_eager_sim(g, inputs).map_err(flat)?;
+            crate::mode::compare(op, g, inputs, &[], &host, &sim).map_err(|e| {
                 IrError::Backend {
                     kind: ErrorKind::Device,
                     message: format!("verify mode: host and sim differ: {e}"),
@@ -245,15 +277,17 @@ fn run_host(
             })?;
             host
         }
-    };
-    out.pop()
-        .ok_or_else(|| IrError::Verify("eager op produced no output".into()))
+    })
 }
 
 /// An eager op on operands in the Sim device's memory: it runs there and
 /// its result stays there, whatever the run mode (the data's place
 /// decides).
-fn run_sim(operands: &[&Tensor], g: &Graph) -> Result<Tensor, tilejit_runtime::RuntimeError> {
+fn run_sim(
+    location: Loc,
+    operands: &[&Tensor],
+    g: &Graph,
+) -> Result<Tensor, tilejit_runtime::RuntimeError> {
     let mut inputs = Vec::with_capacity(operands.len());
     for t in operands {
         inputs.push(match &t.repr {
@@ -262,8 +296,14 @@ fn run_sim(operands: &[&Tensor], g: &Graph) -> Result<Tensor, tilejit_runtime::R
             _ => return Err(IrError::Verify("eager op got a non-concrete operand".into()).into()),
         });
     }
-    let out = tilejit_runtime::run_eager_resident(g, &inputs)?;
-    crate::device::sim_tensors(out)
+    let run = |g: &Graph| -> Result<Vec<Tensor>, tilejit_runtime::RuntimeError> {
+        let out = tilejit_runtime::run_eager_resident(g, &inputs)?;
+        Ok(crate::device::sim_tensors(out))
+    };
+    if debugging() {
+        return crate::debug::run_eager(location, g.clone(), run);
+    }
+    run(g)?
         .pop()
         .ok_or_else(|| IrError::Verify("eager op produced no output".into()).into())
 }

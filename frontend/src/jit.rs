@@ -27,7 +27,7 @@ use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tilejit_ir::{Array, Graph, Lit, Op};
 use tilejit_runtime::{
@@ -84,6 +84,44 @@ pub struct JitFunction {
     /// Per shape class seen while dynamic: its generic trace, or why it
     /// is traced per size.
     classes: Mutex<HashMap<ShapeClass, ClassEntry>>,
+    /// Debug traces and programs (`tilejit::debug`), made on the first
+    /// call inside a debug scope.
+    debug: OnceLock<DebugCache>,
+}
+
+/// A function's debug traces (per signature) and how many debug programs
+/// it compiled.
+#[derive(Default)]
+struct DebugCache {
+    traces: HandlerCache<DebugTrace, Error>,
+    compiles: std::sync::atomic::AtomicU64,
+}
+
+/// A signature's trace made for `tilejit::debug`, with each computed
+/// node's op and line, and its debug programs by how many computed nodes
+/// they materialise (all of them, with the real outputs first, or a
+/// `step_to` prefix).
+struct DebugTrace {
+    graph: Graph,
+    computed: Vec<tilejit_ir::NodeId>,
+    locs: Vec<String>,
+    programs: Mutex<HashMap<usize, DebugProgram>>,
+}
+
+/// One debug program, built once (its cell is filled outside the map's lock).
+type DebugProgram = Arc<OnceLock<std::result::Result<Arc<Program>, Error>>>;
+
+/// Debug programs a trace keeps (cleared when full).
+const MAX_DEBUG_PROGRAMS: usize = 64;
+
+/// What a function's debug calls cost (`tilejit::debug`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DebugStats {
+    /// Traces made for debug scopes (one per signature).
+    pub traces: u64,
+    /// Debug programs compiled (one per signature, plus one per distinct
+    /// `step_to` stop inside a call).
+    pub compiles: u64,
 }
 
 /// A shape class's generic trace, or why it has none.
@@ -145,6 +183,7 @@ impl JitFunction {
             frozen: AtomicBool::new(false),
             dynamic: AtomicBool::new(false),
             classes: Mutex::new(HashMap::new()),
+            debug: OnceLock::new(),
         }
     }
 
@@ -349,6 +388,9 @@ impl JitFunction {
         if trace::active() {
             return self.inline(args, body);
         }
+        if crate::debug::active() {
+            return self.call_debug(args, body, Loc::caller());
+        }
         // Fast path: the same signature as the last hit, checked against the
         // arguments without building a signature.
         let program = match self.cache.get_last(|sig| signature_matches(sig, args)) {
@@ -398,27 +440,166 @@ impl JitFunction {
             return Ok(Outputs::from_arrays(outs));
         }
         let inputs: SmallVec<[Array; 4]> = inputs.into_iter().cloned().collect();
-        let outs = match mode {
-            RunMode::Host => program.run(&inputs, &params).map_err(ran)?,
-            RunMode::Reference => program.run_reference(&inputs, &params).map_err(ran)?,
-            RunMode::Sim => program.run_sim(&inputs, &params, false).map_err(ran)?.0,
+        let outs = self.run_in(mode, &program, &inputs, &params, location, true)?;
+        Ok(Outputs::from_arrays(outs))
+    }
+
+    /// Runs `program` in `mode`; in Verify mode the measured differences
+    /// become [`last_verify`](Self::last_verify) when `keep_verify`.
+    fn run_in(
+        &self,
+        mode: RunMode,
+        program: &Program,
+        inputs: &[Array],
+        params: &[Lit],
+        location: Loc,
+        keep_verify: bool,
+    ) -> Result<Vec<Array>> {
+        let ran = |e: tilejit_runtime::RuntimeError| Error::Run {
+            function: self.name.clone(),
+            location,
+            source: e,
+        };
+        Ok(match mode {
+            RunMode::Host => program.run(inputs, params).map_err(ran)?,
+            RunMode::Reference => program.run_reference(inputs, params).map_err(ran)?,
+            RunMode::Sim => program.run_sim(inputs, params, false).map_err(ran)?.0,
             RunMode::Verify => {
-                let host = program.run(&inputs, &params).map_err(ran)?;
-                let (sim, _) = program.run_sim(&inputs, &params, false).map_err(ran)?;
+                let host = program.run(inputs, params).map_err(ran)?;
+                let (sim, _) = program.run_sim(inputs, params, false).map_err(ran)?;
                 let diffs = crate::mode::compare(
                     &self.name,
                     program.optimized(),
-                    &inputs,
-                    &params,
+                    inputs,
+                    params,
                     &host,
                     &sim,
                 )?;
                 crate::mode::log_verify(&self.name, &diffs);
-                *self.last_verify.lock().unwrap_or_else(|p| p.into_inner()) = Some(diffs);
+                if keep_verify {
+                    *self.last_verify.lock().unwrap_or_else(|p| p.into_inner()) = Some(diffs);
+                }
                 host
             }
+        })
+    }
+
+    /// What [`DebugStats`] the calls inside `tilejit::debug` scopes have
+    /// cost this function so far (its [`stats`](Self::stats) count only
+    /// normal calls).
+    pub fn debug_stats(&self) -> DebugStats {
+        self.debug
+            .get()
+            .map_or(DebugStats::default(), |d| DebugStats {
+                traces: d.traces.stats().traces,
+                compiles: d.compiles.load(Ordering::Relaxed),
+            })
+    }
+
+    /// A call inside a `tilejit::debug` scope: the signature's debug trace
+    /// (traced once, with each node's line), its debug program for as many
+    /// computed nodes as the scope lets run, compiled once, run in the
+    /// call's mode; each computed value is recorded in the scope.
+    fn call_debug(&self, args: &[ArgValue], body: &Body, location: Loc) -> Result<Outputs> {
+        let sig = self.signature(args)?;
+        let cache = self.debug.get_or_init(DebugCache::default);
+        let entry = cache
+            .traces
+            .get_or_build(&sig, || self.debug_trace(&sig, args, body))?;
+        let all = entry.computed.len();
+        let take = crate::debug::budget().map_or(all, |b| b.min(all));
+        let stopped = take < all;
+        let stop_error = || Error::Run {
+            function: self.name.clone(),
+            location,
+            source: tilejit_runtime::RuntimeError::Stopped {
+                what: format!("`{}`", self.name),
+                why: format!(
+                    "was {}; its ops past the stop did not run",
+                    crate::debug::stopped_message()
+                ),
+            },
         };
-        Ok(Outputs::from_arrays(outs))
+        if stopped && take == 0 {
+            return Err(stop_error());
+        }
+        let cell = {
+            let mut programs = entry.programs.lock().unwrap_or_else(|p| p.into_inner());
+            if programs.len() >= MAX_DEBUG_PROGRAMS && !programs.contains_key(&take) {
+                programs.clear();
+            }
+            programs.entry(take).or_default().clone()
+        };
+        let program = cell
+            .get_or_init(|| {
+                let mut graph = entry.graph.clone();
+                if stopped {
+                    graph.outputs.clear();
+                }
+                graph.outputs.extend_from_slice(&entry.computed[..take]);
+                cache.compiles.fetch_add(1, Ordering::Relaxed);
+                Program::compile_named(graph, &format!("{}{sig} debug {take}/{all}", self.name))
+                    .map(Arc::new)
+                    .map_err(|e| Error::Trace {
+                        function: self.name.clone(),
+                        signature: sig.to_string(),
+                        source: Box::new(Error::Runtime(e)),
+                    })
+            })
+            .clone()?;
+        let mut inputs: Vec<Array> = Vec::new();
+        let mut params: Vec<Lit> = Vec::new();
+        let mut on_device = false;
+        for a in args {
+            match *a {
+                ArgValue::Tensor(t) => match &t.repr {
+                    Repr::Concrete(arr) => inputs.push(arr.clone()),
+                    _ => on_device = true,
+                },
+                ArgValue::Float(v, d) => params.push(Lit::from_f64(v, d)),
+                ArgValue::Int(_) | ArgValue::Bool(_) | ArgValue::Mark(_) => {}
+            }
+        }
+        // Under a placement the debug program is placed like any other;
+        // with device arguments it runs where they live, and its values
+        // stay there too (reading one copies it back).
+        let mut outs: Vec<Tensor> = if let Some(placement) = crate::placement::current() {
+            let mode = self.effective_mode();
+            self.call_placed(&program, args, &params, &placement, mode, location)?
+                .collect()
+        } else if on_device {
+            self.run_on_device(&program, args, &params, location)?
+        } else {
+            self.run_in(
+                self.effective_mode(),
+                &program,
+                &inputs,
+                &params,
+                location,
+                false,
+            )?
+            .into_iter()
+            .map(Tensor::concrete)
+            .collect()
+        };
+        let real = if stopped {
+            0
+        } else {
+            entry.graph.outputs.len()
+        };
+        for (i, value) in outs.drain(real..).enumerate() {
+            let id = entry.computed[i];
+            crate::debug::record(
+                tilejit_ir::text::op_name(&entry.graph.node(id).op),
+                &entry.locs[i],
+                value,
+                Some(&self.name),
+            );
+        }
+        if stopped {
+            return Err(stop_error());
+        }
+        Ok(Outputs::from_tensor_vec(outs))
     }
 
     /// A call under a placement: each kernel on the first device that can
@@ -498,6 +679,19 @@ impl JitFunction {
         params: &[Lit],
         location: Loc,
     ) -> Result<Outputs> {
+        self.run_on_device(program, args, params, location)
+            .map(Outputs::from_tensor_vec)
+    }
+
+    /// Runs `program` where its device arguments live (see
+    /// [`call_on_device`](Self::call_on_device)): its outputs, on that device.
+    fn run_on_device(
+        &self,
+        program: &Program,
+        args: &[ArgValue],
+        params: &[Lit],
+        location: Loc,
+    ) -> Result<Vec<Tensor>> {
         let tensors = args.iter().enumerate().filter_map(|(i, a)| match *a {
             ArgValue::Tensor(t) => {
                 let name = self
@@ -527,7 +721,30 @@ impl JitFunction {
                 location,
                 source,
             })?;
-        Ok(Outputs::from_tensor_vec(crate::device::sim_tensors(outs)))
+        Ok(crate::device::sim_tensors(outs))
+    }
+
+    /// Traces `sig` for a debug scope, with each node's line.
+    fn debug_trace(&self, sig: &Signature, args: &[ArgValue], body: &Body) -> Result<DebugTrace> {
+        tilejit_runtime::warm_up();
+        let debug = self.debug.get_or_init(DebugCache::default);
+        debug.traces.note_trace();
+        let (graph, locs) = self.trace_with(sig, args, body, true)?;
+        let locs = locs.unwrap_or_default();
+        let computed = crate::debug::computed_nodes(&graph);
+        let locs = computed
+            .iter()
+            .map(|id| {
+                locs.get(id.index())
+                    .map_or_else(|| self.location.clone(), ToString::to_string)
+            })
+            .collect();
+        Ok(DebugTrace {
+            graph,
+            computed,
+            locs,
+            programs: Mutex::new(HashMap::new()),
+        })
     }
 
     /// For a call about to look `sig` up: if it has no ready program, an
@@ -720,12 +937,24 @@ impl JitFunction {
     /// records, with its outputs.
     fn trace(&self, sig: &Signature, args: &[ArgValue], body: &Body) -> Result<Graph> {
         self.cache.note_trace();
+        self.trace_with(sig, args, body, false).map(|(g, _)| g)
+    }
+
+    /// [`trace`](Self::trace), counting nothing; with `locations`, also
+    /// each node's source line.
+    fn trace_with(
+        &self,
+        sig: &Signature,
+        args: &[ArgValue],
+        body: &Body,
+        locations: bool,
+    ) -> Result<(Graph, Option<Vec<Loc>>)> {
         let wrap = |source: Error| Error::Trace {
             function: self.name.clone(),
             signature: sig.to_string(),
             source: Box::new(source),
         };
-        let (id, guard) = TraceGuard::start();
+        let (id, guard) = TraceGuard::start(locations);
         let values = trace::with(|state| -> Result<Vec<TraceValue>> {
             let state = state.ok_or_else(|| {
                 wrap(Error::ForeignTrace {
@@ -828,7 +1057,7 @@ impl JitFunction {
             };
             state.graph.outputs.push(node);
         }
-        Ok(state.graph)
+        Ok((state.graph, state.locs))
     }
 
     /// The handler cache's entries, sorted by signature.
@@ -925,10 +1154,13 @@ impl JitFunction {
         self.cache.stats()
     }
 
-    /// Empties the handler cache and forgets the shape classes (the next
-    /// call of each signature retraces).
+    /// Empties the handler cache and forgets the shape classes and debug
+    /// traces (the next call of each signature retraces).
     pub fn clear(&self) {
         self.cache.clear();
+        if let Some(d) = self.debug.get() {
+            d.traces.clear();
+        }
         self.classes
             .lock()
             .unwrap_or_else(|p| p.into_inner())

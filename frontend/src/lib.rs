@@ -21,7 +21,8 @@
 //!
 //! Modules: [`tensor`] (the `Tensor` type), `ops`/`operators` (its methods
 //! and operators), [`jit`](mod@jit) (jit functions and their handler caches),
-//! [`args`] (how values cross a jit boundary), [`error`].
+//! [`args`] (how values cross a jit boundary), [`error`], [`debug`] (every
+//! intermediate value, where the first NaN came from, step-to).
 //!
 //! Inside a `#[jit]` body, `f32`/`f64` parameters are rank-0 `&Tensor`s (runtime
 //! parameters: changing them never retraces) that adopt the dtype of the
@@ -69,6 +70,7 @@
 mod apply;
 pub mod args;
 mod conv;
+pub mod debug;
 pub mod device;
 mod display;
 pub mod error;
@@ -152,3 +154,8 @@ pub struct CachingDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/devices.md")]
 pub struct DevicesDoctests;
+
+/// The debugging guide's examples, run as doctests too.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/debugging.md")]
+pub struct DebuggingDoctests;

@@ -16,6 +16,10 @@ pub(crate) struct TraceState {
     pub id: u64,
     pub graph: Graph,
     pub first_error: Option<Error>,
+    /// Per node, the user's line that added it: kept only by the traces
+    /// `tilejit::debug` makes (`None` on every other trace, so the
+    /// normal trace path pays one branch per op).
+    pub locs: Option<Vec<Loc>>,
 }
 
 thread_local! {
@@ -58,14 +62,17 @@ pub(crate) struct TraceGuard {
 }
 
 impl TraceGuard {
-    /// Starts a trace on this thread and returns its id and guard.
-    pub fn start() -> (u64, TraceGuard) {
+    /// Starts a trace on this thread and returns its id and guard; with
+    /// `locations`, the trace records each node's source line
+    /// ([`TraceState::locs`]).
+    pub fn start(locations: bool) -> (u64, TraceGuard) {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         CURRENT.with(|c| {
             *c.borrow_mut() = Some(TraceState {
                 id,
                 graph: Graph::new(),
                 first_error: None,
+                locs: locations.then(Vec::new),
             })
         });
         (id, TraceGuard { finished: false })

@@ -7,6 +7,7 @@ mod block_math;
 mod cancel;
 mod concurrency;
 mod conv;
+mod debug_values;
 mod device_tensors;
 mod disk_cache;
 mod display;
