@@ -109,13 +109,38 @@ pub fn with_observer<R>(observer: Arc<dyn KernelObserver>, f: impl FnOnce() -> R
     f()
 }
 
-/// The observers of this thread now, or `None` (the common case, one
-/// thread-local read).
+/// The observers of this thread now, or `None` (the common case: one
+/// thread-local read and one atomic load, inlined into the run loop).
+#[inline(always)]
 pub(crate) fn active() -> Option<Observers> {
-    let env = env_observers();
-    if (env.is_empty() && !ANY.with(|a| a.get())) || INSIDE.with(|i| i.get()) {
+    if !ANY.with(|a| a.get()) && !env_on() {
         return None;
     }
+    active_slow()
+}
+
+/// Whether the environment asked for observers, cached in an atomic so
+/// the check is a load.
+#[inline(always)]
+fn env_on() -> bool {
+    static ON: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    match ON.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let on = !env_observers().is_empty();
+            ON.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
+#[cold]
+fn active_slow() -> Option<Observers> {
+    if INSIDE.with(|i| i.get()) {
+        return None;
+    }
+    let env = env_observers();
     let scoped = SCOPED.with(|s| {
         let s = s.borrow();
         (!s.is_empty()).then(|| s.clone())
