@@ -127,6 +127,8 @@ fn from_st_dtype(d: StDtype) -> Option<DType> {
         StDtype::I32 => DType::I32,
         StDtype::I64 => DType::I64,
         StDtype::BOOL => DType::Bool,
+        StDtype::U8 => DType::U8,
+        StDtype::I8 => DType::I8,
         _ => return None,
     })
 }
@@ -140,6 +142,8 @@ fn to_st_dtype(d: DType) -> StDtype {
         DType::I32 => StDtype::I32,
         DType::I64 => StDtype::I64,
         DType::Bool => StDtype::BOOL,
+        DType::U8 => StDtype::U8,
+        DType::I8 => StDtype::I8,
     }
 }
 

@@ -123,6 +123,8 @@ fn from_buffer(b: &Buffer) -> Result<Vals, IrError> {
         Buffer::I32(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
         Buffer::I64(v) => Vals::I(collect(v.iter().copied())?),
         Buffer::Bool(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
+        Buffer::U8(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
+        Buffer::I8(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
     })
 }
 

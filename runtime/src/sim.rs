@@ -658,6 +658,8 @@ fn upload(dev: &SimDevice, a: &Buffer, dst: &DeviceBuffer) -> Result<(), Runtime
         Buffer::I32(v) => dev.copy_elems_from_host(v, dst, 0),
         Buffer::I64(v) => dev.copy_elems_from_host(v, dst, 0),
         Buffer::Bool(v) => dev.copy_elems_from_host(v, dst, 0),
+        Buffer::U8(v) => dev.copy_elems_from_host(v, dst, 0),
+        Buffer::I8(v) => dev.copy_elems_from_host(v, dst, 0),
     }?;
     Ok(())
 }
@@ -679,6 +681,8 @@ fn download(
         Buffer::I32(v) => dev.copy_elems_to_host(src, 0, v),
         Buffer::I64(v) => dev.copy_elems_to_host(src, 0, v),
         Buffer::Bool(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::U8(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::I8(v) => dev.copy_elems_to_host(src, 0, v),
     }?;
     Ok(out)
 }

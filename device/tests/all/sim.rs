@@ -30,6 +30,8 @@ fn to_bytes(v: &[f64], dt: DType) -> Vec<u8> {
             DType::I32 => out.extend_from_slice(&(x as i32).to_le_bytes()),
             DType::I64 => out.extend_from_slice(&(x as i64).to_le_bytes()),
             DType::Bool => out.push((x != 0.0) as u8),
+            DType::U8 => out.push(x as i64 as u8),
+            DType::I8 => out.push(x as i64 as i8 as u8),
         }
     }
     out
@@ -44,7 +46,8 @@ fn from_bytes(b: &[u8], dt: DType) -> Vec<f64> {
             DType::BF16 => bf16::from_le_bytes(c.try_into().unwrap()).to_f64(),
             DType::I32 => i32::from_le_bytes(c.try_into().unwrap()) as f64,
             DType::I64 => i64::from_le_bytes(c.try_into().unwrap()) as f64,
-            DType::Bool => c[0] as f64,
+            DType::Bool | DType::U8 => c[0] as f64,
+            DType::I8 => c[0] as i8 as f64,
         })
         .collect()
 }
