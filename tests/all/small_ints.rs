@@ -386,3 +386,409 @@ fn i32_max_of_negative_rows_on_sim() {
         assert_eq!(got, [3], "{mode:?}");
     }
 }
+
+/// `n` u8 values `(i * 37 + 11) % 256` and i8 values of the same bits.
+fn ramp(n: usize) -> (Vec<u8>, Vec<i8>) {
+    let u: Vec<u8> = (0..n).map(|i| ((i * 37 + 11) % 256) as u8).collect();
+    let s = u.iter().map(|&v| v as i8).collect();
+    (u, s)
+}
+
+#[test]
+fn sizes_zero_one_odd_and_large_match_hand_computed_values() {
+    let mut failures = Vec::new();
+    for n in [0usize, 1, 7, 783, 20001] {
+        let (u, s) = ramp(n);
+        let (tu, ts) = (
+            Tensor::from_vec(u.clone(), &[n]).unwrap(),
+            Tensor::from_vec(s.clone(), &[n]).unwrap(),
+        );
+        // Elementwise: u8 `x * 3 + 5`, wrapping; i8 `max(x, -x)`, with
+        // abs(-128) == -128.
+        let want_u: Vec<i64> = u
+            .iter()
+            .map(|&v| v.wrapping_mul(3).wrapping_add(5) as i64)
+            .collect();
+        let want_s: Vec<i64> = s.iter().map(|&v| v.max(v.wrapping_neg()) as i64).collect();
+        let none = Tensor::zeros(&[], DType::F32);
+        failures.extend(check(
+            &format!("u8 x*3+5 [{n}]"),
+            |a, _| a * 3 + 5,
+            &tu,
+            &none,
+            DType::U8,
+            &want_u,
+        ));
+        failures.extend(check(
+            &format!("i8 max(x,-x) [{n}]"),
+            |a, _| a.maximum(&-a),
+            &ts,
+            &none,
+            DType::I8,
+            &want_s,
+        ));
+        // u8 compare against 128, counted in i32.
+        let count = u.iter().filter(|&&v| v > 128).count() as i64;
+        failures.extend(check(
+            &format!("u8 count > 128 [{n}]"),
+            |a, _| a.gt(&(a * 0 + 128)).cast(DType::I32).sum(0, false),
+            &tu,
+            &none,
+            DType::I32,
+            &[count],
+        ));
+        // Reductions over the whole row: wrapping sums, max/min.
+        let sum_u = u.iter().fold(0u8, |a, &v| a.wrapping_add(v)) as i64;
+        let sum_s = s.iter().fold(0i8, |a, &v| a.wrapping_add(v)) as i64;
+        failures.extend(check(
+            &format!("u8 sum [{n}]"),
+            |a, _| a.sum(0, false),
+            &tu,
+            &none,
+            DType::U8,
+            &[sum_u],
+        ));
+        failures.extend(check(
+            &format!("i8 sum [{n}]"),
+            |a, _| a.sum(0, false),
+            &ts,
+            &none,
+            DType::I8,
+            &[sum_s],
+        ));
+        if n > 0 {
+            let (mx, mn) = (
+                *u.iter().max().unwrap() as i64,
+                *u.iter().min().unwrap() as i64,
+            );
+            failures.extend(check(
+                &format!("u8 max [{n}]"),
+                |a, _| a.max(0, false),
+                &tu,
+                &none,
+                DType::U8,
+                &[mx],
+            ));
+            failures.extend(check(
+                &format!("u8 min [{n}]"),
+                |a, _| a.min(0, false),
+                &tu,
+                &none,
+                DType::U8,
+                &[mn],
+            ));
+            let (mx, mn) = (
+                *s.iter().max().unwrap() as i64,
+                *s.iter().min().unwrap() as i64,
+            );
+            failures.extend(check(
+                &format!("i8 max [{n}]"),
+                |a, _| a.max(0, false),
+                &ts,
+                &none,
+                DType::I8,
+                &[mx],
+            ));
+            failures.extend(check(
+                &format!("i8 min [{n}]"),
+                |a, _| a.min(0, false),
+                &ts,
+                &none,
+                DType::I8,
+                &[mn],
+            ));
+            // All-negative and all-large rows: the identities.
+            let neg: Vec<i64> = vec![s.iter().map(|&v| v.min(-3)).max().unwrap() as i64];
+            failures.extend(check(
+                &format!("i8 max of negatives [{n}]"),
+                |a, _| a.minimum(&(a * 0 - 3)).max(0, false),
+                &ts,
+                &none,
+                DType::I8,
+                &neg,
+            ));
+            let big = vec![u.iter().map(|&v| v.max(250)).min().unwrap() as i64];
+            failures.extend(check(
+                &format!("u8 min of large [{n}]"),
+                |a, _| a.maximum(&(a * 0 + 250)).min(0, false),
+                &tu,
+                &none,
+                DType::U8,
+                &big,
+            ));
+            let wide: Vec<i32> = s.iter().map(|&v| v as i32 - 1000).collect();
+            let want = vec![*wide.iter().max().unwrap() as i64];
+            failures.extend(check(
+                &format!("i32 max of negatives [{n}]"),
+                |a, _| a.max(0, false),
+                &Tensor::from_vec(wide, &[n]).unwrap(),
+                &none,
+                DType::I32,
+                &want,
+            ));
+            let am = u
+                .iter()
+                .enumerate()
+                .max_by_key(|&(i, &v)| (v, std::cmp::Reverse(i)))
+                .unwrap()
+                .0 as i64;
+            failures.extend(check(
+                &format!("u8 argmax [{n}]"),
+                |a, _| a.argmax(0, false),
+                &tu,
+                &none,
+                DType::I64,
+                &[am],
+            ));
+        }
+        // Layout: reverse through index_select, cat, pad with 7.
+        let rev: Vec<i64> = u.iter().rev().map(|&v| v as i64).collect();
+        failures.extend(check(
+            &format!("u8 reversed [{n}]"),
+            |a, _| {
+                let n = a.numel();
+                a.index_select(0, &(Tensor::arange(n, DType::I64) * -1 + (n as f64 - 1.0)))
+            },
+            &tu,
+            &none,
+            DType::U8,
+            &rev,
+        ));
+        let mut cat: Vec<i64> = s.iter().map(|&v| v as i64).collect();
+        cat.extend(s.iter().map(|&v| v.wrapping_add(1) as i64));
+        failures.extend(check(
+            &format!("i8 cat [{n}]"),
+            |a, _| Tensor::cat(&[a, &(a + 1)], 0),
+            &ts,
+            &none,
+            DType::I8,
+            &cat,
+        ));
+        let mut pad = vec![7i64];
+        pad.extend(u.iter().map(|&v| v as i64));
+        pad.extend([7, 7]);
+        failures.extend(check(
+            &format!("u8 pad [{n}]"),
+            |a, _| a.pad(&[(1, 2)], 7.0),
+            &tu,
+            &none,
+            DType::U8,
+            &pad,
+        ));
+        let sl: Vec<i64> = s.iter().skip(1).map(|&v| v as i64).collect();
+        failures.extend(check(
+            &format!("i8 slice [{n}]"),
+            |a, _| a.slice(0, 1, isize::MAX),
+            &ts,
+            &none,
+            DType::I8,
+            &sl,
+        ));
+    }
+    assert_none(failures);
+}
+
+#[test]
+fn matmul_wraps_in_the_dtype() {
+    // [[200, 100], [3, 255]] @ [[2, 1], [1, 3]] = [[500, 500], [261, 768]]
+    // mod 256 = [[244, 244], [5, 0]]; as i8 the same bits.
+    let a = Tensor::from_vec(vec![200u8, 100, 3, 255], &[2, 2]).unwrap();
+    let b = Tensor::from_vec(vec![2u8, 1, 1, 3], &[2, 2]).unwrap();
+    let mut failures = check(
+        "u8 matmul",
+        |a, b| a.matmul(b),
+        &a,
+        &b,
+        DType::U8,
+        &[244, 244, 5, 0],
+    );
+    let (a8, b8) = (a.cast(DType::I8), b.cast(DType::I8));
+    failures.extend(check(
+        "i8 matmul",
+        |a, b| a.matmul(b),
+        &a8,
+        &b8,
+        DType::I8,
+        &[-12, -12, 5, 0],
+    ));
+    assert_none(failures);
+}
+
+#[test]
+fn npy_and_safetensors_round_trip_and_read_numpy_bytes() {
+    let dir = TempDir::new("small-ints");
+    let (a, x) = (a_u8(), x_i8());
+    // Round trips.
+    let p = dir.join("a.npy");
+    io::write_npy(&p, &a).unwrap();
+    let back = io::read_npy(&p).unwrap();
+    assert_eq!(back.dtype(), DType::U8);
+    assert_eq!(back.to_vec::<u8>().unwrap(), [200, 100, 255, 0, 7]);
+    // numpy writes u8 as `|u1`, i8 as `|i1`: read the header as written.
+    let bytes = std::fs::read(&p).unwrap();
+    let header = String::from_utf8_lossy(&bytes[10..]);
+    assert!(header.contains("'descr': '|u1'"), "{header}");
+    let p = dir.join("x.npy");
+    io::write_npy(&p, &x).unwrap();
+    let bytes = std::fs::read(&p).unwrap();
+    assert!(String::from_utf8_lossy(&bytes[10..]).contains("'descr': '|i1'"));
+    let back = io::read_npy(&p).unwrap();
+    assert_eq!(back.dtype(), DType::I8);
+    assert_eq!(back.to_vec::<i8>().unwrap(), [-128, 127, -1, 5, -7, 0]);
+    // A file as numpy 2.4 writes it: np.save(f, np.array([[1, 255], [128, 0]], np.uint8)).
+    let mut h = "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 2), }".to_string();
+    while (10 + h.len() + 1) % 64 != 0 {
+        h.push(' ');
+    }
+    h.push('\n');
+    let mut file = b"\x93NUMPY\x01\x00".to_vec();
+    file.extend((h.len() as u16).to_le_bytes());
+    file.extend(h.as_bytes());
+    file.extend([1u8, 255, 128, 0]);
+    let p = dir.join("numpy.npy");
+    std::fs::write(&p, file).unwrap();
+    let t = io::read_npy(&p).unwrap();
+    assert_eq!((t.dtype(), t.shape()), (DType::U8, &[2usize, 2][..]));
+    assert_eq!(t.to_vec::<u8>().unwrap(), [1, 255, 128, 0]);
+    // safetensors: the `U8` and `I8` dtypes.
+    let p = dir.join("t.safetensors");
+    io::save_safetensors(&p, &[("a", &a), ("x", &x)]).unwrap();
+    let m = io::load_safetensors(&p).unwrap();
+    assert_eq!(m["a"].dtype(), DType::U8);
+    assert_eq!(m["a"].to_vec::<u8>().unwrap(), [200, 100, 255, 0, 7]);
+    assert_eq!(m["x"].dtype(), DType::I8);
+    assert_eq!(m["x"].to_vec::<i8>().unwrap(), [-128, 127, -1, 5, -7, 0]);
+    let text = String::from_utf8_lossy(&std::fs::read(&p).unwrap()).to_string();
+    assert!(
+        text.contains("\"dtype\":\"U8\"") && text.contains("\"dtype\":\"I8\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn display_and_elements() {
+    assert_eq!(
+        a_u8().to_string().lines().next().unwrap().contains("200"),
+        true
+    );
+    assert_eq!(DType::from_name("u8"), Some(DType::U8));
+    assert_eq!(DType::from_name("i8"), Some(DType::I8));
+    assert_eq!((DType::U8.size_bytes(), DType::I8.size_bytes()), (1, 1));
+    assert!(DType::U8.is_int() && DType::U8.is_unsigned() && !DType::I8.is_unsigned());
+    // The earlier dtypes keep their places (serialized codes).
+    assert_eq!(DType::ALL[6], DType::Bool);
+    assert_eq!(&DType::ALL[7..], [DType::U8, DType::I8]);
+    // Asking for the wrong element type is an error, not a reinterpretation.
+    assert!(a_u8().to_vec::<i8>().is_err());
+    assert!(x_i8().to_vec::<u8>().is_err());
+}
+
+#[test]
+fn bad_input_is_an_error_naming_the_op_and_line() {
+    let (a, x) = (a_u8(), x_i8());
+    let line = line!() + 1;
+    let e = (&a + &x).into_result().unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("small_ints.rs") && msg.contains(&line.to_string()),
+        "{msg}"
+    );
+    // Scalars the dtype cannot hold.
+    for (what, t) in [
+        ("u8 - 1 below 0", &a - (-1)),
+        ("u8 + 300", &a + 300),
+        ("u8 * 0.5", &a * 0.5),
+        ("i8 + 128", &x + 128),
+    ] {
+        let e = t.into_result().unwrap_err();
+        assert!(e.to_string().contains("small_ints.rs"), "{what}: {e}");
+    }
+    // Float-only ops, and small-int gather indices.
+    for (what, t) in [
+        ("exp", a.exp()),
+        ("sqrt", x.sqrt()),
+        (
+            "gather index u8",
+            x.gather(0, &Tensor::zeros(&[6], DType::U8)),
+        ),
+        (
+            "index_select i8",
+            x.index_select(0, &Tensor::zeros(&[2], DType::I8)),
+        ),
+    ] {
+        let e = t.into_result().unwrap_err();
+        assert!(e.to_string().contains("small_ints.rs"), "{what}: {e}");
+    }
+    // In a jit function too.
+    let f = jit_fn!(|a: &Tensor| a.log());
+    for mode in MODES {
+        let e = f.with_mode(mode).call((&a,)).unwrap_err();
+        assert!(e.to_string().contains("log"), "{mode:?}: {e}");
+    }
+}
+
+#[test]
+fn long_rows_of_a_two_stage_kernel_start_from_the_dtype_identity() {
+    // A long row whose max feeds a second stage is reduced chunk by chunk
+    // on Sim from the identity: the dtype's least value for max (it once
+    // wrapped i64::MIN into i32, u8 and i8 alike, giving 0), its greatest
+    // for min.
+    // Nine rows (more than are split across tasks), each wider than the
+    // default 192 KiB UB: 240 KB of i32, 200 KB of i8 or u8.
+    let rows = 9;
+    let mut failures = Vec::new();
+    let none = Tensor::zeros(&[], DType::F32);
+    let n = 60_001;
+    let wide: Vec<i32> = (0..rows * n)
+        .map(|i| -1000 - ((i * 7919) % 5000) as i32)
+        .collect();
+    let mx: Vec<i32> = wide.chunks(n).map(|r| *r.iter().max().unwrap()).collect();
+    let want: Vec<i64> = wide
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (v - mx[i / n]) as i64)
+        .collect();
+    let t = Tensor::from_vec(wide, &[rows, n]).unwrap();
+    failures.extend(check(
+        "i32 x - max",
+        |a, _| a - a.max(-1, true),
+        &t,
+        &none,
+        DType::I32,
+        &want,
+    ));
+    let n = 200_003;
+    let s: Vec<i8> = (0..rows * n).map(|i| -3 - ((i * 37) % 100) as i8).collect();
+    let mx: Vec<i8> = s.chunks(n).map(|r| *r.iter().max().unwrap()).collect();
+    let want: Vec<i64> = s
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| v.wrapping_sub(mx[i / n]) as i64)
+        .collect();
+    let t = Tensor::from_vec(s, &[rows, n]).unwrap();
+    failures.extend(check(
+        "i8 x - max",
+        |a, _| a - a.max(-1, true),
+        &t,
+        &none,
+        DType::I8,
+        &want,
+    ));
+    let u: Vec<u8> = (0..rows * n).map(|i| 200 + ((i * 37) % 50) as u8).collect();
+    let mn: Vec<u8> = u.chunks(n).map(|r| *r.iter().min().unwrap()).collect();
+    let want: Vec<i64> = u
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (v - mn[i / n]) as i64)
+        .collect();
+    let t = Tensor::from_vec(u, &[rows, n]).unwrap();
+    failures.extend(check(
+        "u8 x - min",
+        |a, _| a - a.min(-1, true),
+        &t,
+        &none,
+        DType::U8,
+        &want,
+    ));
+    assert_none(failures);
+}
