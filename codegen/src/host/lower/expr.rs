@@ -674,8 +674,12 @@ impl<'b> Lowerer<'_, 'b> {
             }
             (f, _) if f.is_float() => b.ins().fcvt_to_sint_sat(tt, x),
             (f, t) if t.is_float() => {
-                // Exact in i32 for u8 and i8 (zero- or sign-extended).
-                let w = widen_int(b, x, f, types::I32);
+                // u8 and i8 through i32 (zero- or sign-extended, exact).
+                let w = if ft.bits() < 32 {
+                    widen_int(b, x, f, types::I32)
+                } else {
+                    x
+                };
                 b.ins().fcvt_from_sint(tt, w)
             }
             (f, _) => {
