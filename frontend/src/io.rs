@@ -84,7 +84,7 @@ fn tensor_from_bytes(
 }
 
 /// Reads a `.npy` file (format 1-3, C order, little endian; f32, f64, f16,
-/// i32, i64, bool). NumPy has no bf16, so tilejit writes bf16 as its raw
+/// i32, i64, bool, u8 (`|u1`), i8 (`|i1`)). NumPy has no bf16, so tilejit writes bf16 as its raw
 /// bits under descr `<u2` and reads `<u2` back as bf16: a NumPy uint16
 /// array loads as bf16 bits.
 #[track_caller]
