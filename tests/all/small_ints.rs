@@ -795,3 +795,44 @@ fn long_rows_of_a_two_stage_kernel_start_from_the_dtype_identity() {
     ));
     assert_none(failures);
 }
+
+/// A u8 constant made in the body (a non-splat tensor), wrapping math and
+/// an unsigned compare, for the snapshot round trip.
+#[jit]
+fn u8_snap(x: &Tensor) -> Tensor {
+    let k = Tensor::from_vec(vec![200u8, 1, 128, 255, 0], &[5]).unwrap();
+    let y = x * 3u8 + &k;
+    Tensor::where_cond(&y.gt(x), &y, &(x - 1u8))
+}
+
+#[test]
+fn snapshots_keep_u8_constants_and_programs() {
+    let dir = TempDir::new("small-ints-snap");
+    let path = dir.join("u8.tjsnap");
+    let x = a_u8();
+    // y = x*3 + k, wrapping: [32, 45, 125, 255, 21]; y > x (unsigned) is
+    // [F, F, F, T, T], else x - 1 (0 - 1 would wrap to 255).
+    let want = [199u8, 99, 254, 255, 21];
+    for mode in [RunMode::Host, RunMode::Sim] {
+        let got = with_mode(mode, || u8_snap(&x)).unwrap();
+        assert_eq!(got.to_vec::<u8>().unwrap(), want, "{mode:?}");
+    }
+    u8_snap::jit().save(&path).unwrap();
+    u8_snap::jit().clear();
+    assert_eq!(u8_snap::jit().load(&path).unwrap(), 1);
+    u8_snap::jit().freeze(true);
+    for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
+        let got = with_mode(mode, || u8_snap(&x)).unwrap();
+        assert_eq!(got.to_vec::<u8>().unwrap(), want, "loaded {mode:?}");
+    }
+    u8_snap::jit().freeze(false);
+    // Scalars of the tensor's own Rust type on either side.
+    assert_eq!(
+        (3u8 * &x - 1u8).to_vec::<u8>().unwrap(),
+        [87, 43, 252, 255, 20]
+    );
+    assert_eq!(
+        (&x_i8() * 2i8 + 1i8).to_vec::<i8>().unwrap(),
+        [1, -1, -1, 11, -13, 1]
+    );
+}
