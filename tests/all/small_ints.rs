@@ -836,3 +836,29 @@ fn snapshots_keep_u8_constants_and_programs() {
         [1, -1, -1, 11, -13, 1]
     );
 }
+
+#[test]
+fn constructors_saturate_floats_and_wrap_ranges() {
+    // np.arange(300, dtype=np.uint8)[250:260] = [250 ... 255 0 1 2 3].
+    let a = Tensor::arange(300, DType::U8).to_vec::<u8>().unwrap();
+    assert_eq!(a[250..260], [250, 251, 252, 253, 254, 255, 0, 1, 2, 3]);
+    let a = Tensor::arange(130, DType::I8).to_vec::<i8>().unwrap();
+    assert_eq!(a[126..130], [126, 127, -128, -127]);
+    // A float value converts as a cast (numpy's np.full raises instead).
+    assert_eq!(
+        Tensor::full(&[2], 300.0, DType::U8).to_vec::<u8>().unwrap(),
+        [255, 255]
+    );
+    assert_eq!(
+        Tensor::full(&[1], -7.9, DType::I8).to_vec::<i8>().unwrap(),
+        [-7]
+    );
+    assert_eq!(
+        Tensor::full(&[1], -1.0, DType::U8).to_vec::<u8>().unwrap(),
+        [0]
+    );
+    assert!(Tensor::ones(&[0], DType::U8)
+        .to_vec::<u8>()
+        .unwrap()
+        .is_empty());
+}
