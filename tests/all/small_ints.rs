@@ -862,3 +862,46 @@ fn constructors_saturate_floats_and_wrap_ranges() {
         .unwrap()
         .is_empty());
 }
+
+#[test]
+fn mean_widens_and_images_run_in_every_mode() {
+    // np.mean(np.array([200, 100, 255, 0, 7], np.uint8)) = 112.4 (float64),
+    // np.mean(np.array([-128, 127, -1, 5, -7, 0], np.int8)) = -0.6666666666666666.
+    for mode in MODES {
+        let m = with_mode(mode, || a_u8().mean(0, false));
+        assert_eq!(m.dtype(), DType::F64, "{mode:?}");
+        assert_eq!(m.to_vec::<f64>().unwrap(), [112.4], "{mode:?}");
+        let m = with_mode(mode, || x_i8().mean(0, false));
+        assert_eq!(
+            m.to_vec::<f64>().unwrap(),
+            [-0.6666666666666666],
+            "{mode:?}"
+        );
+    }
+    // A u8 image [1, 1, 4, 4] of 0..16 * 17: max_pool2d(2, 2) by hand is
+    // [[5, 7], [13, 15]] * 17; conv2d with a [1, 1, 2, 2] kernel of ones
+    // wraps its window sums (e.g. (0 + 1 + 4 + 5) * 17 = 170, (10 + 11 +
+    // 14 + 15) * 17 = 850 -> 850 - 768 = 82).
+    let img: Vec<u8> = (0..16).map(|i| i * 17).collect();
+    let x = Tensor::from_vec(img, &[1, 1, 4, 4]).unwrap();
+    let w = Tensor::ones(&[1, 1, 2, 2], DType::U8);
+    let none = Tensor::zeros(&[], DType::F32);
+    let mut failures = check(
+        "u8 max_pool2d",
+        |a, _| a.max_pool2d(2, 2),
+        &x,
+        &none,
+        DType::U8,
+        &[85, 119, 221, 255],
+    );
+    let sums = [0u32, 2, 8, 10].map(|i| ((i + (i + 1) + (i + 4) + (i + 5)) * 17 % 256) as i64);
+    failures.extend(check(
+        "u8 conv2d",
+        |a, w| a.conv2d(w, 2, 0),
+        &x,
+        &w,
+        DType::U8,
+        &sums,
+    ));
+    assert_none(failures);
+}
