@@ -165,8 +165,8 @@ impl Buffer {
     }
 
     /// Sets every element to `lit` converted to the buffer's dtype (ints
-    /// truncate floats, saturating (i32 and i64 integers are already in
-    /// range); u8 and i8 wrap integers; bools are "not zero").
+    /// truncate floats; u8 and i8 saturate a float into their range, as a
+    /// cast does, and wrap an integer; bools are "not zero").
     pub fn fill(&mut self, lit: Lit) {
         let f = lit.as_f64();
         match self {
