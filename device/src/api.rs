@@ -9,7 +9,7 @@ use crate::config::DeviceConfig;
 use crate::error::{DeviceError, Result};
 use crate::isa::verify::{verify, VerifiedProgram};
 use crate::isa::{CoreType, Program};
-use crate::mem::{GmElem, MemChunk, MemRegion, RegionStats, Span};
+use crate::mem::{ChunkInfo, GmElem, MemChunk, MemRegion, RegionStats, Span};
 use crate::sched::{Launch, LaunchHandle, LaunchOptions, Scheduler};
 use crate::sim::{run_core, CoreRun, CoreState, TaskArgs};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -54,6 +54,12 @@ impl DeviceBuffer {
     /// Its address range in device memory (for task arguments).
     pub fn span(&self) -> Span {
         self.chunk.span()
+    }
+
+    /// Names what owns the buffer (a tensor's type, a program's
+    /// constant), shown by memory reports and out-of-memory errors.
+    pub fn set_label(&self, label: std::sync::Arc<str>) {
+        self.chunk.set_label(label);
     }
 }
 
@@ -376,6 +382,12 @@ impl SimDevice {
     /// GM allocator occupancy.
     pub fn memory_stats(&self) -> RegionStats {
         self.inner.mem.region.stats()
+    }
+
+    /// Every live GM chunk, by offset, with its owner's label if it gave
+    /// one (XRT's getAllMemChunk).
+    pub fn memory_chunks(&self) -> Vec<ChunkInfo> {
+        self.inner.mem.region.chunks()
     }
 
     /// Verifies a program against this device's memories.

@@ -11,7 +11,8 @@ pub enum DeviceError {
     /// An allocation did not fit.
     #[error(
         "out of memory in {region}: requested {requested} bytes, {free} bytes free in total, \
-         largest free block {largest_free} bytes"
+         largest free block {largest_free} bytes{}",
+        live_list(.largest_live)
     )]
     OutOfMemory {
         /// The region that was asked (`GM`, `host`).
@@ -22,6 +23,9 @@ pub enum DeviceError {
         free: u64,
         /// The largest contiguous free block.
         largest_free: u64,
+        /// The biggest live chunks (up to three), each as `bytes at offset
+        /// (owner)`: what holds the memory.
+        largest_live: Vec<String>,
     },
     /// The host could not allocate the pages behind simulated memory.
     #[error("{0}")]
@@ -121,3 +125,11 @@ pub enum DeviceError {
 
 /// Shorthand for this crate's results.
 pub type Result<T, E = DeviceError> = std::result::Result<T, E>;
+
+/// `; largest live chunks: a, b` (empty when none).
+fn live_list(chunks: &[String]) -> String {
+    match chunks {
+        [] => String::new(),
+        _ => format!("; largest live chunks: {}", chunks.join(", ")),
+    }
+}

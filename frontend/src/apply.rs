@@ -56,6 +56,9 @@ fn apply_traced(
                 Repr::Traced { trace, node, .. } if *trace == state.id => *node,
                 Repr::Traced { .. } => return Err(Error::ForeignTrace { op, location }),
                 Repr::Concrete(a) => state.graph.add_constant(a.clone()),
+                // A device tensor a body captured becomes a constant of the
+                // program: its values are read once, now.
+                Repr::Sim(_) => state.graph.add_constant(t.array(op)?),
                 Repr::Error(e) => return Err((**e).clone()),
             });
         }
@@ -85,55 +88,182 @@ fn apply_eager(
     operands: &[&Tensor],
     build: impl FnOnce(&mut Graph, &[NodeId]) -> Result<NodeId, IrError>,
 ) -> Tensor {
-    let run = || -> Result<tilejit_ir::Array, IrError> {
-        let mut g = Graph::new();
-        let mut ids = Vec::with_capacity(operands.len());
-        let mut inputs = Vec::with_capacity(operands.len());
-        for (i, t) in operands.iter().enumerate() {
-            let Repr::Concrete(a) = &t.repr else {
-                return Err(IrError::Verify(
-                    "eager op got a non-concrete operand".into(),
-                ));
-            };
-            ids.push(g.add(Op::Input {
-                index: i as u32,
-                ty: a.ty(),
-            })?);
-            inputs.push(a.clone());
-        }
-        let node = build(&mut g, &ids)?;
-        g.outputs.push(node);
-        // Eager ops follow a per-call mode (`with_mode`) or
-        // `TILEJIT_RUN_MODE`, so a program run on Sim sees eager results
-        // computed the same way as its jit results.
-        let mode = crate::mode::scoped()
-            .or_else(crate::mode::env_mode)
-            .unwrap_or_default();
-        let flat = |e: tilejit_runtime::RuntimeError| match e {
-            tilejit_runtime::RuntimeError::Ir(e) => e,
-            other => IrError::Backend {
-                kind: other.kind(),
-                message: other.to_string(),
+    let failed = |source| {
+        Tensor::from_error(crate::Error::Op {
+            op,
+            source,
+            location,
+        })
+    };
+    let g = match eager_graph(operands, build) {
+        Ok(g) => g,
+        Err(source) => return failed(source),
+    };
+    if let Some(placement) = crate::placement::current() {
+        return apply_placed(op, location, operands, &g, &placement);
+    }
+    let named = operands
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (format!("operand {i}"), *t));
+    match crate::device::common_device(op, location, named) {
+        Err(e) => Tensor::from_error(e),
+        Ok(d) if d.is_host() => Tensor::from_ir(run_host(op, operands, &g), op, location),
+        Ok(_) => run_sim(operands, &g).unwrap_or_else(|e| failed(flat(e))),
+    }
+}
+
+/// An eager op under a placement: on the first listed device that can run
+/// it (the next only if fallback is on), its operands moved there, its
+/// result on the placement's first device.
+fn apply_placed(
+    op: &'static str,
+    location: Loc,
+    operands: &[&Tensor],
+    g: &Graph,
+    placement: &crate::Placement,
+) -> Tensor {
+    let failed = |source| {
+        Tensor::from_error(crate::Error::Op {
+            op,
+            source,
+            location,
+        })
+    };
+    let mut why_not = Vec::new();
+    for (rank, d) in placement.devices().iter().enumerate() {
+        let moved: Result<Vec<Tensor>, crate::Error> = operands.iter().map(|t| t.to(d)).collect();
+        let moved = match moved {
+            Ok(m) => m,
+            Err(e) => return Tensor::from_error(e),
+        };
+        let refs: Vec<&Tensor> = moved.iter().collect();
+        let result = match d.is_host() {
+            true => run_host(op, &refs, g).map(Tensor::concrete),
+            false => match run_sim(&refs, g) {
+                Ok(t) => Ok(t),
+                Err(tilejit_runtime::RuntimeError::Codegen(
+                    e @ tilejit_runtime::CodegenError::SimUnsupported { .. },
+                )) => {
+                    if rank == 0 && !placement.fallback() {
+                        return Tensor::from_error(crate::Error::Placement {
+                            function: op.to_string(),
+                            location,
+                            kernel: op.to_string(),
+                            device: d.clone(),
+                            reason: format!("{e}; the placement allows no fallback"),
+                        });
+                    }
+                    why_not.push(format!("{d} cannot run it: {e}"));
+                    continue;
+                }
+                Err(e) => Err(flat(e)),
             },
         };
-        let mut out = match mode {
-            RunMode::Host => tilejit_runtime::run_eager(&g, &inputs).map_err(flat)?,
-            RunMode::Reference => tilejit_ir::interp::run(&g, &inputs, &[])?,
-            RunMode::Sim => tilejit_runtime::run_eager_sim(&g, &inputs).map_err(flat)?,
-            RunMode::Verify => {
-                let host = tilejit_runtime::run_eager(&g, &inputs).map_err(flat)?;
-                let sim = tilejit_runtime::run_eager_sim(&g, &inputs).map_err(flat)?;
-                crate::mode::compare(op, &g, &inputs, &[], &host, &sim).map_err(|e| {
-                    IrError::Backend {
-                        kind: ErrorKind::Device,
-                        message: format!("verify mode: host and sim differ: {e}"),
-                    }
-                })?;
-                host
-            }
+        return match result {
+            Ok(t) => t.to(&placement.home()).unwrap_or_else(Tensor::from_error),
+            Err(source) => failed(source),
         };
-        out.pop()
-            .ok_or_else(|| IrError::Verify("eager op produced no output".into()))
+    }
+    Tensor::from_error(crate::Error::Placement {
+        function: op.to_string(),
+        location,
+        kernel: op.to_string(),
+        device: placement.home(),
+        reason: match why_not.is_empty() {
+            true => "the placement lists no device".into(),
+            false => why_not.join("; "),
+        },
+    })
+}
+
+/// The one-op graph over `operands`' types, as inputs.
+fn eager_graph(
+    operands: &[&Tensor],
+    build: impl FnOnce(&mut Graph, &[NodeId]) -> Result<NodeId, IrError>,
+) -> Result<Graph, IrError> {
+    let mut g = Graph::new();
+    let mut ids = Vec::with_capacity(operands.len());
+    for (i, t) in operands.iter().enumerate() {
+        let ty = t
+            .ty()
+            .ok_or_else(|| IrError::Verify("eager op got an error operand".into()))?;
+        ids.push(g.add(Op::Input {
+            index: i as u32,
+            ty,
+        })?);
+    }
+    let node = build(&mut g, &ids)?;
+    g.outputs.push(node);
+    Ok(g)
+}
+
+/// A runtime error as the IR error an op reports.
+fn flat(e: tilejit_runtime::RuntimeError) -> IrError {
+    match e {
+        tilejit_runtime::RuntimeError::Ir(e) => e,
+        other => IrError::Backend {
+            kind: other.kind(),
+            message: other.to_string(),
+        },
+    }
+}
+
+/// An eager op on host operands, in the scoped run mode.
+fn run_host(
+    op: &'static str,
+    operands: &[&Tensor],
+    g: &Graph,
+) -> Result<tilejit_ir::Array, IrError> {
+    let mut inputs = Vec::with_capacity(operands.len());
+    for t in operands {
+        let Repr::Concrete(a) = &t.repr else {
+            return Err(IrError::Verify(
+                "eager op got a non-concrete operand".into(),
+            ));
+        };
+        inputs.push(a.clone());
+    }
+    // Eager ops follow a per-call mode (`with_mode`) or
+    // `TILEJIT_RUN_MODE`, so a program run on Sim sees eager results
+    // computed the same way as its jit results.
+    let mode = crate::mode::scoped()
+        .or_else(crate::mode::env_mode)
+        .unwrap_or_default();
+    let mut out = match mode {
+        RunMode::Host => tilejit_runtime::run_eager(g, &inputs).map_err(flat)?,
+        RunMode::Reference => tilejit_ir::interp::run(g, &inputs, &[])?,
+        RunMode::Sim => tilejit_runtime::run_eager_sim(g, &inputs).map_err(flat)?,
+        RunMode::Verify => {
+            let host = tilejit_runtime::run_eager(g, &inputs).map_err(flat)?;
+            let sim = tilejit_runtime::run_eager_sim(g, &inputs).map_err(flat)?;
+            crate::mode::compare(op, g, &inputs, &[], &host, &sim).map_err(|e| {
+                IrError::Backend {
+                    kind: ErrorKind::Device,
+                    message: format!("verify mode: host and sim differ: {e}"),
+                }
+            })?;
+            host
+        }
     };
-    Tensor::from_ir(run(), op, location)
+    out.pop()
+        .ok_or_else(|| IrError::Verify("eager op produced no output".into()))
+}
+
+/// An eager op on operands in the Sim device's memory: it runs there and
+/// its result stays there, whatever the run mode (the data's place
+/// decides).
+fn run_sim(operands: &[&Tensor], g: &Graph) -> Result<Tensor, tilejit_runtime::RuntimeError> {
+    let mut inputs = Vec::with_capacity(operands.len());
+    for t in operands {
+        inputs.push(match &t.repr {
+            Repr::Sim(d) => tilejit_runtime::Value::Device(d.clone()),
+            Repr::Concrete(a) => tilejit_runtime::Value::Host(a.clone()),
+            _ => return Err(IrError::Verify("eager op got a non-concrete operand".into()).into()),
+        });
+    }
+    let out = tilejit_runtime::run_eager_resident(g, &inputs)?;
+    crate::device::sim_tensors(out)
+        .pop()
+        .ok_or_else(|| IrError::Verify("eager op produced no output".into()).into())
 }

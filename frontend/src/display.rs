@@ -141,6 +141,10 @@ impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.repr {
             Repr::Concrete(a) => write_array(f, a),
+            Repr::Sim(d) => match d.download() {
+                Ok(a) => write_array(f, &a),
+                Err(e) => write!(f, "Tensor(sim {}, unreadable: {e})", d.ty()),
+            },
             Repr::Traced { ty, node, .. } => write!(f, "Tensor(traced {ty}, node {node})"),
             Repr::Error(e) => write!(f, "Tensor(error: {e})"),
         }
@@ -151,6 +155,7 @@ impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.repr {
             Repr::Concrete(a) => write!(f, "Tensor({}, {})", a.ty(), self),
+            Repr::Sim(d) => write!(f, "Tensor(sim {}, {})", d.ty(), self),
             _ => fmt::Display::fmt(self, f),
         }
     }

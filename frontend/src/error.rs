@@ -125,6 +125,29 @@ pub enum Error {
         /// What was wrong.
         message: String,
     },
+    /// The tensors of one call or op live on different devices.
+    Devices {
+        /// The op or jit function.
+        op: String,
+        /// Where the user called it.
+        location: Loc,
+        /// Each tensor argument (its name) and its device.
+        arguments: Vec<(String, crate::Device)>,
+    },
+    /// A placed call's kernel cannot run where the placement requires
+    /// ([`crate::with_placement`]).
+    Placement {
+        /// The jit function.
+        function: String,
+        /// Where the user called it.
+        location: Loc,
+        /// The kernel.
+        kernel: String,
+        /// The device it could not run on.
+        device: crate::Device,
+        /// Why.
+        reason: String,
+    },
     /// `RunMode::Verify`: Host and Sim results differ past tolerance.
     Verify {
         /// The jit function.
@@ -143,11 +166,13 @@ impl Error {
             | Error::ForeignTrace { .. }
             | Error::Arguments { .. }
             | Error::Frozen { .. }
+            | Error::Devices { .. }
             | Error::File { .. } => ErrorKind::BadArgument,
             Error::Trace { source, .. } => source.kind(),
             Error::Panic { .. } => ErrorKind::Panic,
             Error::Runtime(e) | Error::Run { source: e, .. } => e.kind(),
             Error::Verify { .. } => ErrorKind::Device,
+            Error::Placement { .. } => ErrorKind::Unsupported,
         }
     }
 
@@ -198,6 +223,20 @@ impl fmt::Display for Error {
                 write!(f, "{kind}: {source}\n  while running `{function}` called at {location}")
             }
             Error::File { path, message } => write!(f, "{kind}: {}: {message}", path.display()),
+            Error::Placement { function, location, kernel, device, reason } => write!(
+                f,
+                "{kind}: `{function}` at {location}: kernel `{kernel}` cannot run on {device}: {reason}"
+            ),
+            Error::Devices { op, location, arguments } => {
+                let each: Vec<String> =
+                    arguments.iter().map(|(name, d)| format!("{name} on {d}")).collect();
+                write!(
+                    f,
+                    "{kind}: `{op}` at {location} got tensors on different devices: {}; \
+                     move them to one with `Tensor::to`",
+                    each.join(", ")
+                )
+            }
             Error::Verify { function, message } => {
                 write!(f, "{kind}: `{function}` in verify mode: host and sim differ: {message}")
             }

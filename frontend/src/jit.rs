@@ -17,6 +17,7 @@
 use crate::args::{ArgKind, ArgValue, JitArgs, JitOutput, Outputs, ParamSpec, TraceValue};
 use crate::error::{Error, Loc, Result};
 use crate::mode::RunMode;
+use crate::placement::{KernelPlacement, Placement};
 use crate::tensor::{Repr, Tensor};
 use crate::trace::{self, TraceGuard};
 use smallvec::SmallVec;
@@ -69,6 +70,8 @@ pub struct JitFunction {
     mode: AtomicU8,
     /// What the last call in Verify mode measured.
     last_verify: Mutex<Option<Vec<crate::mode::OutputDiff>>>,
+    /// Where the kernels of the last placed call ran.
+    last_placement: Mutex<Option<Vec<KernelPlacement>>>,
     /// No new traces: a call with an unseen signature is an error.
     frozen: AtomicBool,
     /// Key the handler cache's traces on shape classes (`set_dynamic`).
@@ -132,6 +135,7 @@ impl JitFunction {
             cache: HandlerCache::new(),
             mode: AtomicU8::new(0),
             last_verify: Mutex::new(None),
+            last_placement: Mutex::new(None),
             frozen: AtomicBool::new(false),
             dynamic: AtomicBool::new(false),
             classes: Mutex::new(HashMap::new()),
@@ -201,8 +205,19 @@ impl JitFunction {
         out
     }
 
+    /// Where each kernel of the last call made under a placement
+    /// ([`crate::with_placement`]) ran and why (`None` before any); show
+    /// it with [`crate::PlacementReport`].
+    pub fn last_placement(&self) -> Option<Vec<KernelPlacement>> {
+        self.last_placement
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// The differences the last Verify-mode call measured between Host and
-    /// Sim, per output (max abs/rel error, ulps), if one passed.
+    /// Sim (or, placed, the placed run), per output (max abs/rel error,
+    /// ulps), if one passed.
     pub fn last_verify(&self) -> Option<Vec<crate::mode::OutputDiff>> {
         self.last_verify
             .lock()
@@ -283,6 +298,7 @@ impl JitFunction {
             sig.push(match *a {
                 ArgValue::Tensor(t) => match &t.repr {
                     Repr::Concrete(arr) => ArgSig::Tensor(arr.ty()),
+                    Repr::Sim(d) => ArgSig::Tensor(d.ty()),
                     Repr::Error(e) => return Err((**e).clone()),
                     Repr::Traced { .. } => {
                         return Err(Error::ForeignTrace {
@@ -323,13 +339,13 @@ impl JitFunction {
         // count, a share of a tiny call's cost (W6).
         let mut inputs: SmallVec<[&Array; 4]> = SmallVec::new();
         let mut params: SmallVec<[Lit; 4]> = SmallVec::new();
+        let mut on_device = false;
         for a in args {
             match *a {
-                ArgValue::Tensor(t) => {
-                    if let Repr::Concrete(arr) = &t.repr {
-                        inputs.push(arr);
-                    }
-                }
+                ArgValue::Tensor(t) => match &t.repr {
+                    Repr::Concrete(arr) => inputs.push(arr),
+                    _ => on_device = true,
+                },
                 ArgValue::Float(v, d) => params.push(Lit::from_f64(v, d)),
                 ArgValue::Int(_) | ArgValue::Bool(_) | ArgValue::Mark(_) => {}
             }
@@ -344,6 +360,12 @@ impl JitFunction {
             location,
             source: e,
         };
+        if let Some(placement) = crate::placement::current() {
+            return self.call_placed(&program, args, &params, &placement, mode, location);
+        }
+        if on_device {
+            return self.call_on_device(&program, args, &params, location);
+        }
         if mode == RunMode::Host {
             let outs = program.run(&inputs, &params).map_err(ran)?;
             return Ok(Outputs::from_arrays(outs));
@@ -370,6 +392,115 @@ impl JitFunction {
             }
         };
         Ok(Outputs::from_arrays(outs))
+    }
+
+    /// A call under a placement: each kernel on the first device that can
+    /// run it, values copied between devices where they cross, results on
+    /// the placement's first device. Verify mode compares the placed run
+    /// with the host's.
+    fn call_placed(
+        &self,
+        program: &Program,
+        args: &[ArgValue],
+        params: &[Lit],
+        placement: &Placement,
+        mode: RunMode,
+        location: Loc,
+    ) -> Result<Outputs> {
+        let ran = |source| Error::Run {
+            function: self.name.clone(),
+            location,
+            source,
+        };
+        let mut inputs = Vec::new();
+        for a in args {
+            if let ArgValue::Tensor(t) = *a {
+                inputs.push(t.array("jit call")?);
+            }
+        }
+        if mode == RunMode::Reference {
+            let outs = program.run_reference(&inputs, params).map_err(ran)?;
+            return Ok(Outputs::from_arrays(outs));
+        }
+        let (on_sim, report) = crate::placement::plan(placement, program, &self.name, location)?;
+        let home = placement.home();
+        let outs = program
+            .run_placed(&inputs, params, &on_sim, home == crate::Device::sim())
+            .map_err(ran)?;
+        if mode == RunMode::Verify {
+            let placed = outs
+                .iter()
+                .map(tilejit_runtime::Value::to_host)
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(ran)?;
+            let host = program.run(&inputs, params).map_err(ran)?;
+            let diffs = crate::mode::compare(
+                &self.name,
+                program.optimized(),
+                &inputs,
+                params,
+                &host,
+                &placed,
+            )?;
+            crate::mode::log_verify(&self.name, &diffs);
+            *self.last_verify.lock().unwrap_or_else(|p| p.into_inner()) = Some(diffs);
+        }
+        *self
+            .last_placement
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(report);
+        let tensors = outs
+            .into_iter()
+            .map(|v| match v {
+                tilejit_runtime::Value::Host(a) => Tensor::concrete(a).to(&home),
+                tilejit_runtime::Value::Device(d) => {
+                    Ok(crate::device::sim_tensors(vec![d]).remove(0))
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Outputs::from_tensor_vec(tensors))
+    }
+
+    /// A call with tensor arguments in device memory: they must all be on
+    /// one device (rank-0 host tensors may join), where the program runs
+    /// and its results stay.
+    fn call_on_device(
+        &self,
+        program: &Program,
+        args: &[ArgValue],
+        params: &[Lit],
+        location: Loc,
+    ) -> Result<Outputs> {
+        let tensors = args.iter().enumerate().filter_map(|(i, a)| match *a {
+            ArgValue::Tensor(t) => {
+                let name = self
+                    .params
+                    .get(i)
+                    .map_or_else(|| format!("argument {i}"), |p| format!("`{}`", p.name));
+                Some((name, t))
+            }
+            _ => None,
+        });
+        crate::device::common_device(&self.name, location, tensors.clone())?;
+        let inputs = tensors
+            .map(|(_, t)| match &t.repr {
+                Repr::Sim(d) => Ok(tilejit_runtime::Value::Device(d.clone())),
+                Repr::Concrete(a) => Ok(tilejit_runtime::Value::Host(a.clone())),
+                // The signature lets only concrete tensors through.
+                _ => Err(Error::ForeignTrace {
+                    op: "jit call",
+                    location,
+                }),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let outs = program
+            .run_resident(&inputs, params)
+            .map_err(|source| Error::Run {
+                function: self.name.clone(),
+                location,
+                source,
+            })?;
+        Ok(Outputs::from_tensor_vec(crate::device::sim_tensors(outs)))
     }
 
     /// For a call about to look `sig` up: if it has no ready program, an
@@ -665,6 +796,7 @@ impl JitFunction {
                     }))
                 }
                 Repr::Concrete(a) => state.graph.add_constant(a.clone()),
+                Repr::Sim(_) => state.graph.add_constant(t.array("return").map_err(wrap)?),
                 Repr::Error(e) => return Err(wrap((**e).clone())),
             };
             state.graph.outputs.push(node);
@@ -894,9 +1026,11 @@ fn mark_value(m: Mark) -> TraceValue {
 fn signature_matches(sig: &Signature, args: &[ArgValue]) -> bool {
     sig.args.len() == args.len()
         && sig.args.iter().zip(args).all(|(s, a)| match (s, a) {
-            (ArgSig::Tensor(t), ArgValue::Tensor(x)) => {
-                matches!(&x.repr, Repr::Concrete(arr) if arr.ty() == *t)
-            }
+            (ArgSig::Tensor(t), ArgValue::Tensor(x)) => match &x.repr {
+                Repr::Concrete(arr) => arr.ty() == *t,
+                Repr::Sim(d) => d.ty() == *t,
+                _ => false,
+            },
             (ArgSig::Float(d), ArgValue::Float(_, e)) => d == e,
             (ArgSig::Int(v), ArgValue::Int(w)) => v == w,
             (ArgSig::Bool(v), ArgValue::Bool(w)) => v == w,

@@ -69,14 +69,17 @@
 mod apply;
 pub mod args;
 mod conv;
+pub mod device;
 mod display;
 pub mod error;
+pub mod hooks;
 pub mod io;
 pub mod jit;
 mod layout_ops;
 pub mod mode;
 mod operators;
 mod ops;
+pub mod placement;
 mod random;
 mod scalar;
 mod scan;
@@ -87,9 +90,12 @@ pub use args::{
     ArgKind, ArgValue, FromLeaves, FromTrace, JitArg, JitArgs, JitOutput, Outputs, ParamSpec,
     TraceValue,
 };
+pub use device::{count_transfers, transfer_stats, Device, MemoryReport, TransferStats};
 pub use error::{Error, Loc, Result};
+pub use hooks::{with_hooks, Hooks, KernelEvent};
 pub use jit::{HandlerInfo, JitFn, JitFunction, SnapshotLoad, WithMode};
 pub use mode::{with_mode, OutputDiff, RunMode};
+pub use placement::{with_placement, KernelPlacement, Placement, PlacementReport};
 pub use scalar::Scalar;
 pub use tensor::Tensor;
 pub use tilejit_ir::config::{config, Config};
@@ -141,3 +147,7 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/caching.md")]
 pub struct CachingDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/devices.md")]
+pub struct DevicesDoctests;

@@ -48,6 +48,8 @@ pub(crate) enum Repr {
         ty: TensorType,
     },
     Error(Arc<Error>),
+    /// Concrete, in the simulated device's memory.
+    Sim(tilejit_runtime::DeviceArray),
 }
 
 impl Tensor {
@@ -170,6 +172,7 @@ impl Tensor {
     pub(crate) fn ty(&self) -> Option<TensorType> {
         match &self.repr {
             Repr::Concrete(a) => Some(a.ty()),
+            Repr::Sim(d) => Some(d.ty()),
             Repr::Traced { ty, .. } => Some(*ty),
             Repr::Error(_) => None,
         }
@@ -179,6 +182,7 @@ impl Tensor {
     pub fn shape(&self) -> &[usize] {
         match &self.repr {
             Repr::Concrete(a) => a.shape().dims(),
+            Repr::Sim(d) => d.shape().dims(),
             Repr::Traced { ty, .. } => ty.shape.dims(),
             Repr::Error(_) => &[],
         }
@@ -220,20 +224,28 @@ impl Tensor {
         }
     }
 
-    /// The concrete array, or the error that explains why there is none.
+    /// The concrete array on the host (a device tensor's copied back), or
+    /// the error that explains why there is none.
     #[track_caller]
-    pub(crate) fn array(&self, op: &'static str) -> Result<&Array> {
+    pub(crate) fn array(&self, op: &'static str) -> Result<Array> {
+        let location = Loc::caller();
         match &self.repr {
-            Repr::Concrete(a) => Ok(a),
-            Repr::Traced { .. } => Err(trace::traced_value_error(op, Loc::caller())),
+            Repr::Concrete(a) => Ok(a.clone()),
+            Repr::Sim(d) => d.download().map_err(|source| Error::Run {
+                function: op.to_string(),
+                location,
+                source,
+            }),
+            Repr::Traced { .. } => Err(trace::traced_value_error(op, location)),
             Repr::Error(e) => Err((**e).clone()),
         }
     }
 
-    /// The concrete value as an IR [`Array`] (shares storage, no copy).
+    /// The concrete value as an IR [`Array`] on the host (shares storage,
+    /// no copy; a device tensor's elements are copied back).
     #[track_caller]
     pub fn to_array(&self) -> Result<Array> {
-        self.array("to_array").cloned()
+        self.array("to_array")
     }
 
     /// Copies the elements out, row-major. `T` must match the dtype.

@@ -7,8 +7,10 @@
 //! | variable | values | default | effect |
 //! |---|---|---|---|
 //! | `TILEJIT_RUN_MODE` | `host`, `sim`, `verify`, `reference` | `host` | where jit calls and eager ops that set no mode themselves run |
-//! | `TILEJIT_LOG` | comma list of `compile`, `trace`, `verify`, `timing`, `cache` | none | one stderr line per kernel compile; per trace, why the call missed; per Verify output its errors; per compile, the time of each pipeline stage; per kernel cache miss, the key components that differ from the nearest entry, and why a snapshot's or disk entry's code was not used |
+//! | `TILEJIT_LOG` | comma list of `compile`, `trace`, `verify`, `timing`, `cache`, `time` | none | one stderr line per kernel compile; per trace, why the call missed; per Verify output its errors; per compile, the time of each pipeline stage; per kernel cache miss, the key components that differ from the nearest entry, and why a snapshot's or disk entry's code was not used; per kernel run, its time |
 //! | `TILEJIT_DUMP` | a directory | off | every compile writes its graphs, kernel IR, Cranelift IR, machine code and bytecode there |
+//! | `TILEJIT_DUMP_VALUES` | a directory | off | every kernel run writes its outputs there as `.npy` files |
+//! | `TILEJIT_NO_FMA` | set or unset | unset | for tests: host code is generated as for a CPU without FMA |
 //! | `TILEJIT_PROFILE` | a directory | off | every Sim launch writes a Chrome trace (open in Perfetto) there |
 //! | `TILEJIT_SIM_POLICY` | `fifo`, `newest-first`, `fair` | `fifo` | the device scheduler's ready-queue policy for Sim launches |
 //! | `TILEJIT_POOL_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `256M` | bound of the storage pool of dead tensor buffers; `0` disables it |
@@ -21,13 +23,18 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// Every variable [`Config`] reads, with the values it accepts.
-pub const VARIABLES: [(&str, &str); 9] = [
+pub const VARIABLES: [(&str, &str); 11] = [
     ("TILEJIT_RUN_MODE", "host, sim, verify or reference"),
     (
         "TILEJIT_LOG",
-        "a comma list of compile, trace, verify, timing, cache",
+        "a comma list of compile, trace, verify, timing, cache, time",
     ),
     ("TILEJIT_DUMP", "a directory"),
+    ("TILEJIT_DUMP_VALUES", "a directory"),
+    (
+        "TILEJIT_NO_FMA",
+        "set or unset (tests: code as for a CPU without FMA)",
+    ),
     ("TILEJIT_PROFILE", "a directory"),
     ("TILEJIT_SIM_POLICY", "fifo, newest-first or fair"),
     (
@@ -157,11 +164,13 @@ pub struct LogParts {
     /// differ from the nearest entry, and why a disk cache file or a
     /// snapshot's code was not used.
     pub cache: bool,
+    /// One line per kernel run with its time (on Sim, its device time).
+    pub time: bool,
 }
 
 impl LogParts {
     /// The names `TILEJIT_LOG` accepts.
-    pub const NAMES: [&'static str; 5] = ["compile", "trace", "verify", "timing", "cache"];
+    pub const NAMES: [&'static str; 6] = ["compile", "trace", "verify", "timing", "cache", "time"];
 
     fn set(&mut self, part: &str) -> bool {
         let flag = match part {
@@ -170,6 +179,7 @@ impl LogParts {
             "verify" => &mut self.verify,
             "timing" => &mut self.timing,
             "cache" => &mut self.cache,
+            "time" => &mut self.time,
             _ => return false,
         };
         *flag = true;
@@ -186,6 +196,10 @@ pub struct Config {
     pub log: LogParts,
     /// `TILEJIT_DUMP`: where compiles write what they compiled.
     pub dump_dir: Option<PathBuf>,
+    /// `TILEJIT_DUMP_VALUES`: where kernel runs write their outputs.
+    pub dump_values_dir: Option<PathBuf>,
+    /// `TILEJIT_NO_FMA`: host code as for a CPU without FMA (tests).
+    pub no_fma: bool,
     /// `TILEJIT_PROFILE`: where Sim launches write Chrome traces.
     pub profile_dir: Option<PathBuf>,
     /// `TILEJIT_SIM_POLICY`: the scheduler policy of Sim launches.
@@ -208,6 +222,8 @@ impl Default for Config {
             run_mode: None,
             log: LogParts::default(),
             dump_dir: None,
+            dump_values_dir: None,
+            no_fma: false,
             profile_dir: None,
             sim_policy: None,
             pool_bytes: DEFAULT_POOL_BYTES,
@@ -277,6 +293,8 @@ impl Config {
             }
         }
         c.dump_dir = var("TILEJIT_DUMP").map(PathBuf::from);
+        c.dump_values_dir = var("TILEJIT_DUMP_VALUES").map(PathBuf::from);
+        c.no_fma = var("TILEJIT_NO_FMA").is_some();
         c.profile_dir = var("TILEJIT_PROFILE").map(PathBuf::from);
         if let Some(v) = text("TILEJIT_SIM_POLICY") {
             c.sim_policy = Policy::from_name(&v);
@@ -389,6 +407,8 @@ mod tests {
                 ..LogParts::default()
             },
             dump_dir: Some("/tmp/d".into()),
+            dump_values_dir: None,
+            no_fma: false,
             profile_dir: Some("/tmp/p".into()),
             sim_policy: Some(Policy::NewestFirst),
             pool_bytes: 512 << 20,

@@ -7,13 +7,16 @@
 use crate::alloc::class_vec;
 use crate::error::RuntimeError;
 use crate::flight::map_off_pool;
+use crate::hooks::{KernelRun, Place};
 use crate::kernel_cache::{kernel_cache, CachedKernel, StoredCode};
 use crate::pipeline::{self, Stage, StageTimes};
+use crate::placed::Mixed;
 use rayon::prelude::*;
 use smallvec::SmallVec;
 use std::borrow::Borrow;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 use tilejit_codegen::host::{
     matmul_f32, matmul_f64, storage_bytes, BufArg, CheckedArgs, CodegenOptions, KernelArgs,
 };
@@ -29,6 +32,8 @@ const PARALLEL_MIN: usize = 1 << 16;
 /// A program compiled for the host.
 #[derive(Debug)]
 pub struct HostProgram {
+    /// What kernel observers see it as (a jit function and signature).
+    name: String,
     prog: KernelProgram,
     code: Vec<Arc<CachedKernel>>,
     /// Per kernel, this program's buffers in the kernel's local order (the
@@ -45,7 +50,7 @@ pub struct HostProgram {
 }
 
 /// Typed storage the program owns during a run.
-enum Store {
+pub(crate) enum Store {
     F32(Vec<f32>),
     F64(Vec<f64>),
     I32(Vec<i32>),
@@ -53,6 +58,37 @@ enum Store {
     Bool(Vec<bool>),
     U8(Vec<u8>),
     I8(Vec<i8>),
+}
+
+impl Store {
+    /// A buffer's elements as storage (f16/bf16 widened to f32, as the
+    /// host computes them).
+    pub(crate) fn from_buffer(b: Buffer) -> Result<Store, IrError> {
+        Ok(match b {
+            Buffer::F32(v) => Store::F32(v),
+            Buffer::F64(v) => Store::F64(v),
+            Buffer::I32(v) => Store::I32(v),
+            Buffer::I64(v) => Store::I64(v),
+            Buffer::Bool(v) => Store::Bool(v),
+            Buffer::U8(v) => Store::U8(v),
+            Buffer::I8(v) => Store::I8(v),
+            Buffer::F16(v) => Store::F32(collect(v.iter().map(|x| x.to_f32()))?),
+            Buffer::BF16(v) => Store::F32(collect(v.iter().map(|x| x.to_f32()))?),
+        })
+    }
+
+    /// A copy (fallible: the size is the user's).
+    fn try_clone(&self) -> Result<Store, IrError> {
+        Ok(match self {
+            Store::F32(v) => Store::F32(collect(v.iter().copied())?),
+            Store::F64(v) => Store::F64(collect(v.iter().copied())?),
+            Store::I32(v) => Store::I32(collect(v.iter().copied())?),
+            Store::I64(v) => Store::I64(collect(v.iter().copied())?),
+            Store::Bool(v) => Store::Bool(collect(v.iter().copied())?),
+            Store::U8(v) => Store::U8(collect(v.iter().copied())?),
+            Store::I8(v) => Store::I8(collect(v.iter().copied())?),
+        })
+    }
 }
 
 /// Storage for `n` elements that kernels will overwrite completely: a
@@ -112,7 +148,7 @@ fn start_thread_pool_for(prog: &KernelProgram) {
 }
 
 /// Gives the storage of a run's temporaries back to the pool.
-fn recycle<'a>(slots: impl IntoIterator<Item = Slot<'a>>) {
+pub(crate) fn recycle<'a>(slots: impl IntoIterator<Item = Slot<'a>>) {
     for slot in slots {
         // A taken output leaves an empty store behind: nothing to give.
         if let Slot::Owned(store) = slot {
@@ -133,7 +169,7 @@ fn recycle<'a>(slots: impl IntoIterator<Item = Slot<'a>>) {
 }
 
 /// A buffer during a run: borrowed from an argument, or owned.
-enum Slot<'a> {
+pub(crate) enum Slot<'a> {
     Borrowed(&'a Buffer),
     Owned(Store),
 }
@@ -273,7 +309,7 @@ impl HostProgram {
         let code = map_off_pool(&prog.kernels, |k| {
             kernel_cache().get_or_compile(k, &dtype_of, opts, name)
         })?;
-        HostProgram::assemble(prog, code, constants)
+        HostProgram::assemble(prog, code, constants, name)
     }
 
     /// A program from a snapshot's parts: each kernel's code is linked
@@ -297,7 +333,7 @@ impl HostProgram {
                 kernel_cache().get_or_load(k, &dtype_of, Default::default(), name, stored)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        HostProgram::assemble(prog, code, constants)
+        HostProgram::assemble(prog, code, constants, name)
     }
 
     /// The program over `prog` with each kernel's compiled code.
@@ -305,6 +341,7 @@ impl HostProgram {
         prog: KernelProgram,
         code: Vec<Arc<CachedKernel>>,
         constants: Vec<Array>,
+        name: &str,
     ) -> Result<HostProgram, RuntimeError> {
         let locals = prog.kernels.iter().map(|k| k.local_buffers()).collect();
         // Kernels without params see the same args on every call: check
@@ -344,6 +381,7 @@ impl HostProgram {
             })
             .collect();
         Ok(HostProgram {
+            name: name.to_string(),
             prog,
             code,
             locals,
@@ -374,6 +412,17 @@ impl HostProgram {
         &self,
         inputs: &[A],
         params: &[Lit],
+    ) -> Result<Vec<Array>, RuntimeError> {
+        self.run_with(inputs, params, None)
+    }
+
+    /// [`HostProgram::run`], with some kernels placed on the Sim device
+    /// when `mixed` says so.
+    pub(crate) fn run_with<A: Borrow<Array>>(
+        &self,
+        inputs: &[A],
+        params: &[Lit],
+        mut mixed: Option<&mut Mixed<'_>>,
     ) -> Result<Vec<Array>, RuntimeError> {
         let p = &self.prog;
         interp::check_arguments(&p.inputs, p.params.len(), inputs, params)?;
@@ -409,54 +458,55 @@ impl HostProgram {
         let limits = crate::cancel::current();
         let stop_check = || limits.stopped().is_some();
         let stop: Option<&(dyn Fn() -> bool + Sync)> = (!limits.is_none()).then_some(&stop_check);
-        for (i, ((k, code), locals)) in p
-            .kernels
-            .iter()
-            .zip(&self.code)
-            .zip(&self.locals)
-            .enumerate()
-        {
+        // Kernel observers (`with_hooks`, TILEJIT_LOG=time): usually none.
+        let hooks = crate::hooks::active();
+        for (i, k) in p.kernels.iter().enumerate() {
             if self.idle[i] {
                 continue;
             }
             if stop.is_some() {
                 limits.check(&format!("kernel `{}`", k.name))?;
             }
-            if let Some(mm) = &k.matmul {
-                if self.run_row_tiled(k, code, locals, &mut slots, mm, params)? {
-                    continue;
+            let on_sim = mixed.as_ref().is_some_and(|m| m.on_sim(i));
+            let Some(h) = &hooks else {
+                match mixed.as_deref_mut() {
+                    None => self.run_kernel(i, &mut slots, params, &limits, stop)?,
+                    Some(m) => m.run_kernel(self, i, &mut slots, params, &limits, stop)?,
                 }
-                self.matmul(&mut slots, mm, p.buffers[mm.out.0 as usize].ty.dtype)?;
-            }
-            let per_call;
-            let args = match &self.fixed_args[i] {
-                Some(a) => KernelArgs::Checked(a),
-                None => {
-                    per_call = code.code.layout().args(k, params);
-                    KernelArgs::Raw(&per_call)
-                }
+                continue;
             };
-            launch(k, code, locals, &mut slots, args, stop).map_err(|e| match e {
-                RuntimeError::Codegen(CodegenError::Stopped { kernel }) => {
-                    match limits.check(&format!("kernel `{kernel}`")) {
-                        Err(stopped) => stopped,
-                        Ok(()) => RuntimeError::Stopped {
-                            what: format!("kernel `{kernel}`"),
-                            why: "was stopped".into(),
-                        },
-                    }
+            // Observed: the kernel's values are read on the host.
+            if let Some(m) = mixed.as_deref_mut() {
+                m.pull_to_host(self, &k.read_buffers(), &mut slots)?;
+            }
+            let inputs = self.slot_arrays(&slots, &k.read_buffers())?;
+            let mut event = KernelRun {
+                program: &self.name,
+                run: h.run,
+                index: i,
+                name: &k.name,
+                place: if on_sim { Place::Sim } else { Place::Host },
+                inputs: &inputs,
+                outputs: &[],
+                elapsed: None,
+            };
+            h.before(&event);
+            let start = Instant::now();
+            match mixed.as_deref_mut() {
+                None => self.run_kernel(i, &mut slots, params, &limits, stop)?,
+                Some(m) => {
+                    m.run_kernel(self, i, &mut slots, params, &limits, stop)?;
+                    m.pull_to_host(self, &k.stored_buffers(), &mut slots)?;
                 }
-                // The user's data, not the kernel, is at fault.
-                RuntimeError::Codegen(CodegenError::IndexOutOfRange { len, .. }) => {
-                    IrError::IndexOutOfRange {
-                        op: "gather",
-                        index: None,
-                        len: len.max(0) as usize,
-                    }
-                    .into()
-                }
-                e => e,
-            })?;
+            }
+            let elapsed = start.elapsed();
+            let outputs = self.slot_arrays(&slots, &k.stored_buffers())?;
+            event.outputs = &outputs;
+            event.elapsed = Some(elapsed);
+            h.after(&event);
+        }
+        if let Some(m) = mixed {
+            m.outputs_to_host(self, &mut slots)?;
         }
         // Buffers already turned into arrays, for outputs that repeat one
         // (recorded only when a later output could ask: usually never).
@@ -493,6 +543,72 @@ impl HostProgram {
         // Drained, not moved: moving the SmallVec is a 256-byte memcpy.
         recycle(slots.drain(..));
         Ok(outs)
+    }
+
+    /// Runs kernel `i` over `slots`.
+    pub(crate) fn run_kernel(
+        &self,
+        i: usize,
+        slots: &mut [Slot<'_>],
+        params: &[Lit],
+        limits: &crate::cancel::Limits,
+        stop: Option<&(dyn Fn() -> bool + Sync)>,
+    ) -> Result<(), RuntimeError> {
+        let (k, code, locals) = (&self.prog.kernels[i], &self.code[i], &self.locals[i]);
+        if let Some(mm) = &k.matmul {
+            if self.run_row_tiled(k, code, locals, slots, mm, params)? {
+                return Ok(());
+            }
+            self.matmul(slots, mm, self.prog.buffers[mm.out.0 as usize].ty.dtype)?;
+        }
+        let per_call;
+        let args = match &self.fixed_args[i] {
+            Some(a) => KernelArgs::Checked(a),
+            None => {
+                per_call = code.code.layout().args(k, params);
+                KernelArgs::Raw(&per_call)
+            }
+        };
+        launch(k, code, locals, slots, args, stop).map_err(|e| match e {
+            RuntimeError::Codegen(CodegenError::Stopped { kernel }) => {
+                match limits.check(&format!("kernel `{kernel}`")) {
+                    Err(stopped) => stopped,
+                    Ok(()) => RuntimeError::Stopped {
+                        what: format!("kernel `{kernel}`"),
+                        why: "was stopped".into(),
+                    },
+                }
+            }
+            // The user's data, not the kernel, is at fault.
+            RuntimeError::Codegen(CodegenError::IndexOutOfRange { len, .. }) => {
+                IrError::IndexOutOfRange {
+                    op: "gather",
+                    index: None,
+                    len: len.max(0) as usize,
+                }
+                .into()
+            }
+            e => e,
+        })
+    }
+
+    /// Copies of the buffers `ids` as arrays of their declared types (for
+    /// kernel observers and copies to the device).
+    pub(crate) fn slot_arrays(
+        &self,
+        slots: &[Slot<'_>],
+        ids: &[tilejit_ir::kernel::BufId],
+    ) -> Result<Vec<Array>, RuntimeError> {
+        ids.iter()
+            .map(|b| {
+                let ty = self.prog.buffers[b.0 as usize].ty;
+                let data = match &slots[b.0 as usize] {
+                    Slot::Borrowed(buf) => (*buf).clone(),
+                    Slot::Owned(store) => to_buffer(store.try_clone()?, ty.dtype)?,
+                };
+                Ok(Array::new(ty.shape, data)?)
+            })
+            .collect()
     }
 
     fn matmul(

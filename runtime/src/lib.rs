@@ -18,11 +18,14 @@ mod dump;
 mod error;
 mod flight;
 mod handler_cache;
+pub mod hooks;
 mod host;
 mod kernel_cache;
 mod persist;
 pub mod pipeline;
+mod placed;
 mod program;
+mod resident;
 mod shape_class;
 mod signature;
 mod sim;
@@ -40,14 +43,16 @@ pub use kernel_cache::{
     kernel_cache, Cached, CachedKernel, CachedSimKernel, KernelCache, KernelCacheStats,
     KernelDetails, KernelEntry,
 };
-pub use program::{run_eager, run_eager_sim, Program};
+pub use program::{run_eager, run_eager_resident, run_eager_sim, Program};
+pub use resident::{count_transfers, transfer_stats, DeviceArray, TransferStats};
 pub use shape_class::{probes, ClassArg, ClassDim, GenericGraph, ShapeClass};
 pub use signature::{ArgSig, Mark, Signature};
 pub use sim::{
     collect_profiles, set_sim_policy, sim_device, sim_policy, write_trace, PendingRun, SimProgram,
-    SimRun, Workspace, WorkspaceBuffer,
+    SimRun, Value, Workspace, WorkspaceBuffer,
 };
 pub use tilejit_codegen::host::{BlockMath, CodegenOptions, StreamStores};
+pub use tilejit_codegen::CodegenError;
 /// The device model (device API, simulated accelerator, ISA), re-exported
 /// for tools such as the `tilejit` CLI.
 pub use tilejit_device as device;

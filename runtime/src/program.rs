@@ -7,10 +7,12 @@ use crate::error::RuntimeError;
 use crate::pipeline::{self, Stage, StageTimes};
 use std::time::{Duration, Instant};
 use tilejit_device::Target;
+use tilejit_ir::kernel::ProgramOutput;
 use tilejit_ir::{interp, Array, Graph, Lit};
 
 use crate::host::HostProgram;
-use crate::sim::{SimProgram, SimRun};
+use crate::resident::DeviceArray;
+use crate::sim::{SimProgram, SimRun, Value};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// A compiled program.
@@ -22,6 +24,9 @@ pub struct Program {
     host: HostProgram,
     /// The bytecode form, compiled on the first Sim run.
     sim: OnceLock<Result<Arc<SimProgram>, RuntimeError>>,
+    /// The bytecode of the kernels the device can run, and per kernel why
+    /// it cannot (placement), compiled on the first placed run.
+    partial: OnceLock<Result<Arc<PartialSim>, RuntimeError>>,
     compile_time: Duration,
     stage_times: StageTimes,
     /// Values of the graph's last params, which stand for sizes
@@ -61,6 +66,7 @@ impl Program {
             optimized,
             host,
             sim: OnceLock::new(),
+            partial: OnceLock::new(),
             compile_time: start.elapsed(),
             stage_times: t,
             size_params: Vec::new(),
@@ -102,6 +108,7 @@ impl Program {
             optimized,
             host,
             sim: cell,
+            partial: OnceLock::new(),
             compile_time: load_time,
             stage_times: StageTimes::default(),
             size_params: Vec::new(),
@@ -159,6 +166,88 @@ impl Program {
         self.sim()?.run(inputs, params, profile)
     }
 
+    /// Runs on the simulated device on values that may live there already
+    /// (host values are copied in); the outputs stay in device memory.
+    pub fn run_resident(
+        &self,
+        inputs: &[Value],
+        params: &[Lit],
+    ) -> Result<Vec<DeviceArray>, RuntimeError> {
+        Ok(self.sim()?.run_resident(inputs, params)?.0)
+    }
+
+    /// Per kernel, why the Sim device cannot run it (`None`: it can): the
+    /// device generator's `SimUnsupported` message.
+    pub fn sim_support(&self) -> Result<Vec<Option<String>>, RuntimeError> {
+        Ok(self.partial()?.why.clone())
+    }
+
+    fn partial(&self) -> Result<Arc<PartialSim>, RuntimeError> {
+        self.partial
+            .get_or_init(|| {
+                let kernels = self.host.kernels().clone();
+                let (sim, why) = SimProgram::codegen_partial(
+                    kernels,
+                    self.host.constants().to_vec(),
+                    &self.name,
+                )?;
+                Ok(Arc::new(PartialSim { sim, why }))
+            })
+            .clone()
+    }
+
+    /// Runs on host inputs with kernel `i` on the Sim device where
+    /// `on_sim[i]` and on the host otherwise, copying each value across
+    /// only where a kernel on the other side reads it. Outputs come back
+    /// to the host, except, with `keep_on_sim`, those made on the device,
+    /// which stay there. A kernel placed on Sim that the device cannot run
+    /// is an error naming it.
+    pub fn run_placed(
+        &self,
+        inputs: &[Array],
+        params: &[Lit],
+        on_sim: &[bool],
+        keep_on_sim: bool,
+    ) -> Result<Vec<Value>, RuntimeError> {
+        if !on_sim.iter().any(|&s| s) {
+            let outs = self.host.run(inputs, params)?;
+            return Ok(outs.into_iter().map(Value::Host).collect());
+        }
+        let partial = self.partial()?;
+        for (i, why) in partial.why.iter().enumerate() {
+            if let (true, Some(why)) = (on_sim.get(i).copied().unwrap_or(false), why) {
+                return Err(tilejit_ir::IrError::Verify(format!(
+                    "kernel {i} is placed on sim, which cannot run it: {why}"
+                ))
+                .into());
+            }
+        }
+        debug_assert!((0..on_sim.len()).all(|i| !on_sim[i] || partial.sim.has_code(i)));
+        let mut mixed = crate::placed::Mixed::new(&partial.sim, on_sim, keep_on_sim);
+        let outs = self.host.run_with(inputs, params, Some(&mut mixed))?;
+        // Outputs left in GM replace the (unwritten) host arrays of them.
+        let p = self.host.kernels();
+        let mut values = Vec::with_capacity(outs.len());
+        for (o, a) in p.outputs.iter().zip(outs) {
+            let kept = match *o {
+                ProgramOutput::Buffer(b, ty) => mixed
+                    .kept
+                    .iter()
+                    .find(|(k, _)| *k == b.0 as usize)
+                    .map(|(_, buf)| {
+                        let decl = p.buffers[b.0 as usize].ty;
+                        DeviceArray::from_buffer(buf.clone(), decl).reshaped(ty.shape)
+                    }),
+                ProgramOutput::Param(..) => None,
+            };
+            values.push(match kept {
+                Some(d) => Value::Device(d?),
+                None => Value::Host(a),
+            });
+        }
+        Ok(values)
+    }
+
     /// Runs the optimised graph on the reference interpreter.
     pub fn run_reference(
         &self,
@@ -193,6 +282,14 @@ impl Program {
     pub fn target(&self) -> Target {
         Target::Host
     }
+}
+
+/// A program's Sim form with only the kernels the device can run.
+#[derive(Debug)]
+struct PartialSim {
+    sim: SimProgram,
+    /// Per kernel, why the device cannot run it.
+    why: Vec<Option<String>>,
 }
 
 /// A one-op (or small) eager graph without constants, by value: the key of
@@ -259,14 +356,22 @@ pub fn run_eager(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError
         .run(inputs, &[])
 }
 
-/// [`run_eager`] on the simulated device.
-pub fn run_eager_sim(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError> {
+/// The eager programs compiled for the simulated device.
+fn eager_sim(g: &Graph) -> Result<Arc<SimProgram>, RuntimeError> {
     static CACHE: OnceLock<EagerCache<SimProgram>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| EagerCache {
         map: Mutex::new(Default::default()),
     });
-    Ok(cache
-        .get_or(g, || SimProgram::compile(g))?
-        .run(inputs, &[], false)?
-        .0)
+    cache.get_or(g, || SimProgram::compile(g))
+}
+
+/// [`run_eager`] on the simulated device.
+pub fn run_eager_sim(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError> {
+    Ok(eager_sim(g)?.run(inputs, &[], false)?.0)
+}
+
+/// [`run_eager`] on the simulated device, on values that may live there
+/// already; the outputs stay in device memory.
+pub fn run_eager_resident(g: &Graph, inputs: &[Value]) -> Result<Vec<DeviceArray>, RuntimeError> {
+    Ok(eager_sim(g)?.run_resident(inputs, &[])?.0)
 }

@@ -17,6 +17,7 @@ use crate::error::RuntimeError;
 use crate::flight::map_off_pool;
 use crate::kernel_cache::{kernel_cache, CachedSimKernel, StoredCode};
 use crate::pipeline::{self, Stage, StageTimes};
+use crate::resident::DeviceArray;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tilejit_codegen::device::DeviceKernel;
@@ -25,7 +26,7 @@ use tilejit_device::{
     LaunchOptions, LaunchReport, Policy, Profile, SimDevice, Task, TaskKind,
 };
 use tilejit_ir::kernel::{BufKind, KernelProgram, ProgramOutput};
-use tilejit_ir::{interp, Array, Buffer, DType, Graph, IrError, Lit, TensorType};
+use tilejit_ir::{Array, DType, Graph, IrError, Lit, TensorType};
 
 /// The process-wide simulated device (910B defaults).
 pub fn sim_device() -> &'static SimDevice {
@@ -130,7 +131,11 @@ pub struct SimProgram {
     /// Per core function, whether it has nothing to compute: it gets no
     /// tasks and no hub, and the next kernel follows the previous one.
     idle: Vec<bool>,
+    /// Per core function, the index of its kernel in the program.
+    kernel_of: Vec<usize>,
     constants: Vec<Array>,
+    /// The constants in GM, once a launch has copied them in.
+    device_constants: std::sync::Mutex<Option<Arc<Vec<Arc<DeviceBuffer>>>>>,
 }
 
 /// Workspace buffers (dtype, elements) shared by a kernel's core functions.
@@ -163,6 +168,43 @@ impl SimProgram {
             kernel_cache().get_or_compile_sim(k, &dtype_of, cfg, name)
         })?;
         SimProgram::assemble(prog, cached, constants, name)
+    }
+
+    /// Like [`SimProgram::codegen`], but a kernel the device generator
+    /// cannot handle (`CodegenError::SimUnsupported`) gets no core
+    /// functions instead of failing the program: the second result says,
+    /// per kernel, why it cannot run here (`None`: it can). For placing
+    /// kernels across devices.
+    pub(crate) fn codegen_partial(
+        prog: KernelProgram,
+        constants: Vec<Array>,
+        name: &str,
+    ) -> Result<(SimProgram, Vec<Option<String>>), RuntimeError> {
+        let cfg = sim_device().config();
+        let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;
+        let mut cached = Vec::with_capacity(prog.kernels.len());
+        let mut why = Vec::with_capacity(prog.kernels.len());
+        for k in &prog.kernels {
+            match kernel_cache().get_or_compile_sim(k, &dtype_of, cfg, name) {
+                Ok(c) => {
+                    cached.push(c);
+                    why.push(None);
+                }
+                Err(RuntimeError::Codegen(
+                    e @ tilejit_codegen::CodegenError::SimUnsupported { .. },
+                )) => {
+                    cached.push(Arc::new(crate::kernel_cache::Cached {
+                        code: Vec::new(),
+                        launches: Default::default(),
+                        hits: Default::default(),
+                        key: String::new(),
+                    }));
+                    why.push(Some(e.to_string()));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((SimProgram::assemble(prog, cached, constants, name)?, why))
     }
 
     /// A program from a snapshot's parts: each kernel's bytecode is
@@ -198,8 +240,9 @@ impl SimProgram {
     ) -> Result<SimProgram, RuntimeError> {
         let mut kernels: Vec<DeviceKernel> = Vec::new();
         let (mut units, mut sizes, mut workspace_of) = (Vec::new(), Vec::new(), Vec::new());
+        let mut kernel_of = Vec::new();
         let mut workspaces: Vec<WorkspaceSet> = Vec::new();
-        for (k, c) in prog.kernels.iter().zip(&cached) {
+        for (ki, (k, c)) in prog.kernels.iter().zip(&cached).enumerate() {
             let args = Arc::new(tilejit_codegen::device::size_args(k));
             // A kernel's core functions share one workspace list.
             let set = c.code.iter().find(|d| !d.extra.is_empty()).map(|d| {
@@ -210,6 +253,7 @@ impl SimProgram {
             // The code numbers GM arguments by local buffer: this kernel's.
             let local = k.local_buffers();
             for d in c.code.iter() {
+                kernel_of.push(ki);
                 units.push(d.units.of(k));
                 sizes.push(args.clone());
                 workspace_of.push(set.filter(|_| !d.extra.is_empty()));
@@ -237,10 +281,12 @@ impl SimProgram {
             units,
             sizes,
             idle,
+            kernel_of,
             cached,
             workspace_of,
             workspaces,
             constants,
+            device_constants: Default::default(),
         })
     }
 
@@ -344,56 +390,67 @@ impl SimProgram {
         self.launch(inputs, params, profile)?.wait()
     }
 
-    /// The device launcher: checks the arguments, allocates the workspace,
-    /// copies inputs and constants to GM and submits the launch to the
-    /// device's stream, returning at once. Wait on the result for the
-    /// outputs.
+    /// Runs on inputs that may already live on the device; the outputs
+    /// stay there (no copy back). Inputs on the host are copied in.
+    pub fn run_resident(
+        &self,
+        inputs: &[Value],
+        params: &[Lit],
+    ) -> Result<(Vec<DeviceArray>, LaunchReport), RuntimeError> {
+        self.launch_values(inputs, params, false)?.wait_resident()
+    }
+
+    /// [`SimProgram::launch_values`] on host arrays.
     pub fn launch(
         &self,
         inputs: &[Array],
         params: &[Lit],
         profile: bool,
     ) -> Result<PendingRun<'_>, RuntimeError> {
+        let inputs: Vec<Value> = inputs.iter().cloned().map(Value::Host).collect();
+        self.launch_values(&inputs, params, profile)
+    }
+
+    /// The device launcher: checks the arguments, allocates the workspace,
+    /// copies host inputs to GM (device inputs are used in place) and
+    /// submits the launch to the device's stream, returning at once. Wait
+    /// on the result for the outputs.
+    pub fn launch_values(
+        &self,
+        inputs: &[Value],
+        params: &[Lit],
+        profile: bool,
+    ) -> Result<PendingRun<'_>, RuntimeError> {
         let p = &self.prog;
-        interp::check_arguments(&p.inputs, p.params.len(), inputs, params)?;
+        check_types(&p.inputs, p.params.len(), inputs, params)?;
         // A cancel token or deadline of the caller's goes with the launch.
         let limits = crate::cancel::current();
         limits.check(&format!("launch `{}`", self.name))?;
         let dev = sim_device();
         let copy_in_start = Instant::now();
+        let constants = self.device_constants()?;
         let mut bufs: Vec<Arc<DeviceBuffer>> = Vec::with_capacity(p.buffers.len());
         for b in &p.buffers {
             let bytes = (b.ty.shape.numel() * b.ty.dtype.size_bytes()) as u64;
-            let host = match b.kind {
-                BufKind::Input(i) => Some(
-                    inputs
-                        .get(i as usize)
-                        .ok_or_else(|| IrError::Arguments(format!("missing input {i}")))?,
-                ),
-                BufKind::Constant(c) => Some(
-                    self.constants
-                        .get(c as usize)
-                        .ok_or_else(|| IrError::Verify(format!("missing constant {c}")))?,
-                ),
-                BufKind::Temp => None,
+            // Inputs and constants are written whole (or already there),
+            // and temporaries by the kernel that produces them: no
+            // zero-fill.
+            let buf = match b.kind {
+                BufKind::Input(i) => match inputs.get(i as usize) {
+                    Some(Value::Host(a)) => Arc::new(crate::resident::upload_buffer(a.buffer())?),
+                    Some(Value::Device(d)) => d.buffer().clone(),
+                    None => return Err(IrError::Arguments(format!("missing input {i}")).into()),
+                },
+                BufKind::Constant(c) => constants
+                    .get(c as usize)
+                    .ok_or_else(|| IrError::Verify(format!("missing constant {c}")))?
+                    .clone(),
+                BufKind::Temp => Arc::new(dev.allocate_for_overwrite(bytes)?),
             };
-            // Inputs and constants are written whole right away, and
-            // temporaries by the kernel that produces them: no zero-fill.
-            let buf = match host {
-                Some(a) => dev.allocate_filled(bytes, |buf| upload(dev, a.buffer(), buf))?,
-                None => dev.allocate_for_overwrite(bytes)?,
-            };
-            bufs.push(Arc::new(buf));
+            bufs.push(buf);
         }
         let copy_in = copy_in_start.elapsed();
-        let scalars: Vec<i64> = params
-            .iter()
-            .map(|l| match *l {
-                Lit::Float(f) => f.to_bits() as i64,
-                Lit::Int(i) => i,
-                Lit::Bool(b) => b as i64,
-            })
-            .collect();
+        let scalars: Vec<i64> = params.iter().map(lit_bits).collect();
         let mut extras = Vec::new();
         for set in &self.workspaces {
             let mut v = Vec::with_capacity(set.len());
@@ -403,12 +460,20 @@ impl SimProgram {
             extras.push(v);
         }
         let cfg = dev.config();
-        let launch = self.build_launch(
-            bufs.clone(),
-            extras,
-            &scalars,
-            [cfg.aic_cores as usize, cfg.aiv_cores as usize],
-        );
+        let cores = [cfg.aic_cores as usize, cfg.aiv_cores as usize];
+        if let Some(hooks) = crate::hooks::active() {
+            let report = self.run_observed(&hooks, &bufs, &extras, &scalars, cores, &limits)?;
+            return Ok(PendingRun {
+                prog: self,
+                inputs: inputs.to_vec(),
+                params: params.to_vec(),
+                bufs,
+                handle: Launched::Done(Box::new(report)),
+                profile,
+                copy_in,
+            });
+        }
+        let launch = self.build_launch(bufs.clone(), extras, &scalars, cores, None);
         let collecting = COLLECT.with(|c| c.borrow().is_some());
         let record = profile || collecting || profile_dir().is_some();
         let name = match (self.name.as_str(), self.prog.kernels.first()) {
@@ -437,10 +502,270 @@ impl SimProgram {
             inputs: inputs.to_vec(),
             params: params.to_vec(),
             bufs,
-            handle,
+            handle: Launched::Pending(handle),
             profile,
             copy_in,
         })
+    }
+
+    /// Runs kernel `ki` alone over `bufs` (every program buffer, in order;
+    /// only the kernel's own must hold data), waiting for it: how a
+    /// placed program runs the kernels it put on the device.
+    pub(crate) fn run_kernel(
+        &self,
+        ki: usize,
+        bufs: &[Arc<DeviceBuffer>],
+        params: &[Lit],
+    ) -> Result<LaunchReport, RuntimeError> {
+        let dev = sim_device();
+        let limits = crate::cancel::current();
+        let scalars: Vec<i64> = params.iter().map(lit_bits).collect();
+        // Workspaces only for the sets this kernel's functions use.
+        let used: Vec<usize> = (0..self.kernels.len())
+            .filter(|&f| self.kernel_of[f] == ki)
+            .filter_map(|f| self.workspace_of[f])
+            .collect();
+        let mut extras = Vec::with_capacity(self.workspaces.len());
+        for (g, set) in self.workspaces.iter().enumerate() {
+            let mut v = Vec::with_capacity(set.len());
+            for &(dt, n) in set.iter() {
+                let bytes = if used.contains(&g) {
+                    (n * dt.size_bytes()) as u64
+                } else {
+                    1
+                };
+                v.push(Arc::new(dev.allocate(bytes)?));
+            }
+            extras.push(v);
+        }
+        let cfg = dev.config();
+        let cores = [cfg.aic_cores as usize, cfg.aiv_cores as usize];
+        let launch = self.build_launch(bufs.to_vec(), extras, &scalars, cores, Some(ki));
+        if let Some(c) = self.cached.get(ki) {
+            c.launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.launch_one(launch, ki, &limits)
+    }
+
+    /// Submits a launch of one kernel and waits for it.
+    fn launch_one(
+        &self,
+        launch: Launch,
+        ki: usize,
+        limits: &crate::cancel::Limits,
+    ) -> Result<LaunchReport, RuntimeError> {
+        let default_timeout = LaunchOptions::default().timeout;
+        let options = LaunchOptions {
+            profile: false,
+            name: format!("{} kernel {ki}", self.name),
+            policy: sim_policy(),
+            cancel: limits.launch_flags(),
+            timeout: limits.time_left().map_or(default_timeout, |left| {
+                left.clamp(Duration::from_millis(1), default_timeout)
+            }),
+        };
+        Ok(sim_device().launch(launch, options).wait()?)
+    }
+
+    /// Whether kernel `ki` has device code (a partial program's kernels
+    /// the generator could not handle have none).
+    pub(crate) fn has_code(&self, ki: usize) -> bool {
+        self.kernel_of.contains(&ki)
+    }
+
+    /// The kernel program it runs.
+    pub(crate) fn program(&self) -> &KernelProgram {
+        &self.prog
+    }
+
+    /// With kernel observers: one launch per kernel, waited for, with the
+    /// kernel's buffers copied back for the observers around it. Returns
+    /// the launches' summed report.
+    fn run_observed(
+        &self,
+        hooks: &crate::hooks::Observers,
+        bufs: &[Arc<DeviceBuffer>],
+        extras: &[Vec<Arc<DeviceBuffer>>],
+        scalars: &[i64],
+        cores: [usize; 2],
+        limits: &crate::cancel::Limits,
+    ) -> Result<LaunchReport, RuntimeError> {
+        let dev = sim_device();
+        let p = &self.prog;
+        let arrays = |ids: &[tilejit_ir::kernel::BufId]| -> Result<Vec<Array>, RuntimeError> {
+            ids.iter()
+                .map(|b| {
+                    let ty = p.buffers[b.0 as usize].ty;
+                    let buf = &bufs[b.0 as usize];
+                    let data = crate::resident::download_buffer(buf, ty.shape.numel(), ty.dtype)?;
+                    Ok(Array::new(ty.shape, data)?)
+                })
+                .collect()
+        };
+        let mut total: Option<LaunchReport> = None;
+        for (ki, k) in p.kernels.iter().enumerate() {
+            let fns = (0..self.kernels.len()).filter(|&f| self.kernel_of[f] == ki);
+            if fns.clone().all(|f| self.idle[f]) {
+                continue;
+            }
+            limits.check(&format!("kernel `{}`", k.name))?;
+            let inputs = arrays(&k.read_buffers())?;
+            let mut event = crate::hooks::KernelRun {
+                program: &self.name,
+                run: hooks.run,
+                index: ki,
+                name: &k.name,
+                place: crate::hooks::Place::Sim,
+                inputs: &inputs,
+                outputs: &[],
+                elapsed: None,
+            };
+            hooks.before(&event);
+            let launch =
+                self.build_launch(bufs.to_vec(), extras.to_vec(), scalars, cores, Some(ki));
+            let report = self.launch_one(launch, ki, limits)?;
+            let outputs = arrays(&k.stored_buffers())?;
+            event.outputs = &outputs;
+            event.elapsed = Some(Duration::from_secs_f64(
+                report.device_cycles as f64 / dev.config().clock_hz,
+            ));
+            hooks.after(&event);
+            total = Some(match total {
+                None => report,
+                Some(mut t) => {
+                    t.tasks += report.tasks;
+                    t.device_cycles += report.device_cycles;
+                    t.host_time += report.host_time;
+                    for (a, b) in t.pipe_busy.iter_mut().zip(report.pipe_busy) {
+                        *a += b;
+                    }
+                    t
+                }
+            });
+        }
+        for c in &self.cached {
+            c.launches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        // A program with nothing to compute still reports (an empty launch).
+        match total {
+            Some(t) => Ok(t),
+            None => Ok(dev
+                .launch(
+                    self.build_launch(Vec::new(), Vec::new(), scalars, cores, Some(usize::MAX)),
+                    LaunchOptions::default(),
+                )
+                .wait()?),
+        }
+    }
+
+    /// The program's constants in GM, copied in by its first launch and
+    /// kept for the next ones (labelled as this program's in memory
+    /// reports).
+    fn device_constants(&self) -> Result<Arc<Vec<Arc<DeviceBuffer>>>, RuntimeError> {
+        let mut held = self
+            .device_constants
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = held.as_ref() {
+            return Ok(c.clone());
+        }
+        let label: Arc<str> = format!("constant of {}", self.name).into();
+        let mut v = Vec::with_capacity(self.constants.len());
+        for a in &self.constants {
+            let buf = crate::resident::upload_buffer(a.buffer())?;
+            buf.set_label(label.clone());
+            v.push(Arc::new(buf));
+        }
+        let v = Arc::new(v);
+        *held = Some(v.clone());
+        Ok(v)
+    }
+}
+
+/// A param as a task's scalar argument (a float by its bits).
+fn lit_bits(l: &Lit) -> i64 {
+    match *l {
+        Lit::Float(f) => f.to_bits() as i64,
+        Lit::Int(i) => i,
+        Lit::Bool(b) => b as i64,
+    }
+}
+
+/// Checks inputs and params against a program's declared types.
+fn check_types(
+    want: &[TensorType],
+    param_count: usize,
+    inputs: &[Value],
+    params: &[Lit],
+) -> Result<(), IrError> {
+    if want.len() != inputs.len() {
+        return Err(IrError::Arguments(format!(
+            "expected {} tensor inputs, got {}",
+            want.len(),
+            inputs.len()
+        )));
+    }
+    for (i, (w, a)) in want.iter().zip(inputs).enumerate() {
+        if *w != a.ty() {
+            return Err(IrError::Arguments(format!(
+                "input {i}: expected {w}, got {}",
+                a.ty()
+            )));
+        }
+    }
+    if param_count != params.len() {
+        return Err(IrError::Arguments(format!(
+            "expected {param_count} params, got {}",
+            params.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A value a Sim launch takes: a host array (copied in) or a device array
+/// (used in place).
+#[derive(Clone, Debug)]
+pub enum Value {
+    /// On the host.
+    Host(Array),
+    /// In the simulated device's GM.
+    Device(DeviceArray),
+}
+
+impl Value {
+    /// Its type.
+    pub fn ty(&self) -> TensorType {
+        match self {
+            Value::Host(a) => a.ty(),
+            Value::Device(d) => d.ty(),
+        }
+    }
+
+    /// The elements on the host (a copy back for a device value).
+    pub fn to_host(&self) -> Result<Array, RuntimeError> {
+        match self {
+            Value::Host(a) => Ok(a.clone()),
+            Value::Device(d) => d.download(),
+        }
+    }
+}
+
+/// A submitted launch, or (kernels run one by one for observers) its
+/// finished report.
+#[derive(Debug)]
+enum Launched {
+    Pending(LaunchHandle),
+    Done(Box<LaunchReport>),
+}
+
+impl Launched {
+    fn wait(self) -> Result<LaunchReport, RuntimeError> {
+        match self {
+            Launched::Pending(h) => Ok(h.wait()?),
+            Launched::Done(r) => Ok(*r),
+        }
     }
 }
 
@@ -449,10 +774,10 @@ impl SimProgram {
 #[derive(Debug)]
 pub struct PendingRun<'a> {
     prog: &'a SimProgram,
-    inputs: Vec<Array>,
+    inputs: Vec<Value>,
     params: Vec<Lit>,
     bufs: Vec<Arc<DeviceBuffer>>,
-    handle: LaunchHandle,
+    handle: Launched,
     profile: bool,
     /// Host time `launch` spent allocating GM and copying data in.
     copy_in: Duration,
@@ -461,22 +786,22 @@ pub struct PendingRun<'a> {
 impl PendingRun<'_> {
     /// Waits for the launch, then copies the outputs back.
     pub fn wait(self) -> Result<SimRun, RuntimeError> {
-        let dev = sim_device();
-        let (p, inputs, params, bufs) = (&self.prog.prog, &self.inputs, &self.params, &self.bufs);
-        let mut report = self.handle.wait()?;
+        let (p, inputs) = (&self.prog.prog, &self.inputs);
+        let report = self.handle.wait()?;
         let copy_out_start = Instant::now();
         let mut outs = Vec::with_capacity(p.outputs.len());
         for o in &p.outputs {
             outs.push(match *o {
-                ProgramOutput::Param(i, d) => crate::host::param_output(params, i, d)?,
+                ProgramOutput::Param(i, d) => crate::host::param_output(&self.params, i, d)?,
                 ProgramOutput::Buffer(b, ty) => {
                     let decl = p.buffers[b.0 as usize];
                     let arr = match decl.kind {
-                        BufKind::Input(i) => inputs[i as usize].clone(),
+                        BufKind::Input(i) => inputs[i as usize].to_host()?,
                         BufKind::Constant(c) => self.prog.constants[c as usize].clone(),
                         BufKind::Temp => {
                             let n = decl.ty.shape.numel();
-                            let data = download(dev, &bufs[b.0 as usize], n, decl.ty.dtype)?;
+                            let buf = &self.bufs[b.0 as usize];
+                            let data = crate::resident::download_buffer(buf, n, decl.ty.dtype)?;
                             Array::new(decl.ty.shape, data)?
                         }
                     };
@@ -484,28 +809,78 @@ impl PendingRun<'_> {
                 }
             });
         }
-        let copies = HostCopies {
-            copy_in: self.copy_in,
-            copy_out: copy_out_start.elapsed(),
-        };
-        if let Some(pr) = &mut report.profile {
-            pr.host_copies = Some(copies);
-            if let Some(dir) = profile_dir() {
-                if let Err(e) = write_trace(dir, pr) {
-                    eprintln!("tilejit: cannot write a profile to {}: {e}", dir.display());
+        let copy_out = copy_out_start.elapsed();
+        Ok((
+            outs,
+            finish_report(self.copy_in, self.profile, report, copy_out),
+        ))
+    }
+
+    /// Waits for the launch; the outputs stay in GM (a param returned as
+    /// an output is copied in).
+    pub fn wait_resident(self) -> Result<(Vec<DeviceArray>, LaunchReport), RuntimeError> {
+        let p = &self.prog.prog;
+        let report = self.handle.wait()?;
+        let mut outs = Vec::with_capacity(p.outputs.len());
+        for o in &p.outputs {
+            outs.push(match *o {
+                ProgramOutput::Param(i, d) => {
+                    DeviceArray::upload(&crate::host::param_output(&self.params, i, d)?)?
                 }
-            }
-            COLLECT.with(|c| {
-                if let Some(v) = c.borrow_mut().as_mut() {
-                    v.push(pr.clone());
+                ProgramOutput::Buffer(b, ty) => {
+                    let decl = p.buffers[b.0 as usize];
+                    let d = match decl.kind {
+                        BufKind::Input(i) => match &self.inputs[i as usize] {
+                            Value::Device(d) => d.clone(),
+                            Value::Host(_) => {
+                                DeviceArray::from_buffer(self.bufs[b.0 as usize].clone(), decl.ty)
+                            }
+                        },
+                        // A constant returned whole gets its own copy: the
+                        // program's stays the program's.
+                        BufKind::Constant(c) => {
+                            DeviceArray::upload(&self.prog.constants[c as usize])?
+                        }
+                        BufKind::Temp => {
+                            DeviceArray::from_buffer(self.bufs[b.0 as usize].clone(), decl.ty)
+                        }
+                    };
+                    d.reshaped(ty.shape)?
                 }
             });
         }
-        if !self.profile {
-            report.profile = None;
-        }
-        Ok((outs, report))
+        Ok((
+            outs,
+            finish_report(self.copy_in, self.profile, report, Duration::ZERO),
+        ))
     }
+}
+
+/// Adds the host copy times to the report's profile, writes and collects
+/// it, and drops it unless `keep_profile`.
+fn finish_report(
+    copy_in: Duration,
+    keep_profile: bool,
+    mut report: LaunchReport,
+    copy_out: Duration,
+) -> LaunchReport {
+    if let Some(pr) = &mut report.profile {
+        pr.host_copies = Some(HostCopies { copy_in, copy_out });
+        if let Some(dir) = profile_dir() {
+            if let Err(e) = write_trace(dir, pr) {
+                eprintln!("tilejit: cannot write a profile to {}: {e}", dir.display());
+            }
+        }
+        COLLECT.with(|c| {
+            if let Some(v) = c.borrow_mut().as_mut() {
+                v.push(pr.clone());
+            }
+        });
+    }
+    if !keep_profile {
+        report.profile = None;
+    }
+    report
 }
 
 /// One buffer of a program's device workspace.
@@ -571,6 +946,7 @@ impl SimProgram {
         extras: Vec<Vec<Arc<DeviceBuffer>>>,
         params: &[i64],
         cores: [usize; 2],
+        only: Option<usize>,
     ) -> Launch {
         // Workspace buffers go after the program's, one set per group of
         // core functions that share them.
@@ -582,7 +958,7 @@ impl SimProgram {
         let mut tasks: Vec<Task> = Vec::new();
         let mut prev_tail: Option<usize> = None; // the hub after the previous kernel
         for (ki, k) in self.kernels.iter().enumerate() {
-            if self.idle[ki] {
+            if self.idle[ki] || only.is_some_and(|o| self.kernel_of[ki] != o) {
                 continue;
             }
             let units = self.units[ki];
@@ -646,43 +1022,4 @@ impl SimProgram {
             tasks,
         }
     }
-}
-
-/// Copies an array's elements into a device buffer.
-fn upload(dev: &SimDevice, a: &Buffer, dst: &DeviceBuffer) -> Result<(), RuntimeError> {
-    match a {
-        Buffer::F32(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::F64(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::F16(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::BF16(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::I32(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::I64(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::Bool(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::U8(v) => dev.copy_elems_from_host(v, dst, 0),
-        Buffer::I8(v) => dev.copy_elems_from_host(v, dst, 0),
-    }?;
-    Ok(())
-}
-
-/// Copies `n` elements of `dt` out of a device buffer into a buffer from
-/// the caching pool (or a fresh one).
-fn download(
-    dev: &SimDevice,
-    src: &DeviceBuffer,
-    n: usize,
-    dt: DType,
-) -> Result<Buffer, RuntimeError> {
-    let mut out = crate::alloc::output_buffer(dt, n)?;
-    match &mut out {
-        Buffer::F32(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::F64(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::F16(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::BF16(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::I32(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::I64(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::Bool(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::U8(v) => dev.copy_elems_to_host(src, 0, v),
-        Buffer::I8(v) => dev.copy_elems_to_host(src, 0, v),
-    }?;
-    Ok(out)
 }

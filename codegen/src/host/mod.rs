@@ -178,7 +178,7 @@ pub fn cpu_features() -> CpuFeatures {
             CpuFeatures {
                 sse41: std::arch::is_x86_feature_detected!("sse4.1"),
                 fma: std::arch::is_x86_feature_detected!("fma")
-                    && std::env::var_os("TILEJIT_NO_FMA").is_none(),
+                    && !tilejit_ir::config::config().no_fma,
                 avx2: std::arch::is_x86_feature_detected!("avx2"),
                 avx512f: std::arch::is_x86_feature_detected!("avx512f"),
             }

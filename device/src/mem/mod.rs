@@ -4,5 +4,5 @@
 pub mod region;
 pub mod storage;
 
-pub use region::{MemChunk, MemRegion, RegionStats, Span, ALIGN};
+pub use region::{ChunkInfo, MemChunk, MemRegion, RegionStats, Span, ALIGN};
 pub use storage::{GmElem, PageAllocError, PagedMemory};

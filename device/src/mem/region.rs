@@ -40,8 +40,32 @@ pub struct RegionStats {
 struct FreeList {
     /// offset -> length of each free block; never two adjacent blocks.
     free: BTreeMap<u64, u64>,
+    /// offset -> each live chunk, for [`MemRegion::chunks`] (XRT's
+    /// getAllMemChunk) and out-of-memory messages.
+    live: BTreeMap<u64, LiveChunk>,
     used: u64,
     chunks: usize,
+}
+
+#[derive(Debug)]
+struct LiveChunk {
+    len: u64,
+    requested: u64,
+    label: Option<Arc<str>>,
+}
+
+/// One live chunk of a region, as [`MemRegion::chunks`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkInfo {
+    /// First byte in the region.
+    pub offset: u64,
+    /// Usable bytes (the request rounded up to 32).
+    pub len: u64,
+    /// The bytes asked for.
+    pub requested: u64,
+    /// What owns it, if its owner said ([`MemChunk::set_label`]): a
+    /// tensor's type, a program's constant.
+    pub label: Option<Arc<str>>,
 }
 
 #[derive(Debug)]
@@ -96,6 +120,7 @@ impl MemRegion {
                 name: name.to_string(),
                 state: Mutex::new(FreeList {
                     free,
+                    live: BTreeMap::new(),
                     used: 0,
                     chunks: 0,
                 }),
@@ -157,6 +182,14 @@ impl MemRegion {
         }
         st.used += len;
         st.chunks += 1;
+        st.live.insert(
+            offset,
+            LiveChunk {
+                len,
+                requested: bytes,
+                label: None,
+            },
+        );
         drop(st);
         Ok(MemChunk {
             region: self.inner.clone(),
@@ -168,12 +201,38 @@ impl MemRegion {
 
     fn oom(&self, requested: u64) -> DeviceError {
         let s = self.stats();
+        // The biggest live chunks say what holds the memory.
+        let mut live = self.chunks();
+        live.sort_by_key(|c| (std::cmp::Reverse(c.len), c.offset));
+        let largest_live = live
+            .iter()
+            .take(3)
+            .map(|c| match &c.label {
+                Some(l) => format!("{} bytes at {} ({l})", c.len, c.offset),
+                None => format!("{} bytes at {}", c.len, c.offset),
+            })
+            .collect();
         DeviceError::OutOfMemory {
             region: self.inner.name.clone(),
             requested,
             free: s.free,
             largest_free: s.largest_free,
+            largest_live,
         }
+    }
+
+    /// Every live chunk, by offset.
+    pub fn chunks(&self) -> Vec<ChunkInfo> {
+        let st = self.inner.lock();
+        st.live
+            .iter()
+            .map(|(&offset, c)| ChunkInfo {
+                offset,
+                len: c.len,
+                requested: c.requested,
+                label: c.label.clone(),
+            })
+            .collect()
     }
 
     /// Occupancy now.
@@ -230,6 +289,15 @@ impl MemChunk {
         Span {
             addr: self.offset,
             len: self.len,
+        }
+    }
+
+    /// Names what owns the chunk, for [`MemRegion::chunks`] and
+    /// out-of-memory messages.
+    pub fn set_label(&self, label: Arc<str>) {
+        let mut st = self.region.lock();
+        if let Some(c) = st.live.get_mut(&self.offset) {
+            c.label = Some(label);
         }
     }
 
@@ -317,6 +385,7 @@ impl Drop for MemChunk {
             len += next_len;
         }
         st.free.insert(offset, len);
+        st.live.remove(&self.offset);
         st.used -= self.len;
         st.chunks -= 1;
     }

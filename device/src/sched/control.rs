@@ -125,6 +125,9 @@ fn control_loop(inner: Arc<SimInner>, rx: mpsc::Receiver<Job>) {
             .spawn(move || {
                 while let Ok(st) = mrx.recv() {
                     manager::run(&st, &inner, &regs, &cores, m);
+                    // Let go of the launch (its buffers) before saying
+                    // done, so memory is free when the launch's waiter wakes.
+                    drop(st);
                     if done_tx.send(()).is_err() {
                         break;
                     }

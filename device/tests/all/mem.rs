@@ -69,7 +69,12 @@ fn fragmentation_gives_an_out_of_memory_error_that_states_the_numbers() {
             region: "GM".into(),
             requested: 64,
             free: 128,
-            largest_free: 32
+            largest_free: 32,
+            largest_live: vec![
+                "32 bytes at 0".into(),
+                "32 bytes at 64".into(),
+                "32 bytes at 128".into()
+            ],
         }
     );
     let msg = err.to_string();
@@ -527,4 +532,34 @@ fn a_huge_sparse_memory_holds_what_is_written() {
     mem.read(12 << 30, &mut back);
     assert_eq!(back, [0; 5]);
     assert_eq!(mem.pages_touched(), 2);
+}
+
+#[test]
+fn live_chunks_are_listed_with_their_labels_and_leave_when_dropped() {
+    let r = MemRegion::new("GM", 1024);
+    let a = r.alloc(40).unwrap();
+    let b = r.alloc(100).unwrap();
+    b.set_label("f32[25] tensor".into());
+    let listed = r.chunks();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(
+        (listed[0].offset, listed[0].len, listed[0].requested),
+        (0, 64, 40)
+    );
+    assert_eq!(listed[0].label, None);
+    assert_eq!(
+        (listed[1].offset, listed[1].len, listed[1].requested),
+        (64, 128, 100)
+    );
+    assert_eq!(listed[1].label.as_deref(), Some("f32[25] tensor"));
+    // An allocation that cannot fit names the biggest live chunk and its owner.
+    let msg = r.alloc(2048).unwrap_err().to_string();
+    assert!(
+        msg.contains("largest live chunks: 128 bytes at 64 (f32[25] tensor), 64 bytes at 0"),
+        "{msg}"
+    );
+    drop(b);
+    assert_eq!(r.chunks().len(), 1);
+    drop(a);
+    assert!(r.chunks().is_empty());
 }

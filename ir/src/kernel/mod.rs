@@ -292,6 +292,30 @@ impl Kernel {
         order
     }
 
+    /// The buffers the kernel writes (its matmul's product, then its
+    /// stores), each once.
+    pub fn stored_buffers(&self) -> Vec<BufId> {
+        let mut out: Vec<BufId> = self.matmul.iter().map(|m| m.out).collect();
+        for s in &self.stages {
+            if let Stage::Store { access, .. } = s {
+                if !out.contains(&access.buf) {
+                    out.push(access.buf);
+                }
+            }
+        }
+        out
+    }
+
+    /// The buffers the kernel only reads (its matmul's operands and its
+    /// loads, not a buffer it writes), each once.
+    pub fn read_buffers(&self) -> Vec<BufId> {
+        let written = self.stored_buffers();
+        self.local_buffers()
+            .into_iter()
+            .filter(|b| !written.contains(b))
+            .collect()
+    }
+
     /// Everything that changes the generated code, as canonical text (the
     /// kernel cache's key): rank, expression DAG, dtypes, stages, scratch,
     /// buffers by local number ([`Kernel::local_buffers`]) with their

@@ -1,0 +1,257 @@
+//! `Device`: where a tensor's elements live and where calls on it run
+//! (TVM's `Device`, Icraft XRT's Device). Two kinds exist today: the host
+//! and the process's simulated accelerator (`sim`).
+//!
+//! A tensor moves with [`Tensor::to`]. A jit call or eager op whose tensor
+//! arguments all live on the Sim device launches there and returns Sim
+//! tensors, so chained calls never copy through the host; arguments on
+//! different devices are an [`Error::Devices`].
+//! Reading values (`to_vec`, `item`, Display) of a device tensor copies
+//! them back. [`transfer_stats`] counts every byte that crossed.
+
+use crate::error::{Error, Loc, Result};
+use crate::tensor::{Repr, Tensor};
+use std::fmt;
+use tilejit_runtime::{DeviceArray, RuntimeError};
+
+pub use tilejit_runtime::{count_transfers, transfer_stats, TransferStats};
+
+/// A place tensors live and kernels run.
+///
+/// ```
+/// use tilejit::prelude::*;
+/// use tilejit::Device;
+/// let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3])?.to(&Device::sim())?;
+/// let y = (&x * &x).exp();                  // both ops run on the Sim device
+/// assert_eq!(y.device(), Device::sim());
+/// assert_eq!(y.to_vec::<f32>()?, [1f32.exp(), 4f32.exp(), 9f32.exp()]); // copies back
+/// # Ok::<(), tilejit::Error>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Device {
+    kind: Kind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Host,
+    Sim,
+}
+
+impl Device {
+    /// The host: native kernels on this process's CPU.
+    pub fn host() -> Device {
+        Device { kind: Kind::Host }
+    }
+
+    /// The process's simulated accelerator (its GM holds the tensors).
+    pub fn sim() -> Device {
+        Device { kind: Kind::Sim }
+    }
+
+    /// True for the host.
+    pub fn is_host(&self) -> bool {
+        self.kind == Kind::Host
+    }
+
+    /// The device's live memory: for Sim, every GM chunk with its owner
+    /// (a tensor's type, a program's constant) and the totals; for the
+    /// host, the caching pool's occupancy (host tensors are plain heap
+    /// memory, not tracked chunk by chunk).
+    pub fn memory_report(&self) -> MemoryReport {
+        match self.kind {
+            Kind::Host => {
+                let pool = tilejit_ir::pool::pool().stats();
+                MemoryReport {
+                    device: self.clone(),
+                    size: None,
+                    used: pool.bytes as u64,
+                    largest_free: None,
+                    chunks: Vec::new(),
+                }
+            }
+            Kind::Sim => {
+                let dev = tilejit_runtime::sim_device();
+                let st = dev.memory_stats();
+                let chunks = dev
+                    .memory_chunks()
+                    .into_iter()
+                    .map(|c| Chunk {
+                        offset: c.offset,
+                        bytes: c.len,
+                        owner: c.label.map(|l| l.to_string()),
+                    })
+                    .collect();
+                MemoryReport {
+                    device: self.clone(),
+                    size: Some(st.size),
+                    used: st.used,
+                    largest_free: Some(st.largest_free),
+                    chunks,
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self.kind {
+            Kind::Host => "host",
+            Kind::Sim => "sim",
+        })
+    }
+}
+
+/// One live chunk of device memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// Its first byte in the device's memory.
+    pub offset: u64,
+    /// Its bytes (rounded up to the allocator's 32-byte alignment).
+    pub bytes: u64,
+    /// What holds it: `f32[2,3] tensor`, `constant of f(..)`; `None` for
+    /// a launch's scratch.
+    pub owner: Option<String>,
+}
+
+/// What [`Device::memory_report`] returns; `Display` prints a table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryReport {
+    /// The device.
+    pub device: Device,
+    /// Its memory in bytes (`None` for the host).
+    pub size: Option<u64>,
+    /// Bytes in live chunks (for the host: bytes the caching pool holds).
+    pub used: u64,
+    /// The largest free block (`None` for the host).
+    pub largest_free: Option<u64>,
+    /// The live chunks, by offset.
+    pub chunks: Vec<Chunk>,
+}
+
+impl MemoryReport {
+    /// Live chunks owned by tensors (not constants or scratch).
+    pub fn tensor_chunks(&self) -> impl Iterator<Item = &Chunk> {
+        self.chunks
+            .iter()
+            .filter(|c| c.owner.as_deref().is_some_and(|o| o.ends_with(" tensor")))
+    }
+}
+
+impl fmt::Display for MemoryReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.size, self.largest_free) {
+            (Some(size), Some(largest)) => writeln!(
+                f,
+                "{}: {} live chunks, {} of {} bytes used, largest free block {} bytes",
+                self.device,
+                self.chunks.len(),
+                self.used,
+                size,
+                largest
+            )?,
+            _ => writeln!(
+                f,
+                "{}: {} bytes held by the caching pool (host tensors are not tracked by chunk)",
+                self.device, self.used
+            )?,
+        }
+        if !self.chunks.is_empty() {
+            writeln!(f, "  {:>14} {:>12}  owner", "offset", "bytes")?;
+        }
+        for c in &self.chunks {
+            writeln!(
+                f,
+                "  {:>14} {:>12}  {}",
+                c.offset,
+                c.bytes,
+                c.owner.as_deref().unwrap_or("(launch scratch)")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Tensor {
+    /// The device this tensor's elements live on (the host for traced and
+    /// error tensors).
+    pub fn device(&self) -> Device {
+        match self.repr {
+            Repr::Sim(_) => Device::sim(),
+            _ => Device::host(),
+        }
+    }
+
+    /// This tensor on `device`: the same tensor if it is there already,
+    /// else a copy (counted by [`transfer_stats`]). Inside a jit body a
+    /// traced tensor cannot move: move the arguments before the call.
+    #[track_caller]
+    pub fn to(&self, device: &Device) -> Result<Tensor> {
+        let location = Loc::caller();
+        let moved = |r: std::result::Result<Repr, RuntimeError>| {
+            r.map(|repr| Tensor {
+                repr,
+                weak: self.weak,
+            })
+            .map_err(|source| Error::Run {
+                function: format!("to({device})"),
+                location,
+                source,
+            })
+        };
+        match (&self.repr, &device.kind) {
+            (Repr::Error(e), _) => Err((**e).clone()),
+            (Repr::Traced { .. }, _) => Err(crate::trace::traced_value_error("to", location)),
+            (Repr::Concrete(_), Kind::Host) | (Repr::Sim(_), Kind::Sim) => Ok(self.clone()),
+            (Repr::Concrete(a), Kind::Sim) => moved(DeviceArray::upload(a).map(Repr::Sim)),
+            (Repr::Sim(d), Kind::Host) => moved(d.download().map(Repr::Concrete)),
+        }
+    }
+}
+
+/// Checks that the tensors of one call or op live on one device: that
+/// device, or [`Error::Devices`] naming each argument's. Rank-0 host
+/// tensors (literals such as `x * 2.0`) go with any device.
+pub(crate) fn common_device<'a>(
+    op: &str,
+    location: Loc,
+    tensors: impl Iterator<Item = (String, &'a Tensor)> + Clone,
+) -> Result<Device> {
+    let mut found: Option<Device> = None;
+    let mut mixed = false;
+    for (_, t) in tensors.clone() {
+        if is_literal(t) {
+            continue;
+        }
+        let d = t.device();
+        match &found {
+            None => found = Some(d),
+            Some(f) if *f != d => mixed = true,
+            Some(_) => {}
+        }
+    }
+    if mixed {
+        return Err(Error::Devices {
+            op: op.to_string(),
+            location,
+            arguments: tensors.map(|(name, t)| (name, t.device())).collect(),
+        });
+    }
+    Ok(found.unwrap_or_else(Device::host))
+}
+
+/// A host scalar that may join a device call (copied in with it).
+fn is_literal(t: &Tensor) -> bool {
+    matches!(&t.repr, Repr::Concrete(a) if a.shape().rank() == 0)
+}
+
+/// The device form of an eager or jit result list.
+pub(crate) fn sim_tensors(outs: Vec<DeviceArray>) -> Vec<Tensor> {
+    outs.into_iter()
+        .map(|d| Tensor {
+            repr: Repr::Sim(d),
+            weak: false,
+        })
+        .collect()
+}
