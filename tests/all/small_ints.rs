@@ -905,3 +905,24 @@ fn mean_widens_and_images_run_in_every_mode() {
     ));
     assert_none(failures);
 }
+
+#[test]
+fn device_resident_u8_and_i8_tensors_round_trip() {
+    let sim = tilejit::Device::sim();
+    let (a, x) = (a_u8(), x_i8());
+    let da = a.to(&sim).unwrap();
+    let dx = x.to(&sim).unwrap();
+    // Eager ops run where the data is; back on the host the values are
+    // numpy's: a + a wraps, i8 max over the row is 127.
+    let sum = (&da + &da).to(&tilejit::Device::host()).unwrap();
+    assert_eq!(sum.to_vec::<u8>().unwrap(), [144, 200, 254, 0, 14]);
+    let m = dx.max(0, false).to(&tilejit::Device::host()).unwrap();
+    assert_eq!(m.to_vec::<i8>().unwrap(), [127]);
+    assert_eq!(
+        dx.to(&tilejit::Device::host())
+            .unwrap()
+            .to_vec::<i8>()
+            .unwrap(),
+        [-128, 127, -1, 5, -7, 0]
+    );
+}
