@@ -926,3 +926,23 @@ fn device_resident_u8_and_i8_tensors_round_trip() {
         [-128, 127, -1, 5, -7, 0]
     );
 }
+
+#[test]
+fn float_params_take_the_tensor_dtype_as_a_cast() {
+    // A float argument is a weak rank-0 param: beside a u8 tensor it
+    // converts as a cast (truncated, saturated), per call, without a
+    // retrace: 2.9 -> 2, 300.0 -> 255, -4.0 -> 0.
+    let f = jit_fn!(|a: &Tensor, k: f32| a * k);
+    let a = a_u8();
+    for mode in MODES {
+        for (k, want) in [
+            (2.9f32, [144u8, 200, 254, 0, 14]),
+            (300.0, [56, 156, 1, 0, 249]),
+            (-4.0, [0, 0, 0, 0, 0]),
+        ] {
+            let got = f.with_mode(mode).call((&a, k)).unwrap();
+            assert_eq!(got.dtype(), DType::U8, "{mode:?} {k}");
+            assert_eq!(got.to_vec::<u8>().unwrap(), want, "{mode:?} {k}");
+        }
+    }
+}
