@@ -17,7 +17,7 @@ pub fn build(rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> Graph {
     build_typed(DType::F32, rows, cols, instrs)
 }
 
-/// [`build`] with inputs, param and round trips in float type `dt`.
+/// [`build`] with inputs, param and round trips in type `dt`.
 pub fn build_typed(dt: DType, rows: usize, cols: usize, instrs: &[(u8, u16, u16, u8)]) -> Graph {
     let mut g = Graph::new();
     let f32_of = |d: &[usize]| TensorType::new(dt, Shape::new(d).unwrap());
@@ -128,7 +128,8 @@ pub fn build_typed(dt: DType, rows: usize, cols: usize, instrs: &[(u8, u16, u16,
     g
 }
 
-/// [`inputs`] converted to float type `dt`.
+/// [`inputs`] converted to type `dt` (into an integer dtype as a cast
+/// converts: truncated and saturated).
 pub fn inputs_typed(dt: DType, rows: usize, cols: usize, seed: u64) -> Vec<Array> {
     inputs(rows, cols, seed)
         .into_iter()

@@ -27,6 +27,8 @@ fn descr(d: DType) -> Option<&'static str> {
         DType::I32 => "<i4",
         DType::I64 => "<i8",
         DType::Bool => "|b1",
+        DType::U8 => "|u1",
+        DType::I8 => "|i1",
         DType::BF16 => return None,
     })
 }
@@ -85,10 +87,12 @@ pub fn read(bytes: &[u8]) -> Result<NpyArray, String> {
         "<i4" => DType::I32,
         "<i8" => DType::I64,
         "|b1" => DType::Bool,
+        "|u1" => DType::U8,
+        "|i1" => DType::I8,
         "<u2" => DType::BF16,
         other => {
             return Err(format!(
-                "unsupported dtype descr `{other}` (f4 f8 f2 i4 i8 b1, little endian)"
+                "unsupported dtype descr `{other}` (f4 f8 f2 i4 i8 b1 u1 i1, little endian)"
             ))
         }
     };

@@ -84,7 +84,7 @@ fn tensor_from_bytes(
 }
 
 /// Reads a `.npy` file (format 1-3, C order, little endian; f32, f64, f16,
-/// i32, i64, bool). NumPy has no bf16, so tilejit writes bf16 as its raw
+/// i32, i64, bool, u8 (`|u1`), i8 (`|i1`)). NumPy has no bf16, so tilejit writes bf16 as its raw
 /// bits under descr `<u2` and reads `<u2` back as bf16: a NumPy uint16
 /// array loads as bf16 bits.
 #[track_caller]
@@ -127,6 +127,8 @@ fn from_st_dtype(d: StDtype) -> Option<DType> {
         StDtype::I32 => DType::I32,
         StDtype::I64 => DType::I64,
         StDtype::BOOL => DType::Bool,
+        StDtype::U8 => DType::U8,
+        StDtype::I8 => DType::I8,
         _ => return None,
     })
 }
@@ -140,6 +142,8 @@ fn to_st_dtype(d: DType) -> StDtype {
         DType::I32 => StDtype::I32,
         DType::I64 => StDtype::I64,
         DType::Bool => StDtype::BOOL,
+        DType::U8 => StDtype::U8,
+        DType::I8 => StDtype::I8,
     }
 }
 

@@ -58,7 +58,7 @@ macro_rules! tensor_ops {
                 binary_scalar(&self, rhs, $op, false, Loc::caller())
             }
         }
-        scalar_left!($trait $method $op; f32 f64 i32 i64);
+        scalar_left!($trait $method $op; f32 f64 i32 i64 u8 i8);
     )*};
 }
 

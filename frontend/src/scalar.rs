@@ -1,5 +1,5 @@
 //! `Scalar`: the Rust numbers that may stand beside a tensor in an operator
-//! (`f32 f64 i32 i64`). `Tensor op scalar` is one generic impl over this
+//! (`f32 f64 i32 i64 u8 i8`). `Tensor op scalar` is one generic impl over this
 //! trait, so unsuffixed literals infer (`(var + 1e-5).rsqrt()`,
 //! `x * 2.0 - 1.0`). A scalar takes the tensor's dtype; one the dtype cannot
 //! hold exactly (2.5 for an i32 tensor) is an error, not a silent truncation.
@@ -30,6 +30,8 @@ scalar!(f32, |v: f32| Lit::Float(v as f64));
 scalar!(f64, Lit::Float);
 scalar!(i32, |v: i32| Lit::Int(v as i64));
 scalar!(i64, Lit::Int);
+scalar!(u8, |v: u8| Lit::Int(v as i64));
+scalar!(i8, |v: i8| Lit::Int(v as i64));
 
 /// Converts a scalar to a literal of `dtype`, rejecting inexact conversions
 /// into integer dtypes.

@@ -109,7 +109,9 @@ impl Tensor {
             })
     }
 
-    /// A tensor of `shape` filled with `value` converted to `dtype`.
+    /// A tensor of `shape` filled with `value` converted to `dtype` as a
+    /// cast converts it (into an integer dtype: truncated and saturated,
+    /// so `300.0` gives 255 in u8, where numpy's `full` raises).
     #[track_caller]
     pub fn full(shape: &[usize], value: f64, dtype: DType) -> Tensor {
         let location = Loc::caller();
@@ -139,7 +141,8 @@ impl Tensor {
         Tensor::full(&[], value, dtype)
     }
 
-    /// `[0, 1, ..., n-1]` as `dtype`.
+    /// `[0, 1, ..., n-1]` as `dtype` (wrapping past an integer dtype's
+    /// range, as numpy's: u8 255 is followed by 0).
     #[track_caller]
     pub fn arange(n: usize, dtype: DType) -> Tensor {
         let location = Loc::caller();

@@ -25,6 +25,10 @@ pub enum Buffer {
     I64(Vec<i64>),
     /// bool elements.
     Bool(Vec<bool>),
+    /// u8 elements.
+    U8(Vec<u8>),
+    /// i8 elements.
+    I8(Vec<i8>),
 }
 
 impl Buffer {
@@ -55,6 +59,8 @@ impl Buffer {
             DType::BF16 => Buffer::BF16(words!(bf16, 2)),
             DType::I32 => Buffer::I32(words!(i32, 4)),
             DType::I64 => Buffer::I64(words!(i64, 8)),
+            DType::U8 => Buffer::U8(crate::fallible::collect(bytes.iter().copied())?),
+            DType::I8 => Buffer::I8(crate::fallible::collect(bytes.iter().map(|&b| b as i8))?),
             DType::Bool => {
                 if let Some(i) = bytes.iter().position(|&b| b > 1) {
                     return Err(IrError::Arguments(format!(
@@ -78,6 +84,8 @@ impl Buffer {
             Buffer::I32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Buffer::I64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
             Buffer::Bool(v) => out.extend(v.iter().map(|&b| b as u8)),
+            Buffer::U8(v) => out.extend_from_slice(v),
+            Buffer::I8(v) => out.extend(v.iter().map(|&b| b as u8)),
         }
         Ok(out)
     }
@@ -97,6 +105,8 @@ impl Buffer {
             Buffer::I32(_) => DType::I32,
             Buffer::I64(_) => DType::I64,
             Buffer::Bool(_) => DType::Bool,
+            Buffer::U8(_) => DType::U8,
+            Buffer::I8(_) => DType::I8,
         }
     }
 
@@ -110,6 +120,8 @@ impl Buffer {
             Buffer::I32(v) => v.len(),
             Buffer::I64(v) => v.len(),
             Buffer::Bool(v) => v.len(),
+            Buffer::U8(v) => v.len(),
+            Buffer::I8(v) => v.len(),
         }
     }
 
@@ -124,6 +136,8 @@ impl Buffer {
             Buffer::I32(v) => v.capacity(),
             Buffer::I64(v) => v.capacity(),
             Buffer::Bool(v) => v.capacity(),
+            Buffer::U8(v) => v.capacity(),
+            Buffer::I8(v) => v.capacity(),
         };
         elems * self.dtype().size_bytes()
     }
@@ -143,13 +157,16 @@ impl Buffer {
             DType::I32 => Buffer::I32(try_filled(n, 0)?),
             DType::I64 => Buffer::I64(try_filled(n, 0)?),
             DType::Bool => Buffer::Bool(try_filled(n, false)?),
+            DType::U8 => Buffer::U8(try_filled(n, 0)?),
+            DType::I8 => Buffer::I8(try_filled(n, 0)?),
         };
         b.fill(lit);
         Ok(b)
     }
 
     /// Sets every element to `lit` converted to the buffer's dtype (ints
-    /// truncate floats, bools are "not zero").
+    /// truncate floats; u8 and i8 saturate a float into their range, as a
+    /// cast does, and wrap an integer; bools are "not zero").
     pub fn fill(&mut self, lit: Lit) {
         let f = lit.as_f64();
         match self {
@@ -160,6 +177,8 @@ impl Buffer {
             Buffer::I32(v) => v.fill(lit.as_i64() as i32),
             Buffer::I64(v) => v.fill(lit.as_i64()),
             Buffer::Bool(v) => v.fill(lit.as_i64() != 0),
+            Buffer::U8(v) => v.fill(small_int(lit, DType::U8) as u8),
+            Buffer::I8(v) => v.fill(small_int(lit, DType::I8) as i8),
         }
     }
 
@@ -173,6 +192,8 @@ impl Buffer {
             Buffer::I32(v) => v[i].to_lit(),
             Buffer::I64(v) => v[i].to_lit(),
             Buffer::Bool(v) => v[i].to_lit(),
+            Buffer::U8(v) => v[i].to_lit(),
+            Buffer::I8(v) => v[i].to_lit(),
         }
     }
 
@@ -191,7 +212,18 @@ impl Buffer {
             DType::I32 => Buffer::I32(collect(lits.map(|l| l.as_i64() as i32))?),
             DType::I64 => Buffer::I64(collect(lits.map(|l| l.as_i64()))?),
             DType::Bool => Buffer::Bool(collect(lits.map(|l| l.as_i64() != 0))?),
+            DType::U8 => Buffer::U8(collect(lits.map(|l| small_int(l, DType::U8) as u8))?),
+            DType::I8 => Buffer::I8(collect(lits.map(|l| small_int(l, DType::I8) as i8))?),
         })
+    }
+}
+
+/// A literal as a `u8`/`i8` value: a float converts as a cast does
+/// (truncated, saturating, NaN to 0), an integer wraps.
+fn small_int(lit: Lit, dtype: DType) -> i64 {
+    match lit {
+        Lit::Float(f) => crate::scalar::float_to_int(f, dtype),
+        other => dtype.wrap_int(other.as_i64()),
     }
 }
 

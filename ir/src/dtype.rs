@@ -24,11 +24,16 @@ pub enum DType {
     I64,
     /// Boolean, stored one byte per element.
     Bool,
+    /// Unsigned 8-bit integer, wrapping arithmetic (appended after `Bool`
+    /// so the earlier variants keep their codes).
+    U8,
+    /// Signed 8-bit integer, wrapping arithmetic.
+    I8,
 }
 
 impl DType {
     /// Every dtype, in a fixed order (for tests and tables).
-    pub const ALL: [DType; 7] = [
+    pub const ALL: [DType; 9] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -36,6 +41,8 @@ impl DType {
         DType::I32,
         DType::I64,
         DType::Bool,
+        DType::U8,
+        DType::I8,
     ];
 
     /// Size of one element in bytes.
@@ -44,7 +51,7 @@ impl DType {
             DType::F64 | DType::I64 => 8,
             DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
-            DType::Bool => 1,
+            DType::Bool | DType::U8 | DType::I8 => 1,
         }
     }
 
@@ -53,9 +60,15 @@ impl DType {
         matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
     }
 
-    /// True for the two integer dtypes.
+    /// True for the four integer dtypes (`i32 i64 u8 i8`).
     pub const fn is_int(self) -> bool {
-        matches!(self, DType::I32 | DType::I64)
+        matches!(self, DType::I32 | DType::I64 | DType::U8 | DType::I8)
+    }
+
+    /// True for the one unsigned integer dtype, `u8`: its compares,
+    /// `max`/`min` and division are unsigned.
+    pub const fn is_unsigned(self) -> bool {
+        matches!(self, DType::U8)
     }
 
     /// The short name used in the text form and in messages (`f32`, `bool`, ...).
@@ -68,6 +81,8 @@ impl DType {
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::Bool => "bool",
+            DType::U8 => "u8",
+            DType::I8 => "i8",
         }
     }
 
@@ -89,10 +104,13 @@ impl DType {
         }
     }
 
-    /// Wraps an `i64` into this integer dtype's range (two's complement).
+    /// Wraps an `i64` into this integer dtype's range (two's complement;
+    /// `u8` to `0..=255`).
     pub fn wrap_int(self, v: i64) -> i64 {
         match self {
             DType::I32 => v as i32 as i64,
+            DType::U8 => v as u8 as i64,
+            DType::I8 => v as i8 as i64,
             DType::Bool => (v != 0) as i64,
             _ => v,
         }
@@ -109,7 +127,8 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// A Rust type that can be a tensor element: `f32 f64 f16 bf16 i32 i64 bool`.
+/// A Rust type that can be a tensor element: `f32 f64 f16 bf16 i32 i64 bool
+/// u8 i8`.
 /// Sealed: the set of dtypes is closed.
 pub trait Element: Copy + Send + Sync + PartialEq + fmt::Debug + 'static + sealed::Sealed {
     /// The dtype tag of this element type.
@@ -191,6 +210,28 @@ impl Element for i64 {
         lit.as_i64()
     }
     buffer_methods!(I64);
+}
+impl sealed::Sealed for u8 {}
+impl Element for u8 {
+    const DTYPE: DType = DType::U8;
+    fn to_lit(self) -> Lit {
+        Lit::Int(self as i64)
+    }
+    fn from_lit(lit: Lit) -> Self {
+        lit.as_i64() as u8
+    }
+    buffer_methods!(U8);
+}
+impl sealed::Sealed for i8 {}
+impl Element for i8 {
+    const DTYPE: DType = DType::I8;
+    fn to_lit(self) -> Lit {
+        Lit::Int(self as i64)
+    }
+    fn from_lit(lit: Lit) -> Self {
+        lit.as_i64() as i8
+    }
+    buffer_methods!(I8);
 }
 impl sealed::Sealed for bool {}
 impl Element for bool {

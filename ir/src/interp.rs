@@ -10,11 +10,14 @@
 //!   Reductions and matmul accumulate in f64 and round once at the end.
 //! - integers are computed in i64 and wrapped to the dtype (two's
 //!   complement); integer division truncates toward zero and `x / 0 == 0`.
+//!   A u8 value is held zero-extended (0..=255), so its compares, max/min,
+//!   division and mod are unsigned with no special case.
 //! - `max`/`min` (elementwise and reductions) propagate NaN, as numpy does.
 //! - a reduction over an empty axis gives its identity (sum 0, prod 1);
 //!   max and min have none (an `EmptyReduction` error).
-//! - casts float -> int truncate toward zero and saturate (NaN -> 0), as
-//!   Rust's `as`; anything -> bool is `!= 0` (NaN -> true).
+//! - casts float -> int truncate toward zero and saturate to the target
+//!   dtype (NaN -> 0), as Rust's `as` (`300.0 as u8 == 255`); int -> int
+//!   wraps (`-1i32 -> u8 == 255`); anything -> bool is `!= 0` (NaN -> true).
 
 use crate::array::{Array, Buffer};
 use crate::dtype::{DType, Lit};
@@ -123,6 +126,8 @@ fn from_buffer(b: &Buffer) -> Result<Vals, IrError> {
         Buffer::I32(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
         Buffer::I64(v) => Vals::I(collect(v.iter().copied())?),
         Buffer::Bool(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
+        Buffer::U8(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
+        Buffer::I8(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
     })
 }
 

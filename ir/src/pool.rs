@@ -20,7 +20,7 @@
 //!
 //! A taken buffer holds stale values: only code that overwrites every
 //! element may take one. In debug builds taken buffers are poisoned (NaN,
-//! `MIN`, `true`), so a kernel that leaves an element unwritten fails the
+//! `MIN`, `true`, `0xa5` for u8), so a kernel that leaves an element unwritten fails the
 //! tests instead of returning stale data.
 
 use crate::array::Buffer;
@@ -293,6 +293,8 @@ fn set_len(b: &mut Buffer, len: usize) {
         Buffer::I32(v) => to(v, len, 0),
         Buffer::I64(v) => to(v, len, 0),
         Buffer::Bool(v) => to(v, len, false),
+        Buffer::U8(v) => to(v, len, 0),
+        Buffer::I8(v) => to(v, len, 0),
     }
 }
 
@@ -306,5 +308,7 @@ fn poison(b: &mut Buffer) {
         Buffer::I32(v) => v.fill(i32::MIN),
         Buffer::I64(v) => v.fill(i64::MIN),
         Buffer::Bool(v) => v.fill(true),
+        Buffer::U8(v) => v.fill(0xa5),
+        Buffer::I8(v) => v.fill(i8::MIN),
     }
 }

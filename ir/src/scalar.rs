@@ -141,6 +141,8 @@ pub fn float_to_int(f: f64, to: DType) -> i64 {
     match to {
         DType::Bool => (f != 0.0) as i64,
         DType::I32 => f as i32 as i64,
+        DType::U8 => f as u8 as i64,
+        DType::I8 => f as i8 as i64,
         _ => f as i64,
     }
 }

@@ -57,6 +57,8 @@ fn zeroed_buffer(dtype: DType, n: usize) -> Result<Buffer, IrError> {
         DType::I32 => Buffer::I32(class_vec(dtype, n).ok_or_else(oom)?),
         DType::I64 => Buffer::I64(class_vec(dtype, n).ok_or_else(oom)?),
         DType::Bool => Buffer::Bool(class_vec(dtype, n).ok_or_else(oom)?),
+        DType::U8 => Buffer::U8(class_vec(dtype, n).ok_or_else(oom)?),
+        DType::I8 => Buffer::I8(class_vec(dtype, n).ok_or_else(oom)?),
     })
 }
 

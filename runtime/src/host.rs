@@ -56,6 +56,8 @@ pub(crate) enum Store {
     I32(Vec<i32>),
     I64(Vec<i64>),
     Bool(Vec<bool>),
+    U8(Vec<u8>),
+    I8(Vec<i8>),
 }
 
 impl Store {
@@ -68,6 +70,8 @@ impl Store {
             Buffer::I32(v) => Store::I32(v),
             Buffer::I64(v) => Store::I64(v),
             Buffer::Bool(v) => Store::Bool(v),
+            Buffer::U8(v) => Store::U8(v),
+            Buffer::I8(v) => Store::I8(v),
             Buffer::F16(v) => Store::F32(collect(v.iter().map(|x| x.to_f32()))?),
             Buffer::BF16(v) => Store::F32(collect(v.iter().map(|x| x.to_f32()))?),
         })
@@ -81,6 +85,8 @@ impl Store {
             Store::I32(v) => Store::I32(collect(v.iter().copied())?),
             Store::I64(v) => Store::I64(collect(v.iter().copied())?),
             Store::Bool(v) => Store::Bool(collect(v.iter().copied())?),
+            Store::U8(v) => Store::U8(collect(v.iter().copied())?),
+            Store::I8(v) => Store::I8(collect(v.iter().copied())?),
         })
     }
 }
@@ -105,6 +111,8 @@ fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
             Buffer::I32(v) => return Ok(Store::I32(v)),
             Buffer::I64(v) => return Ok(Store::I64(v)),
             Buffer::Bool(v) => return Ok(Store::Bool(v)),
+            Buffer::U8(v) => return Ok(Store::U8(v)),
+            Buffer::I8(v) => return Ok(Store::I8(v)),
             _ => {}
         }
     }
@@ -113,6 +121,8 @@ fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
         DType::I32 => Store::I32(class_vec(held, n).ok_or_else(oom)?),
         DType::I64 => Store::I64(class_vec(held, n).ok_or_else(oom)?),
         DType::Bool => Store::Bool(class_vec(held, n).ok_or_else(oom)?),
+        DType::U8 => Store::U8(class_vec(held, n).ok_or_else(oom)?),
+        DType::I8 => Store::I8(class_vec(held, n).ok_or_else(oom)?),
         _ => Store::F32(class_vec(held, n).ok_or_else(oom)?),
     })
 }
@@ -151,6 +161,8 @@ pub(crate) fn recycle<'a>(slots: impl IntoIterator<Item = Slot<'a>>) {
                 Store::I32(v) => Buffer::I32(v),
                 Store::I64(v) => Buffer::I64(v),
                 Store::Bool(v) => Buffer::Bool(v),
+                Store::U8(v) => Buffer::U8(v),
+                Store::I8(v) => Buffer::I8(v),
             });
         }
     }
@@ -172,6 +184,8 @@ impl Slot<'_> {
             Slot::Owned(Store::I32(v)) => BufArg::write(v),
             Slot::Owned(Store::I64(v)) => BufArg::write(v),
             Slot::Owned(Store::Bool(v)) => BufArg::write(v),
+            Slot::Owned(Store::U8(v)) => BufArg::write(v),
+            Slot::Owned(Store::I8(v)) => BufArg::write(v),
         }
     }
 
@@ -183,6 +197,8 @@ impl Slot<'_> {
             Slot::Borrowed(Buffer::I32(v)) | Slot::Owned(Store::I32(v)) => BufArg::read(v),
             Slot::Borrowed(Buffer::I64(v)) | Slot::Owned(Store::I64(v)) => BufArg::read(v),
             Slot::Borrowed(Buffer::Bool(v)) | Slot::Owned(Store::Bool(v)) => BufArg::read(v),
+            Slot::Borrowed(Buffer::U8(v)) | Slot::Owned(Store::U8(v)) => BufArg::read(v),
+            Slot::Borrowed(Buffer::I8(v)) | Slot::Owned(Store::I8(v)) => BufArg::read(v),
             // f16/bf16 arguments are converted to owned f32 up front.
             Slot::Borrowed(Buffer::F16(_) | Buffer::BF16(_)) => BufArg::empty(),
         }
@@ -210,6 +226,12 @@ impl Slot<'_> {
             }
             Slot::Borrowed(Buffer::I64(v)) | Slot::Owned(Store::I64(v)) => {
                 collect(v.iter().copied())
+            }
+            Slot::Borrowed(Buffer::U8(v)) | Slot::Owned(Store::U8(v)) => {
+                collect(v.iter().map(|&x| x as i64))
+            }
+            Slot::Borrowed(Buffer::I8(v)) | Slot::Owned(Store::I8(v)) => {
+                collect(v.iter().map(|&x| x as i64))
             }
             _ => Ok(Vec::new()),
         }
@@ -253,6 +275,8 @@ fn to_buffer(store: Store, dtype: DType) -> Result<Buffer, IrError> {
         (Store::I32(v), _) => Buffer::I32(v),
         (Store::I64(v), _) => Buffer::I64(v),
         (Store::Bool(v), _) => Buffer::Bool(v),
+        (Store::U8(v), _) => Buffer::U8(v),
+        (Store::I8(v), _) => Buffer::I8(v),
     })
 }
 
@@ -653,6 +677,16 @@ impl HostProgram {
             Store::I64(o) => {
                 let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
                 o.iter_mut().zip(v).for_each(|(d, s)| *d = s);
+                Ok(())
+            }
+            Store::U8(o) => {
+                let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
+                o.iter_mut().zip(v).for_each(|(d, s)| *d = s as u8);
+                Ok(())
+            }
+            Store::I8(o) => {
+                let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
+                o.iter_mut().zip(v).for_each(|(d, s)| *d = s as i8);
                 Ok(())
             }
             Store::Bool(_) => return Err(mismatch()),

@@ -174,6 +174,8 @@ pub(crate) fn upload_buffer(a: &Buffer) -> Result<DeviceBuffer, RuntimeError> {
             Buffer::I32(v) => dev.copy_elems_from_host(v, dst, 0),
             Buffer::I64(v) => dev.copy_elems_from_host(v, dst, 0),
             Buffer::Bool(v) => dev.copy_elems_from_host(v, dst, 0),
+            Buffer::U8(v) => dev.copy_elems_from_host(v, dst, 0),
+            Buffer::I8(v) => dev.copy_elems_from_host(v, dst, 0),
         }?;
         Ok(())
     })?;
@@ -198,6 +200,8 @@ pub(crate) fn download_buffer(
         Buffer::I32(v) => dev.copy_elems_to_host(src, 0, v),
         Buffer::I64(v) => dev.copy_elems_to_host(src, 0, v),
         Buffer::Bool(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::U8(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::I8(v) => dev.copy_elems_to_host(src, 0, v),
     }?;
     count_to_host((n * dt.size_bytes()) as u64);
     Ok(out)

@@ -355,7 +355,7 @@ fn elem_bytes(d: DType) -> usize {
         DType::F64 | DType::I64 => 8,
         DType::F32 | DType::I32 => 4,
         DType::F16 | DType::BF16 => 2,
-        DType::Bool => 1,
+        DType::Bool | DType::U8 | DType::I8 => 1,
     }
 }
 
@@ -370,6 +370,8 @@ fn write_constant(w: &mut Writer, a: &Array) {
         Buffer::I32(v) => v.iter().for_each(|x| w.u32(*x as u32)),
         Buffer::I64(v) => v.iter().for_each(|x| w.u64(*x as u64)),
         Buffer::Bool(v) => v.iter().for_each(|x| w.u8(*x as u8)),
+        Buffer::U8(v) => v.iter().for_each(|x| w.u8(*x)),
+        Buffer::I8(v) => v.iter().for_each(|x| w.u8(*x as u8)),
     }
 }
 
@@ -407,6 +409,8 @@ fn read_constant(r: &mut Reader<'_>) -> Result<Array, String> {
             1 => Ok(true),
             b => Err(format!("bad bool byte {b}")),
         })?),
+        DType::U8 => Buffer::U8(elems(n, e, |e| e.u8())?),
+        DType::I8 => Buffer::I8(elems(n, e, |e| Ok(e.u8()? as i8))?),
     };
     Array::new(ty.shape, buffer).map_err(|e| e.to_string())
 }

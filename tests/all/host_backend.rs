@@ -95,6 +95,22 @@ proptest! {
         let tol = if dt == D::F64 { 1e-9 } else { 2e-2 };
         check_program(g, &args, &[Lit::Float(param)], tol).map_err(TestCaseError::fail)?;
     }
+
+    /// The same random graphs in u8 and i8, exactly: wrapping, unsigned
+    /// u8 compares and max/min (the param a literal of the dtype).
+    #[test]
+    fn host_matches_reference_on_random_small_int_graphs(
+        dt in prop_oneof![Just(D::U8), Just(D::I8)],
+        rows in dims(),
+        cols in dims(),
+        instrs in proptest::collection::vec((any::<u8>(), any::<u16>(), any::<u16>(), any::<u8>()), 1..20),
+        seed in any::<u64>(),
+        param in prop_oneof![Just(1.0f64), Just(0.0), Just(-2.5), Just(200.0)],
+    ) {
+        let g = tilejit_tests::graphs::build_typed(dt, rows, cols, &instrs);
+        let args = tilejit_tests::graphs::inputs_typed(dt, rows, cols, seed);
+        check_program(g, &args, &[Lit::from_f64(param, dt)], 0.0).map_err(TestCaseError::fail)?;
+    }
 }
 
 proptest! {
@@ -152,6 +168,13 @@ pub(crate) fn ramp(n: usize, d: D, salt: usize) -> Array {
         D::F64 => Array::from_vec(v, &[n]).unwrap(),
         D::I32 => Array::from_vec(v.iter().map(|&x| (x * 10.0) as i32).collect(), &[n]).unwrap(),
         D::I64 => Array::from_vec(v.iter().map(|&x| (x * 10.0) as i64).collect(), &[n]).unwrap(),
+        // -128..128 wrapped: u8 values on both sides of 128, i8 of 0.
+        D::U8 => {
+            Array::from_vec(v.iter().map(|&x| (x * 64.0) as i64 as u8).collect(), &[n]).unwrap()
+        }
+        D::I8 => {
+            Array::from_vec(v.iter().map(|&x| (x * 64.0) as i64 as i8).collect(), &[n]).unwrap()
+        }
         D::F16 => {
             Array::from_vec(v.iter().map(|&x| half::f16::from_f64(x)).collect(), &[n]).unwrap()
         }
@@ -184,7 +207,7 @@ pub(crate) fn unary_ops(d: D) -> &'static [UnaryOp] {
 #[test]
 fn every_op_at_odd_sizes_on_every_float_and_int_dtype() {
     for n in [1usize, 3, 50, 783, 4096] {
-        for d in [D::F32, D::F64, D::F16, D::I32, D::I64] {
+        for d in [D::F32, D::F64, D::F16, D::I32, D::I64, D::U8, D::I8] {
             let tol = if d == D::F16 { 2e-2 } else { 1e-5 };
             for &u in unary_ops(d) {
                 check_program(unary_graph(u, d, n), &[ramp(n, d, 0)], &[], tol)

@@ -35,4 +35,5 @@ mod scan;
 mod sim_backend;
 mod sim_sizes;
 mod simplify_props;
+mod small_ints;
 mod snapshot;

@@ -90,6 +90,15 @@ fn sim_matches_reference_on_random_low_and_double_precision_graphs() {
     }
 }
 
+/// The same in u8 and i8: wrapping arithmetic, unsigned u8 compares and
+/// max/min, casts through f16, f64, i32 and bool and back.
+#[test]
+fn sim_matches_reference_on_random_small_int_graphs() {
+    for (dt, seed) in [(D::U8, 0x5177_0008), (D::I8, 0x5177_0018)] {
+        random_graphs_on_sim(dt, 40, 25, seed);
+    }
+}
+
 fn random_graphs_on_sim(dt: D, cases: u32, min_ran: usize, seed: u64) {
     let config = ProptestConfig {
         cases,
@@ -113,7 +122,8 @@ fn random_graphs_on_sim(dt: D, cases: u32, min_ran: usize, seed: u64) {
     let result = runner.run(&strategy, |(rows, cols, instrs, seed, param)| {
         let g = build_typed(dt, rows, cols, &instrs);
         let args = inputs_typed(dt, rows, cols, seed);
-        match check_sim(g, &args, &[Lit::Float(param)]) {
+        // The param as a literal of its dtype (an integer for u8/i8).
+        match check_sim(g, &args, &[Lit::from_f64(param, dt)]) {
             Ok(true) => ran.fetch_add(1, Ordering::Relaxed),
             Ok(false) => skipped.fetch_add(1, Ordering::Relaxed),
             Err(e) => return Err(TestCaseError::fail(e)),
@@ -133,7 +143,16 @@ fn random_graphs_on_sim(dt: D, cases: u32, min_ran: usize, seed: u64) {
 #[test]
 fn every_elementwise_op_at_odd_sizes_and_dtypes() {
     for n in [1usize, 3, 50, 783, 4096, 10_007] {
-        for d in [D::F32, D::F64, D::F16, D::BF16, D::I32, D::I64] {
+        for d in [
+            D::F32,
+            D::F64,
+            D::F16,
+            D::BF16,
+            D::I32,
+            D::I64,
+            D::U8,
+            D::I8,
+        ] {
             for &u in unary_ops(d) {
                 assert!(
                     check_sim(unary_graph(u, d, n), &[ramp(n, d, 0)], &[]).unwrap(),

@@ -257,8 +257,10 @@ pub(super) fn compile_matmul_vector(
 ) -> Result<DeviceKernel, CodegenError> {
     use rows::{A_BATCH, BATCH, B_BATCH, B_BATCH_STRIDE, COL, C_ROW, END, I, K, M1, N, ROW, T5};
     let dt = buf_dtype(mm.a);
-    if !matches!(dt, DType::F64 | DType::I32 | DType::I64)
-        || buf_dtype(mm.b) != dt
+    if !matches!(
+        dt,
+        DType::F64 | DType::I32 | DType::I64 | DType::U8 | DType::I8
+    ) || buf_dtype(mm.b) != dt
         || buf_dtype(mm.out) != dt
     {
         return Err(unsupported(k, format!("a {dt} matmul")));

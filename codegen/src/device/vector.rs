@@ -562,8 +562,10 @@ fn emit_long_pass(
     Ok(())
 }
 
-/// The value a reduction starts from (integers: the float clamped to the
-/// i64 range, which `vdup` then wraps into the dtype).
+/// The value a reduction starts from (integers: the float saturated to
+/// the dtype's own range, so a max starts at its least value and a min at
+/// its greatest, which `vdup` then holds exactly; wrapping `i64::MIN`
+/// into an i32, u8 or i8 would give 0).
 fn reduce_identity(op: ReduceOp, dt: DType) -> f64 {
     let v = match op {
         ReduceOp::Sum => 0.0,
@@ -574,7 +576,7 @@ fn reduce_identity(op: ReduceOp, dt: DType) -> f64 {
     if dt.is_float() {
         v
     } else {
-        v.clamp(i64::MIN as f64, i64::MAX as f64)
+        tilejit_ir::scalar::float_to_int(v, dt) as f64
     }
 }
 

@@ -21,7 +21,7 @@ pub fn storage_bytes(dtype: DType) -> usize {
     match dtype {
         DType::F32 | DType::F16 | DType::BF16 | DType::I32 => 4,
         DType::F64 | DType::I64 => 8,
-        DType::Bool => 1,
+        DType::Bool | DType::U8 | DType::I8 => 1,
     }
 }
 

@@ -128,7 +128,8 @@ fn scalar_ty(d: DType) -> Type {
         DType::F64 => types::F64,
         DType::I32 => types::I32,
         DType::I64 => types::I64,
-        DType::Bool => types::I8,
+        // u8 and i8 are both `I8`; unsigned ops pick `u8`'s meaning.
+        DType::Bool | DType::U8 | DType::I8 => types::I8,
     }
 }
 

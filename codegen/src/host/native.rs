@@ -117,7 +117,7 @@ mod sealed {
 macro_rules! kernel_elems {
     ($($t:ty),*) => { $( impl sealed::Sealed for $t {} impl KernelElem for $t {} )* };
 }
-kernel_elems!(f32, f64, i32, i64, u8, u64, bool);
+kernel_elems!(f32, f64, i32, i64, u8, i8, u64, bool);
 
 /// One buffer handed to a kernel: a borrowed slice, read-only or writable.
 /// Only the constructors make one, so its address and size always describe

@@ -389,6 +389,7 @@ macro_rules! gm_elem {
 
 gm_elem! {
     u8: 1, |x| x as u64, |b| b as u8;
+    i8: 1, |x| x as u8 as u64, |b| b as u8 as i8;
     bool: 1, |x| x as u64, |b| b as u8 != 0;
     half::f16: 2, |x| x.to_bits() as u64, |b| half::f16::from_bits(b as u16);
     half::bf16: 2, |x| x.to_bits() as u64, |b| half::bf16::from_bits(b as u16);

@@ -45,6 +45,8 @@ pub fn decode_into(bytes: &[u8], dt: DType, out: &mut Vals) {
             ),
             DType::I64 => v.extend(bytes.chunks_exact(8).map(|c| i64::from_le_bytes(arr8(c)))),
             DType::Bool => v.extend(bytes.iter().map(|&b| (b != 0) as i64)),
+            DType::U8 => v.extend(bytes.iter().map(|&b| b as i64)),
+            DType::I8 => v.extend(bytes.iter().map(|&b| b as i8 as i64)),
             _ => {}
         },
     }
@@ -115,6 +117,8 @@ fn encode_int(x: i64, dt: DType, c: &mut [u8]) {
     match dt {
         DType::I32 => c.copy_from_slice(&(x as i32).to_le_bytes()),
         DType::I64 => c.copy_from_slice(&x.to_le_bytes()),
+        // Two's complement: `x as u8` wraps u8 and i8 alike.
+        DType::U8 | DType::I8 => c[0] = x as u8,
         _ => c[0] = (x != 0) as u8,
     }
 }

@@ -32,7 +32,7 @@ fn random_operand(kind: Kind, r: &mut Rng) -> Operand {
             2 => [f64::INFINITY, f64::NEG_INFINITY, -0.0, f64::NAN][r.below(4) as usize].to_bits(),
             _ => (r.next() as f64 / 3.0e18).to_bits(),
         }),
-        Kind::DType => Operand::DType(DType::ALL[r.below(7) as usize]),
+        Kind::DType => Operand::DType(DType::ALL[r.below(DType::ALL.len() as u64) as usize]),
         Kind::Shape => Operand::Shape(r.next() as u16, r.next() as u16),
         Kind::Mkn => Operand::Mkn(r.next() as u16, r.next() as u16, r.next() as u16),
         Kind::Mem(..) => Operand::Addr(r.next() as u32),
@@ -49,7 +49,7 @@ fn random_program(seed: u64) -> Program {
     let gm = (0..r.below(4))
         .map(|i| GmDecl {
             name: format!("buf_{i}"),
-            dtype: DType::ALL[r.below(7) as usize],
+            dtype: DType::ALL[r.below(DType::ALL.len() as u64) as usize],
             shape: (0..r.below(4)).map(|_| r.below(100_000)).collect(),
             role: [Role::In, Role::Out, Role::InOut][r.below(3) as usize],
         })

@@ -30,6 +30,8 @@ fn to_bytes(v: &[f64], dt: DType) -> Vec<u8> {
             DType::I32 => out.extend_from_slice(&(x as i32).to_le_bytes()),
             DType::I64 => out.extend_from_slice(&(x as i64).to_le_bytes()),
             DType::Bool => out.push((x != 0.0) as u8),
+            DType::U8 => out.push(x as i64 as u8),
+            DType::I8 => out.push(x as i64 as i8 as u8),
         }
     }
     out
@@ -44,7 +46,8 @@ fn from_bytes(b: &[u8], dt: DType) -> Vec<f64> {
             DType::BF16 => bf16::from_le_bytes(c.try_into().unwrap()).to_f64(),
             DType::I32 => i32::from_le_bytes(c.try_into().unwrap()) as f64,
             DType::I64 => i64::from_le_bytes(c.try_into().unwrap()) as f64,
-            DType::Bool => c[0] as f64,
+            DType::Bool | DType::U8 => c[0] as f64,
+            DType::I8 => c[0] as i8 as f64,
         })
         .collect()
 }
@@ -377,6 +380,55 @@ fn binary_ops_in_other_dtypes() {
         &[0.0; R * C],
     );
     check("i64 vsub", &got, |i| (a[i] as i64 - b[i] as i64) as f64);
+}
+
+#[test]
+fn u8_and_i8_wrap_and_u8_is_unsigned() {
+    // u8 values 0..=255 and i8 values -128..=127, from native Rust ops.
+    let u: Vec<f64> = (0..R * C).map(|i| ((i * 37 + 11) % 256) as f64).collect();
+    let v: Vec<f64> = (0..R * C).map(|i| ((i * 91 + 3) % 256) as f64).collect();
+    let u8_ops: [(&str, fn(u8, u8) -> u8); 6] = [
+        ("vadd", u8::wrapping_add),
+        ("vsub", u8::wrapping_sub),
+        ("vmul", u8::wrapping_mul),
+        ("vdiv", |x, y| x.checked_div(y).unwrap_or(0)),
+        ("vrem", |x, y| x.checked_rem(y).unwrap_or(0)),
+        ("vmax", u8::max),
+    ];
+    for (op, f) in u8_ops {
+        let got = vec_op(
+            &format!("{op} {{dt}}, {{shape}}, r1, r2, @0x10000, @0x0, @0x8000"),
+            DType::U8,
+            &u,
+            &v,
+            &[0.0; R * C],
+        );
+        check(&format!("u8 {op}"), &got, |i| {
+            f(u[i] as u8, v[i] as u8) as f64
+        });
+    }
+    let (s, t): (Vec<f64>, Vec<f64>) = (
+        u.iter().map(|&x| x as u8 as i8 as f64).collect(),
+        v.iter().map(|&x| x as u8 as i8 as f64).collect(),
+    );
+    let i8_ops: [(&str, fn(i8, i8) -> i8); 4] = [
+        ("vadd", i8::wrapping_add),
+        ("vmul", i8::wrapping_mul),
+        ("vdiv", |x, y| if y == 0 { 0 } else { x.wrapping_div(y) }),
+        ("vmin", i8::min),
+    ];
+    for (op, f) in i8_ops {
+        let got = vec_op(
+            &format!("{op} {{dt}}, {{shape}}, r1, r2, @0x10000, @0x0, @0x8000"),
+            DType::I8,
+            &s,
+            &t,
+            &[0.0; R * C],
+        );
+        check(&format!("i8 {op}"), &got, |i| {
+            f(s[i] as i8, t[i] as i8) as f64
+        });
+    }
 }
 
 #[test]

@@ -198,6 +198,11 @@ fn random_lit(rng: &mut Rng, d: DType) -> Lit {
             -1,
             2,
             7,
+            // u8 and i8 edges (wrapped into the dtype).
+            127,
+            128,
+            255,
+            -128,
             i32::MAX as i64,
             i32::MIN as i64,
             i64::MAX,

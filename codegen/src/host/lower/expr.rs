@@ -137,6 +137,16 @@ impl<'b> Lowerer<'_, 'b> {
                         CmpOp::Eq => FloatCC::Equal,
                     };
                     self.b.ins().fcmp(cc, arg(x), arg(y))
+                } else if od.is_unsigned() {
+                    // u8 lives in an `I8` register: 200 must stay above 100.
+                    let cc = match c {
+                        CmpOp::Lt => IntCC::UnsignedLessThan,
+                        CmpOp::Gt => IntCC::UnsignedGreaterThan,
+                        CmpOp::Le => IntCC::UnsignedLessThanOrEqual,
+                        CmpOp::Ge => IntCC::UnsignedGreaterThanOrEqual,
+                        CmpOp::Eq => IntCC::Equal,
+                    };
+                    self.b.ins().icmp(cc, arg(x), arg(y))
                 } else {
                     let cc = match c {
                         CmpOp::Lt => IntCC::SignedLessThan,
@@ -227,6 +237,23 @@ impl<'b> Lowerer<'_, 'b> {
     }
 
     fn unary(&mut self, u: UnaryOp, d: DType, x: Value, mode: Mode) -> Result<Value, CodegenError> {
+        if d.is_unsigned() {
+            // No value is negative: abs and relu keep it, sign is 0 or 1;
+            // neg and square wrap as on any integer.
+            let ty = scalar_ty(d);
+            return Ok(match u {
+                UnaryOp::Neg => self.b.ins().ineg(x),
+                UnaryOp::Square => self.b.ins().imul(x, x),
+                UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => x,
+                UnaryOp::Sign => {
+                    let nz = self.b.ins().icmp_imm_u(IntCC::NotEqual, x, 0);
+                    let one = self.b.ins().iconst(ty, 1);
+                    let z = self.b.ins().iconst(ty, 0);
+                    self.b.ins().select(nz, one, z)
+                }
+                other => return Err(unsupported(self.k, format!("{other:?} on {d}"))),
+            });
+        }
         if !d.is_float() {
             let ty = scalar_ty(d);
             return Ok(match u {
@@ -421,12 +448,14 @@ impl<'b> Lowerer<'_, 'b> {
     }
 
     /// A two-operand libcall (`F64_FNS2`/`I64_FNS2` in `mod.rs`) on
-    /// scalars of type `ty`, widened to the call's type `wide` and back.
+    /// scalars of type `ty`, widened to the call's type `wide` (integers
+    /// zero-extended if `unsigned`) and back.
     fn call2(
         &mut self,
         name: &str,
         ty: types::Type,
         wide: types::Type,
+        unsigned: bool,
         x: Value,
         y: Value,
     ) -> Result<Value, CodegenError> {
@@ -438,6 +467,7 @@ impl<'b> Lowerer<'_, 'b> {
         let widen = |b: &mut cranelift_frontend::FunctionBuilder<'_>, v: Value| match (ty, wide) {
             _ if ty == wide => v,
             (types::F32, _) => b.ins().fpromote(wide, v),
+            _ if unsigned => b.ins().uextend(wide, v),
             _ => b.ins().sextend(wide, v),
         };
         let (a, c) = (widen(&mut self.b, x), widen(&mut self.b, y));
@@ -475,13 +505,14 @@ impl<'b> Lowerer<'_, 'b> {
         // scalar): f64 pow and numpy's mod, exact in f64 for f32 operands.
         match op {
             BinaryOp::Pow if d.is_float() => {
-                return self.call2("pow", scalar_ty(d), types::F64, x, y);
+                return self.call2("pow", scalar_ty(d), types::F64, false, x, y);
             }
             BinaryOp::Rem if d.is_float() => {
-                return self.call2("mod", scalar_ty(d), types::F64, x, y);
+                return self.call2("mod", scalar_ty(d), types::F64, false, x, y);
             }
             BinaryOp::Pow if d != DType::Bool => {
-                return self.call2("ipow", scalar_ty(d), types::I64, x, y);
+                let u = d.is_unsigned();
+                return self.call2("ipow", scalar_ty(d), types::I64, u, x, y);
             }
             _ => {}
         }
@@ -503,6 +534,30 @@ impl<'b> Lowerer<'_, 'b> {
             return Err(unsupported(self.k, format!("{op:?} on bool")));
         }
         let ty = scalar_ty(d);
+        if d.is_unsigned() {
+            return Ok(match op {
+                BinaryOp::Add => b.ins().iadd(x, y),
+                BinaryOp::Sub => b.ins().isub(x, y),
+                BinaryOp::Mul => b.ins().imul(x, y),
+                BinaryOp::Max => b.ins().umax(x, y),
+                BinaryOp::Min => b.ins().umin(x, y),
+                BinaryOp::Div | BinaryOp::Rem => {
+                    // Unsigned: floor is truncation and `x / 0 == x % 0 ==
+                    // 0` (dividing by 1 instead, which never traps).
+                    let zero = b.ins().iconst(ty, 0);
+                    let one = b.ins().iconst(ty, 1);
+                    let is0 = b.ins().icmp_imm_u(IntCC::Equal, y, 0);
+                    let safe = b.ins().select(is0, one, y);
+                    let r = if op == BinaryOp::Div {
+                        b.ins().udiv(x, safe)
+                    } else {
+                        b.ins().urem(x, safe)
+                    };
+                    b.ins().select(is0, zero, r)
+                }
+                BinaryOp::Pow => return Err(unsupported(self.k, "Pow inline")),
+            });
+        }
         Ok(match op {
             BinaryOp::Add => b.ins().iadd(x, y),
             BinaryOp::Sub => b.ins().isub(x, y),
@@ -563,6 +618,8 @@ impl<'b> Lowerer<'_, 'b> {
                 let w = b.ins().uextend(types::I32, x);
                 b.ins().fcvt_from_sint(tt, w)
             }
+            // bool, u8 and i8 are all `I8`.
+            (DType::Bool, _) if tt == ft => x,
             (DType::Bool, _) => b.ins().uextend(tt, x),
             (f, DType::F16 | DType::BF16) if f == DType::F64 || !f.is_float() => {
                 // One rounding from the exact value (through f32 would round
@@ -570,7 +627,8 @@ impl<'b> Lowerer<'_, 'b> {
                 let w = if f == DType::F64 {
                     x
                 } else {
-                    b.ins().fcvt_from_sint(types::F64, x)
+                    let i = widen_int(b, x, f, types::I64);
+                    b.ins().fcvt_from_sint(types::F64, i)
                 };
                 let name = if to == DType::F16 {
                     "round_f16"
@@ -599,16 +657,60 @@ impl<'b> Lowerer<'_, 'b> {
                     None => v,
                 }
             }
-            (f, _) if f.is_float() => b.ins().fcvt_to_sint_sat(tt, x),
-            (_, t) if t.is_float() => b.ins().fcvt_from_sint(tt, x),
-            _ => {
-                if ft.bits() < tt.bits() {
-                    b.ins().sextend(tt, x)
+            (f, DType::U8 | DType::I8) if f.is_float() => {
+                // Saturate in i32 (NaN -> 0), then clamp to the 8-bit range:
+                // `as u8` / `as i8`.
+                let (lo, hi) = if to == DType::U8 {
+                    (0, 255)
                 } else {
+                    (-128, 127)
+                };
+                let w = b.ins().fcvt_to_sint_sat(types::I32, x);
+                let lo = b.ins().iconst(types::I32, lo);
+                let hi = b.ins().iconst(types::I32, hi);
+                let w = b.ins().smax(w, lo);
+                let w = b.ins().smin(w, hi);
+                b.ins().ireduce(tt, w)
+            }
+            (f, _) if f.is_float() => b.ins().fcvt_to_sint_sat(tt, x),
+            (f, t) if t.is_float() => {
+                // u8 and i8 through i32 (zero- or sign-extended, exact).
+                let w = if ft.bits() < 32 {
+                    widen_int(b, x, f, types::I32)
+                } else {
+                    x
+                };
+                b.ins().fcvt_from_sint(tt, w)
+            }
+            (f, _) => {
+                if ft.bits() < tt.bits() {
+                    widen_int(b, x, f, tt)
+                } else if ft.bits() > tt.bits() {
                     b.ins().ireduce(tt, x)
+                } else {
+                    // u8 <-> i8: the same bits.
+                    x
                 }
             }
         };
         Ok(v)
+    }
+}
+
+/// Integer `x` of dtype `d` extended to `to` (at least as wide): zero-
+/// extended for `u8`, sign-extended otherwise.
+fn widen_int(
+    b: &mut cranelift_frontend::FunctionBuilder<'_>,
+    x: Value,
+    d: DType,
+    to: types::Type,
+) -> Value {
+    let ty = scalar_ty(d);
+    if ty == to {
+        x
+    } else if d.is_unsigned() {
+        b.ins().uextend(to, x)
+    } else {
+        b.ins().sextend(to, x)
     }
 }

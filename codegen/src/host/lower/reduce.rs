@@ -39,6 +39,10 @@ impl Lowerer<'_, '_> {
                 (ReduceOp::Prod, _) => 1,
                 (ReduceOp::Max, DType::I32) => i32::MIN as i64,
                 (ReduceOp::Min, DType::I32) => i32::MAX as i64,
+                (ReduceOp::Max, DType::I8) => i8::MIN as i64,
+                (ReduceOp::Min, DType::I8) => i8::MAX as i64,
+                (ReduceOp::Max, DType::U8) => 0,
+                (ReduceOp::Min, DType::U8) => u8::MAX as i64,
                 (ReduceOp::Max, _) => i64::MIN,
                 (ReduceOp::Min, _) => i64::MAX,
             };
@@ -46,8 +50,13 @@ impl Lowerer<'_, '_> {
         }
     }
 
-    fn combine(&mut self, op: ReduceOp, float: bool, a: Value, b: Value) -> Value {
+    /// Folds `b` into `a`, both of dtype `d` (any f32-ish dtype for
+    /// vector lanes); a u8 max/min is unsigned.
+    fn combine(&mut self, op: ReduceOp, d: DType, a: Value, b: Value) -> Value {
+        let float = d.is_float();
         match (op, float) {
+            (ReduceOp::Max, false) if d.is_unsigned() => self.b.ins().umax(a, b),
+            (ReduceOp::Min, false) if d.is_unsigned() => self.b.ins().umin(a, b),
             (ReduceOp::Sum, true) => self.b.ins().fadd(a, b),
             (ReduceOp::Max, true) => self.b.ins().fmax(a, b),
             (ReduceOp::Min, true) => self.b.ins().fmin(a, b),
@@ -207,7 +216,7 @@ impl Lowerer<'_, '_> {
                         m.pmin(cur, v)
                     }
                 }
-                _ => s.combine(op, float, cur, v),
+                _ => s.combine(op, d, cur, v),
             };
             s.b.def_var(var, n);
             Ok(())
@@ -245,11 +254,11 @@ impl Lowerer<'_, '_> {
             let mut v = self.b.use_var(vaccs[0]);
             for var in &vaccs[1..] {
                 let w = self.b.use_var(*var);
-                v = self.combine(op, true, v, w);
+                v = self.combine(op, DType::F32, v, w);
             }
             for lane in 0..LANES as u8 {
                 let x = self.b.ins().extractlane(v, lane);
-                total = self.combine(op, true, total, x);
+                total = self.combine(op, DType::F32, total, x);
             }
         }
         Ok(total)

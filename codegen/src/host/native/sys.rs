@@ -58,6 +58,10 @@ unsafe impl ZeroBits for i64 {}
 // SAFETY: as above.
 unsafe impl ZeroBits for bool {}
 // SAFETY: as above.
+unsafe impl ZeroBits for u8 {}
+// SAFETY: as above.
+unsafe impl ZeroBits for i8 {}
+// SAFETY: as above.
 unsafe impl ZeroBits for half::f16 {}
 // SAFETY: as above.
 unsafe impl ZeroBits for half::bf16 {}
