@@ -99,6 +99,7 @@ pub fn with_placement<R>(placement: &Placement, f: impl FnOnce() -> R) -> R {
 }
 
 /// The placement in force on this thread, if any.
+#[inline]
 pub(crate) fn current() -> Option<Placement> {
     if !ANY.with(|a| a.get()) {
         return None;

@@ -29,6 +29,7 @@ thread_local! {
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// True while this thread is tracing a jit body.
+#[inline]
 pub(crate) fn active() -> bool {
     CURRENT.with(|c| c.borrow().is_some())
 }

@@ -176,6 +176,7 @@ pub(crate) enum Slot<'a> {
 
 impl Slot<'_> {
     /// The slot as a kernel argument: writable when the program owns it.
+    #[inline]
     fn arg(&mut self) -> BufArg<'_> {
         match self {
             Slot::Borrowed(_) => self.arg_read(),
@@ -190,6 +191,7 @@ impl Slot<'_> {
     }
 
     /// The slot as a read-only kernel argument.
+    #[inline]
     fn arg_read(&self) -> BufArg<'_> {
         match self {
             Slot::Borrowed(Buffer::F32(v)) | Slot::Owned(Store::F32(v)) => BufArg::read(v),
