@@ -93,13 +93,7 @@ fn apply_eager(
     operands: &[&Tensor],
     build: impl FnOnce(&mut Graph, &[NodeId]) -> Result<NodeId, IrError>,
 ) -> Tensor {
-    let failed = |source| {
-        Tensor::from_error(crate::Error::Op {
-            op,
-            source,
-            location,
-        })
-    };
+    let failed = |source| op_error(op, location, source);
     let g = match eager_graph(operands, build) {
         Ok(g) => g,
         Err(source) => return failed(source),
@@ -128,13 +122,7 @@ fn apply_placed(
     g: &Graph,
     placement: &crate::Placement,
 ) -> Tensor {
-    let failed = |source| {
-        Tensor::from_error(crate::Error::Op {
-            op,
-            source,
-            location,
-        })
-    };
+    let failed = |source| op_error(op, location, source);
     let mut why_not = Vec::new();
     for (rank, d) in placement.devices().iter().enumerate() {
         let moved: Result<Vec<Tensor>, crate::Error> = operands.iter().map(|t| t.to(d)).collect();
@@ -179,6 +167,15 @@ fn apply_placed(
             true => "the placement lists no device".into(),
             false => why_not.join("; "),
         },
+    })
+}
+
+/// The error tensor of `op` failing at `location`.
+fn op_error(op: &'static str, location: Loc, source: IrError) -> Tensor {
+    Tensor::from_error(crate::Error::Op {
+        op,
+        source,
+        location,
     })
 }
 

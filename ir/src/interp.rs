@@ -77,6 +77,19 @@ pub fn check_arguments<A: std::borrow::Borrow<Array>>(
     inputs: &[A],
     params: &[Lit],
 ) -> Result<(), IrError> {
+    let types = inputs.iter().map(|a| a.borrow().ty());
+    check_argument_types(want, param_count, types, params)
+}
+
+/// [`check_arguments`] on the inputs' types (for inputs that are not host
+/// arrays, such as tensors in device memory).
+#[inline]
+pub fn check_argument_types(
+    want: &[TensorType],
+    param_count: usize,
+    inputs: impl ExactSizeIterator<Item = TensorType>,
+    params: &[Lit],
+) -> Result<(), IrError> {
     if want.len() != inputs.len() {
         return Err(IrError::Arguments(format!(
             "expected {} tensor inputs, got {}",
@@ -84,12 +97,10 @@ pub fn check_arguments<A: std::borrow::Borrow<Array>>(
             inputs.len()
         )));
     }
-    for (i, (w, a)) in want.iter().zip(inputs).enumerate() {
-        let a = a.borrow();
-        if *w != a.ty() {
+    for (i, (w, got)) in want.iter().zip(inputs).enumerate() {
+        if *w != got {
             return Err(IrError::Arguments(format!(
-                "input {i}: expected {w}, got {}",
-                a.ty()
+                "input {i}: expected {w}, got {got}"
             )));
         }
     }

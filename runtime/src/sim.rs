@@ -422,7 +422,8 @@ impl SimProgram {
         profile: bool,
     ) -> Result<PendingRun<'_>, RuntimeError> {
         let p = &self.prog;
-        check_types(&p.inputs, p.params.len(), inputs, params)?;
+        let types = inputs.iter().map(Value::ty);
+        tilejit_ir::interp::check_argument_types(&p.inputs, p.params.len(), types, params)?;
         // A cancel token or deadline of the caller's goes with the launch.
         let limits = crate::cancel::current();
         limits.check(&format!("launch `{}`", self.name))?;
@@ -691,37 +692,6 @@ fn lit_bits(l: &Lit) -> i64 {
         Lit::Int(i) => i,
         Lit::Bool(b) => b as i64,
     }
-}
-
-/// Checks inputs and params against a program's declared types.
-fn check_types(
-    want: &[TensorType],
-    param_count: usize,
-    inputs: &[Value],
-    params: &[Lit],
-) -> Result<(), IrError> {
-    if want.len() != inputs.len() {
-        return Err(IrError::Arguments(format!(
-            "expected {} tensor inputs, got {}",
-            want.len(),
-            inputs.len()
-        )));
-    }
-    for (i, (w, a)) in want.iter().zip(inputs).enumerate() {
-        if *w != a.ty() {
-            return Err(IrError::Arguments(format!(
-                "input {i}: expected {w}, got {}",
-                a.ty()
-            )));
-        }
-    }
-    if param_count != params.len() {
-        return Err(IrError::Arguments(format!(
-            "expected {param_count} params, got {}",
-            params.len()
-        )));
-    }
-    Ok(())
 }
 
 /// A value a Sim launch takes: a host array (copied in) or a device array
