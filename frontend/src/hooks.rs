@@ -35,7 +35,8 @@ type Callback = Arc<dyn Fn(&KernelEvent) + Send + Sync>;
 ///     log.lock().unwrap().push(format!("{} #{} on {}", e.name(), e.index(), e.device()));
 /// });
 /// let x = Tensor::from_vec(vec![0.0f32, 1.0], &[2])?;
-/// let y = with_hooks(&hooks, || softplus(&x))?;
+/// // On the host (in Verify mode hooks would also see the Sim run).
+/// let y = with_mode(RunMode::Host, || with_hooks(&hooks, || softplus(&x)))?;
 /// assert_eq!(seen.lock().unwrap().len(), 1); // one fused kernel
 /// assert!(seen.lock().unwrap()[0].ends_with("#0 on host"));
 /// # Ok::<(), tilejit::Error>(())
