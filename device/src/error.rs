@@ -97,6 +97,24 @@ pub enum DeviceError {
         /// What went wrong.
         msg: String,
     },
+    /// A gather (`ldg`) read an index outside its axis: the data's fault,
+    /// not the program's.
+    #[error(
+        "gather index {index} is out of range for an axis of length {len} \
+         (core {core}, program `{program}`, pc {pc})"
+    )]
+    IndexOutOfRange {
+        /// The core.
+        core: String,
+        /// The program's name.
+        program: String,
+        /// The `ldg` instruction.
+        pc: usize,
+        /// The index read.
+        index: i64,
+        /// The axis length.
+        len: i64,
+    },
     /// A device configuration is invalid or could not be read.
     #[error("device config: {0}")]
     Config(String),

@@ -14,7 +14,7 @@ pub enum RuntimeError {
     Codegen(#[from] tilejit_codegen::CodegenError),
     /// The simulated device failed (a fault, a bad launch, out of GM).
     #[error(transparent)]
-    Device(#[from] tilejit_device::DeviceError),
+    Device(tilejit_device::DeviceError),
     /// A call waited [`crate::TRACE_WAIT`] for another thread's trace of its
     /// signature, which is still running the jit body: most likely the
     /// body is waiting for this call (a deadlock).
@@ -135,5 +135,23 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "non-string panic payload".to_string()
+    }
+}
+
+impl From<tilejit_device::DeviceError> for RuntimeError {
+    /// A gather index out of range is the data's fault, the same
+    /// `IrError::IndexOutOfRange` (E1) the host reports; every other
+    /// device error stays one.
+    fn from(e: tilejit_device::DeviceError) -> RuntimeError {
+        match e {
+            tilejit_device::DeviceError::IndexOutOfRange { index, len, .. } => {
+                RuntimeError::Ir(IrError::IndexOutOfRange {
+                    op: "gather",
+                    index: Some(index),
+                    len: len.max(0) as usize,
+                })
+            }
+            e => RuntimeError::Device(e),
+        }
     }
 }

@@ -118,6 +118,8 @@ fn an_index_out_of_range_is_an_error_on_every_backend() {
                 msg.contains("out of range") && msg.contains("length 3"),
                 "{mode:?} {bad}: {msg}"
             );
+            // The data's fault on every backend: E1, as on the host.
+            assert_eq!(err.code(), 1, "{mode:?}: {msg}");
             // The jit function and the line that called it.
             assert!(msg.contains("`pick`"), "{mode:?}: {msg}");
             assert!(

@@ -5,7 +5,7 @@
 //! a flag wait that could never end).
 
 use super::cycles::{cost, Timeline, Work};
-use super::exec::{exec, Ctx, Flow};
+use super::exec::{exec, Ctx, Flow, Trap};
 use crate::config::DeviceConfig;
 use crate::error::{DeviceError, Result};
 use crate::isa::verify::VerifiedProgram;
@@ -216,7 +216,16 @@ pub fn run_core(
         }
         steps += 1;
         let mut work = Work::default();
-        let flow = exec(inst, &mut cx, &mut work).map_err(|m| fault(pc, m))?;
+        let flow = exec(inst, &mut cx, &mut work).map_err(|t| match t {
+            Trap::Fault(m) => fault(pc, m),
+            Trap::Index { index, len } => DeviceError::IndexOutOfRange {
+                core: core_name.clone(),
+                program: p.name.clone(),
+                pc,
+                index,
+                len,
+            },
+        })?;
         work_done += work.steps();
         let f32_cube = inst.dtype() == Some(DType::F32);
         let cycles = cost(inst.info().cost, &work, &cfg.costs, f32_cube);

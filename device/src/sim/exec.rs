@@ -26,6 +26,33 @@ pub(crate) enum Flow {
     End,
 }
 
+/// Why an instruction stopped its core.
+#[derive(Debug)]
+pub(crate) enum Trap {
+    /// A fault, described.
+    Fault(String),
+    /// A gather index outside its axis: the data's fault, not the
+    /// program's.
+    Index {
+        /// The index read.
+        index: i64,
+        /// The axis length.
+        len: i64,
+    },
+}
+
+impl From<String> for Trap {
+    fn from(m: String) -> Trap {
+        Trap::Fault(m)
+    }
+}
+
+impl From<&str> for Trap {
+    fn from(m: &str) -> Trap {
+        Trap::Fault(m.to_string())
+    }
+}
+
 type R<T> = Result<T, String>;
 /// An op's float and integer forms.
 type Binary = (fn(f64, f64) -> f64, fn(i64, i64) -> i64);
@@ -179,7 +206,7 @@ impl Ctx<'_> {
 }
 
 /// Executes one instruction.
-pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
+pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> Result<Flow, Trap> {
     use Opcode::*;
     let dt = inst.dtype().unwrap_or(DType::F32);
     match inst.op {
@@ -194,13 +221,15 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
                 Sub => a.wrapping_sub(b),
                 Mul => a.wrapping_mul(b),
                 Div | Rem if b == 0 => {
-                    return Err(format!("scalar {} by zero", inst.op.mnemonic()))
+                    return Err(format!("scalar {} by zero", inst.op.mnemonic()).into())
                 }
                 Div => a.wrapping_div(b),
                 Rem => a.wrapping_rem(b),
                 Min => a.min(b),
                 Max => a.max(b),
-                _ if !(0..64).contains(&b) => return Err(format!("shift by {b} (must be 0..64)")),
+                _ if !(0..64).contains(&b) => {
+                    return Err(format!("shift by {b} (must be 0..64)").into())
+                }
                 Shl => a << b,
                 _ => a >> b,
             };
@@ -271,7 +300,7 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
             let (rows, cols) = inst.shape().unwrap_or((0, 0));
             let (vr, vc) = cx.valid(inst, 2)?;
             if vr > 1 {
-                return Err(format!("ldg loads one row, not {vr}"));
+                return Err(format!("ldg loads one row, not {vr}").into());
             }
             let g = inst.gm(5);
             let span = *cx
@@ -284,7 +313,8 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
             if off < 0 || cs < 0 || istride < 0 || gs < 0 {
                 return Err(format!(
                     "negative ldg offset {off}, cstride {cs}, istride {istride} or gstride {gs}"
-                ));
+                )
+                .into());
             }
             let sz = dt.size_bytes();
             let isz = it.size_bytes();
@@ -297,9 +327,7 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> R<Flow> {
                     _ => i64::from_le_bytes(raw[..8].try_into().map_err(|_| "short index")?),
                 };
                 if !(0..len).contains(&i) {
-                    return Err(format!(
-                        "gather index {i} is out of range for an axis of length {len}"
-                    ));
+                    return Err(Trap::Index { index: i, len });
                 }
                 let e = (c as i64)
                     .checked_mul(cs)
