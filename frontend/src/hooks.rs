@@ -6,7 +6,7 @@
 //! launch at the same time are not seen. On Sim, a hooked program runs
 //! one kernel per launch and copies each kernel's buffers back for the
 //! event (counted by [`crate::transfer_stats`]); outside `with_hooks`
-//! nothing changes and a call pays one thread-local read.
+//! nothing changes and a call pays one thread-local read and one atomic load.
 //! `TILEJIT_LOG=time` prints every kernel's time without any code.
 
 use crate::device::Device;

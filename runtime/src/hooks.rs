@@ -6,7 +6,7 @@
 //! environment turns on for the whole process: `TILEJIT_LOG=time` (a
 //! line per kernel run with its time) and `TILEJIT_DUMP_VALUES=<dir>`
 //! (every kernel run's outputs as `.npy`). With none active, a program
-//! run pays one thread-local read and a branch (`active`). With some,
+//! run pays one thread-local read and one atomic load (`active`). With some,
 //! host programs run kernel by kernel as always and hand each kernel's
 //! buffers over as arrays; Sim programs launch one kernel at a time and
 //! copy its buffers back for the observers (counted as transfers).
