@@ -58,7 +58,7 @@ fn apply_traced(
                 Repr::Concrete(a) => state.graph.add_constant(a.clone()),
                 // A device tensor a body captured becomes a constant of the
                 // program: its values are read once, now.
-                Repr::Sim(_) => state.graph.add_constant(t.array(op)?),
+                Repr::Sim(_) | Repr::Remote(_) => state.graph.add_constant(t.array(op)?),
                 Repr::Error(e) => return Err((**e).clone()),
             });
         }
@@ -108,6 +108,7 @@ fn apply_eager(
     match crate::device::common_device(op, location, named) {
         Err(e) => Tensor::from_error(e),
         Ok(d) if d.is_host() => run_host(op, location, operands, &g).unwrap_or_else(failed),
+        Ok(d) if !d.is_sim() => run_remote(op, location, &d, operands, &g),
         Ok(_) => run_sim(location, operands, &g).unwrap_or_else(|e| failed(flat(e))),
     }
 }
@@ -131,6 +132,10 @@ fn apply_placed(
             Err(e) => return Tensor::from_error(e),
         };
         let refs: Vec<&Tensor> = moved.iter().collect();
+        if !d.is_host() && !d.is_sim() {
+            let t = run_remote(op, location, d, &refs, g);
+            return t.to(&placement.home()).unwrap_or_else(Tensor::from_error);
+        }
         let result = match d.is_host() {
             true => run_host(op, location, &refs, g),
             false => match run_sim(location, &refs, g) {
@@ -275,6 +280,36 @@ fn run_graph(
             host
         }
     })
+}
+
+/// An eager op on a remote device's tensors: its one-op graph goes by
+/// content key (sent once per server), its result stays there.
+fn run_remote(
+    op: &'static str,
+    location: Loc,
+    device: &crate::Device,
+    operands: &[&Tensor],
+    g: &Graph,
+) -> Tensor {
+    let Some(conn) = device.conn() else {
+        return Tensor::from_error(crate::Error::Devices {
+            op: op.to_string(),
+            location,
+            arguments: Vec::new(),
+        });
+    };
+    let ran = conn
+        .launch(op, g, crate::remote::graph_key(g), operands, &[])
+        .map_err(|s| crate::remote::error(&conn.addr, op.to_string(), location, s));
+    match ran.map(|mut outs| outs.pop()) {
+        Ok(Some(t)) => t,
+        Ok(None) => op_error(
+            op,
+            location,
+            IrError::Verify("eager op produced no output".into()),
+        ),
+        Err(e) => Tensor::from_error(e),
+    }
 }
 
 /// An eager op on operands in the Sim device's memory: it runs there and

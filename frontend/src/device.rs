@@ -1,6 +1,7 @@
 //! `Device`: where a tensor's elements live and where calls on it run
-//! (TVM's `Device`, Icraft XRT's Device). Two kinds exist today: the host
-//! and the process's simulated accelerator (`sim`).
+//! (TVM's `Device`, Icraft XRT's Device): the host, the process's
+//! simulated accelerator (`sim`), or a `tilejit serve` process reached
+//! over gRPC ([`Device::remote`], see [`crate::remote`]).
 //!
 //! A tensor moves with [`Tensor::to`]. A jit call or eager op whose tensor
 //! arguments all live on the Sim device launches there and returns Sim
@@ -9,9 +10,12 @@
 //! Reading values (`to_vec`, `item`, Display) of a device tensor copies
 //! them back. [`transfer_stats`] counts every byte that crossed.
 
+use crate::args::ArgValue;
 use crate::error::{Error, Loc, Result};
+use crate::remote::Conn;
 use crate::tensor::{Repr, Tensor};
 use std::fmt;
+use std::sync::Arc;
 use tilejit_runtime::{DeviceArray, RuntimeError};
 
 pub use tilejit_runtime::{count_transfers, transfer_stats, TransferStats};
@@ -36,6 +40,25 @@ pub struct Device {
 enum Kind {
     Host,
     Sim,
+    Remote(RemoteRef),
+}
+
+/// A connection to a server; two devices are equal when they share one.
+#[derive(Clone, Debug)]
+struct RemoteRef(Arc<Conn>);
+
+impl PartialEq for RemoteRef {
+    fn eq(&self, other: &RemoteRef) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for RemoteRef {}
+
+impl std::hash::Hash for RemoteRef {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state);
+    }
 }
 
 impl Device {
@@ -49,9 +72,118 @@ impl Device {
         Device { kind: Kind::Sim }
     }
 
+    /// A `tilejit serve` process at `addr` (`HOST:PORT`), reached over
+    /// gRPC with `token`: connects, opens a session (its tensors live
+    /// until this device and every tensor on it are dropped) and checks
+    /// that both sides run the same tilejit. Each call of `remote` is a
+    /// device of its own (its own connection and session); clone it to
+    /// share one.
+    #[track_caller]
+    pub fn remote(addr: &str, token: &str) -> Result<Device> {
+        let location = Loc::caller();
+        let conn = Conn::connect(addr, token)
+            .map_err(|s| crate::remote::error(addr, "connect".into(), location, s))?;
+        Ok(Device {
+            kind: Kind::Remote(RemoteRef(conn)),
+        })
+    }
+
     /// True for the host.
     pub fn is_host(&self) -> bool {
         self.kind == Kind::Host
+    }
+
+    /// True for the process's simulated device.
+    pub fn is_sim(&self) -> bool {
+        self.kind == Kind::Sim
+    }
+
+    /// The connection of a remote device.
+    pub(crate) fn conn(&self) -> Option<&Arc<Conn>> {
+        match &self.kind {
+            Kind::Remote(r) => Some(&r.0),
+            _ => None,
+        }
+    }
+
+    /// Calls the registry function `name` on this device: on a remote
+    /// device, the server's registry (tensor arguments there go by
+    /// reference, host ones by value; results stay on the server); on the
+    /// host or Sim, this process's registry with tensor arguments moved
+    /// here first.
+    #[track_caller]
+    pub fn call(&self, name: &str, args: &[ArgValue]) -> Result<Vec<Tensor>> {
+        let location = Loc::caller();
+        match &self.kind {
+            Kind::Remote(r) => r.0.call(name, args).map_err(|s| {
+                crate::remote::error(&r.0.addr, format!("call `{name}`"), location, s)
+            }),
+            _ => {
+                let moved = args
+                    .iter()
+                    .map(|a| match a {
+                        ArgValue::Tensor(t) => t.to(self).map(Some),
+                        _ => Ok(None),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let args: Vec<ArgValue> = args
+                    .iter()
+                    .zip(&moved)
+                    .map(|(a, m)| m.as_ref().map_or(*a, ArgValue::Tensor))
+                    .collect();
+                crate::registry::call(name, &args)
+            }
+        }
+    }
+
+    /// The registry's names where [`call`](Self::call) looks them up.
+    #[track_caller]
+    pub fn functions(&self) -> Result<Vec<String>> {
+        let location = Loc::caller();
+        match &self.kind {
+            Kind::Remote(r) => {
+                r.0.list()
+                    .map_err(|s| crate::remote::error(&r.0.addr, "list".into(), location, s))
+            }
+            _ => Ok(crate::registry::list()),
+        }
+    }
+
+    /// What a remote device's server holds and has done (`None` for the
+    /// host and Sim).
+    #[track_caller]
+    pub fn server_stats(&self) -> Result<Option<crate::remote::ServerStats>> {
+        let location = Loc::caller();
+        let Kind::Remote(r) = &self.kind else {
+            return Ok(None);
+        };
+        let s =
+            r.0.stats()
+                .map_err(|s| crate::remote::error(&r.0.addr, "stats".into(), location, s))?;
+        Ok(Some(crate::remote::ServerStats {
+            sessions: s.sessions,
+            tensors: s.tensors,
+            tensor_bytes: s.tensor_bytes,
+            programs: s.programs,
+            launches: s.launches,
+            calls: s.calls,
+            program_loads: s.program_loads,
+        }))
+    }
+
+    /// One round trip to a remote device's server that does no work (the
+    /// baseline a remote call's latency compares with); nothing for the
+    /// host and Sim.
+    #[track_caller]
+    pub fn ping(&self) -> Result<()> {
+        let location = Loc::caller();
+        match &self.kind {
+            Kind::Remote(r) => {
+                r.0.ping()
+                    .map_err(|s| crate::remote::error(&r.0.addr, "ping".into(), location, s))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The device's live memory: for Sim, every GM chunk with its owner
@@ -59,7 +191,18 @@ impl Device {
     /// host, the caching pool's occupancy (host tensors are plain heap
     /// memory, not tracked chunk by chunk).
     pub fn memory_report(&self) -> MemoryReport {
-        match self.kind {
+        match &self.kind {
+            Kind::Remote(_) => MemoryReport {
+                device: self.clone(),
+                size: None,
+                used: self
+                    .server_stats()
+                    .ok()
+                    .flatten()
+                    .map_or(0, |s| s.tensor_bytes),
+                largest_free: None,
+                chunks: Vec::new(),
+            },
             Kind::Host => {
                 let pool = tilejit_ir::pool::pool().stats();
                 MemoryReport {
@@ -96,10 +239,11 @@ impl Device {
 
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.kind {
-            Kind::Host => "host",
-            Kind::Sim => "sim",
-        })
+        match &self.kind {
+            Kind::Host => f.write_str("host"),
+            Kind::Sim => f.write_str("sim"),
+            Kind::Remote(r) => write!(f, "remote({}, {})", r.0.addr, r.0.device),
+        }
     }
 }
 
@@ -177,8 +321,11 @@ impl Tensor {
     /// The device this tensor's elements live on (the host for traced and
     /// error tensors).
     pub fn device(&self) -> Device {
-        match self.repr {
+        match &self.repr {
             Repr::Sim(_) => Device::sim(),
+            Repr::Remote(r) => Device {
+                kind: Kind::Remote(RemoteRef(r.conn.clone())),
+            },
             _ => Device::host(),
         }
     }
@@ -200,12 +347,29 @@ impl Tensor {
                 source,
             })
         };
+        let remote = |conn: &Arc<Conn>, s| {
+            crate::remote::error(&conn.addr, format!("to({device})"), location, s)
+        };
         match (&self.repr, &device.kind) {
             (Repr::Error(e), _) => Err((**e).clone()),
             (Repr::Traced { .. }, _) => Err(crate::trace::traced_value_error("to", location)),
             (Repr::Concrete(_), Kind::Host) | (Repr::Sim(_), Kind::Sim) => Ok(self.clone()),
+            (Repr::Remote(r), Kind::Remote(to)) if r.conn.id == to.0.id => Ok(self.clone()),
             (Repr::Concrete(a), Kind::Sim) => moved(DeviceArray::upload(a).map(Repr::Sim)),
             (Repr::Sim(d), Kind::Host) => moved(d.download().map(Repr::Concrete)),
+            (Repr::Concrete(a), Kind::Remote(to)) => Ok(Tensor {
+                repr: Repr::Remote(to.0.upload(a).map_err(|s| remote(&to.0, s))?),
+                weak: self.weak,
+            }),
+            // Through the host: from a Sim device, a remote one, or
+            // between two servers.
+            (Repr::Sim(_) | Repr::Remote(_), _) => {
+                let host = Tensor {
+                    repr: Repr::Concrete(self.array("to")?),
+                    weak: self.weak,
+                };
+                host.to(device)
+            }
         }
     }
 }

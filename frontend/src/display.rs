@@ -145,6 +145,10 @@ impl fmt::Display for Tensor {
                 Ok(a) => write_array(f, &a),
                 Err(e) => write!(f, "Tensor(sim {}, unreadable: {e})", d.ty()),
             },
+            Repr::Remote(r) => match r.conn.download(r) {
+                Ok(a) => write_array(f, &a),
+                Err(e) => write!(f, "Tensor(remote {}, unreadable: {})", r.ty, e.message()),
+            },
             Repr::Traced { ty, node, .. } => write!(f, "Tensor(traced {ty}, node {node})"),
             Repr::Error(e) => write!(f, "Tensor(error: {e})"),
         }
@@ -156,6 +160,7 @@ impl fmt::Debug for Tensor {
         match &self.repr {
             Repr::Concrete(a) => write!(f, "Tensor({}, {})", a.ty(), self),
             Repr::Sim(d) => write!(f, "Tensor(sim {}, {})", d.ty(), self),
+            Repr::Remote(r) => write!(f, "Tensor({} {}, {})", self.device(), r.ty, self),
             _ => fmt::Display::fmt(self, f),
         }
     }

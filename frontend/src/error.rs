@@ -156,6 +156,23 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A remote device's server refused or failed a request, or could not
+    /// be reached ([`crate::remote`]).
+    Remote {
+        /// The server's address.
+        server: String,
+        /// What was asked (`connect`, `to(remote(..))`, `mlp(f32[8])`,
+        /// `call `nn.softmax``).
+        op: String,
+        /// Where the user asked it (`None` for a server's own failure).
+        location: Option<Loc>,
+        /// The category: the server's for an error it raised (a shape
+        /// error there is a shape error here), a device error for a lost
+        /// connection.
+        kind: ErrorKind,
+        /// What went wrong, as the server said it.
+        message: String,
+    },
     /// `RunMode::Verify`: Host and Sim results differ past tolerance.
     Verify {
         /// The jit function.
@@ -182,6 +199,7 @@ impl Error {
             Error::Runtime(e) | Error::Run { source: e, .. } => e.kind(),
             Error::Verify { .. } => ErrorKind::Device,
             Error::Placement { .. } => ErrorKind::Unsupported,
+            Error::Remote { kind, .. } => *kind,
         }
     }
 
@@ -250,6 +268,10 @@ impl fmt::Display for Error {
             Error::Verify { function, message } => {
                 write!(f, "{kind}: `{function}` in verify mode: host and sim differ: {message}")
             }
+            Error::Remote { server, op, location, message, .. } => match location {
+                Some(at) => write!(f, "{kind}: `{op}` at {at} on the server at {server}: {message}"),
+                None => write!(f, "{kind}: `{op}` on the server at {server}: {message}"),
+            },
         }
     }
 }

@@ -344,6 +344,7 @@ impl JitFunction {
                 ArgValue::Tensor(t) => match &t.repr {
                     Repr::Concrete(arr) => ArgSig::Tensor(arr.ty()),
                     Repr::Sim(d) => ArgSig::Tensor(d.ty()),
+                    Repr::Remote(r) => ArgSig::Tensor(r.ty),
                     Repr::Error(e) => return Err((**e).clone()),
                     Repr::Traced { .. } => {
                         return Err(Error::ForeignTrace {
@@ -702,7 +703,19 @@ impl JitFunction {
             }
             _ => None,
         });
-        crate::device::common_device(&self.name, location, tensors.clone())?;
+        let device = crate::device::common_device(&self.name, location, tensors.clone())?;
+        if let Some(conn) = device.conn() {
+            let inputs: Vec<&Tensor> = tensors.map(|(_, t)| t).collect();
+            return conn
+                .launch(
+                    program.name(),
+                    program.traced(),
+                    crate::remote::program_key(program),
+                    &inputs,
+                    params,
+                )
+                .map_err(|s| crate::remote::error(&conn.addr, self.name.clone(), location, s));
+        }
         let inputs = tensors
             .map(|(_, t)| match &t.repr {
                 Repr::Sim(d) => Ok(tilejit_runtime::Value::Device(d.clone())),
@@ -1052,7 +1065,9 @@ impl JitFunction {
                     }))
                 }
                 Repr::Concrete(a) => state.graph.add_constant(a.clone()),
-                Repr::Sim(_) => state.graph.add_constant(t.array("return").map_err(wrap)?),
+                Repr::Sim(_) | Repr::Remote(_) => {
+                    state.graph.add_constant(t.array("return").map_err(wrap)?)
+                }
                 Repr::Error(e) => return Err(wrap((**e).clone())),
             };
             state.graph.outputs.push(node);

@@ -84,6 +84,7 @@ mod ops;
 pub mod placement;
 mod random;
 pub mod registry;
+pub mod remote;
 mod scalar;
 mod scan;
 pub mod tensor;

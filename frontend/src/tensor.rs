@@ -50,6 +50,8 @@ pub(crate) enum Repr {
     Error(Arc<Error>),
     /// Concrete, in the simulated device's memory.
     Sim(tilejit_runtime::DeviceArray),
+    /// Concrete, held by a remote server's session.
+    Remote(std::sync::Arc<crate::remote::RemoteTensor>),
 }
 
 impl Tensor {
@@ -173,6 +175,7 @@ impl Tensor {
         match &self.repr {
             Repr::Concrete(a) => Some(a.ty()),
             Repr::Sim(d) => Some(d.ty()),
+            Repr::Remote(r) => Some(r.ty),
             Repr::Traced { ty, .. } => Some(*ty),
             Repr::Error(_) => None,
         }
@@ -183,6 +186,7 @@ impl Tensor {
         match &self.repr {
             Repr::Concrete(a) => a.shape().dims(),
             Repr::Sim(d) => d.shape().dims(),
+            Repr::Remote(r) => r.ty.shape.dims(),
             Repr::Traced { ty, .. } => ty.shape.dims(),
             Repr::Error(_) => &[],
         }
@@ -236,6 +240,10 @@ impl Tensor {
                 location,
                 source,
             }),
+            Repr::Remote(r) => r
+                .conn
+                .download(r)
+                .map_err(|s| crate::remote::error(&r.conn.addr, op.to_string(), location, s)),
             Repr::Traced { .. } => Err(trace::traced_value_error(op, location)),
             Repr::Error(e) => Err((**e).clone()),
         }

@@ -32,6 +32,8 @@ pub struct Program {
     /// Values of the graph's last params, which stand for sizes
     /// ([`Program::with_size_params`]).
     size_params: Vec<Lit>,
+    /// SHA-256 of the traced graph's text, made on first use.
+    digest: OnceLock<[u8; 32]>,
 }
 
 impl Program {
@@ -70,6 +72,7 @@ impl Program {
             compile_time: start.elapsed(),
             stage_times: t,
             size_params: Vec::new(),
+            digest: OnceLock::new(),
         })
     }
 
@@ -112,7 +115,17 @@ impl Program {
             compile_time: load_time,
             stage_times: StageTimes::default(),
             size_params: Vec::new(),
+            digest: OnceLock::new(),
         }
+    }
+
+    /// SHA-256 of the traced graph's text form (which holds its
+    /// constants): what a remote device keys the program on. Computed once.
+    pub fn text_digest(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        *self
+            .digest
+            .get_or_init(|| Sha256::digest(self.traced.to_string().as_bytes()).into())
     }
 
     /// The name it was compiled under.

@@ -2,9 +2,11 @@
 //! runs the quickstart model and prints results, timings and the handler
 //! caches; `asm`, `disasm` and `sim` are the simulated accelerator's tools
 //! ([`device_cli`]); `snapshot info` prints a snapshot's manifest
-//! ([`snapshot_cli`]). `--help` works everywhere.
+//! ([`snapshot_cli`]); `serve` hosts a device for remote clients
+//! ([`serve_cli`]). `--help` works everywhere.
 
 mod device_cli;
+mod serve_cli;
 mod snapshot_cli;
 
 use clap::{Parser, Subcommand};
@@ -81,6 +83,11 @@ enum Command {
     /// Inspect a snapshot file (`JitFunction::save`).
     #[command(subcommand)]
     Snapshot(snapshot_cli::SnapshotCommand),
+    /// Host one device for remote clients over gRPC (`Device::remote`).
+    #[command(
+        after_help = "Examples:\n  tilejit serve --listen :7070 --token-file token.txt\n  tilejit serve --listen 0.0.0.0:7070 --device sim --token-file token.txt"
+    )]
+    Serve(serve_cli::ServeArgs),
 }
 
 /// One transformer-style MLP block: pre-norm, up-projection, GELU,
@@ -206,6 +213,7 @@ fn main() -> ExitCode {
         Command::Disasm(a) => device_cli::disasm_cmd(&a),
         Command::Sim(a) => device_cli::sim_cmd(&a),
         Command::Snapshot(c) => snapshot_cli::snapshot_cmd(&c),
+        Command::Serve(a) => serve_cli::serve_cmd(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,428 @@
+//! The client side of a remote device: one connection and session per
+//! [`Device::remote`](crate::Device::remote), driven by a small tokio
+//! runtime of the process's own. Calls block the calling thread (on a
+//! channel, so they also work from inside someone else's async runtime).
+//!
+//! Liveness, not size, bounds every wait: HTTP/2 keepalive pings every
+//! second fail a call within a few seconds of the server dying or
+//! hanging, however long the call or copy legitimately takes.
+
+use super::proto::remote_client::RemoteClient;
+use super::proto::{self, arg};
+use super::wire::{self, MAX_INLINE, MAX_MESSAGE};
+use crate::args::ArgValue;
+use crate::tensor::{Repr, Tensor};
+use prost::bytes::Bytes;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+use tilejit_ir::{Array, Graph, Lit, TensorType};
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+
+type Client = RemoteClient<InterceptedService<Channel, Auth>>;
+
+/// Adds the token to every call.
+#[derive(Clone)]
+pub(crate) struct Auth(MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for Auth {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
+
+/// The process's runtime for remote calls (two threads, started on the
+/// first `Device::remote`).
+fn runtime() -> Result<&'static tokio::runtime::Runtime, Status> {
+    static RT: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tilejit-remote")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| Status::internal(format!("no async runtime for remote calls: {e}")))
+}
+
+/// Runs `f` on the remote runtime and waits for it.
+fn block<T: Send + 'static>(
+    f: impl Future<Output = Result<T, Status>> + Send + 'static,
+) -> Result<T, Status> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    runtime()?.spawn(async move {
+        let _ = tx.send(f.await);
+    });
+    rx.recv()
+        .unwrap_or_else(|_| Err(Status::internal("a remote call's task panicked")))
+}
+
+/// Starts `f` on the remote runtime without waiting (frees, closes).
+fn detach(f: impl Future<Output = ()> + Send + 'static) {
+    if let Ok(rt) = runtime() {
+        rt.spawn(f);
+    }
+}
+
+/// One connection to a server, with its session.
+pub(crate) struct Conn {
+    /// Unique per connection in this process (a `Device`'s identity).
+    pub(crate) id: u64,
+    pub(crate) addr: String,
+    /// The server's device (`host`, `sim`).
+    pub(crate) device: String,
+    session: u64,
+    chunk: usize,
+    /// A handle on the channel (cloned per call). Unwind-safe: a panic
+    /// cannot leave it half-updated, and tensors and devices must stay
+    /// usable across `catch_unwind` as host ones are.
+    client: std::panic::AssertUnwindSafe<Client>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Conn({}, session {})", self.addr, self.session)
+    }
+}
+
+impl Conn {
+    /// Connects, opens a session and starts its heartbeat.
+    pub(crate) fn connect(addr: &str, token: &str) -> Result<Arc<Conn>, Status> {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let bearer: MetadataValue<_> = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Status::invalid_argument("the token must be printable ASCII"))?;
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| Status::invalid_argument(format!("not an address: {e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(1))
+            .keep_alive_timeout(Duration::from_secs(3))
+            .keep_alive_while_idle(true);
+        let (client, reply) = block(async move {
+            let channel = endpoint
+                .connect()
+                .await
+                .map_err(|e| Status::unavailable(format!("cannot connect: {}", source_text(&e))))?;
+            let mut client = RemoteClient::with_interceptor(channel, Auth(bearer))
+                .max_decoding_message_size(MAX_MESSAGE)
+                .max_encoding_message_size(MAX_MESSAGE);
+            let reply = client
+                .open(proto::OpenRequest {
+                    client_version: env!("CARGO_PKG_VERSION").into(),
+                })
+                .await?
+                .into_inner();
+            Ok((client, reply))
+        })?;
+        let conn = Arc::new(Conn {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            addr: addr.to_string(),
+            device: reply.device,
+            session: reply.session,
+            chunk: (reply.chunk_bytes as usize).clamp(1 << 10, wire::CHUNK_BYTES),
+            client: std::panic::AssertUnwindSafe(client),
+        });
+        let every =
+            Duration::from_millis(reply.session_timeout_ms / 3).max(Duration::from_millis(20));
+        detach(heartbeat(Arc::downgrade(&conn), every));
+        Ok(conn)
+    }
+
+    fn session(&self) -> proto::SessionRequest {
+        proto::SessionRequest {
+            session: self.session,
+        }
+    }
+
+    /// The bare round trip: one unary call that does nothing.
+    pub(crate) fn ping(&self) -> Result<(), Status> {
+        let mut c = self.client.0.clone();
+        let req = self.session();
+        block(async move { c.ping(req).await.map(|_| ()) })
+    }
+
+    /// Copies `a` to the server in chunks: its reference there.
+    pub(crate) fn upload(self: &Arc<Self>, a: &Array) -> Result<Arc<RemoteTensor>, Status> {
+        let bytes = wire::array_bytes(a).map_err(Status::internal)?;
+        let ty = a.ty();
+        let mut chunks = wire::chunks(bytes, self.chunk).into_iter();
+        let first = proto::UploadChunk {
+            session: self.session,
+            ty: Some(wire::ty_to_proto(&ty)),
+            data: chunks.next().unwrap_or_default(),
+        };
+        let rest = chunks.map(|data| proto::UploadChunk {
+            data,
+            ..Default::default()
+        });
+        let msgs: Vec<_> = std::iter::once(first).chain(rest).collect();
+        let mut c = self.client.0.clone();
+        let r = block(async move { c.upload(tokio_stream::iter(msgs)).await })?.into_inner();
+        Ok(self.held(r.id, ty))
+    }
+
+    /// Copies a tensor back.
+    pub(crate) fn download(&self, t: &RemoteTensor) -> Result<Array, Status> {
+        let expected = t.ty.shape.numel() * t.ty.dtype.size_bytes();
+        let mut c = self.client.0.clone();
+        let req = proto::TensorRequest {
+            session: self.session,
+            id: t.id,
+        };
+        let data = block(async move {
+            let mut stream = c.download(req).await?.into_inner();
+            let mut data = Vec::with_capacity(expected);
+            while let Some(chunk) = stream.message().await? {
+                if data.len() + chunk.data.len() > expected {
+                    return Err(Status::data_loss(
+                        "the server sent more bytes than the tensor has",
+                    ));
+                }
+                data.extend_from_slice(&chunk.data);
+            }
+            Ok(data)
+        })?;
+        if data.len() != expected {
+            return Err(Status::data_loss(format!(
+                "the server sent {} of the tensor's {expected} bytes",
+                data.len()
+            )));
+        }
+        wire::array_from_bytes(&t.ty, &data).map_err(Status::data_loss)
+    }
+
+    /// Runs `graph` on the server with `inputs` (remote tensors of this
+    /// connection, or small host literals): its results, left there. The
+    /// program goes by content key; its text is sent only when the server
+    /// does not hold it.
+    pub(crate) fn launch(
+        self: &Arc<Self>,
+        name: &str,
+        graph: &Graph,
+        key: [u8; 32],
+        inputs: &[&Tensor],
+        params: &[Lit],
+    ) -> Result<Vec<Tensor>, Status> {
+        let inputs = inputs
+            .iter()
+            .map(|t| self.arg_of(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        let req = proto::LaunchRequest {
+            session: self.session,
+            key: Bytes::copy_from_slice(&key),
+            inputs: inputs.iter().map(|(a, _)| a.clone()).collect(),
+            params: params.iter().map(|&l| wire::lit_to_proto(l)).collect(),
+        };
+        let mut c = self.client.0.clone();
+        let first = req.clone();
+        match block(async move { c.launch(first).await }) {
+            Err(s) if s.code() == Code::NotFound => {
+                self.load(name, graph, key)?;
+                let mut c = self.client.0.clone();
+                let r = block(async move { c.launch(req).await })?;
+                Ok(self.results(r.into_inner()))
+            }
+            r => Ok(self.results(r?.into_inner())),
+        }
+    }
+
+    /// Sends a program's text in chunks.
+    fn load(&self, name: &str, graph: &Graph, key: [u8; 32]) -> Result<(), Status> {
+        let text = Bytes::from(graph.to_string());
+        let mut chunks = wire::chunks(text, self.chunk).into_iter();
+        let first = proto::ProgramChunk {
+            session: self.session,
+            key: Bytes::copy_from_slice(&key),
+            name: name.to_string(),
+            text: chunks.next().unwrap_or_default(),
+        };
+        let rest = chunks.map(|text| proto::ProgramChunk {
+            text,
+            ..Default::default()
+        });
+        let msgs: Vec<_> = std::iter::once(first).chain(rest).collect();
+        let mut c = self.client.0.clone();
+        block(async move { c.load_program(tokio_stream::iter(msgs)).await }).map(|_| ())
+    }
+
+    /// Calls the server's registry function `name`. Host tensors go along
+    /// by value when small, else are uploaded for the call (and freed
+    /// after it); remote tensors go by reference.
+    pub(crate) fn call(
+        self: &Arc<Self>,
+        name: &str,
+        args: &[ArgValue],
+    ) -> Result<Vec<Tensor>, Status> {
+        let mut keep = Vec::new();
+        let mut wire_args = Vec::with_capacity(args.len());
+        for (i, a) in args.iter().enumerate() {
+            let value = match *a {
+                ArgValue::Tensor(t) => {
+                    let (arg, held) = self.arg_of(t).map_err(|s| {
+                        Status::new(s.code(), format!("argument {i}: {}", s.message()))
+                    })?;
+                    keep.extend(held);
+                    arg.value
+                }
+                ArgValue::Float(v, d) => Some(arg::Value::Float(proto::Float {
+                    value: v,
+                    dtype: d.name().into(),
+                })),
+                ArgValue::Int(v) => Some(arg::Value::Int(v)),
+                ArgValue::Bool(v) => Some(arg::Value::Bool(v)),
+                ArgValue::Mark(_) => {
+                    return Err(Status::invalid_argument(format!(
+                        "argument {i}: lists and structs cannot be passed to a remote function; pass their tensors"
+                    )))
+                }
+            };
+            wire_args.push(proto::Arg { value });
+        }
+        let req = proto::CallRequest {
+            session: self.session,
+            name: name.to_string(),
+            args: wire_args,
+        };
+        let mut c = self.client.0.clone();
+        let r = block(async move { c.call(req).await })?;
+        drop(keep);
+        Ok(self.results(r.into_inner()))
+    }
+
+    /// The registry's names on the server.
+    pub(crate) fn list(&self) -> Result<Vec<String>, Status> {
+        let mut c = self.client.0.clone();
+        let req = self.session();
+        block(async move { c.list(req).await }).map(|r| r.into_inner().names)
+    }
+
+    pub(crate) fn stats(&self) -> Result<proto::ServerStats, Status> {
+        let mut c = self.client.0.clone();
+        let req = self.session();
+        block(async move { c.stats(req).await }).map(|r| r.into_inner())
+    }
+
+    /// An argument on the wire: a tensor of this connection by id, a small
+    /// host tensor by value, a larger one uploaded (and held for the call).
+    fn arg_of(
+        self: &Arc<Self>,
+        t: &Tensor,
+    ) -> Result<(proto::Arg, Option<Arc<RemoteTensor>>), Status> {
+        let value = |v| proto::Arg { value: Some(v) };
+        match &t.repr {
+            Repr::Remote(r) if r.conn.id == self.id => Ok((value(arg::Value::Tensor(r.id)), None)),
+            Repr::Remote(r) => Err(Status::invalid_argument(format!(
+                "a tensor on the server at {} cannot join a call on {}",
+                r.conn.addr, self.addr
+            ))),
+            Repr::Concrete(a) if a.shape().numel() * a.dtype().size_bytes() <= MAX_INLINE => {
+                let inline = wire::inline(a).map_err(Status::internal)?;
+                Ok((value(arg::Value::Inline(inline)), None))
+            }
+            _ => {
+                let a = t
+                    .array("remote call")
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                let r = self.upload(&a)?;
+                Ok((value(arg::Value::Tensor(r.id)), Some(r)))
+            }
+        }
+    }
+
+    fn results(self: &Arc<Self>, r: proto::Results) -> Vec<Tensor> {
+        r.outputs
+            .into_iter()
+            .filter_map(|o| {
+                // The server built these types itself; one it cannot have
+                // sent is skipped rather than trusted.
+                let (ty, _) = wire::ty_from_proto(o.ty.as_ref()).ok()?;
+                Some(Tensor {
+                    repr: Repr::Remote(self.held(o.id, ty)),
+                    weak: false,
+                })
+            })
+            .collect()
+    }
+
+    fn held(self: &Arc<Self>, id: u64, ty: TensorType) -> Arc<RemoteTensor> {
+        Arc::new(RemoteTensor {
+            conn: self.clone(),
+            id,
+            ty,
+        })
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let mut c = self.client.0.clone();
+        let req = self.session();
+        detach(async move {
+            let _ = c.close(req).await;
+        });
+    }
+}
+
+/// Pings while the connection is alive, so the server keeps its session
+/// (and tensors) however long the client is idle.
+async fn heartbeat(conn: Weak<Conn>, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(c) = conn.upgrade() else { return };
+        let mut client = c.client.0.clone();
+        let req = c.session();
+        drop(c);
+        let _ = client.ping(req).await;
+    }
+}
+
+/// A tensor held by a server's session; dropping the last handle frees it
+/// there.
+pub(crate) struct RemoteTensor {
+    pub(crate) conn: Arc<Conn>,
+    pub(crate) id: u64,
+    pub(crate) ty: TensorType,
+}
+
+impl std::fmt::Debug for RemoteTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RemoteTensor({} #{} on {})",
+            self.ty, self.id, self.conn.addr
+        )
+    }
+}
+
+impl Drop for RemoteTensor {
+    fn drop(&mut self) {
+        let mut c = self.conn.client.0.clone();
+        let req = proto::FreeRequest {
+            session: self.conn.session,
+            ids: vec![self.id],
+        };
+        detach(async move {
+            let _ = c.free(req).await;
+        });
+    }
+}
+
+/// The innermost cause of a transport error (tonic's own text is only
+/// "transport error").
+fn source_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        text = format!("{text}: {s}");
+        cur = s.source();
+    }
+    text
+}

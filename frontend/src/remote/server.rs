@@ -1,0 +1,802 @@
+//! The server side of a remote device (`tilejit serve`): a tonic gRPC
+//! service over one local device. Tensors live in sessions; programs are
+//! held by content key, shared by every session; heavy work (compiles,
+//! launches, copies to the device) runs on tokio's blocking pool so the
+//! runtime's threads stay free to answer keepalive pings.
+
+use super::proto::remote_server::{Remote, RemoteServer};
+use super::proto::{self, arg};
+use super::wire::{self, CHUNK_BYTES, MAX_MESSAGE};
+use crate::args::ArgValue;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::tensor::{Repr, Tensor};
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tilejit_ir::{Array, DType, Graph, Lit};
+use tilejit_runtime::{Program, Value};
+use tokio_stream::Stream;
+use tonic::service::interceptor::InterceptedService;
+use tonic::{Request, Response, Status, Streaming};
+
+/// How a server runs: its address, device, token and limits.
+///
+/// ```no_run
+/// use tilejit::remote::{ServeOptions, Server};
+/// let server = Server::start(ServeOptions {
+///     listen: "127.0.0.1:0".into(),
+///     token: "secret".into(),
+///     ..ServeOptions::default()
+/// })?;
+/// println!("listening on {}", server.addr());
+/// server.wait()?;
+/// # Ok::<(), tilejit::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// `HOST:PORT`, or `:PORT` for loopback (port 0 picks a free one).
+    pub listen: String,
+    /// The device the server's tensors live on and its programs run on.
+    pub device: Device,
+    /// The token every call must carry (`authorization: Bearer TOKEN`).
+    pub token: String,
+    /// A session silent this long (no call, no heartbeat) is closed and
+    /// its tensors freed.
+    pub session_timeout: Duration,
+    /// The largest tensor one upload or result may have, in bytes.
+    pub max_tensor_bytes: u64,
+    /// The most bytes of tensors one session may hold.
+    pub max_session_bytes: u64,
+    /// The most programs held at once (least recently used go first).
+    pub max_programs: usize,
+}
+
+impl Default for ServeOptions {
+    fn default() -> ServeOptions {
+        ServeOptions {
+            listen: "127.0.0.1:0".into(),
+            device: Device::host(),
+            token: String::new(),
+            session_timeout: Duration::from_secs(30),
+            max_tensor_bytes: 4 << 30,
+            max_session_bytes: 16 << 30,
+            max_programs: 512,
+        }
+    }
+}
+
+/// A running gRPC server; dropping it stops it.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<std::result::Result<(), String>>>,
+}
+
+impl Server {
+    /// Binds `options.listen` and serves on a thread of its own; returns
+    /// once the socket is bound, so [`addr`](Self::addr) is the real port.
+    pub fn start(options: ServeOptions) -> Result<Server> {
+        let addr = resolve(&options.listen)?;
+        if options.token.is_empty() {
+            return Err(server_error(&options.listen, "the token is empty"));
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tilejit-serve")
+            .enable_all()
+            .build()
+            .map_err(|e| server_error(&options.listen, &format!("no async runtime: {e}")))?;
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind(addr))
+            .map_err(|e| server_error(&options.listen, &format!("cannot bind {addr}: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| server_error(&options.listen, &e.to_string()))?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let state = Arc::new(State::new(options));
+        let thread = std::thread::Builder::new()
+            .name("tilejit-serve".into())
+            .spawn(move || runtime.block_on(serve(state, listener, stopped)))
+            .map_err(|e| server_error(&addr.to_string(), &e.to_string()))?;
+        Ok(Server {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on (with the real port).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Blocks until the server stops (it stops only on an error or when
+    /// another thread drops it... which `wait` prevents: use it in a
+    /// process whose job is serving).
+    pub fn wait(mut self) -> Result<()> {
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(Err(e))) => Err(server_error(&self.addr.to_string(), &e)),
+            Some(Err(_)) => Err(server_error(&self.addr.to_string(), "the server panicked")),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn server_error(addr: &str, message: &str) -> Error {
+    Error::Remote {
+        server: addr.to_string(),
+        op: "serve".into(),
+        location: None,
+        kind: tilejit_ir::ErrorKind::BadArgument,
+        message: message.to_string(),
+    }
+}
+
+/// `:PORT` is loopback; anything else must name its host.
+fn resolve(listen: &str) -> Result<SocketAddr> {
+    let text = match listen.strip_prefix(':') {
+        Some(port) => format!("127.0.0.1:{port}"),
+        None => listen.to_string(),
+    };
+    text.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| {
+            server_error(
+                listen,
+                "not an address: give HOST:PORT, or :PORT for loopback",
+            )
+        })
+}
+
+async fn serve(
+    state: Arc<State>,
+    listener: tokio::net::TcpListener,
+    stopped: tokio::sync::oneshot::Receiver<()>,
+) -> std::result::Result<(), String> {
+    let reaper = tokio::spawn(reap(Arc::downgrade(&state)));
+    let token = format!("Bearer {}", state.options.token);
+    let auth = move |req: Request<()>| -> std::result::Result<Request<()>, Status> {
+        let given = req
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
+        if constant_time_eq(given, token.as_bytes()) {
+            Ok(req)
+        } else {
+            // No detail: a caller without the token learns nothing.
+            Err(Status::unauthenticated("unauthenticated"))
+        }
+    };
+    let service = RemoteServer::new(Service(state))
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
+    let served = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        // Liveness, not size: a silent peer is dropped after ~20 s, and
+        // with it any half-finished stream and its buffers.
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(InterceptedService::new(service, auth))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            async {
+                let _ = stopped.await;
+            },
+        )
+        .await
+        .map_err(|e| e.to_string());
+    reaper.abort();
+    served
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Closes sessions silent past the timeout, until the server goes.
+async fn reap(state: std::sync::Weak<State>) {
+    loop {
+        let Some(s) = state.upgrade() else { return };
+        let timeout = s.options.session_timeout;
+        let dead: Vec<Session> = {
+            let mut sessions = s.sessions();
+            let ids: Vec<u64> = sessions
+                .iter()
+                .filter(|(_, v)| v.last_seen.elapsed() > timeout)
+                .map(|(k, _)| *k)
+                .collect();
+            ids.iter().filter_map(|id| sessions.remove(id)).collect()
+        };
+        drop(s);
+        // Tensors are freed here, outside the lock (a Sim tensor's drop
+        // frees device memory).
+        drop(dead);
+        tokio::time::sleep((timeout / 4).max(Duration::from_millis(50))).await;
+    }
+}
+
+struct Session {
+    tensors: HashMap<u64, (Tensor, u64)>,
+    bytes: u64,
+    last_seen: Instant,
+}
+
+struct State {
+    options: ServeOptions,
+    sessions: Mutex<HashMap<u64, Session>>,
+    programs: Mutex<Programs>,
+    next_id: AtomicU64,
+    launches: AtomicU64,
+    calls: AtomicU64,
+    loads: AtomicU64,
+}
+
+/// Programs by content key, least recently used evicted past the bound.
+#[derive(Default)]
+struct Programs {
+    map: HashMap<[u8; 32], (Arc<Program>, u64)>,
+    clock: u64,
+}
+
+impl State {
+    fn new(options: ServeOptions) -> State {
+        State {
+            options,
+            sessions: Mutex::new(HashMap::new()),
+            programs: Mutex::new(Programs::default()),
+            next_id: AtomicU64::new(1),
+            launches: AtomicU64::new(0),
+            calls: AtomicU64::new(0),
+            loads: AtomicU64::new(0),
+        }
+    }
+
+    /// The session table; a poisoned lock is still a usable table (each
+    /// update is one insert or remove).
+    fn sessions(&self) -> MutexGuard<'_, HashMap<u64, Session>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn programs(&self) -> MutexGuard<'_, Programs> {
+        self.programs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Marks `session` alive, or says it is gone.
+    fn touch(&self, session: u64) -> std::result::Result<(), Status> {
+        match self.sessions().get_mut(&session) {
+            Some(s) => {
+                s.last_seen = Instant::now();
+                Ok(())
+            }
+            None => Err(Status::failed_precondition(format!(
+                "no session {session}: it was closed, or silent past the server's {:?} timeout",
+                self.options.session_timeout
+            ))),
+        }
+    }
+
+    /// Room for `bytes` more in `session`, or why not.
+    fn check_room(&self, session: u64, bytes: u64) -> std::result::Result<(), Status> {
+        if bytes > self.options.max_tensor_bytes {
+            return Err(Status::resource_exhausted(format!(
+                "a tensor of {bytes} bytes is over the server's limit of {} bytes",
+                self.options.max_tensor_bytes
+            )));
+        }
+        let held = self.sessions().get(&session).map_or(0, |s| s.bytes);
+        if held.saturating_add(bytes) > self.options.max_session_bytes {
+            return Err(Status::resource_exhausted(format!(
+                "the session holds {held} bytes; {bytes} more is over the server's limit of {} bytes per session",
+                self.options.max_session_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Files `tensors` under fresh ids in `session`: their references.
+    fn keep(
+        &self,
+        session: u64,
+        tensors: Vec<Tensor>,
+    ) -> std::result::Result<Vec<proto::TensorRef>, Status> {
+        let mut sessions = self.sessions();
+        let s = sessions
+            .get_mut(&session)
+            .ok_or_else(|| Status::failed_precondition(format!("session {session} closed")))?;
+        let mut out = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            let ty = t
+                .ty()
+                .ok_or_else(|| Status::internal("a result is an error tensor"))?;
+            let bytes = (ty.shape.numel() * ty.dtype.size_bytes()) as u64;
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            s.tensors.insert(id, (t, bytes));
+            s.bytes += bytes;
+            out.push(proto::TensorRef {
+                id,
+                ty: Some(wire::ty_to_proto(&ty)),
+            });
+        }
+        s.last_seen = Instant::now();
+        Ok(out)
+    }
+
+    fn tensor(&self, session: u64, id: u64) -> std::result::Result<Tensor, Status> {
+        let sessions = self.sessions();
+        let s = sessions
+            .get(&session)
+            .ok_or_else(|| Status::failed_precondition(format!("no session {session}")))?;
+        s.tensors
+            .get(&id)
+            .map(|(t, _)| t.clone())
+            .ok_or_else(|| Status::not_found(format!("session {session} holds no tensor {id}")))
+    }
+
+    /// A call's arguments as tensors and scalars (tensors by id or inline).
+    fn args(&self, session: u64, args: &[proto::Arg]) -> std::result::Result<Vec<Owned>, Status> {
+        args.iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let bad = |m: String| Status::invalid_argument(format!("argument {i}: {m}"));
+                Ok(match &a.value {
+                    Some(arg::Value::Tensor(id)) => Owned::Tensor(self.tensor(session, *id)?),
+                    Some(arg::Value::Inline(t)) => {
+                        Owned::Tensor(Tensor::concrete(wire::from_inline(t).map_err(bad)?))
+                    }
+                    Some(arg::Value::Float(f)) => {
+                        let d = DType::from_name(&f.dtype)
+                            .filter(|d| d.is_float())
+                            .ok_or_else(|| bad(format!("`{}` is not a float type", f.dtype)))?;
+                        Owned::Float(f.value, d)
+                    }
+                    Some(arg::Value::Int(v)) => Owned::Int(*v),
+                    Some(arg::Value::Bool(v)) => Owned::Bool(*v),
+                    None => return Err(bad("no value".into())),
+                })
+            })
+            .collect()
+    }
+
+    fn program(&self, key: &[u8]) -> Option<Arc<Program>> {
+        let mut p = self.programs();
+        p.clock += 1;
+        let now = p.clock;
+        let (program, used) = p.map.get_mut(key)?;
+        *used = now;
+        Some(program.clone())
+    }
+
+    fn add_program(&self, key: [u8; 32], program: Arc<Program>) {
+        let mut p = self.programs();
+        p.clock += 1;
+        let now = p.clock;
+        p.map.insert(key, (program, now));
+        while p.map.len() > self.options.max_programs.max(1) {
+            let oldest = p.map.iter().min_by_key(|(_, (_, u))| *u).map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                p.map.remove(&k);
+            }
+        }
+    }
+}
+
+/// An argument the server owns while a call runs.
+enum Owned {
+    Tensor(Tensor),
+    Float(f64, DType),
+    Int(i64),
+    Bool(bool),
+}
+
+impl Owned {
+    fn as_arg(&self) -> ArgValue<'_> {
+        match self {
+            Owned::Tensor(t) => ArgValue::Tensor(t),
+            Owned::Float(v, d) => ArgValue::Float(*v, *d),
+            Owned::Int(v) => ArgValue::Int(*v),
+            Owned::Bool(v) => ArgValue::Bool(*v),
+        }
+    }
+}
+
+/// Runs blocking work off the async threads; a panic in it is an internal
+/// error for this call, never the server's end.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::result::Result<T, Status> + Send + 'static,
+) -> std::result::Result<T, Status> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(wire::with_kind(
+            Status::internal(format!("the server's work panicked: {e}")),
+            tilejit_ir::ErrorKind::Panic,
+        ))
+    })
+}
+
+/// Runs `program` on the server's device: host arrays in, host arrays
+/// out; or device buffers in place, results left in device memory.
+fn launch(
+    device: &Device,
+    program: &Program,
+    inputs: &[Tensor],
+    params: &[Lit],
+) -> Result<Vec<Tensor>> {
+    let run = |source| Error::Run {
+        function: program.name().to_string(),
+        location: crate::error::Loc::caller(),
+        source,
+    };
+    if device.is_host() {
+        let arrays = inputs
+            .iter()
+            .map(|t| t.array("launch"))
+            .collect::<Result<Vec<Array>>>()?;
+        let outs = program.run(&arrays, params).map_err(run)?;
+        return Ok(outs.into_iter().map(Tensor::concrete).collect());
+    }
+    let values = inputs
+        .iter()
+        .map(|t| match &t.repr {
+            Repr::Sim(d) => Ok(Value::Device(d.clone())),
+            _ => t.array("launch").map(Value::Host),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let outs = program.run_resident(&values, params).map_err(run)?;
+    Ok(crate::device::sim_tensors(outs))
+}
+
+/// Checks a client's graph before it is compiled: every value's size is
+/// within the server's tensor limit (the verifier checks the rest).
+fn check_graph(g: &Graph, max_bytes: u64) -> std::result::Result<(), String> {
+    for id in g.ids() {
+        let ty = g.ty(id);
+        let bytes = ty
+            .shape
+            .checked_numel()
+            .and_then(|n| n.checked_mul(ty.dtype.size_bytes()));
+        if bytes.is_none_or(|b| b as u64 > max_bytes) {
+            return Err(format!(
+                "value {} ({ty}) is over the server's limit of {max_bytes} bytes",
+                id.index()
+            ));
+        }
+    }
+    Ok(())
+}
+
+struct Service(Arc<State>);
+
+type DataStream = Pin<Box<dyn Stream<Item = std::result::Result<proto::DataChunk, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Remote for Service {
+    async fn open(
+        &self,
+        req: Request<proto::OpenRequest>,
+    ) -> std::result::Result<Response<proto::OpenReply>, Status> {
+        let version = env!("CARGO_PKG_VERSION");
+        if req.get_ref().client_version != version {
+            return Err(Status::failed_precondition(format!(
+                "the client is tilejit {} and the server {version}: programs would not match",
+                req.get_ref().client_version
+            )));
+        }
+        let session = self.0.id();
+        self.0.sessions().insert(
+            session,
+            Session {
+                tensors: HashMap::new(),
+                bytes: 0,
+                last_seen: Instant::now(),
+            },
+        );
+        Ok(Response::new(proto::OpenReply {
+            session,
+            server_version: version.into(),
+            device: self.0.options.device.to_string(),
+            chunk_bytes: CHUNK_BYTES as u64,
+            session_timeout_ms: self.0.options.session_timeout.as_millis() as u64,
+        }))
+    }
+
+    async fn close(
+        &self,
+        req: Request<proto::SessionRequest>,
+    ) -> std::result::Result<Response<proto::Empty>, Status> {
+        let gone = self.0.sessions().remove(&req.get_ref().session);
+        drop(gone);
+        Ok(Response::new(proto::Empty {}))
+    }
+
+    async fn ping(
+        &self,
+        req: Request<proto::SessionRequest>,
+    ) -> std::result::Result<Response<proto::Empty>, Status> {
+        self.0.touch(req.get_ref().session)?;
+        Ok(Response::new(proto::Empty {}))
+    }
+
+    async fn upload(
+        &self,
+        req: Request<Streaming<proto::UploadChunk>>,
+    ) -> std::result::Result<Response<proto::TensorRef>, Status> {
+        let mut stream = req.into_inner();
+        let first = stream
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("an upload with no chunk"))?;
+        let session = first.session;
+        self.0.touch(session)?;
+        let (ty, bytes) =
+            wire::ty_from_proto(first.ty.as_ref()).map_err(Status::invalid_argument)?;
+        self.0.check_room(session, bytes)?;
+        // Grown as chunks arrive (never sized from the header alone past
+        // 64 MiB), and dropped with this call if the client goes away.
+        let mut data = Vec::with_capacity((bytes as usize).min(64 << 20));
+        let mut chunk = first.data;
+        loop {
+            if data.len() as u64 + chunk.len() as u64 > bytes {
+                return Err(Status::invalid_argument(format!(
+                    "an upload of {ty} sent more than its {bytes} bytes"
+                )));
+            }
+            data.extend_from_slice(&chunk);
+            match stream.message().await? {
+                Some(c) => chunk = c.data,
+                None => break,
+            }
+        }
+        if data.len() as u64 != bytes {
+            return Err(Status::invalid_argument(format!(
+                "an upload of {ty} ended after {} of its {bytes} bytes",
+                data.len()
+            )));
+        }
+        let state = self.0.clone();
+        let refs = blocking(move || {
+            let array = wire::array_from_bytes(&ty, &data).map_err(Status::invalid_argument)?;
+            drop(data);
+            let t = Tensor::concrete(array)
+                .to(&state.options.device)
+                .map_err(|e| wire::status_from_error(&e))?;
+            state.keep(session, vec![t])
+        })
+        .await?;
+        refs.into_iter()
+            .next()
+            .map(Response::new)
+            .ok_or_else(|| Status::internal("no reference"))
+    }
+
+    type DownloadStream = DataStream;
+
+    async fn download(
+        &self,
+        req: Request<proto::TensorRequest>,
+    ) -> std::result::Result<Response<DataStream>, Status> {
+        let r = req.into_inner();
+        self.0.touch(r.session)?;
+        let t = self.0.tensor(r.session, r.id)?;
+        let bytes = blocking(move || {
+            let a = t
+                .array("download")
+                .map_err(|e| wire::status_from_error(&e))?;
+            wire::array_bytes(&a).map_err(Status::internal)
+        })
+        .await?;
+        let chunks = wire::chunks(bytes, CHUNK_BYTES)
+            .into_iter()
+            .map(|data| Ok(proto::DataChunk { data }));
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+    }
+
+    async fn free(
+        &self,
+        req: Request<proto::FreeRequest>,
+    ) -> std::result::Result<Response<proto::Empty>, Status> {
+        let r = req.into_inner();
+        let freed: Vec<(Tensor, u64)> = {
+            let mut sessions = self.0.sessions();
+            match sessions.get_mut(&r.session) {
+                Some(s) => {
+                    s.last_seen = Instant::now();
+                    let freed: Vec<_> =
+                        r.ids.iter().filter_map(|id| s.tensors.remove(id)).collect();
+                    s.bytes -= freed.iter().map(|(_, b)| b).sum::<u64>();
+                    freed
+                }
+                None => Vec::new(),
+            }
+        };
+        drop(freed);
+        Ok(Response::new(proto::Empty {}))
+    }
+
+    async fn load_program(
+        &self,
+        req: Request<Streaming<proto::ProgramChunk>>,
+    ) -> std::result::Result<Response<proto::Empty>, Status> {
+        let mut stream = req.into_inner();
+        let first = stream
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("a program with no chunk"))?;
+        let session = first.session;
+        self.0.touch(session)?;
+        let key: [u8; 32] = first.key[..]
+            .try_into()
+            .map_err(|_| Status::invalid_argument("a program key must be 32 bytes"))?;
+        let name = first.name;
+        let limit = self.0.options.max_tensor_bytes.saturating_mul(4);
+        let mut text = first.text.to_vec();
+        while let Some(c) = stream.message().await? {
+            if text.len() as u64 + c.text.len() as u64 > limit {
+                return Err(Status::resource_exhausted(format!(
+                    "a program's text is over the server's limit of {limit} bytes"
+                )));
+            }
+            text.extend_from_slice(&c.text);
+        }
+        let state = self.0.clone();
+        blocking(move || {
+            let text = String::from_utf8(text)
+                .map_err(|_| Status::invalid_argument("a program's text is not UTF-8"))?;
+            if wire::content_key(&text) != key {
+                return Err(Status::invalid_argument(
+                    "the program's key is not the content key of its text",
+                ));
+            }
+            if state.program(&key).is_some() {
+                return Ok(());
+            }
+            let bad = |m: String| {
+                wire::with_kind(
+                    Status::invalid_argument(format!("program `{name}`: {m}")),
+                    tilejit_ir::ErrorKind::BadArgument,
+                )
+            };
+            let graph = tilejit_ir::text::parse(&text).map_err(|e| bad(e.to_string()))?;
+            check_graph(&graph, state.options.max_tensor_bytes).map_err(bad)?;
+            let program = Program::compile_named(graph, &name)
+                .map_err(|e| wire::status_from_error(&Error::Runtime(e)))?;
+            state.loads.fetch_add(1, Ordering::Relaxed);
+            state.add_program(key, Arc::new(program));
+            Ok(())
+        })
+        .await?;
+        Ok(Response::new(proto::Empty {}))
+    }
+
+    async fn launch(
+        &self,
+        req: Request<proto::LaunchRequest>,
+    ) -> std::result::Result<Response<proto::Results>, Status> {
+        let r = req.into_inner();
+        self.0.touch(r.session)?;
+        let program = self
+            .0
+            .program(&r.key)
+            .ok_or_else(|| Status::not_found("no program with this key: load it first"))?;
+        let mut inputs = Vec::with_capacity(r.inputs.len());
+        for a in self.0.args(r.session, &r.inputs)? {
+            match a {
+                Owned::Tensor(t) => inputs.push(t),
+                _ => return Err(Status::invalid_argument("a program's inputs are tensors")),
+            }
+        }
+        let params = r
+            .params
+            .iter()
+            .map(wire::lit_from_proto)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(Status::invalid_argument)?;
+        let expected = program.traced().input_types();
+        let given: Vec<_> = inputs.iter().filter_map(Tensor::ty).collect();
+        if given != expected || params.len() != program.traced().param_types().len() {
+            return Err(Status::invalid_argument(format!(
+                "program `{}` takes inputs {expected:?} and {} params; the launch gave {given:?} and {}",
+                program.name(),
+                program.traced().param_types().len(),
+                params.len()
+            )));
+        }
+        let state = self.0.clone();
+        let session = r.session;
+        let outputs = blocking(move || {
+            let outs = launch(&state.options.device, &program, &inputs, &params)
+                .map_err(|e| wire::status_from_error(&e))?;
+            state.launches.fetch_add(1, Ordering::Relaxed);
+            for t in &outs {
+                if let Some(ty) = t.ty() {
+                    let bytes = (ty.shape.numel() * ty.dtype.size_bytes()) as u64;
+                    state.check_room(session, bytes)?;
+                }
+            }
+            state.keep(session, outs)
+        })
+        .await?;
+        Ok(Response::new(proto::Results { outputs }))
+    }
+
+    async fn call(
+        &self,
+        req: Request<proto::CallRequest>,
+    ) -> std::result::Result<Response<proto::Results>, Status> {
+        let r = req.into_inner();
+        self.0.touch(r.session)?;
+        let f = crate::registry::get(&r.name).map_err(|e| wire::status_from_error(&e))?;
+        let owned = self.0.args(r.session, &r.args)?;
+        let state = self.0.clone();
+        let session = r.session;
+        let outputs = blocking(move || {
+            let args: Vec<ArgValue> = owned.iter().map(Owned::as_arg).collect();
+            let outs = f.call(&args).map_err(|e| wire::status_from_error(&e))?;
+            drop(owned);
+            state.calls.fetch_add(1, Ordering::Relaxed);
+            // Results live on the server's device, whatever the function
+            // computed them on.
+            let outs = outs
+                .into_iter()
+                .map(|t| t.to(&state.options.device))
+                .collect::<Result<Vec<_>>>()
+                .map_err(|e| wire::status_from_error(&e))?;
+            state.keep(session, outs)
+        })
+        .await?;
+        Ok(Response::new(proto::Results { outputs }))
+    }
+
+    async fn list(
+        &self,
+        req: Request<proto::SessionRequest>,
+    ) -> std::result::Result<Response<proto::Names>, Status> {
+        self.0.touch(req.get_ref().session)?;
+        Ok(Response::new(proto::Names {
+            names: crate::registry::list(),
+        }))
+    }
+
+    async fn stats(
+        &self,
+        _req: Request<proto::SessionRequest>,
+    ) -> std::result::Result<Response<proto::ServerStats>, Status> {
+        let (sessions, tensors, tensor_bytes) = {
+            let s = self.0.sessions();
+            (
+                s.len() as u64,
+                s.values().map(|v| v.tensors.len() as u64).sum(),
+                s.values().map(|v| v.bytes).sum(),
+            )
+        };
+        Ok(Response::new(proto::ServerStats {
+            sessions,
+            tensors,
+            tensor_bytes,
+            programs: self.0.programs().map.len() as u64,
+            launches: self.0.launches.load(Ordering::Relaxed),
+            calls: self.0.calls.load(Ordering::Relaxed),
+            program_loads: self.0.loads.load(Ordering::Relaxed),
+        }))
+    }
+}

@@ -1,0 +1,382 @@
+//! Remote devices against real `tilejit serve` processes on 127.0.0.1.
+//! Every server is started with `--exit-with-stdin`, so it stops when its
+//! test (or the whole test process) goes, and is killed when its guard
+//! drops.
+
+#![allow(clippy::unwrap_used)] // tests assert by unwrapping
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tilejit::prelude::*;
+use tilejit::{ArgValue, Device, ErrorKind};
+
+/// A running server: its address and token; killed on drop.
+struct Served {
+    child: Child,
+    addr: String,
+    token: String,
+}
+
+impl Served {
+    fn start(device: &str, extra: &[&str]) -> Served {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tilejit"))
+            .args([
+                "serve",
+                "--listen",
+                ":0",
+                "--device",
+                device,
+                "--exit-with-stdin",
+            ])
+            .args(extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start tilejit serve");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let first = lines.next().expect("a first line").expect("utf-8");
+        let addr = first
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("first line: {first}"))
+            .to_string();
+        let second = lines.next().expect("a token line").expect("utf-8");
+        let token = second
+            .strip_prefix("token ")
+            .expect("token line")
+            .to_string();
+        Served { child, addr, token }
+    }
+
+    fn device(&self) -> Device {
+        Device::remote(&self.addr, &self.token).expect("connect")
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `f` until it holds or `limit` passes.
+fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.to_vec::<f32>()
+        .expect("values")
+        .iter()
+        .map(|x| x.to_bits())
+        .collect()
+}
+
+#[jit]
+fn block(x: &Tensor, w: &Tensor, k: f32) -> Tensor {
+    let h = x.matmul(w).gelu() * k;
+    (x + &h).softmax(-1)
+}
+
+/// Chained jit calls and eager ops on a host server: the results stay
+/// remote, and equal the same calls on this host bit for bit (the server
+/// compiles the same graphs with the same code generator).
+#[test]
+fn chained_remote_calls_equal_host_results() {
+    let server = Served::start("host", &[]);
+    let remote = server.device();
+    for (m, n) in [(1, 1), (3, 17), (64, 130)] {
+        let x = Tensor::randn(&[m, n], 1);
+        let w = Tensor::randn(&[n, n], 2) * 0.1;
+        let want = {
+            let y = block(&x, &w, 0.5).unwrap();
+            let z = block(&y, &w, 2.0).unwrap();
+            (&z * 3.0).exp() - &y
+        };
+        let (xr, wr) = (x.to(&remote).unwrap(), w.to(&remote).unwrap());
+        let y = block(&xr, &wr, 0.5).unwrap();
+        let z = block(&y, &wr, 2.0).unwrap();
+        let got = (&z * 3.0).exp() - &y;
+        assert_eq!(got.device(), remote);
+        assert_eq!(got.shape(), [m, n]);
+        assert_eq!(bits(&got), bits(&want), "at {m}x{n}");
+    }
+    // A program seen before goes by key: no text sent, nothing compiled.
+    let before = remote.server_stats().unwrap().unwrap();
+    let x = Tensor::randn(&[3, 17], 9).to(&remote).unwrap();
+    let w = Tensor::randn(&[17, 17], 8).to(&remote).unwrap();
+    block(&x, &w, 7.0).unwrap();
+    let after = remote.server_stats().unwrap().unwrap();
+    assert_eq!(after.program_loads, before.program_loads, "{after:?}");
+    assert_eq!(after.launches, before.launches + 1, "{after:?}");
+    // Mixing devices is the usual error, naming both.
+    let host = Tensor::ones(&[3, 17], DType::F32);
+    let err = (&host + &Tensor::ones(&[3, 17], DType::F32).to(&remote).unwrap())
+        .check()
+        .unwrap_err()
+        .clone();
+    assert!(matches!(err, tilejit::Error::Devices { .. }), "{err}");
+}
+
+/// A Sim server runs the same programs on its simulated device: equal, bit
+/// for bit, to this process's own Sim runs.
+#[test]
+fn a_sim_server_matches_local_sim_runs() {
+    let server = Served::start("sim", &[]);
+    let remote = server.device();
+    assert!(remote.to_string().ends_with(", sim)"), "{remote}");
+    let x = Tensor::randn(&[8, 32], 3);
+    let w = Tensor::randn(&[32, 32], 4) * 0.2;
+    let want = with_mode(RunMode::Sim, || block(&x, &w, 0.5).unwrap());
+    let got = block(&x.to(&remote).unwrap(), &w.to(&remote).unwrap(), 0.5).unwrap();
+    assert_eq!(bits(&got), bits(&want));
+}
+
+/// 64 MiB goes up and comes back bit-exact, streamed in chunks well under
+/// gRPC's message limit.
+#[test]
+fn a_64_mib_tensor_round_trips_bit_exact() {
+    let server = Served::start("host", &[]);
+    let remote = server.device();
+    let n = 16 << 20;
+    let data: Vec<f32> = (0..n)
+        .map(|i| f32::from_bits((i as u32).wrapping_mul(2654435761)))
+        .collect();
+    let x = Tensor::from_vec(data.clone(), &[n]).unwrap();
+    let start = Instant::now();
+    let r = x.to(&remote).unwrap();
+    let back = r.to(&Device::host()).unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    let got: Vec<u32> = back
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect();
+    let want: Vec<u32> = data.iter().map(|v| v.to_bits()).collect();
+    assert!(got == want, "64 MiB came back different");
+    eprintln!(
+        "64 MiB up and down in {secs:.2} s ({:.2} GB/s)",
+        2.0 * 67.1e6 / secs / 1e9
+    );
+    let stats = remote.server_stats().unwrap().unwrap();
+    assert_eq!(stats.tensor_bytes, 64 << 20);
+    drop(r);
+    assert!(eventually(Duration::from_secs(5), || {
+        remote.server_stats().unwrap().unwrap().tensors == 0
+    }));
+}
+
+/// The server's registry by name: the builtins, argument errors that name
+/// the function, unknown names.
+#[test]
+fn registry_functions_are_callable_by_name() {
+    let server = Served::start("host", &[]);
+    let remote = server.device();
+    let names = remote.functions().unwrap();
+    for n in ["nn.softmax", "nn.gelu", "math.matmul", "math.add"] {
+        assert!(names.iter().any(|m| m == n), "{names:?}");
+    }
+    let x = Tensor::randn(&[4, 9], 5);
+    let xr = x.to(&remote).unwrap();
+    let out = remote.call("nn.softmax", &[ArgValue::Tensor(&xr)]).unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].device(), remote);
+    assert_eq!(bits(&out[0]), bits(&x.softmax(-1)));
+    // A host tensor goes along by value.
+    let out = remote
+        .call(
+            "math.matmul",
+            &[ArgValue::Tensor(&xr), ArgValue::Tensor(&x.transpose(0, 1))],
+        )
+        .unwrap();
+    assert_eq!(bits(&out[0]), bits(&x.matmul(&x.transpose(0, 1))));
+    let err = remote.call("nn.softmax", &[]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BadArgument);
+    assert!(err.to_string().contains("nn.softmax"), "{err}");
+    let err = remote
+        .call("no.such", &[ArgValue::Tensor(&xr)])
+        .unwrap_err();
+    assert!(err.to_string().contains("no.such"), "{err}");
+}
+
+/// A wrong token is refused, saying no more than that.
+#[test]
+fn a_wrong_token_is_refused() {
+    let server = Served::start("host", &[]);
+    let err = Device::remote(&server.addr, "not-the-token").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BadArgument);
+    assert!(err.to_string().contains("refused the token"), "{err}");
+    // The right one still works.
+    let remote = server.device();
+    let x = Tensor::ones(&[2], DType::F32).to(&remote).unwrap();
+    assert_eq!((&x + &x).to_vec::<f32>().unwrap(), [2.0, 2.0]);
+}
+
+/// Garbage on the socket (not HTTP/2, then a valid preface with junk
+/// frames) does not take the server down.
+#[test]
+fn garbage_bytes_do_not_take_the_server_down() {
+    let server = Served::start("host", &[]);
+    let junk: [&[u8]; 3] = [
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        &[0xff; 4096],
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x40\x07\xff\x00\x00\x00\x01garbage-frame",
+    ];
+    for j in junk {
+        let mut s = std::net::TcpStream::connect(&server.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(j);
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    }
+    let remote = server.device();
+    let x = Tensor::ones(&[3], DType::F32).to(&remote).unwrap();
+    assert_eq!((&x * 2.0).to_vec::<f32>().unwrap(), [2.0; 3]);
+}
+
+/// A client killed in the middle of an upload: the server keeps serving,
+/// and the dead client's session and tensors are freed after the session
+/// timeout.
+#[test]
+fn a_client_killed_mid_transfer_leaks_nothing() {
+    if let Ok(target) = std::env::var("TILEJIT_REMOTE_CHILD") {
+        // The child: upload big tensors until killed.
+        let (addr, token) = target.split_once(' ').expect("addr token");
+        let remote = Device::remote(addr, token).expect("connect");
+        let x = Tensor::ones(&[16 << 20], DType::F32);
+        let mut kept = Vec::new();
+        loop {
+            kept.push(x.to(&remote).expect("upload"));
+            if kept.len() > 3 {
+                kept.remove(0);
+            }
+        }
+    }
+    let server = Served::start("host", &["--session-timeout", "1"]);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_client_killed_mid_transfer_leaks_nothing",
+            "--nocapture",
+        ])
+        .env(
+            "TILEJIT_REMOTE_CHILD",
+            format!("{} {}", server.addr, server.token),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let remote = server.device();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            remote.server_stats().unwrap().unwrap().tensor_bytes >= 64 << 20
+        }),
+        "the child never uploaded"
+    );
+    std::thread::sleep(Duration::from_millis(150));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Only our own session is left, holding nothing.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let s = remote.server_stats().unwrap().unwrap();
+            s.sessions == 1 && s.tensors == 0 && s.tensor_bytes == 0
+        }),
+        "{:?}",
+        remote.server_stats()
+    );
+    let x = Tensor::ones(&[4], DType::F32).to(&remote).unwrap();
+    assert_eq!((&x + 1.0).to_vec::<f32>().unwrap(), [2.0; 4]);
+}
+
+/// A server killed, or frozen, mid-call: the call fails within seconds
+/// (liveness, not a timeout scaled to the work), never hangs.
+#[test]
+fn a_dead_or_frozen_server_is_an_error_within_seconds() {
+    for how in ["KILL", "STOP"] {
+        let server = Served::start("host", &[]);
+        let remote = server.device();
+        let x = Tensor::ones(&[16 << 20], DType::F32);
+        let pid = server.pid();
+        let worker = std::thread::spawn(move || {
+            let start = Instant::now();
+            loop {
+                if let Err(e) = x.to(&remote).and_then(|r| r.to_vec::<f32>()) {
+                    return (e, start.elapsed());
+                }
+            }
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let signalled = Instant::now();
+        let status = Command::new("kill")
+            .args([&format!("-{how}"), &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let (err, _) = worker.join().unwrap();
+        let waited = signalled.elapsed();
+        assert!(waited < Duration::from_secs(10), "{how}: {waited:?}");
+        assert_eq!(err.kind(), ErrorKind::Device, "{how}: {err}");
+        if how == "STOP" {
+            let _ = Command::new("kill")
+                .args(["-CONT", &pid.to_string()])
+                .status();
+        }
+    }
+    // Nobody listening: an error, quickly.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let start = Instant::now();
+    let err = Device::remote(&format!("127.0.0.1:{port}"), "t").unwrap_err();
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_eq!(err.kind(), ErrorKind::Device, "{err}");
+}
+
+/// Two servers behind one pool: independent calls from several threads
+/// go to both, and every result is right.
+#[test]
+fn a_pool_spreads_calls_over_two_servers() {
+    let (a, b) = (Served::start("host", &[]), Served::start("sim", &[]));
+    let pool = tilejit::remote::DevicePool::new(vec![a.device(), b.device()]).unwrap();
+    let w = Tensor::randn(&[16, 16], 7) * 0.25;
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (pool, w) = (&pool, &w);
+            s.spawn(move || {
+                for i in 0..4u64 {
+                    let x = Tensor::randn(&[8, 16], 10 * t + i);
+                    let want = block(&x, w, 0.5).unwrap().to_vec::<f32>().unwrap();
+                    let got = pool
+                        .run(|d| block(&x.to(d)?, &w.to(d)?, 0.5)?.to_vec::<f32>())
+                        .unwrap();
+                    for (g, w) in got.iter().zip(&want) {
+                        assert!((g - w).abs() <= 1e-5 * w.abs().max(1e-3), "{g} vs {w}");
+                    }
+                }
+            });
+        }
+    });
+    let jobs = pool.jobs();
+    assert_eq!(jobs.iter().sum::<u64>(), 16);
+    assert!(jobs.iter().all(|&j| j > 0), "{jobs:?}");
+    for d in pool.devices() {
+        assert!(d.server_stats().unwrap().unwrap().launches > 0);
+    }
+}
