@@ -450,4 +450,106 @@ fn main() {
         .as_secs_f64();
         emit("E1", "ns_per_call", s / CALLS as f64 * 1e9, String::new());
     }
+    if only
+        .as_ref()
+        .is_some_and(|o| o.iter().any(|x| x == "R1" || x == "R2"))
+    {
+        remote(only.as_deref().unwrap_or_default(), &emit);
+    }
+}
+
+/// R1 and R2 (not peers workloads): a remote device on an in-process
+/// `tilejit serve` over loopback TCP. R1: a small jit call on remote
+/// tensors (`x + y` on [16], the result left remote) against a bare
+/// unary round trip (`Device::ping`). R2: 64 MiB up and down, against raw
+/// TCP over loopback in the same run.
+fn remote(only: &[String], emit: &dyn Fn(&str, &str, f64, String)) {
+    use tilejit::remote::{ServeOptions, Server};
+    let server = Server::start(ServeOptions {
+        token: "bench".into(),
+        ..ServeOptions::default()
+    })
+    .expect("start a server");
+    let d = tilejit::Device::remote(&server.addr().to_string(), "bench").expect("connect");
+    if only.iter().any(|x| x == "R1") {
+        let (x, y) = (Tensor::randn(&[16], 12), Tensor::randn(&[16], 13));
+        let (xr, yr) = (x.to(&d).expect("up"), y.to(&d).expect("up"));
+        let want = add(&x, &y).expect("host").to_vec::<f32>().expect("f32");
+        let got = add(&xr, &yr).expect("remote").to_vec::<f32>().expect("f32");
+        assert_eq!(got, want, "R1: remote and host differ");
+        const CALLS: usize = 300;
+        let call = median_time(1, 5, || {
+            for _ in 0..CALLS {
+                drop(add(&xr, &yr).expect("R1"));
+            }
+        })
+        .as_secs_f64()
+            / CALLS as f64;
+        let ping = median_time(1, 5, || {
+            for _ in 0..CALLS {
+                d.ping().expect("ping");
+            }
+        })
+        .as_secs_f64()
+            / CALLS as f64;
+        emit(
+            "R1",
+            "us_per_call",
+            call * 1e6,
+            format!(
+                ", \"ping_us\": {:.2}, \"vs_ping\": {:.3}",
+                ping * 1e6,
+                call / ping
+            ),
+        );
+    }
+    if only.iter().any(|x| x == "R2") {
+        let n = 16 << 20;
+        let bytes = 4.0 * n as f64;
+        let x = Tensor::randn(&[n], 5);
+        let want = x.to_vec::<f32>().expect("f32");
+        let up = median_time(0, 3, || drop(x.to(&d).expect("upload"))).as_secs_f64();
+        let xr = x.to(&d).expect("upload");
+        let back = xr.to_vec::<f32>().expect("download");
+        assert!(back == want, "R2: 64 MiB came back different");
+        let down = median_time(0, 3, || drop(xr.to_vec::<f32>().expect("download"))).as_secs_f64();
+        let tcp = median_time(0, 3, || loopback_copy(4 * n)).as_secs_f64();
+        emit(
+            "R2",
+            "up_gbps",
+            bytes / up / 1e9,
+            format!(
+                ", \"down_gbps\": {:.3}, \"tcp_gbps\": {:.3}, \"up_vs_tcp\": {:.3}, \"down_vs_tcp\": {:.3}",
+                bytes / down / 1e9,
+                bytes / tcp / 1e9,
+                tcp / up,
+                tcp / down
+            ),
+        );
+    }
+}
+
+/// `len` bytes written through a loopback TCP socket and read on another
+/// thread: the transport's own ceiling.
+fn loopback_copy(len: usize) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let reader = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0;
+        while got < len {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => got += k,
+            }
+        }
+        got
+    });
+    let data = vec![7u8; len];
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.write_all(&data).expect("write");
+    drop(s);
+    assert_eq!(reader.join().expect("reader"), len);
 }

@@ -53,6 +53,8 @@ pub struct ServeOptions {
     pub max_session_bytes: u64,
     /// The most programs held at once (least recently used go first).
     pub max_programs: usize,
+    /// The longest program text (its constants included) accepted, in bytes.
+    pub max_program_bytes: u64,
 }
 
 impl Default for ServeOptions {
@@ -65,6 +67,7 @@ impl Default for ServeOptions {
             max_tensor_bytes: 4 << 30,
             max_session_bytes: 16 << 30,
             max_programs: 512,
+            max_program_bytes: 1 << 30,
         }
     }
 }
@@ -648,14 +651,17 @@ impl Remote for Service {
             .try_into()
             .map_err(|_| Status::invalid_argument("a program key must be 32 bytes"))?;
         let name = first.name;
-        let limit = self.0.options.max_tensor_bytes.saturating_mul(4);
+        let limit = self.0.options.max_program_bytes;
         let mut text = first.text.to_vec();
-        while let Some(c) = stream.message().await? {
-            if text.len() as u64 + c.text.len() as u64 > limit {
+        loop {
+            if text.len() as u64 > limit {
                 return Err(Status::resource_exhausted(format!(
                     "a program's text is over the server's limit of {limit} bytes"
                 )));
             }
+            let Some(c) = stream.message().await? else {
+                break;
+            };
             text.extend_from_slice(&c.text);
         }
         let state = self.0.clone();
@@ -798,5 +804,184 @@ impl Remote for Service {
             calls: self.0.calls.load(Ordering::Relaxed),
             program_loads: self.0.loads.load(Ordering::Relaxed),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A client that breaks the protocol on purpose: every bad request is
+    //! a clean status, and the server serves on.
+
+    use super::*;
+    use crate::remote::proto::remote_client::RemoteClient;
+    use prost::bytes::Bytes;
+    use tonic::Code;
+
+    type Raw = RemoteClient<tonic::transport::Channel>;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    async fn raw(addr: SocketAddr, token: &str) -> (Raw, String) {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
+        (RemoteClient::new(channel), format!("Bearer {token}"))
+    }
+
+    fn authed<T>(bearer: &str, msg: T) -> Request<T> {
+        let mut r = Request::new(msg);
+        r.metadata_mut()
+            .insert("authorization", bearer.parse().expect("ascii"));
+        r
+    }
+
+    #[test]
+    fn protocol_violations_are_clean_statuses() {
+        let server = Server::start(ServeOptions {
+            token: "t0k".into(),
+            max_tensor_bytes: 1 << 20,
+            ..ServeOptions::default()
+        })
+        .expect("start");
+        rt().block_on(async {
+            let (mut c, bearer) = raw(server.addr(), "t0k").await;
+            // No token, or the wrong one.
+            let e = c.open(proto::OpenRequest::default()).await.expect_err("no token");
+            assert_eq!(e.code(), Code::Unauthenticated);
+            assert_eq!(e.message(), "unauthenticated");
+            let e = c
+                .open(authed("Bearer nope", proto::OpenRequest::default()))
+                .await
+                .expect_err("bad token");
+            assert_eq!(e.code(), Code::Unauthenticated);
+            // Another version.
+            let e = c
+                .open(authed(&bearer, proto::OpenRequest { client_version: "0.0.0".into() }))
+                .await
+                .expect_err("version");
+            assert_eq!(e.code(), Code::FailedPrecondition);
+            let session = c
+                .open(authed(
+                    &bearer,
+                    proto::OpenRequest {
+                        client_version: env!("CARGO_PKG_VERSION").into(),
+                    },
+                ))
+                .await
+                .expect("open")
+                .into_inner()
+                .session;
+            // An unknown session.
+            let e = c
+                .ping(authed(&bearer, proto::SessionRequest { session: session + 999 }))
+                .await
+                .expect_err("session");
+            assert_eq!(e.code(), Code::FailedPrecondition);
+            // Uploads: a bad dtype, too long, too short, over the limit.
+            let ty = |dtype: &str, n: u64| {
+                Some(proto::TensorType {
+                    dtype: dtype.into(),
+                    shape: vec![n],
+                })
+            };
+            let up = |ty, data: &'static [u8]| proto::UploadChunk {
+                session,
+                ty,
+                data: Bytes::from_static(data),
+            };
+            for (chunk, code) in [
+                (up(ty("f33", 1), &[0; 4]), Code::InvalidArgument),
+                (up(ty("f32", 1), &[0; 8]), Code::InvalidArgument),
+                (up(ty("f32", 2), &[0; 4]), Code::InvalidArgument),
+                (up(ty("f32", 1 << 20), &[]), Code::ResourceExhausted),
+                (up(None, &[]), Code::InvalidArgument),
+            ] {
+                let e = c
+                    .upload(authed(&bearer, tokio_stream::iter(vec![chunk])))
+                    .await
+                    .expect_err("bad upload");
+                assert_eq!(e.code(), code, "{e:?}");
+            }
+            // Downloads of tensors that are not there.
+            let e = c
+                .download(authed(&bearer, proto::TensorRequest { session, id: 12345 }))
+                .await
+                .expect_err("no tensor");
+            assert_eq!(e.code(), Code::NotFound);
+            // Programs: a key that is not the text's, text that is not a
+            // graph, a graph over the size limit, a launch of an unknown key.
+            let program = |key: [u8; 32], text: &str| proto::ProgramChunk {
+                session,
+                key: Bytes::copy_from_slice(&key),
+                name: "p".into(),
+                text: Bytes::from(text.to_string()),
+            };
+            let good = "graph {\n  %0 = input 0 : f32[4]\n  %1 = add %0, %0 : f32[4]\n  return %1\n}\n";
+            let huge = "graph {\n  %0 = input 0 : f32[1]\n  %1 = broadcast %0 : f32[1000000000]\n  return %1\n}\n";
+            for (chunk, code) in [
+                (program([7; 32], good), Code::InvalidArgument),
+                (program(wire::content_key("graph {"), "graph {"), Code::InvalidArgument),
+                (program(wire::content_key(huge), huge), Code::InvalidArgument),
+            ] {
+                let e = c
+                    .load_program(authed(&bearer, tokio_stream::iter(vec![chunk])))
+                    .await
+                    .expect_err("bad program");
+                assert_eq!(e.code(), code, "{e:?}");
+            }
+            let launch = |key: [u8; 32], inputs: Vec<proto::Arg>| proto::LaunchRequest {
+                session,
+                key: Bytes::copy_from_slice(&key),
+                inputs,
+                params: Vec::new(),
+            };
+            let e = c
+                .launch(authed(&bearer, launch([9; 32], Vec::new())))
+                .await
+                .expect_err("unknown key");
+            assert_eq!(e.code(), Code::NotFound);
+            // The good program, launched with the wrong inputs, then right.
+            let key = wire::content_key(good);
+            c.load_program(authed(&bearer, tokio_stream::iter(vec![program(key, good)])))
+                .await
+                .expect("load");
+            let e = c
+                .launch(authed(&bearer, launch(key, Vec::new())))
+                .await
+                .expect_err("no inputs");
+            assert_eq!(e.code(), Code::InvalidArgument);
+            let x = tilejit_ir::Array::from_vec(vec![1f32, 2.0, 3.0, 4.0], &[4]).expect("x");
+            let arg = proto::Arg {
+                value: Some(arg::Value::Inline(wire::inline(&x).expect("inline"))),
+            };
+            let out = c
+                .launch(authed(&bearer, launch(key, vec![arg])))
+                .await
+                .expect("launch")
+                .into_inner()
+                .outputs;
+            let id = out[0].id;
+            let mut s = c
+                .download(authed(&bearer, proto::TensorRequest { session, id }))
+                .await
+                .expect("download")
+                .into_inner();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = s.message().await.expect("chunk") {
+                bytes.extend_from_slice(&chunk.data);
+            }
+            let y: Vec<f32> = bytes
+                .chunks(4)
+                .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                .collect();
+            assert_eq!(y, [2.0, 4.0, 6.0, 8.0]);
+        });
     }
 }
