@@ -36,6 +36,32 @@ impl Buffer {
     /// 0 or 1). An error if the length is not a whole number of elements,
     /// a bool byte is neither 0 nor 1, or memory runs out.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Result<Buffer, IrError> {
+        let mut out = Buffer::with_capacity(dtype, bytes.len() / dtype.size_bytes())?;
+        out.extend_from_le_bytes(bytes)?;
+        Ok(out)
+    }
+
+    /// An empty buffer of `dtype` with room for `n` elements.
+    pub fn with_capacity(dtype: DType, n: usize) -> Result<Buffer, IrError> {
+        use crate::fallible::with_capacity as cap;
+        Ok(match dtype {
+            DType::F32 => Buffer::F32(cap(n)?),
+            DType::F64 => Buffer::F64(cap(n)?),
+            DType::F16 => Buffer::F16(cap(n)?),
+            DType::BF16 => Buffer::BF16(cap(n)?),
+            DType::I32 => Buffer::I32(cap(n)?),
+            DType::I64 => Buffer::I64(cap(n)?),
+            DType::Bool => Buffer::Bool(cap(n)?),
+            DType::U8 => Buffer::U8(cap(n)?),
+            DType::I8 => Buffer::I8(cap(n)?),
+        })
+    }
+
+    /// Appends elements from their little-endian bytes (as
+    /// [`from_le_bytes`](Self::from_le_bytes) reads them), so data that
+    /// arrives in pieces is decoded once, into its final buffer.
+    pub fn extend_from_le_bytes(&mut self, bytes: &[u8]) -> Result<(), IrError> {
+        let dtype = self.dtype();
         let size = dtype.size_bytes();
         if !bytes.len().is_multiple_of(size) {
             return Err(IrError::Arguments(format!(
@@ -43,56 +69,81 @@ impl Buffer {
                 bytes.len()
             )));
         }
+        let n = bytes.len() / size;
         macro_rules! words {
-            ($t:ty, $n:literal) => {
-                crate::fallible::collect(bytes.chunks_exact($n).map(|c| {
+            ($v:expr, $t:ty, $n:literal) => {{
+                $v.try_reserve(n)
+                    .map_err(|_| crate::fallible::oom::<$t>(n))?;
+                $v.extend(bytes.chunks_exact($n).map(|c| {
                     let mut w = [0u8; $n];
                     w.copy_from_slice(c);
                     <$t>::from_le_bytes(w)
-                }))?
-            };
+                }));
+            }};
         }
-        Ok(match dtype {
-            DType::F32 => Buffer::F32(words!(f32, 4)),
-            DType::F64 => Buffer::F64(words!(f64, 8)),
-            DType::F16 => Buffer::F16(words!(f16, 2)),
-            DType::BF16 => Buffer::BF16(words!(bf16, 2)),
-            DType::I32 => Buffer::I32(words!(i32, 4)),
-            DType::I64 => Buffer::I64(words!(i64, 8)),
-            DType::U8 => Buffer::U8(crate::fallible::collect(bytes.iter().copied())?),
-            DType::I8 => Buffer::I8(crate::fallible::collect(bytes.iter().map(|&b| b as i8))?),
-            DType::Bool => {
+        match self {
+            Buffer::F32(v) => words!(v, f32, 4),
+            Buffer::F64(v) => words!(v, f64, 8),
+            Buffer::F16(v) => words!(v, f16, 2),
+            Buffer::BF16(v) => words!(v, bf16, 2),
+            Buffer::I32(v) => words!(v, i32, 4),
+            Buffer::I64(v) => words!(v, i64, 8),
+            Buffer::U8(v) => {
+                v.try_reserve(n)
+                    .map_err(|_| crate::fallible::oom::<u8>(n))?;
+                v.extend_from_slice(bytes);
+            }
+            Buffer::I8(v) => {
+                v.try_reserve(n)
+                    .map_err(|_| crate::fallible::oom::<i8>(n))?;
+                v.extend(bytes.iter().map(|&b| b as i8));
+            }
+            Buffer::Bool(v) => {
                 if let Some(i) = bytes.iter().position(|&b| b > 1) {
                     return Err(IrError::Arguments(format!(
-                        "bool element {i} is byte {}, not 0 or 1",
+                        "bool element {} is byte {}, not 0 or 1",
+                        v.len() + i,
                         bytes[i]
                     )));
                 }
-                Buffer::Bool(crate::fallible::collect(bytes.iter().map(|&b| b == 1))?)
+                v.try_reserve(n)
+                    .map_err(|_| crate::fallible::oom::<bool>(n))?;
+                v.extend(bytes.iter().map(|&b| b == 1));
             }
-        })
+        }
+        Ok(())
     }
 
     /// The elements as little-endian bytes (bool: one byte, 0 or 1).
     pub fn to_le_bytes(&self) -> Result<Vec<u8>, IrError> {
-        let mut out = crate::fallible::with_capacity::<u8>(self.byte_len())?;
-        match self {
-            Buffer::F32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
-            Buffer::F64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
-            Buffer::F16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
-            Buffer::BF16(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
-            Buffer::I32(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
-            Buffer::I64(v) => v.iter().for_each(|x| out.extend(x.to_le_bytes())),
-            Buffer::Bool(v) => out.extend(v.iter().map(|&b| b as u8)),
-            Buffer::U8(v) => out.extend_from_slice(v),
-            Buffer::I8(v) => out.extend(v.iter().map(|&b| b as u8)),
-        }
-        Ok(out)
+        self.le_bytes_of(0..self.len())
     }
 
-    /// Bytes of its elements (length, not capacity).
-    fn byte_len(&self) -> usize {
-        self.len().saturating_mul(self.dtype().size_bytes())
+    /// Elements `range` as little-endian bytes: a piece of a buffer sent in
+    /// chunks, with no copy of the whole. An error if the range is out of
+    /// bounds or memory runs out.
+    pub fn le_bytes_of(&self, range: std::ops::Range<usize>) -> Result<Vec<u8>, IrError> {
+        if range.start > range.end || range.end > self.len() {
+            return Err(IrError::Arguments(format!(
+                "elements {range:?} of a buffer of {}",
+                self.len()
+            )));
+        }
+        let size = self.dtype().size_bytes();
+        let mut out = crate::fallible::with_capacity::<u8>(range.len().saturating_mul(size))?;
+        let r = range;
+        match self {
+            Buffer::F32(v) => v[r].iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Buffer::F64(v) => v[r].iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Buffer::F16(v) => v[r].iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Buffer::BF16(v) => v[r].iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Buffer::I32(v) => v[r].iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Buffer::I64(v) => v[r].iter().for_each(|x| out.extend(x.to_le_bytes())),
+            Buffer::Bool(v) => out.extend(v[r].iter().map(|&b| b as u8)),
+            Buffer::U8(v) => out.extend_from_slice(&v[r]),
+            Buffer::I8(v) => out.extend(v[r].iter().map(|&b| b as u8)),
+        }
+        Ok(out)
     }
 
     /// The dtype of the elements.

@@ -103,6 +103,9 @@ impl Conn {
             .map_err(|e| Status::invalid_argument(format!("not an address: {e}")))?
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
+            .initial_stream_window_size(super::server::WINDOW)
+            .initial_connection_window_size(2 * super::server::WINDOW)
+            .max_frame_size(super::server::FRAME)
             .http2_keep_alive_interval(Duration::from_secs(1))
             .keep_alive_timeout(Duration::from_secs(3))
             .keep_alive_while_idle(true);
@@ -149,54 +152,52 @@ impl Conn {
         block(async move { c.ping(req).await.map(|_| ()) })
     }
 
-    /// Copies `a` to the server in chunks: its reference there.
+    /// Copies `a` to the server in chunks (each encoded as the stream
+    /// takes it): its reference there.
     pub(crate) fn upload(self: &Arc<Self>, a: &Array) -> Result<Arc<RemoteTensor>, Status> {
-        let bytes = wire::array_bytes(a).map_err(Status::internal)?;
         let ty = a.ty();
-        let mut chunks = wire::chunks(bytes, self.chunk).into_iter();
-        let first = proto::UploadChunk {
-            session: self.session,
-            ty: Some(wire::ty_to_proto(&ty)),
-            data: chunks.next().unwrap_or_default(),
-        };
-        let rest = chunks.map(|data| proto::UploadChunk {
-            data,
-            ..Default::default()
-        });
-        let msgs: Vec<_> = std::iter::once(first).chain(rest).collect();
+        let (session, header) = (self.session, wire::ty_to_proto(&ty));
+        let msgs = wire::encode_chunks(a.clone(), self.chunk)
+            // A chunk that cannot be encoded (no memory) ends the stream
+            // early; the server then reports the upload short.
+            .map_while(Result::ok)
+            .enumerate()
+            .map(move |(i, data)| match i {
+                0 => proto::UploadChunk {
+                    session,
+                    ty: Some(header.clone()),
+                    data,
+                },
+                _ => proto::UploadChunk {
+                    data,
+                    ..Default::default()
+                },
+            });
         let mut c = self.client.0.clone();
         let r = block(async move { c.upload(tokio_stream::iter(msgs)).await })?.into_inner();
         Ok(self.held(r.id, ty))
     }
 
-    /// Copies a tensor back.
+    /// Copies a tensor back, decoding each chunk as it arrives.
     pub(crate) fn download(&self, t: &RemoteTensor) -> Result<Array, Status> {
-        let expected = t.ty.shape.numel() * t.ty.dtype.size_bytes();
+        let expected = (t.ty.shape.numel() * t.ty.dtype.size_bytes()) as u64;
+        let mut decoder = wire::Decoder::new(t.ty, expected).map_err(Status::resource_exhausted)?;
         let mut c = self.client.0.clone();
         let req = proto::TensorRequest {
             session: self.session,
             id: t.id,
         };
-        let data = block(async move {
+        block(async move {
             let mut stream = c.download(req).await?.into_inner();
-            let mut data = Vec::with_capacity(expected);
             while let Some(chunk) = stream.message().await? {
-                if data.len() + chunk.data.len() > expected {
-                    return Err(Status::data_loss(
-                        "the server sent more bytes than the tensor has",
-                    ));
-                }
-                data.extend_from_slice(&chunk.data);
+                decoder
+                    .push(&chunk.data)
+                    .map_err(|e| Status::data_loss(format!("the server sent {e}")))?;
             }
-            Ok(data)
-        })?;
-        if data.len() != expected {
-            return Err(Status::data_loss(format!(
-                "the server sent {} of the tensor's {expected} bytes",
-                data.len()
-            )));
-        }
-        wire::array_from_bytes(&t.ty, &data).map_err(Status::data_loss)
+            decoder
+                .finish()
+                .map_err(|e| Status::data_loss(format!("the server sent {e}")))
+        })
     }
 
     /// Runs `graph` on the server with `inputs` (remote tensors of this

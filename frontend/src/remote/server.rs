@@ -192,14 +192,23 @@ async fn serve(
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
     let served = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+        // Windows and frames sized for bulk copies: with h2's 64 KiB
+        // defaults a 64 MiB upload stalls on window updates.
+        .initial_stream_window_size(Some(WINDOW))
+        .initial_connection_window_size(Some(2 * WINDOW))
+        .max_frame_size(Some(FRAME))
         // Liveness, not size: a silent peer is dropped after ~20 s, and
         // with it any half-finished stream and its buffers.
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .add_service(InterceptedService::new(service, auth))
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            // Nagle off on each accepted socket (the builder's own
+            // setting applies only to sockets it accepts itself): small
+            // replies must not wait for a delayed ACK (~40 ms).
+            tonic::transport::server::TcpIncoming::from(listener)
+                .with_nodelay(Some(true))
+                .with_keepalive(Some(Duration::from_secs(30))),
             async {
                 let _ = stopped.await;
             },
@@ -209,6 +218,11 @@ async fn serve(
     reaper.abort();
     served
 }
+
+/// HTTP/2 flow-control window per stream (the connection's is twice it)
+/// and the largest frame, on both sides.
+pub(crate) const WINDOW: u32 = 8 << 20;
+pub(crate) const FRAME: u32 = 1 << 20;
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -554,32 +568,25 @@ impl Remote for Service {
         let (ty, bytes) =
             wire::ty_from_proto(first.ty.as_ref()).map_err(Status::invalid_argument)?;
         self.0.check_room(session, bytes)?;
-        // Grown as chunks arrive (never sized from the header alone past
-        // 64 MiB), and dropped with this call if the client goes away.
-        let mut data = Vec::with_capacity((bytes as usize).min(64 << 20));
+        // Decoded as chunks arrive into a buffer that grows with them
+        // (never sized from the header alone past 64 MiB), and dropped
+        // with this call if the client goes away.
+        let mut decoder = wire::Decoder::new(ty, bytes).map_err(Status::resource_exhausted)?;
         let mut chunk = first.data;
         loop {
-            if data.len() as u64 + chunk.len() as u64 > bytes {
-                return Err(Status::invalid_argument(format!(
-                    "an upload of {ty} sent more than its {bytes} bytes"
-                )));
-            }
-            data.extend_from_slice(&chunk);
+            decoder
+                .push(&chunk)
+                .map_err(|e| Status::invalid_argument(format!("an upload sent {e}")))?;
             match stream.message().await? {
                 Some(c) => chunk = c.data,
                 None => break,
             }
         }
-        if data.len() as u64 != bytes {
-            return Err(Status::invalid_argument(format!(
-                "an upload of {ty} ended after {} of its {bytes} bytes",
-                data.len()
-            )));
-        }
+        let array = decoder
+            .finish()
+            .map_err(|e| Status::invalid_argument(format!("an upload ended after {e}")))?;
         let state = self.0.clone();
         let refs = blocking(move || {
-            let array = wire::array_from_bytes(&ty, &data).map_err(Status::invalid_argument)?;
-            drop(data);
             let t = Tensor::concrete(array)
                 .to(&state.options.device)
                 .map_err(|e| wire::status_from_error(&e))?;

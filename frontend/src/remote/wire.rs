@@ -53,8 +53,7 @@ pub(crate) fn ty_from_proto(ty: Option<&proto::TensorType>) -> Result<(TensorTyp
     Ok((TensorType::new(dtype, shape), bytes))
 }
 
-/// An array's elements as little-endian bytes (one copy; chunks then
-/// slice it without copying).
+/// An array's elements as little-endian bytes (one copy).
 pub(crate) fn array_bytes(a: &Array) -> Result<Bytes, String> {
     a.buffer()
         .to_le_bytes()
@@ -65,6 +64,88 @@ pub(crate) fn array_bytes(a: &Array) -> Result<Bytes, String> {
 pub(crate) fn array_from_bytes(ty: &TensorType, bytes: &[u8]) -> Result<Array, String> {
     let buffer = Buffer::from_le_bytes(ty.dtype, bytes).map_err(|e| e.to_string())?;
     Array::new(ty.shape, buffer).map_err(|e| e.to_string())
+}
+
+/// An array's bytes in chunks of about `size`, each encoded only when the
+/// stream asks for it: a copy never stages the whole tensor. Always at
+/// least one chunk (empty for an empty array), so a stream has a first
+/// message.
+pub(crate) fn encode_chunks(a: Array, size: usize) -> impl Iterator<Item = Result<Bytes, String>> {
+    let n = a.buffer().len();
+    let per = (size / a.dtype().size_bytes()).max(1);
+    let starts = (0..n.max(1)).step_by(per);
+    starts.map(move |at| {
+        a.buffer()
+            .le_bytes_of(at.min(n)..(at + per).min(n))
+            .map(Bytes::from)
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// A tensor arriving in chunks of any size, decoded as it comes into its
+/// final buffer (elements split across chunks wait in `carry`), never
+/// past its declared size.
+pub(crate) struct Decoder {
+    ty: TensorType,
+    expected: u64,
+    received: u64,
+    buffer: Buffer,
+    carry: Vec<u8>,
+}
+
+impl Decoder {
+    /// Room is reserved for at most 64 MiB up front; beyond that the
+    /// buffer grows as bytes actually arrive.
+    pub(crate) fn new(ty: TensorType, expected: u64) -> Result<Decoder, String> {
+        let elems = (expected.min(64 << 20) as usize) / ty.dtype.size_bytes();
+        Ok(Decoder {
+            ty,
+            expected,
+            received: 0,
+            buffer: Buffer::with_capacity(ty.dtype, elems).map_err(|e| e.to_string())?,
+            carry: Vec::new(),
+        })
+    }
+
+    pub(crate) fn push(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.received += bytes.len() as u64;
+        if self.received > self.expected {
+            return Err(format!(
+                "more than the {} bytes of a {} tensor",
+                self.expected, self.ty
+            ));
+        }
+        let size = self.ty.dtype.size_bytes();
+        let mut rest = bytes;
+        if !self.carry.is_empty() {
+            let take = (size - self.carry.len()).min(rest.len());
+            self.carry.extend_from_slice(&rest[..take]);
+            rest = &rest[take..];
+            if self.carry.len() < size {
+                return Ok(());
+            }
+            self.buffer
+                .extend_from_le_bytes(&self.carry)
+                .map_err(|e| e.to_string())?;
+            self.carry.clear();
+        }
+        let whole = rest.len() - rest.len() % size;
+        self.buffer
+            .extend_from_le_bytes(&rest[..whole])
+            .map_err(|e| e.to_string())?;
+        self.carry.extend_from_slice(&rest[whole..]);
+        Ok(())
+    }
+
+    pub(crate) fn finish(self) -> Result<Array, String> {
+        if self.received != self.expected {
+            return Err(format!(
+                "{} of the {} bytes of a {} tensor",
+                self.received, self.expected, self.ty
+            ));
+        }
+        Array::new(self.ty.shape, self.buffer).map_err(|e| e.to_string())
+    }
 }
 
 /// `bytes` cut into chunks of at most `size` (one empty chunk for none, so
@@ -230,6 +311,38 @@ mod tests {
         );
         assert_eq!(c.concat(), b.to_vec());
         assert_eq!(chunks(Bytes::new(), 300).len(), 1);
+    }
+
+    #[test]
+    fn chunked_encoding_decodes_at_any_cut() {
+        let a = Array::from_vec(
+            (0..1001)
+                .map(|i| i as f64 * 0.5 - 3.0)
+                .collect::<Vec<f64>>(),
+            &[7, 143],
+        )
+        .expect("array");
+        let whole = a.buffer().to_le_bytes().expect("bytes");
+        for size in [1usize, 5, 8, 13, 4096, 1 << 20] {
+            let pieces: Vec<Bytes> = encode_chunks(a.clone(), size)
+                .collect::<Result<_, _>>()
+                .expect("encode");
+            assert_eq!(pieces.concat(), whole, "encoded at {size}");
+            // Decoded from cuts that split elements.
+            let mut d = Decoder::new(a.ty(), whole.len() as u64).expect("decoder");
+            for piece in whole.chunks(size.max(3) - 2) {
+                d.push(piece).expect("push");
+            }
+            let back = d.finish().expect("finish");
+            assert_eq!(back.buffer().to_le_bytes().expect("bytes"), whole);
+        }
+        let mut d = Decoder::new(a.ty(), 16).expect("decoder");
+        assert!(d.push(&[0; 17]).is_err());
+        let mut d = Decoder::new(a.ty(), 16).expect("decoder");
+        d.push(&[0; 12]).expect("push");
+        assert!(d.finish().expect_err("short").contains("12 of the 16"));
+        let empty = Array::from_vec(Vec::<f32>::new(), &[0]).expect("empty");
+        assert_eq!(encode_chunks(empty, 64).count(), 1);
     }
 
     #[test]
