@@ -338,6 +338,20 @@ fn a_dead_or_frozen_server_is_an_error_within_seconds() {
                 .status();
         }
     }
+    // A listener that accepts and then says nothing (not a server, or one
+    // frozen before it answers): an error within seconds, not a hang.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let hold = std::thread::spawn(move || silent.accept().map(|(s, _)| s));
+    let start = Instant::now();
+    let err = Device::remote(&addr, "t").unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(err.kind(), ErrorKind::Device, "{err}");
+    drop(hold.join());
     // Nobody listening: an error, quickly.
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
