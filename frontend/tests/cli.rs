@@ -594,3 +594,25 @@ fn snapshot_info_prints_the_manifest() {
     let _ = std::fs::remove_file(file);
     let _ = std::fs::remove_file(garbage);
 }
+
+/// `tilejit serve` refuses what it cannot use, with a message naming it:
+/// a missing or empty token file, an address that is not one.
+#[test]
+fn serve_refuses_bad_options() {
+    let empty = tmp("empty-token");
+    std::fs::write(&empty, "  \n").unwrap();
+    for (args, says) in [
+        (
+            vec!["--token-file", "/nonexistent/token"],
+            "/nonexistent/token",
+        ),
+        (vec!["--token-file", empty.to_str().unwrap()], "is empty"),
+        (vec!["--listen", "not-an-address"], "not an address"),
+    ] {
+        let o = run(Command::new(env!("CARGO_BIN_EXE_tilejit"))
+            .arg("serve")
+            .args(&args));
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}

@@ -131,6 +131,25 @@ fn chained_remote_calls_equal_host_results() {
     assert!(matches!(err, tilejit::Error::Devices { .. }), "{err}");
 }
 
+#[jit(dynamic)]
+fn centered(x: &Tensor) -> Tensor {
+    x - x.mean(-1, true)
+}
+
+/// A dynamic function's programs take the sizes they use as parameters
+/// (`mean`'s divisor); those travel with each launch, so every size of a
+/// class computes what the host does.
+#[test]
+fn dynamic_functions_run_remote_at_every_size() {
+    let server = Served::start("host", &[]);
+    let remote = server.device();
+    for n in [5, 7, 9, 33] {
+        let x = Tensor::randn(&[3, n], n as u64);
+        let got = centered(&x.to(&remote).unwrap()).unwrap();
+        assert_eq!(bits(&got), bits(&centered(&x).unwrap()), "n = {n}");
+    }
+}
+
 /// A Sim server runs the same programs on its simulated device: equal, bit
 /// for bit, to this process's own Sim runs.
 #[test]

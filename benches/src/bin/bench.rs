@@ -460,7 +460,7 @@ fn main() {
 
 /// R1 and R2 (not peers workloads): a remote device on an in-process
 /// `tilejit serve` over loopback TCP. R1: a small jit call on remote
-/// tensors (`x + y` on [16], the result left remote) against a bare
+/// tensors (`x + y` on `[16]`, the result left remote) against a bare
 /// unary round trip (`Device::ping`). R2: 64 MiB up and down, against raw
 /// TCP over loopback in the same run.
 fn remote(only: &[String], emit: &dyn Fn(&str, &str, f64, String)) {

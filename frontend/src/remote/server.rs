@@ -849,6 +849,29 @@ mod tests {
         r
     }
 
+    /// Dropping a server with a client still connected stops it promptly
+    /// (graceful shutdown does not wait for the client to leave), and the
+    /// client's next call is a clean error.
+    #[test]
+    fn a_server_dropped_under_a_client_stops() {
+        let server = Server::start(ServeOptions {
+            token: "t".into(),
+            ..ServeOptions::default()
+        })
+        .expect("start");
+        let remote = Device::remote(&server.addr().to_string(), "t").expect("connect");
+        let x = Tensor::ones(&[4], DType::F32).to(&remote).expect("upload");
+        let start = Instant::now();
+        drop(server);
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        let err = x.to_vec::<f32>().expect_err("the server is gone");
+        assert_eq!(err.kind(), tilejit_ir::ErrorKind::Device, "{err}");
+    }
+
     #[test]
     fn protocol_violations_are_clean_statuses() {
         let server = Server::start(ServeOptions {
