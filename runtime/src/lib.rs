@@ -44,7 +44,9 @@ pub use kernel_cache::{
     KernelDetails, KernelEntry,
 };
 pub use program::{run_eager, run_eager_resident, run_eager_sim, Program};
-pub use resident::{count_transfers, transfer_stats, DeviceArray, TransferStats};
+pub use resident::{
+    count_to_device, count_to_host, count_transfers, transfer_stats, DeviceArray, TransferStats,
+};
 pub use shape_class::{probes, ClassArg, ClassDim, GenericGraph, ShapeClass};
 pub use signature::{ArgSig, Mark, Signature};
 pub use sim::{

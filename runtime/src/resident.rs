@@ -80,7 +80,9 @@ pub fn count_transfers<R>(f: impl FnOnce() -> R) -> (R, TransferStats) {
     (r, mine)
 }
 
-pub(crate) fn count_to_device(bytes: u64) {
+/// Counts `bytes` copied from the host to a device: every host-to-GM
+/// copy, and a remote device's uploads (`tilejit::remote`).
+pub fn count_to_device(bytes: u64) {
     TO_DEVICE.fetch_add(bytes, Ordering::Relaxed);
     SCOPED.with(|s| {
         if let Some(mut t) = s.get() {
@@ -90,7 +92,8 @@ pub(crate) fn count_to_device(bytes: u64) {
     });
 }
 
-pub(crate) fn count_to_host(bytes: u64) {
+/// Counts `bytes` copied from a device back to the host.
+pub fn count_to_host(bytes: u64) {
     TO_HOST.fetch_add(bytes, Ordering::Relaxed);
     SCOPED.with(|s| {
         if let Some(mut t) = s.get() {

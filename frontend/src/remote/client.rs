@@ -175,6 +175,7 @@ impl Conn {
             });
         let mut c = self.client.0.clone();
         let r = block(async move { c.upload(tokio_stream::iter(msgs)).await })?.into_inner();
+        tilejit_runtime::count_to_device((ty.shape.numel() * ty.dtype.size_bytes()) as u64);
         Ok(self.held(r.id, ty))
     }
 
@@ -187,7 +188,7 @@ impl Conn {
             session: self.session,
             id: t.id,
         };
-        block(async move {
+        let a = block(async move {
             let mut stream = c.download(req).await?.into_inner();
             while let Some(chunk) = stream.message().await? {
                 decoder
@@ -197,7 +198,9 @@ impl Conn {
             decoder
                 .finish()
                 .map_err(|e| Status::data_loss(format!("the server sent {e}")))
-        })
+        })?;
+        tilejit_runtime::count_to_host(expected);
+        Ok(a)
     }
 
     /// Runs `graph` on the server with `inputs` (remote tensors of this
@@ -326,6 +329,7 @@ impl Conn {
             ))),
             Repr::Concrete(a) if a.shape().numel() * a.dtype().size_bytes() <= MAX_INLINE => {
                 let inline = wire::inline(a).map_err(Status::internal)?;
+                tilejit_runtime::count_to_device(inline.data.len() as u64);
                 Ok((value(arg::Value::Inline(inline)), None))
             }
             _ => {
