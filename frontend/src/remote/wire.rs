@@ -94,15 +94,25 @@ pub(crate) struct Decoder {
 }
 
 impl Decoder {
-    /// Room is reserved for at most 64 MiB up front; beyond that the
-    /// buffer grows as bytes actually arrive.
+    /// The buffer comes from the storage pool when it holds one of the
+    /// size (warm pages: repeated copies skip the page faults of fresh
+    /// memory); else room is reserved for at most 64 MiB up front, and
+    /// beyond that the buffer grows as bytes actually arrive.
     pub(crate) fn new(ty: TensorType, expected: u64) -> Result<Decoder, String> {
-        let elems = (expected.min(64 << 20) as usize) / ty.dtype.size_bytes();
+        let size = ty.dtype.size_bytes();
+        let buffer = match tilejit_ir::pool::pool().take(ty.dtype, expected as usize / size) {
+            Some(mut b) => {
+                b.clear();
+                b
+            }
+            None => Buffer::with_capacity(ty.dtype, (expected.min(64 << 20) as usize) / size)
+                .map_err(|e| e.to_string())?,
+        };
         Ok(Decoder {
             ty,
             expected,
             received: 0,
-            buffer: Buffer::with_capacity(ty.dtype, elems).map_err(|e| e.to_string())?,
+            buffer,
             carry: Vec::new(),
         })
     }
