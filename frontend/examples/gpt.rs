@@ -59,6 +59,47 @@ pub(crate) struct Gpt {
     lnf_b: Tensor,
 }
 
+impl Block {
+    fn to(&self, d: &tilejit::Device) -> tilejit::Result<Block> {
+        Ok(Block {
+            ln1_g: self.ln1_g.to(d)?,
+            ln1_b: self.ln1_b.to(d)?,
+            wq: self.wq.to(d)?,
+            bq: self.bq.to(d)?,
+            wk: self.wk.to(d)?,
+            bk: self.bk.to(d)?,
+            wv: self.wv.to(d)?,
+            bv: self.bv.to(d)?,
+            wo: self.wo.to(d)?,
+            bo: self.bo.to(d)?,
+            ln2_g: self.ln2_g.to(d)?,
+            ln2_b: self.ln2_b.to(d)?,
+            w1: self.w1.to(d)?,
+            b1: self.b1.to(d)?,
+            w2: self.w2.to(d)?,
+            b2: self.b2.to(d)?,
+        })
+    }
+}
+
+impl Gpt {
+    /// The model with every weight on `d` (copied once; calls on it then
+    /// run there: the Sim device, or a `tilejit serve` process).
+    pub(crate) fn to(&self, d: &tilejit::Device) -> tilejit::Result<Gpt> {
+        Ok(Gpt {
+            wte: self.wte.to(d)?,
+            wpe: self.wpe.to(d)?,
+            blocks: self
+                .blocks
+                .iter()
+                .map(|b| b.to(d))
+                .collect::<tilejit::Result<_>>()?,
+            lnf_g: self.lnf_g.to(d)?,
+            lnf_b: self.lnf_b.to(d)?,
+        })
+    }
+}
+
 /// Every weight's name and shape, in file order.
 pub(crate) fn weight_shapes() -> Vec<(String, Vec<usize>)> {
     let mut v = vec![
@@ -199,11 +240,13 @@ pub(crate) fn forward(m: &Gpt, tokens: &Tensor) -> Tensor {
 }
 
 /// Greedy decoding: `n` tokens after `prompt`, each the argmax of the last
-/// position's logits.
+/// position's logits, computed where the model's weights live (only the
+/// token ids go there and one id per step comes back).
 pub(crate) fn generate(m: &Gpt, prompt: &[i64], n: usize) -> tilejit::Result<Vec<i64>> {
     let mut tokens = prompt.to_vec();
+    let device = m.wte.device();
     for _ in 0..n {
-        let ids = Tensor::from_vec(tokens.clone(), &[tokens.len()])?;
+        let ids = Tensor::from_vec(tokens.clone(), &[tokens.len()])?.to(&device)?;
         let l = forward(m, &ids)?;
         let t = tokens.len() as isize;
         let next = l.slice(0, t - 1, t).argmax(-1, false).item::<i64>()?;
@@ -218,7 +261,16 @@ fn main() -> tilejit::Result<()> {
     write_weights(&path, 2026)?;
     let model = load(&path);
     let _ = std::fs::remove_file(&path);
-    let model = model?;
+    let mut model = model?;
+    // `cargo run --example gpt -- --remote ADDR TOKEN` decodes on a
+    // `tilejit serve` process instead: the weights are uploaded once.
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, flag, addr, token] = args.as_slice() {
+        if flag == "--remote" {
+            model = model.to(&tilejit::Device::remote(addr, token)?)?;
+        }
+    }
+    println!("on {}", model.wte.device());
     let prompt = [3i64, 14, 15, 92, 65, 35];
     let start = std::time::Instant::now();
     let out = generate(&model, &prompt, 8)?;

@@ -176,6 +176,50 @@ fn the_gpt_example_matches_a_model_written_from_scratch() {
     assert_eq!(sim, got, "greedy tokens on Sim");
 }
 
+/// The same model on a remote device (a server on loopback): weights
+/// uploaded once, every forward pass a program shipped by content key,
+/// the argmax and slice eager ops run there too. Logits equal the host's
+/// bit for bit (the server compiles the same graphs), so the greedy
+/// tokens are the same.
+#[test]
+fn the_gpt_example_decodes_the_same_on_a_remote_device() {
+    use tilejit::remote::{ServeOptions, Server};
+    let dir = TempDir::new("gpt-remote");
+    let path = dir.join("weights.safetensors");
+    example::write_weights(&path, 11).unwrap();
+    let model = example::load(&path).unwrap();
+    let server = Server::start(ServeOptions {
+        token: "gpt".into(),
+        ..ServeOptions::default()
+    })
+    .unwrap();
+    let remote = tilejit::Device::remote(&server.addr().to_string(), "gpt").unwrap();
+    let (on_server, up) = tilejit::count_transfers(|| model.to(&remote).unwrap());
+    let n: usize = example::weight_shapes()
+        .iter()
+        .map(|(_, s)| s.iter().product::<usize>())
+        .sum();
+    assert_eq!(up.to_device_bytes, 4 * n as u64, "every weight once");
+    let prompt = [9i64, 30, 1, 77, 12];
+    let ids = Tensor::from_vec(prompt.to_vec(), &[prompt.len()]).unwrap();
+    let host = with_mode(RunMode::Host, || example::forward(&model, &ids)).unwrap();
+    let got = example::forward(&on_server, &ids.to(&remote).unwrap()).unwrap();
+    assert_eq!(got.device(), remote);
+    let bits = |t: &Tensor| -> Vec<u32> {
+        t.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    assert_eq!(bits(&got), bits(&host));
+    let want = with_mode(RunMode::Host, || example::generate(&model, &prompt, 5)).unwrap();
+    let (tokens, moved) = tilejit::count_transfers(|| example::generate(&on_server, &prompt, 5));
+    assert_eq!(tokens.unwrap(), want, "greedy tokens on the server");
+    // Per step: the ids up (8 bytes a token), one i64 back.
+    assert_eq!(moved.to_host_bytes, 5 * 8);
+}
+
 #[test]
 fn a_weights_file_without_a_tensor_is_a_clean_error() {
     let dir = TempDir::new("gpt-bad");
