@@ -393,6 +393,32 @@ fn a_dead_or_frozen_server_is_an_error_within_seconds() {
     assert_eq!(err.kind(), ErrorKind::Device, "{err}");
 }
 
+/// One remote device shared by eight threads, each chaining calls on its
+/// own tensors and on a shared weight: every result is the host's.
+#[test]
+fn many_threads_share_one_remote_device() {
+    let server = Served::start("host", &[]);
+    let remote = server.device();
+    let w = Tensor::randn(&[24, 24], 3) * 0.2;
+    let wr = w.to(&remote).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            let (w, wr, remote) = (&w, &wr, &remote);
+            s.spawn(move || {
+                for i in 0..5u64 {
+                    let x = Tensor::randn(&[6, 24], 100 * t + i);
+                    let want = block(&block(&x, w, 0.5).unwrap(), w, 1.5).unwrap();
+                    let xr = x.to(remote).unwrap();
+                    let got = block(&block(&xr, wr, 0.5).unwrap(), wr, 1.5).unwrap();
+                    assert_eq!(bits(&got), bits(&want), "thread {t} call {i}");
+                }
+            });
+        }
+    });
+    let stats = remote.server_stats().unwrap().unwrap();
+    assert!(stats.launches >= 80, "{stats:?}");
+}
+
 /// Two servers behind one pool: independent calls from several threads
 /// go to both, and every result is right.
 #[test]
