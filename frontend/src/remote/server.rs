@@ -338,16 +338,35 @@ impl State {
         session: u64,
         tensors: Vec<Tensor>,
     ) -> std::result::Result<Vec<proto::TensorRef>, Status> {
-        let mut sessions = self.sessions();
-        let s = sessions
-            .get_mut(&session)
-            .ok_or_else(|| Status::failed_precondition(format!("session {session} closed")))?;
-        let mut out = Vec::with_capacity(tensors.len());
+        let mut typed = Vec::with_capacity(tensors.len());
         for t in tensors {
             let ty = t
                 .ty()
                 .ok_or_else(|| Status::internal("a result is an error tensor"))?;
             let bytes = (ty.shape.numel() * ty.dtype.size_bytes()) as u64;
+            if bytes > self.options.max_tensor_bytes {
+                return Err(Status::resource_exhausted(format!(
+                    "a result of {bytes} bytes is over the server's limit of {} bytes",
+                    self.options.max_tensor_bytes
+                )));
+            }
+            typed.push((t, ty, bytes));
+        }
+        let total: u64 = typed.iter().map(|(_, _, b)| b).sum();
+        let mut sessions = self.sessions();
+        let s = sessions
+            .get_mut(&session)
+            .ok_or_else(|| Status::failed_precondition(format!("session {session} closed")))?;
+        // Checked here, under the lock, as well as before an upload:
+        // concurrent calls of one session cannot pass the bound together.
+        if s.bytes.saturating_add(total) > self.options.max_session_bytes {
+            return Err(Status::resource_exhausted(format!(
+                "the session holds {} bytes; {total} more is over the server's limit of {} bytes per session",
+                s.bytes, self.options.max_session_bytes
+            )));
+        }
+        let mut out = Vec::with_capacity(typed.len());
+        for (t, ty, bytes) in typed {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             s.tensors.insert(id, (t, bytes));
             s.bytes += bytes;
@@ -740,12 +759,6 @@ impl Remote for Service {
             let outs = launch(&state.options.device, &program, &inputs, &params)
                 .map_err(|e| wire::status_from_error(&e))?;
             state.launches.fetch_add(1, Ordering::Relaxed);
-            for t in &outs {
-                if let Some(ty) = t.ty() {
-                    let bytes = (ty.shape.numel() * ty.dtype.size_bytes()) as u64;
-                    state.check_room(session, bytes)?;
-                }
-            }
             state.keep(session, outs)
         })
         .await?;
@@ -877,6 +890,7 @@ mod tests {
         let server = Server::start(ServeOptions {
             token: "t0k".into(),
             max_tensor_bytes: 1 << 20,
+            max_session_bytes: 1 << 20,
             ..ServeOptions::default()
         })
         .expect("start");
@@ -1012,6 +1026,17 @@ mod tests {
                 .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
                 .collect();
             assert_eq!(y, [2.0, 4.0, 6.0, 8.0]);
+            // The session holds 16 bytes: a tensor of its whole budget
+            // more does not fit.
+            let e = c
+                .upload(authed(
+                    &bearer,
+                    tokio_stream::iter(vec![up(ty("u8", 1 << 20), &[])]),
+                ))
+                .await
+                .expect_err("over the session's budget");
+            assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+            assert!(e.message().contains("per session"), "{e:?}");
         });
     }
 }
