@@ -20,7 +20,16 @@ struct Served {
 
 impl Served {
     fn start(device: &str, extra: &[&str]) -> Served {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tilejit"))
+        Served::start_with(device, extra, Stdio::inherit(), None)
+    }
+
+    /// With stderr sent to `stderr`, and `TILEJIT_LOG` set to `log`.
+    fn start_with(device: &str, extra: &[&str], stderr: Stdio, log: Option<&str>) -> Served {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tilejit"));
+        if let Some(log) = log {
+            cmd.env("TILEJIT_LOG", log);
+        }
+        let mut child = cmd
             .args([
                 "serve",
                 "--listen",
@@ -32,7 +41,7 @@ impl Served {
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start tilejit serve");
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
@@ -237,6 +246,40 @@ fn registry_functions_are_callable_by_name() {
         .call("no.such", &[ArgValue::Tensor(&xr)])
         .unwrap_err();
     assert!(err.to_string().contains("no.such"), "{err}");
+}
+
+/// `TILEJIT_LOG=remote` makes the server say what happens: sessions
+/// opened and closed, programs compiled, refused and failed requests.
+#[test]
+fn the_server_logs_under_tilejit_log_remote() {
+    let mut server = Served::start_with("host", &[], Stdio::piped(), Some("remote"));
+    {
+        let remote = server.device();
+        let x = Tensor::ones(&[3], DType::F32).to(&remote).unwrap();
+        assert_eq!((&x * 2.0).to_vec::<f32>().unwrap(), [2.0; 3]);
+        assert!(remote.call("no.such", &[]).is_err());
+        assert!(Device::remote(&server.addr, "wrong").is_err());
+    }
+    // The close goes out as the device drops; give it a moment.
+    let stats = server.device();
+    assert!(eventually(Duration::from_secs(5), || {
+        stats.server_stats().unwrap().unwrap().sessions == 1
+    }));
+    drop(stats);
+    let _ = server.child.kill();
+    let mut log = String::new();
+    let mut err = server.child.stderr.take().unwrap();
+    err.read_to_string(&mut log).unwrap();
+    assert!(!log.contains("launch failed"), "{log}");
+    for line in [
+        "session 1 opened by 127.0.0.1:",
+        "session 1 closed: ",
+        "compiled in",
+        "call failed: InvalidArgument: bad argument [E1]: registry name `no.such`",
+        "refused a call without the right token",
+    ] {
+        assert!(log.contains(line), "no `{line}` in:\n{log}");
+    }
 }
 
 /// A wrong token is refused, saying no more than that.

@@ -27,7 +27,7 @@ pub const VARIABLES: [(&str, &str); 11] = [
     ("TILEJIT_RUN_MODE", "host, sim, verify or reference"),
     (
         "TILEJIT_LOG",
-        "a comma list of compile, trace, verify, timing, cache, time",
+        "a comma list of compile, trace, verify, timing, cache, time, remote",
     ),
     ("TILEJIT_DUMP", "a directory"),
     ("TILEJIT_DUMP_VALUES", "a directory"),
@@ -166,11 +166,17 @@ pub struct LogParts {
     pub cache: bool,
     /// One line per kernel run with its time (on Sim, its device time).
     pub time: bool,
+    /// On a remote device's server: one line per session opened, closed
+    /// or expired, per program compiled from a client's text, and per
+    /// failed request.
+    pub remote: bool,
 }
 
 impl LogParts {
     /// The names `TILEJIT_LOG` accepts.
-    pub const NAMES: [&'static str; 6] = ["compile", "trace", "verify", "timing", "cache", "time"];
+    pub const NAMES: [&'static str; 7] = [
+        "compile", "trace", "verify", "timing", "cache", "time", "remote",
+    ];
 
     fn set(&mut self, part: &str) -> bool {
         let flag = match part {
@@ -180,6 +186,7 @@ impl LogParts {
             "timing" => &mut self.timing,
             "cache" => &mut self.cache,
             "time" => &mut self.time,
+            "remote" => &mut self.remote,
             _ => return false,
         };
         *flag = true;

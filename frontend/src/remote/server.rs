@@ -185,6 +185,10 @@ async fn serve(
             Ok(req)
         } else {
             // No detail: a caller without the token learns nothing.
+            log(format_args!(
+                "refused a call without the right token from {}",
+                peer(&req)
+            ));
             Err(Status::unauthenticated("unauthenticated"))
         }
     };
@@ -224,6 +228,35 @@ async fn serve(
 pub(crate) const WINDOW: u32 = 8 << 20;
 pub(crate) const FRAME: u32 = 1 << 20;
 
+/// A line on stderr under `TILEJIT_LOG=remote`.
+fn log(message: std::fmt::Arguments<'_>) {
+    if tilejit_ir::config::config().log.remote {
+        eprintln!("[tilejit serve] {message}");
+    }
+}
+
+/// Logs a failed request (under `TILEJIT_LOG=remote`) and passes it on;
+/// a launch of a key the server lacks is the protocol's normal first step
+/// (the client then sends the program), not a failure.
+fn logged<T>(what: &str, r: std::result::Result<T, Status>) -> std::result::Result<T, Status> {
+    if let Err(s) = &r {
+        if !(what == "launch" && s.code() == tonic::Code::NotFound) {
+            log(format_args!(
+                "{what} failed: {:?}: {}",
+                s.code(),
+                s.message()
+            ));
+        }
+    }
+    r
+}
+
+/// Who sent `req`, for a log line.
+fn peer<T>(req: &Request<T>) -> String {
+    req.remote_addr()
+        .map_or_else(|| "an unknown peer".into(), |a| a.to_string())
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -243,6 +276,13 @@ async fn reap(state: std::sync::Weak<State>) {
             ids.iter().filter_map(|id| sessions.remove(id)).collect()
         };
         drop(s);
+        for d in &dead {
+            log(format_args!(
+                "a session expired after {timeout:?} of silence: {} tensors ({} bytes) freed",
+                d.tensors.len(),
+                d.bytes
+            ));
+        }
         // Tensors are freed here, outside the lock (a Sim tensor's drop
         // frees device memory).
         drop(dead);
@@ -525,55 +565,8 @@ struct Service(Arc<State>);
 
 type DataStream = Pin<Box<dyn Stream<Item = std::result::Result<proto::DataChunk, Status>> + Send>>;
 
-#[tonic::async_trait]
-impl Remote for Service {
-    async fn open(
-        &self,
-        req: Request<proto::OpenRequest>,
-    ) -> std::result::Result<Response<proto::OpenReply>, Status> {
-        let version = env!("CARGO_PKG_VERSION");
-        if req.get_ref().client_version != version {
-            return Err(Status::failed_precondition(format!(
-                "the client is tilejit {} and the server {version}: programs would not match",
-                req.get_ref().client_version
-            )));
-        }
-        let session = self.0.id();
-        self.0.sessions().insert(
-            session,
-            Session {
-                tensors: HashMap::new(),
-                bytes: 0,
-                last_seen: Instant::now(),
-            },
-        );
-        Ok(Response::new(proto::OpenReply {
-            session,
-            server_version: version.into(),
-            device: self.0.options.device.to_string(),
-            chunk_bytes: CHUNK_BYTES as u64,
-            session_timeout_ms: self.0.options.session_timeout.as_millis() as u64,
-        }))
-    }
-
-    async fn close(
-        &self,
-        req: Request<proto::SessionRequest>,
-    ) -> std::result::Result<Response<proto::Empty>, Status> {
-        let gone = self.0.sessions().remove(&req.get_ref().session);
-        drop(gone);
-        Ok(Response::new(proto::Empty {}))
-    }
-
-    async fn ping(
-        &self,
-        req: Request<proto::SessionRequest>,
-    ) -> std::result::Result<Response<proto::Empty>, Status> {
-        self.0.touch(req.get_ref().session)?;
-        Ok(Response::new(proto::Empty {}))
-    }
-
-    async fn upload(
+impl Service {
+    async fn upload_inner(
         &self,
         req: Request<Streaming<proto::UploadChunk>>,
     ) -> std::result::Result<Response<proto::TensorRef>, Status> {
@@ -618,51 +611,7 @@ impl Remote for Service {
             .ok_or_else(|| Status::internal("no reference"))
     }
 
-    type DownloadStream = DataStream;
-
-    async fn download(
-        &self,
-        req: Request<proto::TensorRequest>,
-    ) -> std::result::Result<Response<DataStream>, Status> {
-        let r = req.into_inner();
-        self.0.touch(r.session)?;
-        let t = self.0.tensor(r.session, r.id)?;
-        let bytes = blocking(move || {
-            let a = t
-                .array("download")
-                .map_err(|e| wire::status_from_error(&e))?;
-            wire::array_bytes(&a).map_err(Status::internal)
-        })
-        .await?;
-        let chunks = wire::chunks(bytes, CHUNK_BYTES)
-            .into_iter()
-            .map(|data| Ok(proto::DataChunk { data }));
-        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
-    }
-
-    async fn free(
-        &self,
-        req: Request<proto::FreeRequest>,
-    ) -> std::result::Result<Response<proto::Empty>, Status> {
-        let r = req.into_inner();
-        let freed: Vec<(Tensor, u64)> = {
-            let mut sessions = self.0.sessions();
-            match sessions.get_mut(&r.session) {
-                Some(s) => {
-                    s.last_seen = Instant::now();
-                    let freed: Vec<_> =
-                        r.ids.iter().filter_map(|id| s.tensors.remove(id)).collect();
-                    s.bytes -= freed.iter().map(|(_, b)| b).sum::<u64>();
-                    freed
-                }
-                None => Vec::new(),
-            }
-        };
-        drop(freed);
-        Ok(Response::new(proto::Empty {}))
-    }
-
-    async fn load_program(
+    async fn load_program_inner(
         &self,
         req: Request<Streaming<proto::ProgramChunk>>,
     ) -> std::result::Result<Response<proto::Empty>, Status> {
@@ -710,8 +659,17 @@ impl Remote for Service {
             };
             let graph = tilejit_ir::text::parse(&text).map_err(|e| bad(e.to_string()))?;
             check_graph(&graph, state.options.max_tensor_bytes).map_err(bad)?;
+            let start = Instant::now();
             let program = Program::compile_named(graph, &name)
                 .map_err(|e| wire::status_from_error(&Error::Runtime(e)))?;
+            log(format_args!(
+                "program `{name}` (key {}) compiled in {:.1} ms",
+                key[..6]
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>(),
+                start.elapsed().as_secs_f64() * 1e3
+            ));
             state.loads.fetch_add(1, Ordering::Relaxed);
             state.add_program(key, Arc::new(program));
             Ok(())
@@ -720,7 +678,7 @@ impl Remote for Service {
         Ok(Response::new(proto::Empty {}))
     }
 
-    async fn launch(
+    async fn launch_inner(
         &self,
         req: Request<proto::LaunchRequest>,
     ) -> std::result::Result<Response<proto::Results>, Status> {
@@ -765,7 +723,7 @@ impl Remote for Service {
         Ok(Response::new(proto::Results { outputs }))
     }
 
-    async fn call(
+    async fn call_inner(
         &self,
         req: Request<proto::CallRequest>,
     ) -> std::result::Result<Response<proto::Results>, Status> {
@@ -791,6 +749,136 @@ impl Remote for Service {
         })
         .await?;
         Ok(Response::new(proto::Results { outputs }))
+    }
+}
+
+#[tonic::async_trait]
+impl Remote for Service {
+    async fn upload(
+        &self,
+        req: Request<Streaming<proto::UploadChunk>>,
+    ) -> std::result::Result<Response<proto::TensorRef>, Status> {
+        logged("upload", self.upload_inner(req).await)
+    }
+
+    async fn load_program(
+        &self,
+        req: Request<Streaming<proto::ProgramChunk>>,
+    ) -> std::result::Result<Response<proto::Empty>, Status> {
+        logged("load_program", self.load_program_inner(req).await)
+    }
+
+    async fn launch(
+        &self,
+        req: Request<proto::LaunchRequest>,
+    ) -> std::result::Result<Response<proto::Results>, Status> {
+        logged("launch", self.launch_inner(req).await)
+    }
+
+    async fn call(
+        &self,
+        req: Request<proto::CallRequest>,
+    ) -> std::result::Result<Response<proto::Results>, Status> {
+        logged("call", self.call_inner(req).await)
+    }
+
+    async fn open(
+        &self,
+        req: Request<proto::OpenRequest>,
+    ) -> std::result::Result<Response<proto::OpenReply>, Status> {
+        let version = env!("CARGO_PKG_VERSION");
+        if req.get_ref().client_version != version {
+            return Err(Status::failed_precondition(format!(
+                "the client is tilejit {} and the server {version}: programs would not match",
+                req.get_ref().client_version
+            )));
+        }
+        let session = self.0.id();
+        log(format_args!("session {session} opened by {}", peer(&req)));
+        self.0.sessions().insert(
+            session,
+            Session {
+                tensors: HashMap::new(),
+                bytes: 0,
+                last_seen: Instant::now(),
+            },
+        );
+        Ok(Response::new(proto::OpenReply {
+            session,
+            server_version: version.into(),
+            device: self.0.options.device.to_string(),
+            chunk_bytes: CHUNK_BYTES as u64,
+            session_timeout_ms: self.0.options.session_timeout.as_millis() as u64,
+        }))
+    }
+
+    async fn close(
+        &self,
+        req: Request<proto::SessionRequest>,
+    ) -> std::result::Result<Response<proto::Empty>, Status> {
+        let session = req.get_ref().session;
+        let gone = self.0.sessions().remove(&session);
+        if let Some(g) = &gone {
+            log(format_args!(
+                "session {session} closed: {} tensors ({} bytes) freed",
+                g.tensors.len(),
+                g.bytes
+            ));
+        }
+        drop(gone);
+        Ok(Response::new(proto::Empty {}))
+    }
+
+    async fn ping(
+        &self,
+        req: Request<proto::SessionRequest>,
+    ) -> std::result::Result<Response<proto::Empty>, Status> {
+        self.0.touch(req.get_ref().session)?;
+        Ok(Response::new(proto::Empty {}))
+    }
+
+    type DownloadStream = DataStream;
+
+    async fn download(
+        &self,
+        req: Request<proto::TensorRequest>,
+    ) -> std::result::Result<Response<DataStream>, Status> {
+        let r = req.into_inner();
+        self.0.touch(r.session)?;
+        let t = self.0.tensor(r.session, r.id)?;
+        let bytes = blocking(move || {
+            let a = t
+                .array("download")
+                .map_err(|e| wire::status_from_error(&e))?;
+            wire::array_bytes(&a).map_err(Status::internal)
+        })
+        .await?;
+        let chunks = wire::chunks(bytes, CHUNK_BYTES)
+            .into_iter()
+            .map(|data| Ok(proto::DataChunk { data }));
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+    }
+
+    async fn free(
+        &self,
+        req: Request<proto::FreeRequest>,
+    ) -> std::result::Result<Response<proto::Empty>, Status> {
+        let r = req.into_inner();
+        let freed: Vec<(Tensor, u64)> = {
+            let mut sessions = self.0.sessions();
+            match sessions.get_mut(&r.session) {
+                Some(s) => {
+                    s.last_seen = Instant::now();
+                    let freed: Vec<_> =
+                        r.ids.iter().filter_map(|id| s.tensors.remove(id)).collect();
+                    s.bytes -= freed.iter().map(|(_, b)| b).sum::<u64>();
+                    freed
+                }
+                None => Vec::new(),
+            }
+        };
+        drop(freed);
+        Ok(Response::new(proto::Empty {}))
     }
 
     async fn list(

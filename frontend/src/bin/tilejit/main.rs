@@ -85,7 +85,7 @@ enum Command {
     Snapshot(snapshot_cli::SnapshotCommand),
     /// Host one device for remote clients over gRPC (`Device::remote`).
     #[command(
-        after_help = "Examples:\n  tilejit serve --listen :7070 --token-file token.txt\n  tilejit serve --listen 0.0.0.0:7070 --device sim --token-file token.txt"
+        after_help = "Examples:\n  tilejit serve --listen :7070 --token-file token.txt\n  TILEJIT_LOG=remote tilejit serve --listen 0.0.0.0:7070 --device sim --token-file token.txt"
     )]
     Serve(serve_cli::ServeArgs),
 }
