@@ -242,6 +242,13 @@ fn registry_functions_are_callable_by_name() {
     let err = remote.call("nn.softmax", &[]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::BadArgument);
     assert!(err.to_string().contains("nn.softmax"), "{err}");
+    // Twenty 64 KiB host tensors (1.25 MiB) go as values only while the
+    // request stays under its bound, the rest uploaded: the server gets
+    // the call and answers its arity error, not a transport one.
+    let big = Tensor::ones(&[16 << 10], DType::F32);
+    let many: Vec<ArgValue> = (0..20).map(|_| ArgValue::Tensor(&big)).collect();
+    let err = remote.call("math.add", &many).unwrap_err();
+    assert!(err.to_string().contains("two tensors, got 20"), "{err}");
     let err = remote
         .call("no.such", &[ArgValue::Tensor(&xr)])
         .unwrap_err();

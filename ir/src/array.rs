@@ -57,22 +57,6 @@ impl Buffer {
         })
     }
 
-    /// Removes every element, keeping the allocation (a pooled buffer
-    /// refilled by [`extend_from_le_bytes`](Self::extend_from_le_bytes)).
-    pub fn clear(&mut self) {
-        match self {
-            Buffer::F32(v) => v.clear(),
-            Buffer::F64(v) => v.clear(),
-            Buffer::F16(v) => v.clear(),
-            Buffer::BF16(v) => v.clear(),
-            Buffer::I32(v) => v.clear(),
-            Buffer::I64(v) => v.clear(),
-            Buffer::Bool(v) => v.clear(),
-            Buffer::U8(v) => v.clear(),
-            Buffer::I8(v) => v.clear(),
-        }
-    }
-
     /// Appends elements from their little-endian bytes (as
     /// [`from_le_bytes`](Self::from_le_bytes) reads them), so data that
     /// arrives in pieces is decoded once, into its final buffer.

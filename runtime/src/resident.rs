@@ -83,21 +83,21 @@ pub fn count_transfers<R>(f: impl FnOnce() -> R) -> (R, TransferStats) {
 /// Counts `bytes` copied from the host to a device: every host-to-GM
 /// copy, and a remote device's uploads (`tilejit::remote`).
 pub fn count_to_device(bytes: u64) {
-    TO_DEVICE.fetch_add(bytes, Ordering::Relaxed);
-    SCOPED.with(|s| {
-        if let Some(mut t) = s.get() {
-            t.to_device_bytes += bytes;
-            s.set(Some(t));
-        }
-    });
+    count(&TO_DEVICE, bytes, |t| &mut t.to_device_bytes);
 }
 
 /// Counts `bytes` copied from a device back to the host.
 pub fn count_to_host(bytes: u64) {
-    TO_HOST.fetch_add(bytes, Ordering::Relaxed);
+    count(&TO_HOST, bytes, |t| &mut t.to_host_bytes);
+}
+
+/// Adds `bytes` to a process-wide counter and, inside [`count_transfers`],
+/// to the same field of this thread's count.
+fn count(total: &AtomicU64, bytes: u64, field: fn(&mut TransferStats) -> &mut u64) {
+    total.fetch_add(bytes, Ordering::Relaxed);
     SCOPED.with(|s| {
         if let Some(mut t) = s.get() {
-            t.to_host_bytes += bytes;
+            *field(&mut t) += bytes;
             s.set(Some(t));
         }
     });

@@ -215,9 +215,10 @@ impl Conn {
         inputs: &[&Tensor],
         params: &[Lit],
     ) -> Result<Vec<Tensor>, Status> {
+        let mut room = wire::INLINE_BUDGET;
         let inputs = inputs
             .iter()
-            .map(|t| self.arg_of(t))
+            .map(|t| self.arg_of(t, &mut room))
             .collect::<Result<Vec<_>, _>>()?;
         let req = proto::LaunchRequest {
             session: self.session,
@@ -232,9 +233,9 @@ impl Conn {
                 self.load(name, graph, key)?;
                 let mut c = self.client.0.clone();
                 let r = block(async move { c.launch(req).await })?;
-                Ok(self.results(r.into_inner()))
+                self.results(r.into_inner())
             }
-            r => Ok(self.results(r?.into_inner())),
+            r => self.results(r?.into_inner()),
         }
     }
 
@@ -266,11 +267,12 @@ impl Conn {
         args: &[ArgValue],
     ) -> Result<Vec<Tensor>, Status> {
         let mut keep = Vec::new();
+        let mut room = wire::INLINE_BUDGET;
         let mut wire_args = Vec::with_capacity(args.len());
         for (i, a) in args.iter().enumerate() {
             let value = match *a {
                 ArgValue::Tensor(t) => {
-                    let (arg, held) = self.arg_of(t).map_err(|s| {
+                    let (arg, held) = self.arg_of(t, &mut room).map_err(|s| {
                         Status::new(s.code(), format!("argument {i}: {}", s.message()))
                     })?;
                     keep.extend(held);
@@ -298,7 +300,7 @@ impl Conn {
         let mut c = self.client.0.clone();
         let r = block(async move { c.call(req).await })?;
         drop(keep);
-        Ok(self.results(r.into_inner()))
+        self.results(r.into_inner())
     }
 
     /// The registry's names on the server.
@@ -315,10 +317,13 @@ impl Conn {
     }
 
     /// An argument on the wire: a tensor of this connection by id, a small
-    /// host tensor by value, a larger one uploaded (and held for the call).
+    /// host tensor by value while the request's `room` for values lasts
+    /// (so no request outgrows the message bound), else uploaded and held
+    /// for the call.
     fn arg_of(
         self: &Arc<Self>,
         t: &Tensor,
+        room: &mut usize,
     ) -> Result<(proto::Arg, Option<Arc<RemoteTensor>>), Status> {
         let value = |v| proto::Arg { value: Some(v) };
         match &t.repr {
@@ -327,8 +332,11 @@ impl Conn {
                 "a tensor on the server at {} cannot join a call on {}",
                 r.conn.addr, self.addr
             ))),
-            Repr::Concrete(a) if a.shape().numel() * a.dtype().size_bytes() <= MAX_INLINE => {
+            Repr::Concrete(a)
+                if a.shape().numel() * a.dtype().size_bytes() <= MAX_INLINE.min(*room) =>
+            {
                 let inline = wire::inline(a).map_err(Status::internal)?;
+                *room -= inline.data.len();
                 tilejit_runtime::count_to_device(inline.data.len() as u64);
                 Ok((value(arg::Value::Inline(inline)), None))
             }
@@ -342,14 +350,13 @@ impl Conn {
         }
     }
 
-    fn results(self: &Arc<Self>, r: proto::Results) -> Vec<Tensor> {
+    fn results(self: &Arc<Self>, r: proto::Results) -> Result<Vec<Tensor>, Status> {
         r.outputs
             .into_iter()
-            .filter_map(|o| {
-                // The server built these types itself; one it cannot have
-                // sent is skipped rather than trusted.
-                let (ty, _) = wire::ty_from_proto(o.ty.as_ref()).ok()?;
-                Some(Tensor {
+            .map(|o| {
+                let (ty, _) = wire::ty_from_proto(o.ty.as_ref())
+                    .map_err(|e| Status::data_loss(format!("the server sent a result with {e}")))?;
+                Ok(Tensor {
                     repr: Repr::Remote(self.held(o.id, ty)),
                     weak: false,
                 })

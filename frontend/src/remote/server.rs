@@ -118,9 +118,8 @@ impl Server {
         self.addr
     }
 
-    /// Blocks until the server stops (it stops only on an error or when
-    /// another thread drops it... which `wait` prevents: use it in a
-    /// process whose job is serving).
+    /// Blocks until the server stops, which it does only on an error: for
+    /// a process whose job is serving (dropping the server stops it).
     pub fn wait(mut self) -> Result<()> {
         match self.thread.take().map(|t| t.join()) {
             Some(Ok(Err(e))) => Err(server_error(&self.addr.to_string(), &e)),
@@ -563,6 +562,15 @@ fn check_graph(g: &Graph, max_bytes: u64) -> std::result::Result<(), String> {
 
 struct Service(Arc<State>);
 
+/// A client stream's first message (it names the session and what
+/// follows), or an error saying `what` came with none.
+async fn first_chunk<T>(stream: &mut Streaming<T>, what: &str) -> std::result::Result<T, Status> {
+    stream
+        .message()
+        .await?
+        .ok_or_else(|| Status::invalid_argument(format!("{what} with no chunk")))
+}
+
 type DataStream = Pin<Box<dyn Stream<Item = std::result::Result<proto::DataChunk, Status>> + Send>>;
 
 impl Service {
@@ -571,10 +579,7 @@ impl Service {
         req: Request<Streaming<proto::UploadChunk>>,
     ) -> std::result::Result<Response<proto::TensorRef>, Status> {
         let mut stream = req.into_inner();
-        let first = stream
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("an upload with no chunk"))?;
+        let first = first_chunk(&mut stream, "an upload").await?;
         let session = first.session;
         self.0.touch(session)?;
         let (ty, bytes) =
@@ -616,10 +621,7 @@ impl Service {
         req: Request<Streaming<proto::ProgramChunk>>,
     ) -> std::result::Result<Response<proto::Empty>, Status> {
         let mut stream = req.into_inner();
-        let first = stream
-            .message()
-            .await?
-            .ok_or_else(|| Status::invalid_argument("a program with no chunk"))?;
+        let first = first_chunk(&mut stream, "a program").await?;
         let session = first.session;
         self.0.touch(session)?;
         let key: [u8; 32] = first.key[..]

@@ -26,6 +26,10 @@ pub(crate) const MAX_MESSAGE: usize = CHUNK_BYTES + (64 << 10);
 /// The largest tensor sent by value inside a call (a literal).
 pub(crate) const MAX_INLINE: usize = 64 << 10;
 
+/// The most bytes of values one request carries in all (the rest of the
+/// message bound is headroom for ids, scalars and framing).
+pub(crate) const INLINE_BUDGET: usize = CHUNK_BYTES / 2;
+
 pub(crate) fn ty_to_proto(ty: &TensorType) -> proto::TensorType {
     proto::TensorType {
         dtype: ty.dtype.name().to_string(),
@@ -94,25 +98,15 @@ pub(crate) struct Decoder {
 }
 
 impl Decoder {
-    /// The buffer comes from the storage pool when it holds one of the
-    /// size (warm pages: repeated copies skip the page faults of fresh
-    /// memory); else room is reserved for at most 64 MiB up front, and
-    /// beyond that the buffer grows as bytes actually arrive.
+    /// Room is reserved for at most 64 MiB up front; beyond that the
+    /// buffer grows as bytes actually arrive.
     pub(crate) fn new(ty: TensorType, expected: u64) -> Result<Decoder, String> {
-        let size = ty.dtype.size_bytes();
-        let buffer = match tilejit_ir::pool::pool().take(ty.dtype, expected as usize / size) {
-            Some(mut b) => {
-                b.clear();
-                b
-            }
-            None => Buffer::with_capacity(ty.dtype, (expected.min(64 << 20) as usize) / size)
-                .map_err(|e| e.to_string())?,
-        };
+        let elems = (expected.min(64 << 20) as usize) / ty.dtype.size_bytes();
         Ok(Decoder {
             ty,
             expected,
             received: 0,
-            buffer,
+            buffer: Buffer::with_capacity(ty.dtype, elems).map_err(|e| e.to_string())?,
             carry: Vec::new(),
         })
     }
