@@ -188,6 +188,8 @@ pub trait JitOutput: Sized {
 pub struct Outputs(OutputsInner);
 
 enum OutputsInner {
+    /// A one-output program's result, with no `Vec` around it.
+    One(Option<tilejit_ir::Array>),
     Arrays(std::vec::IntoIter<tilejit_ir::Array>),
     Tensors(std::vec::IntoIter<Tensor>),
 }
@@ -195,6 +197,10 @@ enum OutputsInner {
 impl Outputs {
     pub(crate) fn from_arrays(v: Vec<tilejit_ir::Array>) -> Outputs {
         Outputs(OutputsInner::Arrays(v.into_iter()))
+    }
+
+    pub(crate) fn one(a: tilejit_ir::Array) -> Outputs {
+        Outputs(OutputsInner::One(Some(a)))
     }
 
     pub(crate) fn from_tensor_vec(v: Vec<Tensor>) -> Outputs {
@@ -216,12 +222,14 @@ impl Iterator for Outputs {
     type Item = Tensor;
     fn next(&mut self) -> Option<Tensor> {
         match &mut self.0 {
+            OutputsInner::One(a) => a.take().map(Tensor::concrete),
             OutputsInner::Arrays(it) => it.next().map(Tensor::concrete),
             OutputsInner::Tensors(it) => it.next(),
         }
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
         match &self.0 {
+            OutputsInner::One(a) => (a.is_some() as usize, Some(a.is_some() as usize)),
             OutputsInner::Arrays(it) => it.size_hint(),
             OutputsInner::Tensors(it) => it.size_hint(),
         }

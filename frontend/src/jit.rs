@@ -405,6 +405,20 @@ impl JitFunction {
                     .get_or_build(&sig, || self.trace_and_compile(&sig, args, body))?
             }
         };
+        let mode = self.effective_mode();
+        // The short way for a one-kernel program on host tensors (W6).
+        if mode == RunMode::Host && crate::placement::current().is_none() {
+            if let Some(Some(out)) = with_host_inputs(args, |a| program.run_one(a)) {
+                return match out {
+                    Ok(a) => Ok(Outputs::one(a)),
+                    Err(e) => Err(Error::Run {
+                        function: self.name.clone(),
+                        location: Loc::caller(),
+                        source: e,
+                    }),
+                };
+            }
+        }
         // References, not clones: an `Array` is 88 bytes and an atomic
         // count, a share of a tiny call's cost (W6).
         let mut inputs: SmallVec<[&Array; 4]> = SmallVec::new();
@@ -421,7 +435,6 @@ impl JitFunction {
             }
         }
         params.extend_from_slice(program.size_params());
-        let mode = self.effective_mode();
         // `#[track_caller]` does not reach into closures: take it here (a
         // pointer copy); the error itself is only built when a run fails.
         let location = Loc::caller();
@@ -1297,13 +1310,47 @@ fn mark_value(m: Mark) -> TraceValue {
 
 /// True when `args` have exactly the signature `sig` (concrete tensors of
 /// its types, the same static values, floats of its dtypes).
+/// Calls `f` on the host arrays of `args` when every argument is a host
+/// tensor or a trace-time constant (no float params), at most eight of
+/// them; `None` otherwise. On the stack: no vector for a tiny call.
+#[inline]
+fn with_host_inputs<'a, R>(args: &[ArgValue<'a>], f: impl FnOnce(&[&'a Array]) -> R) -> Option<R> {
+    const MOST: usize = 8;
+    fn concrete<'a>(a: &ArgValue<'a>) -> Option<Option<&'a Array>> {
+        match *a {
+            ArgValue::Tensor(t) => match &t.repr {
+                Repr::Concrete(arr) => Some(Some(arr)),
+                _ => None,
+            },
+            ArgValue::Float(..) => None,
+            ArgValue::Int(_) | ArgValue::Bool(_) | ArgValue::Mark(_) => Some(None),
+        }
+    }
+    let Some(first) = args.iter().find_map(|a| concrete(a).flatten()) else {
+        // No tensor at all, or the first tensor is not on the host.
+        return args
+            .iter()
+            .all(|a| matches!(concrete(a), Some(None)))
+            .then(|| f(&[]));
+    };
+    let mut arrays = [first; MOST];
+    let mut n = 0;
+    for a in args {
+        if let Some(arr) = concrete(a)? {
+            *arrays.get_mut(n)? = arr;
+            n += 1;
+        }
+    }
+    Some(f(&arrays[..n]))
+}
+
 fn signature_matches(sig: &Signature, args: &[ArgValue]) -> bool {
     sig.args.len() == args.len()
         && sig.args.iter().zip(args).all(|(s, a)| match (s, a) {
             // Host tensors only: device calls (milliseconds) take the
             // slower lookup, which keeps this check as small as W6 needs.
             (ArgSig::Tensor(t), ArgValue::Tensor(x)) => {
-                matches!(&x.repr, Repr::Concrete(arr) if arr.ty() == *t)
+                matches!(&x.repr, Repr::Concrete(arr) if arr.has_type(t))
             }
             (ArgSig::Float(d), ArgValue::Float(_, e)) => d == e,
             (ArgSig::Int(v), ArgValue::Int(w)) => v == w,

@@ -305,7 +305,13 @@ struct Storage(Buffer);
 impl Drop for Storage {
     fn drop(&mut self) {
         let buf = std::mem::replace(&mut self.0, Buffer::Bool(Vec::new()));
-        crate::pool::pool().give(buf);
+        // Small buffers stay with this thread, not the shared pool (which
+        // would refuse them).
+        if buf.allocated_bytes() >= crate::pool::MIN_POOLED_BYTES {
+            crate::pool::pool().give(buf);
+        } else {
+            crate::pool::give_small(buf);
+        }
     }
 }
 
@@ -313,6 +319,14 @@ impl Array {
     /// Wraps a buffer; fails if its length does not match `shape`.
     pub fn new(shape: Shape, data: Buffer) -> Result<Array, IrError> {
         let dtype = data.dtype();
+        // A buffer that exists holds its bytes: a matching length needs
+        // no size check (every output of every call comes through here).
+        if shape.checked_numel() == Some(data.len()) {
+            return Ok(Array {
+                ty: TensorType::new(dtype, shape),
+                data: Arc::new(Storage(data)),
+            });
+        }
         shape.byte_size(dtype)?;
         if data.len() != shape.numel() {
             return Err(IrError::Length {
@@ -341,6 +355,13 @@ impl Array {
     /// The type (dtype + shape).
     pub fn ty(&self) -> TensorType {
         self.ty
+    }
+
+    /// Whether its type is `ty` (compared in place: a dispatch asks this
+    /// of every argument, and a `TensorType` is 72 bytes to copy).
+    #[inline]
+    pub fn has_type(&self, ty: &TensorType) -> bool {
+        self.ty == *ty
     }
 
     /// The shape.

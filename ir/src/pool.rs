@@ -274,6 +274,67 @@ impl BufferPool {
     }
 }
 
+/// Small buffers each thread keeps for itself (glibc's per-thread cache,
+/// one level up): a tiny call's output is allocated and freed on every
+/// call, and `malloc` plus `free` were a tenth of W6's instructions.
+const SMALL_KEPT: usize = 8;
+
+struct SmallCache {
+    /// Whether pooling is on (`TILEJIT_POOL_BYTES` is not 0), read once.
+    on: bool,
+    held: Vec<Buffer>,
+}
+
+thread_local! {
+    static SMALL: std::cell::RefCell<SmallCache> = std::cell::RefCell::new(SmallCache {
+        on: crate::config::config().pool_bytes > 0,
+        held: Vec::with_capacity(SMALL_KEPT),
+    });
+}
+
+/// A buffer of `len` elements of `dtype` (under [`MIN_POOLED_BYTES`]) that
+/// this thread gave back with [`give_small`], if it kept one that fits
+/// without much slack. Its contents are stale (poisoned in debug builds):
+/// the caller must overwrite every element.
+#[inline]
+pub fn take_small(dtype: DType, len: usize) -> Option<Buffer> {
+    let fits = |b: &Buffer| {
+        let cap = b.allocated_bytes() / dtype.size_bytes();
+        b.dtype() == dtype && cap >= len && cap <= len + len / 4 + 16
+    };
+    let mut b = SMALL
+        .try_with(|c| {
+            let mut c = c.borrow_mut();
+            let at = c.held.iter().rposition(fits)?;
+            Some(c.held.swap_remove(at))
+        })
+        .ok()
+        .flatten()?;
+    set_len(&mut b, len);
+    if cfg!(debug_assertions) {
+        poison(&mut b);
+    }
+    Some(b)
+}
+
+/// Keeps a small buffer (under [`MIN_POOLED_BYTES`], not empty) for this
+/// thread's next [`take_small`], if it keeps fewer than a few; any other
+/// buffer is freed.
+#[inline]
+pub fn give_small(buf: Buffer) {
+    let bytes = buf.allocated_bytes();
+    if bytes == 0 || bytes >= MIN_POOLED_BYTES {
+        return;
+    }
+    // During thread teardown the cache may be gone: then `buf` is freed.
+    let _ = SMALL.try_with(move |c| {
+        let mut c = c.borrow_mut();
+        if c.on && c.held.len() < SMALL_KEPT {
+            c.held.push(buf);
+        }
+    });
+}
+
 /// Sets `b`'s length to `len` within its capacity (a class's buffer may
 /// have served another length): truncating is free, and growing writes
 /// only the elements between the two lengths.

@@ -115,6 +115,12 @@ pub fn current() -> Limits {
     LIMITS.with(|l| l.borrow().clone())
 }
 
+/// Whether any limit may stop a run on this thread (without cloning them).
+#[inline]
+pub(crate) fn any() -> bool {
+    LIMITS.with(|l| !l.borrow().is_none())
+}
+
 impl Limits {
     /// True when nothing can stop a run (the usual case: no checks needed).
     pub fn is_none(&self) -> bool {

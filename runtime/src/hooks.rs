@@ -119,6 +119,12 @@ pub(crate) fn active() -> Option<Observers> {
     active_slow()
 }
 
+/// Whether any observer may be active (a cheap first check).
+#[inline(always)]
+pub(crate) fn any() -> bool {
+    ANY.with(|a| a.get()) || env_on()
+}
+
 /// Whether the environment asked for observers, cached in an atomic so
 /// the check is a load.
 #[inline(always)]

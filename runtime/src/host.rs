@@ -47,6 +47,79 @@ pub struct HostProgram {
     /// spans, and is not launched.
     idle: Vec<bool>,
     constants: Vec<Array>,
+    /// The short way through a one-kernel program, when it has one.
+    tiny: Option<Tiny>,
+}
+
+/// How a one-kernel program runs without the general loop: on the calling
+/// thread, its arguments checked once at compile time, inputs lent straight
+/// from the arrays, one fresh output. Why: a warm `x + y` on 16 elements
+/// (W6) spent most of its time in the general path's slots, output list
+/// and per-kernel branches, not in the kernel.
+#[derive(Debug)]
+struct Tiny {
+    /// Per kernel-local buffer, the input it is (`None`: the output).
+    locals: SmallVec<[Option<u32>; 4]>,
+    /// Where the output sits among the locals.
+    out_at: usize,
+    /// The kernel's launch units, and the output's element count.
+    units: usize,
+    numel: usize,
+    /// The output buffer's declared type.
+    out: tilejit_ir::TensorType,
+    /// The shape the program returns it as (a reshape is free).
+    ret: tilejit_ir::Shape,
+}
+
+impl Tiny {
+    /// The plan for `prog`, if it is one small kernel that reads only
+    /// inputs (no halves, which convert) and writes the one output.
+    fn plan(
+        prog: &KernelProgram,
+        code: &[Arc<CachedKernel>],
+        fixed_args: &[Option<CheckedArgs>],
+        idle: &[bool],
+    ) -> Option<Tiny> {
+        let ([k], [code], [Some(_)], [false]) = (&prog.kernels[..], code, fixed_args, idle) else {
+            return None;
+        };
+        let [ProgramOutput::Buffer(out, ret)] = prog.outputs[..] else {
+            return None;
+        };
+        let half = |d: DType| matches!(d, DType::F16 | DType::BF16);
+        let decl = prog.buffer(out);
+        let small = k.domain.iter().product::<usize>() < PARALLEL_MIN;
+        if k.matmul.is_some()
+            || code.code.layout().scratch != 0
+            || !prog.params.is_empty()
+            || !small
+            || !matches!(decl.kind, BufKind::Temp)
+            || half(decl.ty.dtype)
+            || prog.inputs.iter().any(|t| half(t.dtype))
+        {
+            return None;
+        }
+        let mut locals = SmallVec::new();
+        let mut out_at = None;
+        for b in k.local_buffers() {
+            match prog.buffer(b).kind {
+                BufKind::Input(i) => locals.push(Some(i)),
+                BufKind::Temp if b == out => {
+                    out_at = Some(locals.len());
+                    locals.push(None);
+                }
+                _ => return None,
+            }
+        }
+        Some(Tiny {
+            locals,
+            out_at: out_at?,
+            units: k.units(),
+            numel: decl.ty.shape.numel(),
+            out: decl.ty,
+            ret: ret.shape,
+        })
+    }
 }
 
 /// Typed storage the program owns during a run.
@@ -104,7 +177,14 @@ fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
         DType::F32 | DType::F16 | DType::BF16 => DType::F32,
         d => d,
     };
-    if let Some(b) = pool().take(held, n) {
+    // Small buffers are kept per thread, bigger ones in the shared pool.
+    let pooled = n.saturating_mul(held.size_bytes()) >= tilejit_ir::pool::MIN_POOLED_BYTES;
+    let reused = if pooled {
+        pool().take(held, n)
+    } else {
+        tilejit_ir::pool::take_small(held, n)
+    };
+    if let Some(b) = reused {
         match b {
             Buffer::F32(v) => return Ok(Store::F32(v)),
             Buffer::F64(v) => return Ok(Store::F64(v)),
@@ -179,14 +259,8 @@ impl Slot<'_> {
     #[inline]
     fn arg(&mut self) -> BufArg<'_> {
         match self {
-            Slot::Borrowed(_) => self.arg_read(),
-            Slot::Owned(Store::F32(v)) => BufArg::write(v),
-            Slot::Owned(Store::F64(v)) => BufArg::write(v),
-            Slot::Owned(Store::I32(v)) => BufArg::write(v),
-            Slot::Owned(Store::I64(v)) => BufArg::write(v),
-            Slot::Owned(Store::Bool(v)) => BufArg::write(v),
-            Slot::Owned(Store::U8(v)) => BufArg::write(v),
-            Slot::Owned(Store::I8(v)) => BufArg::write(v),
+            Slot::Borrowed(b) => buffer_arg(b),
+            Slot::Owned(s) => store_arg(s),
         }
     }
 
@@ -194,15 +268,15 @@ impl Slot<'_> {
     #[inline]
     fn arg_read(&self) -> BufArg<'_> {
         match self {
-            Slot::Borrowed(Buffer::F32(v)) | Slot::Owned(Store::F32(v)) => BufArg::read(v),
-            Slot::Borrowed(Buffer::F64(v)) | Slot::Owned(Store::F64(v)) => BufArg::read(v),
-            Slot::Borrowed(Buffer::I32(v)) | Slot::Owned(Store::I32(v)) => BufArg::read(v),
-            Slot::Borrowed(Buffer::I64(v)) | Slot::Owned(Store::I64(v)) => BufArg::read(v),
-            Slot::Borrowed(Buffer::Bool(v)) | Slot::Owned(Store::Bool(v)) => BufArg::read(v),
-            Slot::Borrowed(Buffer::U8(v)) | Slot::Owned(Store::U8(v)) => BufArg::read(v),
-            Slot::Borrowed(Buffer::I8(v)) | Slot::Owned(Store::I8(v)) => BufArg::read(v),
             // f16/bf16 arguments are converted to owned f32 up front.
-            Slot::Borrowed(Buffer::F16(_) | Buffer::BF16(_)) => BufArg::empty(),
+            Slot::Borrowed(b) => buffer_arg(b),
+            Slot::Owned(Store::F32(v)) => BufArg::read(v),
+            Slot::Owned(Store::F64(v)) => BufArg::read(v),
+            Slot::Owned(Store::I32(v)) => BufArg::read(v),
+            Slot::Owned(Store::I64(v)) => BufArg::read(v),
+            Slot::Owned(Store::Bool(v)) => BufArg::read(v),
+            Slot::Owned(Store::U8(v)) => BufArg::read(v),
+            Slot::Owned(Store::I8(v)) => BufArg::read(v),
         }
     }
 
@@ -357,15 +431,9 @@ impl HostProgram {
                 if layout.params > 0 {
                     return Ok(None);
                 }
-                layout
-                    .check_args(layout.args(k, &[]))
-                    .map(Some)
-                    .map_err(|message| tilejit_codegen::CodegenError::Launch {
-                        kernel: k.name.clone(),
-                        message,
-                    })
+                c.code.check_args(layout.args(k, &[])).map(Some)
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
         let numel = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.shape.numel();
         let idle = prog
             .kernels
@@ -381,7 +449,8 @@ impl HostProgram {
                     .sum::<usize>()
                     == 0
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let tiny = Tiny::plan(&prog, &code, &fixed_args, &idle);
         Ok(HostProgram {
             name: name.to_string(),
             prog,
@@ -390,6 +459,7 @@ impl HostProgram {
             fixed_args,
             idle,
             constants,
+            tiny,
         })
     }
 
@@ -416,6 +486,49 @@ impl HostProgram {
         params: &[Lit],
     ) -> Result<Vec<Array>, RuntimeError> {
         self.run_with(inputs, params, None)
+    }
+
+    /// Runs a program of one small kernel and one output on concrete
+    /// inputs (it takes no params) the short way: `None` when the program
+    /// is not such a one, or when kernel observers or stop limits are
+    /// active (they need the general path), else what
+    /// [`HostProgram::run`] would return, as one array.
+    #[inline]
+    pub fn run_one(&self, inputs: &[&Array]) -> Option<Result<Array, RuntimeError>> {
+        let t = self.tiny.as_ref()?;
+        if crate::hooks::any() || crate::cancel::any() {
+            return None;
+        }
+        Some(self.run_tiny(t, inputs))
+    }
+
+    fn run_tiny(&self, t: &Tiny, inputs: &[&Array]) -> Result<Array, RuntimeError> {
+        let want = &self.prog.inputs;
+        if inputs.len() != want.len() || !inputs.iter().zip(want).all(|(a, w)| a.has_type(w)) {
+            interp::check_arguments(want, 0, inputs, &[])?;
+        }
+        let code = &self.code[0];
+        let fixed = self.fixed_args[0]
+            .as_ref()
+            .ok_or_else(|| IrError::Verify("a tiny plan without checked args".into()))?;
+        let mut out = output_store(t.out.dtype, t.numel)?;
+        {
+            let mut bufs: SmallVec<[BufArg<'_>; 8]> = SmallVec::new();
+            for l in &t.locals {
+                bufs.push(match l {
+                    // Indices are the program's own, checked against its
+                    // input count above.
+                    Some(i) => buffer_arg(inputs[*i as usize].buffer()),
+                    None => BufArg::empty(),
+                });
+            }
+            bufs[t.out_at] = store_arg(&mut out);
+            code.launches.fetch_add(1, Ordering::Relaxed);
+            code.code
+                .call_checked(&mut bufs, fixed, 0, t.units)
+                .map_err(|e| kernel_error(e.into(), None))?;
+        }
+        Ok(Array::new(t.ret, to_buffer(out, t.out.dtype)?)?)
     }
 
     /// [`HostProgram::run`], with some kernels placed on the Sim device
@@ -592,27 +705,7 @@ impl HostProgram {
                 KernelArgs::Raw(&per_call)
             }
         };
-        launch(k, code, locals, slots, args, stop).map_err(|e| match e {
-            RuntimeError::Codegen(CodegenError::Stopped { kernel }) => {
-                match limits.check(&format!("kernel `{kernel}`")) {
-                    Err(stopped) => stopped,
-                    Ok(()) => RuntimeError::Stopped {
-                        what: format!("kernel `{kernel}`"),
-                        why: "was stopped".into(),
-                    },
-                }
-            }
-            // The user's data, not the kernel, is at fault.
-            RuntimeError::Codegen(CodegenError::IndexOutOfRange { len, .. }) => {
-                IrError::IndexOutOfRange {
-                    op: "gather",
-                    index: None,
-                    len: len.max(0) as usize,
-                }
-                .into()
-            }
-            e => e,
-        })
+        launch(k, code, locals, slots, args, stop).map_err(|e| kernel_error(e, Some(limits)))
     }
 
     /// Copies of the buffers `ids` as arrays of their declared types (for
@@ -874,6 +967,62 @@ fn kernel_bufs<'s>(
         if let Some(at) = locals.iter().position(|b| b.0 as usize == i) {
             bufs[at] = slot.arg();
         }
+    }
+}
+
+/// A failed launch as the user sees it: a stop says which limit stopped
+/// it; a gather's index outside its axis is the data's fault (E1), not
+/// the kernel's.
+fn kernel_error(e: RuntimeError, limits: Option<&crate::cancel::Limits>) -> RuntimeError {
+    match e {
+        RuntimeError::Codegen(CodegenError::Stopped { kernel }) => {
+            match limits.map(|l| l.check(&format!("kernel `{kernel}`"))) {
+                Some(Err(stopped)) => stopped,
+                _ => RuntimeError::Stopped {
+                    what: format!("kernel `{kernel}`"),
+                    why: "was stopped".into(),
+                },
+            }
+        }
+        RuntimeError::Codegen(CodegenError::IndexOutOfRange { len, .. }) => {
+            IrError::IndexOutOfRange {
+                op: "gather",
+                index: None,
+                len: len.max(0) as usize,
+            }
+            .into()
+        }
+        e => e,
+    }
+}
+
+/// An input buffer as a read-only kernel argument (f16/bf16, which the
+/// host computes as f32, never reach here: see [`Tiny::plan`]).
+#[inline]
+fn buffer_arg(b: &Buffer) -> BufArg<'_> {
+    match b {
+        Buffer::F32(v) => BufArg::read(v),
+        Buffer::F64(v) => BufArg::read(v),
+        Buffer::I32(v) => BufArg::read(v),
+        Buffer::I64(v) => BufArg::read(v),
+        Buffer::Bool(v) => BufArg::read(v),
+        Buffer::U8(v) => BufArg::read(v),
+        Buffer::I8(v) => BufArg::read(v),
+        Buffer::F16(_) | Buffer::BF16(_) => BufArg::empty(),
+    }
+}
+
+/// Owned storage as a writable kernel argument.
+#[inline]
+fn store_arg(s: &mut Store) -> BufArg<'_> {
+    match s {
+        Store::F32(v) => BufArg::write(v),
+        Store::F64(v) => BufArg::write(v),
+        Store::I32(v) => BufArg::write(v),
+        Store::I64(v) => BufArg::write(v),
+        Store::Bool(v) => BufArg::write(v),
+        Store::U8(v) => BufArg::write(v),
+        Store::I8(v) => BufArg::write(v),
     }
 }
 

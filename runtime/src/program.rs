@@ -139,6 +139,13 @@ impl Program {
         &self.stage_times
     }
 
+    /// [`HostProgram::run_one`]: a one-kernel program the short way, or
+    /// `None` (then call [`Program::run`]).
+    #[inline]
+    pub fn run_one(&self, inputs: &[&Array]) -> Option<Result<Array, RuntimeError>> {
+        self.host.run_one(inputs)
+    }
+
     /// Runs the program's native kernels on concrete inputs and parameter
     /// values.
     pub fn run<A: std::borrow::Borrow<Array>>(

@@ -805,7 +805,7 @@ fn kernel_calls_are_bounds_checked() {
     let code = compile(k, &dtype_of, CodegenOptions::default()).unwrap();
     let layout = code.layout();
     let args = layout.args(k, &[]);
-    let checked = layout.check_args(args.clone()).unwrap();
+    let checked = code.check_args(args.clone()).unwrap();
     let units = k.units();
     // Local buffers: sized from their declarations.
     let mut store: Vec<Vec<f32>> = k
@@ -878,7 +878,16 @@ fn kernel_calls_are_bounds_checked() {
     // Negative strides and dims are refused by both checks.
     let mut neg = args.clone();
     neg[0] = -1;
-    assert!(layout.check_args(neg).is_err());
+    assert!(code.check_args(neg).is_err());
+    // Arguments checked for one kernel's code are refused by another's,
+    // even one compiled from the same kernel.
+    let other = compile(k, &dtype_of, CodegenOptions::default()).unwrap();
+    let mut bufs: Vec<BufArg<'_>> = store.iter_mut().map(|v| BufArg::write(v)).collect();
+    let e = other
+        .call_checked(&mut bufs, &checked, 0, units)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("another kernel"), "{e}");
 }
 
 /// What safe code can build cannot reach outside its storage: a buffer is

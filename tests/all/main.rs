@@ -37,3 +37,4 @@ mod sim_sizes;
 mod simplify_props;
 mod small_ints;
 mod snapshot;
+mod tiny_call;

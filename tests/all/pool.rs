@@ -351,3 +351,42 @@ fn the_storage_pool_empties_and_trims() {
     assert_eq!(g.stats().capacity, tilejit::config().pool_bytes);
     assert!(g.stats().bytes <= g.stats().capacity);
 }
+
+#[test]
+fn small_buffers_are_kept_per_thread_and_come_back_fitting() {
+    use tilejit_ir::pool::{give_small, take_small};
+    // On a fresh thread, so no other test's buffers are in its cache.
+    std::thread::spawn(|| {
+        assert!(take_small(DType::F32, 10).is_none());
+        give_small(Buffer::F32(vec![1.0; 10]));
+        give_small(Buffer::I32(vec![7; 100]));
+        // Another dtype, or a length the kept one does not fit, or one it
+        // would fit with too much slack: nothing.
+        assert!(take_small(DType::F64, 10).is_none());
+        assert!(take_small(DType::F32, 11).is_none());
+        assert!(take_small(DType::I32, 8).is_none());
+        let b = take_small(DType::F32, 8).unwrap();
+        assert_eq!((b.dtype(), b.len()), (DType::F32, 8));
+        assert!(take_small(DType::F32, 8).is_none(), "taken once");
+        let b = take_small(DType::I32, 90).unwrap();
+        assert_eq!((b.dtype(), b.len()), (DType::I32, 90));
+        // Pooled sizes and empty buffers are not kept; a few at most are.
+        give_small(Buffer::F32(vec![0.0; 4096]));
+        give_small(Buffer::F32(Vec::new()));
+        assert!(take_small(DType::F32, 4096).is_none());
+        for _ in 0..20 {
+            give_small(Buffer::U8(vec![1; 64]));
+        }
+        let kept = std::iter::from_fn(|| take_small(DType::U8, 64)).count();
+        assert!((1..=8).contains(&kept), "{kept}");
+    })
+    .join()
+    .unwrap();
+    // Another thread's buffers are not this one's.
+    std::thread::spawn(|| give_small(Buffer::I64(vec![3; 33])))
+        .join()
+        .unwrap();
+    std::thread::spawn(|| assert!(take_small(DType::I64, 33).is_none()))
+        .join()
+        .unwrap();
+}

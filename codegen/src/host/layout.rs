@@ -192,8 +192,11 @@ impl ArgLayout {
     }
 
     /// Checks `args` once for every launch range, giving the bytes each
-    /// buffer needs; calls with them then only compare buffer sizes.
-    pub fn check_args(&self, args: Vec<i64>) -> Result<CheckedArgs, String> {
+    /// buffer needs; calls with them then only compare buffer sizes. Only
+    /// [`KernelCode::check_args`](super::KernelCode::check_args) calls it,
+    /// tagging the result with its code, so the result is never used with
+    /// another kernel's code.
+    pub(crate) fn check_args(&self, args: Vec<i64>, code: u64) -> Result<CheckedArgs, String> {
         self.check_counts(self.buffers.len() + self.scratch, args.len())?;
         let dom = self.domain(&args)?;
         let mut need = vec![0u128; self.buffers.len()];
@@ -206,24 +209,39 @@ impl ArgLayout {
                 }
             }
         }
+        let need = need
+            .into_iter()
+            .zip(&self.written)
+            .map(|(bytes, &written)| Need {
+                // No buffer holds `usize::MAX` bytes: a bigger need fails.
+                bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+                written,
+            })
+            .collect();
         Ok(CheckedArgs {
             args,
+            code,
             units: dom.units,
             cols: dom.cols,
             need,
         })
     }
 
-    /// Checks buffers against arguments [`Self::check_args`] accepted, for
-    /// a call over `start..end`.
-    pub fn check_checked(
+    /// Checks buffers against arguments [`Self::check_args`] accepted for
+    /// this layout's code (the caller compared the tag), for a call over
+    /// `start..end`: one pass over the buffers.
+    #[inline]
+    pub(crate) fn check_checked(
         &self,
         bufs: &[super::BufArg<'_>],
         checked: &CheckedArgs,
         start: usize,
         end: usize,
     ) -> Result<(), String> {
-        self.check_counts(bufs.len(), checked.args.len())?;
+        let nbuf = checked.need.len() + self.scratch;
+        if bufs.len() != nbuf {
+            return Err(format!("{} buffers given, {nbuf} expected", bufs.len()));
+        }
         if start >= end {
             return Ok(());
         }
@@ -233,14 +251,21 @@ impl ArgLayout {
                 checked.units
             ));
         }
-        self.check_bufs(bufs, checked.cols)?;
-        for (lb, &need) in checked.need.iter().enumerate() {
-            if (bufs[lb].bytes() as u128) < need {
-                return Err(format!(
-                    "buffer {lb} has {} bytes where the kernel reaches {need}",
-                    bufs[lb].bytes()
-                ));
+        for (lb, (b, n)) in bufs.iter().zip(&checked.need).enumerate() {
+            if b.bytes() < n.bytes || (n.written && !b.writable()) {
+                return Err(if b.bytes() < n.bytes {
+                    format!(
+                        "buffer {lb} has {} bytes where the kernel reaches {}",
+                        b.bytes(),
+                        n.bytes
+                    )
+                } else {
+                    format!("buffer {lb} is written but not writable")
+                });
             }
+        }
+        if self.scratch > 0 {
+            self.check_bufs(bufs, checked.cols)?;
         }
         Ok(())
     }
@@ -403,15 +428,27 @@ struct Domain {
     units: usize,
 }
 
-/// An `args` array [`ArgLayout::check_args`] accepted, with the bytes each
-/// buffer must hold for any launch range. Only that check makes one, so a
-/// call with it cannot skip the bounds check.
+/// An `args` array [`KernelCode::check_args`](super::KernelCode::check_args)
+/// accepted, with the bytes each buffer must hold for any launch range.
+/// Only that check makes one, for one kernel's code, so a call with it
+/// cannot skip the bounds check.
 #[derive(Clone, Debug)]
 pub struct CheckedArgs {
     args: Vec<i64>,
+    /// The code it was checked for ([`super::KernelCode`]'s id).
+    pub(crate) code: u64,
     units: usize,
     cols: usize,
-    need: Vec<u128>,
+    need: Vec<Need>,
+}
+
+/// What one local buffer must be for every launch range.
+#[derive(Clone, Copy, Debug)]
+struct Need {
+    /// Bytes the kernel may reach.
+    bytes: usize,
+    /// Whether the kernel writes it.
+    written: bool,
 }
 
 impl CheckedArgs {

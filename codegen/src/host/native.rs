@@ -234,7 +234,7 @@ impl<'a> BufArg<'a> {
     }
 }
 
-/// A kernel's `args`: checked once ahead ([`ArgLayout::check_args`]), or
+/// A kernel's `args`: checked once ahead ([`KernelCode::check_args`]), or
 /// raw (checked on every call).
 #[derive(Copy, Clone, Debug)]
 pub enum KernelArgs<'a> {
@@ -247,6 +247,8 @@ pub enum KernelArgs<'a> {
 /// Compiled native code for one kernel structure.
 pub struct KernelCode {
     func: KernelFn,
+    /// Unique in the process: tags the [`CheckedArgs`] checked for it.
+    id: u64,
     /// Owns the code pages; freed on drop.
     module: Mutex<Option<JITModule>>,
     /// Layout of the arguments, and what every access may touch.
@@ -282,8 +284,10 @@ impl KernelCode {
         // compiled (the disk cache's key and checksum say so; the cache
         // directory is trusted, as its docs say).
         let func = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         KernelCode {
             func,
+            id: IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             module: Mutex::new(Some(module)),
             layout,
             name,
@@ -302,6 +306,15 @@ impl KernelCode {
     #[inline]
     pub fn layout(&self) -> &ArgLayout {
         &self.layout
+    }
+
+    /// Checks `args` ([`ArgLayout::args`]) once for every launch range,
+    /// for [`Self::call_checked`] and [`KernelArgs::Checked`] calls of this
+    /// code (and no other: the result is tagged).
+    pub fn check_args(&self, args: Vec<i64>) -> Result<CheckedArgs, CodegenError> {
+        self.layout
+            .check_args(args, self.id)
+            .map_err(|m| self.bad(m))
     }
 
     fn bad(&self, message: String) -> CodegenError {
@@ -328,7 +341,7 @@ impl KernelCode {
     }
 
     /// [`Self::call`] with arguments checked once ahead
-    /// ([`ArgLayout::check_args`]): per call only the buffer sizes are
+    /// ([`Self::check_args`]): per call only the buffer sizes are
     /// compared, which matters for tiny kernels called often.
     pub fn call_checked(
         &self,
@@ -349,6 +362,9 @@ impl KernelCode {
         end: usize,
     ) -> Result<(), CodegenError> {
         match args {
+            KernelArgs::Checked(a) if a.code != self.id => {
+                Err("arguments checked for another kernel's code".to_string())
+            }
             KernelArgs::Checked(a) => self.layout.check_checked(bufs, a, start, end),
             KernelArgs::Raw(a) => self.layout.check(bufs, a, start, end),
         }
