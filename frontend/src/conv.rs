@@ -1,13 +1,26 @@
-//! Convolution and pooling over NCHW images, built from ops the compiler
-//! already fuses: each window's elements are gathered (`im2col`, with the
-//! window offsets a constant index computed at trace time) and then
-//! multiplied (a batched matmul, the cube unit's work on Sim) or reduced.
+//! Convolution and pooling over NCHW images. A float convolution is one
+//! `Op::Conv`: a GEMM whose left operand is the image read as its windows
+//! (an implicit im2col; on Sim the cube loads each panel straight from the
+//! image with `ldl1c`). Pooling, and convolutions of other dtypes, gather
+//! each window's elements (with the window offsets a constant index
+//! computed at trace time) and then reduce or multiply them.
 
 use crate::apply::apply;
 use crate::error::Loc;
 use crate::tensor::Tensor;
 use tilejit_ir::fallible::with_capacity;
-use tilejit_ir::{Array, Axes, Buffer, Graph, IrError, NodeId, Op, Perm, ReduceOp, Shape};
+use tilejit_ir::{
+    Array, Axes, Buffer, DType, Graph, IrError, NodeId, Op, Perm, ReduceOp, Shape, Window,
+};
+
+/// A window size, stride or padding as the IR holds it.
+fn small(v: usize) -> Result<u32, IrError> {
+    u32::try_from(v).map_err(|_| IrError::Window {
+        op: "conv2d",
+        shape: Shape::SCALAR,
+        reason: format!("{v} is too large for a window size, stride or padding"),
+    })
+}
 
 /// The output size of a window of `k` moved by `stride` over `n` elements.
 fn out_len(n: usize, k: usize, stride: usize) -> usize {
@@ -108,10 +121,13 @@ impl Tensor {
     /// image with OIHW weights: `stride` and zero `padding` on both
     /// spatial dims, no bias, `out[n, o, y, x] = sum over c, i, j of
     /// weight[o, c, i, j] * input[n, c, y*stride + i - padding, x*stride + j - padding]`.
-    /// Each window is gathered (`im2col`) and multiplied in one batched
-    /// matmul, which runs on the cube unit on Sim. The window offsets are a
-    /// constant of the trace, so a dynamic function using it is traced per
-    /// size.
+    /// For f32, f16 and bf16 it is one GEMM over the windows, read in place
+    /// (an implicit im2col: on Sim the cube unit loads each panel straight
+    /// from the image with `ldl1c`). Other dtypes gather the windows (a
+    /// constant index of the trace) and multiply them. Its output size,
+    /// `(h + 2 * padding - kh) / stride + 1`, is size arithmetic that
+    /// shape classes do not read back, so a dynamic function using it may
+    /// be traced per size.
     #[track_caller]
     pub fn conv2d(&self, weight: &Tensor, stride: usize, padding: usize) -> Tensor {
         apply("conv2d", Loc::caller(), &[self, weight], |g, ids| {
@@ -129,6 +145,33 @@ impl Tensor {
                 });
             }
             let (n, c, o, kh, kw) = (sx[0], sx[1], sw[0], sw[2], sw[3]);
+            let wm = g.add(Op::Reshape(w, Shape::new(&[o, c * kh * kw])?))?;
+            let wt = g.add(Op::Permute(wm, Perm::new(&[1, 0])?))?;
+            if matches!(g.ty(x).dtype, DType::F32 | DType::F16 | DType::BF16) {
+                // One GEMM over the windows, read in place (on Sim, the
+                // cube's `ldl1c`): no copy of the windows.
+                let win = Window {
+                    kh: small(kh)?,
+                    kw: small(kw)?,
+                    stride: small(stride)?,
+                    pad: small(padding)?,
+                };
+                let (oh, ow) = win.out(sx[2], sx[3]).ok_or_else(|| IrError::Window {
+                    op: "conv2d",
+                    shape: sx,
+                    reason: format!(
+                        "a {kh}x{kw} window with stride {stride} and padding {padding} does not \
+                         fit a {}x{} image (the window must be non-empty and fit, the stride \
+                         at least 1)",
+                        sx[2], sx[3]
+                    ),
+                })?;
+                let y = g.add(Op::Conv(x, wt, win))?;
+                let y = g.add(Op::Permute(y, Perm::new(&[0, 2, 1])?))?;
+                return g.add(Op::Reshape(y, Shape::new(&[n, o, oh, ow])?));
+            }
+            // Other dtypes (the cube's are floats): the windows gathered,
+            // then a matmul.
             let zero = crate::scalar::scalar_lit(0i64, g.ty(x).dtype)?;
             let p = (padding, padding);
             let xp = crate::layout_ops::pad_with(g, x, &[(0, 0), (0, 0), p, p], zero)?;
@@ -137,8 +180,6 @@ impl Tensor {
             // GEMM with the weights as [c*k, o] (no copy per image).
             let cols = g.add(Op::Permute(cols, Perm::new(&[0, 2, 1, 3])?))?;
             let rows = g.add(Op::Reshape(cols, Shape::new(&[n * oh * ow, c * kh * kw])?))?;
-            let wm = g.add(Op::Reshape(w, Shape::new(&[o, c * kh * kw])?))?;
-            let wt = g.add(Op::Permute(wm, Perm::new(&[1, 0])?))?;
             let y = g.add(Op::MatMul(rows, wt))?;
             let y = g.add(Op::Reshape(y, Shape::new(&[n, oh * ow, o])?))?;
             let y = g.add(Op::Permute(y, Perm::new(&[0, 2, 1])?))?;

@@ -186,6 +186,29 @@ fn node_bound(
             let ((av, ae), (bv, be)) = (operand(a)?, operand(b)?);
             matmul(&g.ty(a).shape, &g.ty(b).shape, (&av, ae), (&bv, be), &v, u)?
         }
+        Op::Conv(x, w, win) => {
+            // The bound of the GEMM it is: im2col's rows (values and
+            // bounds alike) times the weights, once per image.
+            let ((xv, xe), (wv, we)) = (operand(x)?, operand(w)?);
+            let sx = g.ty(x).shape;
+            let (cols, p, k) = interp::im2col(&sx, win, &xv)?;
+            let (ecols, ..) = interp::im2col(&sx, win, xe)?;
+            let (n, o) = (sx[0], g.ty(w).shape[1]);
+            let repeat = |v: &[f64]| -> Result<Vec<f64>, IrError> {
+                let mut r = crate::fallible::with_capacity(n.saturating_mul(v.len()))?;
+                (0..n).for_each(|_| r.extend_from_slice(v));
+                Ok(r)
+            };
+            let (sa, sb) = (Shape::new(&[n, p, k])?, Shape::new(&[n, k, o])?);
+            matmul(
+                &sa,
+                &sb,
+                (&cols, &ecols),
+                (&repeat(&wv)?, &repeat(we)?),
+                &v,
+                u,
+            )?
+        }
         Op::Gather(x, index, axis) => {
             let ((_, xe), (iv, _)) = (operand(x)?, operand(index)?);
             let index = Vals::I(iv.iter().map(|&v| v as i64).collect());

@@ -254,6 +254,53 @@ pub enum Op {
     /// dims other than `axis` equal the operand's; an index outside
     /// `0..x.shape[axis]` is a run-time error, never a read.
     Gather(NodeId, NodeId, u8),
+    /// A 2-D convolution as one GEMM over the image's windows (an implicit
+    /// im2col: the windows are addressed, never copied): image `x`
+    /// `[n, c, h, w]` and weights `w` `[c*kh*kw, o]` (OIHW weights as
+    /// `[o, c*kh*kw]`, transposed) give `[n, oh*ow, o]`. Result
+    /// `[b, p, j]` is the sum over `q` of `cols[b, p, q] * w[q, j]`, where
+    /// row `p = y*ow + x` of `cols` is the window at output position
+    /// `(y, x)`, channel-major then row-major, zero outside the image.
+    /// Floats only (f32, f16, bf16: the cube's types).
+    Conv(NodeId, NodeId, Window),
+}
+
+/// A 2-D convolution's window: `kh x kw`, moved by `stride`, over an image
+/// zero-padded by `pad` on every side.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub struct Window {
+    /// Window height.
+    pub kh: u32,
+    /// Window width.
+    pub kw: u32,
+    /// Step between windows, both ways (at least 1).
+    pub stride: u32,
+    /// Zeros added on each side of both spatial dims.
+    pub pad: u32,
+}
+
+impl Window {
+    /// The output height and width over an `h x w` image, or `None` when
+    /// the window is empty, the stride 0, or the window does not fit the
+    /// padded image.
+    pub fn out(&self, h: usize, w: usize) -> Option<(usize, usize)> {
+        let (kh, kw, s, p) = (
+            self.kh as usize,
+            self.kw as usize,
+            self.stride as usize,
+            self.pad as usize,
+        );
+        let (ph, pw) = (h.checked_add(p.checked_mul(2)?)?, w.checked_add(2 * p)?);
+        if kh == 0 || kw == 0 || s == 0 || kh > ph || kw > pw {
+            return None;
+        }
+        Some(((ph - kh) / s + 1, (pw - kw) / s + 1))
+    }
+
+    /// The window's element count (`kh * kw`).
+    pub fn size(&self) -> usize {
+        self.kh as usize * self.kw as usize
+    }
 }
 
 /// A permutation of up to 8 axes.
@@ -317,7 +364,7 @@ impl Op {
             Op::Permute(x, _) | Op::Broadcast(x, _) | Op::Cast(x, _) => vec![x],
             Op::Slice(x, ..) => vec![x],
             Op::Binary(_, a, b) | Op::Compare(_, a, b) | Op::MatMul(a, b) => vec![a, b],
-            Op::Concat(a, b, _) | Op::Gather(a, b, _) => vec![a, b],
+            Op::Concat(a, b, _) | Op::Gather(a, b, _) | Op::Conv(a, b, _) => vec![a, b],
             Op::Select(c, a, b) => vec![c, a, b],
         }
     }
@@ -341,6 +388,7 @@ impl Op {
             Op::Slice(x, start, shape) => Op::Slice(f(x), start, shape),
             Op::Concat(x, y, axis) => Op::Concat(f(x), f(y), axis),
             Op::Gather(x, i, axis) => Op::Gather(f(x), f(i), axis),
+            Op::Conv(x, w, win) => Op::Conv(f(x), f(w), win),
         }
     }
 

@@ -110,6 +110,7 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
             TensorType::new(t.dtype, shape)
         }
         Op::MatMul(x, y) => matmul_type(ty(x), ty(y))?,
+        Op::Conv(x, w, win) => conv_type(ty(x), ty(w), win)?,
         Op::Reshape(x, shape) => {
             let t = ty(x);
             if shape.numel() != t.shape.numel() {
@@ -303,6 +304,53 @@ fn unary_dtype_ok(u: UnaryOp, d: DType) -> Result<(), IrError> {
             "cast to a float dtype first"
         },
     })
+}
+
+/// `[n, c, h, w]` by `[c*kh*kw, o]` gives `[n, oh*ow, o]` (see [`Op::Conv`]).
+fn conv_type(
+    x: TensorType,
+    w: TensorType,
+    win: crate::graph::Window,
+) -> Result<TensorType, IrError> {
+    if x.dtype != w.dtype {
+        return Err(IrError::DTypeMismatch {
+            lhs: x.dtype,
+            rhs: w.dtype,
+        });
+    }
+    if !matches!(x.dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return Err(IrError::DTypeUnsupported {
+            op: "conv",
+            dtype: x.dtype,
+            hint: "the implicit-GEMM convolution takes f32, f16 or bf16",
+        });
+    }
+    let bad = |reason: String| IrError::Window {
+        op: "conv",
+        shape: x.shape,
+        reason,
+    };
+    if x.shape.rank() != 4 {
+        return Err(bad("expects an NCHW image (rank 4)".into()));
+    }
+    let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let (oh, ow) = win.out(h, wd).ok_or_else(|| {
+        bad(format!(
+            "a {}x{} window with stride {} and padding {} does not fit a {h}x{wd} image",
+            win.kh, win.kw, win.stride, win.pad
+        ))
+    })?;
+    let k = c.checked_mul(win.size());
+    if w.shape.rank() != 2 || Some(w.shape[0]) != k {
+        return Err(bad(format!(
+            "weights {} must be [{c}*{}*{}, out]",
+            w.shape, win.kh, win.kw
+        )));
+    }
+    let p = oh
+        .checked_mul(ow)
+        .ok_or_else(|| bad("too many windows".into()))?;
+    checked(TensorType::new(x.dtype, Shape::new(&[n, p, w.shape[1]])?))
 }
 
 fn matmul_type(a: TensorType, b: TensorType) -> Result<TensorType, IrError> {

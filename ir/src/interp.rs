@@ -196,6 +196,28 @@ pub(crate) fn eval(
             arg(x)?,
         )?,
         Op::MatMul(a, b) => matmul(ty, &g.ty(a).shape, &g.ty(b).shape, arg(a)?, arg(b)?)?,
+        Op::Conv(x, w, win) => match (arg(x)?, arg(w)?) {
+            (Vals::F(xv), Vals::F(wv)) => {
+                let (cols, p, k) = im2col(&g.ty(x).shape, win, xv)?;
+                let n = g.ty(x).shape[0];
+                let o = g.ty(w).shape[1];
+                let mut out = alloc(n * p * o, 0.0f64)?;
+                for bi in 0..n {
+                    for i in 0..p {
+                        let row = &cols[(bi * p + i) * k..(bi * p + i + 1) * k];
+                        for j in 0..o {
+                            let mut acc = 0.0f64;
+                            for (t, &a) in row.iter().enumerate() {
+                                acc += a * wv[t * o + j];
+                            }
+                            out[(bi * p + i) * o + j] = ty.dtype.round_float(acc);
+                        }
+                    }
+                }
+                Vals::F(out)
+            }
+            _ => return Err(internal("conv of integers")),
+        },
         Op::Reshape(x, _) | Op::Permute(x, _) | Op::Broadcast(x, _) => {
             move_elements(g, op, ty, arg(x)?)?
         }
@@ -553,6 +575,50 @@ fn reduce(
 }
 
 /// `(batch, m, k, n)` of a matmul of `sa` by `sb` (batch 1 for rank 2).
+/// The windows of image `x` (`[n, c, h, w]`) as rows (see [`Op::Conv`]):
+/// `n * p` rows of `k = c*kh*kw` values, zero outside the image; with `p`
+/// and `k`.
+pub(crate) fn im2col(
+    sx: &Shape,
+    win: crate::graph::Window,
+    x: &[f64],
+) -> Result<(Vec<f64>, usize, usize), IrError> {
+    let (n, c, h, w) = (sx[0], sx[1], sx[2], sx[3]);
+    let (oh, ow) = win
+        .out(h, w)
+        .ok_or_else(|| internal("a conv window that does not fit"))?;
+    let (kh, kw, s, pad) = (
+        win.kh as usize,
+        win.kw as usize,
+        win.stride as usize,
+        win.pad as usize,
+    );
+    let (p, k) = (oh * ow, c * kh * kw);
+    let mut cols = alloc(n * p * k, 0.0f64)?;
+    for b in 0..n {
+        for y in 0..oh {
+            for xx in 0..ow {
+                let row = (b * p + y * ow + xx) * k;
+                for ci in 0..c {
+                    for i in 0..kh {
+                        for j in 0..kw {
+                            let (iy, ix) = (
+                                (y * s + i).wrapping_sub(pad),
+                                (xx * s + j).wrapping_sub(pad),
+                            );
+                            if iy < h && ix < w {
+                                cols[row + (ci * kh + i) * kw + j] =
+                                    x[((b * c + ci) * h + iy) * w + ix];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok((cols, p, k))
+}
+
 pub(crate) fn matmul_dims(sa: &Shape, sb: &Shape) -> (usize, usize, usize, usize) {
     let r = sa.rank();
     (

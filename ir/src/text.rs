@@ -114,6 +114,7 @@ pub fn op_name(op: &Op) -> &'static str {
         Op::Slice(..) => "slice",
         Op::Concat(..) => "cat",
         Op::Gather(..) => "gather",
+        Op::Conv(..) => "conv",
     }
 }
 
@@ -180,6 +181,10 @@ impl fmt::Display for Graph {
                         }
                         Op::Concat(_, _, axis) | Op::Gather(_, _, axis) => {
                             write!(f, " axis={axis}")?
+                        }
+                        Op::Conv(_, _, w) => {
+                            f.write_str(" window=")?;
+                            write_list(f, [w.kh, w.kw, w.stride, w.pad])?;
                         }
                         _ => {}
                     }
@@ -452,6 +457,24 @@ impl Parser {
                 } else {
                     Op::Gather(o[0], o[1], axis)
                 }
+            }
+            "conv" => {
+                let (o, attr) = self.operands(args, 2)?;
+                let v = self.attr_list(&attr, "window")?;
+                let win = match v[..] {
+                    [kh, kw, stride, pad] => {
+                        let f =
+                            |x: usize| u32::try_from(x).map_err(|_| self.err("window too large"));
+                        crate::graph::Window {
+                            kh: f(kh)?,
+                            kw: f(kw)?,
+                            stride: f(stride)?,
+                            pad: f(pad)?,
+                        }
+                    }
+                    _ => return Err(self.err("expected `window=[kh, kw, stride, pad]`")),
+                };
+                Op::Conv(o[0], o[1], win)
             }
             other => return Err(self.err(format!("unknown op `{other}`"))),
         })

@@ -727,12 +727,74 @@ impl HostProgram {
             .collect()
     }
 
+    /// A convolution's matmul on the host: the windows copied into rows
+    /// (in parallel), then one GEMM of every image's rows by the shared
+    /// weights. (The device reads the windows in place.)
+    fn conv(
+        &self,
+        slots: &mut [Slot<'_>],
+        mm: &tilejit_ir::kernel::MatMul,
+        ic: &tilejit_ir::kernel::Im2Col,
+        out_dtype: DType,
+    ) -> Result<(), RuntimeError> {
+        let mismatch = || RuntimeError::from(IrError::Verify("conv operand types".into()));
+        let rows = mm.batch * mm.m;
+        let image = ic.c * ic.h * ic.w;
+        let mut cols = filled(rows * mm.k, 0.0f32)?;
+        {
+            let x = slots[mm.a.0 as usize].f32s().ok_or_else(mismatch)?;
+            if x.len() != mm.batch * image {
+                return Err(mismatch());
+            }
+            let fill = |(r, row): (usize, &mut [f32])| {
+                let (b, p) = (r / mm.m.max(1), r % mm.m.max(1));
+                let img = &x[b * image..(b + 1) * image];
+                for (q, v) in row.iter_mut().enumerate() {
+                    if let Some(e) = ic.element(p, q) {
+                        *v = img[e];
+                    }
+                }
+            };
+            if rows * mm.k >= 1 << 16 {
+                cols.par_chunks_mut(mm.k.max(1)).enumerate().for_each(fill);
+            } else {
+                cols.chunks_mut(mm.k.max(1)).enumerate().for_each(fill);
+            }
+        }
+        let threads = if rows * mm.n * mm.k >= 1 << 18 {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        let mut out = take_owned(&mut slots[mm.out.0 as usize])?;
+        let w = slots[mm.b.0 as usize].f32s().ok_or_else(mismatch)?;
+        let Store::F32(o) = &mut out else {
+            return Err(mismatch());
+        };
+        let r = matmul_f32(&cols, w, o, [1, rows, mm.k, mm.n], threads);
+        // An f16/bf16 product rounds like every other op's result.
+        match out_dtype {
+            DType::F16 => o
+                .iter_mut()
+                .for_each(|v| *v = half::f16::from_f32(*v).to_f32()),
+            DType::BF16 => o
+                .iter_mut()
+                .for_each(|v| *v = half::bf16::from_f32(*v).to_f32()),
+            _ => {}
+        }
+        slots[mm.out.0 as usize] = Slot::Owned(out);
+        Ok(r?)
+    }
+
     fn matmul(
         &self,
         slots: &mut [Slot<'_>],
         mm: &tilejit_ir::kernel::MatMul,
         out_dtype: DType,
     ) -> Result<(), RuntimeError> {
+        if let Some(ic) = &mm.im2col {
+            return self.conv(slots, mm, ic, out_dtype);
+        }
         let dims = [mm.batch, mm.m, mm.k, mm.n];
         let threads = if mm.m * mm.n * mm.k >= 1 << 18 {
             rayon::current_num_threads()
@@ -823,6 +885,7 @@ impl HostProgram {
         let (m, n) = (mm.m, mm.n);
         let layout = code.code.layout();
         let plain = mm.batch == 1
+            && mm.im2col.is_none()
             && k.domain == [m, n]
             && threads >= 2
             && m >= threads

@@ -367,6 +367,24 @@ impl GenericGraph {
             Op::Slice(x, start, s) => {
                 Op::Slice(x, self.shape_at(&start, sizes)?, self.shape_at(&s, sizes)?)
             }
+            // A window taken from the weights' shape is a size too.
+            Op::Conv(x, w, win) => {
+                let f = [win.kh, win.kw, win.stride, win.pad].map(|v| v as usize);
+                let at = self.shape_at(&Shape::new(&f).map_err(|e| e.to_string())?, sizes)?;
+                let small = |v: usize| {
+                    u32::try_from(v).map_err(|_| format!("window size {v} overflows at {sizes:?}"))
+                };
+                Op::Conv(
+                    x,
+                    w,
+                    tilejit_ir::Window {
+                        kh: small(at[0])?,
+                        kw: small(at[1])?,
+                        stride: small(at[2])?,
+                        pad: small(at[3])?,
+                    },
+                )
+            }
             other => other,
         }))
     }

@@ -3,7 +3,7 @@
 //! traced; bad shapes named with the caller's line.
 
 use tilejit::prelude::*;
-use tilejit::{jit, ErrorKind};
+use tilejit::{jit, DType, ErrorKind};
 
 const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
 
@@ -167,4 +167,89 @@ fn bad_conv_arguments_name_the_op_and_line() {
         ),
     ];
     tilejit_tests::check_error_cases("conv.rs", cases);
+}
+
+#[jit]
+fn conv_only(x: &Tensor, w: &Tensor) -> Tensor {
+    x.conv2d(w, 1, 1)
+}
+
+#[test]
+fn a_float_conv_is_one_gemm_over_windows_read_in_place() {
+    // Several 64x64 output tiles, two K steps and two N tiles on Sim's
+    // cube: m = 20*20 windows, k = 8*3*3 = 72, n = 70 filters.
+    let x = Tensor::randn(&[2, 8, 20, 20], 5);
+    let w = Tensor::randn(&[70, 8, 3, 3], 6);
+    let want = conv_loops(&x, &w, 1, 1);
+    for mode in MODES {
+        let got = f32s(&with_mode(mode, || conv_only(&x, &w)).unwrap());
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (f64::from(*g) - w).abs() <= 1e-4 * w.abs().max(1.0),
+                "{mode:?} element {i}: {g} vs {w}"
+            );
+        }
+    }
+    let h = &conv_only::jit().handlers()[0];
+    let kp = h.program.host().kernels();
+    // One matmul reads the image as its windows; nothing gathers them, and
+    // no buffer is as big as the windows (2 * 400 * 72 values).
+    assert!(
+        kp.kernels
+            .iter()
+            .any(|k| k.matmul.as_ref().is_some_and(|m| m.im2col.is_some())),
+        "{kp}"
+    );
+    assert!(
+        kp.kernels.iter().all(|k| !k.ops.contains(&"gather")),
+        "{kp}"
+    );
+    assert!(kp.buffers.iter().all(|b| b.ty.shape.numel() < 2 * 400 * 72));
+    // On Sim the cube loads each panel from the image (Load3D).
+    let sim = h.program.sim().unwrap();
+    assert!(sim.kernels().iter().any(|k| k.asm.contains("ldl1c")));
+}
+
+#[test]
+fn half_convs_and_dynamic_convs_match_the_reference() {
+    let (x, w) = (
+        Tensor::randn(&[1, 3, 7, 9], 7),
+        Tensor::randn(&[4, 3, 3, 3], 8),
+    );
+    for dt in [DType::F16, DType::BF16] {
+        let (xh, wh) = (x.cast(dt), w.cast(dt));
+        let want = with_mode(RunMode::Reference, || xh.conv2d(&wh, 2, 1).cast(DType::F32));
+        let want = f32s(&want);
+        for mode in MODES {
+            let got = f32s(&with_mode(mode, || xh.conv2d(&wh, 2, 1).cast(DType::F32)));
+            for (g, r) in got.iter().zip(&want) {
+                // One rounding of the result apart at most.
+                assert!(
+                    (g - r).abs() <= 1e-2 * r.abs().max(1.0),
+                    "{dt} {mode:?}: {g} vs {r}"
+                );
+            }
+        }
+    }
+    // A dynamic function over images of four sizes: right at each (the
+    // output size, `(h + 2p - kh) / s + 1`, is arithmetic shape classes
+    // do not read back, so a class may be traced per size; never wrong).
+    #[jit(dynamic)]
+    fn conv_dyn(x: &Tensor, w: &Tensor) -> Tensor {
+        x.conv2d(w, 1, 0).relu()
+    }
+    for (i, hw) in [(6, 5), (9, 9), (12, 7), (17, 11)].into_iter().enumerate() {
+        let x = Tensor::randn(&[2, 3, hw.0, hw.1], 10 + i as u64);
+        let want: Vec<f64> = conv_loops(&x, &w, 1, 0)
+            .into_iter()
+            .map(|v| v.max(0.0))
+            .collect();
+        for mode in MODES {
+            let got = f32s(&with_mode(mode, || conv_dyn(&x, &w)).unwrap());
+            for (g, r) in got.iter().zip(&want) {
+                assert!((f64::from(*g) - r).abs() <= 1e-4 * r.abs().max(1.0));
+            }
+        }
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tilejit_device::isa::emit::{Addr, Gm, Mkn, ProgramBuilder, Shape};
 use tilejit_device::isa::{pitch, Pipe, Role};
 use tilejit_device::{CoreType, DeviceConfig};
-use tilejit_ir::kernel::{BufId, Kernel, MatMul};
+use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul};
 use tilejit_ir::DType;
 
 /// The cube's tile: `TM x TK` by `TK x TN` per multiply-accumulate.
@@ -50,18 +50,28 @@ mod cube {
     pub(super) const NTILES: Reg = Reg::fixed(17);
     pub(super) const KSTEPS: Reg = Reg::fixed(18);
     /// Element strides: a batch of C, A and B; a 64-row panel of C
-    /// (`TM * n`), of A (`TM * k`); a K step of B (`TK * n`).
+    /// (`TM * n`), of A (`TM * k`); a K step of B (`TK * n`). A
+    /// convolution's A batch is one image, its B batch 0 (shared weights).
     pub(super) const C_BATCH: Reg = Reg::fixed(19);
     pub(super) const A_BATCH: Reg = Reg::fixed(20);
     pub(super) const B_BATCH: Reg = Reg::fixed(21);
     pub(super) const C_PANEL: Reg = Reg::fixed(22);
     pub(super) const A_PANEL: Reg = Reg::fixed(23);
     pub(super) const B_STEP: Reg = Reg::fixed(24);
+    /// A convolution's image and window for `ldl1c`: channels, height,
+    /// width, kh, kw, stride, pad in seven registers from here.
+    pub(super) const GEOM: Reg = Reg::fixed(25);
+    pub(super) const GEOM_H: Reg = Reg::fixed(26);
+    pub(super) const GEOM_W: Reg = Reg::fixed(27);
+    pub(super) const GEOM_KH: Reg = Reg::fixed(28);
+    pub(super) const GEOM_KW: Reg = Reg::fixed(29);
+    pub(super) const GEOM_STRIDE: Reg = Reg::fixed(30);
+    pub(super) const GEOM_PAD: Reg = Reg::fixed(31);
 }
 
 /// Loads a cube task's sizes and the strides and counts derived from them
 /// (once per task).
-fn emit_cube_sizes(b: &mut ProgramBuilder, sizes: &SizeArgs) {
+fn emit_cube_sizes(b: &mut ProgramBuilder, sizes: &SizeArgs, im2col: Option<&Im2Col>) {
     use cube::NTILES;
     use cube::{A_BATCH, A_PANEL, B_BATCH, B_STEP, C_BATCH, C_PANEL, K, KSTEPS, M, MTILES, N};
     b.ldarg(M, sizes.mm(1))
@@ -81,6 +91,21 @@ fn emit_cube_sizes(b: &mut ProgramBuilder, sizes: &SizeArgs) {
     b.mul(C_PANEL, N, TM as i64)
         .mul(A_PANEL, K, TM as i64)
         .mul(B_STEP, N, TK as i64);
+    if let Some(ic) = im2col {
+        use cube::{GEOM, GEOM_H, GEOM_KH, GEOM_KW, GEOM_PAD, GEOM_STRIDE, GEOM_W};
+        // The image's size is a size argument; the window is code.
+        b.ldarg(GEOM, sizes.mm(4))
+            .ldarg(GEOM_H, sizes.mm(5))
+            .ldarg(GEOM_W, sizes.mm(6));
+        let w = ic.window;
+        b.movi(GEOM_KH, w.kh as i64)
+            .movi(GEOM_KW, w.kw as i64)
+            .movi(GEOM_STRIDE, w.stride as i64)
+            .movi(GEOM_PAD, w.pad as i64);
+        b.mul(A_BATCH, GEOM, GEOM_H)
+            .mul(A_BATCH, A_BATCH, GEOM_W)
+            .movi(B_BATCH, 0);
+    }
 }
 
 /// `-v`, for the `mul r, r, -TILE` that starts `min(TILE, dim - i*TILE)`.
@@ -115,11 +140,16 @@ pub(super) fn compile_matmul(
     let (lo, hi) = sizes.declare(&mut b);
     let (top, done, kloop, kdone) = (b.label(), b.label(), b.label(), b.label());
     b.ldarg(TILE, lo).ldarg(END, hi);
-    emit_cube_sizes(&mut b, &sizes);
+    emit_cube_sizes(&mut b, &sizes, mm.im2col.as_ref());
     b.bind(top);
     b.bge(TILE, END, done);
     emit_tile_coords(&mut b);
-    let cx = KStep { dt, a: ga, b: gb };
+    let cx = KStep {
+        dt,
+        a: ga,
+        b: gb,
+        im2col: mm.im2col.is_some(),
+    };
     b.movi(KSTEP, 0);
     cx.emit(&mut b, 0);
     b.bind(kloop);
@@ -170,6 +200,8 @@ struct KStep {
     dt: DType,
     a: Gm,
     b: Gm,
+    /// A is an image read as windows (`ldl1c`, an implicit GEMM).
+    im2col: bool,
 }
 
 impl KStep {
@@ -182,16 +214,29 @@ impl KStep {
         let (a_l1, b_l1, zero) = (Addr::new(0), self.b_addr(), Addr::new(0));
         // Valid K of this step: min(TK, k - KSTEP*TK).
         b.mul(VK, KSTEP, neg(TK)).add(VK, VK, K).min(VK, VK, TK);
-        b.mul(OFF_A, BATCH, A_BATCH)
-            .mul(T, MT, A_PANEL)
-            .add(OFF_A, OFF_A, T);
-        b.mul(T, KSTEP, TK).add(OFF_A, OFF_A, T);
+        if !self.im2col {
+            b.mul(OFF_A, BATCH, A_BATCH)
+                .mul(T, MT, A_PANEL)
+                .add(OFF_A, OFF_A, T);
+            b.mul(T, KSTEP, TK).add(OFF_A, OFF_A, T);
+        }
         b.mul(OFF_B, BATCH, B_BATCH)
             .mul(T, KSTEP, B_STEP)
             .add(OFF_B, OFF_B, T);
         b.mul(T, NT, TN).add(OFF_B, OFF_B, T);
         let (sa, sb) = (Shape::new(TM, TK), Shape::new(TK, TN));
-        b.ldl1(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, K);
+        if self.im2col {
+            // The A panel is windows MT*TM.. of the batch's image, columns
+            // KSTEP*TK..: loaded from the image in place.
+            // (A_PANEL is free: a convolution's A has no panels.)
+            use cube::{A_BATCH, A_PANEL as COL, GEOM};
+            b.mul(OFF_A, BATCH, A_BATCH)
+                .mul(T, MT, TM as i64)
+                .mul(COL, KSTEP, TK as i64);
+            b.ldl1c(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, T, COL, GEOM);
+        } else {
+            b.ldl1(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, K);
+        }
         b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, N);
         b.setf(Pipe::Mte2, Pipe::Mte1, 0)
             .waitf(Pipe::Mte2, Pipe::Mte1, 0);
@@ -257,6 +302,9 @@ pub(super) fn compile_matmul_vector(
 ) -> Result<DeviceKernel, CodegenError> {
     use rows::{A_BATCH, BATCH, B_BATCH, B_BATCH_STRIDE, COL, C_ROW, END, I, K, M1, N, ROW, T5};
     let dt = buf_dtype(mm.a);
+    if mm.im2col.is_some() {
+        return Err(unsupported(k, format!("a {dt} convolution (the cube's)")));
+    }
     if !matches!(
         dt,
         DType::F64 | DType::I32 | DType::I64 | DType::U8 | DType::I8

@@ -182,7 +182,8 @@ impl Extent {
 /// `hi` (and before the params): each domain dimension, then each access's
 /// strides (accesses in [`Kernel::accesses`] order, one per domain
 /// dimension), then each access's offset, then for a matmul its batch, m,
-/// k and n. The launcher
+/// k and n, and for a convolution's its image's channels, height and
+/// width. The launcher
 /// passes these for the shape it runs; the code reads them with `ldarg`.
 pub fn size_args(k: &Kernel) -> Vec<i64> {
     let mut v: Vec<i64> = k.domain.iter().map(|&d| d as i64).collect();
@@ -192,6 +193,9 @@ pub fn size_args(k: &Kernel) -> Vec<i64> {
     v.extend(k.accesses().map(|a| a.offset));
     if let Some(mm) = &k.matmul {
         v.extend([mm.batch, mm.m, mm.k, mm.n].map(|d| d as i64));
+        if let Some(ic) = &mm.im2col {
+            v.extend([ic.c, ic.h, ic.w].map(|d| d as i64));
+        }
     }
     v
 }
@@ -203,6 +207,7 @@ pub(crate) struct SizeArgs {
     rank: usize,
     accesses: usize,
     matmul: bool,
+    im2col: bool,
 }
 
 impl SizeArgs {
@@ -211,12 +216,18 @@ impl SizeArgs {
             rank: k.domain.len(),
             accesses: k.accesses().count(),
             matmul: k.matmul.is_some(),
+            im2col: k.matmul.as_ref().is_some_and(|m| m.im2col.is_some()),
         }
     }
 
     /// How many there are.
     pub(crate) fn len(&self) -> usize {
-        self.rank * (1 + self.accesses) + self.accesses + if self.matmul { 4 } else { 0 }
+        let mm = match (self.matmul, self.im2col) {
+            (false, _) => 0,
+            (true, false) => 4,
+            (true, true) => 7,
+        };
+        self.rank * (1 + self.accesses) + self.accesses + mm
     }
 
     /// Declares `lo`, `hi` and the size arguments (`s0`..), in order.
@@ -243,7 +254,8 @@ impl SizeArgs {
         (2 + self.rank * (1 + self.accesses) + a) as u32
     }
 
-    /// The matmul's batch, m, k, n (`i` = 0..4).
+    /// The matmul's batch, m, k, n (`i` = 0..4), then a convolution's
+    /// channels, height and width (`i` = 4..7).
     pub(crate) fn mm(&self, i: usize) -> u32 {
         (2 + self.rank * (1 + self.accesses) + self.accesses + i) as u32
     }

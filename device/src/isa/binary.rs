@@ -24,7 +24,7 @@ use tilejit_ir::DType;
 pub const MAGIC: &[u8; 4] = b"TJBC";
 /// Encoding version (2: opcodes renumbered by the math rows `vpow` ...
 /// `vsign`).
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 const MAX_RANK: usize = 8;
 
 /// Encodes a program. Fails only if a name, count or operand cannot be

@@ -241,7 +241,7 @@ fn check_dtypes(inst: &Inst) -> std::result::Result<(), String> {
         Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vneg | Vabs | Vsquare | Vrelu
         | Vfloor | Vceil | Vround | Vsign | Vadds | Vmuls | Vmaxs | Vmins | Vrsum | Vrmax
         | Vrmin | Vrprod => dt != DType::Bool,
-        Mmad | Mvl0a | Mvl0b => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
+        Mmad | Mvl0a | Mvl0b | Ldl1c => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
         Fixp => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
         Ldg => matches!(inst.dtype2(), Some(DType::I32 | DType::I64)),
         _ => true,

@@ -280,6 +280,80 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> Result<Flow, 
             tile[vrc.0 * p..].fill(0);
             w.bytes = (vrc.0 * row_bytes) as u64;
         }
+        Ldl1c => {
+            let (rows, cols) = inst.shape().unwrap_or((0, 0));
+            let (vr, vc) = cx.valid(inst, 2)?;
+            let g = inst.gm(5);
+            let span = *cx
+                .spans
+                .get(g)
+                .ok_or_else(|| format!("GM argument {g} was not passed"))?;
+            let (off, row, col) = (cx.val(inst, 6), cx.val(inst, 7), cx.val(inst, 8));
+            let geom = inst.reg(9);
+            let v: Vec<i64> = cx
+                .regs
+                .get(geom..geom + 7)
+                .ok_or_else(|| format!("ldl1c geometry r{geom}..r{} past the registers", geom + 6))?
+                .to_vec();
+            let u = |x: i64, what: &str| -> R<usize> {
+                usize::try_from(x).map_err(|_| format!("ldl1c {what} {x} is negative"))
+            };
+            let small = |x: i64, what: &str| -> R<u32> {
+                u32::try_from(x).map_err(|_| format!("ldl1c {what} {x} is out of range"))
+            };
+            let ic = tilejit_ir::kernel::Im2Col {
+                c: u(v[0], "channels")?,
+                h: u(v[1], "height")?,
+                w: u(v[2], "width")?,
+                window: tilejit_ir::Window {
+                    kh: small(v[3], "kh")?,
+                    kw: small(v[4], "kw")?,
+                    stride: small(v[5], "stride")?,
+                    pad: small(v[6], "pad")?,
+                },
+            };
+            let (oh, ow) = ic
+                .window
+                .out(ic.h, ic.w)
+                .ok_or("ldl1c window does not fit its image")?;
+            let (off, row, col) = (u(off, "offset")?, u(row, "row")?, u(col, "col")?);
+            let (windows, width) = (oh * ow, ic.c.saturating_mul(ic.window.size()));
+            if vr > 0 && vc > 0 && (row + vr > windows || col + vc > width) {
+                return Err(format!(
+                    "ldl1c rows {row}..{} and columns {col}..{} leave the {windows} x {width} windows",
+                    row + vr,
+                    col + vc
+                )
+                .into());
+            }
+            let sz = dt.size_bytes();
+            let p = pitch(cols, dt) as usize;
+            let mut values = vec![0u8; vr * vc * sz];
+            for r in 0..vr {
+                for c in 0..vc {
+                    let Some(e) = ic.element(row + r, col + c) else {
+                        continue; // the padding: zero
+                    };
+                    let at = (off + e) as u64 * sz as u64;
+                    if at + sz as u64 > span.len {
+                        return Err(format!(
+                            "ldl1c element {e} of the image at {off} goes outside GM argument {g}'s {} bytes",
+                            span.len
+                        )
+                        .into());
+                    }
+                    let dst = (r * vc + c) * sz;
+                    cx.gm.read(span.addr + at, &mut values[dst..dst + sz]);
+                }
+            }
+            let tile = cx.local_mut(Space::L1, inst.addr(4), rows as usize * p)?;
+            tile.fill(0);
+            for r in 0..vr {
+                tile[r * p..r * p + vc * sz]
+                    .copy_from_slice(&values[r * vc * sz..(r + 1) * vc * sz]);
+            }
+            w.bytes = (vr * vc * sz) as u64;
+        }
         Ldx => {
             let (rows, cols) = inst.shape().unwrap_or((0, 0));
             let vrc = cx.valid(inst, 2)?;

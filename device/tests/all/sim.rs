@@ -1201,3 +1201,72 @@ fn ldg_gathers_by_index_and_faults_outside_the_axis() {
     let p = asm::assemble(&text).unwrap();
     assert!(dev.verify(p).is_err());
 }
+
+#[test]
+fn ldl1c_loads_an_images_windows_and_faults_outside_them() {
+    // A 2-channel 3x4 image, 2x2 windows, stride 1, padding 1: 4x5
+    // windows of 8 values. Windows 3..17 (14 rows), columns 2..8 (6 of
+    // them), times a 16x16 identity, come out as the im2col rows.
+    let (c, h, w, kh, kw, s, p) = (2usize, 3usize, 4usize, 2usize, 2usize, 1usize, 1usize);
+    let (oh, ow) = ((h + 2 * p - kh) / s + 1, (w + 2 * p - kw) / s + 1);
+    let img: Vec<f64> = (0..c * h * w).map(|i| i as f64 + 1.0).collect();
+    let eye: Vec<f64> = (0..256)
+        .map(|i| f64::from(u8::from(i / 16 == i % 16)))
+        .collect();
+    let (row, col, rows, cols) = (3usize, 2usize, 14usize, 6usize);
+    let program = |geom_c: usize, row: usize, col: usize| {
+        format!(
+            ".kernel t aic\n.gm x f32 [{n}] in\n.gm e f32 [16,16] in\n.gm o f32 [16,16] out
+    movi r25, {geom_c}
+    movi r26, {h}
+    movi r27, {w}
+    movi r28, {kh}
+    movi r29, {kw}
+    movi r30, {s}
+    movi r31, {p}
+    ldl1c f32, 16x16, {rows}, {cols}, @0x0, x, 0, {row}, {col}, r25
+    ldl1 f32, 16x16, 16, 16, @0x10000, e, 0, 16
+    setf mte2, mte1, 0
+    waitf mte2, mte1, 0
+    mvl0a f32, 16x16, @0x0, @0x0
+    mvl0b f32, 16x16, @0x0, @0x10000
+    setf mte1, m, 0
+    waitf mte1, m, 0
+    mmad f32, 16x16x16, @0x0, @0x0, @0x0, 0
+    setf m, fixp, 0
+    waitf m, fixp, 0
+    fixp f32, 16x16, 16, 16, o, 0, 16, @0x0, 0
+    end\n",
+            n = c * h * w
+        )
+    };
+    let gm = |img: &[f64]| {
+        vec![
+            (DType::F32, img.to_vec()),
+            (DType::F32, eye.clone()),
+            (DType::F32, vec![-1.0; 256]),
+        ]
+    };
+    let (outs, _) = run(&device(), &program(c, row, col), &gm(&img), &[]).unwrap();
+    // Expected by the definition, independently of the simulator.
+    let mut want = vec![0.0; 256];
+    for r in 0..rows {
+        let (y, x) = ((row + r) / ow, (row + r) % ow);
+        assert!(y < oh);
+        for cc in 0..cols {
+            let q = col + cc;
+            let (ci, i, j) = (q / (kh * kw), q % (kh * kw) / kw, q % kw);
+            let (iy, ix) = ((y * s + i) as i64 - p as i64, (x * s + j) as i64 - p as i64);
+            if (0..h as i64).contains(&iy) && (0..w as i64).contains(&ix) {
+                want[r * 16 + cc] = img[(ci * h + iy as usize) * w + ix as usize];
+            }
+        }
+    }
+    assert_eq!(outs[2], want);
+    // Windows past the last one, or a channel count the image does not
+    // have: faults, never a read outside the image.
+    let msg = fault_of(&program(c, 10, col), &gm(&img), &[]);
+    assert!(msg.contains("leave the 20 x 8 windows"), "{msg}");
+    let msg = fault_of(&program(3, row, 6), &gm(&img), &[]);
+    assert!(msg.contains("goes outside GM argument 0"), "{msg}");
+}

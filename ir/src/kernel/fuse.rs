@@ -316,7 +316,7 @@ impl<'g> Fuser<'g> {
         // buffers; a general reshape reinterprets a contiguous buffer.
         for id in g.ids() {
             match g.node(id).op {
-                Op::MatMul(a, b) => {
+                Op::MatMul(a, b) | Op::Conv(a, b, _) => {
                     for x in [a, b] {
                         let s = self.view_source(x);
                         self.materialized[s.index()] = true;
@@ -350,7 +350,7 @@ impl<'g> Fuser<'g> {
             let op = &g.node(id).op;
             // An inlined matmul is its kernel's whole GEMM: a value built
             // on one is never recomputed by each kernel that reads it.
-            if matches!(op, Op::MatMul(..)) && !self.materialized[id.index()] {
+            if matches!(op, Op::MatMul(..) | Op::Conv(..)) && !self.materialized[id.index()] {
                 cost[id.index()] = EXPENSIVE;
                 continue;
             }
@@ -577,6 +577,7 @@ impl<'g> Fuser<'g> {
         };
         match (target, &g.node(root).op) {
             (None, &Op::MatMul(a, b)) => kb.matmul = Some(self.matmul_spec(a, b, out)?),
+            (None, &Op::Conv(x, w, win)) => kb.matmul = Some(self.conv_spec(x, w, win, out)?),
             (None, _) => {
                 let value = self.build_expr(&mut kb, root, root_map, true)?;
                 let access = self.access(&kb, out, &ty.shape, &root_map);
@@ -664,6 +665,36 @@ impl<'g> Fuser<'g> {
         Ok(kernel)
     }
 
+    /// A convolution as a matmul whose `a` is the image read as windows.
+    fn conv_spec(
+        &self,
+        x: NodeId,
+        w: NodeId,
+        window: crate::graph::Window,
+        out: BufId,
+    ) -> Result<MatMul, Stop> {
+        let buf = |x: NodeId| {
+            let s = self.view_source(x);
+            self.buffer_of[s.index()].ok_or(Stop::Materialize(s))
+        };
+        let (sx, sw) = (self.g.ty(x).shape, self.g.ty(w).shape);
+        Ok(MatMul {
+            a: buf(x)?,
+            b: buf(w)?,
+            out,
+            batch: sx[0],
+            m: window.out(sx[2], sx[3]).map_or(0, |(oh, ow)| oh * ow),
+            k: sw[0],
+            n: sw[1],
+            im2col: Some(crate::kernel::Im2Col {
+                c: sx[1],
+                h: sx[2],
+                w: sx[3],
+                window,
+            }),
+        })
+    }
+
     fn matmul_spec(&self, a: NodeId, b: NodeId, out: BufId) -> Result<MatMul, Stop> {
         let buf = |x: NodeId| {
             let s = self.view_source(x);
@@ -683,6 +714,7 @@ impl<'g> Fuser<'g> {
             m,
             k,
             n,
+            im2col: None,
         })
     }
 
@@ -805,14 +837,18 @@ impl<'g> Fuser<'g> {
                 match node.op {
                     Op::Param { index, dtype } => Some(kb.push(Expr::Param(index), dtype)),
                     Op::Full { value, ty } => Some(kb.push(Expr::Lit(value), ty.dtype)),
-                    Op::MatMul(a, b) => {
+                    Op::MatMul(..) | Op::Conv(..) => {
                         let identity = kb.domain.as_slice() == node.ty.shape.dims()
                             && m == identity_map(node.ty.shape.rank());
                         if kb.matmul.is_some() || !identity || self.materialized[n.index()] {
                             return Err(Stop::Materialize(n));
                         }
                         let prod = self.new_buffer(node.ty, BufKind::Temp);
-                        kb.matmul = Some(self.matmul_spec(a, b, prod)?);
+                        kb.matmul = Some(match node.op {
+                            Op::Conv(x, w, win) => self.conv_spec(x, w, win, prod)?,
+                            Op::MatMul(a, b) => self.matmul_spec(a, b, prod)?,
+                            _ => unreachable!("matched above"),
+                        });
                         let access = self.access(kb, prod, &node.ty.shape, &m);
                         Some(kb.load(access, node.ty.dtype))
                     }

@@ -170,9 +170,12 @@ pub enum Stage {
 /// kernel's stages; the stages read `out` as an ordinary load.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct MatMul {
-    /// Left operand, contiguous `[batch, m, k]` (or `[m, k]`).
+    /// Left operand, contiguous `[batch, m, k]` (or `[m, k]`); with
+    /// [`im2col`](Self::im2col), the `[batch, c, h, w]` image whose windows
+    /// are the rows.
     pub a: BufId,
-    /// Right operand, contiguous `[batch, k, n]` (or `[k, n]`).
+    /// Right operand, contiguous `[batch, k, n]` (or `[k, n]`); with
+    /// `im2col`, `[k, n]`, shared by every batch.
     pub b: BufId,
     /// The product, contiguous `[batch, m, n]`.
     pub out: BufId,
@@ -184,6 +187,45 @@ pub struct MatMul {
     pub k: usize,
     /// Columns of `b`.
     pub n: usize,
+    /// `a` read as its windows, never copied (a convolution, [`Op::Conv`]):
+    /// row `p` of image `b` is the window at output position `p`.
+    ///
+    /// [`Op::Conv`]: crate::Op::Conv
+    pub im2col: Option<Im2Col>,
+}
+
+/// The image behind an implicit im2col operand: `[c, h, w]` per batch and
+/// the window (`m = oh * ow`, `k = c * kh * kw`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Im2Col {
+    /// Channels.
+    pub c: usize,
+    /// Image height.
+    pub h: usize,
+    /// Image width.
+    pub w: usize,
+    /// The window.
+    pub window: crate::graph::Window,
+}
+
+impl Im2Col {
+    /// The output width (windows per row of the image).
+    pub fn ow(&self) -> usize {
+        self.window.out(self.h, self.w).map_or(0, |(_, ow)| ow)
+    }
+
+    /// The GM element (relative to the image's start) that element `q` of
+    /// window `p` reads, or `None` for a zero of the padding.
+    pub fn element(&self, p: usize, q: usize) -> Option<usize> {
+        let win = &self.window;
+        let (kh, kw) = (win.kh as usize, win.kw as usize);
+        let (s, pad, ow) = (win.stride as usize, win.pad as usize, self.ow().max(1));
+        let (y, x) = (p / ow, p % ow);
+        let (ci, r) = (q / (kh * kw), q % (kh * kw));
+        let iy = (y * s + r / kw).checked_sub(pad)?;
+        let ix = (x * s + r % kw).checked_sub(pad)?;
+        (iy < self.h && ix < self.w).then_some((ci * self.h + iy) * self.w + ix)
+    }
 }
 
 /// One kernel.
@@ -335,6 +377,11 @@ impl Kernel {
         if let Some(mm) = &self.matmul {
             let (a, b, o) = (local(mm.a), local(mm.b), local(mm.out));
             let _ = write!(out, "mm {a} {b} {o} {};", buf_dtype(mm.out));
+            // The window's shape is code; the image's size is not.
+            if let Some(ic) = &mm.im2col {
+                let w = ic.window;
+                let _ = write!(out, "im2col {} {} {} {};", w.kh, w.kw, w.stride, w.pad);
+            }
         }
         for l in &self.loads {
             let _ = write!(

@@ -73,11 +73,28 @@ impl Kernel {
             self.ops.join(",")
         )?;
         if let Some(m) = &self.matmul {
-            writeln!(
+            write!(
                 f,
                 "{indent}  matmul b{} x b{} -> b{} batch={} m={} k={} n={}",
                 m.a.0, m.b.0, m.out.0, m.batch, m.m, m.k, m.n
             )?;
+            if let Some(ic) = &m.im2col {
+                let w = ic.window;
+                write!(
+                    f,
+                    " im2col={}",
+                    list(&[
+                        ic.c,
+                        ic.h,
+                        ic.w,
+                        w.kh as usize,
+                        w.kw as usize,
+                        w.stride as usize,
+                        w.pad as usize
+                    ])
+                )?;
+            }
+            writeln!(f)?;
         }
         for l in &self.loads {
             writeln!(
@@ -389,7 +406,7 @@ fn split_types(s: &str) -> Vec<String> {
 
 /// The `&'static str` op name for a parsed one.
 fn intern_op(s: &str) -> Option<&'static str> {
-    const OTHER: [&str; 6] = ["matmul", "select", "cast", "param", "cat", "gather"];
+    const OTHER: [&str; 7] = ["matmul", "select", "cast", "param", "cat", "gather", "conv"];
     if let Some(u) = unary_from_name(s) {
         return Some(unary_name(u));
     }
@@ -409,9 +426,39 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
     let n = k.exprs.len();
     if let Some(rest) = line.strip_prefix("matmul ") {
         let t: Vec<&str> = rest.split_whitespace().collect();
-        if t.len() != 9 || t[1] != "x" || t[3] != "->" {
-            return Err(p.err("expected `matmul bA x bB -> bC batch=.. m=.. k=.. n=..`"));
+        if !(t.len() == 9 || t.len() == 10) || t[1] != "x" || t[3] != "->" {
+            return Err(p.err(
+                "expected `matmul bA x bB -> bC batch=.. m=.. k=.. n=.. [im2col=[c,h,w,kh,kw,stride,pad]]`",
+            ));
         }
+        let im2col = match t.get(9) {
+            None => None,
+            Some(a) => {
+                let v: Vec<usize> = p
+                    .attr(a, "im2col")?
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .split(',')
+                    .map(|x| p.num(x.trim()))
+                    .collect::<Result<_, _>>()?;
+                let small =
+                    |x: usize| u32::try_from(x).map_err(|_| p.err("im2col window too large"));
+                match v[..] {
+                    [c, h, w, kh, kw, stride, pad] => Some(crate::kernel::Im2Col {
+                        c,
+                        h,
+                        w,
+                        window: crate::graph::Window {
+                            kh: small(kh)?,
+                            kw: small(kw)?,
+                            stride: small(stride)?,
+                            pad: small(pad)?,
+                        },
+                    }),
+                    _ => return Err(p.err("expected `im2col=[c,h,w,kh,kw,stride,pad]`")),
+                }
+            }
+        };
         k.matmul = Some(MatMul {
             a: p.buf(t[0])?,
             b: p.buf(t[2])?,
@@ -420,6 +467,7 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
             m: p.num(p.attr(t[6], "m")?)?,
             k: p.num(p.attr(t[7], "k")?)?,
             n: p.num(p.attr(t[8], "n")?)?,
+            im2col,
         });
         return Ok(());
     }
@@ -599,6 +647,47 @@ kernels {
         let back = parse_program(&text).unwrap();
         assert_eq!(back, p);
         assert_eq!(back.to_string(), text);
+    }
+
+    /// A convolution: its graph op and its kernel's implicit-im2col
+    /// matmul print and parse back; sizes that do not fit the image are
+    /// refused.
+    #[test]
+    fn a_convolution_round_trips_at_both_levels() {
+        let src = "graph {
+  %0 = input 0 : f32[2,3,7,9]
+  %1 = input 1 : f32[27,4]
+  %2 = conv %0, %1 window=[3, 3, 2, 1] : f32[2,20,4]
+  %3 = relu %2 : f32[2,20,4]
+  return %3
+}
+";
+        let g = crate::text::parse(src).unwrap();
+        assert_eq!(g.to_string(), src);
+        let p = fuse(&g).unwrap();
+        crate::kernel::verify_program(&p).unwrap();
+        let text = p.to_string();
+        assert!(text.contains("im2col=[3,7,9,3,3,2,1]"), "{text}");
+        let back = parse_program(&text).unwrap();
+        assert_eq!(back, p);
+        assert_eq!(back.to_string(), text);
+        // The window's rows (oh * ow = 4 * 5) must be the matmul's m.
+        let bad = text.replace("m=20", "m=21");
+        let e = parse_program(&bad).unwrap_err().to_string();
+        assert!(e.contains("matmul sizes do not match"), "{e}");
+        // Graph-level type errors: the weights, the window, the dtype.
+        for (op, want) in [
+            ("conv %0, %1 window=[3, 2, 2, 1]", "must be [3*3*2, out]"),
+            ("conv %0, %1 window=[3, 3, 0, 1]", "does not fit"),
+            ("conv %0, %1 window=[9, 3, 1, 0]", "does not fit"),
+        ] {
+            let text = src.replace("conv %0, %1 window=[3, 3, 2, 1]", op);
+            let e = crate::text::parse(&text).unwrap_err().to_string();
+            assert!(e.contains(want), "{op}: {e}");
+        }
+        let ints = src.replace("f32", "i32");
+        let e = crate::text::parse(&ints).unwrap_err().to_string();
+        assert!(e.contains("f32, f16 or bf16"), "{e}");
     }
 
     #[test]

@@ -93,7 +93,21 @@ fn verify_kernel(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError
             let want = m.batch.checked_mul(x).and_then(|n| n.checked_mul(y));
             want.is_some() && p.buffer(b).ty.shape.checked_numel() == want
         };
-        if !(fits(m.a, m.m, m.k) && fits(m.b, m.k, m.n) && fits(m.out, m.m, m.n)) {
+        let operands_fit = match &m.im2col {
+            None => fits(m.a, m.m, m.k) && fits(m.b, m.k, m.n),
+            // The image is `[batch, c, h, w]`, the weights one `[k, n]`,
+            // and the window's rows and columns are `m` and `k`.
+            Some(ic) => {
+                let windows = ic.window.out(ic.h, ic.w).map(|(oh, ow)| oh * ow);
+                let cols = ic.c.checked_mul(ic.window.size());
+                let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
+                windows == Some(m.m)
+                    && cols == Some(m.k)
+                    && image.is_some_and(|i| fits(m.a, i, 1))
+                    && m.k.checked_mul(m.n) == p.buffer(m.b).ty.shape.checked_numel()
+            }
+        };
+        if !(operands_fit && fits(m.out, m.m, m.n)) {
             return Err(bad(k, "matmul sizes do not match its buffers".into()));
         }
     }
