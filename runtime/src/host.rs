@@ -746,12 +746,28 @@ impl HostProgram {
             if x.len() != mm.batch * image {
                 return Err(mismatch());
             }
+            let win = ic.window;
+            let (kh, kw) = (win.kh as usize, win.kw as usize);
+            let (s, pad, ow) = (win.stride as usize, win.pad as usize, ic.ow().max(1));
+            // Row `r` is window `p` of image `b`: per channel and window
+            // row, the image row's slice (the padding stays zero).
             let fill = |(r, row): (usize, &mut [f32])| {
                 let (b, p) = (r / mm.m.max(1), r % mm.m.max(1));
+                let (y, x0) = (p / ow, p % ow);
                 let img = &x[b * image..(b + 1) * image];
-                for (q, v) in row.iter_mut().enumerate() {
-                    if let Some(e) = ic.element(p, q) {
-                        *v = img[e];
+                for ci in 0..ic.c {
+                    for i in 0..kh {
+                        let iy = (y * s + i).wrapping_sub(pad);
+                        if iy >= ic.h {
+                            continue;
+                        }
+                        let src = &img[(ci * ic.h + iy) * ic.w..(ci * ic.h + iy + 1) * ic.w];
+                        let dst = &mut row[(ci * kh + i) * kw..(ci * kh + i + 1) * kw];
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            if let Some(v) = src.get((x0 * s + j).wrapping_sub(pad)) {
+                                *d = *v;
+                            }
+                        }
                     }
                 }
             };
