@@ -145,7 +145,13 @@ impl Tensor {
                 });
             }
             let (n, c, o, kh, kw) = (sx[0], sx[1], sw[0], sw[2], sw[3]);
-            let wm = g.add(Op::Reshape(w, Shape::new(&[o, c * kh * kw])?))?;
+            let k = c.checked_mul(kh).and_then(|x| x.checked_mul(kw));
+            let k = k.ok_or_else(|| IrError::Window {
+                op: "conv2d",
+                shape: sw,
+                reason: "the weights' window is too large".into(),
+            })?;
+            let wm = g.add(Op::Reshape(w, Shape::new(&[o, k])?))?;
             let wt = g.add(Op::Permute(wm, Perm::new(&[1, 0])?))?;
             if matches!(g.ty(x).dtype, DType::F32 | DType::F16 | DType::BF16) {
                 // One GEMM over the windows, read in place (on Sim, the
@@ -179,7 +185,7 @@ impl Tensor {
             // [n, c, p, k] -> [n, p, c, k] -> [n*p, c*k]: the rows of one
             // GEMM with the weights as [c*k, o] (no copy per image).
             let cols = g.add(Op::Permute(cols, Perm::new(&[0, 2, 1, 3])?))?;
-            let rows = g.add(Op::Reshape(cols, Shape::new(&[n * oh * ow, c * kh * kw])?))?;
+            let rows = g.add(Op::Reshape(cols, Shape::new(&[n * oh * ow, k])?))?;
             let y = g.add(Op::MatMul(rows, wt))?;
             let y = g.add(Op::Reshape(y, Shape::new(&[n, oh * ow, o])?))?;
             let y = g.add(Op::Permute(y, Perm::new(&[0, 2, 1])?))?;

@@ -1308,8 +1308,6 @@ fn mark_value(m: Mark) -> TraceValue {
     }
 }
 
-/// True when `args` have exactly the signature `sig` (concrete tensors of
-/// its types, the same static values, floats of its dtypes).
 /// Calls `f` on the host arrays of `args` when every argument is a host
 /// tensor or a trace-time constant (no float params), at most eight of
 /// them; `None` otherwise. On the stack: no vector for a tiny call.
@@ -1344,6 +1342,8 @@ fn with_host_inputs<'a, R>(args: &[ArgValue<'a>], f: impl FnOnce(&[&'a Array]) -
     Some(f(&arrays[..n]))
 }
 
+/// True when `args` have exactly the signature `sig` (concrete tensors of
+/// its types, the same static values, floats of its dtypes).
 fn signature_matches(sig: &Signature, args: &[ArgValue]) -> bool {
     sig.args.len() == args.len()
         && sig.args.iter().zip(args).all(|(s, a)| match (s, a) {

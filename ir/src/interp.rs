@@ -593,8 +593,11 @@ pub(crate) fn im2col(
         win.stride as usize,
         win.pad as usize,
     );
-    let (p, k) = (oh * ow, c * kh * kw);
-    let mut cols = alloc(n * p * k, 0.0f64)?;
+    let too_big = || IrError::OutOfMemory { bytes: usize::MAX };
+    let p = oh.checked_mul(ow).ok_or_else(too_big)?;
+    let k = c.checked_mul(kh * kw).ok_or_else(too_big)?;
+    let len = n.checked_mul(p).and_then(|x| x.checked_mul(k));
+    let mut cols = alloc(len.ok_or_else(too_big)?, 0.0f64)?;
     for b in 0..n {
         for y in 0..oh {
             for xx in 0..ow {

@@ -276,7 +276,10 @@ impl BufferPool {
 
 /// Small buffers each thread keeps for itself (glibc's per-thread cache,
 /// one level up): a tiny call's output is allocated and freed on every
-/// call, and `malloc` plus `free` were a tenth of W6's instructions.
+/// call, and `malloc` plus `free` were a tenth of W6's instructions. Apart
+/// from the shared pool: at most 8 buffers under 4 KiB per thread, freed
+/// with the thread; [`BufferPool::empty`] and `set_capacity` do not reach
+/// them, and `TILEJIT_POOL_BYTES=0` turns them off with the pool.
 const SMALL_KEPT: usize = 8;
 
 struct SmallCache {
@@ -323,15 +326,21 @@ pub fn take_small(dtype: DType, len: usize) -> Option<Buffer> {
 #[inline]
 pub fn give_small(buf: Buffer) {
     let bytes = buf.allocated_bytes();
-    if bytes == 0 || bytes >= MIN_POOLED_BYTES {
+    // Halves are never asked for: the host computes them as f32.
+    if bytes == 0 || bytes >= MIN_POOLED_BYTES || matches!(buf, Buffer::F16(_) | Buffer::BF16(_)) {
         return;
     }
     // During thread teardown the cache may be gone: then `buf` is freed.
     let _ = SMALL.try_with(move |c| {
         let mut c = c.borrow_mut();
-        if c.on && c.held.len() < SMALL_KEPT {
-            c.held.push(buf);
+        if !c.on {
+            return;
         }
+        // Full: the oldest goes, so a run of odd sizes cannot clog it.
+        if c.held.len() == SMALL_KEPT {
+            c.held.remove(0);
+        }
+        c.held.push(buf);
     });
 }
 

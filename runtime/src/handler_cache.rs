@@ -211,6 +211,17 @@ impl<V: Send + Sync, E: Clone + From<RuntimeError>> HandlerCache<V, E> {
     fn remember(&self, key: &Signature, r: &Arc<Ready<V>>) {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         if !last.as_ref().is_some_and(|(k, _)| k == key) {
+            // A `clear` or eviction between the caller's lookup and now
+            // removed it: a removed entry never becomes the fast path's.
+            // (`last`, then the map: the order `clear` takes them in.)
+            if !self
+                .lock()
+                .ready
+                .get(key)
+                .is_some_and(|x| Arc::ptr_eq(x, r))
+            {
+                return;
+            }
             *last = Some((key.clone(), r.clone()));
         }
     }

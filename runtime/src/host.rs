@@ -103,7 +103,7 @@ impl Tiny {
         let mut out_at = None;
         for b in k.local_buffers() {
             match prog.buffer(b).kind {
-                BufKind::Input(i) => locals.push(Some(i)),
+                BufKind::Input(i) if (i as usize) < prog.inputs.len() => locals.push(Some(i)),
                 BufKind::Temp if b == out => {
                     out_at = Some(locals.len());
                     locals.push(None);
@@ -516,8 +516,8 @@ impl HostProgram {
             let mut bufs: SmallVec<[BufArg<'_>; 8]> = SmallVec::new();
             for l in &t.locals {
                 bufs.push(match l {
-                    // Indices are the program's own, checked against its
-                    // input count above.
+                    // `Tiny::plan` kept indices below the program's input
+                    // count, which `inputs` was checked to have above.
                     Some(i) => buffer_arg(inputs[*i as usize].buffer()),
                     None => BufArg::empty(),
                 });
@@ -738,9 +738,11 @@ impl HostProgram {
         out_dtype: DType,
     ) -> Result<(), RuntimeError> {
         let mismatch = || RuntimeError::from(IrError::Verify("conv operand types".into()));
-        let rows = mm.batch * mm.m;
-        let image = ic.c * ic.h * ic.w;
-        let mut cols = filled(rows * mm.k, 0.0f32)?;
+        let too_big = || RuntimeError::from(IrError::OutOfMemory { bytes: usize::MAX });
+        let rows = mm.batch.checked_mul(mm.m).ok_or_else(too_big)?;
+        let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
+        let image = image.ok_or_else(too_big)?;
+        let mut cols = filled(rows.checked_mul(mm.k).ok_or_else(too_big)?, 0.0f32)?;
         {
             let x = slots[mm.a.0 as usize].f32s().ok_or_else(mismatch)?;
             if x.len() != mm.batch * image {
@@ -788,16 +790,7 @@ impl HostProgram {
             return Err(mismatch());
         };
         let r = matmul_f32(&cols, w, o, [1, rows, mm.k, mm.n], threads);
-        // An f16/bf16 product rounds like every other op's result.
-        match out_dtype {
-            DType::F16 => o
-                .iter_mut()
-                .for_each(|v| *v = half::f16::from_f32(*v).to_f32()),
-            DType::BF16 => o
-                .iter_mut()
-                .for_each(|v| *v = half::bf16::from_f32(*v).to_f32()),
-            _ => {}
-        }
+        round_product(o, out_dtype);
         slots[mm.out.0 as usize] = Slot::Owned(out);
         Ok(r?)
     }
@@ -824,16 +817,7 @@ impl HostProgram {
             Store::F32(o) => match (a.f32s(), b.f32s()) {
                 (Some(x), Some(y)) => {
                     let r = matmul_f32(x, y, o, dims, threads);
-                    // An f16/bf16 product rounds like every other op's result.
-                    match out_dtype {
-                        DType::F16 => o
-                            .iter_mut()
-                            .for_each(|v| *v = half::f16::from_f32(*v).to_f32()),
-                        DType::BF16 => o
-                            .iter_mut()
-                            .for_each(|v| *v = half::bf16::from_f32(*v).to_f32()),
-                        _ => {}
-                    }
+                    round_product(o, out_dtype);
                     r
                 }
                 _ => return Err(mismatch()),
@@ -1046,6 +1030,20 @@ fn kernel_bufs<'s>(
         if let Some(at) = locals.iter().position(|b| b.0 as usize == i) {
             bufs[at] = slot.arg();
         }
+    }
+}
+
+/// An f16/bf16 product (computed in f32) rounds like every other op's
+/// result.
+fn round_product(o: &mut [f32], dtype: DType) {
+    match dtype {
+        DType::F16 => o
+            .iter_mut()
+            .for_each(|v| *v = half::f16::from_f32(*v).to_f32()),
+        DType::BF16 => o
+            .iter_mut()
+            .for_each(|v| *v = half::bf16::from_f32(*v).to_f32()),
+        _ => {}
     }
 }
 

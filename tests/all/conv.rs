@@ -152,6 +152,18 @@ fn bad_conv_arguments_name_the_op_and_line() {
             ErrorKind::Shape,
             "does not fit",
         ),
+        (
+            line!(),
+            x.conv2d(&Tensor::zeros(&[3, 2, 2, 2], DType::F32), 0, 0),
+            ErrorKind::Shape,
+            "stride 0",
+        ),
+        (
+            line!(),
+            x.conv2d(&Tensor::zeros(&[0, 2, 1 << 33, 1 << 33], DType::F32), 1, 0),
+            ErrorKind::Shape,
+            "too large",
+        ),
         (line!(), x.max_pool2d(2, 0), ErrorKind::Shape, "stride"),
         (
             line!(),

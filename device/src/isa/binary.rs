@@ -23,7 +23,7 @@ use tilejit_ir::DType;
 /// File magic.
 pub const MAGIC: &[u8; 4] = b"TJBC";
 /// Encoding version (2: opcodes renumbered by the math rows `vpow` ...
-/// `vsign`).
+/// `vsign`; 3: by `ldl1c`).
 pub const VERSION: u16 = 3;
 const MAX_RANK: usize = 8;
 

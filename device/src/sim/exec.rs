@@ -317,8 +317,24 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> Result<Flow, 
                 .out(ic.h, ic.w)
                 .ok_or("ldl1c window does not fit its image")?;
             let (off, row, col) = (u(off, "offset")?, u(row, "row")?, u(col, "col")?);
-            let (windows, width) = (oh * ow, ic.c.saturating_mul(ic.window.size()));
-            if vr > 0 && vc > 0 && (row + vr > windows || col + vc > width) {
+            let sz = dt.size_bytes();
+            // The whole image lies inside the GM argument (so no element
+            // read below can leave it), and its sizes fit.
+            let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
+            let end = image
+                .and_then(|i| i.checked_add(off))
+                .and_then(|e| e.checked_mul(sz));
+            if end.is_none_or(|e| e as u64 > span.len) {
+                return Err(format!(
+                    "ldl1c image of {} x {} x {} at element {off} goes outside GM argument {g}'s {} bytes",
+                    ic.c, ic.h, ic.w, span.len
+                )
+                .into());
+            }
+            let windows = oh.checked_mul(ow).ok_or("ldl1c window count overflows")?;
+            let width = ic.c.saturating_mul(ic.window.size());
+            let past = |a: usize, b: usize, n: usize| a.checked_add(b).is_none_or(|e| e > n);
+            if vr > 0 && vc > 0 && (past(row, vr, windows) || past(col, vc, width)) {
                 return Err(format!(
                     "ldl1c rows {row}..{} and columns {col}..{} leave the {windows} x {width} windows",
                     row + vr,
@@ -326,22 +342,15 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> Result<Flow, 
                 )
                 .into());
             }
-            let sz = dt.size_bytes();
             let p = pitch(cols, dt) as usize;
             let mut values = vec![0u8; vr * vc * sz];
             for r in 0..vr {
                 for c in 0..vc {
+                    // Inside the image (checked above), or the padding: zero.
                     let Some(e) = ic.element(row + r, col + c) else {
-                        continue; // the padding: zero
+                        continue;
                     };
                     let at = (off + e) as u64 * sz as u64;
-                    if at + sz as u64 > span.len {
-                        return Err(format!(
-                            "ldl1c element {e} of the image at {off} goes outside GM argument {g}'s {} bytes",
-                            span.len
-                        )
-                        .into());
-                    }
                     let dst = (r * vc + c) * sz;
                     cx.gm.read(span.addr + at, &mut values[dst..dst + sz]);
                 }

@@ -743,5 +743,29 @@ kernels {
 ";
         let e = parse_program(matmul).unwrap_err().to_string();
         assert!(e.contains("matmul sizes do not match"), "{e}");
+        // A window count that overflows, and an input the program lacks.
+        let conv = "\
+kernels {
+  buffer b0 = input 0 : f32[1,1,1,1]
+  buffer b1 = input 1 : f32[1,1]
+  buffer b2 = temp : f32[1,1]
+  inputs [f32[1,1,1,1],f32[1,1]]
+  params []
+  kernel matmul domain=[1] ops=[conv] {
+    matmul b0 x b1 -> b2 batch=1 m=1 k=1 n=1 im2col=[1,8589934592,8589934592,1,1,1,0]
+  }
+  return b2 as f32[1,1]
+}
+";
+        let e = parse_program(conv).unwrap_err().to_string();
+        assert!(e.contains("matmul sizes do not match"), "{e}");
+        let missing = conv
+            .replace(
+                "im2col=[1,8589934592,8589934592,1,1,1,0]",
+                "im2col=[1,1,1,1,1,1,0]",
+            )
+            .replace("buffer b1 = input 1", "buffer b1 = input 5");
+        let e = parse_program(&missing).unwrap_err().to_string();
+        assert!(e.contains("b1 is input 5"), "{e}");
     }
 }

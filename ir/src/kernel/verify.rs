@@ -13,6 +13,17 @@ fn bad(k: &Kernel, msg: String) -> IrError {
 /// Checks a whole program.
 pub fn verify_program(p: &KernelProgram) -> Result<(), IrError> {
     let nbuf = p.buffers.len() as u32;
+    // An input buffer is one of the program's inputs, of its type.
+    for (i, b) in p.buffers.iter().enumerate() {
+        if let super::BufKind::Input(n) = b.kind {
+            if p.inputs.get(n as usize) != Some(&b.ty) {
+                return Err(IrError::Verify(format!(
+                    "buffer b{i} is input {n} as {}, which the program's inputs do not have",
+                    b.ty
+                )));
+            }
+        }
+    }
     for k in &p.kernels {
         verify_kernel(p, k, nbuf)?;
     }
@@ -98,7 +109,10 @@ fn verify_kernel(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError
             // The image is `[batch, c, h, w]`, the weights one `[k, n]`,
             // and the window's rows and columns are `m` and `k`.
             Some(ic) => {
-                let windows = ic.window.out(ic.h, ic.w).map(|(oh, ow)| oh * ow);
+                let windows = ic
+                    .window
+                    .out(ic.h, ic.w)
+                    .and_then(|(oh, ow)| oh.checked_mul(ow));
                 let cols = ic.c.checked_mul(ic.window.size());
                 let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
                 windows == Some(m.m)
