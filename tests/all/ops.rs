@@ -217,6 +217,26 @@ fn matmul_2d_and_batched() {
     let wv = f64s(&vals(&w));
     let want0 = reference::matmul(&av[..30], &wv, 5, 6, 3);
     assert_close(&vals(&c2)[..15], &want0, 1e-5);
+    // Big enough per matrix to use every thread: the batch is split over
+    // the threads (an attention's heads), odd batch counts too; f64 too.
+    for (batch, dt) in [(5, DType::F32), (2, DType::F32), (3, DType::F64)] {
+        let (m, k, n) = (70, 130, 60);
+        let a = Tensor::randn(&[batch, m, k], 10).cast(dt);
+        let b = Tensor::randn(&[batch, k, n], 11).cast(dt);
+        let c = vals(&a.matmul(&b).cast(DType::F32));
+        let f = |t: &Tensor| f64s(&vals(&t.cast(DType::F32)));
+        let (av, bv) = (f(&a), f(&b));
+        for i in 0..batch {
+            let want = reference::matmul(
+                &av[i * m * k..(i + 1) * m * k],
+                &bv[i * k * n..(i + 1) * k * n],
+                m,
+                k,
+                n,
+            );
+            assert_close(&c[i * m * n..(i + 1) * m * n], &want, 1e-4);
+        }
+    }
 }
 
 #[test]

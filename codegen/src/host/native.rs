@@ -540,7 +540,7 @@ pub fn matmul_f64(
 
 /// `gemm` computes `dst = alpha*dst + beta*lhs@rhs`; we pass alpha = 0,
 /// beta = 1 and `read_dst = false`.
-fn matmul<T: Copy + 'static>(
+fn matmul<T: Copy + Send + Sync + 'static>(
     a: &[T],
     bm: &[T],
     out: &mut [T],
@@ -551,16 +551,47 @@ fn matmul<T: Copy + 'static>(
 ) -> Result<(), CodegenError> {
     let [batch, m, k, n] = dims;
     check_matmul(a.len(), bm.len(), out.len(), dims)?;
-    for i in 0..batch {
+    if m * n == 0 {
+        return Ok(());
+    }
+    // Enough matrices to go round: one per thread at a time, each on one
+    // thread (an attention's heads: splitting each small product over the
+    // threads cost more in synchronisation than it gained).
+    if batch >= threads && threads > 1 {
+        use rayon::prelude::*;
+        out.par_chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(i, o)| one_matmul(a, bm, o, [i, m, k, n], 1, zero, one));
+        return Ok(());
+    }
+    for (i, o) in out.chunks_mut(m * n).enumerate() {
+        one_matmul(a, bm, o, [i, m, k, n], threads, zero, one);
+    }
+    Ok(())
+}
+
+/// Matrix `i` of a batch checked by [`check_matmul`]: `o` (its m x n
+/// output) = a's i-th m x k matrix @ bm's i-th k x n matrix.
+fn one_matmul<T: Copy + 'static>(
+    a: &[T],
+    bm: &[T],
+    o: &mut [T],
+    [i, m, k, n]: [usize; 4],
+    threads: usize,
+    zero: T,
+    one: T,
+) {
+    {
         let (a, bm) = (
             &a[i * m * k..(i + 1) * m * k],
             &bm[i * k * n..(i + 1) * k * n],
         );
-        let o = &mut out[i * m * n..(i + 1) * m * n];
-        // SAFETY: `check_matmul` proved the slices hold exactly m*k, k*n and
-        // m*n elements; the strides below (row-major, column stride 1) keep
-        // every access inside them; `o` is a unique borrow. `gemm` dispatches
-        // on `T` and supports f32 and f64, the only callers.
+        assert_eq!(o.len(), m * n, "an output matrix of m x n");
+        // SAFETY: the slices hold exactly m*k, k*n and m*n elements (the
+        // indexing above and the assert check it; `check_matmul` proved the
+        // batch fits); the strides below (row-major, column stride 1) keep
+        // every access inside them; `o` is a unique borrow. `gemm`
+        // dispatches on `T` and supports f32 and f64, the only callers.
         unsafe {
             gemm::gemm(
                 m,
@@ -585,7 +616,6 @@ fn matmul<T: Copy + 'static>(
             )
         }
     }
-    Ok(())
 }
 
 fn par(threads: usize) -> gemm::Parallelism {
