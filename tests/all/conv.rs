@@ -218,6 +218,9 @@ fn a_float_conv_is_one_gemm_over_windows_read_in_place() {
         "{kp}"
     );
     assert!(kp.buffers.iter().all(|b| b.ty.shape.numel() < 2 * 400 * 72));
+    // Two kernels: the weights' transpose, and the GEMM writing NCHW (the
+    // output's permute reads the product as its epilogue).
+    assert_eq!(kp.kernels.len(), 2, "{kp}");
     // On Sim the cube loads each panel from the image (Load3D).
     let sim = h.program.sim().unwrap();
     assert!(sim.kernels().iter().any(|k| k.asm.contains("ldl1c")));

@@ -643,8 +643,9 @@ impl<'g> Fuser<'g> {
                 )
             })
             .collect();
-        if kb.matmul.is_some() && !ops.iter().any(|o| o.1 == "matmul") {
-            ops.push((root, "matmul"));
+        if kb.matmul.is_some() && !ops.iter().any(|o| o.1 == "matmul" || o.1 == "conv") {
+            let mm = kb.matmul.as_ref().is_some_and(|m| m.im2col.is_some());
+            ops.push((root, if mm { "conv" } else { "matmul" }));
         }
         if target.is_some() {
             ops.push((root, "cat"));
@@ -838,9 +839,22 @@ impl<'g> Fuser<'g> {
                     Op::Param { index, dtype } => Some(kb.push(Expr::Param(index), dtype)),
                     Op::Full { value, ty } => Some(kb.push(Expr::Lit(value), ty.dtype)),
                     Op::MatMul(..) | Op::Conv(..) => {
-                        let identity = kb.domain.as_slice() == node.ty.shape.dims()
-                            && m == identity_map(node.ty.shape.rank());
-                        if kb.matmul.is_some() || !identity || self.materialized[n.index()] {
+                        // The product is computed whole first, so the
+                        // stages may read it in any order of its dims (a
+                        // permute after a matmul costs no copy), but they
+                        // must read all of it, once per element.
+                        let shape = node.ty.shape;
+                        let mut seen = 0u16;
+                        let permuted = kb.domain.len() == shape.rank()
+                            && (0..shape.rank()).all(|d| {
+                                m.start[d] == 0
+                                    && m[d].is_some_and(|k| {
+                                        let fresh = seen & (1 << k) == 0;
+                                        seen |= 1 << k;
+                                        fresh && kb.domain[k as usize] == shape[d]
+                                    })
+                            });
+                        if kb.matmul.is_some() || !permuted || self.materialized[n.index()] {
                             return Err(Stop::Materialize(n));
                         }
                         let prod = self.new_buffer(node.ty, BufKind::Temp);
