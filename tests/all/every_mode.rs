@@ -184,6 +184,18 @@ fn ops() -> Vec<(&'static str, Op, bool)> {
         ),
         ("triu_minus_tril", |a, _| a.triu(1) - a.tril(-1), false),
         (
+            "conv2d",
+            |a, _| {
+                // Floats: one GEMM over windows read in place; other
+                // dtypes: gathered windows. Padding 1 around a 1-row image.
+                let w = Tensor::arange(6, DType::F32)
+                    .cast(a.dtype())
+                    .reshape(&[2, 1, 1, 3]);
+                a.reshape(&[1, 1, 1, a.numel()]).conv2d(&w, 1, 1)
+            },
+            false,
+        ),
+        (
             "layer_norm",
             |a, _| {
                 let c = a.shape()[a.shape().len() - 1];
