@@ -256,7 +256,9 @@ pub(crate) fn kind_of(s: &Status) -> ErrorKind {
         | Code::FailedPrecondition
         | Code::OutOfRange => ErrorKind::BadArgument,
         Code::Unimplemented => ErrorKind::Unsupported,
-        Code::Cancelled => ErrorKind::Cancelled,
+        // A cancel tilejit meant carries its kind; a bare one is the
+        // transport's (hyper reports a connection closed mid-call so,
+        // depending on timing): a lost server, E5 like the others.
         _ => ErrorKind::Device,
     })
 }
@@ -371,6 +373,16 @@ mod tests {
             let s = with_kind(Status::internal("x"), kind);
             assert_eq!(kind_of(&s), kind);
         }
-        assert_eq!(kind_of(&Status::unavailable("gone")), ErrorKind::Device);
+        // Without the server's kind: the transport's, a lost server (E5),
+        // whichever code hyper reports a closed connection with.
+        for s in [
+            Status::unavailable("gone"),
+            Status::cancelled("operation was canceled: connection closed"),
+            Status::unknown("transport error"),
+        ] {
+            assert_eq!(kind_of(&s), ErrorKind::Device, "{s:?}");
+        }
+        let s = with_kind(Status::cancelled("stopped"), ErrorKind::Cancelled);
+        assert_eq!(kind_of(&s), ErrorKind::Cancelled);
     }
 }
