@@ -113,7 +113,7 @@ pub fn with_observer<R>(observer: Arc<dyn KernelObserver>, f: impl FnOnce() -> R
 /// thread-local read and one atomic load, inlined into the run loop).
 #[inline(always)]
 pub(crate) fn active() -> Option<Observers> {
-    if !ANY.with(|a| a.get()) && !env_on() {
+    if !any() {
         return None;
     }
     active_slow()

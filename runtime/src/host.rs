@@ -65,8 +65,8 @@ struct Tiny {
     /// The kernel's launch units, and the output's element count.
     units: usize,
     numel: usize,
-    /// The output buffer's declared type.
-    out: tilejit_ir::TensorType,
+    /// The output buffer's dtype.
+    out_dtype: DType,
     /// The shape the program returns it as (a reshape is free).
     ret: tilejit_ir::Shape,
 }
@@ -116,7 +116,7 @@ impl Tiny {
             out_at: out_at?,
             units: k.units(),
             numel: decl.ty.shape.numel(),
-            out: decl.ty,
+            out_dtype: decl.ty.dtype,
             ret: ret.shape,
         })
     }
@@ -511,7 +511,7 @@ impl HostProgram {
         let fixed = self.fixed_args[0]
             .as_ref()
             .ok_or_else(|| IrError::Verify("a tiny plan without checked args".into()))?;
-        let mut out = output_store(t.out.dtype, t.numel)?;
+        let mut out = output_store(t.out_dtype, t.numel)?;
         {
             let mut bufs: SmallVec<[BufArg<'_>; 8]> = SmallVec::new();
             for l in &t.locals {
@@ -528,7 +528,7 @@ impl HostProgram {
                 .call_checked(&mut bufs, fixed, 0, t.units)
                 .map_err(|e| kernel_error(e.into(), None))?;
         }
-        Ok(Array::new(t.ret, to_buffer(out, t.out.dtype)?)?)
+        Ok(Array::new(t.ret, to_buffer(out, t.out_dtype)?)?)
     }
 
     /// [`HostProgram::run`], with some kernels placed on the Sim device

@@ -581,40 +581,38 @@ fn one_matmul<T: Copy + 'static>(
     zero: T,
     one: T,
 ) {
-    {
-        let (a, bm) = (
-            &a[i * m * k..(i + 1) * m * k],
-            &bm[i * k * n..(i + 1) * k * n],
-        );
-        assert_eq!(o.len(), m * n, "an output matrix of m x n");
-        // SAFETY: the slices hold exactly m*k, k*n and m*n elements (the
-        // indexing above and the assert check it; `check_matmul` proved the
-        // batch fits); the strides below (row-major, column stride 1) keep
-        // every access inside them; `o` is a unique borrow. `gemm`
-        // dispatches on `T` and supports f32 and f64, the only callers.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                o.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                a.as_ptr(),
-                1,
-                k as isize,
-                bm.as_ptr(),
-                1,
-                n as isize,
-                zero,
-                one,
-                false,
-                false,
-                false,
-                par(threads),
-            )
-        }
+    let (a, bm) = (
+        &a[i * m * k..(i + 1) * m * k],
+        &bm[i * k * n..(i + 1) * k * n],
+    );
+    assert_eq!(o.len(), m * n, "an output matrix of m x n");
+    // SAFETY: the slices hold exactly m*k, k*n and m*n elements (the
+    // indexing above and the assert check it; `check_matmul` proved the
+    // batch fits); the strides below (row-major, column stride 1) keep
+    // every access inside them; `o` is a unique borrow. `gemm`
+    // dispatches on `T` and supports f32 and f64, the only callers.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            o.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            a.as_ptr(),
+            1,
+            k as isize,
+            bm.as_ptr(),
+            1,
+            n as isize,
+            zero,
+            one,
+            false,
+            false,
+            false,
+            par(threads),
+        )
     }
 }
 
