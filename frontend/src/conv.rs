@@ -90,6 +90,10 @@ fn pool(
     reduce: ReduceOp,
     location: Loc,
 ) -> Tensor {
+    if t.is_traced() {
+        // Its output size is `(h - kernel) / stride + 1`.
+        crate::trace::note_size_arithmetic(op);
+    }
     apply(op, location, &[t], |g, ids| {
         image(op, g, ids[0])?;
         let dtype = g.ty(ids[0]).dtype;
@@ -130,6 +134,9 @@ impl Tensor {
     /// be traced per size.
     #[track_caller]
     pub fn conv2d(&self, weight: &Tensor, stride: usize, padding: usize) -> Tensor {
+        if self.is_traced() || weight.is_traced() {
+            crate::trace::note_size_arithmetic("conv2d");
+        }
         apply("conv2d", Loc::caller(), &[self, weight], |g, ids| {
             let (x, w) = (ids[0], ids[1]);
             image("conv2d", g, x)?;

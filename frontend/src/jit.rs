@@ -192,9 +192,13 @@ impl JitFunction {
     /// [`ShapeClass`] (same dtypes and ranks, same dims 0 or 1, same dims
     /// equal to each other) does not trace: the class's trace is
     /// instantiated at the new sizes and compiled, and its kernels come
-    /// from the kernel cache. A new class is traced at the call's sizes
-    /// and at stand-in sizes, which must agree (see [`ShapeClass`]); the
-    /// body must run the same ops for every size (not branch on sizes).
+    /// from the kernel cache. A new class is traced once, at stand-in
+    /// sizes; a body that reads sizes (`shape()`, `numel()`), gives a
+    /// literal that is a multiple of a stand-in, or uses an op that
+    /// computes on sizes (`slice` from the end, `split`, `conv2d`, ..) is
+    /// also traced at the call's sizes, and the two must agree (see
+    /// [`ShapeClass`]). The body must run the same ops for every size (not
+    /// branch on sizes).
     /// What cannot be generic is traced per size, and `TILEJIT_LOG=trace`
     /// and [`shape_classes`](Self::shape_classes) say why. A frozen
     /// dynamic function still compiles new sizes of the classes it knows.
@@ -210,8 +214,8 @@ impl JitFunction {
     ///     bias_relu(&Tensor::ones(&[4, n], DType::F32), &Tensor::ones(&[n], DType::F32))?;
     /// }
     /// let f = bias_relu::jit();
-    /// // The first call traces twice (its sizes and stand-ins); later sizes never.
-    /// assert_eq!((f.stats().traces, f.stats().builds), (2, 3));
+    /// // One trace (at stand-in sizes: the body reads none); later sizes never.
+    /// assert_eq!((f.stats().traces, f.stats().builds), (1, 3));
     /// // Every dim other than 0 and 1 is a size symbol; equal dims share one.
     /// assert_eq!(f.shape_classes()[0].0.to_string(), "(f32[n0,n1], f32[n1])");
     /// # Ok::<(), tilejit::Error>(())
@@ -869,9 +873,11 @@ impl JitFunction {
 
     /// A dynamic function's graph for `sig`, with the values of the params
     /// it added for sizes: its class's trace instantiated at `sig`'s sizes
-    /// when the class was checked generic, else an exact trace (why is
-    /// logged under `TILEJIT_LOG=trace`). A new class is traced exactly
-    /// and at stand-in sizes, and the two must agree
+    /// when the class is generic, else an exact trace (why is logged under
+    /// `TILEJIT_LOG=trace`). A new class is traced at stand-in sizes; that
+    /// one trace serves every size unless the body did something its
+    /// reading cannot be trusted with ([`trace::ProbeGuard`]), and then it
+    /// must agree with a trace at `sig`'s own sizes
     /// ([`GenericGraph::check_against`]).
     fn dynamic_graph(
         &self,
@@ -902,14 +908,38 @@ impl JitFunction {
             Some(entry) => entry,
             None => {
                 no_trace()?;
-                // The exact trace first: it is this call's graph if the
-                // class cannot be generic, and an error in it is the call's.
-                let exact = self.trace(sig, args, body)?;
-                let generic = class
-                    .probe_signature()
-                    .and_then(|probe| self.trace(&probe, args, body).map_err(|e| e.to_string()))
-                    .and_then(|g| GenericGraph::new(&class, g))
-                    .and_then(|g| g.check_against(&exact, &sizes).map(|()| g));
+                let (probed, unsure) = match class.probe_signature() {
+                    Ok(probe) => {
+                        let watch = trace::ProbeGuard::start(class.symbols());
+                        let traced = self.trace(&probe, args, body);
+                        let unsure = watch.finish();
+                        let generic = traced
+                            .map_err(|e| format!("at stand-in sizes: {e}"))
+                            .and_then(|g| GenericGraph::new(&class, g));
+                        (generic, unsure)
+                    }
+                    Err(why) => (Err(why), None),
+                };
+                // This call's own trace, unless the stand-in one is trusted:
+                // the class's check, this call's graph if the class cannot
+                // be generic, and an error in it is the call's.
+                let mut exact = None;
+                let generic = match (probed, unsure) {
+                    (Ok(g), None) => Ok(g),
+                    (probed, unsure) => {
+                        let e = self.trace(sig, args, body)?;
+                        let checked = probed.and_then(|g| {
+                            g.check_against(&e, &sizes)
+                                .map(|()| g)
+                                .map_err(|why| match &unsure {
+                                    Some(u) => format!("{why} ({u})"),
+                                    None => why,
+                                })
+                        });
+                        exact = Some(e);
+                        checked
+                    }
+                };
                 let entry = {
                     let mut classes = self.classes.lock().unwrap_or_else(|p| p.into_inner());
                     if classes.len() >= MAX_CLASSES {
@@ -929,6 +959,10 @@ impl JitFunction {
                 if let Ok(Ok(instance)) = entry.as_ref().as_ref().map(|g| g.instantiate(&sizes)) {
                     return Ok(instance);
                 }
+                let exact = match exact {
+                    Some(e) => e,
+                    None => self.trace(sig, args, body)?,
+                };
                 return Ok((exact, Vec::new()));
             }
         };

@@ -10,6 +10,7 @@ use crate::apply::apply;
 use crate::error::Loc;
 use crate::scalar::scalar_lit;
 use crate::tensor::Tensor;
+use crate::trace;
 use tilejit_ir::fallible::collect;
 use tilejit_ir::{Array, Buffer, Graph, IrError, NodeId, Op, Shape, TensorType};
 
@@ -88,6 +89,10 @@ fn triangle(
     keep: fn(i128, i128) -> bool,
     location: Loc,
 ) -> Tensor {
+    if t.is_traced() {
+        // Its mask is a constant the size of the last two dims.
+        trace::note_size_arithmetic(name);
+    }
     apply(name, location, &[t], |g, ids| {
         let ty = g.ty(ids[0]);
         let rank = ty.shape.rank();
@@ -126,6 +131,21 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn slice(&self, axis: isize, start: isize, end: isize) -> Tensor {
+        if self.is_traced() {
+            let dim = self
+                .ty()
+                .and_then(|t| t.shape.axis(axis).ok().map(|a| t.shape[a]));
+            let inside = |b: isize| {
+                usize::try_from(b)
+                    .ok()
+                    .filter(|&b| dim.is_some_and(|n| b <= n))
+            };
+            match (inside(start), inside(end)) {
+                (Some(s), Some(e)) => trace::note_sizes("slice", [s, e]),
+                // A bound from the end or past it is clamped: `n - k`, `min(b, n)`.
+                _ => trace::note_size_arithmetic("slice"),
+            }
+        }
         apply("slice", Loc::caller(), &[self], |g, ids| {
             let shape = g.ty(ids[0]).shape;
             let a = shape.axis(axis)?;
@@ -140,6 +160,10 @@ impl Tensor {
     #[track_caller]
     pub fn split(&self, sizes: &[usize], axis: isize) -> Vec<Tensor> {
         let location = Loc::caller();
+        if self.is_traced() {
+            // The sizes must add up to the dim: a check on a size.
+            trace::note_size_arithmetic("split");
+        }
         let check = |g: &mut Graph, x: NodeId| -> Result<usize, IrError> {
             let shape = g.ty(x).shape;
             let a = shape.axis(axis)?;
@@ -204,6 +228,9 @@ impl Tensor {
     /// `mode="constant"`). `value` must be exact in the tensor's dtype.
     #[track_caller]
     pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Tensor {
+        if self.is_traced() {
+            trace::note_sizes("pad", pads.iter().flat_map(|&(b, a)| [b, a]));
+        }
         apply("pad", Loc::caller(), &[self], |g, ids| {
             let x = ids[0];
             let ty = g.ty(x);

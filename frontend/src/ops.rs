@@ -8,6 +8,7 @@ use crate::apply::apply;
 use crate::error::{Loc, Result};
 use crate::scalar::{scalar_lit, Scalar};
 use crate::tensor::Tensor;
+use crate::trace;
 use tilejit_ir::{
     Axes, BinaryOp, CmpOp, DType, Graph, IrError, NodeId, Op, Perm, ReduceOp, Shape, UnaryOp,
 };
@@ -181,6 +182,10 @@ fn arg_extreme(
     name: &'static str,
     location: Loc,
 ) -> Tensor {
+    if t.is_traced() {
+        // The index dtype depends on the axis length.
+        trace::note_size_arithmetic(name);
+    }
     apply(name, location, &[t], |g, ids| {
         let mut x = ids[0];
         let ty = g.ty(x);
@@ -505,10 +510,21 @@ impl Tensor {
             let a = shape.axis(axis)?;
             let sum = g.add(Op::Reduce(ReduceOp::Sum, x, Axes::from_axes(&[a])))?;
             let ty = g.ty(sum);
-            let n = g.add(Op::Full {
-                value: tilejit_ir::Lit::from_f64(shape[a] as f64, ty.dtype),
-                ty,
+            // f16 and bf16 round most sizes: the divisor is an f32 cast
+            // to them, so it reads back as the size in a dynamic trace.
+            let wide = match ty.dtype {
+                DType::F16 | DType::BF16 => DType::F32,
+                d => d,
+            };
+            let value = tilejit_ir::Lit::from_f64(shape[a] as f64, wide);
+            trace::note_size_value("mean", shape[a], value);
+            let mut n = g.add(Op::Full {
+                value,
+                ty: tilejit_ir::TensorType::new(wide, ty.shape),
             })?;
+            if wide != ty.dtype {
+                n = g.add(Op::Cast(n, ty.dtype))?;
+            }
             let mean = g.add(Op::Binary(BinaryOp::Div, sum, n))?;
             if keepdim {
                 return Ok(mean);
@@ -552,6 +568,9 @@ impl Tensor {
     /// The same elements in a new shape with the same element count.
     #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
+        if self.is_traced() {
+            trace::note_sizes("reshape", shape.iter().copied());
+        }
         apply("reshape", Loc::caller(), &[self], |g, ids| {
             g.add(Op::Reshape(ids[0], Shape::new(shape)?))
         })
@@ -580,6 +599,9 @@ impl Tensor {
     /// numpy `broadcast_to`.
     #[track_caller]
     pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
+        if self.is_traced() {
+            trace::note_sizes("broadcast_to", shape.iter().copied());
+        }
         apply("broadcast_to", Loc::caller(), &[self], |g, ids| {
             g.add(Op::Broadcast(ids[0], Shape::new(shape)?))
         })

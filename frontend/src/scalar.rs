@@ -37,6 +37,7 @@ scalar!(i8, |v: i8| Lit::Int(v as i64));
 /// into integer dtypes.
 pub(crate) fn scalar_lit<S: Scalar>(s: S, dtype: DType) -> Result<Lit, IrError> {
     let lit = s.lit();
+    crate::trace::note_value(lit);
     let v = lit.as_f64();
     match (lit, dtype) {
         (_, DType::Bool) => Ok(Lit::Bool(v != 0.0)),

@@ -102,6 +102,10 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cumsum(&self, axis: isize) -> Tensor {
+        if self.is_traced() {
+            // Its blocks and masks are cut from the axis length.
+            crate::trace::note_size_arithmetic("cumsum");
+        }
         apply("cumsum", Loc::caller(), &[self], |g, ids| {
             let x = ids[0];
             let ty = g.ty(x);

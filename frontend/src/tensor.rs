@@ -181,13 +181,19 @@ impl Tensor {
         }
     }
 
-    /// The shape (`[]` for an error tensor).
+    /// The shape (`[]` for an error tensor). In a dynamic function's body
+    /// reading it costs a check when a shape class is first traced (see
+    /// [`JitFunction::set_dynamic`](crate::JitFunction::set_dynamic)).
+    #[track_caller]
     pub fn shape(&self) -> &[usize] {
         match &self.repr {
             Repr::Concrete(a) => a.shape().dims(),
             Repr::Sim(d) => d.shape().dims(),
             Repr::Remote(r) => r.ty.shape.dims(),
-            Repr::Traced { ty, .. } => ty.shape.dims(),
+            Repr::Traced { ty, .. } => {
+                crate::trace::note_size_read("shape", Loc::caller());
+                ty.shape.dims()
+            }
             Repr::Error(_) => &[],
         }
     }
@@ -197,14 +203,19 @@ impl Tensor {
         self.ty().map_or(DType::F32, |t| t.dtype)
     }
 
-    /// Number of elements.
+    /// Number of elements (a size read, as [`shape`](Self::shape) is).
+    #[track_caller]
     pub fn numel(&self) -> usize {
+        if self.is_traced() {
+            crate::trace::note_size_read("numel", Loc::caller());
+        }
         self.ty().map_or(0, |t| t.shape.numel())
     }
 
-    /// Number of dimensions.
+    /// Number of dimensions (`0` for an error tensor; the same at every
+    /// size of a shape class, so not a size read).
     pub fn rank(&self) -> usize {
-        self.shape().len()
+        self.ty().map_or(0, |t| t.shape.rank())
     }
 
     /// True while this tensor is a symbolic value inside a jit trace.

@@ -6,11 +6,19 @@
 //! The state is thread-local on purpose: tracing runs the user's body on the
 //! calling thread, and a traced `Tensor` holds only ids, which keeps
 //! `Tensor: Send + Sync` without locks on the op path.
+//!
+//! While a dynamic function traces a new shape class at stand-in sizes, a
+//! second thread-local, the [`ProbeGuard`]'s watch, notes the first thing
+//! the body does that the stand-in reading cannot be trusted with: a size
+//! read by the body, a literal that is a multiple of a stand-in, or a
+//! library op that computes or branches on a size. A trace with none is
+//! used at every size of the class as it stands; one with any is first
+//! checked against a trace at the call's own sizes.
 
 use crate::error::{Error, Loc};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tilejit_ir::Graph;
+use tilejit_ir::{Graph, Lit};
 
 pub(crate) struct TraceState {
     pub id: u64,
@@ -92,4 +100,101 @@ impl Drop for TraceGuard {
             CURRENT.with(|c| c.borrow_mut().take());
         }
     }
+}
+
+/// The watch of a trace at stand-in sizes: the class's symbol count, and
+/// the first reason its reading needs a check (`None` while it needs none).
+struct Probe {
+    symbols: usize,
+    unsure: Option<String>,
+}
+
+thread_local! {
+    static PROBE: RefCell<Option<Probe>> = const { RefCell::new(None) };
+}
+
+/// Watches a trace at the stand-in sizes of `symbols` symbols (see the
+/// module docs); dropped unfinished, it stops watching.
+pub(crate) struct ProbeGuard {
+    outer: Option<Probe>,
+}
+
+impl ProbeGuard {
+    pub fn start(symbols: usize) -> ProbeGuard {
+        let probe = Probe {
+            symbols,
+            unsure: None,
+        };
+        ProbeGuard {
+            outer: PROBE.with(|p| p.borrow_mut().replace(probe)),
+        }
+    }
+
+    /// Stops watching: why the trace needs a check, or `None`.
+    pub fn finish(mut self) -> Option<String> {
+        let outer = self.outer.take();
+        PROBE
+            .with(|p| std::mem::replace(&mut *p.borrow_mut(), outer))
+            .and_then(|p| p.unsure)
+    }
+}
+
+impl Drop for ProbeGuard {
+    fn drop(&mut self) {
+        let outer = self.outer.take();
+        PROBE.with(|p| *p.borrow_mut() = outer);
+    }
+}
+
+/// Notes why the watched trace needs a check, if one is watched (the
+/// first reason is kept). `why` gets the class's symbol count and says
+/// `None` when there is nothing to note.
+fn note(why: impl FnOnce(usize) -> Option<String>) {
+    PROBE.with(|p| {
+        if let Some(p) = p.borrow_mut().as_mut() {
+            if p.unsure.is_none() {
+                p.unsure = why(p.symbols);
+            }
+        }
+    })
+}
+
+/// The body read a traced tensor's sizes (`what`, at `location`): what
+/// it computes from them is out of sight.
+pub(crate) fn note_size_read(what: &str, location: Loc) {
+    note(|_| Some(format!("the body reads sizes (`{what}` at {location})")));
+}
+
+/// `op` was given these sizes: one that is a multiple of a stand-in
+/// would read back as a size.
+pub(crate) fn note_sizes(op: &str, sizes: impl IntoIterator<Item = usize>) {
+    note(|symbols| {
+        sizes
+            .into_iter()
+            .find(|&d| tilejit_runtime::reads_as_size(d, symbols))
+            .map(|d| format!("`{op}` is given {d}, a multiple of a stand-in size"))
+    });
+}
+
+/// A value given to the graph: one that is a multiple of a stand-in would
+/// read back as a size.
+pub(crate) fn note_value(value: Lit) {
+    note(|symbols| {
+        tilejit_runtime::value_reads_as_size(value, symbols)
+            .then(|| format!("the scalar {value} is a multiple of a stand-in size"))
+    });
+}
+
+/// Library op `op` computes or branches on a size in a way the stand-in
+/// reading cannot follow (`n - k`, a clamp, a sum check, an index dtype).
+pub(crate) fn note_size_arithmetic(op: &str) {
+    note(|_| Some(format!("`{op}` computes on sizes")));
+}
+
+/// A size `n` used as the value `lit` (a `mean` divisor): one the dtype
+/// rounds would not read back.
+pub(crate) fn note_size_value(op: &str, n: usize, lit: Lit) {
+    note(|_| {
+        (lit.as_f64() != n as f64).then(|| format!("`{op}`'s size {n} is inexact in its dtype"))
+    });
 }

@@ -8,23 +8,28 @@
 //! `(f32[n0,n1], f32[n1])`, while `(f32[10], f32[11])` is not the class of
 //! `(f32[10], f32[10])`.
 //!
-//! A new class is traced twice: at the call's own sizes (its exact graph)
-//! and at stand-in sizes, each symbol its own prime above 2^10
-//! ([`probes`]). Because the body never sees data, only sizes, every size
-//! the stand-in trace records reads back by factoring over those primes:
-//! a reshape to `[n0 * n1]` or `[n0, 64]`, a `full` of `[3 * n0]`, `mean`'s
-//! divisor `n1`. [`GenericGraph::check_against`] then evaluates that
-//! reading at the call's sizes and requires the exact graph, op for op and
-//! bit for bit: what a body computed from sizes in a way factoring cannot
-//! see (`n - 1`, `1.0 / n`, `n / 2`, a rounded `numel`, a size inside a
-//! constant tensor) differs there, and the class is traced per size, with
-//! the reason kept. Later sizes of a checked class are instantiated
-//! ([`GenericGraph::instantiate`]) without running the body, every node's
-//! type inferred again.
+//! A new class is traced at stand-in sizes, each symbol its own prime
+//! ([`probes`]: 1031, 2053, 3079, ..). Because the body never sees data,
+//! only sizes, every size the library's ops derive from the arguments'
+//! shapes reads back by factoring over those primes: a broadcast to
+//! `[n0, n1]`, a reshape to `[n0 * n1]`, `mean`'s divisor `n1`. So when
+//! the body itself read no size and gave no literal that is a multiple of
+//! a stand-in, and no op computed on a size another way (the frontend's
+//! trace watch says which), that one trace is the class's graph.
+//!
+//! Otherwise the class is also traced at the call's own sizes, and
+//! [`GenericGraph::check_against`] evaluates the stand-in reading there
+//! and requires the exact graph, op for op and bit for bit: what a body
+//! computed from sizes in a way factoring cannot see (`n - 1`, `1.0 / n`,
+//! `n / 2`, a rounded `numel`, a size inside a constant tensor) differs,
+//! and the class is traced per size, with the reason kept. Later sizes of
+//! a generic class are instantiated ([`GenericGraph::instantiate`])
+//! without running the body, every node's type inferred again.
 //!
 //! The contract, as for any tracing JIT: a dynamic body must run the same
-//! ops for every size. A branch or clamp on a size that both traces take
-//! the same way (`n.min(512)` with both sizes above 512) is not seen.
+//! ops for every size. A body that reads sizes is checked at one real size
+//! only, so a branch or clamp on a size that both traces take the same way
+//! (`n.min(512)` with both sizes above 512) is not seen.
 
 use crate::signature::{ArgSig, Signature};
 use smallvec::SmallVec;
@@ -157,18 +162,20 @@ impl fmt::Display for ShapeClass {
     }
 }
 
-/// The smallest stand-in size. Small enough that a tensor a body builds
-/// from stand-in sizes stays affordable and that f16 holds them exactly
-/// (so f16 `mean` stays generic); constants that happen to be multiples
-/// of a stand-in only cost a per-size fallback, never a wrong result
-/// (see [`GenericGraph::check_against`]).
-const PROBE_MIN: usize = 1 << 10;
+/// The spacing of the stand-in sizes: symbol `i`'s is the first prime
+/// above `(i + 1) * PROBE_STEP`. Stand-ins far apart keep a size computed
+/// by a small offset (`n1 - 2`) from reading back as another symbol (with
+/// neighbouring primes, `1033 - 2` was `n0`); small enough that a tensor a
+/// body builds from a stand-in size stays affordable. Constants that
+/// happen to be multiples of a stand-in only cost a check trace or a
+/// per-size fallback, never a wrong result.
+const PROBE_STEP: usize = 1 << 10;
 
 /// How many symbols a class may have and still be traced generically.
 pub(crate) const MAX_SYMBOLS: usize = 96;
 
-/// The stand-in sizes of `n` symbols: the first `n` primes above 2^10
-/// (at most 96).
+/// The stand-in sizes of `n` symbols (at most 96): for symbol `i`, the
+/// first prime above `(i + 1) * 1024`, so 1031, 2053, 3079, ..
 pub fn probes(n: usize) -> &'static [usize] {
     static PRIMES: OnceLock<Vec<usize>> = OnceLock::new();
     let primes = PRIMES.get_or_init(|| {
@@ -177,12 +184,24 @@ pub fn probes(n: usize) -> &'static [usize] {
                 .take_while(|d| d * d <= p)
                 .all(|d| !p.is_multiple_of(d))
         };
-        (PROBE_MIN..)
-            .filter(|&p| is_prime(p))
-            .take(MAX_SYMBOLS)
+        (1..=MAX_SYMBOLS)
+            .filter_map(|i| (i * PROBE_STEP..).find(|&p| is_prime(p)))
             .collect()
     });
     &primes[..n.min(MAX_SYMBOLS)]
+}
+
+/// Whether the size `d`, met while tracing at the stand-ins of `symbols`
+/// symbols, would read back as a size (a multiple of a stand-in) rather
+/// than as the constant it is.
+pub fn reads_as_size(d: usize, symbols: usize) -> bool {
+    !SizeExpr::decompose(d, probes(symbols)).is_const()
+}
+
+/// Whether a `full` of `value`, met while tracing at the stand-ins of
+/// `symbols` symbols, would read back as a size.
+pub fn value_reads_as_size(value: Lit, symbols: usize) -> bool {
+    value_expr(value, probes(symbols)).is_some()
 }
 
 /// A size in a traced graph, read back over the stand-ins: `coef ·
