@@ -418,7 +418,7 @@ impl JitFunction {
                     Err(e) => Err(Error::Run {
                         function: self.name.clone(),
                         location: Loc::caller(),
-                        source: e,
+                        source: *e,
                     }),
                 };
             }

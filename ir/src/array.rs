@@ -341,6 +341,20 @@ impl Array {
         })
     }
 
+    /// [`Array::new`] with its rare error boxed, for hot paths: a
+    /// `Result<Array, IrError>` is twice an array's size and is copied
+    /// about whole.
+    #[inline]
+    pub fn from_exact(shape: Shape, data: Buffer) -> Result<Array, Box<IrError>> {
+        if shape.checked_numel() == Some(data.len()) {
+            return Ok(Array {
+                ty: TensorType::new(data.dtype(), shape),
+                data: Arc::new(Storage(data)),
+            });
+        }
+        Array::new(shape, data).map_err(Box::new)
+    }
+
     /// From a vector of elements.
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Array, IrError> {
         Array::new(Shape::new(shape)?, T::into_buffer(data))

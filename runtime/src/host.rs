@@ -134,6 +134,20 @@ pub(crate) enum Store {
 }
 
 impl Store {
+    /// The storage as a buffer of its own element type (f32 stays f32).
+    #[inline]
+    fn into_buffer(self) -> Buffer {
+        match self {
+            Store::F32(v) => Buffer::F32(v),
+            Store::F64(v) => Buffer::F64(v),
+            Store::I32(v) => Buffer::I32(v),
+            Store::I64(v) => Buffer::I64(v),
+            Store::Bool(v) => Buffer::Bool(v),
+            Store::U8(v) => Buffer::U8(v),
+            Store::I8(v) => Buffer::I8(v),
+        }
+    }
+
     /// A buffer's elements as storage (f16/bf16 widened to f32, as the
     /// host computes them).
     pub(crate) fn from_buffer(b: Buffer) -> Result<Store, IrError> {
@@ -170,9 +184,15 @@ impl Store {
 /// so the page faults happen in the parallel kernel, not in a serial
 /// memset here) filling its class, for later reuse.
 fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
-    let oom = || IrError::OutOfMemory {
+    try_output_store(dtype, n).ok_or_else(|| IrError::OutOfMemory {
         bytes: n.saturating_mul(storage_bytes(dtype)),
-    };
+    })
+}
+
+/// [`output_store`], `None` when out of memory: an `IrError` is 176
+/// bytes, which the short path would otherwise copy about on success.
+#[inline]
+fn try_output_store(dtype: DType, n: usize) -> Option<Store> {
     let held = match dtype {
         DType::F32 | DType::F16 | DType::BF16 => DType::F32,
         d => d,
@@ -186,24 +206,24 @@ fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
     };
     if let Some(b) = reused {
         match b {
-            Buffer::F32(v) => return Ok(Store::F32(v)),
-            Buffer::F64(v) => return Ok(Store::F64(v)),
-            Buffer::I32(v) => return Ok(Store::I32(v)),
-            Buffer::I64(v) => return Ok(Store::I64(v)),
-            Buffer::Bool(v) => return Ok(Store::Bool(v)),
-            Buffer::U8(v) => return Ok(Store::U8(v)),
-            Buffer::I8(v) => return Ok(Store::I8(v)),
+            Buffer::F32(v) => return Some(Store::F32(v)),
+            Buffer::F64(v) => return Some(Store::F64(v)),
+            Buffer::I32(v) => return Some(Store::I32(v)),
+            Buffer::I64(v) => return Some(Store::I64(v)),
+            Buffer::Bool(v) => return Some(Store::Bool(v)),
+            Buffer::U8(v) => return Some(Store::U8(v)),
+            Buffer::I8(v) => return Some(Store::I8(v)),
             _ => {}
         }
     }
-    Ok(match held {
-        DType::F64 => Store::F64(class_vec(held, n).ok_or_else(oom)?),
-        DType::I32 => Store::I32(class_vec(held, n).ok_or_else(oom)?),
-        DType::I64 => Store::I64(class_vec(held, n).ok_or_else(oom)?),
-        DType::Bool => Store::Bool(class_vec(held, n).ok_or_else(oom)?),
-        DType::U8 => Store::U8(class_vec(held, n).ok_or_else(oom)?),
-        DType::I8 => Store::I8(class_vec(held, n).ok_or_else(oom)?),
-        _ => Store::F32(class_vec(held, n).ok_or_else(oom)?),
+    Some(match held {
+        DType::F64 => Store::F64(class_vec(held, n)?),
+        DType::I32 => Store::I32(class_vec(held, n)?),
+        DType::I64 => Store::I64(class_vec(held, n)?),
+        DType::Bool => Store::Bool(class_vec(held, n)?),
+        DType::U8 => Store::U8(class_vec(held, n)?),
+        DType::I8 => Store::I8(class_vec(held, n)?),
+        _ => Store::F32(class_vec(held, n)?),
     })
 }
 
@@ -333,6 +353,12 @@ fn slot_for(buf: &Buffer) -> Result<Slot<'_>, IrError> {
     })
 }
 
+/// A short-path error, boxed (cold: built only when a call fails).
+#[cold]
+fn tiny_error(e: IrError) -> Box<RuntimeError> {
+    Box::new(e.into())
+}
+
 /// A result's storage as a buffer of its dtype (f16/bf16 narrowed from f32).
 fn to_buffer(store: Store, dtype: DType) -> Result<Buffer, IrError> {
     Ok(match (store, dtype) {
@@ -346,13 +372,7 @@ fn to_buffer(store: Store, dtype: DType) -> Result<Buffer, IrError> {
             recycle([Slot::Owned(Store::F32(v))]);
             b
         }
-        (Store::F32(v), _) => Buffer::F32(v),
-        (Store::F64(v), _) => Buffer::F64(v),
-        (Store::I32(v), _) => Buffer::I32(v),
-        (Store::I64(v), _) => Buffer::I64(v),
-        (Store::Bool(v), _) => Buffer::Bool(v),
-        (Store::U8(v), _) => Buffer::U8(v),
-        (Store::I8(v), _) => Buffer::I8(v),
+        (store, _) => store.into_buffer(),
     })
 }
 
@@ -494,7 +514,7 @@ impl HostProgram {
     /// active (they need the general path), else what
     /// [`HostProgram::run`] would return, as one array.
     #[inline]
-    pub fn run_one(&self, inputs: &[&Array]) -> Option<Result<Array, RuntimeError>> {
+    pub fn run_one(&self, inputs: &[&Array]) -> Option<Result<Array, Box<RuntimeError>>> {
         let t = self.tiny.as_ref()?;
         if crate::hooks::any() || crate::cancel::any() {
             return None;
@@ -502,16 +522,27 @@ impl HostProgram {
         Some(self.run_tiny(t, inputs))
     }
 
-    fn run_tiny(&self, t: &Tiny, inputs: &[&Array]) -> Result<Array, RuntimeError> {
+    /// The short way (see [`run_one`](Self::run_one)). Its rare errors are
+    /// boxed and built out of line: a `Result` with a 176-byte error inline
+    /// was copied whole (`memcpy`) between calls on every success.
+    fn run_tiny(&self, t: &Tiny, inputs: &[&Array]) -> Result<Array, Box<RuntimeError>> {
         let want = &self.prog.inputs;
         if inputs.len() != want.len() || !inputs.iter().zip(want).all(|(a, w)| a.has_type(w)) {
-            interp::check_arguments(want, 0, inputs, &[])?;
+            if let Err(e) = interp::check_arguments(want, 0, inputs, &[]) {
+                return Err(Box::new(e.into()));
+            }
         }
         let code = &self.code[0];
-        let fixed = self.fixed_args[0]
-            .as_ref()
-            .ok_or_else(|| IrError::Verify("a tiny plan without checked args".into()))?;
-        let mut out = output_store(t.out_dtype, t.numel)?;
+        let Some(fixed) = self.fixed_args[0].as_ref() else {
+            return Err(tiny_error(IrError::Verify(
+                "a tiny plan without checked args".into(),
+            )));
+        };
+        let Some(mut out) = try_output_store(t.out_dtype, t.numel) else {
+            return Err(tiny_error(IrError::OutOfMemory {
+                bytes: t.numel.saturating_mul(storage_bytes(t.out_dtype)),
+            }));
+        };
         {
             let mut bufs: SmallVec<[BufArg<'_>; 8]> = SmallVec::new();
             for l in &t.locals {
@@ -524,11 +555,15 @@ impl HostProgram {
             }
             bufs[t.out_at] = store_arg(&mut out);
             code.launches.fetch_add(1, Ordering::Relaxed);
-            code.code
-                .call_checked(&mut bufs, fixed, 0, t.units)
-                .map_err(|e| kernel_error(e.into(), None))?;
+            if let Err(e) = code.code.call_checked(&mut bufs, fixed, 0, t.units) {
+                return Err(Box::new(kernel_error(e.into(), None)));
+            }
         }
-        Ok(Array::new(t.ret, to_buffer(out, t.out_dtype)?)?)
+        // `Tiny::plan` takes no halves: the storage is the output's buffer.
+        match Array::from_exact(t.ret, out.into_buffer()) {
+            Ok(a) => Ok(a),
+            Err(e) => Err(tiny_error(*e)),
+        }
     }
 
     /// [`HostProgram::run`], with some kernels placed on the Sim device

@@ -142,7 +142,7 @@ impl Program {
     /// [`HostProgram::run_one`]: a one-kernel program the short way, or
     /// `None` (then call [`Program::run`]).
     #[inline]
-    pub fn run_one(&self, inputs: &[&Array]) -> Option<Result<Array, RuntimeError>> {
+    pub fn run_one(&self, inputs: &[&Array]) -> Option<Result<Array, Box<RuntimeError>>> {
         self.host.run_one(inputs)
     }
 
