@@ -39,7 +39,11 @@ pub struct Tensor {
     pub(crate) weak: bool,
 }
 
+/// A word-sized tag keeps every payload 8-aligned: with a 4-byte tag (a
+/// `NodeId` packed beside it) a tensor was copied from offset 4, each
+/// 16-byte load straddling two earlier stores, a stall per load (W6).
 #[derive(Clone)]
+#[repr(u64)]
 pub(crate) enum Repr {
     Concrete(Array),
     Traced {

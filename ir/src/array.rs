@@ -190,7 +190,13 @@ impl Buffer {
     /// Bytes of storage held: the vector's capacity, which can exceed its
     /// length (fresh big buffers are padded to whole huge pages).
     pub fn allocated_bytes(&self) -> usize {
-        let elems = match self {
+        self.capacity() * self.dtype().size_bytes()
+    }
+
+    /// How many elements its allocation holds.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        match self {
             Buffer::F32(v) => v.capacity(),
             Buffer::F64(v) => v.capacity(),
             Buffer::F16(v) => v.capacity(),
@@ -200,8 +206,7 @@ impl Buffer {
             Buffer::Bool(v) => v.capacity(),
             Buffer::U8(v) => v.capacity(),
             Buffer::I8(v) => v.capacity(),
-        };
-        elems * self.dtype().size_bytes()
+        }
     }
 
     /// True if there are no elements.

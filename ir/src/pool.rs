@@ -302,7 +302,7 @@ thread_local! {
 #[inline]
 pub fn take_small(dtype: DType, len: usize) -> Option<Buffer> {
     let fits = |b: &Buffer| {
-        let cap = b.allocated_bytes() / dtype.size_bytes();
+        let cap = b.capacity();
         b.dtype() == dtype && cap >= len && cap <= len + len / 4 + 16
     };
     let mut b = SMALL
@@ -313,7 +313,11 @@ pub fn take_small(dtype: DType, len: usize) -> Option<Buffer> {
         })
         .ok()
         .flatten()?;
-    set_len(&mut b, len);
+    // Usually it held `len` already: then nothing is written (a write
+    // through `&mut` before the buffer is moved on stalled its reload).
+    if b.len() != len {
+        set_len(&mut b, len);
+    }
     if cfg!(debug_assertions) {
         poison(&mut b);
     }

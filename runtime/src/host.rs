@@ -191,7 +191,9 @@ fn output_store(dtype: DType, n: usize) -> Result<Store, IrError> {
 
 /// [`output_store`], `None` when out of memory: an `IrError` is 176
 /// bytes, which the short path would otherwise copy about on success.
-#[inline]
+/// Always inlined: returned through memory, the store was written in
+/// halves and read back whole, a stall on every call (W6).
+#[inline(always)]
 fn try_output_store(dtype: DType, n: usize) -> Option<Store> {
     let held = match dtype {
         DType::F32 | DType::F16 | DType::BF16 => DType::F32,

@@ -39,9 +39,20 @@ const WARM_UP_GRAPH: &str = "graph {
 /// rayon pool, unless `TILEJIT_WARMUP=0`. This starts rayon's global pool:
 /// a program that configures it (`ThreadPoolBuilder::build_global`) does so
 /// before its first tensor.
+#[inline]
 pub fn warm_up() {
     static STARTED: std::sync::Once = std::sync::Once::new();
-    STARTED.call_once(|| {
+    // Inlined as one load: every new tensor passes here, and a call in
+    // the middle of building one spilled it to the stack and back.
+    if !STARTED.is_completed() {
+        start_warm_up(&STARTED);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn start_warm_up(started: &std::sync::Once) {
+    started.call_once(|| {
         if !tilejit_ir::config::config().warmup {
             return;
         }
