@@ -149,7 +149,10 @@ impl fmt::Display for Tensor {
                 Ok(a) => write_array(f, &a),
                 Err(e) => write!(f, "Tensor(remote {}, unreadable: {})", r.ty, e.message()),
             },
-            Repr::Traced { ty, node, .. } => write!(f, "Tensor(traced {ty}, node {node})"),
+            Repr::Traced { ty, node, trace } => {
+                crate::trace::note_size_read(*trace, "Display", None);
+                write!(f, "Tensor(traced {ty}, node {node})")
+            }
             Repr::Error(e) => write!(f, "Tensor(error: {e})"),
         }
     }

@@ -510,10 +510,12 @@ impl Tensor {
             let a = shape.axis(axis)?;
             let sum = g.add(Op::Reduce(ReduceOp::Sum, x, Axes::from_axes(&[a])))?;
             let ty = g.ty(sum);
-            // f16 and bf16 round most sizes: the divisor is an f32 cast
-            // to them, so it reads back as the size in a dynamic trace.
+            // f16 and bf16 round most sizes: the divisor is an f64 cast
+            // to them (one rounding, as before), so it reads back as the
+            // size in a dynamic trace. (Through f32 it rounded twice past
+            // 2^24.)
             let wide = match ty.dtype {
-                DType::F16 | DType::BF16 => DType::F32,
+                DType::F16 | DType::BF16 => DType::F64,
                 d => d,
             };
             let value = tilejit_ir::Lit::from_f64(shape[a] as f64, wide);

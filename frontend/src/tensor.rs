@@ -194,8 +194,8 @@ impl Tensor {
             Repr::Concrete(a) => a.shape().dims(),
             Repr::Sim(d) => d.shape().dims(),
             Repr::Remote(r) => r.ty.shape.dims(),
-            Repr::Traced { ty, .. } => {
-                crate::trace::note_size_read("shape", Loc::caller());
+            Repr::Traced { ty, trace, .. } => {
+                trace::note_size_read(*trace, "shape", Some(Loc::caller()));
                 ty.shape.dims()
             }
             Repr::Error(_) => &[],
@@ -210,8 +210,8 @@ impl Tensor {
     /// Number of elements (a size read, as [`shape`](Self::shape) is).
     #[track_caller]
     pub fn numel(&self) -> usize {
-        if self.is_traced() {
-            crate::trace::note_size_read("numel", Loc::caller());
+        if let Repr::Traced { trace, .. } = self.repr {
+            trace::note_size_read(trace, "numel", Some(Loc::caller()));
         }
         self.ty().map_or(0, |t| t.shape.numel())
     }

@@ -13,7 +13,9 @@
 //! read by the body, a literal that is a multiple of a stand-in, or a
 //! library op that computes or branches on a size. A trace with none is
 //! used at every size of the class as it stands; one with any is first
-//! checked against a trace at the call's own sizes.
+//! checked against a trace at the call's own sizes. Size reads on another
+//! thread (a body's scoped threads) are counted process-wide instead, and
+//! a watch that saw the count move is unsure too.
 
 use crate::error::{Error, Loc};
 use std::cell::RefCell;
@@ -113,10 +115,17 @@ thread_local! {
     static PROBE: RefCell<Option<Probe>> = const { RefCell::new(None) };
 }
 
+/// Size reads of traced tensors made on a thread that is not tracing them
+/// (a body's scoped threads): the thread-local watch cannot see those, so
+/// a watch compares this count at its start and finish.
+static OFF_THREAD_READS: AtomicU64 = AtomicU64::new(0);
+
 /// Watches a trace at the stand-in sizes of `symbols` symbols (see the
 /// module docs); dropped unfinished, it stops watching.
 pub(crate) struct ProbeGuard {
     outer: Option<Probe>,
+    off_thread_reads: u64,
+    finished: bool,
 }
 
 impl ProbeGuard {
@@ -127,22 +136,29 @@ impl ProbeGuard {
         };
         ProbeGuard {
             outer: PROBE.with(|p| p.borrow_mut().replace(probe)),
+            off_thread_reads: OFF_THREAD_READS.load(Ordering::SeqCst),
+            finished: false,
         }
     }
 
     /// Stops watching: why the trace needs a check, or `None`.
     pub fn finish(mut self) -> Option<String> {
+        self.finished = true;
         let outer = self.outer.take();
-        PROBE
+        let unsure = PROBE
             .with(|p| std::mem::replace(&mut *p.borrow_mut(), outer))
-            .and_then(|p| p.unsure)
+            .and_then(|p| p.unsure);
+        let off_thread = OFF_THREAD_READS.load(Ordering::SeqCst) != self.off_thread_reads;
+        unsure.or_else(|| off_thread.then(|| "the body read sizes on another thread".into()))
     }
 }
 
 impl Drop for ProbeGuard {
     fn drop(&mut self) {
-        let outer = self.outer.take();
-        PROBE.with(|p| *p.borrow_mut() = outer);
+        if !self.finished {
+            let outer = self.outer.take();
+            PROBE.with(|p| *p.borrow_mut() = outer);
+        }
     }
 }
 
@@ -159,10 +175,24 @@ fn note(why: impl FnOnce(usize) -> Option<String>) {
     })
 }
 
-/// The body read a traced tensor's sizes (`what`, at `location`): what
-/// it computes from them is out of sight.
-pub(crate) fn note_size_read(what: &str, location: Loc) {
-    note(|_| Some(format!("the body reads sizes (`{what}` at {location})")));
+/// The body read the sizes of a tensor of trace `trace` (`what`, at
+/// `location`): what it computes from them is out of sight.
+pub(crate) fn note_size_read(trace: u64, what: &str, location: Option<Loc>) {
+    // On the thread tracing it (its state borrowed: inside an op there).
+    let here = CURRENT.with(|c| {
+        c.try_borrow()
+            .map_or(true, |s| s.as_ref().is_some_and(|s| s.id == trace))
+    });
+    if !here {
+        OFF_THREAD_READS.fetch_add(1, Ordering::SeqCst);
+        return;
+    }
+    note(|_| {
+        Some(match location {
+            Some(at) => format!("the body reads sizes (`{what}` at {at})"),
+            None => format!("the body reads sizes (`{what}`)"),
+        })
+    });
 }
 
 /// `op` was given these sizes: one that is a multiple of a stand-in

@@ -175,7 +175,10 @@ const PROBE_STEP: usize = 1 << 10;
 pub(crate) const MAX_SYMBOLS: usize = 96;
 
 /// The stand-in sizes of `n` symbols (at most 96): for symbol `i`, the
-/// first prime above `(i + 1) * 1024`, so 1031, 2053, 3079, ..
+/// first prime above `(i + 1) * 1024`, so 1031, 2053, 3079, .. A tensor
+/// whose dims are many distinct late symbols can overflow at these sizes
+/// (six of them, or four past the 40th symbol); its class is then traced
+/// per size, still correct.
 pub fn probes(n: usize) -> &'static [usize] {
     static PRIMES: OnceLock<Vec<usize>> = OnceLock::new();
     let primes = PRIMES.get_or_init(|| {

@@ -384,11 +384,22 @@ mod size_arithmetic {
         .cast(DType::BF16)
         .mean(-1, false)
         .cast(DType::F32));
+    // f16 rounds 4123 to 4124, four stand-ins; what the graph holds counts.
+    both!(f16_literal, f16_literal_exact, |x| (x.cast(DType::F16)
+        * 4123.0)
+        .cast(DType::F32));
+    // Sizes read where the watch cannot see: on another thread, or as text.
+    both!(off_thread, off_thread_exact, |x| {
+        let n = std::thread::scope(|s| s.spawn(|| x.shape()[1]).join().unwrap());
+        x * ((n - 1) as f64)
+    });
+    both!(as_text, as_text_exact, |x| x
+        * (format!("{x}").len() as f64));
 
     #[test]
     fn one_trace_is_trusted_only_when_the_body_gave_it_no_reason_to_doubt() {
         type F = fn(&Tensor) -> tilejit::Result<Tensor>;
-        let cases: [(&tilejit::JitFunction, F, F, Option<&str>); 4] = [
+        let cases: [(&tilejit::JitFunction, F, F, Option<&str>); 7] = [
             (
                 literal_value::jit(),
                 literal_value,
@@ -408,6 +419,19 @@ mod size_arithmetic {
                 Some("`slice` computes on sizes"),
             ),
             (bf16_mean::jit(), bf16_mean, bf16_mean_exact, None),
+            (
+                f16_literal::jit(),
+                f16_literal,
+                f16_literal_exact,
+                Some("the scalar 4124"),
+            ),
+            (
+                off_thread::jit(),
+                off_thread,
+                off_thread_exact,
+                Some("on another thread"),
+            ),
+            (as_text::jit(), as_text, as_text_exact, Some("`Display`")),
         ];
         for (f, dynamic, exact, reason) in cases {
             let name = f.name();
