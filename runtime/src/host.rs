@@ -257,15 +257,7 @@ pub(crate) fn recycle<'a>(slots: impl IntoIterator<Item = Slot<'a>>) {
             if matches!(&store, Store::Bool(v) if v.capacity() == 0) {
                 continue;
             }
-            pool().give(match store {
-                Store::F32(v) => Buffer::F32(v),
-                Store::F64(v) => Buffer::F64(v),
-                Store::I32(v) => Buffer::I32(v),
-                Store::I64(v) => Buffer::I64(v),
-                Store::Bool(v) => Buffer::Bool(v),
-                Store::U8(v) => Buffer::U8(v),
-                Store::I8(v) => Buffer::I8(v),
-            });
+            pool().give(store.into_buffer());
         }
     }
 }
