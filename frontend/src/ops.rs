@@ -511,15 +511,14 @@ impl Tensor {
             let sum = g.add(Op::Reduce(ReduceOp::Sum, x, Axes::from_axes(&[a])))?;
             let ty = g.ty(sum);
             // f16 and bf16 round most sizes: the divisor is an f64 cast
-            // to them (one rounding, as before), so it reads back as the
-            // size in a dynamic trace. (Through f32 it rounded twice past
-            // 2^24.)
+            // to them (one rounding, as before), so it holds the size
+            // exactly and a dynamic trace reads it back. (Through f32 it
+            // rounded twice past 2^24.)
             let wide = match ty.dtype {
                 DType::F16 | DType::BF16 => DType::F64,
                 d => d,
             };
             let value = tilejit_ir::Lit::from_f64(shape[a] as f64, wide);
-            trace::note_size_value("mean", shape[a], value);
             let mut n = g.add(Op::Full {
                 value,
                 ty: tilejit_ir::TensorType::new(wide, ty.shape),

@@ -220,11 +220,3 @@ pub(crate) fn note_value(value: Lit) {
 pub(crate) fn note_size_arithmetic(op: &str) {
     note(|_| Some(format!("`{op}` computes on sizes")));
 }
-
-/// A size `n` used as the value `lit` (a `mean` divisor): one the dtype
-/// rounds would not read back.
-pub(crate) fn note_size_value(op: &str, n: usize, lit: Lit) {
-    note(|_| {
-        (lit.as_f64() != n as f64).then(|| format!("`{op}`'s size {n} is inexact in its dtype"))
-    });
-}
