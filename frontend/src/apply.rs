@@ -46,6 +46,12 @@ fn apply_traced(
     operands: &[&Tensor],
     build: impl FnOnce(&mut Graph, &[NodeId]) -> Result<NodeId, IrError>,
 ) -> Tensor {
+    if trace::doomed() {
+        return Tensor::from_error(Error::Runtime(tilejit_runtime::RuntimeError::Stopped {
+            what: format!("`{op}` in a stand-in trace"),
+            why: "was skipped: a size read before it is pinned, so the body is traced again".into(),
+        }));
+    }
     let result = trace::with(|state| {
         let Some(state) = state else {
             return Err(Error::ForeignTrace { op, location });

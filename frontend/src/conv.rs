@@ -90,10 +90,8 @@ fn pool(
     reduce: ReduceOp,
     location: Loc,
 ) -> Tensor {
-    if t.is_traced() {
-        // Its output size is `(h - kernel) / stride + 1`.
-        crate::trace::note_size_arithmetic(op);
-    }
+    // Its output size is `(h - kernel) / stride + 1`.
+    crate::trace::note_shape_arithmetic(op, t, None);
     apply(op, location, &[t], |g, ids| {
         image(op, g, ids[0])?;
         let dtype = g.ty(ids[0]).dtype;
@@ -134,9 +132,8 @@ impl Tensor {
     /// be traced per size.
     #[track_caller]
     pub fn conv2d(&self, weight: &Tensor, stride: usize, padding: usize) -> Tensor {
-        if self.is_traced() || weight.is_traced() {
-            crate::trace::note_size_arithmetic("conv2d");
-        }
+        crate::trace::note_shape_arithmetic("conv2d", self, None);
+        crate::trace::note_shape_arithmetic("conv2d", weight, None);
         apply("conv2d", Loc::caller(), &[self, weight], |g, ids| {
             let (x, w) = (ids[0], ids[1]);
             image("conv2d", g, x)?;

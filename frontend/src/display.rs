@@ -150,7 +150,7 @@ impl fmt::Display for Tensor {
                 Err(e) => write!(f, "Tensor(remote {}, unreadable: {})", r.ty, e.message()),
             },
             Repr::Traced { ty, node, trace } => {
-                crate::trace::note_size_read(*trace, "Display", None);
+                crate::trace::note_size_read(*trace, "Display", ty.shape.dims(), None);
                 write!(f, "Tensor(traced {ty}, node {node})")
             }
             Repr::Error(e) => write!(f, "Tensor(error: {e})"),

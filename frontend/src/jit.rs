@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use tilejit_ir::{Array, Graph, Lit, Op};
 use tilejit_runtime::{
     panic_message, ArgSig, GenericGraph, HandlerCache, HandlerStats, Mark, Program, ShapeClass,
-    Signature,
+    Signature, Standin,
 };
 
 /// A traced body: receives the arguments as trace values, returns outputs.
@@ -124,12 +124,31 @@ pub struct DebugStats {
     pub compiles: u64,
 }
 
-/// A shape class's generic trace, or why it has none.
-type ClassEntry = Arc<std::result::Result<GenericGraph, String>>;
+/// What a function knows of one shape class: its graphs, each serving
+/// the sizes that fit its pinned symbols, or why it is traced per size.
+#[derive(Default)]
+struct ClassEntry {
+    graphs: Vec<Arc<GenericGraph>>,
+    per_size: Option<String>,
+}
 
 /// Shape classes a function remembers (cleared when full: a class costs
 /// two traces to relearn).
 const MAX_CLASSES: usize = 256;
+
+/// Graphs a class keeps for different values of its pinned symbols; past
+/// this the class is traced per size.
+const MAX_PINNINGS: usize = 64;
+
+/// Where a dynamic call's graph comes from.
+enum ClassLookup {
+    /// A graph of the class fits these sizes.
+    Fits(Arc<GenericGraph>),
+    /// The class is traced per size.
+    PerSize,
+    /// None fits: learn one, pinning at least these symbols.
+    Learn(Vec<Option<usize>>),
+}
 
 /// What [`JitFunction::load_snapshot`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,13 +211,13 @@ impl JitFunction {
     /// [`ShapeClass`] (same dtypes and ranks, same dims 0 or 1, same dims
     /// equal to each other) does not trace: the class's trace is
     /// instantiated at the new sizes and compiled, and its kernels come
-    /// from the kernel cache. A new class is traced once, at stand-in
-    /// sizes; a body that reads sizes (`shape()`, `numel()`), gives a
-    /// literal that is a multiple of a stand-in, or uses an op that
-    /// computes on sizes (`slice` from the end, `split`, `conv2d`, ..) is
-    /// also traced at the call's sizes, and the two must agree (see
-    /// [`ShapeClass`]). The body must run the same ops for every size (not
-    /// branch on sizes).
+    /// from the kernel cache. A new class is traced twice, at two sets of
+    /// stand-in sizes, and the two graphs read side by side: what differs
+    /// is a size (see [`ShapeClass`]). A dynamic function never returns
+    /// what an exact trace would not: sizes the body reads (`shape()`,
+    /// `numel()`) or an op computes on (`slice` from the end, `split`,
+    /// `conv2d`, ..) are guards, their symbols pinned to the call's values,
+    /// so the graph serves only sizes that agree on them.
     /// What cannot be generic is traced per size, and `TILEJIT_LOG=trace`
     /// and [`shape_classes`](Self::shape_classes) say why. A frozen
     /// dynamic function still compiles new sizes of the classes it knows.
@@ -214,8 +233,8 @@ impl JitFunction {
     ///     bias_relu(&Tensor::ones(&[4, n], DType::F32), &Tensor::ones(&[n], DType::F32))?;
     /// }
     /// let f = bias_relu::jit();
-    /// // One trace (at stand-in sizes: the body reads none); later sizes never.
-    /// assert_eq!((f.stats().traces, f.stats().builds), (1, 3));
+    /// // Two traces (at stand-in sizes: the body reads none); later sizes never.
+    /// assert_eq!((f.stats().traces, f.stats().builds), (2, 3));
     /// // Every dim other than 0 and 1 is a size symbol; equal dims share one.
     /// assert_eq!(f.shape_classes()[0].0.to_string(), "(f32[n0,n1], f32[n1])");
     /// # Ok::<(), tilejit::Error>(())
@@ -246,7 +265,10 @@ impl JitFunction {
             .map(|(c, e)| {
                 (
                     c.clone(),
-                    e.as_ref().as_ref().map(|_| ()).map_err(Clone::clone),
+                    match &e.per_size {
+                        Some(why) => Err(why.clone()),
+                        None => Ok(()),
+                    },
                 )
             })
             .collect();
@@ -786,12 +808,11 @@ impl JitFunction {
         };
         // New sizes of a class with a generic trace need no trace: frozen
         // or not, they compile (from cached kernels).
-        if self.is_dynamic()
-            && self
-                .class(&ShapeClass::of(sig).0)
-                .is_some_and(|c| c.is_ok())
-        {
-            return Ok(());
+        if self.is_dynamic() {
+            let (class, sizes) = ShapeClass::of(sig);
+            if let ClassLookup::Fits(_) = self.lookup_class(&class, &sizes) {
+                return Ok(());
+            }
         }
         if self.frozen.load(Ordering::Relaxed) {
             return Err(Error::Frozen {
@@ -872,13 +893,10 @@ impl JitFunction {
     }
 
     /// A dynamic function's graph for `sig`, with the values of the params
-    /// it added for sizes: its class's trace instantiated at `sig`'s sizes
-    /// when the class is generic, else an exact trace (why is logged under
-    /// `TILEJIT_LOG=trace`). A new class is traced at stand-in sizes; that
-    /// one trace serves every size unless the body did something its
-    /// reading cannot be trusted with ([`trace::ProbeGuard`]), and then it
-    /// must agree with a trace at `sig`'s own sizes
-    /// ([`GenericGraph::check_against`]).
+    /// it added for sizes: a graph of its class that fits `sig`'s sizes,
+    /// instantiated, when there is one or one can be learnt
+    /// ([`learn_class`](Self::learn_class)); else an exact trace (why is
+    /// logged under `TILEJIT_LOG=trace`).
     fn dynamic_graph(
         &self,
         sig: &Signature,
@@ -899,80 +917,57 @@ impl JitFunction {
                 true => Err(Error::Frozen {
                     function: self.name.clone(),
                     signature: sig.to_string(),
-                    nearest: format!("class {class} has no generic trace"),
+                    nearest: format!("class {class} has no generic trace for these sizes"),
                 }),
                 false => Ok(()),
             }
         };
-        let entry = match self.class(&class) {
-            Some(entry) => entry,
-            None => {
+        let graph = match self.lookup_class(&class, &sizes) {
+            ClassLookup::Fits(g) => {
+                // No user code runs for this build: callers waiting on it
+                // wait for the compile, not `TRACE_WAIT`.
+                tilejit_runtime::user_code_done();
+                Some((g, false))
+            }
+            ClassLookup::PerSize => None,
+            ClassLookup::Learn(pinned) => {
                 no_trace()?;
-                let (probed, unsure) = match class.probe_signature() {
-                    Ok(probe) => {
-                        let watch = trace::ProbeGuard::start(class.symbols());
-                        let traced = self.trace(&probe, args, body);
-                        let unsure = watch.finish();
-                        let generic = traced
-                            .map_err(|e| format!("at stand-in sizes: {e}"))
-                            .and_then(|g| GenericGraph::new(&class, g));
-                        (generic, unsure)
-                    }
-                    Err(why) => (Err(why), None),
+                let learnt = match self.learn_class(&class, &sizes, pinned, args, body) {
+                    Ok(g) => Ok(g),
+                    // A class whose exact trace fails too is not kept: the
+                    // next call of it traces again, as an exact function's.
+                    Err(why) => Err((why, self.trace(sig, args, body)?)),
                 };
-                // This call's own trace, unless the stand-in one is trusted:
-                // the class's check, this call's graph if the class cannot
-                // be generic, and an error in it is the call's.
-                let mut exact = None;
-                let generic = match (probed, unsure) {
-                    (Ok(g), None) => Ok(g),
-                    (probed, unsure) => {
-                        let e = self.trace(sig, args, body)?;
-                        let checked = probed.and_then(|g| {
-                            g.check_against(&e, &sizes)
-                                .map(|()| g)
-                                .map_err(|why| match &unsure {
-                                    Some(u) => format!("{why} ({u})"),
-                                    None => why,
-                                })
-                        });
-                        exact = Some(e);
-                        checked
-                    }
-                };
-                let entry = {
-                    let mut classes = self.classes.lock().unwrap_or_else(|p| p.into_inner());
-                    if classes.len() >= MAX_CLASSES {
-                        classes.clear();
-                    }
-                    classes
-                        .entry(class.clone())
-                        .or_insert_with(|| Arc::new(generic))
-                        .clone()
-                };
-                match &*entry {
-                    Ok(_) => say(&format!("class {class} traced: later sizes need no trace")),
-                    Err(why) => say(&format!("class {class} is traced per size: {why}")),
+                let mut classes = self.classes.lock().unwrap_or_else(|p| p.into_inner());
+                if classes.len() >= MAX_CLASSES && !classes.contains_key(&class) {
+                    classes.clear();
                 }
-                // All sizes of a generic class run its instantiation, so
-                // they share kernels; else this call's exact graph.
-                if let Ok(Ok(instance)) = entry.as_ref().as_ref().map(|g| g.instantiate(&sizes)) {
-                    return Ok(instance);
+                let entry = classes.entry(class.clone()).or_default();
+                match learnt {
+                    Ok(g) => {
+                        let g = Arc::new(g);
+                        say(&format!("class {class} traced{}", pins_note(g.pinned())));
+                        if entry.graphs.len() >= MAX_PINNINGS {
+                            entry.per_size = Some(format!(
+                                "more than {MAX_PINNINGS} values of the sizes the body reads"
+                            ));
+                        } else {
+                            entry.graphs.push(g.clone());
+                        }
+                        Some((g, true))
+                    }
+                    Err((why, exact)) => {
+                        say(&format!("class {class} is traced per size: {why}"));
+                        entry.per_size.get_or_insert(why);
+                        return Ok((exact, Vec::new()));
+                    }
                 }
-                let exact = match exact {
-                    Some(e) => e,
-                    None => self.trace(sig, args, body)?,
-                };
-                return Ok((exact, Vec::new()));
             }
         };
-        if let Ok(g) = &*entry {
+        if let Some((g, _new)) = graph {
             match g.instantiate(&sizes) {
                 Ok(instance) => {
-                    say(&format!("a new size of class {class}: no trace"));
-                    // No user code runs for this build: callers waiting on
-                    // it wait for the compile, not `TRACE_WAIT`.
-                    tilejit_runtime::user_code_done();
+                    say(&format!("a size of class {class}: instantiated"));
                     return Ok(instance);
                 }
                 Err(why) => say(&format!(
@@ -984,13 +979,97 @@ impl JitFunction {
         Ok((self.trace(sig, args, body)?, Vec::new()))
     }
 
-    /// The class's entry, if it was traced.
-    fn class(&self, class: &ShapeClass) -> Option<ClassEntry> {
-        self.classes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(class)
-            .cloned()
+    /// Which graph of `class` serves these sizes, if any.
+    fn lookup_class(&self, class: &ShapeClass, sizes: &[usize]) -> ClassLookup {
+        let classes = self.classes.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(entry) = classes.get(class) else {
+            return ClassLookup::Learn(vec![None; class.symbols()]);
+        };
+        if let Some(g) = entry.graphs.iter().find(|g| g.fits(sizes)) {
+            return ClassLookup::Fits(g.clone());
+        }
+        if entry.per_size.is_some() {
+            return ClassLookup::PerSize;
+        }
+        // The symbols other sizes had to pin are read at these too.
+        let mut pinned = vec![None; class.symbols()];
+        for g in &entry.graphs {
+            for (p, s) in pinned
+                .iter_mut()
+                .zip(ShapeClass::pin_like(g.pinned(), sizes))
+            {
+                if s.is_some() {
+                    *p = s;
+                }
+            }
+        }
+        ClassLookup::Learn(pinned)
+    }
+
+    /// Learns `class`'s graph for `sizes`: traces at stand-in sets A and B
+    /// with `pinned` symbols at their values, pins the symbols behind any
+    /// size the traces read ([`ShapeClass::pins_for_reads`]) and traces
+    /// again, until the reads pin nothing new; then the two traces must
+    /// read as one graph ([`GenericGraph::new`]). `Err` says why the class
+    /// is traced per size (every symbol read, or a size computed in a way
+    /// the reading cannot follow).
+    fn learn_class(
+        &self,
+        class: &ShapeClass,
+        sizes: &[usize],
+        mut pinned: Vec<Option<usize>>,
+        args: &[ArgValue],
+        body: &Body,
+    ) -> std::result::Result<GenericGraph, String> {
+        let watched = |set: Standin, pinned: &[Option<usize>]| {
+            let sig = class.standin_signature(set, pinned)?;
+            // Trace A is abandoned at a read that pins a symbol (it is
+            // redone with the pin); trace B runs whole.
+            let doom_on = match set {
+                Standin::A => class.free_standins(set, pinned),
+                Standin::B => Vec::new(),
+            };
+            let watch = trace::ProbeGuard::start(doom_on);
+            let traced = self.trace(&sig, args, body);
+            Ok::<_, String>((traced, watch.finish()))
+        };
+        loop {
+            if !class_has_free_symbol(&pinned) {
+                return Err(match class.symbols() {
+                    0 => "no size symbols".into(),
+                    _ => "the body reads every size".into(),
+                });
+            }
+            let (a, reads_a) = watched(Standin::A, &pinned)?;
+            if reads_a.unseen {
+                return Err(reads_a.why.unwrap_or_default());
+            }
+            // Sizes read that are plainly symbols are pinned at once.
+            let plain = class.pins_in_reads(&pinned, &reads_a.values);
+            if !plain.is_empty() {
+                for s in plain {
+                    pinned[s as usize] = Some(sizes[s as usize]);
+                }
+                continue;
+            }
+            let (b, reads_b) = watched(Standin::B, &pinned)?;
+            if reads_b.unseen {
+                return Err(reads_b.why.unwrap_or_default());
+            }
+            let why = || reads_a.why.clone().unwrap_or_default();
+            let new = class
+                .pins_for_reads(&pinned, &reads_a.values, &reads_b.values)
+                .map_err(|e| format!("{e}; {}", why()))?;
+            if !new.is_empty() {
+                for s in new {
+                    pinned[s as usize] = Some(sizes[s as usize]);
+                }
+                continue;
+            }
+            let a = a.map_err(|e| format!("at stand-in sizes: {e}"))?;
+            let b = b.map_err(|e| format!("at stand-in sizes: {e}"))?;
+            return GenericGraph::new(class, &pinned, a, &b);
+        }
     }
 
     /// Runs the body on traced arguments of `sig`'s types: the graph it
@@ -1407,5 +1486,26 @@ impl<Out: JitOutput> WithMode<'_, '_, Out> {
         let _scope = crate::mode::Scope::enter(self.mode);
         let outs = self.f.func.call(&args.args(), &*self.f.body)?;
         Out::from_tensors(outs)
+    }
+}
+
+/// Whether some symbol is still free (not pinned).
+fn class_has_free_symbol(pinned: &[Option<usize>]) -> bool {
+    pinned.iter().any(Option::is_none)
+}
+
+/// `", pinned n1 = 5"` for a graph's pinned symbols (for the log).
+fn pins_note(pinned: &[Option<usize>]) -> String {
+    let pins: Vec<String> = pinned
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.map(|v| format!("n{i} = {v}")))
+        .collect();
+    match pins.is_empty() {
+        true => ": later sizes need no trace".into(),
+        false => format!(
+            ", pinned {}: later sizes with those need no trace",
+            pins.join(", ")
+        ),
     }
 }

@@ -89,10 +89,8 @@ fn triangle(
     keep: fn(i128, i128) -> bool,
     location: Loc,
 ) -> Tensor {
-    if t.is_traced() {
-        // Its mask is a constant the size of the last two dims.
-        trace::note_size_arithmetic(name);
-    }
+    // Its mask is a constant the size of the last two dims.
+    trace::note_shape_arithmetic(name, t, None);
     apply(name, location, &[t], |g, ids| {
         let ty = g.ty(ids[0]);
         let rank = ty.shape.rank();
@@ -135,15 +133,12 @@ impl Tensor {
             let dim = self
                 .ty()
                 .and_then(|t| t.shape.axis(axis).ok().map(|a| t.shape[a]));
-            let inside = |b: isize| {
-                usize::try_from(b)
-                    .ok()
-                    .filter(|&b| dim.is_some_and(|n| b <= n))
-            };
-            match (inside(start), inside(end)) {
-                (Some(s), Some(e)) => trace::note_sizes("slice", [s, e]),
-                // A bound from the end or past it is clamped: `n - k`, `min(b, n)`.
-                _ => trace::note_size_arithmetic("slice"),
+            let inside = |b: isize| usize::try_from(b).is_ok_and(|b| dim.is_some_and(|n| b <= n));
+            // A bound from the end or past it is clamped: `n - k`, `min(b, n)`.
+            // (Bounds inside need no read: at sizes they do not fit, the
+            // instantiated slice fails its type check and traces exactly.)
+            if !(inside(start) && inside(end)) {
+                trace::note_shape_arithmetic("slice", self, Some(axis));
             }
         }
         apply("slice", Loc::caller(), &[self], |g, ids| {
@@ -160,10 +155,8 @@ impl Tensor {
     #[track_caller]
     pub fn split(&self, sizes: &[usize], axis: isize) -> Vec<Tensor> {
         let location = Loc::caller();
-        if self.is_traced() {
-            // The sizes must add up to the dim: a check on a size.
-            trace::note_size_arithmetic("split");
-        }
+        // The sizes must add up to the dim: a check on a size.
+        trace::note_shape_arithmetic("split", self, Some(axis));
         let check = |g: &mut Graph, x: NodeId| -> Result<usize, IrError> {
             let shape = g.ty(x).shape;
             let a = shape.axis(axis)?;
@@ -228,9 +221,6 @@ impl Tensor {
     /// `mode="constant"`). `value` must be exact in the tensor's dtype.
     #[track_caller]
     pub fn pad(&self, pads: &[(usize, usize)], value: f64) -> Tensor {
-        if self.is_traced() {
-            trace::note_sizes("pad", pads.iter().flat_map(|&(b, a)| [b, a]));
-        }
         apply("pad", Loc::caller(), &[self], |g, ids| {
             let x = ids[0];
             let ty = g.ty(x);

@@ -182,10 +182,8 @@ fn arg_extreme(
     name: &'static str,
     location: Loc,
 ) -> Tensor {
-    if t.is_traced() {
-        // The index dtype depends on the axis length.
-        trace::note_size_arithmetic(name);
-    }
+    // The index dtype depends on the axis length.
+    trace::note_shape_arithmetic(name, t, Some(axis));
     apply(name, location, &[t], |g, ids| {
         let mut x = ids[0];
         let ty = g.ty(x);
@@ -569,11 +567,44 @@ impl Tensor {
     /// The same elements in a new shape with the same element count.
     #[track_caller]
     pub fn reshape(&self, shape: &[usize]) -> Tensor {
-        if self.is_traced() {
-            trace::note_sizes("reshape", shape.iter().copied());
-        }
         apply("reshape", Loc::caller(), &[self], |g, ids| {
             g.add(Op::Reshape(ids[0], Shape::new(shape)?))
+        })
+    }
+
+    /// Dims `start..=end` merged into one (torch's `flatten`; negative
+    /// axes count from the end; a scalar becomes `[1]`). The merged size is
+    /// computed from the operand's type, so in a dynamic function it reads
+    /// no size, where `reshape(&[a * b])` needs the sizes read first.
+    ///
+    /// ```
+    /// # use tilejit::{DType, Tensor};
+    /// let x = Tensor::zeros(&[2, 3, 4], DType::F32);
+    /// assert_eq!(x.flatten(0, -1).shape(), [24]);
+    /// assert_eq!(x.flatten(1, 2).shape(), [2, 12]);
+    /// assert!(x.flatten(2, 1).check().is_err());
+    /// ```
+    #[track_caller]
+    pub fn flatten(&self, start: isize, end: isize) -> Tensor {
+        apply("flatten", Loc::caller(), &[self], |g, ids| {
+            let shape = g.ty(ids[0]).shape;
+            if shape.rank() == 0 {
+                return g.add(Op::Reshape(ids[0], Shape::new(&[1])?));
+            }
+            let (a, b) = (shape.axis(start)?, shape.axis(end)?);
+            if a > b {
+                return Err(IrError::Window {
+                    op: "flatten",
+                    shape,
+                    reason: format!("start dim {a} comes after end dim {b}"),
+                });
+            }
+            let dims = shape.dims();
+            let merged = dims[a..=b].iter().product::<usize>();
+            let mut out: Vec<usize> = dims[..a].to_vec();
+            out.push(merged);
+            out.extend_from_slice(&dims[b + 1..]);
+            g.add(Op::Reshape(ids[0], Shape::new(&out)?))
         })
     }
 
@@ -600,9 +631,6 @@ impl Tensor {
     /// numpy `broadcast_to`.
     #[track_caller]
     pub fn broadcast_to(&self, shape: &[usize]) -> Tensor {
-        if self.is_traced() {
-            trace::note_sizes("broadcast_to", shape.iter().copied());
-        }
         apply("broadcast_to", Loc::caller(), &[self], |g, ids| {
             g.add(Op::Broadcast(ids[0], Shape::new(shape)?))
         })

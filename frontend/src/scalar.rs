@@ -36,16 +36,6 @@ scalar!(i8, |v: i8| Lit::Int(v as i64));
 /// Converts a scalar to a literal of `dtype`, rejecting inexact conversions
 /// into integer dtypes.
 pub(crate) fn scalar_lit<S: Scalar>(s: S, dtype: DType) -> Result<Lit, IrError> {
-    // The value the graph holds is the one a stand-in trace reads back:
-    // rounded to `dtype` (f16 makes 4123 into 4124, four stand-ins).
-    let converted = scalar_lit_unwatched(s, dtype);
-    if let Ok(lit) = converted {
-        crate::trace::note_value(lit);
-    }
-    converted
-}
-
-fn scalar_lit_unwatched<S: Scalar>(s: S, dtype: DType) -> Result<Lit, IrError> {
     let lit = s.lit();
     let v = lit.as_f64();
     match (lit, dtype) {

@@ -102,10 +102,8 @@ impl Tensor {
     /// ```
     #[track_caller]
     pub fn cumsum(&self, axis: isize) -> Tensor {
-        if self.is_traced() {
-            // Its blocks and masks are cut from the axis length.
-            crate::trace::note_size_arithmetic("cumsum");
-        }
+        // Its blocks and masks are cut from the axis length.
+        crate::trace::note_shape_arithmetic("cumsum", self, Some(axis));
         apply("cumsum", Loc::caller(), &[self], |g, ids| {
             let x = ids[0];
             let ty = g.ty(x);

@@ -195,7 +195,7 @@ impl Tensor {
             Repr::Sim(d) => d.shape().dims(),
             Repr::Remote(r) => r.ty.shape.dims(),
             Repr::Traced { ty, trace, .. } => {
-                trace::note_size_read(*trace, "shape", Some(Loc::caller()));
+                trace::note_size_read(*trace, "shape", ty.shape.dims(), Some(Loc::caller()));
                 ty.shape.dims()
             }
             Repr::Error(_) => &[],
@@ -210,10 +210,41 @@ impl Tensor {
     /// Number of elements (a size read, as [`shape`](Self::shape) is).
     #[track_caller]
     pub fn numel(&self) -> usize {
-        if let Repr::Traced { trace, .. } = self.repr {
-            trace::note_size_read(trace, "numel", Some(Loc::caller()));
+        if let Repr::Traced { trace, ty, .. } = &self.repr {
+            trace::note_size_read(*trace, "numel", ty.shape.dims(), Some(Loc::caller()));
         }
         self.ty().map_or(0, |t| t.shape.numel())
+    }
+
+    /// The size of dim `axis` (negative counts from the end). In a dynamic
+    /// function's body it reads that one size, so only its symbol becomes
+    /// a guard, where [`shape`](Self::shape) reads them all (see
+    /// [`JitFunction::set_dynamic`](crate::JitFunction::set_dynamic)).
+    ///
+    /// ```
+    /// # use tilejit::{DType, Tensor};
+    /// let x = Tensor::zeros(&[2, 3, 4], DType::F32);
+    /// assert_eq!((x.dim(0)?, x.dim(-1)?), (2, 4));
+    /// assert!(x.dim(3).is_err());
+    /// # Ok::<(), tilejit::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn dim(&self, axis: isize) -> Result<usize> {
+        let location = Loc::caller();
+        let ty = match (&self.repr, self.ty()) {
+            (_, Some(ty)) => ty,
+            (Repr::Error(e), _) => return Err((**e).clone()),
+            (_, None) => return Err(trace::traced_value_error("dim", location)),
+        };
+        let a = ty.shape.axis(axis).map_err(|e| Error::Op {
+            op: "dim",
+            location,
+            source: e,
+        })?;
+        if let Repr::Traced { trace, .. } = &self.repr {
+            trace::note_size_read(*trace, "dim", &ty.shape.dims()[a..=a], Some(location));
+        }
+        Ok(ty.shape[a])
     }
 
     /// Number of dimensions (`0` for an error tensor; the same at every

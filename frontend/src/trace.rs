@@ -7,20 +7,20 @@
 //! calling thread, and a traced `Tensor` holds only ids, which keeps
 //! `Tensor: Send + Sync` without locks on the op path.
 //!
-//! While a dynamic function traces a new shape class at stand-in sizes, a
-//! second thread-local, the [`ProbeGuard`]'s watch, notes the first thing
-//! the body does that the stand-in reading cannot be trusted with: a size
-//! read by the body, a literal that is a multiple of a stand-in, or a
-//! library op that computes or branches on a size. A trace with none is
-//! used at every size of the class as it stands; one with any is first
-//! checked against a trace at the call's own sizes. Size reads on another
+//! While a dynamic function traces a shape class at stand-in sizes, a
+//! second thread-local, the [`ProbeGuard`]'s watch, records every size the
+//! body reads (`shape()`, `numel()`, `Display`) and every size a library
+//! op computes or branches on (a clamp, a split, an index dtype), in
+//! order: the symbols behind them are pinned to the call's values
+//! (`tilejit_runtime::ShapeClass::pins_for_reads`). Size reads on another
 //! thread (a body's scoped threads) are counted process-wide instead, and
-//! a watch that saw the count move is unsure too.
+//! a watch that saw the count move pins every symbol.
 
 use crate::error::{Error, Loc};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tilejit_ir::{Graph, Lit};
+use std::sync::Mutex;
+use tilejit_ir::Graph;
 
 pub(crate) struct TraceState {
     pub id: u64,
@@ -78,6 +78,12 @@ impl TraceGuard {
     /// ([`TraceState::locs`]).
     pub fn start(locations: bool) -> (u64, TraceGuard) {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        // A watch on this thread watches this trace's off-thread reads.
+        PROBE.with(|p| {
+            if let Some(p) = p.borrow_mut().as_mut() {
+                p.traces.push(id);
+            }
+        });
         CURRENT.with(|c| {
             *c.borrow_mut() = Some(TraceState {
                 id,
@@ -104,52 +110,88 @@ impl Drop for TraceGuard {
     }
 }
 
-/// The watch of a trace at stand-in sizes: the class's symbol count, and
-/// the first reason its reading needs a check (`None` while it needs none).
+/// The watch of a trace at stand-in sizes: every size read, in order,
+/// and why the first one was read (for the log).
+#[derive(Default)]
 struct Probe {
-    symbols: usize,
-    unsure: Option<String>,
+    reads: Vec<usize>,
+    why: Option<String>,
+    /// Stand-ins (0 for none) a read may factor over to doom the trace:
+    /// one that does pins a symbol, so the trace is thrown away and the
+    /// ops after it need not be built (at stand-in sizes, a pool or a
+    /// mask can be costly).
+    doom_on: Vec<usize>,
+    doomed: bool,
+    /// The traces started under this watch.
+    traces: Vec<u64>,
 }
 
 thread_local! {
     static PROBE: RefCell<Option<Probe>> = const { RefCell::new(None) };
 }
 
-/// Size reads of traced tensors made on a thread that is not tracing them
-/// (a body's scoped threads): the thread-local watch cannot see those, so
-/// a watch compares this count at its start and finish.
-static OFF_THREAD_READS: AtomicU64 = AtomicU64::new(0);
+/// The traces whose tensors had their sizes read on a thread that is not
+/// tracing them (a body's scoped threads): the thread-local watch cannot
+/// see those reads, so a watch looks its traces up here when it finishes.
+/// Bounded: the oldest ids go first (such reads are rare).
+static OFF_THREAD_READS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 
-/// Watches a trace at the stand-in sizes of `symbols` symbols (see the
-/// module docs); dropped unfinished, it stops watching.
+/// How many trace ids [`OFF_THREAD_READS`] keeps.
+const OFF_THREAD_KEPT: usize = 1024;
+
+/// What a watched trace read.
+#[derive(Debug, Default)]
+pub(crate) struct Reads {
+    /// Every size value read, in order.
+    pub values: Vec<usize>,
+    /// A read the watch could not see the values of (another thread).
+    pub unseen: bool,
+    /// Why the first read happened, for the log.
+    pub why: Option<String>,
+}
+
+/// Watches a trace at stand-in sizes (see the module docs); dropped
+/// unfinished, it stops watching.
 pub(crate) struct ProbeGuard {
     outer: Option<Probe>,
-    off_thread_reads: u64,
     finished: bool,
 }
 
 impl ProbeGuard {
-    pub fn start(symbols: usize) -> ProbeGuard {
+    /// Starts watching; a read of a size with a factor among `doom_on`
+    /// (non-zero entries) stops the trace's later ops ([`doomed`]).
+    pub fn start(doom_on: Vec<usize>) -> ProbeGuard {
         let probe = Probe {
-            symbols,
-            unsure: None,
+            doom_on,
+            ..Probe::default()
         };
         ProbeGuard {
             outer: PROBE.with(|p| p.borrow_mut().replace(probe)),
-            off_thread_reads: OFF_THREAD_READS.load(Ordering::SeqCst),
             finished: false,
         }
     }
 
-    /// Stops watching: why the trace needs a check, or `None`.
-    pub fn finish(mut self) -> Option<String> {
+    /// Stops watching: what the trace read.
+    pub fn finish(mut self) -> Reads {
         self.finished = true;
         let outer = self.outer.take();
-        let unsure = PROBE
+        let probe = PROBE
             .with(|p| std::mem::replace(&mut *p.borrow_mut(), outer))
-            .and_then(|p| p.unsure);
-        let off_thread = OFF_THREAD_READS.load(Ordering::SeqCst) != self.off_thread_reads;
-        unsure.or_else(|| off_thread.then(|| "the body read sizes on another thread".into()))
+            .unwrap_or_default();
+        let unseen = {
+            let mut off = OFF_THREAD_READS.lock().unwrap_or_else(|p| p.into_inner());
+            let seen = off.iter().any(|t| probe.traces.contains(t));
+            off.retain(|t| !probe.traces.contains(t));
+            seen
+        };
+        Reads {
+            values: probe.reads,
+            unseen,
+            why: match unseen {
+                true => Some("the body read sizes on another thread".into()),
+                false => probe.why,
+            },
+        }
     }
 }
 
@@ -162,61 +204,70 @@ impl Drop for ProbeGuard {
     }
 }
 
-/// Notes why the watched trace needs a check, if one is watched (the
-/// first reason is kept). `why` gets the class's symbol count and says
-/// `None` when there is nothing to note.
-fn note(why: impl FnOnce(usize) -> Option<String>) {
+/// Records sizes read in the watched trace, if one is watched.
+fn note(dims: &[usize], why: impl FnOnce() -> String) {
     PROBE.with(|p| {
         if let Some(p) = p.borrow_mut().as_mut() {
-            if p.unsure.is_none() {
-                p.unsure = why(p.symbols);
+            p.reads.extend_from_slice(dims);
+            p.doomed |= dims.iter().any(|&d| {
+                p.doom_on
+                    .iter()
+                    .any(|&s| s > 1 && d > 1 && d.is_multiple_of(s))
+            });
+            if p.why.is_none() {
+                p.why = Some(why());
             }
         }
     })
 }
 
-/// The body read the sizes of a tensor of trace `trace` (`what`, at
-/// `location`): what it computes from them is out of sight.
-pub(crate) fn note_size_read(trace: u64, what: &str, location: Option<Loc>) {
+/// Whether the watched trace on this thread is doomed: it read a size
+/// that pins a symbol, so it will be traced again and its later ops are
+/// not built.
+pub(crate) fn doomed() -> bool {
+    PROBE.with(|p| p.borrow().as_ref().is_some_and(|p| p.doomed))
+}
+
+/// The body read the sizes `dims` of a tensor of trace `trace` (`what`,
+/// at `location`).
+pub(crate) fn note_size_read(trace: u64, what: &str, dims: &[usize], location: Option<Loc>) {
     // On the thread tracing it (its state borrowed: inside an op there).
     let here = CURRENT.with(|c| {
         c.try_borrow()
             .map_or(true, |s| s.as_ref().is_some_and(|s| s.id == trace))
     });
     if !here {
-        OFF_THREAD_READS.fetch_add(1, Ordering::SeqCst);
+        let mut off = OFF_THREAD_READS.lock().unwrap_or_else(|p| p.into_inner());
+        if off.len() >= OFF_THREAD_KEPT {
+            off.remove(0);
+        }
+        off.push(trace);
         return;
     }
-    note(|_| {
-        Some(match location {
-            Some(at) => format!("the body reads sizes (`{what}` at {at})"),
-            None => format!("the body reads sizes (`{what}`)"),
-        })
+    note(dims, || match location {
+        Some(at) => format!("the body reads sizes (`{what}` at {at})"),
+        None => format!("the body reads sizes (`{what}`)"),
     });
 }
 
-/// `op` was given these sizes: one that is a multiple of a stand-in
-/// would read back as a size.
-pub(crate) fn note_sizes(op: &str, sizes: impl IntoIterator<Item = usize>) {
-    note(|symbols| {
-        sizes
-            .into_iter()
-            .find(|&d| tilejit_runtime::reads_as_size(d, symbols))
-            .map(|d| format!("`{op}` is given {d}, a multiple of a stand-in size"))
-    });
+/// Library op `op` computes or branches on the sizes `dims` (`n - k`, a
+/// clamp, a sum check, an index dtype): they are read as the body's own
+/// reads are.
+pub(crate) fn note_size_arithmetic(op: &str, dims: &[usize]) {
+    note(dims, || format!("`{op}` computes on sizes"));
 }
 
-/// A value given to the graph: one that is a multiple of a stand-in would
-/// read back as a size.
-pub(crate) fn note_value(value: Lit) {
-    note(|symbols| {
-        tilejit_runtime::value_reads_as_size(value, symbols)
-            .then(|| format!("the scalar {value} is a multiple of a stand-in size"))
-    });
-}
-
-/// Library op `op` computes or branches on a size in a way the stand-in
-/// reading cannot follow (`n - k`, a clamp, a sum check, an index dtype).
-pub(crate) fn note_size_arithmetic(op: &str) {
-    note(|_| Some(format!("`{op}` computes on sizes")));
+/// [`note_size_arithmetic`] on traced tensor `t`'s dim `axis`, or on all
+/// its dims when `axis` is `None` or not one of them.
+pub(crate) fn note_shape_arithmetic(op: &str, t: &crate::Tensor, axis: Option<isize>) {
+    if !t.is_traced() {
+        return;
+    }
+    if let Some(ty) = t.ty() {
+        let dims = ty.shape.dims();
+        match axis.and_then(|a| ty.shape.axis(a).ok()) {
+            Some(a) => note_size_arithmetic(op, &dims[a..=a]),
+            None => note_size_arithmetic(op, dims),
+        }
+    }
 }

@@ -8,28 +8,34 @@
 //! `(f32[n0,n1], f32[n1])`, while `(f32[10], f32[11])` is not the class of
 //! `(f32[10], f32[10])`.
 //!
-//! A new class is traced at stand-in sizes, each symbol its own prime
-//! ([`probes`]: 1031, 2053, 3079, ..). Because the body never sees data,
-//! only sizes, every size the library's ops derive from the arguments'
-//! shapes reads back by factoring over those primes: a broadcast to
-//! `[n0, n1]`, a reshape to `[n0 * n1]`, `mean`'s divisor `n1`. So when
-//! the body itself read no size and gave no literal that is a multiple of
-//! a stand-in, and no op computed on a size another way (the frontend's
-//! trace watch says which), that one trace is the class's graph.
+//! The rule: a dynamic function never returns what an exact trace at the
+//! call's sizes would not. A class is traced twice, at two sets of
+//! stand-in sizes ([`Standin::A`]: 1031, 2053, ..; [`Standin::B`]: 1549,
+//! 2579, ..), and the two graphs are read side by side
+//! ([`GenericGraph::new`]):
 //!
-//! Otherwise the class is also traced at the call's own sizes, and
-//! [`GenericGraph::check_against`] evaluates the stand-in reading there
-//! and requires the exact graph, op for op and bit for bit: what a body
-//! computed from sizes in a way factoring cannot see (`n - 1`, `1.0 / n`,
-//! `n / 2`, a rounded `numel`, a size inside a constant tensor) differs,
-//! and the class is traced per size, with the reason kept. Later sizes of
-//! a generic class are instantiated ([`GenericGraph::instantiate`])
-//! without running the body, every node's type inferred again.
+//! - a number (a dim, a slice bound, a `full`'s value) equal in both is a
+//!   constant, whatever it is: a literal 1031 stays 1031;
+//! - one that differs is a size, and must read back as a product of
+//!   symbols over the stand-ins of trace A (`n0 * n1`) that gives trace
+//!   B's value at B's stand-ins; anything else (`n - 1`, `1.0 / n`, a size
+//!   inside a constant tensor, a different op) makes the class not
+//!   generic, and it is traced per size.
 //!
-//! The contract, as for any tracing JIT: a dynamic body must run the same
-//! ops for every size. A body that reads sizes is checked at one real size
-//! only, so a branch or clamp on a size that both traces take the same way
-//! (`n.min(512)` with both sizes above 512) is not seen.
+//! A body that reads sizes (`shape()`, `numel()`, `Display`) or calls an
+//! op that computes on them (a clamp, a split, an index dtype) gets
+//! guards, as torch.compile's dynamic shapes do: the symbols it read are
+//! *pinned*, traced at the call's own values in both traces, and the
+//! class's graph serves only calls with those values
+//! ([`GenericGraph::fits`]). Which symbols a read touched is found the
+//! same way: a value read that differs between the traces is factored
+//! over the stand-ins; one that does not factor pins every symbol. A read
+//! on another thread pins every symbol too.
+//!
+//! Later sizes that fit a graph are instantiated
+//! ([`GenericGraph::instantiate`]) without running the body, every node's
+//! type inferred again (an op that does not fit the new sizes is an error,
+//! and the call is traced exactly).
 
 use crate::signature::{ArgSig, Signature};
 use smallvec::SmallVec;
@@ -120,18 +126,127 @@ impl ShapeClass {
         Ok(Signature { args })
     }
 
-    /// The member signature a class is traced with: each symbol its own
-    /// stand-in prime.
-    pub fn probe_signature(&self) -> Result<Signature, String> {
-        if self.symbols > MAX_SYMBOLS {
-            return Err(format!(
-                "{} size symbols (at most {MAX_SYMBOLS})",
-                self.symbols
-            ));
-        }
-        self.signature_with(probes(self.symbols))
-            .map_err(|e| e.to_string())
+    /// The member signature a class is traced with: each symbol its
+    /// stand-in of set `set`, or its pinned value.
+    pub fn standin_signature(
+        &self,
+        set: Standin,
+        pinned: &[Option<usize>],
+    ) -> Result<Signature, String> {
+        let sizes = standins(set, self.symbols, pinned)?;
+        self.signature_with(&sizes).map_err(|e| e.to_string())
     }
+
+    /// The symbols of `sizes` (a member's symbol values) that `pinned`
+    /// pins, at those values: a discovery started from them skips the
+    /// reads an earlier one already found.
+    pub fn pin_like(pinned: &[Option<usize>], sizes: &[usize]) -> Vec<Option<usize>> {
+        pinned
+            .iter()
+            .zip(sizes)
+            .map(|(p, &s)| p.map(|_| s))
+            .collect()
+    }
+
+    /// The stand-ins of set `set` of the symbols `pinned` leaves free (0
+    /// for a pinned one).
+    pub fn free_standins(&self, set: Standin, pinned: &[Option<usize>]) -> Vec<usize> {
+        standins(set, self.symbols, pinned)
+            .map(|s| free_standins(&s, pinned))
+            .unwrap_or_default()
+    }
+
+    /// The free symbols that size values read in trace A (at `pinned`)
+    /// factor into over A's stand-ins: they are pinned before a trace B
+    /// is worth making. Pinning too much (a constant dim that happens to
+    /// be a stand-in) only costs genericity, never a wrong result.
+    pub fn pins_in_reads(&self, pinned: &[Option<usize>], reads_a: &[usize]) -> Vec<u16> {
+        let Ok(a) = standins(Standin::A, self.symbols, pinned) else {
+            return Vec::new();
+        };
+        let free = free_standins(&a, pinned);
+        let mut pins: Vec<u16> = Vec::new();
+        for &r in reads_a {
+            for (s, _) in SizeExpr::decompose(r, &free).factors {
+                if !pins.contains(&s) {
+                    pins.push(s);
+                }
+            }
+        }
+        pins
+    }
+
+    /// Which further symbols the size reads of the two stand-in traces
+    /// pin: `reads_a` and `reads_b` are every size value the body (or a
+    /// library op computing on sizes) read, in order, in traces A and B
+    /// at `pinned`. A value read equal in both is a constant (or made of
+    /// pinned symbols only); one that differs pins the symbols it factors
+    /// into over A's stand-ins. `Err` says why every symbol must be pinned.
+    pub fn pins_for_reads(
+        &self,
+        pinned: &[Option<usize>],
+        reads_a: &[usize],
+        reads_b: &[usize],
+    ) -> Result<Vec<u16>, String> {
+        let a = standins(Standin::A, self.symbols, pinned)?;
+        let b = standins(Standin::B, self.symbols, pinned)?;
+        let free = free_standins(&a, pinned);
+        let mut pins: Vec<u16> = Vec::new();
+        for (&ra, &rb) in reads_a.iter().zip(reads_b) {
+            if ra == rb {
+                continue;
+            }
+            let e = SizeExpr::decompose(ra, &free);
+            if e.is_const() || e.eval(&b) != Some(rb) {
+                return Err(format!(
+                    "the body reads a size computed from sizes ({ra} at stand-ins A, {rb} at B)"
+                ));
+            }
+            for &(s, _) in &e.factors {
+                if !pins.contains(&s) {
+                    pins.push(s);
+                }
+            }
+        }
+        if pins.is_empty() && reads_a.len() != reads_b.len() {
+            return Err("the body reads sizes a different number of times at other sizes".into());
+        }
+        Ok(pins)
+    }
+}
+
+/// Which set of stand-in sizes a trace uses (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standin {
+    /// Symbol `i` is the first prime above `(i + 1) * 1024`.
+    A,
+    /// Symbol `i` is the first prime above `(i + 1) * 1024 + 512`.
+    B,
+}
+
+/// The symbol values of a trace at stand-in set `set` with `pinned`
+/// symbols at their pinned values.
+fn standins(set: Standin, symbols: usize, pinned: &[Option<usize>]) -> Result<Vec<usize>, String> {
+    if symbols > MAX_SYMBOLS {
+        return Err(format!("{symbols} size symbols (at most {MAX_SYMBOLS})"));
+    }
+    if pinned.len() != symbols {
+        return Err(format!("{} pins for {symbols} symbols", pinned.len()));
+    }
+    Ok(probes(set, symbols)
+        .iter()
+        .zip(pinned)
+        .map(|(&p, pin)| pin.unwrap_or(p))
+        .collect())
+}
+
+/// The stand-ins a value may factor over: pinned symbols are 0 (skipped).
+fn free_standins(sizes: &[usize], pinned: &[Option<usize>]) -> Vec<usize> {
+    sizes
+        .iter()
+        .zip(pinned)
+        .map(|(&s, p)| if p.is_some() { 0 } else { s })
+        .collect()
 }
 
 impl fmt::Display for ShapeClass {
@@ -162,49 +277,41 @@ impl fmt::Display for ShapeClass {
     }
 }
 
-/// The spacing of the stand-in sizes: symbol `i`'s is the first prime
-/// above `(i + 1) * PROBE_STEP`. Stand-ins far apart keep a size computed
-/// by a small offset (`n1 - 2`) from reading back as another symbol (with
-/// neighbouring primes, `1033 - 2` was `n0`); small enough that a tensor a
-/// body builds from a stand-in size stays affordable. Constants that
-/// happen to be multiples of a stand-in only cost a check trace or a
-/// per-size fallback, never a wrong result.
+/// The spacing of the stand-in sizes. Far apart, so a size computed by a
+/// small offset (`n1 - 2`) never reads back as another symbol; small
+/// enough that a tensor a body builds from a stand-in size stays
+/// affordable.
 const PROBE_STEP: usize = 1 << 10;
 
 /// How many symbols a class may have and still be traced generically.
 pub(crate) const MAX_SYMBOLS: usize = 96;
 
-/// The stand-in sizes of `n` symbols (at most 96): for symbol `i`, the
-/// first prime above `(i + 1) * 1024`, so 1031, 2053, 3079, .. A tensor
-/// whose dims are many distinct late symbols can overflow at these sizes
-/// (six of them, or four past the 40th symbol); its class is then traced
-/// per size, still correct.
-pub fn probes(n: usize) -> &'static [usize] {
-    static PRIMES: OnceLock<Vec<usize>> = OnceLock::new();
+/// The stand-in sizes of `n` symbols (at most 96) in set `set`: for
+/// symbol `i`, the first prime above `(i + 1) * 1024` (A: 1031, 2053,
+/// 3079, ..) or above `(i + 1) * 1024 + 512` (B: 1549, 2579, ..). No B
+/// stand-in is an A one. A tensor whose dims are many distinct late
+/// symbols can overflow at these sizes; its class is then traced per
+/// size, still correct.
+pub fn probes(set: Standin, n: usize) -> &'static [usize] {
+    static PRIMES: OnceLock<[Vec<usize>; 2]> = OnceLock::new();
     let primes = PRIMES.get_or_init(|| {
         let is_prime = |p: usize| {
             (2..)
                 .take_while(|d| d * d <= p)
                 .all(|d| !p.is_multiple_of(d))
         };
-        (1..=MAX_SYMBOLS)
-            .filter_map(|i| (i * PROBE_STEP..).find(|&p| is_prime(p)))
-            .collect()
+        let set = |offset: usize| {
+            (1..=MAX_SYMBOLS)
+                .filter_map(|i| (i * PROBE_STEP + offset..).find(|&p| is_prime(p)))
+                .collect()
+        };
+        [set(0), set(PROBE_STEP / 2)]
     });
-    &primes[..n.min(MAX_SYMBOLS)]
-}
-
-/// Whether the size `d`, met while tracing at the stand-ins of `symbols`
-/// symbols, would read back as a size (a multiple of a stand-in) rather
-/// than as the constant it is.
-pub fn reads_as_size(d: usize, symbols: usize) -> bool {
-    !SizeExpr::decompose(d, probes(symbols)).is_const()
-}
-
-/// Whether a `full` of `value`, met while tracing at the stand-ins of
-/// `symbols` symbols, would read back as a size.
-pub fn value_reads_as_size(value: Lit, symbols: usize) -> bool {
-    value_expr(value, probes(symbols)).is_some()
+    let set = match set {
+        Standin::A => &primes[0],
+        Standin::B => &primes[1],
+    };
+    &set[..n.min(MAX_SYMBOLS)]
 }
 
 /// A size in a traced graph, read back over the stand-ins: `coef ·
@@ -216,11 +323,22 @@ struct SizeExpr {
 }
 
 impl SizeExpr {
+    fn constant(v: usize) -> SizeExpr {
+        SizeExpr {
+            coef: v,
+            factors: SmallVec::new(),
+        }
+    }
+
+    /// `d` factored over `probes` (a 0 entry is skipped).
     fn decompose(d: usize, probes: &[usize]) -> SizeExpr {
         let mut coef = d;
         let mut factors = SmallVec::new();
         if d > 1 {
             for (i, &p) in probes.iter().enumerate() {
+                if p < 2 {
+                    continue;
+                }
                 let mut e = 0u8;
                 while coef.is_multiple_of(p) {
                     coef /= p;
@@ -247,11 +365,21 @@ impl SizeExpr {
         }
         Some(v)
     }
+
+    /// The size read back from `a` (trace A) and `b` (trace B): a
+    /// constant when equal, else a product of free symbols that gives `b`
+    /// at B's sizes.
+    fn read(a: usize, b: usize, free_a: &[usize], sizes_b: &[usize]) -> Option<SizeExpr> {
+        if a == b {
+            return Some(SizeExpr::constant(a));
+        }
+        let e = SizeExpr::decompose(a, free_a);
+        (!e.is_const() && e.eval(sizes_b) == Some(b)).then_some(e)
+    }
 }
 
-/// A `full`'s value read back over the stand-ins: `Some(size)` (up to
-/// sign) when it is an integral multiple of stand-ins, else `None`.
-fn value_expr(value: Lit, probes: &[usize]) -> Option<SizeExpr> {
+/// A `full`'s value as a number: integral, finite and exact in f64.
+fn integral(value: Lit) -> Option<(usize, bool)> {
     let v = match value {
         Lit::Bool(_) => return None,
         Lit::Int(i) => i as f64,
@@ -261,23 +389,125 @@ fn value_expr(value: Lit, probes: &[usize]) -> Option<SizeExpr> {
     if !v.is_finite() || v.fract() != 0.0 || v.abs() >= (1u64 << 53) as f64 {
         return None;
     }
-    let e = SizeExpr::decompose(v.abs() as usize, probes);
-    (!e.is_const()).then_some(e)
+    Some((v.abs() as usize, v < 0.0))
 }
 
-/// A class's traced graph, read back over its stand-in sizes.
+/// A size `v` (negated if `negative`) as a literal of `dtype`, or why it
+/// does not fit one.
+fn size_lit(v: usize, negative: bool, dtype: tilejit_ir::DType) -> Result<Lit, String> {
+    if dtype.is_float() {
+        let f = v as f64;
+        return Ok(Lit::from_f64(if negative { -f } else { f }, dtype));
+    }
+    // A size that does not fit the dtype is an error at this size, as an
+    // exact trace's scalar would be.
+    let v = i64::try_from(v).map_err(|_| format!("size value {v} overflows"))?;
+    let v = if negative { -v } else { v };
+    let lit = Lit::from_i64(v, dtype);
+    if lit.as_i64() != v {
+        return Err(format!("size value {v} does not fit {dtype}"));
+    }
+    Ok(lit)
+}
+
+/// The sizes an op carries (dims of its type or target shape, slice
+/// bounds, a conv window), in a fixed order: what may differ between the
+/// two stand-in traces.
+fn slots(op: &Op) -> SmallVec<[usize; 8]> {
+    let mut v = SmallVec::new();
+    match op {
+        Op::Input { ty, .. } | Op::Full { ty, .. } | Op::Constant { ty, .. } => {
+            v.extend_from_slice(ty.shape.dims())
+        }
+        Op::Reshape(_, s) | Op::Broadcast(_, s) => v.extend_from_slice(s.dims()),
+        Op::Slice(_, start, s) => {
+            v.extend_from_slice(start.dims());
+            v.extend_from_slice(s.dims());
+        }
+        Op::Conv(_, _, w) => v.extend([w.kh, w.kw, w.stride, w.pad].map(|x| x as usize)),
+        _ => {}
+    }
+    v
+}
+
+/// `op` with the sizes [`slots`] lists replaced by `vals`.
+fn with_slots(op: &Op, vals: &[usize]) -> Result<Op, String> {
+    let shape = |dims: &[usize]| Shape::new(dims).map_err(|e| e.to_string());
+    let small = |v: usize| u32::try_from(v).map_err(|_| format!("window size {v} overflows"));
+    Ok(match op.clone() {
+        Op::Input { index, ty } => Op::Input {
+            index,
+            ty: TensorType::new(ty.dtype, shape(vals)?),
+        },
+        Op::Full { value, ty } => Op::Full {
+            value,
+            ty: TensorType::new(ty.dtype, shape(vals)?),
+        },
+        Op::Constant { index, ty } => Op::Constant {
+            index,
+            ty: TensorType::new(ty.dtype, shape(vals)?),
+        },
+        Op::Reshape(x, _) => Op::Reshape(x, shape(vals)?),
+        Op::Broadcast(x, _) => Op::Broadcast(x, shape(vals)?),
+        Op::Slice(x, start, _) => {
+            let (a, b) = vals.split_at(start.rank().min(vals.len()));
+            Op::Slice(x, shape(a)?, shape(b)?)
+        }
+        Op::Conv(x, w, _) => match vals {
+            &[kh, kw, stride, pad] => Op::Conv(
+                x,
+                w,
+                tilejit_ir::Window {
+                    kh: small(kh)?,
+                    kw: small(kw)?,
+                    stride: small(stride)?,
+                    pad: small(pad)?,
+                },
+            ),
+            _ => return Err("a conv window has 4 sizes".into()),
+        },
+        other => other,
+    })
+}
+
+/// `op` with its sizes zeroed and a `full`'s value blanked: two traces'
+/// ops must agree on this.
+fn sizeless(op: &Op) -> Result<Op, String> {
+    let zeros: SmallVec<[usize; 8]> = slots(op).iter().map(|_| 0).collect();
+    Ok(match with_slots(op, &zeros)? {
+        Op::Full { ty, .. } => Op::Full {
+            value: Lit::Bool(false),
+            ty,
+        },
+        other => other,
+    })
+}
+
+/// A `full`'s value that is a size: `|value|` as read back, and its sign.
+#[derive(Debug)]
+struct SizeValue {
+    expr: SizeExpr,
+    negative: bool,
+}
+
+/// One node of a class's graph with its sizes read back.
+#[derive(Debug)]
+struct Template {
+    /// The op as trace A recorded it.
+    op: Op,
+    /// Its [`slots`], read back.
+    slots: SmallVec<[SizeExpr; 8]>,
+    /// A `full` whose value is a size.
+    value: Option<SizeValue>,
+}
+
+/// A class's graph, read back from two traces at stand-in sizes with
+/// `pinned` symbols at the values it serves.
 #[derive(Debug)]
 pub struct GenericGraph {
     traced: Graph,
-    symbols: usize,
-}
-
-/// What a node of the traced graph becomes at some sizes.
-enum Concrete {
-    /// The op with every size evaluated.
-    Op(Op),
-    /// A `full` whose value is a size: this value, of the node's type.
-    SizeValue(Lit, TensorType),
+    nodes: Vec<Template>,
+    pinned: Vec<Option<usize>>,
 }
 
 /// A literal's identity: floats by bits, so -0.0 and NaNs compare exactly.
@@ -290,235 +520,170 @@ fn lit_bits(l: Lit) -> (u8, u64) {
 }
 
 impl GenericGraph {
-    /// A graph traced at `class`'s stand-in sizes; an error says why it
-    /// cannot serve other sizes. Before use it must pass
-    /// [`check_against`](Self::check_against).
-    pub fn new(class: &ShapeClass, traced: Graph) -> Result<GenericGraph, String> {
-        if class.symbols > MAX_SYMBOLS {
+    /// The class's graph from `a` and `b`, the body traced at stand-in
+    /// sets A and B with `pinned` symbols at their values; an error says
+    /// why the two cannot be read as one graph over the free symbols (the
+    /// class is then traced per size).
+    pub fn new(
+        class: &ShapeClass,
+        pinned: &[Option<usize>],
+        a: Graph,
+        b: &Graph,
+    ) -> Result<GenericGraph, String> {
+        let sizes_a = standins(Standin::A, class.symbols, pinned)?;
+        let sizes_b = standins(Standin::B, class.symbols, pinned)?;
+        let free = free_standins(&sizes_a, pinned);
+        if a.len() != b.len() || a.outputs != b.outputs || a.param_types() != b.param_types() {
             return Err(format!(
-                "{} size symbols (at most {MAX_SYMBOLS})",
-                class.symbols
+                "the body builds {} nodes at stand-in sizes A and {} at B",
+                a.len(),
+                b.len()
             ));
         }
-        let probes = probes(class.symbols);
-        for id in traced.ids() {
-            let node = traced.node(id);
-            if let Op::Constant { ty, .. } = node.op {
-                if ty
-                    .shape
-                    .dims()
-                    .iter()
-                    .any(|&d| !SizeExpr::decompose(d, probes).is_const())
-                {
-                    return Err(format!(
-                        "constant tensor of shape {} made from a size inside the body",
-                        ty.shape
-                    ));
-                }
+        let mut nodes = Vec::with_capacity(a.len());
+        for id in a.ids() {
+            let (oa, ob) = (&a.node(id).op, &b.node(id).op);
+            let differs = |what: &str| {
+                format!(
+                    "node {} (`{}`): {what} between stand-in sizes",
+                    id.0,
+                    tilejit_ir::text::op_name(oa)
+                )
+            };
+            if sizeless(oa)? != sizeless(ob)? {
+                return Err(differs("the op differs"));
             }
+            let (sa, sb) = (slots(oa), slots(ob));
+            let slots = sa
+                .iter()
+                .zip(&sb)
+                .map(|(&x, &y)| SizeExpr::read(x, y, &free, &sizes_b))
+                .collect::<Option<SmallVec<[SizeExpr; 8]>>>()
+                .ok_or_else(|| {
+                    differs("a size is computed from sizes in a way it cannot follow")
+                })?;
+            let mut value = None;
+            match (oa, ob) {
+                (Op::Full { value: va, ty }, Op::Full { value: vb, .. })
+                    if lit_bits(*va) != lit_bits(*vb) =>
+                {
+                    let read = integral(*va).and_then(|(v, negative)| {
+                        let expr = SizeExpr::decompose(v, &free);
+                        let at_b = size_lit(expr.eval(&sizes_b)?, negative, ty.dtype).ok()?;
+                        (!expr.is_const() && lit_bits(at_b) == lit_bits(*vb))
+                            .then_some(SizeValue { expr, negative })
+                    });
+                    value = Some(read.ok_or_else(|| {
+                        differs("a value is computed from sizes in a way it cannot follow")
+                    })?);
+                }
+                (Op::Constant { index: ia, .. }, Op::Constant { index: ib, .. }) => {
+                    let bytes = |g: &Graph, i: u32| {
+                        g.constant(i).and_then(|c| c.buffer().to_le_bytes().ok())
+                    };
+                    let same = bytes(&a, *ia).is_some_and(|x| Some(x) == bytes(b, *ib));
+                    if !same || slots.iter().any(|s| !s.is_const()) {
+                        return Err(differs("a constant tensor is made from a size"));
+                    }
+                }
+                _ => {}
+            }
+            nodes.push(Template {
+                op: oa.clone(),
+                slots,
+                value,
+            });
         }
         Ok(GenericGraph {
-            traced,
-            symbols: class.symbols,
+            traced: a,
+            nodes,
+            pinned: pinned.to_vec(),
         })
     }
 
-    /// The graph as traced, at the stand-in sizes.
+    /// The graph as traced, at stand-in sizes A.
     pub fn traced(&self) -> &Graph {
         &self.traced
     }
 
-    fn shape_at(&self, s: &Shape, sizes: &[usize]) -> Result<Shape, String> {
-        let probes = probes(self.symbols);
-        let mut dims: SmallVec<[usize; 4]> = SmallVec::new();
-        for &d in s.dims() {
-            dims.push(
-                SizeExpr::decompose(d, probes)
-                    .eval(sizes)
-                    .ok_or_else(|| format!("size {d} overflows at sizes {sizes:?}"))?,
-            );
-        }
-        Shape::new(&dims).map_err(|e| e.to_string())
+    /// The symbols this graph pins, with their values (`None`: free).
+    pub fn pinned(&self) -> &[Option<usize>] {
+        &self.pinned
     }
 
-    fn ty_at(&self, t: &TensorType, sizes: &[usize]) -> Result<TensorType, String> {
-        Ok(TensorType::new(t.dtype, self.shape_at(&t.shape, sizes)?))
-    }
-
-    /// Node `id` at these sizes.
-    fn concrete(&self, id: NodeId, sizes: &[usize]) -> Result<Concrete, String> {
-        Ok(Concrete::Op(match self.traced.node(id).op.clone() {
-            Op::Input { index, ty } => Op::Input {
-                index,
-                ty: self.ty_at(&ty, sizes)?,
-            },
-            Op::Full { value, ty } => {
-                let ty = self.ty_at(&ty, sizes)?;
-                let Some(e) = value_expr(value, probes(self.symbols)) else {
-                    return Ok(Concrete::Op(Op::Full { value, ty }));
-                };
-                let v = e
-                    .eval(sizes)
-                    .ok_or_else(|| format!("a size value overflows at sizes {sizes:?}"))?;
-                let negative = match value {
-                    Lit::Float(f) => f < 0.0,
-                    Lit::Int(i) => i < 0,
-                    Lit::Bool(_) => false,
-                };
-                let lit = if ty.dtype.is_float() {
-                    Lit::from_f64(if negative { -(v as f64) } else { v as f64 }, ty.dtype)
-                } else {
-                    // A size that does not fit the dtype is an error at
-                    // this size, as an exact trace's scalar would be.
-                    let v = i64::try_from(v).map_err(|_| format!("size value {v} overflows"))?;
-                    let v = if negative { -v } else { v };
-                    let lit = Lit::from_i64(v, ty.dtype);
-                    if lit.as_i64() != v {
-                        return Err(format!("size value {v} does not fit {}", ty.dtype));
-                    }
-                    lit
-                };
-                return Ok(Concrete::SizeValue(lit, ty));
-            }
-            Op::Constant { index, ty } => Op::Constant {
-                index,
-                ty: self.ty_at(&ty, sizes)?,
-            },
-            Op::Reshape(x, s) => Op::Reshape(x, self.shape_at(&s, sizes)?),
-            Op::Broadcast(x, s) => Op::Broadcast(x, self.shape_at(&s, sizes)?),
-            Op::Slice(x, start, s) => {
-                Op::Slice(x, self.shape_at(&start, sizes)?, self.shape_at(&s, sizes)?)
-            }
-            // A window taken from the weights' shape is a size too.
-            Op::Conv(x, w, win) => {
-                let f = [win.kh, win.kw, win.stride, win.pad].map(|v| v as usize);
-                let at = self.shape_at(&Shape::new(&f).map_err(|e| e.to_string())?, sizes)?;
-                let small = |v: usize| {
-                    u32::try_from(v).map_err(|_| format!("window size {v} overflows at {sizes:?}"))
-                };
-                Op::Conv(
-                    x,
-                    w,
-                    tilejit_ir::Window {
-                        kh: small(at[0])?,
-                        kw: small(at[1])?,
-                        stride: small(at[2])?,
-                        pad: small(at[3])?,
-                    },
-                )
-            }
-            other => other,
-        }))
-    }
-
-    /// Checks that this trace, evaluated at `sizes`, is exactly `exact`,
-    /// the body traced at those sizes: every op, attribute, `full` value
-    /// (by bits), constant (by bits) and type. The trace at stand-in sizes
-    /// cannot see which of its values came from sizes by arithmetic it
-    /// cannot read back (`n - 1`, `1.0 / n`, a rounded `numel`, a size
-    /// baked into a constant tensor, a branch on a size); a second trace
-    /// at real sizes disagrees with it there, and the class is then traced
-    /// per size.
-    pub fn check_against(&self, exact: &Graph, sizes: &[usize]) -> Result<(), String> {
-        if exact.len() != self.traced.len() || exact.outputs != self.traced.outputs {
-            return Err(format!(
-                "the body builds {} nodes at stand-in sizes and {} at {sizes:?}",
-                self.traced.len(),
-                exact.len()
-            ));
-        }
-        for id in self.traced.ids() {
-            let e = exact.node(id);
-            let differs = || {
-                format!(
-                    "node {} (`{}`) differs between stand-in sizes and {sizes:?}",
-                    id.0,
-                    tilejit_ir::text::op_name(&e.op)
-                )
-            };
-            let same = match (self.concrete(id, sizes)?, &e.op) {
-                (Concrete::SizeValue(a, ta), Op::Full { value: b, ty: tb })
-                | (Concrete::Op(Op::Full { value: a, ty: ta }), Op::Full { value: b, ty: tb }) => {
-                    ta == *tb && lit_bits(a) == lit_bits(*b)
-                }
-                (
-                    Concrete::Op(Op::Constant { index: a, ty: ta }),
-                    Op::Constant { index: b, ty: tb },
-                ) => {
-                    let bytes = |g: &Graph, i: u32| {
-                        g.constant(i).and_then(|c| c.buffer().to_le_bytes().ok())
-                    };
-                    ta == *tb && bytes(&self.traced, a).is_some_and(|x| Some(x) == bytes(exact, *b))
-                }
-                (Concrete::Op(a), b) => a == *b,
-                (Concrete::SizeValue(..), _) => false,
-            };
-            if !same || self.ty_at(&self.traced.node(id).ty, sizes)? != e.ty {
-                return Err(differs());
-            }
-        }
-        Ok(())
+    /// Whether it serves a member with these symbol values: every pinned
+    /// symbol has its pinned value.
+    pub fn fits(&self, sizes: &[usize]) -> bool {
+        sizes.len() == self.pinned.len()
+            && self
+                .pinned
+                .iter()
+                .zip(sizes)
+                .all(|(p, s)| p.is_none_or(|p| p == *s))
     }
 
     /// The graph for these symbol values, and the values of the params it
-    /// adds after the traced ones (one per `full` whose value is a size,
-    /// like `mean`'s divisor, so that value is a launch argument and the
-    /// kernels stay size-generic). Every node is rebuilt with its sizes
-    /// evaluated, its type inferred again and checked against the traced
-    /// one's. An error means these sizes do not fit the trace (the caller
-    /// traces them exactly).
+    /// adds after the traced ones (one per float `full` whose value is a
+    /// size, like `mean`'s divisor, so that value is a launch argument and
+    /// the kernels stay size-generic). Every node is rebuilt with its
+    /// sizes evaluated and its type inferred again. An error means these
+    /// sizes do not fit (the caller traces them exactly).
     pub fn instantiate(&self, sizes: &[usize]) -> Result<(Graph, Vec<Lit>), String> {
-        if sizes.len() != self.symbols {
+        if !self.fits(sizes) {
             return Err(format!(
-                "{} sizes for {} symbols",
-                sizes.len(),
-                self.symbols
+                "sizes {sizes:?} do not fit the pinned sizes {:?}",
+                self.pinned
             ));
         }
-        let add = |g: &mut Graph, op: Op, id: NodeId| {
-            g.add(op).map_err(|e| format!("node {}: {e}", id.0))
-        };
+        let add =
+            |g: &mut Graph, op: Op, id: usize| g.add(op).map_err(|e| format!("node {id}: {e}"));
         let mut next_param = self.traced.param_types().len() as u32;
         let mut size_params = Vec::new();
-        let mut map: Vec<NodeId> = Vec::with_capacity(self.traced.len());
+        let mut map: Vec<NodeId> = Vec::with_capacity(self.nodes.len());
         let mut g = Graph::new();
-        for id in self.traced.ids() {
-            let node = self.traced.node(id);
-            let new_id = match self.concrete(id, sizes)? {
-                Concrete::Op(Op::Constant { index, .. }) => {
+        for (id, t) in self.nodes.iter().enumerate() {
+            let vals = t
+                .slots
+                .iter()
+                .map(|e| e.eval(sizes))
+                .collect::<Option<SmallVec<[usize; 8]>>>()
+                .ok_or_else(|| format!("node {id}: a size overflows at sizes {sizes:?}"))?;
+            let op = with_slots(&t.op, &vals)?;
+            let new_id = match (op, &t.value) {
+                (Op::Constant { index, .. }, _) => {
                     let value = self
                         .traced
                         .constant(index)
                         .ok_or_else(|| format!("constant {index} missing"))?;
                     g.add_constant(value.clone())
                 }
-                Concrete::SizeValue(value, ty) if ty.dtype.is_float() => {
-                    size_params.push(value);
-                    let p = add(
-                        &mut g,
-                        Op::Param {
-                            index: next_param,
-                            dtype: ty.dtype,
-                        },
-                        id,
-                    )?;
-                    next_param += 1;
-                    match ty.shape.rank() {
-                        0 => p,
-                        _ => add(&mut g, Op::Broadcast(p, ty.shape), id)?,
+                (Op::Full { ty, .. }, Some(sv)) => {
+                    let v = sv
+                        .expr
+                        .eval(sizes)
+                        .ok_or_else(|| format!("a size value overflows at sizes {sizes:?}"))?;
+                    let value = size_lit(v, sv.negative, ty.dtype)?;
+                    if ty.dtype.is_float() {
+                        size_params.push(value);
+                        let p = add(
+                            &mut g,
+                            Op::Param {
+                                index: next_param,
+                                dtype: ty.dtype,
+                            },
+                            id,
+                        )?;
+                        next_param += 1;
+                        match ty.shape.rank() {
+                            0 => p,
+                            _ => add(&mut g, Op::Broadcast(p, ty.shape), id)?,
+                        }
+                    } else {
+                        add(&mut g, Op::Full { value, ty }, id)?
                     }
                 }
-                Concrete::SizeValue(value, ty) => add(&mut g, Op::Full { value, ty }, id)?,
-                Concrete::Op(op) => add(&mut g, op.map_operands(|x| map[x.index()]), id)?,
+                (op, _) => add(&mut g, op.map_operands(|x| map[x.index()]), id)?,
             };
-            let want = self.ty_at(&node.ty, sizes)?;
-            if g.ty(new_id) != want {
-                return Err(format!(
-                    "node {} is {} at these sizes, not {want}",
-                    id.0,
-                    g.ty(new_id)
-                ));
-            }
             map.push(new_id);
         }
         g.outputs = self.traced.outputs.iter().map(|o| map[o.index()]).collect();
@@ -542,6 +707,10 @@ mod tests {
         }
     }
 
+    fn free(n: usize) -> Vec<Option<usize>> {
+        vec![None; n]
+    }
+
     #[test]
     fn equal_dims_share_a_symbol_and_ones_stay_fixed() {
         let (a, sa) = ShapeClass::of(&sig(&[&[8, 16], &[16], &[1, 8]]));
@@ -555,8 +724,16 @@ mod tests {
         assert_eq!(c.signature_with(&[10, 11]).unwrap(), sig(&[&[10], &[11]]));
     }
 
-    /// `sum(x.reshape([n0 * n1])) + full([1], 2)` traced at the stand-ins,
-    /// instantiated at real sizes: the same graph as traced there.
+    #[test]
+    fn the_two_standin_sets_are_disjoint_primes() {
+        let (a, b) = (probes(Standin::A, 96), probes(Standin::B, 96));
+        assert_eq!(&a[..3], [1031, 2053, 3079]);
+        assert!(b.iter().all(|p| !a.contains(p)));
+        assert!(a.iter().zip(b).all(|(x, y)| x < y));
+    }
+
+    /// `sum(x.reshape([n0 * n1])) + full([1], 2)` traced at both stand-in
+    /// sets, instantiated at real sizes: the same graph as traced there.
     #[test]
     fn a_product_size_instantiates_like_a_direct_trace() {
         let build = |n0: usize, n1: usize| {
@@ -581,8 +758,9 @@ mod tests {
             g
         };
         let (class, _) = ShapeClass::of(&sig(&[&[5, 7]]));
-        let p = probes(2);
-        let generic = GenericGraph::new(&class, build(p[0], p[1])).unwrap();
+        let (a, b) = (probes(Standin::A, 2), probes(Standin::B, 2));
+        let generic =
+            GenericGraph::new(&class, &free(2), build(a[0], a[1]), &build(b[0], b[1])).unwrap();
         for (n0, n1) in [(5, 7), (2, 3), (1000, 3)] {
             let (g, extra) = generic.instantiate(&[n0, n1]).unwrap();
             assert!(extra.is_empty());
@@ -590,35 +768,56 @@ mod tests {
         }
     }
 
-    /// Sizes the stand-in trace cannot read back (`n + 1`) pass `new` but
-    /// fail the check against a trace at real sizes; constants sized by a
-    /// symbol fail at once.
+    /// A `full` of shape `[k]`: a literal equal to a stand-in (1031) is the
+    /// same in both traces, so it stays a constant; `n + 1` differs but is
+    /// no product of stand-ins, so the class is not generic.
     #[test]
-    fn sums_of_sizes_and_sized_constants_are_not_generic() {
+    fn literals_at_standins_stay_constants_and_sums_of_sizes_are_refused() {
         let (class, _) = ShapeClass::of(&sig(&[&[5]]));
-        let p = probes(1)[0];
-        let full = |n: usize| {
+        let (a, b) = (probes(Standin::A, 1)[0], probes(Standin::B, 1)[0]);
+        let full = |n: usize, value: f64| {
             let mut g = Graph::new();
-            let ty = TensorType::new(DType::F32, Shape::new(&[n + 1]).unwrap());
+            let ty = TensorType::new(DType::F32, Shape::new(&[n]).unwrap());
             let f = g
                 .add(Op::Full {
-                    value: tilejit_ir::Lit::Float(0.0),
+                    value: tilejit_ir::Lit::Float(value),
                     ty,
                 })
                 .unwrap();
             g.outputs.push(f);
             g
         };
-        let generic = GenericGraph::new(&class, full(p)).unwrap();
-        let why = generic.check_against(&full(5), &[5]).unwrap_err();
-        assert!(why.contains("differs"), "{why}");
+        // Shape [1031] and value 1031 in both traces: constants.
+        let generic =
+            GenericGraph::new(&class, &free(1), full(a, a as f64), &full(a, a as f64)).unwrap();
+        let (g, extra) = generic.instantiate(&[3]).unwrap();
+        assert!(extra.is_empty());
+        assert_eq!(g.to_string(), full(a, a as f64).to_string());
+        // Shape [n + 1]: not generic.
+        let why =
+            GenericGraph::new(&class, &free(1), full(a + 1, 0.0), &full(b + 1, 0.0)).unwrap_err();
+        assert!(why.contains("cannot follow"), "{why}");
+        // Value 1/n: not generic.
+        let inv = |n: usize| DType::F32.round_float(1.0 / n as f64);
+        let why =
+            GenericGraph::new(&class, &free(1), full(a, inv(a)), &full(b, inv(b))).unwrap_err();
+        assert!(why.contains("value"), "{why}");
+    }
 
-        let mut g = Graph::new();
-        let a = tilejit_ir::Array::from_vec((0..p).map(|i| i as f32).collect::<Vec<f32>>(), &[p])
-            .unwrap();
-        let c = g.add_constant(a);
-        g.outputs.push(c);
-        let why = GenericGraph::new(&class, g).unwrap_err();
+    #[test]
+    fn a_constant_sized_by_a_symbol_is_not_generic() {
+        let (class, _) = ShapeClass::of(&sig(&[&[5]]));
+        let build = |n: usize| {
+            let mut g = Graph::new();
+            let arr =
+                tilejit_ir::Array::from_vec((0..n).map(|i| i as f32).collect::<Vec<f32>>(), &[n])
+                    .unwrap();
+            let c = g.add_constant(arr);
+            g.outputs.push(c);
+            g
+        };
+        let (a, b) = (probes(Standin::A, 1)[0], probes(Standin::B, 1)[0]);
+        let why = GenericGraph::new(&class, &free(1), build(a), &build(b)).unwrap_err();
         assert!(why.contains("constant tensor"), "{why}");
     }
 
@@ -626,19 +825,20 @@ mod tests {
     fn a_broadcast_keeps_its_constant_dim_and_wrong_arity_is_an_error() {
         // broadcast [n0] -> [4, n0].
         let (class, _) = ShapeClass::of(&sig(&[&[16]]));
-        let p = probes(1)[0];
-        let mut g = Graph::new();
-        let ty = TensorType::new(DType::F32, Shape::new(&[p]).unwrap());
-        let x = g.add(Op::Input { index: 0, ty }).unwrap();
-        let b = g
-            .add(Op::Broadcast(x, Shape::new(&[4, p]).unwrap()))
-            .unwrap();
-        g.outputs.push(b);
-        let generic = GenericGraph::new(&class, g).unwrap();
-        assert_eq!(
-            generic.instantiate(&[9]).unwrap().0.ty(b).shape.dims(),
-            [4, 9]
-        );
+        let build = |p: usize| {
+            let mut g = Graph::new();
+            let ty = TensorType::new(DType::F32, Shape::new(&[p]).unwrap());
+            let x = g.add(Op::Input { index: 0, ty }).unwrap();
+            let b = g
+                .add(Op::Broadcast(x, Shape::new(&[4, p]).unwrap()))
+                .unwrap();
+            g.outputs.push(b);
+            g
+        };
+        let (a, b) = (probes(Standin::A, 1)[0], probes(Standin::B, 1)[0]);
+        let generic = GenericGraph::new(&class, &free(1), build(a), &build(b)).unwrap();
+        let (g, _) = generic.instantiate(&[9]).unwrap();
+        assert_eq!(g.ty(g.outputs[0]).shape.dims(), [4, 9]);
         assert!(generic.instantiate(&[9, 3]).is_err());
     }
 
@@ -647,14 +847,13 @@ mod tests {
     #[test]
     fn a_size_used_as_a_value_becomes_a_param() {
         let (class, _) = ShapeClass::of(&sig(&[&[5]]));
-        let p = probes(1)[0];
-        let build_at = |n: usize, v: f64| {
+        let build = |n: usize| {
             let mut g = Graph::new();
             let ty = TensorType::new(DType::F32, Shape::new(&[n]).unwrap());
             let x = g.add(Op::Input { index: 0, ty }).unwrap();
             let n = g
                 .add(Op::Full {
-                    value: Lit::Float(v),
+                    value: Lit::Float(n as f64),
                     ty,
                 })
                 .unwrap();
@@ -662,17 +861,52 @@ mod tests {
             g.outputs.push(y);
             g
         };
-        let build = |v: f64| build_at(p, v);
-        let generic = GenericGraph::new(&class, build(p as f64)).unwrap();
+        let (a, b) = (probes(Standin::A, 1)[0], probes(Standin::B, 1)[0]);
+        let generic = GenericGraph::new(&class, &free(1), build(a), &build(b)).unwrap();
         let (g, extra) = generic.instantiate(&[7]).unwrap();
         assert_eq!(extra, [Lit::Float(7.0)]);
         assert_eq!(g.param_types(), [DType::F32]);
         assert_eq!(g.ty(g.outputs[0]).shape.dims(), [7]);
-        assert!(generic.check_against(&build_at(7, 7.0), &[7]).is_ok());
-        // `x * full(1/n0)` reads back as a constant, which the exact
-        // trace contradicts.
-        let inv = |n: usize| DType::F32.round_float(1.0 / n as f64);
-        let generic = GenericGraph::new(&class, build(inv(p))).unwrap();
-        assert!(generic.check_against(&build_at(7, inv(7)), &[7]).is_err());
+    }
+
+    /// A read of `n1` pins `n1`; a read of `n0 + 1` pins everything; reads
+    /// equal in both traces pin nothing.
+    #[test]
+    fn reads_pin_the_symbols_they_factor_into() {
+        let (class, _) = ShapeClass::of(&sig(&[&[5, 7]]));
+        let (a, b) = (probes(Standin::A, 2), probes(Standin::B, 2));
+        assert_eq!(
+            class.pins_for_reads(&free(2), &[3, a[1]], &[3, b[1]]),
+            Ok(vec![1])
+        );
+        assert_eq!(
+            class.pins_for_reads(&free(2), &[a[0] * a[1]], &[b[0] * b[1]]),
+            Ok(vec![0, 1])
+        );
+        assert!(class
+            .pins_for_reads(&free(2), &[a[0] + 1], &[b[0] + 1])
+            .is_err());
+        assert_eq!(class.pins_for_reads(&free(2), &[4, 4], &[4, 4]), Ok(vec![]));
+        // With n0 pinned at 5, a read of 5 * n1 pins n1 only.
+        let pinned = [Some(5), None];
+        assert_eq!(
+            class.pins_for_reads(&pinned, &[5 * a[1]], &[5 * b[1]]),
+            Ok(vec![1])
+        );
+        // A graph pinned at n0 = 5 fits only sizes with n0 = 5.
+        let build = |n0: usize, n1: usize| {
+            let mut g = Graph::new();
+            let ty = TensorType::new(DType::F32, Shape::new(&[n0, n1]).unwrap());
+            let x = g.add(Op::Input { index: 0, ty }).unwrap();
+            g.outputs.push(x);
+            g
+        };
+        let g = GenericGraph::new(&class, &pinned, build(5, a[1]), &build(5, b[1])).unwrap();
+        assert!(g.fits(&[5, 9]) && !g.fits(&[6, 9]));
+        assert!(g.instantiate(&[6, 9]).is_err());
+        assert_eq!(
+            g.instantiate(&[5, 9]).unwrap().0.to_string(),
+            build(5, 9).to_string()
+        );
     }
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 mod config;
 mod device;
+mod dynamic;
 mod graph;
 mod kernels;
 mod npy;
@@ -26,13 +27,14 @@ pub struct Target {
 }
 
 /// Every target, in the order `all` runs them.
-pub const ALL: [Target; 6] = [
+pub const ALL: [Target; 7] = [
     graph::TARGET,
     kernels::TARGET,
     device::BINARY,
     device::ASM,
     npy::TARGET,
     config::TARGET,
+    dynamic::TARGET,
 ];
 
 /// The target called `name`.
