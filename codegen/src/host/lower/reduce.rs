@@ -227,7 +227,7 @@ impl Lowerer<'_, '_> {
                     let v = self
                         .b
                         .ins()
-                        .load(types::F32X4, Self::flags(), lanes, 16 * k as i32);
+                        .load(types::F32X4, Self::aligned_flags(), lanes, 16 * k as i32);
                     self.b.def_var(acc, v);
                     // The helper leaves NaN in the lanes that saw one.
                     if let Some(nans) = &nans {
