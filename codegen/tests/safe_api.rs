@@ -115,6 +115,13 @@ fn a_relabelled_kernel_is_an_error() {
     let mut k = p.kernels[0].clone();
     k.domain.clear();
     assert!(compile(&k, &dtype_of, CodegenOptions::default()).is_err());
+    // A param number that would need 2^32 args slots.
+    let mut k = p.kernels[0].clone();
+    k.exprs.push(ExprNode {
+        expr: Expr::Param(u32::MAX),
+        dtype: DType::F32,
+    });
+    assert!(compile(&k, &dtype_of, CodegenOptions::default()).is_err());
 }
 
 #[test]

@@ -13,6 +13,9 @@ use crate::CodegenError;
 use tilejit_ir::kernel::{Expr, ExprId, Kernel, Stage};
 use tilejit_ir::DType;
 
+/// The most params a kernel may read.
+const MAX_PARAMS: u32 = 1 << 16;
+
 /// Checks `k` against `dtypes`, the dtype of each of its local buffers
 /// ([`Kernel::local_buffers`] order): a kernel that fails is
 /// [`CodegenError::Invalid`], never code.
@@ -57,7 +60,9 @@ fn check(k: &Kernel, dtypes: &[DType]) -> Result<(), String> {
         let d = e.dtype;
         let ok = match e.expr {
             Expr::Load(l) => load_dtype(l) == Some(d),
-            Expr::Param(_) => true,
+            // Each param up to the highest has an args slot (and a value
+            // in the lowering): no absurd counts.
+            Expr::Param(p) => p < MAX_PARAMS,
             Expr::Lit(l) => l.fits(d),
             Expr::Unary(_, a) => dt(a) == d,
             Expr::Binary(_, a, b) => dt(a) == d && dt(b) == d,
@@ -78,6 +83,9 @@ fn check(k: &Kernel, dtypes: &[DType]) -> Result<(), String> {
                     && matches!(dt(index), DType::I32 | DType::I64)
                     && stride >= 0
                     && len >= 0
+                    // The code moves `index * stride` elements of up to 8
+                    // bytes: that constant must not overflow.
+                    && stride <= i64::MAX / 8
             }
         };
         if !ok {
