@@ -3,6 +3,8 @@
 //! launches are errors, never accesses outside the storage lent or invalid
 //! values written into it.
 
+#![allow(clippy::unwrap_used)] // tests assert by unwrapping
+
 use tilejit_codegen::host::{
     compile, listing, BufArg, CodegenOptions, KernelArgs, KernelCode, StreamStores,
 };
@@ -96,7 +98,10 @@ fn a_relabelled_kernel_is_an_error() {
             let mut k = p.kernels[0].clone();
             k.exprs[i].dtype = d;
             let e = compile(&k, &dtype_of, CodegenOptions::default()).unwrap_err();
-            assert!(matches!(e, CodegenError::Invalid { .. }), "%{i} as {d}: {e}");
+            assert!(
+                matches!(e, CodegenError::Invalid { .. }),
+                "%{i} as {d}: {e}"
+            );
         }
     }
     // Every expression relabelled alike still contradicts the buffers.
@@ -224,7 +229,8 @@ fn bool_outputs_hold_only_true_and_false() {
     let mut args = code.layout().args(&k, &[]);
     *args.last_mut().unwrap() = 107;
     let mut o = [false; 4];
-    code.call(&mut [BufArg::write(&mut o)], &args, 0, 4).unwrap();
+    code.call(&mut [BufArg::write(&mut o)], &args, 0, 4)
+        .unwrap();
     assert!(o.iter().all(|&v| v as u8 == 1), "{:?}", o.map(|v| v as u8));
 }
 

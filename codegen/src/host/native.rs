@@ -441,7 +441,10 @@ impl KernelCode {
         // Each call's scratch rows: `scratch` rows of `cols` 8-byte slots.
         let row_bytes = cols
             .checked_mul(8)
-            .filter(|b| b.checked_mul(scratch).is_some_and(|t| t <= isize::MAX as usize))
+            .filter(|b| {
+                b.checked_mul(scratch)
+                    .is_some_and(|t| t <= isize::MAX as usize)
+            })
             .ok_or_else(|| self.bad(format!("{scratch} scratch rows of {cols} slots overflow")))?;
         let call = |bufs: &[BufArg<'_>], start: usize, end: usize| {
             if scratch == 0 {
