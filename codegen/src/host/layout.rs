@@ -399,7 +399,7 @@ impl ArgLayout {
     /// Whether calls over disjoint ranges of units can run at once: no
     /// element one unit writes is read or written by another unit. Holds
     /// when each written buffer has one store, any load of it uses the
-    /// store's strides, and the store maps (unit, column) to distinct
+    /// store's strides (and gathers nothing), and the store maps (unit, column) to distinct
     /// elements (sorted by stride, each dimension's stride passes the
     /// extent of the smaller ones, the numpy no-overlap test).
     pub fn writes_disjoint_units(&self, args: &[i64]) -> bool {
@@ -417,7 +417,12 @@ impl ArgLayout {
                 (0..self.access_buf.len()).filter(|&a| a != st && self.access_buf[a] == buf);
             for a in others {
                 let offset = |a: usize| args[self.offset_slot(a)];
-                if a >= nloads || strides(a) != strides(st) || offset(a) != offset(st) {
+                // A gather on it reads past its unit's own elements.
+                if a >= nloads
+                    || strides(a) != strides(st)
+                    || offset(a) != offset(st)
+                    || self.gather_reach[a] > 0
+                {
                     return false;
                 }
             }
