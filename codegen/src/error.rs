@@ -63,6 +63,17 @@ pub enum CodegenError {
         /// Cranelift's message.
         message: String,
     },
+    /// The kernel is not well formed: an id out of range, or a dtype that
+    /// its operands, its buffer (`dtype_of`) or the stage it feeds
+    /// contradict. Code generated from it would access its buffers with
+    /// other element sizes than its launches check, so none is.
+    #[error("kernel `{kernel}` is invalid: {what}")]
+    Invalid {
+        /// The kernel's name.
+        kernel: String,
+        /// What is wrong.
+        what: String,
+    },
     /// The CPU lacks a feature the generated code needs.
     #[error("this CPU lacks {0}, which the host backend needs")]
     Cpu(&'static str),

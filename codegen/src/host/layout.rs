@@ -25,6 +25,17 @@ pub fn storage_bytes(dtype: DType) -> usize {
     }
 }
 
+/// The dtype whose storage holds `dtype`'s values in a kernel's memory:
+/// f16 and bf16 are held as f32, the rest as themselves (see
+/// [`storage_bytes`]). A [`BufArg`](super::BufArg) lent for a buffer of
+/// `dtype` must have this [`BufArg::dtype`](super::BufArg::dtype).
+pub fn storage_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::F16 | DType::BF16 => DType::F32,
+        d => d,
+    }
+}
+
 /// The argument layout of one kernel.
 #[derive(Clone, Debug)]
 pub struct ArgLayout {
@@ -32,6 +43,8 @@ pub struct ArgLayout {
     pub rank: usize,
     /// Program buffers in local order.
     pub buffers: Vec<BufId>,
+    /// The dtype the code reads and writes each local buffer as.
+    pub dtypes: Vec<DType>,
     /// Element size of each local buffer.
     pub elem_bytes: Vec<usize>,
     /// Whether each local buffer is written.
@@ -92,12 +105,11 @@ impl ArgLayout {
                 store_i += 1;
             }
         }
+        let dtypes: Vec<DType> = buffers.iter().map(|&b| dtype_of(b)).collect();
         ArgLayout {
             rank: k.domain.len(),
-            elem_bytes: buffers
-                .iter()
-                .map(|&b| storage_bytes(dtype_of(b)))
-                .collect(),
+            elem_bytes: dtypes.iter().map(|&d| storage_bytes(d)).collect(),
+            dtypes,
             buffers,
             written,
             access_buf,
@@ -160,7 +172,10 @@ impl ArgLayout {
         v
     }
 
-    /// Checks that a call over units `start..end` stays inside every buffer.
+    /// Checks that a call over units `start..end` stays inside every buffer
+    /// and that every buffer is what the code takes it for: its element
+    /// type ([`storage_dtype`]), aligned to its elements, writable where
+    /// the kernel writes it. `bufs` ends with the scratch rows.
     pub fn check(
         &self,
         bufs: &[super::BufArg<'_>],
@@ -168,15 +183,37 @@ impl ArgLayout {
         start: usize,
         end: usize,
     ) -> Result<(), String> {
-        self.check_counts(bufs.len(), args.len())?;
+        let n = self.buffers.len();
+        self.check_counts(bufs.len(), n + self.scratch, args.len())?;
+        match self.check_main(&bufs[..n], args, start, end)? {
+            Some(cols) => self.check_scratch(&bufs[n..], cols),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Self::check`] of the kernel's own buffers (`bufs` without scratch;
+    /// the caller compared the counts): the row length when the range is
+    /// not empty.
+    pub(crate) fn check_main(
+        &self,
+        bufs: &[super::BufArg<'_>],
+        args: &[i64],
+        start: usize,
+        end: usize,
+    ) -> Result<Option<usize>, String> {
         if start >= end {
-            return Ok(());
+            return Ok(None);
         }
         let dom = self.domain(args)?;
         if end > dom.units {
             return Err(format!("range {start}..{end} exceeds {} units", dom.units));
         }
-        self.check_bufs(bufs, dom.cols)?;
+        for (lb, b) in bufs.iter().enumerate() {
+            if self.written[lb] && !b.writable() {
+                return Err(format!("buffer {lb} is written but not writable"));
+            }
+            self.check_type(lb, b)?;
+        }
         for a in 0..self.access_buf.len() {
             if let Some(max) = self.max_offset(a, args, &dom, end)? {
                 let lb = self.access_buf[a];
@@ -188,6 +225,45 @@ impl ArgLayout {
                 }
             }
         }
+        Ok(Some(dom.cols))
+    }
+
+    /// Checks that buffer `lb` holds the element type its code reads and
+    /// writes, at an address aligned to it ([`super::BufArg::empty`] fits
+    /// any: it has no elements to misread).
+    #[inline]
+    fn check_type(&self, lb: usize, b: &super::BufArg<'_>) -> Result<(), String> {
+        let Some(have) = b.dtype() else {
+            return Ok(());
+        };
+        let want = storage_dtype(self.dtypes[lb]);
+        if have != want {
+            return Err(format!(
+                "buffer {lb} holds {have} where the kernel's code uses {want}"
+            ));
+        }
+        // Element sizes are powers of two.
+        let size = self.elem_bytes[lb];
+        if b.addr() & (size - 1) != 0 {
+            return Err(format!(
+                "buffer {lb} is not aligned to its {size}-byte elements"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the scratch rows of a call whose rows are `cols` long: each
+    /// writable, of 8-byte elements every bit pattern of which is a value
+    /// (`u64`, `i64`, `f64`), aligned, and a row long.
+    fn check_scratch(&self, bufs: &[super::BufArg<'_>], cols: usize) -> Result<(), String> {
+        for (s, b) in bufs.iter().enumerate() {
+            let typed = matches!(b.dtype(), Some(DType::I64 | DType::F64)) && b.addr() % 8 == 0;
+            if !b.writable() || b.bytes() < cols.saturating_mul(8) || !(typed || b.bytes() == 0) {
+                return Err(format!(
+                    "scratch {s} must be a writable row of {cols} u64, i64 or f64 slots"
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -197,7 +273,11 @@ impl ArgLayout {
     /// tagging the result with its code, so the result is never used with
     /// another kernel's code.
     pub(crate) fn check_args(&self, args: Vec<i64>, code: u64) -> Result<CheckedArgs, String> {
-        self.check_counts(self.buffers.len() + self.scratch, args.len())?;
+        self.check_counts(
+            self.buffers.len() + self.scratch,
+            self.buffers.len() + self.scratch,
+            args.len(),
+        )?;
         let dom = self.domain(&args)?;
         let mut need = vec![0u128; self.buffers.len()];
         if dom.units > 0 {
@@ -229,7 +309,8 @@ impl ArgLayout {
 
     /// Checks buffers against arguments [`Self::check_args`] accepted for
     /// this layout's code (the caller compared the tag), for a call over
-    /// `start..end`: one pass over the buffers.
+    /// `start..end`: one pass over the buffers. `bufs` ends with the
+    /// scratch rows.
     #[inline]
     pub(crate) fn check_checked(
         &self,
@@ -238,12 +319,39 @@ impl ArgLayout {
         start: usize,
         end: usize,
     ) -> Result<(), String> {
-        let nbuf = checked.need.len() + self.scratch;
-        if bufs.len() != nbuf {
-            return Err(format!("{} buffers given, {nbuf} expected", bufs.len()));
+        let n = checked.need.len();
+        if bufs.len() != n + self.scratch {
+            return Err(format!(
+                "{} buffers given, {} expected",
+                bufs.len(),
+                n + self.scratch
+            ));
+        }
+        match self.check_checked_main(&bufs[..n], checked, start, end)? {
+            Some(cols) if self.scratch > 0 => self.check_scratch(&bufs[n..], cols),
+            _ => Ok(()),
+        }
+    }
+
+    /// [`Self::check_checked`] of the kernel's own buffers (`bufs` without
+    /// scratch): the row length when the range is not empty.
+    #[inline]
+    pub(crate) fn check_checked_main(
+        &self,
+        bufs: &[super::BufArg<'_>],
+        checked: &CheckedArgs,
+        start: usize,
+        end: usize,
+    ) -> Result<Option<usize>, String> {
+        if bufs.len() != checked.need.len() {
+            return Err(format!(
+                "{} buffers given, {} expected",
+                bufs.len(),
+                checked.need.len()
+            ));
         }
         if start >= end {
-            return Ok(());
+            return Ok(None);
         }
         if end > checked.units {
             return Err(format!(
@@ -252,6 +360,7 @@ impl ArgLayout {
             ));
         }
         for (lb, (b, n)) in bufs.iter().zip(&checked.need).enumerate() {
+            self.check_type(lb, b)?;
             if b.bytes() < n.bytes || (n.written && !b.writable()) {
                 return Err(if b.bytes() < n.bytes {
                     format!(
@@ -264,14 +373,12 @@ impl ArgLayout {
                 });
             }
         }
-        if self.scratch > 0 {
-            self.check_bufs(bufs, checked.cols)?;
-        }
-        Ok(())
+        Ok(Some(checked.cols))
     }
 
-    fn check_counts(&self, bufs: usize, args: usize) -> Result<(), String> {
-        let nbuf = self.buffers.len() + self.scratch;
+    /// Compares the numbers of buffers and args with what the layout takes
+    /// (`nbuf`: its buffers, with or without the scratch rows).
+    pub(crate) fn check_counts(&self, bufs: usize, nbuf: usize, args: usize) -> Result<(), String> {
         if bufs != nbuf {
             return Err(format!("{bufs} buffers given, {nbuf} expected"));
         }
@@ -284,17 +391,21 @@ impl ArgLayout {
 
     /// The inner dimension (row length) `args` describes.
     pub fn cols(&self, args: &[i64]) -> Result<usize, String> {
-        self.check_counts(self.buffers.len() + self.scratch, args.len())?;
+        let n = self.buffers.len() + self.scratch;
+        self.check_counts(n, n, args.len())?;
         Ok(self.domain(args)?.cols)
     }
 
     /// Whether calls over disjoint ranges of units can run at once: no
     /// element one unit writes is read or written by another unit. Holds
     /// when each written buffer has one store, any load of it uses the
-    /// store's strides, and the store maps (unit, column) to distinct
+    /// store's strides (and gathers nothing), and the store maps (unit, column) to distinct
     /// elements (sorted by stride, each dimension's stride passes the
     /// extent of the smaller ones, the numpy no-overlap test).
     pub fn writes_disjoint_units(&self, args: &[i64]) -> bool {
+        if args.len() != self.param_slot(self.params) {
+            return false;
+        }
         let Ok(dom) = self.domain(args) else {
             return false;
         };
@@ -306,7 +417,12 @@ impl ArgLayout {
                 (0..self.access_buf.len()).filter(|&a| a != st && self.access_buf[a] == buf);
             for a in others {
                 let offset = |a: usize| args[self.offset_slot(a)];
-                if a >= nloads || strides(a) != strides(st) || offset(a) != offset(st) {
+                // A gather on it reads past its unit's own elements.
+                if a >= nloads
+                    || strides(a) != strides(st)
+                    || offset(a) != offset(st)
+                    || self.gather_reach[a] > 0
+                {
                     return false;
                 }
             }
@@ -351,7 +467,8 @@ impl ArgLayout {
         let mut dims = [0usize; 8];
         let used = dims
             .get_mut(..self.rank)
-            .ok_or_else(|| format!("rank {} > 8", self.rank))?;
+            .filter(|d| !d.is_empty())
+            .ok_or_else(|| format!("rank {} is not in 1..=8", self.rank))?;
         for (d, &a) in used.iter_mut().zip(&args[..self.rank]) {
             *d = usize::try_from(a).map_err(|_| format!("negative dim {a}"))?;
         }
@@ -367,22 +484,6 @@ impl ArgLayout {
             .ok_or("domain size overflows")?;
         let units = if self.flat { numel } else { rows };
         Ok(Domain { dims, cols, units })
-    }
-
-    /// Null, writability and scratch-size checks of the buffers.
-    fn check_bufs(&self, bufs: &[super::BufArg<'_>], cols: usize) -> Result<(), String> {
-        for (l, w) in self.written.iter().enumerate() {
-            if *w && !bufs[l].writable() {
-                return Err(format!("buffer {l} is written but not writable"));
-            }
-        }
-        for s in 0..self.scratch {
-            let b = &bufs[self.buffers.len() + s];
-            if !b.writable() || b.bytes() < cols.saturating_mul(8) {
-                return Err(format!("scratch {s} must hold {cols} 8-byte slots"));
-            }
-        }
-        Ok(())
     }
 
     /// The largest element offset access `a` reaches in a launch over units

@@ -178,7 +178,19 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         }
     }
 
+    /// Flags of a load or store through a buffer, scratch row or block
+    /// buffer: it cannot trap (the launch's bounds check), but only its
+    /// element's alignment is known (a slice may start at any element), so
+    /// it is not flagged aligned: on a CPU without AVX, Cranelift would fold
+    /// a flagged vector load into an SSE instruction, which faults on data
+    /// not 16-byte aligned.
     fn flags() -> MemFlagsData {
+        MemFlagsData::new().with_notrap()
+    }
+
+    /// Flags of a load whose address is aligned to its size: the `bufs`
+    /// and `args` arrays' 8-byte entries, a 64-byte aligned stack slot.
+    fn aligned_flags() -> MemFlagsData {
         MemFlagsData::trusted()
     }
 
@@ -199,7 +211,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             let v = self
                 .b
                 .ins()
-                .load(ptr, Self::flags(), bufs_p, (8 * i) as i32);
+                .load(ptr, Self::aligned_flags(), bufs_p, (8 * i) as i32);
             if i < nlocal {
                 self.bufs.push(v);
             } else {
@@ -211,7 +223,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             .map(|d| {
                 self.b
                     .ins()
-                    .load(ptr, Self::flags(), args_p, (8 * d) as i32)
+                    .load(ptr, Self::aligned_flags(), args_p, (8 * d) as i32)
             })
             .collect();
         // Params, converted once to the dtype their expressions use.
@@ -219,7 +231,10 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         for e in &self.k.exprs {
             if let Expr::Param(i) = e.expr {
                 let slot = (8 * self.layout.param_slot(i as usize)) as i32;
-                let raw = self.b.ins().load(types::I64, Self::flags(), args_p, slot);
+                let raw = self
+                    .b
+                    .ins()
+                    .load(types::I64, Self::aligned_flags(), args_p, slot);
                 let v = match e.dtype {
                     d if d.is_float() => {
                         let f = self.b.ins().bitcast(types::F64, MemFlagsData::new(), raw);
@@ -230,6 +245,8 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                         }
                     }
                     DType::I64 => raw,
+                    // Any nonzero value is true, and a bool is 0 or 1.
+                    DType::Bool => self.b.ins().icmp_imm_s(IntCC::NotEqual, raw, 0),
                     d => self.b.ins().ireduce(scalar_ty(d), raw),
                 };
                 param_vals[i as usize] = Some(v);
@@ -249,7 +266,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                 .map(|d| {
                     self.b
                         .ins()
-                        .load(ptr, Self::flags(), args_p, (8 * (slot + d)) as i32)
+                        .load(ptr, Self::aligned_flags(), args_p, (8 * (slot + d)) as i32)
                 })
                 .collect();
             let inner = match acc.inner_stride() {
@@ -261,7 +278,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             // window, a concat operand's place).
             let offset = self.b.ins().load(
                 ptr,
-                Self::flags(),
+                Self::aligned_flags(),
                 args_p,
                 (8 * self.layout.offset_slot(a)) as i32,
             );
@@ -486,9 +503,16 @@ impl<'a, 'b> Lowerer<'a, 'b> {
     }
 
     /// Stores `v` (a scalar, an i8 0/1 for bools, or an `F32X4`) at access
-    /// `a`, inner index `j`.
+    /// `a`, inner index `j`. A bool is stored as `v != 0`: the buffer may be
+    /// a `&mut [bool]`, where any other byte is undefined behaviour, and not
+    /// every bool expression (a literal, a bool op) is sure to give 0 or 1.
     fn store(&mut self, a: usize, j: Value, v: Value) {
         let p = self.addr(a, j);
+        let v = if (self.dtype_of_buf)(self.layout.access_buf[a]) == DType::Bool {
+            self.b.ins().icmp_imm_s(IntCC::NotEqual, v, 0)
+        } else {
+            v
+        };
         self.b.ins().store(Self::flags(), v, p, 0);
     }
 

@@ -15,9 +15,10 @@ mod lower;
 #[allow(clippy::excessive_precision)]
 mod math;
 mod native;
+mod verify;
 
 pub use image::CodeImage;
-pub use layout::{storage_bytes, ArgLayout, CheckedArgs};
+pub use layout::{storage_bytes, storage_dtype, ArgLayout, CheckedArgs};
 pub use native::{
     block_math, matmul_f32, matmul_f64, sys, BlockFn, BufArg, KernelArgs, KernelCode, KernelElem,
     MATH_BLOCK,
@@ -362,7 +363,12 @@ fn name_imports(clif: &str, symbols: &[(FuncRef, &str)]) -> String {
     out
 }
 
-/// Compiles one kernel. `dtype_of` gives each program buffer's dtype.
+/// Compiles one kernel. `dtype_of` gives each program buffer's dtype; it
+/// is asked once per buffer, and the kernel is checked against the answers
+/// (every expression's dtype against its operands, loads and gathers
+/// against their buffer's, stores' values against theirs): a kernel they
+/// contradict is [`CodegenError::Invalid`], never code that reads or
+/// writes other element sizes than its launches check.
 pub fn compile(
     k: &Kernel,
     dtype_of: &dyn Fn(BufId) -> DType,
@@ -412,7 +418,14 @@ fn build(
         return Err(CodegenError::Cpu("SSE4.1"));
     }
     let opts = opts.for_kernel(k);
-    let layout = ArgLayout::of(k, dtype_of);
+    // `dtype_of` answers once per buffer; everything below uses these.
+    let buffers = k.local_buffers();
+    let dtypes: Vec<DType> = buffers.iter().map(|&b| dtype_of(b)).collect();
+    verify::verify(k, &dtypes)?;
+    let layout = ArgLayout::of(k, &|b| {
+        let i = buffers.iter().position(|&x| x == b);
+        i.map_or(DType::Bool, |i| dtypes[i])
+    });
     let helpers = block_math(opts.block_math)?;
     let helpers: &[BlockFn] = helpers.as_ref().map_or(&[], |h| h.as_slice());
     let mut module = new_module(k, opts, helpers)?;
@@ -476,7 +489,7 @@ fn build(
             round_bf16,
             block_fns,
         };
-        let buf_dtype = |lb: usize| dtype_of(layout.buffers[lb]);
+        let buf_dtype = |lb: usize| layout.dtypes[lb];
         let stream = opts.stream_stores == StreamStores::Always;
         lower::Lowerer::new(b, k, &layout, &buf_dtype, cpu.fma, stream, libs).lower()?;
     }

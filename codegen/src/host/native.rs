@@ -24,6 +24,7 @@ use crate::CodegenError;
 use cranelift_jit::JITModule;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
+use tilejit_ir::DType;
 
 /// Elements per block buffer that generated code hands to a [`block_math`]
 /// helper (also the block of a blocked f32 sum, so a sum's helper math runs
@@ -107,22 +108,33 @@ type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, i64, i64) -> i6
 
 /// Element types kernel storage may hold: plain numbers whose every bit
 /// pattern is a value, and `bool`, which generated code writes only as 0
-/// or 1.
-pub trait KernelElem: Copy + Send + Sync + sealed::Sealed {}
+/// or 1. Each is the storage of one [`DType`] ([`KernelElem::DTYPE`]):
+/// `f32` also holds f16 and bf16 values, and `u64` (scratch rows) counts as
+/// `i64`. A launch refuses a buffer whose type is not the one the kernel's
+/// code was generated for.
+pub trait KernelElem: Copy + Send + Sync + sealed::Sealed {
+    /// The dtype whose storage this type is.
+    const DTYPE: DType;
+}
 
 mod sealed {
     pub trait Sealed {}
 }
 
 macro_rules! kernel_elems {
-    ($($t:ty),*) => { $( impl sealed::Sealed for $t {} impl KernelElem for $t {} )* };
+    ($($t:ty => $d:ident),*) => {
+        $( impl sealed::Sealed for $t {} impl KernelElem for $t { const DTYPE: DType = DType::$d; } )*
+    };
 }
-kernel_elems!(f32, f64, i32, i64, u8, i8, u64, bool);
+kernel_elems!(f32 => F32, f64 => F64, i32 => I32, i64 => I64, u8 => U8, i8 => I8, u64 => I64, bool => Bool);
 
-/// One buffer handed to a kernel: a borrowed slice, read-only or writable.
-/// Only the constructors make one, so its address and size always describe
-/// live storage the caller lent for `'a`, and the bounds check that every
-/// call runs against its size is enough to keep native code inside it.
+/// One buffer handed to a kernel: a borrowed slice, read-only or writable,
+/// with its element type ([`KernelElem::DTYPE`]). Only the constructors
+/// make one, so its address, size and type always describe live storage
+/// the caller lent for `'a`; every call checks that size against what the
+/// kernel reaches, and that type and the address's alignment against what
+/// its code reads and writes, which keeps native code inside the storage
+/// and writing only valid values (0 or 1 into a `bool`).
 ///
 /// ```
 /// use tilejit_codegen::host::BufArg;
@@ -151,6 +163,8 @@ pub struct BufArg<'a> {
     ptr: *mut u8,
     bytes: usize,
     writable: bool,
+    /// The element type; `None` only for [`BufArg::empty`].
+    dtype: Option<DType>,
     _borrow: PhantomData<&'a mut [u8]>,
 }
 
@@ -171,6 +185,7 @@ impl<'a> BufArg<'a> {
             ptr: v.as_ptr().cast_mut().cast(),
             bytes: std::mem::size_of_val(v),
             writable: false,
+            dtype: Some(T::DTYPE),
             _borrow: PhantomData,
         }
     }
@@ -182,6 +197,7 @@ impl<'a> BufArg<'a> {
             ptr: v.as_mut_ptr().cast(),
             bytes: std::mem::size_of_val(v),
             writable: true,
+            dtype: Some(T::DTYPE),
             _borrow: PhantomData,
         }
     }
@@ -194,6 +210,7 @@ impl<'a> BufArg<'a> {
             ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(),
             bytes: 0,
             writable: false,
+            dtype: None,
             _borrow: PhantomData,
         }
     }
@@ -210,6 +227,20 @@ impl<'a> BufArg<'a> {
         self.writable
     }
 
+    /// The dtype whose storage it is (`f32` for f16 and bf16 too; `None`
+    /// for [`BufArg::empty`], which fits any buffer the call does not
+    /// reach).
+    #[inline]
+    pub fn dtype(&self) -> Option<DType> {
+        self.dtype
+    }
+
+    /// Its address (for the alignment check).
+    #[inline]
+    pub(crate) fn addr(&self) -> usize {
+        self.ptr as usize
+    }
+
     /// Another handle to a read-only buffer (`None` for a writable one,
     /// which only one call at a time may hold).
     pub fn share(&self) -> Option<BufArg<'a>> {
@@ -218,7 +249,9 @@ impl<'a> BufArg<'a> {
 
     /// Splits the buffer into consecutive pieces of `piece` bytes (the last
     /// one shorter), each lent for as long as the whole was: the row tiles
-    /// of a buffer that several calls fill in parallel.
+    /// of a buffer that several calls fill in parallel. A piece keeps the
+    /// element type; one that does not start on an element boundary is
+    /// refused by the calls it is lent to.
     pub fn split(self, piece: usize) -> Vec<BufArg<'a>> {
         let piece = piece.max(1);
         (0..self.bytes)
@@ -378,6 +411,11 @@ impl KernelCode {
     /// `stop` is given, it is asked before each of those parallel calls;
     /// once it says true no further call starts and the launch fails with
     /// [`CodegenError::Stopped`].
+    ///
+    /// Everything is checked once, for the whole launch, before it is
+    /// chunked, allocates or runs (the counts of buffers and args, whose
+    /// code checked `args`, the domain, `units` against it, every buffer's
+    /// size, type and alignment): a refused launch writes nothing.
     #[inline]
     pub fn launch(
         &self,
@@ -391,23 +429,41 @@ impl KernelCode {
             KernelArgs::Checked(a) => a.args(),
             KernelArgs::Raw(a) => a,
         };
+        let Some(cols) = self.check_launch(bufs, args, units)? else {
+            return Ok(()); // no units: nothing to run
+        };
         let scratch = self.layout.scratch;
         let chunk = chunk.max(1);
         if scratch == 0 && units <= chunk {
             // The common small call: one range, no scratch rows.
-            self.check(bufs, args, 0, units)?;
             return self.enter(bufs, raw, 0, units);
         }
-        let call = |bufs: &mut [BufArg<'_>], start: usize, end: usize| {
+        // Each call's scratch rows: `scratch` rows of `cols` 8-byte slots.
+        let row_bytes = cols
+            .checked_mul(8)
+            .filter(|b| {
+                b.checked_mul(scratch)
+                    .is_some_and(|t| t <= isize::MAX as usize)
+            })
+            .ok_or_else(|| self.bad(format!("{scratch} scratch rows of {cols} slots overflow")))?;
+        let call = |bufs: &[BufArg<'_>], start: usize, end: usize| {
             if scratch == 0 {
-                self.check(bufs, args, start, end)?;
                 return self.enter(bufs, raw, start, end);
             }
-            let cols = self.layout.cols(raw).map_err(|m| self.bad(m))?;
-            let mut rows: Vec<Vec<u64>> = (0..scratch).map(|_| vec![0u64; cols]).collect();
+            let mut rows: Vec<Vec<u64>> = Vec::with_capacity(scratch);
+            for _ in 0..scratch {
+                let mut row = Vec::new();
+                if row.try_reserve_exact(cols).is_err() {
+                    return Err(self.bad(format!(
+                        "cannot allocate a scratch row of {row_bytes} bytes"
+                    )));
+                }
+                row.resize(cols, 0u64);
+                rows.push(row);
+            }
             let mut all: Vec<BufArg<'_>> = bufs.iter().map(|b| BufArg { ..*b }).collect();
             all.extend(rows.iter_mut().map(|r| BufArg::write(r)));
-            self.check(&all, args, start, end)?;
+            // Rows of `cols` slots fit the check `check_launch` ran.
             self.enter(&all, raw, start, end)
         };
         // Small calls (the common case) ask nothing more than their check.
@@ -415,22 +471,49 @@ impl KernelCode {
             return call(bufs, 0, units);
         }
         let shared = SharedBufs(bufs);
-        let starts: Vec<usize> = (0..units).step_by(chunk).collect();
         use rayon::prelude::*;
-        starts.par_iter().try_for_each(|&s| {
-            if stop.is_some_and(|f| f()) {
-                return Err(CodegenError::Stopped {
-                    kernel: self.name.clone(),
-                });
+        (0..units.div_ceil(chunk))
+            .into_par_iter()
+            .try_for_each(|i| {
+                if stop.is_some_and(|f| f()) {
+                    return Err(CodegenError::Stopped {
+                        kernel: self.name.clone(),
+                    });
+                }
+                // SAFETY: each call covers its own range of units, and
+                // `writes_disjoint_units` proved that the elements any two
+                // units write are distinct, so these copies of the writable
+                // buffers are never written at the same place by two calls;
+                // read-only ones are never written. `bufs` stays borrowed
+                // until all calls end.
+                let mine = unsafe { shared.copies() };
+                let start = i * chunk;
+                call(&mine, start, start.saturating_add(chunk).min(units))
+            })
+    }
+
+    /// Checks a launch of units `0..units` with `bufs` (no scratch rows)
+    /// once: every range inside it then stays inside every buffer (a flat
+    /// access reaches furthest at the last unit; a row access's reach does
+    /// not depend on the range). The row length, or `None` for no units.
+    fn check_launch(
+        &self,
+        bufs: &[BufArg<'_>],
+        args: KernelArgs<'_>,
+        units: usize,
+    ) -> Result<Option<usize>, CodegenError> {
+        let n = self.layout.buffers.len();
+        match args {
+            KernelArgs::Checked(a) if a.code != self.id => {
+                Err("arguments checked for another kernel's code".to_string())
             }
-            // SAFETY: each call covers its own range of units, and
-            // `writes_disjoint_units` proved that the elements any two units
-            // write are distinct, so these copies of the writable buffers are
-            // never written at the same place by two calls; read-only ones
-            // are never written. `bufs` stays borrowed until all calls end.
-            let mut mine = unsafe { shared.copies() };
-            call(&mut mine, s, (s + chunk).min(units))
-        })
+            KernelArgs::Checked(a) => self.layout.check_checked_main(bufs, a, 0, units),
+            KernelArgs::Raw(a) => self
+                .layout
+                .check_counts(bufs.len(), n, a.len())
+                .and_then(|()| self.layout.check_main(bufs, a, 0, units)),
+        }
+        .map_err(|m| self.bad(m))
     }
 
     /// Enters the native code; only after one of the bounds checks passed.
@@ -458,12 +541,17 @@ impl KernelCode {
             &heap
         };
         // SAFETY: every caller ran a bounds check first: `check` proved for
-        // these `args` and start..end, and `check_checked` for a superset
-        // range (every unit of the domain) of the same `args`, that every
-        // load and store the kernel performs (computed from the dims and
-        // strides in `args`) lies within its buffer, that written buffers
-        // are writable, and that scratch buffers hold a full row. Each
-        // `BufArg` borrows its storage for longer than this call.
+        // these `args` and start..end, `check_checked` for a superset range
+        // (every unit of the domain) of the same `args`, and `launch`'s
+        // `check_launch` for `0..units`, a superset of each of its calls'
+        // ranges, that every load and store the kernel performs (computed
+        // from the dims and strides in `args`) lies within its buffer, that
+        // each buffer holds the element type the code uses for it at an
+        // address aligned to it (so bools read are 0 or 1, and the code
+        // stores only 0 or 1 into them), that written buffers are
+        // writable, and that scratch buffers hold a full row (`launch` makes
+        // its own). Each `BufArg` borrows its storage for longer than this
+        // call.
         let status = unsafe { (self.func)(ptrs.as_ptr(), args.as_ptr(), start as i64, end as i64) };
         // Nonzero: a gather stopped at an index outside its axis (the
         // status is that axis's length plus one).

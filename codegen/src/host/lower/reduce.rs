@@ -224,10 +224,12 @@ impl Lowerer<'_, '_> {
         match fold {
             Some((tail, lanes)) => {
                 for (k, &acc) in vaccs.iter().enumerate() {
-                    let v = self
-                        .b
-                        .ins()
-                        .load(types::F32X4, Self::flags(), lanes, 16 * k as i32);
+                    let v = self.b.ins().load(
+                        types::F32X4,
+                        Self::aligned_flags(),
+                        lanes,
+                        16 * k as i32,
+                    );
                     self.b.def_var(acc, v);
                     // The helper leaves NaN in the lanes that saw one.
                     if let Some(nans) = &nans {

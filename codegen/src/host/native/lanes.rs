@@ -272,8 +272,15 @@ macro_rules! simd_math {
         #[target_feature(enable = $feat)]
         pub unsafe extern "C" fn $stream(src: *const f32, dst: *mut f32, n: i64, _s: f32, _pf: i64, _sum: *mut f32) {
             let n = n.max(0) as usize;
-            // f32s before dst's first line boundary (dst is 4-aligned).
-            let head = ((dst as usize).wrapping_neg() % 64 / 4).min(n);
+            // f32s before dst's first line boundary; all of them when dst
+            // is not 4-aligned (launches refuse such f32 buffers, but a
+            // misaligned non-temporal store would fault), so no line is
+            // streamed then.
+            let head = if (dst as usize) % 4 == 0 {
+                ((dst as usize).wrapping_neg() % 64 / 4).min(n)
+            } else {
+                n
+            };
             let lines_end = head + (n - head) / 16 * 16;
             // SAFETY: 0..head, head..lines_end and lines_end..n lie inside
             // both buffers, which do not overlap; each `dst.add(i)` in the
