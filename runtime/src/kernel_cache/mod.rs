@@ -89,7 +89,15 @@ pub(crate) trait Backend: Sized + 'static {
 
 /// Makes code from a disk cache payload stored under a key (which names
 /// its `TILEJIT_DUMP` files); an `Err` says why the payload is unusable.
-pub(crate) type Loader<'a, C> = &'a dyn Fn(&[u8], ContentKey) -> Result<Compiled<C>, String>;
+pub(crate) type Loader<'a, C> = &'a dyn Fn(Vouched<'_>, ContentKey) -> Result<Compiled<C>, String>;
+
+/// A payload someone vouches for: read from this user's checked disk
+/// cache directory, or a snapshot's code loaded through the `unsafe`
+/// `snapshot::load_code`. Only this module and its children can make one
+/// (the field is private), in `load_from_disk` and `load_from_snapshot`,
+/// so host machine code reaches `host::link_vouched` from nowhere else.
+#[derive(Clone, Copy)]
+pub(crate) struct Vouched<'a>(&'a [u8]);
 
 /// Code a snapshot stored for a kernel, with the key it was made under.
 #[derive(Clone, Copy)]
@@ -446,7 +454,7 @@ impl KernelCache {
         let (disk, load) = (self.disk.as_ref()?, made.load?);
         let got = disk
             .load(&made.key, made.parts)
-            .and_then(|bytes| load(&bytes, made.key).map_err(Miss::Rejected));
+            .and_then(|bytes| load(Vouched(&bytes), made.key).map_err(Miss::Rejected));
         let mut g = self.lock();
         match got {
             Ok(c) => {
@@ -480,7 +488,7 @@ impl KernelCache {
         made: &Made<'_, C>,
     ) -> Option<Compiled<C>> {
         let (bytes, load) = (made.snapshot?, made.load?);
-        match load(bytes, made.key) {
+        match load(Vouched(bytes), made.key) {
             Ok(c) => {
                 self.lock().stats.snapshot_loads += 1;
                 Some(c)
