@@ -15,10 +15,13 @@
 //! Below the map lies the on-disk cache ([`disk`]): a miss looks there
 //! before compiling and writes what it compiled, so later processes skip
 //! the compile: host entries as relinkable machine code, Sim entries as
-//! bytecode verified again on load. A snapshot (`crate::snapshot`) hands
-//! a miss its stored code (`StoredCode`), tried before the disk and
+//! bytecode verified again on load. A snapshot loaded with the `unsafe`
+//! `snapshot::load_code` (only that: the safe load compiles its graphs)
+//! hands a miss its stored code (`StoredCode`), tried before the disk and
 //! used only under the key it was made under; such a load is counted in
-//! `snapshot_loads`, not as a compile.
+//! `snapshot_loads`, not as a compile. Host machine code from either
+//! source is linked in one place, `host::link_vouched`, for a [`Vouched`]
+//! payload, which only `load_from_disk` and `load_from_snapshot` make.
 //!
 //! Single flight (`flight.rs`): threads that miss the same kernel while it
 //! compiles wait for that compile and share its result, error included.
