@@ -1253,6 +1253,27 @@ impl JitFunction {
     /// only proves the file was not damaged by accident: an altered file
     /// with its checksum made again may read or write any memory, crash,
     /// hang or compute wrong results.
+    ///
+    /// ```
+    /// # #![allow(unsafe_code)]
+    /// use tilejit::prelude::*;
+    ///
+    /// #[jit]
+    /// fn triple(x: &Tensor) -> Tensor { x * 3.0 }
+    ///
+    /// // A file this program writes itself, in a directory only it can write.
+    /// let dir = std::env::temp_dir().join(format!("triple-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).ok();
+    /// let path = dir.join("triple.tjsnap");
+    /// triple(&Tensor::ones(&[4], DType::F32))?;
+    /// triple::jit().save(&path)?;
+    /// triple::jit().clear();
+    /// // SAFETY: written just above by this very build, unchanged since.
+    /// let loaded = unsafe { triple::jit().load_code(&path)? };
+    /// assert_eq!((loaded.signatures, loaded.recompiled), (1, None));
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), tilejit::Error>(())
+    /// ```
     #[allow(unsafe_code)] // declares the contract and forwards it
     pub unsafe fn load_code(&self, path: impl AsRef<Path>) -> Result<SnapshotLoad> {
         self.load_with(path.as_ref(), true)
