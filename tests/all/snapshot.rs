@@ -675,3 +675,55 @@ fn the_safe_load_never_runs_resealed_stored_code() {
     );
     assert_eq!((r.host, r.sim), (host, sim), "{r:?}");
 }
+
+/// The workspace denies `unsafe_code`; outside `codegen/src/host/native.rs`
+/// and its children it is allowed only at the audited spots that carry
+/// the trust in machine code from disk (ARCHITECTURE.md, "Unsafe code"),
+/// and in this file's child, which calls `load_code` on its own file. A
+/// new `allow(unsafe_code)` elsewhere fails here until it is audited and
+/// listed.
+#[test]
+fn unsafe_code_is_allowed_only_at_the_audited_spots() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p.is_dir() {
+                if !name.starts_with('.') && name != "target" {
+                    stack.push(p);
+                }
+                continue;
+            }
+            if !name.ends_with(".rs") {
+                continue;
+            }
+            let rel = p
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            if rel == "codegen/src/host/native.rs" || rel.starts_with("codegen/src/host/native/") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            let n = text.matches("allow(unsafe_code)").count();
+            if n > 0 && rel != "tests/all/snapshot.rs" {
+                found.push((rel, n));
+            }
+        }
+    }
+    found.sort();
+    let audited = [
+        // `load_code`'s declaration and its forwarding (one per item),
+        // plus its doctest's crate attribute.
+        ("frontend/src/jit.rs".to_string(), 3),
+        // `link_vouched`: the runtime's one call of `host::load`.
+        ("runtime/src/kernel_cache/host.rs".to_string(), 1),
+        // `snapshot::load_code`'s declaration.
+        ("runtime/src/snapshot.rs".to_string(), 1),
+    ];
+    assert_eq!(found, audited);
+}
