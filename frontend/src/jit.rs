@@ -12,7 +12,10 @@
 //! [`JitFunction::save`] writes its programs to a snapshot file and
 //! [`JitFunction::load`] fills the handler cache from one
 //! (`tilejit_runtime::snapshot`), so a later process serves those
-//! signatures without tracing or compiling.
+//! signatures without tracing: `load` compiles the stored graphs (or
+//! finds their kernels in this machine's disk cache), and the `unsafe`
+//! [`JitFunction::load_code`] links the stored machine code of a file
+//! the caller trusts.
 
 use crate::args::{ArgKind, ArgValue, JitArgs, JitOutput, Outputs, ParamSpec, TraceValue};
 use crate::error::{Error, Loc, Result};
@@ -64,6 +67,11 @@ pub type PackedBody = fn(&[TraceValue]) -> Result<Vec<Tensor>>;
 /// ```
 pub struct JitFunction {
     name: String,
+    /// The module it is defined in (`module_path!()`), or empty.
+    module: String,
+    /// A digest of its signature and body as tokens (from `#[jit]` or
+    /// `jit_fn!`), or empty: with `module`, what a snapshot must match.
+    body_digest: String,
     location: String,
     params: Vec<ParamSpec>,
     cache: HandlerCache<Program, Error>,
@@ -155,9 +163,10 @@ enum ClassLookup {
 pub struct SnapshotLoad {
     /// Signatures the snapshot held, all now in the handler cache.
     pub signatures: usize,
-    /// Why code was compiled again from the snapshot's graphs instead of
-    /// linked (another tilejit build, other CPU features, another device
-    /// config for Sim code), if it was.
+    /// Why [`JitFunction::load_code`] compiled code again from the
+    /// snapshot's graphs instead of linking it (another tilejit build,
+    /// another CPU, another device config for Sim code), if it did.
+    /// Always `None` from the safe `load`, which never links stored code.
     pub recompiled: Option<String>,
 }
 
@@ -188,10 +197,28 @@ impl HandlerInfo {
 }
 
 impl JitFunction {
-    /// Declares a jit function (the macros call this).
+    /// Declares a jit function with no module path or body digest: its
+    /// snapshots are told apart from others' by name only (see
+    /// [`with_identity`](Self::with_identity)).
     pub fn new(name: &str, location: &str, params: &[ParamSpec]) -> JitFunction {
+        JitFunction::with_identity(name, "", "", location, params)
+    }
+
+    /// Declares a jit function defined in `module` (`module_path!()`)
+    /// whose signature and body have digest `body_digest` (the macros
+    /// call this): a snapshot loads only into a function with the same
+    /// module path, name and body digest.
+    pub fn with_identity(
+        name: &str,
+        module: &str,
+        body_digest: &str,
+        location: &str,
+        params: &[ParamSpec],
+    ) -> JitFunction {
         JitFunction {
             name: name.to_string(),
+            module: module.to_string(),
+            body_digest: body_digest.to_string(),
             location: location.to_string(),
             params: params.to_vec(),
             cache: HandlerCache::new(),
@@ -316,6 +343,22 @@ impl JitFunction {
     /// The function's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Its module path and name (`my_crate::model::f`), as a snapshot's
+    /// manifest names it; the bare name without a module.
+    pub fn qualified_name(&self) -> String {
+        if self.module.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}::{}", self.module, self.name)
+        }
+    }
+
+    /// The digest of its signature and body as tokens (empty when made by
+    /// [`new`](Self::new)).
+    pub fn body_digest(&self) -> &str {
+        &self.body_digest
     }
 
     /// Where it is defined (`file:line`).
@@ -1231,7 +1274,7 @@ impl JitFunction {
     /// double(&Tensor::ones(&[4], DType::F32))?;
     /// double::jit().save(&path)?;
     /// double::jit().clear();
-    /// assert_eq!(double::jit().load(&path)?, 1);    // no trace, no compile
+    /// assert_eq!(double::jit().load(&path)?, 1);    // no trace; kernels still cached
     /// double::jit().freeze(true);
     /// assert_eq!(double(&Tensor::ones(&[4], DType::F32))?.to_vec::<f32>()?, [2.0; 4]);
     /// # std::fs::remove_file(&path).ok();
@@ -1244,24 +1287,81 @@ impl JitFunction {
             .into_iter()
             .map(|e| (e.signature, e.value))
             .collect();
-        tilejit_runtime::snapshot::save(path.as_ref(), &self.name, &programs)?;
+        tilejit_runtime::snapshot::save(
+            path.as_ref(),
+            &self.qualified_name(),
+            &self.body_digest,
+            &programs,
+        )?;
         Ok(())
     }
 
     /// Fills the handler cache from a snapshot [`save`](Self::save)
-    /// wrote (for this function): returns how many signatures it holds,
-    /// each of which now runs with no trace and no compile. A snapshot
-    /// from another tilejit build or for other CPU features is recompiled
-    /// from its stored graphs (still no trace; see
-    /// [`load_snapshot`](Self::load_snapshot) for why). A missing,
-    /// damaged or foreign file is an error and changes nothing.
+    /// wrote for this function (same module path, name and body; another
+    /// function's is an error naming both): returns how many signatures it
+    /// holds, each of which now runs with no trace.
+    ///
+    /// Safe whatever the file holds: only its graphs are used. Each is
+    /// verified and compiled here, its kernels taken from the kernel cache
+    /// or this machine's own disk cache when they are there (then nothing
+    /// compiles) and compiled otherwise. The stored machine code is never
+    /// run; [`load_code`](Self::load_code) links it, for files you trust.
+    /// A missing, damaged or foreign file is an error and changes nothing.
     pub fn load(&self, path: impl AsRef<Path>) -> Result<usize> {
         Ok(self.load_snapshot(path)?.signatures)
     }
 
-    /// [`load`](Self::load), also saying whether (and why) code was
-    /// recompiled rather than linked.
+    /// [`load`](Self::load), saying what it did.
     pub fn load_snapshot(&self, path: impl AsRef<Path>) -> Result<SnapshotLoad> {
+        self.load_with(path.as_ref(), false)
+    }
+
+    /// [`load`](Self::load), but also links the snapshot's stored host
+    /// machine code (and Sim bytecode, verified again), so not even the
+    /// kernels compile, with the disk cache off too. A snapshot from
+    /// another tilejit build or for another CPU (any Cranelift ISA flag
+    /// differing) is recompiled from its graphs instead, and
+    /// [`SnapshotLoad::recompiled`] says why.
+    ///
+    /// # Safety
+    ///
+    /// The machine code is run as it is; nothing can check what it does.
+    /// Call this only on a file you know to be the unchanged output of
+    /// [`save`](Self::save) by a tilejit you trust, for instance one your
+    /// own deployment wrote where no one else can write. The checksum
+    /// only proves the file was not damaged by accident: an altered file
+    /// with its checksum made again may read or write any memory, crash,
+    /// hang or compute wrong results.
+    ///
+    /// ```
+    /// # #![allow(unsafe_code)]
+    /// use tilejit::prelude::*;
+    ///
+    /// #[jit]
+    /// fn triple(x: &Tensor) -> Tensor { x * 3.0 }
+    ///
+    /// // A file this program writes itself, in a directory only it can write.
+    /// let dir = std::env::temp_dir().join(format!("triple-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).ok();
+    /// let path = dir.join("triple.tjsnap");
+    /// triple(&Tensor::ones(&[4], DType::F32))?;
+    /// triple::jit().save(&path)?;
+    /// triple::jit().clear();
+    /// // SAFETY: written just above by this very build, unchanged since.
+    /// let loaded = unsafe { triple::jit().load_code(&path)? };
+    /// assert_eq!((loaded.signatures, loaded.recompiled), (1, None));
+    /// # std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), tilejit::Error>(())
+    /// ```
+    #[allow(unsafe_code)] // declares the contract and forwards it
+    pub unsafe fn load_code(&self, path: impl AsRef<Path>) -> Result<SnapshotLoad> {
+        self.load_with(path.as_ref(), true)
+    }
+
+    /// [`load_snapshot`](Self::load_snapshot), or with `code`,
+    /// [`load_code`](Self::load_code) (whose caller vouched for the file).
+    #[allow(unsafe_code)] // `code` is true only from `load_code`
+    fn load_with(&self, path: &Path, code: bool) -> Result<SnapshotLoad> {
         let trees = self.params.iter().any(|p| p.kind == ArgKind::Tree);
         let fits = |sig: &Signature| {
             // Leaves of lists and structs are checked by the body that
@@ -1278,7 +1378,14 @@ impl JitFunction {
                         )
                     }))
         };
-        let loaded = tilejit_runtime::snapshot::load(path.as_ref(), &self.name, &fits)?;
+        let (name, body) = (self.qualified_name(), self.body_digest.as_str());
+        let loaded = if code {
+            // SAFETY: only `load_code` passes `code`, and its caller took
+            // on the same contract for this file.
+            unsafe { tilejit_runtime::snapshot::load_code(path, &name, body, &fits)? }
+        } else {
+            tilejit_runtime::snapshot::load(path, &name, body, &fits)?
+        };
         let signatures = loaded.programs.len();
         for (sig, program) in loaded.programs {
             let took = program.compile_time();
@@ -1364,13 +1471,30 @@ pub struct JitFn<'f, Out> {
 }
 
 impl<'f, Out: JitOutput> JitFn<'f, Out> {
-    /// Wraps a body (the `jit_fn!` macro calls this).
+    /// Wraps a body, with no module path or body digest.
     pub fn new<F>(name: &str, location: &str, params: &[ParamSpec], body: F) -> Self
     where
         F: Fn(&[TraceValue]) -> Result<Out> + Send + Sync + 'f,
     {
+        JitFn::with_identity(name, "", "", location, params, body)
+    }
+
+    /// Wraps a body defined in `module` whose tokens have digest
+    /// `body_digest` (the `jit_fn!` macro calls this; see
+    /// [`JitFunction::with_identity`]).
+    pub fn with_identity<F>(
+        name: &str,
+        module: &str,
+        body_digest: &str,
+        location: &str,
+        params: &[ParamSpec],
+        body: F,
+    ) -> Self
+    where
+        F: Fn(&[TraceValue]) -> Result<Out> + Send + Sync + 'f,
+    {
         JitFn {
-            func: JitFunction::new(name, location, params),
+            func: JitFunction::with_identity(name, module, body_digest, location, params),
             body: Box::new(move |v| body(v).map(JitOutput::into_tensors)),
             _out: PhantomData,
         }

@@ -569,10 +569,10 @@ fn snapshot_info_prints_the_manifest() {
     let out = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     for want in [
-        "tilejit snapshot\nformat: 1\n",
+        "tilejit snapshot\nformat: 2\n",
         "\ntilejit: ",
         "\ncpu: ",
-        "\nfunction: cli_snap\n",
+        "\nfunction: cli::cli_snap\nbody: ",
         "\nsignatures: 2\n",
         "sim=yes (f32[2,3], f32 param)\n",
         "sim=yes (f32[4], f32 param)\n",

@@ -15,7 +15,7 @@
 //! | `TILEJIT_SIM_POLICY` | `fifo`, `newest-first`, `fair` | `fifo` | the device scheduler's ready-queue policy for Sim launches |
 //! | `TILEJIT_POOL_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `256M` | bound of the storage pool of dead tensor buffers; `0` disables it |
 //! | `TILEJIT_WARMUP` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | the first tensor of a process has a rayon pool thread compile a small kernel, so the first real compile finds Cranelift warm |
-//! | `TILEJIT_CACHE_DIR` | a directory, or `off` | `$XDG_CACHE_HOME/tilejit`, else `~/.cache/tilejit` | where the on-disk kernel cache lives; `off` disables it (so does having neither `XDG_CACHE_HOME` nor `HOME`) |
+//! | `TILEJIT_CACHE_DIR` | a directory, or `off` | `$XDG_CACHE_HOME/tilejit`, else `~/.cache/tilejit` | where the on-disk kernel cache lives; `off` disables it (so does having neither `XDG_CACHE_HOME` nor `HOME`). It must be absolute, owned by you and not writable by group or others, else the cache is off and stderr says why |
 //! | `TILEJIT_CACHE_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `1G` | bound of the on-disk kernel cache (least recently used files go first); `0` disables it |
 
 use std::ffi::OsString;

@@ -118,11 +118,12 @@ pub enum SnapshotProblem {
         signature: String,
     },
     /// A whole snapshot of another jit function.
-    #[error("holds the programs of `{saved}`, not of `{loading}`")]
+    #[error("holds the programs of {saved}, not of {loading}")]
     OtherFunction {
-        /// The function it was saved from.
+        /// The function it was saved from: module path and name, body
+        /// digest (`` `m::f` (body 0123..) ``).
         saved: String,
-        /// The function loading it.
+        /// The function loading it, the same way.
         loading: String,
     },
 }

@@ -405,12 +405,14 @@ impl HostProgram {
     /// A program from a snapshot's parts: each kernel's code is linked
     /// from `stored` (its image and the key it was made under) through the
     /// kernel cache, which compiles only a kernel whose image is missing
-    /// or was made under another key. No fusion runs.
+    /// or was made under another key. No fusion runs. Only
+    /// `snapshot::load_code` calls this (`_vouch`).
     pub(crate) fn from_snapshot(
         prog: KernelProgram,
         constants: Vec<Array>,
         name: &str,
         stored: &[Option<StoredCode<'_>>],
+        _vouch: &crate::snapshot::CodeVouch,
     ) -> Result<HostProgram, RuntimeError> {
         start_thread_pool_for(&prog);
         let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;

@@ -216,6 +216,7 @@ impl SimProgram {
         constants: Vec<Array>,
         name: &str,
         stored: &[Option<StoredCode<'_>>],
+        _vouch: &crate::snapshot::CodeVouch,
     ) -> Result<SimProgram, RuntimeError> {
         let cfg = sim_device().config();
         let dtype_of = |b: tilejit_ir::kernel::BufId| prog.buffer(b).ty.dtype;

@@ -21,17 +21,30 @@
 //! form first, so a snapshot is complete unless the device cannot run a
 //! kernel (then Sim compiles on first use, as without a snapshot).
 //!
-//! Loading checks, before any code is linked: the container (magic,
-//! version, length, checksum), the manifest (it parses, names this
-//! function and lists the body's signatures) and whether the file was
-//! made by this build (tilejit build id, Cranelift version) for this
-//! machine's CPU features. If it was, each kernel's code is linked
-//! through the kernel cache (`snapshot_loads` counts them; a kernel whose
-//! key differs here is compiled instead); Sim bytecode is decoded and
-//! verified again, as from the disk cache, and skipped when made for
-//! another device config. If it was not, every program is recompiled from
-//! its traced graph (no trace either way) and the reason is returned and
-//! logged under `TILEJIT_LOG=cache`. A damaged or foreign file is a
+//! Loading checks first the container (magic, version, length,
+//! checksum) and the manifest (it parses, names this function, by module
+//! path, name and body digest, and lists the body's signatures).
+//!
+//! Trust. A checksum proves a file was not damaged by accident, not who
+//! wrote it, and machine code cannot be checked: a crafted snapshot's
+//! code could do anything. So there are two loads:
+//!
+//! - [`load`] (safe) uses only the stored graphs: each program's traced
+//!   graph is verified and compiled here, its kernels found in the kernel
+//!   cache or this machine's own disk cache (which only this user's
+//!   processes write) or compiled. No stored code or bytecode is used.
+//! - [`load_code`] (`unsafe`) also links the stored host machine code and
+//!   Sim bytecode, when the file was made by this build (tilejit build id,
+//!   Cranelift version) for this machine's ISA flags: each kernel through
+//!   the kernel cache (`snapshot_loads` counts them; a kernel whose key
+//!   differs here is compiled instead); Sim bytecode is decoded and
+//!   verified again, as from the disk cache, and skipped when made for
+//!   another device config. If it was not, every program is recompiled
+//!   from its traced graph and the reason is returned and logged under
+//!   `TILEJIT_LOG=cache`. Its caller vouches that the file is this build's
+//!   own, unchanged output.
+//!
+//! Neither load traces. A damaged or foreign file is a
 //! [`RuntimeError::Snapshot`], never a panic.
 
 use crate::error::{RuntimeError, SnapshotProblem};
@@ -52,8 +65,9 @@ use tilejit_ir::{Array, Buffer, DType, Lit};
 
 /// File magic.
 const MAGIC: &[u8; 8] = b"TJSNAP\0\0";
-/// Bumped when the layout or a payload encoding changes.
-pub const FORMAT_VERSION: u32 = 1;
+/// Bumped when the layout or a payload encoding changes (2: the manifest
+/// names the function's module path and body digest).
+pub const FORMAT_VERSION: u32 = 2;
 /// The manifest's first line.
 const TITLE: &str = "tilejit snapshot";
 
@@ -70,8 +84,11 @@ pub struct Manifest {
     pub cpu: String,
     /// A digest of the simulated device's config the bytecode targets.
     pub device_config: String,
-    /// The jit function.
+    /// The jit function: its module path and name (`my_crate::model::f`).
     pub function: String,
+    /// A digest of the function's body (its tokens, as `#[jit]` saw them),
+    /// so a snapshot of another function of the same name is refused.
+    pub body: String,
     /// One line per signature.
     pub entries: Vec<ManifestEntry>,
 }
@@ -89,22 +106,10 @@ pub struct ManifestEntry {
     pub sim: bool,
 }
 
-/// The architecture and the CPU features host code depends on, as text.
+/// The ISA host code depends on, as text: the triple and every
+/// Cranelift ISA flag (`tilejit_codegen::host::isa_text`).
 fn cpu_text() -> String {
-    let f = tilejit_codegen::host::cpu_features();
-    let mut s = std::env::consts::ARCH.to_string();
-    for (on, name) in [
-        (f.sse41, "sse4.1"),
-        (f.fma, "fma"),
-        (f.avx2, "avx2"),
-        (f.avx512f, "avx512f"),
-    ] {
-        if on {
-            s.push(' ');
-            s.push_str(name);
-        }
-    }
-    s
+    tilejit_codegen::host::isa_text().to_string()
 }
 
 /// The first 16 hex digits of the default device config's SHA-256.
@@ -118,8 +123,9 @@ fn device_config_digest() -> String {
 }
 
 impl Manifest {
-    /// This build's and machine's values, for `function`, no entries.
-    fn here(function: &str) -> Manifest {
+    /// This build's and machine's values, for `function` with body
+    /// digest `body`, no entries.
+    fn here(function: &str, body: &str) -> Manifest {
         Manifest {
             format: FORMAT_VERSION,
             tilejit: BUILD_ID.to_string(),
@@ -127,6 +133,7 @@ impl Manifest {
             cpu: cpu_text(),
             device_config: device_config_digest(),
             function: function.to_string(),
+            body: body.to_string(),
             entries: Vec::new(),
         }
     }
@@ -134,7 +141,7 @@ impl Manifest {
     /// Why this snapshot's host code cannot be linked here (another build,
     /// another Cranelift, other CPU features), or `None` if it can.
     pub fn host_mismatch(&self) -> Option<String> {
-        let here = Manifest::here(&self.function);
+        let here = Manifest::here(&self.function, &self.body);
         let mut why = Vec::new();
         if self.tilejit != here.tilejit {
             why.push(format!(
@@ -194,6 +201,7 @@ impl Manifest {
         let cpu = field("cpu")?;
         let device_config = field("device-config")?;
         let function = field("function")?;
+        let body = field("body")?;
         let n = number("signatures", field("signatures")?)?;
         let mut entries = Vec::new();
         for line in lines {
@@ -212,6 +220,7 @@ impl Manifest {
             cpu,
             device_config,
             function,
+            body,
             entries,
         })
     }
@@ -254,6 +263,7 @@ impl fmt::Display for Manifest {
         writeln!(f, "cpu: {}", self.cpu)?;
         writeln!(f, "device-config: {}", self.device_config)?;
         writeln!(f, "function: {}", self.function)?;
+        writeln!(f, "body: {}", self.body)?;
         writeln!(f, "signatures: {}", self.entries.len())?;
         for e in &self.entries {
             writeln!(
@@ -415,15 +425,17 @@ fn read_constant(r: &mut Reader<'_>) -> Result<Array, String> {
     Array::new(ty.shape, buffer).map_err(|e| e.to_string())
 }
 
-/// Writes `programs` of jit function `function` to `path` (replaced
-/// atomically). Compiles each program's Sim form first if it has none
-/// yet; a program the device cannot run is saved without it.
+/// Writes `programs` of jit function `function` (module path and name)
+/// whose body digest is `body` to `path` (replaced atomically). Compiles
+/// each program's Sim form first if it has none yet; a program the device
+/// cannot run is saved without it.
 pub fn save(
     path: &Path,
     function: &str,
+    body: &str,
     programs: &[(Signature, Arc<Program>)],
 ) -> Result<(), RuntimeError> {
-    let mut manifest = Manifest::here(function);
+    let mut manifest = Manifest::here(function, body);
     let mut w = Writer::default();
     w.count(programs.len());
     for (sig, p) in programs {
@@ -618,20 +630,63 @@ fn parse_body<'a>(body: &'a [u8], manifest: &Manifest) -> Result<Vec<Stored<'a>>
     Ok(out)
 }
 
+/// Proof that a caller took on [`load_code`]'s contract: made only
+/// there (its field is private to this module), and asked for by
+/// everything that links a snapshot's code.
+pub(crate) struct CodeVouch(());
+
 /// The programs of the snapshot at `path`, which must have been saved
-/// from jit function `function`, each of whose signatures must satisfy
-/// `fits` (its parameters). Links their stored code when the manifest
-/// matches this build and machine, else recompiles them from their
-/// traced graphs and says why in [`Loaded::recompiled`].
+/// from jit function `function` (module path and name) with body digest
+/// `body`, each of whose signatures must satisfy `fits` (its parameters).
+/// Safe: uses only the stored graphs. Each program is compiled here from
+/// its traced graph (verified first), its kernels coming from the kernel
+/// cache, this machine's disk cache or a compile; the stored machine code
+/// and bytecode are never used. [`Loaded::recompiled`] is `None`.
 pub fn load(
     path: &Path,
     function: &str,
+    body: &str,
     fits: &dyn Fn(&Signature) -> bool,
+) -> Result<Loaded, RuntimeError> {
+    load_with(path, function, body, fits, None)
+}
+
+/// [`load`], but links the stored host machine code (and Sim bytecode,
+/// verified again) when the file was made by this build for this CPU's
+/// ISA flags, so not even the kernels compile; else recompiles from the
+/// traced graphs and says why in [`Loaded::recompiled`].
+///
+/// # Safety
+///
+/// The machine code runs as it is, and no check can tell what it does:
+/// the caller must know the file is the unchanged output of [`save`] by a
+/// process it trusts (this build, this machine or one like it), for
+/// instance because it wrote the file itself somewhere no one else can
+/// write. The checksum only proves the bytes were not damaged by
+/// accident: a crafted or altered file, resealed, may read or write any
+/// memory, crash, hang or compute wrong results.
+#[allow(unsafe_code)] // declares the contract; nothing unsafe runs here
+pub unsafe fn load_code(
+    path: &Path,
+    function: &str,
+    body: &str,
+    fits: &dyn Fn(&Signature) -> bool,
+) -> Result<Loaded, RuntimeError> {
+    load_with(path, function, body, fits, Some(CodeVouch(())))
+}
+
+/// [`load`] or, with `vouch`, [`load_code`].
+fn load_with(
+    path: &Path,
+    function: &str,
+    body: &str,
+    fits: &dyn Fn(&Signature) -> bool,
+    vouch: Option<CodeVouch>,
 ) -> Result<Loaded, RuntimeError> {
     let start = Instant::now();
     let corrupt = |m: String| fail(path, SnapshotProblem::Corrupt(m));
     let bytes = read(path)?;
-    let (text, body) = open(&bytes).map_err(|p| fail(path, p))?;
+    let (text, stored_body) = open(&bytes).map_err(|p| fail(path, p))?;
     let manifest = Manifest::parse(text).map_err(corrupt)?;
     if manifest.format != FORMAT_VERSION {
         return Err(corrupt(format!(
@@ -639,16 +694,16 @@ pub fn load(
             manifest.format
         )));
     }
-    if manifest.function != function {
+    if manifest.function != function || manifest.body != body {
         return Err(fail(
             path,
             SnapshotProblem::OtherFunction {
-                saved: manifest.function.clone(),
-                loading: function.to_string(),
+                saved: format!("`{}` (body {})", manifest.function, manifest.body),
+                loading: format!("`{function}` (body {body})"),
             },
         ));
     }
-    let stored = parse_body(body, &manifest).map_err(corrupt)?;
+    let stored = parse_body(stored_body, &manifest).map_err(corrupt)?;
     if let Some(s) = stored.iter().find(|s| !fits(&s.signature)) {
         return Err(fail(
             path,
@@ -658,6 +713,19 @@ pub fn load(
             },
         ));
     }
+    let Some(vouch) = vouch else {
+        let mut programs = Vec::with_capacity(stored.len());
+        for s in stored {
+            let traced = tilejit_ir::text::parse(s.traced)
+                .map_err(|e| corrupt(format!("the traced graph of {}: {e}", s.signature)))?;
+            let p = Program::compile_named(traced, s.name)?.with_size_params(s.size_params);
+            programs.push((s.signature, p));
+        }
+        return Ok(Loaded {
+            programs,
+            recompiled: None,
+        });
+    };
     let host_mismatch = manifest.host_mismatch();
     let sim_mismatch = manifest.sim_mismatch();
     let recompiled = match (&host_mismatch, &sim_mismatch) {
@@ -702,12 +770,17 @@ pub fn load(
         // A Sim form that fails to build fails again on first use, as
         // without a snapshot.
         let sim = match (&s.sim, &sim_mismatch) {
-            (Some(code), None) => {
-                SimProgram::from_snapshot(kernels.clone(), s.constants.clone(), s.name, code).ok()
-            }
+            (Some(code), None) => SimProgram::from_snapshot(
+                kernels.clone(),
+                s.constants.clone(),
+                s.name,
+                code,
+                &vouch,
+            )
+            .ok(),
             _ => None,
         };
-        let host = HostProgram::from_snapshot(kernels, s.constants, s.name, &s.host)?;
+        let host = HostProgram::from_snapshot(kernels, s.constants, s.name, &s.host, &vouch)?;
         let program = Program::from_parts(s.name, traced, optimized, host, sim, start.elapsed())
             .with_size_params(s.size_params);
         programs.push((s.signature, program));
@@ -725,7 +798,7 @@ mod tests {
 
     #[test]
     fn a_manifest_prints_and_parses_back() {
-        let mut m = Manifest::here("f");
+        let mut m = Manifest::here("m::f", "0123456789abcdef");
         m.entries.push(ManifestEntry {
             signature: "(f32[8,8], f32 param, int 3)".into(),
             kernels: 2,
@@ -797,7 +870,7 @@ mod tests {
             std::process::id(),
             std::thread::current().id()
         ));
-        save(&path, "crafted", &[(sig, p)]).unwrap();
+        save(&path, "crafted", "00", &[(sig, p)]).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         let (text, body) = open(&bytes).unwrap();

@@ -126,7 +126,13 @@ impl TempDir {
             .map_or(0, |d| d.as_nanos());
         let dir =
             std::env::temp_dir().join(format!("tilejit-test-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        // Private (0700), whatever the umask: a disk cache directory
+        // writable by group or others is refused.
+        let mut b = std::fs::DirBuilder::new();
+        b.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        b.create(&dir).unwrap();
         TempDir(dir)
     }
 }

@@ -330,3 +330,55 @@ fn the_suite_never_uses_the_users_cache_directory() {
         assert!(!dir.starts_with(Path::new(&home).join(".cache")), "{dir:?}");
     }
 }
+
+/// A cache directory the process must not trust is refused, as ssh
+/// refuses `~/.ssh`: a relative `TILEJIT_CACHE_DIR`, a directory
+/// writable by its group or by anyone. The child says why on stderr,
+/// once, runs with the disk cache off (its results still checked), and
+/// neither reads the entries a trusting process left there nor writes.
+#[cfg(unix)]
+#[test]
+fn an_untrusted_cache_directory_is_refused_with_its_reason() {
+    use std::os::unix::fs::PermissionsExt;
+    let run = |dir: &Path, cwd: &Path| {
+        let out = command(dir).current_dir(cwd).output().unwrap();
+        let line = tilejit_tests::child_report(&out, "DISKCHILD ");
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        (v, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // Relative: refused before anything is created under the cwd.
+    let cwd = temp_dir("relative");
+    let (v, err) = run(Path::new("rel-cache"), &cwd);
+    assert_eq!(&v[4..8], [0, 0, 0, 0], "{err}");
+    assert!(
+        err.contains("disk cache off") && err.contains("relative path"),
+        "{err}"
+    );
+    assert_eq!(err.matches("disk cache off").count(), 1, "{err}");
+    assert!(files(&cwd).is_empty(), "{:?}", files(&cwd));
+    // A trusted directory, filled, then opened to the group or anyone.
+    let dir = temp_dir("modes");
+    let filled = run_child(&dir);
+    let n = files(&dir).len();
+    assert!(n > 0 && filled.disk_writes as usize == n);
+    for mode in [0o770, 0o777] {
+        std::fs::set_permissions(&*dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let (v, err) = run(&dir, &dir);
+        assert_eq!(&v[4..8], [0, 0, 0, 0], "{mode:o}: {err}");
+        assert_eq!(v[0], filled.bits);
+        assert!(
+            err.contains("disk cache off") && err.contains(&format!("mode {mode:04o}")),
+            "{err}"
+        );
+        assert_eq!(files(&dir).len(), n);
+    }
+    std::fs::set_permissions(&*dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(
+        run_child(&dir).compiles,
+        0,
+        "trusted again, it serves every kernel"
+    );
+}

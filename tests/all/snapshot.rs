@@ -1,12 +1,14 @@
-//! Snapshots (`JitFunction::save`, `load`) across real processes: this
-//! test binary saves a jit function's programs, then runs itself as a
-//! child (`child` below, selected by `TILEJIT_SNAP_CHILD`) with the disk
-//! cache off, which loads the file, freezes the function and calls every
+//! Snapshots (`JitFunction::save`, `load`, `load_code`) across real
+//! processes: this test binary saves a jit function's programs, then runs
+//! itself as a child (`child` below, selected by `TILEJIT_SNAP_CHILD`),
+//! which loads the file (safely, or with the unsafe `load_code` under
+//! `TILEJIT_SNAP_TRUST=code`), freezes the function and calls every
 //! saved signature on Host and Sim. The child prints how many signatures
 //! it loaded, how many times the body ran (traces), its kernel cache
 //! counters and a digest of the output bits, for the parent to compare.
-//! Damaged, foreign and misplaced files are clean errors; a manifest
-//! rewritten to another CPU or build recompiles from the stored graphs.
+//! Damaged, foreign and misplaced files are clean errors; the safe load
+//! never runs stored code, however it was altered; a manifest rewritten
+//! to another CPU or build makes `load_code` recompile from the graphs.
 
 use sha2::{Digest, Sha256};
 use std::collections::hash_map::DefaultHasher;
@@ -21,6 +23,8 @@ use tilejit_tests::TempDir;
 
 const CHILD_VAR: &str = "TILEJIT_SNAP_CHILD";
 const FILE_VAR: &str = "TILEJIT_SNAP_FILE";
+/// `code`: the child loads with `load_code`, else with `load`.
+const TRUST_VAR: &str = "TILEJIT_SNAP_TRUST";
 
 /// Body runs of `snap_block`: it runs only while tracing.
 static TRACES: AtomicUsize = AtomicUsize::new(0);
@@ -97,17 +101,28 @@ fn child() {
         return;
     }
     let f = snap_block::jit();
-    let load = f.load_snapshot(&file).unwrap();
+    let load = if std::env::var_os(TRUST_VAR).is_some_and(|v| v == "code") {
+        // SAFETY: the parent test saved this file itself, in a private
+        // temp directory, from this very binary, and altered at most its
+        // manifest.
+        #[allow(unsafe_code)]
+        unsafe {
+            f.load_code(&file).unwrap()
+        }
+    } else {
+        f.load_snapshot(&file).unwrap()
+    };
     f.freeze(true);
     let (host, sim) = digest();
     let s = kernel_cache().stats();
     println!(
-        "SNAPCHILD {} {} {} {} {} {} {} {}",
+        "SNAPCHILD {} {} {} {} {} {} {} {} {}",
         load.signatures,
         TRACES.load(Ordering::SeqCst),
         f.stats().builds,
         s.compiles,
         s.snapshot_loads,
+        s.disk_hits,
         host,
         sim,
         load.recompiled.unwrap_or_default()
@@ -122,6 +137,7 @@ struct Report {
     builds: u64,
     compiles: u64,
     snapshot_loads: u64,
+    disk_hits: u64,
     host: u64,
     sim: u64,
     recompiled: String,
@@ -129,9 +145,27 @@ struct Report {
     log: String,
 }
 
+/// How a child loads and which disk cache it has.
+#[derive(Clone, Copy)]
+enum Trust<'a> {
+    /// `load_code`, disk cache off.
+    Code,
+    /// `load`, the disk cache at this directory (or off).
+    Graphs(Option<&'a Path>),
+}
+
+/// Runs the child on `file` with `load_code` and the disk cache off.
+fn run_child(file: &Path) -> Report {
+    run_child_with(file, Trust::Code)
+}
+
 /// Runs the child on `file` with `TILEJIT_LOG=cache`; fails unless it
 /// succeeded and reported.
-fn run_child(file: &Path) -> Report {
+fn run_child_with(file: &Path, trust: Trust<'_>) -> Report {
+    let cache = match trust {
+        Trust::Graphs(Some(dir)) => dir.as_os_str().to_owned(),
+        _ => "off".into(),
+    };
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "snapshot::child",
@@ -141,7 +175,15 @@ fn run_child(file: &Path) -> Report {
         ])
         .env(CHILD_VAR, "1")
         .env(FILE_VAR, file)
-        .env("TILEJIT_CACHE_DIR", "off")
+        .env(
+            TRUST_VAR,
+            if matches!(trust, Trust::Code) {
+                "code"
+            } else {
+                "graphs"
+            },
+        )
+        .env("TILEJIT_CACHE_DIR", cache)
         .env("TILEJIT_WARMUP", "off")
         .env("TILEJIT_LOG", "cache")
         .env_remove("TILEJIT_RUN_MODE")
@@ -150,7 +192,7 @@ fn run_child(file: &Path) -> Report {
         .output()
         .unwrap();
     let line = tilejit_tests::child_report(&out, "SNAPCHILD ");
-    let mut v = line.splitn(8, ' ');
+    let mut v = line.splitn(9, ' ');
     let mut next = || v.next().unwrap_or("").to_string();
     Report {
         loaded: next().parse().unwrap(),
@@ -158,6 +200,7 @@ fn run_child(file: &Path) -> Report {
         builds: next().parse().unwrap(),
         compiles: next().parse().unwrap(),
         snapshot_loads: next().parse().unwrap(),
+        disk_hits: next().parse().unwrap(),
         host: next().parse().unwrap(),
         sim: next().parse().unwrap(),
         recompiled: next(),
@@ -225,9 +268,10 @@ fn rewrite_manifest(file: &Path, field: &str, value: &str, to: &Path) {
     std::fs::write(to, join(&bytes, &manifest, &body)).unwrap();
 }
 
-/// A snapshot saved here reloads in a fresh process with the disk cache
-/// off: every signature loaded, no trace, no build, no compile (every
-/// kernel linked from the file), the same bits on Host and Sim.
+/// A snapshot saved here reloads with `load_code` in a fresh process with
+/// the disk cache off: every signature loaded, no trace, no build, no
+/// compile (every kernel linked from the file), the same bits on Host and
+/// Sim.
 #[test]
 fn a_snapshot_reloads_in_a_fresh_process_with_no_trace_and_no_compile() {
     let dir = temp_dir("reload");
@@ -393,13 +437,16 @@ fn a_snapshot_loads_only_into_its_own_function() {
     );
     let msg = e.to_string();
     assert!(
-        msg.contains("`snap_block`") && msg.contains("`snap_other`"),
+        msg.contains("snapshot::snap_block`") && msg.contains("snapshot::snap_other`"),
         "{msg}"
     );
     assert!(snap_other::jit().handlers().is_empty());
-    // Same name, other parameters: refused before anything is linked.
-    let impostor = tilejit::JitFunction::new(
+    // Same name, module and body, other parameters: refused before
+    // anything is compiled.
+    let impostor = tilejit::JitFunction::with_identity(
         "snap_block",
+        module_path!(),
+        snap_block::jit().body_digest(),
         "elsewhere",
         &[tilejit::jit::param("x", tilejit::ArgKind::Tensor)],
     );
@@ -464,4 +511,219 @@ fn load_fills_the_handler_cache_and_a_frozen_function_serves_it() {
         f.call((&x, 4)).is_err(),
         "frozen: an unsaved signature fails"
     );
+}
+
+/// Two jit functions named `f`, in two modules: the case.
+mod first {
+    use tilejit::prelude::*;
+    #[jit]
+    pub fn f(x: &Tensor) -> Tensor {
+        x * 2.0
+    }
+}
+
+/// See [`first`].
+mod second {
+    use tilejit::prelude::*;
+    #[jit]
+    pub fn f(x: &Tensor) -> Tensor {
+        x + 100.0
+    }
+}
+
+/// A function is its module path, name and body: `first::f`'s snapshot
+/// loaded into `second::f` is an error naming both (it once returned
+/// `Ok(1)` and made `second::f` answer 2 instead of 101), and
+/// `second::f` keeps computing its own body.
+#[test]
+fn a_snapshot_of_a_same_named_function_elsewhere_is_refused() {
+    let x = Tensor::ones(&[4], DType::F32);
+    assert_eq!(first::f(&x).unwrap().to_vec::<f32>().unwrap(), [2.0; 4]);
+    let dir = temp_dir("same-name");
+    let file = dir.join("f.tjsnap");
+    first::f::jit().save(&file).unwrap();
+    let e = second::f::jit().load(&file).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            Error::Runtime(RuntimeError::Snapshot {
+                problem: SnapshotProblem::OtherFunction { .. },
+                ..
+            })
+        ),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("snapshot::first::f`") && msg.contains("snapshot::second::f`"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(first::f::jit().body_digest()) && msg.contains(second::f::jit().body_digest()),
+        "{msg}"
+    );
+    assert_ne!(
+        first::f::jit().body_digest(),
+        second::f::jit().body_digest()
+    );
+    assert!(second::f::jit().handlers().is_empty());
+    assert_eq!(second::f(&x).unwrap().to_vec::<f32>().unwrap(), [101.0; 4]);
+    // Its own function takes it.
+    first::f::jit().clear();
+    assert_eq!(first::f::jit().load(&file).unwrap(), 1);
+}
+
+/// `jit_fn!` closures carry a module path and body digest too: two
+/// closures' snapshots do not load into each other.
+#[test]
+fn jit_fn_snapshots_load_only_into_the_same_closure() {
+    let x = ramp(&[4], 1);
+    let double = jit_fn!(|x: &Tensor| -> Tensor { x * 2.0 });
+    let shift = jit_fn!(|x: &Tensor| -> Tensor { x + 100.0 });
+    double.call(&x).unwrap();
+    let dir = temp_dir("jit-fn");
+    let file = dir.join("f.tjsnap");
+    double.save(&file).unwrap();
+    assert!(shift.load(&file).is_err());
+    assert!(!double.body_digest().is_empty());
+    assert_eq!(double.load(&file).unwrap(), 1);
+}
+
+/// The child loads with `load` (graphs only) and the disk cache at a
+/// fresh directory: the first compiles every kernel from the stored
+/// graphs (no trace, nothing linked from the file), the second finds them
+/// all in that disk cache and compiles none; the bits equal the saving
+/// process's, on Host and Sim.
+#[test]
+fn the_safe_load_compiles_the_graphs_then_finds_them_on_disk() {
+    let dir = temp_dir("safe");
+    let file = dir.join("block.tjsnap");
+    let (host, sim) = save_here(&file);
+    let cache = TempDir::new("snap-safe-cache");
+    let first = run_child_with(&file, Trust::Graphs(Some(&cache)));
+    assert_eq!(
+        (first.loaded, first.traces, first.builds),
+        (3, 0, 0),
+        "{first:?}"
+    );
+    assert!(first.compiles > 0 && first.snapshot_loads == 0, "{first:?}");
+    assert_eq!((first.host, first.sim), (host, sim), "{first:?}");
+    assert!(first.recompiled.is_empty(), "{first:?}");
+    let second = run_child_with(&file, Trust::Graphs(Some(&cache)));
+    assert_eq!(
+        (
+            second.loaded,
+            second.traces,
+            second.builds,
+            second.compiles,
+            second.snapshot_loads
+        ),
+        (3, 0, 0, 0, 0),
+        "{second:?}"
+    );
+    assert!(second.disk_hits >= first.compiles, "{second:?}");
+    assert_eq!((second.host, second.sim), (host, sim), "{second:?}");
+}
+
+/// `file` with every stored kernel payload (host machine code and Sim
+/// bytecode) overwritten by `0xcc` (x86's `int3`: a trap if ever run),
+/// and the checksum made again: a forged file that passes every
+/// integrity check. Payloads are found as the body lays them out: a
+/// length-prefixed 64-hex-digit key, the flag 1, a length-prefixed
+/// payload.
+fn forge_code(file: &Path, to: &Path) -> usize {
+    let bytes = std::fs::read(file).unwrap();
+    let (manifest, mut body) = split(&bytes);
+    let mut forged = 0;
+    let mut i = 0;
+    while i + 8 + 64 + 1 + 8 <= body.len() {
+        let len = u64::from_le_bytes(body[i..i + 8].try_into().unwrap());
+        let key = &body[i + 8..i + 8 + 64];
+        if len == 64 && key.iter().all(u8::is_ascii_hexdigit) && body[i + 72] == 1 {
+            let at = i + 73;
+            let n = u64::from_le_bytes(body[at..at + 8].try_into().unwrap()) as usize;
+            body[at + 8..at + 8 + n].fill(0xcc);
+            forged += 1;
+            i = at + 8 + n;
+        } else {
+            i += 1;
+        }
+    }
+    std::fs::write(to, join(&bytes, &manifest, &body)).unwrap();
+    forged
+}
+
+/// Stored code altered and resealed (every payload a trap) is never run
+/// by the safe `load`: the child loads every signature, computes the
+/// saving process's bits on Host and Sim, links nothing from the file
+/// and does not crash. (`load_code` would run it: that is its contract.)
+#[test]
+fn the_safe_load_never_runs_resealed_stored_code() {
+    let dir = temp_dir("forged");
+    let file = dir.join("block.tjsnap");
+    let (host, sim) = save_here(&file);
+    let forged = dir.join("forged.tjsnap");
+    let n = forge_code(&file, &forged);
+    assert!(n >= 6, "{n} payloads found");
+    // Every integrity check still passes: it is a well-formed file.
+    tilejit_runtime::snapshot::read_manifest(&forged).unwrap();
+    let r = run_child_with(&forged, Trust::Graphs(None));
+    assert_eq!(
+        (r.loaded, r.traces, r.builds, r.snapshot_loads),
+        (3, 0, 0, 0),
+        "{r:?}"
+    );
+    assert_eq!((r.host, r.sim), (host, sim), "{r:?}");
+}
+
+/// The workspace denies `unsafe_code`; outside `codegen/src/host/native.rs`
+/// and its children it is allowed only at the audited spots that carry
+/// the trust in machine code from disk (ARCHITECTURE.md, "Unsafe code"),
+/// and in this file's child, which calls `load_code` on its own file. A
+/// new `allow(unsafe_code)` elsewhere fails here until it is audited and
+/// listed.
+#[test]
+fn unsafe_code_is_allowed_only_at_the_audited_spots() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut found = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p.is_dir() {
+                if !name.starts_with('.') && name != "target" {
+                    stack.push(p);
+                }
+                continue;
+            }
+            if !name.ends_with(".rs") {
+                continue;
+            }
+            let rel = p
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            if rel == "codegen/src/host/native.rs" || rel.starts_with("codegen/src/host/native/") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            let n = text.matches("allow(unsafe_code)").count();
+            if n > 0 && rel != "tests/all/snapshot.rs" {
+                found.push((rel, n));
+            }
+        }
+    }
+    found.sort();
+    let audited = [
+        // `load_code`'s declaration and its forwarding (one per item),
+        // plus its doctest's crate attribute.
+        ("frontend/src/jit.rs".to_string(), 3),
+        // `link_vouched`: the runtime's one call of `host::load`.
+        ("runtime/src/kernel_cache/host.rs".to_string(), 1),
+        // `snapshot::load_code`'s declaration.
+        ("runtime/src/snapshot.rs".to_string(), 1),
+    ];
+    assert_eq!(found, audited);
 }

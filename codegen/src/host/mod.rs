@@ -20,8 +20,8 @@ mod verify;
 pub use image::CodeImage;
 pub use layout::{storage_bytes, storage_dtype, ArgLayout, CheckedArgs};
 pub use native::{
-    block_math, matmul_f32, matmul_f64, sys, BlockFn, BufArg, KernelArgs, KernelCode, KernelElem,
-    MATH_BLOCK,
+    block_math, load, matmul_f32, matmul_f64, sys, BlockFn, BufArg, KernelArgs, KernelCode,
+    KernelElem, MATH_BLOCK,
 };
 
 use crate::CodegenError;
@@ -196,6 +196,31 @@ pub fn cpu_features() -> CpuFeatures {
     })
 }
 
+/// The host ISA as Cranelift targets it: the triple and every
+/// ISA-specific flag with its value (`has_avx512vl=true`, ...), as
+/// `cranelift_native` detects them, plus [`cpu_features`] (which carries
+/// `TILEJIT_NO_FMA`). Generated code may use any flag that is on, so
+/// this whole text is the CPU component of every host kernel's cache and
+/// snapshot key: code is never reused on a CPU that lacks one of them.
+pub fn isa_text() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| {
+        let flags = match cranelift_native::builder() {
+            Ok(b) => match b.finish(settings::Flags::new(settings::builder())) {
+                Ok(isa) => {
+                    let mut v: Vec<String> =
+                        isa.isa_flags().iter().map(|f| f.to_string()).collect();
+                    v.sort();
+                    format!("{} {}", isa.triple(), v.join(" "))
+                }
+                Err(e) => format!("no native ISA ({e})"),
+            },
+            Err(e) => format!("no native ISA ({e})"),
+        };
+        format!("{flags} {:?}", cpu_features())
+    })
+}
+
 extern "C" fn tj_exp(x: f64) -> f64 {
     x.exp()
 }
@@ -263,6 +288,30 @@ const F64_FNS2: [(&str, &str, extern "C" fn(f64, f64) -> f64); 2] =
     [("pow", "tj_pow", tj_pow), ("mod", "tj_mod", tj_mod)];
 /// See [`F64_FNS2`].
 const I64_FNS2: [(&str, &str, extern "C" fn(i64, i64) -> i64); 1] = [("ipow", "tj_ipow", tj_ipow)];
+/// f32 roundings to f16 and bf16 (one op each, called by symbol).
+const F32_FNS: [(&str, extern "C" fn(f32) -> f32); 2] = [
+    ("tj_round_f16", tj_round_f16),
+    ("tj_round_bf16", tj_round_bf16),
+];
+
+/// Every Rust function generated code may call, by symbol, with its
+/// address: the one list both [`new_module`] (which registers them for a
+/// compile) and [`load`] (which relinks only relocations naming one of
+/// them or a block helper) read, so a reload can never refuse a symbol a
+/// compile used.
+fn libcalls() -> impl Iterator<Item = (&'static str, *const u8)> {
+    let f1 = F64_FNS.iter().map(|(_, s, f)| (*s, *f as *const u8));
+    let f2 = F64_FNS2.iter().map(|(_, s, f)| (*s, *f as *const u8));
+    let i2 = I64_FNS2.iter().map(|(_, s, f)| (*s, *f as *const u8));
+    let r = F32_FNS.iter().map(|(s, f)| (*s, *f as *const u8));
+    f1.chain(f2).chain(i2).chain(r)
+}
+
+/// The symbols of [`libcalls`], for tests that check a reload accepts
+/// every one a compile may use.
+pub fn libcall_symbols() -> Vec<&'static str> {
+    libcalls().map(|(s, _)| s).collect()
+}
 
 fn cl_err(k: &Kernel, e: impl std::fmt::Display) -> CodegenError {
     CodegenError::Cranelift {
@@ -318,17 +367,9 @@ fn new_module(
 ) -> Result<JITModule, CodegenError> {
     let isa = isa_for(k, opts)?;
     let mut jb = JITBuilder::with_isa(isa, cranelift_module::default_libcall_names());
-    for (_, sym, f) in F64_FNS {
-        jb.symbol(sym, f as *const u8);
+    for (sym, addr) in libcalls() {
+        jb.symbol(sym, addr);
     }
-    for (_, sym, f) in F64_FNS2 {
-        jb.symbol(sym, f as *const u8);
-    }
-    for (_, sym, f) in I64_FNS2 {
-        jb.symbol(sym, f as *const u8);
-    }
-    jb.symbol("tj_round_f16", tj_round_f16 as *const u8);
-    jb.symbol("tj_round_bf16", tj_round_bf16 as *const u8);
     for f in helpers {
         jb.symbol(f.symbol, f.addr);
     }
@@ -464,8 +505,8 @@ fn build(
         for (name, sym, _) in I64_FNS2 {
             fns2.insert(name, import(sym, types::I64, 2)?);
         }
-        let round_f16 = import("tj_round_f16", types::F32, 1)?;
-        let round_bf16 = import("tj_round_bf16", types::F32, 1)?;
+        let round_f16 = import(F32_FNS[0].0, types::F32, 1)?;
+        let round_bf16 = import(F32_FNS[1].0, types::F32, 1)?;
         let mut block_fns = HashMap::new();
         for f in helpers {
             let mut s = Signature::new(module.isa().default_call_conv());
@@ -512,13 +553,11 @@ fn build(
     Ok((code, listing))
 }
 
-/// Relinks machine code that [`compile`] made for `k` (in this or an
-/// earlier process of the same build, with the same `opts` and CPU)
-/// against this process's helper functions. The image is trusted: the
-/// caller has checked it came from such a compile (the disk cache's key
-/// and checksum). Relocations naming a symbol this build does not provide
-/// are an error, not a crash.
-pub fn load(
+/// Relinks `image` for `k` into a fresh module: the body of
+/// [`load`] (the `unsafe` contract lives there, in the unsafe module).
+/// Relocations naming a symbol this build does not provide are an error,
+/// not a crash.
+pub(crate) fn link_unchecked(
     k: &Kernel,
     dtype_of: &dyn Fn(BufId) -> DType,
     opts: CodegenOptions,
@@ -531,12 +570,8 @@ pub fn load(
     let mut module = new_module(k, opts, helpers)?;
     let (sig, id) = declare_kernel(k, &mut module)?;
     let call_conv = sig.call_conv;
-    let known = |sym: &str| {
-        F64_FNS.iter().any(|(_, s, _)| *s == sym)
-            || sym == "tj_round_f16"
-            || sym == "tj_round_bf16"
-            || helpers.iter().any(|h| h.symbol == sym)
-    };
+    let known =
+        |sym: &str| libcalls().any(|(s, _)| s == sym) || helpers.iter().any(|h| h.symbol == sym);
     let mut relocs = Vec::with_capacity(image.relocs.len());
     for r in &image.relocs {
         // cranelift-jit panics on a symbol it cannot resolve.

@@ -277,6 +277,33 @@ pub enum KernelArgs<'a> {
     Raw(&'a [i64]),
 }
 
+/// Relinks machine code that [`super::compile`] made for `k` against this
+/// process's helper functions: how the disk cache and
+/// `JitFunction::load_code` skip a compile. Only relocations to the
+/// helpers a compile may call are accepted; anything else is an error.
+///
+/// # Safety
+///
+/// The bytes are run as they are: nothing can check what machine code
+/// does. The caller must know that `image` is the unchanged output of
+/// [`super::compile`] for this very `k`, `dtype_of` and `opts`, by this
+/// build of tilejit (same Cranelift) for this CPU's ISA flags: code
+/// written by anyone else, damaged (a checksum only proves the bytes
+/// were not changed by accident, not who wrote them), or made for
+/// another kernel or CPU may read and write out of bounds, crash, hang
+/// or compute wrong results. The runtime vouches for its disk cache this
+/// way (a directory owned by this user and writable by no one else, each
+/// file matched to every key component), and for a snapshot only when
+/// its user calls the unsafe `load_code`.
+pub unsafe fn load(
+    k: &tilejit_ir::kernel::Kernel,
+    dtype_of: &dyn Fn(tilejit_ir::kernel::BufId) -> tilejit_ir::DType,
+    opts: super::CodegenOptions,
+    image: &super::CodeImage,
+) -> Result<KernelCode, CodegenError> {
+    super::link_unchecked(k, dtype_of, opts, image)
+}
+
 /// Compiled native code for one kernel structure.
 pub struct KernelCode {
     func: KernelFn,
@@ -313,9 +340,9 @@ impl KernelCode {
         // SAFETY: `ptr` is the finalised address of a function that codegen
         // declared with exactly the signature of `KernelFn` (four pointer-size
         // integers, SystemV / "C" calling convention, no return value):
-        // compiled now, or relinked by `load` from bytes the same build
-        // compiled (the disk cache's key and checksum say so; the cache
-        // directory is trusted, as its docs say).
+        // compiled now, or relinked by `load` from bytes whose caller
+        // vouched, under `load`'s unsafe contract, that the same build
+        // compiled them for this kernel and CPU.
         let func = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         KernelCode {

@@ -430,6 +430,10 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
         }
     };
     let specs = specs(&params);
+    // The function's identity besides its name and module path: a digest
+    // of its signature and body as tokens, so a snapshot saved from
+    // another function of the same name (or an edited one) is refused.
+    let body_digest = token_digest(&quote!(#sig #block));
     let mod_doc = format!("The jit function behind [`{name}()`]: handler cache and statistics.");
     let set_mode = match jit_attrs.mode {
         Some(m) => quote!(f.set_mode(::std::option::Option::Some(#m));),
@@ -479,7 +483,13 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
             pub fn jit() -> &'static ::tilejit::JitFunction {
                 static FUNCTION: ::std::sync::OnceLock<::tilejit::JitFunction> = ::std::sync::OnceLock::new();
                 FUNCTION.get_or_init(|| {
-                    let mut f = ::tilejit::JitFunction::new(stringify!(#name), concat!(file!(), ":", line!()), #specs);
+                    let mut f = ::tilejit::JitFunction::with_identity(
+                        stringify!(#name),
+                        ::std::module_path!(),
+                        #body_digest,
+                        concat!(file!(), ":", line!()),
+                        #specs,
+                    );
                     f.set_body(#packed);
                     #set_mode
                     #set_dynamic
@@ -528,9 +538,12 @@ fn expand_jit_fn(c: syn::ExprClosure) -> syn::Result<TokenStream2> {
         ReturnType::Default => quote!(#body),
     };
     let specs = specs(&params);
+    let body_digest = token_digest(&quote!(#c));
     Ok(quote! {
-        ::tilejit::JitFn::new(
+        ::tilejit::JitFn::with_identity(
             concat!("jit_fn@", file!(), ":", line!()),
+            ::std::module_path!(),
+            #body_digest,
             concat!(file!(), ":", line!()),
             #specs,
             #capture |__tilejit_v: &[::tilejit::TraceValue]| -> ::tilejit::Result<_> {
@@ -540,6 +553,16 @@ fn expand_jit_fn(c: syn::ExprClosure) -> syn::Result<TokenStream2> {
             },
         )
     })
+}
+
+/// A jit function's body digest: FNV-1a over its tokens as text, twice
+/// (the second pass over the text reversed), as 32 hex digits. It tells
+/// functions and edits apart; it is no defence against a forger (who
+/// could as well write the graphs a snapshot holds).
+fn token_digest(tokens: &TokenStream2) -> String {
+    let text = tokens.to_string();
+    let reversed: String = text.chars().rev().collect();
+    format!("{:016x}{:016x}", fnv1a(&text), fnv1a(&reversed))
 }
 
 /// FNV-1a, 64 bits: a derived struct's structure key.

@@ -25,7 +25,12 @@
 //!
 //! The cache is trusted like any code directory: whoever can write it can
 //! make this process run their machine code (device programs are still
-//! verified) — so it is created private to the user.
+//! verified). So it is created private to the user (mode 0700), and, as
+//! ssh treats `~/.ssh`, used only if [`check_dir`] accepts it and its
+//! versioned subfolder: an absolute path (a relative one would name
+//! another directory in every working directory), a directory owned by
+//! this user and writable by neither group nor others. Otherwise the
+//! process says why once on stderr and runs with the disk cache off.
 
 use super::key::{ContentKey, KeyParts};
 use crate::persist::Reader;
@@ -33,7 +38,7 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 /// File magic.
@@ -76,15 +81,101 @@ pub(crate) struct DiskCache {
     /// Writes by this process, to pace `trim`.
     writes: AtomicU64,
     trim_every: u64,
+    /// The root given (`dir`'s parent), checked with `dir`.
+    root: PathBuf,
+    /// Both directories passed [`check_dir`] (checked until they exist).
+    trusted: AtomicBool,
+    /// One failed [`check_dir`]: the cache is off for the process.
+    refused: AtomicBool,
+}
+
+/// Why `dir` must not hold machine code this process will run, or `Ok`
+/// (also when it does not exist yet: this process creates it private).
+/// Like ssh's checks of `~/.ssh`: an absolute path, a directory, owned by
+/// the effective user, not writable by group or others.
+pub(crate) fn check_dir(dir: &Path) -> Result<(), String> {
+    if !dir.is_absolute() {
+        return Err(format!(
+            "`{}` is a relative path (it would name another directory in every working directory); give an absolute one",
+            dir.display()
+        ));
+    }
+    let meta = match fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("`{}` cannot be read: {e}", dir.display())),
+    };
+    if !meta.is_dir() {
+        return Err(format!("`{}` is not a directory", dir.display()));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let me = tilejit_codegen::sys::effective_uid();
+        if meta.uid() != me {
+            return Err(format!(
+                "`{}` is owned by uid {}, not by this user (uid {me}): its owner could choose the machine code this process runs",
+                dir.display(),
+                meta.uid()
+            ));
+        }
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o022 != 0 {
+            return Err(format!(
+                "`{}` has mode {mode:04o}: writable by {}, who could then choose the machine code this process runs (`chmod go-w` it)",
+                dir.display(),
+                if mode & 0o002 != 0 { "anyone" } else { "its group" }
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl DiskCache {
     /// The cache `TILEJIT_CACHE_DIR` (or its default) names, bounded by
-    /// `TILEJIT_CACHE_BYTES`, if on.
+    /// `TILEJIT_CACHE_BYTES`, if on and [`check_dir`] accepts it (else a
+    /// line on stderr says why it is off).
     pub(crate) fn from_config() -> Option<DiskCache> {
         let c = tilejit_ir::config::config();
         let root = c.cache_dir.clone()?;
-        (c.cache_bytes > 0).then(|| DiskCache::at(&root, c.cache_bytes))
+        if c.cache_bytes == 0 {
+            return None;
+        }
+        let disk = DiskCache::at(&root, c.cache_bytes);
+        // Says why on stderr if refused; a directory that does not exist
+        // yet is no refusal (it is checked again once made).
+        disk.trusted();
+        (!disk.refused.load(Ordering::Relaxed)).then_some(disk)
+    }
+
+    /// Whether the directories passed [`check_dir`] and exist; a failed
+    /// check turns the cache off for good, said once on stderr.
+    fn trusted(&self) -> bool {
+        if self.trusted.load(Ordering::Acquire) {
+            return true;
+        }
+        if self.refused.load(Ordering::Relaxed) {
+            return false;
+        }
+        match check_dir(&self.root).and_then(|()| check_dir(&self.dir)) {
+            Ok(()) if self.dir.is_dir() => {
+                self.trusted.store(true, Ordering::Release);
+                true
+            }
+            Ok(()) => false,
+            Err(why) => {
+                if !self.refused.swap(true, Ordering::Relaxed) {
+                    eprintln!("[tilejit] disk cache off: {why}");
+                }
+                false
+            }
+        }
+    }
+
+    /// Why the cache refused its directory, if it did.
+    #[cfg(test)]
+    pub(crate) fn is_refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// A cache under `root`, bounded to `max_bytes`.
@@ -94,6 +185,9 @@ impl DiskCache {
             max_bytes,
             writes: AtomicU64::new(0),
             trim_every: TRIM_EVERY,
+            root: root.to_path_buf(),
+            trusted: AtomicBool::new(false),
+            refused: AtomicBool::new(false),
         }
     }
 
@@ -113,6 +207,9 @@ impl DiskCache {
     /// The payload stored under `key`, if its file is whole and was
     /// written for exactly `parts`. A hit marks the file recently used.
     pub(crate) fn load(&self, key: &ContentKey, parts: &KeyParts) -> Result<Vec<u8>, Miss> {
+        if !self.trusted() {
+            return Err(Miss::Absent);
+        }
         let path = self.path(key);
         let bytes = fs::read(&path).map_err(|_| Miss::Absent)?;
         let payload = parse(&bytes, parts).map_err(Miss::Rejected)?;
@@ -142,7 +239,13 @@ impl DiskCache {
     }
 
     fn publish(&self, key: &ContentKey, bytes: &[u8]) -> std::io::Result<()> {
+        if self.refused.load(Ordering::Relaxed) {
+            return Err(std::io::Error::other("the cache directory was refused"));
+        }
         create_private_dir(&self.dir)?;
+        if !self.trusted() {
+            return Err(std::io::Error::other("the cache directory was refused"));
+        }
         crate::persist::publish(&self.path(key), bytes)
     }
 
@@ -347,6 +450,58 @@ mod tests {
         let present: Vec<bool> = keys.iter().map(|p| disk.path(&p.key()).exists()).collect();
         assert_eq!(present, [true, false, true, true]);
         let _ = fs::remove_dir_all(root);
+    }
+
+    /// As ssh checks `~/.ssh`: a relative path, a directory writable by
+    /// its group or by anyone, or one owned by another user is refused
+    /// with the reason, and the cache then neither reads nor writes it
+    /// (even entries a trusted process stored there before).
+    #[cfg(unix)]
+    #[test]
+    fn an_untrusted_directory_is_refused_with_its_reason() {
+        use std::os::unix::fs::PermissionsExt;
+        let why = |p: &Path| check_dir(p).unwrap_err();
+        assert!(why(Path::new("rel/cache")).contains("relative path"));
+        assert!(why(Path::new("cache")).contains("absolute"));
+        let root = temp_root("modes");
+        assert_eq!(check_dir(&root), Ok(()), "absent: created private");
+        let disk = DiskCache::at(&root, tilejit_ir::config::DEFAULT_CACHE_BYTES);
+        let p = parts("k");
+        assert!(disk.store(&p.key(), &p, b"payload"));
+        assert_eq!(
+            fs::metadata(&root).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
+        for (mode, who) in [(0o770, "its group"), (0o757, "anyone"), (0o777, "anyone")] {
+            fs::set_permissions(&root, fs::Permissions::from_mode(mode)).unwrap();
+            let r = why(&root);
+            assert!(r.contains(&format!("{mode:04o}")) && r.contains(who), "{r}");
+            // A fresh process's cache (checked once) refuses it.
+            let disk = DiskCache::at(&root, tilejit_ir::config::DEFAULT_CACHE_BYTES);
+            assert_eq!(disk.load(&p.key(), &p), Err(Miss::Absent));
+            assert!(disk.is_refused());
+            assert!(!disk.store(&p.key(), &p, b"other"));
+        }
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+        let disk = DiskCache::at(&root, tilejit_ir::config::DEFAULT_CACHE_BYTES);
+        assert_eq!(disk.load(&p.key(), &p).as_deref(), Ok(&b"payload"[..]));
+        // Owned by someone else: root's `/` for anyone else; for root, a
+        // directory given to another uid.
+        let me = tilejit_codegen::sys::effective_uid();
+        let foreign = if me == 0 {
+            let d = root.join("foreign");
+            fs::create_dir(&d).unwrap();
+            std::os::unix::fs::chown(&d, Some(4321), None).unwrap();
+            d
+        } else {
+            PathBuf::from("/")
+        };
+        let r = why(&foreign);
+        assert!(
+            r.contains("owned by uid") && r.contains("not by this user"),
+            "{r}"
+        );
+        let _ = fs::remove_dir_all(&root);
     }
 
     #[test]

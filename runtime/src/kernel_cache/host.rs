@@ -4,16 +4,18 @@
 //!
 //! On disk an entry is its machine code with relocations by symbol name
 //! (`tilejit_codegen::host::CodeImage`), relinked on load against this
-//! process's helpers. The file is trusted as the build's own output once
-//! its checksum and every key component (tilejit build, Cranelift
-//! version, CPU features, options, kernel structure) match.
+//! process's helpers. Linking is `unsafe` (`tilejit_codegen::host::load`):
+//! [`link_vouched`] is the one place that does it, for the two sources
+//! that can vouch for the bytes (see its safety comment).
 
 use super::key::KeyParts;
-use super::{Backend, CachedKernel, Compiled, Inner, KernelCache, KernelDetails, Part, StoredCode};
+use super::{
+    Backend, CachedKernel, Compiled, Inner, KernelCache, KernelDetails, Part, StoredCode, Vouched,
+};
 use crate::error::RuntimeError;
 use std::sync::Arc;
 use tilejit_codegen::host::{
-    compile, cpu_features, listing, load, CodeImage, CodegenOptions, CpuFeatures, KernelCode,
+    compile, cpu_features, isa_text, listing, CodeImage, CodegenOptions, CpuFeatures, KernelCode,
 };
 use tilejit_device::Target;
 use tilejit_ir::kernel::{BufId, Kernel};
@@ -28,6 +30,10 @@ pub(crate) struct HostIdentity {
     pub(super) structure: String,
     pub(super) opts: CodegenOptions,
     pub(super) cpu: CpuFeatures,
+    /// The full ISA: triple and every Cranelift ISA flag
+    /// ([`isa_text`]), so code never runs on a CPU lacking a flag it
+    /// was compiled with.
+    pub(super) isa: &'static str,
 }
 
 impl HostIdentity {
@@ -39,6 +45,7 @@ impl HostIdentity {
             structure: k.structure_text(dtype_of),
             opts: opts.for_kernel(k),
             cpu: cpu_features(),
+            isa: isa_text(),
         }
     }
 }
@@ -52,7 +59,7 @@ impl Backend for HostBackend {
         KeyParts::new("host")
             .with("kernel", id.structure.clone())
             .with("codegen-options", format!("{:?}", id.opts))
-            .with("cpu", format!("{:?}", id.cpu))
+            .with("cpu", format!("{:?} | {}", id.cpu, id.isa))
     }
 
     fn code_bytes(code: &KernelCode) -> usize {
@@ -125,9 +132,8 @@ impl KernelCache {
     ) -> Result<Arc<CachedKernel>, RuntimeError> {
         let identity = HostIdentity::new(k, dtype_of, opts);
         let opts = identity.opts;
-        let from_disk = |bytes: &[u8], key| {
-            let image = CodeImage::from_bytes(bytes)?;
-            let code = load(k, dtype_of, opts, &image).map_err(|e| e.to_string())?;
+        let from_disk = |bytes: Vouched<'_>, key| {
+            let code = link_vouched(k, dtype_of, opts, bytes)?;
             Ok(compiled(k, dtype_of, opts, code, key))
         };
         let load = Some(&from_disk as super::Loader<'_, KernelCode>);
@@ -136,6 +142,30 @@ impl KernelCache {
             Ok(compiled(k, dtype_of, identity.opts, code, key))
         })
     }
+}
+
+/// Links machine code someone vouched for: the one call of the `unsafe`
+/// `tilejit_codegen::host::load` in the runtime.
+#[allow(unsafe_code)]
+fn link_vouched(
+    k: &Kernel,
+    dtype_of: &dyn Fn(BufId) -> DType,
+    opts: CodegenOptions,
+    bytes: Vouched<'_>,
+) -> Result<KernelCode, String> {
+    let image = CodeImage::from_bytes(bytes.0)?;
+    // SAFETY: `load` needs `image` to be this build's own compile of `k`
+    // under `opts` for this CPU. A `Vouched` is made in two places only
+    // (its field is private to `kernel_cache`): `KernelCache::load_from_disk`,
+    // for a file of this user's disk cache, whose directory
+    // `disk::check_dir` accepted (an absolute path, owned by this user,
+    // writable by no one else, so only this user's tilejit processes write
+    // it) and whose checksum and every key component (tilejit build,
+    // Cranelift, the full ISA flags, options, the kernel's structure)
+    // match; and `KernelCache::load_from_snapshot`, for a snapshot's code,
+    // which reaches the cache only through `snapshot::load_code`, whose
+    // caller took on this same contract in an `unsafe` block.
+    unsafe { tilejit_codegen::host::load(k, dtype_of, opts, &image) }.map_err(|e| e.to_string())
 }
 
 /// A host entry's code with its signature and details; writes its

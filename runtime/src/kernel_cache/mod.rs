@@ -15,10 +15,13 @@
 //! Below the map lies the on-disk cache ([`disk`]): a miss looks there
 //! before compiling and writes what it compiled, so later processes skip
 //! the compile: host entries as relinkable machine code, Sim entries as
-//! bytecode verified again on load. A snapshot (`crate::snapshot`) hands
-//! a miss its stored code (`StoredCode`), tried before the disk and
+//! bytecode verified again on load. A snapshot loaded with the `unsafe`
+//! `snapshot::load_code` (only that: the safe load compiles its graphs)
+//! hands a miss its stored code (`StoredCode`), tried before the disk and
 //! used only under the key it was made under; such a load is counted in
-//! `snapshot_loads`, not as a compile.
+//! `snapshot_loads`, not as a compile. Host machine code from either
+//! source is linked in one place, `host::link_vouched`, for a [`Vouched`]
+//! payload, which only `load_from_disk` and `load_from_snapshot` make.
 //!
 //! Single flight (`flight.rs`): threads that miss the same kernel while it
 //! compiles wait for that compile and share its result, error included.
@@ -89,7 +92,15 @@ pub(crate) trait Backend: Sized + 'static {
 
 /// Makes code from a disk cache payload stored under a key (which names
 /// its `TILEJIT_DUMP` files); an `Err` says why the payload is unusable.
-pub(crate) type Loader<'a, C> = &'a dyn Fn(&[u8], ContentKey) -> Result<Compiled<C>, String>;
+pub(crate) type Loader<'a, C> = &'a dyn Fn(Vouched<'_>, ContentKey) -> Result<Compiled<C>, String>;
+
+/// A payload someone vouches for: read from this user's checked disk
+/// cache directory, or a snapshot's code loaded through the `unsafe`
+/// `snapshot::load_code`. Only this module and its children can make one
+/// (the field is private), in `load_from_disk` and `load_from_snapshot`,
+/// so host machine code reaches `host::link_vouched` from nowhere else.
+#[derive(Clone, Copy)]
+pub(crate) struct Vouched<'a>(&'a [u8]);
 
 /// Code a snapshot stored for a kernel, with the key it was made under.
 #[derive(Clone, Copy)]
@@ -446,7 +457,7 @@ impl KernelCache {
         let (disk, load) = (self.disk.as_ref()?, made.load?);
         let got = disk
             .load(&made.key, made.parts)
-            .and_then(|bytes| load(&bytes, made.key).map_err(Miss::Rejected));
+            .and_then(|bytes| load(Vouched(&bytes), made.key).map_err(Miss::Rejected));
         let mut g = self.lock();
         match got {
             Ok(c) => {
@@ -480,7 +491,7 @@ impl KernelCache {
         made: &Made<'_, C>,
     ) -> Option<Compiled<C>> {
         let (bytes, load) = (made.snapshot?, made.load?);
-        match load(bytes, made.key) {
+        match load(Vouched(bytes), made.key) {
             Ok(c) => {
                 self.lock().stats.snapshot_loads += 1;
                 Some(c)

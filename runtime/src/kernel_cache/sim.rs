@@ -248,8 +248,8 @@ impl KernelCache {
                 );
             }
         };
-        let load = |bytes: &[u8], key: ContentKey| {
-            let kernels = decode(bytes, cfg)?;
+        let load = |bytes: super::Vouched<'_>, key: ContentKey| {
+            let kernels = decode(bytes.0, cfg)?;
             dump(&kernels, key);
             Ok(Compiled {
                 details: details_of(k.text(), &kernels),

@@ -329,3 +329,88 @@ fn sim_payloads_round_trip_units_and_extents() {
         assert_eq!(*a.extra, *b.extra);
     }
 }
+
+fn temp_root(tag: &str) -> std::path::PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::env::temp_dir().join(format!("tilejit-kc-{tag}-{}-{nanos}", std::process::id()))
+}
+
+/// Kernels that call `tj_pow`, `tj_mod` and `tj_ipow` (and every other
+/// libcall) reload from the disk cache in a later process (a second
+/// cache over the same directory): no compile, no rejected file. The
+/// relinker once knew only the one-operand libcalls and refused these
+/// as "unknown symbol", so they were compiled again in every process.
+#[test]
+fn libcall_kernels_reload_from_disk_with_no_compile() {
+    let root = temp_root("libcalls");
+    let graphs = [
+        "graph {\n  %0 = input 0 : f32[7]\n  %1 = input 1 : f32[7]\n  %2 = pow %0, %1 : f32[7]\n  return %2\n}",
+        "graph {\n  %0 = input 0 : f32[7]\n  %1 = input 1 : f32[7]\n  %2 = rem %0, %1 : f32[7]\n  return %2\n}",
+        "graph {\n  %0 = input 0 : i64[7]\n  %1 = input 1 : i64[7]\n  %2 = pow %0, %1 : i64[7]\n  return %2\n}",
+        "graph {\n  %0 = input 0 : f64[7]\n  %1 = exp %0 : f64[7]\n  return %1\n}",
+    ];
+    let opts = CodegenOptions::default();
+    let run = |cache: &KernelCache| {
+        for g in graphs {
+            let (k, dtypes) = kernel(g);
+            let dtype_of = |id: BufId| dtypes[id.0 as usize];
+            cache.get_or_compile(&k, &dtype_of, opts, "test").unwrap();
+        }
+        cache.stats()
+    };
+    let disk = || {
+        Some(disk::DiskCache::at(
+            &root,
+            tilejit_ir::config::DEFAULT_CACHE_BYTES,
+        ))
+    };
+    let first = run(&KernelCache::with_disk(disk()));
+    assert_eq!((first.compiles, first.disk_writes), (4, 4), "{first:?}");
+    let second = run(&KernelCache::with_disk(disk()));
+    assert_eq!(
+        (second.compiles, second.disk_hits, second.disk_rejected),
+        (0, 4, 0),
+        "{second:?}"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A host key's CPU component, and a snapshot's manifest, name the
+/// whole ISA Cranelift targets: the triple and every ISA flag with its
+/// value (about 15 on x86-64: `has_avx512vl`, `has_bmi2`, ...), not just
+/// four features, so code from a machine with a flag this one lacks is
+/// never reused here (a cache shared between machines cannot SIGILL).
+#[test]
+fn the_cpu_key_covers_every_isa_flag() {
+    let isa = cranelift_native::builder()
+        .unwrap()
+        .finish(cranelift_codegen::settings::Flags::new(
+            cranelift_codegen::settings::builder(),
+        ))
+        .unwrap();
+    let flags: Vec<String> = isa.isa_flags().iter().map(|f| f.to_string()).collect();
+    assert!(flags.len() >= 4, "{flags:?}");
+    let (k, dtypes) = unary("exp", 8);
+    let dtype_of = |id: BufId| dtypes[id.0 as usize];
+    let parts =
+        HostBackend::key_parts(&HostIdentity::new(&k, &dtype_of, CodegenOptions::default()));
+    let cpu = &parts.parts().iter().find(|(n, _)| *n == "cpu").unwrap().1;
+    let manifest = crate::snapshot::Manifest::parse(&format!(
+        "tilejit snapshot\nformat: 2\ntilejit: x\ncranelift: y\ncpu: {}\ndevice-config: z\nfunction: f\nbody: b\nsignatures: 0\n",
+        tilejit_codegen::host::isa_text()
+    ))
+    .unwrap();
+    for f in &flags {
+        assert!(
+            cpu.split(' ').any(|w| w == f),
+            "{f} missing from the key's `{cpu}`"
+        );
+        assert!(
+            manifest.cpu.split(' ').any(|w| w == f),
+            "{f} missing from the manifest"
+        );
+    }
+    assert!(cpu.contains(&isa.triple().to_string()), "{cpu}");
+}

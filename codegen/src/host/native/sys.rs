@@ -1,6 +1,6 @@
 //! `tilejit_codegen::sys`: every OS call tilejit makes: fresh zeroed
 //! buffers backed by transparent huge pages ([`zeroed_vec`]), and the
-//! coarse clock. A child of the one unsafe module, so `unsafe` stays there.
+//! coarse clock, the effective user id. A child of the one unsafe module, so `unsafe` stays there.
 //!
 //! A fresh buffer's pages fault in where a kernel first writes them, in
 //! parallel, and the OS zeroes each as it maps it. On 4 KiB pages a fresh
@@ -190,4 +190,13 @@ pub fn coarse_clock_ns() -> Option<u64> {
 #[cfg(not(target_os = "linux"))]
 pub fn coarse_clock_ns() -> Option<u64> {
     None
+}
+
+/// The process's effective user id: who must own the disk cache
+/// directory (`tilejit_runtime`'s `disk::check_dir`).
+#[cfg(unix)]
+pub fn effective_uid() -> u32 {
+    // SAFETY: `geteuid` takes no arguments, cannot fail and touches no
+    // memory of ours.
+    unsafe { libc::geteuid() }
 }

@@ -37,7 +37,9 @@ pub fn snapshot_cmd(cmd: &SnapshotCommand) -> Result<(), CliError> {
 fn info_text(m: &Manifest) -> String {
     let mut s = m.to_string();
     match m.host_mismatch() {
-        None => s.push_str("host code: links on this build and machine\n"),
+        None => s.push_str(
+            "host code: links on this build and machine (through the unsafe `load_code` only; `load` compiles the stored graphs)\n",
+        ),
         Some(why) => s.push_str(&format!(
             "host code: recompiled from the stored graphs on load ({why})\n"
         )),
