@@ -168,6 +168,8 @@ impl Device {
             launches: s.launches,
             calls: s.calls,
             program_loads: s.program_loads,
+            stopped: s.stopped,
+            program_bytes: s.program_bytes,
         }))
     }
 

@@ -78,7 +78,9 @@ pub(crate) struct Conn {
     pub(crate) addr: String,
     /// The server's device (`host`, `sim`).
     pub(crate) device: String,
-    session: u64,
+    /// The session's handle: its number and secret, sent with every call
+    /// (never printed).
+    session: Bytes,
     chunk: usize,
     /// A handle on the channel (cloned per call). Unwind-safe: a panic
     /// cannot leave it half-updated, and tensors and devices must stay
@@ -88,7 +90,7 @@ pub(crate) struct Conn {
 
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Conn({}, session {})", self.addr, self.session)
+        write!(f, "Conn({})", self.addr)
     }
 }
 
@@ -141,7 +143,7 @@ impl Conn {
 
     fn session(&self) -> proto::SessionRequest {
         proto::SessionRequest {
-            session: self.session,
+            session: self.session.clone(),
         }
     }
 
@@ -156,7 +158,7 @@ impl Conn {
     /// takes it): its reference there.
     pub(crate) fn upload(self: &Arc<Self>, a: &Array) -> Result<Arc<RemoteTensor>, Status> {
         let ty = a.ty();
-        let (session, header) = (self.session, wire::ty_to_proto(&ty));
+        let (session, header) = (self.session.clone(), wire::ty_to_proto(&ty));
         let msgs = wire::encode_chunks(a.clone(), self.chunk)
             // A chunk that cannot be encoded (no memory) ends the stream
             // early; the server then reports the upload short.
@@ -164,7 +166,7 @@ impl Conn {
             .enumerate()
             .map(move |(i, data)| match i {
                 0 => proto::UploadChunk {
-                    session,
+                    session: session.clone(),
                     ty: Some(header.clone()),
                     data,
                 },
@@ -185,7 +187,7 @@ impl Conn {
         let mut decoder = wire::Decoder::new(t.ty, expected).map_err(Status::resource_exhausted)?;
         let mut c = self.client.0.clone();
         let req = proto::TensorRequest {
-            session: self.session,
+            session: self.session.clone(),
             id: t.id,
         };
         let a = block(async move {
@@ -221,7 +223,7 @@ impl Conn {
             .map(|t| self.arg_of(t, &mut room))
             .collect::<Result<Vec<_>, _>>()?;
         let req = proto::LaunchRequest {
-            session: self.session,
+            session: self.session.clone(),
             key: Bytes::copy_from_slice(&key),
             inputs: inputs.iter().map(|(a, _)| a.clone()).collect(),
             params: params.iter().map(|&l| wire::lit_to_proto(l)).collect(),
@@ -244,7 +246,7 @@ impl Conn {
         let text = Bytes::from(graph.to_string());
         let mut chunks = wire::chunks(text, self.chunk).into_iter();
         let first = proto::ProgramChunk {
-            session: self.session,
+            session: self.session.clone(),
             key: Bytes::copy_from_slice(&key),
             name: name.to_string(),
             text: chunks.next().unwrap_or_default(),
@@ -293,7 +295,7 @@ impl Conn {
             wire_args.push(proto::Arg { value });
         }
         let req = proto::CallRequest {
-            session: self.session,
+            session: self.session.clone(),
             name: name.to_string(),
             args: wire_args,
         };
@@ -418,7 +420,7 @@ impl Drop for RemoteTensor {
     fn drop(&mut self) {
         let mut c = self.conn.client.0.clone();
         let req = proto::FreeRequest {
-            session: self.conn.session,
+            session: self.conn.session.clone(),
             ids: vec![self.id],
         };
         detach(async move {

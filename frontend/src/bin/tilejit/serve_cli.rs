@@ -29,6 +29,19 @@ pub struct ServeArgs {
     /// tensors are freed.
     #[arg(long, default_value_t = 30)]
     session_timeout: u64,
+    /// The most sessions open at once, over all clients.
+    #[arg(long, default_value_t = 1024)]
+    max_sessions: usize,
+    /// The most bytes of tensors held over all sessions.
+    #[arg(long, default_value_t = 32 << 30)]
+    max_total_bytes: u64,
+    /// The most bytes of tensors one session may hold.
+    #[arg(long, default_value_t = 16 << 30)]
+    max_session_bytes: u64,
+    /// Seconds a request may take; a launch or call still running then is
+    /// stopped. Work whose client goes away is stopped at once.
+    #[arg(long, default_value_t = 1800)]
+    request_timeout: u64,
     /// Stop when standard input closes (so a parent that dies takes the
     /// server with it).
     #[arg(long)]
@@ -72,6 +85,10 @@ pub fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
         },
         token: token.clone(),
         session_timeout: Duration::from_secs(a.session_timeout.max(1)),
+        max_sessions: a.max_sessions.max(1),
+        max_total_bytes: a.max_total_bytes,
+        max_session_bytes: a.max_session_bytes,
+        request_timeout: Duration::from_secs(a.request_timeout.max(1)),
         ..ServeOptions::default()
     })
     .map_err(|e| fail(e.to_string()))?;
