@@ -350,7 +350,9 @@ async fn reap(state: std::sync::Weak<State>) {
         }
         // Tensors are freed here, outside the lock (a Sim tensor's drop
         // frees device memory).
+        let bytes = dead.iter().map(|d| d.bytes).sum();
         drop(dead);
+        give_back_memory(bytes);
         tokio::time::sleep((timeout / 4).max(Duration::from_millis(50))).await;
     }
 }
@@ -671,6 +673,24 @@ async fn blocking<T: Send + 'static>(
             tilejit_ir::ErrorKind::Panic,
         ))
     })
+}
+
+/// Frees below this are left to the allocator (and the pool) as they are.
+const GIVE_BACK_FROM: u64 = 1 << 20;
+
+/// After tensors of `bytes` were freed: gives the storage pool's buffers
+/// and the C allocator's free pages back to the OS (off the async
+/// threads), so a long-running server comes back near its baseline
+/// instead of keeping the peak of its biggest tensor. Small frees skip
+/// it: the pool's buffers are what make back-to-back launches fast.
+fn give_back_memory(bytes: u64) {
+    if bytes < GIVE_BACK_FROM {
+        return;
+    }
+    tokio::task::spawn_blocking(|| {
+        tilejit_ir::pool::pool().empty();
+        tilejit_codegen::sys::release_free_memory();
+    });
 }
 
 /// Cancels its token when dropped: held by a request's future, so the
@@ -1053,7 +1073,8 @@ impl Remote for Service {
             let (session, _) = self.0.session(&mut sessions, &req.get_ref().session)?;
             sessions.remove(&session).map(|g| (session, g))
         };
-        self.0.release(gone.as_ref().map_or(0, |(_, g)| g.bytes));
+        let bytes = gone.as_ref().map_or(0, |(_, g)| g.bytes);
+        self.0.release(bytes);
         if let Some((session, g)) = &gone {
             log(format_args!(
                 "session {session} closed: {} tensors ({} bytes) freed",
@@ -1062,6 +1083,7 @@ impl Remote for Service {
             ));
         }
         drop(gone);
+        give_back_memory(bytes);
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -1081,16 +1103,14 @@ impl Remote for Service {
     ) -> std::result::Result<Response<DataStream>, Status> {
         let r = req.into_inner();
         let t = self.0.tensor(&r.session, r.id)?;
-        let bytes = blocking(move || {
-            let a = t
-                .array("download")
-                .map_err(|e| wire::status_from_error(&e))?;
-            wire::array_bytes(&a).map_err(Status::internal)
-        })
-        .await?;
-        let chunks = wire::chunks(bytes, CHUNK_BYTES)
-            .into_iter()
-            .map(|data| Ok(proto::DataChunk { data }));
+        let a =
+            blocking(move || t.array("download").map_err(|e| wire::status_from_error(&e))).await?;
+        // Each chunk encoded as the stream takes it: a download never
+        // stages a second copy of the whole tensor.
+        let chunks = wire::encode_chunks(a, CHUNK_BYTES).map(|data| {
+            data.map(|data| proto::DataChunk { data })
+                .map_err(Status::resource_exhausted)
+        });
         Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
 
@@ -1108,7 +1128,9 @@ impl Remote for Service {
             self.0.release(bytes);
             freed
         };
+        let bytes = freed.iter().map(|(_, b)| b).sum();
         drop(freed);
+        give_back_memory(bytes);
         Ok(Response::new(proto::Empty {}))
     }
 
