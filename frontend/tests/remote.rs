@@ -559,3 +559,82 @@ fn a_server_gives_back_the_memory_of_freed_tensors() {
         (after - before) >> 20
     );
 }
+
+/// TLS on loopback: `tilejit serve --tls-cert --tls-key` with a
+/// certificate made for the test (rcgen), reached at `https://localhost`
+/// with that certificate as the CA: a round trip. A client in clear, or
+/// one that trusts another certificate, gets nothing from it.
+#[test]
+fn a_tls_server_round_trips_with_a_generated_certificate() {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert_pem = made.cert.pem();
+    let dir = std::env::temp_dir().join(format!("tilejit-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_file, &cert_pem).unwrap();
+    std::fs::write(&key_file, made.key_pair.serialize_pem()).unwrap();
+    let server = Served::start(
+        "host",
+        &[
+            "--tls-cert",
+            cert_file.to_str().unwrap(),
+            "--tls-key",
+            key_file.to_str().unwrap(),
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let port = server.addr.rsplit(':').next().unwrap();
+    let https = format!("https://localhost:{port}");
+    let trusting = tilejit::remote::RemoteOptions {
+        ca_cert_pem: Some(cert_pem.into_bytes()),
+        ..Default::default()
+    };
+    let remote = Device::remote_with(&https, &server.token, &trusting).unwrap();
+    let x = Tensor::randn(&[3, 5], 1);
+    let got = (&x.to(&remote).unwrap() * 2.0).to_vec::<f32>().unwrap();
+    assert_eq!(got, (&x * 2.0).to_vec::<f32>().unwrap());
+    // In clear to the TLS server: no session.
+    assert!(Device::remote(&server.addr, &server.token).is_err());
+    // Trusting another certificate: the handshake fails.
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let wrong = tilejit::remote::RemoteOptions {
+        ca_cert_pem: Some(other.cert.pem().into_bytes()),
+        ..Default::default()
+    };
+    let err = Device::remote_with(&https, &server.token, &wrong).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Device, "{err}");
+    // https with no CA is refused before connecting.
+    let err = Device::remote(&https, &server.token).unwrap_err();
+    assert!(err.to_string().contains("CA certificate"), "{err}");
+}
+
+/// The token never goes in clear to an address that is not loopback:
+/// `Device::remote` refuses before connecting, unless allowed; loopback,
+/// by name or number, is fine.
+#[test]
+fn the_token_is_not_sent_in_clear_beyond_loopback() {
+    for addr in [
+        "192.0.2.1:7070",
+        "http://192.0.2.1:7070",
+        "[2001:db8::1]:7070",
+    ] {
+        let start = Instant::now();
+        let err = Device::remote(addr, "t").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("refusing to send the token in clear"),
+            "{addr}: {err}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(1));
+    }
+    let server = Served::start("host", &[]);
+    let port = server.addr.rsplit(':').next().unwrap();
+    for addr in [
+        format!("localhost:{port}"),
+        format!("http://127.0.0.1:{port}"),
+    ] {
+        let remote = Device::remote(&addr, &server.token).unwrap();
+        let x = Tensor::ones(&[2], DType::F32).to(&remote).unwrap();
+        assert_eq!((&x + &x).to_vec::<f32>().unwrap(), [2.0, 2.0]);
+    }
+}

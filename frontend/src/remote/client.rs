@@ -20,7 +20,7 @@ use std::time::Duration;
 use tilejit_ir::{Array, Graph, Lit, TensorType};
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
 
 type Client = RemoteClient<InterceptedService<Channel, Auth>>;
@@ -71,6 +71,71 @@ fn detach(f: impl Future<Output = ()> + Send + 'static) {
     }
 }
 
+/// How [`Device::remote_with`](crate::Device::remote_with) reaches its
+/// server: TLS, and whether the token may travel in clear.
+///
+/// ```no_run
+/// use tilejit::remote::RemoteOptions;
+/// use tilejit::Device;
+/// let ca = std::fs::read("server-ca.pem")?;
+/// let remote = Device::remote_with(
+///     "https://gpu-box.example:7070",
+///     "the token",
+///     &RemoteOptions { ca_cert_pem: Some(ca), ..RemoteOptions::default() },
+/// )?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct RemoteOptions {
+    /// PEM certificate of the CA that signed the server's certificate (or
+    /// the server's own, self-signed): needed for an `https://` address.
+    pub ca_cert_pem: Option<Vec<u8>>,
+    /// The name the server's certificate must carry, when it is not the
+    /// address's host.
+    pub tls_domain: Option<String>,
+    /// Send the token over plain HTTP to an address that is not loopback,
+    /// where anyone on the path can read it. Off, such an address is
+    /// refused before anything is sent.
+    pub allow_plaintext: bool,
+}
+
+/// `addr` as an endpoint URI and whether it is TLS: `https://HOST:PORT`,
+/// or `HOST:PORT` / `http://HOST:PORT` in clear, which only loopback gets
+/// unless `allow_plaintext`.
+fn endpoint_uri(addr: &str, options: &RemoteOptions) -> Result<(String, bool), Status> {
+    if let Some(rest) = addr.strip_prefix("https://") {
+        if options.ca_cert_pem.is_none() {
+            return Err(Status::invalid_argument(
+                "an https:// address needs the server's CA certificate (RemoteOptions::ca_cert_pem)",
+            ));
+        }
+        return Ok((format!("https://{rest}"), true));
+    }
+    let rest = addr.strip_prefix("http://").unwrap_or(addr);
+    if !options.allow_plaintext && !is_loopback(rest) {
+        return Err(Status::invalid_argument(format!(
+            "refusing to send the token in clear to {rest}, which is not loopback: use an https:// address \
+             with the server's CA (RemoteOptions::ca_cert_pem; `tilejit serve --tls-cert --tls-key`), \
+             or set RemoteOptions::allow_plaintext"
+        )));
+    }
+    Ok((format!("http://{rest}"), false))
+}
+
+/// Whether `host_port` names this machine only (every address it resolves
+/// to is loopback). A name that does not resolve is let through: the
+/// connection then fails before any call carries the token.
+fn is_loopback(host_port: &str) -> bool {
+    use std::net::ToSocketAddrs as _;
+    match host_port.to_socket_addrs() {
+        Ok(addrs) => {
+            let addrs: Vec<_> = addrs.collect();
+            addrs.iter().all(|a| a.ip().is_loopback())
+        }
+        Err(_) => true,
+    }
+}
+
 /// One connection to a server, with its session.
 pub(crate) struct Conn {
     /// Unique per connection in this process (a `Device`'s identity).
@@ -96,13 +161,31 @@ impl std::fmt::Debug for Conn {
 
 impl Conn {
     /// Connects, opens a session and starts its heartbeat.
-    pub(crate) fn connect(addr: &str, token: &str) -> Result<Arc<Conn>, Status> {
+    pub(crate) fn connect(
+        addr: &str,
+        token: &str,
+        options: &RemoteOptions,
+    ) -> Result<Arc<Conn>, Status> {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let bearer: MetadataValue<_> = format!("Bearer {token}")
             .parse()
             .map_err(|_| Status::invalid_argument("the token must be printable ASCII"))?;
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| Status::invalid_argument(format!("not an address: {e}")))?
+        let (uri, tls) = endpoint_uri(addr, options)?;
+        let mut endpoint = Endpoint::from_shared(uri)
+            .map_err(|e| Status::invalid_argument(format!("not an address: {e}")))?;
+        if tls {
+            let mut config = ClientTlsConfig::new();
+            if let Some(ca) = &options.ca_cert_pem {
+                config = config.ca_certificate(Certificate::from_pem(ca));
+            }
+            if let Some(domain) = &options.tls_domain {
+                config = config.domain_name(domain.clone());
+            }
+            endpoint = endpoint
+                .tls_config(config)
+                .map_err(|e| Status::invalid_argument(format!("TLS: {}", source_text(&e))))?;
+        }
+        let endpoint = endpoint
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             .initial_stream_window_size(super::server::WINDOW)

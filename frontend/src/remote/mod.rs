@@ -35,6 +35,7 @@ pub(crate) mod proto {
     tonic::include_proto!("tilejit.remote.v1");
 }
 
+pub use client::RemoteOptions;
 pub(crate) use client::{Conn, RemoteTensor};
 pub use pool::DevicePool;
 pub use server::{ServeOptions, Server};

@@ -69,6 +69,11 @@ pub struct ServeOptions {
     /// The most program text the program cache holds, over all programs
     /// (least recently used go first).
     pub max_program_cache_bytes: u64,
+    /// TLS: the server's certificate chain, PEM. With `tls_key_pem` the
+    /// server speaks only TLS (clients connect to `https://HOST:PORT`).
+    pub tls_cert_pem: Option<Vec<u8>>,
+    /// TLS: the certificate's private key, PEM (`Debug` hides it).
+    pub tls_key_pem: Option<Vec<u8>>,
 }
 
 impl Default for ServeOptions {
@@ -86,6 +91,8 @@ impl Default for ServeOptions {
             max_programs: 512,
             max_program_bytes: 1 << 30,
             max_program_cache_bytes: 2 << 30,
+            tls_cert_pem: None,
+            tls_key_pem: None,
         }
     }
 }
@@ -106,6 +113,17 @@ impl std::fmt::Debug for ServeOptions {
             .field("max_programs", &self.max_programs)
             .field("max_program_bytes", &self.max_program_bytes)
             .field("max_program_cache_bytes", &self.max_program_cache_bytes)
+            .field(
+                "tls_cert_pem",
+                &self
+                    .tls_cert_pem
+                    .as_ref()
+                    .map(|c| format!("<{} bytes>", c.len())),
+            )
+            .field(
+                "tls_key_pem",
+                &self.tls_key_pem.as_ref().map(|_| "<redacted>"),
+            )
             .finish()
     }
 }
@@ -126,6 +144,7 @@ impl Server {
         if options.token.is_empty() {
             return Err(server_error(&options.listen, "the token is empty"));
         }
+        let tls = tls_config(&options)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("tilejit-serve")
@@ -142,7 +161,7 @@ impl Server {
         let state = Arc::new(State::new(options));
         let thread = std::thread::Builder::new()
             .name("tilejit-serve".into())
-            .spawn(move || runtime.block_on(serve(state, listener, stopped)))
+            .spawn(move || runtime.block_on(serve(state, listener, stopped, tls)))
             .map_err(|e| server_error(&addr.to_string(), &e.to_string()))?;
         Ok(Server {
             addr,
@@ -178,6 +197,43 @@ impl Drop for Server {
     }
 }
 
+/// The TLS configuration `options` asks for (checked here, so a bad
+/// certificate or key fails `start`, not the serving thread).
+fn tls_config(options: &ServeOptions) -> Result<Option<tonic::transport::ServerTlsConfig>> {
+    let (cert, key) = match (&options.tls_cert_pem, &options.tls_key_pem) {
+        (None, None) => return Ok(None),
+        (Some(c), Some(k)) => (c, k),
+        _ => {
+            return Err(server_error(
+                &options.listen,
+                "TLS needs both a certificate and its key",
+            ))
+        }
+    };
+    let config = tonic::transport::ServerTlsConfig::new()
+        .identity(tonic::transport::Identity::from_pem(cert, key));
+    tonic::transport::Server::builder()
+        .tls_config(config.clone())
+        .map_err(|e| {
+            server_error(
+                &options.listen,
+                &format!("bad TLS certificate or key: {}", error_chain(&e)),
+            )
+        })?;
+    Ok(Some(config))
+}
+
+/// An error and its causes, on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        text = format!("{text}: {s}");
+        cur = s.source();
+    }
+    text
+}
+
 fn server_error(addr: &str, message: &str) -> Error {
     Error::Remote {
         server: addr.to_string(),
@@ -209,6 +265,7 @@ async fn serve(
     state: Arc<State>,
     listener: tokio::net::TcpListener,
     stopped: tokio::sync::oneshot::Receiver<()>,
+    tls: Option<tonic::transport::ServerTlsConfig>,
 ) -> std::result::Result<(), String> {
     let reaper = tokio::spawn(reap(Arc::downgrade(&state)));
     let token = format!("Bearer {}", state.options.token);
@@ -233,7 +290,17 @@ async fn serve(
     let service = RemoteServer::new(Service(state))
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
-    let served = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = match builder.tls_config(tls) {
+            Ok(b) => b,
+            Err(e) => {
+                reaper.abort();
+                return Err(error_chain(&e));
+            }
+        };
+    }
+    let served = builder
         // Windows and frames sized for bulk copies: with h2's 64 KiB
         // defaults a 64 MiB upload stalls on window updates.
         .initial_stream_window_size(Some(WINDOW))

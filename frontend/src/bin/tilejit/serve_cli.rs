@@ -42,6 +42,14 @@ pub struct ServeArgs {
     /// stopped. Work whose client goes away is stopped at once.
     #[arg(long, default_value_t = 1800)]
     request_timeout: u64,
+    /// A PEM file with the server's TLS certificate chain: with
+    /// `--tls-key`, the server speaks only TLS, and clients connect to
+    /// `https://HOST:PORT` with the CA that signed it.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// A PEM file with the certificate's private key.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Stop when standard input closes (so a parent that dies takes the
     /// server with it).
     #[arg(long)]
@@ -76,6 +84,20 @@ pub fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
         }
         None => (random_token()?, true),
     };
+    let read = |path: &PathBuf, what: &str| {
+        std::fs::read(path).map_err(|e| {
+            fail(format!(
+                "cannot read the TLS {what} {}: {e}",
+                path.display()
+            ))
+        })
+    };
+    let tls_cert_pem = a
+        .tls_cert
+        .as_ref()
+        .map(|p| read(p, "certificate"))
+        .transpose()?;
+    let tls_key_pem = a.tls_key.as_ref().map(|p| read(p, "key")).transpose()?;
     tilejit::remote::register_builtins().map_err(|e| fail(e.to_string()))?;
     let server = Server::start(ServeOptions {
         listen: a.listen.clone(),
@@ -89,6 +111,8 @@ pub fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
         max_total_bytes: a.max_total_bytes,
         max_session_bytes: a.max_session_bytes,
         request_timeout: Duration::from_secs(a.request_timeout.max(1)),
+        tls_cert_pem,
+        tls_key_pem,
         ..ServeOptions::default()
     })
     .map_err(|e| fail(e.to_string()))?;
