@@ -751,10 +751,14 @@ const GIVE_BACK_FROM: u64 = 1 << 20;
 /// instead of keeping the peak of its biggest tensor. Small frees skip
 /// it: the pool's buffers are what make back-to-back launches fast.
 fn give_back_memory(bytes: u64) {
-    if bytes < GIVE_BACK_FROM {
+    // At most one give-back queued: a burst of frees trims once or twice,
+    // not once per free.
+    static QUEUED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if bytes < GIVE_BACK_FROM || QUEUED.swap(true, Ordering::AcqRel) {
         return;
     }
     tokio::task::spawn_blocking(|| {
+        QUEUED.store(false, Ordering::Release);
         tilejit_ir::pool::pool().empty();
         tilejit_codegen::sys::release_free_memory();
     });
