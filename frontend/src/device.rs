@@ -78,10 +78,27 @@ impl Device {
     /// that both sides run the same tilejit. Each call of `remote` is a
     /// device of its own (its own connection and session); clone it to
     /// share one.
+    ///
+    /// `addr` is `HOST:PORT` (or `http://HOST:PORT`), in clear, which is
+    /// refused unless the host is loopback; [`remote_with`](Self::remote_with)
+    /// connects over TLS (`https://HOST:PORT`) or allows clear text.
     #[track_caller]
     pub fn remote(addr: &str, token: &str) -> Result<Device> {
+        Device::remote_with(addr, token, &crate::remote::RemoteOptions::default())
+    }
+
+    /// [`remote`](Self::remote) with TLS or clear-text options: an
+    /// `https://HOST:PORT` address is checked against
+    /// `options.ca_cert_pem` (a server started with `tilejit serve
+    /// --tls-cert --tls-key`).
+    #[track_caller]
+    pub fn remote_with(
+        addr: &str,
+        token: &str,
+        options: &crate::remote::RemoteOptions,
+    ) -> Result<Device> {
         let location = Loc::caller();
-        let conn = Conn::connect(addr, token)
+        let conn = Conn::connect(addr, token, options)
             .map_err(|s| crate::remote::error(addr, "connect".into(), location, s))?;
         Ok(Device {
             kind: Kind::Remote(RemoteRef(conn)),
@@ -168,6 +185,8 @@ impl Device {
             launches: s.launches,
             calls: s.calls,
             program_loads: s.program_loads,
+            stopped: s.stopped,
+            program_bytes: s.program_bytes,
         }))
     }
 

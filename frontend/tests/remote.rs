@@ -500,3 +500,141 @@ fn a_pool_spreads_calls_over_two_servers() {
         assert!(d.server_stats().unwrap().unwrap().launches > 0);
     }
 }
+
+/// The server's resident memory, in bytes (Linux: `/proc/PID/statm`).
+fn rss(pid: u32) -> u64 {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+/// A long-running server gives the memory of a freed tensor back: after
+/// a 1 GiB upload, a download and its free (and a 64 MiB launch result
+/// freed), the server's RSS comes back to within a small margin of what
+/// it was before.
+#[test]
+#[cfg(target_os = "linux")]
+fn a_server_gives_back_the_memory_of_freed_tensors() {
+    let server = Served::start("host", &[]);
+    let remote = server.device();
+    // Warm up: a session, a small upload and download, a program.
+    let small = Tensor::ones(&[1 << 10], DType::F32).to(&remote).unwrap();
+    assert_eq!((&small * 2.0).to_vec::<f32>().unwrap()[0], 2.0);
+    drop(small);
+    assert!(eventually(Duration::from_secs(5), || {
+        remote.server_stats().unwrap().unwrap().tensors == 0
+    }));
+    std::thread::sleep(Duration::from_millis(200));
+    let before = rss(server.pid());
+    {
+        let x = Tensor::ones(&[256 << 20], DType::F32);
+        let r = x.to(&remote).unwrap();
+        drop(x);
+        let back = r.to_vec::<f32>().unwrap();
+        assert_eq!((back.len(), back[12345]), (256 << 20, 1.0));
+        let peak = rss(server.pid());
+        eprintln!("server RSS with 1 GiB held: {} MiB", peak >> 20);
+        // And a launch's 64 MiB result (whose storage, freed, would go
+        // to the storage pool).
+        let m = Tensor::ones(&[16 << 20], DType::F32).to(&remote).unwrap();
+        let y = &m + 1.0;
+        assert_eq!(y.to_vec::<f32>().unwrap()[7], 2.0);
+    }
+    assert!(eventually(Duration::from_secs(10), || {
+        remote.server_stats().unwrap().unwrap().tensors == 0
+    }));
+    let mut after = rss(server.pid());
+    eventually(Duration::from_secs(3), || {
+        after = rss(server.pid());
+        after < before + (16 << 20)
+    });
+    eprintln!(
+        "server RSS before 1 GiB up, down and freed: {} MiB; after: {} MiB",
+        before >> 20,
+        after >> 20
+    );
+    assert!(
+        after < before + (16 << 20),
+        "the server kept {} MiB",
+        (after - before) >> 20
+    );
+}
+
+/// TLS on loopback: `tilejit serve --tls-cert --tls-key` with a
+/// certificate made for the test (rcgen), reached at `https://localhost`
+/// with that certificate as the CA: a round trip. A client in clear, or
+/// one that trusts another certificate, gets nothing from it.
+#[test]
+fn a_tls_server_round_trips_with_a_generated_certificate() {
+    let made = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert_pem = made.cert.pem();
+    let dir = std::env::temp_dir().join(format!("tilejit-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_file, &cert_pem).unwrap();
+    std::fs::write(&key_file, made.key_pair.serialize_pem()).unwrap();
+    let server = Served::start(
+        "host",
+        &[
+            "--tls-cert",
+            cert_file.to_str().unwrap(),
+            "--tls-key",
+            key_file.to_str().unwrap(),
+        ],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let port = server.addr.rsplit(':').next().unwrap();
+    let https = format!("https://localhost:{port}");
+    let trusting = tilejit::remote::RemoteOptions {
+        ca_cert_pem: Some(cert_pem.into_bytes()),
+        ..Default::default()
+    };
+    let remote = Device::remote_with(&https, &server.token, &trusting).unwrap();
+    let x = Tensor::randn(&[3, 5], 1);
+    let got = (&x.to(&remote).unwrap() * 2.0).to_vec::<f32>().unwrap();
+    assert_eq!(got, (&x * 2.0).to_vec::<f32>().unwrap());
+    // In clear to the TLS server: no session.
+    assert!(Device::remote(&server.addr, &server.token).is_err());
+    // Trusting another certificate: the handshake fails.
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let wrong = tilejit::remote::RemoteOptions {
+        ca_cert_pem: Some(other.cert.pem().into_bytes()),
+        ..Default::default()
+    };
+    let err = Device::remote_with(&https, &server.token, &wrong).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Device, "{err}");
+    // https with no CA is refused before connecting.
+    let err = Device::remote(&https, &server.token).unwrap_err();
+    assert!(err.to_string().contains("CA certificate"), "{err}");
+}
+
+/// The token never goes in clear to an address that is not loopback:
+/// `Device::remote` refuses before connecting, unless allowed; loopback,
+/// by name or number, is fine.
+#[test]
+fn the_token_is_not_sent_in_clear_beyond_loopback() {
+    for addr in [
+        "192.0.2.1:7070",
+        "http://192.0.2.1:7070",
+        "[2001:db8::1]:7070",
+    ] {
+        let start = Instant::now();
+        let err = Device::remote(addr, "t").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("refusing to send the token in clear"),
+            "{addr}: {err}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(1));
+    }
+    let server = Served::start("host", &[]);
+    let port = server.addr.rsplit(':').next().unwrap();
+    for addr in [
+        format!("localhost:{port}"),
+        format!("http://127.0.0.1:{port}"),
+    ] {
+        let remote = Device::remote(&addr, &server.token).unwrap();
+        let x = Tensor::ones(&[2], DType::F32).to(&remote).unwrap();
+        assert_eq!((&x + &x).to_vec::<f32>().unwrap(), [2.0, 2.0]);
+    }
+}

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tilejit_ir::{Array, Graph, Lit, TensorType};
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Status};
 
 type Client = RemoteClient<InterceptedService<Channel, Auth>>;
@@ -71,6 +71,71 @@ fn detach(f: impl Future<Output = ()> + Send + 'static) {
     }
 }
 
+/// How [`Device::remote_with`](crate::Device::remote_with) reaches its
+/// server: TLS, and whether the token may travel in clear.
+///
+/// ```no_run
+/// use tilejit::remote::RemoteOptions;
+/// use tilejit::Device;
+/// let ca = std::fs::read("server-ca.pem")?;
+/// let remote = Device::remote_with(
+///     "https://gpu-box.example:7070",
+///     "the token",
+///     &RemoteOptions { ca_cert_pem: Some(ca), ..RemoteOptions::default() },
+/// )?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct RemoteOptions {
+    /// PEM certificate of the CA that signed the server's certificate (or
+    /// the server's own, self-signed): needed for an `https://` address.
+    pub ca_cert_pem: Option<Vec<u8>>,
+    /// The name the server's certificate must carry, when it is not the
+    /// address's host.
+    pub tls_domain: Option<String>,
+    /// Send the token over plain HTTP to an address that is not loopback,
+    /// where anyone on the path can read it. Off, such an address is
+    /// refused before anything is sent.
+    pub allow_plaintext: bool,
+}
+
+/// `addr` as an endpoint URI and whether it is TLS: `https://HOST:PORT`,
+/// or `HOST:PORT` / `http://HOST:PORT` in clear, which only loopback gets
+/// unless `allow_plaintext`.
+fn endpoint_uri(addr: &str, options: &RemoteOptions) -> Result<(String, bool), Status> {
+    if let Some(rest) = addr.strip_prefix("https://") {
+        if options.ca_cert_pem.is_none() {
+            return Err(Status::invalid_argument(
+                "an https:// address needs the server's CA certificate (RemoteOptions::ca_cert_pem)",
+            ));
+        }
+        return Ok((format!("https://{rest}"), true));
+    }
+    let rest = addr.strip_prefix("http://").unwrap_or(addr);
+    if !options.allow_plaintext && !is_loopback(rest) {
+        return Err(Status::invalid_argument(format!(
+            "refusing to send the token in clear to {rest}, which is not loopback: use an https:// address \
+             with the server's CA (RemoteOptions::ca_cert_pem; `tilejit serve --tls-cert --tls-key`), \
+             or set RemoteOptions::allow_plaintext"
+        )));
+    }
+    Ok((format!("http://{rest}"), false))
+}
+
+/// Whether `host_port` names this machine only (every address it resolves
+/// to is loopback). A name that does not resolve is let through: the
+/// connection then fails before any call carries the token.
+fn is_loopback(host_port: &str) -> bool {
+    use std::net::ToSocketAddrs as _;
+    match host_port.to_socket_addrs() {
+        Ok(addrs) => {
+            let addrs: Vec<_> = addrs.collect();
+            addrs.iter().all(|a| a.ip().is_loopback())
+        }
+        Err(_) => true,
+    }
+}
+
 /// One connection to a server, with its session.
 pub(crate) struct Conn {
     /// Unique per connection in this process (a `Device`'s identity).
@@ -78,7 +143,9 @@ pub(crate) struct Conn {
     pub(crate) addr: String,
     /// The server's device (`host`, `sim`).
     pub(crate) device: String,
-    session: u64,
+    /// The session's handle: its number and secret, sent with every call
+    /// (never printed).
+    session: Bytes,
     chunk: usize,
     /// A handle on the channel (cloned per call). Unwind-safe: a panic
     /// cannot leave it half-updated, and tensors and devices must stay
@@ -88,19 +155,37 @@ pub(crate) struct Conn {
 
 impl std::fmt::Debug for Conn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Conn({}, session {})", self.addr, self.session)
+        write!(f, "Conn({})", self.addr)
     }
 }
 
 impl Conn {
     /// Connects, opens a session and starts its heartbeat.
-    pub(crate) fn connect(addr: &str, token: &str) -> Result<Arc<Conn>, Status> {
+    pub(crate) fn connect(
+        addr: &str,
+        token: &str,
+        options: &RemoteOptions,
+    ) -> Result<Arc<Conn>, Status> {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let bearer: MetadataValue<_> = format!("Bearer {token}")
             .parse()
             .map_err(|_| Status::invalid_argument("the token must be printable ASCII"))?;
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(|e| Status::invalid_argument(format!("not an address: {e}")))?
+        let (uri, tls) = endpoint_uri(addr, options)?;
+        let mut endpoint = Endpoint::from_shared(uri)
+            .map_err(|e| Status::invalid_argument(format!("not an address: {e}")))?;
+        if tls {
+            let mut config = ClientTlsConfig::new();
+            if let Some(ca) = &options.ca_cert_pem {
+                config = config.ca_certificate(Certificate::from_pem(ca));
+            }
+            if let Some(domain) = &options.tls_domain {
+                config = config.domain_name(domain.clone());
+            }
+            endpoint = endpoint
+                .tls_config(config)
+                .map_err(|e| Status::invalid_argument(format!("TLS: {}", source_text(&e))))?;
+        }
+        let endpoint = endpoint
             .connect_timeout(Duration::from_secs(5))
             .tcp_nodelay(true)
             .initial_stream_window_size(super::server::WINDOW)
@@ -141,7 +226,7 @@ impl Conn {
 
     fn session(&self) -> proto::SessionRequest {
         proto::SessionRequest {
-            session: self.session,
+            session: self.session.clone(),
         }
     }
 
@@ -156,7 +241,7 @@ impl Conn {
     /// takes it): its reference there.
     pub(crate) fn upload(self: &Arc<Self>, a: &Array) -> Result<Arc<RemoteTensor>, Status> {
         let ty = a.ty();
-        let (session, header) = (self.session, wire::ty_to_proto(&ty));
+        let (session, header) = (self.session.clone(), wire::ty_to_proto(&ty));
         let msgs = wire::encode_chunks(a.clone(), self.chunk)
             // A chunk that cannot be encoded (no memory) ends the stream
             // early; the server then reports the upload short.
@@ -164,7 +249,7 @@ impl Conn {
             .enumerate()
             .map(move |(i, data)| match i {
                 0 => proto::UploadChunk {
-                    session,
+                    session: session.clone(),
                     ty: Some(header.clone()),
                     data,
                 },
@@ -185,7 +270,7 @@ impl Conn {
         let mut decoder = wire::Decoder::new(t.ty, expected).map_err(Status::resource_exhausted)?;
         let mut c = self.client.0.clone();
         let req = proto::TensorRequest {
-            session: self.session,
+            session: self.session.clone(),
             id: t.id,
         };
         let a = block(async move {
@@ -221,7 +306,7 @@ impl Conn {
             .map(|t| self.arg_of(t, &mut room))
             .collect::<Result<Vec<_>, _>>()?;
         let req = proto::LaunchRequest {
-            session: self.session,
+            session: self.session.clone(),
             key: Bytes::copy_from_slice(&key),
             inputs: inputs.iter().map(|(a, _)| a.clone()).collect(),
             params: params.iter().map(|&l| wire::lit_to_proto(l)).collect(),
@@ -244,7 +329,7 @@ impl Conn {
         let text = Bytes::from(graph.to_string());
         let mut chunks = wire::chunks(text, self.chunk).into_iter();
         let first = proto::ProgramChunk {
-            session: self.session,
+            session: self.session.clone(),
             key: Bytes::copy_from_slice(&key),
             name: name.to_string(),
             text: chunks.next().unwrap_or_default(),
@@ -293,7 +378,7 @@ impl Conn {
             wire_args.push(proto::Arg { value });
         }
         let req = proto::CallRequest {
-            session: self.session,
+            session: self.session.clone(),
             name: name.to_string(),
             args: wire_args,
         };
@@ -418,7 +503,7 @@ impl Drop for RemoteTensor {
     fn drop(&mut self) {
         let mut c = self.conn.client.0.clone();
         let req = proto::FreeRequest {
-            session: self.conn.session,
+            session: self.conn.session.clone(),
             ids: vec![self.id],
         };
         detach(async move {

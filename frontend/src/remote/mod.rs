@@ -35,6 +35,7 @@ pub(crate) mod proto {
     tonic::include_proto!("tilejit.remote.v1");
 }
 
+pub use client::RemoteOptions;
 pub(crate) use client::{Conn, RemoteTensor};
 pub use pool::DevicePool;
 pub use server::{ServeOptions, Server};
@@ -60,6 +61,11 @@ pub struct ServerStats {
     pub calls: u64,
     /// Programs compiled from text a client sent.
     pub program_loads: u64,
+    /// Launches and calls stopped before their end: their client went
+    /// away, or they ran past the server's deadline.
+    pub stopped: u64,
+    /// Bytes of program text the program cache holds.
+    pub program_bytes: u64,
 }
 
 /// The registry functions every `tilejit serve` offers (a server built

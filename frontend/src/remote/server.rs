@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tilejit_ir::{Array, DType, Graph, Lit};
+use tilejit_runtime::cancel::{self, CancelToken};
 use tilejit_runtime::{Program, Value};
 use tokio_stream::Stream;
 use tonic::service::interceptor::InterceptedService;
@@ -36,13 +37,14 @@ use tonic::{Request, Response, Status, Streaming};
 /// server.wait()?;
 /// # Ok::<(), tilejit::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ServeOptions {
     /// `HOST:PORT`, or `:PORT` for loopback (port 0 picks a free one).
     pub listen: String,
     /// The device the server's tensors live on and its programs run on.
     pub device: Device,
     /// The token every call must carry (`authorization: Bearer TOKEN`).
+    /// `Debug` prints it as `<redacted>`.
     pub token: String,
     /// A session silent this long (no call, no heartbeat) is closed and
     /// its tensors freed.
@@ -51,10 +53,27 @@ pub struct ServeOptions {
     pub max_tensor_bytes: u64,
     /// The most bytes of tensors one session may hold.
     pub max_session_bytes: u64,
+    /// The most bytes of tensors the server holds over all sessions
+    /// (uploads in flight included).
+    pub max_total_bytes: u64,
+    /// The most sessions open at once, over all clients.
+    pub max_sessions: usize,
+    /// The longest a request may take: a launch or call still running
+    /// then is stopped (between kernels), and tonic drops the request.
+    /// Work whose client goes away earlier is stopped then.
+    pub request_timeout: Duration,
     /// The most programs held at once (least recently used go first).
     pub max_programs: usize,
     /// The longest program text (its constants included) accepted, in bytes.
     pub max_program_bytes: u64,
+    /// The most program text the program cache holds, over all programs
+    /// (least recently used go first).
+    pub max_program_cache_bytes: u64,
+    /// TLS: the server's certificate chain, PEM. With `tls_key_pem` the
+    /// server speaks only TLS (clients connect to `https://HOST:PORT`).
+    pub tls_cert_pem: Option<Vec<u8>>,
+    /// TLS: the certificate's private key, PEM (`Debug` hides it).
+    pub tls_key_pem: Option<Vec<u8>>,
 }
 
 impl Default for ServeOptions {
@@ -66,9 +85,46 @@ impl Default for ServeOptions {
             session_timeout: Duration::from_secs(30),
             max_tensor_bytes: 4 << 30,
             max_session_bytes: 16 << 30,
+            max_total_bytes: 32 << 30,
+            max_sessions: 1024,
+            request_timeout: Duration::from_secs(30 * 60),
             max_programs: 512,
             max_program_bytes: 1 << 30,
+            max_program_cache_bytes: 2 << 30,
+            tls_cert_pem: None,
+            tls_key_pem: None,
         }
+    }
+}
+
+impl std::fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Every field but the token, which a log line must never show.
+        f.debug_struct("ServeOptions")
+            .field("listen", &self.listen)
+            .field("device", &self.device)
+            .field("token", &"<redacted>")
+            .field("session_timeout", &self.session_timeout)
+            .field("max_tensor_bytes", &self.max_tensor_bytes)
+            .field("max_session_bytes", &self.max_session_bytes)
+            .field("max_total_bytes", &self.max_total_bytes)
+            .field("max_sessions", &self.max_sessions)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_programs", &self.max_programs)
+            .field("max_program_bytes", &self.max_program_bytes)
+            .field("max_program_cache_bytes", &self.max_program_cache_bytes)
+            .field(
+                "tls_cert_pem",
+                &self
+                    .tls_cert_pem
+                    .as_ref()
+                    .map(|c| format!("<{} bytes>", c.len())),
+            )
+            .field(
+                "tls_key_pem",
+                &self.tls_key_pem.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
     }
 }
 
@@ -88,6 +144,7 @@ impl Server {
         if options.token.is_empty() {
             return Err(server_error(&options.listen, "the token is empty"));
         }
+        let tls = tls_config(&options)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("tilejit-serve")
@@ -104,7 +161,7 @@ impl Server {
         let state = Arc::new(State::new(options));
         let thread = std::thread::Builder::new()
             .name("tilejit-serve".into())
-            .spawn(move || runtime.block_on(serve(state, listener, stopped)))
+            .spawn(move || runtime.block_on(serve(state, listener, stopped, tls)))
             .map_err(|e| server_error(&addr.to_string(), &e.to_string()))?;
         Ok(Server {
             addr,
@@ -140,6 +197,43 @@ impl Drop for Server {
     }
 }
 
+/// The TLS configuration `options` asks for (checked here, so a bad
+/// certificate or key fails `start`, not the serving thread).
+fn tls_config(options: &ServeOptions) -> Result<Option<tonic::transport::ServerTlsConfig>> {
+    let (cert, key) = match (&options.tls_cert_pem, &options.tls_key_pem) {
+        (None, None) => return Ok(None),
+        (Some(c), Some(k)) => (c, k),
+        _ => {
+            return Err(server_error(
+                &options.listen,
+                "TLS needs both a certificate and its key",
+            ))
+        }
+    };
+    let config = tonic::transport::ServerTlsConfig::new()
+        .identity(tonic::transport::Identity::from_pem(cert, key));
+    tonic::transport::Server::builder()
+        .tls_config(config.clone())
+        .map_err(|e| {
+            server_error(
+                &options.listen,
+                &format!("bad TLS certificate or key: {}", error_chain(&e)),
+            )
+        })?;
+    Ok(Some(config))
+}
+
+/// An error and its causes, on one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        text = format!("{text}: {s}");
+        cur = s.source();
+    }
+    text
+}
+
 fn server_error(addr: &str, message: &str) -> Error {
     Error::Remote {
         server: addr.to_string(),
@@ -171,9 +265,11 @@ async fn serve(
     state: Arc<State>,
     listener: tokio::net::TcpListener,
     stopped: tokio::sync::oneshot::Receiver<()>,
+    tls: Option<tonic::transport::ServerTlsConfig>,
 ) -> std::result::Result<(), String> {
     let reaper = tokio::spawn(reap(Arc::downgrade(&state)));
     let token = format!("Bearer {}", state.options.token);
+    let request_timeout = state.options.request_timeout;
     let auth = move |req: Request<()>| -> std::result::Result<Request<()>, Status> {
         let given = req
             .metadata()
@@ -194,7 +290,17 @@ async fn serve(
     let service = RemoteServer::new(Service(state))
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
-    let served = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = match builder.tls_config(tls) {
+            Ok(b) => b,
+            Err(e) => {
+                reaper.abort();
+                return Err(error_chain(&e));
+            }
+        };
+    }
+    let served = builder
         // Windows and frames sized for bulk copies: with h2's 64 KiB
         // defaults a 64 MiB upload stalls on window updates.
         .initial_stream_window_size(Some(WINDOW))
@@ -204,6 +310,10 @@ async fn serve(
         // with it any half-finished stream and its buffers.
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        // Every request's deadline (a client's shorter `grpc-timeout`
+        // wins). A second past the runs' own deadline, so a run past it
+        // says so itself rather than as tonic's bare timeout.
+        .timeout(request_timeout + Duration::from_secs(1))
         .add_service(InterceptedService::new(service, auth))
         .serve_with_incoming_shutdown(
             // Nagle off on each accepted socket (the builder's own
@@ -256,6 +366,28 @@ fn peer<T>(req: &Request<T>) -> String {
         .map_or_else(|| "an unknown peer".into(), |a| a.to_string())
 }
 
+/// A session handle's number and secret (8 + 16 bytes).
+fn split_handle(handle: &[u8]) -> std::result::Result<(u64, &[u8]), Status> {
+    if handle.len() != 24 {
+        return Err(Status::invalid_argument(
+            "a session handle is the 24 bytes the server's open returned",
+        ));
+    }
+    let (number, secret) = handle.split_at(8);
+    let number = u64::from_le_bytes(number.try_into().unwrap_or_default());
+    Ok((number, secret))
+}
+
+/// 128 bits from the OS's generator (`/dev/urandom`).
+fn random_secret() -> std::result::Result<[u8; 16], Status> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| Status::internal(format!("no random session secret: {e}")))?;
+    Ok(bytes)
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -274,6 +406,7 @@ async fn reap(state: std::sync::Weak<State>) {
                 .collect();
             ids.iter().filter_map(|id| sessions.remove(id)).collect()
         };
+        s.release(dead.iter().map(|d| d.bytes).sum());
         drop(s);
         for d in &dead {
             log(format_args!(
@@ -284,12 +417,17 @@ async fn reap(state: std::sync::Weak<State>) {
         }
         // Tensors are freed here, outside the lock (a Sim tensor's drop
         // frees device memory).
+        let bytes = dead.iter().map(|d| d.bytes).sum();
         drop(dead);
+        give_back_memory(bytes);
         tokio::time::sleep((timeout / 4).max(Duration::from_millis(50))).await;
     }
 }
 
 struct Session {
+    /// 128 bits from the OS's generator: the session's handle is its
+    /// number and this, and every call must show both.
+    secret: [u8; 16],
     tensors: HashMap<u64, (Tensor, u64)>,
     bytes: u64,
     last_seen: Instant,
@@ -303,13 +441,33 @@ struct State {
     launches: AtomicU64,
     calls: AtomicU64,
     loads: AtomicU64,
+    stopped: AtomicU64,
+    /// Bytes of tensors held over all sessions, and of uploads and
+    /// results reserved but not yet filed.
+    held: AtomicU64,
+}
+
+/// Bytes counted in [`State::held`] for an upload or results not yet
+/// filed in a session; given back on drop unless filed.
+struct Reserved {
+    state: Arc<State>,
+    bytes: u64,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.state.release(self.bytes);
+    }
 }
 
 /// Programs by content key, least recently used evicted past the bound.
 #[derive(Default)]
 struct Programs {
-    map: HashMap<[u8; 32], (Arc<Program>, u64)>,
+    /// Each program, when it was last used, and its text's length.
+    map: HashMap<[u8; 32], (Arc<Program>, u64, u64)>,
     clock: u64,
+    /// The text bytes of the programs held.
+    bytes: u64,
 }
 
 impl State {
@@ -322,6 +480,8 @@ impl State {
             launches: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             loads: AtomicU64::new(0),
+            stopped: AtomicU64::new(0),
+            held: AtomicU64::new(0),
         }
     }
 
@@ -335,22 +495,62 @@ impl State {
         self.programs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Counts `bytes` more against the server-wide budget, or says why not.
+    fn reserve(self: &Arc<Self>, bytes: u64) -> std::result::Result<Reserved, Status> {
+        let max = self.options.max_total_bytes;
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                h.checked_add(bytes).filter(|n| *n <= max)
+            })
+            .map_err(|held| {
+                Status::resource_exhausted(format!(
+                    "the server holds {held} bytes of tensors over all sessions; {bytes} more is over its limit of {max} bytes"
+                ))
+            })?;
+        Ok(Reserved {
+            state: self.clone(),
+            bytes,
+        })
+    }
+
+    /// Gives `bytes` back to the server-wide budget (tensors freed).
+    fn release(&self, bytes: u64) {
+        self.held.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
     fn id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Marks `session` alive, or says it is gone.
-    fn touch(&self, session: u64) -> std::result::Result<(), Status> {
-        match self.sessions().get_mut(&session) {
-            Some(s) => {
-                s.last_seen = Instant::now();
-                Ok(())
-            }
-            None => Err(Status::failed_precondition(format!(
-                "no session {session}: it was closed, or silent past the server's {:?} timeout",
+    /// The session `handle` names, if the handle's secret is its own:
+    /// marked alive. Another session's number with the wrong secret is
+    /// `PERMISSION_DENIED`; a number the server does not hold (closed,
+    /// expired, never opened) is `FAILED_PRECONDITION`.
+    fn session<'a>(
+        &self,
+        sessions: &'a mut HashMap<u64, Session>,
+        handle: &[u8],
+    ) -> std::result::Result<(u64, &'a mut Session), Status> {
+        let (number, secret) = split_handle(handle)?;
+        let Some(s) = sessions.get_mut(&number) else {
+            return Err(Status::failed_precondition(format!(
+                "no session {number}: it was closed, or silent past the server's {:?} timeout",
                 self.options.session_timeout
-            ))),
+            )));
+        };
+        if !constant_time_eq(&s.secret, secret) {
+            return Err(Status::permission_denied(format!(
+                "session {number} is not this client's"
+            )));
         }
+        s.last_seen = Instant::now();
+        Ok((number, s))
+    }
+
+    /// Checks `handle` and marks its session alive: its number.
+    fn touch(&self, handle: &[u8]) -> std::result::Result<u64, Status> {
+        let mut sessions = self.sessions();
+        self.session(&mut sessions, handle).map(|(n, _)| n)
     }
 
     /// Room for `bytes` more in `session`, or why not.
@@ -372,10 +572,13 @@ impl State {
     }
 
     /// Files `tensors` under fresh ids in `session`: their references.
+    /// `reserved` (an upload's bytes, counted before it streamed) goes
+    /// toward their size; the rest is reserved here.
     fn keep(
-        &self,
+        self: &Arc<Self>,
         session: u64,
         tensors: Vec<Tensor>,
+        reserved: Option<Reserved>,
     ) -> std::result::Result<Vec<proto::TensorRef>, Status> {
         let mut typed = Vec::with_capacity(tensors.len());
         for t in tensors {
@@ -392,6 +595,11 @@ impl State {
             typed.push((t, ty, bytes));
         }
         let total: u64 = typed.iter().map(|(_, _, b)| b).sum();
+        let mut reserved = reserved.into_iter().collect::<Vec<_>>();
+        let before: u64 = reserved.iter().map(|r| r.bytes).sum();
+        if total > before {
+            reserved.push(self.reserve(total - before)?);
+        }
         let mut sessions = self.sessions();
         let s = sessions
             .get_mut(&session)
@@ -415,14 +623,24 @@ impl State {
             });
         }
         s.last_seen = Instant::now();
+        // Filed: the session's bytes now, given back when freed; any
+        // excess of an upload's estimate goes back now.
+        let mut filed = 0;
+        for r in &mut reserved {
+            let take = r.bytes.min(total - filed);
+            filed += take;
+            r.bytes -= take;
+        }
+        drop(sessions);
+        drop(reserved);
         Ok(out)
     }
 
-    fn tensor(&self, session: u64, id: u64) -> std::result::Result<Tensor, Status> {
-        let sessions = self.sessions();
-        let s = sessions
-            .get(&session)
-            .ok_or_else(|| Status::failed_precondition(format!("no session {session}")))?;
+    /// Tensor `id` of the session `handle` names (ids are looked up in
+    /// the caller's own session only).
+    fn tensor(&self, handle: &[u8], id: u64) -> std::result::Result<Tensor, Status> {
+        let mut sessions = self.sessions();
+        let (session, s) = self.session(&mut sessions, handle)?;
         s.tensors
             .get(&id)
             .map(|(t, _)| t.clone())
@@ -430,13 +648,13 @@ impl State {
     }
 
     /// A call's arguments as tensors and scalars (tensors by id or inline).
-    fn args(&self, session: u64, args: &[proto::Arg]) -> std::result::Result<Vec<Owned>, Status> {
+    fn args(&self, handle: &[u8], args: &[proto::Arg]) -> std::result::Result<Vec<Owned>, Status> {
         args.iter()
             .enumerate()
             .map(|(i, a)| {
                 let bad = |m: String| Status::invalid_argument(format!("argument {i}: {m}"));
                 Ok(match &a.value {
-                    Some(arg::Value::Tensor(id)) => Owned::Tensor(self.tensor(session, *id)?),
+                    Some(arg::Value::Tensor(id)) => Owned::Tensor(self.tensor(handle, *id)?),
                     Some(arg::Value::Inline(t)) => {
                         Owned::Tensor(Tensor::concrete(wire::from_inline(t).map_err(bad)?))
                     }
@@ -458,20 +676,35 @@ impl State {
         let mut p = self.programs();
         p.clock += 1;
         let now = p.clock;
-        let (program, used) = p.map.get_mut(key)?;
+        let (program, used, _) = p.map.get_mut(key)?;
         *used = now;
         Some(program.clone())
     }
 
-    fn add_program(&self, key: [u8; 32], program: Arc<Program>) {
+    /// Holds `program` (of `bytes` of text) under `key`, evicting the
+    /// least recently used past the count or byte bound (never the one
+    /// just added).
+    fn add_program(&self, key: [u8; 32], program: Arc<Program>, bytes: u64) {
         let mut p = self.programs();
         p.clock += 1;
         let now = p.clock;
-        p.map.insert(key, (program, now));
-        while p.map.len() > self.options.max_programs.max(1) {
-            let oldest = p.map.iter().min_by_key(|(_, (_, u))| *u).map(|(k, _)| *k);
-            if let Some(k) = oldest {
-                p.map.remove(&k);
+        if let Some((_, _, old)) = p.map.insert(key, (program, now, bytes)) {
+            p.bytes -= old;
+        }
+        p.bytes += bytes;
+        while p.map.len() > 1
+            && (p.map.len() > self.options.max_programs.max(1)
+                || p.bytes > self.options.max_program_cache_bytes)
+        {
+            let oldest = p
+                .map
+                .iter()
+                .filter(|(k, _)| **k != key)
+                .min_by_key(|(_, (_, u, _))| *u)
+                .map(|(k, _)| *k);
+            let Some(k) = oldest else { break };
+            if let Some((_, _, b)) = p.map.remove(&k) {
+                p.bytes -= b;
             }
         }
     }
@@ -507,6 +740,79 @@ async fn blocking<T: Send + 'static>(
             tilejit_ir::ErrorKind::Panic,
         ))
     })
+}
+
+/// Frees below this are left to the allocator (and the pool) as they are.
+const GIVE_BACK_FROM: u64 = 1 << 20;
+
+/// After tensors of `bytes` were freed: gives the storage pool's buffers
+/// and the C allocator's free pages back to the OS (off the async
+/// threads), so a long-running server comes back near its baseline
+/// instead of keeping the peak of its biggest tensor. Small frees skip
+/// it: the pool's buffers are what make back-to-back launches fast.
+fn give_back_memory(bytes: u64) {
+    // At most one give-back queued: a burst of frees trims once or twice,
+    // not once per free.
+    static QUEUED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if bytes < GIVE_BACK_FROM || QUEUED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    tokio::task::spawn_blocking(|| {
+        QUEUED.store(false, Ordering::Release);
+        tilejit_ir::pool::pool().empty();
+        tilejit_codegen::sys::release_free_memory();
+    });
+}
+
+/// Cancels its token when dropped: held by a request's future, so the
+/// work it started stops once tonic drops the future (the client reset
+/// the stream or went away, or the request ran past its deadline).
+struct StopOnDrop(CancelToken);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// Runs `f` (a launch or call) off the async threads, under the server's
+/// request deadline and a token cancelled when the caller's future is
+/// dropped: its program runs stop between kernels (host) or within a few
+/// thousand instructions (Sim). A stopped run counts in `stopped`.
+async fn stoppable<T: Send + 'static>(
+    state: &Arc<State>,
+    what: &'static str,
+    f: impl FnOnce() -> std::result::Result<T, Status> + Send + 'static,
+) -> std::result::Result<T, Status> {
+    let token = CancelToken::new();
+    let guard = StopOnDrop(token.clone());
+    let state = state.clone();
+    let deadline = state.options.request_timeout;
+    let r = blocking(move || {
+        cancel::with_cancel(&token, || {
+            cancel::with_deadline(deadline, || {
+                let r = f();
+                if r.is_err() {
+                    if let Some(why) = cancel::current().stopped() {
+                        state.stopped.fetch_add(1, Ordering::Relaxed);
+                        log(format_args!("a {what} stopped: it {why}"));
+                        let status = if token.is_cancelled() {
+                            Status::cancelled(format!("the {what} {why}: its client went away"))
+                        } else {
+                            Status::deadline_exceeded(format!(
+                                "the {what} {why}: the server's request timeout"
+                            ))
+                        };
+                        return Err(wire::with_kind(status, tilejit_ir::ErrorKind::Cancelled));
+                    }
+                }
+                r
+            })
+        })
+    })
+    .await;
+    drop(guard);
+    r
 }
 
 /// Runs `program` on the server's device: host arrays in, host arrays
@@ -580,11 +886,11 @@ impl Service {
     ) -> std::result::Result<Response<proto::TensorRef>, Status> {
         let mut stream = req.into_inner();
         let first = first_chunk(&mut stream, "an upload").await?;
-        let session = first.session;
-        self.0.touch(session)?;
+        let session = self.0.touch(&first.session)?;
         let (ty, bytes) =
             wire::ty_from_proto(first.ty.as_ref()).map_err(Status::invalid_argument)?;
         self.0.check_room(session, bytes)?;
+        let reserved = self.0.reserve(bytes)?;
         // Decoded as chunks arrive into a buffer that grows with them
         // (never sized from the header alone past 64 MiB), and dropped
         // with this call if the client goes away.
@@ -607,7 +913,7 @@ impl Service {
             let t = Tensor::concrete(array)
                 .to(&state.options.device)
                 .map_err(|e| wire::status_from_error(&e))?;
-            state.keep(session, vec![t])
+            state.keep(session, vec![t], Some(reserved))
         })
         .await?;
         refs.into_iter()
@@ -622,8 +928,7 @@ impl Service {
     ) -> std::result::Result<Response<proto::Empty>, Status> {
         let mut stream = req.into_inner();
         let first = first_chunk(&mut stream, "a program").await?;
-        let session = first.session;
-        self.0.touch(session)?;
+        self.0.touch(&first.session)?;
         let key: [u8; 32] = first.key[..]
             .try_into()
             .map_err(|_| Status::invalid_argument("a program key must be 32 bytes"))?;
@@ -673,7 +978,7 @@ impl Service {
                 start.elapsed().as_secs_f64() * 1e3
             ));
             state.loads.fetch_add(1, Ordering::Relaxed);
-            state.add_program(key, Arc::new(program));
+            state.add_program(key, Arc::new(program), text.len() as u64);
             Ok(())
         })
         .await?;
@@ -685,13 +990,13 @@ impl Service {
         req: Request<proto::LaunchRequest>,
     ) -> std::result::Result<Response<proto::Results>, Status> {
         let r = req.into_inner();
-        self.0.touch(r.session)?;
+        let session = self.0.touch(&r.session)?;
         let program = self
             .0
             .program(&r.key)
             .ok_or_else(|| Status::not_found("no program with this key: load it first"))?;
         let mut inputs = Vec::with_capacity(r.inputs.len());
-        for a in self.0.args(r.session, &r.inputs)? {
+        for a in self.0.args(&r.session, &r.inputs)? {
             match a {
                 Owned::Tensor(t) => inputs.push(t),
                 _ => return Err(Status::invalid_argument("a program's inputs are tensors")),
@@ -714,12 +1019,11 @@ impl Service {
             )));
         }
         let state = self.0.clone();
-        let session = r.session;
-        let outputs = blocking(move || {
+        let outputs = stoppable(&self.0, "launch", move || {
             let outs = launch(&state.options.device, &program, &inputs, &params)
                 .map_err(|e| wire::status_from_error(&e))?;
             state.launches.fetch_add(1, Ordering::Relaxed);
-            state.keep(session, outs)
+            state.keep(session, outs, None)
         })
         .await?;
         Ok(Response::new(proto::Results { outputs }))
@@ -730,12 +1034,11 @@ impl Service {
         req: Request<proto::CallRequest>,
     ) -> std::result::Result<Response<proto::Results>, Status> {
         let r = req.into_inner();
-        self.0.touch(r.session)?;
+        let session = self.0.touch(&r.session)?;
         let f = crate::registry::get(&r.name).map_err(|e| wire::status_from_error(&e))?;
-        let owned = self.0.args(r.session, &r.args)?;
+        let owned = self.0.args(&r.session, &r.args)?;
         let state = self.0.clone();
-        let session = r.session;
-        let outputs = blocking(move || {
+        let outputs = stoppable(&self.0, "call", move || {
             let args: Vec<ArgValue> = owned.iter().map(Owned::as_arg).collect();
             let outs = f.call(&args).map_err(|e| wire::status_from_error(&e))?;
             drop(owned);
@@ -747,7 +1050,7 @@ impl Service {
                 .map(|t| t.to(&state.options.device))
                 .collect::<Result<Vec<_>>>()
                 .map_err(|e| wire::status_from_error(&e))?;
-            state.keep(session, outs)
+            state.keep(session, outs, None)
         })
         .await?;
         Ok(Response::new(proto::Results { outputs }))
@@ -795,18 +1098,36 @@ impl Remote for Service {
                 req.get_ref().client_version
             )));
         }
+        let secret = random_secret()?;
         let session = self.0.id();
+        let mut sessions = self.0.sessions();
+        let max = self.0.options.max_sessions;
+        if sessions.len() >= max {
+            drop(sessions);
+            log(format_args!(
+                "refused a session to {}: the server holds its limit of {max}",
+                peer(&req)
+            ));
+            return Err(Status::resource_exhausted(format!(
+                "the server holds {max} sessions, its limit: close some, or wait for silent ones to expire"
+            )));
+        }
         log(format_args!("session {session} opened by {}", peer(&req)));
-        self.0.sessions().insert(
+        sessions.insert(
             session,
             Session {
+                secret,
                 tensors: HashMap::new(),
                 bytes: 0,
                 last_seen: Instant::now(),
             },
         );
+        drop(sessions);
+        let mut handle = Vec::with_capacity(24);
+        handle.extend_from_slice(&session.to_le_bytes());
+        handle.extend_from_slice(&secret);
         Ok(Response::new(proto::OpenReply {
-            session,
+            session: handle.into(),
             server_version: version.into(),
             device: self.0.options.device.to_string(),
             chunk_bytes: CHUNK_BYTES as u64,
@@ -818,9 +1139,14 @@ impl Remote for Service {
         &self,
         req: Request<proto::SessionRequest>,
     ) -> std::result::Result<Response<proto::Empty>, Status> {
-        let session = req.get_ref().session;
-        let gone = self.0.sessions().remove(&session);
-        if let Some(g) = &gone {
+        let gone = {
+            let mut sessions = self.0.sessions();
+            let (session, _) = self.0.session(&mut sessions, &req.get_ref().session)?;
+            sessions.remove(&session).map(|g| (session, g))
+        };
+        let bytes = gone.as_ref().map_or(0, |(_, g)| g.bytes);
+        self.0.release(bytes);
+        if let Some((session, g)) = &gone {
             log(format_args!(
                 "session {session} closed: {} tensors ({} bytes) freed",
                 g.tensors.len(),
@@ -828,6 +1154,7 @@ impl Remote for Service {
             ));
         }
         drop(gone);
+        give_back_memory(bytes);
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -835,7 +1162,7 @@ impl Remote for Service {
         &self,
         req: Request<proto::SessionRequest>,
     ) -> std::result::Result<Response<proto::Empty>, Status> {
-        self.0.touch(req.get_ref().session)?;
+        self.0.touch(&req.get_ref().session)?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -846,18 +1173,15 @@ impl Remote for Service {
         req: Request<proto::TensorRequest>,
     ) -> std::result::Result<Response<DataStream>, Status> {
         let r = req.into_inner();
-        self.0.touch(r.session)?;
-        let t = self.0.tensor(r.session, r.id)?;
-        let bytes = blocking(move || {
-            let a = t
-                .array("download")
-                .map_err(|e| wire::status_from_error(&e))?;
-            wire::array_bytes(&a).map_err(Status::internal)
-        })
-        .await?;
-        let chunks = wire::chunks(bytes, CHUNK_BYTES)
-            .into_iter()
-            .map(|data| Ok(proto::DataChunk { data }));
+        let t = self.0.tensor(&r.session, r.id)?;
+        let a =
+            blocking(move || t.array("download").map_err(|e| wire::status_from_error(&e))).await?;
+        // Each chunk encoded as the stream takes it: a download never
+        // stages a second copy of the whole tensor.
+        let chunks = wire::encode_chunks(a, CHUNK_BYTES).map(|data| {
+            data.map(|data| proto::DataChunk { data })
+                .map_err(Status::resource_exhausted)
+        });
         Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
 
@@ -868,18 +1192,16 @@ impl Remote for Service {
         let r = req.into_inner();
         let freed: Vec<(Tensor, u64)> = {
             let mut sessions = self.0.sessions();
-            match sessions.get_mut(&r.session) {
-                Some(s) => {
-                    s.last_seen = Instant::now();
-                    let freed: Vec<_> =
-                        r.ids.iter().filter_map(|id| s.tensors.remove(id)).collect();
-                    s.bytes -= freed.iter().map(|(_, b)| b).sum::<u64>();
-                    freed
-                }
-                None => Vec::new(),
-            }
+            let (_, s) = self.0.session(&mut sessions, &r.session)?;
+            let freed: Vec<_> = r.ids.iter().filter_map(|id| s.tensors.remove(id)).collect();
+            let bytes = freed.iter().map(|(_, b)| b).sum::<u64>();
+            s.bytes -= bytes;
+            self.0.release(bytes);
+            freed
         };
+        let bytes = freed.iter().map(|(_, b)| b).sum();
         drop(freed);
+        give_back_memory(bytes);
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -887,7 +1209,7 @@ impl Remote for Service {
         &self,
         req: Request<proto::SessionRequest>,
     ) -> std::result::Result<Response<proto::Names>, Status> {
-        self.0.touch(req.get_ref().session)?;
+        self.0.touch(&req.get_ref().session)?;
         Ok(Response::new(proto::Names {
             names: crate::registry::list(),
         }))
@@ -895,8 +1217,9 @@ impl Remote for Service {
 
     async fn stats(
         &self,
-        _req: Request<proto::SessionRequest>,
+        req: Request<proto::SessionRequest>,
     ) -> std::result::Result<Response<proto::ServerStats>, Status> {
+        self.0.touch(&req.get_ref().session)?;
         let (sessions, tensors, tensor_bytes) = {
             let s = self.0.sessions();
             (
@@ -905,14 +1228,21 @@ impl Remote for Service {
                 s.values().map(|v| v.bytes).sum(),
             )
         };
+        // One lock of the program cache, released before the reply.
+        let (programs, program_bytes) = {
+            let p = self.0.programs();
+            (p.map.len() as u64, p.bytes)
+        };
         Ok(Response::new(proto::ServerStats {
             sessions,
             tensors,
             tensor_bytes,
-            programs: self.0.programs().map.len() as u64,
+            programs,
             launches: self.0.launches.load(Ordering::Relaxed),
             calls: self.0.calls.load(Ordering::Relaxed),
             program_loads: self.0.loads.load(Ordering::Relaxed),
+            stopped: self.0.stopped.load(Ordering::Relaxed),
+            program_bytes,
         }))
     }
 }
@@ -943,6 +1273,476 @@ mod tests {
             .await
             .expect("connect");
         (RemoteClient::new(channel), format!("Bearer {token}"))
+    }
+
+    /// `handle` with its number moved by `by` (its secret kept).
+    fn other_number(handle: &Bytes, by: u64) -> Bytes {
+        let (n, secret) = split_handle(handle).expect("a handle");
+        let mut h = n.wrapping_add(by).to_le_bytes().to_vec();
+        h.extend_from_slice(secret);
+        h.into()
+    }
+
+    async fn open(c: &mut Raw, bearer: &str) -> Bytes {
+        c.open(authed(
+            bearer,
+            proto::OpenRequest {
+                client_version: env!("CARGO_PKG_VERSION").into(),
+            },
+        ))
+        .await
+        .expect("open")
+        .into_inner()
+        .session
+    }
+
+    async fn upload_bytes(
+        c: &mut Raw,
+        bearer: &str,
+        session: &Bytes,
+        n: u64,
+    ) -> std::result::Result<u64, Status> {
+        let chunk = proto::UploadChunk {
+            session: session.clone(),
+            ty: Some(proto::TensorType {
+                dtype: "u8".into(),
+                shape: vec![n],
+            }),
+            data: Bytes::from(vec![7u8; n as usize]),
+        };
+        c.upload(authed(bearer, tokio_stream::iter(vec![chunk])))
+            .await
+            .map(|r| r.into_inner().id)
+    }
+
+    /// One client's session and tensors are beyond another's reach, even
+    /// knowing their numbers: reads, frees, launches, calls, pings and
+    /// closes with a session handle not its own are refused, and the
+    /// owner's tensors are untouched.
+    #[test]
+    fn sessions_are_isolated() {
+        let server = Server::start(ServeOptions {
+            token: "t".into(),
+            ..ServeOptions::default()
+        })
+        .expect("start");
+        crate::remote::register_builtins().expect("builtins");
+        rt().block_on(async {
+            let (mut a, bearer) = raw(server.addr(), "t").await;
+            let (mut b, _) = raw(server.addr(), "t").await;
+            let sa = open(&mut a, &bearer).await;
+            let sb = open(&mut b, &bearer).await;
+            assert_ne!(sa, sb);
+            let id = upload_bytes(&mut a, &bearer, &sa, 16)
+                .await
+                .expect("upload");
+            // B guesses A's session: A's number with B's own secret (or
+            // any other), or B's own session with A's tensor id.
+            let (na, _) = split_handle(&sa).expect("handle");
+            let (nb, _) = split_handle(&sb).expect("handle");
+            let forged = other_number(&sb, na.wrapping_sub(nb));
+            assert_eq!(split_handle(&forged).expect("h").0, na);
+            let denied = |e: Status| {
+                assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+                assert!(e.message().contains("not this client's"), "{e:?}");
+            };
+            denied(
+                b.download(authed(
+                    &bearer,
+                    proto::TensorRequest {
+                        session: forged.clone(),
+                        id,
+                    },
+                ))
+                .await
+                .expect_err("download"),
+            );
+            // B's own session holds no tensor `id`.
+            let e = b
+                .download(authed(
+                    &bearer,
+                    proto::TensorRequest {
+                        session: sb.clone(),
+                        id,
+                    },
+                ))
+                .await
+                .expect_err("download");
+            assert_eq!(e.code(), Code::NotFound, "{e:?}");
+            denied(
+                b.free(authed(
+                    &bearer,
+                    proto::FreeRequest {
+                        session: forged.clone(),
+                        ids: vec![id],
+                    },
+                ))
+                .await
+                .expect_err("free"),
+            );
+            // Freeing A's id in B's own session frees nothing of A's.
+            b.free(authed(
+                &bearer,
+                proto::FreeRequest {
+                    session: sb.clone(),
+                    ids: vec![id],
+                },
+            ))
+            .await
+            .expect("a free of nothing");
+            let tensor_arg = vec![proto::Arg {
+                value: Some(arg::Value::Tensor(id)),
+            }];
+            denied(
+                b.launch(authed(
+                    &bearer,
+                    proto::LaunchRequest {
+                        session: forged.clone(),
+                        key: Bytes::copy_from_slice(&[9; 32]),
+                        inputs: tensor_arg.clone(),
+                        params: Vec::new(),
+                    },
+                ))
+                .await
+                .expect_err("launch"),
+            );
+            let e = b
+                .call(authed(
+                    &bearer,
+                    proto::CallRequest {
+                        session: sb.clone(),
+                        name: "nn.gelu".into(),
+                        args: tensor_arg.clone(),
+                    },
+                ))
+                .await
+                .expect_err("call on A's tensor");
+            assert_eq!(e.code(), Code::NotFound, "{e:?}");
+            denied(
+                b.call(authed(
+                    &bearer,
+                    proto::CallRequest {
+                        session: forged.clone(),
+                        name: "nn.gelu".into(),
+                        args: tensor_arg,
+                    },
+                ))
+                .await
+                .expect_err("call"),
+            );
+            denied(
+                b.ping(authed(
+                    &bearer,
+                    proto::SessionRequest {
+                        session: forged.clone(),
+                    },
+                ))
+                .await
+                .expect_err("ping"),
+            );
+            denied(
+                b.close(authed(
+                    &bearer,
+                    proto::SessionRequest {
+                        session: forged.clone(),
+                    },
+                ))
+                .await
+                .expect_err("close"),
+            );
+            // A handle of the wrong length.
+            let e = b
+                .ping(authed(
+                    &bearer,
+                    proto::SessionRequest {
+                        session: Bytes::from_static(&[1]),
+                    },
+                ))
+                .await
+                .expect_err("short handle");
+            assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+            // A's tensor is still there, whole.
+            let mut s = a
+                .download(authed(
+                    &bearer,
+                    proto::TensorRequest {
+                        session: sa.clone(),
+                        id,
+                    },
+                ))
+                .await
+                .expect("A's own download")
+                .into_inner();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = s.message().await.expect("chunk") {
+                bytes.extend_from_slice(&chunk.data);
+            }
+            assert_eq!(bytes, [7u8; 16]);
+            // A closes its own session; then it is gone for A too.
+            a.close(authed(
+                &bearer,
+                proto::SessionRequest {
+                    session: sa.clone(),
+                },
+            ))
+            .await
+            .expect("close");
+            let e = a
+                .ping(authed(
+                    &bearer,
+                    proto::SessionRequest {
+                        session: sa.clone(),
+                    },
+                ))
+                .await
+                .expect_err("closed");
+            assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+        });
+    }
+
+    /// `ServeOptions`' `Debug` shows every setting but the token.
+    #[test]
+    fn the_token_is_not_in_debug_output() {
+        let o = ServeOptions {
+            token: "hunter2-secret-token".into(),
+            ..ServeOptions::default()
+        };
+        let text = format!("{o:?} {o:#?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("<redacted>"), "{text}");
+        assert!(text.contains("max_sessions"), "{text}");
+    }
+
+    async fn stats(c: &mut Raw, bearer: &str, session: &Bytes) -> proto::ServerStats {
+        c.stats(authed(
+            bearer,
+            proto::SessionRequest {
+                session: session.clone(),
+            },
+        ))
+        .await
+        .expect("stats")
+        .into_inner()
+    }
+
+    /// Server-wide caps: sessions past `max_sessions` are refused (from
+    /// any client), and an upload that would take the bytes held over
+    /// all sessions past `max_total_bytes` is refused, though its own
+    /// session has room; freeing makes room again.
+    #[test]
+    fn server_wide_caps_hold_over_all_clients() {
+        let server = Server::start(ServeOptions {
+            token: "t".into(),
+            max_sessions: 3,
+            max_session_bytes: 1 << 20,
+            max_total_bytes: 1 << 20,
+            ..ServeOptions::default()
+        })
+        .expect("start");
+        rt().block_on(async {
+            let (mut a, bearer) = raw(server.addr(), "t").await;
+            let (mut b, _) = raw(server.addr(), "t").await;
+            let sa = open(&mut a, &bearer).await;
+            let sb = open(&mut b, &bearer).await;
+            let _sc = open(&mut b, &bearer).await;
+            let e = a
+                .open(authed(
+                    &bearer,
+                    proto::OpenRequest {
+                        client_version: env!("CARGO_PKG_VERSION").into(),
+                    },
+                ))
+                .await
+                .expect_err("a fourth session");
+            assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+            assert!(e.message().contains("3 sessions, its limit"), "{e:?}");
+            // 768 KiB in A; 512 KiB more in B fits B's own budget but
+            // not the server's.
+            let ida = upload_bytes(&mut a, &bearer, &sa, 768 << 10)
+                .await
+                .expect("A's upload");
+            let e = upload_bytes(&mut b, &bearer, &sb, 512 << 10)
+                .await
+                .expect_err("over the server's budget");
+            assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+            assert!(e.message().contains("over all sessions"), "{e:?}");
+            assert_eq!(stats(&mut a, &bearer, &sa).await.tensor_bytes, 768 << 10);
+            // A frees; B's upload fits now.
+            a.free(authed(
+                &bearer,
+                proto::FreeRequest {
+                    session: sa.clone(),
+                    ids: vec![ida],
+                },
+            ))
+            .await
+            .expect("free");
+            upload_bytes(&mut b, &bearer, &sb, 512 << 10)
+                .await
+                .expect("B's upload");
+            // Closing B's session gives its bytes back too.
+            b.close(authed(
+                &bearer,
+                proto::SessionRequest {
+                    session: sb.clone(),
+                },
+            ))
+            .await
+            .expect("close");
+            upload_bytes(&mut a, &bearer, &sa, 1 << 20)
+                .await
+                .expect("the whole budget");
+            // And the session slot: a new session opens.
+            open(&mut b, &bearer).await;
+        });
+    }
+
+    /// The program cache is bounded by bytes of text too: past
+    /// `max_program_cache_bytes` the least recently used goes.
+    #[test]
+    fn the_program_cache_is_bounded_by_bytes() {
+        let server = Server::start(ServeOptions {
+            token: "t".into(),
+            max_program_cache_bytes: 200,
+            ..ServeOptions::default()
+        })
+        .expect("start");
+        rt().block_on(async {
+            let (mut c, bearer) = raw(server.addr(), "t").await;
+            let session = open(&mut c, &bearer).await;
+            for n in [4, 5, 6] {
+                let text = format!(
+                    "graph {{\n  %0 = input 0 : f32[{n}]\n  %1 = add %0, %0 : f32[{n}]\n  return %1\n}}\n"
+                );
+                assert!(text.len() > 70 && text.len() < 100, "{}", text.len());
+                let chunk = proto::ProgramChunk {
+                    session: session.clone(),
+                    key: Bytes::copy_from_slice(&wire::content_key(&text)),
+                    name: "p".into(),
+                    text: Bytes::from(text),
+                };
+                c.load_program(authed(&bearer, tokio_stream::iter(vec![chunk])))
+                    .await
+                    .expect("load");
+            }
+            let s = stats(&mut c, &bearer, &session).await;
+            assert_eq!(s.programs, 2, "{s:?}");
+            assert!(s.program_bytes <= 200, "{s:?}");
+        });
+    }
+
+    /// A program long enough to run for many seconds on the host: 400
+    /// chained 1024x1024 matmuls.
+    fn slow_program() -> String {
+        let mut text = String::from("graph {\n  %0 = input 0 : f32[1024,1024]\n");
+        for i in 1..=400 {
+            let prev = if i == 1 { 0 } else { i - 1 };
+            text += &format!("  %{i} = matmul %{prev}, %0 : f32[1024,1024]\n");
+        }
+        text += "  return %400\n}\n";
+        text
+    }
+
+    /// A launch whose client goes away (its request reset, as a killed
+    /// client's is) is stopped between kernels, not run to its end; one
+    /// past the server's request timeout is stopped with
+    /// `DEADLINE_EXCEEDED`.
+    #[test]
+    fn a_launch_whose_client_left_is_stopped() {
+        let server = Server::start(ServeOptions {
+            token: "t".into(),
+            request_timeout: Duration::from_secs(3),
+            ..ServeOptions::default()
+        })
+        .expect("start");
+        rt().block_on(async {
+            let (mut c, bearer) = raw(server.addr(), "t").await;
+            let session = open(&mut c, &bearer).await;
+            let text = slow_program();
+            let key = wire::content_key(&text);
+            let chunk = proto::ProgramChunk {
+                session: session.clone(),
+                key: Bytes::copy_from_slice(&key),
+                name: "slow".into(),
+                text: Bytes::from(text),
+            };
+            c.load_program(authed(&bearer, tokio_stream::iter(vec![chunk])))
+                .await
+                .expect("load");
+            let chunks: Vec<_> = wire::chunks(Bytes::from(vec![0u8; 1024 * 1024 * 4]), CHUNK_BYTES)
+                .into_iter()
+                .enumerate()
+                .map(|(i, data)| proto::UploadChunk {
+                    session: if i == 0 {
+                        session.clone()
+                    } else {
+                        Bytes::new()
+                    },
+                    ty: (i == 0).then(|| proto::TensorType {
+                        dtype: "f32".into(),
+                        shape: vec![1024, 1024],
+                    }),
+                    data,
+                })
+                .collect();
+            let x = c
+                .upload(authed(&bearer, tokio_stream::iter(chunks)))
+                .await
+                .expect("upload")
+                .into_inner()
+                .id;
+            let launch = proto::LaunchRequest {
+                session: session.clone(),
+                key: Bytes::copy_from_slice(&key),
+                inputs: vec![proto::Arg {
+                    value: Some(arg::Value::Tensor(x)),
+                }],
+                params: Vec::new(),
+            };
+            // The client gives up after 500 ms: its request future is
+            // dropped, which resets the stream.
+            let mut c2 = c.clone();
+            let r = tokio::time::timeout(
+                Duration::from_millis(500),
+                c2.launch(authed(&bearer, launch.clone())),
+            )
+            .await;
+            assert!(r.is_err(), "the launch ended in 500 ms: {r:?}");
+            let start = Instant::now();
+            let mut s = stats(&mut c, &bearer, &session).await;
+            while s.stopped == 0 && start.elapsed() < Duration::from_secs(10) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                s = stats(&mut c, &bearer, &session).await;
+            }
+            assert_eq!((s.stopped, s.launches), (1, 0), "{s:?}");
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "{:?}",
+                start.elapsed()
+            );
+            // Past the 3 s request timeout: stopped, and said so.
+            let start = Instant::now();
+            let e = c
+                .launch(authed(&bearer, launch))
+                .await
+                .expect_err("past the deadline");
+            assert!(
+                matches!(e.code(), Code::DeadlineExceeded | Code::Cancelled),
+                "{e:?}"
+            );
+            assert!(
+                start.elapsed() < Duration::from_secs(8),
+                "{:?}",
+                start.elapsed()
+            );
+            let start = Instant::now();
+            let mut s = stats(&mut c, &bearer, &session).await;
+            while s.stopped < 2 && start.elapsed() < Duration::from_secs(5) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                s = stats(&mut c, &bearer, &session).await;
+            }
+            assert_eq!((s.stopped, s.launches), (2, 0), "{s:?}");
+        });
     }
 
     fn authed<T>(bearer: &str, msg: T) -> Request<T> {
@@ -1001,20 +1801,10 @@ mod tests {
                 .await
                 .expect_err("version");
             assert_eq!(e.code(), Code::FailedPrecondition);
-            let session = c
-                .open(authed(
-                    &bearer,
-                    proto::OpenRequest {
-                        client_version: env!("CARGO_PKG_VERSION").into(),
-                    },
-                ))
-                .await
-                .expect("open")
-                .into_inner()
-                .session;
+            let session = open(&mut c, &bearer).await;
             // An unknown session.
             let e = c
-                .ping(authed(&bearer, proto::SessionRequest { session: session + 999 }))
+                .ping(authed(&bearer, proto::SessionRequest { session: other_number(&session, 999) }))
                 .await
                 .expect_err("session");
             assert_eq!(e.code(), Code::FailedPrecondition);
@@ -1026,7 +1816,7 @@ mod tests {
                 })
             };
             let up = |ty, data: &'static [u8]| proto::UploadChunk {
-                session,
+                session: session.clone(),
                 ty,
                 data: Bytes::from_static(data),
             };
@@ -1045,14 +1835,14 @@ mod tests {
             }
             // Downloads of tensors that are not there.
             let e = c
-                .download(authed(&bearer, proto::TensorRequest { session, id: 12345 }))
+                .download(authed(&bearer, proto::TensorRequest { session: session.clone(), id: 12345 }))
                 .await
                 .expect_err("no tensor");
             assert_eq!(e.code(), Code::NotFound);
             // Programs: a key that is not the text's, text that is not a
             // graph, a graph over the size limit, a launch of an unknown key.
             let program = |key: [u8; 32], text: &str| proto::ProgramChunk {
-                session,
+                session: session.clone(),
                 key: Bytes::copy_from_slice(&key),
                 name: "p".into(),
                 text: Bytes::from(text.to_string()),
@@ -1071,7 +1861,7 @@ mod tests {
                 assert_eq!(e.code(), code, "{e:?}");
             }
             let launch = |key: [u8; 32], inputs: Vec<proto::Arg>| proto::LaunchRequest {
-                session,
+                session: session.clone(),
                 key: Bytes::copy_from_slice(&key),
                 inputs,
                 params: Vec::new(),
@@ -1103,7 +1893,7 @@ mod tests {
                 .outputs;
             let id = out[0].id;
             let mut s = c
-                .download(authed(&bearer, proto::TensorRequest { session, id }))
+                .download(authed(&bearer, proto::TensorRequest { session: session.clone(), id }))
                 .await
                 .expect("download")
                 .into_inner();

@@ -29,6 +29,27 @@ pub struct ServeArgs {
     /// tensors are freed.
     #[arg(long, default_value_t = 30)]
     session_timeout: u64,
+    /// The most sessions open at once, over all clients.
+    #[arg(long, default_value_t = 1024)]
+    max_sessions: usize,
+    /// The most bytes of tensors held over all sessions.
+    #[arg(long, default_value_t = 32 << 30)]
+    max_total_bytes: u64,
+    /// The most bytes of tensors one session may hold.
+    #[arg(long, default_value_t = 16 << 30)]
+    max_session_bytes: u64,
+    /// Seconds a request may take; a launch or call still running then is
+    /// stopped. Work whose client goes away is stopped at once.
+    #[arg(long, default_value_t = 1800)]
+    request_timeout: u64,
+    /// A PEM file with the server's TLS certificate chain: with
+    /// `--tls-key`, the server speaks only TLS, and clients connect to
+    /// `https://HOST:PORT` with the CA that signed it.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// A PEM file with the certificate's private key.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Stop when standard input closes (so a parent that dies takes the
     /// server with it).
     #[arg(long)]
@@ -63,6 +84,20 @@ pub fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
         }
         None => (random_token()?, true),
     };
+    let read = |path: &PathBuf, what: &str| {
+        std::fs::read(path).map_err(|e| {
+            fail(format!(
+                "cannot read the TLS {what} {}: {e}",
+                path.display()
+            ))
+        })
+    };
+    let tls_cert_pem = a
+        .tls_cert
+        .as_ref()
+        .map(|p| read(p, "certificate"))
+        .transpose()?;
+    let tls_key_pem = a.tls_key.as_ref().map(|p| read(p, "key")).transpose()?;
     tilejit::remote::register_builtins().map_err(|e| fail(e.to_string()))?;
     let server = Server::start(ServeOptions {
         listen: a.listen.clone(),
@@ -72,6 +107,12 @@ pub fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
         },
         token: token.clone(),
         session_timeout: Duration::from_secs(a.session_timeout.max(1)),
+        max_sessions: a.max_sessions.max(1),
+        max_total_bytes: a.max_total_bytes,
+        max_session_bytes: a.max_session_bytes,
+        request_timeout: Duration::from_secs(a.request_timeout.max(1)),
+        tls_cert_pem,
+        tls_key_pem,
         ..ServeOptions::default()
     })
     .map_err(|e| fail(e.to_string()))?;
