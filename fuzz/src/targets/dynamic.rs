@@ -100,6 +100,8 @@ enum Step {
     Broadcast(usize, usize),
     Transpose(usize, u8, u8),
     Pool(usize, u8),
+    /// A conv with `[2, c, 2, 2]` weights, `c` read with `dim(1)`.
+    Conv(usize, u8, u8),
 }
 
 /// A random body and the sizes it is called at.
@@ -134,7 +136,7 @@ fn decode(input: &[u8]) -> Body {
     for _ in 0..n {
         let (x, y) = (b.below(16), b.below(16));
         let axis = b.next();
-        steps.push(match b.below(20) {
+        steps.push(match b.below(21) {
             0 => Step::Unary(b.next(), x),
             1 => Step::Binary(b.next(), x, y),
             2 => Step::AddScalar(x, b.pick(&DANGER)),
@@ -149,19 +151,20 @@ fn decode(input: &[u8]) -> Body {
                 use_: b.next(),
             },
             9 => Step::Flatten(x),
-            10 => Step::Reduce(b.next(), x, axis, b.next() % 2 == 0),
+            10 => Step::Reduce(b.next(), x, axis, b.next().is_multiple_of(2)),
             11 => Step::Slice(x, axis, b.pick(&BOUNDS), b.pick(&BOUNDS)),
             12 => Step::Cat(x, y, axis),
             13 => Step::Pad(x, axis, b.below(3), b.below(3)),
             14 => Step::SplitFirst(x, axis),
-            15 => Step::Arg(x, axis, b.next() % 2 == 0),
+            15 => Step::Arg(x, axis, b.next().is_multiple_of(2)),
             16 => Step::Cumsum(x, axis),
             17 => Step::Tril(x, b.pick(&[0isize, -1, 1, 1031])),
             18 => match b.below(2) {
                 0 => Step::Broadcast(x, b.pick(&DANGER_SIZES)),
                 _ => Step::Transpose(x, axis, b.next()),
             },
-            _ => Step::Pool(x, b.next()),
+            19 => Step::Pool(x, b.next()),
+            _ => Step::Conv(x, b.next(), b.next()),
         });
     }
     let calls = 2 + b.below(3);
@@ -298,6 +301,17 @@ fn interpret(
                     _ => t,
                 }
             }
+            Step::Conv(i, stride, pad) => {
+                let t = v(i);
+                match (t.rank(), t.dim(1)) {
+                    (4, Ok(c)) => t.conv2d(
+                        &Tensor::full(&[2, c, 2, 2], 0.5, DType::F32),
+                        1 + stride as usize % 2,
+                        pad as usize % 2,
+                    ),
+                    _ => t,
+                }
+            }
         };
         vals.push(out.cast(DType::F32));
     }
@@ -307,7 +321,7 @@ fn interpret(
 /// Bodies of every step kind, one after another, and a few mixes.
 fn seeds() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    for kind in 0u8..20 {
+    for kind in 0u8..21 {
         for v in 0u8..3 {
             // dims (x rank 2: n0, n1; y rank 2: n1, 1), captured, int arg,
             // one step of `kind`, 3 calls.
