@@ -307,3 +307,39 @@ fn computed_indices_through_views_and_casts_gather_in_every_mode() {
         }
     }
 }
+
+#[test]
+fn an_eager_index_out_of_range_names_the_op_called() {
+    // Issue 35: an out-of-range `index_select` said "gather: 3 is out of
+    // range", the graph op it is made of.
+    let x = x34();
+    let bad = i64s(&[0, 3], &[2]);
+    for mode in [
+        RunMode::Host,
+        RunMode::Sim,
+        RunMode::Verify,
+        RunMode::Reference,
+    ] {
+        with_mode(mode, || {
+            let msg = x
+                .index_select(0, &bad)
+                .to_vec::<f32>()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                msg.contains("`index_select`")
+                    && msg.contains("index_select: ")
+                    && msg.contains("out of range for an axis of length 3"),
+                "{mode:?}: {msg}"
+            );
+            assert!(!msg.contains("gather:"), "{mode:?}: {msg}");
+            let col = i64s(&[4, 0, 1], &[3, 1]);
+            // Columns have length 4.
+            let msg = x.gather(1, &col).to_vec::<f32>().unwrap_err().to_string();
+            assert!(
+                msg.contains("`gather`") && msg.contains("gather: ") && msg.contains("length 4"),
+                "{mode:?}: {msg}"
+            );
+        });
+    }
+}
