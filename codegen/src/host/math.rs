@@ -20,11 +20,11 @@ use cranelift_codegen::ir::Endianness;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
-/// Where gelu and sigmoid stop following `e^y` down: they need `1 + e^y`,
-/// which below `y = -20` (`e^y < 2^-25`) rounds to exactly 1 anyway. Going
+/// Where erf stops following `e^-x^2` down: it needs `1 - e^y P`, which
+/// below `y = -20` (`e^y < 2^-25`) rounds to exactly 1 anyway. Going
 /// further, `e^y` turns subnormal below -87, and on x86 every subnormal
-/// result costs a microcode assist, which made a gelu of large-magnitude
-/// data (matmul outputs) far slower than one of unit-scale data.
+/// result costs a microcode assist. (sigmoid and gelu cannot stop there:
+/// their negative tails are `e^y` itself, subnormal results included.)
 pub(super) const EXP_FLOOR: f32 = -20.0;
 
 /// exp's upper clamp: past it the result is inf either way.
@@ -490,19 +490,31 @@ impl Math<'_, '_> {
         self.float_bits(ri)
     }
 
-    /// `1/(1+e^-x)`.
+    /// `1/(1+e^-x)`, as `s = 1/(1+t)` with `t = e^-|x|` (never above 1,
+    /// so never inf), and `t s = e^x/(1+e^x)` for `x < 0`: below x = -87.3
+    /// that is `t` itself, subnormal down to x = -103.9 as the reference
+    /// gives it (`1/(1+e^-x)` alone overflows `e^-x` and gives 0 there).
+    /// NaN in, NaN out; -0 gives 0.5.
     pub fn sigmoid(&mut self, x: Value) -> Value {
-        let nx = self.b.ins().fneg(x);
-        let e = self.exp_from(nx, EXP_FLOOR);
+        let ax = self.b.ins().fabs(x);
+        let nax = self.b.ins().fneg(ax);
+        let t = self.exp_from(nax, EXP_LO);
         let one = self.c(1.0);
-        let d = self.b.ins().fadd(one, e);
-        self.b.ins().fdiv(one, d)
+        let d = self.b.ins().fadd(one, t);
+        let s = self.b.ins().fdiv(one, d);
+        let ts = self.b.ins().fmul(t, s);
+        let zero = self.c(0.0);
+        let neg = self.cmp(FloatCC::LessThan, x, zero);
+        self.select(neg, ts, s)
     }
 
     /// `0.5x(1+tanh(0.7978845608(x+0.044715x^3)))`, evaluated as the
     /// identity `x / (1 + e^{-2u})` (u the tanh argument): `1 + tanh(u)`
     /// cancels to 0 for u << 0 in f32, this form keeps the tiny negative tail
-    /// and the sign of -0, and costs one exp instead of a tanh.
+    /// and the sign of -0, and costs one exp instead of a tanh. As in
+    /// [`Math::sigmoid`], the exp is of `-|2u|` (`w`), and for `-2u > 0`
+    /// (x < 0) the result is `q w` with `q = x/(1+w)`, so the negative tail
+    /// goes on into subnormals (to x = -10.6) instead of `x/inf = -0`.
     pub fn gelu(&mut self, x: Value) -> Value {
         // -2u = x (c + c 0.044715 x^2), c = -2 sqrt(2/pi).
         let x2 = self.b.ins().fmul(x, x);
@@ -510,9 +522,15 @@ impl Math<'_, '_> {
         let c = self.c(GELU_C);
         let inner = self.mul_add(x2, ck, c);
         let m2u = self.b.ins().fmul(inner, x);
+        let a = self.b.ins().fabs(m2u);
+        let na = self.b.ins().fneg(a);
         let one = self.c(1.0);
-        let e = self.exp_from(m2u, EXP_FLOOR);
-        let d = self.b.ins().fadd(one, e);
-        self.b.ins().fdiv(x, d)
+        let w = self.exp_from(na, EXP_LO);
+        let d = self.b.ins().fadd(one, w);
+        let q = self.b.ins().fdiv(x, d);
+        let qw = self.b.ins().fmul(q, w);
+        let zero = self.c(0.0);
+        let tail = self.cmp(FloatCC::GreaterThan, m2u, zero);
+        self.select(tail, qw, q)
     }
 }

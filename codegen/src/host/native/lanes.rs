@@ -28,7 +28,7 @@
 //! b : a` and `b < a ? b : a`, NaN behaviour included), `lt`, `eq`,
 //! `unordered` (ordered compares as `Math::cmp`, giving `M`), `select`
 //! (`mask ? a : b`), `bits`/`float` (reinterpret), `to_float` (i32 -> f32),
-//! `isub`, `iand`, `ior`, `ixor`, `shl::<K>`, `sra::<K>`,
+//! `isub`, `iand`, `ior`, `shl::<K>`, `sra::<K>`,
 //! `pow2_mul(y, n, ni)` (`y * 2^n` for the integer `n`, given as a float
 //! and as an int, in [-150, 128]: `Math::exp_from`'s two multiplies by
 //! `2^(n >> 1)` and `2^(n - (n >> 1))`, each exact but the last, or any
@@ -58,7 +58,7 @@ macro_rules! simd_math {
         stream = $stream:ident $(,)?
     ) => {
         use $crate::host::math::{
-            EXP_CEIL, EXP_FLOOR, EXP_LO, EXP_POLY, GELU_C, GELU_CK, LN2_HI, LN2_LO, LOG_POLY,
+            EXP_CEIL, EXP_LO, EXP_POLY, GELU_C, GELU_CK, LN2_HI, LN2_LO, LOG_POLY,
             MAGIC, TANH_POLY, TANH_SMALL,
         };
 
@@ -153,10 +153,11 @@ macro_rules! simd_math {
         #[target_feature(enable = $feat)]
         #[inline]
         fn sigmoid(x: F) -> F {
-            let nx = float(ixor(bits(x), splat_i(i32::MIN)));
-            let e = exp_from(nx, EXP_FLOOR);
+            let nax = float(ior(bits(x), splat_i(i32::MIN)));
+            let t = exp_from(nax, EXP_LO);
             let one = splat(1.0);
-            div(one, add(one, e))
+            let s = div(one, add(one, t));
+            select(lt(x, splat(0.0)), mul(t, s), s)
         }
 
         /// `Math::gelu`.
@@ -164,8 +165,10 @@ macro_rules! simd_math {
         #[inline]
         fn gelu(x: F) -> F {
             let inner = fma(mul(x, x), splat(GELU_CK), splat(GELU_C));
-            let e = exp_from(mul(inner, x), EXP_FLOOR);
-            div(x, add(splat(1.0), e))
+            let m2u = mul(inner, x);
+            let w = exp_from(float(ior(bits(m2u), splat_i(i32::MIN))), EXP_LO);
+            let q = div(x, add(splat(1.0), w));
+            select(lt(splat(0.0), m2u), mul(q, w), q)
         }
 
         /// Writes `f(src[i], s)` to `dst[i]` for `i < n`, one step at a time;
