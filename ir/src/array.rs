@@ -327,7 +327,7 @@ impl Array {
         // A buffer that exists holds its bytes: a matching nonzero length
         // needs no size check (every output of every call comes through
         // here). An empty one still does: its other dims must fit too.
-        if data.len() != 0 && shape.checked_numel() == Some(data.len()) {
+        if !data.is_empty() && shape.checked_numel() == Some(data.len()) {
             return Ok(Array {
                 ty: TensorType::new(dtype, shape),
                 data: Arc::new(Storage(data)),

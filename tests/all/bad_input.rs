@@ -496,7 +496,9 @@ fn a_zero_size_shape_with_a_dim_past_isize_is_refused_when_made() {
 /// The largest f32 dim such a shape may have.
 const BIG: usize = isize::MAX as usize / 4;
 
-fn big_ops() -> Vec<(&'static str, fn(&Tensor) -> Tensor, Vec<usize>)> {
+type BigOp = (&'static str, fn(&Tensor) -> Tensor, Vec<usize>);
+
+fn big_ops() -> Vec<BigOp> {
     vec![
         ("sum(0)", |x| x.sum(0, false), vec![0]),
         ("sum(0) keep", |x| x.sum(0, true) + 1.0, vec![1, 0]),
