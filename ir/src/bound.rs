@@ -53,7 +53,7 @@ use crate::shape::{Shape, TensorType, MAX_RANK};
 pub const TRANSCENDENTAL_ULPS: f64 = 16.0;
 
 /// Roundings allowed for gelu, whose `exp` of about `x^3` amplifies its own
-/// rounding (the host's is within 12 ulp on its negative side).
+/// rounding (the host's is within 13 ulp on [-3, 0)).
 pub const GELU_ULPS: f64 = 32.0;
 
 /// The largest slope of the tanh-approximated gelu (at `x ≈ 1.5`), so

@@ -411,7 +411,7 @@ fn inline_math_is_accurate_over_a_million_points() {
     // gelu far into the positive tail, where its exp argument is clamped
     // (against the cancellation-free form of the same function). Its
     // negative tail is ill-conditioned: the f32 rounding of the exp
-    // argument u ~ x^3 is amplified by |u|, so [-3, 0) allows more (12
+    // argument u ~ x^3 is amplified by |u|, so [-3, 0) allows more (13
     // measured).
     let gelu_f = |x: f64| x / (1.0 + (-2.0 * 0.7978845608 * (x + 0.044715 * x * x * x)).exp());
     let gelu = ulp_sweep(UnaryOp::Gelu, 0.0, 300.0, N, gelu_f);
