@@ -343,3 +343,46 @@ fn an_eager_index_out_of_range_names_the_op_called() {
         });
     }
 }
+
+/// ONNX SoftmaxCrossEntropyLoss with `ignore_index = -1` over `[N, C, D]`
+/// scores, as the ONNX reference writes it: the gather's index is the
+/// target with ignored entries replaced, reshaped to `[N, 1, D]`, and
+/// its data a log-softmax (issue 35: these failed to fuse).
+#[jit]
+fn cross_entropy(x: &Tensor, t: &Tensor) -> Tensor {
+    let log_p = x.softmax(1).log();
+    let ignored = t.eq(&Tensor::full(&[2, 2], -1.0, DType::I64));
+    let safe = Tensor::where_cond(&ignored, &Tensor::zeros(&[2, 2], DType::I64), t);
+    let picked = log_p.gather(1, &safe.reshape(&[2, 1, 2])).reshape(&[2, 2]);
+    let w = Tensor::where_cond(
+        &ignored,
+        &Tensor::zeros(&[2, 2], DType::F32),
+        &Tensor::ones(&[2, 2], DType::F32),
+    );
+    -(picked * &w).sum_all() / w.sum_all()
+}
+
+#[test]
+fn cross_entropy_with_an_ignored_target_in_every_mode() {
+    #[rustfmt::skip]
+    let x = Tensor::from_vec(
+        vec![0.5f32, -1.0, 2.0, 0.25, -0.75, 1.5, 1.0, 0.0, -2.0, 3.0, 0.5, -0.5],
+        &[2, 3, 2],
+    )
+    .unwrap();
+    let t = i64s(&[2, -1, 0, 1], &[2, 2]);
+    // Python: the mean of -log_softmax(x[n, :, d])[t[n, d]] over the three
+    // targets that are not -1.
+    let want = 1.1946341857066773;
+    let reference = with_mode(RunMode::Reference, || cross_entropy(&x, &t)).unwrap();
+    let reference = reference.item::<f32>().unwrap() as f64;
+    assert!((reference - want).abs() < 1e-6, "reference {reference}");
+    for mode in MODES {
+        let got = with_mode(mode, || cross_entropy(&x, &t));
+        let got = got
+            .unwrap_or_else(|e| panic!("{mode:?}: {e}"))
+            .item::<f32>()
+            .unwrap();
+        assert!((got as f64 - want).abs() < 1e-6, "{mode:?}: {got}");
+    }
+}
