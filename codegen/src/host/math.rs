@@ -23,11 +23,14 @@ use cranelift_codegen::ir::Endianness;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
-/// Where erf stops following `e^-x^2` down: it needs `1 - e^y P`, which
-/// below `y = -20` (`e^y < 2^-25`) rounds to exactly 1 anyway. Going
-/// further, `e^y` turns subnormal below -87, and on x86 every subnormal
-/// result costs a microcode assist. (sigmoid and gelu cannot stop there:
-/// their negative tails are `e^y` itself, subnormal results included.)
+/// Where erf, and sigmoid and gelu on their positive side, stop following
+/// `e^y` down: they need `1 + e^y` (erf `1 - e^y P`), which below `y =
+/// -20` (`e^y < 2^-25`) rounds to exactly 1 anyway. Going further, `e^y`
+/// turns subnormal below -87, and on x86 every subnormal result costs a
+/// microcode assist, which made a gelu of large-magnitude data (matmul
+/// outputs) far slower than one of unit-scale data. (On their negative
+/// side sigmoid and gelu are `e^y` itself, subnormals included:
+/// `Math::exp_tail`.)
 pub(super) const EXP_FLOOR: f32 = -20.0;
 
 /// exp's upper clamp: past it the result is inf either way.
@@ -499,16 +502,34 @@ impl Math<'_, '_> {
     /// gives it (`1/(1+e^-x)` alone overflows `e^-x` and gives 0 there).
     /// NaN in, NaN out; -0 gives 0.5.
     pub fn sigmoid(&mut self, x: Value) -> Value {
+        let zero = self.c(0.0);
+        let neg = self.cmp(FloatCC::LessThan, x, zero);
         let ax = self.b.ins().fabs(x);
         let nax = self.b.ins().fneg(ax);
-        let t = self.exp_from(nax, EXP_LO);
+        let t = self.exp_tail(nax, neg);
         let one = self.c(1.0);
         let d = self.b.ins().fadd(one, t);
         let s = self.b.ins().fdiv(one, d);
         let ts = self.b.ins().fmul(t, s);
-        let zero = self.c(0.0);
-        let neg = self.cmp(FloatCC::LessThan, x, zero);
         self.select(neg, ts, s)
+    }
+
+    /// `e^y` for `y <= 0` (or NaN) where `tail` lanes need it all the way
+    /// down (subnormals included) and the others only to [`EXP_FLOOR`]
+    /// (they add it to 1). No lane computes a subnormal it does not
+    /// return, nor an underflow to 0 (y below [`EXP_LO`] gives 0 by a
+    /// select): on x86 each such result costs a microcode assist, which
+    /// would slow a sigmoid or gelu of large-magnitude data many times.
+    fn exp_tail(&mut self, y: Value, tail: Value) -> Value {
+        let lo = self.c(EXP_LO);
+        let floor = self.c(EXP_FLOOR);
+        let zero = self.c(0.0);
+        let gone = self.cmp(FloatCC::LessThan, y, lo);
+        let floor = self.select(tail, lo, floor);
+        let yc = self.pmax(y, floor);
+        let yc = self.select(gone, zero, yc);
+        let e = self.exp_from(yc, EXP_LO);
+        self.select(gone, zero, e)
     }
 
     /// `0.5x(1+tanh(0.7978845608(x+0.044715x^3)))`, evaluated as the
@@ -525,15 +546,15 @@ impl Math<'_, '_> {
         let c = self.c(GELU_C);
         let inner = self.mul_add(x2, ck, c);
         let m2u = self.b.ins().fmul(inner, x);
+        let zero = self.c(0.0);
+        let tail = self.cmp(FloatCC::LessThan, zero, m2u);
         let a = self.b.ins().fabs(m2u);
         let na = self.b.ins().fneg(a);
+        let w = self.exp_tail(na, tail);
         let one = self.c(1.0);
-        let w = self.exp_from(na, EXP_LO);
         let d = self.b.ins().fadd(one, w);
         let q = self.b.ins().fdiv(x, d);
         let qw = self.b.ins().fmul(q, w);
-        let zero = self.c(0.0);
-        let tail = self.cmp(FloatCC::GreaterThan, m2u, zero);
         self.select(tail, qw, q)
     }
 }

@@ -58,7 +58,7 @@ macro_rules! simd_math {
         stream = $stream:ident $(,)?
     ) => {
         use $crate::host::math::{
-            EXP_CEIL, EXP_LO, EXP_POLY, GELU_C, GELU_CK, LN2_HI, LN2_LO, LOG_POLY,
+            EXP_CEIL, EXP_FLOOR, EXP_LO, EXP_POLY, GELU_C, GELU_CK, LN2_HI, LN2_LO, LOG_POLY,
             MAGIC, TANH_POLY, TANH_SMALL,
         };
 
@@ -149,15 +149,26 @@ macro_rules! simd_math {
             float(ior(bits(r), sign))
         }
 
+        /// `Math::exp_tail`.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        fn exp_tail(y: F, tail: M) -> F {
+            let gone = lt(y, splat(EXP_LO));
+            let floor = select(tail, splat(EXP_LO), splat(EXP_FLOOR));
+            let yc = select(gone, splat(0.0), pmax(y, floor));
+            select(gone, splat(0.0), exp_from(yc, EXP_LO))
+        }
+
         /// `Math::sigmoid`.
         #[target_feature(enable = $feat)]
         #[inline]
         fn sigmoid(x: F) -> F {
+            let neg = lt(x, splat(0.0));
             let nax = float(ior(bits(x), splat_i(i32::MIN)));
-            let t = exp_from(nax, EXP_LO);
+            let t = exp_tail(nax, neg);
             let one = splat(1.0);
             let s = div(one, add(one, t));
-            select(lt(x, splat(0.0)), mul(t, s), s)
+            select(neg, mul(t, s), s)
         }
 
         /// `Math::gelu`.
@@ -166,9 +177,10 @@ macro_rules! simd_math {
         fn gelu(x: F) -> F {
             let inner = fma(mul(x, x), splat(GELU_CK), splat(GELU_C));
             let m2u = mul(inner, x);
-            let w = exp_from(float(ior(bits(m2u), splat_i(i32::MIN))), EXP_LO);
+            let tail = lt(splat(0.0), m2u);
+            let w = exp_tail(float(ior(bits(m2u), splat_i(i32::MIN))), tail);
             let q = div(x, add(splat(1.0), w));
-            select(lt(splat(0.0), m2u), mul(q, w), q)
+            select(tail, mul(q, w), q)
         }
 
         /// Writes `f(src[i], s)` to `dst[i]` for `i < n`, one step at a time;
