@@ -182,7 +182,12 @@ fn apply_placed(
 }
 
 /// The error tensor of `op` failing at `location`.
-fn op_error(op: &'static str, location: Loc, source: IrError) -> Tensor {
+fn op_error(op: &'static str, location: Loc, mut source: IrError) -> Tensor {
+    // An eager op's graph is this one op, so an index out of range is its
+    // own, whatever graph op it is made of (`index_select` is a gather).
+    if let IrError::IndexOutOfRange { op: inner, .. } = &mut source {
+        *inner = op;
+    }
     Tensor::from_error(crate::Error::Op {
         op,
         source,

@@ -324,9 +324,10 @@ impl Array {
     /// Wraps a buffer; fails if its length does not match `shape`.
     pub fn new(shape: Shape, data: Buffer) -> Result<Array, IrError> {
         let dtype = data.dtype();
-        // A buffer that exists holds its bytes: a matching length needs
-        // no size check (every output of every call comes through here).
-        if shape.checked_numel() == Some(data.len()) {
+        // A buffer that exists holds its bytes: a matching nonzero length
+        // needs no size check (every output of every call comes through
+        // here). An empty one still does: its other dims must fit too.
+        if !data.is_empty() && shape.checked_numel() == Some(data.len()) {
             return Ok(Array {
                 ty: TensorType::new(dtype, shape),
                 data: Arc::new(Storage(data)),

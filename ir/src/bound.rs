@@ -12,6 +12,8 @@
 //!   plus `γ_K · Σ|terms|` with `γ_K = K·u / (1 - K·u)` (Higham, *Accuracy
 //!   and Stability of Numerical Algorithms*, §3.1), whatever the order of
 //!   accumulation;
+//! - a rounding is `u·|v| + η`, `η` half the dtype's smallest subnormal
+//!   (results that underflow lose absolute, not relative, accuracy);
 //! - `+ - *`: first-order propagation plus one rounding (`u·|v|`); `/`:
 //!   exact propagation plus two roundings (a backend may multiply by a
 //!   reciprocal);
@@ -51,7 +53,7 @@ use crate::shape::{Shape, TensorType, MAX_RANK};
 pub const TRANSCENDENTAL_ULPS: f64 = 16.0;
 
 /// Roundings allowed for gelu, whose `exp` of about `x^3` amplifies its own
-/// rounding (the host's is within 12 ulp on its negative side).
+/// rounding (the host's is within 13 ulp on [-3, 0)).
 pub const GELU_ULPS: f64 = 32.0;
 
 /// The largest slope of the tanh-approximated gelu (at `x ≈ 1.5`), so
@@ -65,6 +67,19 @@ pub fn unit_roundoff(d: DType) -> f64 {
         DType::F32 => f32::EPSILON as f64 / 2.0,
         DType::F16 => 2f64.powi(-11),
         DType::BF16 => 2f64.powi(-8),
+        _ => 0.0,
+    }
+}
+
+/// Half the smallest subnormal of a dtype (0 for integers and bool): the
+/// absolute error a rounding into the subnormal range may add to the
+/// relative `u·|v|` (Higham's `fl(x op y) = (x op y)(1 + δ) + η`).
+pub fn underflow_unit(d: DType) -> f64 {
+    match d {
+        DType::F64 => 2f64.powi(-1075),
+        DType::F32 => 2f64.powi(-150),
+        DType::F16 => 2f64.powi(-25),
+        DType::BF16 => 2f64.powi(-134),
         _ => 0.0,
     }
 }
@@ -137,6 +152,7 @@ fn node_bound(
         Ok((floats(v), e))
     };
     let u = unit_roundoff(ty.dtype);
+    let eta = underflow_unit(ty.dtype);
     let v = floats(out);
     let n = ty.shape.numel();
     Ok(match *op {
@@ -145,12 +161,14 @@ fn node_bound(
         }
         Op::Unary(f, x) => {
             let (xv, xe) = operand(x)?;
-            (0..n).map(|i| unary(f, xv[i], xe[i], v[i], u)).collect()
+            (0..n)
+                .map(|i| unary(f, xv[i], xe[i], v[i], u, eta))
+                .collect()
         }
         Op::Binary(b, x, y) => {
             let ((xv, xe), (yv, ye)) = (operand(x)?, operand(y)?);
             (0..n)
-                .map(|i| binary(b, (xv[i], xe[i]), (yv[i], ye[i]), v[i], u))
+                .map(|i| binary(b, (xv[i], xe[i]), (yv[i], ye[i]), v[i], u, eta))
                 .collect()
         }
         Op::Compare(c, x, y) => {
@@ -270,7 +288,7 @@ fn node_bound(
 }
 
 /// The bound of `f(x)` with `|x - exact| <= e` and result `v`.
-fn unary(f: UnaryOp, x: f64, e: f64, v: f64, u: f64) -> f64 {
+fn unary(f: UnaryOp, x: f64, e: f64, v: f64, u: f64, eta: f64) -> f64 {
     // The change of a monotone `g` over [x - e, x + e]; an endpoint outside
     // its domain (or a pole inside) makes it unbounded.
     let over = |g: fn(f64) -> f64, lo_ok: bool| -> f64 {
@@ -288,7 +306,7 @@ fn unary(f: UnaryOp, x: f64, e: f64, v: f64, u: f64) -> f64 {
             d
         }
     };
-    let rounding = |ulps: f64| ulps * u * v.abs();
+    let rounding = |ulps: f64| ulps * (u * v.abs() + eta);
     match f {
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => e,
         UnaryOp::Square => 2.0 * x.abs() * e + e * e + rounding(1.0),
@@ -323,8 +341,8 @@ fn unary(f: UnaryOp, x: f64, e: f64, v: f64, u: f64) -> f64 {
 }
 
 /// The bound of `x op y` with the operands' values and bounds, result `v`.
-fn binary(b: BinaryOp, (x, ex): (f64, f64), (y, ey): (f64, f64), v: f64, u: f64) -> f64 {
-    let r = u * v.abs();
+fn binary(b: BinaryOp, (x, ex): (f64, f64), (y, ey): (f64, f64), v: f64, u: f64, eta: f64) -> f64 {
+    let r = u * v.abs() + eta;
     match b {
         BinaryOp::Add | BinaryOp::Sub => ex + ey + r,
         BinaryOp::Mul => y.abs() * ex + x.abs() * ey + ex * ey + r,

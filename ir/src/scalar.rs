@@ -8,9 +8,13 @@ use crate::dtype::DType;
 /// `sqrt(2/pi)` as the GELU tanh approximation writes it.
 pub const GELU_C: f64 = 0.7978845608;
 
-/// GELU, tanh approximation: `0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3)))`.
+/// GELU, tanh approximation: `0.5x(1+tanh(u))`, `u =
+/// sqrt(2/pi)(x+0.044715x^3)`, computed as the identity `x/(1+e^-2u)`:
+/// `1 + tanh(u)` cancels to 0 in f64 too once `u < -19` (x < -7.2), where
+/// the f32 result is still about `2x e^2u` (down to subnormals at x =
+/// -10.6).
 pub fn gelu(x: f64) -> f64 {
-    0.5 * x * (1.0 + (GELU_C * (x + 0.044715 * x * x * x)).tanh())
+    x / (1.0 + (-2.0 * GELU_C * (x + 0.044715 * x * x * x)).exp())
 }
 
 /// `1/(1+e^-x)`.

@@ -144,15 +144,27 @@ impl Shape {
             .all(|(i, &d)| d == 1 || d == target.dims[off + i])
     }
 
-    /// Byte size of a tensor of this shape and dtype, or an error on overflow.
+    /// Byte size of a tensor of this shape and dtype, or an error when the
+    /// product of its nonzero dims times the element size exceeds
+    /// `isize::MAX`, whether or not a zero dim empties it (numpy's rule):
+    /// so every size, stride and offset of a valid shape fits in an i64,
+    /// which kernels index with.
     pub fn byte_size(&self, dtype: DType) -> Result<usize, IrError> {
-        self.checked_numel()
-            .and_then(|n| n.checked_mul(dtype.size_bytes()))
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or(IrError::TooLarge {
+        let mut span = Some(dtype.size_bytes());
+        let mut empty = false;
+        for &d in self.dims() {
+            match d {
+                0 => empty = true,
+                d => span = span.and_then(|b| b.checked_mul(d)),
+            }
+        }
+        match span {
+            Some(b) if b <= isize::MAX as usize => Ok(if empty { 0 } else { b }),
+            _ => Err(IrError::TooLarge {
                 shape: *self,
                 dtype,
-            })
+            }),
+        }
     }
 }
 
@@ -293,6 +305,18 @@ mod tests {
         assert_eq!(Shape::SCALAR.numel(), 1);
         assert_eq!(s(&[usize::MAX, 2]).checked_numel(), None);
         assert!(s(&[usize::MAX / 2, 2]).byte_size(DType::F32).is_err());
+        // A zero dim does not excuse the others (numpy's rule).
+        assert!(s(&[usize::MAX, 0]).byte_size(DType::U8).is_err());
+        assert!(s(&[0, 1 << 62, 2]).byte_size(DType::U8).is_err());
+        assert_eq!(
+            s(&[isize::MAX as usize / 4, 0])
+                .byte_size(DType::F32)
+                .unwrap(),
+            0
+        );
+        assert!(s(&[isize::MAX as usize / 4 + 1, 0])
+            .byte_size(DType::F32)
+            .is_err());
         assert!(Shape::new(&[1; MAX_RANK + 1]).is_err());
     }
 

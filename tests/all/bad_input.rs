@@ -462,3 +462,108 @@ fn a_huge_intermediate_in_the_interpreter_is_e5() {
     );
     assert!(e.to_string().contains("bytes"), "{e}");
 }
+
+/// Issue 35: `[usize::MAX, 0]` was accepted (it has no elements), but its
+/// `sum(0)` and a double transpose failed with E6 "bad launch: negative
+/// dim -1" (kernels index with i64). As in numpy, the product of a shape's
+/// nonzero dims times the element size must fit in `isize::MAX` bytes,
+/// zeros or not: the shape is refused when it is made, naming the op.
+#[test]
+fn a_zero_size_shape_with_a_dim_past_isize_is_refused_when_made() {
+    let line = line!() + 1;
+    let t = Tensor::zeros(&[usize::MAX, 0], DType::F32);
+    expect_err(
+        &t,
+        ErrorKind::BadArgument,
+        &["`full`", "isize::MAX bytes"],
+        line,
+    );
+    let line = line!() + 1;
+    let t = Tensor::from_vec(Vec::<f32>::new(), &[0, 1 << 62, 2]);
+    let e = t.unwrap_err();
+    check(&e, ErrorKind::BadArgument, &["isize::MAX bytes"], line);
+    let z = Tensor::zeros(&[0, 3], DType::F32);
+    let line = line!() + 1;
+    let t = z.reshape(&[0, usize::MAX]);
+    expect_err(
+        &t,
+        ErrorKind::BadArgument,
+        &["`reshape`", "isize::MAX"],
+        line,
+    );
+}
+
+/// The largest f32 dim such a shape may have.
+const BIG: usize = isize::MAX as usize / 4;
+
+type BigOp = (&'static str, fn(&Tensor) -> Tensor, Vec<usize>);
+
+fn big_ops() -> Vec<BigOp> {
+    vec![
+        ("sum(0)", |x| x.sum(0, false), vec![0]),
+        ("sum(0) keep", |x| x.sum(0, true) + 1.0, vec![1, 0]),
+        ("transpose", |x| x.transpose(0, 1), vec![0, BIG]),
+        (
+            "double transpose",
+            |x| x.transpose(0, 1).transpose(0, 1),
+            vec![BIG, 0],
+        ),
+        (
+            "reshape",
+            |x| x.reshape(&[0, BIG, 1]) * 2.0,
+            vec![0, BIG, 1],
+        ),
+        (
+            "matmul over a huge K",
+            |x| x.transpose(0, 1).matmul(x),
+            vec![0, 0],
+        ),
+        ("exp then max(0)", |x| x.exp().max(0, false), vec![0]),
+    ]
+}
+
+#[test]
+fn zero_size_tensors_with_a_huge_dim_work_in_every_mode() {
+    let x = Tensor::zeros(&[BIG, 0], DType::F32);
+    assert_eq!(x.shape(), [BIG, 0]);
+    for (name, op, want) in big_ops() {
+        let f = tilejit::jit_fn!(move |x: &Tensor| op(x));
+        let eager = op(&x);
+        assert_eq!(eager.shape(), want, "{name} eager: {:?}", eager.error());
+        for mode in [
+            RunMode::Host,
+            RunMode::Sim,
+            RunMode::Verify,
+            RunMode::Reference,
+        ] {
+            let got = f.with_mode(mode).call((&x,));
+            let got = got.unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
+            assert_eq!(got.shape(), want, "{name} {mode:?}");
+            assert_eq!(got.to_vec::<f32>().unwrap(), [0f32; 0], "{name} {mode:?}");
+            let eager = with_mode(mode, || op(&x));
+            assert_eq!(
+                eager.to_vec::<f32>().unwrap(),
+                [0f32; 0],
+                "{name} {mode:?} eager"
+            );
+        }
+    }
+}
+
+/// A result of `BIG` elements or more is a clean error: one too large to
+/// describe (E1), or to allocate (E5).
+#[test]
+fn huge_results_of_zero_size_tensors_are_clean_errors() {
+    let x = Tensor::zeros(&[BIG, 0], DType::F32);
+    let line = line!() + 1;
+    let t = x.matmul(&Tensor::zeros(&[0, 3], DType::F32));
+    expect_err(
+        &t,
+        ErrorKind::BadArgument,
+        &["`matmul`", "isize::MAX"],
+        line,
+    );
+    let line = line!() + 1;
+    let t = x.sum(1, false);
+    expect_err(&t, ErrorKind::Device, &["`sum`", "out of"], line);
+}

@@ -411,7 +411,7 @@ fn inline_math_is_accurate_over_a_million_points() {
     // gelu far into the positive tail, where its exp argument is clamped
     // (against the cancellation-free form of the same function). Its
     // negative tail is ill-conditioned: the f32 rounding of the exp
-    // argument u ~ x^3 is amplified by |u|, so [-3, 0) allows more (12
+    // argument u ~ x^3 is amplified by |u|, so [-3, 0) allows more (13
     // measured).
     let gelu_f = |x: f64| x / (1.0 + (-2.0 * 0.7978845608 * (x + 0.044715 * x * x * x)).exp());
     let gelu = ulp_sweep(UnaryOp::Gelu, 0.0, 300.0, N, gelu_f);
@@ -613,12 +613,17 @@ fn inline_math_edges_match_the_reference() {
             got[0].as_slice::<f32>().unwrap(),
             want[0].as_slice::<f32>().unwrap(),
         );
+        // gelu's tail is e^(2u) of an f32-rounded `2u` (up to ~104 there):
+        // about one ulp per unit of |2u| (`exp_range.rs` states it).
+        let limit = if u == UnaryOp::Gelu { 256 } else { 4 };
         for ((x, g), w) in xs.iter().zip(got).zip(want) {
             let ulps = (g.to_bits() as i64 - w.to_bits() as i64).unsigned_abs();
             let ok = (g.is_nan() && w.is_nan())
                 || g == w
-                || (g.is_sign_negative() == w.is_sign_negative() && ulps <= 4)
-                || (g - w).abs() <= 1e-30;
+                || (g.is_sign_negative() == w.is_sign_negative() && ulps <= limit)
+                // Subnormal results: a few steps of 2^-149 (issue 35: a
+                // looser 1e-30 here let sigmoid's 0 below x = -88.7 pass).
+                || (g - w).abs() <= 4.0 * f32::from_bits(1);
             assert!(ok, "{u:?}({x}) = {g:e}, reference {w:e}");
         }
     }

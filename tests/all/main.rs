@@ -13,6 +13,7 @@ mod disk_cache;
 mod display;
 mod dynamic;
 mod every_mode;
+mod exp_range;
 mod gather;
 mod gpt;
 mod hooks;

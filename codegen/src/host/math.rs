@@ -9,22 +9,28 @@
 //! same bits as this code with FMA. Accuracy against f64 rounded to f32,
 //! from the test `inline_math_is_accurate_over_a_million_points` (2^20 points each, with
 //! FMA): max 1 ulp for exp on [-87, 88], log on [1e-30, 1e30], tanh on
-//! [-10, 10]; 2 ulp for sigmoid on [-80, 80] and gelu on [0, 300]; 12 ulp
+//! [-10, 10]; 2 ulp for sigmoid on [-80, 80] and gelu on [0, 300]; 13 ulp
 //! for gelu on [-3, 0), whose exp argument (~x^3) amplifies its own f32
 //! rounding (the test allows 2 for exp, 4 for the others, 32 for gelu's
-//! negative side). exp's subnormal results come from a two-step scale and
-//! so keep their gradual underflow.
+//! negative side; further out that is about one ulp per unit of the
+//! argument, up to ~100). exp's subnormal results come from a two-step
+//! scale and so keep their gradual underflow, and sigmoid and gelu's
+//! negative tails are such an exp, down to 0 (`tests/all/exp_range.rs`
+//! sweeps these ops from -120 to 120 against the reference).
 
 use cranelift_codegen::ir::condcodes::FloatCC;
 use cranelift_codegen::ir::Endianness;
 use cranelift_codegen::ir::{types, InstBuilder, MemFlagsData, Type, Value};
 use cranelift_frontend::FunctionBuilder;
 
-/// Where gelu and sigmoid stop following `e^y` down: they need `1 + e^y`,
-/// which below `y = -20` (`e^y < 2^-25`) rounds to exactly 1 anyway. Going
-/// further, `e^y` turns subnormal below -87, and on x86 every subnormal
-/// result costs a microcode assist, which made a gelu of large-magnitude
-/// data (matmul outputs) far slower than one of unit-scale data.
+/// Where erf, and sigmoid and gelu on their positive side, stop following
+/// `e^y` down: they need `1 + e^y` (erf `1 - e^y P`), which below `y =
+/// -20` (`e^y < 2^-25`) rounds to exactly 1 anyway. Going further, `e^y`
+/// turns subnormal below -87, and on x86 every subnormal result costs a
+/// microcode assist, which made a gelu of large-magnitude data (matmul
+/// outputs) far slower than one of unit-scale data. (On their negative
+/// side sigmoid and gelu are `e^y` itself, subnormals included:
+/// `Math::exp_tail`.)
 pub(super) const EXP_FLOOR: f32 = -20.0;
 
 /// exp's upper clamp: past it the result is inf either way.
@@ -490,19 +496,49 @@ impl Math<'_, '_> {
         self.float_bits(ri)
     }
 
-    /// `1/(1+e^-x)`.
+    /// `1/(1+e^-x)`, as `s = 1/(1+t)` with `t = e^-|x|` (never above 1,
+    /// so never inf), and `t s = e^x/(1+e^x)` for `x < 0`: below x = -87.3
+    /// that is `t` itself, subnormal down to x = -103.9 as the reference
+    /// gives it (`1/(1+e^-x)` alone overflows `e^-x` and gives 0 there).
+    /// NaN in, NaN out; -0 gives 0.5.
     pub fn sigmoid(&mut self, x: Value) -> Value {
-        let nx = self.b.ins().fneg(x);
-        let e = self.exp_from(nx, EXP_FLOOR);
+        let zero = self.c(0.0);
+        let neg = self.cmp(FloatCC::LessThan, x, zero);
+        let ax = self.b.ins().fabs(x);
+        let nax = self.b.ins().fneg(ax);
+        let t = self.exp_tail(nax, neg);
         let one = self.c(1.0);
-        let d = self.b.ins().fadd(one, e);
-        self.b.ins().fdiv(one, d)
+        let d = self.b.ins().fadd(one, t);
+        let s = self.b.ins().fdiv(one, d);
+        let ts = self.b.ins().fmul(t, s);
+        self.select(neg, ts, s)
+    }
+
+    /// `e^y` for `y <= 0` (or NaN) where `tail` lanes need it all the way
+    /// down (subnormals included) and the others only to [`EXP_FLOOR`]
+    /// (they add it to 1). No lane computes a subnormal it does not
+    /// return, nor an underflow to 0 (y below [`EXP_LO`] gives 0 by a
+    /// select): on x86 each such result costs a microcode assist, which
+    /// would slow a sigmoid or gelu of large-magnitude data many times.
+    fn exp_tail(&mut self, y: Value, tail: Value) -> Value {
+        let lo = self.c(EXP_LO);
+        let floor = self.c(EXP_FLOOR);
+        let zero = self.c(0.0);
+        let gone = self.cmp(FloatCC::LessThan, y, lo);
+        let floor = self.select(tail, lo, floor);
+        let yc = self.pmax(y, floor);
+        let yc = self.select(gone, zero, yc);
+        let e = self.exp_from(yc, EXP_LO);
+        self.select(gone, zero, e)
     }
 
     /// `0.5x(1+tanh(0.7978845608(x+0.044715x^3)))`, evaluated as the
     /// identity `x / (1 + e^{-2u})` (u the tanh argument): `1 + tanh(u)`
     /// cancels to 0 for u << 0 in f32, this form keeps the tiny negative tail
-    /// and the sign of -0, and costs one exp instead of a tanh.
+    /// and the sign of -0, and costs one exp instead of a tanh. As in
+    /// [`Math::sigmoid`], the exp is of `-|2u|` (`w`), and for `-2u > 0`
+    /// (x < 0) the result is `q w` with `q = x/(1+w)`, so the negative tail
+    /// goes on into subnormals (to x = -10.6) instead of `x/inf = -0`.
     pub fn gelu(&mut self, x: Value) -> Value {
         // -2u = x (c + c 0.044715 x^2), c = -2 sqrt(2/pi).
         let x2 = self.b.ins().fmul(x, x);
@@ -510,9 +546,15 @@ impl Math<'_, '_> {
         let c = self.c(GELU_C);
         let inner = self.mul_add(x2, ck, c);
         let m2u = self.b.ins().fmul(inner, x);
+        let zero = self.c(0.0);
+        let tail = self.cmp(FloatCC::LessThan, zero, m2u);
+        let a = self.b.ins().fabs(m2u);
+        let na = self.b.ins().fneg(a);
+        let w = self.exp_tail(na, tail);
         let one = self.c(1.0);
-        let e = self.exp_from(m2u, EXP_FLOOR);
-        let d = self.b.ins().fadd(one, e);
-        self.b.ins().fdiv(x, d)
+        let d = self.b.ins().fadd(one, w);
+        let q = self.b.ins().fdiv(x, d);
+        let qw = self.b.ins().fmul(q, w);
+        self.select(tail, qw, q)
     }
 }

@@ -280,6 +280,22 @@ impl<'g> Fuser<'g> {
         n
     }
 
+    /// The node under a chain of views (reshapes, broadcasts, permutes,
+    /// slices) that computes their values: given a buffer, every view
+    /// above it reads it in place, so a computed gather index is
+    /// materialised at its own size, never at a broadcast's.
+    fn view_producer(&self, mut n: NodeId) -> NodeId {
+        while !self.materialized[n.index()] {
+            match self.g.node(n).op {
+                Op::Reshape(x, _) | Op::Broadcast(x, _) | Op::Permute(x, _) | Op::Slice(x, ..) => {
+                    n = x
+                }
+                _ => break,
+            }
+        }
+        n
+    }
+
     fn is_source(&self, n: NodeId) -> bool {
         matches!(self.g.node(n).op, Op::Input { .. } | Op::Constant { .. })
     }
@@ -401,6 +417,11 @@ impl<'g> Fuser<'g> {
                     i += 1;
                 }
                 Err(Stop::Materialize(n)) => {
+                    // A reshape's buffer is its source's (readers look a
+                    // view up through `view_source`), so that is what gets
+                    // one; marking the reshape itself would give it a
+                    // buffer no reader finds, and the next ask would fail.
+                    let n = self.view_source(n);
                     if self.materialized[n.index()] {
                         return Err(IrError::Verify(format!(
                             "fusion: {n} asked to be materialised twice"
@@ -908,7 +929,7 @@ impl<'g> Fuser<'g> {
                     // Device code reads the indices from memory: they must
                     // be a load here, not a computed value.
                     if !matches!(kb.exprs[e[0].0 as usize].expr, Expr::Load(_)) {
-                        return Err(Stop::Materialize(index));
+                        return Err(Stop::Materialize(self.view_producer(index)));
                     }
                     let s = self.view_source(x);
                     let buf = self.buffer_of[s.index()].ok_or(Stop::Materialize(s))?;

@@ -125,11 +125,6 @@ fn ior(a: I, b: I) -> I {
 }
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-fn ixor(a: I, b: I) -> I {
-    each(|i| _mm256_xor_si256(a[i], b[i]))
-}
-#[target_feature(enable = "avx2,fma")]
-#[inline]
 fn shl<const K: i32>(a: I) -> I {
     each(|i| _mm256_slli_epi32::<K>(a[i]))
 }

@@ -120,11 +120,6 @@ fn ior(a: I, b: I) -> I {
 }
 #[target_feature(enable = "avx512f")]
 #[inline]
-fn ixor(a: I, b: I) -> I {
-    each(|i| _mm512_xor_si512(a[i], b[i]))
-}
-#[target_feature(enable = "avx512f")]
-#[inline]
 fn shl<const K: u32>(a: I) -> I {
     each(|i| _mm512_slli_epi32::<K>(a[i]))
 }

@@ -28,7 +28,7 @@
 //! b : a` and `b < a ? b : a`, NaN behaviour included), `lt`, `eq`,
 //! `unordered` (ordered compares as `Math::cmp`, giving `M`), `select`
 //! (`mask ? a : b`), `bits`/`float` (reinterpret), `to_float` (i32 -> f32),
-//! `isub`, `iand`, `ior`, `ixor`, `shl::<K>`, `sra::<K>`,
+//! `isub`, `iand`, `ior`, `shl::<K>`, `sra::<K>`,
 //! `pow2_mul(y, n, ni)` (`y * 2^n` for the integer `n`, given as a float
 //! and as an int, in [-150, 128]: `Math::exp_from`'s two multiplies by
 //! `2^(n >> 1)` and `2^(n - (n >> 1))`, each exact but the last, or any
@@ -149,14 +149,26 @@ macro_rules! simd_math {
             float(ior(bits(r), sign))
         }
 
+        /// `Math::exp_tail`.
+        #[target_feature(enable = $feat)]
+        #[inline]
+        fn exp_tail(y: F, tail: M) -> F {
+            let gone = lt(y, splat(EXP_LO));
+            let floor = select(tail, splat(EXP_LO), splat(EXP_FLOOR));
+            let yc = select(gone, splat(0.0), pmax(y, floor));
+            select(gone, splat(0.0), exp_from(yc, EXP_LO))
+        }
+
         /// `Math::sigmoid`.
         #[target_feature(enable = $feat)]
         #[inline]
         fn sigmoid(x: F) -> F {
-            let nx = float(ixor(bits(x), splat_i(i32::MIN)));
-            let e = exp_from(nx, EXP_FLOOR);
+            let neg = lt(x, splat(0.0));
+            let nax = float(ior(bits(x), splat_i(i32::MIN)));
+            let t = exp_tail(nax, neg);
             let one = splat(1.0);
-            div(one, add(one, e))
+            let s = div(one, add(one, t));
+            select(neg, mul(t, s), s)
         }
 
         /// `Math::gelu`.
@@ -164,8 +176,11 @@ macro_rules! simd_math {
         #[inline]
         fn gelu(x: F) -> F {
             let inner = fma(mul(x, x), splat(GELU_CK), splat(GELU_C));
-            let e = exp_from(mul(inner, x), EXP_FLOOR);
-            div(x, add(splat(1.0), e))
+            let m2u = mul(inner, x);
+            let tail = lt(splat(0.0), m2u);
+            let w = exp_tail(float(ior(bits(m2u), splat_i(i32::MIN))), tail);
+            let q = div(x, add(splat(1.0), w));
+            select(tail, mul(q, w), q)
         }
 
         /// Writes `f(src[i], s)` to `dst[i]` for `i < n`, one step at a time;
