@@ -402,7 +402,8 @@ mod size_arithmetic {
     fn literals_stay_constants_and_reads_become_guards() {
         type F = fn(&Tensor) -> tilejit::Result<Tensor>;
         // (function, dynamic, exact, Err(reason) if per size, traces)
-        let cases: [(&tilejit::JitFunction, F, F, Result<(), &str>, u64); 7] = [
+        type Case<'a> = (&'a tilejit::JitFunction, F, F, Result<(), &'a str>, u64);
+        let cases: [Case; 7] = [
             // Generic: the two stand-in traces, then none.
             (
                 literal_value::jit(),
