@@ -307,7 +307,7 @@ fn libcalls() -> impl Iterator<Item = (&'static str, *const u8)> {
     f1.chain(f2).chain(i2).chain(r)
 }
 
-/// The symbols of [`libcalls`], for tests that check a reload accepts
+/// The symbols of `libcalls`, for tests that check a reload accepts
 /// every one a compile may use.
 pub fn libcall_symbols() -> Vec<&'static str> {
     libcalls().map(|(s, _)| s).collect()
