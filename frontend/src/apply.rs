@@ -68,11 +68,20 @@ fn apply_traced(
                 Repr::Error(e) => return Err((**e).clone()),
             });
         }
+        let before = state.graph.len();
         let node = build(&mut state.graph, &ids).map_err(|source| Error::Op {
             op,
             source,
             location,
         })?;
+        let added = before..state.graph.len();
+        if !state.gathers.contains(&op)
+            && added
+                .into_iter()
+                .any(|i| matches!(state.graph.node(NodeId(i as u32)).op, Op::Gather(..)))
+        {
+            state.gathers.push(op);
+        }
         if let Some(locs) = &mut state.locs {
             // Every node this op added (and any added since the last op,
             // such as its operands' constants) is this line's.

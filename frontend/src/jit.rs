@@ -95,6 +95,9 @@ pub struct JitFunction {
     /// Debug traces and programs (`tilejit::debug`), made on the first
     /// call inside a debug scope.
     debug: OnceLock<DebugCache>,
+    /// The ops the body called that gather (`gather`, `index_select`), so
+    /// an index out of range names the one the user called.
+    gather_ops: Mutex<Vec<&'static str>>,
 }
 
 /// A function's debug traces (per signature) and how many debug programs
@@ -230,6 +233,7 @@ impl JitFunction {
             dynamic: AtomicBool::new(false),
             classes: Mutex::new(HashMap::new()),
             debug: OnceLock::new(),
+            gather_ops: Mutex::new(Vec::new()),
         }
     }
 
@@ -480,11 +484,7 @@ impl JitFunction {
             if let Some(Some(out)) = with_host_inputs(args, |a| program.run_one(a)) {
                 return match out {
                     Ok(a) => Ok(Outputs::one(a)),
-                    Err(e) => Err(Error::Run {
-                        function: self.name.clone(),
-                        location: Loc::caller(),
-                        source: *e,
-                    }),
+                    Err(e) => Err(self.run_error(Loc::caller(), *e)),
                 };
             }
         }
@@ -507,11 +507,7 @@ impl JitFunction {
         // `#[track_caller]` does not reach into closures: take it here (a
         // pointer copy); the error itself is only built when a run fails.
         let location = Loc::caller();
-        let ran = |e: tilejit_runtime::RuntimeError| Error::Run {
-            function: self.name.clone(),
-            location,
-            source: e,
-        };
+        let ran = |e: tilejit_runtime::RuntimeError| self.run_error(location, e);
         if let Some(placement) = crate::placement::current() {
             return self.call_placed(&program, args, &params, &placement, mode, location);
         }
@@ -527,6 +523,25 @@ impl JitFunction {
         Ok(Outputs::from_arrays(outs))
     }
 
+    /// A run of this function failing at the user's `location`. A gather
+    /// index out of range names the op the body called when only one of
+    /// its ops gathers (`index_select` is a gather in the graph).
+    fn run_error(&self, location: Loc, mut source: tilejit_runtime::RuntimeError) -> Error {
+        if let tilejit_runtime::RuntimeError::Ir(tilejit_ir::IrError::IndexOutOfRange {
+            op, ..
+        }) = &mut source
+        {
+            if let [only] = self.gather_ops.lock().unwrap_or_else(|p| p.into_inner())[..] {
+                *op = only;
+            }
+        }
+        Error::Run {
+            function: self.name.clone(),
+            location,
+            source,
+        }
+    }
+
     /// Runs `program` in `mode`; in Verify mode the measured differences
     /// become [`last_verify`](Self::last_verify) when `keep_verify`.
     fn run_in(
@@ -538,11 +553,7 @@ impl JitFunction {
         location: Loc,
         keep_verify: bool,
     ) -> Result<Vec<Array>> {
-        let ran = |e: tilejit_runtime::RuntimeError| Error::Run {
-            function: self.name.clone(),
-            location,
-            source: e,
-        };
+        let ran = |e: tilejit_runtime::RuntimeError| self.run_error(location, e);
         Ok(match mode {
             RunMode::Host => program.run(inputs, params).map_err(ran)?,
             RunMode::Reference => program.run_reference(inputs, params).map_err(ran)?,
@@ -698,11 +709,7 @@ impl JitFunction {
         mode: RunMode,
         location: Loc,
     ) -> Result<Outputs> {
-        let ran = |source| Error::Run {
-            function: self.name.clone(),
-            location,
-            source,
-        };
+        let ran = |source| self.run_error(location, source);
         let mut inputs = Vec::new();
         for a in args {
             if let ArgValue::Tensor(t) = *a {
@@ -811,11 +818,7 @@ impl JitFunction {
             .collect::<Result<Vec<_>>>()?;
         let outs = program
             .run_resident(&inputs, params)
-            .map_err(|source| Error::Run {
-                function: self.name.clone(),
-                location,
-                source,
-            })?;
+            .map_err(|source| self.run_error(location, source))?;
         Ok(crate::device::sim_tensors(outs))
     }
 
@@ -1201,6 +1204,14 @@ impl JitFunction {
         let result = catch_unwind(AssertUnwindSafe(|| body(&values)));
         drop(values);
         let state = guard.finish();
+        if let Some(st) = &state {
+            let mut ops = self.gather_ops.lock().unwrap_or_else(|p| p.into_inner());
+            for op in &st.gathers {
+                if !ops.contains(op) {
+                    ops.push(op);
+                }
+            }
+        }
         // The user's code is done: callers waiting for this build now wait
         // for the compile, however long it takes.
         tilejit_runtime::user_code_done();

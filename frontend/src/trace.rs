@@ -30,6 +30,9 @@ pub(crate) struct TraceState {
     /// `tilejit::debug` makes (`None` on every other trace, so the
     /// normal trace path pays one branch per op).
     pub locs: Option<Vec<Loc>>,
+    /// The ops the user called that added gathers (`gather`,
+    /// `index_select`): an index error at run time names them.
+    pub gathers: Vec<&'static str>,
 }
 
 thread_local! {
@@ -90,6 +93,7 @@ impl TraceGuard {
                 graph: Graph::new(),
                 first_error: None,
                 locs: locations.then(Vec::new),
+                gathers: Vec::new(),
             })
         });
         (id, TraceGuard { finished: false })

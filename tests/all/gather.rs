@@ -386,3 +386,37 @@ fn cross_entropy_with_an_ignored_target_in_every_mode() {
         assert!((got as f64 - want).abs() < 1e-6, "{mode:?}: {got}");
     }
 }
+
+#[jit]
+fn select_rows(x: &Tensor, i: &Tensor) -> Tensor {
+    x.index_select(0, i).exp()
+}
+
+#[jit]
+fn select_and_gather(x: &Tensor, i: &Tensor, j: &Tensor) -> Tensor {
+    x.index_select(0, i).sum_all() + x.gather(1, j).sum_all()
+}
+
+/// Inside a jit function too, an out-of-range index names the op the body
+/// called when it is the function's only gathering op; with both, the
+/// graph op's name stays (either could have failed).
+#[test]
+fn a_jit_index_out_of_range_names_the_op_called() {
+    let x = x34();
+    let bad = i64s(&[0, 3], &[2]);
+    for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
+        let msg = with_mode(mode, || select_rows(&x, &bad))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("index_select: ") && msg.contains("`select_rows`"),
+            "{mode:?}: {msg}"
+        );
+        assert!(!msg.contains("gather:"), "{mode:?}: {msg}");
+        let j = i64s(&[0, 1, 2], &[3, 1]);
+        let msg = with_mode(mode, || select_and_gather(&x, &bad, &j))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("out of range"), "{mode:?}: {msg}");
+    }
+}

@@ -947,7 +947,7 @@ impl Service {
             text.extend_from_slice(&c.text);
         }
         let state = self.0.clone();
-        blocking(move || {
+        stoppable(&self.0, "program load", move || {
             let text = String::from_utf8(text)
                 .map_err(|_| Status::invalid_argument("a program's text is not UTF-8"))?;
             if wire::content_key(&text) != key {
@@ -966,6 +966,10 @@ impl Service {
             };
             let graph = tilejit_ir::text::parse(&text).map_err(|e| bad(e.to_string()))?;
             check_graph(&graph, state.options.max_tensor_bytes).map_err(bad)?;
+            // A client gone while the text streamed or parsed: no compile.
+            if let Some(why) = cancel::current().stopped() {
+                return Err(Status::cancelled(format!("program `{name}` {why}")));
+            }
             let start = Instant::now();
             let program = Program::compile_named(graph, &name)
                 .map_err(|e| wire::status_from_error(&Error::Runtime(e)))?;

@@ -117,6 +117,13 @@ pub fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
     })
     .map_err(|e| fail(e.to_string()))?;
     outln!("listening on {}", server.addr());
+    if !server.addr().ip().is_loopback() && a.tls_cert.is_none() {
+        eprintln!(
+            "warning: serving on {} without TLS: the token and every tensor cross the network \
+             in clear (give --tls-cert and --tls-key)",
+            server.addr()
+        );
+    }
     if made {
         outln!("token {token}");
     }
