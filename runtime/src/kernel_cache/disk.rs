@@ -127,6 +127,26 @@ pub(crate) fn check_dir(dir: &Path) -> Result<(), String> {
                 if mode & 0o002 != 0 { "anyone" } else { "its group" }
             ));
         }
+        // As ssh's StrictModes: a directory above it that another user
+        // owns, or may write without the sticky bit (as /tmp has), lets
+        // them rename it away and put their own in its place.
+        for above in dir.ancestors().skip(1) {
+            let Ok(m) = fs::metadata(above) else {
+                continue;
+            };
+            let mode = m.mode() & 0o7777;
+            let owner_ok = m.uid() == me || m.uid() == 0;
+            let shared = mode & 0o022 != 0 && mode & 0o1000 == 0;
+            if !owner_ok || shared {
+                return Err(format!(
+                    "`{}` lies under `{}` (uid {}, mode {mode:04o}), which {} could replace with a directory of their own (`chmod go-w` it, or move the cache)",
+                    dir.display(),
+                    above.display(),
+                    m.uid(),
+                    if owner_ok { "another user" } else { "its owner" }
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -501,6 +521,18 @@ mod tests {
             r.contains("owned by uid") && r.contains("not by this user"),
             "{r}"
         );
+        // A private directory under a shared, writable one is refused; the
+        // sticky bit (as /tmp's) makes the shared one safe.
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o700)).unwrap();
+        let shared = root.join("shared");
+        let inner = shared.join("cache");
+        fs::create_dir_all(&inner).unwrap();
+        fs::set_permissions(&inner, fs::Permissions::from_mode(0o700)).unwrap();
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).unwrap();
+        let r = why(&inner);
+        assert!(r.contains("lies under") && r.contains("0777"), "{r}");
+        fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(check_dir(&inner), Ok(()));
         let _ = fs::remove_dir_all(&root);
     }
 
