@@ -1452,11 +1452,39 @@ impl fmt::Display for JitFunction {
             if self.is_dynamic() { ", dynamic" } else { "" },
             if self.is_frozen() { ", frozen" } else { "" }
         )?;
-        for (class, generic) in self.shape_classes() {
-            match generic {
-                Ok(()) => writeln!(f, "  class {class}: generic")?,
-                Err(why) => writeln!(f, "  class {class}: traced per size ({why})")?,
-            }
+        let mut classes: Vec<(String, String)> = {
+            let classes = self.classes.lock().unwrap_or_else(|p| p.into_inner());
+            classes
+                .iter()
+                .map(|(class, e)| {
+                    // Which symbols the graphs pin (the guards), and how
+                    // many values of them were seen.
+                    let pinned: Vec<String> = e
+                        .graphs
+                        .first()
+                        .map(|g| g.pinned())
+                        .unwrap_or_default()
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, p)| p.is_some())
+                        .map(|(i, _)| format!("n{i}"))
+                        .collect();
+                    let state = match (&e.per_size, pinned.is_empty()) {
+                        (Some(why), _) => format!("traced per size ({why})"),
+                        (None, true) => "generic".to_string(),
+                        (None, false) => format!(
+                            "generic but for {} (read by the body; {} value(s) seen)",
+                            pinned.join(", "),
+                            e.graphs.len()
+                        ),
+                    };
+                    (class.to_string(), state)
+                })
+                .collect()
+        };
+        classes.sort();
+        for (class, state) in classes {
+            writeln!(f, "  class {class}: {state}")?;
         }
         for h in &handlers {
             writeln!(

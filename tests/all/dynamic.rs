@@ -461,6 +461,13 @@ mod size_arithmetic {
             }
             assert_eq!(f.stats().traces, traces, "{name}");
         }
+        assert!(
+            from_end::jit().to_string().contains(
+                "class (f32[n0,n1]): generic but for n1 (read by the body; 3 value(s) seen)"
+            ),
+            "{}",
+            from_end::jit()
+        );
         // Rows of `from_end` are free: a new row count at a known width
         // runs no trace.
         let x = Tensor::randn(&[7, 9], 99);
