@@ -183,7 +183,7 @@ impl Conn {
             }
             endpoint = endpoint
                 .tls_config(config)
-                .map_err(|e| Status::invalid_argument(format!("TLS: {}", source_text(&e))))?;
+                .map_err(|e| Status::invalid_argument(format!("TLS: {}", wire::error_chain(&e))))?;
         }
         let endpoint = endpoint
             .connect_timeout(Duration::from_secs(5))
@@ -195,10 +195,9 @@ impl Conn {
             .keep_alive_timeout(Duration::from_secs(3))
             .keep_alive_while_idle(true);
         let (client, reply) = block(async move {
-            let channel = endpoint
-                .connect()
-                .await
-                .map_err(|e| Status::unavailable(format!("cannot connect: {}", source_text(&e))))?;
+            let channel = endpoint.connect().await.map_err(|e| {
+                Status::unavailable(format!("cannot connect: {}", wire::error_chain(&e)))
+            })?;
             let mut client = RemoteClient::with_interceptor(channel, Auth(bearer))
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE);
@@ -510,16 +509,4 @@ impl Drop for RemoteTensor {
             let _ = c.free(req).await;
         });
     }
-}
-
-/// The innermost cause of a transport error (tonic's own text is only
-/// "transport error").
-fn source_text(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        text = format!("{text}: {s}");
-        cur = s.source();
-    }
-    text
 }

@@ -217,21 +217,10 @@ fn tls_config(options: &ServeOptions) -> Result<Option<tonic::transport::ServerT
         .map_err(|e| {
             server_error(
                 &options.listen,
-                &format!("bad TLS certificate or key: {}", error_chain(&e)),
+                &format!("bad TLS certificate or key: {}", wire::error_chain(&e)),
             )
         })?;
     Ok(Some(config))
-}
-
-/// An error and its causes, on one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        text = format!("{text}: {s}");
-        cur = s.source();
-    }
-    text
 }
 
 fn server_error(addr: &str, message: &str) -> Error {
@@ -296,7 +285,7 @@ async fn serve(
             Ok(b) => b,
             Err(e) => {
                 reaper.abort();
-                return Err(error_chain(&e));
+                return Err(wire::error_chain(&e));
             }
         };
     }

@@ -277,6 +277,18 @@ fn kind_from_code(code: u32) -> Option<ErrorKind> {
     })
 }
 
+/// An error and its causes, on one line (tonic's transport error says
+/// only "transport error"; the cause is what helps).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        text = format!("{text}: {s}");
+        cur = s.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
