@@ -973,7 +973,7 @@ impl JitFunction {
                 // No user code runs for this build: callers waiting on it
                 // wait for the compile, not `TRACE_WAIT`.
                 tilejit_runtime::user_code_done();
-                Some((g, false))
+                Some(g)
             }
             ClassLookup::PerSize => None,
             ClassLookup::Learn(pinned) => {
@@ -1000,7 +1000,7 @@ impl JitFunction {
                         } else {
                             entry.graphs.push(g.clone());
                         }
-                        Some((g, true))
+                        Some(g)
                     }
                     Err((why, exact)) => {
                         say(&format!("class {class} is traced per size: {why}"));
@@ -1010,7 +1010,7 @@ impl JitFunction {
                 }
             }
         };
-        if let Some((g, _new)) = graph {
+        if let Some(g) = graph {
             match g.instantiate(&sizes) {
                 Ok(instance) => {
                     say(&format!("a size of class {class}: instantiated"));
@@ -1037,15 +1037,13 @@ impl JitFunction {
         if entry.per_size.is_some() {
             return ClassLookup::PerSize;
         }
-        // The symbols other sizes had to pin are read at these too.
+        // The symbols other sizes had to pin are read at these too: start
+        // with them pinned at these sizes' values.
         let mut pinned = vec![None; class.symbols()];
         for g in &entry.graphs {
-            for (p, s) in pinned
-                .iter_mut()
-                .zip(ShapeClass::pin_like(g.pinned(), sizes))
-            {
-                if s.is_some() {
-                    *p = s;
+            for ((p, g), &s) in pinned.iter_mut().zip(g.pinned()).zip(sizes) {
+                if g.is_some() {
+                    *p = Some(s);
                 }
             }
         }

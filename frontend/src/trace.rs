@@ -13,8 +13,8 @@
 //! op computes or branches on (a clamp, a split, an index dtype), in
 //! order: the symbols behind them are pinned to the call's values
 //! (`tilejit_runtime::ShapeClass::pins_for_reads`). Size reads on another
-//! thread (a body's scoped threads) are counted process-wide instead, and
-//! a watch that saw the count move pins every symbol.
+//! thread (a body's scoped threads) are recorded process-wide by trace id
+//! instead, and a watch whose traces were read that way pins every symbol.
 
 use crate::error::{Error, Loc};
 use std::cell::RefCell;

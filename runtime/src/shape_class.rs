@@ -137,17 +137,6 @@ impl ShapeClass {
         self.signature_with(&sizes).map_err(|e| e.to_string())
     }
 
-    /// The symbols of `sizes` (a member's symbol values) that `pinned`
-    /// pins, at those values: a discovery started from them skips the
-    /// reads an earlier one already found.
-    pub fn pin_like(pinned: &[Option<usize>], sizes: &[usize]) -> Vec<Option<usize>> {
-        pinned
-            .iter()
-            .zip(sizes)
-            .map(|(p, &s)| p.map(|_| s))
-            .collect()
-    }
-
     /// The stand-ins of set `set` of the symbols `pinned` leaves free (0
     /// for a pinned one).
     pub fn free_standins(&self, set: Standin, pinned: &[Option<usize>]) -> Vec<usize> {
@@ -193,15 +182,11 @@ impl ShapeClass {
         let free = free_standins(&a, pinned);
         let mut pins: Vec<u16> = Vec::new();
         for (&ra, &rb) in reads_a.iter().zip(reads_b) {
-            if ra == rb {
-                continue;
-            }
-            let e = SizeExpr::decompose(ra, &free);
-            if e.is_const() || e.eval(&b) != Some(rb) {
-                return Err(format!(
+            let e = SizeExpr::read(ra, rb, &free, &b).ok_or_else(|| {
+                format!(
                     "the body reads a size computed from sizes ({ra} at stand-ins A, {rb} at B)"
-                ));
-            }
+                )
+            })?;
             for &(s, _) in &e.factors {
                 if !pins.contains(&s) {
                     pins.push(s);
