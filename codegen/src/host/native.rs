@@ -534,6 +534,11 @@ impl KernelCode {
             KernelArgs::Checked(a) if a.code != self.id => {
                 Err("arguments checked for another kernel's code".to_string())
             }
+            KernelArgs::Checked(a) if bufs.len() != a.buffer_count() => Err(format!(
+                "{} buffers given, {} expected",
+                bufs.len(),
+                a.buffer_count()
+            )),
             KernelArgs::Checked(a) => self.layout.check_checked_main(bufs, a, 0, units),
             KernelArgs::Raw(a) => self
                 .layout

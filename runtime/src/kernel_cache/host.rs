@@ -14,9 +14,7 @@ use super::{
 };
 use crate::error::RuntimeError;
 use std::sync::Arc;
-use tilejit_codegen::host::{
-    compile, cpu_features, isa_text, listing, CodeImage, CodegenOptions, CpuFeatures, KernelCode,
-};
+use tilejit_codegen::host::{compile, isa_text, listing, CodeImage, CodegenOptions, KernelCode};
 use tilejit_device::Target;
 use tilejit_ir::kernel::{BufId, Kernel};
 use tilejit_ir::DType;
@@ -29,10 +27,9 @@ pub(crate) struct HostBackend;
 pub(crate) struct HostIdentity {
     pub(super) structure: String,
     pub(super) opts: CodegenOptions,
-    pub(super) cpu: CpuFeatures,
-    /// The full ISA: triple and every Cranelift ISA flag
-    /// ([`isa_text`]), so code never runs on a CPU lacking a flag it
-    /// was compiled with.
+    /// The full ISA: triple, every Cranelift ISA flag and the CPU
+    /// features codegen reads ([`isa_text`]), so code never runs on a CPU
+    /// lacking a flag it was compiled with.
     pub(super) isa: &'static str,
 }
 
@@ -44,7 +41,6 @@ impl HostIdentity {
         HostIdentity {
             structure: k.structure_text(dtype_of),
             opts: opts.for_kernel(k),
-            cpu: cpu_features(),
             isa: isa_text(),
         }
     }
@@ -59,7 +55,7 @@ impl Backend for HostBackend {
         KeyParts::new("host")
             .with("kernel", id.structure.clone())
             .with("codegen-options", format!("{:?}", id.opts))
-            .with("cpu", format!("{:?} | {}", id.cpu, id.isa))
+            .with("cpu", id.isa)
     }
 
     fn code_bytes(code: &KernelCode) -> usize {
