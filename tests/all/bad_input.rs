@@ -530,12 +530,7 @@ fn zero_size_tensors_with_a_huge_dim_work_in_every_mode() {
         let f = tilejit::jit_fn!(move |x: &Tensor| op(x));
         let eager = op(&x);
         assert_eq!(eager.shape(), want, "{name} eager: {:?}", eager.error());
-        for mode in [
-            RunMode::Host,
-            RunMode::Sim,
-            RunMode::Verify,
-            RunMode::Reference,
-        ] {
+        for mode in RunMode::ALL {
             let got = f.with_mode(mode).call((&x,));
             let got = got.unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
             assert_eq!(got.shape(), want, "{name} {mode:?}");

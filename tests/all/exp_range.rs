@@ -29,8 +29,8 @@ fn gelu_ulps(x: f32) -> i64 {
     32 + 2 * m2u.abs().min(1e9) as i64
 }
 
-/// The ops, with the ulps `inline_math_is_accurate_over_a_million_points`
-/// states for each.
+/// The ops, with the ulps the host_backend accuracy tests state for the
+/// underlying ops.
 fn cases() -> Vec<Case> {
     let none: fn(f32) -> f32 = |_| 0.0;
     vec![

@@ -314,12 +314,7 @@ fn an_eager_index_out_of_range_names_the_op_called() {
     // range", the graph op it is made of.
     let x = x34();
     let bad = i64s(&[0, 3], &[2]);
-    for mode in [
-        RunMode::Host,
-        RunMode::Sim,
-        RunMode::Verify,
-        RunMode::Reference,
-    ] {
+    for mode in RunMode::ALL {
         with_mode(mode, || {
             let msg = x
                 .index_select(0, &bad)

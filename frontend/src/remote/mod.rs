@@ -61,7 +61,7 @@ pub struct ServerStats {
     pub calls: u64,
     /// Programs compiled from text a client sent.
     pub program_loads: u64,
-    /// Launches and calls stopped before their end: their client went
+    /// Launches, calls and program loads stopped before their end: their client went
     /// away, or they ran past the server's deadline.
     pub stopped: u64,
     /// Bytes of program text the program cache holds.

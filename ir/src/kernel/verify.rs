@@ -158,7 +158,8 @@ fn verify_kernel(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError
                     && len >= 0
             }
             Expr::Row(s) => {
-                matches!(k.stages.get(s as usize), Some(Stage::Reduce { value, .. }) if dt(*value) == e.dtype)
+                matches!(k.stages.get(s as usize), Some(Stage::Reduce { value, .. })
+                    if k.exprs.get(value.0 as usize).is_some_and(|v| v.dtype == e.dtype))
             }
         };
         if !ok {

@@ -192,7 +192,7 @@ impl DiskCache {
         }
     }
 
-    /// Why the cache refused its directory, if it did.
+    /// Whether the cache refused its directory.
     #[cfg(test)]
     pub(crate) fn is_refused(&self) -> bool {
         self.refused.load(Ordering::Relaxed)
@@ -378,10 +378,10 @@ fn parse<'a>(bytes: &'a [u8], parts: &KeyParts) -> Result<&'a [u8], String> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests assert by unwrapping
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn temp_root(tag: &str) -> PathBuf {
+    pub(crate) fn temp_root(tag: &str) -> PathBuf {
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());

@@ -330,12 +330,7 @@ fn sim_payloads_round_trip_units_and_extents() {
     }
 }
 
-fn temp_root(tag: &str) -> std::path::PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    std::env::temp_dir().join(format!("tilejit-kc-{tag}-{}-{nanos}", std::process::id()))
-}
+use super::disk::tests::temp_root;
 
 /// Kernels that call `tj_pow`, `tj_mod` and `tj_ipow` (and every other
 /// libcall) reload from the disk cache in a later process (a second

@@ -1,6 +1,8 @@
 //! `tilejit_codegen::sys`: every OS call tilejit makes: fresh zeroed
 //! buffers backed by transparent huge pages ([`zeroed_vec`]), and the
-//! coarse clock, the effective user id. A child of the one unsafe module, so `unsafe` stays there.
+//! coarse clock, the effective user id and giving free memory back
+//! (`malloc_trim`). A child of the one unsafe module, so `unsafe` stays
+//! there.
 //!
 //! A fresh buffer's pages fault in where a kernel first writes them, in
 //! parallel, and the OS zeroes each as it maps it. On 4 KiB pages a fresh
