@@ -28,8 +28,7 @@ struct Case {
     program: KernelProgram,
 }
 
-/// The `.kernels` or `.graph` files of `dir` (anything else but the
-/// lowering goldens is an error), sorted.
+/// The files of `dir` with extension `ext`, sorted.
 fn inputs(dir: &Path, ext: &str) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()

@@ -451,8 +451,9 @@ fn declare_kernel(
 }
 
 /// The block helpers of the golden target ([`golden_clif`]): the AVX2 set,
-/// by op and symbol (the lowering golden test checks them against
-/// [`block_math`]`(BlockMath::Avx2)` where this CPU has it). Never linked.
+/// by op and symbol (where this CPU has AVX2 and FMA, the lowering golden
+/// test checks that [`listing`] with [`BlockMath::Avx2`] gives the same
+/// text). Never linked.
 const GOLDEN_HELPERS: [(&str, &str); 9] = [
     ("exp", "tj_exp_x8"),
     ("log", "tj_log_x8"),
