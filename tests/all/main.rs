@@ -24,6 +24,7 @@ mod jit;
 mod jit_args;
 mod kernel_ir;
 mod layout_ops;
+mod lowering_golden;
 mod math_ops;
 mod oom;
 mod ops;

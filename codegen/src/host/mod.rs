@@ -6,6 +6,8 @@
 //! `opt_level=speed` and the IR verifier off in release builds (it would
 //! dominate compile time); FMA must be present or each vector `fma` would
 //! become four libcalls, so without it the code uses `fmul`+`fadd`.
+//! [`golden_clif`] is the same lowering for a fixed CPU, whose text the
+//! lowering golden tests compare.
 
 mod image;
 mod layout;
@@ -448,6 +450,43 @@ fn declare_kernel(
     Ok((sig, id))
 }
 
+/// The block helpers of the golden target ([`golden_clif`]): the AVX2 set,
+/// by op and symbol (where this CPU has AVX2 and FMA, the lowering golden
+/// test checks that [`listing`] with [`BlockMath::Avx2`] gives the same
+/// text). Never linked.
+const GOLDEN_HELPERS: [(&str, &str); 9] = [
+    ("exp", "tj_exp_x8"),
+    ("log", "tj_log_x8"),
+    ("tanh", "tj_tanh_x8"),
+    ("sigmoid", "tj_sigmoid_x8"),
+    ("gelu", "tj_gelu_x8"),
+    ("div", "tj_div_x8"),
+    ("max", "tj_max_x8"),
+    ("min", "tj_min_x8"),
+    ("stream", "tj_stream_x8"),
+];
+
+/// The Cranelift IR [`compile`] generates for `k` on a fixed target, for
+/// golden tests: an x86-64 CPU with FMA and AVX2 but not AVX-512 (so the
+/// 8-lane block helpers), under [`BlockMath::Avx2`] and
+/// [`StreamStores::Off`]. The text depends on the kernel and this build
+/// alone, never on this machine's CPU: the lowering reads no CPU feature
+/// but these, and the ISA flags reach only machine code, which is not made
+/// (only the calling convention is the host's: `system_v` on x86-64 Linux).
+pub fn golden_clif(k: &Kernel, dtype_of: &dyn Fn(BufId) -> DType) -> Result<String, CodegenError> {
+    let helpers = GOLDEN_HELPERS.map(|(op, symbol)| BlockFn {
+        op,
+        symbol,
+        addr: std::ptr::null(),
+    });
+    let opts = CodegenOptions {
+        block_math: BlockMath::Avx2,
+        stream_stores: StreamStores::Off,
+        ..CodegenOptions::default()
+    };
+    Ok(lower_fn(k, dtype_of, opts, true, &helpers)?.clif())
+}
+
 fn build(
     k: &Kernel,
     dtype_of: &dyn Fn(BufId) -> DType,
@@ -459,6 +498,67 @@ fn build(
         return Err(CodegenError::Cpu("SSE4.1"));
     }
     let opts = opts.for_kernel(k);
+    let helpers = block_math(opts.block_math)?;
+    let helpers: &[BlockFn] = helpers.as_ref().map_or(&[], |h| h.as_slice());
+    let lowered = lower_fn(k, dtype_of, opts, cpu.fma, helpers)?;
+    let clif = with_listing.then(|| lowered.clif());
+    let Lowered {
+        mut module,
+        id,
+        mut ctx,
+        layout,
+        ..
+    } = lowered;
+    ctx.set_disasm(with_listing);
+    module
+        .define_function(id, &mut ctx)
+        .map_err(|e| cl_err(k, format!("{e:?}")))?;
+    let (code_bytes, disasm) = match ctx.compiled_code() {
+        Some(c) => (c.code_buffer().len(), c.vcode.clone().unwrap_or_default()),
+        None => (0, String::new()),
+    };
+    let image = ctx
+        .compiled_code()
+        .and_then(|c| CodeImage::capture(&module, &ctx.func, id, &c.buffer));
+    let listing = clif.map(|clif| Listing { clif, disasm });
+    module.finalize_definitions().map_err(|e| cl_err(k, e))?;
+    let ptr = module.get_finalized_function(id);
+    let mut code = KernelCode::new(module, ptr, layout, k.name.clone(), code_bytes);
+    code.image = image.map(std::sync::Arc::new);
+    Ok((code, listing))
+}
+
+/// A kernel lowered to Cranelift IR, not yet compiled.
+struct Lowered {
+    /// Its own module, with the imports declared.
+    module: JITModule,
+    /// The function's id in `module`.
+    id: cranelift_module::FuncId,
+    /// The function.
+    ctx: Context,
+    /// Each imported function's symbol, to name it in the listing.
+    symbols: Vec<(FuncRef, &'static str)>,
+    /// Its arguments' layout.
+    layout: ArgLayout,
+}
+
+impl Lowered {
+    /// The function's text, imports named.
+    fn clif(&self) -> String {
+        name_imports(&self.ctx.func.display().to_string(), &self.symbols)
+    }
+}
+
+/// Verifies `k` against `dtype_of` and lowers it to Cranelift IR in a fresh
+/// module, for a CPU with FMA or not that offers `helpers`: what
+/// [`compile`] and [`golden_clif`] share.
+fn lower_fn(
+    k: &Kernel,
+    dtype_of: &dyn Fn(BufId) -> DType,
+    opts: CodegenOptions,
+    fma: bool,
+    helpers: &[BlockFn],
+) -> Result<Lowered, CodegenError> {
     // `dtype_of` answers once per buffer; everything below uses these.
     let buffers = k.local_buffers();
     let dtypes: Vec<DType> = buffers.iter().map(|&b| dtype_of(b)).collect();
@@ -467,15 +567,12 @@ fn build(
         let i = buffers.iter().position(|&x| x == b);
         i.map_or(DType::Bool, |i| dtypes[i])
     });
-    let helpers = block_math(opts.block_math)?;
-    let helpers: &[BlockFn] = helpers.as_ref().map_or(&[], |h| h.as_slice());
     let mut module = new_module(k, opts, helpers)?;
     let (sig, id) = declare_kernel(k, &mut module)?;
     let ptr = module.target_config().pointer_type();
     let mut ctx = Context::new();
     ctx.func.signature = sig;
     ctx.func.name = UserFuncName::user(0, id.as_u32());
-    ctx.set_disasm(with_listing);
     let mut fctx = FunctionBuilderContext::new();
     // Each imported function's symbol, to name it in the listing.
     let mut symbols: Vec<(FuncRef, &'static str)> = Vec::new();
@@ -532,25 +629,15 @@ fn build(
         };
         let buf_dtype = |lb: usize| layout.dtypes[lb];
         let stream = opts.stream_stores == StreamStores::Always;
-        lower::Lowerer::new(b, k, &layout, &buf_dtype, cpu.fma, stream, libs).lower()?;
+        lower::Lowerer::new(b, k, &layout, &buf_dtype, fma, stream, libs).lower()?;
     }
-    let clif = with_listing.then(|| name_imports(&ctx.func.display().to_string(), &symbols));
-    module
-        .define_function(id, &mut ctx)
-        .map_err(|e| cl_err(k, format!("{e:?}")))?;
-    let (code_bytes, disasm) = match ctx.compiled_code() {
-        Some(c) => (c.code_buffer().len(), c.vcode.clone().unwrap_or_default()),
-        None => (0, String::new()),
-    };
-    let image = ctx
-        .compiled_code()
-        .and_then(|c| CodeImage::capture(&module, &ctx.func, id, &c.buffer));
-    let listing = clif.map(|clif| Listing { clif, disasm });
-    module.finalize_definitions().map_err(|e| cl_err(k, e))?;
-    let ptr = module.get_finalized_function(id);
-    let mut code = KernelCode::new(module, ptr, layout, k.name.clone(), code_bytes);
-    code.image = image.map(std::sync::Arc::new);
-    Ok((code, listing))
+    Ok(Lowered {
+        module,
+        id,
+        ctx,
+        symbols,
+        layout,
+    })
 }
 
 /// Relinks `image` for `k` into a fresh module: the body of

@@ -1,0 +1,230 @@
+; fusion/conv_nchw.kernels compiled for the simulated device (device::compile, default config).
+; To rewrite: BLESS=1 cargo test -p tilejit-tests lowering_golden
+
+; kernel 0: conv (class Rows { double: true })
+; core function 0: units CubeTiles, tile 1, buffers [b0,b1,b2], workspace []
+.kernel mm_conv aic
+.gm a f32 [] in
+.gm b f32 [] in
+.gm c f32 [] out
+.arg lo 0
+.arg hi 0
+.arg s0 0
+.arg s1 0
+.arg s2 0
+.arg s3 0
+.arg s4 0
+.arg s5 0
+.arg s6 0
+.arg s7 0
+.arg s8 0
+.arg s9 0
+.arg s10 0
+.arg s11 0
+.arg s12 0
+.arg s13 0
+.arg s14 0
+.arg s15 0
+.arg s16 0
+.arg s17 0
+    ldarg r0, 0
+    ldarg r1, 1
+    ldarg r13, 14
+    ldarg r14, 15
+    ldarg r15, 16
+    add r16, r13, 63
+    div r16, r16, 64
+    max r16, r16, 1
+    add r17, r15, 63
+    div r17, r17, 64
+    max r17, r17, 1
+    add r18, r14, 63
+    div r18, r18, 64
+    mul r19, r13, r15
+    mul r20, r13, r14
+    mul r21, r14, r15
+    mul r22, r15, 64
+    mul r23, r14, 64
+    mul r24, r15, 64
+    ldarg r25, 17
+    ldarg r26, 18
+    ldarg r27, 19
+    movi r28, 3
+    movi r29, 3
+    movi r30, 1
+    movi r31, 1
+    mul r20, r25, r26
+    mul r20, r20, r27
+    movi r21, 0
+L29:
+    bge r0, r1, L98
+    rem r4, r0, r17
+    div r12, r0, r17
+    rem r3, r12, r16
+    div r2, r12, r16
+    mul r5, r3, -64
+    add r5, r5, r13
+    min r5, r5, 64
+    mul r6, r4, -64
+    add r6, r6, r15
+    min r6, r6, 64
+    mul r11, r2, r19
+    mul r12, r3, r22
+    add r11, r11, r12
+    mul r12, r4, 64
+    add r11, r11, r12
+    movi r7, 0
+    mul r8, r7, -64
+    add r8, r8, r14
+    min r8, r8, 64
+    mul r10, r2, r21
+    mul r12, r7, r24
+    add r10, r10, r12
+    mul r12, r4, 64
+    add r10, r10, r12
+    mul r9, r2, r20
+    mul r12, r3, 64
+    mul r23, r7, 64
+    ldl1c f32, 64x64, r5, r8, @0x0, a, r9, r12, r23, r25
+    ldl1 f32, 64x64, r8, r6, @0x4000, b, r10, r15
+    setf mte2, mte1, 0
+    waitf mte2, mte1, 0
+    mvl0a f32, 64x64, @0x0, @0x0
+    mvl0b f32, 64x64, @0x0, @0x4000
+    setf mte1, m, 0
+    waitf mte1, m, 0
+    mmad f32, 64x64x64, @0x0, @0x0, @0x0, 0
+    barrier
+    add r7, r7, 1
+L68:
+    bge r7, r18, L92
+    mul r8, r7, -64
+    add r8, r8, r14
+    min r8, r8, 64
+    mul r10, r2, r21
+    mul r12, r7, r24
+    add r10, r10, r12
+    mul r12, r4, 64
+    add r10, r10, r12
+    mul r9, r2, r20
+    mul r12, r3, 64
+    mul r23, r7, 64
+    ldl1c f32, 64x64, r5, r8, @0x0, a, r9, r12, r23, r25
+    ldl1 f32, 64x64, r8, r6, @0x4000, b, r10, r15
+    setf mte2, mte1, 0
+    waitf mte2, mte1, 0
+    mvl0a f32, 64x64, @0x0, @0x0
+    mvl0b f32, 64x64, @0x0, @0x4000
+    setf mte1, m, 0
+    waitf mte1, m, 0
+    mmad f32, 64x64x64, @0x0, @0x0, @0x0, 1
+    barrier
+    add r7, r7, 1
+    jmp L68
+L92:
+    setf m, fixp, 0
+    waitf m, fixp, 0
+    fixp f32, 64x64, r5, r6, c, r11, r15, @0x0, 0
+    barrier
+    add r0, r0, 1
+    jmp L29
+L98:
+    end
+; core function 1: units Kernel, tile 1, buffers [b2,b3], workspace []
+.kernel k_conv aiv
+.gm b0_3 f32 [] inout
+.gm b1_2 f32 [] inout
+.arg lo 0
+.arg hi 0
+.arg s0 0
+.arg s1 0
+.arg s2 0
+.arg s3 0
+.arg s4 0
+.arg s5 0
+.arg s6 0
+.arg s7 0
+.arg s8 0
+.arg s9 0
+.arg s10 0
+.arg s11 0
+.arg s12 0
+.arg s13 0
+.arg s14 0
+.arg s15 0
+.arg s16 0
+.arg s17 0
+    ldarg r0, 0
+    ldarg r1, 1
+    setf mte3, mte2, 0
+    setf mte3, mte2, 1
+L4:
+    bge r0, r1, L69
+    ldarg r2, 4
+    max r27, r2, 1
+    ldarg r5, 11
+    ldarg r6, 12
+    mov r3, r0
+    ldarg r31, 3
+    max r31, r31, 1
+    rem r4, r3, r31
+    div r3, r3, r31
+    ldarg r31, 6
+    mul r31, r4, r31
+    add r5, r5, r31
+    ldarg r31, 9
+    mul r31, r4, r31
+    add r6, r6, r31
+    ldarg r31, 5
+    mul r31, r3, r31
+    add r5, r5, r31
+    ldarg r31, 8
+    mul r31, r3, r31
+    add r6, r6, r31
+    waitf mte3, mte2, 0
+    ldarg r31, 7
+    ldx f32, 1x24536, 1, r2, @0x0, b0_3, r5, 0, r31
+    setf mte2, v, 0
+    waitf mte2, v, 0
+    setf v, mte3, 0
+    waitf v, mte3, 0
+    st f32, 1x24536, 1, r2, b1_2, r6, 0, @0x0
+    setf mte3, mte2, 0
+    add r0, r0, 1
+    bge r0, r1, L69
+    ldarg r2, 4
+    max r27, r2, 1
+    ldarg r5, 11
+    ldarg r6, 12
+    mov r3, r0
+    ldarg r31, 3
+    max r31, r31, 1
+    rem r4, r3, r31
+    div r3, r3, r31
+    ldarg r31, 6
+    mul r31, r4, r31
+    add r5, r5, r31
+    ldarg r31, 9
+    mul r31, r4, r31
+    add r6, r6, r31
+    ldarg r31, 5
+    mul r31, r3, r31
+    add r5, r5, r31
+    ldarg r31, 8
+    mul r31, r3, r31
+    add r6, r6, r31
+    waitf mte3, mte2, 1
+    ldarg r31, 7
+    ldx f32, 1x24536, 1, r2, @0x18000, b0_3, r5, 0, r31
+    setf mte2, v, 1
+    waitf mte2, v, 1
+    setf v, mte3, 1
+    waitf v, mte3, 1
+    st f32, 1x24536, 1, r2, b1_2, r6, 0, @0x18000
+    setf mte3, mte2, 1
+    add r0, r0, 1
+    jmp L4
+L69:
+    waitf mte3, mte2, 0
+    waitf mte3, mte2, 1
+    end

@@ -1,0 +1,211 @@
+; fusion/matmul_bias_gelu.kernels compiled for the simulated device (device::compile, default config).
+; To rewrite: BLESS=1 cargo test -p tilejit-tests lowering_golden
+
+; kernel 0: fused_matmul_add_gelu (class Rows { double: true })
+; core function 0: units CubeTiles, tile 1, buffers [b0,b1,b2], workspace []
+.kernel mm_fused_matmul_add_gelu aic
+.gm a f32 [] in
+.gm b f32 [] in
+.gm c f32 [] out
+.arg lo 0
+.arg hi 0
+.arg s0 0
+.arg s1 0
+.arg s2 0
+.arg s3 0
+.arg s4 0
+.arg s5 0
+.arg s6 0
+.arg s7 0
+.arg s8 0
+.arg s9 0
+.arg s10 0
+.arg s11 0
+.arg s12 0
+.arg s13 0
+.arg s14 0
+    ldarg r0, 0
+    ldarg r1, 1
+    ldarg r13, 14
+    ldarg r14, 15
+    ldarg r15, 16
+    add r16, r13, 63
+    div r16, r16, 64
+    max r16, r16, 1
+    add r17, r15, 63
+    div r17, r17, 64
+    max r17, r17, 1
+    add r18, r14, 63
+    div r18, r18, 64
+    mul r19, r13, r15
+    mul r20, r13, r14
+    mul r21, r14, r15
+    mul r22, r15, 64
+    mul r23, r14, 64
+    mul r24, r15, 64
+L19:
+    bge r0, r1, L92
+    rem r4, r0, r17
+    div r12, r0, r17
+    rem r3, r12, r16
+    div r2, r12, r16
+    mul r5, r3, -64
+    add r5, r5, r13
+    min r5, r5, 64
+    mul r6, r4, -64
+    add r6, r6, r15
+    min r6, r6, 64
+    mul r11, r2, r19
+    mul r12, r3, r22
+    add r11, r11, r12
+    mul r12, r4, 64
+    add r11, r11, r12
+    movi r7, 0
+    mul r8, r7, -64
+    add r8, r8, r14
+    min r8, r8, 64
+    mul r9, r2, r20
+    mul r12, r3, r23
+    add r9, r9, r12
+    mul r12, r7, 64
+    add r9, r9, r12
+    mul r10, r2, r21
+    mul r12, r7, r24
+    add r10, r10, r12
+    mul r12, r4, 64
+    add r10, r10, r12
+    ldl1 f32, 64x64, r5, r8, @0x0, a, r9, r14
+    ldl1 f32, 64x64, r8, r6, @0x4000, b, r10, r15
+    setf mte2, mte1, 0
+    waitf mte2, mte1, 0
+    mvl0a f32, 64x64, @0x0, @0x0
+    mvl0b f32, 64x64, @0x0, @0x4000
+    setf mte1, m, 0
+    waitf mte1, m, 0
+    mmad f32, 64x64x64, @0x0, @0x0, @0x0, 0
+    barrier
+    add r7, r7, 1
+L60:
+    bge r7, r18, L86
+    mul r8, r7, -64
+    add r8, r8, r14
+    min r8, r8, 64
+    mul r9, r2, r20
+    mul r12, r3, r23
+    add r9, r9, r12
+    mul r12, r7, 64
+    add r9, r9, r12
+    mul r10, r2, r21
+    mul r12, r7, r24
+    add r10, r10, r12
+    mul r12, r4, 64
+    add r10, r10, r12
+    ldl1 f32, 64x64, r5, r8, @0x0, a, r9, r14
+    ldl1 f32, 64x64, r8, r6, @0x4000, b, r10, r15
+    setf mte2, mte1, 0
+    waitf mte2, mte1, 0
+    mvl0a f32, 64x64, @0x0, @0x0
+    mvl0b f32, 64x64, @0x0, @0x4000
+    setf mte1, m, 0
+    waitf mte1, m, 0
+    mmad f32, 64x64x64, @0x0, @0x0, @0x0, 1
+    barrier
+    add r7, r7, 1
+    jmp L60
+L86:
+    setf m, fixp, 0
+    waitf m, fixp, 0
+    fixp f32, 64x64, r5, r6, c, r11, r15, @0x0, 0
+    barrier
+    add r0, r0, 1
+    jmp L19
+L92:
+    end
+; core function 1: units Kernel, tile 1, buffers [b2,b3,b4], workspace []
+.kernel k_fused_matmul_add_gelu aiv
+.gm b0_4 f32 [] inout
+.gm b1_2 f32 [] inout
+.gm b2_3 f32 [] inout
+.arg lo 0
+.arg hi 0
+.arg s0 0
+.arg s1 0
+.arg s2 0
+.arg s3 0
+.arg s4 0
+.arg s5 0
+.arg s6 0
+.arg s7 0
+.arg s8 0
+.arg s9 0
+.arg s10 0
+.arg s11 0
+.arg s12 0
+.arg s13 0
+.arg s14 0
+    ldarg r0, 0
+    ldarg r1, 1
+    setf mte3, mte2, 0
+    setf mte3, mte2, 1
+L4:
+    bge r0, r1, L61
+    ldarg r2, 3
+    max r27, r2, 1
+    ldarg r5, 10
+    ldarg r6, 11
+    ldarg r7, 12
+    mov r3, r0
+    ldarg r31, 4
+    mul r31, r3, r31
+    add r5, r5, r31
+    ldarg r31, 6
+    mul r31, r3, r31
+    add r6, r6, r31
+    ldarg r31, 8
+    mul r31, r3, r31
+    add r7, r7, r31
+    waitf mte3, mte2, 0
+    ld f32, 1x8176, 1, r2, @0x0, b0_4, r5, 0
+    ld f32, 1x8176, 1, r2, @0x7fc0, b1_2, r6, 0
+    setf mte2, v, 0
+    waitf mte2, v, 0
+    vadd f32, 1x8176, 1, r27, @0xff80, @0x0, @0x7fc0
+    vgelu f32, 1x8176, 1, r27, @0x7fc0, @0xff80
+    setf v, mte3, 0
+    waitf v, mte3, 0
+    st f32, 1x8176, 1, r2, b2_3, r7, 0, @0x7fc0
+    setf mte3, mte2, 0
+    add r0, r0, 1
+    bge r0, r1, L61
+    ldarg r2, 3
+    max r27, r2, 1
+    ldarg r5, 10
+    ldarg r6, 11
+    ldarg r7, 12
+    mov r3, r0
+    ldarg r31, 4
+    mul r31, r3, r31
+    add r5, r5, r31
+    ldarg r31, 6
+    mul r31, r3, r31
+    add r6, r6, r31
+    ldarg r31, 8
+    mul r31, r3, r31
+    add r7, r7, r31
+    waitf mte3, mte2, 1
+    ld f32, 1x8176, 1, r2, @0x18000, b0_4, r5, 0
+    ld f32, 1x8176, 1, r2, @0x1ffc0, b1_2, r6, 0
+    setf mte2, v, 1
+    waitf mte2, v, 1
+    vadd f32, 1x8176, 1, r27, @0x27f80, @0x18000, @0x1ffc0
+    vgelu f32, 1x8176, 1, r27, @0x1ffc0, @0x27f80
+    setf v, mte3, 1
+    waitf v, mte3, 1
+    st f32, 1x8176, 1, r2, b2_3, r7, 0, @0x1ffc0
+    setf mte3, mte2, 1
+    add r0, r0, 1
+    jmp L4
+L61:
+    waitf mte3, mte2, 0
+    waitf mte3, mte2, 1
+    end
