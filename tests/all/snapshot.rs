@@ -112,7 +112,7 @@ fn child() {
     } else {
         f.load_snapshot(&file).unwrap()
     };
-    f.freeze(true);
+    f.freeze();
     let (host, sim) = digest();
     let s = kernel_cache().stats();
     println!(
@@ -448,7 +448,10 @@ fn a_snapshot_loads_only_into_its_own_function() {
         module_path!(),
         snap_block::jit().body_digest(),
         "elsewhere",
-        &[tilejit::jit::param("x", tilejit::ArgKind::Tensor)],
+        &[tilejit::__private::param(
+            "x",
+            tilejit::args::ArgKind::Tensor,
+        )],
     );
     let e = impostor.load(&file).unwrap_err();
     assert!(
@@ -502,7 +505,7 @@ fn load_fills_the_handler_cache_and_a_frozen_function_serves_it() {
     assert_eq!(f.load(&file).unwrap(), 3);
     assert_eq!(f.load(&file).unwrap(), 3, "a second load replaces nothing");
     assert_eq!(f.handlers().len(), 3);
-    f.freeze(true);
+    f.freeze();
     for (n, want) in (1..=3).zip(&want) {
         assert_eq!(&f.call((&x, n)).unwrap().to_vec::<f32>().unwrap(), want);
     }

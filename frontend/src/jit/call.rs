@@ -80,6 +80,7 @@ impl JitFunction {
 
     /// Gives the function its body, so [`JitFunction::call_packed`] (and
     /// the registry) can call it by argument list; `#[jit]` does this.
+    #[doc(hidden)]
     pub fn set_body(&mut self, body: PackedBody) {
         self.body = Some(body);
     }
@@ -101,6 +102,7 @@ impl JitFunction {
 
     /// Calls the function: cache lookup, trace + compile on a miss, run.
     #[track_caller]
+    #[doc(hidden)]
     pub fn call(&self, args: &[ArgValue], body: &Body) -> Result<Outputs> {
         if trace::active() {
             return self.inline(args, body);

@@ -4,6 +4,7 @@
 
 use super::{Body, JitFunction};
 use crate::args::{ArgValue, Outputs};
+use crate::debug::DebugStats;
 use crate::error::{Error, Loc, Result};
 use crate::tensor::{Repr, Tensor};
 use std::collections::HashMap;
@@ -36,16 +37,6 @@ type DebugProgram = Arc<OnceLock<std::result::Result<Arc<Program>, Error>>>;
 
 /// Debug programs a trace keeps (cleared when full).
 const MAX_DEBUG_PROGRAMS: usize = 64;
-
-/// What a function's debug calls cost (`tilejit::debug`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DebugStats {
-    /// Traces made for debug scopes (one per signature).
-    pub traces: u64,
-    /// Debug programs compiled (one per signature, plus one per distinct
-    /// `step_to` stop inside a call).
-    pub compiles: u64,
-}
 
 impl JitFunction {
     /// What [`DebugStats`] the calls inside `tilejit::debug` scopes have

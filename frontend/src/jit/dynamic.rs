@@ -4,7 +4,7 @@
 
 use super::{Body, JitFunction};
 use crate::args::ArgValue;
-use crate::error::{Error, Result};
+use crate::error::{Error, PerSize, Result};
 use crate::trace;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use tilejit_runtime::{GenericGraph, ShapeClass, Signature, Standin};
 #[derive(Default)]
 pub(super) struct ClassEntry {
     graphs: Vec<Arc<GenericGraph>>,
-    per_size: Option<String>,
+    per_size: Option<PerSize>,
 }
 
 /// Shape classes a function remembers (cleared when full: a class costs
@@ -38,8 +38,8 @@ pub(super) enum ClassLookup {
 }
 
 impl JitFunction {
-    /// Keys traces on shape classes (`true`) or exact sizes (`false`, the
-    /// default). While dynamic, a call with unseen sizes of a seen
+    /// Keys traces on shape classes instead of exact sizes (the default,
+    /// which [`make_exact`](Self::make_exact) restores). While dynamic, a call with unseen sizes of a seen
     /// [`ShapeClass`] (same dtypes and ranks, same dims 0 or 1, same dims
     /// equal to each other) does not trace: the class's trace is
     /// instantiated at the new sizes and compiled, and its kernels come
@@ -79,18 +79,25 @@ impl JitFunction {
     /// #[jit(dynamic = true)]
     /// fn f(x: &Tensor) -> Tensor { x + 1.0 }
     /// ```
-    pub fn set_dynamic(&self, dynamic: bool) {
-        self.dynamic.store(dynamic, Ordering::Relaxed);
+    pub fn make_dynamic(&self) {
+        self.dynamic.store(true, Ordering::Relaxed);
     }
 
-    /// Whether [`set_dynamic`](Self::set_dynamic) is on.
+    /// Keys traces on exact sizes again (the default), undoing
+    /// [`make_dynamic`](Self::make_dynamic): the classes learnt are kept
+    /// but no longer used.
+    pub fn make_exact(&self) {
+        self.dynamic.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the function is dynamic ([`make_dynamic`](Self::make_dynamic)).
     pub fn is_dynamic(&self) -> bool {
         self.dynamic.load(Ordering::Relaxed)
     }
 
     /// The shape classes a dynamic function has traced, each with `Ok` if
     /// its trace serves all its sizes or the reason it is traced per size.
-    pub fn shape_classes(&self) -> Vec<(ShapeClass, std::result::Result<(), String>)> {
+    pub fn shape_classes(&self) -> Vec<(ShapeClass, std::result::Result<(), PerSize>)> {
         let classes = self.classes.lock().unwrap_or_else(|p| p.into_inner());
         let mut out: Vec<_> = classes
             .iter()
@@ -164,9 +171,7 @@ impl JitFunction {
                         let g = Arc::new(g);
                         say(&format!("class {class} traced{}", pins_note(g.pinned())));
                         if entry.graphs.len() >= MAX_PINNINGS {
-                            entry.per_size = Some(format!(
-                                "more than {MAX_PINNINGS} values of the sizes the body reads"
-                            ));
+                            entry.per_size = Some(PerSize::Pinnings { most: MAX_PINNINGS });
                         } else {
                             entry.graphs.push(g.clone());
                         }
@@ -234,7 +239,7 @@ impl JitFunction {
         mut pinned: Vec<Option<usize>>,
         args: &[ArgValue],
         body: &Body,
-    ) -> std::result::Result<GenericGraph, String> {
+    ) -> std::result::Result<GenericGraph, PerSize> {
         let watched = |set: Standin, pinned: &[Option<usize>]| {
             let sig = class.standin_signature(set, pinned)?;
             // Trace A is abandoned at a read that pins a symbol (it is
@@ -245,18 +250,18 @@ impl JitFunction {
             };
             let watch = trace::ProbeGuard::start(doom_on);
             let traced = self.trace(&sig, args, body);
-            Ok::<_, String>((traced, watch.finish()))
+            Ok::<_, PerSize>((traced, watch.finish()))
         };
         loop {
             if !class_has_free_symbol(&pinned) {
                 return Err(match class.symbols() {
-                    0 => "no size symbols".into(),
-                    _ => "the body reads every size".into(),
+                    0 => PerSize::NoSymbols,
+                    _ => PerSize::ReadsEverySize,
                 });
             }
             let (a, reads_a) = watched(Standin::A, &pinned)?;
             if reads_a.unseen {
-                return Err(reads_a.why.unwrap_or_default());
+                return Err(PerSize::OffThreadRead);
             }
             // Sizes read that are plainly symbols are pinned at once.
             let plain = class.pins_in_reads(&pinned, &reads_a.values);
@@ -268,21 +273,23 @@ impl JitFunction {
             }
             let (b, reads_b) = watched(Standin::B, &pinned)?;
             if reads_b.unseen {
-                return Err(reads_b.why.unwrap_or_default());
+                return Err(PerSize::OffThreadRead);
             }
-            let why = || reads_a.why.clone().unwrap_or_default();
             let new = class
                 .pins_for_reads(&pinned, &reads_a.values, &reads_b.values)
-                .map_err(|e| format!("{e}; {}", why()))?;
+                .map_err(|problem| PerSize::Read {
+                    problem,
+                    first_read: reads_a.why.clone().unwrap_or_default(),
+                })?;
             if !new.is_empty() {
                 for s in new {
                     pinned[s as usize] = Some(sizes[s as usize]);
                 }
                 continue;
             }
-            let a = a.map_err(|e| format!("at stand-in sizes: {e}"))?;
-            let b = b.map_err(|e| format!("at stand-in sizes: {e}"))?;
-            return GenericGraph::new(class, &pinned, a, &b);
+            let a = a.map_err(|e| PerSize::Standin(Box::new(e)))?;
+            let b = b.map_err(|e| PerSize::Standin(Box::new(e)))?;
+            return Ok(GenericGraph::new(class, &pinned, a, &b)?);
         }
     }
 }

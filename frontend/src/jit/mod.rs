@@ -28,7 +28,6 @@ mod debug;
 mod dynamic;
 mod snapshot;
 
-pub use debug::DebugStats;
 pub use snapshot::SnapshotLoad;
 
 use crate::args::{ArgKind, ArgValue, JitArgs, JitOutput, ParamSpec, TraceValue};
@@ -47,9 +46,11 @@ use std::time::{Duration, Instant};
 use tilejit_runtime::{HandlerCache, HandlerStats, Program, ShapeClass, Signature};
 
 /// A traced body: receives the arguments as trace values, returns outputs.
+#[doc(hidden)]
 pub type Body<'b> = dyn Fn(&[TraceValue]) -> Result<Vec<Tensor>> + Send + Sync + 'b;
 
 /// A `#[jit]` function's body as a plain function.
+#[doc(hidden)]
 pub type PackedBody = fn(&[TraceValue]) -> Result<Vec<Tensor>>;
 
 /// A jit-compiled function's identity and handler cache: one compiled
@@ -69,7 +70,7 @@ pub type PackedBody = fn(&[TraceValue]) -> Result<Vec<Tensor>>;
 /// scale_add(&Tensor::ones(&[8], DType::F32), 2.0)?; // a new shape: a second program
 /// let f = scale_add::jit();
 /// assert_eq!((f.stats().builds, f.stats().hits, f.handlers().len()), (2, 1, 2));
-/// f.freeze(true);                              // from now on, a new signature is an error
+/// f.freeze();                                  // from now on, a new signature is an error
 /// assert!(scale_add(&Tensor::ones(&[5], DType::F32), 2.0).is_err());
 /// # Ok::<(), tilejit::Error>(())
 /// ```
@@ -95,7 +96,7 @@ pub struct JitFunction {
     body: Option<PackedBody>,
     /// No new traces: a call with an unseen signature is an error.
     frozen: AtomicBool,
-    /// Key the handler cache's traces on shape classes (`set_dynamic`).
+    /// Key the handler cache's traces on shape classes (`make_dynamic`).
     dynamic: AtomicBool,
     /// Per shape class seen while dynamic: its generic trace, or why it
     /// is traced per size.
@@ -137,6 +138,7 @@ impl JitFunction {
     /// Declares a jit function with no module path or body digest: its
     /// snapshots are told apart from others' by name only (see
     /// [`with_identity`](Self::with_identity)).
+    #[doc(hidden)]
     pub fn new(name: &str, location: &str, params: &[ParamSpec]) -> JitFunction {
         JitFunction::with_identity(name, "", "", location, params)
     }
@@ -145,6 +147,7 @@ impl JitFunction {
     /// whose signature and body have digest `body_digest` (the macros
     /// call this): a snapshot loads only into a function with the same
     /// module path, name and body digest.
+    #[doc(hidden)]
     pub fn with_identity(
         name: &str,
         module: &str,
@@ -239,18 +242,23 @@ impl JitFunction {
         &self.params
     }
 
-    /// Stops (or, with `false`, resumes) tracing: while frozen, a call
-    /// whose signature has no compiled program is an error
-    /// ([`Error::Frozen`], naming the nearest signature seen) instead of a
-    /// new trace and compile. For serving code whose shapes must all have
-    /// been warmed up: an unexpected shape fails loudly rather than paying
-    /// a compile in the middle of traffic. A frozen dynamic function still
-    /// compiles new sizes of shape classes it has traced (no trace runs).
-    pub fn freeze(&self, frozen: bool) {
-        self.frozen.store(frozen, Ordering::Relaxed);
+    /// Stops tracing: while frozen, a call whose signature has no
+    /// compiled program is an error ([`Error::Frozen`], naming the nearest
+    /// signature seen) instead of a new trace and compile. For serving
+    /// code whose shapes must all have been warmed up: an unexpected shape
+    /// fails loudly rather than paying a compile in the middle of traffic.
+    /// A frozen dynamic function still compiles new sizes of shape classes
+    /// it has traced (no trace runs). [`unfreeze`](Self::unfreeze) undoes it.
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::Relaxed);
     }
 
-    /// Whether [`freeze`](Self::freeze) is on.
+    /// Resumes tracing after [`freeze`](Self::freeze) (the default state).
+    pub fn unfreeze(&self) {
+        self.frozen.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the function is frozen ([`freeze`](Self::freeze)).
     pub fn is_frozen(&self) -> bool {
         self.frozen.load(Ordering::Relaxed)
     }
@@ -351,6 +359,7 @@ pub struct JitFn<'f, Out> {
 
 impl<'f, Out: JitOutput> JitFn<'f, Out> {
     /// Wraps a body, with no module path or body digest.
+    #[doc(hidden)]
     pub fn new<F>(name: &str, location: &str, params: &[ParamSpec], body: F) -> Self
     where
         F: Fn(&[TraceValue]) -> Result<Out> + Send + Sync + 'f,
@@ -361,6 +370,7 @@ impl<'f, Out: JitOutput> JitFn<'f, Out> {
     /// Wraps a body defined in `module` whose tokens have digest
     /// `body_digest` (the `jit_fn!` macro calls this; see
     /// [`JitFunction::with_identity`]).
+    #[doc(hidden)]
     pub fn with_identity<F>(
         name: &str,
         module: &str,
@@ -411,7 +421,8 @@ impl<Out> fmt::Display for JitFn<'_, Out> {
     }
 }
 
-/// Kinds of a declared parameter list (used by the macros' generated code).
+/// A declared parameter, for the macros' expansions.
+#[doc(hidden)]
 pub fn param(name: &'static str, kind: ArgKind) -> ParamSpec {
     ParamSpec { name, kind }
 }

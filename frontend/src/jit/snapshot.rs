@@ -37,7 +37,7 @@ impl JitFunction {
     /// double::jit().save(&path)?;
     /// double::jit().clear();
     /// assert_eq!(double::jit().load(&path)?, 1);    // no trace; kernels still cached
-    /// double::jit().freeze(true);
+    /// double::jit().freeze();
     /// assert_eq!(double(&Tensor::ones(&[4], DType::F32))?.to_vec::<f32>()?, [2.0; 4]);
     /// # std::fs::remove_file(&path).ok();
     /// # Ok::<(), tilejit::Error>(())
