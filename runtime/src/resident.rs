@@ -235,7 +235,13 @@ mod tests {
                 to_host_bytes: 0,
             }
         );
-        // Swapped operands: both counts floor at zero.
-        assert_eq!(earlier - later, TransferStats::default());
+        // Swapped operands: the count that went up floors at zero.
+        assert_eq!(
+            earlier - later,
+            TransferStats {
+                to_device_bytes: 0,
+                to_host_bytes: 10,
+            }
+        );
     }
 }
