@@ -292,30 +292,7 @@ impl JitFunction {
             return Ok(GenericGraph::new(class, &pinned, a, &b)?);
         }
     }
-}
 
-/// Whether some symbol is still free (not pinned).
-fn class_has_free_symbol(pinned: &[Option<usize>]) -> bool {
-    pinned.iter().any(Option::is_none)
-}
-
-/// `", pinned n1 = 5"` for a graph's pinned symbols (for the log).
-fn pins_note(pinned: &[Option<usize>]) -> String {
-    let pins: Vec<String> = pinned
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| p.map(|v| format!("n{i} = {v}")))
-        .collect();
-    match pins.is_empty() {
-        true => ": later sizes need no trace".into(),
-        false => format!(
-            ", pinned {}: later sizes with those need no trace",
-            pins.join(", ")
-        ),
-    }
-}
-
-impl JitFunction {
     /// Each shape class known, as text, with its state (generic, generic
     /// but for the symbols the body reads, or traced per size and why),
     /// sorted: for the function's `Display`.
@@ -352,5 +329,26 @@ impl JitFunction {
         };
         classes.sort();
         classes
+    }
+}
+
+/// Whether some symbol is still free (not pinned).
+fn class_has_free_symbol(pinned: &[Option<usize>]) -> bool {
+    pinned.iter().any(Option::is_none)
+}
+
+/// `", pinned n1 = 5"` for a graph's pinned symbols (for the log).
+fn pins_note(pinned: &[Option<usize>]) -> String {
+    let pins: Vec<String> = pinned
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.map(|v| format!("n{i} = {v}")))
+        .collect();
+    match pins.is_empty() {
+        true => ": later sizes need no trace".into(),
+        false => format!(
+            ", pinned {}: later sizes with those need no trace",
+            pins.join(", ")
+        ),
     }
 }
