@@ -360,8 +360,9 @@ fn parse_mode(nv: &syn::MetaNameValue) -> syn::Result<TokenStream2> {
     Ok(quote!(::tilejit::__private::RunMode::#variant))
 }
 
-fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
-    let sig = &func.sig;
+/// A `#[jit]` function's signature checked (not generic, not async, not a
+/// method, with a return type): its return type and parameters.
+fn checked_signature(sig: &syn::Signature) -> syn::Result<(Type, Vec<Param>)> {
     if let Some(g) = sig.generics.params.first() {
         return Err(syn::Error::new(
             g.span(),
@@ -395,31 +396,28 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
             }
         }
     }
-    let attrs = &func.attrs;
-    let vis = &func.vis;
-    let name = &sig.ident;
-    let block = &func.block;
-    let outer = params.iter().map(|p| {
-        let (o, t) = (&p.outer, &p.ty);
-        quote!(#o: #t)
-    });
-    let inner = params.iter().map(|p| {
-        let (pat, t) = (&p.pat, &p.body_ty);
-        quote!(#pat: #t)
-    });
-    let flatten = flatten_args(&params);
-    let (rebuild, from) = rebuild_args(&params);
-    // A body written `-> Result<T>` returns its own errors; any other body
-    // is wrapped so `?` works in it (on a nested jit call, say): its value
-    // becomes `Ok(value)` and each `return e` becomes `return Ok(e)`.
-    let (out_ty, body_fn, call_body) = match result_ok_type(&ret) {
+    Ok((ret, params))
+}
+
+/// The body as an inner function `__tilejit_body`, with the type its
+/// caller gets in `Ok` and the expression calling it on `from`. A body
+/// written `-> Result<T>` returns its own errors; any other body is
+/// wrapped so `?` works in it (on a nested jit call, say): its value
+/// becomes `Ok(value)` and each `return e` becomes `return Ok(e)`.
+fn wrap_body(
+    ret: &Type,
+    inner: &[TokenStream2],
+    block: &syn::Block,
+    from: &[TokenStream2],
+) -> (Type, TokenStream2, TokenStream2) {
+    match result_ok_type(ret) {
         Some(t) => (
             t,
             quote!(fn __tilejit_body(#(#inner),*) -> #ret #block),
             quote!(__tilejit_body(#(#from),*).map_err(::std::convert::Into::<::tilejit::__private::Error>::into)?),
         ),
         None => {
-            let mut block = (**block).clone();
+            let mut block = block.clone();
             syn::visit_mut::VisitMut::visit_block_mut(&mut WrapReturns, &mut block);
             (
                 ret.clone(),
@@ -429,7 +427,30 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
                 quote!(__tilejit_body(#(#from),*)?),
             )
         }
-    };
+    }
+}
+
+fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
+    let sig = &func.sig;
+    let (ret, params) = checked_signature(sig)?;
+    let attrs = &func.attrs;
+    let vis = &func.vis;
+    let name = &sig.ident;
+    let block = &func.block;
+    let outer = params.iter().map(|p| {
+        let (o, t) = (&p.outer, &p.ty);
+        quote!(#o: #t)
+    });
+    let inner: Vec<TokenStream2> = params
+        .iter()
+        .map(|p| {
+            let (pat, t) = (&p.pat, &p.body_ty);
+            quote!(#pat: #t)
+        })
+        .collect();
+    let flatten = flatten_args(&params);
+    let (rebuild, from) = rebuild_args(&params);
+    let (out_ty, body_fn, call_body) = wrap_body(&ret, &inner, block, &from);
     let specs = specs(&params);
     // The function's identity besides its name and module path: a digest
     // of its signature and body as tokens, so a snapshot saved from

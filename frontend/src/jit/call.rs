@@ -450,59 +450,8 @@ impl JitFunction {
                     location: Loc::caller(),
                 })
             })?;
-            let (mut n_inputs, mut n_params) = (0u32, 0u32);
-            let mut values = Vec::with_capacity(args.len());
-            for (a, s) in args.iter().zip(&sig.args) {
-                values.push(match (*a, *s) {
-                    (ArgValue::Tensor(_), ArgSig::Tensor(ty)) => {
-                        let node = state
-                            .graph
-                            .add(Op::Input {
-                                index: n_inputs,
-                                ty,
-                            })
-                            .map_err(|e| wrap(Error::Runtime(e.into())))?;
-                        n_inputs += 1;
-                        TraceValue::Tensor(Tensor {
-                            repr: Repr::Traced {
-                                trace: id,
-                                node,
-                                ty,
-                            },
-                            weak: false,
-                        })
-                    }
-                    (ArgValue::Float(_, dtype), _) => {
-                        let node = state
-                            .graph
-                            .add(Op::Param {
-                                index: n_params,
-                                dtype,
-                            })
-                            .map_err(|e| wrap(Error::Runtime(e.into())))?;
-                        n_params += 1;
-                        let ty = state.graph.ty(node);
-                        TraceValue::Tensor(Tensor {
-                            repr: Repr::Traced {
-                                trace: id,
-                                node,
-                                ty,
-                            },
-                            weak: true,
-                        })
-                    }
-                    (ArgValue::Int(v), _) => TraceValue::Int(v),
-                    (ArgValue::Bool(v), _) => TraceValue::Bool(v),
-                    (ArgValue::Mark(m), _) => mark_value(m),
-                    (ArgValue::Tensor(_), _) => {
-                        return Err(wrap(Error::Arguments {
-                            function: self.name.clone(),
-                            message: "signature mismatch".into(),
-                        }))
-                    }
-                });
-            }
-            Ok(values)
+            self.trace_inputs(&mut state.graph, id, sig, args)
+                .map_err(wrap)
         })?;
         let result = catch_unwind(AssertUnwindSafe(|| body(&values)));
         drop(values);
@@ -539,23 +488,73 @@ impl JitFunction {
             return Err(wrap(e));
         }
         for t in &outputs {
-            let node = match &t.repr {
-                Repr::Traced { trace, node, .. } if *trace == id => *node,
-                Repr::Traced { .. } => {
-                    return Err(wrap(Error::ForeignTrace {
-                        op: "return",
-                        location: Loc::caller(),
-                    }))
-                }
-                Repr::Concrete(a) => state.graph.add_constant(a.clone()),
-                Repr::Sim(_) | Repr::Remote(_) => {
-                    state.graph.add_constant(t.array("return").map_err(wrap)?)
-                }
-                Repr::Error(e) => return Err(wrap((**e).clone())),
-            };
+            let node = output_node(&mut state.graph, id, t).map_err(wrap)?;
             state.graph.outputs.push(node);
         }
         Ok((state.graph, state.locs))
+    }
+
+    /// The trace values of a call's arguments in trace `id`: an
+    /// `Op::Input` per tensor and an `Op::Param` per float added to
+    /// `graph`, static values as they are.
+    fn trace_inputs(
+        &self,
+        graph: &mut Graph,
+        id: u64,
+        sig: &Signature,
+        args: &[ArgValue],
+    ) -> Result<Vec<TraceValue>> {
+        let (mut n_inputs, mut n_params) = (0u32, 0u32);
+        let mut values = Vec::with_capacity(args.len());
+        for (a, s) in args.iter().zip(&sig.args) {
+            values.push(match (*a, *s) {
+                (ArgValue::Tensor(_), ArgSig::Tensor(ty)) => {
+                    let node = graph
+                        .add(Op::Input {
+                            index: n_inputs,
+                            ty,
+                        })
+                        .map_err(|e| Error::Runtime(e.into()))?;
+                    n_inputs += 1;
+                    TraceValue::Tensor(Tensor {
+                        repr: Repr::Traced {
+                            trace: id,
+                            node,
+                            ty,
+                        },
+                        weak: false,
+                    })
+                }
+                (ArgValue::Float(_, dtype), _) => {
+                    let node = graph
+                        .add(Op::Param {
+                            index: n_params,
+                            dtype,
+                        })
+                        .map_err(|e| Error::Runtime(e.into()))?;
+                    n_params += 1;
+                    let ty = graph.ty(node);
+                    TraceValue::Tensor(Tensor {
+                        repr: Repr::Traced {
+                            trace: id,
+                            node,
+                            ty,
+                        },
+                        weak: true,
+                    })
+                }
+                (ArgValue::Int(v), _) => TraceValue::Int(v),
+                (ArgValue::Bool(v), _) => TraceValue::Bool(v),
+                (ArgValue::Mark(m), _) => mark_value(m),
+                (ArgValue::Tensor(_), _) => {
+                    return Err(Error::Arguments {
+                        function: self.name.clone(),
+                        message: "signature mismatch".into(),
+                    })
+                }
+            });
+        }
+        Ok(values)
     }
 }
 
@@ -617,4 +616,21 @@ fn signature_matches(sig: &Signature, args: &[ArgValue]) -> bool {
             (ArgSig::Mark(m), ArgValue::Mark(n)) => m == n,
             _ => false,
         })
+}
+
+/// The node of trace `id` that a body's returned tensor is: its own node,
+/// or a constant for a concrete (or device) tensor.
+fn output_node(graph: &mut Graph, id: u64, t: &Tensor) -> Result<tilejit_ir::NodeId> {
+    Ok(match &t.repr {
+        Repr::Traced { trace, node, .. } if *trace == id => *node,
+        Repr::Traced { .. } => {
+            return Err(Error::ForeignTrace {
+                op: "return",
+                location: Loc::caller(),
+            })
+        }
+        Repr::Concrete(a) => graph.add_constant(a.clone()),
+        Repr::Sim(_) | Repr::Remote(_) => graph.add_constant(t.array("return")?),
+        Repr::Error(e) => return Err((**e).clone()),
+    })
 }
