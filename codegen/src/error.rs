@@ -77,6 +77,10 @@ pub enum CodegenError {
     /// The CPU lacks a feature the generated code needs.
     #[error("this CPU lacks {0}, which the host backend needs")]
     Cpu(&'static str),
+    /// Stored machine code (a disk-cache entry or a snapshot's) does not
+    /// parse; nothing was linked from it.
+    #[error("code image: {0}")]
+    Image(#[from] ImageError),
     /// A launch passed arguments that do not fit the compiled kernel.
     #[error("kernel `{kernel}`: bad launch: {message}")]
     Launch {
@@ -85,4 +89,40 @@ pub enum CodegenError {
         /// What did not fit.
         message: String,
     },
+}
+
+/// What is wrong with a stored code image ([`CodegenError::Image`]).
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ImageError {
+    /// The bytes end inside a field that starts at `at`.
+    #[error("truncated at byte {at}")]
+    Truncated {
+        /// Where the field that does not fit starts.
+        at: usize,
+    },
+    /// The code's alignment is not a power of two up to 4096.
+    #[error("bad alignment {align}")]
+    Alignment {
+        /// The alignment read.
+        align: u64,
+    },
+    /// A relocation of a kind this build does not know.
+    #[error("bad relocation kind {kind}")]
+    RelocKind {
+        /// The kind byte read.
+        kind: u8,
+    },
+    /// A relocation's symbol name is not UTF-8.
+    #[error("a symbol is not UTF-8")]
+    SymbolUtf8,
+    /// A relocation would patch bytes past the code's end (relinking would
+    /// write out of bounds).
+    #[error("relocation at {offset} outside the code")]
+    RelocOutside {
+        /// The relocation's offset in the code.
+        offset: u32,
+    },
+    /// Bytes follow the last relocation.
+    #[error("trailing bytes")]
+    Trailing,
 }

@@ -22,7 +22,7 @@ pub mod device;
 mod error;
 pub mod host;
 
-pub use error::CodegenError;
+pub use error::{CodegenError, ImageError};
 pub use host::sys;
 
 /// The Cranelift version this build generates host code with (part of

@@ -163,7 +163,7 @@ fn apply_placed(
                             function: op.to_string(),
                             location,
                             kernel: op.to_string(),
-                            device: d.clone(),
+                            device: d.to_string(),
                             reason: format!("{e}; the placement allows no fallback"),
                         });
                     }
@@ -182,7 +182,7 @@ fn apply_placed(
         function: op.to_string(),
         location,
         kernel: op.to_string(),
-        device: placement.home(),
+        device: placement.home().to_string(),
         reason: match why_not.is_empty() {
             true => "the placement lists no device".into(),
             false => why_not.join("; "),

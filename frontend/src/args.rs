@@ -1,7 +1,14 @@
-//! How values cross a jit boundary: [`JitArg`] turns a caller's argument
-//! into an [`ArgValue`]; [`FromTrace`] turns a [`TraceValue`] into the
-//! parameter the body sees; [`JitOutput`] converts results. The `#[jit]` and
-//! `jit_fn!` macros generate calls to these; users rarely name them.
+//! How values cross a jit boundary: [`JitArg`] and [`JitArgs`] turn a
+//! caller's arguments into [`ArgValue`]s (what [`crate::registry`] calls
+//! take too), [`JitOutput`] is what a jit function may return, and
+//! [`ParamSpec`]s describe a function's parameters
+//! ([`JitFunction::params`](crate::JitFunction::params)).
+//!
+//! The rest is plumbing for the macros' expansions, hidden from the docs
+//! and reached through `tilejit::__private`: `TraceValue` (what a body
+//! receives while traced), `FromTrace`/`FromLeaves`/`Leaves` (rebuilding
+//! parameters from it), `StaticFloat` and `Outputs` (a call's outputs as
+//! they are taken). They may change in any release.
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -116,6 +123,7 @@ int_arg!(i8 i16 i32 i64 u8 u16 u32 u64 usize isize);
 /// A value handed to a jit body while it is traced (or inlined): tensors
 /// (float parameters arrive as weakly typed rank-0 tensors) and static values.
 #[derive(Clone)]
+#[doc(hidden)]
 pub enum TraceValue {
     /// A tensor (traced, or concrete when inlined with concrete arguments).
     Tensor(Tensor),
@@ -133,6 +141,7 @@ fn kind_error(want: &str) -> Error {
 }
 
 /// Converts a [`TraceValue`] into a body parameter.
+#[doc(hidden)]
 pub trait FromTrace<'a>: Sized {
     /// The conversion.
     fn from_trace(v: &'a TraceValue) -> Result<Self>;
@@ -167,13 +176,16 @@ pub trait JitOutput: Sized {
     /// Flattens into tensors.
     fn into_tensors(self) -> Vec<Tensor>;
     /// Rebuilds from the program's outputs.
+    #[doc(hidden)]
     fn from_tensors(v: Outputs) -> Result<Self>;
     /// Appends this value's tensors to `out` (a field of a returned struct).
+    #[doc(hidden)]
     fn push_tensors(self, out: &mut Vec<Tensor>) {
         out.extend(self.into_tensors())
     }
     /// Takes this value from the front of `v` (a field of a returned
     /// struct); only tensors and derived structs can be fields.
+    #[doc(hidden)]
     fn take_from(v: &mut Outputs) -> Result<Self> {
         let _ = v;
         Err(kind_error(
@@ -185,6 +197,7 @@ pub trait JitOutput: Sized {
 /// A call's output tensors in order. A run's arrays become tensors as they
 /// are taken, with no `Vec` of tensors in between (a warm call of a tiny
 /// function is a few hundred nanoseconds; an allocation is a tenth of it).
+#[doc(hidden)]
 pub struct Outputs(OutputsInner);
 
 enum OutputsInner {
@@ -329,12 +342,14 @@ pub trait JitArgs {
     note = "jit parameters are tensors, floats, integers, bools, `&[Tensor]`, `Vec<Tensor>` \
             and structs that `#[derive(tilejit::JitArgs)]`"
 )]
+#[doc(hidden)]
 pub trait FromLeaves: Sized {
     /// Takes this value's leaves from the front of `leaves`.
     fn from_leaves(leaves: &mut Leaves<'_>) -> Result<Self>;
 }
 
 /// The leaves a jit body receives, taken in order by [`FromLeaves`].
+#[doc(hidden)]
 pub struct Leaves<'a> {
     it: std::slice::Iter<'a, TraceValue>,
 }
@@ -475,6 +490,7 @@ pub fn exactly<const N: usize, T>(xs: &[T]) -> Result<&[T; N]> {
 /// A float field of a `#[derive(JitArgs)]` struct: a static value (its bits
 /// are an integer leaf), since the body reads it as a Rust float. For a
 /// runtime scalar, use a rank-0 `Tensor` field.
+#[doc(hidden)]
 pub trait StaticFloat: Sized {
     /// Appends the value's bits as an integer leaf.
     fn push_static(&self, out: &mut Vec<ArgValue<'_>>);

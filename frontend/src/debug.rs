@@ -54,13 +54,22 @@
 //! the closure closes its scope. Outside any scope a jit call or eager op
 //! pays one thread-local flag read.
 
-pub use crate::jit::DebugStats;
-
 use crate::error::Loc;
 use crate::tensor::Tensor;
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use tilejit_ir::{ErrorKind, Graph, IrError, NodeId, Op};
+
+/// What a jit function's debug calls cost
+/// ([`JitFunction::debug_stats`](crate::JitFunction::debug_stats)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DebugStats {
+    /// Traces made for debug scopes (one per signature).
+    pub traces: u64,
+    /// Debug programs compiled (one per signature, plus one per distinct
+    /// `step_to` stop inside a call).
+    pub compiles: u64,
+}
 
 /// One value an op computed inside [`intermediates`] or [`step_to`].
 #[derive(Clone, Debug)]

@@ -10,7 +10,6 @@
 //! Reading values (`to_vec`, `item`, Display) of a device tensor copies
 //! them back. [`transfer_stats`] counts every byte that crossed.
 
-use crate::args::ArgValue;
 use crate::error::{Error, Loc, Result};
 use crate::remote::Conn;
 use crate::tensor::{Repr, Tensor};
@@ -120,49 +119,6 @@ impl Device {
         match &self.kind {
             Kind::Remote(r) => Some(&r.0),
             _ => None,
-        }
-    }
-
-    /// Calls the registry function `name` on this device: on a remote
-    /// device, the server's registry (tensor arguments there go by
-    /// reference, host ones by value; results stay on the server); on the
-    /// host or Sim, this process's registry with tensor arguments moved
-    /// here first.
-    #[track_caller]
-    pub fn call(&self, name: &str, args: &[ArgValue]) -> Result<Vec<Tensor>> {
-        let location = Loc::caller();
-        match &self.kind {
-            Kind::Remote(r) => r.0.call(name, args).map_err(|s| {
-                crate::remote::error(&r.0.addr, format!("call `{name}`"), location, s)
-            }),
-            _ => {
-                let moved = args
-                    .iter()
-                    .map(|a| match a {
-                        ArgValue::Tensor(t) => t.to(self).map(Some),
-                        _ => Ok(None),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                let args: Vec<ArgValue> = args
-                    .iter()
-                    .zip(&moved)
-                    .map(|(a, m)| m.as_ref().map_or(*a, ArgValue::Tensor))
-                    .collect();
-                crate::registry::call(name, &args)
-            }
-        }
-    }
-
-    /// The registry's names where [`call`](Self::call) looks them up.
-    #[track_caller]
-    pub fn functions(&self) -> Result<Vec<String>> {
-        let location = Loc::caller();
-        match &self.kind {
-            Kind::Remote(r) => {
-                r.0.list()
-                    .map_err(|s| crate::remote::error(&r.0.addr, "list".into(), location, s))
-            }
-            _ => Ok(crate::registry::list()),
         }
     }
 
@@ -418,7 +374,9 @@ pub(crate) fn common_device<'a>(
         return Err(Error::Devices {
             op: op.to_string(),
             location,
-            arguments: tensors.map(|(name, t)| (name, t.device())).collect(),
+            arguments: tensors
+                .map(|(name, t)| (name, t.device().to_string()))
+                .collect(),
         });
     }
     Ok(found.unwrap_or_else(Device::host))

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::panic::Location;
 use tilejit_ir::{ErrorKind, IrError};
-use tilejit_runtime::RuntimeError;
+use tilejit_runtime::{ClassProblem, RuntimeError};
 
 /// `std::result::Result` with tilejit's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -139,8 +139,9 @@ pub enum Error {
         op: String,
         /// Where the user called it.
         location: Loc,
-        /// Each tensor argument (its name) and its device.
-        arguments: Vec<(String, crate::Device)>,
+        /// Each tensor argument (its name) and its device, as the
+        /// device displays itself (`host`, `sim`, or the remote's).
+        arguments: Vec<(String, String)>,
     },
     /// A placed call's kernel cannot run where the placement requires
     /// ([`crate::with_placement`]).
@@ -151,8 +152,8 @@ pub enum Error {
         location: Loc,
         /// The kernel.
         kernel: String,
-        /// The device it could not run on.
-        device: crate::Device,
+        /// The device it could not run on, as it displays itself.
+        device: String,
         /// Why.
         reason: String,
     },
@@ -290,5 +291,72 @@ impl std::error::Error for Error {
 impl From<RuntimeError> for Error {
     fn from(e: RuntimeError) -> Error {
         Error::Runtime(e)
+    }
+}
+
+/// Why a dynamic function traces a shape class per size instead of once
+/// for all its sizes
+/// ([`JitFunction::shape_classes`](crate::JitFunction::shape_classes)).
+#[derive(Clone, Debug, PartialEq)]
+pub enum PerSize {
+    /// The class has no size symbols (every dim is 0 or 1).
+    NoSymbols,
+    /// The body reads every size (`shape()`, `numel()`, ..), so every
+    /// symbol is pinned.
+    ReadsEverySize,
+    /// The body read sizes on a thread that does not trace it, where the
+    /// watch cannot see which.
+    OffThreadRead,
+    /// The reads of the two stand-in traces cannot be followed.
+    Read {
+        /// What the reading met.
+        problem: ClassProblem,
+        /// The body's first size read, as the log names it.
+        first_read: String,
+    },
+    /// Tracing at stand-in sizes failed (the exact trace did not).
+    Standin(Box<Error>),
+    /// The two stand-in traces cannot be read as one graph.
+    Class(ClassProblem),
+    /// More values of the sizes the body reads than a class keeps graphs
+    /// for.
+    Pinnings {
+        /// The most graphs a class keeps.
+        most: usize,
+    },
+}
+
+impl fmt::Display for PerSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PerSize::NoSymbols => f.write_str("no size symbols"),
+            PerSize::ReadsEverySize => f.write_str("the body reads every size"),
+            PerSize::OffThreadRead => f.write_str("the body read sizes on another thread"),
+            PerSize::Read {
+                problem,
+                first_read,
+            } => write!(f, "{problem}; {first_read}"),
+            PerSize::Standin(e) => write!(f, "at stand-in sizes: {e}"),
+            PerSize::Class(problem) => problem.fmt(f),
+            PerSize::Pinnings { most } => {
+                write!(f, "more than {most} values of the sizes the body reads")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PerSize {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PerSize::Read { problem, .. } | PerSize::Class(problem) => Some(problem),
+            PerSize::Standin(e) => Some(e.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+impl From<ClassProblem> for PerSize {
+    fn from(problem: ClassProblem) -> PerSize {
+        PerSize::Class(problem)
     }
 }

@@ -24,6 +24,14 @@
 //! [`args`] (how values cross a jit boundary), [`error`], [`debug`] (every
 //! intermediate value, where the first NaN came from, step-to).
 //!
+//! Layers, bottom up (a module uses only its own layer and lower ones,
+//! with no cycle): `error`, `scalar`, `random`, `mode` → `trace` →
+//! `tensor` → `args`, `debug`, `display`, `io` → `device` → `placement`,
+//! `hooks` → `apply` → `ops`, `operators`, `conv`, `layout_ops`, `scan` →
+//! `jit` → `registry`; `remote` (remote devices' client and server) is
+//! called from `tensor`, `device`, `apply`, `jit` and `registry`, and uses
+//! `tensor`, `args`, `device` and `registry`.
+//!
 //! Inside a `#[jit]` body, `f32`/`f64` parameters are rank-0 `&Tensor`s (runtime
 //! parameters: changing them never retraces) that adopt the dtype of the
 //! tensors they meet; integer and bool parameters are plain static values.
@@ -90,12 +98,9 @@ mod scan;
 pub mod tensor;
 mod trace;
 
-pub use args::{
-    ArgKind, ArgValue, FromLeaves, FromTrace, JitArg, JitArgs, JitOutput, Outputs, ParamSpec,
-    TraceValue,
-};
+pub use args::{ArgValue, JitArg, JitArgs, JitOutput};
 pub use device::{count_transfers, transfer_stats, Device, MemoryReport, TransferStats};
-pub use error::{Error, Loc, Result};
+pub use error::{Error, Loc, PerSize, Result};
 pub use hooks::{with_hooks, Hooks, KernelEvent};
 pub use jit::{HandlerInfo, JitFn, JitFunction, SnapshotLoad, WithMode};
 pub use mode::{with_mode, OutputDiff, RunMode};
@@ -129,10 +134,27 @@ pub fn storage_pool() -> &'static BufferPool {
     tilejit_ir::pool::pool()
 }
 
-/// Re-exports for generated code and for looking under the hood.
+/// The IR and runtime crates, for looking under the hood (tests, tools):
+/// no part of the API, and may change in any release.
+#[doc(hidden)]
 pub mod internals {
     pub use tilejit_ir as ir;
     pub use tilejit_runtime as runtime;
+}
+
+/// What the `#[jit]`, `jit_fn!` and `#[derive(JitArgs)]` expansions name,
+/// so they never depend on what the crate root exports: no part of the
+/// API, and may change in any release.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::args::{
+        ArgKind, ArgValue, FromLeaves, FromTrace, JitArg, JitArgs, JitOutput, Leaves, Mark,
+        Outputs, ParamSpec, StaticFloat, TraceValue,
+    };
+    pub use crate::error::{Error, Result};
+    pub use crate::jit::{param, Body, JitFn, JitFunction, PackedBody};
+    pub use crate::mode::RunMode;
+    pub use crate::tensor::Tensor;
 }
 
 /// `use tilejit::prelude::*;` brings what a jit program needs.

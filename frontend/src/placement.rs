@@ -199,7 +199,7 @@ pub(crate) fn plan(
                         function: function.to_string(),
                         location,
                         kernel: k.name.clone(),
-                        device: d.clone(),
+                        device: d.to_string(),
                         reason: format!("{why}; the placement allows no fallback"),
                     })
                 }
@@ -211,7 +211,7 @@ pub(crate) fn plan(
                 function: function.to_string(),
                 location,
                 kernel: k.name.clone(),
-                device: placement.home(),
+                device: placement.home().to_string(),
                 reason: match reasons.is_empty() {
                     true => "the placement lists no device".into(),
                     false => reasons.join("; "),

@@ -27,6 +27,7 @@
 //! registrations. The registry is safe to use from many threads.
 
 use crate::args::{ArgKind, ArgValue, JitArgs};
+use crate::device::Device;
 use crate::error::{Error, Loc, Result};
 use crate::jit::JitFunction;
 use crate::tensor::Tensor;
@@ -128,6 +129,51 @@ fn lookup(name: &str) -> Result<Entry> {
 #[track_caller]
 pub fn call(name: &str, args: &[ArgValue]) -> Result<Vec<Tensor>> {
     lookup(name)?.call(args)
+}
+
+/// Registry calls on a device: here, or on a remote device's server.
+impl Device {
+    /// Calls the registry function `name` on this device: on a remote
+    /// device, the server's registry (tensor arguments there go by
+    /// reference, host ones by value; results stay on the server); on the
+    /// host or Sim, this process's registry with tensor arguments moved
+    /// here first.
+    #[track_caller]
+    pub fn call(&self, name: &str, args: &[ArgValue]) -> Result<Vec<Tensor>> {
+        let location = Loc::caller();
+        match self.conn() {
+            Some(conn) => conn.call(name, args).map_err(|s| {
+                crate::remote::error(&conn.addr, format!("call `{name}`"), location, s)
+            }),
+            None => {
+                let moved = args
+                    .iter()
+                    .map(|a| match a {
+                        ArgValue::Tensor(t) => t.to(self).map(Some),
+                        _ => Ok(None),
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let args: Vec<ArgValue> = args
+                    .iter()
+                    .zip(&moved)
+                    .map(|(a, m)| m.as_ref().map_or(*a, ArgValue::Tensor))
+                    .collect();
+                call(name, &args)
+            }
+        }
+    }
+
+    /// The registry's names where [`call`](Self::call) looks them up.
+    #[track_caller]
+    pub fn functions(&self) -> Result<Vec<String>> {
+        let location = Loc::caller();
+        match self.conn() {
+            Some(conn) => conn
+                .list()
+                .map_err(|s| crate::remote::error(&conn.addr, "list".into(), location, s)),
+            None => Ok(list()),
+        }
+    }
 }
 
 impl Entry {

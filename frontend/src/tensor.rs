@@ -187,7 +187,7 @@ impl Tensor {
 
     /// The shape (`[]` for an error tensor). In a dynamic function's body
     /// reading it costs a check when a shape class is first traced (see
-    /// [`JitFunction::set_dynamic`](crate::JitFunction::set_dynamic)).
+    /// [`JitFunction::make_dynamic`](crate::JitFunction::make_dynamic)).
     #[track_caller]
     pub fn shape(&self) -> &[usize] {
         match &self.repr {
@@ -219,7 +219,7 @@ impl Tensor {
     /// The size of dim `axis` (negative counts from the end). In a dynamic
     /// function's body it reads that one size, so only its symbol becomes
     /// a guard, where [`shape`](Self::shape) reads them all (see
-    /// [`JitFunction::set_dynamic`](crate::JitFunction::set_dynamic)).
+    /// [`JitFunction::make_dynamic`](crate::JitFunction::make_dynamic)).
     ///
     /// ```
     /// # use tilejit::{DType, Tensor};
@@ -337,6 +337,15 @@ impl Tensor {
                 },
                 location,
             }),
+        }
+    }
+}
+
+impl trace::Traced for Tensor {
+    fn traced_type(&self) -> Option<TensorType> {
+        match &self.repr {
+            Repr::Traced { ty, .. } => Some(*ty),
+            _ => None,
         }
     }
 }

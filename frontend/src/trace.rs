@@ -261,13 +261,18 @@ pub(crate) fn note_size_arithmetic(op: &str, dims: &[usize]) {
     note(dims, || format!("`{op}` computes on sizes"));
 }
 
+/// A value whose sizes a library op may compute on: its type while it is
+/// traced. (`Tensor` implements it; a trait so that this module, below
+/// `tensor`, need not name the type.)
+pub(crate) trait Traced {
+    /// The traced type, or `None` when the value is not traced.
+    fn traced_type(&self) -> Option<tilejit_ir::TensorType>;
+}
+
 /// [`note_size_arithmetic`] on traced tensor `t`'s dim `axis`, or on all
 /// its dims when `axis` is `None` or not one of them.
-pub(crate) fn note_shape_arithmetic(op: &str, t: &crate::Tensor, axis: Option<isize>) {
-    if !t.is_traced() {
-        return;
-    }
-    if let Some(ty) = t.ty() {
+pub(crate) fn note_shape_arithmetic(op: &str, t: &impl Traced, axis: Option<isize>) {
+    if let Some(ty) = t.traced_type() {
         let dims = ty.shape.dims();
         match axis.and_then(|a| ty.shape.axis(a).ok()) {
             Some(a) => note_size_arithmetic(op, &dims[a..=a]),

@@ -128,6 +128,144 @@ pub enum SnapshotProblem {
     },
 }
 
+/// Why a shape class's two stand-in traces cannot be read as one graph
+/// (the class is then traced per size), or why a class's graph does not
+/// serve some sizes (they are traced exactly): see `ShapeClass` and
+/// `GenericGraph`.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ClassProblem {
+    /// More size symbols than stand-in sizes exist for.
+    #[error("{symbols} size symbols (at most {most})")]
+    TooManySymbols {
+        /// The class's symbols.
+        symbols: usize,
+        /// The most a class may have.
+        most: usize,
+    },
+    /// A pin list of another length than the class's symbols.
+    #[error("{pins} pins for {symbols} symbols")]
+    Pins {
+        /// The pins given.
+        pins: usize,
+        /// The class's symbols.
+        symbols: usize,
+    },
+    /// A size the body read is computed from sizes in a way the reading
+    /// cannot follow.
+    #[error("the body reads a size computed from sizes ({at_a} at stand-ins A, {at_b} at B)")]
+    ComputedRead {
+        /// The value read at stand-ins A.
+        at_a: usize,
+        /// The value read at stand-ins B.
+        at_b: usize,
+    },
+    /// The body reads sizes a different number of times at A and B.
+    #[error("the body reads sizes a different number of times at other sizes")]
+    ReadCount,
+    /// The two traces have different numbers of nodes, outputs or params.
+    #[error("the body builds {at_a} nodes at stand-in sizes A and {at_b} at B")]
+    NodeCount {
+        /// Nodes at stand-ins A.
+        at_a: usize,
+        /// Nodes at stand-ins B.
+        at_b: usize,
+    },
+    /// One node differs between the two traces other than by sizes the
+    /// reading follows.
+    #[error("node {node} (`{op}`): {difference} between stand-in sizes")]
+    NodeDiffers {
+        /// The node's index.
+        node: usize,
+        /// Its op, as the IR text names it.
+        op: &'static str,
+        /// How it differs.
+        difference: NodeDifference,
+    },
+    /// Sizes whose pinned symbols have other values than the graph's.
+    #[error("sizes {sizes:?} do not fit the pinned sizes {pinned:?}")]
+    Unfit {
+        /// The sizes asked for.
+        sizes: Vec<usize>,
+        /// The graph's pinned symbols.
+        pinned: Vec<Option<usize>>,
+    },
+    /// A node's size overflows at these sizes.
+    #[error("node {node}: a size overflows at sizes {sizes:?}")]
+    SizeOverflow {
+        /// The node's index.
+        node: usize,
+        /// The sizes asked for.
+        sizes: Vec<usize>,
+    },
+    /// A value computed from sizes overflows at these sizes.
+    #[error("a size value overflows at sizes {sizes:?}")]
+    ValueOverflow {
+        /// The sizes asked for.
+        sizes: Vec<usize>,
+    },
+    /// A size value past `i64`.
+    #[error("size value {value} overflows")]
+    ValueTooBig {
+        /// The value.
+        value: usize,
+    },
+    /// A size value its literal's dtype cannot hold (an exact trace's
+    /// scalar would fail the same way).
+    #[error("size value {value} does not fit {dtype}")]
+    ValueDtype {
+        /// The value.
+        value: i64,
+        /// The literal's dtype.
+        dtype: tilejit_ir::DType,
+    },
+    /// A conv window size past `u32`.
+    #[error("window size {value} overflows")]
+    WindowOverflow {
+        /// The size.
+        value: usize,
+    },
+    /// A conv window given other than 4 sizes.
+    #[error("a conv window has 4 sizes")]
+    ConvWindow,
+    /// The traced graph lacks a constant a node names.
+    #[error("constant {index} missing")]
+    MissingConstant {
+        /// The constant's index.
+        index: u32,
+    },
+    /// A node rebuilt at these sizes does not type-check.
+    #[error("node {node}: {source}")]
+    Node {
+        /// The node's index.
+        node: usize,
+        /// What the graph refused.
+        source: IrError,
+    },
+    /// A shape or signature at these sizes is invalid.
+    #[error(transparent)]
+    Ir(#[from] IrError),
+}
+
+/// How a node differs between a class's two stand-in traces
+/// ([`ClassProblem::NodeDiffers`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NodeDifference {
+    /// Another op, or the same op with other non-size attributes.
+    #[error("the op differs")]
+    Op,
+    /// One of its sizes is computed from sizes in a way the reading
+    /// cannot follow.
+    #[error("a size is computed from sizes in a way it cannot follow")]
+    Size,
+    /// A `full`'s value is computed from sizes in a way the reading
+    /// cannot follow.
+    #[error("a value is computed from sizes in a way it cannot follow")]
+    Value,
+    /// A constant tensor's contents or shape depend on a size.
+    #[error("a constant tensor is made from a size")]
+    Constant,
+}
+
 /// Text of a panic payload.
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {

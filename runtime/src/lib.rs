@@ -33,7 +33,7 @@ pub mod snapshot;
 mod warmup;
 
 pub use alloc::{f32_buffer_from_fn, filled_buffer};
-pub use error::{panic_message, RuntimeError, SnapshotProblem};
+pub use error::{panic_message, ClassProblem, NodeDifference, RuntimeError, SnapshotProblem};
 pub use flight::user_code_done;
 pub use handler_cache::{
     CacheEntry, HandlerCache, HandlerStats, DEFAULT_MAX_SIGNATURES, TRACE_WAIT,

@@ -28,13 +28,16 @@ pub struct TransferStats {
     pub to_host_bytes: u64,
 }
 
+/// The copies made between two readings, `later - earlier`. Saturating:
+/// each count is at least zero, so operands swapped (or readings of two
+/// different scopes) give zero for a count that went down rather than a
+/// panic or a wrapped, huge count.
 impl std::ops::Sub for TransferStats {
     type Output = TransferStats;
-    /// The copies made between two readings.
     fn sub(self, before: TransferStats) -> TransferStats {
         TransferStats {
-            to_device_bytes: self.to_device_bytes - before.to_device_bytes,
-            to_host_bytes: self.to_host_bytes - before.to_host_bytes,
+            to_device_bytes: self.to_device_bytes.saturating_sub(before.to_device_bytes),
+            to_host_bytes: self.to_host_bytes.saturating_sub(before.to_host_bytes),
         }
     }
 }
@@ -208,4 +211,37 @@ pub(crate) fn download_buffer(
     }?;
     count_to_host((n * dt.size_bytes()) as u64);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TransferStats;
+
+    #[test]
+    fn transfer_stats_subtract_saturates() {
+        let earlier = TransferStats {
+            to_device_bytes: 100,
+            to_host_bytes: 40,
+        };
+        let later = TransferStats {
+            to_device_bytes: 160,
+            to_host_bytes: 30,
+        };
+        // One count went up by 60, the other down by 10: the fall is zero.
+        assert_eq!(
+            later - earlier,
+            TransferStats {
+                to_device_bytes: 60,
+                to_host_bytes: 0,
+            }
+        );
+        // Swapped operands: the count that went up floors at zero.
+        assert_eq!(
+            earlier - later,
+            TransferStats {
+                to_device_bytes: 0,
+                to_host_bytes: 10,
+            }
+        );
+    }
 }

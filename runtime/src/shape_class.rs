@@ -37,6 +37,7 @@
 //! type inferred again (an op that does not fit the new sizes is an error,
 //! and the call is traced exactly).
 
+use crate::error::{ClassProblem, NodeDifference};
 use crate::signature::{ArgSig, Signature};
 use smallvec::SmallVec;
 use std::fmt;
@@ -132,9 +133,9 @@ impl ShapeClass {
         &self,
         set: Standin,
         pinned: &[Option<usize>],
-    ) -> Result<Signature, String> {
+    ) -> Result<Signature, ClassProblem> {
         let sizes = standins(set, self.symbols, pinned)?;
-        self.signature_with(&sizes).map_err(|e| e.to_string())
+        Ok(self.signature_with(&sizes)?)
     }
 
     /// The stand-ins of set `set` of the symbols `pinned` leaves free (0
@@ -176,17 +177,14 @@ impl ShapeClass {
         pinned: &[Option<usize>],
         reads_a: &[usize],
         reads_b: &[usize],
-    ) -> Result<Vec<u16>, String> {
+    ) -> Result<Vec<u16>, ClassProblem> {
         let a = standins(Standin::A, self.symbols, pinned)?;
         let b = standins(Standin::B, self.symbols, pinned)?;
         let free = free_standins(&a, pinned);
         let mut pins: Vec<u16> = Vec::new();
         for (&ra, &rb) in reads_a.iter().zip(reads_b) {
-            let e = SizeExpr::read(ra, rb, &free, &b).ok_or_else(|| {
-                format!(
-                    "the body reads a size computed from sizes ({ra} at stand-ins A, {rb} at B)"
-                )
-            })?;
+            let e = SizeExpr::read(ra, rb, &free, &b)
+                .ok_or(ClassProblem::ComputedRead { at_a: ra, at_b: rb })?;
             for &(s, _) in &e.factors {
                 if !pins.contains(&s) {
                     pins.push(s);
@@ -194,7 +192,7 @@ impl ShapeClass {
             }
         }
         if pins.is_empty() && reads_a.len() != reads_b.len() {
-            return Err("the body reads sizes a different number of times at other sizes".into());
+            return Err(ClassProblem::ReadCount);
         }
         Ok(pins)
     }
@@ -211,12 +209,22 @@ pub enum Standin {
 
 /// The symbol values of a trace at stand-in set `set` with `pinned`
 /// symbols at their pinned values.
-fn standins(set: Standin, symbols: usize, pinned: &[Option<usize>]) -> Result<Vec<usize>, String> {
+fn standins(
+    set: Standin,
+    symbols: usize,
+    pinned: &[Option<usize>],
+) -> Result<Vec<usize>, ClassProblem> {
     if symbols > MAX_SYMBOLS {
-        return Err(format!("{symbols} size symbols (at most {MAX_SYMBOLS})"));
+        return Err(ClassProblem::TooManySymbols {
+            symbols,
+            most: MAX_SYMBOLS,
+        });
     }
     if pinned.len() != symbols {
-        return Err(format!("{} pins for {symbols} symbols", pinned.len()));
+        return Err(ClassProblem::Pins {
+            pins: pinned.len(),
+            symbols,
+        });
     }
     Ok(probes(set, symbols)
         .iter()
@@ -379,18 +387,18 @@ fn integral(value: Lit) -> Option<(usize, bool)> {
 
 /// A size `v` (negated if `negative`) as a literal of `dtype`, or why it
 /// does not fit one.
-fn size_lit(v: usize, negative: bool, dtype: tilejit_ir::DType) -> Result<Lit, String> {
+fn size_lit(v: usize, negative: bool, dtype: tilejit_ir::DType) -> Result<Lit, ClassProblem> {
     if dtype.is_float() {
         let f = v as f64;
         return Ok(Lit::from_f64(if negative { -f } else { f }, dtype));
     }
     // A size that does not fit the dtype is an error at this size, as an
     // exact trace's scalar would be.
-    let v = i64::try_from(v).map_err(|_| format!("size value {v} overflows"))?;
+    let v = i64::try_from(v).map_err(|_| ClassProblem::ValueTooBig { value: v })?;
     let v = if negative { -v } else { v };
     let lit = Lit::from_i64(v, dtype);
     if lit.as_i64() != v {
-        return Err(format!("size value {v} does not fit {dtype}"));
+        return Err(ClassProblem::ValueDtype { value: v, dtype });
     }
     Ok(lit)
 }
@@ -416,9 +424,9 @@ fn slots(op: &Op) -> SmallVec<[usize; 8]> {
 }
 
 /// `op` with the sizes [`slots`] lists replaced by `vals`.
-fn with_slots(op: &Op, vals: &[usize]) -> Result<Op, String> {
-    let shape = |dims: &[usize]| Shape::new(dims).map_err(|e| e.to_string());
-    let small = |v: usize| u32::try_from(v).map_err(|_| format!("window size {v} overflows"));
+fn with_slots(op: &Op, vals: &[usize]) -> Result<Op, ClassProblem> {
+    let shape = |dims: &[usize]| Shape::new(dims).map_err(ClassProblem::from);
+    let small = |v: usize| u32::try_from(v).map_err(|_| ClassProblem::WindowOverflow { value: v });
     Ok(match op.clone() {
         Op::Input { index, ty } => Op::Input {
             index,
@@ -449,7 +457,7 @@ fn with_slots(op: &Op, vals: &[usize]) -> Result<Op, String> {
                     pad: small(pad)?,
                 },
             ),
-            _ => return Err("a conv window has 4 sizes".into()),
+            _ => return Err(ClassProblem::ConvWindow),
         },
         other => other,
     })
@@ -457,7 +465,7 @@ fn with_slots(op: &Op, vals: &[usize]) -> Result<Op, String> {
 
 /// `op` with its sizes zeroed and a `full`'s value blanked: two traces'
 /// ops must agree on this.
-fn sizeless(op: &Op) -> Result<Op, String> {
+fn sizeless(op: &Op) -> Result<Op, ClassProblem> {
     let zeros: SmallVec<[usize; 8]> = slots(op).iter().map(|_| 0).collect();
     Ok(match with_slots(op, &zeros)? {
         Op::Full { ty, .. } => Op::Full {
@@ -514,29 +522,26 @@ impl GenericGraph {
         pinned: &[Option<usize>],
         a: Graph,
         b: &Graph,
-    ) -> Result<GenericGraph, String> {
+    ) -> Result<GenericGraph, ClassProblem> {
         let sizes_a = standins(Standin::A, class.symbols, pinned)?;
         let sizes_b = standins(Standin::B, class.symbols, pinned)?;
         let free = free_standins(&sizes_a, pinned);
         if a.len() != b.len() || a.outputs != b.outputs || a.param_types() != b.param_types() {
-            return Err(format!(
-                "the body builds {} nodes at stand-in sizes A and {} at B",
-                a.len(),
-                b.len()
-            ));
+            return Err(ClassProblem::NodeCount {
+                at_a: a.len(),
+                at_b: b.len(),
+            });
         }
         let mut nodes = Vec::with_capacity(a.len());
         for id in a.ids() {
             let (oa, ob) = (&a.node(id).op, &b.node(id).op);
-            let differs = |what: &str| {
-                format!(
-                    "node {} (`{}`): {what} between stand-in sizes",
-                    id.0,
-                    tilejit_ir::text::op_name(oa)
-                )
+            let differs = |difference| ClassProblem::NodeDiffers {
+                node: id.0 as usize,
+                op: tilejit_ir::text::op_name(oa),
+                difference,
             };
             if sizeless(oa)? != sizeless(ob)? {
-                return Err(differs("the op differs"));
+                return Err(differs(NodeDifference::Op));
             }
             let (sa, sb) = (slots(oa), slots(ob));
             let slots = sa
@@ -544,9 +549,7 @@ impl GenericGraph {
                 .zip(&sb)
                 .map(|(&x, &y)| SizeExpr::read(x, y, &free, &sizes_b))
                 .collect::<Option<SmallVec<[SizeExpr; 8]>>>()
-                .ok_or_else(|| {
-                    differs("a size is computed from sizes in a way it cannot follow")
-                })?;
+                .ok_or_else(|| differs(NodeDifference::Size))?;
             let mut value = None;
             match (oa, ob) {
                 (Op::Full { value: va, ty }, Op::Full { value: vb, .. })
@@ -558,9 +561,7 @@ impl GenericGraph {
                         (!expr.is_const() && lit_bits(at_b) == lit_bits(*vb))
                             .then_some(SizeValue { expr, negative })
                     });
-                    value = Some(read.ok_or_else(|| {
-                        differs("a value is computed from sizes in a way it cannot follow")
-                    })?);
+                    value = Some(read.ok_or_else(|| differs(NodeDifference::Value))?);
                 }
                 (Op::Constant { index: ia, .. }, Op::Constant { index: ib, .. }) => {
                     let bytes = |g: &Graph, i: u32| {
@@ -568,7 +569,7 @@ impl GenericGraph {
                     };
                     let same = bytes(&a, *ia).is_some_and(|x| Some(x) == bytes(b, *ib));
                     if !same || slots.iter().any(|s| !s.is_const()) {
-                        return Err(differs("a constant tensor is made from a size"));
+                        return Err(differs(NodeDifference::Constant));
                     }
                 }
                 _ => {}
@@ -613,15 +614,17 @@ impl GenericGraph {
     /// the kernels stay size-generic). Every node is rebuilt with its
     /// sizes evaluated and its type inferred again. An error means these
     /// sizes do not fit (the caller traces them exactly).
-    pub fn instantiate(&self, sizes: &[usize]) -> Result<(Graph, Vec<Lit>), String> {
+    pub fn instantiate(&self, sizes: &[usize]) -> Result<(Graph, Vec<Lit>), ClassProblem> {
         if !self.fits(sizes) {
-            return Err(format!(
-                "sizes {sizes:?} do not fit the pinned sizes {:?}",
-                self.pinned
-            ));
+            return Err(ClassProblem::Unfit {
+                sizes: sizes.to_vec(),
+                pinned: self.pinned.clone(),
+            });
         }
-        let add =
-            |g: &mut Graph, op: Op, id: usize| g.add(op).map_err(|e| format!("node {id}: {e}"));
+        let add = |g: &mut Graph, op: Op, node: usize| {
+            g.add(op)
+                .map_err(|source| ClassProblem::Node { node, source })
+        };
         let mut next_param = self.traced.param_types().len() as u32;
         let mut size_params = Vec::new();
         let mut map: Vec<NodeId> = Vec::with_capacity(self.nodes.len());
@@ -632,21 +635,26 @@ impl GenericGraph {
                 .iter()
                 .map(|e| e.eval(sizes))
                 .collect::<Option<SmallVec<[usize; 8]>>>()
-                .ok_or_else(|| format!("node {id}: a size overflows at sizes {sizes:?}"))?;
+                .ok_or_else(|| ClassProblem::SizeOverflow {
+                    node: id,
+                    sizes: sizes.to_vec(),
+                })?;
             let op = with_slots(&t.op, &vals)?;
             let new_id = match (op, &t.value) {
                 (Op::Constant { index, .. }, _) => {
                     let value = self
                         .traced
                         .constant(index)
-                        .ok_or_else(|| format!("constant {index} missing"))?;
+                        .ok_or(ClassProblem::MissingConstant { index })?;
                     g.add_constant(value.clone())
                 }
                 (Op::Full { ty, .. }, Some(sv)) => {
                     let v = sv
                         .expr
                         .eval(sizes)
-                        .ok_or_else(|| format!("a size value overflows at sizes {sizes:?}"))?;
+                        .ok_or_else(|| ClassProblem::ValueOverflow {
+                            sizes: sizes.to_vec(),
+                        })?;
                     let value = size_lit(v, sv.negative, ty.dtype)?;
                     if ty.dtype.is_float() {
                         size_params.push(value);
@@ -781,12 +789,22 @@ mod tests {
         // Shape [n + 1]: not generic.
         let why =
             GenericGraph::new(&class, &free(1), full(a + 1, 0.0), &full(b + 1, 0.0)).unwrap_err();
-        assert!(why.contains("cannot follow"), "{why}");
+        let node = |difference| ClassProblem::NodeDiffers {
+            node: 0,
+            op: "full",
+            difference,
+        };
+        assert_eq!(why, node(NodeDifference::Size));
+        assert_eq!(
+            why.to_string(),
+            "node 0 (`full`): a size is computed from sizes in a way it cannot follow \
+             between stand-in sizes"
+        );
         // Value 1/n: not generic.
         let inv = |n: usize| DType::F32.round_float(1.0 / n as f64);
         let why =
             GenericGraph::new(&class, &free(1), full(a, inv(a)), &full(b, inv(b))).unwrap_err();
-        assert!(why.contains("value"), "{why}");
+        assert_eq!(why, node(NodeDifference::Value));
     }
 
     #[test]
@@ -803,7 +821,14 @@ mod tests {
         };
         let (a, b) = (probes(Standin::A, 1)[0], probes(Standin::B, 1)[0]);
         let why = GenericGraph::new(&class, &free(1), build(a), &build(b)).unwrap_err();
-        assert!(why.contains("constant tensor"), "{why}");
+        assert_eq!(
+            why,
+            ClassProblem::NodeDiffers {
+                node: 0,
+                op: "const",
+                difference: NodeDifference::Constant,
+            }
+        );
     }
 
     #[test]

@@ -369,13 +369,13 @@ fn jit_matches_eager_on_a_composite() {
 #[test]
 fn frozen_functions_refuse_new_signatures() {
     let f = jit_fn!(|x: &Tensor| x * 2.0 + 1.0);
-    f.freeze(true);
+    f.freeze();
     let e = f.call((&t32(&[1.0], &[1]),)).unwrap_err();
     assert!(e.to_string().contains("nothing compiled yet"), "{e}");
-    f.freeze(false);
+    f.unfreeze();
     let four = t32(&[1.0, 2.0, 3.0, 4.0], &[4]);
     assert_eq!(vals(&f.call((&four,)).unwrap()), [3.0, 5.0, 7.0, 9.0]);
-    f.freeze(true);
+    f.freeze();
     assert!(f.is_frozen());
     assert_eq!(vals(&f.call((&four,)).unwrap()), [3.0, 5.0, 7.0, 9.0]);
     let five = t32(&[0.0; 5], &[5]);
@@ -389,7 +389,7 @@ fn frozen_functions_refuse_new_signatures() {
     );
     assert_eq!((f.stats().builds, f.handlers().len()), (1, 1));
     assert!(f.to_string().contains(", frozen"), "{f}");
-    f.freeze(false);
+    f.unfreeze();
     assert_eq!(vals(&f.call((&five,)).unwrap()), [1.0; 5]);
     assert_eq!(f.stats().builds, 2);
 }

@@ -492,7 +492,7 @@ fn structs_work_with_dynamic_shapes_and_snapshots() {
     f.save(&path).unwrap();
     f.clear();
     assert_eq!(f.load(&path).unwrap(), 1);
-    f.freeze(true);
+    f.freeze();
     assert_eq!(vals(&norm_saved(&xs, &norm(2)).unwrap()), [9.0, 13.0]);
     assert_eq!(f.stats().traces, 1, "the loaded program served the call");
     // A list of another length is a new signature: frozen, an error.
@@ -501,7 +501,7 @@ fn structs_work_with_dynamic_shapes_and_snapshots() {
         norm_saved(&three, &norm(2)),
         Err(Error::Frozen { .. })
     ));
-    f.freeze(false);
+    f.unfreeze();
     std::fs::remove_file(&path).ok();
 }
 

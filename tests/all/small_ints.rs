@@ -820,12 +820,12 @@ fn snapshots_keep_u8_constants_and_programs() {
     u8_snap::jit().save(&path).unwrap();
     u8_snap::jit().clear();
     assert_eq!(u8_snap::jit().load(&path).unwrap(), 1);
-    u8_snap::jit().freeze(true);
+    u8_snap::jit().freeze();
     for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
         let got = with_mode(mode, || u8_snap(&x)).unwrap();
         assert_eq!(got.to_vec::<u8>().unwrap(), want, "loaded {mode:?}");
     }
-    u8_snap::jit().freeze(false);
+    u8_snap::jit().unfreeze();
     // Scalars of the tensor's own Rust type on either side.
     assert_eq!(
         (3u8 * &x - 1u8).to_vec::<u8>().unwrap(),

@@ -112,7 +112,7 @@ fn child() {
     } else {
         f.load_snapshot(&file).unwrap()
     };
-    f.freeze(true);
+    f.freeze();
     let (host, sim) = digest();
     let s = kernel_cache().stats();
     println!(
@@ -448,7 +448,10 @@ fn a_snapshot_loads_only_into_its_own_function() {
         module_path!(),
         snap_block::jit().body_digest(),
         "elsewhere",
-        &[tilejit::jit::param("x", tilejit::ArgKind::Tensor)],
+        &[tilejit::__private::param(
+            "x",
+            tilejit::args::ArgKind::Tensor,
+        )],
     );
     let e = impostor.load(&file).unwrap_err();
     assert!(
@@ -502,7 +505,7 @@ fn load_fills_the_handler_cache_and_a_frozen_function_serves_it() {
     assert_eq!(f.load(&file).unwrap(), 3);
     assert_eq!(f.load(&file).unwrap(), 3, "a second load replaces nothing");
     assert_eq!(f.handlers().len(), 3);
-    f.freeze(true);
+    f.freeze();
     for (n, want) in (1..=3).zip(&want) {
         assert_eq!(&f.call((&x, n)).unwrap().to_vec::<f32>().unwrap(), want);
     }
@@ -719,7 +722,7 @@ fn unsafe_code_is_allowed_only_at_the_audited_spots() {
     let audited = [
         // `load_code`'s declaration and its forwarding (one per item),
         // plus its doctest's crate attribute.
-        ("frontend/src/jit.rs".to_string(), 3),
+        ("frontend/src/jit/snapshot.rs".to_string(), 3),
         // `link_vouched`: the runtime's one call of `host::load`.
         ("runtime/src/kernel_cache/host.rs".to_string(), 1),
         // `snapshot::load_code`'s declaration.

@@ -6,6 +6,7 @@
 //! Only code whose relocations all name imported functions is imaged; a
 //! libcall or any other target keeps that kernel in memory only.
 
+use crate::error::{CodegenError, ImageError};
 use cranelift_codegen::binemit::Reloc;
 use cranelift_codegen::ir::Function;
 use cranelift_codegen::Final;
@@ -118,14 +119,14 @@ impl CodeImage {
 
     /// Parses [`CodeImage::to_bytes`]; any flaw (including a relocation
     /// outside the code or an alignment that is not a power of two) is an
-    /// `Err` naming it, never a panic.
-    pub fn from_bytes(bytes: &[u8]) -> Result<CodeImage, String> {
+    /// `Err` naming it ([`CodegenError::Image`]), never a panic.
+    pub fn from_bytes(bytes: &[u8]) -> Result<CodeImage, CodegenError> {
         let mut pos = 0usize;
-        let mut take = |n: usize| -> Result<&[u8], String> {
+        let mut take = |n: usize| -> Result<&[u8], ImageError> {
             let end = pos
                 .checked_add(n)
                 .filter(|&e| e <= bytes.len())
-                .ok_or_else(|| format!("truncated at byte {pos}"))?;
+                .ok_or(ImageError::Truncated { at: pos })?;
             let s = &bytes[pos..end];
             pos = end;
             Ok(s)
@@ -138,7 +139,7 @@ impl CodeImage {
         };
         let align = u64_at(take(8)?);
         if !align.is_power_of_two() || align > 4096 {
-            return Err(format!("bad alignment {align}"));
+            return Err(ImageError::Alignment { align }.into());
         }
         let len = u32_at(take(4)?) as usize;
         let code = take(len)?.to_vec();
@@ -148,11 +149,11 @@ impl CodeImage {
             let offset = u32_at(take(4)?);
             let kind = take(1)?[0];
             if kind as usize >= KINDS.len() {
-                return Err(format!("bad relocation kind {kind}"));
+                return Err(ImageError::RelocKind { kind }.into());
             }
             let len = u32_at(take(4)?) as usize;
             let symbol = std::str::from_utf8(take(len)?)
-                .map_err(|_| "a symbol is not UTF-8")?
+                .map_err(|_| ImageError::SymbolUtf8)?
                 .to_string();
             let addend = u64_at(take(8)?) as i64;
             let r = ImageReloc {
@@ -162,12 +163,12 @@ impl CodeImage {
                 addend,
             };
             if (offset as usize).saturating_add(r.width()) > code.len() {
-                return Err(format!("relocation at {offset} outside the code"));
+                return Err(ImageError::RelocOutside { offset }.into());
             }
             relocs.push(r);
         }
         if pos != bytes.len() {
-            return Err("trailing bytes".into());
+            return Err(ImageError::Trailing.into());
         }
         Ok(CodeImage {
             bytes: code,
@@ -218,6 +219,13 @@ mod tests {
         let mut far = image();
         far.relocs[0].offset = 28; // 8 bytes from 28 pass the end
         let err = CodeImage::from_bytes(&far.to_bytes()).unwrap_err();
-        assert!(err.contains("outside the code"), "{err}");
+        assert_eq!(
+            err,
+            CodegenError::Image(ImageError::RelocOutside { offset: 28 })
+        );
+        assert_eq!(
+            err.to_string(),
+            "code image: relocation at 28 outside the code"
+        );
     }
 }

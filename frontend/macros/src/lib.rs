@@ -37,11 +37,11 @@ enum Tree {
 impl Kind {
     fn tokens(self) -> TokenStream2 {
         match self {
-            Kind::Tensor => quote!(::tilejit::ArgKind::Tensor),
-            Kind::Float => quote!(::tilejit::ArgKind::Float),
-            Kind::Int => quote!(::tilejit::ArgKind::Int),
-            Kind::Bool => quote!(::tilejit::ArgKind::Bool),
-            Kind::Tree(_) => quote!(::tilejit::ArgKind::Tree),
+            Kind::Tensor => quote!(::tilejit::__private::ArgKind::Tensor),
+            Kind::Float => quote!(::tilejit::__private::ArgKind::Float),
+            Kind::Int => quote!(::tilejit::__private::ArgKind::Int),
+            Kind::Bool => quote!(::tilejit::__private::ArgKind::Bool),
+            Kind::Tree(_) => quote!(::tilejit::__private::ArgKind::Tree),
         }
     }
 }
@@ -117,7 +117,7 @@ fn param(i: usize, pat: &Pat, ty: &Type) -> syn::Result<Param> {
         _ => (format_ident!("__tilejit_arg{}", i), "_".to_string()),
     };
     let body_ty = match kind {
-        Kind::Float => syn::parse_quote_spanned!(ty.span()=> &::tilejit::Tensor),
+        Kind::Float => syn::parse_quote_spanned!(ty.span()=> &::tilejit::__private::Tensor),
         _ => ty.clone(),
     };
     let owner = match (kind, ty) {
@@ -147,7 +147,7 @@ fn specs(params: &[Param]) -> TokenStream2 {
     let items = params.iter().map(|p| {
         let name = &p.name;
         let kind = p.kind.tokens();
-        quote!(::tilejit::jit::param(#name, #kind))
+        quote!(::tilejit::__private::param(#name, #kind))
     });
     quote!(&[#(#items),*])
 }
@@ -164,13 +164,13 @@ fn flatten_args(params: &[Param]) -> TokenStream2 {
     if !has_trees(params) {
         let to_args = params.iter().map(|p| {
             let o = &p.outer;
-            quote!(::tilejit::JitArg::to_arg(&#o))
+            quote!(::tilejit::__private::JitArg::to_arg(&#o))
         });
         return quote!(let __tilejit_args = [#(#to_args),*];);
     }
     let pushes = params.iter().map(|p| {
         let o = &p.outer;
-        quote!(::tilejit::JitArgs::push_args(&#o, &mut __tilejit_args);)
+        quote!(::tilejit::__private::JitArgs::push_args(&#o, &mut __tilejit_args);)
     });
     quote! {
         let mut __tilejit_args = ::std::vec::Vec::new();
@@ -183,18 +183,19 @@ fn flatten_args(params: &[Param]) -> TokenStream2 {
 fn rebuild_args(params: &[Param]) -> (TokenStream2, Vec<TokenStream2>) {
     if !has_trees(params) {
         let exprs = (0..params.len())
-            .map(|i| quote!(::tilejit::FromTrace::from_trace(&__tilejit_v[#i])?))
+            .map(|i| quote!(::tilejit::__private::FromTrace::from_trace(&__tilejit_v[#i])?))
             .collect();
         return (quote!(), exprs);
     }
-    let mut stmts = quote!(let mut __tilejit_leaves = ::tilejit::args::Leaves::new(__tilejit_v););
+    let mut stmts =
+        quote!(let mut __tilejit_leaves = ::tilejit::__private::Leaves::new(__tilejit_v););
     let mut exprs = Vec::new();
     for (i, p) in params.iter().enumerate() {
         let v = format_ident!("__tilejit_p{}", i);
         match (&p.owner, p.kind) {
             (Some(owner), Kind::Tree(tree)) => {
                 stmts.extend(quote! {
-                    let #v: #owner = <#owner as ::tilejit::FromLeaves>::from_leaves(&mut __tilejit_leaves)?;
+                    let #v: #owner = <#owner as ::tilejit::__private::FromLeaves>::from_leaves(&mut __tilejit_leaves)?;
                 });
                 exprs.push(match tree {
                     Tree::Slice | Tree::Ref => quote!(&#v),
@@ -204,7 +205,7 @@ fn rebuild_args(params: &[Param]) -> (TokenStream2, Vec<TokenStream2>) {
             _ => {
                 let t = &p.body_ty;
                 stmts.extend(quote! {
-                    let #v: #t = ::tilejit::FromTrace::from_trace(__tilejit_leaves.next()?)?;
+                    let #v: #t = ::tilejit::__private::FromTrace::from_trace(__tilejit_leaves.next()?)?;
                 });
                 exprs.push(quote!(#v));
             }
@@ -280,7 +281,7 @@ impl syn::visit_mut::VisitMut for WrapReturns {
 ///
 /// Arguments: `mode = host|sim|verify|reference` sets the function's run
 /// mode; `dynamic` keys its handler cache on shape classes instead of exact
-/// sizes (`JitFunction::set_dynamic`), so new sizes of one class do not
+/// sizes (`JitFunction::make_dynamic`), so new sizes of one class do not
 /// retrace: `#[jit(dynamic, mode = sim)]`.
 #[proc_macro_attribute]
 pub fn jit(attr: TokenStream, item: TokenStream) -> TokenStream {
@@ -356,11 +357,12 @@ fn parse_mode(nv: &syn::MetaNameValue) -> syn::Result<TokenStream2> {
             ))
         }
     };
-    Ok(quote!(::tilejit::RunMode::#variant))
+    Ok(quote!(::tilejit::__private::RunMode::#variant))
 }
 
-fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
-    let sig = &func.sig;
+/// A `#[jit]` function's signature checked (not generic, not async, not a
+/// method, with a return type): its return type and parameters.
+fn checked_signature(sig: &syn::Signature) -> syn::Result<(Type, Vec<Param>)> {
     if let Some(g) = sig.generics.params.first() {
         return Err(syn::Error::new(
             g.span(),
@@ -394,6 +396,43 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
             }
         }
     }
+    Ok((ret, params))
+}
+
+/// The body as an inner function `__tilejit_body`, with the type its
+/// caller gets in `Ok` and the expression calling it on `from`. A body
+/// written `-> Result<T>` returns its own errors; any other body is
+/// wrapped so `?` works in it (on a nested jit call, say): its value
+/// becomes `Ok(value)` and each `return e` becomes `return Ok(e)`.
+fn wrap_body(
+    ret: &Type,
+    inner: &[TokenStream2],
+    block: &syn::Block,
+    from: &[TokenStream2],
+) -> (Type, TokenStream2, TokenStream2) {
+    match result_ok_type(ret) {
+        Some(t) => (
+            t,
+            quote!(fn __tilejit_body(#(#inner),*) -> #ret #block),
+            quote!(__tilejit_body(#(#from),*).map_err(::std::convert::Into::<::tilejit::__private::Error>::into)?),
+        ),
+        None => {
+            let mut block = block.clone();
+            syn::visit_mut::VisitMut::visit_block_mut(&mut WrapReturns, &mut block);
+            (
+                ret.clone(),
+                quote!(fn __tilejit_body(#(#inner),*) -> ::tilejit::__private::Result<#ret> {
+                    ::std::result::Result::Ok(#block)
+                }),
+                quote!(__tilejit_body(#(#from),*)?),
+            )
+        }
+    }
+}
+
+fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
+    let sig = &func.sig;
+    let (ret, params) = checked_signature(sig)?;
     let attrs = &func.attrs;
     let vis = &func.vis;
     let name = &sig.ident;
@@ -402,33 +441,16 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
         let (o, t) = (&p.outer, &p.ty);
         quote!(#o: #t)
     });
-    let inner = params.iter().map(|p| {
-        let (pat, t) = (&p.pat, &p.body_ty);
-        quote!(#pat: #t)
-    });
+    let inner: Vec<TokenStream2> = params
+        .iter()
+        .map(|p| {
+            let (pat, t) = (&p.pat, &p.body_ty);
+            quote!(#pat: #t)
+        })
+        .collect();
     let flatten = flatten_args(&params);
     let (rebuild, from) = rebuild_args(&params);
-    // A body written `-> Result<T>` returns its own errors; any other body
-    // is wrapped so `?` works in it (on a nested jit call, say): its value
-    // becomes `Ok(value)` and each `return e` becomes `return Ok(e)`.
-    let (out_ty, body_fn, call_body) = match result_ok_type(&ret) {
-        Some(t) => (
-            t,
-            quote!(fn __tilejit_body(#(#inner),*) -> #ret #block),
-            quote!(__tilejit_body(#(#from),*).map_err(::std::convert::Into::<::tilejit::Error>::into)?),
-        ),
-        None => {
-            let mut block = (**block).clone();
-            syn::visit_mut::VisitMut::visit_block_mut(&mut WrapReturns, &mut block);
-            (
-                ret.clone(),
-                quote!(fn __tilejit_body(#(#inner),*) -> ::tilejit::Result<#ret> {
-                    ::std::result::Result::Ok(#block)
-                }),
-                quote!(__tilejit_body(#(#from),*)?),
-            )
-        }
-    };
+    let (out_ty, body_fn, call_body) = wrap_body(&ret, &inner, block, &from);
     let specs = specs(&params);
     // The function's identity besides its name and module path: a digest
     // of its signature and body as tokens, so a snapshot saved from
@@ -439,8 +461,8 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
         Some(m) => quote!(f.set_mode(::std::option::Option::Some(#m));),
         None => quote!(),
     };
-    let set_dynamic = match jit_attrs.dynamic {
-        true => quote!(f.set_dynamic(true);),
+    let make_dynamic = match jit_attrs.dynamic {
+        true => quote!(f.make_dynamic();),
         false => quote!(),
     };
     // The body, packed (trace values in, tensors out), is an item beside
@@ -453,21 +475,21 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
     Ok(quote! {
         #(#attrs)*
         #[track_caller]
-        #vis fn #name(#(#outer),*) -> ::tilejit::Result<#out_ty> {
+        #vis fn #name(#(#outer),*) -> ::tilejit::__private::Result<#out_ty> {
             #flatten
             let __tilejit_out = #name::jit().call(&__tilejit_args, &#packed)?;
-            <#out_ty as ::tilejit::JitOutput>::from_tensors(__tilejit_out)
+            <#out_ty as ::tilejit::__private::JitOutput>::from_tensors(__tilejit_out)
         }
 
         #(#cfgs)*
         #[doc(hidden)]
         #[allow(non_snake_case, clippy::all, unused_mut, unused_variables, unreachable_code)]
         fn #packed(
-            __tilejit_v: &[::tilejit::TraceValue],
-        ) -> ::tilejit::Result<::std::vec::Vec<::tilejit::Tensor>> {
+            __tilejit_v: &[::tilejit::__private::TraceValue],
+        ) -> ::tilejit::__private::Result<::std::vec::Vec<::tilejit::__private::Tensor>> {
             #body_fn
             #rebuild
-            ::std::result::Result::Ok(::tilejit::JitOutput::into_tensors(#call_body))
+            ::std::result::Result::Ok(::tilejit::__private::JitOutput::into_tensors(#call_body))
         }
 
         #(#cfgs)*
@@ -480,10 +502,10 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
         #(#cfgs)*
         impl #name {
             /// The `JitFunction` (handler cache, statistics) of this jit function.
-            pub fn jit() -> &'static ::tilejit::JitFunction {
-                static FUNCTION: ::std::sync::OnceLock<::tilejit::JitFunction> = ::std::sync::OnceLock::new();
+            pub fn jit() -> &'static ::tilejit::__private::JitFunction {
+                static FUNCTION: ::std::sync::OnceLock<::tilejit::__private::JitFunction> = ::std::sync::OnceLock::new();
                 FUNCTION.get_or_init(|| {
-                    let mut f = ::tilejit::JitFunction::with_identity(
+                    let mut f = ::tilejit::__private::JitFunction::with_identity(
                         stringify!(#name),
                         ::std::module_path!(),
                         #body_digest,
@@ -492,7 +514,7 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
                     );
                     f.set_body(#packed);
                     #set_mode
-                    #set_dynamic
+                    #make_dynamic
                     f
                 })
             }
@@ -540,13 +562,13 @@ fn expand_jit_fn(c: syn::ExprClosure) -> syn::Result<TokenStream2> {
     let specs = specs(&params);
     let body_digest = token_digest(&quote!(#c));
     Ok(quote! {
-        ::tilejit::JitFn::with_identity(
+        ::tilejit::__private::JitFn::with_identity(
             concat!("jit_fn@", file!(), ":", line!()),
             ::std::module_path!(),
             #body_digest,
             concat!(file!(), ":", line!()),
             #specs,
-            #capture |__tilejit_v: &[::tilejit::TraceValue]| -> ::tilejit::Result<_> {
+            #capture |__tilejit_v: &[::tilejit::__private::TraceValue]| -> ::tilejit::__private::Result<_> {
                 #rebuild
                 #(#lets)*
                 ::std::result::Result::Ok(#result)
@@ -619,18 +641,24 @@ fn expand_derive(input: syn::DeriveInput) -> syn::Result<TokenStream2> {
         let seg = last_segment(ty);
         let float = matches!(seg.as_deref(), Some("f32" | "f64"));
         if float {
-            pushes.push(quote!(::tilejit::args::StaticFloat::push_static(&self.#id, out);));
-            takes.push(quote!(#id: <#ty as ::tilejit::args::StaticFloat>::from_static(leaves)?,));
+            pushes.push(quote!(::tilejit::__private::StaticFloat::push_static(&self.#id, out);));
+            takes.push(
+                quote!(#id: <#ty as ::tilejit::__private::StaticFloat>::from_static(leaves)?,),
+            );
         } else {
-            pushes.push(quote!(::tilejit::JitArgs::push_args(&self.#id, out);));
-            takes.push(quote!(#id: <#ty as ::tilejit::FromLeaves>::from_leaves(leaves)?,));
+            pushes.push(quote!(::tilejit::__private::JitArgs::push_args(&self.#id, out);));
+            takes.push(
+                quote!(#id: <#ty as ::tilejit::__private::FromLeaves>::from_leaves(leaves)?,),
+            );
         }
         // Only tensors and structs can be results: a list's length or a
         // static value could not be rebuilt from a program's outputs.
         match seg.as_deref() {
             Some(s) if !is_scalar(s) && s != "Vec" && !matches!(ty, Type::Reference(_)) => {
-                out_pushes.push(quote!(::tilejit::JitOutput::push_tensors(self.#id, out);));
-                out_takes.push(quote!(#id: <#ty as ::tilejit::JitOutput>::take_from(v)?,));
+                out_pushes
+                    .push(quote!(::tilejit::__private::JitOutput::push_tensors(self.#id, out);));
+                out_takes
+                    .push(quote!(#id: <#ty as ::tilejit::__private::JitOutput>::take_from(v)?,));
             }
             _ => outputs = false,
         }
@@ -640,22 +668,22 @@ fn expand_derive(input: syn::DeriveInput) -> syn::Result<TokenStream2> {
     let name_str = name.to_string();
     let output_impl = match outputs {
         true => quote! {
-            impl ::tilejit::JitOutput for #name {
-                fn into_tensors(self) -> ::std::vec::Vec<::tilejit::Tensor> {
+            impl ::tilejit::__private::JitOutput for #name {
+                fn into_tensors(self) -> ::std::vec::Vec<::tilejit::__private::Tensor> {
                     let mut out = ::std::vec::Vec::new();
-                    ::tilejit::JitOutput::push_tensors(self, &mut out);
+                    ::tilejit::__private::JitOutput::push_tensors(self, &mut out);
                     out
                 }
-                fn from_tensors(v: ::tilejit::Outputs) -> ::tilejit::Result<Self> {
+                fn from_tensors(v: ::tilejit::__private::Outputs) -> ::tilejit::__private::Result<Self> {
                     let mut v = v;
-                    let s = <Self as ::tilejit::JitOutput>::take_from(&mut v)?;
+                    let s = <Self as ::tilejit::__private::JitOutput>::take_from(&mut v)?;
                     v.finish()?;
                     ::std::result::Result::Ok(s)
                 }
-                fn push_tensors(self, out: &mut ::std::vec::Vec<::tilejit::Tensor>) {
+                fn push_tensors(self, out: &mut ::std::vec::Vec<::tilejit::__private::Tensor>) {
                     #(#out_pushes)*
                 }
-                fn take_from(v: &mut ::tilejit::Outputs) -> ::tilejit::Result<Self> {
+                fn take_from(v: &mut ::tilejit::__private::Outputs) -> ::tilejit::__private::Result<Self> {
                     ::std::result::Result::Ok(#name { #(#out_takes)* })
                 }
             }
@@ -663,14 +691,14 @@ fn expand_derive(input: syn::DeriveInput) -> syn::Result<TokenStream2> {
         false => quote!(),
     };
     Ok(quote! {
-        impl ::tilejit::JitArgs for #name {
-            fn push_args<'a>(&'a self, out: &mut ::std::vec::Vec<::tilejit::ArgValue<'a>>) {
-                out.push(::tilejit::ArgValue::Mark(::tilejit::args::Mark::Struct(#key)));
+        impl ::tilejit::__private::JitArgs for #name {
+            fn push_args<'a>(&'a self, out: &mut ::std::vec::Vec<::tilejit::__private::ArgValue<'a>>) {
+                out.push(::tilejit::__private::ArgValue::Mark(::tilejit::__private::Mark::Struct(#key)));
                 #(#pushes)*
             }
         }
-        impl ::tilejit::FromLeaves for #name {
-            fn from_leaves(leaves: &mut ::tilejit::args::Leaves<'_>) -> ::tilejit::Result<Self> {
+        impl ::tilejit::__private::FromLeaves for #name {
+            fn from_leaves(leaves: &mut ::tilejit::__private::Leaves<'_>) -> ::tilejit::__private::Result<Self> {
                 leaves.expect_key(#key, #name_str)?;
                 ::std::result::Result::Ok(#name { #(#takes)* })
             }

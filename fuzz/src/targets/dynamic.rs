@@ -10,8 +10,10 @@
 
 use super::Target;
 use std::sync::Arc;
-use tilejit::jit::param;
-use tilejit::{ArgKind, DType, JitFn, RunMode, Tensor, TraceValue};
+// The body is built at run time, not by `jit_fn!`: it takes the
+// expansions' plumbing on purpose.
+use tilejit::__private::{param, ArgKind, TraceValue};
+use tilejit::{DType, JitFn, RunMode, Tensor};
 
 pub const TARGET: Target = Target {
     name: "dynamic",
@@ -366,7 +368,7 @@ fn run(input: &[u8]) -> Result<String, String> {
         )
     };
     let dynamic: JitFn<'_, Tensor> = make("dynamic");
-    dynamic.set_dynamic(true);
+    dynamic.make_dynamic();
     let exact: JitFn<'_, Tensor> = make("exact");
     let mode = if body.sim {
         RunMode::Sim

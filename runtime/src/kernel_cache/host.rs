@@ -149,7 +149,7 @@ fn link_vouched(
     opts: CodegenOptions,
     bytes: Vouched<'_>,
 ) -> Result<KernelCode, String> {
-    let image = CodeImage::from_bytes(bytes.0)?;
+    let image = CodeImage::from_bytes(bytes.0).map_err(|e| e.to_string())?;
     // SAFETY: `load` needs `image` to be this build's own compile of `k`
     // under `opts` for this CPU. A `Vouched` is made in two places only
     // (its field is private to `kernel_cache`): `KernelCache::load_from_disk`,

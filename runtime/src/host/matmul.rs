@@ -1,0 +1,317 @@
+//! Matmul kernels on the host: one tile of rows per pool thread with the
+//! epilogue run while the rows are in cache, a plain `gemm` otherwise,
+//! convolutions through copied windows, and wrapping integer matmuls.
+
+use super::store::{take_owned, Slot, Store};
+use super::HostProgram;
+use crate::error::RuntimeError;
+use crate::kernel_cache::CachedKernel;
+use rayon::prelude::*;
+use std::sync::atomic::Ordering;
+use tilejit_codegen::host::{matmul_f32, matmul_f64, BufArg};
+use tilejit_ir::fallible::filled;
+use tilejit_ir::kernel::Kernel;
+use tilejit_ir::{DType, IrError, Lit};
+
+impl HostProgram {
+    /// A convolution's matmul on the host: the windows copied into rows
+    /// (in parallel), then one GEMM of every image's rows by the shared
+    /// weights. (The device reads the windows in place.)
+    fn conv(
+        &self,
+        slots: &mut [Slot<'_>],
+        mm: &tilejit_ir::kernel::MatMul,
+        ic: &tilejit_ir::kernel::Im2Col,
+        out_dtype: DType,
+    ) -> Result<(), RuntimeError> {
+        let mismatch = || RuntimeError::from(IrError::Verify("conv operand types".into()));
+        let too_big = || RuntimeError::from(IrError::OutOfMemory { bytes: usize::MAX });
+        let rows = mm.batch.checked_mul(mm.m).ok_or_else(too_big)?;
+        let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
+        let image = image.ok_or_else(too_big)?;
+        let mut cols = filled(rows.checked_mul(mm.k).ok_or_else(too_big)?, 0.0f32)?;
+        {
+            let x = slots[mm.a.0 as usize].f32s().ok_or_else(mismatch)?;
+            if x.len() != mm.batch * image {
+                return Err(mismatch());
+            }
+            let win = ic.window;
+            let (kh, kw) = (win.kh as usize, win.kw as usize);
+            let (s, pad, ow) = (win.stride as usize, win.pad as usize, ic.ow().max(1));
+            // Row `r` is window `p` of image `b`: per channel and window
+            // row, the image row's slice (the padding stays zero).
+            let fill = |(r, row): (usize, &mut [f32])| {
+                let (b, p) = (r / mm.m.max(1), r % mm.m.max(1));
+                let (y, x0) = (p / ow, p % ow);
+                let img = &x[b * image..(b + 1) * image];
+                for ci in 0..ic.c {
+                    for i in 0..kh {
+                        let iy = (y * s + i).wrapping_sub(pad);
+                        if iy >= ic.h {
+                            continue;
+                        }
+                        let src = &img[(ci * ic.h + iy) * ic.w..(ci * ic.h + iy + 1) * ic.w];
+                        let dst = &mut row[(ci * kh + i) * kw..(ci * kh + i + 1) * kw];
+                        for (j, d) in dst.iter_mut().enumerate() {
+                            if let Some(v) = src.get((x0 * s + j).wrapping_sub(pad)) {
+                                *d = *v;
+                            }
+                        }
+                    }
+                }
+            };
+            if rows * mm.k >= 1 << 16 {
+                cols.par_chunks_mut(mm.k.max(1)).enumerate().for_each(fill);
+            } else {
+                cols.chunks_mut(mm.k.max(1)).enumerate().for_each(fill);
+            }
+        }
+        let threads = if rows * mm.n * mm.k >= 1 << 18 {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        let mut out = take_owned(&mut slots[mm.out.0 as usize])?;
+        let w = slots[mm.b.0 as usize].f32s().ok_or_else(mismatch)?;
+        let Store::F32(o) = &mut out else {
+            return Err(mismatch());
+        };
+        let r = matmul_f32(&cols, w, o, [1, rows, mm.k, mm.n], threads);
+        round_product(o, out_dtype);
+        slots[mm.out.0 as usize] = Slot::Owned(out);
+        Ok(r?)
+    }
+
+    pub(super) fn matmul(
+        &self,
+        slots: &mut [Slot<'_>],
+        mm: &tilejit_ir::kernel::MatMul,
+        out_dtype: DType,
+    ) -> Result<(), RuntimeError> {
+        if let Some(ic) = &mm.im2col {
+            return self.conv(slots, mm, ic, out_dtype);
+        }
+        let dims = [mm.batch, mm.m, mm.k, mm.n];
+        let threads = if mm.m * mm.n * mm.k >= 1 << 18 {
+            rayon::current_num_threads()
+        } else {
+            1
+        };
+        let mut out = take_owned(&mut slots[mm.out.0 as usize])?;
+        let (a, b) = (&slots[mm.a.0 as usize], &slots[mm.b.0 as usize]);
+        let mismatch = || RuntimeError::from(IrError::Verify("matmul operand types".into()));
+        let r = match &mut out {
+            Store::F32(o) => match (a.f32s(), b.f32s()) {
+                (Some(x), Some(y)) => {
+                    let r = matmul_f32(x, y, o, dims, threads);
+                    round_product(o, out_dtype);
+                    r
+                }
+                _ => return Err(mismatch()),
+            },
+            Store::F64(o) => match (a.f64s(), b.f64s()) {
+                (Some(x), Some(y)) => matmul_f64(x, y, o, dims, threads),
+                _ => return Err(mismatch()),
+            },
+            Store::I32(o) => {
+                let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
+                o.iter_mut().zip(v).for_each(|(d, s)| *d = s as i32);
+                Ok(())
+            }
+            Store::I64(o) => {
+                let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
+                o.iter_mut().zip(v).for_each(|(d, s)| *d = s);
+                Ok(())
+            }
+            Store::U8(o) => {
+                let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
+                o.iter_mut().zip(v).for_each(|(d, s)| *d = s as u8);
+                Ok(())
+            }
+            Store::I8(o) => {
+                let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
+                o.iter_mut().zip(v).for_each(|(d, s)| *d = s as i8);
+                Ok(())
+            }
+            Store::Bool(_) => return Err(mismatch()),
+        };
+        slots[mm.out.0 as usize] = Slot::Owned(out);
+        Ok(r?)
+    }
+}
+
+/// How a row-tiled launch hands one buffer to each tile.
+#[derive(Copy, Clone, PartialEq)]
+enum TilePart {
+    /// The whole buffer (every access broadcasts it across rows).
+    Whole,
+    /// Rows of this many elements, the tile's own.
+    Rows(usize),
+}
+
+impl HostProgram {
+    /// Runs a matmul kernel as one tile of rows per pool thread: each
+    /// tile's product rows come from a single-threaded `gemm` and the
+    /// epilogue runs on them at once, while they are still in the core's
+    /// cache, instead of a parallel `gemm` over all rows and then a second
+    /// parallel pass. Applies to an f32 `[m, k] @ [k, n]` whose epilogue
+    /// domain is the product's `[m, n]` and whose stages read every buffer
+    /// either broadcast across rows (row stride 0) or row by row (`[n, 1]`
+    /// over `m * n` elements, the only way they may write one); returns
+    /// false, having done nothing, for anything else.
+    pub(super) fn run_row_tiled(
+        &self,
+        k: &Kernel,
+        code: &CachedKernel,
+        locals: &[tilejit_ir::kernel::BufId],
+        slots: &mut [Slot<'_>],
+        mm: &tilejit_ir::kernel::MatMul,
+        params: &[Lit],
+    ) -> Result<bool, RuntimeError> {
+        let threads = rayon::current_num_threads();
+        let (m, n) = (mm.m, mm.n);
+        let layout = code.code.layout();
+        let plain = mm.batch == 1
+            && mm.im2col.is_none()
+            && k.domain == [m, n]
+            && threads >= 2
+            && m >= threads
+            && m * n * mm.k >= 1 << 18
+            && layout.scratch == 0
+            && self.prog.buffer(mm.out).ty.dtype == DType::F32;
+        // Tiles split buffers by rows, which an offset window would cross.
+        let windowed = k.accesses().any(|a| a.offset != 0);
+        if !plain || windowed || k.accesses().any(|a| a.buf == mm.a || a.buf == mm.b) {
+            return Ok(false);
+        }
+        // How each local buffer is split: `a` and the product by rows,
+        // `b` whole, the rest by how the stages access them.
+        let mut parts = Vec::with_capacity(locals.len());
+        for &b in locals {
+            let part = if b == mm.a {
+                TilePart::Rows(mm.k)
+            } else if b == mm.b {
+                TilePart::Whole
+            } else {
+                let mut part = if b == mm.out {
+                    Some(TilePart::Rows(n))
+                } else {
+                    None
+                };
+                let row_sized = self.prog.buffer(b).ty.shape.numel() == m * n;
+                let stored = k.stages.iter().any(|s| {
+                    matches!(s, tilejit_ir::kernel::Stage::Store { access, .. } if access.buf == b)
+                });
+                for a in k.accesses().filter(|a| a.buf == b) {
+                    let this = match a.strides.as_slice() {
+                        [0, _] if !stored => TilePart::Whole,
+                        &[s0, 1] if s0 == n as i64 && row_sized => TilePart::Rows(n),
+                        _ => return Ok(false),
+                    };
+                    if part.is_some_and(|p| p != this) {
+                        return Ok(false);
+                    }
+                    part = Some(this);
+                }
+                part.unwrap_or(TilePart::Whole)
+            };
+            parts.push(part);
+        }
+        let Some(out_at) = locals.iter().position(|&b| b == mm.out) else {
+            return Ok(false);
+        };
+        let Store::F32(mut product) = take_owned(&mut slots[mm.out.0 as usize])? else {
+            return Err(IrError::Verify("matmul product is not f32".into()).into());
+        };
+        let tile = m.div_ceil(threads);
+        let tiles = m.div_ceil(tile);
+        // Each tile's buffers: row-split ones as the tile's own rows, whole
+        // ones shared read-only; the matmul operands are not accessed.
+        let mut per_tile: Vec<Vec<BufArg<'_>>> = (0..tiles)
+            .map(|_| (0..locals.len()).map(|_| BufArg::empty()).collect())
+            .collect();
+        let (mut a, mut bm) = (None, None);
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if i == mm.a.0 as usize || i == mm.b.0 as usize {
+                let slot: &Slot<'_> = slot;
+                if i == mm.a.0 as usize {
+                    a = slot.f32s();
+                }
+                if i == mm.b.0 as usize {
+                    bm = slot.f32s();
+                }
+                continue;
+            }
+            let Some(at) = locals.iter().position(|b| b.0 as usize == i) else {
+                continue;
+            };
+            match parts[at] {
+                TilePart::Whole => {
+                    let whole = slot.arg_read();
+                    for t in per_tile.iter_mut() {
+                        t[at] = whole.share().unwrap_or_else(|| BufArg::empty());
+                    }
+                }
+                TilePart::Rows(len) => {
+                    let size = layout.elem_bytes[at];
+                    let pieces = slot.arg().split(tile * len * size);
+                    for (t, piece) in per_tile.iter_mut().zip(pieces) {
+                        t[at] = piece;
+                    }
+                }
+            }
+        }
+        let (Some(a), Some(bm)) = (a, bm) else {
+            drop(per_tile);
+            slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
+            return Ok(false);
+        };
+        let args = layout.args(k, params);
+        code.launches.fetch_add(1, Ordering::Relaxed);
+        let result = product
+            .par_chunks_mut(tile * n)
+            .zip(a.par_chunks(tile * mm.k))
+            .zip(per_tile.into_par_iter())
+            .try_for_each(|((out, a), mut bufs)| -> Result<(), RuntimeError> {
+                let rows = out.len() / n;
+                matmul_f32(a, bm, out, [1, rows, mm.k, n], 1)?;
+                bufs[out_at] = BufArg::write(out);
+                let mut args = args.clone();
+                args[0] = rows as i64;
+                Ok(code.code.call(&mut bufs, &args, 0, rows)?)
+            });
+        slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
+        result.map(|()| true)
+    }
+}
+
+/// Wrapping integer matmul (ints are not the fast path).
+fn int_matmul(a: &[i64], b: &[i64], [batch, m, k, n]: [usize; 4]) -> Result<Vec<i64>, IrError> {
+    let mut out = filled(batch * m * n, 0i64)?;
+    for bi in 0..batch {
+        for i in 0..m {
+            for p in 0..k {
+                let x = a[bi * m * k + i * k + p];
+                for j in 0..n {
+                    let o = &mut out[bi * m * n + i * n + j];
+                    *o = o.wrapping_add(x.wrapping_mul(b[bi * k * n + p * n + j]));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// An f16/bf16 product (computed in f32) rounds like every other op's
+/// result.
+fn round_product(o: &mut [f32], dtype: DType) {
+    match dtype {
+        DType::F16 => o
+            .iter_mut()
+            .for_each(|v| *v = half::f16::from_f32(*v).to_f32()),
+        DType::BF16 => o
+            .iter_mut()
+            .for_each(|v| *v = half::bf16::from_f32(*v).to_f32()),
+        _ => {}
+    }
+}
