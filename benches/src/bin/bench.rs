@@ -72,9 +72,12 @@ fn gbps(bytes: f64, s: f64) -> String {
 /// with `extra` more JSON fields, each starting with `, `.
 type Emit<'a> = &'a dyn Fn(&str, &str, f64, String);
 
-/// Every workload in run order: its name, whether a run without `--only`
-/// includes it, and its body.
-const WORKLOADS: [(&str, bool, fn(Emit)); 14] = [
+/// A workload: its name, whether a run without `--only` includes it, and
+/// its body.
+type Workload = (&'static str, bool, fn(Emit));
+
+/// Every workload, in run order.
+const WORKLOADS: [Workload; 14] = [
     ("W1", true, w1),
     ("W2", true, w2),
     ("W3", true, w3),
