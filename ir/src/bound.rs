@@ -45,6 +45,7 @@ use crate::dtype::{DType, Lit};
 use crate::error::IrError;
 use crate::graph::{BinaryOp, CmpOp, Graph, Op, ReduceOp, UnaryOp};
 use crate::interp::{self, Vals};
+use crate::ops::{Domain, UnaryBound};
 use crate::shape::{Shape, TensorType, MAX_RANK};
 
 /// Roundings allowed for `exp log tanh sigmoid rsqrt recip` (the host's
@@ -58,7 +59,7 @@ pub const GELU_ULPS: f64 = 32.0;
 
 /// The largest slope of the tanh-approximated gelu (at `x ≈ 1.5`), so
 /// `|gelu(x + e) - gelu(x)| <= GELU_LIPSCHITZ * |e|`.
-const GELU_LIPSCHITZ: f64 = 1.13;
+pub const GELU_LIPSCHITZ: f64 = 1.13;
 
 /// The unit roundoff of a dtype (0 for integers and bool, which are exact).
 pub fn unit_roundoff(d: DType) -> f64 {
@@ -307,10 +308,10 @@ fn unary(f: UnaryOp, x: f64, e: f64, v: f64, u: f64, eta: f64) -> f64 {
         }
     };
     let rounding = |ulps: f64| ulps * (u * v.abs() + eta);
-    match f {
-        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => e,
-        UnaryOp::Square => 2.0 * x.abs() * e + e * e + rounding(1.0),
-        UnaryOp::Sqrt => {
+    match f.def().bound {
+        UnaryBound::Carried => e,
+        UnaryBound::Square => 2.0 * x.abs() * e + e * e + rounding(1.0),
+        UnaryBound::Sqrt => {
             // sqrt(x + e) - sqrt(x) <= sqrt(e): finite even at 0.
             let slope = if x > e {
                 over(f64::sqrt, true)
@@ -319,24 +320,31 @@ fn unary(f: UnaryOp, x: f64, e: f64, v: f64, u: f64, eta: f64) -> f64 {
             };
             slope + rounding(1.0)
         }
-        UnaryOp::Exp => over(f64::exp, true) + rounding(TRANSCENDENTAL_ULPS),
-        UnaryOp::Log => over(f64::ln, x - e > 0.0) + rounding(TRANSCENDENTAL_ULPS),
-        UnaryOp::Rsqrt => over(|x| 1.0 / x.sqrt(), x - e > 0.0) + rounding(TRANSCENDENTAL_ULPS),
-        UnaryOp::Recip => {
-            over(|x| 1.0 / x, x - e > 0.0 || x + e < 0.0) + rounding(TRANSCENDENTAL_ULPS)
+        UnaryBound::Monotone { f, domain, ulps } => {
+            let ok = match domain {
+                Domain::All => true,
+                Domain::Positive => x - e > 0.0,
+                Domain::NoPole => x - e > 0.0 || x + e < 0.0,
+            };
+            over(f, ok) + rounding(ulps)
         }
-        UnaryOp::Tanh => over(f64::tanh, true) + rounding(TRANSCENDENTAL_ULPS),
-        UnaryOp::Sigmoid => over(crate::scalar::sigmoid, true) + rounding(TRANSCENDENTAL_ULPS),
-        // `0.5x(1 + tanh(..))` cancels for x << 0: an error of about u|x|.
-        UnaryOp::Gelu => GELU_LIPSCHITZ * e + rounding(GELU_ULPS) + u * x.abs(),
-        // Slope at most 1.
-        UnaryOp::Sin | UnaryOp::Cos => e + rounding(TRANSCENDENTAL_ULPS),
-        UnaryOp::Erf => over(crate::scalar::erf, true) + rounding(TRANSCENDENTAL_ULPS),
+        UnaryBound::Lipschitz {
+            slope,
+            ulps,
+            cancels,
+        } => {
+            let b = slope * e + rounding(ulps);
+            if cancels {
+                b + u * x.abs()
+            } else {
+                b
+            }
+        }
         // Exact, but a step: an inexact operand may move it by one more.
-        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round if e > 0.0 => e + 1.0,
-        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => 0.0,
-        UnaryOp::Sign if x.abs() <= e => 2.0,
-        UnaryOp::Sign => 0.0,
+        UnaryBound::Step if e > 0.0 => e + 1.0,
+        UnaryBound::Step => 0.0,
+        UnaryBound::Sign if x.abs() <= e => 2.0,
+        UnaryBound::Sign => 0.0,
     }
 }
 

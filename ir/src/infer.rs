@@ -4,7 +4,7 @@
 
 use crate::dtype::DType;
 use crate::error::IrError;
-use crate::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp};
+use crate::graph::{Graph, Op, UnaryOp};
 use crate::shape::{Shape, TensorType};
 
 /// The result type of `op` in `g`, or why the op is ill-typed.
@@ -50,7 +50,7 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
             same_type("binary operands", tx, ty_)?;
             if tx.dtype == DType::Bool {
                 return Err(IrError::DTypeUnsupported {
-                    op: binary_name(b),
+                    op: b.name(),
                     dtype: DType::Bool,
                     hint: "cast to a numeric dtype first",
                 });
@@ -91,9 +91,9 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
                         rank: t.shape.rank(),
                     });
                 }
-                if t.shape[a] == 0 && matches!(r, ReduceOp::Max | ReduceOp::Min) {
+                if t.shape[a] == 0 && !r.def().empty_ok {
                     return Err(IrError::EmptyReduction {
-                        op: reduce_name(r),
+                        op: r.name(),
                         axis: a,
                         shape: t.shape,
                     });
@@ -102,7 +102,7 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
             }
             if t.dtype == DType::Bool {
                 return Err(IrError::DTypeUnsupported {
-                    op: reduce_name(r),
+                    op: r.name(),
                     dtype: DType::Bool,
                     hint: "cast to i64 or f32 first",
                 });
@@ -281,22 +281,11 @@ fn same_type(what: &'static str, a: TensorType, b: TensorType) -> Result<(), IrE
 }
 
 fn unary_dtype_ok(u: UnaryOp, d: DType) -> Result<(), IrError> {
-    let int_ok = matches!(
-        u,
-        UnaryOp::Neg
-            | UnaryOp::Abs
-            | UnaryOp::Square
-            | UnaryOp::Relu
-            | UnaryOp::Floor
-            | UnaryOp::Ceil
-            | UnaryOp::Round
-            | UnaryOp::Sign
-    );
-    if d.is_float() || (d.is_int() && int_ok) {
+    if u.accepts(d) {
         return Ok(());
     }
     Err(IrError::DTypeUnsupported {
-        op: unary_name(u),
+        op: u.name(),
         dtype: d,
         hint: if d == DType::Bool {
             "cast to a numeric dtype first"
@@ -384,53 +373,4 @@ fn matmul_type(a: TensorType, b: TensorType) -> Result<TensorType, IrError> {
     let mut dims: Vec<usize> = sa[..ra - 1].to_vec();
     dims.push(sb[rb - 1]);
     checked(TensorType::new(a.dtype, Shape::new(&dims)?))
-}
-
-/// The user-facing name of a unary op.
-pub fn unary_name(u: UnaryOp) -> &'static str {
-    match u {
-        UnaryOp::Neg => "neg",
-        UnaryOp::Abs => "abs",
-        UnaryOp::Square => "square",
-        UnaryOp::Relu => "relu",
-        UnaryOp::Exp => "exp",
-        UnaryOp::Log => "log",
-        UnaryOp::Sqrt => "sqrt",
-        UnaryOp::Rsqrt => "rsqrt",
-        UnaryOp::Recip => "recip",
-        UnaryOp::Tanh => "tanh",
-        UnaryOp::Sigmoid => "sigmoid",
-        UnaryOp::Gelu => "gelu",
-        UnaryOp::Sin => "sin",
-        UnaryOp::Cos => "cos",
-        UnaryOp::Erf => "erf",
-        UnaryOp::Floor => "floor",
-        UnaryOp::Ceil => "ceil",
-        UnaryOp::Round => "round",
-        UnaryOp::Sign => "sign",
-    }
-}
-
-/// The user-facing name of a binary op.
-pub fn binary_name(b: BinaryOp) -> &'static str {
-    match b {
-        BinaryOp::Add => "add",
-        BinaryOp::Sub => "sub",
-        BinaryOp::Mul => "mul",
-        BinaryOp::Div => "div",
-        BinaryOp::Max => "maximum",
-        BinaryOp::Min => "minimum",
-        BinaryOp::Pow => "pow",
-        BinaryOp::Rem => "rem",
-    }
-}
-
-/// The user-facing name of a reduction.
-pub fn reduce_name(r: ReduceOp) -> &'static str {
-    match r {
-        ReduceOp::Sum => "sum",
-        ReduceOp::Max => "max",
-        ReduceOp::Min => "min",
-        ReduceOp::Prod => "prod",
-    }
 }

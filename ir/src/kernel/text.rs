@@ -27,12 +27,9 @@ use super::{
 };
 use crate::dtype::DType;
 use crate::error::IrError;
-use crate::infer::unary_name;
+use crate::graph::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::shape::{Shape, TensorType};
-use crate::text::{
-    binary_from_name, binary_text, compare_from_name, compare_text, lit_text, parse_lit_text,
-    reduce_from_name, reduce_text, unary_from_name,
-};
+use crate::text::{lit_text, parse_lit_text};
 use std::fmt::{self, Write};
 
 fn list<T: fmt::Display>(items: &[T]) -> String {
@@ -46,9 +43,9 @@ fn expr_text(k: &Kernel, e: &ExprNode) -> String {
         Expr::Load(i) => format!("load {i}"),
         Expr::Param(i) => format!("param {i}"),
         Expr::Lit(l) => format!("lit {}", lit_text(l, e.dtype)),
-        Expr::Unary(u, a) => format!("{} {}", unary_name(u), r(a)),
-        Expr::Binary(b, x, y) => format!("{} {}, {}", binary_text(b), r(x), r(y)),
-        Expr::Compare(c, x, y) => format!("{} {}, {}", compare_text(c), r(x), r(y)),
+        Expr::Unary(u, a) => format!("{} {}", u.text(), r(a)),
+        Expr::Binary(b, x, y) => format!("{} {}, {}", b.text(), r(x), r(y)),
+        Expr::Compare(c, x, y) => format!("{} {}, {}", c.text(), r(x), r(y)),
         Expr::Select(c, x, y) => format!("select {}, {}, {}", r(c), r(x), r(y)),
         Expr::Cast(a) => format!("cast {} from {}", r(a), k.expr(a).dtype),
         Expr::Row(s) => format!("row {s}"),
@@ -125,7 +122,7 @@ impl Kernel {
             for s in &stage_at[i] {
                 match s {
                     Stage::Reduce { op, value } => {
-                        writeln!(f, "{indent}  stage {} %{}", reduce_text(*op), value.0)?
+                        writeln!(f, "{indent}  stage {} %{}", op.text(), value.0)?
                     }
                     Stage::Store { access, value } => writeln!(
                         f,
@@ -407,17 +404,17 @@ fn split_types(s: &str) -> Vec<String> {
 /// The `&'static str` op name for a parsed one.
 fn intern_op(s: &str) -> Option<&'static str> {
     const OTHER: [&str; 7] = ["matmul", "select", "cast", "param", "cat", "gather", "conv"];
-    if let Some(u) = unary_from_name(s) {
-        return Some(unary_name(u));
+    if let Some(u) = UnaryOp::from_text(s) {
+        return Some(u.text());
     }
-    if let Some(b) = binary_from_name(s) {
-        return Some(binary_text(b));
+    if let Some(b) = BinaryOp::from_text(s) {
+        return Some(b.text());
     }
-    if let Some(c) = compare_from_name(s) {
-        return Some(compare_text(c));
+    if let Some(c) = CmpOp::from_text(s) {
+        return Some(c.text());
     }
-    if let Some(r) = reduce_from_name(s) {
-        return Some(reduce_text(r));
+    if let Some(r) = ReduceOp::from_text(s) {
+        return Some(r.text());
     }
     OTHER.iter().copied().find(|&o| o == s)
 }
@@ -507,7 +504,8 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
             let (op, v) = rest
                 .split_once(' ')
                 .ok_or_else(|| p.err("expected `stage reduce_op %N`"))?;
-            let op = reduce_from_name(op).ok_or_else(|| p.err(format!("unknown stage `{op}`")))?;
+            let op =
+                ReduceOp::from_text(op).ok_or_else(|| p.err(format!("unknown stage `{op}`")))?;
             k.stages.push(Stage::Reduce {
                 op,
                 value: p.expr(v, n)?,
@@ -554,11 +552,11 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
             Expr::Cast(p.expr(a, n)?)
         }
         other => {
-            if let Some(u) = unary_from_name(other) {
+            if let Some(u) = UnaryOp::from_text(other) {
                 Expr::Unary(u, e(0)?)
-            } else if let Some(b) = binary_from_name(other) {
+            } else if let Some(b) = BinaryOp::from_text(other) {
                 Expr::Binary(b, e(0)?, e(1)?)
-            } else if let Some(c) = compare_from_name(other) {
+            } else if let Some(c) = CmpOp::from_text(other) {
                 Expr::Compare(c, e(0)?, e(1)?)
             } else {
                 return Err(p.err(format!("unknown expression `{other}`")));

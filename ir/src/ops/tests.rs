@@ -1,0 +1,115 @@
+//! Invariants of the op table that its types cannot state.
+
+use super::*;
+
+#[test]
+fn mnemonics_are_unique_and_parse_back() {
+    let mut seen = std::collections::HashSet::new();
+    for u in UnaryOp::ALL {
+        assert!(seen.insert(u.text()), "duplicate {}", u.text());
+        assert_eq!(UnaryOp::from_text(u.text()), Some(u));
+    }
+    for b in BinaryOp::ALL {
+        assert!(seen.insert(b.text()), "duplicate {}", b.text());
+        assert_eq!(BinaryOp::from_text(b.text()), Some(b));
+    }
+    for c in CmpOp::ALL {
+        assert!(seen.insert(c.text()), "duplicate {}", c.text());
+        assert_eq!(CmpOp::from_text(c.text()), Some(c));
+    }
+    for r in ReduceOp::ALL {
+        assert!(seen.insert(r.text()), "duplicate {}", r.text());
+        assert_eq!(ReduceOp::from_text(r.text()), Some(r));
+    }
+    assert_eq!(UnaryOp::from_text("nope"), None);
+}
+
+#[test]
+fn all_lists_every_variant_in_discriminant_order() {
+    for (i, u) in UnaryOp::ALL.into_iter().enumerate() {
+        assert_eq!(u as usize, i);
+    }
+    for (i, b) in BinaryOp::ALL.into_iter().enumerate() {
+        assert_eq!(b as usize, i);
+    }
+    assert_eq!(BinaryOp::Max.name(), "maximum");
+    assert_eq!(BinaryOp::Max.text(), "max");
+    assert_eq!(ReduceOp::Sum.name(), "sum");
+    assert_eq!(ReduceOp::Sum.text(), "reduce_sum");
+    assert_eq!(UnaryOp::Neg.doc(), "`-x`");
+}
+
+#[test]
+fn libcall_ops_are_float_only() {
+    // Host code lowers integers inline only.
+    for u in UnaryOp::ALL {
+        if !matches!(u.def().host, UnaryHost::Inline(_)) {
+            assert!(u.def().int.is_none(), "{}", u.name());
+        }
+    }
+}
+
+#[test]
+fn exact_f32_functions_are_the_reference_rounded() {
+    let xs = [
+        -0.0f32,
+        0.0,
+        0.5,
+        1.5,
+        2.5,
+        -2.5,
+        -1.0,
+        3.7,
+        -1e30,
+        1e-40,
+        f32::INFINITY,
+        f32::NAN,
+    ];
+    for u in UnaryOp::ALL {
+        let Some(f) = u.def().exact_f32 else { continue };
+        for x in xs {
+            let want = (u.def().float)(x as f64) as f32;
+            let got = f(x);
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{} {x}: {got} vs {want}",
+                u.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn libcalls_are_listed_once_with_their_symbols() {
+    let l = libcalls();
+    let names: std::collections::HashSet<_> = l.iter().map(|(s, _)| *s).collect();
+    assert_eq!(names.len(), l.len());
+    for s in ["tj_exp", "tj_pow", "tj_mod", "tj_ipow"] {
+        assert!(names.contains(s), "{s}");
+    }
+}
+
+#[test]
+fn op_info_arity_matches_operands() {
+    use crate::graph::{Axes, NodeId};
+    let x = NodeId(0);
+    let ops = [
+        Op::Unary(UnaryOp::Exp, x),
+        Op::Binary(BinaryOp::Add, x, x),
+        Op::Compare(CmpOp::Lt, x, x),
+        Op::Select(x, x, x),
+        Op::Reduce(ReduceOp::Sum, x, Axes(1)),
+        Op::MatMul(x, x),
+    ];
+    for op in ops {
+        assert_eq!(op.info().arity, op.operands().len(), "{}", op.info().name);
+    }
+    assert_eq!(
+        Op::Reduce(ReduceOp::Max, x, Axes(1)).info().name,
+        "reduce_max"
+    );
+    assert_eq!(
+        Op::Reduce(ReduceOp::Max, x, Axes(1)).info().kind,
+        OpKind::Reduction
+    );
+}
