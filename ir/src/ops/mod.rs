@@ -392,14 +392,11 @@ pub fn libcalls() -> Vec<(&'static str, *const u8)> {
             }
         }
     }
-    for b in BinaryOp::ALL {
-        let h = b.def().host;
-        if let Some(c) = h.float {
-            out.push((c.symbol, c.f as *const u8));
-        }
-        if let Some(c) = h.int {
-            out.push((c.symbol, c.f as *const u8));
-        }
+    for c in BinaryOp::ALL.iter().filter_map(|b| b.def().host.float) {
+        out.push((c.symbol, c.f as *const u8));
+    }
+    for c in BinaryOp::ALL.iter().filter_map(|b| b.def().host.int) {
+        out.push((c.symbol, c.f as *const u8));
     }
     out
 }
