@@ -8,7 +8,7 @@ use super::cycles::Work;
 use super::values::{self, Vals};
 use crate::isa::{pitch, Cond, Inst, Opcode, Operand, Space};
 use crate::mem::{PagedMemory, Span};
-use tilejit_ir::{scalar, DType};
+use tilejit_ir::{scalar, BinaryOp, DType, UnaryOp};
 
 /// Registers, local memories and the task's view of GM during a run.
 pub(crate) struct Ctx<'a> {
@@ -54,9 +54,6 @@ impl From<&str> for Trap {
 }
 
 type R<T> = Result<T, String>;
-/// An op's float and integer forms.
-type Binary = (fn(f64, f64) -> f64, fn(i64, i64) -> i64);
-type Unary = (fn(f64) -> f64, fn(i64) -> i64);
 
 impl Ctx<'_> {
     fn val(&self, inst: &Inst, i: usize) -> i64 {
@@ -498,12 +495,9 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> Result<Flow, 
         }
         // Listed one by one so that a new opcode in the table does not
         // compile until it has semantics here.
-        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vmov | Vneg | Vabs | Vsquare
-        | Vrelu | Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh | Vsigmoid | Vgelu | Vsin
-        | Vcos | Verf | Vfloor | Vceil | Vround | Vsign | Vadds | Vmuls | Vmaxs | Vmins | Vdup
-        | Vdupr | Vbcast | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin | Vrprod | Vbrow | Vbcol => {
-            vector(inst, cx, w, dt)?
-        }
+        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vmov | Vunary | Vadds | Vmuls
+        | Vmaxs | Vmins | Vdup | Vdupr | Vbcast | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin
+        | Vrprod | Vbrow | Vbcol => vector(inst, cx, w, dt)?,
     }
     Ok(Flow::Next)
 }
@@ -565,28 +559,14 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
     let out: Vals = match inst.op {
         Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem => {
             let (a, b) = (tile(cx, 5)?, tile(cx, 6)?);
-            let (f, g): Binary = match inst.op {
-                Vadd => (|a, b| a + b, i64::wrapping_add),
-                Vsub => (|a, b| a - b, i64::wrapping_sub),
-                Vmul => (|a, b| a * b, i64::wrapping_mul),
-                Vdiv => (|a, b| a / b, scalar::int_div),
-                Vmax => (scalar::max_nan, i64::max),
-                Vpow => (f64::powf, scalar::int_pow),
-                Vrem => (scalar::float_mod, scalar::int_mod),
-                _ => (scalar::min_nan, i64::min),
-            };
-            values::zip(&a, &b, dt, f, g)
+            let def = binary_op(inst.op)?.def();
+            values::zip(&a, &b, dt, def.float, def.int)
         }
         Vadds | Vmuls | Vmaxs | Vmins => {
             let a = tile(cx, 5)?;
             let s = Vals::splat(inst.scalar(6), dt, a.len());
-            let (f, g): Binary = match inst.op {
-                Vadds => (|a, b| a + b, i64::wrapping_add),
-                Vmuls => (|a, b| a * b, i64::wrapping_mul),
-                Vmaxs => (scalar::max_nan, i64::max),
-                _ => (scalar::min_nan, i64::min),
-            };
-            values::zip(&a, &s, dt, f, g)
+            let def = binary_op(inst.op)?.def();
+            values::zip(&a, &s, dt, def.float, def.int)
         }
         Vdup => Vals::splat(inst.scalar(5), dt, vr * vc),
         Vdupr => {
@@ -602,31 +582,20 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
             broadcast(&v, vr, vc, |_, _| 0)
         }
         Vmov => tile(cx, 5)?,
-        Vneg | Vabs | Vsquare | Vrelu | Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh
-        | Vsigmoid | Vgelu | Vsin | Vcos | Verf | Vfloor | Vceil | Vround | Vsign => {
+        Vunary => {
+            // The op table's reference functions (the verifier checked the
+            // dtype against the row).
+            let u = unary_op(inst)?;
             let a = tile(cx, 5)?;
-            let (f, g): Unary = match inst.op {
-                Vneg => (|x| -x, i64::wrapping_neg),
-                Vabs => (f64::abs, i64::wrapping_abs),
-                Vsquare => (|x| x * x, |x| x.wrapping_mul(x)),
-                Vrelu => (scalar::relu, |x| x.max(0)),
-                Vexp => (f64::exp, |x| x),
-                Vlog => (f64::ln, |x| x),
-                Vsqrt => (f64::sqrt, |x| x),
-                Vrsqrt => (|x| 1.0 / x.sqrt(), |x| x),
-                Vrecip => (|x| 1.0 / x, |x| x),
-                Vtanh => (f64::tanh, |x| x),
-                Vsigmoid => (scalar::sigmoid, |x| x),
-                Vsin => (f64::sin, |x| x),
-                Vcos => (f64::cos, |x| x),
-                Verf => (scalar::erf, |x| x),
-                Vfloor => (f64::floor, |x| x),
-                Vceil => (f64::ceil, |x| x),
-                Vround => (f64::round_ties_even, |x| x),
-                Vsign => (scalar::sign, i64::signum),
-                _ => (scalar::gelu, |x| x),
+            let def = u.def();
+            let int = match (def.int, &a) {
+                (Some(g), _) => g,
+                (None, Vals::F(_)) => |x| x,
+                (None, Vals::I(_)) => {
+                    return Err(format!("`vunary {}` does not take dtype {dt}", u.name()))
+                }
             };
-            values::map(&a, dt, f, g)
+            values::map(&a, dt, def.float, int)
         }
         Vcmp => {
             let (a, b) = (tile(cx, 6)?, tile(cx, 7)?);
@@ -709,6 +678,29 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
     cx.write_tile(Space::Ub, inst.addr(4), dt, vrc, cols, &out)
 }
 
+/// The unary op of a `vunary`.
+fn unary_op(inst: &Inst) -> R<UnaryOp> {
+    inst.unary(6)
+        .ok_or_else(|| "`vunary` without a unary op operand".to_string())
+}
+
+/// The op table's binary op a vector opcode computes (with a tile or a
+/// scalar second operand).
+fn binary_op(op: Opcode) -> R<BinaryOp> {
+    use Opcode::*;
+    Ok(match op {
+        Vadd | Vadds => BinaryOp::Add,
+        Vsub => BinaryOp::Sub,
+        Vmul | Vmuls => BinaryOp::Mul,
+        Vdiv => BinaryOp::Div,
+        Vmax | Vmaxs => BinaryOp::Max,
+        Vmin | Vmins => BinaryOp::Min,
+        Vpow => BinaryOp::Pow,
+        Vrem => BinaryOp::Rem,
+        other => return Err(format!("`{}` is not a binary vector op", other.mnemonic())),
+    })
+}
+
 /// f32 elementwise ops whose native f32 result is the IEEE result the
 /// general path computes through f64 (`+ - * /`, NaN-propagating max/min,
 /// relu, neg, abs, floor, ceil, round, sign, moves): done row by row on
@@ -749,20 +741,12 @@ fn f32_fast(inst: &Inst, cx: &mut Ctx<'_>, (vr, vc): (usize, usize), cols: usize
         Vmuls => rows.unary(inst, cx, |a| a * s)?,
         Vmaxs => rows.unary(inst, cx, |a| max_nan(a, s))?,
         Vmins => rows.unary(inst, cx, |a| min_nan(a, s))?,
-        Vrelu => rows.unary(inst, cx, |a| if a.is_nan() || a > 0.0 { a } else { 0.0 })?,
-        Vneg => rows.unary(inst, cx, |a| -a)?,
-        Vabs => rows.unary(inst, cx, f32::abs)?,
         Vmov => rows.unary(inst, cx, |a| a)?,
-        Vfloor => rows.unary(inst, cx, f32::floor)?,
-        Vceil => rows.unary(inst, cx, f32::ceil)?,
-        Vround => rows.unary(inst, cx, f32::round_ties_even)?,
-        Vsign => rows.unary(inst, cx, |a| {
-            if a == 0.0 || a.is_nan() {
-                a + 0.0
-            } else {
-                a.signum()
-            }
-        })?,
+        // Ops whose row names an exact f32 function.
+        Vunary => match unary_op(inst)?.def().exact_f32 {
+            Some(f) => rows.unary(inst, cx, f)?,
+            None => return Ok(false),
+        },
         _ => return Ok(false),
     }
     Ok(true)
