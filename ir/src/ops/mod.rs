@@ -13,7 +13,7 @@
 //! a column (its interpreter function, bound rule, host lowering, ...)
 //! does not compile (`E0063 missing field`):
 //!
-//! ```compile_fail
+//! ```compile_fail,E0063
 //! tilejit_ir::op_table! {
 //!     /// A unary op table missing every column but the name.
 //!     enum MyUnary: tilejit_ir::ops::UnaryDef {
@@ -27,6 +27,7 @@
 //! `UnaryBound`, ...) exhaustively, never on op names with a wildcard, so
 //! a new op reaches only code its row chose.
 
+pub mod doc;
 mod libcalls;
 mod table;
 

@@ -113,3 +113,36 @@ fn op_info_arity_matches_operands() {
         OpKind::Reduction
     );
 }
+
+/// `docs/ops.md`'s generated section is the table's; `BLESS=1` rewrites it.
+#[test]
+fn ops_md_is_generated_from_the_table() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/ops.md");
+    let file = std::fs::read_to_string(&path).expect("docs/ops.md");
+    let want = doc::markdown();
+    let (head, tail) = match (file.find(doc::BEGIN), file.find(doc::END)) {
+        (Some(b), Some(e)) => (&file[..b], &file[e + doc::END.len()..]),
+        _ => (file.as_str(), "\n"),
+    };
+    let tail = tail.strip_prefix('\n').unwrap_or(tail);
+    let expected = format!("{head}{want}{tail}");
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&path, &expected).expect("write docs/ops.md");
+        return;
+    }
+    assert!(
+        file == expected,
+        "docs/ops.md's op table is stale; rerun with BLESS=1"
+    );
+}
+
+#[test]
+fn the_generated_section_lists_every_op() {
+    let md = doc::markdown();
+    for u in UnaryOp::ALL {
+        assert!(md.contains(&format!("| `{}` |", u.name())), "{}", u.name());
+    }
+    assert!(md.contains("| `maximum` | `max` | inline | 1 |"));
+    assert!(md.contains("| `pow` | `pow` | `tj_pow` floats, `tj_ipow` integers | 12 |"));
+    assert!(md.contains("| `max` | `reduce_max` | an error |"));
+}
