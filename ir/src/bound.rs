@@ -300,11 +300,13 @@ fn unary(f: UnaryOp, x: f64, e: f64, v: f64, u: f64, eta: f64) -> f64 {
             return f64::INFINITY;
         }
         let gx = g(x);
-        let d = (g(x - e) - gx).abs().max((g(x + e) - gx).abs());
-        if d.is_nan() {
+        // A NaN endpoint (outside the domain) is unbounded: `max` would
+        // drop it.
+        let (lo, hi) = ((g(x - e) - gx).abs(), (g(x + e) - gx).abs());
+        if lo.is_nan() || hi.is_nan() {
             f64::INFINITY
         } else {
-            d
+            lo.max(hi)
         }
     };
     let rounding = |ulps: f64| ulps * (u * v.abs() + eta);
