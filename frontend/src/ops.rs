@@ -332,6 +332,42 @@ impl Tensor {
     pub fn sign(&self) -> Tensor {
         unary(self, UnaryOp::Sign, Loc::caller())
     }
+    /// Arctangent in radians, float dtypes only (`atan(±inf) = ±pi/2`).
+    /// Computed in f64 and rounded once to the dtype, on every backend.
+    #[track_caller]
+    pub fn atan(&self) -> Tensor {
+        unary(self, UnaryOp::Atan, Loc::caller())
+    }
+    /// Arcsine in radians, float dtypes only; NaN outside `[-1, 1]`, as
+    /// numpy. Computed in f64 and rounded once to the dtype.
+    #[track_caller]
+    pub fn asin(&self) -> Tensor {
+        unary(self, UnaryOp::Asin, Loc::caller())
+    }
+    /// Arccosine in radians, float dtypes only; NaN outside `[-1, 1]`, as
+    /// numpy. Computed in f64 and rounded once to the dtype.
+    #[track_caller]
+    pub fn acos(&self) -> Tensor {
+        unary(self, UnaryOp::Acos, Loc::caller())
+    }
+    /// Inverse hyperbolic sine, float dtypes only. Computed in f64 and
+    /// rounded once to the dtype.
+    #[track_caller]
+    pub fn asinh(&self) -> Tensor {
+        unary(self, UnaryOp::Asinh, Loc::caller())
+    }
+    /// Inverse hyperbolic cosine, float dtypes only; NaN below 1, as numpy.
+    /// Computed in f64 and rounded once to the dtype.
+    #[track_caller]
+    pub fn acosh(&self) -> Tensor {
+        unary(self, UnaryOp::Acosh, Loc::caller())
+    }
+    /// Inverse hyperbolic tangent, float dtypes only: `±inf` at `±1`, NaN
+    /// beyond, as numpy. Computed in f64 and rounded once to the dtype.
+    #[track_caller]
+    pub fn atanh(&self) -> Tensor {
+        unary(self, UnaryOp::Atanh, Loc::caller())
+    }
     /// `x^y` elementwise, with broadcasting. Floats: IEEE/C `pow`, as
     /// numpy's `power` (a negative base with an integer exponent gives the
     /// signed result, with a non-integer one NaN; `pow(x, 0) = 1` even for

@@ -567,6 +567,33 @@ mod tests {
     }
 
     #[test]
+    fn inverse_trig_carries_its_slope_and_is_unbounded_past_its_domain() {
+        // x*x = [0.25, 1]: off by u/4 and u; asin's slope at 0.25 is
+        // 1/sqrt(1 - 1/16), and 1 + u lies outside asin's domain.
+        let x = Array::from_vec(vec![0.5f32, 1.0], &[2]).unwrap();
+        let b = bounds_of(
+            "graph {\n  %0 = input 0 : f32[2]\n  %1 = mul %0, %0 : f32[2]\n  %2 = asin %1 : f32[2]\n  %3 = atan %0 : f32[2]\n  return %2, %3\n}\n",
+            &[x],
+        );
+        let u = 2f64.powi(-24);
+        let (v, e) = (0.25f64.asin(), 0.25 * u);
+        let want = e / (1.0 - 0.0625f64).sqrt() + TRANSCENDENTAL_ULPS * u * v;
+        assert!(
+            (b[0][0] - want).abs() <= 1e-5 * want,
+            "{} vs {want}",
+            b[0][0]
+        );
+        assert_eq!(b[0][1], f64::INFINITY);
+        // Exact operands: only the roundings (atan(1) = pi/4).
+        let want = TRANSCENDENTAL_ULPS * u * std::f64::consts::FRAC_PI_4;
+        assert!(
+            (b[1][1] - want).abs() <= 1e-6 * want,
+            "{} vs {want}",
+            b[1][1]
+        );
+    }
+
+    #[test]
     fn division_by_a_value_its_error_could_zero_is_unbounded() {
         // 1 + -1 sums to 0, with a bound of γ_2 · 2 > 0: 1/0 is unbounded.
         let x = Array::from_vec(vec![1.0f32, -1.0], &[2]).unwrap();

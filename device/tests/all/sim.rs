@@ -441,7 +441,7 @@ fn unary_ops_match_f64_math_rounded_to_the_dtype() {
     let mut a = data(DType::F32, 9);
     a[5] = -0.0;
     a[6] = f64::NAN;
-    let ops: [(&str, fn(f64) -> f64); 19] = [
+    let ops: [(&str, fn(f64) -> f64); 25] = [
         ("neg", |x| -x),
         ("abs", f64::abs),
         ("square", |x| x * x),
@@ -462,6 +462,12 @@ fn unary_ops_match_f64_math_rounded_to_the_dtype() {
         ("floor", f64::floor),
         ("ceil", f64::ceil),
         ("round", f64::round_ties_even),
+        ("atan", f64::atan),
+        ("asin", f64::asin),
+        ("acos", f64::acos),
+        ("asinh", f64::asinh),
+        ("acosh", f64::acosh),
+        ("atanh", f64::atanh),
         // numpy's sign: -0 gives +0, NaN stays.
         ("sign", |x| {
             if x == 0.0 {

@@ -37,3 +37,21 @@ pub(super) extern "C" fn tj_mod(x: f64, y: f64) -> f64 {
 pub(super) extern "C" fn tj_ipow(x: i64, y: i64) -> i64 {
     scalar::int_pow(x, y)
 }
+pub(super) extern "C" fn tj_atan(x: f64) -> f64 {
+    x.atan()
+}
+pub(super) extern "C" fn tj_asin(x: f64) -> f64 {
+    x.asin()
+}
+pub(super) extern "C" fn tj_acos(x: f64) -> f64 {
+    x.acos()
+}
+pub(super) extern "C" fn tj_asinh(x: f64) -> f64 {
+    x.asinh()
+}
+pub(super) extern "C" fn tj_acosh(x: f64) -> f64 {
+    x.acosh()
+}
+pub(super) extern "C" fn tj_atanh(x: f64) -> f64 {
+    x.atanh()
+}

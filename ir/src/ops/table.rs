@@ -19,6 +19,11 @@ const fn math(f32: MathFn, symbol: &'static str, f: extern "C" fn(f64) -> f64) -
     }
 }
 
+/// A float-only op computed by a libcall on every float dtype.
+const fn libcall(symbol: &'static str, f: extern "C" fn(f64) -> f64) -> UnaryHost {
+    UnaryHost::Libcall(Libcall { symbol, f })
+}
+
 /// A monotone bound with `T` roundings.
 const fn monotone(f: fn(f64) -> f64, domain: Domain) -> UnaryBound {
     UnaryBound::Monotone { f, domain, ulps: T }
@@ -147,6 +152,36 @@ crate::op_table! {
         Sign "sign" => UnaryDef {
             float: scalar::sign, int: Some(i64::signum), exact_f32: Some(float_sign_f32),
             bound: UnaryBound::Sign, cost: 1, host: UnaryHost::Inline(Inline::Sign),
+        },
+        /// arctangent (radians)
+        Atan "atan" => UnaryDef {
+            float: f64::atan, int: None, exact_f32: None, bound: monotone(f64::atan, Domain::All),
+            cost: 12, host: libcall("tj_atan", tj_atan),
+        },
+        /// arcsine (radians; NaN outside `[-1, 1]`)
+        Asin "asin" => UnaryDef {
+            float: f64::asin, int: None, exact_f32: None, bound: monotone(f64::asin, Domain::All),
+            cost: 12, host: libcall("tj_asin", tj_asin),
+        },
+        /// arccosine (radians; NaN outside `[-1, 1]`)
+        Acos "acos" => UnaryDef {
+            float: f64::acos, int: None, exact_f32: None, bound: monotone(f64::acos, Domain::All),
+            cost: 12, host: libcall("tj_acos", tj_acos),
+        },
+        /// inverse hyperbolic sine
+        Asinh "asinh" => UnaryDef {
+            float: f64::asinh, int: None, exact_f32: None, bound: monotone(f64::asinh, Domain::All),
+            cost: 12, host: libcall("tj_asinh", tj_asinh),
+        },
+        /// inverse hyperbolic cosine (NaN below 1)
+        Acosh "acosh" => UnaryDef {
+            float: f64::acosh, int: None, exact_f32: None, bound: monotone(f64::acosh, Domain::All),
+            cost: 12, host: libcall("tj_acosh", tj_acosh),
+        },
+        /// inverse hyperbolic tangent (`±inf` at `±1`, NaN beyond)
+        Atanh "atanh" => UnaryDef {
+            float: f64::atanh, int: None, exact_f32: None, bound: monotone(f64::atanh, Domain::All),
+            cost: 12, host: libcall("tj_atanh", tj_atanh),
         },
     }
 

@@ -146,3 +146,37 @@ fn the_generated_section_lists_every_op() {
     assert!(md.contains("| `pow` | `pow` | `tj_pow` floats, `tj_ipow` integers | 12 |"));
     assert!(md.contains("| `max` | `reduce_max` | an error |"));
 }
+
+/// The inverse trig rows against values known by hand (`atan(1) = pi/4`,
+/// `asin(0.5) = pi/6`, `acos(0.5) = pi/3`, `acosh(1) = 0`, `atanh(0.5) =
+/// ln(3)/2`) and numpy's domain edges (NaN outside, `±inf` at `atanh(±1)`).
+#[test]
+fn inverse_trig_rows_give_the_known_values() {
+    use std::f64::consts::PI;
+    let f = |u: UnaryOp, x: f64| (u.def().float)(x);
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-15 * b.abs().max(1.0);
+    assert!(close(f(UnaryOp::Atan, 1.0), PI / 4.0));
+    assert!(close(f(UnaryOp::Atan, f64::INFINITY), PI / 2.0));
+    assert!(close(f(UnaryOp::Asin, 0.5), PI / 6.0));
+    assert!(close(f(UnaryOp::Acos, 0.5), PI / 3.0));
+    assert!(close(f(UnaryOp::Acos, -1.0), PI));
+    assert!(close(f(UnaryOp::Asinh, 1.0), 0.881373587019543));
+    assert_eq!(f(UnaryOp::Acosh, 1.0), 0.0);
+    assert!(close(f(UnaryOp::Atanh, 0.5), 0.5493061443340549));
+    assert_eq!(f(UnaryOp::Atanh, 1.0), f64::INFINITY);
+    assert_eq!(f(UnaryOp::Atanh, -1.0), f64::NEG_INFINITY);
+    for (u, x) in [
+        (UnaryOp::Asin, 1.5),
+        (UnaryOp::Acos, -2.0),
+        (UnaryOp::Acosh, 0.5),
+        (UnaryOp::Atanh, 2.0),
+    ] {
+        assert!(f(u, x).is_nan(), "{} {x}", u.name());
+    }
+    // Float-only libcalls, costed as transcendentals.
+    for u in [UnaryOp::Atan, UnaryOp::Acosh] {
+        assert!(!u.accepts(crate::DType::I32) && u.accepts(crate::DType::F16));
+        assert!(matches!(u.def().host, UnaryHost::Libcall(_)));
+        assert_eq!(u.def().cost, 12);
+    }
+}
