@@ -206,24 +206,13 @@ fn node_bound(
             matmul(&g.ty(a).shape, &g.ty(b).shape, (&av, ae), (&bv, be), &v, u)?
         }
         Op::Conv(x, w, win) => {
-            // The bound of the GEMM it is: im2col's rows (values and
-            // bounds alike) times the weights, once per image.
             let ((xv, xe), (wv, we)) = (operand(x)?, operand(w)?);
-            let sx = g.ty(x).shape;
-            let (cols, p, k) = interp::im2col(&sx, win, &xv)?;
-            let (ecols, ..) = interp::im2col(&sx, win, xe)?;
-            let (n, o) = (sx[0], g.ty(w).shape[1]);
-            let repeat = |v: &[f64]| -> Result<Vec<f64>, IrError> {
-                let mut r = crate::fallible::with_capacity(n.saturating_mul(v.len()))?;
-                (0..n).for_each(|_| r.extend_from_slice(v));
-                Ok(r)
-            };
-            let (sa, sb) = (Shape::new(&[n, p, k])?, Shape::new(&[n, k, o])?);
-            matmul(
-                &sa,
-                &sb,
-                (&cols, &ecols),
-                (&repeat(&wv)?, &repeat(we)?),
+            conv(
+                &g.ty(x).shape,
+                g.ty(w).shape[1],
+                win,
+                (&xv, xe),
+                (&wv, we),
                 &v,
                 u,
             )?
@@ -238,10 +227,7 @@ fn node_bound(
                 &Vals::F(xe.to_vec()),
                 &index,
             )?;
-            match picked {
-                Vals::F(e) => e,
-                Vals::I(_) => return Err(interp::internal("bounds moved to integer lanes")),
-            }
+            moved(picked)?
         }
         Op::Concat(a, b, axis) => {
             let ((_, ae), (_, be)) = (operand(a)?, operand(b)?);
@@ -252,40 +238,76 @@ fn node_bound(
                 &Vals::F(ae.to_vec()),
                 &Vals::F(be.to_vec()),
             )?;
-            match joined {
-                Vals::F(e) => e,
-                Vals::I(_) => return Err(interp::internal("bounds moved to integer lanes")),
-            }
+            moved(joined)?
         }
         Op::Reshape(x, _) | Op::Permute(x, _) | Op::Broadcast(x, _) | Op::Slice(x, ..) => {
             let (_, xe) = operand(x)?;
-            match interp::move_elements(g, op, ty, &Vals::F(xe.to_vec()))? {
-                Vals::F(e) => e,
-                Vals::I(_) => return Err(interp::internal("bounds moved to integer lanes")),
-            }
+            moved(interp::move_elements(g, op, ty, &Vals::F(xe.to_vec()))?)?
         }
         Op::Cast(x, to) => {
             let (_, xe) = operand(x)?;
-            let from = g.ty(x).dtype;
-            (0..n)
-                .map(|i| {
-                    let e = xe[i];
-                    if to == DType::Bool {
-                        // Any change can turn a zero into a non-zero.
-                        if e > 0.0 {
-                            1.0
-                        } else {
-                            0.0
-                        }
-                    } else if from.is_float() && !to.is_float() {
-                        e.ceil()
-                    } else {
-                        e + u * v[i].abs()
-                    }
-                })
-                .collect()
+            cast(g.ty(x).dtype, to, xe, &v, u)
         }
     })
+}
+
+/// A convolution's bound: that of the GEMM it is, im2col's rows (values
+/// and bounds alike) times the weights `[k, o]`, once per image.
+fn conv(
+    sx: &Shape,
+    o: usize,
+    win: crate::graph::Window,
+    (xv, xe): (&[f64], &[f64]),
+    (wv, we): (&[f64], &[f64]),
+    v: &[f64],
+    u: f64,
+) -> Result<Vec<f64>, IrError> {
+    let (cols, p, k) = interp::im2col(sx, win, xv)?;
+    let (ecols, ..) = interp::im2col(sx, win, xe)?;
+    let n = sx[0];
+    let repeat = |v: &[f64]| -> Result<Vec<f64>, IrError> {
+        let mut r = crate::fallible::with_capacity(n.saturating_mul(v.len()))?;
+        (0..n).for_each(|_| r.extend_from_slice(v));
+        Ok(r)
+    };
+    let (sa, sb) = (Shape::new(&[n, p, k])?, Shape::new(&[n, k, o])?);
+    matmul(
+        &sa,
+        &sb,
+        (&cols, &ecols),
+        (&repeat(wv)?, &repeat(we)?),
+        v,
+        u,
+    )
+}
+
+/// A cast's bound from its operand's `xe`.
+fn cast(from: DType, to: DType, xe: &[f64], v: &[f64], u: f64) -> Vec<f64> {
+    (0..xe.len())
+        .map(|i| {
+            let e = xe[i];
+            if to == DType::Bool {
+                // Any change can turn a zero into a non-zero.
+                if e > 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            } else if from.is_float() && !to.is_float() {
+                e.ceil()
+            } else {
+                e + u * v[i].abs()
+            }
+        })
+        .collect()
+}
+
+/// Bounds moved like values (`Vals::F` in, so `Vals::F` out).
+fn moved(v: Vals) -> Result<Vec<f64>, IrError> {
+    match v {
+        Vals::F(e) => Ok(e),
+        Vals::I(_) => Err(interp::internal("bounds moved to integer lanes")),
+    }
 }
 
 /// The bound of `f(x)` with `|x - exact| <= e` and result `v`.

@@ -422,60 +422,13 @@ fn intern_op(s: &str) -> Option<&'static str> {
 fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
     let n = k.exprs.len();
     if let Some(rest) = line.strip_prefix("matmul ") {
-        let t: Vec<&str> = rest.split_whitespace().collect();
-        if !(t.len() == 9 || t.len() == 10) || t[1] != "x" || t[3] != "->" {
-            return Err(p.err(
-                "expected `matmul bA x bB -> bC batch=.. m=.. k=.. n=.. [im2col=[c,h,w,kh,kw,stride,pad]]`",
-            ));
-        }
-        let im2col = match t.get(9) {
-            None => None,
-            Some(a) => {
-                let v: Vec<usize> = p
-                    .attr(a, "im2col")?
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .split(',')
-                    .map(|x| p.num(x.trim()))
-                    .collect::<Result<_, _>>()?;
-                let small =
-                    |x: usize| u32::try_from(x).map_err(|_| p.err("im2col window too large"));
-                match v[..] {
-                    [c, h, w, kh, kw, stride, pad] => Some(crate::kernel::Im2Col {
-                        c,
-                        h,
-                        w,
-                        window: crate::graph::Window {
-                            kh: small(kh)?,
-                            kw: small(kw)?,
-                            stride: small(stride)?,
-                            pad: small(pad)?,
-                        },
-                    }),
-                    _ => return Err(p.err("expected `im2col=[c,h,w,kh,kw,stride,pad]`")),
-                }
-            }
-        };
-        k.matmul = Some(MatMul {
-            a: p.buf(t[0])?,
-            b: p.buf(t[2])?,
-            out: p.buf(t[4])?,
-            batch: p.num(p.attr(t[5], "batch")?)?,
-            m: p.num(p.attr(t[6], "m")?)?,
-            k: p.num(p.attr(t[7], "k")?)?,
-            n: p.num(p.attr(t[8], "n")?)?,
-            im2col,
-        });
-        return Ok(());
-    }
-    if let Some(rest) = line.strip_prefix("load ") {
+        k.matmul = Some(parse_matmul(p, rest)?);
+    } else if let Some(rest) = line.strip_prefix("load ") {
         let (b, s) = rest
             .split_once(' ')
             .ok_or_else(|| p.err("expected `load bN strides=[..]`"))?;
         k.loads.push(p.access(b, s)?);
-        return Ok(());
-    }
-    if let Some(rest) = line.strip_prefix("scratch ") {
+    } else if let Some(rest) = line.strip_prefix("scratch ") {
         let e = p.expr(rest, n)?;
         // Printed once each, in expression order: anything else would not
         // print back to the same text (and scratch order is the layout).
@@ -486,33 +439,88 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
             )));
         }
         k.scratch.push(e);
-        return Ok(());
+    } else if let Some(rest) = line.strip_prefix("stage ") {
+        k.stages.push(parse_stage(p, rest, n)?);
+    } else {
+        k.exprs.push(parse_expr_line(p, line, n)?);
     }
-    if let Some(rest) = line.strip_prefix("stage ") {
-        if let Some(st) = rest.strip_prefix("store ") {
-            let (lhs, v) = st
-                .split_once(" = ")
-                .ok_or_else(|| p.err("expected `stage store bN strides=[..] = %N`"))?;
-            let (b, s) = lhs
-                .split_once(' ')
-                .ok_or_else(|| p.err("missing strides"))?;
-            k.stages.push(Stage::Store {
-                access: p.access(b, s)?,
-                value: p.expr(v, n)?,
-            });
-        } else {
-            let (op, v) = rest
-                .split_once(' ')
-                .ok_or_else(|| p.err("expected `stage reduce_op %N`"))?;
-            let op =
-                ReduceOp::from_text(op).ok_or_else(|| p.err(format!("unknown stage `{op}`")))?;
-            k.stages.push(Stage::Reduce {
-                op,
-                value: p.expr(v, n)?,
-            });
+    Ok(())
+}
+
+/// `bA x bB -> bC batch=.. m=.. k=.. n=.. [im2col=[..]]` (after `matmul `).
+fn parse_matmul(p: &P, rest: &str) -> Result<MatMul, IrError> {
+    let t: Vec<&str> = rest.split_whitespace().collect();
+    if !(t.len() == 9 || t.len() == 10) || t[1] != "x" || t[3] != "->" {
+        return Err(p.err(
+            "expected `matmul bA x bB -> bC batch=.. m=.. k=.. n=.. [im2col=[c,h,w,kh,kw,stride,pad]]`",
+        ));
+    }
+    let im2col = match t.get(9) {
+        None => None,
+        Some(a) => {
+            let v: Vec<usize> = p
+                .attr(a, "im2col")?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .split(',')
+                .map(|x| p.num(x.trim()))
+                .collect::<Result<_, _>>()?;
+            let small = |x: usize| u32::try_from(x).map_err(|_| p.err("im2col window too large"));
+            match v[..] {
+                [c, h, w, kh, kw, stride, pad] => Some(crate::kernel::Im2Col {
+                    c,
+                    h,
+                    w,
+                    window: crate::graph::Window {
+                        kh: small(kh)?,
+                        kw: small(kw)?,
+                        stride: small(stride)?,
+                        pad: small(pad)?,
+                    },
+                }),
+                _ => return Err(p.err("expected `im2col=[c,h,w,kh,kw,stride,pad]`")),
+            }
         }
-        return Ok(());
+    };
+    Ok(MatMul {
+        a: p.buf(t[0])?,
+        b: p.buf(t[2])?,
+        out: p.buf(t[4])?,
+        batch: p.num(p.attr(t[5], "batch")?)?,
+        m: p.num(p.attr(t[6], "m")?)?,
+        k: p.num(p.attr(t[7], "k")?)?,
+        n: p.num(p.attr(t[8], "n")?)?,
+        im2col,
+    })
+}
+
+/// `store bN strides=[..] = %N` or `reduce_op %N` (after `stage `).
+fn parse_stage(p: &P, rest: &str, n: usize) -> Result<Stage, IrError> {
+    if let Some(st) = rest.strip_prefix("store ") {
+        let (lhs, v) = st
+            .split_once(" = ")
+            .ok_or_else(|| p.err("expected `stage store bN strides=[..] = %N`"))?;
+        let (b, s) = lhs
+            .split_once(' ')
+            .ok_or_else(|| p.err("missing strides"))?;
+        Ok(Stage::Store {
+            access: p.access(b, s)?,
+            value: p.expr(v, n)?,
+        })
+    } else {
+        let (op, v) = rest
+            .split_once(' ')
+            .ok_or_else(|| p.err("expected `stage reduce_op %N`"))?;
+        let op = ReduceOp::from_text(op).ok_or_else(|| p.err(format!("unknown stage `{op}`")))?;
+        Ok(Stage::Reduce {
+            op,
+            value: p.expr(v, n)?,
+        })
     }
+}
+
+/// `%N = body : dtype`, the next expression (`n` of them so far).
+fn parse_expr_line(p: &P, line: &str, n: usize) -> Result<ExprNode, IrError> {
     // `%N = body : dtype`
     let (lhs, rhs) = line
         .split_once(" = ")
@@ -563,8 +571,7 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
             }
         }
     };
-    k.exprs.push(ExprNode { expr, dtype });
-    Ok(())
+    Ok(ExprNode { expr, dtype })
 }
 
 #[cfg(test)]
