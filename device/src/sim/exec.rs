@@ -8,6 +8,7 @@ use super::cycles::Work;
 use super::values::{self, Vals};
 use crate::isa::{pitch, Cond, Inst, Opcode, Operand, Space};
 use crate::mem::{PagedMemory, Span};
+use tilejit_ir::ops::ExactF32;
 use tilejit_ir::{scalar, BinaryOp, DType, UnaryOp};
 
 /// Registers, local memories and the task's view of GM during a run.
@@ -774,9 +775,16 @@ fn f32_fast(inst: &Inst, cx: &mut Ctx<'_>, (vr, vc): (usize, usize), cols: usize
         Vmaxs => rows.unary(inst, cx, |a| max_nan(a, s))?,
         Vmins => rows.unary(inst, cx, |a| min_nan(a, s))?,
         Vmov => rows.unary(inst, cx, |a| a)?,
-        // Ops whose row names an exact f32 function.
+        // Ops whose row names an exact f32 function; each arm calls it
+        // with a constant, so each loop is monomorphic.
         Vunary => match unary_op(inst)?.def().exact_f32 {
-            Some(f) => rows.unary(inst, cx, f)?,
+            Some(ExactF32::Neg) => rows.unary(inst, cx, |a| ExactF32::Neg.apply(a))?,
+            Some(ExactF32::Abs) => rows.unary(inst, cx, |a| ExactF32::Abs.apply(a))?,
+            Some(ExactF32::Relu) => rows.unary(inst, cx, |a| ExactF32::Relu.apply(a))?,
+            Some(ExactF32::Floor) => rows.unary(inst, cx, |a| ExactF32::Floor.apply(a))?,
+            Some(ExactF32::Ceil) => rows.unary(inst, cx, |a| ExactF32::Ceil.apply(a))?,
+            Some(ExactF32::Round) => rows.unary(inst, cx, |a| ExactF32::Round.apply(a))?,
+            Some(ExactF32::Sign) => rows.unary(inst, cx, |a| ExactF32::Sign.apply(a))?,
             None => return Ok(false),
         },
         _ => return Ok(false),

@@ -3,7 +3,7 @@
 //! `ALL` lists, names and text mnemonics are generated, and which every
 //! consumer reads (type inference, the reference interpreter, error
 //! bounds, fusion cost, host and device lowering, the simulator, the ISA
-//! verifier, `docs/ops.md`). The rows are in [`table`](self) (`table.rs`).
+//! verifier, `docs/ops.md`). The rows are in `table.rs`.
 //!
 //! # How a forgotten column or op is caught
 //!
@@ -141,6 +141,51 @@ pub enum MathFn {
     Erf,
 }
 
+/// f32 functions whose native result is the IEEE result of the op's f64
+/// reference rounded to f32 (the simulator runs these on f32 directly).
+/// An enum, not a function pointer, so that the simulator's loops stay
+/// monomorphic: it matches on it, each arm calling [`ExactF32::apply`]
+/// with a constant.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[allow(missing_docs)] // each is its op
+pub enum ExactF32 {
+    Neg,
+    Abs,
+    Relu,
+    Floor,
+    Ceil,
+    Round,
+    Sign,
+}
+
+impl ExactF32 {
+    /// The function.
+    #[inline(always)]
+    pub fn apply(self, a: f32) -> f32 {
+        match self {
+            ExactF32::Neg => -a,
+            ExactF32::Abs => a.abs(),
+            ExactF32::Relu => {
+                if a.is_nan() || a > 0.0 {
+                    a
+                } else {
+                    0.0
+                }
+            }
+            ExactF32::Floor => a.floor(),
+            ExactF32::Ceil => a.ceil(),
+            ExactF32::Round => a.round_ties_even(),
+            ExactF32::Sign => {
+                if a == 0.0 || a.is_nan() {
+                    a + 0.0
+                } else {
+                    a.signum()
+                }
+            }
+        }
+    }
+}
+
 /// How the host backend computes a unary op.
 #[derive(Copy, Clone, Debug)]
 pub enum UnaryHost {
@@ -219,7 +264,7 @@ pub struct UnaryDef {
     /// The f32 function whose native result is the IEEE result of
     /// `float` rounded (the simulator's fast path); `None` for
     /// approximated functions.
-    pub exact_f32: Option<fn(f32) -> f32>,
+    pub exact_f32: Option<ExactF32>,
     /// Verify's error bound.
     pub bound: UnaryBound,
     /// Fusion cost when inlined (transcendentals 12): at 8 or more, a value

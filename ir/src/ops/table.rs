@@ -4,8 +4,8 @@
 
 use super::libcalls::*;
 use super::{
-    BinaryDef, BinaryHost, CmpDef, Domain, Inline, Libcall, Libcall2, Libcall2I, MathFn, ReduceDef,
-    UnaryBound, UnaryDef, UnaryHost,
+    BinaryDef, BinaryHost, CmpDef, Domain, ExactF32, Inline, Libcall, Libcall2, Libcall2I, MathFn,
+    ReduceDef, UnaryBound, UnaryDef, UnaryHost,
 };
 use crate::bound::{GELU_LIPSCHITZ, GELU_ULPS, TRANSCENDENTAL_ULPS as T};
 use crate::scalar;
@@ -38,25 +38,17 @@ fn identity(x: i64) -> i64 {
     x
 }
 
-fn float_sign_f32(a: f32) -> f32 {
-    if a == 0.0 || a.is_nan() {
-        a + 0.0
-    } else {
-        a.signum()
-    }
-}
-
 crate::op_table! {
     /// Elementwise functions of one operand.
     enum UnaryOp: UnaryDef {
         /// `-x`
         Neg "neg" => UnaryDef {
-            float: |x| -x, int: Some(i64::wrapping_neg), exact_f32: Some(|x| -x),
+            float: |x| -x, int: Some(i64::wrapping_neg), exact_f32: Some(ExactF32::Neg),
             bound: UnaryBound::Carried, cost: 1, host: UnaryHost::Inline(Inline::Neg),
         },
         /// `|x|`
         Abs "abs" => UnaryDef {
-            float: f64::abs, int: Some(i64::wrapping_abs), exact_f32: Some(f32::abs),
+            float: f64::abs, int: Some(i64::wrapping_abs), exact_f32: Some(ExactF32::Abs),
             bound: UnaryBound::Carried, cost: 1, host: UnaryHost::Inline(Inline::Abs),
         },
         /// `x*x`
@@ -67,7 +59,7 @@ crate::op_table! {
         /// `max(x, 0)`, NaN-propagating
         Relu "relu" => UnaryDef {
             float: scalar::relu, int: Some(|x| x.max(0)),
-            exact_f32: Some(|a| if a.is_nan() || a > 0.0 { a } else { 0.0 }),
+            exact_f32: Some(ExactF32::Relu),
             bound: UnaryBound::Carried, cost: 1, host: UnaryHost::Inline(Inline::Relu),
         },
         /// `e^x`
@@ -135,22 +127,22 @@ crate::op_table! {
         },
         /// largest integer `<= x` (integers: the identity)
         Floor "floor" => UnaryDef {
-            float: f64::floor, int: Some(identity), exact_f32: Some(f32::floor),
+            float: f64::floor, int: Some(identity), exact_f32: Some(ExactF32::Floor),
             bound: UnaryBound::Step, cost: 1, host: UnaryHost::Inline(Inline::Floor),
         },
         /// smallest integer `>= x` (integers: the identity)
         Ceil "ceil" => UnaryDef {
-            float: f64::ceil, int: Some(identity), exact_f32: Some(f32::ceil),
+            float: f64::ceil, int: Some(identity), exact_f32: Some(ExactF32::Ceil),
             bound: UnaryBound::Step, cost: 1, host: UnaryHost::Inline(Inline::Ceil),
         },
         /// nearest integer, halves to even (integers: the identity)
         Round "round" => UnaryDef {
-            float: f64::round_ties_even, int: Some(identity), exact_f32: Some(f32::round_ties_even),
+            float: f64::round_ties_even, int: Some(identity), exact_f32: Some(ExactF32::Round),
             bound: UnaryBound::Step, cost: 1, host: UnaryHost::Inline(Inline::Round),
         },
         /// `-1`, `0` or `1` by the sign of `x` (`sign(-0.0) = 0.0`, NaN stays NaN)
         Sign "sign" => UnaryDef {
-            float: scalar::sign, int: Some(i64::signum), exact_f32: Some(float_sign_f32),
+            float: scalar::sign, int: Some(i64::signum), exact_f32: Some(ExactF32::Sign),
             bound: UnaryBound::Sign, cost: 1, host: UnaryHost::Inline(Inline::Sign),
         },
         /// arctangent (radians)
