@@ -15,7 +15,7 @@
     vrmax f32, 16x1024, r0, r1, @0x20000, @0x0   ; R = row max
     vbrow f32, 16x1024, r0, r1, @0x10000, @0x20000
     vsub f32, 16x1024, r0, r1, @0x0, @0x0, @0x10000
-    vexp f32, 16x1024, r0, r1, @0x0, @0x0
+    vunary f32, 16x1024, r0, r1, @0x0, @0x0, exp
     vrsum f32, 16x1024, r0, r1, @0x20000, @0x0   ; R = row sum
     vbrow f32, 16x1024, r0, r1, @0x10000, @0x20000
     vdiv f32, 16x1024, r0, r1, @0x0, @0x0, @0x10000

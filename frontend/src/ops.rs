@@ -45,26 +45,18 @@ fn bcast2(g: &mut Graph, x: NodeId, y: NodeId) -> Result<(NodeId, NodeId), IrErr
 }
 
 fn unary(t: &Tensor, u: UnaryOp, location: Loc) -> Tensor {
-    apply(
-        tilejit_ir::infer::unary_name(u),
-        location,
-        &[t],
-        |g, ids| g.add(Op::Unary(u, ids[0])),
-    )
+    apply(u.name(), location, &[t], |g, ids| {
+        g.add(Op::Unary(u, ids[0]))
+    })
 }
 
 pub(crate) fn binary(a: &Tensor, b: &Tensor, op: BinaryOp, location: Loc) -> Tensor {
     let (wa, wb) = (a.weak, b.weak);
-    apply(
-        tilejit_ir::infer::binary_name(op),
-        location,
-        &[a, b],
-        |g, ids| {
-            let (x, y) = promote(g, ids[0], ids[1], wa, wb)?;
-            let (x, y) = bcast2(g, x, y)?;
-            g.add(Op::Binary(op, x, y))
-        },
-    )
+    apply(op.name(), location, &[a, b], |g, ids| {
+        let (x, y) = promote(g, ids[0], ids[1], wa, wb)?;
+        let (x, y) = bcast2(g, x, y)?;
+        g.add(Op::Binary(op, x, y))
+    })
 }
 
 /// `t op s` (or `s op t` when `scalar_left`), the scalar taking `t`'s dtype.
@@ -75,21 +67,16 @@ pub(crate) fn binary_scalar<S: Scalar>(
     scalar_left: bool,
     location: Loc,
 ) -> Tensor {
-    apply(
-        tilejit_ir::infer::binary_name(op),
-        location,
-        &[t],
-        |g, ids| {
-            let x = ids[0];
-            let ty = g.ty(x);
-            let c = g.add(Op::Full {
-                value: scalar_lit(s, ty.dtype)?,
-                ty,
-            })?;
-            let (l, r) = if scalar_left { (c, x) } else { (x, c) };
-            g.add(Op::Binary(op, l, r))
-        },
-    )
+    apply(op.name(), location, &[t], |g, ids| {
+        let x = ids[0];
+        let ty = g.ty(x);
+        let c = g.add(Op::Full {
+            value: scalar_lit(s, ty.dtype)?,
+            ty,
+        })?;
+        let (l, r) = if scalar_left { (c, x) } else { (x, c) };
+        g.add(Op::Binary(op, l, r))
+    })
 }
 
 fn compare(a: &Tensor, b: &Tensor, op: CmpOp, name: &'static str, location: Loc) -> Tensor {
@@ -344,6 +331,42 @@ impl Tensor {
     #[track_caller]
     pub fn sign(&self) -> Tensor {
         unary(self, UnaryOp::Sign, Loc::caller())
+    }
+    /// Arctangent in radians, float dtypes only (`atan(±inf) = ±pi/2`).
+    /// Computed in f64 and rounded once to the dtype, on every backend.
+    #[track_caller]
+    pub fn atan(&self) -> Tensor {
+        unary(self, UnaryOp::Atan, Loc::caller())
+    }
+    /// Arcsine in radians, float dtypes only; NaN outside `[-1, 1]`, as
+    /// numpy. Computed in f64 and rounded once to the dtype.
+    #[track_caller]
+    pub fn asin(&self) -> Tensor {
+        unary(self, UnaryOp::Asin, Loc::caller())
+    }
+    /// Arccosine in radians, float dtypes only; NaN outside `[-1, 1]`, as
+    /// numpy. Computed in f64 and rounded once to the dtype.
+    #[track_caller]
+    pub fn acos(&self) -> Tensor {
+        unary(self, UnaryOp::Acos, Loc::caller())
+    }
+    /// Inverse hyperbolic sine, float dtypes only. Computed in f64 and
+    /// rounded once to the dtype.
+    #[track_caller]
+    pub fn asinh(&self) -> Tensor {
+        unary(self, UnaryOp::Asinh, Loc::caller())
+    }
+    /// Inverse hyperbolic cosine, float dtypes only; NaN below 1, as numpy.
+    /// Computed in f64 and rounded once to the dtype.
+    #[track_caller]
+    pub fn acosh(&self) -> Tensor {
+        unary(self, UnaryOp::Acosh, Loc::caller())
+    }
+    /// Inverse hyperbolic tangent, float dtypes only: `±inf` at `±1`, NaN
+    /// beyond, as numpy. Computed in f64 and rounded once to the dtype.
+    #[track_caller]
+    pub fn atanh(&self) -> Tensor {
+        unary(self, UnaryOp::Atanh, Loc::caller())
     }
     /// `x^y` elementwise, with broadcasting. Floats: IEEE/C `pow`, as
     /// numpy's `power` (a negative base with an integer exponent gives the

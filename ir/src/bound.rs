@@ -45,6 +45,7 @@ use crate::dtype::{DType, Lit};
 use crate::error::IrError;
 use crate::graph::{BinaryOp, CmpOp, Graph, Op, ReduceOp, UnaryOp};
 use crate::interp::{self, Vals};
+use crate::ops::{Domain, UnaryBound};
 use crate::shape::{Shape, TensorType, MAX_RANK};
 
 /// Roundings allowed for `exp log tanh sigmoid rsqrt recip` (the host's
@@ -58,7 +59,7 @@ pub const GELU_ULPS: f64 = 32.0;
 
 /// The largest slope of the tanh-approximated gelu (at `x ≈ 1.5`), so
 /// `|gelu(x + e) - gelu(x)| <= GELU_LIPSCHITZ * |e|`.
-const GELU_LIPSCHITZ: f64 = 1.13;
+pub const GELU_LIPSCHITZ: f64 = 1.13;
 
 /// The unit roundoff of a dtype (0 for integers and bool, which are exact).
 pub fn unit_roundoff(d: DType) -> f64 {
@@ -205,24 +206,13 @@ fn node_bound(
             matmul(&g.ty(a).shape, &g.ty(b).shape, (&av, ae), (&bv, be), &v, u)?
         }
         Op::Conv(x, w, win) => {
-            // The bound of the GEMM it is: im2col's rows (values and
-            // bounds alike) times the weights, once per image.
             let ((xv, xe), (wv, we)) = (operand(x)?, operand(w)?);
-            let sx = g.ty(x).shape;
-            let (cols, p, k) = interp::im2col(&sx, win, &xv)?;
-            let (ecols, ..) = interp::im2col(&sx, win, xe)?;
-            let (n, o) = (sx[0], g.ty(w).shape[1]);
-            let repeat = |v: &[f64]| -> Result<Vec<f64>, IrError> {
-                let mut r = crate::fallible::with_capacity(n.saturating_mul(v.len()))?;
-                (0..n).for_each(|_| r.extend_from_slice(v));
-                Ok(r)
-            };
-            let (sa, sb) = (Shape::new(&[n, p, k])?, Shape::new(&[n, k, o])?);
-            matmul(
-                &sa,
-                &sb,
-                (&cols, &ecols),
-                (&repeat(&wv)?, &repeat(we)?),
+            conv(
+                &g.ty(x).shape,
+                g.ty(w).shape[1],
+                win,
+                (&xv, xe),
+                (&wv, we),
                 &v,
                 u,
             )?
@@ -237,10 +227,7 @@ fn node_bound(
                 &Vals::F(xe.to_vec()),
                 &index,
             )?;
-            match picked {
-                Vals::F(e) => e,
-                Vals::I(_) => return Err(interp::internal("bounds moved to integer lanes")),
-            }
+            moved(picked)?
         }
         Op::Concat(a, b, axis) => {
             let ((_, ae), (_, be)) = (operand(a)?, operand(b)?);
@@ -251,40 +238,76 @@ fn node_bound(
                 &Vals::F(ae.to_vec()),
                 &Vals::F(be.to_vec()),
             )?;
-            match joined {
-                Vals::F(e) => e,
-                Vals::I(_) => return Err(interp::internal("bounds moved to integer lanes")),
-            }
+            moved(joined)?
         }
         Op::Reshape(x, _) | Op::Permute(x, _) | Op::Broadcast(x, _) | Op::Slice(x, ..) => {
             let (_, xe) = operand(x)?;
-            match interp::move_elements(g, op, ty, &Vals::F(xe.to_vec()))? {
-                Vals::F(e) => e,
-                Vals::I(_) => return Err(interp::internal("bounds moved to integer lanes")),
-            }
+            moved(interp::move_elements(g, op, ty, &Vals::F(xe.to_vec()))?)?
         }
         Op::Cast(x, to) => {
             let (_, xe) = operand(x)?;
-            let from = g.ty(x).dtype;
-            (0..n)
-                .map(|i| {
-                    let e = xe[i];
-                    if to == DType::Bool {
-                        // Any change can turn a zero into a non-zero.
-                        if e > 0.0 {
-                            1.0
-                        } else {
-                            0.0
-                        }
-                    } else if from.is_float() && !to.is_float() {
-                        e.ceil()
-                    } else {
-                        e + u * v[i].abs()
-                    }
-                })
-                .collect()
+            cast(g.ty(x).dtype, to, xe, &v, u)
         }
     })
+}
+
+/// A convolution's bound: that of the GEMM it is, im2col's rows (values
+/// and bounds alike) times the weights `[k, o]`, once per image.
+fn conv(
+    sx: &Shape,
+    o: usize,
+    win: crate::graph::Window,
+    (xv, xe): (&[f64], &[f64]),
+    (wv, we): (&[f64], &[f64]),
+    v: &[f64],
+    u: f64,
+) -> Result<Vec<f64>, IrError> {
+    let (cols, p, k) = interp::im2col(sx, win, xv)?;
+    let (ecols, ..) = interp::im2col(sx, win, xe)?;
+    let n = sx[0];
+    let repeat = |v: &[f64]| -> Result<Vec<f64>, IrError> {
+        let mut r = crate::fallible::with_capacity(n.saturating_mul(v.len()))?;
+        (0..n).for_each(|_| r.extend_from_slice(v));
+        Ok(r)
+    };
+    let (sa, sb) = (Shape::new(&[n, p, k])?, Shape::new(&[n, k, o])?);
+    matmul(
+        &sa,
+        &sb,
+        (&cols, &ecols),
+        (&repeat(wv)?, &repeat(we)?),
+        v,
+        u,
+    )
+}
+
+/// A cast's bound from its operand's `xe`.
+fn cast(from: DType, to: DType, xe: &[f64], v: &[f64], u: f64) -> Vec<f64> {
+    (0..xe.len())
+        .map(|i| {
+            let e = xe[i];
+            if to == DType::Bool {
+                // Any change can turn a zero into a non-zero.
+                if e > 0.0 {
+                    1.0
+                } else {
+                    0.0
+                }
+            } else if from.is_float() && !to.is_float() {
+                e.ceil()
+            } else {
+                e + u * v[i].abs()
+            }
+        })
+        .collect()
+}
+
+/// Bounds moved like values (`Vals::F` in, so `Vals::F` out).
+fn moved(v: Vals) -> Result<Vec<f64>, IrError> {
+    match v {
+        Vals::F(e) => Ok(e),
+        Vals::I(_) => Err(interp::internal("bounds moved to integer lanes")),
+    }
 }
 
 /// The bound of `f(x)` with `|x - exact| <= e` and result `v`.
@@ -299,18 +322,20 @@ fn unary(f: UnaryOp, x: f64, e: f64, v: f64, u: f64, eta: f64) -> f64 {
             return f64::INFINITY;
         }
         let gx = g(x);
-        let d = (g(x - e) - gx).abs().max((g(x + e) - gx).abs());
-        if d.is_nan() {
+        // A NaN endpoint (outside the domain) is unbounded: `max` would
+        // drop it.
+        let (lo, hi) = ((g(x - e) - gx).abs(), (g(x + e) - gx).abs());
+        if lo.is_nan() || hi.is_nan() {
             f64::INFINITY
         } else {
-            d
+            lo.max(hi)
         }
     };
     let rounding = |ulps: f64| ulps * (u * v.abs() + eta);
-    match f {
-        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => e,
-        UnaryOp::Square => 2.0 * x.abs() * e + e * e + rounding(1.0),
-        UnaryOp::Sqrt => {
+    match f.def().bound {
+        UnaryBound::Carried => e,
+        UnaryBound::Square => 2.0 * x.abs() * e + e * e + rounding(1.0),
+        UnaryBound::Sqrt => {
             // sqrt(x + e) - sqrt(x) <= sqrt(e): finite even at 0.
             let slope = if x > e {
                 over(f64::sqrt, true)
@@ -319,24 +344,31 @@ fn unary(f: UnaryOp, x: f64, e: f64, v: f64, u: f64, eta: f64) -> f64 {
             };
             slope + rounding(1.0)
         }
-        UnaryOp::Exp => over(f64::exp, true) + rounding(TRANSCENDENTAL_ULPS),
-        UnaryOp::Log => over(f64::ln, x - e > 0.0) + rounding(TRANSCENDENTAL_ULPS),
-        UnaryOp::Rsqrt => over(|x| 1.0 / x.sqrt(), x - e > 0.0) + rounding(TRANSCENDENTAL_ULPS),
-        UnaryOp::Recip => {
-            over(|x| 1.0 / x, x - e > 0.0 || x + e < 0.0) + rounding(TRANSCENDENTAL_ULPS)
+        UnaryBound::Monotone { f, domain, ulps } => {
+            let ok = match domain {
+                Domain::All => true,
+                Domain::Positive => x - e > 0.0,
+                Domain::NoPole => x - e > 0.0 || x + e < 0.0,
+            };
+            over(f, ok) + rounding(ulps)
         }
-        UnaryOp::Tanh => over(f64::tanh, true) + rounding(TRANSCENDENTAL_ULPS),
-        UnaryOp::Sigmoid => over(crate::scalar::sigmoid, true) + rounding(TRANSCENDENTAL_ULPS),
-        // `0.5x(1 + tanh(..))` cancels for x << 0: an error of about u|x|.
-        UnaryOp::Gelu => GELU_LIPSCHITZ * e + rounding(GELU_ULPS) + u * x.abs(),
-        // Slope at most 1.
-        UnaryOp::Sin | UnaryOp::Cos => e + rounding(TRANSCENDENTAL_ULPS),
-        UnaryOp::Erf => over(crate::scalar::erf, true) + rounding(TRANSCENDENTAL_ULPS),
+        UnaryBound::Lipschitz {
+            slope,
+            ulps,
+            cancels,
+        } => {
+            let b = slope * e + rounding(ulps);
+            if cancels {
+                b + u * x.abs()
+            } else {
+                b
+            }
+        }
         // Exact, but a step: an inexact operand may move it by one more.
-        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round if e > 0.0 => e + 1.0,
-        UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => 0.0,
-        UnaryOp::Sign if x.abs() <= e => 2.0,
-        UnaryOp::Sign => 0.0,
+        UnaryBound::Step if e > 0.0 => e + 1.0,
+        UnaryBound::Step => 0.0,
+        UnaryBound::Sign if x.abs() <= e => 2.0,
+        UnaryBound::Sign => 0.0,
     }
 }
 
@@ -553,6 +585,33 @@ mod tests {
             (b[1][0] - want).abs() <= 1e-5 * want,
             "{} vs {want}",
             b[1][0]
+        );
+    }
+
+    #[test]
+    fn inverse_trig_carries_its_slope_and_is_unbounded_past_its_domain() {
+        // x*x = [0.25, 1]: off by u/4 and u; asin's slope at 0.25 is
+        // 1/sqrt(1 - 1/16), and 1 + u lies outside asin's domain.
+        let x = Array::from_vec(vec![0.5f32, 1.0], &[2]).unwrap();
+        let b = bounds_of(
+            "graph {\n  %0 = input 0 : f32[2]\n  %1 = mul %0, %0 : f32[2]\n  %2 = asin %1 : f32[2]\n  %3 = atan %0 : f32[2]\n  return %2, %3\n}\n",
+            &[x],
+        );
+        let u = 2f64.powi(-24);
+        let (v, e) = (0.25f64.asin(), 0.25 * u);
+        let want = e / (1.0 - 0.0625f64).sqrt() + TRANSCENDENTAL_ULPS * u * v;
+        assert!(
+            (b[0][0] - want).abs() <= 1e-5 * want,
+            "{} vs {want}",
+            b[0][0]
+        );
+        assert_eq!(b[0][1], f64::INFINITY);
+        // Exact operands: only the roundings (atan(1) = pi/4).
+        let want = TRANSCENDENTAL_ULPS * u * std::f64::consts::FRAC_PI_4;
+        assert!(
+            (b[1][1] - want).abs() <= 1e-6 * want,
+            "{} vs {want}",
+            b[1][1]
         );
     }
 

@@ -4,7 +4,7 @@
 
 use crate::dtype::DType;
 use crate::error::IrError;
-use crate::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp};
+use crate::graph::{Axes, Graph, Op, ReduceOp, UnaryOp};
 use crate::shape::{Shape, TensorType};
 
 /// The result type of `op` in `g`, or why the op is ill-typed.
@@ -21,25 +21,8 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
     let out = match *op {
         Op::Input { ty, .. } => checked(ty)?,
         Op::Param { dtype, .. } => TensorType::scalar(dtype),
-        Op::Full { value, ty } => {
-            if !value.fits(ty.dtype) {
-                return Err(IrError::Verify(format!(
-                    "literal {value} does not fit {}",
-                    ty.dtype
-                )));
-            }
-            checked(ty)?
-        }
-        Op::Constant { index, ty } => match g.constant(index) {
-            Some(c) if c.ty() == ty => ty,
-            Some(c) => {
-                return Err(IrError::Verify(format!(
-                    "constant {index} is {}, node says {ty}",
-                    c.ty()
-                )));
-            }
-            None => return Err(IrError::Verify(format!("constant {index} does not exist"))),
-        },
+        Op::Full { value, ty } => full_type(value, ty)?,
+        Op::Constant { index, ty } => constant_type(g, index, ty)?,
         Op::Unary(u, x) => {
             let t = ty(x);
             unary_dtype_ok(u, t.dtype)?;
@@ -50,7 +33,7 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
             same_type("binary operands", tx, ty_)?;
             if tx.dtype == DType::Bool {
                 return Err(IrError::DTypeUnsupported {
-                    op: binary_name(b),
+                    op: b.name(),
                     dtype: DType::Bool,
                     hint: "cast to a numeric dtype first",
                 });
@@ -62,53 +45,8 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
             same_type("compare operands", tx, ty_)?;
             TensorType::new(DType::Bool, tx.shape)
         }
-        Op::Select(c, a, b) => {
-            let (tc, ta, tb) = (ty(c), ty(a), ty(b));
-            if tc.dtype != DType::Bool {
-                return Err(IrError::DTypeUnsupported {
-                    op: "where",
-                    dtype: tc.dtype,
-                    hint: "the condition must be a bool tensor (from lt/gt/le/ge/eq or .cast(DType::Bool))",
-                });
-            }
-            same_type("where branches", ta, tb)?;
-            if tc.shape != ta.shape {
-                return Err(IrError::ShapeMismatch {
-                    what: "where condition and branches",
-                    lhs: tc.shape,
-                    rhs: ta.shape,
-                });
-            }
-            ta
-        }
-        Op::Reduce(r, x, axes) => {
-            let t = ty(x);
-            let mut shape = t.shape;
-            for a in axes.iter() {
-                if a >= t.shape.rank() {
-                    return Err(IrError::Axis {
-                        axis: a as isize,
-                        rank: t.shape.rank(),
-                    });
-                }
-                if t.shape[a] == 0 && matches!(r, ReduceOp::Max | ReduceOp::Min) {
-                    return Err(IrError::EmptyReduction {
-                        op: reduce_name(r),
-                        axis: a,
-                        shape: t.shape,
-                    });
-                }
-                shape = shape.with_dim(a, 1);
-            }
-            if t.dtype == DType::Bool {
-                return Err(IrError::DTypeUnsupported {
-                    op: reduce_name(r),
-                    dtype: DType::Bool,
-                    hint: "cast to i64 or f32 first",
-                });
-            }
-            TensorType::new(t.dtype, shape)
-        }
+        Op::Select(c, a, b) => select_type(ty(c), ty(a), ty(b))?,
+        Op::Reduce(r, x, axes) => reduce_type(r, ty(x), axes)?,
         Op::MatMul(x, y) => matmul_type(ty(x), ty(y))?,
         Op::Conv(x, w, win) => conv_type(ty(x), ty(w), win)?,
         Op::Reshape(x, shape) => {
@@ -143,109 +81,178 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
             checked(TensorType::new(t.dtype, shape))?
         }
         Op::Cast(x, dtype) => TensorType::new(dtype, ty(x).shape),
-        Op::Slice(x, start, shape) => {
-            let t = ty(x);
-            let bad = |reason: String| IrError::Window {
-                op: "slice",
-                shape: t.shape,
-                reason,
-            };
-            if start.rank() != t.shape.rank() || shape.rank() != t.shape.rank() {
-                return Err(bad(format!(
-                    "the window {start} + {shape} must have the operand's rank {}",
-                    t.shape.rank()
-                )));
-            }
-            for d in 0..t.shape.rank() {
-                if start[d]
-                    .checked_add(shape[d])
-                    .is_none_or(|end| end > t.shape[d])
-                {
-                    return Err(bad(format!(
-                        "dim {d}: elements {}..{} are outside 0..{}",
-                        start[d],
-                        start[d].saturating_add(shape[d]),
-                        t.shape[d]
-                    )));
-                }
-            }
-            TensorType::new(t.dtype, shape)
-        }
-        Op::Concat(x, y, axis) => {
-            let (tx, ty_) = (ty(x), ty(y));
-            same_type_dtype(tx, ty_)?;
-            let axis = axis as usize;
-            let bad = |reason: String| IrError::Window {
-                op: "cat",
-                shape: tx.shape,
-                reason,
-            };
-            if axis >= tx.shape.rank() {
-                return Err(IrError::Axis {
-                    axis: axis as isize,
-                    rank: tx.shape.rank(),
-                });
-            }
-            if tx.shape.rank() != ty_.shape.rank() {
-                return Err(bad(format!(
-                    "{} has rank {}, not {}",
-                    ty_.shape,
-                    ty_.shape.rank(),
-                    tx.shape.rank()
-                )));
-            }
-            if let Some(d) =
-                (0..tx.shape.rank()).find(|&d| d != axis && tx.shape[d] != ty_.shape[d])
-            {
-                return Err(bad(format!(
-                    "{} differs in dim {d} ({} vs {}); only the cat axis {axis} may differ",
-                    ty_.shape, ty_.shape[d], tx.shape[d]
-                )));
-            }
-            let n = tx.shape[axis]
-                .checked_add(ty_.shape[axis])
-                .ok_or_else(|| bad("the joined dim overflows".into()))?;
-            checked(TensorType::new(tx.dtype, tx.shape.with_dim(axis, n)))?
-        }
-        Op::Gather(x, index, axis) => {
-            let (tx, ti) = (ty(x), ty(index));
-            let axis = axis as usize;
-            if !matches!(ti.dtype, DType::I32 | DType::I64) {
-                return Err(IrError::DTypeUnsupported {
-                    op: "gather",
-                    dtype: ti.dtype,
-                    hint: "indices must be i32 or i64; cast them first",
-                });
-            }
-            if axis >= tx.shape.rank() {
-                return Err(IrError::Axis {
-                    axis: axis as isize,
-                    rank: tx.shape.rank(),
-                });
-            }
-            let fits = ti.shape.rank() == tx.shape.rank()
-                && (0..tx.shape.rank()).all(|d| d == axis || ti.shape[d] == tx.shape[d]);
-            if !fits {
-                return Err(IrError::Window {
-                    op: "gather",
-                    shape: tx.shape,
-                    reason: format!(
-                        "the index {} must have the operand's rank and dims except axis {axis}",
-                        ti.shape
-                    ),
-                });
-            }
-            if tx.shape[axis] == 0 && ti.shape.numel() > 0 {
-                return Err(IrError::Window {
-                    op: "gather",
-                    shape: tx.shape,
-                    reason: format!("axis {axis} is empty, so no index is in range"),
-                });
-            }
-            TensorType::new(tx.dtype, ti.shape)
-        }
+        Op::Slice(x, start, shape) => slice_type(ty(x), start, shape)?,
+        Op::Concat(x, y, axis) => concat_type(ty(x), ty(y), axis)?,
+        Op::Gather(x, index, axis) => gather_type(ty(x), ty(index), axis)?,
     };
     Ok(out)
+}
+
+fn full_type(value: crate::dtype::Lit, ty: TensorType) -> Result<TensorType, IrError> {
+    if !value.fits(ty.dtype) {
+        return Err(IrError::Verify(format!(
+            "literal {value} does not fit {}",
+            ty.dtype
+        )));
+    }
+    checked(ty)
+}
+
+fn constant_type(g: &Graph, index: u32, ty: TensorType) -> Result<TensorType, IrError> {
+    match g.constant(index) {
+        Some(c) if c.ty() == ty => Ok(ty),
+        Some(c) => Err(IrError::Verify(format!(
+            "constant {index} is {}, node says {ty}",
+            c.ty()
+        ))),
+        None => Err(IrError::Verify(format!("constant {index} does not exist"))),
+    }
+}
+
+fn select_type(tc: TensorType, ta: TensorType, tb: TensorType) -> Result<TensorType, IrError> {
+    if tc.dtype != DType::Bool {
+        return Err(IrError::DTypeUnsupported {
+            op: "where",
+            dtype: tc.dtype,
+            hint: "the condition must be a bool tensor (from lt/gt/le/ge/eq or .cast(DType::Bool))",
+        });
+    }
+    same_type("where branches", ta, tb)?;
+    if tc.shape != ta.shape {
+        return Err(IrError::ShapeMismatch {
+            what: "where condition and branches",
+            lhs: tc.shape,
+            rhs: ta.shape,
+        });
+    }
+    Ok(ta)
+}
+
+fn reduce_type(r: ReduceOp, t: TensorType, axes: Axes) -> Result<TensorType, IrError> {
+    let mut shape = t.shape;
+    for a in axes.iter() {
+        if a >= t.shape.rank() {
+            return Err(IrError::Axis {
+                axis: a as isize,
+                rank: t.shape.rank(),
+            });
+        }
+        if t.shape[a] == 0 && !r.def().empty_ok {
+            return Err(IrError::EmptyReduction {
+                op: r.name(),
+                axis: a,
+                shape: t.shape,
+            });
+        }
+        shape = shape.with_dim(a, 1);
+    }
+    if t.dtype == DType::Bool {
+        return Err(IrError::DTypeUnsupported {
+            op: r.name(),
+            dtype: DType::Bool,
+            hint: "cast to i64 or f32 first",
+        });
+    }
+    Ok(TensorType::new(t.dtype, shape))
+}
+
+fn slice_type(t: TensorType, start: Shape, shape: Shape) -> Result<TensorType, IrError> {
+    let bad = |reason: String| IrError::Window {
+        op: "slice",
+        shape: t.shape,
+        reason,
+    };
+    if start.rank() != t.shape.rank() || shape.rank() != t.shape.rank() {
+        return Err(bad(format!(
+            "the window {start} + {shape} must have the operand's rank {}",
+            t.shape.rank()
+        )));
+    }
+    for d in 0..t.shape.rank() {
+        if start[d]
+            .checked_add(shape[d])
+            .is_none_or(|end| end > t.shape[d])
+        {
+            return Err(bad(format!(
+                "dim {d}: elements {}..{} are outside 0..{}",
+                start[d],
+                start[d].saturating_add(shape[d]),
+                t.shape[d]
+            )));
+        }
+    }
+    Ok(TensorType::new(t.dtype, shape))
+}
+
+fn concat_type(tx: TensorType, ty_: TensorType, axis: u8) -> Result<TensorType, IrError> {
+    same_type_dtype(tx, ty_)?;
+    let axis = axis as usize;
+    let bad = |reason: String| IrError::Window {
+        op: "cat",
+        shape: tx.shape,
+        reason,
+    };
+    if axis >= tx.shape.rank() {
+        return Err(IrError::Axis {
+            axis: axis as isize,
+            rank: tx.shape.rank(),
+        });
+    }
+    if tx.shape.rank() != ty_.shape.rank() {
+        return Err(bad(format!(
+            "{} has rank {}, not {}",
+            ty_.shape,
+            ty_.shape.rank(),
+            tx.shape.rank()
+        )));
+    }
+    if let Some(d) = (0..tx.shape.rank()).find(|&d| d != axis && tx.shape[d] != ty_.shape[d]) {
+        return Err(bad(format!(
+            "{} differs in dim {d} ({} vs {}); only the cat axis {axis} may differ",
+            ty_.shape, ty_.shape[d], tx.shape[d]
+        )));
+    }
+    let n = tx.shape[axis]
+        .checked_add(ty_.shape[axis])
+        .ok_or_else(|| bad("the joined dim overflows".into()))?;
+    checked(TensorType::new(tx.dtype, tx.shape.with_dim(axis, n)))
+}
+
+fn gather_type(tx: TensorType, ti: TensorType, axis: u8) -> Result<TensorType, IrError> {
+    let axis = axis as usize;
+    if !matches!(ti.dtype, DType::I32 | DType::I64) {
+        return Err(IrError::DTypeUnsupported {
+            op: "gather",
+            dtype: ti.dtype,
+            hint: "indices must be i32 or i64; cast them first",
+        });
+    }
+    if axis >= tx.shape.rank() {
+        return Err(IrError::Axis {
+            axis: axis as isize,
+            rank: tx.shape.rank(),
+        });
+    }
+    let fits = ti.shape.rank() == tx.shape.rank()
+        && (0..tx.shape.rank()).all(|d| d == axis || ti.shape[d] == tx.shape[d]);
+    if !fits {
+        return Err(IrError::Window {
+            op: "gather",
+            shape: tx.shape,
+            reason: format!(
+                "the index {} must have the operand's rank and dims except axis {axis}",
+                ti.shape
+            ),
+        });
+    }
+    if tx.shape[axis] == 0 && ti.shape.numel() > 0 {
+        return Err(IrError::Window {
+            op: "gather",
+            shape: tx.shape,
+            reason: format!("axis {axis} is empty, so no index is in range"),
+        });
+    }
+    Ok(TensorType::new(tx.dtype, ti.shape))
 }
 
 fn checked(t: TensorType) -> Result<TensorType, IrError> {
@@ -281,22 +288,11 @@ fn same_type(what: &'static str, a: TensorType, b: TensorType) -> Result<(), IrE
 }
 
 fn unary_dtype_ok(u: UnaryOp, d: DType) -> Result<(), IrError> {
-    let int_ok = matches!(
-        u,
-        UnaryOp::Neg
-            | UnaryOp::Abs
-            | UnaryOp::Square
-            | UnaryOp::Relu
-            | UnaryOp::Floor
-            | UnaryOp::Ceil
-            | UnaryOp::Round
-            | UnaryOp::Sign
-    );
-    if d.is_float() || (d.is_int() && int_ok) {
+    if u.accepts(d) {
         return Ok(());
     }
     Err(IrError::DTypeUnsupported {
-        op: unary_name(u),
+        op: u.name(),
         dtype: d,
         hint: if d == DType::Bool {
             "cast to a numeric dtype first"
@@ -384,53 +380,4 @@ fn matmul_type(a: TensorType, b: TensorType) -> Result<TensorType, IrError> {
     let mut dims: Vec<usize> = sa[..ra - 1].to_vec();
     dims.push(sb[rb - 1]);
     checked(TensorType::new(a.dtype, Shape::new(&dims)?))
-}
-
-/// The user-facing name of a unary op.
-pub fn unary_name(u: UnaryOp) -> &'static str {
-    match u {
-        UnaryOp::Neg => "neg",
-        UnaryOp::Abs => "abs",
-        UnaryOp::Square => "square",
-        UnaryOp::Relu => "relu",
-        UnaryOp::Exp => "exp",
-        UnaryOp::Log => "log",
-        UnaryOp::Sqrt => "sqrt",
-        UnaryOp::Rsqrt => "rsqrt",
-        UnaryOp::Recip => "recip",
-        UnaryOp::Tanh => "tanh",
-        UnaryOp::Sigmoid => "sigmoid",
-        UnaryOp::Gelu => "gelu",
-        UnaryOp::Sin => "sin",
-        UnaryOp::Cos => "cos",
-        UnaryOp::Erf => "erf",
-        UnaryOp::Floor => "floor",
-        UnaryOp::Ceil => "ceil",
-        UnaryOp::Round => "round",
-        UnaryOp::Sign => "sign",
-    }
-}
-
-/// The user-facing name of a binary op.
-pub fn binary_name(b: BinaryOp) -> &'static str {
-    match b {
-        BinaryOp::Add => "add",
-        BinaryOp::Sub => "sub",
-        BinaryOp::Mul => "mul",
-        BinaryOp::Div => "div",
-        BinaryOp::Max => "maximum",
-        BinaryOp::Min => "minimum",
-        BinaryOp::Pow => "pow",
-        BinaryOp::Rem => "rem",
-    }
-}
-
-/// The user-facing name of a reduction.
-pub fn reduce_name(r: ReduceOp) -> &'static str {
-    match r {
-        ReduceOp::Sum => "sum",
-        ReduceOp::Max => "max",
-        ReduceOp::Min => "min",
-        ReduceOp::Prod => "prod",
-    }
 }

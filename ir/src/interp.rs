@@ -25,7 +25,7 @@ use crate::error::IrError;
 pub(crate) use crate::fallible::filled as alloc;
 use crate::fallible::{collect, with_capacity};
 use crate::graph::{BinaryOp, CmpOp, Graph, NodeId, Op, ReduceOp, UnaryOp};
-use crate::scalar::{self, max_nan, min_nan};
+use crate::scalar;
 use crate::shape::{Shape, TensorType, MAX_RANK};
 
 /// Element values of one node while interpreting: floats widened to f64,
@@ -406,74 +406,32 @@ pub(crate) fn gather(
 }
 
 fn unary(u: UnaryOp, dtype: DType, x: &Vals) -> Result<Vals, IrError> {
+    let def = u.def();
     Ok(match x {
-        Vals::F(v) => {
-            let f: fn(f64) -> f64 = match u {
-                UnaryOp::Neg => |x| -x,
-                UnaryOp::Abs => f64::abs,
-                UnaryOp::Square => |x| x * x,
-                UnaryOp::Relu => scalar::relu,
-                UnaryOp::Exp => f64::exp,
-                UnaryOp::Log => f64::ln,
-                UnaryOp::Sqrt => f64::sqrt,
-                UnaryOp::Rsqrt => |x| 1.0 / x.sqrt(),
-                UnaryOp::Recip => |x| 1.0 / x,
-                UnaryOp::Tanh => f64::tanh,
-                UnaryOp::Sigmoid => scalar::sigmoid,
-                UnaryOp::Gelu => scalar::gelu,
-                UnaryOp::Sin => f64::sin,
-                UnaryOp::Cos => f64::cos,
-                UnaryOp::Erf => scalar::erf,
-                UnaryOp::Floor => f64::floor,
-                UnaryOp::Ceil => f64::ceil,
-                UnaryOp::Round => f64::round_ties_even,
-                UnaryOp::Sign => scalar::sign,
-            };
-            Vals::F(collect(v.iter().map(|&a| dtype.round_float(f(a))))?)
-        }
+        Vals::F(v) => Vals::F(collect(
+            v.iter().map(|&a| dtype.round_float((def.float)(a))),
+        )?),
         Vals::I(v) => {
-            // Type inference admits only these on integers.
-            let f: fn(i64) -> i64 = match u {
-                UnaryOp::Neg => i64::wrapping_neg,
-                UnaryOp::Abs => i64::wrapping_abs,
-                UnaryOp::Square => |x| x.wrapping_mul(x),
-                UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => |x| x,
-                UnaryOp::Sign => i64::signum,
-                _ => |x| x.max(0),
-            };
+            // Type inference admits integers only where the row has a function.
+            let f = def
+                .int
+                .ok_or_else(|| internal(&format!("{} on an integer dtype", u.name())))?;
             Vals::I(collect(v.iter().map(|&a| dtype.wrap_int(f(a))))?)
         }
     })
 }
 
 fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Result<Vals, IrError> {
+    let def = b.def();
     Ok(match (x, y) {
         (Vals::F(p), Vals::F(q)) => {
-            let f: fn(f64, f64) -> f64 = match b {
-                BinaryOp::Add => |a, b| a + b,
-                BinaryOp::Sub => |a, b| a - b,
-                BinaryOp::Mul => |a, b| a * b,
-                BinaryOp::Div => |a, b| a / b,
-                BinaryOp::Max => max_nan,
-                BinaryOp::Min => min_nan,
-                BinaryOp::Pow => f64::powf,
-                BinaryOp::Rem => scalar::float_mod,
-            };
+            let f = def.float;
             Vals::F(collect(
                 p.iter().zip(q).map(|(&a, &c)| dtype.round_float(f(a, c))),
             )?)
         }
         (Vals::I(p), Vals::I(q)) => {
-            let f: fn(i64, i64) -> i64 = match b {
-                BinaryOp::Add => i64::wrapping_add,
-                BinaryOp::Sub => i64::wrapping_sub,
-                BinaryOp::Mul => i64::wrapping_mul,
-                BinaryOp::Div => scalar::int_div,
-                BinaryOp::Max => i64::max,
-                BinaryOp::Min => i64::min,
-                BinaryOp::Pow => scalar::int_pow,
-                BinaryOp::Rem => scalar::int_mod,
-            };
+            let f = def.int;
             Vals::I(collect(
                 p.iter().zip(q).map(|(&a, &c)| dtype.wrap_int(f(a, c))),
             )?)
@@ -485,13 +443,7 @@ fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Result<Vals, IrError
 
 fn compare(c: CmpOp, x: &Vals, y: &Vals) -> Result<Vals, IrError> {
     fn cmp<T: PartialOrd>(c: CmpOp, a: T, b: T) -> i64 {
-        (match c {
-            CmpOp::Lt => a < b,
-            CmpOp::Gt => a > b,
-            CmpOp::Le => a <= b,
-            CmpOp::Ge => a >= b,
-            CmpOp::Eq => a == b,
-        }) as i64
+        (c.def().holds)(a.partial_cmp(&b)) as i64
     }
     Ok(match (x, y) {
         (Vals::F(p), Vals::F(q)) => Vals::I(collect(p.iter().zip(q).map(|(&a, &b)| cmp(c, a, b)))?),
@@ -546,12 +498,7 @@ fn reduce(
     }
     Ok(match x {
         Vals::F(v) => {
-            let (init, f): (f64, fn(f64, f64) -> f64) = match r {
-                ReduceOp::Sum => (0.0, |a, b| a + b),
-                ReduceOp::Max => (f64::NEG_INFINITY, max_nan),
-                ReduceOp::Min => (f64::INFINITY, min_nan),
-                ReduceOp::Prod => (1.0, |a, b| a * b),
-            };
+            let (init, f) = r.def().float;
             let mut acc = alloc(n_out, init)?;
             for (&t, &e) in target.iter().zip(v) {
                 acc[t] = f(acc[t], e);
@@ -559,12 +506,7 @@ fn reduce(
             Vals::F(collect(acc.into_iter().map(|a| dtype.round_float(a)))?)
         }
         Vals::I(v) => {
-            let (init, f): (i64, fn(i64, i64) -> i64) = match r {
-                ReduceOp::Sum => (0, i64::wrapping_add),
-                ReduceOp::Max => (i64::MIN, i64::max),
-                ReduceOp::Min => (i64::MAX, i64::min),
-                ReduceOp::Prod => (1, i64::wrapping_mul),
-            };
+            let (init, f) = r.def().int;
             let mut acc = alloc(n_out, init)?;
             for (&t, &e) in target.iter().zip(v) {
                 acc[t] = f(acc[t], e);

@@ -28,6 +28,7 @@ pub mod graph;
 pub mod infer;
 pub mod interp;
 pub mod kernel;
+pub mod ops;
 pub mod passes;
 pub mod pool;
 pub mod scalar;

@@ -20,68 +20,9 @@ use crate::array::{Array, Buffer};
 use crate::dtype::{DType, Lit};
 use crate::error::IrError;
 use crate::graph::{Axes, BinaryOp, CmpOp, Graph, NodeId, Op, Perm, ReduceOp, UnaryOp};
-use crate::infer::{binary_name, unary_name};
 use crate::shape::{Shape, TensorType};
 use std::collections::HashMap;
 use std::fmt::{self, Write};
-
-const REDUCE: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod];
-
-pub(crate) fn binary_text(b: BinaryOp) -> &'static str {
-    match b {
-        BinaryOp::Max => "max",
-        BinaryOp::Min => "min",
-        other => binary_name(other),
-    }
-}
-
-pub(crate) fn compare_text(c: CmpOp) -> &'static str {
-    match c {
-        CmpOp::Lt => "lt",
-        CmpOp::Gt => "gt",
-        CmpOp::Le => "le",
-        CmpOp::Ge => "ge",
-        CmpOp::Eq => "eq",
-    }
-}
-
-pub(crate) fn reduce_text(r: ReduceOp) -> &'static str {
-    match r {
-        ReduceOp::Sum => "reduce_sum",
-        ReduceOp::Max => "reduce_max",
-        ReduceOp::Min => "reduce_min",
-        ReduceOp::Prod => "reduce_prod",
-    }
-}
-
-/// The unary op with this mnemonic.
-pub(crate) fn unary_from_name(name: &str) -> Option<UnaryOp> {
-    UnaryOp::ALL
-        .iter()
-        .copied()
-        .find(|&u| unary_name(u) == name)
-}
-
-/// The binary op with this mnemonic.
-pub(crate) fn binary_from_name(name: &str) -> Option<BinaryOp> {
-    BinaryOp::ALL
-        .iter()
-        .copied()
-        .find(|&b| binary_text(b) == name)
-}
-
-/// The comparison with this mnemonic.
-pub(crate) fn compare_from_name(name: &str) -> Option<CmpOp> {
-    CmpOp::ALL
-        .iter()
-        .copied()
-        .find(|&c| compare_text(c) == name)
-}
-
-/// The reduction with this mnemonic (`reduce_sum`).
-pub(crate) fn reduce_from_name(name: &str) -> Option<ReduceOp> {
-    REDUCE.iter().copied().find(|&r| reduce_text(r) == name)
-}
 
 /// Parses a literal of `dtype` as [`lit_text`] prints it.
 pub(crate) fn parse_lit_text(tok: &str, dtype: DType) -> Option<Lit> {
@@ -96,26 +37,7 @@ pub(crate) fn parse_lit_text(tok: &str, dtype: DType) -> Option<Lit> {
 
 /// The op's mnemonic in the text form.
 pub fn op_name(op: &Op) -> &'static str {
-    match op {
-        Op::Input { .. } => "input",
-        Op::Param { .. } => "param",
-        Op::Full { .. } => "full",
-        Op::Constant { .. } => "const",
-        Op::Unary(u, _) => unary_name(*u),
-        Op::Binary(b, ..) => binary_text(*b),
-        Op::Compare(c, ..) => compare_text(*c),
-        Op::Select(..) => "select",
-        Op::Reduce(r, ..) => reduce_text(*r),
-        Op::MatMul(..) => "matmul",
-        Op::Reshape(..) => "reshape",
-        Op::Permute(..) => "permute",
-        Op::Broadcast(..) => "broadcast",
-        Op::Cast(..) => "cast",
-        Op::Slice(..) => "slice",
-        Op::Concat(..) => "cat",
-        Op::Gather(..) => "gather",
-        Op::Conv(..) => "conv",
-    }
+    op.info().name
 }
 
 fn write_list<T: fmt::Display>(
@@ -388,18 +310,18 @@ impl Parser {
             args.parse::<u32>()
                 .map_err(|_| self.err(format!("`{name}` expects an index")))
         };
-        if let Some(u) = unary_from_name(name) {
+        if let Some(u) = UnaryOp::from_text(name) {
             return Ok(Op::Unary(u, self.operands(args, 1)?.0[0]));
         }
-        if let Some(b) = binary_from_name(name) {
+        if let Some(b) = BinaryOp::from_text(name) {
             let (o, _) = self.operands(args, 2)?;
             return Ok(Op::Binary(b, o[0], o[1]));
         }
-        if let Some(c) = compare_from_name(name) {
+        if let Some(c) = CmpOp::from_text(name) {
             let (o, _) = self.operands(args, 2)?;
             return Ok(Op::Compare(c, o[0], o[1]));
         }
-        if let Some(r) = reduce_from_name(name) {
+        if let Some(r) = ReduceOp::from_text(name) {
             let (o, attr) = self.operands(args, 1)?;
             let axes = self.attr_list(&attr, "axes")?;
             if axes.iter().any(|&a| a >= 8) {

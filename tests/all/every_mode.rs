@@ -43,6 +43,14 @@ fn ops() -> Vec<(&'static str, Op, bool)> {
             false,
         ),
         ("sign", |a, _| a.sign(), false),
+        // Inverse trig: NaN outside the domains (|x| > 1, x < 1) included.
+        ("atan_asinh", |a, _| a.atan() + a.asinh(), true),
+        (
+            "asin_acos",
+            |a, _| (a * 0.3).asin() + (a * 0.3).acos(),
+            true,
+        ),
+        ("acosh_atanh", |a, _| a.acosh() + (a * 0.3).atanh(), true),
         // Negative bases with non-integer exponents give NaN in floats.
         ("pow", |a, b| a.pow(b), false),
         ("powf", |a, _| a.powf(2) + a.abs().powf(3), false),

@@ -311,6 +311,76 @@ fn unary_math_matches_numpy_in_every_mode() {
     }
 }
 
+/// Inputs of the inverse trig ops: hand-known points, domain edges.
+const TX: [f32; 11] = [
+    1.0,
+    0.5,
+    -0.5,
+    0.0,
+    -0.0,
+    0.9,
+    2.0,
+    -2.0,
+    f32::INFINITY,
+    f32::NEG_INFINITY,
+    f32::NAN,
+];
+
+/// `atan(1) = pi/4`, `asin(0.5) = pi/6`, `acos(0.5) = pi/3`, `acosh(1) =
+/// 0`, `atanh(0.5) = ln(3)/2`, and numpy's NaN outside each domain
+/// (Python's `math` functions of the f32 inputs, rounded to f32).
+#[rustfmt::skip]
+const TRIG: [(&str, [f32; 11]); 6] = [
+    ("atan", [0.7853981852531433, 0.46364760398864746, -0.46364760398864746, 0.0, -0.0, 0.7328150868415833, 1.1071487665176392, -1.1071487665176392, 1.5707963705062866, -1.5707963705062866, f32::NAN]),
+    ("asin", [1.5707963705062866, 0.5235987901687622, -0.5235987901687622, 0.0, -0.0, 1.1197694540023804, f32::NAN, f32::NAN, f32::NAN, f32::NAN, f32::NAN]),
+    ("acos", [0.0, 1.0471975803375244, 2.094395160675049, 1.5707963705062866, 1.5707963705062866, 0.4510268568992615, f32::NAN, f32::NAN, f32::NAN, f32::NAN, f32::NAN]),
+    ("asinh", [0.8813735842704773, 0.4812118113040924, -0.4812118113040924, 0.0, -0.0, 0.8088669180870056, 1.4436354637145996, -1.4436354637145996, f32::INFINITY, f32::NEG_INFINITY, f32::NAN]),
+    ("acosh", [0.0, f32::NAN, f32::NAN, f32::NAN, f32::NAN, f32::NAN, 1.316957950592041, f32::NAN, f32::INFINITY, f32::NAN, f32::NAN]),
+    ("atanh", [f32::INFINITY, 0.5493061542510986, -0.5493061542510986, 0.0, -0.0, 1.4722193479537964, f32::NAN, f32::NAN, f32::NAN, f32::NAN, f32::NAN]),
+];
+
+#[jit]
+fn j_trig(x: &Tensor) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) {
+    (
+        x.atan(),
+        x.asin(),
+        x.acos(),
+        x.asinh(),
+        x.acosh(),
+        x.atanh(),
+    )
+}
+
+#[test]
+fn inverse_trig_matches_numpy_in_every_mode() {
+    let x = t32(&TX, &[TX.len()]);
+    let eager: [fn(&Tensor) -> Tensor; 6] = [
+        |x| x.atan(),
+        |x| x.asin(),
+        |x| x.acos(),
+        |x| x.asinh(),
+        |x| x.acosh(),
+        |x| x.atanh(),
+    ];
+    for mode in MODES {
+        let j = with_mode(mode, || j_trig(&x)).unwrap_or_else(|e| panic!("{e}"));
+        let jitted = [j.0, j.1, j.2, j.3, j.4, j.5];
+        for (((name, want), f), j) in TRIG.iter().zip(eager).zip(&jitted) {
+            // One rounding of the f64 function: at most 1 ulp from numpy's.
+            check(
+                &format!("{name} eager {mode:?}"),
+                &with_mode(mode, || f(&x)),
+                want,
+                1,
+            );
+            check(&format!("{name} jit {mode:?}"), j, want, 1);
+        }
+    }
+    // Float-only, as the table's row says.
+    let i = Tensor::from_vec(vec![1i32, 2], &[2]).unwrap();
+    assert!(i.atan().to_vec::<i32>().is_err());
+}
+
 #[test]
 fn pow_and_mod_match_numpy_in_every_mode() {
     let (a, b) = (t32(&PA, &[PA.len()]), t32(&PB, &[PB.len()]));

@@ -258,7 +258,9 @@ fn sim_kernels_enter_the_kernel_cache_with_their_bytecode() {
     });
     let details = found.expect("a sim entry for the sigmoid kernel");
     assert!(
-        details.disasm.contains(".kernel k_") && details.disasm.contains("vsigmoid f32"),
+        details.disasm.contains(".kernel k_")
+            && details.disasm.contains("vunary f32")
+            && details.disasm.contains(", sigmoid\n"),
         "{}",
         details.disasm
     );

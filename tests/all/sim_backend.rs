@@ -153,7 +153,7 @@ fn every_elementwise_op_at_odd_sizes_and_dtypes() {
             D::U8,
             D::I8,
         ] {
-            for &u in unary_ops(d) {
+            for u in unary_ops(d) {
                 assert!(
                     check_sim(unary_graph(u, d, n), &[ramp(n, d, 0)], &[]).unwrap(),
                     "{u:?} {d} {n}"

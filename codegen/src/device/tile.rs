@@ -508,27 +508,7 @@ fn cond(c: CmpOp) -> Cond {
 
 /// `dst = u(a)` over the valid `1 x vcols` region.
 fn unary(b: &mut ProgramBuilder, u: UnaryOp, dt: DType, sh: Shape, vcols: Val, dst: Addr, a: Addr) {
-    match u {
-        UnaryOp::Neg => b.vneg(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Abs => b.vabs(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Square => b.vsquare(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Relu => b.vrelu(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Exp => b.vexp(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Log => b.vlog(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Sqrt => b.vsqrt(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Rsqrt => b.vrsqrt(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Recip => b.vrecip(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Tanh => b.vtanh(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Sigmoid => b.vsigmoid(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Gelu => b.vgelu(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Sin => b.vsin(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Cos => b.vcos(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Erf => b.verf(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Floor => b.vfloor(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Ceil => b.vceil(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Round => b.vround(dt, sh, 1, vcols, dst, a),
-        UnaryOp::Sign => b.vsign(dt, sh, 1, vcols, dst, a),
-    };
+    b.vunary(dt, sh, 1, vcols, dst, a, u);
 }
 
 /// `dst = op(x, y)` over the valid `vrows x vcols` region.

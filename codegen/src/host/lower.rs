@@ -25,7 +25,8 @@ use cranelift_codegen::ir::{types, FuncRef, InstBuilder, MemFlagsData, Type, Val
 use cranelift_frontend::{FunctionBuilder, Variable};
 use std::collections::HashMap;
 use tilejit_ir::kernel::{Expr, ExprId, Kernel, Stage};
-use tilejit_ir::{BinaryOp, DType};
+use tilejit_ir::ops::UnaryHost;
+use tilejit_ir::DType;
 
 mod block;
 mod expr;
@@ -42,9 +43,10 @@ const _: () = assert!(ACCS as i64 * LANES == 16, "the fold helpers write 16 lane
 
 /// Helper functions the generated code may call.
 pub struct Libcalls {
-    /// `f64 -> f64` functions by name (`exp`, `log`, `tanh`).
+    /// `f64 -> f64` functions by symbol (`tj_exp`, `tj_round_f16_f64`).
     pub f64_fns: HashMap<&'static str, FuncRef>,
-    /// Two-operand functions by name: `pow`, `mod` (`f64`), `ipow` (`i64`).
+    /// Two-operand functions by symbol: `tj_pow`, `tj_mod` (`f64`),
+    /// `tj_ipow` (`i64`).
     pub fns2: HashMap<&'static str, FuncRef>,
     /// `f32 -> f32` rounding to f16 / bf16.
     pub round_f16: FuncRef,
@@ -395,8 +397,9 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             let n = k.expr(e);
             match n.expr {
                 Expr::Cast(_) => false,
-                // Library calls (scalar).
-                Expr::Binary(BinaryOp::Pow | BinaryOp::Rem, ..) => false,
+                // Library calls (scalar), as the op table says.
+                Expr::Binary(b, ..) if b.def().host.float.is_some() => false,
+                Expr::Unary(u, _) if matches!(u.def().host, UnaryHost::Libcall(_)) => false,
                 // Rounding to f16/bf16 is a scalar call.
                 _ if is_low_precision(n.dtype) && !matches!(n.expr, Expr::Load(_)) => false,
                 Expr::Compare(_, a, _) => is_f32ish(k.expr(a).dtype),

@@ -37,7 +37,8 @@ use cranelift_module::{Linkage, Module};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use tilejit_ir::kernel::{BufId, Kernel};
-use tilejit_ir::DType;
+use tilejit_ir::ops::UnaryHost;
+use tilejit_ir::{BinaryOp, DType, UnaryOp};
 
 /// Options that change generated code (part of the kernel cache key).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -223,39 +224,6 @@ pub fn isa_text() -> &'static str {
     })
 }
 
-extern "C" fn tj_exp(x: f64) -> f64 {
-    x.exp()
-}
-extern "C" fn tj_log(x: f64) -> f64 {
-    x.ln()
-}
-extern "C" fn tj_tanh(x: f64) -> f64 {
-    x.tanh()
-}
-extern "C" fn tj_sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
-extern "C" fn tj_gelu(x: f64) -> f64 {
-    0.5 * x * (1.0 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh())
-}
-extern "C" fn tj_sin(x: f64) -> f64 {
-    x.sin()
-}
-extern "C" fn tj_cos(x: f64) -> f64 {
-    x.cos()
-}
-extern "C" fn tj_erf(x: f64) -> f64 {
-    tilejit_ir::scalar::erf(x)
-}
-extern "C" fn tj_pow(x: f64, y: f64) -> f64 {
-    x.powf(y)
-}
-extern "C" fn tj_mod(x: f64, y: f64) -> f64 {
-    tilejit_ir::scalar::float_mod(x, y)
-}
-extern "C" fn tj_ipow(x: i64, y: i64) -> i64 {
-    tilejit_ir::scalar::int_pow(x, y)
-}
 extern "C" fn tj_round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
@@ -271,25 +239,12 @@ extern "C" fn tj_round_bf16_f64(x: f64) -> f64 {
     tilejit_ir::scalar::bf16_from_f64(x).to_f64()
 }
 
-const F64_FNS: [(&str, &str, extern "C" fn(f64) -> f64); 10] = [
-    ("round_f16", "tj_round_f16_f64", tj_round_f16_f64),
-    ("round_bf16", "tj_round_bf16_f64", tj_round_bf16_f64),
-    ("exp", "tj_exp", tj_exp),
-    ("log", "tj_log", tj_log),
-    ("tanh", "tj_tanh", tj_tanh),
-    ("sigmoid", "tj_sigmoid", tj_sigmoid),
-    ("gelu", "tj_gelu", tj_gelu),
-    ("sin", "tj_sin", tj_sin),
-    ("cos", "tj_cos", tj_cos),
-    ("erf", "tj_erf", tj_erf),
+/// f64 roundings to f16 and bf16 (by symbol; the op table's libcalls are
+/// [`tilejit_ir::ops::libcalls`]).
+const F64_FNS: [(&str, extern "C" fn(f64) -> f64); 2] = [
+    ("tj_round_f16_f64", tj_round_f16_f64),
+    ("tj_round_bf16_f64", tj_round_bf16_f64),
 ];
-
-/// Two-operand libcalls: f32 and f64 `pow` and `mod` (promoted to f64,
-/// whose result rounded to f32 is the reference's), and integer `pow`.
-const F64_FNS2: [(&str, &str, extern "C" fn(f64, f64) -> f64); 2] =
-    [("pow", "tj_pow", tj_pow), ("mod", "tj_mod", tj_mod)];
-/// See [`F64_FNS2`].
-const I64_FNS2: [(&str, &str, extern "C" fn(i64, i64) -> i64); 1] = [("ipow", "tj_ipow", tj_ipow)];
 /// f32 roundings to f16 and bf16 (one op each, called by symbol).
 const F32_FNS: [(&str, extern "C" fn(f32) -> f32); 2] = [
     ("tj_round_f16", tj_round_f16),
@@ -302,11 +257,10 @@ const F32_FNS: [(&str, extern "C" fn(f32) -> f32); 2] = [
 /// them or a block helper) read, so a reload can never refuse a symbol a
 /// compile used.
 fn libcalls() -> impl Iterator<Item = (&'static str, *const u8)> {
-    let f1 = F64_FNS.iter().map(|(_, s, f)| (*s, *f as *const u8));
-    let f2 = F64_FNS2.iter().map(|(_, s, f)| (*s, *f as *const u8));
-    let i2 = I64_FNS2.iter().map(|(_, s, f)| (*s, *f as *const u8));
+    let ops = tilejit_ir::ops::libcalls().into_iter();
+    let f1 = F64_FNS.iter().map(|(s, f)| (*s, *f as *const u8));
     let r = F32_FNS.iter().map(|(s, f)| (*s, *f as *const u8));
-    f1.chain(f2).chain(i2).chain(r)
+    ops.chain(f1).chain(r)
 }
 
 /// The symbols of `libcalls`, for tests that check a reload accepts
@@ -591,16 +545,25 @@ fn lower_fn(
             symbols.push((f, sym));
             Ok::<_, CodegenError>(f)
         };
+        // Every libcall the op table names, by symbol, with its arity.
         let mut f64_fns = HashMap::new();
-        for (name, sym, _) in F64_FNS {
-            f64_fns.insert(name, import(sym, types::F64, 1)?);
+        for (sym, _) in F64_FNS {
+            f64_fns.insert(sym, import(sym, types::F64, 1)?);
+        }
+        for u in UnaryOp::ALL {
+            match u.def().host {
+                UnaryHost::Inline(_) => {}
+                UnaryHost::Math { f64: c, .. } | UnaryHost::Libcall(c) => {
+                    f64_fns.insert(c.symbol, import(c.symbol, types::F64, 1)?);
+                }
+            }
         }
         let mut fns2 = HashMap::new();
-        for (name, sym, _) in F64_FNS2 {
-            fns2.insert(name, import(sym, types::F64, 2)?);
+        for c in BinaryOp::ALL.iter().filter_map(|b| b.def().host.float) {
+            fns2.insert(c.symbol, import(c.symbol, types::F64, 2)?);
         }
-        for (name, sym, _) in I64_FNS2 {
-            fns2.insert(name, import(sym, types::I64, 2)?);
+        for c in BinaryOp::ALL.iter().filter_map(|b| b.def().host.int) {
+            fns2.insert(c.symbol, import(c.symbol, types::I64, 2)?);
         }
         let round_f16 = import(F32_FNS[0].0, types::F32, 1)?;
         let round_bf16 = import(F32_FNS[1].0, types::F32, 1)?;

@@ -24,7 +24,7 @@ use super::{
 use crate::error::{DeviceError, Result};
 use std::collections::HashMap;
 use std::fmt::Write;
-use tilejit_ir::DType;
+use tilejit_ir::{DType, UnaryOp};
 
 /// Assembles a text program. Errors name the line.
 pub fn assemble(text: &str) -> Result<Program> {
@@ -294,6 +294,9 @@ fn parse_operand(
                 .find(|c| c.name() == t)
                 .ok_or_else(|| bad("a condition (eq, ne, lt, le, gt, ge)"))?,
         ),
+        Kind::Unary => {
+            Operand::Unary(UnaryOp::from_name(t).ok_or_else(|| bad("a unary op (docs/ops.md)"))?)
+        }
     })
 }
 
@@ -378,5 +381,6 @@ fn format_operand(arg: &Operand, p: &Program, n: usize) -> String {
         Operand::Pipe(pp) => pp.name().to_string(),
         Operand::Event(e) => e.to_string(),
         Operand::Cond(c) => c.name().to_string(),
+        Operand::Unary(u) => u.name().to_string(),
     }
 }

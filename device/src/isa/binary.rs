@@ -10,7 +10,13 @@
 //! str = u8:len bytes (UTF-8)
 //! operands: Reg u8 | Imm i64 | Val (u8:0 Reg u8 | u8:1 Imm i64) | Scalar u64 bits
 //!           | DType u8 | Shape u16 u16 | Mkn u16 u16 u16 | Mem u32 | Gm u8
-//!           | Label u32 | Pipe u8 | Event u8 | Cond u8
+//!           | Label u32 | Pipe u8 | Event u8 | Cond u8 | Unary u8
+//! ```
+//!
+//! A unary op is encoded as its index in `UnaryOp::ALL`: the op table
+//! only appends, so codes never move (as dtype codes).
+//!
+//! ```text
 //! ```
 //!
 //! The decoder never panics and never allocates more than its input
@@ -18,13 +24,13 @@
 
 use super::{ArgDecl, Cond, CoreType, GmDecl, Inst, Kind, Opcode, Operand, Pipe, Program, Role};
 use crate::error::{DeviceError, Result};
-use tilejit_ir::DType;
+use tilejit_ir::{DType, UnaryOp};
 
 /// File magic.
 pub const MAGIC: &[u8; 4] = b"TJBC";
 /// Encoding version (2: opcodes renumbered by the math rows `vpow` ...
-/// `vsign`; 3: by `ldl1c`).
-pub const VERSION: u16 = 3;
+/// `vsign`; 3: by `ldl1c`; 4: the per-op unary rows replaced by `vunary`).
+pub const VERSION: u16 = 4;
 const MAX_RANK: usize = 8;
 
 /// Encodes a program. Fails only if a name, count or operand cannot be
@@ -133,6 +139,7 @@ fn encode_inst(out: &mut Vec<u8>, inst: &Inst) -> std::result::Result<(), String
             Operand::Pipe(p) => out.push(p as u8),
             Operand::Event(e) => out.push(e),
             Operand::Cond(c) => out.push(c as u8),
+            Operand::Unary(u) => out.push(u as u8),
         }
     }
     Ok(())
@@ -341,6 +348,14 @@ fn decode_inst(r: &mut Reader<'_>) -> Result<Inst> {
                     *Cond::ALL
                         .get(b as usize)
                         .ok_or_else(|| r.err(format!("{what}: bad condition byte {b}")))?,
+                )
+            }
+            Kind::Unary => {
+                let b = r.u8(&what)?;
+                Operand::Unary(
+                    *UnaryOp::ALL
+                        .get(b as usize)
+                        .ok_or_else(|| r.err(format!("{what}: bad unary op byte {b}")))?,
                 )
             }
         };

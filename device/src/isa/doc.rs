@@ -36,6 +36,7 @@ fn kind_text(k: Kind) -> String {
         Kind::Pipe => "pipe".into(),
         Kind::Event => "event".into(),
         Kind::Cond => "cond".into(),
+        Kind::Unary => "unary op".into(),
     }
 }
 

@@ -35,7 +35,7 @@ use super::{
     NUM_REGS,
 };
 use crate::error::{DeviceError, Result};
-use tilejit_ir::DType;
+use tilejit_ir::{DType, UnaryOp};
 
 /// A scalar register `r0`..`r31`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -304,6 +304,12 @@ impl ToOperand for EventId {
 impl ToOperand for Cond {
     fn to_operand(self) -> std::result::Result<Operand, String> {
         Ok(Operand::Cond(self))
+    }
+}
+
+impl ToOperand for UnaryOp {
+    fn to_operand(self) -> std::result::Result<Operand, String> {
+        Ok(Operand::Unary(self))
     }
 }
 

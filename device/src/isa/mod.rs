@@ -18,7 +18,7 @@ pub mod table;
 pub mod verify;
 
 pub use table::{CostClass, OpInfo, Opcode, TABLE};
-use tilejit_ir::DType;
+use tilejit_ir::{DType, UnaryOp};
 
 /// Scalar registers per core (`r0`..`r31`), each an `i64`.
 pub const NUM_REGS: usize = 32;
@@ -269,6 +269,8 @@ pub enum Kind {
     Event,
     /// A comparison.
     Cond,
+    /// A unary op of the op table (`tilejit_ir::UnaryOp`).
+    Unary,
 }
 
 /// An operand value.
@@ -298,6 +300,8 @@ pub enum Operand {
     Event(u8),
     /// A comparison.
     Cond(Cond),
+    /// A unary op.
+    Unary(UnaryOp),
 }
 
 impl Operand {
@@ -317,6 +321,7 @@ impl Operand {
                 | (Operand::Pipe(_), Kind::Pipe)
                 | (Operand::Event(_), Kind::Event)
                 | (Operand::Cond(_), Kind::Cond)
+                | (Operand::Unary(_), Kind::Unary)
         )
     }
 }
@@ -465,6 +470,15 @@ impl Inst {
         match self.args.get(i) {
             Some(Operand::Cond(c)) => *c,
             _ => Cond::Eq,
+        }
+    }
+
+    /// Unary-op operand `i` (`None` if the slot holds something else,
+    /// which the verifier rules out).
+    pub fn unary(&self, i: usize) -> Option<UnaryOp> {
+        match self.args.get(i) {
+            Some(Operand::Unary(u)) => Some(*u),
+            _ => None,
         }
     }
 

@@ -11,7 +11,7 @@
 use super::emit::{Addr, EventId, Gm, Int, Label, Mkn, ProgramBuilder, Reg, Shape, ToOperand, Val};
 use super::{Cond, Cores, Foot, Kind, PipeSel, Space};
 use crate::isa::Pipe;
-use tilejit_ir::DType;
+use tilejit_ir::{DType, UnaryOp};
 
 /// How an instruction's cycles are computed (formulas in `ISA.md`; numbers
 /// in [`crate::CostTable`]).
@@ -112,6 +112,7 @@ macro_rules! kind_param {
     (PIPE) => { Pipe };
     (EV) => { impl Into<EventId> };
     (COND) => { Cond };
+    (UNOP) => { UnaryOp };
     (UB) => { Addr };
     (UB2) => { Addr };
     (UB_MASK) => { Addr };
@@ -144,6 +145,7 @@ macro_rules! kind_arg {
     };
 }
 
+use Kind::Unary as UNOP;
 use Kind::{Cond as COND, DType as DT, Event as EV, Gm as GM, Imm as IMM, Label as LABEL};
 use Kind::{Mkn as MKN, Pipe as PIPE, Reg as REG, Scalar as SCALAR, Shape as SHAPE, Val as VAL};
 
@@ -224,25 +226,7 @@ isa_table! {
     Vpow vpow V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a ^ b (floats: IEEE pow; integers: wrapping, 0 for b < 0 unless a is 1 or -1).";
     Vrem vrem V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a mod b with b's sign (integers: x mod 0 = 0; floats: x mod 0 = NaN).";
     Vmov vmov V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = a.";
-    Vneg vneg V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = -a.";
-    Vabs vabs V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = |a|.";
-    Vsquare vsquare V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = a * a.";
-    Vrelu vrelu V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = max(a, 0), NaN-propagating.";
-    Vexp vexp V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = e^a (floats).";
-    Vlog vlog V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = ln a (floats).";
-    Vsqrt vsqrt V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = sqrt a (floats).";
-    Vrsqrt vrsqrt V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = 1 / sqrt a (floats).";
-    Vrecip vrecip V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = 1 / a (floats).";
-    Vtanh vtanh V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = tanh a (floats).";
-    Vsigmoid vsigmoid V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = 1 / (1 + e^-a) (floats).";
-    Vgelu vgelu V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = gelu(a), tanh approximation (floats).";
-    Vsin vsin V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = sin a (floats, radians).";
-    Vcos vcos V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = cos a (floats, radians).";
-    Verf verf V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = erf a (floats).";
-    Vfloor vfloor V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = floor a (integers: a).";
-    Vceil vceil V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = ceil a (integers: a).";
-    Vround vround V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = a rounded to the nearest integer, halves to even (integers: a).";
-    Vsign vsign V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = -1, 0 or 1 by the sign of a (sign(-0.0) = 0.0, NaN stays NaN).";
+    Vunary vunary V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, op: UNOP], "dst = op(a) for a unary op of the op table (docs/ops.md) that takes the dtype; computed as the reference interpreter does.";
     Vadds vadds V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, s: SCALAR], "dst = a + s.";
     Vmuls vmuls V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, s: SCALAR], "dst = a * s.";
     Vmaxs vmaxs V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, s: SCALAR], "dst = max(a, s), NaN-propagating.";

@@ -233,14 +233,15 @@ fn check_dtypes(inst: &Inst) -> std::result::Result<(), String> {
     let Some(dt) = inst.dtype() else {
         return Ok(());
     };
-    let mn = inst.op.mnemonic();
+    let mn = match inst.unary(6) {
+        Some(u) if inst.op == Vunary => format!("vunary {}", u.name()),
+        _ => inst.op.mnemonic().to_string(),
+    };
     let ok = match inst.op {
-        Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh | Vsigmoid | Vgelu | Vsin | Vcos | Verf => {
-            dt.is_float()
-        }
-        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vneg | Vabs | Vsquare | Vrelu
-        | Vfloor | Vceil | Vround | Vsign | Vadds | Vmuls | Vmaxs | Vmins | Vrsum | Vrmax
-        | Vrmin | Vrprod => dt != DType::Bool,
+        // The op table's dtype rule.
+        Vunary => inst.unary(6).is_some_and(|u| u.accepts(dt)),
+        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vadds | Vmuls | Vmaxs | Vmins
+        | Vrsum | Vrmax | Vrmin | Vrprod => dt != DType::Bool,
         Mmad | Mvl0a | Mvl0b | Ldl1c => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
         Fixp => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
         Ldg => matches!(inst.dtype2(), Some(DType::I32 | DType::I64)),

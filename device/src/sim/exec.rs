@@ -8,7 +8,8 @@ use super::cycles::Work;
 use super::values::{self, Vals};
 use crate::isa::{pitch, Cond, Inst, Opcode, Operand, Space};
 use crate::mem::{PagedMemory, Span};
-use tilejit_ir::{scalar, DType};
+use tilejit_ir::ops::ExactF32;
+use tilejit_ir::{scalar, BinaryOp, DType, UnaryOp};
 
 /// Registers, local memories and the task's view of GM during a run.
 pub(crate) struct Ctx<'a> {
@@ -54,9 +55,6 @@ impl From<&str> for Trap {
 }
 
 type R<T> = Result<T, String>;
-/// An op's float and integer forms.
-type Binary = (fn(f64, f64) -> f64, fn(i64, i64) -> i64);
-type Unary = (fn(f64) -> f64, fn(i64) -> i64);
 
 impl Ctx<'_> {
     fn val(&self, inst: &Inst, i: usize) -> i64 {
@@ -213,27 +211,7 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> Result<Flow, 
         Nop => {}
         Movi => cx.regs[inst.reg(0)] = inst.imm(1),
         Mov => cx.regs[inst.reg(0)] = cx.regs[inst.reg(1)],
-        Add | Sub | Mul | Div | Rem | Min | Max | Shl | Shr => {
-            let a = cx.regs[inst.reg(1)];
-            let b = cx.val(inst, 2);
-            cx.regs[inst.reg(0)] = match inst.op {
-                Add => a.wrapping_add(b),
-                Sub => a.wrapping_sub(b),
-                Mul => a.wrapping_mul(b),
-                Div | Rem if b == 0 => {
-                    return Err(format!("scalar {} by zero", inst.op.mnemonic()).into())
-                }
-                Div => a.wrapping_div(b),
-                Rem => a.wrapping_rem(b),
-                Min => a.min(b),
-                Max => a.max(b),
-                _ if !(0..64).contains(&b) => {
-                    return Err(format!("shift by {b} (must be 0..64)").into())
-                }
-                Shl => a << b,
-                _ => a >> b,
-            };
-        }
+        Add | Sub | Mul | Div | Rem | Min | Max | Shl | Shr => alu(inst, cx)?,
         Ldarg => {
             let i = inst.imm(1);
             cx.regs[inst.reg(0)] = *usize::try_from(i)
@@ -261,208 +239,12 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> Result<Flow, 
         }
         Setf | Waitf | Barrier => {}
         End => return Ok(Flow::End),
-        Ld | Ldl1 => {
-            let (rows, cols) = inst.shape().unwrap_or((0, 0));
-            let vrc = cx.valid(inst, 2)?;
-            let space = if inst.op == Ld { Space::Ub } else { Space::L1 };
-            let (base, stride, _) = cx.gm_access(inst, inst.gm(5), dt, 6, false, vrc)?;
-            let p = pitch(cols, dt) as usize;
-            let dst = inst.addr(4);
-            let row_bytes = vrc.1 * dt.size_bytes();
-            let gm = cx.gm;
-            let tile = cx.local_mut(space, dst, rows as usize * p)?;
-            // Valid bytes come from GM; only the padding is zeroed.
-            for r in 0..vrc.0 {
-                let row = &mut tile[r * p..(r + 1) * p];
-                gm.read(base + r as u64 * stride, &mut row[..row_bytes]);
-                row[row_bytes..].fill(0);
-            }
-            tile[vrc.0 * p..].fill(0);
-            w.bytes = (vrc.0 * row_bytes) as u64;
-        }
-        Ldl1c => {
-            let (rows, cols) = inst.shape().unwrap_or((0, 0));
-            let (vr, vc) = cx.valid(inst, 2)?;
-            let g = inst.gm(5);
-            let span = *cx
-                .spans
-                .get(g)
-                .ok_or_else(|| format!("GM argument {g} was not passed"))?;
-            let (off, row, col) = (cx.val(inst, 6), cx.val(inst, 7), cx.val(inst, 8));
-            let geom = inst.reg(9);
-            let v: Vec<i64> = cx
-                .regs
-                .get(geom..geom + 7)
-                .ok_or_else(|| format!("ldl1c geometry r{geom}..r{} past the registers", geom + 6))?
-                .to_vec();
-            let u = |x: i64, what: &str| -> R<usize> {
-                usize::try_from(x).map_err(|_| format!("ldl1c {what} {x} is negative"))
-            };
-            let small = |x: i64, what: &str| -> R<u32> {
-                u32::try_from(x).map_err(|_| format!("ldl1c {what} {x} is out of range"))
-            };
-            let ic = tilejit_ir::kernel::Im2Col {
-                c: u(v[0], "channels")?,
-                h: u(v[1], "height")?,
-                w: u(v[2], "width")?,
-                window: tilejit_ir::Window {
-                    kh: small(v[3], "kh")?,
-                    kw: small(v[4], "kw")?,
-                    stride: small(v[5], "stride")?,
-                    pad: small(v[6], "pad")?,
-                },
-            };
-            let (oh, ow) = ic
-                .window
-                .out(ic.h, ic.w)
-                .ok_or("ldl1c window does not fit its image")?;
-            let (off, row, col) = (u(off, "offset")?, u(row, "row")?, u(col, "col")?);
-            let sz = dt.size_bytes();
-            // The whole image lies inside the GM argument (so no element
-            // read below can leave it), and its sizes fit.
-            let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
-            let end = image
-                .and_then(|i| i.checked_add(off))
-                .and_then(|e| e.checked_mul(sz));
-            if end.is_none_or(|e| e as u64 > span.len) {
-                return Err(format!(
-                    "ldl1c image of {} x {} x {} at element {off} goes outside GM argument {g}'s {} bytes",
-                    ic.c, ic.h, ic.w, span.len
-                )
-                .into());
-            }
-            let windows = oh.checked_mul(ow).ok_or("ldl1c window count overflows")?;
-            let width = ic.c.saturating_mul(ic.window.size());
-            let past = |a: usize, b: usize, n: usize| a.checked_add(b).is_none_or(|e| e > n);
-            if vr > 0 && vc > 0 && (past(row, vr, windows) || past(col, vc, width)) {
-                return Err(format!(
-                    "ldl1c rows {row}..{} and columns {col}..{} leave the {windows} x {width} windows",
-                    row + vr,
-                    col + vc
-                )
-                .into());
-            }
-            let p = pitch(cols, dt) as usize;
-            let mut values = vec![0u8; vr * vc * sz];
-            for r in 0..vr {
-                for c in 0..vc {
-                    // Inside the image (checked above), or the padding: zero.
-                    let Some(e) = ic.element(row + r, col + c) else {
-                        continue;
-                    };
-                    let at = (off + e) as u64 * sz as u64;
-                    let dst = (r * vc + c) * sz;
-                    cx.gm.read(span.addr + at, &mut values[dst..dst + sz]);
-                }
-            }
-            let tile = cx.local_mut(Space::L1, inst.addr(4), rows as usize * p)?;
-            tile.fill(0);
-            for r in 0..vr {
-                tile[r * p..r * p + vc * sz]
-                    .copy_from_slice(&values[r * vc * sz..(r + 1) * vc * sz]);
-            }
-            w.bytes = (vr * vc * sz) as u64;
-        }
-        Ldx => {
-            let (rows, cols) = inst.shape().unwrap_or((0, 0));
-            let vrc = cx.valid(inst, 2)?;
-            let (base, rs, cs) = cx.gm_access(inst, inst.gm(5), dt, 6, true, vrc)?;
-            let p = pitch(cols, dt) as usize;
-            let sz = dt.size_bytes();
-            let gm = cx.gm;
-            let tile = cx.local_mut(Space::Ub, inst.addr(4), rows as usize * p)?;
-            tile.fill(0);
-            for r in 0..vrc.0 {
-                let row = base + r as u64 * rs;
-                let addrs = (0..vrc.1 as u64).map(|c| row + c * cs);
-                gm.gather(addrs, sz, &mut tile[r * p..r * p + vrc.1 * sz]);
-            }
-            w.bytes = (vrc.0 * vrc.1 * sz) as u64;
-        }
-        Ldg => {
-            let (rows, cols) = inst.shape().unwrap_or((0, 0));
-            let (vr, vc) = cx.valid(inst, 2)?;
-            if vr > 1 {
-                return Err(format!("ldg loads one row, not {vr}").into());
-            }
-            let g = inst.gm(5);
-            let span = *cx
-                .spans
-                .get(g)
-                .ok_or_else(|| format!("GM argument {g} was not passed"))?;
-            let (off, cs) = (cx.val(inst, 6), cx.val(inst, 7));
-            let it = inst.dtype2().unwrap_or(DType::I64);
-            let (istride, gs, len) = (cx.val(inst, 10), cx.val(inst, 11), cx.val(inst, 12));
-            if off < 0 || cs < 0 || istride < 0 || gs < 0 {
-                return Err(format!(
-                    "negative ldg offset {off}, cstride {cs}, istride {istride} or gstride {gs}"
-                )
-                .into());
-            }
-            let sz = dt.size_bytes();
-            let isz = it.size_bytes();
-            let mut addrs = Vec::with_capacity(vr * vc);
-            for c in 0..vr * vc {
-                let at = inst.addr(9) + c * istride as usize * isz;
-                let raw = cx.local(Space::Ub, at, isz)?;
-                let i = match it {
-                    DType::I32 => i64::from(i32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]])),
-                    _ => i64::from_le_bytes(raw[..8].try_into().map_err(|_| "short index")?),
-                };
-                if !(0..len).contains(&i) {
-                    return Err(Trap::Index { index: i, len });
-                }
-                let e = (c as i64)
-                    .checked_mul(cs)
-                    .and_then(|x| x.checked_add(i.checked_mul(gs)?))
-                    .and_then(|x| x.checked_add(off))
-                    .filter(|&e| (e as u64 + 1) * sz as u64 <= span.len)
-                    .ok_or_else(|| {
-                        format!(
-                            "ldg element {c} (index {i}) goes outside GM argument {g}'s {} bytes",
-                            span.len
-                        )
-                    })?;
-                addrs.push(span.addr + e as u64 * sz as u64);
-            }
-            let p = pitch(cols, dt) as usize;
-            let gm = cx.gm;
-            let tile = cx.local_mut(Space::Ub, inst.addr(4), rows as usize * p)?;
-            tile.fill(0);
-            gm.gather(addrs.into_iter(), sz, &mut tile[..vr * vc * sz]);
-            w.bytes = (vr * vc * sz) as u64;
-        }
-        Stx => {
-            let (_, cols) = inst.shape().unwrap_or((0, 0));
-            let vrc = cx.valid(inst, 2)?;
-            let (base, rs, cs) = cx.gm_access(inst, inst.gm(4), dt, 5, true, vrc)?;
-            let p = pitch(cols, dt) as usize;
-            let sz = dt.size_bytes();
-            let src = inst.addr(8);
-            for r in 0..vrc.0 {
-                let row = cx.local(Space::Ub, src + r * p, vrc.1 * sz)?;
-                let at = base + r as u64 * rs;
-                cx.gm
-                    .scatter((0..vrc.1 as u64).map(|c| at + c * cs), sz, row)
-                    .map_err(|e| e.to_string())?;
-            }
-            w.bytes = (vrc.0 * vrc.1 * sz) as u64;
-        }
-        St => {
-            let (_, cols) = inst.shape().unwrap_or((0, 0));
-            let vrc = cx.valid(inst, 2)?;
-            let (base, stride, _) = cx.gm_access(inst, inst.gm(4), dt, 5, false, vrc)?;
-            let p = pitch(cols, dt) as usize;
-            let row_bytes = vrc.1 * dt.size_bytes();
-            let src = inst.addr(7);
-            for r in 0..vrc.0 {
-                let row = cx.local(Space::Ub, src + r * p, row_bytes)?;
-                cx.gm
-                    .write(base + r as u64 * stride, row)
-                    .map_err(|e| e.to_string())?;
-            }
-            w.bytes = (vrc.0 * row_bytes) as u64;
-        }
+        Ld | Ldl1 => load(inst, cx, w, dt)?,
+        Ldl1c => ldl1c(inst, cx, w, dt)?,
+        Ldx => load_strided(inst, cx, w, dt)?,
+        Ldg => ldg(inst, cx, w, dt)?,
+        Stx => store_strided(inst, cx, w, dt)?,
+        St => store(inst, cx, w, dt)?,
         Mvl0a | Mvl0b => {
             let (rows, cols) = inst.shape().unwrap_or((0, 0));
             let n = rows as usize * pitch(cols, dt) as usize;
@@ -476,36 +258,281 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> Result<Flow, 
             w.bytes = n as u64;
         }
         Mmad => mmad(inst, cx, w, dt)?,
-        Fixp => {
-            let (_, cols) = inst.shape().unwrap_or((0, 0));
-            let vrc = cx.valid(inst, 2)?;
-            let acc = cx.read_tile(Space::L0c, inst.addr(7), DType::F32, vrc, cols as usize)?;
-            let acc = if inst.imm(8) == 1 {
-                values::map(&acc, DType::F32, scalar::relu, |x| x)
-            } else {
-                acc
-            };
-            let (base, stride, _) = cx.gm_access(inst, inst.gm(4), dt, 5, false, vrc)?;
-            let row_bytes = vrc.1 * dt.size_bytes();
-            let mut row = vec![0u8; row_bytes];
-            for r in 0..vrc.0 {
-                values::encode_from(&acc, r * vrc.1, dt, &mut row);
-                cx.gm
-                    .write(base + r as u64 * stride, &row)
-                    .map_err(|e| e.to_string())?;
-            }
-            w.bytes = (vrc.0 * row_bytes) as u64;
-        }
+        Fixp => fixp(inst, cx, w, dt)?,
         // Listed one by one so that a new opcode in the table does not
         // compile until it has semantics here.
-        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vmov | Vneg | Vabs | Vsquare
-        | Vrelu | Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh | Vsigmoid | Vgelu | Vsin
-        | Vcos | Verf | Vfloor | Vceil | Vround | Vsign | Vadds | Vmuls | Vmaxs | Vmins | Vdup
-        | Vdupr | Vbcast | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin | Vrprod | Vbrow | Vbcol => {
-            vector(inst, cx, w, dt)?
-        }
+        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vmov | Vunary | Vadds | Vmuls
+        | Vmaxs | Vmins | Vdup | Vdupr | Vbcast | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin
+        | Vrprod | Vbrow | Vbcol => vector(inst, cx, w, dt)?,
     }
     Ok(Flow::Next)
+}
+
+/// The scalar ALU ops (`rd = ra op b`).
+fn alu(inst: &Inst, cx: &mut Ctx<'_>) -> Result<(), Trap> {
+    use Opcode::*;
+    let a = cx.regs[inst.reg(1)];
+    let b = cx.val(inst, 2);
+    cx.regs[inst.reg(0)] = match inst.op {
+        Add => a.wrapping_add(b),
+        Sub => a.wrapping_sub(b),
+        Mul => a.wrapping_mul(b),
+        Div | Rem if b == 0 => return Err(format!("scalar {} by zero", inst.op.mnemonic()).into()),
+        Div => a.wrapping_div(b),
+        Rem => a.wrapping_rem(b),
+        Min => a.min(b),
+        Max => a.max(b),
+        _ if !(0..64).contains(&b) => return Err(format!("shift by {b} (must be 0..64)").into()),
+        Shl => a << b,
+        _ => a >> b,
+    };
+    Ok(())
+}
+
+/// GM -> UB or L1: the valid region, the rest zero-filled.
+fn load(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Trap> {
+    let (rows, cols) = inst.shape().unwrap_or((0, 0));
+    let vrc = cx.valid(inst, 2)?;
+    let space = if inst.op == Opcode::Ld {
+        Space::Ub
+    } else {
+        Space::L1
+    };
+    let (base, stride, _) = cx.gm_access(inst, inst.gm(5), dt, 6, false, vrc)?;
+    let p = pitch(cols, dt) as usize;
+    let dst = inst.addr(4);
+    let row_bytes = vrc.1 * dt.size_bytes();
+    let gm = cx.gm;
+    let tile = cx.local_mut(space, dst, rows as usize * p)?;
+    // Valid bytes come from GM; only the padding is zeroed.
+    for r in 0..vrc.0 {
+        let row = &mut tile[r * p..(r + 1) * p];
+        gm.read(base + r as u64 * stride, &mut row[..row_bytes]);
+        row[row_bytes..].fill(0);
+    }
+    tile[vrc.0 * p..].fill(0);
+    w.bytes = (vrc.0 * row_bytes) as u64;
+    Ok(())
+}
+
+/// Load3D: the valid region of an implicit im2col of a GM image into L1.
+fn ldl1c(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Trap> {
+    let (rows, cols) = inst.shape().unwrap_or((0, 0));
+    let (vr, vc) = cx.valid(inst, 2)?;
+    let g = inst.gm(5);
+    let span = *cx
+        .spans
+        .get(g)
+        .ok_or_else(|| format!("GM argument {g} was not passed"))?;
+    let (off, row, col) = (cx.val(inst, 6), cx.val(inst, 7), cx.val(inst, 8));
+    let geom = inst.reg(9);
+    let v: Vec<i64> = cx
+        .regs
+        .get(geom..geom + 7)
+        .ok_or_else(|| format!("ldl1c geometry r{geom}..r{} past the registers", geom + 6))?
+        .to_vec();
+    let u = |x: i64, what: &str| -> R<usize> {
+        usize::try_from(x).map_err(|_| format!("ldl1c {what} {x} is negative"))
+    };
+    let small = |x: i64, what: &str| -> R<u32> {
+        u32::try_from(x).map_err(|_| format!("ldl1c {what} {x} is out of range"))
+    };
+    let ic = tilejit_ir::kernel::Im2Col {
+        c: u(v[0], "channels")?,
+        h: u(v[1], "height")?,
+        w: u(v[2], "width")?,
+        window: tilejit_ir::Window {
+            kh: small(v[3], "kh")?,
+            kw: small(v[4], "kw")?,
+            stride: small(v[5], "stride")?,
+            pad: small(v[6], "pad")?,
+        },
+    };
+    let (oh, ow) = ic
+        .window
+        .out(ic.h, ic.w)
+        .ok_or("ldl1c window does not fit its image")?;
+    let (off, row, col) = (u(off, "offset")?, u(row, "row")?, u(col, "col")?);
+    let sz = dt.size_bytes();
+    // The whole image lies inside the GM argument (so no element
+    // read below can leave it), and its sizes fit.
+    let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
+    let end = image
+        .and_then(|i| i.checked_add(off))
+        .and_then(|e| e.checked_mul(sz));
+    if end.is_none_or(|e| e as u64 > span.len) {
+        return Err(format!(
+            "ldl1c image of {} x {} x {} at element {off} goes outside GM argument {g}'s {} bytes",
+            ic.c, ic.h, ic.w, span.len
+        )
+        .into());
+    }
+    let windows = oh.checked_mul(ow).ok_or("ldl1c window count overflows")?;
+    let width = ic.c.saturating_mul(ic.window.size());
+    let past = |a: usize, b: usize, n: usize| a.checked_add(b).is_none_or(|e| e > n);
+    if vr > 0 && vc > 0 && (past(row, vr, windows) || past(col, vc, width)) {
+        return Err(format!(
+            "ldl1c rows {row}..{} and columns {col}..{} leave the {windows} x {width} windows",
+            row + vr,
+            col + vc
+        )
+        .into());
+    }
+    let p = pitch(cols, dt) as usize;
+    let mut values = vec![0u8; vr * vc * sz];
+    for r in 0..vr {
+        for c in 0..vc {
+            // Inside the image (checked above), or the padding: zero.
+            let Some(e) = ic.element(row + r, col + c) else {
+                continue;
+            };
+            let at = (off + e) as u64 * sz as u64;
+            let dst = (r * vc + c) * sz;
+            cx.gm.read(span.addr + at, &mut values[dst..dst + sz]);
+        }
+    }
+    let tile = cx.local_mut(Space::L1, inst.addr(4), rows as usize * p)?;
+    tile.fill(0);
+    for r in 0..vr {
+        tile[r * p..r * p + vc * sz].copy_from_slice(&values[r * vc * sz..(r + 1) * vc * sz]);
+    }
+    w.bytes = (vr * vc * sz) as u64;
+    Ok(())
+}
+
+/// A strided GM view into UB.
+fn load_strided(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Trap> {
+    let (rows, cols) = inst.shape().unwrap_or((0, 0));
+    let vrc = cx.valid(inst, 2)?;
+    let (base, rs, cs) = cx.gm_access(inst, inst.gm(5), dt, 6, true, vrc)?;
+    let p = pitch(cols, dt) as usize;
+    let sz = dt.size_bytes();
+    let gm = cx.gm;
+    let tile = cx.local_mut(Space::Ub, inst.addr(4), rows as usize * p)?;
+    tile.fill(0);
+    for r in 0..vrc.0 {
+        let row = base + r as u64 * rs;
+        let addrs = (0..vrc.1 as u64).map(|c| row + c * cs);
+        gm.gather(addrs, sz, &mut tile[r * p..r * p + vrc.1 * sz]);
+    }
+    w.bytes = (vrc.0 * vrc.1 * sz) as u64;
+    Ok(())
+}
+
+/// A gather load of one row; an index outside `0..len` traps before any read.
+fn ldg(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Trap> {
+    let (rows, cols) = inst.shape().unwrap_or((0, 0));
+    let (vr, vc) = cx.valid(inst, 2)?;
+    if vr > 1 {
+        return Err(format!("ldg loads one row, not {vr}").into());
+    }
+    let g = inst.gm(5);
+    let span = *cx
+        .spans
+        .get(g)
+        .ok_or_else(|| format!("GM argument {g} was not passed"))?;
+    let (off, cs) = (cx.val(inst, 6), cx.val(inst, 7));
+    let it = inst.dtype2().unwrap_or(DType::I64);
+    let (istride, gs, len) = (cx.val(inst, 10), cx.val(inst, 11), cx.val(inst, 12));
+    if off < 0 || cs < 0 || istride < 0 || gs < 0 {
+        return Err(format!(
+            "negative ldg offset {off}, cstride {cs}, istride {istride} or gstride {gs}"
+        )
+        .into());
+    }
+    let sz = dt.size_bytes();
+    let isz = it.size_bytes();
+    let mut addrs = Vec::with_capacity(vr * vc);
+    for c in 0..vr * vc {
+        let at = inst.addr(9) + c * istride as usize * isz;
+        let raw = cx.local(Space::Ub, at, isz)?;
+        let i = match it {
+            DType::I32 => i64::from(i32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]])),
+            _ => i64::from_le_bytes(raw[..8].try_into().map_err(|_| "short index")?),
+        };
+        if !(0..len).contains(&i) {
+            return Err(Trap::Index { index: i, len });
+        }
+        let e = (c as i64)
+            .checked_mul(cs)
+            .and_then(|x| x.checked_add(i.checked_mul(gs)?))
+            .and_then(|x| x.checked_add(off))
+            .filter(|&e| (e as u64 + 1) * sz as u64 <= span.len)
+            .ok_or_else(|| {
+                format!(
+                    "ldg element {c} (index {i}) goes outside GM argument {g}'s {} bytes",
+                    span.len
+                )
+            })?;
+        addrs.push(span.addr + e as u64 * sz as u64);
+    }
+    let p = pitch(cols, dt) as usize;
+    let gm = cx.gm;
+    let tile = cx.local_mut(Space::Ub, inst.addr(4), rows as usize * p)?;
+    tile.fill(0);
+    gm.gather(addrs.into_iter(), sz, &mut tile[..vr * vc * sz]);
+    w.bytes = (vr * vc * sz) as u64;
+    Ok(())
+}
+
+/// A UB tile to a strided GM view.
+fn store_strided(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Trap> {
+    let (_, cols) = inst.shape().unwrap_or((0, 0));
+    let vrc = cx.valid(inst, 2)?;
+    let (base, rs, cs) = cx.gm_access(inst, inst.gm(4), dt, 5, true, vrc)?;
+    let p = pitch(cols, dt) as usize;
+    let sz = dt.size_bytes();
+    let src = inst.addr(8);
+    for r in 0..vrc.0 {
+        let row = cx.local(Space::Ub, src + r * p, vrc.1 * sz)?;
+        let at = base + r as u64 * rs;
+        cx.gm
+            .scatter((0..vrc.1 as u64).map(|c| at + c * cs), sz, row)
+            .map_err(|e| e.to_string())?;
+    }
+    w.bytes = (vrc.0 * vrc.1 * sz) as u64;
+    Ok(())
+}
+
+/// A UB tile's valid region to GM.
+fn store(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Trap> {
+    let (_, cols) = inst.shape().unwrap_or((0, 0));
+    let vrc = cx.valid(inst, 2)?;
+    let (base, stride, _) = cx.gm_access(inst, inst.gm(4), dt, 5, false, vrc)?;
+    let p = pitch(cols, dt) as usize;
+    let row_bytes = vrc.1 * dt.size_bytes();
+    let src = inst.addr(7);
+    for r in 0..vrc.0 {
+        let row = cx.local(Space::Ub, src + r * p, row_bytes)?;
+        cx.gm
+            .write(base + r as u64 * stride, row)
+            .map_err(|e| e.to_string())?;
+    }
+    w.bytes = (vrc.0 * row_bytes) as u64;
+    Ok(())
+}
+
+/// An f32 L0C tile to GM, converted (and relu'd when asked).
+fn fixp(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Trap> {
+    let (_, cols) = inst.shape().unwrap_or((0, 0));
+    let vrc = cx.valid(inst, 2)?;
+    let acc = cx.read_tile(Space::L0c, inst.addr(7), DType::F32, vrc, cols as usize)?;
+    let acc = if inst.imm(8) == 1 {
+        values::map(&acc, DType::F32, scalar::relu, |x| x)
+    } else {
+        acc
+    };
+    let (base, stride, _) = cx.gm_access(inst, inst.gm(4), dt, 5, false, vrc)?;
+    let row_bytes = vrc.1 * dt.size_bytes();
+    let mut row = vec![0u8; row_bytes];
+    for r in 0..vrc.0 {
+        values::encode_from(&acc, r * vrc.1, dt, &mut row);
+        cx.gm
+            .write(base + r as u64 * stride, &row)
+            .map_err(|e| e.to_string())?;
+    }
+    w.bytes = (vrc.0 * row_bytes) as u64;
+    Ok(())
 }
 
 fn mmad(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
@@ -565,28 +592,14 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
     let out: Vals = match inst.op {
         Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem => {
             let (a, b) = (tile(cx, 5)?, tile(cx, 6)?);
-            let (f, g): Binary = match inst.op {
-                Vadd => (|a, b| a + b, i64::wrapping_add),
-                Vsub => (|a, b| a - b, i64::wrapping_sub),
-                Vmul => (|a, b| a * b, i64::wrapping_mul),
-                Vdiv => (|a, b| a / b, scalar::int_div),
-                Vmax => (scalar::max_nan, i64::max),
-                Vpow => (f64::powf, scalar::int_pow),
-                Vrem => (scalar::float_mod, scalar::int_mod),
-                _ => (scalar::min_nan, i64::min),
-            };
-            values::zip(&a, &b, dt, f, g)
+            let def = binary_op(inst.op)?.def();
+            values::zip(&a, &b, dt, def.float, def.int)
         }
         Vadds | Vmuls | Vmaxs | Vmins => {
             let a = tile(cx, 5)?;
             let s = Vals::splat(inst.scalar(6), dt, a.len());
-            let (f, g): Binary = match inst.op {
-                Vadds => (|a, b| a + b, i64::wrapping_add),
-                Vmuls => (|a, b| a * b, i64::wrapping_mul),
-                Vmaxs => (scalar::max_nan, i64::max),
-                _ => (scalar::min_nan, i64::min),
-            };
-            values::zip(&a, &s, dt, f, g)
+            let def = binary_op(inst.op)?.def();
+            values::zip(&a, &s, dt, def.float, def.int)
         }
         Vdup => Vals::splat(inst.scalar(5), dt, vr * vc),
         Vdupr => {
@@ -602,79 +615,29 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
             broadcast(&v, vr, vc, |_, _| 0)
         }
         Vmov => tile(cx, 5)?,
-        Vneg | Vabs | Vsquare | Vrelu | Vexp | Vlog | Vsqrt | Vrsqrt | Vrecip | Vtanh
-        | Vsigmoid | Vgelu | Vsin | Vcos | Verf | Vfloor | Vceil | Vround | Vsign => {
+        Vunary => {
+            // The op table's reference functions (the verifier checked the
+            // dtype against the row).
+            let u = unary_op(inst)?;
             let a = tile(cx, 5)?;
-            let (f, g): Unary = match inst.op {
-                Vneg => (|x| -x, i64::wrapping_neg),
-                Vabs => (f64::abs, i64::wrapping_abs),
-                Vsquare => (|x| x * x, |x| x.wrapping_mul(x)),
-                Vrelu => (scalar::relu, |x| x.max(0)),
-                Vexp => (f64::exp, |x| x),
-                Vlog => (f64::ln, |x| x),
-                Vsqrt => (f64::sqrt, |x| x),
-                Vrsqrt => (|x| 1.0 / x.sqrt(), |x| x),
-                Vrecip => (|x| 1.0 / x, |x| x),
-                Vtanh => (f64::tanh, |x| x),
-                Vsigmoid => (scalar::sigmoid, |x| x),
-                Vsin => (f64::sin, |x| x),
-                Vcos => (f64::cos, |x| x),
-                Verf => (scalar::erf, |x| x),
-                Vfloor => (f64::floor, |x| x),
-                Vceil => (f64::ceil, |x| x),
-                Vround => (f64::round_ties_even, |x| x),
-                Vsign => (scalar::sign, i64::signum),
-                _ => (scalar::gelu, |x| x),
+            let def = u.def();
+            let int = match (def.int, &a) {
+                (Some(g), _) => g,
+                (None, Vals::F(_)) => |x| x,
+                (None, Vals::I(_)) => {
+                    return Err(format!("`vunary {}` does not take dtype {dt}", u.name()))
+                }
             };
-            values::map(&a, dt, f, g)
+            values::map(&a, dt, def.float, int)
         }
         Vcmp => {
-            let (a, b) = (tile(cx, 6)?, tile(cx, 7)?);
-            let cond = inst.cond(4);
-            let res: Vec<i64> = match (&a, &b) {
-                (Vals::F(x), Vals::F(y)) => x
-                    .iter()
-                    .zip(y)
-                    .map(|(&p, &q)| compare(cond, p.partial_cmp(&q)) as i64)
-                    .collect(),
-                (Vals::I(x), Vals::I(y)) => x
-                    .iter()
-                    .zip(y)
-                    .map(|(p, q)| compare(cond, p.partial_cmp(q)) as i64)
-                    .collect(),
-                _ => Vec::new(),
-            };
-            cx.write_tile(
-                Space::Ub,
-                inst.addr(5),
-                DType::Bool,
-                vrc,
-                cols,
-                &Vals::I(res),
-            )?;
+            let mask = compare_tiles(inst.cond(4), &tile(cx, 6)?, &tile(cx, 7)?);
+            cx.write_tile(Space::Ub, inst.addr(5), DType::Bool, vrc, cols, &mask)?;
             return Ok(());
         }
         Vsel => {
             let mask = cx.read_tile(Space::Ub, inst.addr(5), DType::Bool, vrc, cols)?;
-            let (a, b) = (tile(cx, 6)?, tile(cx, 7)?);
-            let Vals::I(mask) = mask else {
-                return Err("mask is not bool".into());
-            };
-            match (a, b) {
-                (Vals::F(x), Vals::F(y)) => Vals::F(
-                    mask.iter()
-                        .zip(x.iter().zip(&y))
-                        .map(|(&m, (&p, &q))| if m != 0 { p } else { q })
-                        .collect(),
-                ),
-                (Vals::I(x), Vals::I(y)) => Vals::I(
-                    mask.iter()
-                        .zip(x.iter().zip(&y))
-                        .map(|(&m, (&p, &q))| if m != 0 { p } else { q })
-                        .collect(),
-                ),
-                (a, _) => a,
-            }
+            select_tiles(&mask, tile(cx, 6)?, tile(cx, 7)?)?
         }
         Vcast => {
             let from = inst.dtype2().unwrap_or(dt);
@@ -707,6 +670,68 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
         }
     };
     cx.write_tile(Space::Ub, inst.addr(4), dt, vrc, cols, &out)
+}
+
+/// `a cond b` elementwise, as a bool tile's values.
+fn compare_tiles(cond: Cond, a: &Vals, b: &Vals) -> Vals {
+    Vals::I(match (a, b) {
+        (Vals::F(x), Vals::F(y)) => x
+            .iter()
+            .zip(y)
+            .map(|(&p, &q)| compare(cond, p.partial_cmp(&q)) as i64)
+            .collect(),
+        (Vals::I(x), Vals::I(y)) => x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| compare(cond, p.partial_cmp(q)) as i64)
+            .collect(),
+        _ => Vec::new(),
+    })
+}
+
+/// `mask ? a : b` elementwise.
+fn select_tiles(mask: &Vals, a: Vals, b: Vals) -> R<Vals> {
+    let Vals::I(mask) = mask else {
+        return Err("mask is not bool".into());
+    };
+    Ok(match (a, b) {
+        (Vals::F(x), Vals::F(y)) => Vals::F(
+            mask.iter()
+                .zip(x.iter().zip(&y))
+                .map(|(&m, (&p, &q))| if m != 0 { p } else { q })
+                .collect(),
+        ),
+        (Vals::I(x), Vals::I(y)) => Vals::I(
+            mask.iter()
+                .zip(x.iter().zip(&y))
+                .map(|(&m, (&p, &q))| if m != 0 { p } else { q })
+                .collect(),
+        ),
+        (a, _) => a,
+    })
+}
+
+/// The unary op of a `vunary`.
+fn unary_op(inst: &Inst) -> R<UnaryOp> {
+    inst.unary(6)
+        .ok_or_else(|| "`vunary` without a unary op operand".to_string())
+}
+
+/// The op table's binary op a vector opcode computes (with a tile or a
+/// scalar second operand).
+fn binary_op(op: Opcode) -> R<BinaryOp> {
+    use Opcode::*;
+    Ok(match op {
+        Vadd | Vadds => BinaryOp::Add,
+        Vsub => BinaryOp::Sub,
+        Vmul | Vmuls => BinaryOp::Mul,
+        Vdiv => BinaryOp::Div,
+        Vmax | Vmaxs => BinaryOp::Max,
+        Vmin | Vmins => BinaryOp::Min,
+        Vpow => BinaryOp::Pow,
+        Vrem => BinaryOp::Rem,
+        other => return Err(format!("`{}` is not a binary vector op", other.mnemonic())),
+    })
 }
 
 /// f32 elementwise ops whose native f32 result is the IEEE result the
@@ -749,20 +774,19 @@ fn f32_fast(inst: &Inst, cx: &mut Ctx<'_>, (vr, vc): (usize, usize), cols: usize
         Vmuls => rows.unary(inst, cx, |a| a * s)?,
         Vmaxs => rows.unary(inst, cx, |a| max_nan(a, s))?,
         Vmins => rows.unary(inst, cx, |a| min_nan(a, s))?,
-        Vrelu => rows.unary(inst, cx, |a| if a.is_nan() || a > 0.0 { a } else { 0.0 })?,
-        Vneg => rows.unary(inst, cx, |a| -a)?,
-        Vabs => rows.unary(inst, cx, f32::abs)?,
         Vmov => rows.unary(inst, cx, |a| a)?,
-        Vfloor => rows.unary(inst, cx, f32::floor)?,
-        Vceil => rows.unary(inst, cx, f32::ceil)?,
-        Vround => rows.unary(inst, cx, f32::round_ties_even)?,
-        Vsign => rows.unary(inst, cx, |a| {
-            if a == 0.0 || a.is_nan() {
-                a + 0.0
-            } else {
-                a.signum()
-            }
-        })?,
+        // Ops whose row names an exact f32 function; each arm calls it
+        // with a constant, so each loop is monomorphic.
+        Vunary => match unary_op(inst)?.def().exact_f32 {
+            Some(ExactF32::Neg) => rows.unary(inst, cx, |a| ExactF32::Neg.apply(a))?,
+            Some(ExactF32::Abs) => rows.unary(inst, cx, |a| ExactF32::Abs.apply(a))?,
+            Some(ExactF32::Relu) => rows.unary(inst, cx, |a| ExactF32::Relu.apply(a))?,
+            Some(ExactF32::Floor) => rows.unary(inst, cx, |a| ExactF32::Floor.apply(a))?,
+            Some(ExactF32::Ceil) => rows.unary(inst, cx, |a| ExactF32::Ceil.apply(a))?,
+            Some(ExactF32::Round) => rows.unary(inst, cx, |a| ExactF32::Round.apply(a))?,
+            Some(ExactF32::Sign) => rows.unary(inst, cx, |a| ExactF32::Sign.apply(a))?,
+            None => return Ok(false),
+        },
         _ => return Ok(false),
     }
     Ok(true)

@@ -10,7 +10,7 @@ use tilejit_device::isa::{asm, binary, doc, ArgDecl, Cond, GmDecl, Kind, Role, T
 use tilejit_device::{
     CoreType, DeviceApi, DeviceConfig, Inst, Opcode, Operand, Pipe, Program, SimDevice,
 };
-use tilejit_ir::DType;
+use tilejit_ir::{DType, UnaryOp};
 
 use crate::{check_golden_file, example, example_dir, Rng, EXAMPLES};
 
@@ -41,6 +41,7 @@ fn random_operand(kind: Kind, r: &mut Rng) -> Operand {
         Kind::Pipe => Operand::Pipe(Pipe::ALL[r.below(7) as usize]),
         Kind::Event => Operand::Event(r.next() as u8),
         Kind::Cond => Operand::Cond(Cond::ALL[r.below(6) as usize]),
+        Kind::Unary => Operand::Unary(UnaryOp::ALL[r.below(UnaryOp::ALL.len() as u64) as usize]),
     }
 }
 
@@ -114,7 +115,7 @@ proptest! {
         let mut bytes = bytes;
         if magic {
             // Give most cases a valid header so the decoder gets deeper.
-            let mut head = b"TJBC\x02\x00\x01\x01k".to_vec();
+            let mut head = b"TJBC\x04\x00\x01\x01k".to_vec();
             head.extend_from_slice(&bytes);
             bytes = head;
         }
@@ -268,8 +269,8 @@ fn verifier_rejects_each_reason() {
         ),
         (
             "aiv",
-            "    vexp i32, 8x8, 8, 8, @0x0, @0x0\n    end",
-            "`vexp` does not take dtype i32",
+            "    vunary i32, 8x8, 8, 8, @0x0, @0x0, exp\n    end",
+            "`vunary exp` does not take dtype i32",
         ),
         (
             "aic",

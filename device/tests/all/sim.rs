@@ -273,7 +273,12 @@ fn ops_on_aliasing_tiles_read_the_old_values() {
             let operands = match op {
                 "vsub" => format!("@0x{pd:x}, @0x{pa:x}, @0x{pb:x}"),
                 "vmuls" => format!("@0x{pd:x}, @0x{pa:x}, 3"),
-                _ => format!("@0x{pd:x}, @0x{pa:x}"),
+                _ => format!("@0x{pd:x}, @0x{pa:x}, {}", &op[1..]),
+            };
+            let mnemonic = if op.starts_with("vsub") || op == "vmuls" {
+                op
+            } else {
+                "vunary"
             };
             let text = format!(
                 ".kernel t aiv\n.gm a {dt} [{R},{C}] in\n.gm b {dt} [{R},{C}] in\n.gm o {dt} [{R},{C}] out
@@ -283,7 +288,7 @@ fn ops_on_aliasing_tiles_read_the_old_values() {
     ld {dt}, {R}x{C}, r1, r2, @0x{pb:x}, b, 0, {C}
     setf mte2, v, 0
     waitf mte2, v, 0
-    {op} {dt}, {R}x{C}, r1, r2, {operands}
+    {mnemonic} {dt}, {R}x{C}, r1, r2, {operands}
     setf v, mte3, 0
     waitf v, mte3, 0
     st {dt}, {R}x{C}, r1, r2, o, 0, {C}, @0x{pd:x}
@@ -436,29 +441,35 @@ fn unary_ops_match_f64_math_rounded_to_the_dtype() {
     let mut a = data(DType::F32, 9);
     a[5] = -0.0;
     a[6] = f64::NAN;
-    let ops: [(&str, fn(f64) -> f64); 19] = [
-        ("vneg", |x| -x),
-        ("vabs", f64::abs),
-        ("vsquare", |x| x * x),
-        ("vrelu", |x| if x.is_nan() || x > 0.0 { x } else { 0.0 }),
-        ("vexp", f64::exp),
-        ("vlog", f64::ln),
-        ("vsqrt", f64::sqrt),
-        ("vrsqrt", |x| 1.0 / x.sqrt()),
-        ("vrecip", |x| 1.0 / x),
-        ("vtanh", f64::tanh),
-        ("vsigmoid", |x| 1.0 / (1.0 + (-x).exp())),
-        ("vgelu", |x| {
+    let ops: [(&str, fn(f64) -> f64); 25] = [
+        ("neg", |x| -x),
+        ("abs", f64::abs),
+        ("square", |x| x * x),
+        ("relu", |x| if x.is_nan() || x > 0.0 { x } else { 0.0 }),
+        ("exp", f64::exp),
+        ("log", f64::ln),
+        ("sqrt", f64::sqrt),
+        ("rsqrt", |x| 1.0 / x.sqrt()),
+        ("recip", |x| 1.0 / x),
+        ("tanh", f64::tanh),
+        ("sigmoid", |x| 1.0 / (1.0 + (-x).exp())),
+        ("gelu", |x| {
             0.5 * x * (1.0 + (0.7978845608 * (x + 0.044715 * x * x * x)).tanh())
         }),
-        ("vsin", f64::sin),
-        ("vcos", f64::cos),
-        ("verf", tilejit_ir::scalar::erf),
-        ("vfloor", f64::floor),
-        ("vceil", f64::ceil),
-        ("vround", f64::round_ties_even),
+        ("sin", f64::sin),
+        ("cos", f64::cos),
+        ("erf", tilejit_ir::scalar::erf),
+        ("floor", f64::floor),
+        ("ceil", f64::ceil),
+        ("round", f64::round_ties_even),
+        ("atan", f64::atan),
+        ("asin", f64::asin),
+        ("acos", f64::acos),
+        ("asinh", f64::asinh),
+        ("acosh", f64::acosh),
+        ("atanh", f64::atanh),
         // numpy's sign: -0 gives +0, NaN stays.
-        ("vsign", |x| {
+        ("sign", |x| {
             if x == 0.0 {
                 0.0
             } else if x.is_nan() {
@@ -472,7 +483,7 @@ fn unary_ops_match_f64_math_rounded_to_the_dtype() {
         let a: Vec<f64> = a.iter().map(|&x| to_f(dt, x)).collect();
         for (op, f) in ops {
             let got = vec_op(
-                &format!("{op} {{dt}}, {{shape}}, r1, r2, @0x10000, @0x0"),
+                &format!("vunary {{dt}}, {{shape}}, r1, r2, @0x10000, @0x0, {op}"),
                 dt,
                 &a,
                 &a,
@@ -483,7 +494,7 @@ fn unary_ops_match_f64_math_rounded_to_the_dtype() {
     }
     let a = data(DType::I32, 10);
     let got = vec_op(
-        "vabs {dt}, {shape}, r1, r2, @0x10000, @0x0",
+        "vunary {dt}, {shape}, r1, r2, @0x10000, @0x0, abs",
         DType::I32,
         &a,
         &a,
@@ -946,7 +957,7 @@ fn cycle_costs_follow_the_table() {
         );
     }
     // A vector op on a valid region: startup + ceil(bytes/256).
-    let text = ".kernel t aiv\n    vexp f32, 8x64, 7, 50, @0x0, @0x0\n    end\n";
+    let text = ".kernel t aiv\n    vunary f32, 8x64, 7, 50, @0x0, @0x0, exp\n    end\n";
     let (_, r) = run(&dev, text, &[], &[]).unwrap();
     assert_eq!(
         r.busy_of(Pipe::V),
@@ -954,7 +965,7 @@ fn cycle_costs_follow_the_table() {
     );
     // Independent pipes overlap; a barrier serialises them.
     let body =
-        "    vexp f32, 64x64, 64, 64, @0x0, @0x0\n    ld f32, 64x64, 64, 64, @0x10000, x, 0, 64\n";
+        "    vunary f32, 64x64, 64, 64, @0x0, @0x0, exp\n    ld f32, 64x64, 64, 64, @0x10000, x, 0, 64\n";
     let x = vec![(DType::F32, vec![0.0; 4096])];
     let (_, overlapped) = run(
         &dev,

@@ -29,11 +29,11 @@
 //! it; the set of materialised nodes only grows, so this terminates.
 
 use super::{
-    unary_cost, Access, BufDecl, BufId, BufKind, Expr, ExprId, ExprNode, Kernel, KernelProgram,
-    MatMul, ProgramOutput, Stage,
+    Access, BufDecl, BufId, BufKind, Expr, ExprId, ExprNode, Kernel, KernelProgram, MatMul,
+    ProgramOutput, Stage,
 };
 use crate::error::IrError;
-use crate::graph::{Graph, NodeId, Op, ReduceOp};
+use crate::graph::{Graph, NodeId, Op};
 use crate::shape::{Shape, TensorType, MAX_RANK};
 use crate::DType;
 use std::collections::HashMap;
@@ -117,8 +117,7 @@ fn split_multi_axis_reductions(g: &Graph) -> Result<Graph, IrError> {
                 // An f16/bf16 sum or product rounds once, as one reduction
                 // would: its partials stay f32 (max and min lose nothing).
                 let low = out.ty(x).dtype;
-                let widen = matches!(r, ReduceOp::Sum | ReduceOp::Prod)
-                    && matches!(low, DType::F16 | DType::BF16);
+                let widen = r.def().widen_partials && matches!(low, DType::F16 | DType::BF16);
                 let mut cur = if widen {
                     out.add(Op::Cast(x, DType::F32))?
                 } else {
@@ -161,20 +160,7 @@ fn identity_map(rank: usize) -> Map {
 
 /// True for ops that can be inlined into a kernel's expression.
 fn is_elementwise(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Unary(..)
-            | Op::Binary(..)
-            | Op::Compare(..)
-            | Op::Select(..)
-            | Op::Cast(..)
-            | Op::Broadcast(..)
-            | Op::Permute(..)
-            | Op::Slice(..)
-            | Op::Gather(..)
-            | Op::Full { .. }
-            | Op::Param { .. }
-    )
+    op.info().inline_cost.is_some()
 }
 
 /// For a reshape that only inserts or removes size-1 dims: for each result
@@ -370,19 +356,8 @@ impl<'g> Fuser<'g> {
                 cost[id.index()] = EXPENSIVE;
                 continue;
             }
-            if !is_elementwise(op) {
+            let Some(own) = op.info().inline_cost else {
                 continue;
-            }
-            let own = match op {
-                Op::Unary(u, _) => unary_cost(*u),
-                Op::Binary(crate::graph::BinaryOp::Div | crate::graph::BinaryOp::Rem, ..) => 4,
-                Op::Binary(crate::graph::BinaryOp::Pow, ..) => 12,
-                Op::Broadcast(..)
-                | Op::Permute(..)
-                | Op::Slice(..)
-                | Op::Full { .. }
-                | Op::Param { .. } => 0,
-                _ => 1,
             };
             let inner: u32 = op
                 .operands()

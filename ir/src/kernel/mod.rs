@@ -450,19 +450,3 @@ impl KernelProgram {
         &self.buffers[b.0 as usize]
     }
 }
-
-/// Cost estimate of one op, used to decide what fusion may recompute.
-pub fn unary_cost(u: UnaryOp) -> u32 {
-    match u {
-        UnaryOp::Exp
-        | UnaryOp::Log
-        | UnaryOp::Tanh
-        | UnaryOp::Sigmoid
-        | UnaryOp::Sin
-        | UnaryOp::Cos
-        | UnaryOp::Erf => 12,
-        UnaryOp::Gelu => 16,
-        UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip => 4,
-        _ => 1,
-    }
-}

@@ -27,12 +27,9 @@ use super::{
 };
 use crate::dtype::DType;
 use crate::error::IrError;
-use crate::infer::unary_name;
+use crate::graph::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::shape::{Shape, TensorType};
-use crate::text::{
-    binary_from_name, binary_text, compare_from_name, compare_text, lit_text, parse_lit_text,
-    reduce_from_name, reduce_text, unary_from_name,
-};
+use crate::text::{lit_text, parse_lit_text};
 use std::fmt::{self, Write};
 
 fn list<T: fmt::Display>(items: &[T]) -> String {
@@ -46,9 +43,9 @@ fn expr_text(k: &Kernel, e: &ExprNode) -> String {
         Expr::Load(i) => format!("load {i}"),
         Expr::Param(i) => format!("param {i}"),
         Expr::Lit(l) => format!("lit {}", lit_text(l, e.dtype)),
-        Expr::Unary(u, a) => format!("{} {}", unary_name(u), r(a)),
-        Expr::Binary(b, x, y) => format!("{} {}, {}", binary_text(b), r(x), r(y)),
-        Expr::Compare(c, x, y) => format!("{} {}, {}", compare_text(c), r(x), r(y)),
+        Expr::Unary(u, a) => format!("{} {}", u.text(), r(a)),
+        Expr::Binary(b, x, y) => format!("{} {}, {}", b.text(), r(x), r(y)),
+        Expr::Compare(c, x, y) => format!("{} {}, {}", c.text(), r(x), r(y)),
         Expr::Select(c, x, y) => format!("select {}, {}, {}", r(c), r(x), r(y)),
         Expr::Cast(a) => format!("cast {} from {}", r(a), k.expr(a).dtype),
         Expr::Row(s) => format!("row {s}"),
@@ -125,7 +122,7 @@ impl Kernel {
             for s in &stage_at[i] {
                 match s {
                     Stage::Reduce { op, value } => {
-                        writeln!(f, "{indent}  stage {} %{}", reduce_text(*op), value.0)?
+                        writeln!(f, "{indent}  stage {} %{}", op.text(), value.0)?
                     }
                     Stage::Store { access, value } => writeln!(
                         f,
@@ -407,17 +404,17 @@ fn split_types(s: &str) -> Vec<String> {
 /// The `&'static str` op name for a parsed one.
 fn intern_op(s: &str) -> Option<&'static str> {
     const OTHER: [&str; 7] = ["matmul", "select", "cast", "param", "cat", "gather", "conv"];
-    if let Some(u) = unary_from_name(s) {
-        return Some(unary_name(u));
+    if let Some(u) = UnaryOp::from_text(s) {
+        return Some(u.text());
     }
-    if let Some(b) = binary_from_name(s) {
-        return Some(binary_text(b));
+    if let Some(b) = BinaryOp::from_text(s) {
+        return Some(b.text());
     }
-    if let Some(c) = compare_from_name(s) {
-        return Some(compare_text(c));
+    if let Some(c) = CmpOp::from_text(s) {
+        return Some(c.text());
     }
-    if let Some(r) = reduce_from_name(s) {
-        return Some(reduce_text(r));
+    if let Some(r) = ReduceOp::from_text(s) {
+        return Some(r.text());
     }
     OTHER.iter().copied().find(|&o| o == s)
 }
@@ -425,60 +422,13 @@ fn intern_op(s: &str) -> Option<&'static str> {
 fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
     let n = k.exprs.len();
     if let Some(rest) = line.strip_prefix("matmul ") {
-        let t: Vec<&str> = rest.split_whitespace().collect();
-        if !(t.len() == 9 || t.len() == 10) || t[1] != "x" || t[3] != "->" {
-            return Err(p.err(
-                "expected `matmul bA x bB -> bC batch=.. m=.. k=.. n=.. [im2col=[c,h,w,kh,kw,stride,pad]]`",
-            ));
-        }
-        let im2col = match t.get(9) {
-            None => None,
-            Some(a) => {
-                let v: Vec<usize> = p
-                    .attr(a, "im2col")?
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .split(',')
-                    .map(|x| p.num(x.trim()))
-                    .collect::<Result<_, _>>()?;
-                let small =
-                    |x: usize| u32::try_from(x).map_err(|_| p.err("im2col window too large"));
-                match v[..] {
-                    [c, h, w, kh, kw, stride, pad] => Some(crate::kernel::Im2Col {
-                        c,
-                        h,
-                        w,
-                        window: crate::graph::Window {
-                            kh: small(kh)?,
-                            kw: small(kw)?,
-                            stride: small(stride)?,
-                            pad: small(pad)?,
-                        },
-                    }),
-                    _ => return Err(p.err("expected `im2col=[c,h,w,kh,kw,stride,pad]`")),
-                }
-            }
-        };
-        k.matmul = Some(MatMul {
-            a: p.buf(t[0])?,
-            b: p.buf(t[2])?,
-            out: p.buf(t[4])?,
-            batch: p.num(p.attr(t[5], "batch")?)?,
-            m: p.num(p.attr(t[6], "m")?)?,
-            k: p.num(p.attr(t[7], "k")?)?,
-            n: p.num(p.attr(t[8], "n")?)?,
-            im2col,
-        });
-        return Ok(());
-    }
-    if let Some(rest) = line.strip_prefix("load ") {
+        k.matmul = Some(parse_matmul(p, rest)?);
+    } else if let Some(rest) = line.strip_prefix("load ") {
         let (b, s) = rest
             .split_once(' ')
             .ok_or_else(|| p.err("expected `load bN strides=[..]`"))?;
         k.loads.push(p.access(b, s)?);
-        return Ok(());
-    }
-    if let Some(rest) = line.strip_prefix("scratch ") {
+    } else if let Some(rest) = line.strip_prefix("scratch ") {
         let e = p.expr(rest, n)?;
         // Printed once each, in expression order: anything else would not
         // print back to the same text (and scratch order is the layout).
@@ -489,32 +439,88 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
             )));
         }
         k.scratch.push(e);
-        return Ok(());
+    } else if let Some(rest) = line.strip_prefix("stage ") {
+        k.stages.push(parse_stage(p, rest, n)?);
+    } else {
+        k.exprs.push(parse_expr_line(p, line, n)?);
     }
-    if let Some(rest) = line.strip_prefix("stage ") {
-        if let Some(st) = rest.strip_prefix("store ") {
-            let (lhs, v) = st
-                .split_once(" = ")
-                .ok_or_else(|| p.err("expected `stage store bN strides=[..] = %N`"))?;
-            let (b, s) = lhs
-                .split_once(' ')
-                .ok_or_else(|| p.err("missing strides"))?;
-            k.stages.push(Stage::Store {
-                access: p.access(b, s)?,
-                value: p.expr(v, n)?,
-            });
-        } else {
-            let (op, v) = rest
-                .split_once(' ')
-                .ok_or_else(|| p.err("expected `stage reduce_op %N`"))?;
-            let op = reduce_from_name(op).ok_or_else(|| p.err(format!("unknown stage `{op}`")))?;
-            k.stages.push(Stage::Reduce {
-                op,
-                value: p.expr(v, n)?,
-            });
+    Ok(())
+}
+
+/// `bA x bB -> bC batch=.. m=.. k=.. n=.. [im2col=[..]]` (after `matmul `).
+fn parse_matmul(p: &P, rest: &str) -> Result<MatMul, IrError> {
+    let t: Vec<&str> = rest.split_whitespace().collect();
+    if !(t.len() == 9 || t.len() == 10) || t[1] != "x" || t[3] != "->" {
+        return Err(p.err(
+            "expected `matmul bA x bB -> bC batch=.. m=.. k=.. n=.. [im2col=[c,h,w,kh,kw,stride,pad]]`",
+        ));
+    }
+    let im2col = match t.get(9) {
+        None => None,
+        Some(a) => {
+            let v: Vec<usize> = p
+                .attr(a, "im2col")?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .split(',')
+                .map(|x| p.num(x.trim()))
+                .collect::<Result<_, _>>()?;
+            let small = |x: usize| u32::try_from(x).map_err(|_| p.err("im2col window too large"));
+            match v[..] {
+                [c, h, w, kh, kw, stride, pad] => Some(crate::kernel::Im2Col {
+                    c,
+                    h,
+                    w,
+                    window: crate::graph::Window {
+                        kh: small(kh)?,
+                        kw: small(kw)?,
+                        stride: small(stride)?,
+                        pad: small(pad)?,
+                    },
+                }),
+                _ => return Err(p.err("expected `im2col=[c,h,w,kh,kw,stride,pad]`")),
+            }
         }
-        return Ok(());
+    };
+    Ok(MatMul {
+        a: p.buf(t[0])?,
+        b: p.buf(t[2])?,
+        out: p.buf(t[4])?,
+        batch: p.num(p.attr(t[5], "batch")?)?,
+        m: p.num(p.attr(t[6], "m")?)?,
+        k: p.num(p.attr(t[7], "k")?)?,
+        n: p.num(p.attr(t[8], "n")?)?,
+        im2col,
+    })
+}
+
+/// `store bN strides=[..] = %N` or `reduce_op %N` (after `stage `).
+fn parse_stage(p: &P, rest: &str, n: usize) -> Result<Stage, IrError> {
+    if let Some(st) = rest.strip_prefix("store ") {
+        let (lhs, v) = st
+            .split_once(" = ")
+            .ok_or_else(|| p.err("expected `stage store bN strides=[..] = %N`"))?;
+        let (b, s) = lhs
+            .split_once(' ')
+            .ok_or_else(|| p.err("missing strides"))?;
+        Ok(Stage::Store {
+            access: p.access(b, s)?,
+            value: p.expr(v, n)?,
+        })
+    } else {
+        let (op, v) = rest
+            .split_once(' ')
+            .ok_or_else(|| p.err("expected `stage reduce_op %N`"))?;
+        let op = ReduceOp::from_text(op).ok_or_else(|| p.err(format!("unknown stage `{op}`")))?;
+        Ok(Stage::Reduce {
+            op,
+            value: p.expr(v, n)?,
+        })
     }
+}
+
+/// `%N = body : dtype`, the next expression (`n` of them so far).
+fn parse_expr_line(p: &P, line: &str, n: usize) -> Result<ExprNode, IrError> {
     // `%N = body : dtype`
     let (lhs, rhs) = line
         .split_once(" = ")
@@ -554,19 +560,18 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
             Expr::Cast(p.expr(a, n)?)
         }
         other => {
-            if let Some(u) = unary_from_name(other) {
+            if let Some(u) = UnaryOp::from_text(other) {
                 Expr::Unary(u, e(0)?)
-            } else if let Some(b) = binary_from_name(other) {
+            } else if let Some(b) = BinaryOp::from_text(other) {
                 Expr::Binary(b, e(0)?, e(1)?)
-            } else if let Some(c) = compare_from_name(other) {
+            } else if let Some(c) = CmpOp::from_text(other) {
                 Expr::Compare(c, e(0)?, e(1)?)
             } else {
                 return Err(p.err(format!("unknown expression `{other}`")));
             }
         }
     };
-    k.exprs.push(ExprNode { expr, dtype });
-    Ok(())
+    Ok(ExprNode { expr, dtype })
 }
 
 #[cfg(test)]

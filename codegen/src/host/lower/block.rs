@@ -40,6 +40,7 @@ use crate::CodegenError;
 use cranelift_codegen::ir::{types, FuncRef, InstBuilder, StackSlotData, StackSlotKind, Value};
 use std::collections::HashMap;
 use tilejit_ir::kernel::{Expr, ExprId, Stage};
+use tilejit_ir::ops::{MathFn, UnaryHost};
 use tilejit_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 
 /// Ops per stage loop that go through block buffers (the rest stay
@@ -75,14 +76,17 @@ pub(super) struct Block {
 
 /// The helper name of a unary op that has one.
 fn helper_name(u: UnaryOp) -> Option<&'static str> {
-    Some(match u {
-        UnaryOp::Exp => "exp",
-        UnaryOp::Log => "log",
-        UnaryOp::Tanh => "tanh",
-        UnaryOp::Sigmoid => "sigmoid",
-        UnaryOp::Gelu => "gelu",
-        _ => return None,
-    })
+    let UnaryHost::Math { f32, .. } = u.def().host else {
+        return None;
+    };
+    match f32 {
+        MathFn::Exp => Some("exp"),
+        MathFn::Log => Some("log"),
+        MathFn::Tanh => Some("tanh"),
+        MathFn::Sigmoid => Some("sigmoid"),
+        MathFn::Gelu => Some("gelu"),
+        MathFn::Sin | MathFn::Cos | MathFn::Erf => None,
+    }
 }
 
 impl Lowerer<'_, '_> {

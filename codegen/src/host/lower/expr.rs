@@ -10,6 +10,7 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, BlockArg, InstBuilder, Value};
 use std::collections::HashMap;
 use tilejit_ir::kernel::{Expr, ExprId};
+use tilejit_ir::ops::{Inline, MathFn, UnaryHost};
 use tilejit_ir::{BinaryOp, CmpOp, DType, Lit, UnaryOp};
 
 impl<'b> Lowerer<'_, 'b> {
@@ -236,36 +237,88 @@ impl<'b> Lowerer<'_, 'b> {
         Ok(self.b.inst_results(call)[0])
     }
 
+    /// A unary op, lowered as its table row says.
     fn unary(&mut self, u: UnaryOp, d: DType, x: Value, mode: Mode) -> Result<Value, CodegenError> {
+        match u.def().host {
+            UnaryHost::Inline(op) => self.inline_unary(op, d, x, mode),
+            UnaryHost::Math { f64, .. } if d == DType::F64 => self.f64_call(f64.symbol, x),
+            UnaryHost::Math { f32, .. } if d.is_float() => self.math_fn(f32, x, mode),
+            UnaryHost::Libcall(c) if d.is_float() => self.libcall_unary(c.symbol, d, x),
+            UnaryHost::Math { .. } | UnaryHost::Libcall(_) => {
+                Err(unsupported(self.k, format!("{} on {d}", u.name())))
+            }
+        }
+    }
+
+    /// A float-only libcall on a scalar of dtype `d`: f32 operands are
+    /// promoted, and the f64 result rounds once to f16/bf16 (the later
+    /// rounding of the f32 it is demoted to is then exact).
+    fn libcall_unary(&mut self, symbol: &str, d: DType, x: Value) -> Result<Value, CodegenError> {
+        if d == DType::F64 {
+            return self.f64_call(symbol, x);
+        }
+        let w = self.b.ins().fpromote(types::F64, x);
+        let mut r = self.f64_call(symbol, w)?;
+        if d == DType::F16 {
+            r = self.f64_call("tj_round_f16_f64", r)?;
+        } else if d == DType::BF16 {
+            r = self.f64_call("tj_round_bf16_f64", r)?;
+        }
+        Ok(self.b.ins().fdemote(types::F32, r))
+    }
+
+    /// An f32 inline math routine (scalar or four lanes).
+    fn math_fn(&mut self, f: MathFn, x: Value, mode: Mode) -> Result<Value, CodegenError> {
+        Ok(match f {
+            MathFn::Exp => self.math(mode).exp(x),
+            MathFn::Log => self.math(mode).log(x),
+            MathFn::Tanh => self.math(mode).tanh(x),
+            MathFn::Sigmoid => self.math(mode).sigmoid(x),
+            MathFn::Gelu => self.math(mode).gelu(x),
+            MathFn::Sin => self.sin_cos(true, x, mode)?,
+            MathFn::Cos => self.sin_cos(false, x, mode)?,
+            MathFn::Erf => self.math(mode).erf(x),
+        })
+    }
+
+    fn inline_unary(
+        &mut self,
+        u: Inline,
+        d: DType,
+        x: Value,
+        mode: Mode,
+    ) -> Result<Value, CodegenError> {
         if d.is_unsigned() {
             // No value is negative: abs and relu keep it, sign is 0 or 1;
             // neg and square wrap as on any integer.
             let ty = scalar_ty(d);
             return Ok(match u {
-                UnaryOp::Neg => self.b.ins().ineg(x),
-                UnaryOp::Square => self.b.ins().imul(x, x),
-                UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => x,
-                UnaryOp::Sign => {
+                Inline::Neg => self.b.ins().ineg(x),
+                Inline::Square => self.b.ins().imul(x, x),
+                Inline::Abs | Inline::Relu | Inline::Floor | Inline::Ceil | Inline::Round => x,
+                Inline::Sign => {
                     let nz = self.b.ins().icmp_imm_u(IntCC::NotEqual, x, 0);
                     let one = self.b.ins().iconst(ty, 1);
                     let z = self.b.ins().iconst(ty, 0);
                     self.b.ins().select(nz, one, z)
                 }
-                other => return Err(unsupported(self.k, format!("{other:?} on {d}"))),
+                Inline::Sqrt | Inline::Rsqrt | Inline::Recip => {
+                    return Err(unsupported(self.k, format!("{u:?} on {d}")))
+                }
             });
         }
         if !d.is_float() {
             let ty = scalar_ty(d);
             return Ok(match u {
-                UnaryOp::Neg => self.b.ins().ineg(x),
-                UnaryOp::Abs => self.b.ins().iabs(x),
-                UnaryOp::Square => self.b.ins().imul(x, x),
-                UnaryOp::Relu => {
+                Inline::Neg => self.b.ins().ineg(x),
+                Inline::Abs => self.b.ins().iabs(x),
+                Inline::Square => self.b.ins().imul(x, x),
+                Inline::Relu => {
                     let z = self.b.ins().iconst(ty, 0);
                     self.b.ins().smax(x, z)
                 }
-                UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => x,
-                UnaryOp::Sign => {
+                Inline::Floor | Inline::Ceil | Inline::Round => x,
+                Inline::Sign => {
                     let z = self.b.ins().iconst(ty, 0);
                     let one = self.b.ins().iconst(ty, 1);
                     let m1 = self.b.ins().iconst(ty, -1);
@@ -274,7 +327,9 @@ impl<'b> Lowerer<'_, 'b> {
                     let r = self.b.ins().select(pos, one, z);
                     self.b.ins().select(neg, m1, r)
                 }
-                other => return Err(unsupported(self.k, format!("{other:?} on {d}"))),
+                Inline::Sqrt | Inline::Rsqrt | Inline::Recip => {
+                    return Err(unsupported(self.k, format!("{u:?} on {d}")))
+                }
             });
         }
         let f64m = d == DType::F64;
@@ -287,20 +342,20 @@ impl<'b> Lowerer<'_, 'b> {
             s.splat_if(v, mode)
         };
         Ok(match u {
-            UnaryOp::Neg => self.b.ins().fneg(x),
-            UnaryOp::Abs => self.b.ins().fabs(x),
-            UnaryOp::Square => self.b.ins().fmul(x, x),
-            UnaryOp::Sqrt => self.b.ins().sqrt(x),
-            UnaryOp::Rsqrt => {
+            Inline::Neg => self.b.ins().fneg(x),
+            Inline::Abs => self.b.ins().fabs(x),
+            Inline::Square => self.b.ins().fmul(x, x),
+            Inline::Sqrt => self.b.ins().sqrt(x),
+            Inline::Rsqrt => {
                 let s = self.b.ins().sqrt(x);
                 let o = one(self);
                 self.b.ins().fdiv(o, s)
             }
-            UnaryOp::Recip => {
+            Inline::Recip => {
                 let o = one(self);
                 self.b.ins().fdiv(o, x)
             }
-            UnaryOp::Relu => {
+            Inline::Relu => {
                 // NaN or x > 0 keeps x, else +0 (the interpreter's rule).
                 let z = if f64m {
                     self.b.ins().f64const(0.0)
@@ -316,11 +371,11 @@ impl<'b> Lowerer<'_, 'b> {
                     self.b.ins().select(m, x, z)
                 }
             }
-            UnaryOp::Floor => self.b.ins().floor(x),
-            UnaryOp::Ceil => self.b.ins().ceil(x),
+            Inline::Floor => self.b.ins().floor(x),
+            Inline::Ceil => self.b.ins().ceil(x),
             // Ties to even (roundss/roundps mode 0).
-            UnaryOp::Round => self.b.ins().nearest(x),
-            UnaryOp::Sign => {
+            Inline::Round => self.b.ins().nearest(x),
+            Inline::Sign => {
                 // NaN fails every test and stays; -0 == 0 gives +0.
                 let c = |s: &mut Self, v: f64| -> Value {
                     let v = if f64m {
@@ -345,25 +400,6 @@ impl<'b> Lowerer<'_, 'b> {
                 let zero = self.b.ins().fcmp(FloatCC::Equal, x, z);
                 sel(self, zero, z, r)
             }
-            UnaryOp::Exp
-            | UnaryOp::Log
-            | UnaryOp::Tanh
-            | UnaryOp::Sigmoid
-            | UnaryOp::Gelu
-            | UnaryOp::Sin
-            | UnaryOp::Cos
-            | UnaryOp::Erf
-                if f64m =>
-            {
-                self.f64_unary(u, x)?
-            }
-            UnaryOp::Exp => self.math(mode).exp(x),
-            UnaryOp::Log => self.math(mode).log(x),
-            UnaryOp::Tanh => self.math(mode).tanh(x),
-            UnaryOp::Sigmoid => self.math(mode).sigmoid(x),
-            UnaryOp::Gelu => self.math(mode).gelu(x),
-            UnaryOp::Sin | UnaryOp::Cos => self.sin_cos(u, x, mode)?,
-            UnaryOp::Erf => self.math(mode).erf(x),
         })
     }
 
@@ -371,13 +407,16 @@ impl<'b> Lowerer<'_, 'b> {
     /// `|x|` is past the range that reduction is accurate for
     /// ([`SIN_FAST_MAX`], or [`SIN_FAST_MAX_NO_FMA`]; rare in practice), a
     /// branch to f64 `sin`/`cos` calls for the whole point (all four lanes).
-    fn sin_cos(&mut self, u: UnaryOp, x: Value, mode: Mode) -> Result<Value, CodegenError> {
-        let fast = if u == UnaryOp::Sin {
-            self.math(mode).sin(x)
+    fn sin_cos(&mut self, sin: bool, x: Value, mode: Mode) -> Result<Value, CodegenError> {
+        let (fast, u) = if sin {
+            (self.math(mode).sin(x), UnaryOp::Sin)
         } else {
-            self.math(mode).cos(x)
+            (self.math(mode).cos(x), UnaryOp::Cos)
         };
-        let name = if u == UnaryOp::Sin { "sin" } else { "cos" };
+        let name = match u.def().host {
+            UnaryHost::Math { f64, .. } | UnaryHost::Libcall(f64) => f64.symbol,
+            UnaryHost::Inline(_) => return Err(unsupported(self.k, "sin/cos without a libcall")),
+        };
         let f = *self
             .libs
             .f64_fns
@@ -430,21 +469,6 @@ impl<'b> Lowerer<'_, 'b> {
         self.b.ins().jump(done, &[BlockArg::Value(exact)]);
         self.b.switch_to_block(done);
         Ok(r)
-    }
-
-    /// f64 transcendentals call Rust's libm (f64 is not the fast path).
-    fn f64_unary(&mut self, u: UnaryOp, x: Value) -> Result<Value, CodegenError> {
-        Ok(match u {
-            UnaryOp::Exp => self.f64_call("exp", x)?,
-            UnaryOp::Log => self.f64_call("log", x)?,
-            UnaryOp::Tanh => self.f64_call("tanh", x)?,
-            UnaryOp::Sigmoid => self.f64_call("sigmoid", x)?,
-            UnaryOp::Gelu => self.f64_call("gelu", x)?,
-            UnaryOp::Sin => self.f64_call("sin", x)?,
-            UnaryOp::Cos => self.f64_call("cos", x)?,
-            UnaryOp::Erf => self.f64_call("erf", x)?,
-            other => return Err(unsupported(self.k, format!("f64 {other:?}"))),
-        })
     }
 
     /// A two-operand libcall (`F64_FNS2`/`I64_FNS2` in `mod.rs`) on
@@ -503,16 +527,14 @@ impl<'b> Lowerer<'_, 'b> {
         }
         // Library calls, on scalars only (`vectorizable` keeps these kernels
         // scalar): f64 pow and numpy's mod, exact in f64 for f32 operands.
-        match op {
-            BinaryOp::Pow if d.is_float() => {
-                return self.call2("pow", scalar_ty(d), types::F64, false, x, y);
+        let host = op.def().host;
+        match (host.float, host.int) {
+            (Some(c), _) if d.is_float() => {
+                return self.call2(c.symbol, scalar_ty(d), types::F64, false, x, y);
             }
-            BinaryOp::Rem if d.is_float() => {
-                return self.call2("mod", scalar_ty(d), types::F64, false, x, y);
-            }
-            BinaryOp::Pow if d != DType::Bool => {
+            (_, Some(c)) if d.is_int() => {
                 let u = d.is_unsigned();
-                return self.call2("ipow", scalar_ty(d), types::I64, u, x, y);
+                return self.call2(c.symbol, scalar_ty(d), types::I64, u, x, y);
             }
             _ => {}
         }
@@ -631,9 +653,9 @@ impl<'b> Lowerer<'_, 'b> {
                     b.ins().fcvt_from_sint(types::F64, i)
                 };
                 let name = if to == DType::F16 {
-                    "round_f16"
+                    "tj_round_f16_f64"
                 } else {
-                    "round_bf16"
+                    "tj_round_bf16_f64"
                 };
                 let r = self.f64_call(name, w)?;
                 self.b.ins().fdemote(types::F32, r)

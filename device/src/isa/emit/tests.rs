@@ -112,17 +112,10 @@ fn one_of_each(b: &mut ProgramBuilder, l: Label, g: Gm) {
     b.vmul(F32, sh, 2, 8, u, t, v).vdiv(F32, sh, 2, 8, u, t, v);
     b.vmax(F32, sh, 2, 8, u, t, v).vmin(F32, sh, 2, 8, u, t, v);
     b.vpow(F32, sh, 2, 8, u, t, v).vrem(F32, sh, 2, 8, u, t, v);
-    b.vmov(F32, sh, 2, 8, u, t).vneg(F32, sh, 2, 8, u, t);
-    b.vabs(F32, sh, 2, 8, u, t).vsquare(F32, sh, 2, 8, u, t);
-    b.vrelu(F32, sh, 2, 8, u, t).vexp(F32, sh, 2, 8, u, t);
-    b.vlog(F32, sh, 2, 8, u, t).vsqrt(F32, sh, 2, 8, u, t);
-    b.vrsqrt(F32, sh, 2, 8, u, t).vrecip(F32, sh, 2, 8, u, t);
-    b.vtanh(F32, sh, 2, 8, u, t).vsigmoid(F32, sh, 2, 8, u, t);
-    b.vgelu(F32, sh, 2, 8, u, t);
-    b.vsin(F32, sh, 2, 8, u, t).vcos(F32, sh, 2, 8, u, t);
-    b.verf(F32, sh, 2, 8, u, t).vfloor(F32, sh, 2, 8, u, t);
-    b.vceil(F32, sh, 2, 8, u, t).vround(F32, sh, 2, 8, u, t);
-    b.vsign(F32, sh, 2, 8, u, t);
+    b.vmov(F32, sh, 2, 8, u, t);
+    for op in tilejit_ir::UnaryOp::ALL {
+        b.vunary(F32, sh, 2, 8, u, t, op);
+    }
     b.vadds(F32, sh, 2, 8, u, t, 1.0)
         .vmuls(F32, sh, 2, 8, u, t, 2.0);
     b.vmaxs(F32, sh, 2, 8, u, t, 0.5)
