@@ -37,7 +37,7 @@ L4:
     ld f32, 1x12264, 1, r2, @0x0, b0_0, r5, 0
     setf mte2, v, 0
     waitf mte2, v, 0
-    vexp f32, 1x12264, 1, r27, @0xbfa0, @0x0
+    vunary f32, 1x12264, 1, r27, @0xbfa0, @0x0, exp
     setf v, mte3, 0
     waitf v, mte3, 0
     st f32, 1x12264, 1, r2, b1_2, r6, 0, @0xbfa0
@@ -59,7 +59,7 @@ L4:
     ld f32, 1x12264, 1, r2, @0x17fe0, b0_0, r5, 0
     setf mte2, v, 1
     waitf mte2, v, 1
-    vexp f32, 1x12264, 1, r27, @0x23f80, @0x17fe0
+    vunary f32, 1x12264, 1, r27, @0x23f80, @0x17fe0, exp
     setf v, mte3, 1
     waitf v, mte3, 1
     st f32, 1x12264, 1, r2, b1_2, r6, 0, @0x23f80
@@ -219,7 +219,7 @@ L6:
     ld f32, 1x4096, 1, r2, @0x0, b0_2, r3, 0
     setf mte2, v, 0
     waitf mte2, v, 0
-    vneg f32, 1x4096, 1, r2, @0x4000, @0x0
+    vunary f32, 1x4096, 1, r2, @0x4000, @0x0, neg
     setf v, mte3, 0
     waitf v, mte3, 0
     add r4, r6, r0
@@ -234,7 +234,7 @@ L6:
     ld f32, 1x4096, 1, r2, @0x80a0, b0_2, r3, 0
     setf mte2, v, 1
     waitf mte2, v, 1
-    vneg f32, 1x4096, 1, r2, @0xc0a0, @0x80a0
+    vunary f32, 1x4096, 1, r2, @0xc0a0, @0x80a0, neg
     setf v, mte3, 1
     waitf v, mte3, 1
     add r4, r6, r0

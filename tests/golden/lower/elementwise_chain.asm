@@ -36,7 +36,7 @@ L7:
     waitf mte2, v, 0
     vmul f32, 1x4096, 1, r2, @0x8000, @0x0, @0x4000
     vadd f32, 1x4096, 1, r2, @0x4000, @0x8000, @0x0
-    vtanh f32, 1x4096, 1, r2, @0x8000, @0x4000
+    vunary f32, 1x4096, 1, r2, @0x8000, @0x4000, tanh
     vdup f32, 1x4096, 1, r2, @0x4000, 0.5
     vmul f32, 1x4096, 1, r2, @0x0, @0x8000, @0x4000
     setf v, mte3, 0
@@ -57,7 +57,7 @@ L7:
     waitf mte2, v, 1
     vmul f32, 1x4096, 1, r2, @0x140c0, @0xc0c0, @0x100c0
     vadd f32, 1x4096, 1, r2, @0x100c0, @0x140c0, @0xc0c0
-    vtanh f32, 1x4096, 1, r2, @0x140c0, @0x100c0
+    vunary f32, 1x4096, 1, r2, @0x140c0, @0x100c0, tanh
     vdup f32, 1x4096, 1, r2, @0x100c0, 0.5
     vmul f32, 1x4096, 1, r2, @0xc0c0, @0x140c0, @0x100c0
     setf v, mte3, 1

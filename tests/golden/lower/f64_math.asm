@@ -37,7 +37,7 @@ L4:
     ld f64, 1x3064, 1, r2, @0x0, b0_0, r5, 0
     setf mte2, v, 0
     waitf mte2, v, 0
-    vexp f64, 1x3064, 1, r27, @0x5fc0, @0x0
+    vunary f64, 1x3064, 1, r27, @0x5fc0, @0x0, exp
     vrsum f64, 1x3064, 1, r2, @0x17f20, @0x5fc0
     vbrow f64, 1x3064, 1, r27, @0xbf80, @0x17f20
     vdiv f64, 1x3064, 1, r27, @0x11f40, @0x5fc0, @0xbf80
@@ -63,7 +63,7 @@ L4:
     ld f64, 1x3064, 1, r2, @0x17fc0, b0_0, r5, 0
     setf mte2, v, 1
     waitf mte2, v, 1
-    vexp f64, 1x3064, 1, r27, @0x1df80, @0x17fc0
+    vunary f64, 1x3064, 1, r27, @0x1df80, @0x17fc0, exp
     vrsum f64, 1x3064, 1, r2, @0x2fee0, @0x1df80
     vbrow f64, 1x3064, 1, r27, @0x23f40, @0x2fee0
     vdiv f64, 1x3064, 1, r27, @0x29f00, @0x1df80, @0x23f40

@@ -66,7 +66,7 @@ L4:
     vdiv f32, 1x4080, 1, r27, @0x0, @0x13ec0, @0xff00
     vdup f32, 1x4080, 1, r27, @0x13ec0, 9.999999747378752e-6
     vadd f32, 1x4080, 1, r27, @0xff00, @0x0, @0x13ec0
-    vrsqrt f32, 1x4080, 1, r27, @0x13ec0, @0xff00
+    vunary f32, 1x4080, 1, r27, @0x13ec0, @0xff00, rsqrt
     vmul f32, 1x4080, 1, r27, @0xff00, @0xbf40, @0x13ec0
     vmul f32, 1x4080, 1, r27, @0x13ec0, @0xff00, @0x3fc0
     vadd f32, 1x4080, 1, r27, @0xff00, @0x13ec0, @0x7f80
@@ -112,7 +112,7 @@ L4:
     vdiv f32, 1x4080, 1, r27, @0x17fa0, @0x2be60, @0x27ea0
     vdup f32, 1x4080, 1, r27, @0x2be60, 9.999999747378752e-6
     vadd f32, 1x4080, 1, r27, @0x27ea0, @0x17fa0, @0x2be60
-    vrsqrt f32, 1x4080, 1, r27, @0x2be60, @0x27ea0
+    vunary f32, 1x4080, 1, r27, @0x2be60, @0x27ea0, rsqrt
     vmul f32, 1x4080, 1, r27, @0x27ea0, @0x23ee0, @0x2be60
     vmul f32, 1x4080, 1, r27, @0x2be60, @0x27ea0, @0x1bf60
     vadd f32, 1x4080, 1, r27, @0x27ea0, @0x2be60, @0x1ff20

@@ -170,7 +170,7 @@ L4:
     setf mte2, v, 0
     waitf mte2, v, 0
     vadd f32, 1x8176, 1, r27, @0xff80, @0x0, @0x7fc0
-    vgelu f32, 1x8176, 1, r27, @0x7fc0, @0xff80
+    vunary f32, 1x8176, 1, r27, @0x7fc0, @0xff80, gelu
     setf v, mte3, 0
     waitf v, mte3, 0
     st f32, 1x8176, 1, r2, b2_3, r7, 0, @0x7fc0
@@ -198,7 +198,7 @@ L4:
     setf mte2, v, 1
     waitf mte2, v, 1
     vadd f32, 1x8176, 1, r27, @0x27f80, @0x18000, @0x1ffc0
-    vgelu f32, 1x8176, 1, r27, @0x1ffc0, @0x27f80
+    vunary f32, 1x8176, 1, r27, @0x1ffc0, @0x27f80, gelu
     setf v, mte3, 1
     waitf v, mte3, 1
     st f32, 1x8176, 1, r2, b2_3, r7, 0, @0x1ffc0

@@ -101,7 +101,7 @@ L6:
     ld f64, 1x4096, 1, r2, @0x0, b0_3, r3, 0
     setf mte2, v, 0
     waitf mte2, v, 0
-    vrelu f64, 1x4096, 1, r2, @0x8000, @0x0
+    vunary f64, 1x4096, 1, r2, @0x8000, @0x0, relu
     setf v, mte3, 0
     waitf v, mte3, 0
     add r4, r6, r0
@@ -116,7 +116,7 @@ L6:
     ld f64, 1x4096, 1, r2, @0x100a0, b0_3, r3, 0
     setf mte2, v, 1
     waitf mte2, v, 1
-    vrelu f64, 1x4096, 1, r2, @0x180a0, @0x100a0
+    vunary f64, 1x4096, 1, r2, @0x180a0, @0x100a0, relu
     setf v, mte3, 1
     waitf v, mte3, 1
     add r4, r6, r0

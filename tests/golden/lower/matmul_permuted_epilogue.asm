@@ -173,7 +173,7 @@ L4:
     ld f32, 1x12264, 1, r2, @0x0, b0_3, r5, 0
     setf mte2, v, 0
     waitf mte2, v, 0
-    vrelu f32, 1x12264, 1, r27, @0xbfa0, @0x0
+    vunary f32, 1x12264, 1, r27, @0xbfa0, @0x0, relu
     setf v, mte3, 0
     waitf v, mte3, 0
     st f32, 1x12264, 1, r2, b1_2, r6, 0, @0xbfa0
@@ -205,7 +205,7 @@ L4:
     ld f32, 1x12264, 1, r2, @0x17fe0, b0_3, r5, 0
     setf mte2, v, 1
     waitf mte2, v, 1
-    vrelu f32, 1x12264, 1, r27, @0x23f80, @0x17fe0
+    vunary f32, 1x12264, 1, r27, @0x23f80, @0x17fe0, relu
     setf v, mte3, 1
     waitf v, mte3, 1
     st f32, 1x12264, 1, r2, b1_2, r6, 0, @0x23f80

@@ -48,7 +48,7 @@ L4:
     waitf mte2, v, 0
     vbcast f32, 1x8176, 1, r2, @0x7fc0, @0x17f60
     vsub f32, 1x8176, 1, r27, @0xff80, @0x0, @0x7fc0
-    vrelu f32, 1x8176, 1, r27, @0x7fc0, @0xff80
+    vunary f32, 1x8176, 1, r27, @0x7fc0, @0xff80, relu
     setf v, mte3, 0
     waitf v, mte3, 0
     st f32, 1x8176, 1, r2, b2_2, r7, 0, @0x7fc0
@@ -77,7 +77,7 @@ L4:
     waitf mte2, v, 1
     vbcast f32, 1x8176, 1, r2, @0x1ffc0, @0x2ff60
     vsub f32, 1x8176, 1, r27, @0x27f80, @0x18000, @0x1ffc0
-    vrelu f32, 1x8176, 1, r27, @0x1ffc0, @0x27f80
+    vunary f32, 1x8176, 1, r27, @0x1ffc0, @0x27f80, relu
     setf v, mte3, 1
     waitf v, mte3, 1
     st f32, 1x8176, 1, r2, b2_2, r7, 0, @0x1ffc0

@@ -28,7 +28,7 @@ L6:
     ld f32, 1x4096, 1, r2, @0x0, b0_0, r3, 0
     setf mte2, v, 0
     waitf mte2, v, 0
-    vexp f32, 1x4096, 1, r2, @0x4000, @0x0
+    vunary f32, 1x4096, 1, r2, @0x4000, @0x0, exp
     setf v, mte3, 0
     waitf v, mte3, 0
     add r4, r6, r0
@@ -43,7 +43,7 @@ L6:
     ld f32, 1x4096, 1, r2, @0x80a0, b0_0, r3, 0
     setf mte2, v, 1
     waitf mte2, v, 1
-    vexp f32, 1x4096, 1, r2, @0xc0a0, @0x80a0
+    vunary f32, 1x4096, 1, r2, @0xc0a0, @0x80a0, exp
     setf v, mte3, 1
     waitf v, mte3, 1
     add r4, r6, r0

@@ -34,7 +34,7 @@ L7:
     ld f32, 1x4096, 1, r2, @0x4000, b1_1, r3, 0
     setf mte2, v, 0
     waitf mte2, v, 0
-    vsigmoid f32, 1x4096, 1, r2, @0x8000, @0x0
+    vunary f32, 1x4096, 1, r2, @0x8000, @0x0, sigmoid
     vmul f32, 1x4096, 1, r2, @0x0, @0x8000, @0x4000
     vadd f32, 1x4096, 1, r2, @0x4000, @0x0, @0x8000
     setf v, mte3, 0
@@ -53,7 +53,7 @@ L7:
     ld f32, 1x4096, 1, r2, @0x100c0, b1_1, r3, 0
     setf mte2, v, 1
     waitf mte2, v, 1
-    vsigmoid f32, 1x4096, 1, r2, @0x140c0, @0xc0c0
+    vunary f32, 1x4096, 1, r2, @0x140c0, @0xc0c0, sigmoid
     vmul f32, 1x4096, 1, r2, @0xc0c0, @0x140c0, @0x100c0
     vadd f32, 1x4096, 1, r2, @0x100c0, @0xc0c0, @0x140c0
     setf v, mte3, 1

@@ -40,7 +40,7 @@ L4:
     vrmax f32, 1x8168, 1, r2, @0x17f00, @0x0
     vbrow f32, 1x8168, 1, r27, @0x7fa0, @0x17f00
     vsub f32, 1x8168, 1, r27, @0xff40, @0x0, @0x7fa0
-    vexp f32, 1x8168, 1, r27, @0x7fa0, @0xff40
+    vunary f32, 1x8168, 1, r27, @0x7fa0, @0xff40, exp
     vrsum f32, 1x8168, 1, r2, @0x17f20, @0x7fa0
     vbrow f32, 1x8168, 1, r27, @0xff40, @0x17f20
     vdiv f32, 1x8168, 1, r27, @0x0, @0x7fa0, @0xff40
@@ -68,7 +68,7 @@ L4:
     vrmax f32, 1x8168, 1, r2, @0x2fec0, @0x17fc0
     vbrow f32, 1x8168, 1, r27, @0x1ff60, @0x2fec0
     vsub f32, 1x8168, 1, r27, @0x27f00, @0x17fc0, @0x1ff60
-    vexp f32, 1x8168, 1, r27, @0x1ff60, @0x27f00
+    vunary f32, 1x8168, 1, r27, @0x1ff60, @0x27f00, exp
     vrsum f32, 1x8168, 1, r2, @0x2fee0, @0x1ff60
     vbrow f32, 1x8168, 1, r27, @0x27f00, @0x2fee0
     vdiv f32, 1x8168, 1, r27, @0x17fc0, @0x1ff60, @0x27f00
