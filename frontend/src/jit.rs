@@ -417,6 +417,7 @@ impl JitFunction {
                 ArgValue::Tensor(t) => match &t.repr {
                     Repr::Concrete(arr) => ArgSig::Tensor(arr.ty()),
                     Repr::Sim(d) => ArgSig::Tensor(d.ty()),
+                    #[cfg(feature = "remote")]
                     Repr::Remote(r) => ArgSig::Tensor(r.ty),
                     Repr::Error(e) => return Err((**e).clone()),
                     Repr::Traced { .. } => {
@@ -792,7 +793,9 @@ impl JitFunction {
             }
             _ => None,
         });
+        #[cfg_attr(not(feature = "remote"), allow(unused_variables))]
         let device = crate::device::common_device(&self.name, location, tensors.clone())?;
+        #[cfg(feature = "remote")]
         if let Some(conn) = device.conn() {
             let inputs: Vec<&Tensor> = tensors.map(|(_, t)| t).collect();
             return conn
@@ -1243,9 +1246,9 @@ impl JitFunction {
                     }))
                 }
                 Repr::Concrete(a) => state.graph.add_constant(a.clone()),
-                Repr::Sim(_) | Repr::Remote(_) => {
-                    state.graph.add_constant(t.array("return").map_err(wrap)?)
-                }
+                Repr::Sim(_) => state.graph.add_constant(t.array("return").map_err(wrap)?),
+                #[cfg(feature = "remote")]
+                Repr::Remote(_) => state.graph.add_constant(t.array("return").map_err(wrap)?),
                 Repr::Error(e) => return Err(wrap((**e).clone())),
             };
             state.graph.outputs.push(node);

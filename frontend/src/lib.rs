@@ -84,6 +84,7 @@ mod ops;
 pub mod placement;
 mod random;
 pub mod registry;
+#[cfg(feature = "remote")]
 pub mod remote;
 mod scalar;
 mod scan;
