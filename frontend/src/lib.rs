@@ -153,7 +153,8 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../../docs/caching.md")]
 pub struct CachingDoctests;
 
-#[cfg(doctest)]
+/// The devices guide's examples (one starts a server: `remote` only).
+#[cfg(all(doctest, feature = "remote"))]
 #[doc = include_str!("../../docs/devices.md")]
 pub struct DevicesDoctests;
 
