@@ -472,7 +472,7 @@ impl JitFunction {
             Some(p) => p,
             None => {
                 let sig = self.signature(args)?;
-                if self.frozen.load(Ordering::Relaxed) || tilejit_ir::config::config().log.trace {
+                if self.frozen.load(Ordering::Relaxed) || crate::config::config().log.trace {
                     self.before_miss(&sig)?;
                 }
                 self.cache
@@ -953,7 +953,7 @@ impl JitFunction {
         body: &Body,
     ) -> Result<(Graph, Vec<Lit>)> {
         let (class, sizes) = ShapeClass::of(sig);
-        let log = tilejit_ir::config::config().log.trace;
+        let log = crate::config::config().log.trace;
         let say = |what: &str| {
             if log {
                 eprintln!("[tilejit] `{}`: {sig}: {what}", self.name);

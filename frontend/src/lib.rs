@@ -69,6 +69,7 @@
 
 mod apply;
 pub mod args;
+pub mod config;
 mod conv;
 pub mod debug;
 pub mod device;
@@ -95,6 +96,7 @@ pub use args::{
     ArgKind, ArgValue, FromLeaves, FromTrace, JitArg, JitArgs, JitOutput, Outputs, ParamSpec,
     TraceValue,
 };
+pub use config::{config, Config};
 pub use device::{count_transfers, transfer_stats, Device, MemoryReport, TransferStats};
 pub use error::{Error, Loc, Result};
 pub use hooks::{with_hooks, Hooks, KernelEvent};
@@ -103,7 +105,6 @@ pub use mode::{with_mode, OutputDiff, RunMode};
 pub use placement::{with_placement, KernelPlacement, Placement, PlacementReport};
 pub use scalar::Scalar;
 pub use tensor::Tensor;
-pub use tilejit_ir::config::{config, Config};
 pub use tilejit_ir::{DType, Element, ErrorKind};
 pub use tilejit_macros::{jit, jit_fn, JitArgs};
 pub use tilejit_runtime::cancel::{with_cancel, with_deadline, CancelToken};

@@ -330,7 +330,7 @@ pub(crate) const FRAME: u32 = 1 << 20;
 
 /// A line on stderr under `TILEJIT_LOG=remote`.
 fn log(message: std::fmt::Arguments<'_>) {
-    if tilejit_ir::config::config().log.remote {
+    if crate::config::config().log.remote {
         eprintln!("[tilejit serve] {message}");
     }
 }
