@@ -14,10 +14,13 @@
 //! - [`sys`]: the OS calls (zeroed, huge-page-backed allocation; the
 //!   coarse clock).
 //!
+//! - [`config`]: its one setting, `TILEJIT_NO_FMA`.
+//!
 //! Invariant: the only `unsafe` in this crate is in `host/native.rs` and its
 //! children (`sys` among them), the one module that enters native code (JIT
 //! kernels and `gemm`) or the OS (`madvise` for fresh outputs).
 
+pub mod config;
 pub mod device;
 mod error;
 pub mod host;

@@ -262,12 +262,24 @@ fn main() -> tilejit::Result<()> {
     let model = load(&path);
     let _ = std::fs::remove_file(&path);
     let mut model = model?;
-    // `cargo run --example gpt -- --remote ADDR TOKEN` decodes on a
-    // `tilejit serve` process instead: the weights are uploaded once.
+    // `cargo run --example gpt --features remote -- --remote ADDR TOKEN`
+    // decodes on a `tilejit serve` process instead: the weights are
+    // uploaded once.
     let args: Vec<String> = std::env::args().collect();
     if let [_, flag, addr, token] = args.as_slice() {
         if flag == "--remote" {
-            model = model.to(&tilejit::Device::remote(addr, token)?)?;
+            #[cfg(feature = "remote")]
+            {
+                model = model.to(&tilejit::Device::remote(addr, token)?)?;
+            }
+            #[cfg(not(feature = "remote"))]
+            {
+                let _ = (addr, token, &mut model);
+                eprintln!(
+                    "--remote needs the remote feature (cargo run --example gpt --features remote)"
+                );
+                std::process::exit(2);
+            }
         }
     }
     println!("on {}", model.wte.device());

@@ -64,7 +64,9 @@ fn apply_traced(
                 Repr::Concrete(a) => state.graph.add_constant(a.clone()),
                 // A device tensor a body captured becomes a constant of the
                 // program: its values are read once, now.
-                Repr::Sim(_) | Repr::Remote(_) => state.graph.add_constant(t.array(op)?),
+                Repr::Sim(_) => state.graph.add_constant(t.array(op)?),
+                #[cfg(feature = "remote")]
+                Repr::Remote(_) => state.graph.add_constant(t.array(op)?),
                 Repr::Error(e) => return Err((**e).clone()),
             });
         }
@@ -123,6 +125,7 @@ fn apply_eager(
     match crate::device::common_device(op, location, named) {
         Err(e) => Tensor::from_error(e),
         Ok(d) if d.is_host() => run_host(op, location, operands, &g).unwrap_or_else(failed),
+        #[cfg(feature = "remote")]
         Ok(d) if !d.is_sim() => run_remote(op, location, &d, operands, &g),
         Ok(_) => run_sim(location, operands, &g).unwrap_or_else(|e| failed(flat(e))),
     }
@@ -147,6 +150,7 @@ fn apply_placed(
             Err(e) => return Tensor::from_error(e),
         };
         let refs: Vec<&Tensor> = moved.iter().collect();
+        #[cfg(feature = "remote")]
         if !d.is_host() && !d.is_sim() {
             let t = run_remote(op, location, d, &refs, g);
             return t.to(&placement.home()).unwrap_or_else(Tensor::from_error);
@@ -304,6 +308,7 @@ fn run_graph(
 
 /// An eager op on a remote device's tensors: its one-op graph goes by
 /// content key (sent once per server), its result stays there.
+#[cfg(feature = "remote")]
 fn run_remote(
     op: &'static str,
     location: Loc,

@@ -1,7 +1,8 @@
 //! `Device`: where a tensor's elements live and where calls on it run
 //! (TVM's `Device`, Icraft XRT's Device): the host, the process's
 //! simulated accelerator (`sim`), or a `tilejit serve` process reached
-//! over gRPC ([`Device::remote`], see [`crate::remote`]).
+//! over gRPC (`Device::remote`, see `tilejit::remote`; the `remote`
+//! feature).
 //!
 //! A tensor moves with [`Tensor::to`]. A jit call or eager op whose tensor
 //! arguments all live on the Sim device launches there and returns Sim
@@ -11,9 +12,11 @@
 //! them back. [`transfer_stats`] counts every byte that crossed.
 
 use crate::error::{Error, Loc, Result};
+#[cfg(feature = "remote")]
 use crate::remote::Conn;
 use crate::tensor::{Repr, Tensor};
 use std::fmt;
+#[cfg(feature = "remote")]
 use std::sync::Arc;
 use tilejit_runtime::{DeviceArray, RuntimeError};
 
@@ -39,21 +42,26 @@ pub struct Device {
 enum Kind {
     Host,
     Sim,
+    #[cfg(feature = "remote")]
     Remote(RemoteRef),
 }
 
 /// A connection to a server; two devices are equal when they share one.
+#[cfg(feature = "remote")]
 #[derive(Clone, Debug)]
 struct RemoteRef(Arc<Conn>);
 
+#[cfg(feature = "remote")]
 impl PartialEq for RemoteRef {
     fn eq(&self, other: &RemoteRef) -> bool {
         self.0.id == other.0.id
     }
 }
 
+#[cfg(feature = "remote")]
 impl Eq for RemoteRef {}
 
+#[cfg(feature = "remote")]
 impl std::hash::Hash for RemoteRef {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.0.id.hash(state);
@@ -81,6 +89,9 @@ impl Device {
     /// `addr` is `HOST:PORT` (or `http://HOST:PORT`), in clear, which is
     /// refused unless the host is loopback; [`remote_with`](Self::remote_with)
     /// connects over TLS (`https://HOST:PORT`) or allows clear text.
+    ///
+    /// Needs the `remote` feature.
+    #[cfg(feature = "remote")]
     #[track_caller]
     pub fn remote(addr: &str, token: &str) -> Result<Device> {
         Device::remote_with(addr, token, &crate::remote::RemoteOptions::default())
@@ -89,7 +100,8 @@ impl Device {
     /// [`remote`](Self::remote) with TLS or clear-text options: an
     /// `https://HOST:PORT` address is checked against
     /// `options.ca_cert_pem` (a server started with `tilejit serve
-    /// --tls-cert --tls-key`).
+    /// --tls-cert --tls-key`). Needs the `remote` feature.
+    #[cfg(feature = "remote")]
     #[track_caller]
     pub fn remote_with(
         addr: &str,
@@ -115,6 +127,7 @@ impl Device {
     }
 
     /// The connection of a remote device.
+    #[cfg(feature = "remote")]
     pub(crate) fn conn(&self) -> Option<&Arc<Conn>> {
         match &self.kind {
             Kind::Remote(r) => Some(&r.0),
@@ -123,7 +136,8 @@ impl Device {
     }
 
     /// What a remote device's server holds and has done (`None` for the
-    /// host and Sim).
+    /// host and Sim). Needs the `remote` feature.
+    #[cfg(feature = "remote")]
     #[track_caller]
     pub fn server_stats(&self) -> Result<Option<crate::remote::ServerStats>> {
         let location = Loc::caller();
@@ -151,8 +165,10 @@ impl Device {
     /// host and Sim.
     #[track_caller]
     pub fn ping(&self) -> Result<()> {
+        #[cfg(feature = "remote")]
         let location = Loc::caller();
         match &self.kind {
+            #[cfg(feature = "remote")]
             Kind::Remote(r) => {
                 r.0.ping()
                     .map_err(|s| crate::remote::error(&r.0.addr, "ping".into(), location, s))
@@ -167,6 +183,7 @@ impl Device {
     /// memory, not tracked chunk by chunk).
     pub fn memory_report(&self) -> MemoryReport {
         match &self.kind {
+            #[cfg(feature = "remote")]
             Kind::Remote(_) => MemoryReport {
                 device: self.clone(),
                 size: None,
@@ -217,6 +234,7 @@ impl fmt::Display for Device {
         match &self.kind {
             Kind::Host => f.write_str("host"),
             Kind::Sim => f.write_str("sim"),
+            #[cfg(feature = "remote")]
             Kind::Remote(r) => write!(f, "remote({}, {})", r.0.addr, r.0.device),
         }
     }
@@ -298,6 +316,7 @@ impl Tensor {
     pub fn device(&self) -> Device {
         match &self.repr {
             Repr::Sim(_) => Device::sim(),
+            #[cfg(feature = "remote")]
             Repr::Remote(r) => Device {
                 kind: Kind::Remote(RemoteRef(r.conn.clone())),
             },
@@ -322,6 +341,7 @@ impl Tensor {
                 source,
             })
         };
+        #[cfg(feature = "remote")]
         let remote = |conn: &Arc<Conn>, s| {
             crate::remote::error(&conn.addr, format!("to({device})"), location, s)
         };
@@ -329,15 +349,18 @@ impl Tensor {
             (Repr::Error(e), _) => Err((**e).clone()),
             (Repr::Traced { .. }, _) => Err(crate::trace::traced_value_error("to", location)),
             (Repr::Concrete(_), Kind::Host) | (Repr::Sim(_), Kind::Sim) => Ok(self.clone()),
+            #[cfg(feature = "remote")]
             (Repr::Remote(r), Kind::Remote(to)) if r.conn.id == to.0.id => Ok(self.clone()),
             (Repr::Concrete(a), Kind::Sim) => moved(DeviceArray::upload(a).map(Repr::Sim)),
             (Repr::Sim(d), Kind::Host) => moved(d.download().map(Repr::Concrete)),
+            #[cfg(feature = "remote")]
             (Repr::Concrete(a), Kind::Remote(to)) => Ok(Tensor {
                 repr: Repr::Remote(to.0.upload(a).map_err(|s| remote(&to.0, s))?),
                 weak: self.weak,
             }),
             // Through the host: from a Sim device, a remote one, or
             // between two servers.
+            #[cfg(feature = "remote")]
             (Repr::Sim(_) | Repr::Remote(_), _) => {
                 let host = Tensor {
                     repr: Repr::Concrete(self.array("to")?),

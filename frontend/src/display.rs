@@ -145,6 +145,7 @@ impl fmt::Display for Tensor {
                 Ok(a) => write_array(f, &a),
                 Err(e) => write!(f, "Tensor(sim {}, unreadable: {e})", d.ty()),
             },
+            #[cfg(feature = "remote")]
             Repr::Remote(r) => match r.conn.download(r) {
                 Ok(a) => write_array(f, &a),
                 Err(e) => write!(f, "Tensor(remote {}, unreadable: {})", r.ty, e.message()),
@@ -163,6 +164,7 @@ impl fmt::Debug for Tensor {
         match &self.repr {
             Repr::Concrete(a) => write!(f, "Tensor({}, {})", a.ty(), self),
             Repr::Sim(d) => write!(f, "Tensor(sim {}, {})", d.ty(), self),
+            #[cfg(feature = "remote")]
             Repr::Remote(r) => write!(f, "Tensor({} {}, {})", self.device(), r.ty, self),
             _ => fmt::Display::fmt(self, f),
         }

@@ -158,7 +158,8 @@ pub enum Error {
         reason: String,
     },
     /// A remote device's server refused or failed a request, or could not
-    /// be reached ([`crate::remote`]).
+    /// be reached (`tilejit::remote`; the `remote` feature).
+    #[cfg(feature = "remote")]
     Remote {
         /// The server's address.
         server: String,
@@ -200,6 +201,7 @@ impl Error {
             Error::Runtime(e) | Error::Run { source: e, .. } => e.kind(),
             Error::Verify { .. } => ErrorKind::Device,
             Error::Placement { .. } => ErrorKind::Unsupported,
+            #[cfg(feature = "remote")]
             Error::Remote { kind, .. } => *kind,
         }
     }
@@ -269,6 +271,7 @@ impl fmt::Display for Error {
             Error::Verify { function, message } => {
                 write!(f, "{kind}: `{function}` in verify mode: host and sim differ: {message}")
             }
+            #[cfg(feature = "remote")]
             Error::Remote { server, op, location, message, .. } => match location {
                 Some(at) => write!(f, "{kind}: `{op}` at {at} on the server at {server}: {message}"),
                 None => write!(f, "{kind}: `{op}` on the server at {server}: {message}"),

@@ -1,5 +1,6 @@
-//! Tensors to and from files: NumPy's `.npy` (one array) and
-//! safetensors (named weights, through the format's own crate).
+//! Tensors to and from files: NumPy's `.npy` (one array) and, with the
+//! `io` feature (on by default), safetensors (named weights, through the
+//! format's own crate).
 //!
 //! Every failure is an [`Error::File`] naming the file and what was
 //! wrong: a missing or unreadable file, a malformed or truncated one, a
@@ -7,6 +8,7 @@
 //! target and are renamed over it, so a reader never sees half a file.
 //!
 //! ```
+//! # #[cfg(feature = "io")] {
 //! use tilejit::prelude::*;
 //! use tilejit::io;
 //!
@@ -19,17 +21,20 @@
 //! io::write_npy(dir.join("w.npy"), &w)?;
 //! assert_eq!(io::read_npy(dir.join("w.npy"))?.shape(), [2, 3]);
 //! # std::fs::remove_dir_all(&dir).unwrap();
+//! # }
 //! # Ok::<(), tilejit::Error>(())
 //! ```
 
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
-use safetensors::tensor::{Dtype as StDtype, TensorView};
-use safetensors::SafeTensors;
-use std::collections::BTreeMap;
 use std::path::Path;
 use tilejit_ir::{Array, Buffer, DType, Shape};
 use tilejit_runtime::device::npy::{self, NpyArray};
+
+#[cfg(feature = "io")]
+mod weights;
+#[cfg(feature = "io")]
+pub use weights::{load_safetensors, save_safetensors};
 
 fn file_error(path: &Path, message: impl Into<String>) -> Error {
     Error::File {
@@ -116,92 +121,4 @@ pub fn write_npy(path: impl AsRef<Path>, tensor: &Tensor) -> Result<()> {
         data,
     };
     write_file(path, &npy::write(&a))
-}
-
-fn from_st_dtype(d: StDtype) -> Option<DType> {
-    Some(match d {
-        StDtype::F32 => DType::F32,
-        StDtype::F64 => DType::F64,
-        StDtype::F16 => DType::F16,
-        StDtype::BF16 => DType::BF16,
-        StDtype::I32 => DType::I32,
-        StDtype::I64 => DType::I64,
-        StDtype::BOOL => DType::Bool,
-        StDtype::U8 => DType::U8,
-        StDtype::I8 => DType::I8,
-        _ => return None,
-    })
-}
-
-fn to_st_dtype(d: DType) -> StDtype {
-    match d {
-        DType::F32 => StDtype::F32,
-        DType::F64 => StDtype::F64,
-        DType::F16 => StDtype::F16,
-        DType::BF16 => StDtype::BF16,
-        DType::I32 => StDtype::I32,
-        DType::I64 => StDtype::I64,
-        DType::Bool => StDtype::BOOL,
-        DType::U8 => StDtype::U8,
-        DType::I8 => StDtype::I8,
-    }
-}
-
-/// Loads every tensor of a safetensors file, by name. The file is read
-/// whole and each tensor copied into its own storage.
-#[track_caller]
-pub fn load_safetensors(path: impl AsRef<Path>) -> Result<BTreeMap<String, Tensor>> {
-    let path = path.as_ref();
-    let bytes = read_file(path)?;
-    let file = SafeTensors::deserialize(&bytes).map_err(|e| file_error(path, e.to_string()))?;
-    let mut out = BTreeMap::new();
-    for (name, view) in file.tensors() {
-        let dtype = from_st_dtype(view.dtype()).ok_or_else(|| {
-            file_error(
-                path,
-                format!(
-                    "tensor `{name}` has dtype {:?}, which tilejit does not have",
-                    view.dtype()
-                ),
-            )
-        })?;
-        let t = tensor_from_bytes(dtype, view.shape(), view.data())
-            .map_err(|e| file_error(path, format!("tensor `{name}`: {e}")))?;
-        out.insert(name, t);
-    }
-    Ok(out)
-}
-
-/// Saves named tensors as a safetensors file. Names must be distinct.
-#[track_caller]
-pub fn save_safetensors(path: impl AsRef<Path>, tensors: &[(&str, &Tensor)]) -> Result<()> {
-    let path = path.as_ref();
-    let mut data = Vec::with_capacity(tensors.len());
-    for (name, t) in tensors {
-        if data
-            .iter()
-            .any(|(n, ..): &(&str, DType, Vec<usize>, Vec<u8>)| n == name)
-        {
-            return Err(file_error(
-                path,
-                format!("tensor name `{name}` given twice"),
-            ));
-        }
-        let a = t.to_array()?;
-        let bytes = a
-            .buffer()
-            .to_le_bytes()
-            .map_err(|e| file_error(path, e.to_string()))?;
-        data.push((*name, a.dtype(), a.shape().dims().to_vec(), bytes));
-    }
-    let views = data
-        .iter()
-        .map(|(n, d, dims, bytes)| {
-            TensorView::new(to_st_dtype(*d), dims.clone(), bytes)
-                .map(|v| (*n, v))
-                .map_err(|e| file_error(path, format!("tensor `{n}`: {e}")))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let bytes = safetensors::serialize(views, None).map_err(|e| file_error(path, e.to_string()))?;
-    write_file(path, &bytes)
 }

@@ -77,6 +77,7 @@
 
 mod apply;
 pub mod args;
+pub mod config;
 mod conv;
 pub mod debug;
 pub mod device;
@@ -92,6 +93,7 @@ mod ops;
 pub mod placement;
 mod random;
 pub mod registry;
+#[cfg(feature = "remote")]
 pub mod remote;
 mod scalar;
 mod scan;
@@ -99,6 +101,7 @@ pub mod tensor;
 mod trace;
 
 pub use args::{ArgValue, JitArg, JitArgs, JitOutput};
+pub use config::{config, Config};
 pub use device::{count_transfers, transfer_stats, Device, MemoryReport, TransferStats};
 pub use error::{Error, Loc, PerSize, Result};
 pub use hooks::{with_hooks, Hooks, KernelEvent};
@@ -107,7 +110,6 @@ pub use mode::{with_mode, OutputDiff, RunMode};
 pub use placement::{with_placement, KernelPlacement, Placement, PlacementReport};
 pub use scalar::Scalar;
 pub use tensor::Tensor;
-pub use tilejit_ir::config::{config, Config};
 pub use tilejit_ir::{DType, Element, ErrorKind};
 pub use tilejit_macros::{jit, jit_fn, JitArgs};
 pub use tilejit_runtime::cancel::{with_cancel, with_deadline, CancelToken};
@@ -174,7 +176,8 @@ pub struct ReadmeDoctests;
 #[doc = include_str!("../../docs/caching.md")]
 pub struct CachingDoctests;
 
-#[cfg(doctest)]
+/// The devices guide's examples (one starts a server: `remote` only).
+#[cfg(all(doctest, feature = "remote"))]
 #[doc = include_str!("../../docs/devices.md")]
 pub struct DevicesDoctests;
 

@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use std::cell::Cell;
 use tilejit_ir::{Array, DType, Graph, Lit};
 
-pub use tilejit_ir::config::RunMode;
+pub use crate::config::RunMode;
 
 /// A non-zero byte for each mode (0 stands for "unset" where stored).
 pub(crate) fn mode_to_byte(m: RunMode) -> u8 {
@@ -84,7 +84,7 @@ pub(crate) fn scoped() -> Option<RunMode> {
 
 /// `TILEJIT_RUN_MODE`, if set to a mode.
 pub(crate) fn env_mode() -> Option<RunMode> {
-    tilejit_ir::config::config().run_mode
+    crate::config::config().run_mode
 }
 
 /// Host and Sim results this many ulps apart always pass: rounding
@@ -300,7 +300,7 @@ fn check_bounds(
 /// `TILEJIT_LOG=verify`: one line per Verify-mode call with its measured
 /// differences.
 pub(crate) fn log_verify(function: &str, diffs: &[OutputDiff]) {
-    if tilejit_ir::config::config().log.verify {
+    if crate::config::config().log.verify {
         for d in diffs {
             eprintln!(
                 "[tilejit] verify `{function}` output {}: max abs {:e}, max rel {:e}, max {} ulp, \

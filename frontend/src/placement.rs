@@ -179,7 +179,7 @@ pub(crate) fn plan(
         for (rank, d) in placement.devices.iter().enumerate() {
             let why = if *d == Device::sim() {
                 why_not_sim.clone()
-            } else if d.conn().is_some() {
+            } else if cfg!(feature = "remote") && !d.is_host() {
                 Some(
                     "a remote device runs whole calls, not single kernels of a placed call \
                      (move the tensors there with `Tensor::to`, or spread calls with \

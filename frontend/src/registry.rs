@@ -140,39 +140,39 @@ impl Device {
     /// here first.
     #[track_caller]
     pub fn call(&self, name: &str, args: &[ArgValue]) -> Result<Vec<Tensor>> {
-        let location = Loc::caller();
-        match self.conn() {
-            Some(conn) => conn.call(name, args).map_err(|s| {
+        #[cfg(feature = "remote")]
+        if let Some(conn) = self.conn() {
+            let location = Loc::caller();
+            return conn.call(name, args).map_err(|s| {
                 crate::remote::error(&conn.addr, format!("call `{name}`"), location, s)
-            }),
-            None => {
-                let moved = args
-                    .iter()
-                    .map(|a| match a {
-                        ArgValue::Tensor(t) => t.to(self).map(Some),
-                        _ => Ok(None),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                let args: Vec<ArgValue> = args
-                    .iter()
-                    .zip(&moved)
-                    .map(|(a, m)| m.as_ref().map_or(*a, ArgValue::Tensor))
-                    .collect();
-                call(name, &args)
-            }
+            });
         }
+        let moved = args
+            .iter()
+            .map(|a| match a {
+                ArgValue::Tensor(t) => t.to(self).map(Some),
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let args: Vec<ArgValue> = args
+            .iter()
+            .zip(&moved)
+            .map(|(a, m)| m.as_ref().map_or(*a, ArgValue::Tensor))
+            .collect();
+        call(name, &args)
     }
 
     /// The registry's names where [`call`](Self::call) looks them up.
     #[track_caller]
     pub fn functions(&self) -> Result<Vec<String>> {
-        let location = Loc::caller();
-        match self.conn() {
-            Some(conn) => conn
+        #[cfg(feature = "remote")]
+        if let Some(conn) = self.conn() {
+            let location = Loc::caller();
+            return conn
                 .list()
-                .map_err(|s| crate::remote::error(&conn.addr, "list".into(), location, s)),
-            None => Ok(list()),
+                .map_err(|s| crate::remote::error(&conn.addr, "list".into(), location, s));
         }
+        Ok(list())
     }
 }
 

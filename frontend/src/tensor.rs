@@ -55,6 +55,7 @@ pub(crate) enum Repr {
     /// Concrete, in the simulated device's memory.
     Sim(tilejit_runtime::DeviceArray),
     /// Concrete, held by a remote server's session.
+    #[cfg(feature = "remote")]
     Remote(std::sync::Arc<crate::remote::RemoteTensor>),
 }
 
@@ -179,6 +180,7 @@ impl Tensor {
         match &self.repr {
             Repr::Concrete(a) => Some(a.ty()),
             Repr::Sim(d) => Some(d.ty()),
+            #[cfg(feature = "remote")]
             Repr::Remote(r) => Some(r.ty),
             Repr::Traced { ty, .. } => Some(*ty),
             Repr::Error(_) => None,
@@ -193,6 +195,7 @@ impl Tensor {
         match &self.repr {
             Repr::Concrete(a) => a.shape().dims(),
             Repr::Sim(d) => d.shape().dims(),
+            #[cfg(feature = "remote")]
             Repr::Remote(r) => r.ty.shape.dims(),
             Repr::Traced { ty, trace, .. } => {
                 trace::note_size_read(*trace, "shape", ty.shape.dims(), Some(Loc::caller()));
@@ -286,6 +289,7 @@ impl Tensor {
                 location,
                 source,
             }),
+            #[cfg(feature = "remote")]
             Repr::Remote(r) => r
                 .conn
                 .download(r)

@@ -1,6 +1,6 @@
 //! `tilejit-ir`: the data every other tilejit crate speaks.
 //!
-//! - [`config`]: every `TILEJIT_*` environment variable, read once.
+//! - [`config`]: the IR's `TILEJIT_*` setting, and the parsers every crate's settings share.
 //! - [`dtype`], [`shape`]: element types, shapes (rank <= 8), broadcasting.
 //! - [`array`](mod@array): concrete host tensors (`Array`), used by the interpreter and
 //!   as constants.

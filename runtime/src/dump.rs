@@ -12,7 +12,7 @@ use tilejit_ir::Graph;
 
 /// Whether `TILEJIT_DUMP` is set.
 pub(crate) fn enabled() -> bool {
-    tilejit_ir::config::config().dump_dir.is_some()
+    crate::config::config().dump_dir.is_some()
 }
 
 /// A file name for `name`: `mlp(f32[8,64], int 3)` becomes
@@ -41,7 +41,7 @@ pub(crate) fn file_stem(name: &str) -> String {
 /// Writes `files` (suffix, contents) as `<dir>/<stem>.<suffix>`; a failure
 /// is reported once per file on stderr and never fails the compile.
 pub(crate) fn write(stem: &str, files: &[(&str, &str)]) {
-    let Some(dir) = tilejit_ir::config::config().dump_dir.as_deref() else {
+    let Some(dir) = crate::config::config().dump_dir.as_deref() else {
         return;
     };
     let stem = file_stem(stem);

@@ -183,7 +183,7 @@ impl Observers {
 fn env_observers() -> &'static [Arc<dyn KernelObserver>] {
     static ENV: std::sync::OnceLock<Vec<Arc<dyn KernelObserver>>> = std::sync::OnceLock::new();
     ENV.get_or_init(|| {
-        let cfg = tilejit_ir::config::config();
+        let cfg = crate::config::config();
         let mut v: Vec<Arc<dyn KernelObserver>> = Vec::new();
         if cfg.log.time {
             v.push(Arc::new(TimeLog));

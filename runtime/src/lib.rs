@@ -11,9 +11,12 @@
 //!   tile tasks on the simulated accelerator ([`sim_device`]).
 //! - [`snapshot`]: a jit function's programs saved to one file and
 //!   loaded back without tracing or compiling.
+//! - [`config`]: the runtime's `TILEJIT_*` settings (dumps, profiles,
+//!   the Sim policy, warm-up, the disk cache, its `TILEJIT_LOG` parts).
 
 mod alloc;
 pub mod cancel;
+pub mod config;
 mod dump;
 mod error;
 mod flight;

@@ -74,7 +74,7 @@ impl StageTimes {
 
     /// With `TILEJIT_LOG=timing`, one stderr line for the compile of `what`.
     pub fn log(&self, what: &str) {
-        if tilejit_ir::config::config().log.timing {
+        if crate::config::config().log.timing {
             eprintln!("tilejit: timing {what}: {self}");
         }
     }

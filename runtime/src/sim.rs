@@ -71,7 +71,7 @@ pub fn collect_profiles<R>(f: impl FnOnce() -> R) -> (R, Vec<Profile>) {
 
 /// `TILEJIT_PROFILE=<dir>`: where every Sim launch writes its Chrome trace.
 fn profile_dir() -> Option<&'static std::path::Path> {
-    tilejit_ir::config::config().profile_dir.as_deref()
+    crate::config::config().profile_dir.as_deref()
 }
 
 /// Writes `profile` as `<dir>/<launch>-<n>.json` (n counts launches in
@@ -105,7 +105,7 @@ pub fn sim_policy() -> Policy {
         0 => Policy::Fifo,
         1 => Policy::NewestFirst,
         2 => Policy::Fair,
-        _ => tilejit_ir::config::config().sim_policy.unwrap_or_default(),
+        _ => crate::config::config().sim_policy.unwrap_or_default(),
     }
 }
 

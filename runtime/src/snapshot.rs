@@ -734,7 +734,7 @@ fn load_with(
         (None, None) => None,
     };
     if let Some(why) = &recompiled {
-        if tilejit_ir::config::config().log.cache {
+        if crate::config::config().log.cache {
             eprintln!("[tilejit] snapshot {}: {why}", path.display());
         }
     }

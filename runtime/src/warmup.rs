@@ -53,7 +53,7 @@ pub fn warm_up() {
 #[inline(never)]
 fn start_warm_up(started: &std::sync::Once) {
     started.call_once(|| {
-        if !tilejit_ir::config::config().warmup {
+        if !crate::config::config().warmup {
             return;
         }
         let disk = crate::kernel_cache::disk::DiskCache::from_config();

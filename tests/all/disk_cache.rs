@@ -324,7 +324,7 @@ fn the_suite_never_uses_the_users_cache_directory() {
          or set TILEJIT_CACHE_DIR yourself"
     );
     if let (Some(dir), Some(home)) = (
-        &tilejit_ir::config::config().cache_dir,
+        &tilejit_runtime::config::config().cache_dir,
         std::env::var_os("HOME"),
     ) {
         assert!(!dir.starts_with(Path::new(&home).join(".cache")), "{dir:?}");

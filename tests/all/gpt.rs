@@ -181,6 +181,7 @@ fn the_gpt_example_matches_a_model_written_from_scratch() {
 /// the argmax and slice eager ops run there too. Logits equal the host's
 /// bit for bit (the server compiles the same graphs), so the greedy
 /// tokens are the same.
+#[cfg(feature = "remote")]
 #[test]
 fn the_gpt_example_decodes_the_same_on_a_remote_device() {
     use tilejit::remote::{ServeOptions, Server};

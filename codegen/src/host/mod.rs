@@ -181,8 +181,7 @@ pub fn cpu_features() -> CpuFeatures {
         {
             CpuFeatures {
                 sse41: std::arch::is_x86_feature_detected!("sse4.1"),
-                fma: std::arch::is_x86_feature_detected!("fma")
-                    && !tilejit_ir::config::config().no_fma,
+                fma: std::arch::is_x86_feature_detected!("fma") && !crate::config::config().no_fma,
                 avx2: std::arch::is_x86_feature_detected!("avx2"),
                 avx512f: std::arch::is_x86_feature_detected!("avx512f"),
             }

@@ -19,6 +19,7 @@
 
 mod control;
 mod manager;
+mod policy;
 pub mod profile;
 
 pub(crate) use control::Scheduler;
@@ -34,9 +35,7 @@ use std::time::Duration;
 
 pub use profile::{HostCopies, Profile};
 
-/// Which ready task a manager hands out first (defined with the
-/// `TILEJIT_SIM_POLICY` setting that names it).
-pub use tilejit_ir::config::Policy;
+pub use policy::Policy;
 
 /// Where a task runs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -60,6 +60,7 @@ impl JitFunction {
                 ArgValue::Tensor(t) => match &t.repr {
                     Repr::Concrete(arr) => ArgSig::Tensor(arr.ty()),
                     Repr::Sim(d) => ArgSig::Tensor(d.ty()),
+                    #[cfg(feature = "remote")]
                     Repr::Remote(r) => ArgSig::Tensor(r.ty),
                     Repr::Error(e) => return Err((**e).clone()),
                     Repr::Traced { .. } => {
@@ -116,7 +117,7 @@ impl JitFunction {
             Some(p) => p,
             None => {
                 let sig = self.signature(args)?;
-                if self.frozen.load(Ordering::Relaxed) || tilejit_ir::config::config().log.trace {
+                if self.frozen.load(Ordering::Relaxed) || crate::config::config().log.trace {
                     self.before_miss(&sig)?;
                 }
                 self.cache
@@ -323,7 +324,9 @@ impl JitFunction {
             }
             _ => None,
         });
+        #[cfg_attr(not(feature = "remote"), allow(unused_variables))]
         let device = crate::device::common_device(&self.name, location, tensors.clone())?;
+        #[cfg(feature = "remote")]
         if let Some(conn) = device.conn() {
             let inputs: Vec<&Tensor> = tensors.map(|(_, t)| t).collect();
             return conn
@@ -630,7 +633,9 @@ fn output_node(graph: &mut Graph, id: u64, t: &Tensor) -> Result<tilejit_ir::Nod
             })
         }
         Repr::Concrete(a) => graph.add_constant(a.clone()),
-        Repr::Sim(_) | Repr::Remote(_) => graph.add_constant(t.array("return")?),
+        Repr::Sim(_) => graph.add_constant(t.array("return")?),
+        #[cfg(feature = "remote")]
+        Repr::Remote(_) => graph.add_constant(t.array("return")?),
         Repr::Error(e) => return Err((**e).clone()),
     })
 }

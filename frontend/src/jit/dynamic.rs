@@ -127,7 +127,7 @@ impl JitFunction {
         body: &Body,
     ) -> Result<(Graph, Vec<Lit>)> {
         let (class, sizes) = ShapeClass::of(sig);
-        let log = tilejit_ir::config::config().log.trace;
+        let log = crate::config::config().log.trace;
         let say = |what: &str| {
             if log {
                 eprintln!("[tilejit] `{}`: {sig}: {what}", self.name);

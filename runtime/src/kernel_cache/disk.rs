@@ -2,7 +2,7 @@
 //! process (or a concurrent one) skips compiles this one did.
 //!
 //! Files live in `<dir>/v<FORMAT_VERSION>/<key hex>.tjk`, `<dir>` from
-//! `TILEJIT_CACHE_DIR` (see `tilejit_ir::config`). A file is, little
+//! `TILEJIT_CACHE_DIR` (see `crate::config`). A file is, little
 //! endian:
 //!
 //! ```text
@@ -156,7 +156,7 @@ impl DiskCache {
     /// `TILEJIT_CACHE_BYTES`, if on and [`check_dir`] accepts it (else a
     /// line on stderr says why it is off).
     pub(crate) fn from_config() -> Option<DiskCache> {
-        let c = tilejit_ir::config::config();
+        let c = crate::config::config();
         let root = c.cache_dir.clone()?;
         if c.cache_bytes == 0 {
             return None;
@@ -397,7 +397,7 @@ pub(crate) mod tests {
     #[test]
     fn has_entries_sees_only_stored_entries() {
         let root = temp_root("entries");
-        let disk = DiskCache::at(&root, tilejit_ir::config::DEFAULT_CACHE_BYTES);
+        let disk = DiskCache::at(&root, crate::config::DEFAULT_CACHE_BYTES);
         assert!(!disk.has_entries(), "no directory yet");
         fs::create_dir_all(&disk.dir).unwrap();
         fs::write(disk.dir.join("left.tmp"), b"x").unwrap();
@@ -411,7 +411,7 @@ pub(crate) mod tests {
     #[test]
     fn a_stored_entry_loads_back_and_anything_else_is_a_miss() {
         let root = temp_root("roundtrip");
-        let disk = DiskCache::at(&root, tilejit_ir::config::DEFAULT_CACHE_BYTES);
+        let disk = DiskCache::at(&root, crate::config::DEFAULT_CACHE_BYTES);
         let p = parts("k1");
         let key = p.key();
         assert_eq!(disk.load(&key, &p), Err(Miss::Absent));
@@ -485,7 +485,7 @@ pub(crate) mod tests {
         assert!(why(Path::new("cache")).contains("absolute"));
         let root = temp_root("modes");
         assert_eq!(check_dir(&root), Ok(()), "absent: created private");
-        let disk = DiskCache::at(&root, tilejit_ir::config::DEFAULT_CACHE_BYTES);
+        let disk = DiskCache::at(&root, crate::config::DEFAULT_CACHE_BYTES);
         let p = parts("k");
         assert!(disk.store(&p.key(), &p, b"payload"));
         assert_eq!(
@@ -497,13 +497,13 @@ pub(crate) mod tests {
             let r = why(&root);
             assert!(r.contains(&format!("{mode:04o}")) && r.contains(who), "{r}");
             // A fresh process's cache (checked once) refuses it.
-            let disk = DiskCache::at(&root, tilejit_ir::config::DEFAULT_CACHE_BYTES);
+            let disk = DiskCache::at(&root, crate::config::DEFAULT_CACHE_BYTES);
             assert_eq!(disk.load(&p.key(), &p), Err(Miss::Absent));
             assert!(disk.is_refused());
             assert!(!disk.store(&p.key(), &p, b"other"));
         }
         fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
-        let disk = DiskCache::at(&root, tilejit_ir::config::DEFAULT_CACHE_BYTES);
+        let disk = DiskCache::at(&root, crate::config::DEFAULT_CACHE_BYTES);
         assert_eq!(disk.load(&p.key(), &p).as_deref(), Ok(&b"payload"[..]));
         // Owned by someone else: root's `/` for anyone else; for root, a
         // directory given to another uid.
@@ -541,7 +541,7 @@ pub(crate) mod tests {
         let root = temp_root("unwritable");
         // A file where the directory should be: every create fails.
         fs::write(&root, b"not a directory").unwrap();
-        let disk = DiskCache::at(&root, tilejit_ir::config::DEFAULT_CACHE_BYTES);
+        let disk = DiskCache::at(&root, crate::config::DEFAULT_CACHE_BYTES);
         let p = parts("k");
         assert!(!disk.store(&p.key(), &p, b"x"));
         assert_eq!(disk.load(&p.key(), &p), Err(Miss::Absent));

@@ -124,7 +124,7 @@ impl<'a> StoredCode<'a> {
         if self.key == key.hex() {
             return Some(self.bytes);
         }
-        if tilejit_ir::config::config().log.cache {
+        if crate::config::config().log.cache {
             eprintln!(
                 "[tilejit] snapshot code for {} on {target} was made under key {} but here it is {}; recompiling",
                 kernel.name,
@@ -419,7 +419,7 @@ impl KernelCache {
         }
         g.stats.misses += 1;
         let digests = parts.digests();
-        if tilejit_ir::config::config().log.cache {
+        if crate::config::config().log.cache {
             explain_miss(B::part(&mut g), kernel, &key, &digests, B::TARGET);
         }
         let lead = match B::part(&mut g).flights.join(&key, &identity) {
@@ -468,7 +468,7 @@ impl KernelCache {
                 g.stats.disk_misses += 1;
                 if matches!(miss, Miss::Rejected(_)) {
                     g.stats.disk_rejected += 1;
-                    if tilejit_ir::config::config().log.cache {
+                    if crate::config::config().log.cache {
                         eprintln!(
                             "[tilejit] disk cache entry for {} on {target} ({}) rejected: {miss}; recompiling",
                             kernel.name,
@@ -497,7 +497,7 @@ impl KernelCache {
                 Some(c)
             }
             Err(why) => {
-                if tilejit_ir::config::config().log.cache {
+                if crate::config::config().log.cache {
                     eprintln!(
                         "[tilejit] snapshot code for {} on {target} ({}) rejected: {why}; recompiling",
                         kernel.name,
@@ -536,7 +536,7 @@ impl KernelCache {
         };
         let compile_time = start.elapsed();
         let bytes = B::code_bytes(&compiled.code);
-        if tilejit_ir::config::config().log.compile {
+        if crate::config::config().log.compile {
             eprintln!(
                 "[tilejit] {} {} for {} ({}) in {:.3} ms, {bytes} bytes",
                 if from_disk { from } else { "compiled" },

@@ -359,7 +359,7 @@ fn libcall_kernels_reload_from_disk_with_no_compile() {
     let disk = || {
         Some(disk::DiskCache::at(
             &root,
-            tilejit_ir::config::DEFAULT_CACHE_BYTES,
+            crate::config::DEFAULT_CACHE_BYTES,
         ))
     };
     let first = run(&KernelCache::with_disk(disk()));

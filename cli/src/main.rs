@@ -49,11 +49,27 @@ pub(crate) use {out, outln};
     name = "tilejit",
     version,
     propagate_version = true,
-    after_help = "With no command, runs `demo`.\n\nExit codes: 0 success, 1 failure (bad file, fault, verifier rejection), 2 bad usage.\nEnvironment: TILEJIT_RUN_MODE, TILEJIT_LOG, TILEJIT_DUMP, TILEJIT_PROFILE, ... (see README.md)."
+    after_help = format!("{AFTER_HELP}\nEnvironment: TILEJIT_RUN_MODE, TILEJIT_LOG, TILEJIT_DUMP, TILEJIT_PROFILE, ... (`--help` lists them)."),
+    after_long_help = long_help()
 )]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+const AFTER_HELP: &str = "With no command, runs `demo`.\n\nExit codes: 0 success, 1 failure (bad file, fault, verifier rejection), 2 bad usage.";
+
+/// `--help`'s closing text: every `TILEJIT_*` variable, from the list
+/// the library composes of each crate's own, so it cannot go stale.
+fn long_help() -> String {
+    let vars = tilejit::config::variables();
+    let width = vars.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut text =
+        format!("{AFTER_HELP}\n\nEnvironment (read once; README.md says what each does):");
+    for (name, values) in vars {
+        text.push_str(&format!("\n  {name:width$}  {values}"));
+    }
+    text
 }
 
 #[derive(Subcommand)]

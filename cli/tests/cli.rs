@@ -497,6 +497,33 @@ fn help_and_version_everywhere() {
     }
 }
 
+/// `--help` lists every variable the library reads, with its values;
+/// `-h` stays short.
+#[test]
+fn long_help_lists_every_environment_variable() {
+    let long = stdout(&run(bin().arg("--help")));
+    for name in [
+        "TILEJIT_RUN_MODE",
+        "TILEJIT_LOG",
+        "TILEJIT_DUMP",
+        "TILEJIT_DUMP_VALUES",
+        "TILEJIT_PROFILE",
+        "TILEJIT_SIM_POLICY",
+        "TILEJIT_WARMUP",
+        "TILEJIT_CACHE_DIR",
+        "TILEJIT_CACHE_BYTES",
+        "TILEJIT_NO_FMA",
+        "TILEJIT_POOL_BYTES",
+    ] {
+        assert!(long.contains(&format!("\n  {name} ")), "{name} in {long}");
+    }
+    // The CLI has the remote feature, so the server's log part is listed.
+    assert!(long.contains("cache, time, remote\n"), "{long}");
+    let short = stdout(&run(bin().arg("-h")));
+    assert!(!short.contains("TILEJIT_POOL_BYTES"), "{short}");
+    assert!(short.contains("`--help` lists them"), "{short}");
+}
+
 /// A reader that goes away (`tilejit sim ... | head`) ends the tool quietly
 /// with success, never a panic.
 #[test]
