@@ -21,8 +21,12 @@
 use super::layout::{reachable, reachable_until, storage_bytes, ArgLayout};
 use crate::CodegenError;
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, FuncRef, InstBuilder, MemFlagsData, Type, Value};
+use cranelift_codegen::ir::{
+    types, ExtFuncData, ExternalName, FuncRef, Function, InstBuilder, MemFlagsData, Signature,
+    Type, UserExternalName, Value,
+};
 use cranelift_frontend::{FunctionBuilder, Variable};
+use cranelift_module::FuncId;
 use std::collections::HashMap;
 use tilejit_ir::kernel::{Expr, ExprId, Kernel, Stage};
 use tilejit_ir::ops::UnaryHost;
@@ -41,21 +45,89 @@ const LANES: i64 = 4;
 const ACCS: usize = 4;
 const _: () = assert!(ACCS as i64 * LANES == 16, "the fold helpers write 16 lanes");
 
-/// Helper functions the generated code may call.
+/// Helper functions the generated code may call: all of them declared in
+/// the module up front, each imported into the function only when the
+/// lowering first calls it, so a kernel's IR lists only what it calls.
+#[derive(Default)]
 pub struct Libcalls {
-    /// `f64 -> f64` functions by symbol (`tj_exp`, `tj_round_f16_f64`).
-    pub f64_fns: HashMap<&'static str, FuncRef>,
-    /// Two-operand functions by symbol: `tj_pow`, `tj_mod` (`f64`),
-    /// `tj_ipow` (`i64`).
-    pub fns2: HashMap<&'static str, FuncRef>,
-    /// `f32 -> f32` rounding to f16 / bf16.
-    pub round_f16: FuncRef,
-    /// See `round_f16`.
-    pub round_bf16: FuncRef,
-    /// Block helpers `fn(src, dst, n, s, pf, sum)` by op name (`exp`, ...,
-    /// `div`, `max`, `min`; empty when the CPU lacks them or the options
-    /// turn them off); see `lower/block.rs` and `native::BlockFn`.
-    pub block_fns: HashMap<&'static str, FuncRef>,
+    /// Every declared helper by symbol (`tj_exp`, `tj_pow`, `tj_ipow`,
+    /// `tj_round_f16`, a block helper's symbol): its module id and
+    /// signature.
+    decls: HashMap<&'static str, (FuncId, Signature)>,
+    /// Block helpers `fn(src, dst, n, s, pf, sum)`: their symbols by op
+    /// name (`exp`, ..., `div`, `max`, `min`, `stream`; empty when the CPU
+    /// lacks them or the options turn them off); see `lower/block.rs` and
+    /// `native::BlockFn`.
+    block_syms: HashMap<&'static str, &'static str>,
+    /// The imports made so far, by symbol.
+    refs: HashMap<&'static str, FuncRef>,
+    /// The imports made so far, in order, to name them in the listing.
+    imported: Vec<(FuncRef, &'static str)>,
+}
+
+impl Libcalls {
+    /// Records `sym`, declared in the module as `fid` with `sig`.
+    pub fn declare(&mut self, sym: &'static str, fid: FuncId, sig: Signature) {
+        self.decls.insert(sym, (fid, sig));
+    }
+
+    /// Records the block helper for `op`, declared as `sym`.
+    pub fn declare_block(
+        &mut self,
+        op: &'static str,
+        sym: &'static str,
+        fid: FuncId,
+        sig: Signature,
+    ) {
+        self.declare(sym, fid, sig);
+        self.block_syms.insert(op, sym);
+    }
+
+    /// Whether any block helper is declared.
+    pub fn has_blocks(&self) -> bool {
+        !self.block_syms.is_empty()
+    }
+
+    /// Whether the block helper for `op` is declared.
+    pub fn has_block(&self, op: &str) -> bool {
+        self.block_syms.contains_key(op)
+    }
+
+    /// The helper `sym`, imported into `func` on its first use; `None`
+    /// when it is not declared.
+    pub fn get(&mut self, func: &mut Function, sym: &str) -> Option<FuncRef> {
+        if let Some(&f) = self.refs.get(sym) {
+            return Some(f);
+        }
+        // As `Module::declare_func_in_func` imports a declaration (an
+        // `Import` is never colocated).
+        let (&sym, (fid, sig)) = self.decls.get_key_value(sym)?;
+        let signature = func.import_signature(sig.clone());
+        let name = func.declare_imported_user_function(UserExternalName {
+            namespace: 0,
+            index: fid.as_u32(),
+        });
+        let f = func.import_function(ExtFuncData {
+            name: ExternalName::user(name),
+            signature,
+            colocated: false,
+            patchable: false,
+        });
+        self.refs.insert(sym, f);
+        self.imported.push((f, sym));
+        Some(f)
+    }
+
+    /// The block helper for `op`, imported into `func` on its first use.
+    pub fn block(&mut self, func: &mut Function, op: &str) -> Option<FuncRef> {
+        let sym = *self.block_syms.get(op)?;
+        self.get(func, sym)
+    }
+
+    /// The imports made, in order, with their symbols.
+    pub fn imported(&self) -> &[(FuncRef, &'static str)] {
+        &self.imported
+    }
 }
 
 /// Scalar (`lanes == 1`) or vector emission of one point of the domain.
@@ -90,7 +162,7 @@ pub struct Lowerer<'a, 'b> {
     layout: &'a ArgLayout,
     dtype_of_buf: &'a dyn Fn(usize) -> DType,
     fma: bool,
-    libs: Libcalls,
+    libs: &'a mut Libcalls,
     ptr: Type,
     bufs: Vec<Value>,
     scratch: Vec<Value>,
@@ -154,9 +226,9 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         dtype_of_buf: &'a dyn Fn(usize) -> DType,
         fma: bool,
         stream: bool,
-        libs: Libcalls,
+        libs: &'a mut Libcalls,
     ) -> Lowerer<'a, 'b> {
-        let stream = stream && libs.block_fns.contains_key("stream");
+        let stream = stream && libs.has_block("stream");
         Lowerer {
             b,
             k,
@@ -178,6 +250,16 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             stream,
             stream_slot: None,
         }
+    }
+
+    /// The helper `sym`, imported on its first use (see [`Libcalls::get`]).
+    fn libcall(&mut self, sym: &str) -> Option<FuncRef> {
+        self.libs.get(self.b.func, sym)
+    }
+
+    /// The block helper for `op`, imported on its first use.
+    fn block_fn(&mut self, op: &str) -> Option<FuncRef> {
+        self.libs.block(self.b.func, op)
     }
 
     /// Flags of a load or store through a buffer, scratch row or block

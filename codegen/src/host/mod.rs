@@ -527,72 +527,64 @@ fn lower_fn(
     ctx.func.signature = sig;
     ctx.func.name = UserFuncName::user(0, id.as_u32());
     let mut fctx = FunctionBuilderContext::new();
-    // Each imported function's symbol, to name it in the listing.
-    let mut symbols: Vec<(FuncRef, &'static str)> = Vec::new();
+    // Every helper the op table names is declared in the module; the
+    // lowering imports into the function only those it calls.
+    let mut libs = lower::Libcalls::default();
+    let call_conv = module.isa().default_call_conv();
+    let mut declare = |sym: &'static str, ty: types::Type, arity: usize| {
+        let mut s = Signature::new(call_conv);
+        for _ in 0..arity {
+            s.params.push(AbiParam::new(ty));
+        }
+        s.returns.push(AbiParam::new(ty));
+        let fid = module
+            .declare_function(sym, Linkage::Import, &s)
+            .map_err(|e| cl_err(k, e))?;
+        libs.declare(sym, fid, s);
+        Ok::<_, CodegenError>(())
+    };
+    // Every libcall the op table names, by symbol, with its arity.
+    for (sym, _) in F64_FNS {
+        declare(sym, types::F64, 1)?;
+    }
+    for u in UnaryOp::ALL {
+        match u.def().host {
+            UnaryHost::Inline(_) => {}
+            UnaryHost::Math { f64: c, .. } | UnaryHost::Libcall(c) => {
+                declare(c.symbol, types::F64, 1)?;
+            }
+        }
+    }
+    for c in BinaryOp::ALL.iter().filter_map(|b| b.def().host.float) {
+        declare(c.symbol, types::F64, 2)?;
+    }
+    for c in BinaryOp::ALL.iter().filter_map(|b| b.def().host.int) {
+        declare(c.symbol, types::I64, 2)?;
+    }
+    for (sym, _) in F32_FNS {
+        declare(sym, types::F32, 1)?;
+    }
+    for f in helpers {
+        let mut s = Signature::new(call_conv);
+        s.params.push(AbiParam::new(ptr));
+        s.params.push(AbiParam::new(ptr));
+        s.params.push(AbiParam::new(types::I64));
+        s.params.push(AbiParam::new(types::F32));
+        s.params.push(AbiParam::new(types::I64));
+        s.params.push(AbiParam::new(ptr));
+        let fid = module
+            .declare_function(f.symbol, Linkage::Import, &s)
+            .map_err(|e| cl_err(k, e))?;
+        libs.declare_block(f.op, f.symbol, fid, s);
+    }
     {
         let b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
-        let mut import = |sym: &'static str, ty: types::Type, arity: usize| {
-            let mut s = Signature::new(module.isa().default_call_conv());
-            for _ in 0..arity {
-                s.params.push(AbiParam::new(ty));
-            }
-            s.returns.push(AbiParam::new(ty));
-            let fid = module
-                .declare_function(sym, Linkage::Import, &s)
-                .map_err(|e| cl_err(k, e))?;
-            let f = module.declare_func_in_func(fid, b.func);
-            symbols.push((f, sym));
-            Ok::<_, CodegenError>(f)
-        };
-        // Every libcall the op table names, by symbol, with its arity.
-        let mut f64_fns = HashMap::new();
-        for (sym, _) in F64_FNS {
-            f64_fns.insert(sym, import(sym, types::F64, 1)?);
-        }
-        for u in UnaryOp::ALL {
-            match u.def().host {
-                UnaryHost::Inline(_) => {}
-                UnaryHost::Math { f64: c, .. } | UnaryHost::Libcall(c) => {
-                    f64_fns.insert(c.symbol, import(c.symbol, types::F64, 1)?);
-                }
-            }
-        }
-        let mut fns2 = HashMap::new();
-        for c in BinaryOp::ALL.iter().filter_map(|b| b.def().host.float) {
-            fns2.insert(c.symbol, import(c.symbol, types::F64, 2)?);
-        }
-        for c in BinaryOp::ALL.iter().filter_map(|b| b.def().host.int) {
-            fns2.insert(c.symbol, import(c.symbol, types::I64, 2)?);
-        }
-        let round_f16 = import(F32_FNS[0].0, types::F32, 1)?;
-        let round_bf16 = import(F32_FNS[1].0, types::F32, 1)?;
-        let mut block_fns = HashMap::new();
-        for f in helpers {
-            let mut s = Signature::new(module.isa().default_call_conv());
-            s.params.push(AbiParam::new(ptr));
-            s.params.push(AbiParam::new(ptr));
-            s.params.push(AbiParam::new(types::I64));
-            s.params.push(AbiParam::new(types::F32));
-            s.params.push(AbiParam::new(types::I64));
-            s.params.push(AbiParam::new(ptr));
-            let fid = module
-                .declare_function(f.symbol, Linkage::Import, &s)
-                .map_err(|e| cl_err(k, e))?;
-            let fref = module.declare_func_in_func(fid, b.func);
-            symbols.push((fref, f.symbol));
-            block_fns.insert(f.op, fref);
-        }
-        let libs = lower::Libcalls {
-            f64_fns,
-            fns2,
-            round_f16,
-            round_bf16,
-            block_fns,
-        };
         let buf_dtype = |lb: usize| layout.dtypes[lb];
         let stream = opts.stream_stores == StreamStores::Always;
-        lower::Lowerer::new(b, k, &layout, &buf_dtype, fma, stream, libs).lower()?;
+        lower::Lowerer::new(b, k, &layout, &buf_dtype, fma, stream, &mut libs).lower()?;
     }
+    // Each imported function's symbol, to name it in the listing.
+    let symbols = libs.imported().to_vec();
     Ok(Lowered {
         module,
         id,

@@ -34,10 +34,10 @@
 //! The helpers compute exactly what the inline code does, so blocking
 //! changes speed, not results.
 
-use super::{Inner, Lowerer, Mode, ACCS, LANES};
+use super::{unsupported, Inner, Lowerer, Mode, ACCS, LANES};
 use crate::host::native::MATH_BLOCK;
 use crate::CodegenError;
-use cranelift_codegen::ir::{types, FuncRef, InstBuilder, StackSlotData, StackSlotKind, Value};
+use cranelift_codegen::ir::{types, InstBuilder, StackSlotData, StackSlotKind, Value};
 use std::collections::HashMap;
 use tilejit_ir::kernel::{Expr, ExprId, Stage};
 use tilejit_ir::ops::{MathFn, UnaryHost};
@@ -49,9 +49,9 @@ use tilejit_ir::{BinaryOp, DType, ReduceOp, UnaryOp};
 const MAX_BUFFERS: usize = 4;
 
 /// An op a helper computes: the op's expression, its (vector) operand,
-/// the helper, and for a division the row-uniform divisor (the helper's
+/// the helper's op name (its `Libcalls` block helper), and for a division the row-uniform divisor (the helper's
 /// scalar argument, which for the unary helpers is the bias).
-pub(super) type HelperOp = (ExprId, ExprId, FuncRef, Option<ExprId>);
+pub(super) type HelperOp = (ExprId, ExprId, &'static str, Option<ExprId>);
 
 /// Where a helper reads its operand in place.
 #[derive(Copy, Clone)]
@@ -125,7 +125,7 @@ impl Lowerer<'_, '_> {
     /// loops only, outside any open block), operands first (expression ids
     /// are topological), at most [`MAX_BUFFERS`].
     pub(super) fn block_ops(&self, root: ExprId, vector: bool) -> Vec<HelperOp> {
-        if !vector || self.block.is_some() || self.libs.block_fns.is_empty() {
+        if !vector || self.block.is_some() || !self.libs.has_blocks() {
             return Vec::new();
         }
         let k = self.k;
@@ -138,12 +138,12 @@ impl Lowerer<'_, '_> {
                 // Cranelift hoists; a helper would compute it per element.
                 _ if k.expr(e).dtype != DType::F32 || !self.varies(e) => None,
                 Expr::Unary(u, x) => {
-                    let f = *self.libs.block_fns.get(helper_name(u)?)?;
-                    Some((e, x, f, None))
+                    let op = helper_name(u).filter(|op| self.libs.has_block(op))?;
+                    Some((e, x, op, None))
                 }
                 // Division is 8 lanes per `vdivps` at the 4-lane rate.
                 Expr::Binary(BinaryOp::Div, x, d) if !self.varies(d) => {
-                    Some((e, x, *self.libs.block_fns.get("div")?, Some(d)))
+                    self.libs.has_block("div").then_some((e, x, "div", Some(d)))
                 }
                 _ => None,
             })
@@ -235,7 +235,7 @@ impl Lowerer<'_, '_> {
         });
         let zero = self.iconst(0);
         let n = self.b.ins().isub(end, start);
-        for (i, &(e, x, f, divisor)) in ops.iter().enumerate() {
+        for (i, &(e, x, op, divisor)) in ops.iter().enumerate() {
             let buf = self.b.ins().stack_addr(self.ptr, self.block_slots[i], 0);
             let base = self.rebase(buf, start);
             // The scalar argument: the divisor, or the bias (-0.0: none).
@@ -278,6 +278,9 @@ impl Lowerer<'_, '_> {
             };
             let lanes = (sum && e == root).then(|| self.lanes_slot());
             let sum_arg = lanes.unwrap_or(zero);
+            let f = self
+                .block_fn(op)
+                .ok_or_else(|| unsupported(self.k, format!("block helper {op}")))?;
             self.b
                 .ins()
                 .call(f, &[src, dst, n, scalar, prefetch, sum_arg]);
@@ -328,10 +331,7 @@ impl Lowerer<'_, '_> {
             ReduceOp::Min => "min",
             ReduceOp::Sum | ReduceOp::Prod => return Ok(None),
         };
-        let Some(&f) = self.libs.block_fns.get(name) else {
-            return Ok(None);
-        };
-        if self.k.expr(value).dtype != DType::F32 {
+        if !self.libs.has_block(name) || self.k.expr(value).dtype != DType::F32 {
             return Ok(None);
         }
         let src = match (self.block_value(value), self.direct_source(value, false)) {
@@ -344,6 +344,9 @@ impl Lowerer<'_, '_> {
         let n = self.b.ins().isub(tail, j0);
         let lanes = self.lanes_slot();
         let null = self.iconst(0);
+        let f = self
+            .block_fn(name)
+            .ok_or_else(|| unsupported(self.k, format!("block helper {name}")))?;
         self.b.ins().call(f, &[src, lanes, n, ident, null, null]);
         Ok(Some((tail, lanes)))
     }
@@ -461,7 +464,9 @@ impl Lowerer<'_, '_> {
     /// kernel fences once, before it returns).
     fn stream_finish(&mut self, st: Streaming, start: Value, end: Value) {
         self.b.def_var(self.accesses[st.a].base, st.row);
-        let f = self.libs.block_fns["stream"];
+        let f = self
+            .block_fn("stream")
+            .expect("a stage streams only when the stream helper is declared");
         let off = self.b.ins().ishl_imm_s(start, 2);
         let dst = self.b.ins().iadd(st.row, off);
         let n = self.b.ins().isub(end, start);

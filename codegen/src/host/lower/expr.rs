@@ -209,11 +209,14 @@ impl<'b> Lowerer<'_, 'b> {
     /// `v` rounded to `d` when `d` is f16 or bf16 (scalar values only:
     /// such values never take the vector path).
     pub(super) fn round_low(&mut self, v: Value, d: DType) -> Value {
-        let f = match d {
-            DType::F16 => self.libs.round_f16,
-            DType::BF16 => self.libs.round_bf16,
+        let sym = match d {
+            DType::F16 => "tj_round_f16",
+            DType::BF16 => "tj_round_bf16",
             _ => return v,
         };
+        let f = self
+            .libcall(sym)
+            .expect("the f16/bf16 rounding helpers are always declared");
         let call = self.b.ins().call(f, &[v]);
         self.b.inst_results(call)[0]
     }
@@ -228,10 +231,8 @@ impl<'b> Lowerer<'_, 'b> {
     }
 
     fn f64_call(&mut self, name: &str, x: Value) -> Result<Value, CodegenError> {
-        let f = *self
-            .libs
-            .f64_fns
-            .get(name)
+        let f = self
+            .libcall(name)
             .ok_or_else(|| unsupported(self.k, format!("f64 {name}")))?;
         let call = self.b.ins().call(f, &[x]);
         Ok(self.b.inst_results(call)[0])
@@ -417,10 +418,8 @@ impl<'b> Lowerer<'_, 'b> {
             UnaryHost::Math { f64, .. } | UnaryHost::Libcall(f64) => f64.symbol,
             UnaryHost::Inline(_) => return Err(unsupported(self.k, "sin/cos without a libcall")),
         };
-        let f = *self
-            .libs
-            .f64_fns
-            .get(name)
+        let f = self
+            .libcall(name)
             .ok_or_else(|| unsupported(self.k, format!("f64 {name}")))?;
         let lim = if self.fma {
             SIN_FAST_MAX
@@ -483,10 +482,8 @@ impl<'b> Lowerer<'_, 'b> {
         x: Value,
         y: Value,
     ) -> Result<Value, CodegenError> {
-        let f = *self
-            .libs
-            .fns2
-            .get(name)
+        let f = self
+            .libcall(name)
             .ok_or_else(|| unsupported(self.k, format!("libcall {name}")))?;
         let widen = |b: &mut cranelift_frontend::FunctionBuilder<'_>, v: Value| match (ty, wide) {
             _ if ty == wide => v,
@@ -666,18 +663,7 @@ impl<'b> Lowerer<'_, 'b> {
                     (types::F64, types::F32) => b.ins().fdemote(types::F32, x),
                     _ => x,
                 };
-                let round = match t {
-                    DType::F16 => Some(self.libs.round_f16),
-                    DType::BF16 => Some(self.libs.round_bf16),
-                    _ => None,
-                };
-                match round {
-                    Some(f) => {
-                        let call = self.b.ins().call(f, &[v]);
-                        self.b.inst_results(call)[0]
-                    }
-                    None => v,
-                }
+                self.round_low(v, t)
             }
             (f, DType::U8 | DType::I8) if f.is_float() => {
                 // Saturate in i32 (NaN -> 0), then clamp to the 8-bit range:
