@@ -157,14 +157,14 @@ fn w2(emit: Emit) {
     emit("W2", "median_s", s, gbps(8.0 * N as f64, s));
 }
 
-/// W3: a row softmax of [4096, 4096].
+/// W3: a row softmax of `[4096, 4096]`.
 fn w3(emit: Emit) {
     let x = Tensor::randn(&[4096, 4096], 5);
     let s = hot("W3", softmax::jit(), &[&x], 1e-5, || softmax(&x));
     emit("W3", "median_s", s, gbps(8.0 * N as f64, s));
 }
 
-/// W4: layernorm of [8192, 1024].
+/// W4: layernorm of `[8192, 1024]`.
 fn w4(emit: Emit) {
     let x = Tensor::randn(&[8192, 1024], 6);
     let (g, b) = (Tensor::randn(&[1024], 7), Tensor::randn(&[1024], 8));
@@ -238,7 +238,7 @@ fn w9(emit: Emit) {
     );
 }
 
-/// W6: dispatch cost of a jit `x + y` on [16].
+/// W6: dispatch cost of a jit `x + y` on `[16]`.
 fn w6(emit: Emit) {
     let (x, y) = (Tensor::randn(&[16], 12), Tensor::randn(&[16], 13));
     let z = add(&x, &y).expect("W6");
@@ -494,7 +494,7 @@ fn s2(emit: Emit) {
     );
 }
 
-/// E1: an eager `x + y` on [16].
+/// E1: an eager `x + y` on `[16]`.
 fn e1(emit: Emit) {
     // E1 (not a peers workload): an eager `x + y` on [16], per call.
     let (x, y) = (Tensor::randn(&[16], 12), Tensor::randn(&[16], 13));
