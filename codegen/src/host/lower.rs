@@ -454,8 +454,9 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             }
             for (a, origin) in origins.iter().enumerate() {
                 let mut off = zero;
-                for d in 0..rank - 1 {
-                    let t = s.b.ins().imul(idx[d], origin.strides[d]);
+                // `idx` has the rank - 1 outer dims: the zip skips the inner one.
+                for (&i, &stride) in idx.iter().zip(&origin.strides) {
+                    let t = s.b.ins().imul(i, stride);
                     off = s.b.ins().iadd(off, t);
                 }
                 let bytes = s.b.ins().imul_imm_s(off, s.accesses[a].esize);
