@@ -143,14 +143,7 @@ fn parse_scalar(s: &str) -> Result<(String, i64), String> {
 /// `tilejit sim FILE [--core aiv|aic] [--input NAME=FILE.npy]... [--output NAME=FILE.npy]...
 /// [--arg NAME=VALUE]... [--seed N] [--config FILE.json]`
 pub fn sim_cmd(a: &SimArgs) -> Result<(), CliError> {
-    let config = match &a.config {
-        Some(path) => {
-            let text = String::from_utf8(read_file(path)?)
-                .map_err(|_| fail(format!("{path}: not UTF-8")))?;
-            DeviceConfig::from_json(&text).map_err(|e| fail(format!("{path}: {e}")))?
-        }
-        None => DeviceConfig::default(),
-    };
+    let config = load_config(a.config.as_deref())?;
     let program = load_program(&a.file)?;
     if let Some(core) = a.core {
         if core != program.core {
@@ -174,6 +167,54 @@ pub fn sim_cmd(a: &SimArgs) -> Result<(), CliError> {
             )));
         }
     }
+    let buffers = gm_buffers(&device, &program, a)?;
+    let scalars = scalar_values(&program, a)?;
+    let refs: Vec<&DeviceBuffer> = buffers.iter().collect();
+    let run = device
+        .run(&verified, 0, &refs, &scalars)
+        .map_err(|e| fail(e.to_string()))?;
+    let cfg = device.config();
+    outln!(
+        "program {} on {}_0",
+        program.name,
+        program.core.name().to_uppercase()
+    );
+    out!("{run}");
+    outln!(
+        "device time: {:.3} us at {:.2} GHz",
+        run.seconds(cfg.clock_hz) * 1e6,
+        cfg.clock_hz / 1e9
+    );
+    for (decl, buf) in program.gm.iter().zip(&buffers) {
+        if decl.role != Role::In {
+            outln!("{}", summary(&device, buf, decl)?);
+        }
+        if let Some((_, path)) = a.outputs.iter().find(|(n, _)| *n == decl.name) {
+            write_output(&device, buf, decl, path)?;
+        }
+    }
+    Ok(())
+}
+
+/// The device configuration read from `path`, else the default one.
+fn load_config(path: Option<&str>) -> Result<DeviceConfig, CliError> {
+    match path {
+        Some(path) => {
+            let text = String::from_utf8(read_file(path)?)
+                .map_err(|_| fail(format!("{path}: not UTF-8")))?;
+            DeviceConfig::from_json(&text).map_err(|e| fail(format!("{path}: {e}")))
+        }
+        None => Ok(DeviceConfig::default()),
+    }
+}
+
+/// Allocates every GM argument of `program`, filled from its `--input`
+/// file, else (unless it is an output only) from the seeded generator.
+fn gm_buffers(
+    device: &SimDevice,
+    program: &Program,
+    a: &SimArgs,
+) -> Result<Vec<DeviceBuffer>, CliError> {
     let mut buffers = Vec::with_capacity(program.gm.len());
     for (i, decl) in program.gm.iter().enumerate() {
         let bytes = decl.bytes().ok_or_else(|| {
@@ -200,12 +241,17 @@ pub fn sim_cmd(a: &SimArgs) -> Result<(), CliError> {
                     .map_err(|e| fail(format!("GM argument `{}`: {e}", decl.name)))?;
             }
             None if decl.role != Role::Out => {
-                fill(&device, &buf, decl, a.seed.wrapping_add(i as u64))?
+                fill(device, &buf, decl, a.seed.wrapping_add(i as u64))?
             }
             None => {}
         }
         buffers.push(buf);
     }
+    Ok(buffers)
+}
+
+/// The scalar arguments: each declared default, overridden by `--arg`.
+fn scalar_values(program: &Program, a: &SimArgs) -> Result<Vec<i64>, CliError> {
     let mut scalars: Vec<i64> = program.args.iter().map(|d| d.value).collect();
     for (name, v) in &a.scalars {
         let i = program
@@ -220,48 +266,34 @@ pub fn sim_cmd(a: &SimArgs) -> Result<(), CliError> {
             })?;
         scalars[i] = *v;
     }
-    let refs: Vec<&DeviceBuffer> = buffers.iter().collect();
-    let run = device
-        .run(&verified, 0, &refs, &scalars)
+    Ok(scalars)
+}
+
+/// Copies GM argument `decl` back from the device into the .npy file `path`.
+fn write_output(
+    device: &SimDevice,
+    buf: &DeviceBuffer,
+    decl: &GmDecl,
+    path: &str,
+) -> Result<(), CliError> {
+    let bytes = decl.bytes().unwrap_or(0);
+    let mut data = Vec::new();
+    data.try_reserve_exact(bytes as usize).map_err(|_| {
+        fail(format!(
+            "GM argument `{}`: out of host memory allocating {bytes} bytes",
+            decl.name
+        ))
+    })?;
+    data.resize(bytes as usize, 0);
+    device
+        .copy_to_host(buf, 0, &mut data)
         .map_err(|e| fail(e.to_string()))?;
-    let cfg = device.config();
-    outln!(
-        "program {} on {}_0",
-        program.name,
-        program.core.name().to_uppercase()
-    );
-    out!("{run}");
-    outln!(
-        "device time: {:.3} us at {:.2} GHz",
-        run.seconds(cfg.clock_hz) * 1e6,
-        cfg.clock_hz / 1e9
-    );
-    for (decl, buf) in program.gm.iter().zip(&buffers) {
-        if decl.role != Role::In {
-            outln!("{}", summary(&device, buf, decl)?);
-        }
-        if let Some((_, path)) = a.outputs.iter().find(|(n, _)| *n == decl.name) {
-            let bytes = decl.bytes().unwrap_or(0);
-            let mut data = Vec::new();
-            data.try_reserve_exact(bytes as usize).map_err(|_| {
-                fail(format!(
-                    "GM argument `{}`: out of host memory allocating {bytes} bytes",
-                    decl.name
-                ))
-            })?;
-            data.resize(bytes as usize, 0);
-            device
-                .copy_to_host(buf, 0, &mut data)
-                .map_err(|e| fail(e.to_string()))?;
-            let arr = NpyArray {
-                dtype: decl.dtype,
-                shape: decl.shape.clone(),
-                data,
-            };
-            write_file(path, &npy::write(&arr))?;
-        }
-    }
-    Ok(())
+    let arr = NpyArray {
+        dtype: decl.dtype,
+        shape: decl.shape.clone(),
+        data,
+    };
+    write_file(path, &npy::write(&arr))
 }
 
 /// Elements generated, copied or summed at a time, so the host memory a

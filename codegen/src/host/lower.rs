@@ -149,6 +149,13 @@ struct Access {
     row_step: Option<Value>,
 }
 
+/// Where an access starts (its buffer plus offset) and its outer dims'
+/// strides, from which a row loop rebases it.
+struct Origin {
+    ptr: Value,
+    strides: Vec<Value>,
+}
+
 #[derive(Copy, Clone)]
 enum Inner {
     Zero,
@@ -289,28 +296,58 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         self.b.switch_to_block(entry);
         let p = self.b.block_params(entry).to_vec();
         let (bufs_p, args_p, start, end) = (p[0], p[1], p[2], p[3]);
-        let ptr = self.ptr;
+        self.load_buffers(bufs_p);
+        let dims = self.load_dims(args_p);
+        let param_vals = self.load_params(args_p);
+        let zero = self.iconst(0);
+        self.params = param_vals.into_iter().map(|v| v.unwrap_or(zero)).collect();
+        let origins = self.load_accesses(args_p);
+        if self.layout.flat {
+            self.run_stages(start, end, true)?;
+        } else {
+            self.run_rows(start, end, &dims, &origins, zero)?;
+        }
+        if self.stream_slot.is_some() {
+            // Streaming stores are weakly ordered: fence them before the
+            // caller's thread reports this range done.
+            self.b.ins().fence();
+        }
+        let ok = self.iconst(0);
+        self.b.ins().return_(&[ok]);
+        self.b.seal_all_blocks();
+        Ok(())
+    }
+
+    /// Loads the buffer and scratch-row pointers from the `bufs` array.
+    fn load_buffers(&mut self, bufs_p: Value) {
         let nlocal = self.layout.buffers.len();
         for i in 0..nlocal + self.layout.scratch {
             let v = self
                 .b
                 .ins()
-                .load(ptr, Self::aligned_flags(), bufs_p, (8 * i) as i32);
+                .load(self.ptr, Self::aligned_flags(), bufs_p, (8 * i) as i32);
             if i < nlocal {
                 self.bufs.push(v);
             } else {
                 self.scratch.push(v);
             }
         }
-        let rank = self.layout.rank;
-        let dims: Vec<Value> = (0..rank)
+    }
+
+    /// Loads the `rank` launch dims from the head of the `args` array.
+    fn load_dims(&mut self, args_p: Value) -> Vec<Value> {
+        (0..self.layout.rank)
             .map(|d| {
                 self.b
                     .ins()
-                    .load(ptr, Self::aligned_flags(), args_p, (8 * d) as i32)
+                    .load(self.ptr, Self::aligned_flags(), args_p, (8 * d) as i32)
             })
-            .collect();
-        // Params, converted once to the dtype their expressions use.
+            .collect()
+    }
+
+    /// Loads each param the kernel uses, converted once to the dtype its
+    /// expressions use; `None` for a param no expression reads.
+    fn load_params(&mut self, args_p: Value) -> Vec<Option<Value>> {
         let mut param_vals = vec![None; self.layout.params];
         for e in &self.k.exprs {
             if let Expr::Param(i) = e.expr {
@@ -336,12 +373,16 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                 param_vals[i as usize] = Some(v);
             }
         }
-        let zero = self.iconst(0);
-        self.params = param_vals.into_iter().map(|v| v.unwrap_or(zero)).collect();
-        // Accesses: strides, base pointers (as variables, rebased per row).
+        param_vals
+    }
+
+    /// Sets up every access (strides, base pointer as a variable rebased
+    /// per row) and returns each one's origin and outer strides.
+    fn load_accesses(&mut self, args_p: Value) -> Vec<Origin> {
+        let ptr = self.ptr;
+        let rank = self.layout.rank;
         let all: Vec<tilejit_ir::kernel::Access> = self.k.accesses().cloned().collect();
-        let mut outer_strides: Vec<Vec<Value>> = Vec::new();
-        let mut origins: Vec<Value> = Vec::with_capacity(all.len());
+        let mut origins: Vec<Origin> = Vec::with_capacity(all.len());
         for (a, acc) in all.iter().enumerate() {
             let lb = self.layout.access_buf[a];
             let esize = storage_bytes((self.dtype_of_buf)(lb)) as i64;
@@ -368,7 +409,6 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             );
             let offset_bytes = self.b.ins().imul_imm_s(offset, esize);
             let origin = self.b.ins().iadd(self.bufs[lb], offset_bytes);
-            origins.push(origin);
             let base = self.b.declare_var(ptr);
             self.b.def_var(base, origin);
             let row_step = (!self.layout.flat && rank >= 2)
@@ -379,49 +419,52 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                 esize,
                 row_step,
             });
-            outer_strides.push(strides);
+            origins.push(Origin {
+                ptr: origin,
+                strides,
+            });
         }
-        if self.layout.flat {
-            self.run_stages(start, end, true)?;
-        } else {
-            // for r in start..end { rebase; stages }
-            let row = self.b.declare_var(ptr);
-            self.b.def_var(row, start);
-            let cols = dims[rank - 1];
-            self.counted_loop(row, end, 1, &mut |s, r| {
-                // Outer indices, innermost first.
-                let mut rem = r;
-                let mut idx = vec![zero; rank - 1];
-                for d in (0..rank - 1).rev() {
-                    if d == 0 {
-                        idx[d] = rem;
-                    } else {
-                        idx[d] = s.b.ins().urem(rem, dims[d]);
-                        rem = s.b.ins().udiv(rem, dims[d]);
-                    }
+        origins
+    }
+
+    /// Emits `for r in start..end { rebase every access to row r; stages }`.
+    fn run_rows(
+        &mut self,
+        start: Value,
+        end: Value,
+        dims: &[Value],
+        origins: &[Origin],
+        zero: Value,
+    ) -> Result<(), CodegenError> {
+        let rank = self.layout.rank;
+        let row = self.b.declare_var(self.ptr);
+        self.b.def_var(row, start);
+        let cols = dims[rank - 1];
+        self.counted_loop(row, end, 1, &mut |s, r| {
+            // Outer indices, innermost first.
+            let mut rem = r;
+            let mut idx = vec![zero; rank - 1];
+            for d in (0..rank - 1).rev() {
+                if d == 0 {
+                    idx[d] = rem;
+                } else {
+                    idx[d] = s.b.ins().urem(rem, dims[d]);
+                    rem = s.b.ins().udiv(rem, dims[d]);
                 }
-                for (a, strides) in outer_strides.iter().enumerate() {
-                    let mut off = zero;
-                    for d in 0..rank - 1 {
-                        let t = s.b.ins().imul(idx[d], strides[d]);
-                        off = s.b.ins().iadd(off, t);
-                    }
-                    let bytes = s.b.ins().imul_imm_s(off, s.accesses[a].esize);
-                    let base = s.b.ins().iadd(origins[a], bytes);
-                    s.b.def_var(s.accesses[a].base, base);
+            }
+            for (a, origin) in origins.iter().enumerate() {
+                let mut off = zero;
+                // `idx` has the rank - 1 outer dims: the zip skips the inner one.
+                for (&i, &stride) in idx.iter().zip(&origin.strides) {
+                    let t = s.b.ins().imul(i, stride);
+                    off = s.b.ins().iadd(off, t);
                 }
-                s.run_stages(zero, cols, false)
-            })?;
-        }
-        if self.stream_slot.is_some() {
-            // Streaming stores are weakly ordered: fence them before the
-            // caller's thread reports this range done.
-            self.b.ins().fence();
-        }
-        let ok = self.iconst(0);
-        self.b.ins().return_(&[ok]);
-        self.b.seal_all_blocks();
-        Ok(())
+                let bytes = s.b.ins().imul_imm_s(off, s.accesses[a].esize);
+                let base = s.b.ins().iadd(origin.ptr, bytes);
+                s.b.def_var(s.accesses[a].base, base);
+            }
+            s.run_stages(zero, cols, false)
+        })
     }
 
     /// Runs every stage for one row (or the flat range `j0..j1`).

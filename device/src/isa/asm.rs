@@ -28,82 +28,22 @@ use tilejit_ir::{DType, UnaryOp};
 
 /// Assembles a text program. Errors name the line.
 pub fn assemble(text: &str) -> Result<Program> {
-    let mut name = None;
-    let mut core = None;
-    let mut gm = Vec::new();
-    let mut args = Vec::new();
+    let mut header = Header::default();
     let mut labels: HashMap<String, u32> = HashMap::new();
     // (line, mnemonic, operand texts); operands parse once labels are known.
     let mut pending: Vec<(usize, Opcode, Vec<String>)> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let err = |msg: String| DeviceError::Asm { line, msg };
-        let mut s = raw;
-        if let Some(p) = s.find(';') {
-            s = &s[..p];
-        }
-        if let Some(p) = s.find("//") {
-            s = &s[..p];
-        }
-        let mut s = s.trim();
+        let s = strip_comment(raw);
         if s.is_empty() {
             continue;
         }
         if let Some(d) = s.strip_prefix('.') {
-            let words: Vec<&str> = d.split_whitespace().collect();
-            match words.as_slice() {
-                ["kernel", n, c] => {
-                    if name.is_some() {
-                        return Err(err("a second `.kernel` line".into()));
-                    }
-                    check_ident(n).map_err(err)?;
-                    name = Some(n.to_string());
-                    core = Some(CoreType::from_name(c).ok_or_else(|| err(format!("core type `{c}`: expected aic or aiv")))?);
-                }
-                ["gm", n, dt, dims, role] => {
-                    check_ident(n).map_err(err)?;
-                    if gm.iter().any(|g: &GmDecl| g.name == *n) {
-                        return Err(err(format!("GM argument `{n}` declared twice")));
-                    }
-                    let dtype = DType::from_name(dt).ok_or_else(|| err(format!("unknown dtype `{dt}`")))?;
-                    let shape = parse_dims(dims).map_err(err)?;
-                    let role = match *role {
-                        "in" => Role::In,
-                        "out" => Role::Out,
-                        "inout" => Role::InOut,
-                        r => return Err(err(format!("role `{r}`: expected in, out or inout"))),
-                    };
-                    gm.push(GmDecl { name: n.to_string(), dtype, shape, role });
-                }
-                ["arg", n, v] => {
-                    check_ident(n).map_err(err)?;
-                    if args.iter().any(|a: &ArgDecl| a.name == *n) {
-                        return Err(err(format!("scalar argument `{n}` declared twice")));
-                    }
-                    let value = parse_int(v).ok_or_else(|| err(format!("`{v}` is not an integer")))?;
-                    args.push(ArgDecl { name: n.to_string(), value });
-                }
-                _ => {
-                    return Err(err(format!(
-                        "unknown directive `.{d}` (expected `.kernel NAME aic|aiv`, `.gm NAME DTYPE [DIMS] in|out|inout` or `.arg NAME VALUE`)"
-                    )))
-                }
-            }
+            header.directive(d).map_err(err)?;
             continue;
         }
-        while let Some(colon) = s.find(':') {
-            let label = s[..colon].trim();
-            if !is_ident(label) {
-                break;
-            }
-            if labels
-                .insert(label.to_string(), pending.len() as u32)
-                .is_some()
-            {
-                return Err(err(format!("label `{label}` defined twice")));
-            }
-            s = s[colon + 1..].trim();
-        }
+        let s = define_labels(s, &mut labels, pending.len() as u32).map_err(err)?;
         if s.is_empty() {
             continue;
         }
@@ -117,40 +57,150 @@ pub fn assemble(text: &str) -> Result<Program> {
         };
         pending.push((line, op, ops));
     }
-    let name = name.ok_or(DeviceError::Asm {
+    let name = header.name.ok_or(DeviceError::Asm {
         line: 1,
         msg: "missing `.kernel NAME aic|aiv` line".into(),
     })?;
-    let core = core.unwrap_or(CoreType::Aiv);
+    let core = header.core.unwrap_or(CoreType::Aiv);
+    let gm = header.gm;
     let mut code = Vec::with_capacity(pending.len());
     for (line, op, ops) in pending {
-        let info = op.info();
         let err = |msg: String| DeviceError::Asm { line, msg };
-        if ops.len() != info.operands.len() {
-            let names: Vec<&str> = info.operands.iter().map(|o| o.0).collect();
-            return Err(err(format!(
-                "`{}` takes {} operands ({}), got {}",
-                info.mnemonic,
-                names.len(),
-                names.join(", "),
-                ops.len()
-            )));
-        }
-        let mut parsed = Vec::with_capacity(ops.len());
-        for (&(oname, kind), text) in info.operands.iter().zip(&ops) {
-            let arg = parse_operand(kind, text, &gm, &labels)
-                .map_err(|m| err(format!("operand `{oname}` of `{}`: {m}", info.mnemonic)))?;
-            parsed.push(arg);
-        }
-        code.push(Inst { op, args: parsed });
+        code.push(parse_inst(op, &ops, &gm, &labels).map_err(err)?);
     }
     Ok(Program {
         name,
         core,
         gm,
-        args,
+        args: header.args,
         code,
     })
+}
+
+/// What a program's directives declare, as they are read.
+#[derive(Default)]
+struct Header {
+    name: Option<String>,
+    core: Option<CoreType>,
+    gm: Vec<GmDecl>,
+    args: Vec<ArgDecl>,
+}
+
+impl Header {
+    /// Applies one directive, `d` being its text after the `.`.
+    fn directive(&mut self, d: &str) -> std::result::Result<(), String> {
+        let words: Vec<&str> = d.split_whitespace().collect();
+        match words.as_slice() {
+            ["kernel", n, c] => {
+                if self.name.is_some() {
+                    return Err("a second `.kernel` line".into());
+                }
+                check_ident(n)?;
+                self.name = Some(n.to_string());
+                self.core = Some(
+                    CoreType::from_name(c)
+                        .ok_or_else(|| format!("core type `{c}`: expected aic or aiv"))?,
+                );
+            }
+            ["gm", n, dt, dims, role] => {
+                check_ident(n)?;
+                if self.gm.iter().any(|g| g.name == *n) {
+                    return Err(format!("GM argument `{n}` declared twice"));
+                }
+                let dtype = DType::from_name(dt).ok_or_else(|| format!("unknown dtype `{dt}`"))?;
+                let shape = parse_dims(dims)?;
+                let role = match *role {
+                    "in" => Role::In,
+                    "out" => Role::Out,
+                    "inout" => Role::InOut,
+                    r => return Err(format!("role `{r}`: expected in, out or inout")),
+                };
+                self.gm.push(GmDecl {
+                    name: n.to_string(),
+                    dtype,
+                    shape,
+                    role,
+                });
+            }
+            ["arg", n, v] => {
+                check_ident(n)?;
+                if self.args.iter().any(|a| a.name == *n) {
+                    return Err(format!("scalar argument `{n}` declared twice"));
+                }
+                let value = parse_int(v).ok_or_else(|| format!("`{v}` is not an integer"))?;
+                self.args.push(ArgDecl {
+                    name: n.to_string(),
+                    value,
+                });
+            }
+            _ => {
+                return Err(format!(
+                    "unknown directive `.{d}` (expected `.kernel NAME aic|aiv`, `.gm NAME DTYPE [DIMS] in|out|inout` or `.arg NAME VALUE`)"
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A line without its `;` or `//` comment, trimmed.
+fn strip_comment(raw: &str) -> &str {
+    let mut s = raw;
+    if let Some(p) = s.find(';') {
+        s = &s[..p];
+    }
+    if let Some(p) = s.find("//") {
+        s = &s[..p];
+    }
+    s.trim()
+}
+
+/// Defines the `label:` prefixes of a line at instruction index `at`;
+/// returns the rest of the line.
+fn define_labels<'t>(
+    mut s: &'t str,
+    labels: &mut HashMap<String, u32>,
+    at: u32,
+) -> std::result::Result<&'t str, String> {
+    while let Some(colon) = s.find(':') {
+        let label = s[..colon].trim();
+        if !is_ident(label) {
+            break;
+        }
+        if labels.insert(label.to_string(), at).is_some() {
+            return Err(format!("label `{label}` defined twice"));
+        }
+        s = s[colon + 1..].trim();
+    }
+    Ok(s)
+}
+
+/// Parses the operand texts of one `op` instruction, now that every
+/// label is known.
+fn parse_inst(
+    op: Opcode,
+    ops: &[String],
+    gm: &[GmDecl],
+    labels: &HashMap<String, u32>,
+) -> std::result::Result<Inst, String> {
+    let info = op.info();
+    if ops.len() != info.operands.len() {
+        let names: Vec<&str> = info.operands.iter().map(|o| o.0).collect();
+        return Err(format!(
+            "`{}` takes {} operands ({}), got {}",
+            info.mnemonic,
+            names.len(),
+            names.join(", "),
+            ops.len()
+        ));
+    }
+    let mut parsed = Vec::with_capacity(ops.len());
+    for (&(oname, kind), text) in info.operands.iter().zip(ops) {
+        let arg = parse_operand(kind, text, gm, labels)
+            .map_err(|m| format!("operand `{oname}` of `{}`: {m}", info.mnemonic))?;
+        parsed.push(arg);
+    }
+    Ok(Inst { op, args: parsed })
 }
 
 fn check_ident(n: &str) -> std::result::Result<(), String> {

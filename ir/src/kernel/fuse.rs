@@ -539,25 +539,7 @@ impl<'g> Fuser<'g> {
         } else {
             self.anchor_reduction(root)
         };
-        // Domain and the root's map.
-        let (domain, root_map) = match anchor {
-            Some((red, axis)) => {
-                let Op::Reduce(_, x, _) = g.node(red).op else {
-                    unreachable!("anchor is a reduction")
-                };
-                let src = g.ty(x).shape;
-                let mut domain = Vec::with_capacity(src.rank());
-                let mut map = Map::NONE;
-                for d in (0..src.rank()).filter(|&d| d != axis) {
-                    map[d] = Some(domain.len() as u8);
-                    domain.push(src[d]);
-                }
-                domain.push(src[axis]);
-                (domain, map)
-            }
-            None if ty.shape.rank() == 0 => (vec![1], Map::NONE),
-            None => (ty.shape.dims().to_vec(), identity_map(ty.shape.rank())),
-        };
+        let (domain, root_map) = self.kernel_domain(root, anchor);
         let mut kb = KernelBuilder {
             domain,
             loads: Vec::new(),
@@ -587,10 +569,62 @@ impl<'g> Fuser<'g> {
                 kb.stages.push(Stage::Store { access, value });
             }
         }
-        // Shared expensive values: scratch if every user is here, else
-        // materialise them.
-        let mut scratch = Vec::new();
         let inlined: ahash::AHashSet<NodeId> = kb.memo.keys().map(|k| k.0).collect();
+        let scratch = self.scratch_rows(&kb, root, &inlined)?;
+        if target.is_none() {
+            self.buffer_of[root.index()] = Some(out);
+        }
+        let ops = self.fused_ops(&kb, root, &inlined, target.is_some());
+        let mut kernel = Kernel {
+            name: kernel_name(&ops, ty),
+            domain: kb.domain,
+            loads: kb.loads,
+            exprs: kb.exprs,
+            scratch,
+            stages: kb.stages,
+            matmul: kb.matmul,
+            ops,
+        };
+        collapse_domain(&mut kernel);
+        Ok(kernel)
+    }
+
+    /// The kernel's domain for `root` and the map from `root`'s dims to it:
+    /// an anchoring reduction's source dims with the reduced axis last, else
+    /// `root`'s own dims.
+    fn kernel_domain(&self, root: NodeId, anchor: Option<(NodeId, usize)>) -> (Vec<usize>, Map) {
+        let g = self.g;
+        let ty = g.ty(root);
+        match anchor {
+            Some((red, axis)) => {
+                let Op::Reduce(_, x, _) = g.node(red).op else {
+                    unreachable!("anchor is a reduction")
+                };
+                let src = g.ty(x).shape;
+                let mut domain = Vec::with_capacity(src.rank());
+                let mut map = Map::NONE;
+                for d in (0..src.rank()).filter(|&d| d != axis) {
+                    map[d] = Some(domain.len() as u8);
+                    domain.push(src[d]);
+                }
+                domain.push(src[axis]);
+                (domain, map)
+            }
+            None if ty.shape.rank() == 0 => (vec![1], Map::NONE),
+            None => (ty.shape.dims().to_vec(), identity_map(ty.shape.rank())),
+        }
+    }
+
+    /// The scratch rows for the shared expensive values inlined into this
+    /// kernel; `Stop::Materialize` for one that must get its own buffer
+    /// (a user elsewhere, several maps, or a row too long for scratch).
+    fn scratch_rows(
+        &self,
+        kb: &KernelBuilder,
+        root: NodeId,
+        inlined: &ahash::AHashSet<NodeId>,
+    ) -> Result<Vec<ExprId>, Stop> {
+        let mut scratch = Vec::new();
         let mut shared: Vec<NodeId> = inlined
             .iter()
             .copied()
@@ -618,9 +652,19 @@ impl<'g> Fuser<'g> {
                 scratch.push(ids[0]);
             }
         }
-        if target.is_none() {
-            self.buffer_of[root.index()] = Some(out);
-        }
+        Ok(scratch)
+    }
+
+    /// The names of the graph ops fused into this kernel, in graph order,
+    /// without the views and sources that compute nothing.
+    fn fused_ops(
+        &self,
+        kb: &KernelBuilder,
+        root: NodeId,
+        inlined: &ahash::AHashSet<NodeId>,
+        concat: bool,
+    ) -> Vec<&'static str> {
+        let g = self.g;
         let mut ops: Vec<(NodeId, &'static str)> = inlined
             .iter()
             .filter(|n| self.buffer_of[n.index()].is_none() || **n == root)
@@ -643,23 +687,11 @@ impl<'g> Fuser<'g> {
             let mm = kb.matmul.as_ref().is_some_and(|m| m.im2col.is_some());
             ops.push((root, if mm { "conv" } else { "matmul" }));
         }
-        if target.is_some() {
+        if concat {
             ops.push((root, "cat"));
         }
         ops.sort();
-        let ops: Vec<&'static str> = ops.into_iter().map(|o| o.1).collect();
-        let mut kernel = Kernel {
-            name: kernel_name(&ops, ty),
-            domain: kb.domain,
-            loads: kb.loads,
-            exprs: kb.exprs,
-            scratch,
-            stages: kb.stages,
-            matmul: kb.matmul,
-            ops,
-        };
-        collapse_domain(&mut kernel);
-        Ok(kernel)
+        ops.into_iter().map(|o| o.1).collect()
     }
 
     /// A convolution as a matmul whose `a` is the image read as windows.
@@ -815,65 +847,13 @@ impl<'g> Fuser<'g> {
         map: Map,
         defining: bool,
     ) -> Result<ExprId, Stop> {
-        let g = self.g;
-        // The node this kernel defines is computed, never loaded.
-        let defined = |n: NodeId| defining && n == root;
         let mut stack = vec![(root, map, false)];
         while let Some((n, m, expanded)) = stack.pop() {
             if kb.memo.contains_key(&(n, m)) {
                 continue;
             }
-            let node = g.node(n);
-            // Leaves: buffers, params, literals, a fusable matmul.
-            let leaf = if !defined(n) && self.buffer_of[self.view_source(n).index()].is_some() {
-                let s = self.view_source(n);
-                let buf = self.buffer_of[s.index()].ok_or(Stop::Materialize(s))?;
-                let access = self.access(kb, buf, &node.ty.shape, &m);
-                Some(kb.load(access, node.ty.dtype))
-            } else {
-                match node.op {
-                    Op::Param { index, dtype } => Some(kb.push(Expr::Param(index), dtype)),
-                    Op::Full { value, ty } => Some(kb.push(Expr::Lit(value), ty.dtype)),
-                    Op::MatMul(..) | Op::Conv(..) => {
-                        // The product is computed whole first, so the
-                        // stages may read it in any order of its dims (a
-                        // permute after a matmul costs no copy), but they
-                        // must read all of it, once per element.
-                        let shape = node.ty.shape;
-                        let mut seen = 0u16;
-                        let permuted = kb.domain.len() == shape.rank()
-                            && (0..shape.rank()).all(|d| {
-                                m.start[d] == 0
-                                    && m[d].is_some_and(|k| {
-                                        let fresh = seen & (1 << k) == 0;
-                                        seen |= 1 << k;
-                                        fresh && kb.domain[k as usize] == shape[d]
-                                    })
-                            });
-                        if kb.matmul.is_some() || !permuted || self.materialized[n.index()] {
-                            return Err(Stop::Materialize(n));
-                        }
-                        let prod = self.new_buffer(node.ty, BufKind::Temp);
-                        kb.matmul = Some(match node.op {
-                            Op::Conv(x, w, win) => self.conv_spec(x, w, win, prod)?,
-                            Op::MatMul(a, b) => self.matmul_spec(a, b, prod)?,
-                            _ => unreachable!("matched above"),
-                        });
-                        let access = self.access(kb, prod, &node.ty.shape, &m);
-                        Some(kb.load(access, node.ty.dtype))
-                    }
-                    Op::Input { .. } | Op::Constant { .. } => {
-                        return Err(Stop::Ir(IrError::Verify(format!(
-                            "fusion: source {n} has no buffer"
-                        ))))
-                    }
-                    _ if !defined(n) && self.materialized[n.index()] => {
-                        return Err(Stop::Materialize(n));
-                    }
-                    _ => None,
-                }
-            };
-            if let Some(e) = leaf {
+            // The node this kernel defines is computed, never loaded.
+            if let Some(e) = self.build_leaf(kb, n, m, defining && n == root)? {
                 kb.memo.insert((n, m), e);
                 continue;
             }
@@ -888,57 +868,145 @@ impl<'g> Fuser<'g> {
                 continue;
             }
             let e: Vec<ExprId> = deps.iter().map(|d| kb.memo[d]).collect();
-            let dt = node.ty.dtype;
-            let id = match node.op {
-                Op::Unary(u, _) => kb.push(Expr::Unary(u, e[0]), dt),
-                Op::Binary(b, ..) => kb.push(Expr::Binary(b, e[0], e[1]), dt),
-                Op::Compare(c, ..) => kb.push(Expr::Compare(c, e[0], e[1]), dt),
-                Op::Select(..) => kb.push(Expr::Select(e[0], e[1], e[2]), dt),
-                Op::Cast(..) => kb.push(Expr::Cast(e[0]), dt),
-                Op::Broadcast(..) | Op::Permute(..) | Op::Reshape(..) | Op::Slice(..) => e[0],
-                Op::Reduce(r, ..) => {
-                    kb.stages.push(Stage::Reduce { op: r, value: e[0] });
-                    kb.push(Expr::Row(kb.stages.len() as u32 - 1), dt)
-                }
-                Op::Gather(x, index, axis) => {
-                    // Device code reads the indices from memory: they must
-                    // be a load here, not a computed value.
-                    if !matches!(kb.exprs[e[0].0 as usize].expr, Expr::Load(_)) {
-                        return Err(Stop::Materialize(self.view_producer(index)));
-                    }
-                    let s = self.view_source(x);
-                    let buf = self.buffer_of[s.index()].ok_or(Stop::Materialize(s))?;
-                    let shape = g.ty(x).shape;
-                    let axis = axis as usize;
-                    let mut mx = m;
-                    mx.dims[axis] = None;
-                    mx.start[axis] = 0;
-                    let access = self.access(kb, buf, &shape, &mx);
-                    let load = kb.access_slot(access);
-                    let stride = contiguous_strides(&shape)[axis];
-                    let len = shape[axis] as i64;
-                    kb.push(
-                        Expr::Gather {
-                            load,
-                            index: e[0],
-                            stride,
-                            len,
-                        },
-                        dt,
-                    )
-                }
-                _ => {
-                    return Err(Stop::Ir(IrError::Verify(format!(
-                        "fusion: unexpected op at {n}"
-                    ))))
-                }
-            };
+            let id = self.build_op(kb, n, m, &e)?;
             kb.memo.insert((n, m), id);
         }
         kb.memo
             .get(&(root, map))
             .copied()
             .ok_or_else(|| Stop::Ir(IrError::Verify("fusion: root not built".into())))
+    }
+
+    /// The expression of `n` under `m` if it is a leaf: a buffer load, a
+    /// param, a literal or a fusable product; `None` for an op to compute.
+    fn build_leaf(
+        &mut self,
+        kb: &mut KernelBuilder,
+        n: NodeId,
+        m: Map,
+        defined: bool,
+    ) -> Result<Option<ExprId>, Stop> {
+        let node = self.g.node(n);
+        if !defined && self.buffer_of[self.view_source(n).index()].is_some() {
+            let s = self.view_source(n);
+            let buf = self.buffer_of[s.index()].ok_or(Stop::Materialize(s))?;
+            let access = self.access(kb, buf, &node.ty.shape, &m);
+            return Ok(Some(kb.load(access, node.ty.dtype)));
+        }
+        Ok(match node.op {
+            Op::Param { index, dtype } => Some(kb.push(Expr::Param(index), dtype)),
+            Op::Full { value, ty } => Some(kb.push(Expr::Lit(value), ty.dtype)),
+            Op::MatMul(..) | Op::Conv(..) => Some(self.product_leaf(kb, n, m)?),
+            Op::Input { .. } | Op::Constant { .. } => {
+                return Err(Stop::Ir(IrError::Verify(format!(
+                    "fusion: source {n} has no buffer"
+                ))))
+            }
+            _ if !defined && self.materialized[n.index()] => {
+                return Err(Stop::Materialize(n));
+            }
+            _ => None,
+        })
+    }
+
+    /// A matmul or conv `n` fused as this kernel's product: computed whole
+    /// into a new buffer first, then loaded under `m`.
+    fn product_leaf(&mut self, kb: &mut KernelBuilder, n: NodeId, m: Map) -> Result<ExprId, Stop> {
+        let node = self.g.node(n);
+        // The product is computed whole first, so the stages may read it
+        // in any order of its dims (a permute after a matmul costs no
+        // copy), but they must read all of it, once per element.
+        let shape = node.ty.shape;
+        let mut seen = 0u16;
+        let permuted = kb.domain.len() == shape.rank()
+            && (0..shape.rank()).all(|d| {
+                m.start[d] == 0
+                    && m[d].is_some_and(|k| {
+                        let fresh = seen & (1 << k) == 0;
+                        seen |= 1 << k;
+                        fresh && kb.domain[k as usize] == shape[d]
+                    })
+            });
+        if kb.matmul.is_some() || !permuted || self.materialized[n.index()] {
+            return Err(Stop::Materialize(n));
+        }
+        let prod = self.new_buffer(node.ty, BufKind::Temp);
+        kb.matmul = Some(match node.op {
+            Op::Conv(x, w, win) => self.conv_spec(x, w, win, prod)?,
+            Op::MatMul(a, b) => self.matmul_spec(a, b, prod)?,
+            _ => unreachable!("only called for a matmul or conv"),
+        });
+        let access = self.access(kb, prod, &node.ty.shape, &m);
+        Ok(kb.load(access, node.ty.dtype))
+    }
+
+    /// The expression computing op `n` under `m` from its operands' `e`.
+    fn build_op(
+        &mut self,
+        kb: &mut KernelBuilder,
+        n: NodeId,
+        m: Map,
+        e: &[ExprId],
+    ) -> Result<ExprId, Stop> {
+        let node = self.g.node(n);
+        let dt = node.ty.dtype;
+        Ok(match node.op {
+            Op::Unary(u, _) => kb.push(Expr::Unary(u, e[0]), dt),
+            Op::Binary(b, ..) => kb.push(Expr::Binary(b, e[0], e[1]), dt),
+            Op::Compare(c, ..) => kb.push(Expr::Compare(c, e[0], e[1]), dt),
+            Op::Select(..) => kb.push(Expr::Select(e[0], e[1], e[2]), dt),
+            Op::Cast(..) => kb.push(Expr::Cast(e[0]), dt),
+            Op::Broadcast(..) | Op::Permute(..) | Op::Reshape(..) | Op::Slice(..) => e[0],
+            Op::Reduce(r, ..) => {
+                kb.stages.push(Stage::Reduce { op: r, value: e[0] });
+                kb.push(Expr::Row(kb.stages.len() as u32 - 1), dt)
+            }
+            Op::Gather(x, index, axis) => {
+                // Device code reads the indices from memory: they must
+                // be a load here, not a computed value.
+                if !matches!(kb.exprs[e[0].0 as usize].expr, Expr::Load(_)) {
+                    return Err(Stop::Materialize(self.view_producer(index)));
+                }
+                self.gather_expr(kb, m, x, axis as usize, e[0], dt)?
+            }
+            _ => {
+                return Err(Stop::Ir(IrError::Verify(format!(
+                    "fusion: unexpected op at {n}"
+                ))))
+            }
+        })
+    }
+
+    /// A gather from `x` along `axis` under `m`, at the loaded indices
+    /// `index`: `x` is read through its buffer with `axis` left to them.
+    fn gather_expr(
+        &mut self,
+        kb: &mut KernelBuilder,
+        m: Map,
+        x: NodeId,
+        axis: usize,
+        index: ExprId,
+        dt: DType,
+    ) -> Result<ExprId, Stop> {
+        let s = self.view_source(x);
+        let buf = self.buffer_of[s.index()].ok_or(Stop::Materialize(s))?;
+        let shape = self.g.ty(x).shape;
+        let mut mx = m;
+        mx.dims[axis] = None;
+        mx.start[axis] = 0;
+        let access = self.access(kb, buf, &shape, &mx);
+        let load = kb.access_slot(access);
+        let stride = contiguous_strides(&shape)[axis];
+        let len = shape[axis] as i64;
+        Ok(kb.push(
+            Expr::Gather {
+                load,
+                index,
+                stride,
+                len,
+            },
+            dt,
+        ))
     }
 
     fn finish(self) -> Result<KernelProgram, IrError> {

@@ -2,7 +2,7 @@
 //! consistent, accesses of the domain's rank, `row N` naming an earlier
 //! reduce stage. Fusion output and parsed text both pass through it in tests.
 
-use super::{Expr, Kernel, KernelProgram, ProgramOutput, Stage};
+use super::{Expr, Kernel, KernelProgram, MatMul, ProgramOutput, Stage};
 use crate::dtype::DType;
 use crate::error::IrError;
 
@@ -54,6 +54,17 @@ fn verify_kernel(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError
     if k.domain.is_empty() {
         return Err(bad(k, "empty domain".into()));
     }
+    verify_accesses(p, k, nbuf)?;
+    if let Some(m) = &k.matmul {
+        verify_matmul(p, k, m, nbuf)?;
+    }
+    verify_exprs(p, k)?;
+    verify_stages(p, k)
+}
+
+/// Checks every access names a buffer, has the domain's rank and stays
+/// inside its buffer.
+fn verify_accesses(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError> {
     let rank = k.domain.len();
     for (ai, a) in k.accesses().enumerate() {
         if a.buf.0 >= nbuf {
@@ -93,38 +104,46 @@ fn verify_kernel(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError
             }
         }
     }
-    if let Some(m) = &k.matmul {
-        for b in [m.a, m.b, m.out] {
-            if b.0 >= nbuf {
-                return Err(bad(k, format!("matmul names missing buffer b{}", b.0)));
-            }
-        }
-        // Sizes come from text, so their products may overflow.
-        let fits = |b: super::BufId, x: usize, y: usize| {
-            let want = m.batch.checked_mul(x).and_then(|n| n.checked_mul(y));
-            want.is_some() && p.buffer(b).ty.shape.checked_numel() == want
-        };
-        let operands_fit = match &m.im2col {
-            None => fits(m.a, m.m, m.k) && fits(m.b, m.k, m.n),
-            // The image is `[batch, c, h, w]`, the weights one `[k, n]`,
-            // and the window's rows and columns are `m` and `k`.
-            Some(ic) => {
-                let windows = ic
-                    .window
-                    .out(ic.h, ic.w)
-                    .and_then(|(oh, ow)| oh.checked_mul(ow));
-                let cols = ic.c.checked_mul(ic.window.size());
-                let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
-                windows == Some(m.m)
-                    && cols == Some(m.k)
-                    && image.is_some_and(|i| fits(m.a, i, 1))
-                    && m.k.checked_mul(m.n) == p.buffer(m.b).ty.shape.checked_numel()
-            }
-        };
-        if !(operands_fit && fits(m.out, m.m, m.n)) {
-            return Err(bad(k, "matmul sizes do not match its buffers".into()));
+    Ok(())
+}
+
+/// Checks a matmul names existing buffers whose sizes match its shape.
+fn verify_matmul(p: &KernelProgram, k: &Kernel, m: &MatMul, nbuf: u32) -> Result<(), IrError> {
+    for b in [m.a, m.b, m.out] {
+        if b.0 >= nbuf {
+            return Err(bad(k, format!("matmul names missing buffer b{}", b.0)));
         }
     }
+    // Sizes come from text, so their products may overflow.
+    let fits = |b: super::BufId, x: usize, y: usize| {
+        let want = m.batch.checked_mul(x).and_then(|n| n.checked_mul(y));
+        want.is_some() && p.buffer(b).ty.shape.checked_numel() == want
+    };
+    let operands_fit = match &m.im2col {
+        None => fits(m.a, m.m, m.k) && fits(m.b, m.k, m.n),
+        // The image is `[batch, c, h, w]`, the weights one `[k, n]`,
+        // and the window's rows and columns are `m` and `k`.
+        Some(ic) => {
+            let windows = ic
+                .window
+                .out(ic.h, ic.w)
+                .and_then(|(oh, ow)| oh.checked_mul(ow));
+            let cols = ic.c.checked_mul(ic.window.size());
+            let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
+            windows == Some(m.m)
+                && cols == Some(m.k)
+                && image.is_some_and(|i| fits(m.a, i, 1))
+                && m.k.checked_mul(m.n) == p.buffer(m.b).ty.shape.checked_numel()
+        }
+    };
+    if !(operands_fit && fits(m.out, m.m, m.n)) {
+        return Err(bad(k, "matmul sizes do not match its buffers".into()));
+    }
+    Ok(())
+}
+
+/// Checks every expression comes after its operands and is well typed.
+fn verify_exprs(p: &KernelProgram, k: &Kernel) -> Result<(), IrError> {
     let dt = |i: super::ExprId| k.exprs[i.0 as usize].dtype;
     for (i, e) in k.exprs.iter().enumerate() {
         for o in e.expr.operands() {
@@ -166,6 +185,13 @@ fn verify_kernel(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrError
             return Err(bad(k, format!("%{i} is ill-typed or out of range")));
         }
     }
+    Ok(())
+}
+
+/// Checks stages and scratch rows name existing expressions and stores
+/// match their buffer's dtype.
+fn verify_stages(p: &KernelProgram, k: &Kernel) -> Result<(), IrError> {
+    let dt = |i: super::ExprId| k.exprs[i.0 as usize].dtype;
     for s in &k.stages {
         let v = match s {
             Stage::Reduce { value, .. } | Stage::Store { value, .. } => *value,
