@@ -178,6 +178,7 @@ fn demo() -> tilejit::Result<()> {
         t.elapsed().as_secs_f64() * 1e3
     );
     let dir = tilejit::config()
+        .runtime
         .profile_dir
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("tilejit-demo-profile"));

@@ -16,10 +16,8 @@
 //! The other variables, and what each does, are in the README's table.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::sync::OnceLock;
 use tilejit_ir::config::{from_env, ignoring, log_parts, text};
-use tilejit_runtime::device::Policy;
 
 /// Where a compiled program runs. A call's mode is, first found: a
 /// per-call override (`tilejit::with_mode`), the function's own
@@ -119,23 +117,14 @@ pub fn variables() -> Vec<(&'static str, &'static str)> {
     all
 }
 
-/// What `TILEJIT_LOG` turned on, over every crate.
+/// The `TILEJIT_LOG` parts the library reads (the runtime's are
+/// [`tilejit_runtime::config::LogParts`]).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct LogParts {
-    /// One line per kernel compile.
-    pub compile: bool,
     /// One line per jit trace, saying why the call missed.
     pub trace: bool,
     /// One line per Verify-mode output (max abs/rel error, ulps).
     pub verify: bool,
-    /// One line per compile with the time each pipeline stage took.
-    pub timing: bool,
-    /// One line per kernel cache miss naming the key components that
-    /// differ from the nearest entry, and why a disk cache file or a
-    /// snapshot's code was not used.
-    pub cache: bool,
-    /// One line per kernel run with its time (on Sim, its device time).
-    pub time: bool,
     /// On a remote device's server: one line per session opened, closed
     /// or expired, per program compiled from a client's text, and per
     /// failed request. Only with the `remote` feature.
@@ -143,131 +132,64 @@ pub struct LogParts {
     pub remote: bool,
 }
 
-/// Every `TILEJIT_*` setting of this process (see [`variables`]), each
-/// read by the crate it belongs to.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Every `TILEJIT_*` setting of this process (see [`variables`]): the
+/// library's own, and each lower crate's as that crate read it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Config {
     /// `TILEJIT_RUN_MODE`: the mode of calls that set none themselves.
     pub run_mode: Option<RunMode>,
-    /// `TILEJIT_LOG`.
+    /// The library's `TILEJIT_LOG` parts.
     pub log: LogParts,
-    /// `TILEJIT_DUMP`: where compiles write what they compiled.
-    pub dump_dir: Option<PathBuf>,
-    /// `TILEJIT_DUMP_VALUES`: where kernel runs write their outputs.
-    pub dump_values_dir: Option<PathBuf>,
-    /// `TILEJIT_NO_FMA`: host code as for a CPU without FMA (tests).
-    pub no_fma: bool,
-    /// `TILEJIT_PROFILE`: where Sim launches write Chrome traces.
-    pub profile_dir: Option<PathBuf>,
-    /// `TILEJIT_SIM_POLICY`: the scheduler policy of Sim launches.
-    pub sim_policy: Option<Policy>,
-    /// `TILEJIT_POOL_BYTES`: the storage pool's byte bound.
-    pub pool_bytes: usize,
-    /// `TILEJIT_WARMUP`: whether the first tensor starts a compiler warm-up.
-    pub warmup: bool,
-    /// `TILEJIT_CACHE_DIR`, else `$XDG_CACHE_HOME/tilejit`, else
-    /// `$HOME/.cache/tilejit`: the on-disk kernel cache; `None` is off.
-    pub cache_dir: Option<PathBuf>,
-    /// `TILEJIT_CACHE_BYTES`: the on-disk kernel cache's byte bound (0:
-    /// off).
-    pub cache_bytes: u64,
+    /// The IR's settings (`TILEJIT_POOL_BYTES`).
+    pub ir: tilejit_ir::config::Config,
+    /// Code generation's settings (`TILEJIT_NO_FMA`).
+    pub codegen: tilejit_codegen::config::Config,
+    /// The runtime's settings: dumps, profiles, the Sim policy, warm-up,
+    /// the disk cache and its `TILEJIT_LOG` parts.
+    pub runtime: tilejit_runtime::config::Config,
 }
 
-impl Default for Config {
-    fn default() -> Config {
-        Config::compose(
-            Own::default(),
-            &tilejit_ir::config::Config::default(),
-            &tilejit_codegen::config::Config::default(),
-            &tilejit_runtime::config::Config::default(),
-        )
-    }
-}
-
-/// The library's own settings.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-struct Own {
-    run_mode: Option<RunMode>,
-    trace: bool,
-    verify: bool,
-    #[cfg(feature = "remote")]
-    remote: bool,
-}
-
-impl Own {
-    /// Reads the library's variables, and reports each `TILEJIT_LOG` part
-    /// that neither it nor the runtime knows.
-    fn read(var: &impl Fn(&str) -> Option<OsString>) -> (Own, Vec<String>) {
-        let mut own = Own::default();
-        let mut complaints = Vec::new();
-        if let Some(v) = text(var, "TILEJIT_RUN_MODE") {
-            own.run_mode = RunMode::from_name(&v);
-            if own.run_mode.is_none() {
-                complaints.push(ignoring(OWN, "TILEJIT_RUN_MODE", &v));
-            }
+/// Reads the library's own variables into `c`, and reports each
+/// `TILEJIT_LOG` part that neither it nor the runtime knows.
+fn read_own(c: &mut Config, var: &impl Fn(&str) -> Option<OsString>) -> Vec<String> {
+    let mut complaints = Vec::new();
+    if let Some(v) = text(var, "TILEJIT_RUN_MODE") {
+        c.run_mode = RunMode::from_name(&v);
+        if c.run_mode.is_none() {
+            complaints.push(ignoring(OWN, "TILEJIT_RUN_MODE", &v));
         }
-        if let Some(v) = text(var, "TILEJIT_LOG") {
-            for part in log_parts(&v) {
-                let known = match part {
-                    "trace" => {
-                        own.trace = true;
-                        true
-                    }
-                    "verify" => {
-                        own.verify = true;
-                        true
-                    }
-                    #[cfg(feature = "remote")]
-                    "remote" => {
-                        own.remote = true;
-                        true
-                    }
-                    _ => tilejit_runtime::config::LogParts::NAMES.contains(&part),
-                };
-                if !known {
-                    let expected = OWN.iter().find(|(n, _)| *n == "TILEJIT_LOG");
-                    let expected = expected.map_or("", |(_, e)| *e);
-                    complaints.push(format!(
-                        "ignoring {part:?} in TILEJIT_LOG={v:?} (expected {expected})"
-                    ));
+    }
+    if let Some(v) = text(var, "TILEJIT_LOG") {
+        for part in log_parts(&v) {
+            let known = match part {
+                "trace" => {
+                    c.log.trace = true;
+                    true
                 }
+                "verify" => {
+                    c.log.verify = true;
+                    true
+                }
+                #[cfg(feature = "remote")]
+                "remote" => {
+                    c.log.remote = true;
+                    true
+                }
+                _ => tilejit_runtime::config::LogParts::default().set(part),
+            };
+            if !known {
+                let expected = OWN.iter().find(|(n, _)| *n == "TILEJIT_LOG");
+                let expected = expected.map_or("", |(_, e)| *e);
+                complaints.push(format!(
+                    "ignoring {part:?} in TILEJIT_LOG={v:?} (expected {expected})"
+                ));
             }
         }
-        (own, complaints)
     }
+    complaints
 }
 
 impl Config {
-    fn compose(
-        own: Own,
-        ir: &tilejit_ir::config::Config,
-        codegen: &tilejit_codegen::config::Config,
-        runtime: &tilejit_runtime::config::Config,
-    ) -> Config {
-        Config {
-            run_mode: own.run_mode,
-            log: LogParts {
-                compile: runtime.log.compile,
-                trace: own.trace,
-                verify: own.verify,
-                timing: runtime.log.timing,
-                cache: runtime.log.cache,
-                time: runtime.log.time,
-                #[cfg(feature = "remote")]
-                remote: own.remote,
-            },
-            dump_dir: runtime.dump_dir.clone(),
-            dump_values_dir: runtime.dump_values_dir.clone(),
-            no_fma: codegen.no_fma,
-            profile_dir: runtime.profile_dir.clone(),
-            sim_policy: runtime.sim_policy,
-            pool_bytes: ir.pool_bytes,
-            warmup: runtime.warmup,
-            cache_dir: runtime.cache_dir.clone(),
-            cache_bytes: runtime.cache_bytes,
-        }
-    }
-
     /// Reads every variable through `var` (the environment, or a test's
     /// map), each crate its own. Returns the configuration and one
     /// complaint per value it ignored, naming the variable, the value and
@@ -281,19 +203,28 @@ impl Config {
     ///     _ => None,
     /// });
     /// assert_eq!(c.run_mode, Some(RunMode::Sim));
-    /// assert!(c.log.compile && !c.log.trace);
+    /// assert!(c.runtime.log.compile && !c.log.trace);
     /// assert_eq!(complaints.len(), 1);
     /// assert!(complaints[0].contains("bogus"));
     /// ```
     pub fn read(var: impl Fn(&str) -> Option<OsString>) -> (Config, Vec<String>) {
-        let (own, mut complaints) = Own::read(&var);
-        let (ir, c) = tilejit_ir::config::Config::read(&var);
-        complaints.extend(c);
-        let (codegen, c) = tilejit_codegen::config::Config::read(&var);
-        complaints.extend(c);
-        let (runtime, c) = tilejit_runtime::config::Config::read(&var);
-        complaints.extend(c);
-        (Config::compose(own, &ir, &codegen, &runtime), complaints)
+        let mut c = Config::default();
+        let mut complaints = read_own(&mut c, &var);
+        let (ir, more) = tilejit_ir::config::Config::read(&var);
+        complaints.extend(more);
+        let (codegen, more) = tilejit_codegen::config::Config::read(&var);
+        complaints.extend(more);
+        let (runtime, more) = tilejit_runtime::config::Config::read(&var);
+        complaints.extend(more);
+        (
+            Config {
+                ir,
+                codegen,
+                runtime,
+                ..c
+            },
+            complaints,
+        )
     }
 }
 
@@ -304,19 +235,24 @@ impl Config {
 pub fn config() -> &'static Config {
     static CONFIG: OnceLock<Config> = OnceLock::new();
     CONFIG.get_or_init(|| {
-        let own = from_env(|var| Own::read(&var));
-        Config::compose(
-            own,
-            tilejit_ir::config::config(),
-            tilejit_codegen::config::config(),
-            tilejit_runtime::config::config(),
-        )
+        let own = from_env(|var| {
+            let mut c = Config::default();
+            let complaints = read_own(&mut c, &var);
+            (c, complaints)
+        });
+        Config {
+            ir: tilejit_ir::config::config().clone(),
+            codegen: tilejit_codegen::config::config().clone(),
+            runtime: tilejit_runtime::config::config().clone(),
+            ..own
+        }
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tilejit_runtime::device::Policy;
 
     fn read(vars: &[(&str, &str)]) -> (Config, Vec<String>) {
         Config::read(|name| {
@@ -332,10 +268,10 @@ mod tests {
         assert!(complaints.is_empty(), "{complaints:?}");
         assert_eq!(c, Config::default());
         assert_eq!(
-            (c.run_mode, c.pool_bytes, c.cache_bytes),
+            (c.run_mode, c.ir.pool_bytes, c.runtime.cache_bytes),
             (None, 256 << 20, 1 << 30)
         );
-        assert!(c.warmup && !c.no_fma);
+        assert!(c.runtime.warmup && !c.codegen.no_fma);
     }
 
     /// Each crate's variables land in the one configuration.
@@ -357,16 +293,22 @@ mod tests {
             c.log,
             LogParts {
                 trace: true,
-                timing: true,
                 ..LogParts::default()
             }
         );
-        assert_eq!(c.dump_dir, Some("/tmp/d".into()));
-        assert!(c.no_fma);
-        assert_eq!(c.sim_policy, Some(Policy::Fair));
-        assert_eq!(c.pool_bytes, 512 << 20);
-        assert!(!c.warmup);
-        assert_eq!(c.cache_dir, Some("/tmp/c".into()));
+        assert_eq!(
+            c.runtime.log,
+            tilejit_runtime::config::LogParts {
+                timing: true,
+                ..Default::default()
+            }
+        );
+        assert_eq!(c.runtime.dump_dir, Some("/tmp/d".into()));
+        assert!(c.codegen.no_fma);
+        assert_eq!(c.runtime.sim_policy, Some(Policy::Fair));
+        assert_eq!(c.ir.pool_bytes, 512 << 20);
+        assert!(!c.runtime.warmup);
+        assert_eq!(c.runtime.cache_dir, Some("/tmp/c".into()));
     }
 
     /// One complaint per unreadable value, whichever crate reads it, and

@@ -59,9 +59,6 @@ pub struct LogParts {
 }
 
 impl LogParts {
-    /// The `TILEJIT_LOG` parts the runtime knows.
-    pub const NAMES: [&'static str; 4] = ["compile", "timing", "cache", "time"];
-
     /// Turns `part` on if it is the runtime's; false if it is not.
     pub fn set(&mut self, part: &str) -> bool {
         let flag = match part {

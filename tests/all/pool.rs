@@ -348,7 +348,7 @@ fn the_storage_pool_empties_and_trims() {
     assert_eq!((p.stats().buffers, p.stats().bytes), (0, 0));
     // The global one (not emptied here: other tests count its hits).
     let g = tilejit::storage_pool();
-    assert_eq!(g.stats().capacity, tilejit::config().pool_bytes);
+    assert_eq!(g.stats().capacity, tilejit::config().ir.pool_bytes);
     assert!(g.stats().bytes <= g.stats().capacity);
 }
 
