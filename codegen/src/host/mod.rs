@@ -262,12 +262,6 @@ fn libcalls() -> impl Iterator<Item = (&'static str, *const u8)> {
     ops.chain(f1).chain(r)
 }
 
-/// The symbols of `libcalls`, for tests that check a reload accepts
-/// every one a compile may use.
-pub fn libcall_symbols() -> Vec<&'static str> {
-    libcalls().map(|(s, _)| s).collect()
-}
-
 fn cl_err(k: &Kernel, e: impl std::fmt::Display) -> CodegenError {
     CodegenError::Cranelift {
         kernel: k.name.clone(),
@@ -611,12 +605,15 @@ pub(crate) fn link_unchecked(
     let mut module = new_module(k, opts, helpers)?;
     let (sig, id) = declare_kernel(k, &mut module)?;
     let call_conv = sig.call_conv;
-    let known =
-        |sym: &str| libcalls().any(|(s, _)| s == sym) || helpers.iter().any(|h| h.symbol == sym);
+    // Built once per load, not walked per relocation.
+    let known: std::collections::HashSet<&str> = libcalls()
+        .map(|(s, _)| s)
+        .chain(helpers.iter().map(|h| h.symbol))
+        .collect();
     let mut relocs = Vec::with_capacity(image.relocs.len());
     for r in &image.relocs {
         // cranelift-jit panics on a symbol it cannot resolve.
-        if !known(&r.symbol) {
+        if !known.contains(r.symbol.as_str()) {
             return Err(cl_err(
                 k,
                 format!("unknown symbol {:?} in cached code", r.symbol),

@@ -345,7 +345,7 @@ fn parse_operand(
                 .ok_or_else(|| bad("a condition (eq, ne, lt, le, gt, ge)"))?,
         ),
         Kind::Unary => {
-            Operand::Unary(UnaryOp::from_name(t).ok_or_else(|| bad("a unary op (docs/ops.md)"))?)
+            Operand::Unary(UnaryOp::from_text(t).ok_or_else(|| bad("a unary op (docs/ops.md)"))?)
         }
     })
 }

@@ -328,11 +328,6 @@ impl UnaryOp {
         self.text()
     }
 
-    /// The unary op named `name`.
-    pub fn from_name(name: &str) -> Option<UnaryOp> {
-        Self::from_text(name)
-    }
-
     /// Whether the op accepts dtype `d`.
     pub fn accepts(self, d: DType) -> bool {
         d.is_float() || (d.is_int() && self.def().int.is_some())
@@ -387,41 +382,37 @@ pub struct OpInfo {
     /// Fusion cost when inlined into a kernel expression; `None`: never
     /// inlined (a kernel of its own or a materialised buffer).
     pub inline_cost: Option<u32>,
-    /// Whether it holds sizes (a shape of its own), which a dynamic shape
-    /// class maps to each size.
-    pub holds_sizes: bool,
 }
 
 impl Op {
     /// This op's descriptor.
     pub fn info(&self) -> OpInfo {
         use OpKind::*;
-        let info = |name, arity, kind, inline_cost, holds_sizes| OpInfo {
+        let info = |name, arity, kind, inline_cost| OpInfo {
             name,
             arity,
             kind,
             inline_cost,
-            holds_sizes,
         };
         match self {
-            Op::Input { .. } => info("input", 0, Source, None, true),
-            Op::Param { .. } => info("param", 0, Source, Some(0), false),
-            Op::Full { .. } => info("full", 0, Source, Some(0), true),
-            Op::Constant { .. } => info("const", 0, Source, None, true),
-            Op::Unary(u, _) => info(u.text(), 1, Elementwise, Some(u.def().cost), false),
-            Op::Binary(b, ..) => info(b.text(), 2, Elementwise, Some(b.def().cost), false),
-            Op::Compare(c, ..) => info(c.text(), 2, Elementwise, Some(1), false),
-            Op::Select(..) => info("select", 3, Elementwise, Some(1), false),
-            Op::Cast(..) => info("cast", 1, Elementwise, Some(1), false),
-            Op::Reduce(r, ..) => info(r.text(), 1, Reduction, None, false),
-            Op::MatMul(..) => info("matmul", 2, Contraction, None, false),
-            Op::Conv(..) => info("conv", 2, Contraction, None, false),
-            Op::Reshape(..) => info("reshape", 1, Layout, None, true),
-            Op::Permute(..) => info("permute", 1, Layout, Some(0), false),
-            Op::Broadcast(..) => info("broadcast", 1, Layout, Some(0), true),
-            Op::Slice(..) => info("slice", 1, Layout, Some(0), true),
-            Op::Concat(..) => info("cat", 2, Layout, None, false),
-            Op::Gather(..) => info("gather", 2, Layout, Some(1), false),
+            Op::Input { .. } => info("input", 0, Source, None),
+            Op::Param { .. } => info("param", 0, Source, Some(0)),
+            Op::Full { .. } => info("full", 0, Source, Some(0)),
+            Op::Constant { .. } => info("const", 0, Source, None),
+            Op::Unary(u, _) => info(u.text(), 1, Elementwise, Some(u.def().cost)),
+            Op::Binary(b, ..) => info(b.text(), 2, Elementwise, Some(b.def().cost)),
+            Op::Compare(c, ..) => info(c.text(), 2, Elementwise, Some(1)),
+            Op::Select(..) => info("select", 3, Elementwise, Some(1)),
+            Op::Cast(..) => info("cast", 1, Elementwise, Some(1)),
+            Op::Reduce(r, ..) => info(r.text(), 1, Reduction, None),
+            Op::MatMul(..) => info("matmul", 2, Contraction, None),
+            Op::Conv(..) => info("conv", 2, Contraction, None),
+            Op::Reshape(..) => info("reshape", 1, Layout, None),
+            Op::Permute(..) => info("permute", 1, Layout, Some(0)),
+            Op::Broadcast(..) => info("broadcast", 1, Layout, Some(0)),
+            Op::Slice(..) => info("slice", 1, Layout, Some(0)),
+            Op::Concat(..) => info("cat", 2, Layout, None),
+            Op::Gather(..) => info("gather", 2, Layout, Some(1)),
         }
     }
 }

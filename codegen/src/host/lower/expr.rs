@@ -470,7 +470,7 @@ impl<'b> Lowerer<'_, 'b> {
         Ok(r)
     }
 
-    /// A two-operand libcall (`F64_FNS2`/`I64_FNS2` in `mod.rs`) on
+    /// A two-operand libcall (a row's `BinaryHost` `Libcall2`/`Libcall2I`) on
     /// scalars of type `ty`, widened to the call's type `wide` (integers
     /// zero-extended if `unsigned`) and back.
     fn call2(
