@@ -243,7 +243,7 @@ impl<'b> Lowerer<'_, 'b> {
         match u.def().host {
             UnaryHost::Inline(op) => self.inline_unary(op, d, x, mode),
             UnaryHost::Math { f64, .. } if d == DType::F64 => self.f64_call(f64.symbol, x),
-            UnaryHost::Math { f32, .. } if d.is_float() => self.math_fn(f32, x, mode),
+            UnaryHost::Math { f32, f64 } if d.is_float() => self.math_fn(f32, f64.symbol, x, mode),
             UnaryHost::Libcall(c) if d.is_float() => self.libcall_unary(c.symbol, d, x),
             UnaryHost::Math { .. } | UnaryHost::Libcall(_) => {
                 Err(unsupported(self.k, format!("{} on {d}", u.name())))
@@ -259,25 +259,38 @@ impl<'b> Lowerer<'_, 'b> {
             return self.f64_call(symbol, x);
         }
         let w = self.b.ins().fpromote(types::F64, x);
-        let mut r = self.f64_call(symbol, w)?;
-        if d == DType::F16 {
-            r = self.f64_call("tj_round_f16_f64", r)?;
-        } else if d == DType::BF16 {
-            r = self.f64_call("tj_round_bf16_f64", r)?;
-        }
+        let r = self.f64_call(symbol, w)?;
+        let r = self.round_low_f64(r, d)?;
         Ok(self.b.ins().fdemote(types::F32, r))
     }
 
-    /// An f32 inline math routine (scalar or four lanes).
-    fn math_fn(&mut self, f: MathFn, x: Value, mode: Mode) -> Result<Value, CodegenError> {
+    /// An f64 rounded once to f16 or bf16 when `d` is one (through f32
+    /// would round twice); any other `d` leaves it as it is.
+    fn round_low_f64(&mut self, r: Value, d: DType) -> Result<Value, CodegenError> {
+        match d {
+            DType::F16 => self.f64_call("tj_round_f16_f64", r),
+            DType::BF16 => self.f64_call("tj_round_bf16_f64", r),
+            _ => Ok(r),
+        }
+    }
+
+    /// An f32 inline math routine (scalar or four lanes); `f64` is the
+    /// row's f64 libcall, which sin and cos fall back to far from zero.
+    fn math_fn(
+        &mut self,
+        f: MathFn,
+        f64: &str,
+        x: Value,
+        mode: Mode,
+    ) -> Result<Value, CodegenError> {
         Ok(match f {
             MathFn::Exp => self.math(mode).exp(x),
             MathFn::Log => self.math(mode).log(x),
             MathFn::Tanh => self.math(mode).tanh(x),
             MathFn::Sigmoid => self.math(mode).sigmoid(x),
             MathFn::Gelu => self.math(mode).gelu(x),
-            MathFn::Sin => self.sin_cos(true, x, mode)?,
-            MathFn::Cos => self.sin_cos(false, x, mode)?,
+            MathFn::Sin => self.sin_cos(true, f64, x, mode)?,
+            MathFn::Cos => self.sin_cos(false, f64, x, mode)?,
             MathFn::Erf => self.math(mode).erf(x),
         })
     }
@@ -408,15 +421,17 @@ impl<'b> Lowerer<'_, 'b> {
     /// `|x|` is past the range that reduction is accurate for
     /// ([`SIN_FAST_MAX`], or [`SIN_FAST_MAX_NO_FMA`]; rare in practice), a
     /// branch to f64 `sin`/`cos` calls for the whole point (all four lanes).
-    fn sin_cos(&mut self, sin: bool, x: Value, mode: Mode) -> Result<Value, CodegenError> {
-        let (fast, u) = if sin {
-            (self.math(mode).sin(x), UnaryOp::Sin)
+    fn sin_cos(
+        &mut self,
+        sin: bool,
+        name: &str,
+        x: Value,
+        mode: Mode,
+    ) -> Result<Value, CodegenError> {
+        let fast = if sin {
+            self.math(mode).sin(x)
         } else {
-            (self.math(mode).cos(x), UnaryOp::Cos)
-        };
-        let name = match u.def().host {
-            UnaryHost::Math { f64, .. } | UnaryHost::Libcall(f64) => f64.symbol,
-            UnaryHost::Inline(_) => return Err(unsupported(self.k, "sin/cos without a libcall")),
+            self.math(mode).cos(x)
         };
         let f = self
             .libcall(name)
@@ -649,12 +664,7 @@ impl<'b> Lowerer<'_, 'b> {
                     let i = widen_int(b, x, f, types::I64);
                     b.ins().fcvt_from_sint(types::F64, i)
                 };
-                let name = if to == DType::F16 {
-                    "tj_round_f16_f64"
-                } else {
-                    "tj_round_bf16_f64"
-                };
-                let r = self.f64_call(name, w)?;
+                let r = self.round_low_f64(w, to)?;
                 self.b.ins().fdemote(types::F32, r)
             }
             (f, t) if f.is_float() && t.is_float() => {
