@@ -1,6 +1,6 @@
 //! Matmul kernels on the host: one tile of rows per pool thread with the
-//! epilogue run while the rows are in cache, a plain `gemm` otherwise,
-//! convolutions through copied windows, and wrapping integer matmuls.
+//! epilogue run while the rows are in cache, a plain `gemm` otherwise, and
+//! wrapping integer matmuls. Convolutions are in `conv`.
 
 use super::store::{take_owned, Slot, Store};
 use super::HostProgram;
@@ -14,74 +14,6 @@ use tilejit_ir::kernel::Kernel;
 use tilejit_ir::{DType, IrError, Lit};
 
 impl HostProgram {
-    /// A convolution's matmul on the host: the windows copied into rows
-    /// (in parallel), then one GEMM of every image's rows by the shared
-    /// weights. (The device reads the windows in place.)
-    fn conv(
-        &self,
-        slots: &mut [Slot<'_>],
-        mm: &tilejit_ir::kernel::MatMul,
-        ic: &tilejit_ir::kernel::Im2Col,
-        out_dtype: DType,
-    ) -> Result<(), RuntimeError> {
-        let mismatch = || RuntimeError::from(IrError::Verify("conv operand types".into()));
-        let too_big = || RuntimeError::from(IrError::OutOfMemory { bytes: usize::MAX });
-        let rows = mm.batch.checked_mul(mm.m).ok_or_else(too_big)?;
-        let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
-        let image = image.ok_or_else(too_big)?;
-        let mut cols = filled(rows.checked_mul(mm.k).ok_or_else(too_big)?, 0.0f32)?;
-        {
-            let x = slots[mm.a.0 as usize].f32s().ok_or_else(mismatch)?;
-            if x.len() != mm.batch * image {
-                return Err(mismatch());
-            }
-            let win = ic.window;
-            let (kh, kw) = (win.kh as usize, win.kw as usize);
-            let (s, pad, ow) = (win.stride as usize, win.pad as usize, ic.ow().max(1));
-            // Row `r` is window `p` of image `b`: per channel and window
-            // row, the image row's slice (the padding stays zero).
-            let fill = |(r, row): (usize, &mut [f32])| {
-                let (b, p) = (r / mm.m.max(1), r % mm.m.max(1));
-                let (y, x0) = (p / ow, p % ow);
-                let img = &x[b * image..(b + 1) * image];
-                for ci in 0..ic.c {
-                    for i in 0..kh {
-                        let iy = (y * s + i).wrapping_sub(pad);
-                        if iy >= ic.h {
-                            continue;
-                        }
-                        let src = &img[(ci * ic.h + iy) * ic.w..(ci * ic.h + iy + 1) * ic.w];
-                        let dst = &mut row[(ci * kh + i) * kw..(ci * kh + i + 1) * kw];
-                        for (j, d) in dst.iter_mut().enumerate() {
-                            if let Some(v) = src.get((x0 * s + j).wrapping_sub(pad)) {
-                                *d = *v;
-                            }
-                        }
-                    }
-                }
-            };
-            if rows * mm.k >= 1 << 16 {
-                cols.par_chunks_mut(mm.k.max(1)).enumerate().for_each(fill);
-            } else {
-                cols.chunks_mut(mm.k.max(1)).enumerate().for_each(fill);
-            }
-        }
-        let threads = if rows * mm.n * mm.k >= 1 << 18 {
-            rayon::current_num_threads()
-        } else {
-            1
-        };
-        let mut out = take_owned(&mut slots[mm.out.0 as usize])?;
-        let w = slots[mm.b.0 as usize].f32s().ok_or_else(mismatch)?;
-        let Store::F32(o) = &mut out else {
-            return Err(mismatch());
-        };
-        let r = matmul_f32(&cols, w, o, [1, rows, mm.k, mm.n], threads);
-        round_product(o, out_dtype);
-        slots[mm.out.0 as usize] = Slot::Owned(out);
-        Ok(r?)
-    }
-
     pub(super) fn matmul(
         &self,
         slots: &mut [Slot<'_>],
@@ -304,7 +236,7 @@ fn int_matmul(a: &[i64], b: &[i64], [batch, m, k, n]: [usize; 4]) -> Result<Vec<
 
 /// An f16/bf16 product (computed in f32) rounds like every other op's
 /// result.
-fn round_product(o: &mut [f32], dtype: DType) {
+pub(super) fn round_product(o: &mut [f32], dtype: DType) {
     match dtype {
         DType::F16 => o
             .iter_mut()

@@ -8,9 +8,10 @@
 //! its codegen (kernels compiled through the cache, assembled with their
 //! checked arguments); `store` the typed buffers of a run and the pool
 //! they come from; `run` the general run loop and kernel launches;
-//! `plan` the short way for one small kernel; `matmul` matmul, tiled
-//! matmul and convolution kernels.
+//! `plan` the short way for one small kernel; `matmul` matmul and tiled
+//! matmul kernels; `conv` convolution kernels.
 
+mod conv;
 mod matmul;
 mod plan;
 mod run;
