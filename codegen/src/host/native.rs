@@ -1,6 +1,6 @@
 //! The only module of tilejit that enters native code outside safe Rust:
 //! JIT-compiled kernels (the typed handle [`KernelCode`]) and the `gemm`
-//! crate's matrix multiply ([`matmul_f32`], [`matmul_f64`]), and (child
+//! crate's matrix multiply ([`matmul_f32`], [`matmul_view_f32`], ...), and (child
 //! [`sys`]) the OS calls that allocate fresh buffers onto huge pages
 //! ([`sys::zeroed_vec`]) and read the coarse clock. Its children `avx2` and `avx512` hold the
 //! 8- and 16-lane math helpers ([`block_math`], their math written once in
@@ -9,6 +9,8 @@
 //! checks every pointer and size against what the callee will touch first,
 //! so safe callers cannot make native code read or write out of bounds.
 #![allow(unsafe_code)]
+
+use tilejit_ir::kernel::MatView;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -644,7 +646,10 @@ pub fn matmul_f32(
     dims: [usize; 4],
     threads: usize,
 ) -> Result<(), CodegenError> {
-    matmul(a, bm, out, dims, threads, 0.0, 1.0)
+    check_matmul(a.len(), bm.len(), out.len(), dims)?;
+    let [_, m, k, n] = dims;
+    let views = [MatView::contiguous(m, k), MatView::contiguous(k, n)];
+    matmul((a, bm), views, out, dims, threads, 0.0, 1.0)
 }
 
 /// The f64 version of [`matmul_f32`].
@@ -655,14 +660,43 @@ pub fn matmul_f64(
     dims: [usize; 4],
     threads: usize,
 ) -> Result<(), CodegenError> {
-    matmul(a, bm, out, dims, threads, 0.0, 1.0)
+    check_matmul(a.len(), bm.len(), out.len(), dims)?;
+    let [_, m, k, n] = dims;
+    let views = [MatView::contiguous(m, k), MatView::contiguous(k, n)];
+    matmul((a, bm), views, out, dims, threads, 0.0, 1.0)
+}
+
+/// [`matmul_f32`] with each operand read in place through a view (offset
+/// and batch/row/column strides, which may be 0 or negative): a
+/// transposed weight or an attention head is never copied. `out` is
+/// contiguous `[batch, m, n]`. Every element either view reaches must lie
+/// inside its slice, or nothing is computed.
+pub fn matmul_view_f32(
+    a: (&[f32], MatView),
+    bm: (&[f32], MatView),
+    out: &mut [f32],
+    dims: [usize; 4],
+    threads: usize,
+) -> Result<(), CodegenError> {
+    matmul((a.0, bm.0), [a.1, bm.1], out, dims, threads, 0.0, 1.0)
+}
+
+/// The f64 version of [`matmul_view_f32`].
+pub fn matmul_view_f64(
+    a: (&[f64], MatView),
+    bm: (&[f64], MatView),
+    out: &mut [f64],
+    dims: [usize; 4],
+    threads: usize,
+) -> Result<(), CodegenError> {
+    matmul((a.0, bm.0), [a.1, bm.1], out, dims, threads, 0.0, 1.0)
 }
 
 /// `gemm` computes `dst = alpha*dst + beta*lhs@rhs`; we pass alpha = 0,
 /// beta = 1 and `read_dst = false`.
 fn matmul<T: Copy + Send + Sync + 'static>(
-    a: &[T],
-    bm: &[T],
+    (a, bm): (&[T], &[T]),
+    [av, bv]: [MatView; 2],
     out: &mut [T],
     dims: [usize; 4],
     threads: usize,
@@ -670,10 +704,11 @@ fn matmul<T: Copy + Send + Sync + 'static>(
     one: T,
 ) -> Result<(), CodegenError> {
     let [batch, m, k, n] = dims;
-    check_matmul(a.len(), bm.len(), out.len(), dims)?;
+    check_views((a.len(), av), (bm.len(), bv), out.len(), dims)?;
     if m * n == 0 {
         return Ok(());
     }
+    let views = Views { a, av, bm, bv };
     // Enough matrices to go round: one per thread at a time, each on one
     // thread (an attention's heads: splitting each small product over the
     // threads cost more in synchronisation than it gained).
@@ -681,35 +716,57 @@ fn matmul<T: Copy + Send + Sync + 'static>(
         use rayon::prelude::*;
         out.par_chunks_mut(m * n)
             .enumerate()
-            .for_each(|(i, o)| one_matmul(a, bm, o, [i, m, k, n], 1, zero, one));
+            .for_each(|(i, o)| one_matmul(&views, o, [i, m, k, n], 1, zero, one));
         return Ok(());
     }
     for (i, o) in out.chunks_mut(m * n).enumerate() {
-        one_matmul(a, bm, o, [i, m, k, n], threads, zero, one);
+        one_matmul(&views, o, [i, m, k, n], threads, zero, one);
     }
     Ok(())
 }
 
-/// Matrix `i` of a batch checked by [`check_matmul`]: `o` (its m x n
-/// output) = a's i-th m x k matrix @ bm's i-th k x n matrix.
+/// Both operands of a product checked by [`check_views`].
+struct Views<'a, T> {
+    a: &'a [T],
+    av: MatView,
+    bm: &'a [T],
+    bv: MatView,
+}
+
+/// Matrix `i` of a batch checked by [`check_views`]: `o` (its m x n
+/// output, m and n not 0) = a's i-th m x k matrix @ bm's i-th k x n
+/// matrix, each read through its view.
 fn one_matmul<T: Copy + 'static>(
-    a: &[T],
-    bm: &[T],
+    v: &Views<'_, T>,
     o: &mut [T],
     [i, m, k, n]: [usize; 4],
     threads: usize,
     zero: T,
     one: T,
 ) {
-    let (a, bm) = (
-        &a[i * m * k..(i + 1) * m * k],
-        &bm[i * k * n..(i + 1) * k * n],
-    );
     assert_eq!(o.len(), m * n, "an output matrix of m x n");
-    // SAFETY: the slices hold exactly m*k, k*n and m*n elements (the
-    // indexing above and the assert check it; `check_matmul` proved the
-    // batch fits); the strides below (row-major, column stride 1) keep
-    // every access inside them; `o` is a unique borrow. `gemm`
+    if k == 0 {
+        // Nothing is read: the product of empty sums.
+        o.fill(zero);
+        return;
+    }
+    // Element (i, 0, 0) of each operand: inside its slice, since
+    // `check_views` proved every element of the batch's reach is.
+    let first = |view: MatView, len: usize| {
+        let at = view.offset + i as i64 * view.strides[0];
+        assert!(at >= 0 && (at as usize) < len, "a checked view");
+        at as usize
+    };
+    let (a0, b0) = (first(v.av, v.a.len()), first(v.bv, v.bm.len()));
+    let (a, bm) = (&v.a[a0..], &v.bm[b0..]);
+    let [_, ars, acs] = v.av.strides.map(|s| s as isize);
+    let [_, brs, bcs] = v.bv.strides.map(|s| s as isize);
+    // SAFETY: `check_views` proved that for this batch (i < batch) every
+    // element offset + i*bs + r*rs + c*cs (r < rows, c < cols) of each
+    // view lies inside its slice; `a` and `bm` start at element (i, 0, 0)
+    // of the slices, so every address gemm forms from them and the
+    // strides (which may be 0 or negative) is inside the slices. `o` is a
+    // unique borrow of exactly m*n elements, written row-major. `gemm`
     // dispatches on `T` and supports f32 and f64, the only callers.
     unsafe {
         gemm::gemm(
@@ -721,11 +778,11 @@ fn one_matmul<T: Copy + 'static>(
             n as isize,
             false,
             a.as_ptr(),
-            1,
-            k as isize,
+            acs,
+            ars,
             bm.as_ptr(),
-            1,
-            n as isize,
+            bcs,
+            brs,
             zero,
             one,
             false,
@@ -758,6 +815,38 @@ fn check_matmul(
                 "operands of {a}, {b} and {out} elements do not fit {batch}x[{m}x{k}]@[{k}x{n}]"
             ),
         });
+    }
+    Ok(())
+}
+
+/// Checks the output holds `batch * m * n` elements and that every
+/// element each view reaches for `[batch, m, k]` / `[batch, k, n]` is
+/// inside its slice, before any pointer is formed.
+fn check_views(
+    (a, av): (usize, MatView),
+    (b, bv): (usize, MatView),
+    out: usize,
+    [batch, m, k, n]: [usize; 4],
+) -> Result<(), CodegenError> {
+    let bad = |message: String| {
+        Err(CodegenError::Launch {
+            kernel: "matmul".into(),
+            message,
+        })
+    };
+    if batch.checked_mul(m).and_then(|x| x.checked_mul(n)) != Some(out) {
+        return bad(format!(
+            "an output of {out} elements does not fit {batch}x[{m}x{n}]"
+        ));
+    }
+    for (name, len, v, dims) in [("a", a, av, [batch, m, k]), ("b", b, bv, [batch, k, n])] {
+        if !v.fits(dims, len) {
+            return bad(format!(
+                "operand {name} viewed at offset {} with strides {:?} over {dims:?} \
+                 leaves its {len} elements",
+                v.offset, v.strides
+            ));
+        }
     }
     Ok(())
 }

@@ -29,8 +29,9 @@ use tilejit_ir::{DType, UnaryOp};
 /// File magic.
 pub const MAGIC: &[u8; 4] = b"TJBC";
 /// Encoding version (2: opcodes renumbered by the math rows `vpow` ...
-/// `vsign`; 3: by `ldl1c`; 4: the per-op unary rows replaced by `vunary`).
-pub const VERSION: u16 = 4;
+/// `vsign`; 3: by `ldl1c`; 4: the per-op unary rows replaced by `vunary`;
+/// 5: by `ldl1x`).
+pub const VERSION: u16 = 5;
 const MAX_RANK: usize = 8;
 
 /// Encodes a program. Fails only if a name, count or operand cannot be

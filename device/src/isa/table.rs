@@ -248,6 +248,9 @@ isa_table! {
     Ldl1 ldl1 MTE2, Aic, GmRead,
         [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: L1, src: GM, offset: VAL, stride: VAL],
         "Load the valid region from GM into an L1 tile; the rest of the tile is zero-filled.";
+    Ldl1x ldl1x MTE2, Aic, GmRead,
+        [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: L1, src: GM, offset: VAL, stride: VAL, cstride: VAL],
+        "Strided load into L1: element (r, c) of the valid region comes from GM element offset + r*stride + c*cstride (a transposed matmul operand read in place); the rest of the tile is zero-filled.";
     Ldl1c ldl1c MTE2, Aic, GmRead,
         [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: L1, src: GM, offset: VAL, row: VAL, col: VAL, geom: REG],
         "Load3D (implicit im2col): element (r, c) of the valid region is element q = col + c of window p = row + r of the [ch, h, w] image at GM element `offset`, zero where the window leaves the image; registers geom..geom+6 hold ch, h, w, kh, kw, stride, pad (window p at output (p / ow, p % ow), q channel-major then row-major); the rest of the tile is zero-filled.";

@@ -241,7 +241,7 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> Result<Flow, 
         End => return Ok(Flow::End),
         Ld | Ldl1 => load(inst, cx, w, dt)?,
         Ldl1c => ldl1c(inst, cx, w, dt)?,
-        Ldx => load_strided(inst, cx, w, dt)?,
+        Ldx | Ldl1x => load_strided(inst, cx, w, dt)?,
         Ldg => ldg(inst, cx, w, dt)?,
         Stx => store_strided(inst, cx, w, dt)?,
         St => store(inst, cx, w, dt)?,
@@ -408,7 +408,12 @@ fn load_strided(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Resul
     let p = pitch(cols, dt) as usize;
     let sz = dt.size_bytes();
     let gm = cx.gm;
-    let tile = cx.local_mut(Space::Ub, inst.addr(4), rows as usize * p)?;
+    let space = if inst.op == Opcode::Ldx {
+        Space::Ub
+    } else {
+        Space::L1
+    };
+    let tile = cx.local_mut(space, inst.addr(4), rows as usize * p)?;
     tile.fill(0);
     for r in 0..vrc.0 {
         let row = base + r as u64 * rs;
@@ -468,7 +473,12 @@ fn ldg(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Tra
     }
     let p = pitch(cols, dt) as usize;
     let gm = cx.gm;
-    let tile = cx.local_mut(Space::Ub, inst.addr(4), rows as usize * p)?;
+    let space = if inst.op == Opcode::Ldx {
+        Space::Ub
+    } else {
+        Space::L1
+    };
+    let tile = cx.local_mut(space, inst.addr(4), rows as usize * p)?;
     tile.fill(0);
     gm.gather(addrs.into_iter(), sz, &mut tile[..vr * vc * sz]);
     w.bytes = (vr * vc * sz) as u64;

@@ -1,7 +1,8 @@
 //! Fusion: graph -> [`KernelProgram`].
 //!
 //! Every node is either *materialised* (it owns a buffer: inputs, constants,
-//! graph outputs, matmul operands, and whatever the rules below force) or
+//! graph outputs, what matmul operands read, and whatever the rules below
+//! force) or
 //! *inlined* into the kernels that read it. Each materialised node becomes
 //! one kernel whose expression is built by walking its operands:
 //! - elementwise ops become expression nodes; broadcasts, transposes and
@@ -10,7 +11,9 @@
 //!   inner dimension can be its axis (so row softmax and layernorm are one
 //!   kernel each); otherwise it is materialised;
 //! - a matmul whose only user is inlined here becomes the kernel's matmul and
-//!   the rest of the expression its epilogue;
+//!   the rest of the expression its epilogue; its operands are read in
+//!   place through one affine view each (a transposed weight, an attention
+//!   head split, a slice, a batch broadcast), never copied per call;
 //! - a slice is a window: its start moves the reading access's offset;
 //! - a concat is always materialised, as one buffer written by one kernel
 //!   per operand (each with its producer fused in) at that operand's
@@ -30,7 +33,7 @@
 
 use super::{
     Access, BufDecl, BufId, BufKind, Expr, ExprId, ExprNode, Kernel, KernelProgram, MatMul,
-    ProgramOutput, Stage,
+    MatView, ProgramOutput, Stage,
 };
 use crate::error::IrError;
 use crate::graph::{Graph, NodeId, Op};
@@ -143,6 +146,51 @@ fn split_multi_axis_reductions(g: &Graph) -> Result<Graph, IrError> {
     }
     out.outputs = g.outputs.iter().map(|o| map[o.index()]).collect();
     Ok(out)
+}
+
+/// The strides under which `to` views the same elements as `from` with
+/// `strides`, or `None` if no single affine view does (a reshape that
+/// merges dims a transpose separated). The rule of torch's `view`: `to`'s
+/// dims must split or merge runs of `from`'s dims that are contiguous
+/// with each other.
+fn reshape_strides(from: &[usize], strides: &[i64], to: &[usize]) -> Option<Vec<i64>> {
+    let numel: usize = from.iter().product();
+    let plain = |to: &[usize]| {
+        let mut s = vec![1i64; to.len()];
+        for d in (0..to.len().saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * to[d + 1] as i64;
+        }
+        s
+    };
+    if numel == 0 || from.is_empty() {
+        // Nothing, or one element, is read: any strides do.
+        return Some(plain(to));
+    }
+    let mut out = vec![0i64; to.len()];
+    let mut view_d = to.len() as isize - 1;
+    let mut base = *strides.last()?;
+    let (mut tensor_numel, mut view_numel) = (1usize, 1usize);
+    for d in (0..from.len()).rev() {
+        tensor_numel *= from[d];
+        let chunk_ends =
+            d == 0 || (from[d - 1] != 1 && strides[d - 1] != tensor_numel as i64 * base);
+        if chunk_ends {
+            while view_d >= 0 && (view_numel < tensor_numel || to[view_d as usize] == 1) {
+                out[view_d as usize] = view_numel as i64 * base;
+                view_numel *= to[view_d as usize];
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if d > 0 {
+                base = strides[d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    (view_d == -1).then_some(out)
 }
 
 fn contiguous_strides(shape: &Shape) -> Vec<i64> {
@@ -314,21 +362,25 @@ impl<'g> Fuser<'g> {
                 self.materialized[s.index()] = true;
             }
         }
-        // Users impose materialisation on operands: matmul reads whole
-        // buffers; a general reshape reinterprets a contiguous buffer.
+        // Users impose materialisation on operands: a matmul reads each
+        // operand in place from a buffer through one affine view (what is
+        // under a transpose, head split, slice or broadcast is materialised,
+        // not the view); a conv reads whole buffers; a general reshape
+        // reinterprets a contiguous buffer.
         for id in g.ids() {
             match g.node(id).op {
-                Op::MatMul(a, b) | Op::Conv(a, b, _) => {
+                Op::MatMul(a, b) => {
+                    for x in [a, b] {
+                        self.plan_operand_view(x);
+                    }
+                    self.plan_product(id);
+                }
+                Op::Conv(a, b, _) => {
                     for x in [a, b] {
                         let s = self.view_source(x);
                         self.materialized[s.index()] = true;
                     }
-                    let single_inlinable_user = self.users[id.index()].len() == 1
-                        && !self.is_output[id.index()]
-                        && is_elementwise(&g.node(self.users[id.index()][0]).op);
-                    if !single_inlinable_user {
-                        self.materialized[id.index()] = true;
-                    }
+                    self.plan_product(id);
                 }
                 Op::Concat(..) if !self.absorbed(id) => self.materialized[id.index()] = true,
                 // Gathers read their data at computed addresses: from a buffer.
@@ -462,6 +514,98 @@ impl<'g> Fuser<'g> {
         !self.is_output[n.index()]
             && users.len() == 1
             && matches!(self.g.node(users[0]).op, Op::Concat(_, _, a) if a == axis)
+    }
+
+    /// A matmul or conv is materialised unless its only user inlines it.
+    fn plan_product(&mut self, id: NodeId) {
+        let users = &self.users[id.index()];
+        let single_inlinable_user = users.len() == 1
+            && !self.is_output[id.index()]
+            && is_elementwise(&self.g.node(users[0]).op);
+        if !single_inlinable_user {
+            self.materialized[id.index()] = true;
+        }
+    }
+
+    /// Marks what matmul operand `x` will read in place: the buffer under
+    /// its views, or (where a reshape is not affine) the view below it.
+    fn plan_operand_view(&mut self, x: NodeId) {
+        // Each failure marks a new node, under which the walk then stops.
+        for _ in 0..self.g.len() + 1 {
+            let has_buf = |n: NodeId| self.materialized[n.index()] || self.is_source(n);
+            let n = match self.operand_view(x, &has_buf) {
+                Ok(_) => return,
+                Err(n) => self.view_source(n),
+            };
+            if self.materialized[n.index()] {
+                return;
+            }
+            self.materialized[n.index()] = true;
+        }
+    }
+
+    /// The buffer node matmul operand `x` reads and the view it reads it
+    /// through (shape, strides, offset in elements), following permutes,
+    /// slices, broadcasts and affine reshapes down from `x` to the first
+    /// node whose buffer exists (`has_buf`). `Err(n)`: node `n` must be
+    /// materialised first (a computed value without a buffer, or a
+    /// reshape that is no affine view of what is under it).
+    #[allow(clippy::type_complexity)]
+    fn operand_view(
+        &self,
+        x: NodeId,
+        has_buf: &dyn Fn(NodeId) -> bool,
+    ) -> Result<(NodeId, Vec<usize>, Vec<i64>, i64), NodeId> {
+        let g = self.g;
+        let mut chain = Vec::new();
+        let mut n = x;
+        let base = loop {
+            let s = self.view_source(n);
+            if has_buf(s) {
+                break s;
+            }
+            match g.node(n).op {
+                Op::Permute(y, _) | Op::Slice(y, ..) | Op::Broadcast(y, _) | Op::Reshape(y, _) => {
+                    chain.push(n);
+                    n = y;
+                }
+                _ => return Err(n),
+            }
+        };
+        // A reshape of a buffer reads it contiguously in its own shape.
+        let top = g.ty(n).shape;
+        let mut shape: Vec<usize> = (0..top.rank()).map(|d| top[d]).collect();
+        let mut strides = contiguous_strides(&top);
+        let mut offset = 0i64;
+        for &v in chain.iter().rev() {
+            let to = g.ty(v).shape;
+            let to: Vec<usize> = (0..to.rank()).map(|d| to[d]).collect();
+            match g.node(v).op {
+                Op::Permute(_, perm) => {
+                    strides = perm.as_vec().iter().map(|&p| strides[p]).collect();
+                }
+                Op::Slice(_, start, _) => {
+                    offset += (0..start.rank())
+                        .map(|d| start[d] as i64 * strides[d])
+                        .sum::<i64>();
+                }
+                Op::Broadcast(..) => {
+                    let pad = to.len() - shape.len();
+                    let mut st = vec![0i64; pad];
+                    for d in 0..shape.len() {
+                        let stretched = shape[d] == 1 && to[pad + d] != 1;
+                        st.push(if stretched { 0 } else { strides[d] });
+                    }
+                    strides = st;
+                }
+                Op::Reshape(..) => {
+                    strides = reshape_strides(&shape, &strides, &to).ok_or(v)?;
+                }
+                _ => return Err(v),
+            }
+            shape = to;
+        }
+        Ok((base, shape, strides, offset))
     }
 
     /// Builds the kernel of `root` (or, with a target, the kernel that
@@ -712,6 +856,8 @@ impl<'g> Fuser<'g> {
             b: buf(w)?,
             out,
             batch: sx[0],
+            a_view: None,
+            b_view: None,
             m: window.out(sx[2], sx[3]).map_or(0, |(oh, ow)| oh * ow),
             k: sw[0],
             n: sw[1],
@@ -725,26 +871,65 @@ impl<'g> Fuser<'g> {
     }
 
     fn matmul_spec(&self, a: NodeId, b: NodeId, out: BufId) -> Result<MatMul, Stop> {
-        let buf = |x: NodeId| {
-            let s = self.view_source(x);
-            self.buffer_of[s.index()].ok_or(Stop::Materialize(s))
-        };
         let (ta, tb) = (self.g.ty(a).shape, self.g.ty(b).shape);
         let (batch, m, k, n) = if ta.rank() == 3 {
             (ta[0], ta[1], ta[2], tb[2])
         } else {
             (1, ta[0], ta[1], tb[1])
         };
+        let (a, a_view) = self.matmul_operand(a, m, k)?;
+        let (b, b_view) = self.matmul_operand(b, k, n)?;
         Ok(MatMul {
-            a: buf(a)?,
-            b: buf(b)?,
+            a,
+            b,
             out,
+            a_view,
+            b_view,
             batch,
             m,
             k,
             n,
             im2col: None,
         })
+    }
+
+    /// The buffer of a `rows x cols` matmul operand and the view it is
+    /// read through (`None`: contiguous).
+    fn matmul_operand(
+        &self,
+        x: NodeId,
+        rows: usize,
+        cols: usize,
+    ) -> Result<(BufId, Option<MatView>), Stop> {
+        let has_buf = |n: NodeId| self.buffer_of[n.index()].is_some();
+        let (base, shape, mut strides, offset) =
+            self.operand_view(x, &has_buf).map_err(Stop::Materialize)?;
+        let buf = self.buffer_of[base.index()].ok_or(Stop::Materialize(base))?;
+        // A size-1 dim's stride is never used: the contiguous one keeps
+        // the plain case plain.
+        let plain = contiguous_strides(&Shape::new(&shape).map_err(Stop::Ir)?);
+        for d in 0..shape.len() {
+            if shape[d] == 1 {
+                strides[d] = plain[d];
+            }
+        }
+        let strides = match strides[..] {
+            [s0, s1] => [(rows * cols) as i64, s0, s1],
+            [bs, s0, s1] => [bs, s0, s1],
+            _ => {
+                return Err(Stop::Ir(IrError::Verify(format!(
+                    "fusion: matmul operand {x} of rank {}",
+                    shape.len()
+                ))))
+            }
+        };
+        let view = MatView { offset, strides };
+        let batch_is_one = shape.len() == 2 || shape[0] == 1;
+        let mut plain = MatView::contiguous(rows, cols);
+        if batch_is_one {
+            plain.strides[0] = strides[0];
+        }
+        Ok((buf, (view != plain).then_some(view)))
     }
 
     /// The access of buffer `buf` (holding a tensor of `shape`) under `map`.

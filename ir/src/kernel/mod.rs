@@ -170,13 +170,19 @@ pub enum Stage {
 /// kernel's stages; the stages read `out` as an ordinary load.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct MatMul {
-    /// Left operand, contiguous `[batch, m, k]` (or `[m, k]`); with
-    /// [`im2col`](Self::im2col), the `[batch, c, h, w]` image whose windows
-    /// are the rows.
+    /// Left operand, `[batch, m, k]` (or `[m, k]`) read through
+    /// [`a_view`](Self::a_view); with [`im2col`](Self::im2col), the
+    /// `[batch, c, h, w]` image whose windows are the rows.
     pub a: BufId,
-    /// Right operand, contiguous `[batch, k, n]` (or `[k, n]`); with
-    /// `im2col`, `[k, n]`, shared by every batch.
+    /// Right operand, `[batch, k, n]` (or `[k, n]`) read through
+    /// [`b_view`](Self::b_view); with `im2col`, `[k, n]`, shared by every
+    /// batch.
     pub b: BufId,
+    /// How `a` is read in place (a transpose, a head split, a slice, a
+    /// batch broadcast); `None` for the contiguous `[batch, m, k]`.
+    pub a_view: Option<MatView>,
+    /// How `b` is read in place; `None` for the contiguous `[batch, k, n]`.
+    pub b_view: Option<MatView>,
     /// The product, contiguous `[batch, m, n]`.
     pub out: BufId,
     /// Batch count (1 for 2-D).
@@ -192,6 +198,65 @@ pub struct MatMul {
     ///
     /// [`Op::Conv`]: crate::Op::Conv
     pub im2col: Option<Im2Col>,
+}
+
+impl MatMul {
+    /// The view `a` is read through (its contiguous layout when
+    /// [`a_view`](Self::a_view) is `None`).
+    pub fn view_a(&self) -> MatView {
+        self.a_view
+            .unwrap_or_else(|| MatView::contiguous(self.m, self.k))
+    }
+
+    /// The view `b` is read through.
+    pub fn view_b(&self) -> MatView {
+        self.b_view
+            .unwrap_or_else(|| MatView::contiguous(self.k, self.n))
+    }
+}
+
+/// A matmul operand read in place: element `(i, r, c)` (batch, row,
+/// column) is buffer element `offset + i*strides[0] + r*strides[1] +
+/// c*strides[2]`. Strides may be 0 (a broadcast) or negative.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct MatView {
+    /// Elements from the buffer's start to element `(0, 0, 0)`.
+    pub offset: i64,
+    /// Batch, row and column strides in elements.
+    pub strides: [i64; 3],
+}
+
+impl MatView {
+    /// The row-major contiguous `[batch, rows, cols]` layout.
+    pub fn contiguous(rows: usize, cols: usize) -> MatView {
+        MatView {
+            offset: 0,
+            strides: [(rows * cols) as i64, cols as i64, 1],
+        }
+    }
+
+    /// The lowest and highest element read for `[batch, rows, cols]`, or
+    /// `None` when nothing is read (a zero dim). Computed in `i128` so no
+    /// size from text can overflow.
+    pub fn reach(&self, dims: [usize; 3]) -> Option<(i128, i128)> {
+        if dims.contains(&0) {
+            return None;
+        }
+        let (mut lo, mut hi) = (self.offset as i128, self.offset as i128);
+        for (d, s) in dims.iter().zip(self.strides) {
+            let span = (*d as i128 - 1) * s as i128;
+            lo += span.min(0);
+            hi += span.max(0);
+        }
+        Some((lo, hi))
+    }
+
+    /// True if every element read for `[batch, rows, cols]` is inside a
+    /// buffer of `len` elements.
+    pub fn fits(&self, dims: [usize; 3], len: usize) -> bool {
+        self.reach(dims)
+            .is_none_or(|(lo, hi)| lo >= 0 && hi < len as i128)
+    }
 }
 
 /// The image behind an implicit im2col operand: `[c, h, w]` per batch and
@@ -377,6 +442,12 @@ impl Kernel {
         if let Some(mm) = &self.matmul {
             let (a, b, o) = (local(mm.a), local(mm.b), local(mm.out));
             let _ = write!(out, "mm {a} {b} {o} {};", buf_dtype(mm.out));
+            // Device code loads an operand row-wise or element-wise by its
+            // column stride; offsets and other strides are arguments.
+            let cls = |v: MatView| if v.strides[2] == 1 { '1' } else { 's' };
+            if mm.a_view.is_some() || mm.b_view.is_some() {
+                let _ = write!(out, "mmv {} {};", cls(mm.view_a()), cls(mm.view_b()));
+            }
             // The window's shape is code; the image's size is not.
             if let Some(ic) = &mm.im2col {
                 let w = ic.window;

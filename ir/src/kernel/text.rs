@@ -19,11 +19,12 @@
 //! ```
 //! Expression lines and stage lines interleave in arena order; a `row N`
 //! expression names reduce stage N. `scratch %N` marks a scratch value and
-//! `matmul bA x bB -> bC batch=.. m=.. k=.. n=..` a kernel's matmul.
+//! `matmul bA x bB -> bC batch=.. m=.. k=.. n=..` a kernel's matmul (then
+//! `a_view=[offset,bs,rs,cs]` / `b_view=..` for an operand read in place).
 
 use super::{
     Access, BufDecl, BufId, BufKind, Expr, ExprId, ExprNode, Kernel, KernelProgram, MatMul,
-    ProgramOutput, Stage,
+    MatView, ProgramOutput, Stage,
 };
 use crate::dtype::DType;
 use crate::error::IrError;
@@ -90,6 +91,12 @@ impl Kernel {
                         w.pad as usize
                     ])
                 )?;
+            }
+            for (name, v) in [("a_view", m.a_view), ("b_view", m.b_view)] {
+                if let Some(v) = v {
+                    let [bs, rs, cs] = v.strides;
+                    write!(f, " {name}={}", list(&[v.offset, bs, rs, cs]))?;
+                }
             }
             writeln!(f)?;
         }
@@ -447,51 +454,75 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
     Ok(())
 }
 
-/// `bA x bB -> bC batch=.. m=.. k=.. n=.. [im2col=[..]]` (after `matmul `).
+/// `bA x bB -> bC batch=.. m=.. k=.. n=.. [im2col=[..]] [a_view=[..]]
+/// [b_view=[..]]` (after `matmul `).
 fn parse_matmul(p: &P, rest: &str) -> Result<MatMul, IrError> {
+    const USAGE: &str = "expected `matmul bA x bB -> bC batch=.. m=.. k=.. n=.. \
+        [im2col=[c,h,w,kh,kw,stride,pad]] [a_view=[offset,bs,rs,cs]] [b_view=[..]]`";
     let t: Vec<&str> = rest.split_whitespace().collect();
-    if !(t.len() == 9 || t.len() == 10) || t[1] != "x" || t[3] != "->" {
-        return Err(p.err(
-            "expected `matmul bA x bB -> bC batch=.. m=.. k=.. n=.. [im2col=[c,h,w,kh,kw,stride,pad]]`",
-        ));
+    if t.len() < 9 || t[1] != "x" || t[3] != "->" {
+        return Err(p.err(USAGE));
     }
-    let im2col = match t.get(9) {
-        None => None,
-        Some(a) => {
-            let v: Vec<usize> = p
-                .attr(a, "im2col")?
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .split(',')
-                .map(|x| p.num(x.trim()))
-                .collect::<Result<_, _>>()?;
-            let small = |x: usize| u32::try_from(x).map_err(|_| p.err("im2col window too large"));
-            match v[..] {
-                [c, h, w, kh, kw, stride, pad] => Some(crate::kernel::Im2Col {
-                    c,
-                    h,
-                    w,
-                    window: crate::graph::Window {
-                        kh: small(kh)?,
-                        kw: small(kw)?,
-                        stride: small(stride)?,
-                        pad: small(pad)?,
-                    },
-                }),
-                _ => return Err(p.err("expected `im2col=[c,h,w,kh,kw,stride,pad]`")),
-            }
+    let (mut im2col, mut a_view, mut b_view) = (None, None, None);
+    for a in &t[9..] {
+        if a.starts_with("im2col=") && im2col.is_none() {
+            im2col = Some(parse_im2col(p, p.attr(a, "im2col")?)?);
+        } else if a.starts_with("a_view=") && a_view.is_none() {
+            a_view = Some(parse_view(p, p.attr(a, "a_view")?)?);
+        } else if a.starts_with("b_view=") && b_view.is_none() {
+            b_view = Some(parse_view(p, p.attr(a, "b_view")?)?);
+        } else {
+            return Err(p.err(USAGE));
         }
-    };
+    }
     Ok(MatMul {
         a: p.buf(t[0])?,
         b: p.buf(t[2])?,
         out: p.buf(t[4])?,
+        a_view,
+        b_view,
         batch: p.num(p.attr(t[5], "batch")?)?,
         m: p.num(p.attr(t[6], "m")?)?,
         k: p.num(p.attr(t[7], "k")?)?,
         n: p.num(p.attr(t[8], "n")?)?,
         im2col,
     })
+}
+
+/// `[offset,bs,rs,cs]`: a matmul operand's view.
+fn parse_view(p: &P, text: &str) -> Result<MatView, IrError> {
+    match p.list::<i64>(text)?[..] {
+        [offset, bs, rs, cs] => Ok(MatView {
+            offset,
+            strides: [bs, rs, cs],
+        }),
+        _ => Err(p.err("expected `[offset,batch_stride,row_stride,col_stride]`")),
+    }
+}
+
+/// `[c,h,w,kh,kw,stride,pad]`: an implicit im2col's image and window.
+fn parse_im2col(p: &P, text: &str) -> Result<crate::kernel::Im2Col, IrError> {
+    let v: Vec<usize> = text
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .split(',')
+        .map(|x| p.num(x.trim()))
+        .collect::<Result<_, _>>()?;
+    let small = |x: usize| u32::try_from(x).map_err(|_| p.err("im2col window too large"));
+    match v[..] {
+        [c, h, w, kh, kw, stride, pad] => Ok(crate::kernel::Im2Col {
+            c,
+            h,
+            w,
+            window: crate::graph::Window {
+                kh: small(kh)?,
+                kw: small(kw)?,
+                stride: small(stride)?,
+                pad: small(pad)?,
+            },
+        }),
+        _ => Err(p.err("expected `im2col=[c,h,w,kh,kw,stride,pad]`")),
+    }
 }
 
 /// `store bN strides=[..] = %N` or `reduce_op %N` (after `stage `).

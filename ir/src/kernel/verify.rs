@@ -107,7 +107,8 @@ fn verify_accesses(p: &KernelProgram, k: &Kernel, nbuf: u32) -> Result<(), IrErr
     Ok(())
 }
 
-/// Checks a matmul names existing buffers whose sizes match its shape.
+/// Checks a matmul names existing buffers whose sizes match its shape and
+/// whose views stay inside them.
 fn verify_matmul(p: &KernelProgram, k: &Kernel, m: &MatMul, nbuf: u32) -> Result<(), IrError> {
     for b in [m.a, m.b, m.out] {
         if b.0 >= nbuf {
@@ -119,8 +120,24 @@ fn verify_matmul(p: &KernelProgram, k: &Kernel, m: &MatMul, nbuf: u32) -> Result
         let want = m.batch.checked_mul(x).and_then(|n| n.checked_mul(y));
         want.is_some() && p.buffer(b).ty.shape.checked_numel() == want
     };
+    // A view's whole reach must lie inside its buffer.
+    let view_fits = |b: super::BufId, v: Option<super::MatView>, x: usize, y: usize| match v {
+        None => fits(b, x, y),
+        Some(v) => p
+            .buffer(b)
+            .ty
+            .shape
+            .checked_numel()
+            .is_some_and(|len| v.fits([m.batch, x, y], len)),
+    };
+    if m.im2col.is_some() && (m.a_view.is_some() || m.b_view.is_some()) {
+        return Err(bad(
+            k,
+            "a convolution's matmul reads no operand views".into(),
+        ));
+    }
     let operands_fit = match &m.im2col {
-        None => fits(m.a, m.m, m.k) && fits(m.b, m.k, m.n),
+        None => view_fits(m.a, m.a_view, m.m, m.k) && view_fits(m.b, m.b_view, m.k, m.n),
         // The image is `[batch, c, h, w]`, the weights one `[k, n]`,
         // and the window's rows and columns are `m` and `k`.
         Some(ic) => {

@@ -8,9 +8,9 @@ use crate::error::RuntimeError;
 use crate::kernel_cache::CachedKernel;
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
-use tilejit_codegen::host::{matmul_f32, matmul_f64, BufArg};
+use tilejit_codegen::host::{matmul_view_f32, matmul_view_f64, BufArg};
 use tilejit_ir::fallible::filled;
-use tilejit_ir::kernel::Kernel;
+use tilejit_ir::kernel::{Kernel, MatView};
 use tilejit_ir::{DType, IrError, Lit};
 
 impl HostProgram {
@@ -32,36 +32,39 @@ impl HostProgram {
         let mut out = take_owned(&mut slots[mm.out.0 as usize])?;
         let (a, b) = (&slots[mm.a.0 as usize], &slots[mm.b.0 as usize]);
         let mismatch = || RuntimeError::from(IrError::Verify("matmul operand types".into()));
+        // Operands are read in place through their views (a transposed
+        // weight is never copied).
+        let (av, bv) = (mm.view_a(), mm.view_b());
         let r = match &mut out {
             Store::F32(o) => match (a.f32s(), b.f32s()) {
                 (Some(x), Some(y)) => {
-                    let r = matmul_f32(x, y, o, dims, threads);
+                    let r = matmul_view_f32((x, av), (y, bv), o, dims, threads);
                     round_product(o, out_dtype);
                     r
                 }
                 _ => return Err(mismatch()),
             },
             Store::F64(o) => match (a.f64s(), b.f64s()) {
-                (Some(x), Some(y)) => matmul_f64(x, y, o, dims, threads),
+                (Some(x), Some(y)) => matmul_view_f64((x, av), (y, bv), o, dims, threads),
                 _ => return Err(mismatch()),
             },
             Store::I32(o) => {
-                let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
+                let v = int_matmul((&a.ints()?, av), (&b.ints()?, bv), dims)?;
                 o.iter_mut().zip(v).for_each(|(d, s)| *d = s as i32);
                 Ok(())
             }
             Store::I64(o) => {
-                let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
+                let v = int_matmul((&a.ints()?, av), (&b.ints()?, bv), dims)?;
                 o.iter_mut().zip(v).for_each(|(d, s)| *d = s);
                 Ok(())
             }
             Store::U8(o) => {
-                let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
+                let v = int_matmul((&a.ints()?, av), (&b.ints()?, bv), dims)?;
                 o.iter_mut().zip(v).for_each(|(d, s)| *d = s as u8);
                 Ok(())
             }
             Store::I8(o) => {
-                let v = int_matmul(&a.ints()?, &b.ints()?, dims)?;
+                let v = int_matmul((&a.ints()?, av), (&b.ints()?, bv), dims)?;
                 o.iter_mut().zip(v).for_each(|(d, s)| *d = s as i8);
                 Ok(())
             }
@@ -116,13 +119,12 @@ impl HostProgram {
         if !plain || windowed || k.accesses().any(|a| a.buf == mm.a || a.buf == mm.b) {
             return Ok(false);
         }
-        // How each local buffer is split: `a` and the product by rows,
-        // `b` whole, the rest by how the stages access them.
+        // How each local buffer is split: the product by rows, the
+        // operands whole (each tile reads its rows of `a` through the
+        // view), the rest by how the stages access them.
         let mut parts = Vec::with_capacity(locals.len());
         for &b in locals {
-            let part = if b == mm.a {
-                TilePart::Rows(mm.k)
-            } else if b == mm.b {
+            let part = if b == mm.a || b == mm.b {
                 TilePart::Whole
             } else {
                 let mut part = if b == mm.out {
@@ -200,13 +202,18 @@ impl HostProgram {
         };
         let args = layout.args(k, params);
         code.launches.fetch_add(1, Ordering::Relaxed);
+        // Each tile reads its rows of `a` in place: the view moved down
+        // `tile` rows per tile.
+        let (av, bv) = (mm.view_a(), mm.view_b());
         let result = product
             .par_chunks_mut(tile * n)
-            .zip(a.par_chunks(tile * mm.k))
+            .enumerate()
             .zip(per_tile.into_par_iter())
-            .try_for_each(|((out, a), mut bufs)| -> Result<(), RuntimeError> {
+            .try_for_each(|((t, out), mut bufs)| -> Result<(), RuntimeError> {
                 let rows = out.len() / n;
-                matmul_f32(a, bm, out, [1, rows, mm.k, n], 1)?;
+                let mut at = av;
+                at.offset += (t * tile) as i64 * av.strides[1];
+                matmul_view_f32((a, at), (bm, bv), out, [1, rows, mm.k, n], 1)?;
                 bufs[out_at] = BufArg::write(out);
                 let mut args = args.clone();
                 args[0] = rows as i64;
@@ -217,16 +224,30 @@ impl HostProgram {
     }
 }
 
-/// Wrapping integer matmul (ints are not the fast path).
-fn int_matmul(a: &[i64], b: &[i64], [batch, m, k, n]: [usize; 4]) -> Result<Vec<i64>, IrError> {
+/// Wrapping integer matmul (ints are not the fast path), each operand read
+/// through its view; a view that leaves its buffer is an error.
+fn int_matmul(
+    (a, av): (&[i64], MatView),
+    (b, bv): (&[i64], MatView),
+    [batch, m, k, n]: [usize; 4],
+) -> Result<Vec<i64>, IrError> {
+    if !av.fits([batch, m, k], a.len()) || !bv.fits([batch, k, n], b.len()) {
+        return Err(IrError::Verify(
+            "matmul operand view leaves its buffer".into(),
+        ));
+    }
+    let at = |v: MatView, i: usize, r: usize, c: usize| {
+        let [bs, rs, cs] = v.strides;
+        (v.offset + i as i64 * bs + r as i64 * rs + c as i64 * cs) as usize
+    };
     let mut out = filled(batch * m * n, 0i64)?;
     for bi in 0..batch {
         for i in 0..m {
             for p in 0..k {
-                let x = a[bi * m * k + i * k + p];
+                let x = a[at(av, bi, i, p)];
                 for j in 0..n {
                     let o = &mut out[bi * m * n + i * n + j];
-                    *o = o.wrapping_add(x.wrapping_mul(b[bi * k * n + p * n + j]));
+                    *o = o.wrapping_add(x.wrapping_mul(b[at(bv, bi, p, j)]));
                 }
             }
         }
