@@ -39,4 +39,5 @@ mod sim_sizes;
 mod simplify_props;
 mod small_ints;
 mod snapshot;
+mod strided_matmul;
 mod tiny_call;

@@ -58,6 +58,15 @@ mod cube {
     pub(super) const C_PANEL: Reg = Reg::fixed(22);
     pub(super) const A_PANEL: Reg = Reg::fixed(23);
     pub(super) const B_STEP: Reg = Reg::fixed(24);
+    /// A plain matmul's operand views (the registers a convolution's
+    /// geometry takes): element offsets, row and column strides of A and
+    /// B (their batch strides are `A_BATCH` and `B_BATCH`).
+    pub(super) const A_OFF0: Reg = Reg::fixed(25);
+    pub(super) const A_RS: Reg = Reg::fixed(26);
+    pub(super) const A_CS: Reg = Reg::fixed(27);
+    pub(super) const B_OFF0: Reg = Reg::fixed(28);
+    pub(super) const B_RS: Reg = Reg::fixed(29);
+    pub(super) const B_CS: Reg = Reg::fixed(30);
     /// A convolution's image and window for `ldl1c`: channels, height,
     /// width, kh, kw, stride, pad in seven registers from here.
     pub(super) const GEOM: Reg = Reg::fixed(25);
@@ -105,6 +114,19 @@ fn emit_cube_sizes(b: &mut ProgramBuilder, sizes: &SizeArgs, im2col: Option<&Im2
         b.mul(A_BATCH, GEOM, GEOM_H)
             .mul(A_BATCH, A_BATCH, GEOM_W)
             .movi(B_BATCH, 0);
+    } else {
+        // Operands are read in place through their views: a 64-row panel
+        // of A is `TM` row strides on, a K step of B `TK` row strides.
+        use cube::{A_CS, A_OFF0, A_RS, B_CS, B_OFF0, B_RS};
+        b.ldarg(A_OFF0, sizes.mm(4))
+            .ldarg(A_BATCH, sizes.mm(5))
+            .ldarg(A_RS, sizes.mm(6))
+            .ldarg(A_CS, sizes.mm(7));
+        b.ldarg(B_OFF0, sizes.mm(8))
+            .ldarg(B_BATCH, sizes.mm(9))
+            .ldarg(B_RS, sizes.mm(10))
+            .ldarg(B_CS, sizes.mm(11));
+        b.mul(A_PANEL, A_RS, TM as i64).mul(B_STEP, B_RS, TK as i64);
     }
 }
 
@@ -149,6 +171,7 @@ pub(super) fn compile_matmul(
         a: ga,
         b: gb,
         im2col: mm.im2col.is_some(),
+        strided: [mm.view_a(), mm.view_b()].map(|v| v.strides[2] != 1),
     };
     b.movi(KSTEP, 0);
     cx.emit(&mut b, 0);
@@ -202,6 +225,9 @@ struct KStep {
     b: Gm,
     /// A is an image read as windows (`ldl1c`, an implicit GEMM).
     im2col: bool,
+    /// A's and B's column strides are not 1: their panels are gathered
+    /// element by element (`ldl1x`), not row by row (`ldl1`).
+    strided: [bool; 2],
 }
 
 impl KStep {
@@ -214,16 +240,26 @@ impl KStep {
         let (a_l1, b_l1, zero) = (Addr::new(0), self.b_addr(), Addr::new(0));
         // Valid K of this step: min(TK, k - KSTEP*TK).
         b.mul(VK, KSTEP, neg(TK)).add(VK, VK, K).min(VK, VK, TK);
-        if !self.im2col {
+        if self.im2col {
+            b.mul(OFF_B, BATCH, B_BATCH)
+                .mul(T, KSTEP, B_STEP)
+                .add(OFF_B, OFF_B, T);
+            b.mul(T, NT, TN).add(OFF_B, OFF_B, T);
+        } else {
+            // Element (BATCH, MT*TM, KSTEP*TK) of A's view and
+            // (BATCH, KSTEP*TK, NT*TN) of B's.
+            use cube::{A_CS, A_OFF0, B_CS, B_OFF0};
             b.mul(OFF_A, BATCH, A_BATCH)
+                .add(OFF_A, OFF_A, A_OFF0)
                 .mul(T, MT, A_PANEL)
                 .add(OFF_A, OFF_A, T);
-            b.mul(T, KSTEP, TK).add(OFF_A, OFF_A, T);
+            b.mul(T, KSTEP, TK).mul(T, T, A_CS).add(OFF_A, OFF_A, T);
+            b.mul(OFF_B, BATCH, B_BATCH)
+                .add(OFF_B, OFF_B, B_OFF0)
+                .mul(T, KSTEP, B_STEP)
+                .add(OFF_B, OFF_B, T);
+            b.mul(T, NT, TN).mul(T, T, B_CS).add(OFF_B, OFF_B, T);
         }
-        b.mul(OFF_B, BATCH, B_BATCH)
-            .mul(T, KSTEP, B_STEP)
-            .add(OFF_B, OFF_B, T);
-        b.mul(T, NT, TN).add(OFF_B, OFF_B, T);
         let (sa, sb) = (Shape::new(TM, TK), Shape::new(TK, TN));
         if self.im2col {
             // The A panel is windows MT*TM.. of the batch's image, columns
@@ -234,10 +270,20 @@ impl KStep {
                 .mul(T, MT, TM as i64)
                 .mul(COL, KSTEP, TK as i64);
             b.ldl1c(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, T, COL, GEOM);
+            b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, N);
         } else {
-            b.ldl1(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, K);
+            use cube::{A_CS, A_RS, B_CS, B_RS};
+            if self.strided[0] {
+                b.ldl1x(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, A_RS, A_CS);
+            } else {
+                b.ldl1(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, A_RS);
+            }
+            if self.strided[1] {
+                b.ldl1x(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, B_RS, B_CS);
+            } else {
+                b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, B_RS);
+            }
         }
-        b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, N);
         b.setf(Pipe::Mte2, Pipe::Mte1, 0)
             .waitf(Pipe::Mte2, Pipe::Mte1, 0);
         b.mvl0a(dt, sa, zero, a_l1).mvl0b(dt, sb, zero, b_l1);
@@ -284,9 +330,16 @@ mod rows {
     pub(super) const M1: Reg = Reg::fixed(14);
     pub(super) const K: Reg = Reg::fixed(15);
     pub(super) const N: Reg = Reg::fixed(16);
-    /// Element strides of a batch of A (`m * k`) and of B (`k * n`).
+    /// Batch strides of A's and B's views.
     pub(super) const A_BATCH: Reg = Reg::fixed(17);
     pub(super) const B_BATCH_STRIDE: Reg = Reg::fixed(18);
+    /// The rest of the views: offsets, row and column strides.
+    pub(super) const A_OFF0: Reg = Reg::fixed(19);
+    pub(super) const A_RS: Reg = Reg::fixed(20);
+    pub(super) const A_CS: Reg = Reg::fixed(21);
+    pub(super) const B_OFF0: Reg = Reg::fixed(22);
+    pub(super) const B_RS: Reg = Reg::fixed(23);
+    pub(super) const B_CS: Reg = Reg::fixed(24);
 }
 
 /// A matmul in a dtype the cube does not take (f64, i32, i64) on the
@@ -327,20 +380,32 @@ pub(super) fn compile_matmul_vector(
     b.ldarg(M1, sizes.mm(1))
         .ldarg(K, sizes.mm(2))
         .ldarg(N, sizes.mm(3));
-    b.mul(A_BATCH, M1, K).mul(B_BATCH_STRIDE, K, N);
+    // Operands are read in place through their views.
+    use rows::{A_OFF0, A_RS, B_OFF0};
+    b.ldarg(A_OFF0, sizes.mm(4))
+        .ldarg(A_BATCH, sizes.mm(5))
+        .ldarg(A_RS, sizes.mm(6))
+        .ldarg(rows::A_CS, sizes.mm(7));
+    b.ldarg(B_OFF0, sizes.mm(8))
+        .ldarg(B_BATCH_STRIDE, sizes.mm(9))
+        .ldarg(rows::B_RS, sizes.mm(10))
+        .ldarg(rows::B_CS, sizes.mm(11));
     // With m = 0 there are no tasks; the divisor only has to be legal.
     b.max(M1, M1, 1);
     b.bind(top);
     b.bge(ROW, END, done);
     b.div(BATCH, ROW, M1).rem(I, ROW, M1);
-    b.mul(rows::A_ROW, BATCH, A_BATCH).mul(T5, I, K);
-    b.add(rows::A_ROW, rows::A_ROW, T5);
+    b.mul(rows::A_ROW, BATCH, A_BATCH).mul(T5, I, A_RS);
+    b.add(rows::A_ROW, rows::A_ROW, T5)
+        .add(rows::A_ROW, rows::A_ROW, A_OFF0);
     b.mul(B_BATCH, BATCH, B_BATCH_STRIDE)
+        .add(B_BATCH, B_BATCH, B_OFF0)
         .mul(C_ROW, ROW, N)
         .movi(COL, 0);
     b.bind(nloop);
     b.bge(COL, N, ndone);
-    emit_row_chunk(&mut b, dt, w, gms);
+    let b_strided = mm.view_b().strides[2] != 1;
+    emit_row_chunk(&mut b, dt, w, gms, b_strided);
     b.jmp(nloop);
     b.bind(ndone);
     b.add(ROW, ROW, 1).jmp(top);
@@ -372,8 +437,16 @@ fn row_chunk(cfg: &DeviceConfig) -> usize {
 
 /// One column chunk of an output row: accumulate `a[i,p] * b[p, chunk]`
 /// over p, store it, move to the next chunk.
-fn emit_row_chunk(b: &mut ProgramBuilder, dt: DType, w: usize, [ga, gb, gc]: [Gm; 3]) {
-    use rows::{A_OFF, A_ROW, B_BATCH, B_OFF, COL, C_OFF, C_ROW, K, N, P, VCOLS};
+/// B's row is gathered element by element (`ldx`) when `b_strided`.
+fn emit_row_chunk(
+    b: &mut ProgramBuilder,
+    dt: DType,
+    w: usize,
+    [ga, gb, gc]: [Gm; 3],
+    b_strided: bool,
+) {
+    use rows::{A_CS, A_OFF, A_ROW, B_BATCH, B_CS, B_OFF, B_RS, COL, C_OFF, C_ROW, K, N, P};
+    use rows::{T5, VCOLS};
     let tile = (w * dt.size_bytes()).next_multiple_of(32);
     let [acc, brow, prod, elem] = [0, tile, 2 * tile, 3 * tile].map(Addr::from);
     let (sh, one) = (Shape::new(1, w), Shape::new(1, 1));
@@ -381,12 +454,20 @@ fn emit_row_chunk(b: &mut ProgramBuilder, dt: DType, w: usize, [ga, gb, gc]: [Gm
     b.sub(VCOLS, N, COL).min(VCOLS, VCOLS, w);
     b.vdup(dt, sh, 1, VCOLS, acc, 0.0).movi(P, 0);
     b.bind(kloop);
-    b.bge(P, K, kdone).add(A_OFF, A_ROW, P);
+    // a[i, p] and b[p, COL..] through the views.
+    b.bge(P, K, kdone)
+        .mul(A_OFF, P, A_CS)
+        .add(A_OFF, A_OFF, A_ROW);
     b.ld(dt, one, 1, 1, elem, ga, A_OFF, 0);
-    b.mul(B_OFF, P, N)
+    b.mul(B_OFF, P, B_RS)
         .add(B_OFF, B_OFF, B_BATCH)
-        .add(B_OFF, B_OFF, COL);
-    b.ld(dt, sh, 1, VCOLS, brow, gb, B_OFF, 0);
+        .mul(T5, COL, B_CS)
+        .add(B_OFF, B_OFF, T5);
+    if b_strided {
+        b.ldx(dt, sh, 1, VCOLS, brow, gb, B_OFF, 0, B_CS);
+    } else {
+        b.ld(dt, sh, 1, VCOLS, brow, gb, B_OFF, 0);
+    }
     b.setf(Pipe::Mte2, Pipe::V, 0).waitf(Pipe::Mte2, Pipe::V, 0);
     b.vbcast(dt, sh, 1, VCOLS, prod, elem);
     b.vmul(dt, sh, 1, VCOLS, prod, prod, brow);

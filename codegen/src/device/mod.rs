@@ -183,7 +183,8 @@ impl Extent {
 /// strides (accesses in [`Kernel::accesses`] order, one per domain
 /// dimension), then each access's offset, then for a matmul its batch, m,
 /// k and n, and for a convolution's its image's channels, height and
-/// width. The launcher
+/// width, for another matmul its operand views (offset and strides of `a`,
+/// then of `b`). The launcher
 /// passes these for the shape it runs; the code reads them with `ldarg`.
 pub fn size_args(k: &Kernel) -> Vec<i64> {
     let mut v: Vec<i64> = k.domain.iter().map(|&d| d as i64).collect();
@@ -195,6 +196,11 @@ pub fn size_args(k: &Kernel) -> Vec<i64> {
         v.extend([mm.batch, mm.m, mm.k, mm.n].map(|d| d as i64));
         if let Some(ic) = &mm.im2col {
             v.extend([ic.c, ic.h, ic.w].map(|d| d as i64));
+        } else {
+            for view in [mm.view_a(), mm.view_b()] {
+                v.push(view.offset);
+                v.extend(view.strides);
+            }
         }
     }
     v
@@ -224,7 +230,7 @@ impl SizeArgs {
     pub(crate) fn len(&self) -> usize {
         let mm = match (self.matmul, self.im2col) {
             (false, _) => 0,
-            (true, false) => 4,
+            (true, false) => 12,
             (true, true) => 7,
         };
         self.rank * (1 + self.accesses) + self.accesses + mm
@@ -255,7 +261,9 @@ impl SizeArgs {
     }
 
     /// The matmul's batch, m, k, n (`i` = 0..4), then a convolution's
-    /// channels, height and width (`i` = 4..7).
+    /// channels, height and width (`i` = 4..7), or a matmul's operand
+    /// views: `a`'s offset and batch, row and column strides (4..8), then
+    /// `b`'s (8..12).
     pub(crate) fn mm(&self, i: usize) -> u32 {
         (2 + self.rank * (1 + self.accesses) + self.accesses + i) as u32
     }
