@@ -6,11 +6,12 @@
 #![allow(clippy::unwrap_used)] // tests assert by unwrapping
 
 use tilejit_codegen::host::{
-    compile, listing, BufArg, CodegenOptions, KernelArgs, KernelCode, StreamStores,
+    compile, listing, matmul_view_f32, matmul_view_f64, BufArg, CodegenOptions, KernelArgs,
+    KernelCode, StreamStores,
 };
 use tilejit_codegen::CodegenError;
 use tilejit_ir::kernel::{
-    fuse, Access, BufId, Expr, ExprId, ExprNode, Kernel, KernelProgram, Stage,
+    fuse, Access, BufId, Expr, ExprId, ExprNode, Kernel, KernelProgram, MatView, Stage,
 };
 use tilejit_ir::{BinaryOp, CmpOp, DType, Graph, Op, Shape, TensorType};
 
@@ -396,4 +397,119 @@ fn bad_launches_are_errors_before_anything_runs() {
         .unwrap();
     drop(bufs);
     assert!(o.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f32));
+}
+
+/// `[2, 3] @ [3, 2]` operands in 8-element slices and their plain views.
+fn views() -> ([f32; 8], [f32; 8], MatView, MatView) {
+    let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0, 0.0];
+    let b = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0];
+    (a, b, MatView::contiguous(2, 3), MatView::contiguous(3, 2))
+}
+
+#[test]
+fn strided_matmul_views_read_in_place() {
+    let (a, b, av, _) = views();
+    // b read transposed: b^T of the [2, 3] matrix [1 0 0; 1 1 1].
+    let bt = MatView {
+        offset: 0,
+        strides: [6, 1, 3],
+    };
+    let mut out = [0.0f32; 4];
+    matmul_view_f32((&a, av), (&b, bt), &mut out, [1, 2, 3, 2], 1).unwrap();
+    assert_eq!(out, [1.0, 6.0, 4.0, 15.0]);
+    // Negative strides (b's rows backwards from row 1) and a batch of two
+    // sharing `a` (stride 0).
+    let back = MatView {
+        offset: 3,
+        strides: [0, -3, 1],
+    };
+    let (a2, b2) = (MatView::contiguous(1, 2), back);
+    let mut out = [0.0f64; 6];
+    let (a64, b64) = (a.map(f64::from), b.map(f64::from));
+    let a0 = MatView {
+        strides: [0, 2, 1],
+        ..a2
+    };
+    matmul_view_f64((&a64, a0), (&b64, b2), &mut out, [2, 1, 2, 3], 1).unwrap();
+    // [1 2] @ [[1 1 1], [1 0 0]] = [3 1 1], twice.
+    assert_eq!(out, [3.0, 1.0, 1.0, 3.0, 1.0, 1.0]);
+}
+
+#[test]
+fn strided_matmul_views_outside_their_slices_are_refused() {
+    let (a, b, av, bv) = views();
+    let bad = [
+        // One element past the end, before the start, a stride too long,
+        // a negative stride from the start, a batch past the end.
+        ("a", MatView { offset: 3, ..av }, bv, [1, 2, 3, 2]),
+        ("a", MatView { offset: -1, ..av }, bv, [1, 2, 3, 2]),
+        (
+            "b",
+            av,
+            MatView {
+                strides: [6, 3, 2],
+                ..bv
+            },
+            [1, 2, 3, 2],
+        ),
+        (
+            "b",
+            av,
+            MatView {
+                strides: [6, -2, 1],
+                ..bv
+            },
+            [1, 2, 3, 2],
+        ),
+        (
+            "a",
+            av,
+            MatView {
+                strides: [0, 2, 1],
+                ..bv
+            },
+            [2, 2, 3, 2],
+        ),
+        (
+            "b",
+            av,
+            MatView {
+                offset: i64::MAX,
+                ..bv
+            },
+            [1, 2, 3, 2],
+        ),
+        (
+            "a",
+            MatView {
+                strides: [i64::MAX, i64::MAX, 1],
+                ..av
+            },
+            bv,
+            [1, 2, 3, 2],
+        ),
+    ];
+    for (what, av, bv, dims) in bad {
+        let n = dims[0] * dims[1] * dims[3];
+        let mut out = vec![7.0f32; n];
+        let e = matmul_view_f32((&a, av), (&b, bv), &mut out, dims, 1).unwrap_err();
+        assert!(
+            matches!(&e, CodegenError::Launch { message, .. } if message.contains(&format!("operand {what}"))),
+            "{what} {av:?} {bv:?}: {e}"
+        );
+        assert!(out.iter().all(|&v| v == 7.0), "nothing is written");
+    }
+    // An output of the wrong size.
+    let mut out = [0.0f32; 3];
+    assert!(matmul_view_f32((&a, av), (&b, bv), &mut out, [1, 2, 3, 2], 1).is_err());
+    // An operand with a zero dim reads nothing, so any view of it is
+    // fine; k = 0 gives zeros.
+    let far = MatView {
+        offset: 1 << 40,
+        strides: [1, 1, 1],
+    };
+    let mut out = [5.0f32; 4];
+    matmul_view_f32((&a, far), (&b, far), &mut out, [1, 2, 0, 2], 1).unwrap();
+    assert_eq!(out, [0.0; 4]);
+    matmul_view_f32((&a, far), (&b, bv), &mut [], [1, 0, 3, 2], 1).unwrap();
 }
