@@ -1,7 +1,8 @@
 //! Matmul kernels: AIC tasks over output tiles for the cube's dtypes, and
-//! a row-by-row vector-core form for f64 and integers. Batch, m, k and n
-//! are size arguments ([`SizeArgs::mm`]): the code is the same for every
-//! shape.
+//! a row-by-row vector-core form for f64 and integers. Batch, m, k, n
+//! and each operand's view (offset and strides: a transposed or sliced
+//! operand is read in place) are size arguments ([`SizeArgs::mm`]): the
+//! code is the same for every shape.
 
 use super::{finish, sanitize, unsupported, DeviceKernel, SizeArgs, Units};
 use crate::CodegenError;
@@ -51,7 +52,8 @@ mod cube {
     pub(super) const KSTEPS: Reg = Reg::fixed(18);
     /// Element strides: a batch of C, A and B; a 64-row panel of C
     /// (`TM * n`), of A (`TM * k`); a K step of B (`TK * n`). A
-    /// convolution's A batch is one image, its B batch 0 (shared weights).
+    /// convolution's A batch is one image, its B batch 0 (shared weights);
+    /// a plain matmul's come from its operand views.
     pub(super) const C_BATCH: Reg = Reg::fixed(19);
     pub(super) const A_BATCH: Reg = Reg::fixed(20);
     pub(super) const B_BATCH: Reg = Reg::fixed(21);
@@ -115,8 +117,9 @@ fn emit_cube_sizes(b: &mut ProgramBuilder, sizes: &SizeArgs, im2col: Option<&Im2
             .mul(A_BATCH, A_BATCH, GEOM_W)
             .movi(B_BATCH, 0);
     } else {
-        // Operands are read in place through their views: a 64-row panel
-        // of A is `TM` row strides on, a K step of B `TK` row strides.
+        // Operands are read in place through their views (replacing the
+        // contiguous strides above): a 64-row panel of A is `TM` row
+        // strides on, a K step of B `TK` row strides.
         use cube::{A_CS, A_OFF0, A_RS, B_CS, B_OFF0, B_RS};
         b.ldarg(A_OFF0, sizes.mm(4))
             .ldarg(A_BATCH, sizes.mm(5))
@@ -154,6 +157,7 @@ pub(super) fn compile_matmul(
             format!("a {dt} matmul (the cube takes f32, f16, bf16)"),
         ));
     }
+    negative_views(k, mm)?;
     let out_dt = buf_dtype(mm.out);
     let sizes = SizeArgs::new(k);
     let mut b = ProgramBuilder::new(format!("mm_{}", sanitize(&k.name)), CoreType::Aic);
@@ -197,6 +201,23 @@ pub(super) fn compile_matmul(
         tile_units: 1,
         extra: Arc::new(Vec::new()),
     })
+}
+
+/// GM loads take no negative offset or stride: an operand view with one
+/// (never made by fusion; `structure_text` keys it apart) is refused.
+fn negative_views(k: &Kernel, mm: &MatMul) -> Result<(), CodegenError> {
+    for v in [mm.view_a(), mm.view_b()] {
+        if v.offset < 0 || v.strides.iter().any(|&s| s < 0) {
+            return Err(unsupported(
+                k,
+                format!(
+                    "a matmul operand view with negative strides {:?}",
+                    v.strides
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The output tile's batch, m-tile and n-tile, its valid rows and
@@ -366,6 +387,7 @@ pub(super) fn compile_matmul_vector(
     {
         return Err(unsupported(k, format!("a {dt} matmul")));
     }
+    negative_views(k, mm)?;
     let w = row_chunk(cfg);
     let sizes = SizeArgs::new(k);
     let mut b = ProgramBuilder::new(format!("mmv_{}", sanitize(&k.name)), CoreType::Aiv);

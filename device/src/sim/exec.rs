@@ -473,12 +473,7 @@ fn ldg(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Tra
     }
     let p = pitch(cols, dt) as usize;
     let gm = cx.gm;
-    let space = if inst.op == Opcode::Ldx {
-        Space::Ub
-    } else {
-        Space::L1
-    };
-    let tile = cx.local_mut(space, inst.addr(4), rows as usize * p)?;
+    let tile = cx.local_mut(Space::Ub, inst.addr(4), rows as usize * p)?;
     tile.fill(0);
     gm.gather(addrs.into_iter(), sz, &mut tile[..vr * vc * sz]);
     w.bytes = (vr * vc * sz) as u64;

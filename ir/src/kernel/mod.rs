@@ -443,8 +443,13 @@ impl Kernel {
             let (a, b, o) = (local(mm.a), local(mm.b), local(mm.out));
             let _ = write!(out, "mm {a} {b} {o} {};", buf_dtype(mm.out));
             // Device code loads an operand row-wise or element-wise by its
-            // column stride; offsets and other strides are arguments.
-            let cls = |v: MatView| if v.strides[2] == 1 { '1' } else { 's' };
+            // column stride, and takes no negative stride (`n`); offsets
+            // and other strides are arguments.
+            let cls = |v: MatView| match v.strides {
+                s if s.iter().any(|&x| x < 0) || v.offset < 0 => 'n',
+                [_, _, 1] => '1',
+                _ => 's',
+            };
             if mm.a_view.is_some() || mm.b_view.is_some() {
                 let _ = write!(out, "mmv {} {};", cls(mm.view_a()), cls(mm.view_b()));
             }

@@ -685,6 +685,66 @@ kernels {
         assert_eq!(back.to_string(), text);
     }
 
+    /// Matmul operands under a transpose, a head split (reshape then
+    /// permute), a slice and a batch broadcast fuse into views of the
+    /// buffers under them (no copy kernel), print and parse back; a view
+    /// past its buffer is refused, and a reshape that is no affine view
+    /// still materialises what is under it.
+    #[test]
+    fn matmul_operand_views_fuse_round_trip_and_verify() {
+        let g = crate::text::parse(
+            "graph {
+  %0 = input 0 : f32[2,64]
+  %1 = input 1 : f32[512,64]
+  %2 = permute %1 perm=[1,0] : f32[64,512]
+  %3 = matmul %0, %2 : f32[2,512]
+  %4 = input 2 : f32[6,12]
+  %5 = reshape %4 : f32[6,3,4]
+  %6 = permute %5 perm=[1,0,2] : f32[3,6,4]
+  %7 = input 3 : f32[4,9]
+  %8 = slice %7 start=[0,2] : f32[4,5]
+  %9 = broadcast %8 : f32[3,4,5]
+  %10 = matmul %6, %9 : f32[3,6,5]
+  return %3, %10
+}",
+        )
+        .unwrap();
+        let p = fuse(&g).unwrap();
+        crate::kernel::verify_program(&p).unwrap();
+        let text = p.to_string();
+        assert_eq!(p.kernels.len(), 2, "{text}");
+        assert!(text.contains("b_view=[0,32768,1,64]"), "{text}");
+        assert!(text.contains("a_view=[0,4,12,1]"), "{text}");
+        assert!(text.contains("b_view=[2,0,9,1]"), "{text}");
+        let back = parse_program(&text).unwrap();
+        assert_eq!(back, p);
+        assert_eq!(back.to_string(), text);
+        // One element too far: the slice's window moved past the end.
+        let bad = text.replace("b_view=[2,0,9,1]", "b_view=[5,0,9,1]");
+        let e = parse_program(&bad).unwrap_err();
+        assert!(e.to_string().contains("matmul sizes do not match"), "{e}");
+        assert!(parse_program(&text.replace("b_view=[2,0,9,1]", "b_view=[2,0,9]")).is_err());
+        // Merging dims a transpose separated is no affine view: the
+        // transpose is materialised (two kernels for one matmul).
+        let g = crate::text::parse(
+            "graph {
+  %0 = input 0 : f32[4,6]
+  %1 = permute %0 perm=[1,0] : f32[6,4]
+  %2 = reshape %1 : f32[3,8]
+  %3 = input 1 : f32[8,2]
+  %4 = matmul %2, %3 : f32[3,2]
+  return %4
+}",
+        )
+        .unwrap();
+        let p = fuse(&g).unwrap();
+        assert_eq!(p.kernels.len(), 2, "{p}");
+        assert!(p.kernels[1]
+            .matmul
+            .as_ref()
+            .is_some_and(|m| m.a_view.is_none()));
+    }
+
     /// A convolution: its graph op and its kernel's implicit-im2col
     /// matmul print and parse back; sizes that do not fit the image are
     /// refused.

@@ -24,6 +24,14 @@
 .arg s12 0
 .arg s13 0
 .arg s14 0
+.arg s15 0
+.arg s16 0
+.arg s17 0
+.arg s18 0
+.arg s19 0
+.arg s20 0
+.arg s21 0
+.arg s22 0
     ldarg r0, 0
     ldarg r1, 1
     ldarg r13, 14
@@ -43,8 +51,18 @@
     mul r22, r15, 64
     mul r23, r14, 64
     mul r24, r15, 64
-L19:
-    bge r0, r1, L92
+    ldarg r25, 17
+    ldarg r20, 18
+    ldarg r26, 19
+    ldarg r27, 20
+    ldarg r28, 21
+    ldarg r21, 22
+    ldarg r29, 23
+    ldarg r30, 24
+    mul r23, r26, 64
+    mul r24, r29, 64
+L29:
+    bge r0, r1, L110
     rem r4, r0, r17
     div r12, r0, r17
     rem r3, r12, r16
@@ -65,17 +83,21 @@ L19:
     add r8, r8, r14
     min r8, r8, 64
     mul r9, r2, r20
+    add r9, r9, r25
     mul r12, r3, r23
     add r9, r9, r12
     mul r12, r7, 64
+    mul r12, r12, r27
     add r9, r9, r12
     mul r10, r2, r21
+    add r10, r10, r28
     mul r12, r7, r24
     add r10, r10, r12
     mul r12, r4, 64
+    mul r12, r12, r30
     add r10, r10, r12
-    ldl1 f32, 64x64, r5, r8, @0x0, a, r9, r14
-    ldl1 f32, 64x64, r8, r6, @0x4000, b, r10, r15
+    ldl1 f32, 64x64, r5, r8, @0x0, a, r9, r26
+    ldl1 f32, 64x64, r8, r6, @0x4000, b, r10, r29
     setf mte2, mte1, 0
     waitf mte2, mte1, 0
     mvl0a f32, 64x64, @0x0, @0x0
@@ -85,23 +107,27 @@ L19:
     mmad f32, 64x64x64, @0x0, @0x0, @0x0, 0
     barrier
     add r7, r7, 1
-L60:
-    bge r7, r18, L86
+L74:
+    bge r7, r18, L104
     mul r8, r7, -64
     add r8, r8, r14
     min r8, r8, 64
     mul r9, r2, r20
+    add r9, r9, r25
     mul r12, r3, r23
     add r9, r9, r12
     mul r12, r7, 64
+    mul r12, r12, r27
     add r9, r9, r12
     mul r10, r2, r21
+    add r10, r10, r28
     mul r12, r7, r24
     add r10, r10, r12
     mul r12, r4, 64
+    mul r12, r12, r30
     add r10, r10, r12
-    ldl1 f32, 64x64, r5, r8, @0x0, a, r9, r14
-    ldl1 f32, 64x64, r8, r6, @0x4000, b, r10, r15
+    ldl1 f32, 64x64, r5, r8, @0x0, a, r9, r26
+    ldl1 f32, 64x64, r8, r6, @0x4000, b, r10, r29
     setf mte2, mte1, 0
     waitf mte2, mte1, 0
     mvl0a f32, 64x64, @0x0, @0x0
@@ -111,15 +137,15 @@ L60:
     mmad f32, 64x64x64, @0x0, @0x0, @0x0, 1
     barrier
     add r7, r7, 1
-    jmp L60
-L86:
+    jmp L74
+L104:
     setf m, fixp, 0
     waitf m, fixp, 0
     fixp f32, 64x64, r5, r6, c, r11, r15, @0x0, 0
     barrier
     add r0, r0, 1
-    jmp L19
-L92:
+    jmp L29
+L110:
     end
 ; core function 1: units Kernel, tile 1, buffers [b2,b3,b4], workspace []
 .kernel k_fused_matmul_add_gelu aiv
@@ -143,6 +169,14 @@ L92:
 .arg s12 0
 .arg s13 0
 .arg s14 0
+.arg s15 0
+.arg s16 0
+.arg s17 0
+.arg s18 0
+.arg s19 0
+.arg s20 0
+.arg s21 0
+.arg s22 0
     ldarg r0, 0
     ldarg r1, 1
     setf mte3, mte2, 0
