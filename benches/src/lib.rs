@@ -137,3 +137,10 @@ pub fn max_rel_err(got: &[f64], want: &[f64]) -> f64 {
         .map(|(g, w)| (g - w).abs() / w.abs().max(1.0))
         .fold(0.0, f64::max)
 }
+
+/// Real models (W10-W12 and the examples): GPT-2 and ResNet-18 from their
+/// HF and torchvision checkpoints.
+pub mod models {
+    pub mod gpt2;
+    pub mod resnet18;
+}
