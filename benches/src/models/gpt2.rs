@@ -67,6 +67,10 @@ pub struct Gpt2 {
     blocks: Vec<Block>,
     lnf_g: Tensor,
     lnf_b: Tensor,
+    /// `wte` transposed once at load (`[d, vocab]`), for the tied logits:
+    /// a transposed operand of a matmul is copied per call today, and
+    /// this one is 154 MB.
+    wte_t: Tensor,
     heads: usize,
 }
 
@@ -158,6 +162,7 @@ impl Gpt2 {
             });
         }
         let m = Gpt2 {
+            wte_t: wte.transpose(0, 1).into_result()?,
             wte,
             wpe: take("wpe.weight")?,
             blocks,
@@ -266,9 +271,10 @@ fn causal_mask(t: usize) -> Tensor {
     Tensor::ones(&[t, t], DType::F32).triu(1) * -1e9
 }
 
-/// Logits tied to the token embedding: `x @ wte^T`.
-fn lm_head(x: &Tensor, wte: &Tensor) -> Tensor {
-    x.matmul(&wte.transpose(0, 1))
+/// Logits tied to the token embedding: `x @ wte^T` (`wte_t` is
+/// `wte^T`, made at load).
+fn lm_head(x: &Tensor, wte_t: &Tensor) -> Tensor {
+    x.matmul(wte_t)
 }
 
 /// Every position's next-token logits for `tokens` (i64 `[t]`): `[t, vocab]`.
@@ -281,7 +287,7 @@ pub fn forward(m: &Gpt2, tokens: &Tensor) -> Tensor {
         let (q, k, v) = qkv(&x, b, m.heads);
         x = block_out(&x, &attend(&q, &k, &v, &mask), b);
     }
-    lm_head(&x.layer_norm(&m.lnf_g, &m.lnf_b, 1e-5), &m.wte)
+    lm_head(&x.layer_norm(&m.lnf_g, &m.lnf_b, 1e-5), &m.wte_t)
 }
 
 /// The prompt pass of cached decoding: the last position's logits
@@ -306,7 +312,7 @@ pub fn prefill(m: &Gpt2, tokens: &Tensor, cap: usize) -> (Tensor, Tensor, Tensor
         vs.push(pad(&v));
     }
     let last = x.slice(0, t as isize - 1, t as isize);
-    let logits = lm_head(&last.layer_norm(&m.lnf_g, &m.lnf_b, 1e-5), &m.wte);
+    let logits = lm_head(&last.layer_norm(&m.lnf_g, &m.lnf_b, 1e-5), &m.wte_t);
     let cat = |c: &[Tensor]| Tensor::cat(&c.iter().collect::<Vec<_>>(), 0);
     (logits, cat(&ks), cat(&vs))
 }
@@ -356,7 +362,7 @@ pub fn decode_step(
         ks.push(k.reshape(&[1, heads, cap, dh]));
         vs.push(v.reshape(&[1, heads, cap, dh]));
     }
-    let logits = lm_head(&x.layer_norm(&m.lnf_g, &m.lnf_b, 1e-5), &m.wte);
+    let logits = lm_head(&x.layer_norm(&m.lnf_g, &m.lnf_b, 1e-5), &m.wte_t);
     let cat = |c: &[Tensor]| Tensor::cat(&c.iter().collect::<Vec<_>>(), 0);
     (logits, cat(&ks), cat(&vs))
 }
