@@ -5,8 +5,8 @@
 //! each projection is `x.matmul(&w) + b`.
 //!
 //! The weights are one `#[derive(JitArgs)]` value, loaded once and passed to
-//! the jit functions: [`forward`] (all logits of a prompt), [`prefill`]
-//! (the last position's logits and the KV cache) and [`decode_step`] (one
+//! the jit functions: [`forward()`] (all logits of a prompt), [`prefill()`]
+//! (the last position's logits and the KV cache) and [`decode_step()`] (one
 //! token at a position, against the cache). The cache has a fixed capacity
 //! and the position is a runtime tensor, so every decode step runs one
 //! program, traced once.
@@ -329,7 +329,7 @@ fn cache_update(cache: &Tensor, new: &Tensor, pos: &Tensor) -> Tensor {
 
 /// One cached decoding step: `token` (i64 `[1]`) at position `pos` (i64
 /// `[1]`, below the cache's capacity) against the caches from
-/// [`prefill`] or the previous step. Returns the logits (`[1, vocab]`) and
+/// [`prefill()`] or the previous step. Returns the logits (`[1, vocab]`) and
 /// the caches with this position written. Positions above `pos` are
 /// masked out, so one program serves every step.
 #[jit]
@@ -368,7 +368,7 @@ pub fn decode_step(
 }
 
 /// Greedy decoding with a KV cache: the prompt pass, then one
-/// [`decode_step`] per token.
+/// [`decode_step()`] per token.
 pub struct Decoder<'m> {
     model: &'m Gpt2,
     k: Tensor,
@@ -392,7 +392,7 @@ fn greedy(logits: &Tensor) -> tilejit::Result<i64> {
 
 impl<'m> Decoder<'m> {
     /// Runs the prompt pass over `prompt` with room for `cap` positions in
-    /// all; [`Decoder::first`] is its greedy token.
+    /// all; [`Decoder::last`] is its greedy token.
     pub fn new(model: &'m Gpt2, prompt: &[i64], cap: usize) -> tilejit::Result<Decoder<'m>> {
         let ctx = model.config().ctx;
         if prompt.is_empty() || cap > ctx || prompt.len() > cap {
