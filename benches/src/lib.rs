@@ -1,7 +1,8 @@
-//! `tilejit-benches`: the workloads W1-W9 as `benches/WORKLOADS.md` defines
+//! `tilejit-benches`: the workloads W1-W12 as `benches/WORKLOADS.md` defines
 //! them (the peers' shapes and formulas, output allocated per call), run by
 //! the `bench` binary, which checks each result against the reference
-//! interpreter before timing it. Results: `benches/RESULTS.md`.
+//! interpreter (W10-W12: the peers' torch outputs) before timing it, and
+//! the real models (`models`) its examples run. Results: `benches/RESULTS.md`.
 
 use std::time::{Duration, Instant};
 
@@ -136,4 +137,12 @@ pub fn max_rel_err(got: &[f64], want: &[f64]) -> f64 {
         .zip(want)
         .map(|(g, w)| (g - w).abs() / w.abs().max(1.0))
         .fold(0.0, f64::max)
+}
+
+/// Real models (W10-W12 and the examples): GPT-2 and ResNet-18 from their
+/// HF and torchvision checkpoints.
+pub mod models {
+    pub mod gpt2;
+    pub mod resnet18;
+    pub mod workloads;
 }

@@ -21,14 +21,15 @@
 //!
 //! Modules: [`tensor`] (the `Tensor` type), `ops`/`operators` (its methods
 //! and operators), [`jit`](mod@jit) (jit functions and their handler caches),
-//! [`args`] (how values cross a jit boundary), [`error`], [`debug`] (every
+//! [`args`] (how values cross a jit boundary), [`nn`] (layers with torch's
+//! weight layouts), [`error`], [`debug`] (every
 //! intermediate value, where the first NaN came from, step-to).
 //!
 //! Layers, bottom up (a module uses only its own layer and lower ones,
 //! with no cycle): `error`, `scalar`, `random`, `mode` → `trace` →
 //! `tensor` → `args`, `debug`, `display`, `io` → `device` → `placement`,
 //! `hooks` → `apply` → `ops`, `operators`, `conv`, `layout_ops`, `scan` →
-//! `jit` → `registry`; `remote` (remote devices' client and server) is
+//! `nn` → `jit` → `registry`; `remote` (remote devices' client and server) is
 //! called from `tensor`, `device`, `apply`, `jit` and `registry`, and uses
 //! `tensor`, `args`, `device` and `registry`.
 //!
@@ -88,6 +89,7 @@ pub mod io;
 pub mod jit;
 mod layout_ops;
 pub mod mode;
+pub mod nn;
 mod operators;
 mod ops;
 pub mod placement;

@@ -26,6 +26,7 @@ mod kernel_ir;
 mod layout_ops;
 mod lowering_golden;
 mod math_ops;
+mod models;
 mod oom;
 mod ops;
 mod placement;

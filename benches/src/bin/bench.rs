@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 use tilejit::prelude::*;
+use tilejit_benches::models::workloads as models;
 use tilejit_benches::workloads::*;
 use tilejit_benches::{max_rel_err, median_time};
 
@@ -77,7 +78,7 @@ type Emit<'a> = &'a dyn Fn(&str, &str, f64, String);
 type Workload = (&'static str, bool, fn(Emit));
 
 /// Every workload, in run order.
-const WORKLOADS: [Workload; 14] = [
+const WORKLOADS: [Workload; 17] = [
     ("W1", true, w1),
     ("W2", true, w2),
     ("W3", true, w3),
@@ -87,6 +88,9 @@ const WORKLOADS: [Workload; 14] = [
     ("W6", true, w6),
     ("W7", true, w7),
     ("W8", true, w8),
+    ("W10", true, models::w10),
+    ("W11", true, models::w11),
+    ("W12", true, models::w12),
     ("S1", false, s1),
     ("S2", false, s2),
     ("E1", false, e1),
@@ -130,7 +134,11 @@ fn main() {
         }
     };
     for (name, default, run) in WORKLOADS {
-        let named = only.as_ref().map(|o| o.iter().any(|x| x == name));
+        // `--only W12b1` names W12 (which runs both batches).
+        let named = only.as_ref().map(|o| {
+            o.iter()
+                .any(|x| x == name || (name == "W12" && x.starts_with("W12")))
+        });
         if named.unwrap_or(default) {
             run(&emit);
         }
