@@ -3,7 +3,8 @@
 //! ops that compute on them, size reads (`shape`, `dim`, `numel`) feeding
 //! scalars, branches and slices, literals and constants at multiples of
 //! the stand-in sizes, a captured tensor and an int argument. The body is
-//! compiled twice, as a dynamic function and as an exact one, and called
+//! compiled twice, as a dynamic function (automatic or every dim a symbol,
+//! by the input's length) and as an exact one, and called
 //! at several sizes on Host or Sim; the rule under test is that a dynamic
 //! function never returns what the exact trace would not: the same
 //! error kind, or the same shape and the same bits.
@@ -368,7 +369,12 @@ fn run(input: &[u8]) -> Result<String, String> {
         )
     };
     let dynamic: JitFn<'_, Tensor> = make("dynamic");
-    dynamic.make_dynamic();
+    // Both kinds of dynamic: automatic (a dim a symbol once it varied)
+    // and every dim a symbol from the first call.
+    match input.len() % 2 {
+        0 => dynamic.make_dynamic(),
+        _ => dynamic.make_dynamic_all(),
+    }
     let exact: JitFn<'_, Tensor> = make("exact");
     let mode = if body.sim {
         RunMode::Sim
