@@ -173,12 +173,19 @@ fn assign_axis(g: &Graph, x: NodeId, src: NodeId, axis: isize) -> Result<usize, 
 /// `src[i - start]` inside the window, `x[i]` outside. A start that puts
 /// the window out of `x` makes every index out of range for `src`, so the
 /// gather fails the call (negative: `start`; too far: `start + len`).
-fn assign_at(g: &mut Graph, x: NodeId, src: NodeId, start: NodeId, a: usize) -> Result<NodeId, IrError> {
+fn assign_at(
+    g: &mut Graph,
+    x: NodeId,
+    src: NodeId,
+    start: NodeId,
+    a: usize,
+) -> Result<NodeId, IrError> {
     let ty = g.ty(x);
     let shape = ty.shape;
     let (n, len) = (shape[a], g.ty(src).shape[a]);
     let st = g.ty(start);
-    if st.shape.numel() != 1 || !matches!(st.dtype, DType::I32 | DType::I64 | DType::U8 | DType::I8) {
+    if st.shape.numel() != 1 || !matches!(st.dtype, DType::I32 | DType::I64 | DType::U8 | DType::I8)
+    {
         return Err(IrError::Window {
             op: "slice_assign",
             shape: st.shape,
@@ -249,7 +256,12 @@ impl Tensor {
     /// # Ok::<(), tilejit::Error>(())
     /// ```
     #[track_caller]
-    pub fn slice_assign<'a>(&self, axis: isize, start: impl Into<SliceStart<'a>>, src: &Tensor) -> Tensor {
+    pub fn slice_assign<'a>(
+        &self,
+        axis: isize,
+        start: impl Into<SliceStart<'a>>,
+        src: &Tensor,
+    ) -> Tensor {
         let location = Loc::caller();
         // The window must fit the axis: a check on its size.
         trace::note_shape_arithmetic("slice_assign", self, Some(axis));
@@ -280,14 +292,16 @@ impl Tensor {
                     .collect();
                 join(g, &parts, a)
             }),
-            SliceStart::Tensor(at) => apply("slice_assign", location, &[self, src, at], |g, ids| {
-                let (x, s) = (ids[0], ids[1]);
-                let a = assign_axis(g, x, s, axis)?;
-                if g.ty(s).shape[a] == 0 {
-                    return Ok(x);
-                }
-                assign_at(g, x, s, ids[2], a)
-            }),
+            SliceStart::Tensor(at) => {
+                apply("slice_assign", location, &[self, src, at], |g, ids| {
+                    let (x, s) = (ids[0], ids[1]);
+                    let a = assign_axis(g, x, s, axis)?;
+                    if g.ty(s).shape[a] == 0 {
+                        return Ok(x);
+                    }
+                    assign_at(g, x, s, ids[2], a)
+                })
+            }
         }
     }
 

@@ -291,7 +291,10 @@ impl SeenDims {
                 _ => SmallVec::new(),
             })
             .collect();
-        let varied = first.iter().map(|d| d.iter().map(|_| false).collect()).collect();
+        let varied = first
+            .iter()
+            .map(|d| d.iter().map(|_| false).collect())
+            .collect();
         SeenDims { first, varied }
     }
 
@@ -942,7 +945,10 @@ mod tests {
         // Shape [n + 1] (a cache grown by `cat`): generic.
         let plus_one =
             GenericGraph::new(&class, &free(1), full(a + 1, 0.0), &full(b + 1, 0.0)).unwrap();
-        assert_eq!(plus_one.instantiate(&[7]).unwrap().0.to_string(), full(8, 0.0).to_string());
+        assert_eq!(
+            plus_one.instantiate(&[7]).unwrap().0.to_string(),
+            full(8, 0.0).to_string()
+        );
         // Shape [n + 100]: past the offsets read back, not generic.
         let why = GenericGraph::new(&class, &free(1), full(a + 100, 0.0), &full(b + 100, 0.0))
             .unwrap_err();

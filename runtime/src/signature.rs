@@ -324,12 +324,17 @@ mod tests {
         );
         // Cut to fit; another first dim gives another digest.
         let cut = sig.abbreviated(40);
-        assert!(cut.len() < 80 && cut.contains('…') && cut.contains('#'), "{cut}");
+        assert!(
+            cut.len() < 80 && cut.contains('…') && cut.contains('#'),
+            "{cut}"
+        );
         let mut other = sig.clone();
         other.args[0] = t(&[6, 64]);
         assert_ne!(other.abbreviated(40), cut);
         // Short ones print whole.
-        let short = Signature { args: vec![t(&[2]), t(&[2])] };
+        let short = Signature {
+            args: vec![t(&[2]), t(&[2])],
+        };
         assert_eq!(short.abbreviated(200), "(f32[2], f32[2])");
     }
 

@@ -858,8 +858,7 @@ fn a_cache_grown_by_cat_is_one_graph() {
     for n in [2usize, 3, 5, 8, 13, 21] {
         let cache = Tensor::randn(&[n, 4], n as u64);
         let (c, s) = grow(&cache, &row).unwrap();
-        let (wc, ws) =
-            tilejit::with_mode(RunMode::Reference, || grow(&cache, &row)).unwrap();
+        let (wc, ws) = tilejit::with_mode(RunMode::Reference, || grow(&cache, &row)).unwrap();
         assert_eq!(c.shape(), [n + 1, 4]);
         assert_eq!(bits(&c), bits(&wc));
         let ws: Vec<f64> = f32s(&ws).into_iter().map(f64::from).collect();
@@ -905,7 +904,11 @@ fn slice_assign_at_a_tensor_position_is_one_graph_and_checks_its_range() {
         for at in [-1i64, 6, 100] {
             let pos = Tensor::from_vec(vec![at], &[]).unwrap();
             let e = tilejit::with_mode(mode, || assign_at(&x, &pos, &src)).unwrap_err();
-            assert_eq!(e.kind(), tilejit::ErrorKind::BadArgument, "{mode:?} {at}: {e}");
+            assert_eq!(
+                e.kind(),
+                tilejit::ErrorKind::BadArgument,
+                "{mode:?} {at}: {e}"
+            );
             assert!(e.to_string().contains("slice_assign"), "{e}");
         }
     }
@@ -919,7 +922,11 @@ fn slice_assign_at_a_tensor_position_is_one_graph_and_checks_its_range() {
     let (yv, s2v) = (f32s(&y), f32s(&s2));
     for r in 0..3 {
         for c in 0..6 {
-            let v = if (2..5).contains(&c) { s2v[r * 3 + c - 2] } else { yv[r * 6 + c] };
+            let v = if (2..5).contains(&c) {
+                s2v[r * 3 + c - 2]
+            } else {
+                yv[r * 6 + c]
+            };
             assert_eq!(f32s(&got)[r * 6 + c], v + 1.0);
         }
     }
@@ -935,12 +942,32 @@ fn slice_assign_bad_input_is_an_error_at_the_line() {
     use tilejit::ErrorKind::{DType as D, Shape as S};
     let cases = vec![
         (line!(), x.slice_assign(0, 4, &row), S, "does not fit dim 0"),
-        (line!(), x.slice_assign(0, 0, &Tensor::zeros(&[1, 2], DType::F32)), S, "must have its dims"),
-        (line!(), x.slice_assign(0, 0, &Tensor::zeros(&[5, 3], DType::F32)), S, "at most 4"),
-        (line!(), x.slice_assign(0, 0, &Tensor::zeros(&[1, 3], DType::F64)), D, ""),
+        (
+            line!(),
+            x.slice_assign(0, 0, &Tensor::zeros(&[1, 2], DType::F32)),
+            S,
+            "must have its dims",
+        ),
+        (
+            line!(),
+            x.slice_assign(0, 0, &Tensor::zeros(&[5, 3], DType::F32)),
+            S,
+            "at most 4",
+        ),
+        (
+            line!(),
+            x.slice_assign(0, 0, &Tensor::zeros(&[1, 3], DType::F64)),
+            D,
+            "",
+        ),
         (line!(), x.slice_assign(0, &pos, &row), S, "one integer"),
         (line!(), x.slice_assign(0, &fpos, &row), S, "one integer"),
-        (line!(), x.slice_assign(2, 0, &row), tilejit::ErrorKind::BadArgument, "axis 2"),
+        (
+            line!(),
+            x.slice_assign(2, 0, &row),
+            tilejit::ErrorKind::BadArgument,
+            "axis 2",
+        ),
     ];
     tilejit_tests::check_error_cases(file!(), cases);
 }
@@ -977,7 +1004,12 @@ struct Gpt {
 
 fn gpt(seed: u64) -> Gpt {
     let r = |shape: &[usize], k: u64| Tensor::randn(shape, seed * 1000 + k) * 0.3;
-    let ln = |k: u64| vec![Tensor::ones(&[D], DType::F32) + r(&[D], k) * 0.1, r(&[D], k + 1)];
+    let ln = |k: u64| {
+        vec![
+            Tensor::ones(&[D], DType::F32) + r(&[D], k) * 0.1,
+            r(&[D], k + 1),
+        ]
+    };
     let block = |b: u64| Block {
         ln1: ln(b * 20),
         wqkv: r(&[D, 3 * D], b * 20 + 2),
@@ -1029,7 +1061,9 @@ fn scores(q: &Tensor, k: &Tensor) -> Tensor {
 fn full_logits(tokens: &Tensor, m: &Gpt) -> Tensor {
     let t = tokens.dim(0)?;
     let mut x = m.wte.index_select(0, tokens) + m.wpe.slice(0, 0, t as isize);
-    let causal = Tensor::ones(&[t, t], DType::F32).tril(0).gt(&Tensor::scalar(0.5, DType::F32));
+    let causal = Tensor::ones(&[t, t], DType::F32)
+        .tril(0)
+        .gt(&Tensor::scalar(0.5, DType::F32));
     let neg = Tensor::full(&[HEADS, t, t], -1e9, DType::F32);
     for b in &m.blocks {
         let parts = qkv(b, &x, t);
@@ -1051,7 +1085,10 @@ fn grow_step(tok: &Tensor, pos: &Tensor, m: &Gpt, ks: &[Tensor], vs: &[Tensor]) 
         let [q, k, v] = tilejit::args::exactly(&parts)?;
         let k = Tensor::cat(&[&ks[l], k], 1);
         let v = Tensor::cat(&[&vs[l], v], 1);
-        x = mlp(b, &attend_out(b, &x, &scores(q, &k).softmax(-1).matmul(&v), 1));
+        x = mlp(
+            b,
+            &attend_out(b, &x, &scores(q, &k).softmax(-1).matmul(&v), 1),
+        );
         out.extend([k, v]);
     }
     out[0] = x.layer_norm(&m.lnf[0], &m.lnf[1], 1e-5).matmul(&m.head);
@@ -1065,7 +1102,9 @@ fn grow_step(tok: &Tensor, pos: &Tensor, m: &Gpt, ks: &[Tensor], vs: &[Tensor]) 
 fn cap_step(tok: &Tensor, pos: &Tensor, m: &Gpt, ks: &[Tensor], vs: &[Tensor]) -> Vec<Tensor> {
     let at = pos.reshape(&[1]);
     let mut x = m.wte.index_select(0, tok) + m.wpe.index_select(0, &at);
-    let seen = Tensor::arange(CAP, DType::I64).le(pos).reshape(&[1, 1, CAP]);
+    let seen = Tensor::arange(CAP, DType::I64)
+        .le(pos)
+        .reshape(&[1, 1, CAP]);
     let seen = seen.broadcast_to(&[HEADS, 1, CAP]);
     let neg = Tensor::full(&[HEADS, 1, CAP], -1e9, DType::F32);
     let mut out = vec![Tensor::scalar(0.0, DType::F32)];
@@ -1089,7 +1128,10 @@ const TOKENS: [i64; 12] = [3, 17, 5, 22, 0, 9, 9, 14, 1, 20, 7, 11];
 fn reference_logits(m: &Gpt, p: usize) -> Vec<f64> {
     let tokens = Tensor::from_vec(TOKENS[..=p].to_vec(), &[p + 1]).unwrap();
     let all = tilejit::with_mode(RunMode::Reference, || full_logits(&tokens, m)).unwrap();
-    f32s(&all)[p * VOCAB..].iter().map(|&v| f64::from(v)).collect()
+    f32s(&all)[p * VOCAB..]
+        .iter()
+        .map(|&v| f64::from(v))
+        .collect()
 }
 
 /// KV-cache decode, growing caches under automatic dynamic: only the
@@ -1105,7 +1147,10 @@ fn kv_decode_with_a_growing_cache_is_one_trace_for_every_later_step() {
     let want: Vec<Vec<f64>> = (0..TOKENS.len()).map(|p| reference_logits(&m, p)).collect();
     for mode in [RunMode::Host, RunMode::Sim] {
         let empty = Tensor::zeros(&[HEADS, 0, HD], DType::F32);
-        let (mut ks, mut vs) = (vec![empty.clone(), empty.clone()], vec![empty.clone(), empty]);
+        let (mut ks, mut vs) = (
+            vec![empty.clone(), empty.clone()],
+            vec![empty.clone(), empty],
+        );
         for (p, &tok) in TOKENS.iter().enumerate() {
             let tok = Tensor::from_vec(vec![tok], &[1]).unwrap();
             let pos = Tensor::from_vec(vec![p as i64], &[1]).unwrap();
@@ -1173,5 +1218,8 @@ fn a_jit_function_returns_a_list_of_tensors() {
     assert_eq!(parts.len(), 3);
     assert_eq!(f32s(&parts[2]), [3.0, 6.0]);
     let ys = listed(&[x.clone(), x * 2.0]).unwrap();
-    assert_eq!(ys.iter().map(f32s).collect::<Vec<_>>(), [vec![2.0, 3.0], vec![3.0, 5.0]]);
+    assert_eq!(
+        ys.iter().map(f32s).collect::<Vec<_>>(),
+        [vec![2.0, 3.0], vec![3.0, 5.0]]
+    );
 }
