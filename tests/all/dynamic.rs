@@ -838,6 +838,25 @@ fn argmax_over_a_fixed_axis_stays_generic() {
     assert_eq!(f.stats().traces, 3);
     let s = f.to_string();
     assert!(s.contains("class (f32[n0,13]): generic"), "{s}");
+    // With every dim a symbol, the axis argmax reduces over is a guard
+    // (its index dtype depends on it): pinned, never per size.
+    let g = pick_all::jit();
+    for t in [2usize, 3, 7] {
+        let x = Tensor::randn(&[t, 13], t as u64);
+        let want = tilejit::with_mode(RunMode::Reference, || pick_all(&x)).unwrap();
+        assert_eq!(
+            pick_all(&x).unwrap().to_vec::<i64>().unwrap(),
+            want.to_vec::<i64>().unwrap()
+        );
+    }
+    let s = g.to_string();
+    assert!(s.contains("dynamic (every dim)"), "{s}");
+    assert!(s.contains("class (f32[n0,n1]): generic but for n1"), "{s}");
+}
+
+#[jit(dynamic = all)]
+fn pick_all(x: &Tensor) -> Tensor {
+    x.softmax(-1).argmax(-1, false) + x.argmin(-1, false)
 }
 
 #[jit(dynamic)]

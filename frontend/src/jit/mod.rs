@@ -339,7 +339,11 @@ impl fmt::Display for JitFunction {
             s.traces,
             s.failures,
             s.evictions,
-            if self.is_dynamic() { ", dynamic" } else { "" },
+            match self.dynamic.load(Ordering::Relaxed) {
+                0 => "",
+                dynamic::ALL => ", dynamic (every dim)",
+                _ => ", dynamic",
+            },
             if self.is_frozen() { ", frozen" } else { "" }
         )?;
         for (class, state) in self.class_states() {
