@@ -180,8 +180,7 @@ fn assign_at(
     start: NodeId,
     a: usize,
 ) -> Result<NodeId, IrError> {
-    let ty = g.ty(x);
-    let shape = ty.shape;
+    let shape = g.ty(x).shape;
     let (n, len) = (shape[a], g.ty(src).shape[a]);
     let st = g.ty(start);
     if st.shape.numel() != 1 || !matches!(st.dtype, DType::I32 | DType::I64 | DType::U8 | DType::I8)
@@ -192,21 +191,24 @@ fn assign_at(
             reason: format!("the start must be one integer, not {}", st),
         });
     }
+    // The index and the mask vary along `a` only: computed at
+    // `[1, .., n, .., 1]` and read through broadcast views, so the one
+    // pass over `x` reads `n` of each, not a tensor of them.
     let ones = Shape::new(&vec![1; shape.rank()])?;
-    let i64s = TensorType::new(DType::I64, shape);
+    let mut dims = vec![1; shape.rank()];
+    dims[a] = n;
+    let line = Shape::new(&dims)?;
+    let i64s = TensorType::new(DType::I64, line);
     let mut s = start;
     if st.dtype != DType::I64 {
         s = g.add(Op::Cast(s, DType::I64))?;
     }
     let s = g.add(Op::Reshape(s, ones))?;
-    let s = g.add(Op::Broadcast(s, shape))?;
-    let mut dims = vec![1; shape.rank()];
-    dims[a] = n;
+    let s = g.add(Op::Broadcast(s, line))?;
     let iota = collect((0..n).map(|i| i as i64))?;
-    let iota = g.add_constant(Array::new(Shape::new(&dims)?, Buffer::I64(iota))?);
-    let iota = g.add(Op::Broadcast(iota, shape))?;
+    let iota = g.add_constant(Array::new(line, Buffer::I64(iota))?);
     let full = |g: &mut Graph, value: Lit, ty: TensorType| g.add(Op::Full { value, ty });
-    let bools = TensorType::new(DType::Bool, shape);
+    let bools = TensorType::new(DType::Bool, line);
     let zero = full(g, Lit::Int(0), i64s)?;
     let lenf = full(g, Lit::Int(len as i64), i64s)?;
     let last = full(g, Lit::Int((n - len) as i64), i64s)?;
@@ -226,6 +228,8 @@ fn assign_at(
     let idx = g.add(Op::Select(inside, rel, zero))?;
     let idx = g.add(Op::Select(bad, wrong, idx))?;
     let take = g.add(Op::Select(bad, yes, inside))?;
+    let idx = g.add(Op::Broadcast(idx, shape))?;
+    let take = g.add(Op::Broadcast(take, shape))?;
     let from_src = g.add(Op::Gather(src, idx, a as u8))?;
     g.add(Op::Select(take, from_src, x))
 }
