@@ -169,9 +169,9 @@ impl<'a> FromTrace<'a> for bool {
     }
 }
 
-/// What a jit function may return: a `Tensor`, a tuple of up to 16, or a
-/// struct that `#[derive(JitArgs)]` whose fields are tensors and such
-/// structs.
+/// What a jit function may return: a `Tensor`, a tuple of up to 16, a
+/// `Vec<Tensor>`, a `(Tensor, Vec<Tensor>)`, or a struct that
+/// `#[derive(JitArgs)]` whose fields are tensors and such structs.
 pub trait JitOutput: Sized {
     /// Flattens into tensors.
     fn into_tensors(self) -> Vec<Tensor>;
@@ -263,6 +263,34 @@ impl JitOutput for Tensor {
     }
     fn take_from(v: &mut Outputs) -> Result<Self> {
         v.next().ok_or_else(|| kind_error("another output"))
+    }
+}
+
+/// A list of tensors, as many as the body returned (a program always
+/// returns that many): a KV cache's per-layer tensors, say.
+impl JitOutput for Vec<Tensor> {
+    fn into_tensors(self) -> Vec<Tensor> {
+        self
+    }
+    fn from_tensors(v: Outputs) -> Result<Self> {
+        Ok(v.collect())
+    }
+    fn push_tensors(self, out: &mut Vec<Tensor>) {
+        out.extend(self)
+    }
+}
+
+/// A tensor, then a list of tensors: every output after the first.
+impl JitOutput for (Tensor, Vec<Tensor>) {
+    fn into_tensors(self) -> Vec<Tensor> {
+        let mut out = Vec::with_capacity(1 + self.1.len());
+        out.push(self.0);
+        out.extend(self.1);
+        out
+    }
+    fn from_tensors(mut v: Outputs) -> Result<Self> {
+        let first = v.next().ok_or_else(|| kind_error("at least one output"))?;
+        Ok((first, v.collect()))
     }
 }
 

@@ -1,5 +1,6 @@
 //! Tensor methods that move elements rather than compute them: `slice`,
-//! `split`, `cat`, `pad`, `tril`, `triu`, `gather` and `index_select`. A
+//! `split`, `cat`, `pad`, `slice_assign`, `tril`, `triu`, `gather` and
+//! `index_select`. A
 //! slice is a window of its operand (`Op::Slice`) that fused consumers
 //! read in place; a concat (`Op::Concat`) is one buffer its operands'
 //! kernels write into, each at its offset; `pad` is a concat with constant
@@ -12,7 +13,9 @@ use crate::scalar::scalar_lit;
 use crate::tensor::Tensor;
 use crate::trace;
 use tilejit_ir::fallible::collect;
-use tilejit_ir::{Array, Buffer, Graph, IrError, NodeId, Op, Shape, TensorType};
+use tilejit_ir::{
+    Array, BinaryOp, Buffer, CmpOp, DType, Graph, IrError, Lit, NodeId, Op, Shape, TensorType,
+};
 
 /// Python's rule for a slice bound: negative counts from the end, then the
 /// bound is clamped to `0..=n`.
@@ -113,7 +116,199 @@ fn triangle(
     })
 }
 
+/// Where [`Tensor::slice_assign`] writes: a `usize` known when tracing,
+/// or a rank-0 integer tensor read when the call runs.
+#[derive(Clone, Copy, Debug)]
+pub enum SliceStart<'a> {
+    /// A start known when tracing: a wrong one is an error at the line.
+    At(usize),
+    /// A rank-0 (or one-element) integer tensor: one graph serves every
+    /// value, and a value that puts the source out of range is an error
+    /// when the call runs.
+    Tensor(&'a Tensor),
+}
+
+impl From<usize> for SliceStart<'_> {
+    fn from(v: usize) -> Self {
+        SliceStart::At(v)
+    }
+}
+
+impl<'a> From<&'a Tensor> for SliceStart<'a> {
+    fn from(t: &'a Tensor) -> Self {
+        SliceStart::Tensor(t)
+    }
+}
+
+/// The axis of `slice_assign(axis, _, src)` on `x`, after checking that
+/// `src` fits `x` but for its length along it (at most `x`'s).
+fn assign_axis(g: &Graph, x: NodeId, src: NodeId, axis: isize) -> Result<usize, IrError> {
+    let (tx, ts) = (g.ty(x), g.ty(src));
+    let a = tx.shape.axis(axis)?;
+    let bad = |reason: String| IrError::Window {
+        op: "slice_assign",
+        shape: tx.shape,
+        reason,
+    };
+    if tx.dtype != ts.dtype {
+        return Err(IrError::DTypeMismatch {
+            lhs: tx.dtype,
+            rhs: ts.dtype,
+        });
+    }
+    let fits = ts.shape.rank() == tx.shape.rank()
+        && (0..tx.shape.rank()).all(|d| d == a || ts.shape[d] == tx.shape[d])
+        && ts.shape[a] <= tx.shape[a];
+    if !fits {
+        return Err(bad(format!(
+            "the source {} must have its dims but along dim {a}, and at most {} there",
+            ts.shape, tx.shape[a]
+        )));
+    }
+    Ok(a)
+}
+
+/// `x` with `src` at the run-time position `start` (an integer scalar
+/// node) along `a`, as one elementwise pass over `x`: position `i` takes
+/// `src[i - start]` inside the window, `x[i]` outside. A start that puts
+/// the window out of `x` makes every index out of range for `src`, so the
+/// gather fails the call (negative: `start`; too far: `start + len`).
+fn assign_at(
+    g: &mut Graph,
+    x: NodeId,
+    src: NodeId,
+    start: NodeId,
+    a: usize,
+) -> Result<NodeId, IrError> {
+    let shape = g.ty(x).shape;
+    let (n, len) = (shape[a], g.ty(src).shape[a]);
+    let st = g.ty(start);
+    if st.shape.numel() != 1 || !matches!(st.dtype, DType::I32 | DType::I64 | DType::U8 | DType::I8)
+    {
+        return Err(IrError::Window {
+            op: "slice_assign",
+            shape: st.shape,
+            reason: format!("the start must be one integer, not {}", st),
+        });
+    }
+    // The index and the mask vary along `a` only: computed at
+    // `[1, .., n, .., 1]` and read through broadcast views, so the one
+    // pass over `x` reads `n` of each, not a tensor of them.
+    let ones = Shape::new(&vec![1; shape.rank()])?;
+    let mut dims = vec![1; shape.rank()];
+    dims[a] = n;
+    let line = Shape::new(&dims)?;
+    let i64s = TensorType::new(DType::I64, line);
+    let mut s = start;
+    if st.dtype != DType::I64 {
+        s = g.add(Op::Cast(s, DType::I64))?;
+    }
+    let s = g.add(Op::Reshape(s, ones))?;
+    let s = g.add(Op::Broadcast(s, line))?;
+    let iota = collect((0..n).map(|i| i as i64))?;
+    let iota = g.add_constant(Array::new(line, Buffer::I64(iota))?);
+    let full = |g: &mut Graph, value: Lit, ty: TensorType| g.add(Op::Full { value, ty });
+    let bools = TensorType::new(DType::Bool, line);
+    let zero = full(g, Lit::Int(0), i64s)?;
+    let lenf = full(g, Lit::Int(len as i64), i64s)?;
+    let last = full(g, Lit::Int((n - len) as i64), i64s)?;
+    let yes = full(g, Lit::Bool(true), bools)?;
+    let no = full(g, Lit::Bool(false), bools)?;
+    // i - start, and whether it is in 0..len.
+    let rel = g.add(Op::Binary(BinaryOp::Sub, iota, s))?;
+    let ge = g.add(Op::Compare(CmpOp::Ge, rel, zero))?;
+    let lt = g.add(Op::Compare(CmpOp::Lt, rel, lenf))?;
+    let inside = g.add(Op::Select(ge, lt, no))?;
+    // start < 0 or start > n - len: every position gathers out of range.
+    let neg = g.add(Op::Compare(CmpOp::Lt, s, zero))?;
+    let far = g.add(Op::Compare(CmpOp::Gt, s, last))?;
+    let bad = g.add(Op::Select(neg, yes, far))?;
+    let end = g.add(Op::Binary(BinaryOp::Add, s, lenf))?;
+    let wrong = g.add(Op::Select(neg, s, end))?;
+    let idx = g.add(Op::Select(inside, rel, zero))?;
+    let idx = g.add(Op::Select(bad, wrong, idx))?;
+    let take = g.add(Op::Select(bad, yes, inside))?;
+    let idx = g.add(Op::Broadcast(idx, shape))?;
+    let take = g.add(Op::Broadcast(take, shape))?;
+    let from_src = g.add(Op::Gather(src, idx, a as u8))?;
+    g.add(Op::Select(take, from_src, x))
+}
+
 impl Tensor {
+    /// This tensor with `src` written at `start..start + len` along
+    /// `axis` (`len` is `src`'s length there; its other dims are this
+    /// tensor's): torch's `x[.., start:start + len, ..] = src` as a value,
+    /// ggml's `set_rows`. Nothing is written in place: the result is a new
+    /// tensor, made in one pass over this one.
+    ///
+    /// `start` is a `usize`, or a rank-0 integer tensor read when the call
+    /// runs, so one graph serves every position (a fixed-capacity KV cache
+    /// updated at the decode position). A `usize` start past the end is an
+    /// error at this line; a tensor start that puts `src` out of range
+    /// (negative, or past `dim - len`) fails the call when it runs
+    /// (`IndexOutOfRange`, naming `slice_assign`), never writes out of
+    /// bounds. Both read `axis`'s size (a guard under `#[jit(dynamic)]`).
+    ///
+    /// ```
+    /// # use tilejit::Tensor;
+    /// let cache = Tensor::from_vec(vec![0.0f32; 6], &[3, 2])?;
+    /// let row = Tensor::from_vec(vec![7.0f32, 8.0], &[1, 2])?;
+    /// let at = Tensor::from_vec(vec![2i64], &[])?;
+    /// assert_eq!(cache.slice_assign(0, 1, &row).to_vec::<f32>()?, [0., 0., 7., 8., 0., 0.]);
+    /// assert_eq!(cache.slice_assign(0, &at, &row).to_vec::<f32>()?, [0., 0., 0., 0., 7., 8.]);
+    /// assert!(cache.slice_assign(0, 3, &row).check().is_err());
+    /// # Ok::<(), tilejit::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn slice_assign<'a>(
+        &self,
+        axis: isize,
+        start: impl Into<SliceStart<'a>>,
+        src: &Tensor,
+    ) -> Tensor {
+        let location = Loc::caller();
+        // The window must fit the axis: a check on its size.
+        trace::note_shape_arithmetic("slice_assign", self, Some(axis));
+        match start.into() {
+            SliceStart::At(start) => apply("slice_assign", location, &[self, src], |g, ids| {
+                let (x, s) = (ids[0], ids[1]);
+                let a = assign_axis(g, x, s, axis)?;
+                let (n, len) = (g.ty(x).shape[a], g.ty(s).shape[a]);
+                if start.checked_add(len).is_none_or(|end| end > n) {
+                    return Err(IrError::Window {
+                        op: "slice_assign",
+                        shape: g.ty(x).shape,
+                        reason: format!(
+                            "a source {len} long at {start} does not fit dim {a} ({n} long)"
+                        ),
+                    });
+                }
+                if len == 0 {
+                    return Ok(x);
+                }
+                // Before, the source, after: one buffer each part writes.
+                let before = window(g, x, a, 0, start)?;
+                let after = window(g, x, a, start + len, n - start - len)?;
+                let parts: Vec<NodeId> = [(before, start), (s, len), (after, n - start - len)]
+                    .iter()
+                    .filter(|&&(_, l)| l > 0)
+                    .map(|&(p, _)| p)
+                    .collect();
+                join(g, &parts, a)
+            }),
+            SliceStart::Tensor(at) => {
+                apply("slice_assign", location, &[self, src, at], |g, ids| {
+                    let (x, s) = (ids[0], ids[1]);
+                    let a = assign_axis(g, x, s, axis)?;
+                    if g.ty(s).shape[a] == 0 {
+                        return Ok(x);
+                    }
+                    assign_at(g, x, s, ids[2], a)
+                })
+            }
+        }
+    }
+
     /// The elements `start..end` along `axis`, with Python's slicing rules:
     /// negative bounds count from the end, out-of-range bounds clamp, and
     /// `start >= end` gives an empty dim. Inside a jit function a slice

@@ -108,6 +108,7 @@ pub use device::{count_transfers, transfer_stats, Device, MemoryReport, Transfer
 pub use error::{Error, Loc, PerSize, Result};
 pub use hooks::{with_hooks, Hooks, KernelEvent};
 pub use jit::{HandlerInfo, JitFn, JitFunction, SnapshotLoad, WithMode};
+pub use layout_ops::SliceStart;
 pub use mode::{with_mode, OutputDiff, RunMode};
 pub use placement::{with_placement, KernelPlacement, Placement, PlacementReport};
 pub use scalar::Scalar;

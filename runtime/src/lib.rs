@@ -50,7 +50,9 @@ pub use program::{run_eager, run_eager_resident, run_eager_sim, Program};
 pub use resident::{
     count_to_device, count_to_host, count_transfers, transfer_stats, DeviceArray, TransferStats,
 };
-pub use shape_class::{probes, ClassArg, ClassDim, GenericGraph, ShapeClass, Standin};
+pub use shape_class::{
+    probes, ClassArg, ClassDim, GenericGraph, SeenDims, ShapeClass, Standin, Structure,
+};
 pub use signature::{ArgSig, Mark, Signature};
 pub use sim::{
     collect_profiles, set_sim_policy, sim_device, sim_policy, write_trace, PendingRun, SimProgram,

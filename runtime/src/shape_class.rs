@@ -47,8 +47,9 @@ use tilejit_ir::{Graph, IrError, Lit, NodeId, Op, Shape, TensorType};
 /// One dim of a class: fixed (0 or 1) or a size symbol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ClassDim {
-    /// A dim that is 0 or 1 in every member (code differs for them).
-    Fixed(u8),
+    /// A dim equal in every member: 0 or 1 (code differs for them), or,
+    /// under automatic dynamic ([`SeenDims`]), a dim never seen to vary.
+    Fixed(usize),
     /// Size symbol `n{i}`: dims with one symbol are equal.
     Sym(u16),
 }
@@ -83,7 +84,7 @@ impl ShapeClass {
                         .dims()
                         .iter()
                         .map(|&d| match d {
-                            0 | 1 => ClassDim::Fixed(d as u8),
+                            0 | 1 => ClassDim::Fixed(d),
                             _ => ClassDim::Sym(match sizes.iter().position(|&s| s == d) {
                                 Some(i) => i as u16,
                                 None => {
@@ -91,6 +92,49 @@ impl ShapeClass {
                                     sizes.len() as u16 - 1
                                 }
                             }),
+                        })
+                        .collect(),
+                ),
+                other => ClassArg::Other(*other),
+            })
+            .collect();
+        let symbols = sizes.len();
+        (ShapeClass { args, symbols }, sizes)
+    }
+
+    /// The class of a signature whose dims marked in `dynamic` (per
+    /// argument, per axis; see [`SeenDims::varied`]) are symbols and
+    /// every other dim is fixed at its value, and each symbol's value.
+    /// Dynamic dims 0 and 1 stay fixed; equal dynamic dims share a symbol.
+    pub fn of_dims(sig: &Signature, dynamic: &[SmallVec<[bool; 4]>]) -> (ShapeClass, Vec<usize>) {
+        let mut sizes: Vec<usize> = Vec::new();
+        let args = sig
+            .args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| match a {
+                ArgSig::Tensor(t) => ClassArg::Tensor(
+                    t.dtype,
+                    t.shape
+                        .dims()
+                        .iter()
+                        .enumerate()
+                        .map(|(axis, &d)| {
+                            let varies = dynamic
+                                .get(i)
+                                .and_then(|v| v.get(axis))
+                                .copied()
+                                .unwrap_or(false);
+                            match d {
+                                _ if !varies || d < 2 => ClassDim::Fixed(d),
+                                _ => ClassDim::Sym(match sizes.iter().position(|&s| s == d) {
+                                    Some(i) => i as u16,
+                                    None => {
+                                        sizes.push(d);
+                                        sizes.len() as u16 - 1
+                                    }
+                                }),
+                            }
                         })
                         .collect(),
                 ),
@@ -115,7 +159,7 @@ impl ShapeClass {
                     let dims: SmallVec<[usize; 4]> = dims
                         .iter()
                         .map(|d| match *d {
-                            ClassDim::Fixed(v) => v as usize,
+                            ClassDim::Fixed(v) => v,
                             ClassDim::Sym(i) => sizes[i as usize],
                         })
                         .collect();
@@ -198,6 +242,88 @@ impl ShapeClass {
     }
 }
 
+/// What automatic dynamic (torch.compile's default) keys on: a
+/// signature with its tensors' dims left out (dtypes, ranks, every other
+/// argument), so calls differing only in sizes share one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Structure(Vec<StructureArg>);
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum StructureArg {
+    Tensor(tilejit_ir::DType, usize),
+    Other(ArgSig),
+}
+
+impl Structure {
+    /// The structure of `sig`.
+    pub fn of(sig: &Signature) -> Structure {
+        Structure(
+            sig.args
+                .iter()
+                .map(|a| match a {
+                    ArgSig::Tensor(t) => StructureArg::Tensor(t.dtype, t.shape.rank()),
+                    other => StructureArg::Other(*other),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// The dims of one [`Structure`] seen so far under automatic dynamic:
+/// the first call's, and which have varied since (per argument, per
+/// axis). Only a dim seen with two values becomes a symbol, so weights
+/// stay fixed and ops computing on them (`split(&[768, 768, 768])`, a
+/// reshape to `[t, 12, 64]`) trace as in an exact trace.
+#[derive(Clone, Debug)]
+pub struct SeenDims {
+    first: Vec<SmallVec<[usize; 4]>>,
+    varied: Vec<SmallVec<[bool; 4]>>,
+}
+
+impl SeenDims {
+    /// The dims of a first call.
+    pub fn new(sig: &Signature) -> SeenDims {
+        let first: Vec<SmallVec<[usize; 4]>> = sig
+            .args
+            .iter()
+            .map(|a| match a {
+                ArgSig::Tensor(t) => t.shape.dims().iter().copied().collect(),
+                _ => SmallVec::new(),
+            })
+            .collect();
+        let varied = first
+            .iter()
+            .map(|d| d.iter().map(|_| false).collect())
+            .collect();
+        SeenDims { first, varied }
+    }
+
+    /// Which dims have varied, counting `sig` (of the same structure) as
+    /// seen: those that varied before, and those where `sig` differs from
+    /// the first call.
+    pub fn varied(&self, sig: &Signature) -> Vec<SmallVec<[bool; 4]>> {
+        let mut varied = self.varied.clone();
+        for ((a, first), v) in sig.args.iter().zip(&self.first).zip(&mut varied) {
+            if let ArgSig::Tensor(t) = a {
+                for ((d, f), v) in t.shape.dims().iter().zip(first).zip(v.iter_mut()) {
+                    *v |= d != f;
+                }
+            }
+        }
+        varied
+    }
+
+    /// Records `sig` as seen.
+    pub fn note(&mut self, sig: &Signature) {
+        self.varied = self.varied(sig);
+    }
+
+    /// Whether any dim has varied (counting `sig`).
+    pub fn any_varied(&self, sig: &Signature) -> bool {
+        self.varied(sig).iter().flatten().any(|&v| v)
+    }
+}
+
 /// Which set of stand-in sizes a trace uses (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Standin {
@@ -242,31 +368,37 @@ fn free_standins(sizes: &[usize], pinned: &[Option<usize>]) -> Vec<usize> {
         .collect()
 }
 
+impl ShapeClass {
+    /// Each argument as text.
+    fn arg_texts(&self) -> Vec<String> {
+        self.args
+            .iter()
+            .map(|a| match a {
+                ClassArg::Tensor(dtype, dims) => {
+                    let dims: Vec<String> = dims
+                        .iter()
+                        .map(|d| match d {
+                            ClassDim::Fixed(v) => v.to_string(),
+                            ClassDim::Sym(s) => format!("n{s}"),
+                        })
+                        .collect();
+                    format!("{dtype}[{}]", dims.join(","))
+                }
+                ClassArg::Other(s) => s.to_string(),
+            })
+            .collect()
+    }
+
+    /// The class in about `max` characters, abbreviated as
+    /// [`Signature::abbreviated`] abbreviates.
+    pub fn abbreviated(&self, max: usize) -> String {
+        crate::signature::abbreviate(&self.arg_texts(), max)
+    }
+}
+
 impl fmt::Display for ShapeClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("(")?;
-        for (i, a) in self.args.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            match a {
-                ClassArg::Tensor(dtype, dims) => {
-                    write!(f, "{dtype}[")?;
-                    for (j, d) in dims.iter().enumerate() {
-                        if j > 0 {
-                            f.write_str(",")?;
-                        }
-                        match d {
-                            ClassDim::Fixed(v) => write!(f, "{v}")?,
-                            ClassDim::Sym(s) => write!(f, "n{s}")?,
-                        }
-                    }
-                    f.write_str("]")?;
-                }
-                ClassArg::Other(s) => write!(f, "{s}")?,
-            }
-        }
-        f.write_str(")")
+        write!(f, "({})", self.arg_texts().join(", "))
     }
 }
 
@@ -308,18 +440,26 @@ pub fn probes(set: Standin, n: usize) -> &'static [usize] {
 }
 
 /// A size in a traced graph, read back over the stand-ins: `coef ·
-/// Π n_sym^exp` (a constant when there are no factors).
+/// Π n_sym^exp + offset` (a constant when there are no factors). The
+/// offset is small ([`MAX_OFFSET`]): a cache grown by `cat` is `n + 1`
+/// long, a padded axis `n + 2`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct SizeExpr {
     coef: usize,
     factors: SmallVec<[(u16, u8); 2]>,
+    offset: i64,
 }
+
+/// The largest offset a size is read back with (`n ± k`). Small against
+/// the stand-ins' spacing, so a size never reads as another symbol's.
+const MAX_OFFSET: i64 = 64;
 
 impl SizeExpr {
     fn constant(v: usize) -> SizeExpr {
         SizeExpr {
             coef: v,
             factors: SmallVec::new(),
+            offset: 0,
         }
     }
 
@@ -342,7 +482,11 @@ impl SizeExpr {
                 }
             }
         }
-        SizeExpr { coef, factors }
+        SizeExpr {
+            coef,
+            factors,
+            offset: 0,
+        }
     }
 
     fn is_const(&self) -> bool {
@@ -356,18 +500,25 @@ impl SizeExpr {
                 v = v.checked_mul(*sizes.get(s as usize)?)?;
             }
         }
-        Some(v)
+        let v = i64::try_from(v).ok()?.checked_add(self.offset)?;
+        usize::try_from(v).ok()
     }
 
     /// The size read back from `a` (trace A) and `b` (trace B): a
-    /// constant when equal, else a product of free symbols that gives `b`
-    /// at B's sizes.
+    /// constant when equal, else a product of free symbols, plus a small
+    /// offset if need be, that gives `b` at B's sizes (the product alone
+    /// first; then the smallest offset that reads).
     fn read(a: usize, b: usize, free_a: &[usize], sizes_b: &[usize]) -> Option<SizeExpr> {
         if a == b {
             return Some(SizeExpr::constant(a));
         }
-        let e = SizeExpr::decompose(a, free_a);
-        (!e.is_const() && e.eval(sizes_b) == Some(b)).then_some(e)
+        let offsets = (0..=MAX_OFFSET).flat_map(|k| [k, -k]).skip(1);
+        offsets.into_iter().find_map(|k| {
+            let base = usize::try_from(i64::try_from(a).ok()?.checked_sub(k)?).ok()?;
+            let mut e = SizeExpr::decompose(base, free_a);
+            e.offset = k;
+            (!e.is_const() && e.eval(sizes_b) == Some(b)).then_some(e)
+        })
     }
 }
 
@@ -555,8 +706,12 @@ impl GenericGraph {
                 (Op::Full { value: va, ty }, Op::Full { value: vb, .. })
                     if lit_bits(*va) != lit_bits(*vb) =>
                 {
-                    let read = integral(*va).and_then(|(v, negative)| {
-                        let expr = SizeExpr::decompose(v, &free);
+                    let read = integral(*va).zip(integral(*vb)).and_then(|(x, y)| {
+                        let ((v, negative), (w, negative_b)) = (x, y);
+                        if negative != negative_b {
+                            return None;
+                        }
+                        let expr = SizeExpr::read(v, w, &free, &sizes_b)?;
                         let at_b = size_lit(expr.eval(&sizes_b)?, negative, ty.dtype).ok()?;
                         (!expr.is_const() && lit_bits(at_b) == lit_bits(*vb))
                             .then_some(SizeValue { expr, negative })
@@ -762,8 +917,9 @@ mod tests {
     }
 
     /// A `full` of shape `[k]`: a literal equal to a stand-in (1031) is the
-    /// same in both traces, so it stays a constant; `n + 1` differs but is
-    /// no product of stand-ins, so the class is not generic.
+    /// same in both traces, so it stays a constant; `n + 1` reads back
+    /// with an offset; `n + 100` differs but reads as no product of
+    /// stand-ins plus a small offset, so the class is not generic.
     #[test]
     fn literals_at_standins_stay_constants_and_sums_of_sizes_are_refused() {
         let (class, _) = ShapeClass::of(&sig(&[&[5]]));
@@ -786,9 +942,16 @@ mod tests {
         let (g, extra) = generic.instantiate(&[3]).unwrap();
         assert!(extra.is_empty());
         assert_eq!(g.to_string(), full(a, a as f64).to_string());
-        // Shape [n + 1]: not generic.
-        let why =
-            GenericGraph::new(&class, &free(1), full(a + 1, 0.0), &full(b + 1, 0.0)).unwrap_err();
+        // Shape [n + 1] (a cache grown by `cat`): generic.
+        let plus_one =
+            GenericGraph::new(&class, &free(1), full(a + 1, 0.0), &full(b + 1, 0.0)).unwrap();
+        assert_eq!(
+            plus_one.instantiate(&[7]).unwrap().0.to_string(),
+            full(8, 0.0).to_string()
+        );
+        // Shape [n + 100]: past the offsets read back, not generic.
+        let why = GenericGraph::new(&class, &free(1), full(a + 100, 0.0), &full(b + 100, 0.0))
+            .unwrap_err();
         let node = |difference| ClassProblem::NodeDiffers {
             node: 0,
             op: "full",
@@ -879,7 +1042,8 @@ mod tests {
         assert_eq!(g.ty(g.outputs[0]).shape.dims(), [7]);
     }
 
-    /// A read of `n1` pins `n1`; a read of `n0 + 1` pins everything; reads
+    /// A read of `n1` pins `n1`, one of `n0 + 1` pins `n0`, one of `n0 + 100`
+    /// pins everything; reads
     /// equal in both traces pin nothing.
     #[test]
     fn reads_pin_the_symbols_they_factor_into() {
@@ -893,8 +1057,12 @@ mod tests {
             class.pins_for_reads(&free(2), &[a[0] * a[1]], &[b[0] * b[1]]),
             Ok(vec![0, 1])
         );
+        assert_eq!(
+            class.pins_for_reads(&free(2), &[a[0] + 1], &[b[0] + 1]),
+            Ok(vec![0])
+        );
         assert!(class
-            .pins_for_reads(&free(2), &[a[0] + 1], &[b[0] + 1])
+            .pins_for_reads(&free(2), &[a[0] + 100], &[b[0] + 100])
             .is_err());
         assert_eq!(class.pins_for_reads(&free(2), &[4, 4], &[4, 4]), Ok(vec![]));
         // With n0 pinned at 5, a read of 5 * n1 pins n1 only.

@@ -204,6 +204,92 @@ impl Signature {
     }
 }
 
+impl Signature {
+    /// The signature in at most about `max` characters, for a listing
+    /// (as JAX abbreviates pytrees): a run of equal leaves reads
+    /// `f32[768]×12`, a repeated block of leaves (a struct per layer)
+    /// `(struct 1a2b3c4d, f32[768], f32[768,768])×12`; past `max`, the
+    /// middle is cut (`…`) and a digest of the whole (`#1a2b3c`) tells
+    /// two cut signatures apart. Short signatures print as
+    /// [`Display`](fmt::Display) does.
+    pub fn abbreviated(&self, max: usize) -> String {
+        let leaves: Vec<String> = self.args.iter().map(|a| a.to_string()).collect();
+        abbreviate(&leaves, max)
+    }
+}
+
+/// `(leaves)` in about `max` characters (see [`Signature::abbreviated`]).
+pub(crate) fn abbreviate(leaves: &[String], max: usize) -> String {
+    let full = format!("({})", leaves.join(", "));
+    if full.len() <= max {
+        return full;
+    }
+    let parts = runs(leaves);
+    let text = format!("({})", parts.join(", "));
+    if text.len() <= max {
+        return text;
+    }
+    // Keep whole parts from both ends, about half the budget each.
+    let (mut head, mut tail) = (String::new(), Vec::new());
+    let (mut i, mut j) = (0, parts.len());
+    let budget = max.saturating_sub(24) / 2;
+    while i < j && head.len() + parts[i].len() <= budget {
+        head.push_str(&parts[i]);
+        head.push_str(", ");
+        i += 1;
+    }
+    let mut tail_len = 0;
+    while j > i && tail_len + parts[j - 1].len() <= budget {
+        tail_len += parts[j - 1].len() + 2;
+        tail.push(parts[j - 1].clone());
+        j -= 1;
+    }
+    tail.reverse();
+    // FNV-1a of the whole: stable across runs and platforms.
+    let digest = full.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    format!(
+        "({head}… {} more …{}{}) #{:06x}",
+        j - i,
+        if tail.is_empty() { "" } else { ", " },
+        tail.join(", "),
+        digest >> 40
+    )
+}
+
+/// `leaves` with each run of a repeated block (of up to 16 leaves)
+/// written once with its count.
+fn runs(leaves: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < leaves.len() {
+        // The block that covers the most leaves from `i`, repeated.
+        let mut best = (1, 1);
+        for p in 1..=16.min(leaves.len() - i) {
+            let block = &leaves[i..i + p];
+            let mut k = 1;
+            while leaves.get(i + (k + 1) * p - 1).is_some()
+                && &leaves[i + k * p..i + (k + 1) * p] == block
+            {
+                k += 1;
+            }
+            if k > 1 && p * k > best.0 * best.1 {
+                best = (p, k);
+            }
+        }
+        let (p, k) = best;
+        let block = leaves[i..i + p].join(", ");
+        out.push(match (p, k) {
+            (_, 1) => block,
+            (1, _) => format!("{block}×{k}"),
+            _ => format!("({block})×{k}"),
+        });
+        i += p * k;
+    }
+    out
+}
+
 impl fmt::Display for Signature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("(")?;
@@ -221,6 +307,36 @@ impl fmt::Display for Signature {
 #[allow(clippy::unwrap_used)] // tests assert by unwrapping
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_signature_is_abbreviated_and_stays_distinct() {
+        let t = |d: &[usize]| ArgSig::Tensor(TensorType::new(DType::F32, Shape::new(d).unwrap()));
+        let mut args = vec![t(&[5, 64])];
+        for _ in 0..12 {
+            args.extend([ArgSig::Mark(Mark::Struct(7 << 32)), t(&[64]), t(&[64, 192])]);
+        }
+        args.extend([t(&[64]), t(&[64]), t(&[64]), t(&[64])]);
+        let sig = Signature { args };
+        assert!(sig.to_string().len() > 400);
+        assert_eq!(
+            sig.abbreviated(200),
+            "(f32[5,64], (struct 00000007, f32[64], f32[64,192])×12, f32[64]×4)"
+        );
+        // Cut to fit; another first dim gives another digest.
+        let cut = sig.abbreviated(40);
+        assert!(
+            cut.len() < 80 && cut.contains('…') && cut.contains('#'),
+            "{cut}"
+        );
+        let mut other = sig.clone();
+        other.args[0] = t(&[6, 64]);
+        assert_ne!(other.abbreviated(40), cut);
+        // Short ones print whole.
+        let short = Signature {
+            args: vec![t(&[2]), t(&[2])],
+        };
+        assert_eq!(short.abbreviated(200), "(f32[2], f32[2])");
+    }
 
     #[test]
     fn a_signature_round_trips_through_its_binary_form() {

@@ -1,4 +1,6 @@
-//! Dynamic jit functions (`#[jit(dynamic)]`, `make_dynamic`): one trace per
+//! Dynamic jit functions: every dim a symbol (`#[jit(dynamic = all)]`,
+//! `make_dynamic_all`), and, at the end, automatic dynamic
+//! (`#[jit(dynamic)]`: a dim is a symbol once seen to vary). One trace per
 //! shape class, instantiated for each new size. Every size is checked
 //! against the same body traced exactly (the path every other test
 //! covers) and against numbers computed here, on Host and Sim; the body
@@ -13,7 +15,7 @@ use tilejit_tests::reference;
 
 static BIAS_RELU_RUNS: AtomicUsize = AtomicUsize::new(0);
 
-#[jit(dynamic)]
+#[jit(dynamic = all)]
 fn bias_relu(x: &Tensor, b: &Tensor) -> Tensor {
     BIAS_RELU_RUNS.fetch_add(1, Ordering::Relaxed);
     (x + b).relu()
@@ -87,7 +89,7 @@ static NORM_RUNS: AtomicUsize = AtomicUsize::new(0);
 
 /// `layer_norm` divides by the row length (a size used as a value) and
 /// `flatten` reshapes to a product of sizes (without reading them).
-#[jit(dynamic)]
+#[jit(dynamic = all)]
 fn norm_flat(x: &Tensor, g: &Tensor, b: &Tensor) -> Tensor {
     NORM_RUNS.fetch_add(1, Ordering::Relaxed);
     x.layer_norm(g, b, 1e-5).flatten(0, -1)
@@ -127,7 +129,7 @@ fn a_size_used_as_a_value_and_a_product_of_sizes_stay_generic_on_host_and_sim() 
     }
 }
 
-#[jit(dynamic)]
+#[jit(dynamic = all)]
 fn add2(x: &Tensor, y: &Tensor) -> Tensor {
     x + y
 }
@@ -170,7 +172,7 @@ static HALVES_RUNS: AtomicUsize = AtomicUsize::new(0);
 
 /// `n / 2` cannot be read back from a trace (the stand-in is prime), so
 /// this function is traced per size, correctly, and says why.
-#[jit(dynamic)]
+#[jit(dynamic = all)]
 fn halves(x: &Tensor) -> Tensor {
     HALVES_RUNS.fetch_add(1, Ordering::Relaxed);
     let n = x.shape()[0];
@@ -199,7 +201,7 @@ fn a_body_that_is_not_size_generic_is_traced_per_size() {
         .contains("traced per size (the body reads every size)"));
 }
 
-#[jit(dynamic)]
+#[jit(dynamic = all)]
 fn scaled(x: &Tensor) -> Tensor {
     let n = x.shape()[0] as f32;
     x * (1.0 / n)
@@ -219,7 +221,7 @@ fn a_value_computed_from_a_size_is_never_baked_in() {
     assert_eq!(classes[0].1, Err(PerSize::ReadsEverySize));
 }
 
-#[jit(dynamic)]
+#[jit(dynamic = all)]
 fn frozen_double(x: &Tensor) -> Tensor {
     x * 2.0
 }
@@ -241,7 +243,7 @@ fn frozen_serves_new_sizes_of_known_classes() {
 
 static THREADED_RUNS: AtomicUsize = AtomicUsize::new(0);
 
-#[jit(dynamic)]
+#[jit(dynamic = all)]
 fn threaded(x: &Tensor) -> Tensor {
     THREADED_RUNS.fetch_add(1, Ordering::Relaxed);
     (x * x).sum(-1, false)
@@ -272,7 +274,7 @@ fn threads_with_different_sizes_of_one_class() {
 
 static SAVED_RUNS: AtomicUsize = AtomicUsize::new(0);
 
-#[jit(dynamic)]
+#[jit(dynamic = all)]
 fn saved_norm(x: &Tensor, g: &Tensor, b: &Tensor) -> Tensor {
     SAVED_RUNS.fetch_add(1, Ordering::Relaxed);
     x.layer_norm(g, b, 1e-5)
@@ -321,7 +323,7 @@ mod size_arithmetic {
 
     macro_rules! both {
         ($name:ident, $exact:ident, |$x:ident| $body:expr) => {
-            #[jit(dynamic)]
+            #[jit(dynamic = all)]
             fn $name($x: &Tensor) -> Tensor {
                 $body
             }
@@ -491,7 +493,7 @@ mod size_arithmetic {
 mod never_wrong {
     use super::*;
 
-    #[jit(dynamic)]
+    #[jit(dynamic = all)]
     fn add_const(x: &Tensor) -> Tensor {
         x + &Tensor::scalar(1031.0, DType::F32)
     }
@@ -499,7 +501,7 @@ mod never_wrong {
     fn add_const_exact(x: &Tensor) -> Tensor {
         x + &Tensor::scalar(1031.0, DType::F32)
     }
-    #[jit(dynamic)]
+    #[jit(dynamic = all)]
     fn mul_full(x: &Tensor) -> Tensor {
         x * &Tensor::full(&[1], 2062.0, DType::F32)
     }
@@ -507,7 +509,7 @@ mod never_wrong {
     fn mul_full_exact(x: &Tensor) -> Tensor {
         x * &Tensor::full(&[1], 2062.0, DType::F32)
     }
-    #[jit(dynamic)]
+    #[jit(dynamic = all)]
     fn zeros_1031(x: &Tensor) -> Tensor {
         x.sum_all() + Tensor::zeros(&[1031], DType::F32)
     }
@@ -515,7 +517,7 @@ mod never_wrong {
     fn zeros_1031_exact(x: &Tensor) -> Tensor {
         x.sum_all() + Tensor::zeros(&[1031], DType::F32)
     }
-    #[jit(dynamic)]
+    #[jit(dynamic = all)]
     fn pick_1031(x: &Tensor) -> Tensor {
         x.gather(1, &Tensor::full(&[1, 1], 1031.0, DType::I64))
     }
@@ -523,7 +525,7 @@ mod never_wrong {
     fn pick_1031_exact(x: &Tensor) -> Tensor {
         x.gather(1, &Tensor::full(&[1, 1], 1031.0, DType::I64))
     }
-    #[jit(dynamic)]
+    #[jit(dynamic = all)]
     fn scalar_arg(x: &Tensor, k: i64) -> Tensor {
         x + &Tensor::scalar(k as f64, DType::F32)
     }
@@ -531,7 +533,7 @@ mod never_wrong {
     fn scalar_arg_exact(x: &Tensor, k: i64) -> Tensor {
         x + &Tensor::scalar(k as f64, DType::F32)
     }
-    #[jit(dynamic)]
+    #[jit(dynamic = all)]
     fn parity(x: &Tensor) -> Tensor {
         let n = x.shape()[1];
         x * ((n * (n % 2)) as f64)
@@ -541,7 +543,7 @@ mod never_wrong {
         let n = x.shape()[1];
         x * ((n * (n % 2)) as f64)
     }
-    #[jit(dynamic)]
+    #[jit(dynamic = all)]
     fn parity_dim(x: &Tensor) -> tilejit::Result<Tensor> {
         let n = x.dim(1)?;
         Ok(x * ((n * (n % 2)) as f64))
@@ -614,7 +616,7 @@ mod never_wrong {
     fn a_captured_tensor_is_a_constant() {
         let c = Tensor::full(&[1], 3093.0, DType::F32);
         let dynamic = jit_fn!(|x: &Tensor| x * &c);
-        dynamic.make_dynamic();
+        dynamic.make_dynamic_all();
         let exact = jit_fn!(|x: &Tensor| x * &c);
         for (r, n) in [(3, 5), (2, 8), (5, 7)] {
             let x = Tensor::randn(&[r, n], n as u64);
@@ -653,7 +655,7 @@ mod never_wrong {
 
 static SIM_RUNS: AtomicUsize = AtomicUsize::new(0);
 
-#[jit(dynamic, mode = sim)]
+#[jit(dynamic = all, mode = sim)]
 fn sim_softmax_bias(x: &Tensor, b: &Tensor) -> Tensor {
     SIM_RUNS.fetch_add(1, Ordering::Relaxed);
     (x + b).softmax(-1)
@@ -699,7 +701,7 @@ static CUT_RUNS: AtomicUsize = AtomicUsize::new(0);
 /// A cat of two `[t, d]` inputs cut back at `d`: reading `d` with `dim`
 /// pins it, and `t` stays free, so new lengths at a known `d` need no
 /// trace.
-#[jit(dynamic)]
+#[jit(dynamic = all)]
 fn cut_back(x: &Tensor, y: &Tensor) -> tilejit::Result<Tensor> {
     CUT_RUNS.fetch_add(1, Ordering::Relaxed);
     let d = y.dim(1)?;
@@ -716,7 +718,7 @@ fn cut_back_exact(x: &Tensor, y: &Tensor) -> Tensor {
 
 /// Q, K and V cut from one `[t, 3d]` projection: the body reads the whole
 /// shape, so this class is traced per size, and says why.
-#[jit(dynamic)]
+#[jit(dynamic = all)]
 fn qkv_scores(x: &Tensor) -> Tensor {
     let d = x.shape()[1] / 3;
     let p = x.split(&[d, d, d], 1);
@@ -772,4 +774,471 @@ fn a_third_of_a_dim_is_traced_per_size_with_its_reason() {
     }
     let classes = qkv_scores::jit().shape_classes();
     assert_eq!(classes[0].1, Err(PerSize::ReadsEverySize));
+}
+
+// ---- Automatic dynamic (`#[jit(dynamic)]`), slice_assign and a KV-cache
+// decode in one trace.
+
+static AUTO_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// A weight-projected tensor split in three (as a QKV projection is).
+#[jit(dynamic)]
+fn qkv_sum(x: &Tensor, w: &Tensor) -> Tensor {
+    AUTO_RUNS.fetch_add(1, Ordering::Relaxed);
+    let d = w.dim(0)?;
+    let p = x.matmul(w);
+    let parts = p.split(&[d, d, d], -1);
+    let [q, k, v] = tilejit::args::exactly(&parts)?;
+    q * 2.0 + k - v
+}
+
+/// The first call is an exact trace; a second length makes only the row
+/// dim a symbol (the weight's dims stay fixed, so `split(&[d, d, d])`
+/// traces), and every later length is instantiated with no trace.
+/// Values are checked against the reference interpreter, on Host and Sim.
+#[test]
+fn automatic_dynamic_makes_only_varying_dims_symbols_and_split_of_weights_traces() {
+    let d = 6;
+    let w = Tensor::randn(&[d, 3 * d], 7);
+    let f = qkv_sum::jit();
+    for (i, t) in [3usize, 5, 9, 12, 17, 4, 30].into_iter().enumerate() {
+        let x = Tensor::randn(&[t, d], 100 + t as u64);
+        let want = tilejit::with_mode(RunMode::Reference, || qkv_sum(&x, &w)).unwrap();
+        let want: Vec<f64> = f32s(&want).into_iter().map(f64::from).collect();
+        for mode in [RunMode::Host, RunMode::Sim] {
+            let got = tilejit::with_mode(mode, || qkv_sum(&x, &w)).unwrap();
+            tilejit_tests::assert_close(&f32s(&got), &want, 1e-5);
+        }
+        // 1 exact trace, then the class's two stand-in traces, then none.
+        let traces = f.stats().traces;
+        assert_eq!(traces, if i == 0 { 1 } else { 3 }, "after length {t}");
+    }
+    let classes = f.shape_classes();
+    assert_eq!(classes.len(), 1);
+    assert_eq!(classes[0].0.to_string(), "(f32[n0,6], f32[6,18])");
+    assert!(classes[0].1.is_ok());
+}
+
+#[jit(dynamic)]
+fn pick(x: &Tensor) -> Tensor {
+    x.softmax(-1).argmax(-1, false) + x.argmin(-1, false)
+}
+
+/// `argmax`/`argmin` over a fixed axis keep a class with a varying row
+/// count generic (one class, no per-size reason, no pins).
+#[test]
+fn argmax_over_a_fixed_axis_stays_generic() {
+    let f = pick::jit();
+    for t in [2usize, 3, 7, 11, 20] {
+        let x = Tensor::randn(&[t, 13], t as u64);
+        let want = tilejit::with_mode(RunMode::Reference, || pick(&x)).unwrap();
+        let got = pick(&x).unwrap();
+        assert_eq!(got.to_vec::<i64>().unwrap(), want.to_vec::<i64>().unwrap());
+    }
+    assert_eq!(f.stats().traces, 3);
+    let s = f.to_string();
+    assert!(s.contains("class (f32[n0,13]): generic"), "{s}");
+    // With every dim a symbol, the axis argmax reduces over is a guard
+    // (its index dtype depends on it): pinned, never per size.
+    let g = pick_all::jit();
+    for t in [2usize, 3, 7] {
+        let x = Tensor::randn(&[t, 13], t as u64);
+        let want = tilejit::with_mode(RunMode::Reference, || pick_all(&x)).unwrap();
+        assert_eq!(
+            pick_all(&x).unwrap().to_vec::<i64>().unwrap(),
+            want.to_vec::<i64>().unwrap()
+        );
+    }
+    let s = g.to_string();
+    assert!(s.contains("dynamic (every dim)"), "{s}");
+    assert!(s.contains("class (f32[n0,n1]): generic but for n1"), "{s}");
+}
+
+#[jit(dynamic = all)]
+fn pick_all(x: &Tensor) -> Tensor {
+    x.softmax(-1).argmax(-1, false) + x.argmin(-1, false)
+}
+
+#[jit(dynamic)]
+fn grow(cache: &Tensor, row: &Tensor) -> (Tensor, Tensor) {
+    // A cache grown by `cat` is `n + 1` long; a reduction broadcast back
+    // over it carries that size.
+    let c = Tensor::cat(&[cache, row], 0);
+    let s = c.softmax(0);
+    (c, s)
+}
+
+/// `cat` along the growing dim gives `n + 1`, which reads back over the
+/// stand-ins: one class, generic.
+#[test]
+fn a_cache_grown_by_cat_is_one_graph() {
+    let f = grow::jit();
+    let row = Tensor::randn(&[1, 4], 1);
+    for n in [2usize, 3, 5, 8, 13, 21] {
+        let cache = Tensor::randn(&[n, 4], n as u64);
+        let (c, s) = grow(&cache, &row).unwrap();
+        let (wc, ws) = tilejit::with_mode(RunMode::Reference, || grow(&cache, &row)).unwrap();
+        assert_eq!(c.shape(), [n + 1, 4]);
+        assert_eq!(bits(&c), bits(&wc));
+        let ws: Vec<f64> = f32s(&ws).into_iter().map(f64::from).collect();
+        tilejit_tests::assert_close(&f32s(&s), &ws, 1e-6);
+    }
+    assert_eq!(f.stats().traces, 3);
+    assert!(f.shape_classes()[0].1.is_ok());
+}
+
+#[jit]
+fn assign_at(x: &Tensor, at: &Tensor, src: &Tensor) -> Tensor {
+    x.slice_assign(1, at, src) * 2.0
+}
+
+#[jit]
+fn assign_static(x: &Tensor, src: &Tensor) -> Tensor {
+    x.slice_assign(-1, 2, src) + 1.0
+}
+
+/// `slice_assign` at a run-time position: one trace for every position,
+/// on Host and Sim, against values computed here; a position that puts
+/// the source out of range fails the call on every backend.
+#[test]
+fn slice_assign_at_a_tensor_position_is_one_graph_and_checks_its_range() {
+    let x = Tensor::randn(&[2, 7, 3], 3);
+    let src = Tensor::randn(&[2, 2, 3], 4);
+    let (xv, sv) = (f32s(&x), f32s(&src));
+    for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
+        for at in 0..=5i64 {
+            let pos = Tensor::from_vec(vec![at], &[]).unwrap();
+            let got = tilejit::with_mode(mode, || assign_at(&x, &pos, &src)).unwrap();
+            let mut want = xv.clone();
+            for b in 0..2 {
+                for j in 0..2 {
+                    for c in 0..3 {
+                        want[(b * 7 + at as usize + j) * 3 + c] = sv[(b * 2 + j) * 3 + c];
+                    }
+                }
+            }
+            let want: Vec<f32> = want.iter().map(|v| v * 2.0).collect();
+            assert_eq!(f32s(&got), want, "{mode:?} at {at}");
+        }
+        for at in [-1i64, 6, 100] {
+            let pos = Tensor::from_vec(vec![at], &[]).unwrap();
+            let e = tilejit::with_mode(mode, || assign_at(&x, &pos, &src)).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                tilejit::ErrorKind::BadArgument,
+                "{mode:?} {at}: {e}"
+            );
+            assert!(e.to_string().contains("slice_assign"), "{e}");
+        }
+    }
+    assert_eq!(assign_at::jit().stats().traces, 1);
+    // A static start: a slice-and-cat, checked at trace time.
+    let y = Tensor::randn(&[3, 6], 5);
+    let s2 = Tensor::randn(&[3, 3], 6);
+    let got = assign_static(&y, &s2).unwrap();
+    let want = tilejit::with_mode(RunMode::Reference, || assign_static(&y, &s2)).unwrap();
+    assert_eq!(bits(&got), bits(&want));
+    let (yv, s2v) = (f32s(&y), f32s(&s2));
+    for r in 0..3 {
+        for c in 0..6 {
+            let v = if (2..5).contains(&c) {
+                s2v[r * 3 + c - 2]
+            } else {
+                yv[r * 6 + c]
+            };
+            assert_eq!(f32s(&got)[r * 6 + c], v + 1.0);
+        }
+    }
+}
+
+/// Bad `slice_assign`s: errors naming the line, never a panic.
+#[test]
+fn slice_assign_bad_input_is_an_error_at_the_line() {
+    let x = Tensor::zeros(&[4, 3], DType::F32);
+    let row = Tensor::zeros(&[1, 3], DType::F32);
+    let pos = Tensor::from_vec(vec![1i64, 2], &[2]).unwrap();
+    let fpos = Tensor::scalar(1.0, DType::F32);
+    use tilejit::ErrorKind::{DType as D, Shape as S};
+    let cases = vec![
+        (line!(), x.slice_assign(0, 4, &row), S, "does not fit dim 0"),
+        (
+            line!(),
+            x.slice_assign(0, 0, &Tensor::zeros(&[1, 2], DType::F32)),
+            S,
+            "must have its dims",
+        ),
+        (
+            line!(),
+            x.slice_assign(0, 0, &Tensor::zeros(&[5, 3], DType::F32)),
+            S,
+            "at most 4",
+        ),
+        (
+            line!(),
+            x.slice_assign(0, 0, &Tensor::zeros(&[1, 3], DType::F64)),
+            D,
+            "",
+        ),
+        (line!(), x.slice_assign(0, &pos, &row), S, "one integer"),
+        (line!(), x.slice_assign(0, &fpos, &row), S, "one integer"),
+        (
+            line!(),
+            x.slice_assign(2, 0, &row),
+            tilejit::ErrorKind::BadArgument,
+            "axis 2",
+        ),
+    ];
+    tilejit_tests::check_error_cases(file!(), cases);
+}
+
+// A small GPT decoded one token per call, with a per-layer K/V cache.
+const D: usize = 16;
+const HEADS: usize = 4;
+const HD: usize = D / HEADS;
+const VOCAB: usize = 23;
+const CAP: usize = 16;
+
+#[derive(JitArgs)]
+struct Block {
+    ln1: Vec<Tensor>,
+    wqkv: Tensor,
+    bqkv: Tensor,
+    wo: Tensor,
+    bo: Tensor,
+    ln2: Vec<Tensor>,
+    w1: Tensor,
+    b1: Tensor,
+    w2: Tensor,
+    b2: Tensor,
+}
+
+#[derive(JitArgs)]
+struct Gpt {
+    wte: Tensor,
+    wpe: Tensor,
+    blocks: Vec<Block>,
+    lnf: Vec<Tensor>,
+    head: Tensor,
+}
+
+fn gpt(seed: u64) -> Gpt {
+    let r = |shape: &[usize], k: u64| Tensor::randn(shape, seed * 1000 + k) * 0.3;
+    let ln = |k: u64| {
+        vec![
+            Tensor::ones(&[D], DType::F32) + r(&[D], k) * 0.1,
+            r(&[D], k + 1),
+        ]
+    };
+    let block = |b: u64| Block {
+        ln1: ln(b * 20),
+        wqkv: r(&[D, 3 * D], b * 20 + 2),
+        bqkv: r(&[3 * D], b * 20 + 3),
+        wo: r(&[D, D], b * 20 + 4),
+        bo: r(&[D], b * 20 + 5),
+        ln2: ln(b * 20 + 6),
+        w1: r(&[D, 4 * D], b * 20 + 8),
+        b1: r(&[4 * D], b * 20 + 9),
+        w2: r(&[4 * D, D], b * 20 + 10),
+        b2: r(&[D], b * 20 + 11),
+    };
+    Gpt {
+        wte: r(&[VOCAB, D], 1),
+        wpe: r(&[CAP, D], 2),
+        blocks: vec![block(1), block(2)],
+        lnf: ln(3),
+        head: r(&[D, VOCAB], 5),
+    }
+}
+
+/// `x [t, D]` through a block's MLP half, residual added.
+fn mlp(b: &Block, x: &Tensor) -> Tensor {
+    let h = x.layer_norm(&b.ln2[0], &b.ln2[1], 1e-5);
+    x + (h.matmul(&b.w1) + &b.b1).gelu().matmul(&b.w2) + &b.b2
+}
+
+/// q, k, v of `x [t, D]`, each `[HEADS, t, HD]`.
+fn qkv(b: &Block, x: &Tensor, t: usize) -> Vec<Tensor> {
+    let h = x.layer_norm(&b.ln1[0], &b.ln1[1], 1e-5);
+    (h.matmul(&b.wqkv) + &b.bqkv)
+        .split(&[D, D, D], -1)
+        .iter()
+        .map(|p| p.reshape(&[t, HEADS, HD]).transpose(0, 1))
+        .collect()
+}
+
+/// Attention output `[HEADS, t, HD]` back to `[t, D]`, projected, plus `x`.
+fn attend_out(b: &Block, x: &Tensor, o: &Tensor, t: usize) -> Tensor {
+    x + o.transpose(0, 1).reshape(&[t, D]).matmul(&b.wo) + &b.bo
+}
+
+fn scores(q: &Tensor, k: &Tensor) -> Tensor {
+    q.matmul(&k.transpose(1, 2)) * (1.0 / (HD as f64).sqrt())
+}
+
+/// The whole prefix at once, causal mask: the model without a cache.
+#[jit]
+fn full_logits(tokens: &Tensor, m: &Gpt) -> Tensor {
+    let t = tokens.dim(0)?;
+    let mut x = m.wte.index_select(0, tokens) + m.wpe.slice(0, 0, t as isize);
+    let causal = Tensor::ones(&[t, t], DType::F32)
+        .tril(0)
+        .gt(&Tensor::scalar(0.5, DType::F32));
+    let neg = Tensor::full(&[HEADS, t, t], -1e9, DType::F32);
+    for b in &m.blocks {
+        let parts = qkv(b, &x, t);
+        let [q, k, v] = tilejit::args::exactly(&parts)?;
+        let s = Tensor::where_cond(&causal.broadcast_to(&[HEADS, t, t]), &scores(q, k), &neg);
+        x = mlp(b, &attend_out(b, &x, &s.softmax(-1).matmul(v), t));
+    }
+    x.layer_norm(&m.lnf[0], &m.lnf[1], 1e-5).matmul(&m.head)
+}
+
+/// One decode step with caches grown by `cat` (`[HEADS, t, HD]` each):
+/// the logits `[1, VOCAB]`, then each layer's new K and V.
+#[jit(dynamic)]
+fn grow_step(tok: &Tensor, pos: &Tensor, m: &Gpt, ks: &[Tensor], vs: &[Tensor]) -> Vec<Tensor> {
+    let mut x = m.wte.index_select(0, tok) + m.wpe.index_select(0, pos);
+    let mut out = vec![Tensor::scalar(0.0, DType::F32)];
+    for (l, b) in m.blocks.iter().enumerate() {
+        let parts = qkv(b, &x, 1);
+        let [q, k, v] = tilejit::args::exactly(&parts)?;
+        let k = Tensor::cat(&[&ks[l], k], 1);
+        let v = Tensor::cat(&[&vs[l], v], 1);
+        x = mlp(
+            b,
+            &attend_out(b, &x, &scores(q, &k).softmax(-1).matmul(&v), 1),
+        );
+        out.extend([k, v]);
+    }
+    out[0] = x.layer_norm(&m.lnf[0], &m.lnf[1], 1e-5).matmul(&m.head);
+    out
+}
+
+/// One decode step with fixed-capacity caches (`[HEADS, CAP, HD]`)
+/// written at `pos` (rank 0) by `slice_assign`, positions past it masked:
+/// no size varies, so every position is one graph.
+#[jit]
+fn cap_step(tok: &Tensor, pos: &Tensor, m: &Gpt, ks: &[Tensor], vs: &[Tensor]) -> Vec<Tensor> {
+    let at = pos.reshape(&[1]);
+    let mut x = m.wte.index_select(0, tok) + m.wpe.index_select(0, &at);
+    let seen = Tensor::arange(CAP, DType::I64)
+        .le(pos)
+        .reshape(&[1, 1, CAP]);
+    let seen = seen.broadcast_to(&[HEADS, 1, CAP]);
+    let neg = Tensor::full(&[HEADS, 1, CAP], -1e9, DType::F32);
+    let mut out = vec![Tensor::scalar(0.0, DType::F32)];
+    for (l, b) in m.blocks.iter().enumerate() {
+        let parts = qkv(b, &x, 1);
+        let [q, k, v] = tilejit::args::exactly(&parts)?;
+        let k = ks[l].slice_assign(1, pos, k);
+        let v = vs[l].slice_assign(1, pos, v);
+        let s = Tensor::where_cond(&seen, &scores(q, &k), &neg);
+        x = mlp(b, &attend_out(b, &x, &s.softmax(-1).matmul(&v), 1));
+        out.extend([k, v]);
+    }
+    out[0] = x.layer_norm(&m.lnf[0], &m.lnf[1], 1e-5).matmul(&m.head);
+    out
+}
+
+const TOKENS: [i64; 12] = [3, 17, 5, 22, 0, 9, 9, 14, 1, 20, 7, 11];
+
+/// The last row of the model's logits over `TOKENS[..=p]`, recomputed
+/// whole on the reference interpreter.
+fn reference_logits(m: &Gpt, p: usize) -> Vec<f64> {
+    let tokens = Tensor::from_vec(TOKENS[..=p].to_vec(), &[p + 1]).unwrap();
+    let all = tilejit::with_mode(RunMode::Reference, || full_logits(&tokens, m)).unwrap();
+    f32s(&all)[p * VOCAB..]
+        .iter()
+        .map(|&v| f64::from(v))
+        .collect()
+}
+
+/// KV-cache decode, growing caches under automatic dynamic: only the
+/// cache length becomes a symbol. Twelve steps from an empty cache, on
+/// Host and Sim, each step's logits against the whole prefix recomputed
+/// on the reference interpreter. Lengths 0 and 1 are specialised and the
+/// class is learnt at length 2 (4 traces); the nine steps after trace
+/// nothing.
+#[test]
+fn kv_decode_with_a_growing_cache_is_one_trace_for_every_later_step() {
+    let m = gpt(1);
+    let f = grow_step::jit();
+    let want: Vec<Vec<f64>> = (0..TOKENS.len()).map(|p| reference_logits(&m, p)).collect();
+    for mode in [RunMode::Host, RunMode::Sim] {
+        let empty = Tensor::zeros(&[HEADS, 0, HD], DType::F32);
+        let (mut ks, mut vs) = (
+            vec![empty.clone(), empty.clone()],
+            vec![empty.clone(), empty],
+        );
+        for (p, &tok) in TOKENS.iter().enumerate() {
+            let tok = Tensor::from_vec(vec![tok], &[1]).unwrap();
+            let pos = Tensor::from_vec(vec![p as i64], &[1]).unwrap();
+            let out = tilejit::with_mode(mode, || grow_step(&tok, &pos, &m, &ks, &vs)).unwrap();
+            tilejit_tests::assert_close(&f32s(&out[0]), &want[p], 1e-4);
+            ks = vec![out[1].clone(), out[3].clone()];
+            vs = vec![out[2].clone(), out[4].clone()];
+            assert_eq!(ks[0].shape(), [HEADS, p + 1, HD]);
+            if p >= 2 {
+                assert_eq!(f.stats().traces, 4, "{mode:?} step {p}");
+            }
+        }
+    }
+    let classes = f.shape_classes();
+    let generic: Vec<_> = classes.iter().filter(|(c, _)| c.symbols() == 1).collect();
+    assert_eq!(generic.len(), 1, "{f}");
+    assert!(generic[0].1.is_ok(), "{f}");
+    assert!(generic[0].0.to_string().contains("f32[4,n0,4]"), "{f}");
+}
+
+/// KV-cache decode, fixed-capacity caches written by `slice_assign` at a
+/// position tensor: ONE trace for all twelve steps, on Host and Sim, each
+/// step's logits against the whole prefix on the reference interpreter.
+/// The function's `Display` abbreviates its signature (weights included).
+#[test]
+fn kv_decode_with_a_fixed_cache_and_slice_assign_is_one_trace() {
+    let m = gpt(2);
+    let f = cap_step::jit();
+    let want: Vec<Vec<f64>> = (0..TOKENS.len()).map(|p| reference_logits(&m, p)).collect();
+    for mode in [RunMode::Host, RunMode::Sim] {
+        let zero = Tensor::zeros(&[HEADS, CAP, HD], DType::F32);
+        let (mut ks, mut vs) = (vec![zero.clone(), zero.clone()], vec![zero.clone(), zero]);
+        for (p, &tok) in TOKENS.iter().enumerate() {
+            let tok = Tensor::from_vec(vec![tok], &[1]).unwrap();
+            let pos = Tensor::from_vec(vec![p as i64], &[]).unwrap();
+            let out = tilejit::with_mode(mode, || cap_step(&tok, &pos, &m, &ks, &vs)).unwrap();
+            tilejit_tests::assert_close(&f32s(&out[0]), &want[p], 1e-4);
+            ks = vec![out[1].clone(), out[3].clone()];
+            vs = vec![out[2].clone(), out[4].clone()];
+        }
+    }
+    assert_eq!(f.stats().traces, 1);
+    let shown = f.to_string();
+    let line = shown.lines().nth(1).unwrap();
+    assert!(line.len() < 260 && line.contains('×'), "{shown}");
+}
+
+#[jit]
+fn several(x: &Tensor, n: i64) -> (Tensor, Vec<Tensor>) {
+    let parts = (1..=n).map(|k| x * k as f64).collect();
+    (x.sum_all(), parts)
+}
+
+#[jit]
+fn listed(xs: &[Tensor]) -> Vec<Tensor> {
+    xs.iter().map(|x| x + 1.0).collect()
+}
+
+/// A jit function may return a `Vec<Tensor>`, or a tensor and a list.
+#[test]
+fn a_jit_function_returns_a_list_of_tensors() {
+    let x = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
+    let (s, parts) = several(&x, 3).unwrap();
+    assert_eq!(f32s(&s), [3.0]);
+    assert_eq!(parts.len(), 3);
+    assert_eq!(f32s(&parts[2]), [3.0, 6.0]);
+    let ys = listed(&[x.clone(), x * 2.0]).unwrap();
+    assert_eq!(
+        ys.iter().map(f32s).collect::<Vec<_>>(),
+        [vec![2.0, 3.0], vec![3.0, 5.0]]
+    );
 }

@@ -281,8 +281,10 @@ impl syn::visit_mut::VisitMut for WrapReturns {
 ///
 /// Arguments: `mode = host|sim|verify|reference` sets the function's run
 /// mode; `dynamic` keys its handler cache on shape classes instead of exact
-/// sizes (`JitFunction::make_dynamic`), so new sizes of one class do not
-/// retrace: `#[jit(dynamic, mode = sim)]`.
+/// sizes once a dim is seen to vary (automatic dynamic,
+/// `JitFunction::make_dynamic`), so new sizes of one class do not retrace:
+/// `#[jit(dynamic, mode = sim)]`; `dynamic = all` makes every dim a size
+/// symbol from the first call (`JitFunction::make_dynamic_all`).
 #[proc_macro_attribute]
 pub fn jit(attr: TokenStream, item: TokenStream) -> TokenStream {
     let attr = TokenStream2::from(attr);
@@ -302,11 +304,13 @@ pub fn jit(attr: TokenStream, item: TokenStream) -> TokenStream {
 struct JitAttrs {
     /// `mode = host|sim|verify|reference`.
     mode: Option<TokenStream2>,
-    /// `dynamic`: key on shape classes.
-    dynamic: bool,
+    /// `dynamic`: key on shape classes (automatic); `dynamic = all`:
+    /// every dim a symbol.
+    dynamic: Option<bool>,
 }
 
-const ATTR_HELP: &str = "#[jit] takes `mode = host|sim|verify|reference` and `dynamic`";
+const ATTR_HELP: &str =
+    "#[jit] takes `mode = host|sim|verify|reference` and `dynamic` (or `dynamic = all`)";
 
 /// `#[jit(mode = sim, dynamic)]`: the arguments in any order, each once.
 fn parse_attrs(attr: TokenStream2) -> syn::Result<JitAttrs> {
@@ -320,7 +324,16 @@ fn parse_attrs(attr: TokenStream2) -> syn::Result<JitAttrs> {
         .map_err(|_| syn::Error::new(attr.span(), ATTR_HELP))?;
     for meta in metas {
         match meta {
-            syn::Meta::Path(p) if p.is_ident("dynamic") && !out.dynamic => out.dynamic = true,
+            syn::Meta::Path(p) if p.is_ident("dynamic") && out.dynamic.is_none() => {
+                out.dynamic = Some(false)
+            }
+            syn::Meta::NameValue(nv)
+                if nv.path.is_ident("dynamic")
+                    && out.dynamic.is_none()
+                    && matches!(&nv.value, syn::Expr::Path(p) if p.path.is_ident("all")) =>
+            {
+                out.dynamic = Some(true)
+            }
             syn::Meta::NameValue(nv) if nv.path.is_ident("mode") && out.mode.is_none() => {
                 out.mode = Some(parse_mode(&nv)?)
             }
@@ -462,8 +475,9 @@ fn expand_jit(func: ItemFn, jit_attrs: JitAttrs) -> syn::Result<TokenStream2> {
         None => quote!(),
     };
     let make_dynamic = match jit_attrs.dynamic {
-        true => quote!(f.make_dynamic();),
-        false => quote!(),
+        Some(false) => quote!(f.make_dynamic();),
+        Some(true) => quote!(f.make_dynamic_all();),
+        None => quote!(),
     };
     // The body, packed (trace values in, tensors out), is an item beside
     // the function, so both the function and `#name::jit()` (an

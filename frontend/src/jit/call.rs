@@ -15,7 +15,7 @@ use smallvec::SmallVec;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use tilejit_ir::{Array, Graph, Lit, Op};
-use tilejit_runtime::{panic_message, ArgSig, Mark, Program, ShapeClass, Signature};
+use tilejit_runtime::{panic_message, ArgSig, Mark, Program, Signature};
 
 impl JitFunction {
     pub(super) fn check_args(&self, args: &[ArgValue]) -> Result<()> {
@@ -365,8 +365,7 @@ impl JitFunction {
         };
         // New sizes of a class with a generic trace need no trace: frozen
         // or not, they compile (from cached kernels).
-        if self.is_dynamic() {
-            let (class, sizes) = ShapeClass::of(sig);
+        if let Some((class, sizes)) = self.class_of(sig, false) {
             if let ClassLookup::Fits(_) = self.lookup_class(&class, &sizes) {
                 return Ok(());
             }

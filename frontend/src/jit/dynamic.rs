@@ -9,7 +9,7 @@ use crate::trace;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tilejit_ir::{Graph, Lit};
-use tilejit_runtime::{GenericGraph, ShapeClass, Signature, Standin};
+use tilejit_runtime::{GenericGraph, SeenDims, ShapeClass, Signature, Standin, Structure};
 
 /// What a function knows of one shape class: its graphs, each serving
 /// the sizes that fit its pinned symbols, or why it is traced per size.
@@ -37,23 +37,37 @@ pub(super) enum ClassLookup {
     Learn(Vec<Option<usize>>),
 }
 
+/// [`JitFunction::dynamic`]'s value under automatic dynamic.
+pub(super) const AUTOMATIC: u8 = 1;
+/// [`JitFunction::dynamic`]'s value when every dim is dynamic.
+pub(super) const ALL: u8 = 2;
+
 impl JitFunction {
-    /// Keys traces on shape classes instead of exact sizes (the default,
-    /// which [`make_exact`](Self::make_exact) restores). While dynamic, a call with unseen sizes of a seen
-    /// [`ShapeClass`] (same dtypes and ranks, same dims 0 or 1, same dims
-    /// equal to each other) does not trace: the class's trace is
-    /// instantiated at the new sizes and compiled, and its kernels come
-    /// from the kernel cache. A new class is traced twice, at two sets of
-    /// stand-in sizes, and the two graphs read side by side: what differs
-    /// is a size (see [`ShapeClass`]). A dynamic function never returns
-    /// what an exact trace would not: sizes the body reads (`shape()`,
-    /// `numel()`) or an op computes on (`slice` from the end, `split`,
-    /// `conv2d`, ..) are guards, their symbols pinned to the call's values,
-    /// so the graph serves only sizes that agree on them.
-    /// What cannot be generic is traced per size, and `TILEJIT_LOG=trace`
-    /// and [`shape_classes`](Self::shape_classes) say why. A frozen
-    /// dynamic function still compiles new sizes of the classes it knows.
-    /// `#[jit(dynamic)]` sets it at definition.
+    /// Makes the function dynamic the way torch.compile is by default
+    /// ("automatic dynamic"; `#[jit(dynamic)]` sets it at definition). The
+    /// first call of a signature is traced exactly. A later call whose
+    /// signature differs only in sizes (same dtypes, ranks and other
+    /// arguments) makes exactly the dims seen to vary (per argument leaf
+    /// and axis) size symbols, and keys its trace on that
+    /// [`ShapeClass`]: dims that never varied (weights) stay fixed, so ops
+    /// computing on them (`split(&[768, 768, 768])`, a reshape to
+    /// `[t, 12, 64]`) trace as they do exactly. Sizes 0 and 1 stay
+    /// specialised; equal varying dims share a symbol.
+    ///
+    /// A call with unseen sizes of a seen class does not trace: the
+    /// class's trace is instantiated at the new sizes and compiled, and
+    /// its kernels come from the kernel cache. A new class is traced
+    /// twice, at two sets of stand-in sizes, and the two graphs read side
+    /// by side: what differs is a size (see [`ShapeClass`]). A dynamic
+    /// function never returns what an exact trace would not: sizes the
+    /// body reads (`shape()`, `numel()`) or an op computes on (`slice`
+    /// from the end, `split`, `conv2d`, ..) are guards, their symbols
+    /// pinned to the call's values, so the graph serves only sizes that
+    /// agree on them. What cannot be generic is traced per size, and
+    /// `TILEJIT_LOG=trace` and [`shape_classes`](Self::shape_classes) say
+    /// why. A frozen dynamic function still compiles new sizes of the
+    /// classes it knows. [`make_dynamic_all`](Self::make_dynamic_all)
+    /// makes every dim a symbol from the first call instead.
     ///
     /// ```
     /// use tilejit::prelude::*;
@@ -61,18 +75,20 @@ impl JitFunction {
     /// #[jit(dynamic, mode = host)]
     /// fn bias_relu(x: &Tensor, b: &Tensor) -> Tensor { (x + b).relu() }
     ///
-    /// for n in [8, 16, 24] {
-    ///     bias_relu(&Tensor::ones(&[4, n], DType::F32), &Tensor::ones(&[n], DType::F32))?;
+    /// let b = Tensor::ones(&[16], DType::F32);
+    /// for n in [8, 12, 24, 40] {
+    ///     bias_relu(&Tensor::ones(&[n, 16], DType::F32), &b)?;
     /// }
     /// let f = bias_relu::jit();
-    /// // Two traces (at stand-in sizes: the body reads none); later sizes never.
-    /// assert_eq!((f.stats().traces, f.stats().builds), (2, 3));
-    /// // Every dim other than 0 and 1 is a size symbol; equal dims share one.
-    /// assert_eq!(f.shape_classes()[0].0.to_string(), "(f32[n0,n1], f32[n1])");
+    /// // An exact trace, then two for the class (at stand-in sizes: the
+    /// // body reads none); later sizes never.
+    /// assert_eq!((f.stats().traces, f.stats().builds), (3, 4));
+    /// // Only the dim that varied is a symbol.
+    /// assert_eq!(f.shape_classes()[0].0.to_string(), "(f32[n0,16], f32[16])");
     /// # Ok::<(), tilejit::Error>(())
     /// ```
     ///
-    /// `dynamic` takes no value:
+    /// `dynamic` takes no value but `all`:
     ///
     /// ```compile_fail
     /// use tilejit::prelude::*;
@@ -80,19 +96,77 @@ impl JitFunction {
     /// fn f(x: &Tensor) -> Tensor { x + 1.0 }
     /// ```
     pub fn make_dynamic(&self) {
-        self.dynamic.store(true, Ordering::Relaxed);
+        self.dynamic.store(AUTOMATIC, Ordering::Relaxed);
+    }
+
+    /// Makes every dim of every tensor argument a size symbol from the
+    /// first call (`#[jit(dynamic = all)]`), as torch's `dynamic=True`:
+    /// a new class is traced at stand-in sizes at once, with no exact
+    /// trace first; every dim other than 0 and 1 is a symbol, and equal
+    /// dims share one. Weights' dims are symbols too, so an op that
+    /// computes on them pins them (a guard), or traces per size.
+    ///
+    /// ```
+    /// use tilejit::prelude::*;
+    ///
+    /// #[jit(dynamic = all, mode = host)]
+    /// fn bias_relu(x: &Tensor, b: &Tensor) -> Tensor { (x + b).relu() }
+    ///
+    /// for n in [8, 16, 24] {
+    ///     bias_relu(&Tensor::ones(&[4, n], DType::F32), &Tensor::ones(&[n], DType::F32))?;
+    /// }
+    /// let f = bias_relu::jit();
+    /// assert_eq!((f.stats().traces, f.stats().builds), (2, 3));
+    /// assert_eq!(f.shape_classes()[0].0.to_string(), "(f32[n0,n1], f32[n1])");
+    /// # Ok::<(), tilejit::Error>(())
+    /// ```
+    pub fn make_dynamic_all(&self) {
+        self.dynamic.store(ALL, Ordering::Relaxed);
     }
 
     /// Keys traces on exact sizes again (the default), undoing
     /// [`make_dynamic`](Self::make_dynamic): the classes learnt are kept
     /// but no longer used.
     pub fn make_exact(&self) {
-        self.dynamic.store(false, Ordering::Relaxed);
+        self.dynamic.store(0, Ordering::Relaxed);
     }
 
-    /// Whether the function is dynamic ([`make_dynamic`](Self::make_dynamic)).
+    /// Whether the function is dynamic ([`make_dynamic`](Self::make_dynamic)
+    /// or [`make_dynamic_all`](Self::make_dynamic_all)).
     pub fn is_dynamic(&self) -> bool {
-        self.dynamic.load(Ordering::Relaxed)
+        self.dynamic.load(Ordering::Relaxed) != 0
+    }
+
+    /// The shape class a dynamic function keys `sig` on, with its symbols'
+    /// values; `None` when `sig` is traced exactly (automatic dynamic
+    /// before any of its dims varied). With `note`, `sig` is recorded as
+    /// seen.
+    pub(super) fn class_of(&self, sig: &Signature, note: bool) -> Option<(ShapeClass, Vec<usize>)> {
+        match self.dynamic.load(Ordering::Relaxed) {
+            0 => return None,
+            ALL => return Some(ShapeClass::of(sig)),
+            _ => {}
+        }
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let structure = Structure::of(sig);
+        let Some(dims) = seen.get_mut(&structure) else {
+            if note {
+                if seen.len() >= MAX_CLASSES {
+                    seen.clear();
+                }
+                seen.insert(structure, SeenDims::new(sig));
+            }
+            return None;
+        };
+        let varied = dims.varied(sig);
+        if note {
+            dims.note(sig);
+        }
+        varied
+            .iter()
+            .flatten()
+            .any(|&v| v)
+            .then(|| ShapeClass::of_dims(sig, &varied))
     }
 
     /// The shape classes a dynamic function has traced, each with `Ok` if
@@ -126,7 +200,9 @@ impl JitFunction {
         args: &[ArgValue],
         body: &Body,
     ) -> Result<(Graph, Vec<Lit>)> {
-        let (class, sizes) = ShapeClass::of(sig);
+        let Some((class, sizes)) = self.class_of(sig, true) else {
+            return Ok((self.trace(sig, args, body)?, Vec::new()));
+        };
         let log = crate::config::config().log.trace;
         let say = |what: &str| {
             if log {
@@ -323,7 +399,7 @@ impl JitFunction {
                             e.graphs.len()
                         ),
                     };
-                    (class.to_string(), state)
+                    (class.abbreviated(super::SIGNATURE_CHARS), state)
                 })
                 .collect()
         };

@@ -96,8 +96,13 @@ pub struct JitFunction {
     body: Option<PackedBody>,
     /// No new traces: a call with an unseen signature is an error.
     frozen: AtomicBool,
-    /// Key the handler cache's traces on shape classes (`make_dynamic`).
-    dynamic: AtomicBool,
+    /// Key the handler cache's traces on shape classes: 0 no, else
+    /// [`dynamic::AUTOMATIC`] (`make_dynamic`) or [`dynamic::ALL`]
+    /// (`make_dynamic_all`).
+    dynamic: AtomicU8,
+    /// Under automatic dynamic, per structure (a signature less its
+    /// sizes), the dims seen and which have varied.
+    seen: Mutex<HashMap<tilejit_runtime::Structure, tilejit_runtime::SeenDims>>,
     /// Per shape class seen while dynamic: its generic trace, or why it
     /// is traced per size.
     classes: Mutex<HashMap<ShapeClass, ClassEntry>>,
@@ -167,7 +172,8 @@ impl JitFunction {
             last_placement: Mutex::new(None),
             body: None,
             frozen: AtomicBool::new(false),
-            dynamic: AtomicBool::new(false),
+            dynamic: AtomicU8::new(0),
+            seen: Mutex::new(HashMap::new()),
             classes: Mutex::new(HashMap::new()),
             debug: OnceLock::new(),
             gather_ops: Mutex::new(Vec::new()),
@@ -303,6 +309,7 @@ impl JitFunction {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// Why a call with these arguments would trace again: the arguments that
@@ -311,6 +318,10 @@ impl JitFunction {
         Ok(self.cache.explain_miss(&self.signature(args)?))
     }
 }
+
+/// About how long a signature's line in a function's `Display` may be:
+/// a model's weights as arguments are thousands of characters whole.
+const SIGNATURE_CHARS: usize = 160;
 
 impl fmt::Display for JitFunction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -328,7 +339,11 @@ impl fmt::Display for JitFunction {
             s.traces,
             s.failures,
             s.evictions,
-            if self.is_dynamic() { ", dynamic" } else { "" },
+            match self.dynamic.load(Ordering::Relaxed) {
+                0 => "",
+                dynamic::ALL => ", dynamic (every dim)",
+                _ => ", dynamic",
+            },
             if self.is_frozen() { ", frozen" } else { "" }
         )?;
         for (class, state) in self.class_states() {
@@ -338,7 +353,7 @@ impl fmt::Display for JitFunction {
             writeln!(
                 f,
                 "  {}  hits {}  compile {:.3} ms  nodes {} -> {}",
-                h.signature,
+                h.signature.abbreviated(SIGNATURE_CHARS),
                 h.hits,
                 h.compile_time.as_secs_f64() * 1e3,
                 h.program.traced().len(),

@@ -3,7 +3,8 @@
 //! ops that compute on them, size reads (`shape`, `dim`, `numel`) feeding
 //! scalars, branches and slices, literals and constants at multiples of
 //! the stand-in sizes, a captured tensor and an int argument. The body is
-//! compiled twice, as a dynamic function and as an exact one, and called
+//! compiled twice, as a dynamic function (automatic or every dim a symbol,
+//! by the input's length) and as an exact one, and called
 //! at several sizes on Host or Sim; the rule under test is that a dynamic
 //! function never returns what the exact trace would not: the same
 //! error kind, or the same shape and the same bits.
@@ -104,6 +105,9 @@ enum Step {
     Pool(usize, u8),
     /// A conv with `[2, c, 2, 2]` weights, `c` read with `dim(1)`.
     Conv(usize, u8, u8),
+    /// `slice_assign` of the value's first slice along an axis, at a
+    /// start (a `usize`, or a rank-0 tensor, -1 and past the end too).
+    Assign(usize, u8, u8),
 }
 
 /// A random body and the sizes it is called at.
@@ -138,7 +142,7 @@ fn decode(input: &[u8]) -> Body {
     for _ in 0..n {
         let (x, y) = (b.below(16), b.below(16));
         let axis = b.next();
-        steps.push(match b.below(21) {
+        steps.push(match b.below(22) {
             0 => Step::Unary(b.next(), x),
             1 => Step::Binary(b.next(), x, y),
             2 => Step::AddScalar(x, b.pick(&DANGER)),
@@ -166,7 +170,8 @@ fn decode(input: &[u8]) -> Body {
                 _ => Step::Transpose(x, axis, b.next()),
             },
             19 => Step::Pool(x, b.next()),
-            _ => Step::Conv(x, b.next(), b.next()),
+            20 => Step::Conv(x, b.next(), b.next()),
+            _ => Step::Assign(x, axis, b.next()),
         });
     }
     let calls = 2 + b.below(3);
@@ -288,6 +293,18 @@ fn interpret(
                 let t = v(i);
                 t.cumsum(axis(a, t.rank()))
             }
+            Step::Assign(i, a, at) => {
+                let t = v(i);
+                let a = axis(a, t.rank());
+                let src = t.slice(a, 0, 1) * 2.0;
+                match at % 2 {
+                    0 => t.slice_assign(a, (at / 2 % 4) as usize, &src),
+                    _ => {
+                        let start = Tensor::from_vec(vec![(at / 2 % 6) as i64 - 1], &[])?;
+                        t.slice_assign(a, &start, &src)
+                    }
+                }
+            }
             Step::Tril(i, k) => v(i).tril(k),
             Step::Broadcast(i, n) => v(i).sum_all().broadcast_to(&[n]),
             Step::Transpose(i, a, b) => {
@@ -368,7 +385,12 @@ fn run(input: &[u8]) -> Result<String, String> {
         )
     };
     let dynamic: JitFn<'_, Tensor> = make("dynamic");
-    dynamic.make_dynamic();
+    // Both kinds of dynamic: automatic (a dim a symbol once it varied)
+    // and every dim a symbol from the first call.
+    match input.len() % 2 {
+        0 => dynamic.make_dynamic(),
+        _ => dynamic.make_dynamic_all(),
+    }
     let exact: JitFn<'_, Tensor> = make("exact");
     let mode = if body.sim {
         RunMode::Sim
