@@ -67,10 +67,6 @@ pub struct Gpt2 {
     blocks: Vec<Block>,
     lnf_g: Tensor,
     lnf_b: Tensor,
-    /// `wte` transposed once at load (`[d, vocab]`), for the tied logits:
-    /// a transposed operand of a matmul is copied per call today, and
-    /// this one is 154 MB.
-    wte_t: Tensor,
     heads: usize,
 }
 
@@ -162,7 +158,6 @@ impl Gpt2 {
             });
         }
         let m = Gpt2 {
-            wte_t: wte.transpose(0, 1).into_result()?,
             wte,
             wpe: take("wpe.weight")?,
             blocks,
@@ -271,10 +266,10 @@ fn causal_mask(t: usize) -> Tensor {
     Tensor::ones(&[t, t], DType::F32).triu(1) * -1e9
 }
 
-/// Logits tied to the token embedding: `x @ wte^T` (`wte_t` is
-/// `wte^T`, made at load).
-fn lm_head(x: &Tensor, wte_t: &Tensor) -> Tensor {
-    x.matmul(wte_t)
+/// Logits tied to the token embedding: `x @ wte^T`, the transpose read
+/// in place by the matmul (a view, never a copy of the 154 MB weight).
+fn lm_head(x: &Tensor, wte: &Tensor) -> Tensor {
+    x.matmul(&wte.transpose(0, 1))
 }
 
 /// Every position's next-token logits for `tokens` (i64 `[t]`): `[t, vocab]`.
@@ -287,7 +282,7 @@ pub fn forward(m: &Gpt2, tokens: &Tensor) -> Tensor {
         let (q, k, v) = qkv(&x, b, m.heads);
         x = block_out(&x, &attend(&q, &k, &v, &mask), b);
     }
-    lm_head(&x.layer_norm(&m.lnf_g, &m.lnf_b, 1e-5), &m.wte_t)
+    lm_head(&x.layer_norm(&m.lnf_g, &m.lnf_b, 1e-5), &m.wte)
 }
 
 /// The prompt pass of cached decoding: the last position's logits
@@ -312,19 +307,17 @@ pub fn prefill(m: &Gpt2, tokens: &Tensor, cap: usize) -> (Tensor, Tensor, Tensor
         vs.push(pad(&v));
     }
     let last = x.slice(0, t as isize - 1, t as isize);
-    let logits = lm_head(&last.layer_norm(&m.lnf_g, &m.lnf_b, 1e-5), &m.wte_t);
+    let logits = lm_head(&last.layer_norm(&m.lnf_g, &m.lnf_b, 1e-5), &m.wte);
     let cat = |c: &[Tensor]| Tensor::cat(&c.iter().collect::<Vec<_>>(), 0);
     (logits, cat(&ks), cat(&vs))
 }
 
 /// `cache` (`[heads, cap, dh]`) with position `pos` (i64 `[1]`) replaced
-/// by `new` (`[heads, 1, dh]`).
+/// by `new` (`[heads, 1, dh]`): the position is read when the step runs,
+/// so one program serves every position, and a position past the
+/// capacity fails the call.
 fn cache_update(cache: &Tensor, new: &Tensor, pos: &Tensor) -> Tensor {
-    let cap = cache.shape()[1];
-    let at = Tensor::arange(cap, DType::I64)
-        .eq(pos)
-        .reshape(&[1, cap, 1]);
-    Tensor::where_cond(&at, new, cache)
+    cache.slice_assign(1, &pos.reshape(&[]), new)
 }
 
 /// One cached decoding step: `token` (i64 `[1]`) at position `pos` (i64
@@ -362,7 +355,7 @@ pub fn decode_step(
         ks.push(k.reshape(&[1, heads, cap, dh]));
         vs.push(v.reshape(&[1, heads, cap, dh]));
     }
-    let logits = lm_head(&x.layer_norm(&m.lnf_g, &m.lnf_b, 1e-5), &m.wte_t);
+    let logits = lm_head(&x.layer_norm(&m.lnf_g, &m.lnf_b, 1e-5), &m.wte);
     let cat = |c: &[Tensor]| Tensor::cat(&c.iter().collect::<Vec<_>>(), 0);
     (logits, cat(&ks), cat(&vs))
 }
