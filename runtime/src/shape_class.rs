@@ -6,7 +6,11 @@
 //! dim is a *size symbol* `n0, n1, ..`, numbered by first appearance. So
 //! `(f32[8,16], f32[16])` and `(f32[3,40], f32[40])` are one class,
 //! `(f32[n0,n1], f32[n1])`, while `(f32[10], f32[11])` is not the class of
-//! `(f32[10], f32[10])`.
+//! `(f32[10], f32[10])`. That is [`ShapeClass::of`], every dim dynamic
+//! (`#[jit(dynamic = all)]`). Under automatic dynamic (`#[jit(dynamic)]`),
+//! [`ShapeClass::of_dims`] makes symbols only of the dims [`SeenDims`]
+//! has seen vary between calls of one [`Structure`]; every other dim is
+//! fixed at its value (`f32[n0,768]`).
 //!
 //! The rule: a dynamic function never returns what an exact trace at the
 //! call's sizes would not. A class is traced twice, at two sets of
@@ -17,8 +21,9 @@
 //! - a number (a dim, a slice bound, a `full`'s value) equal in both is a
 //!   constant, whatever it is: a literal 1031 stays 1031;
 //! - one that differs is a size, and must read back as a product of
-//!   symbols over the stand-ins of trace A (`n0 * n1`) that gives trace
-//!   B's value at B's stand-ins; anything else (`n - 1`, `1.0 / n`, a size
+//!   symbols over the stand-ins of trace A (`n0 * n1`), plus an offset of
+//!   at most 64 (`n0 + 1`, a cache grown by `cat`), that gives trace B's
+//!   value at B's stand-ins; anything else (`n / 2`, `1.0 / n`, a size
 //!   inside a constant tensor, a different op) makes the class not
 //!   generic, and it is traced per size.
 //!

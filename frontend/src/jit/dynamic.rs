@@ -1,4 +1,5 @@
-//! Dynamic functions: shape classes learnt from two traces at stand-in
+//! Dynamic functions: which dims are dynamic (automatic: those seen to
+//! vary; or all), shape classes learnt from two traces at stand-in
 //! sizes, looked up for a call's sizes and instantiated, or the reason a
 //! class is traced per size.
 
