@@ -17,7 +17,8 @@ pub mod workloads {
         (x * w + b).relu()
     }
 
-    /// W8 with shape classes: `bias_relu`, traced once for all sizes.
+    /// W8 with shape classes: `bias_relu`, traced exactly at the first size,
+    /// then once as a class for every later size (automatic dynamic).
     #[jit(dynamic)]
     pub fn bias_relu_dynamic(x: &Tensor, w: &Tensor, b: &Tensor) -> Tensor {
         (x * w + b).relu()

@@ -356,7 +356,8 @@ fn w8(emit: Emit) {
         total,
         format!(", \"kernel_compiles\": {compiles}, \"traces\": {traces}"),
     );
-    // The same 20 calls to a dynamic function: one trace for all sizes.
+    // The same 20 calls to a dynamic function: an exact trace for the first
+    // size, then the class's traces serve every later one.
     let f = bias_relu_dynamic::jit();
     f.clear();
     tilejit::kernel_cache().clear();
