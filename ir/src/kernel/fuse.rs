@@ -2,9 +2,8 @@
 //!
 //! Every node is either *materialised* (it owns a buffer: inputs, constants,
 //! graph outputs, what matmul operands read, and whatever the rules below
-//! force) or
-//! *inlined* into the kernels that read it. Each materialised node becomes
-//! one kernel whose expression is built by walking its operands:
+//! force) or *inlined* into the kernels that read it. Each materialised node
+//! becomes one kernel whose expression is built by walking its operands:
 //! - elementwise ops become expression nodes; broadcasts, transposes and
 //!   reshapes that only add or drop size-1 dims become index maps (strides);
 //! - a reduction over one axis becomes a `Reduce` stage when the kernel's
