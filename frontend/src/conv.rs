@@ -131,37 +131,49 @@ fn fits(op: &'static str, s: Shape, win: &Window) -> Result<(usize, usize), IrEr
     })
 }
 
-/// `x` (`[n, c, h, w]`, already padded: `win`'s padding is ignored) as
-/// `[n, c, oh * ow, kh * kw]`: each output position's window, gathered
-/// along the flattened image.
+/// `x` (`[n, c, h, w]`) as `[n, c, oh * ow, kh * kw]`: each output
+/// position's window under `win`, gathered along the flattened image in
+/// place, with `pad` where a tap falls in the padding (a constant mask
+/// selects it: no padded copy of the image; the gather and the select
+/// are one kernel, the reduction of the windows another).
 fn windows(
     g: &mut Graph,
     op: &'static str,
     x: NodeId,
     win: Window,
+    pad: Lit,
 ) -> Result<(NodeId, usize, usize), IrError> {
     let s = g.ty(x).shape;
     let (n, c, h, w) = (s[0], s[1], s[2], s[3]);
-    let win = Window { pad: [0; 4], ..win };
     let (oh, ow) = fits(op, s, &win)?;
     let (kh, kw) = (win.kh as usize, win.kw as usize);
     let len = oh * ow * kh * kw;
-    let mut idx = with_capacity(len)?;
+    let (mut idx, mut inside) = (with_capacity(len)?, with_capacity(len)?);
     for y in 0..oh {
         for xx in 0..ow {
             for i in 0..kh {
                 for j in 0..kw {
-                    // Unpadded, every tap is inside (`fits` checked it).
-                    let (iy, ix) = win.tap((y, xx), (i, j)).unwrap_or((0, 0));
-                    idx.push((iy * w + ix) as i64);
+                    // A tap in the padding reads element 0 and is masked.
+                    let at = win.tap((y, xx), (i, j)).filter(|&(r, q)| r < h && q < w);
+                    idx.push(at.map_or(0, |(r, q)| (r * w + q) as i64));
+                    inside.push(at.is_some());
                 }
             }
         }
     }
-    let idx = g.add_constant(Array::new(Shape::new(&[1, 1, len])?, Buffer::I64(idx))?);
+    let padded = inside.contains(&false);
+    let one = Shape::new(&[1, 1, len])?;
+    let idx = g.add_constant(Array::new(one, Buffer::I64(idx))?);
     let idx = g.add(Op::Broadcast(idx, Shape::new(&[n, c, len])?))?;
     let flat = g.add(Op::Reshape(x, Shape::new(&[n, c, h * w])?))?;
-    let cols = g.add(Op::Gather(flat, idx, 2))?;
+    let mut cols = g.add(Op::Gather(flat, idx, 2))?;
+    if padded {
+        let mask = g.add_constant(Array::new(one, Buffer::Bool(inside))?);
+        let ty = g.ty(cols);
+        let mask = g.add(Op::Broadcast(mask, ty.shape))?;
+        let fill = g.add(Op::Full { value: pad, ty })?;
+        cols = g.add(Op::Select(mask, cols, fill))?;
+    }
     let cols = g.add(Op::Reshape(cols, Shape::new(&[n, c, oh * ow, kh * kw])?))?;
     Ok((cols, oh, ow))
 }
@@ -226,19 +238,12 @@ fn pool(t: &Tensor, op: &'static str, opts: Pool2d, reduce: ReduceOp, location: 
                 ),
             });
         }
-        let (oh, ow) = fits(op, s, &win)?;
         let pad_value = if avg {
             crate::scalar::scalar_lit(0i64, dtype)?
         } else {
             lowest(dtype)
         };
-        let x = crate::layout_ops::pad_with(
-            g,
-            ids[0],
-            &[(0, 0), (0, 0), (ph, ph), (pw, pw)],
-            pad_value,
-        )?;
-        let (cols, ..) = windows(g, op, x, win)?;
+        let (cols, oh, ow) = windows(g, op, ids[0], win, pad_value)?;
         let r = g.add(Op::Reduce(reduce, cols, Axes::from_axes(&[3])))?;
         let mut out = g.add(Op::Reshape(r, Shape::new(&[s[0], s[1], oh, ow])?))?;
         if avg {
@@ -336,9 +341,7 @@ fn conv2d(
             });
         }
         let zero = crate::scalar::scalar_lit(0i64, dtype)?;
-        let p = [(0, 0), (0, 0), opts.padding, opts.padding];
-        let xp = crate::layout_ops::pad_with(g, x, &p, zero)?;
-        let (cols, ..) = windows(g, OP, xp, win)?;
+        let (cols, ..) = windows(g, OP, x, win, zero)?;
         // [n, c, p, k] -> [n, p, c, k] -> [n*p, c*k]: the rows of one
         // GEMM with the weights as [c*k, o] (no copy per image).
         let cols = g.add(Op::Permute(cols, Perm::new(&[0, 2, 1, 3])?))?;

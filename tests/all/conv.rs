@@ -660,3 +660,33 @@ fn bad_conv2d_with_and_pool_options_are_clear_errors() {
     ];
     tilejit_tests::check_error_cases("conv.rs", cases);
 }
+
+#[jit]
+fn stem_pool(x: &Tensor) -> Tensor {
+    x.max_pool2d_with(Pool2d {
+        stride: (2, 2),
+        padding: (1, 1),
+        ..Pool2d::new((3, 3))
+    })
+}
+
+#[test]
+fn a_padded_pool_reads_the_image_in_place() {
+    let x = Tensor::randn(&[2, 4, 13, 12], 90);
+    let want = f32s(&with_mode(RunMode::Reference, || stem_pool(&x)).unwrap());
+    let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+    check_modes("stem_pool", true, &want, 0.0, || stem_pool(&x).unwrap());
+    let h = &stem_pool::jit().handlers()[0];
+    let kp = h.program.host().kernels();
+    // One kernel gathers each window from the image and masks the
+    // padding, one reduces: no padded copy of the image (2*4*15*14).
+    assert_eq!(kp.kernels.len(), 2, "{kp}");
+    assert!(
+        kp.buffers
+            .iter()
+            .filter(|b| b.ty.dtype == DType::F32)
+            .all(|b| b.ty.shape.numel() != 2 * 4 * 15 * 14),
+        "{kp}"
+    );
+    assert!(kp.kernels[0].ops.contains(&"select"), "{kp}");
+}
