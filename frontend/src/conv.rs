@@ -10,60 +10,170 @@ use crate::error::Loc;
 use crate::tensor::Tensor;
 use tilejit_ir::fallible::with_capacity;
 use tilejit_ir::{
-    Array, Axes, Buffer, DType, Graph, IrError, NodeId, Op, Perm, ReduceOp, Shape, Window,
+    Array, Axes, Buffer, DType, Graph, IrError, Lit, NodeId, Op, Perm, ReduceOp, Shape, Window,
 };
 
-/// A window size, stride or padding as the IR holds it.
-fn small(v: usize) -> Result<u32, IrError> {
-    u32::try_from(v).map_err(|_| IrError::Window {
-        op: "conv2d",
-        shape: Shape::SCALAR,
-        reason: format!("{v} is too large for a window size, stride or padding"),
+/// The options of [`Tensor::conv2d_with`], torch's `conv2d` arguments:
+/// `stride`, zero `padding` and `dilation` as `(rows, columns)`, and
+/// `groups` (the channels split into that many groups, each output
+/// channel reading only its group's inputs; `groups` = channels is a
+/// depthwise convolution). `Default` is stride `(1, 1)`, padding `(0, 0)`,
+/// dilation `(1, 1)`, one group.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Conv2d {
+    /// Step between windows.
+    pub stride: (usize, usize),
+    /// Zeros added on both sides of the rows and of the columns.
+    pub padding: (usize, usize),
+    /// Step between a window's taps.
+    pub dilation: (usize, usize),
+    /// Channel groups.
+    pub groups: usize,
+}
+
+impl Default for Conv2d {
+    fn default() -> Conv2d {
+        Conv2d {
+            stride: (1, 1),
+            padding: (0, 0),
+            dilation: (1, 1),
+            groups: 1,
+        }
+    }
+}
+
+/// The options of [`Tensor::max_pool2d_with`] and
+/// [`Tensor::avg_pool2d_with`], torch's `max_pool2d` / `avg_pool2d`
+/// arguments: a `kernel` window moved by `stride` over an image padded by
+/// `padding` (at most half the window each way). Max pooling pads with
+/// -inf (padding never wins); average pooling counts the padding's zeros
+/// when `count_include_pad` (torch's default) and divides by the window's
+/// elements inside the image otherwise. [`Pool2d::new`] gives torch's
+/// defaults: stride = kernel, no padding, `count_include_pad`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Pool2d {
+    /// Window height and width.
+    pub kernel: (usize, usize),
+    /// Step between windows.
+    pub stride: (usize, usize),
+    /// Padding on both sides of the rows and of the columns.
+    pub padding: (usize, usize),
+    /// Average pooling: whether the padding counts in the divisor.
+    pub count_include_pad: bool,
+}
+
+impl Pool2d {
+    /// A `kernel` window with torch's defaults (stride = kernel, no
+    /// padding, `count_include_pad`).
+    pub fn new(kernel: (usize, usize)) -> Pool2d {
+        Pool2d {
+            kernel,
+            stride: kernel,
+            padding: (0, 0),
+            count_include_pad: true,
+        }
+    }
+}
+
+/// The IR's window for `k` taps under `opts`, or an error naming the
+/// value too large for it.
+fn window(op: &'static str, (kh, kw): (usize, usize), opts: &Conv2d) -> Result<Window, IrError> {
+    let small = |v: usize| {
+        u32::try_from(v).map_err(|_| IrError::Window {
+            op,
+            shape: Shape::SCALAR,
+            reason: format!("{v} is too large for a window size, stride, padding or group count"),
+        })
+    };
+    let (ph, pw) = (small(opts.padding.0)?, small(opts.padding.1)?);
+    Ok(Window {
+        kh: small(kh)?,
+        kw: small(kw)?,
+        stride: (small(opts.stride.0)?, small(opts.stride.1)?),
+        pad: [ph, pw, ph, pw],
+        dilation: (small(opts.dilation.0)?, small(opts.dilation.1)?),
+        groups: small(opts.groups)?,
     })
 }
 
-/// The output size of a window of `k` moved by `stride` over `n` elements.
-fn out_len(n: usize, k: usize, stride: usize) -> usize {
-    (n - k) / stride + 1
+/// The output size of `win` over image `s`, or an error naming why the
+/// window does not fit.
+fn fits(op: &'static str, s: Shape, win: &Window) -> Result<(usize, usize), IrError> {
+    let zero = [
+        ("stride", win.stride),
+        ("dilation", win.dilation),
+        ("window size", (win.kh, win.kw)),
+    ]
+    .into_iter()
+    .find(|(_, (a, b))| *a == 0 || *b == 0);
+    if let Some((what, v)) = zero {
+        return Err(IrError::Window {
+            op,
+            shape: s,
+            reason: format!("{what} 0 in {v:?}: each must be at least 1"),
+        });
+    }
+    win.out(s[2], s[3]).ok_or_else(|| IrError::Window {
+        op,
+        shape: s,
+        reason: format!(
+            "a {}x{} window with stride {:?}, padding {:?} and dilation {:?} does not fit a \
+             {}x{} image (the window, stride and dilation must be non-zero, and the dilated \
+             window at most the padded image)",
+            win.kh,
+            win.kw,
+            win.stride,
+            (win.pad[0], win.pad[1]),
+            win.dilation,
+            s[2],
+            s[3]
+        ),
+    })
 }
 
-/// `x` (`[n, c, h, w]`, already padded) as `[n, c, oh * ow, kh * kw]`: each
-/// output position's window, gathered along the flattened image.
+/// `x` (`[n, c, h, w]`) as `[n, c, oh * ow, kh * kw]`: each output
+/// position's window under `win`, gathered along the flattened image in
+/// place, with `pad` where a tap falls in the padding (a constant mask
+/// selects it: no padded copy of the image; the gather and the select
+/// are one kernel, the reduction of the windows another).
 fn windows(
     g: &mut Graph,
     op: &'static str,
     x: NodeId,
-    (kh, kw): (usize, usize),
-    stride: usize,
+    win: Window,
+    pad: Lit,
 ) -> Result<(NodeId, usize, usize), IrError> {
     let s = g.ty(x).shape;
     let (n, c, h, w) = (s[0], s[1], s[2], s[3]);
-    if stride == 0 || kh == 0 || kw == 0 || kh > h || kw > w {
-        return Err(IrError::Window {
-            op,
-            shape: s,
-            reason: format!(
-                "a {kh}x{kw} window with stride {stride} does not fit a {h}x{w} image \
-                 (the window must be non-empty and fit, the stride at least 1)"
-            ),
-        });
-    }
-    let (oh, ow) = (out_len(h, kh, stride), out_len(w, kw, stride));
+    let (oh, ow) = fits(op, s, &win)?;
+    let (kh, kw) = (win.kh as usize, win.kw as usize);
     let len = oh * ow * kh * kw;
-    let mut idx = with_capacity(len)?;
+    let (mut idx, mut inside) = (with_capacity(len)?, with_capacity(len)?);
     for y in 0..oh {
         for xx in 0..ow {
             for i in 0..kh {
                 for j in 0..kw {
-                    idx.push(((y * stride + i) * w + xx * stride + j) as i64);
+                    // A tap in the padding reads element 0 and is masked.
+                    let at = win.tap((y, xx), (i, j)).filter(|&(r, q)| r < h && q < w);
+                    idx.push(at.map_or(0, |(r, q)| (r * w + q) as i64));
+                    inside.push(at.is_some());
                 }
             }
         }
     }
-    let idx = g.add_constant(Array::new(Shape::new(&[1, 1, len])?, Buffer::I64(idx))?);
+    let padded = inside.contains(&false);
+    let one = Shape::new(&[1, 1, len])?;
+    let idx = g.add_constant(Array::new(one, Buffer::I64(idx))?);
     let idx = g.add(Op::Broadcast(idx, Shape::new(&[n, c, len])?))?;
     let flat = g.add(Op::Reshape(x, Shape::new(&[n, c, h * w])?))?;
-    let cols = g.add(Op::Gather(flat, idx, 2))?;
+    let mut cols = g.add(Op::Gather(flat, idx, 2))?;
+    if padded {
+        let mask = g.add_constant(Array::new(one, Buffer::Bool(inside))?);
+        let ty = g.ty(cols);
+        let mask = g.add(Op::Broadcast(mask, ty.shape))?;
+        let fill = g.add(Op::Full { value: pad, ty })?;
+        cols = g.add(Op::Select(mask, cols, fill))?;
+    }
     let cols = g.add(Op::Reshape(cols, Shape::new(&[n, c, oh * ow, kh * kw])?))?;
     Ok((cols, oh, ow))
 }
@@ -81,21 +191,28 @@ fn image(op: &'static str, g: &Graph, x: NodeId) -> Result<(), IrError> {
     Ok(())
 }
 
-/// A pooling: `reduce` over each `kernel x kernel` window, then `scale`.
-fn pool(
-    t: &Tensor,
-    op: &'static str,
-    kernel: usize,
-    stride: usize,
-    reduce: ReduceOp,
-    location: Loc,
-) -> Tensor {
-    // Its output size is `(h - kernel) / stride + 1`.
+/// The lowest value of `dtype` (-inf for floats): max pooling's padding.
+fn lowest(dtype: DType) -> Lit {
+    match dtype {
+        d if d.is_float() => Lit::from_f64(f64::NEG_INFINITY, d),
+        DType::I32 => Lit::Int(i32::MIN as i64),
+        DType::I8 => Lit::Int(i8::MIN as i64),
+        DType::I64 => Lit::Int(i64::MIN),
+        DType::Bool => Lit::Bool(false),
+        _ => Lit::Int(0),
+    }
+}
+
+/// A pooling: `reduce` over each window of `opts`, then (average) the
+/// division by its element count.
+fn pool(t: &Tensor, op: &'static str, opts: Pool2d, reduce: ReduceOp, location: Loc) -> Tensor {
+    // Its output size is `(h + 2*padding - kernel) / stride + 1`.
     crate::trace::note_shape_arithmetic(op, t, None);
     apply(op, location, &[t], |g, ids| {
         image(op, g, ids[0])?;
         let dtype = g.ty(ids[0]).dtype;
-        if op == "avg_pool2d" && !dtype.is_float() {
+        let avg = op == "avg_pool2d";
+        if avg && !dtype.is_float() {
             return Err(IrError::DTypeUnsupported {
                 op,
                 dtype,
@@ -103,19 +220,157 @@ fn pool(
             });
         }
         let s = g.ty(ids[0]).shape;
-        let (cols, oh, ow) = windows(g, op, ids[0], (kernel, kernel), stride)?;
+        let conv = Conv2d {
+            stride: opts.stride,
+            padding: opts.padding,
+            ..Conv2d::default()
+        };
+        let win = window(op, opts.kernel, &conv)?;
+        let (ph, pw) = opts.padding;
+        if 2 * ph > opts.kernel.0 || 2 * pw > opts.kernel.1 {
+            return Err(IrError::Window {
+                op,
+                shape: s,
+                reason: format!(
+                    "padding {:?} is more than half the {}x{} window (as torch, so every \
+                     window holds an element of the image)",
+                    opts.padding, opts.kernel.0, opts.kernel.1
+                ),
+            });
+        }
+        let pad_value = if avg {
+            crate::scalar::scalar_lit(0i64, dtype)?
+        } else {
+            lowest(dtype)
+        };
+        let (cols, oh, ow) = windows(g, op, ids[0], win, pad_value)?;
         let r = g.add(Op::Reduce(reduce, cols, Axes::from_axes(&[3])))?;
         let mut out = g.add(Op::Reshape(r, Shape::new(&[s[0], s[1], oh, ow])?))?;
-        if op == "avg_pool2d" {
+        if avg {
             let ty = g.ty(out);
-            let k = g.add(Op::Full {
-                value: crate::scalar::scalar_lit((kernel * kernel) as f64, ty.dtype)?,
-                ty,
-            })?;
-            out = g.add(Op::Binary(tilejit_ir::BinaryOp::Div, out, k))?;
+            let count = if opts.count_include_pad || (ph, pw) == (0, 0) {
+                g.add(Op::Full {
+                    value: crate::scalar::scalar_lit(win.size() as f64, ty.dtype)?,
+                    ty,
+                })?
+            } else {
+                // The window's elements inside the image, per position.
+                let mut counts = with_capacity(oh * ow)?;
+                for y in 0..oh {
+                    for xx in 0..ow {
+                        let inside = |o: usize, k: usize, st: usize, p: usize, n: usize| {
+                            let lo = (o * st).max(p);
+                            let hi = (o * st + k).min(p + n);
+                            hi.saturating_sub(lo)
+                        };
+                        let rows = inside(y, opts.kernel.0, opts.stride.0, ph, s[2]);
+                        let cols = inside(xx, opts.kernel.1, opts.stride.1, pw, s[3]);
+                        counts.push((rows * cols) as f64);
+                    }
+                }
+                let c = g.add_constant(Array::new(
+                    Shape::new(&[1, 1, oh, ow])?,
+                    Buffer::F64(counts),
+                )?);
+                let c = g.add(Op::Cast(c, ty.dtype))?;
+                g.add(Op::Broadcast(c, ty.shape))?
+            };
+            out = g.add(Op::Binary(tilejit_ir::BinaryOp::Div, out, count))?;
         }
         Ok(out)
     })
+}
+
+/// The convolution of `x` by OIHW weights `w` under `opts`, plus `bias`.
+fn conv2d(
+    g: &mut Graph,
+    x: NodeId,
+    w: NodeId,
+    bias: Option<NodeId>,
+    opts: &Conv2d,
+) -> Result<NodeId, IrError> {
+    const OP: &str = "conv2d";
+    image(OP, g, x)?;
+    let (sx, sw) = (g.ty(x).shape, g.ty(w).shape);
+    let groups = opts.groups;
+    if groups == 0 || !sx[1].is_multiple_of(groups) {
+        return Err(IrError::Window {
+            op: OP,
+            shape: sx,
+            reason: format!("{} input channels do not split into {groups} groups", sx[1]),
+        });
+    }
+    let cg = sx[1] / groups;
+    if sw.rank() != 4 || sw[1] != cg || !sw[0].is_multiple_of(groups) {
+        return Err(IrError::Window {
+            op: OP,
+            shape: sx,
+            reason: format!(
+                "weights {sw} must be [out, {cg}, kh, kw] (OIHW: in-channels the image's {} \
+                 over {groups} groups, out a multiple of the groups)",
+                sx[1]
+            ),
+        });
+    }
+    let (n, o, kh, kw) = (sx[0], sw[0], sw[2], sw[3]);
+    let win = window(OP, (kh, kw), opts)?;
+    let (oh, ow) = fits(OP, sx, &win)?;
+    let k = cg.checked_mul(kh).and_then(|x| x.checked_mul(kw));
+    let k = k.ok_or_else(|| IrError::Window {
+        op: OP,
+        shape: sw,
+        reason: "the weights' window is too large".into(),
+    })?;
+    let wm = g.add(Op::Reshape(w, Shape::new(&[o, k])?))?;
+    let wt = g.add(Op::Permute(wm, Perm::new(&[1, 0])?))?;
+    let dtype = g.ty(x).dtype;
+    let y = if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        // One GEMM over the windows, read in place (on Sim, the cube's
+        // `ldl1c`): no copy of the windows.
+        let y = g.add(Op::Conv(x, wt, win))?;
+        let y = g.add(Op::Permute(y, Perm::new(&[0, 2, 1])?))?;
+        g.add(Op::Reshape(y, Shape::new(&[n, o, oh, ow])?))?
+    } else {
+        // Other dtypes (the cube's are floats): the windows gathered,
+        // then a matmul.
+        if groups != 1 {
+            return Err(IrError::DTypeUnsupported {
+                op: OP,
+                dtype,
+                hint: "grouped convolutions are for f32, f16 and bf16; cast first",
+            });
+        }
+        let zero = crate::scalar::scalar_lit(0i64, dtype)?;
+        let (cols, ..) = windows(g, OP, x, win, zero)?;
+        // [n, c, p, k] -> [n, p, c, k] -> [n*p, c*k]: the rows of one
+        // GEMM with the weights as [c*k, o] (no copy per image).
+        let cols = g.add(Op::Permute(cols, Perm::new(&[0, 2, 1, 3])?))?;
+        let rows = g.add(Op::Reshape(cols, Shape::new(&[n * oh * ow, k])?))?;
+        let y = g.add(Op::MatMul(rows, wt))?;
+        let y = g.add(Op::Reshape(y, Shape::new(&[n, oh * ow, o])?))?;
+        let y = g.add(Op::Permute(y, Perm::new(&[0, 2, 1])?))?;
+        g.add(Op::Reshape(y, Shape::new(&[n, o, oh, ow])?))?
+    };
+    let Some(b) = bias else {
+        return Ok(y);
+    };
+    let tb = g.ty(b);
+    if tb.shape.dims() != [o] {
+        return Err(IrError::Window {
+            op: OP,
+            shape: tb.shape,
+            reason: format!("the bias must be [{o}] (one per output channel)"),
+        });
+    }
+    if tb.dtype != dtype {
+        return Err(IrError::DTypeMismatch {
+            lhs: dtype,
+            rhs: tb.dtype,
+        });
+    }
+    let b = g.add(Op::Reshape(b, Shape::new(&[1, o, 1, 1])?))?;
+    let b = g.add(Op::Broadcast(b, g.ty(y).shape))?;
+    g.add(Op::Binary(tilejit_ir::BinaryOp::Add, y, b))
 }
 
 impl Tensor {
@@ -123,77 +378,47 @@ impl Tensor {
     /// image with OIHW weights: `stride` and zero `padding` on both
     /// spatial dims, no bias, `out[n, o, y, x] = sum over c, i, j of
     /// weight[o, c, i, j] * input[n, c, y*stride + i - padding, x*stride + j - padding]`.
-    /// For f32, f16 and bf16 it is one GEMM over the windows, read in place
-    /// (an implicit im2col: on Sim the cube unit loads each panel straight
-    /// from the image with `ldl1c`). Other dtypes gather the windows (a
-    /// constant index of the trace) and multiply them. Its output size,
-    /// `(h + 2 * padding - kh) / stride + 1`, is size arithmetic that
-    /// shape classes do not read back, so a dynamic function using it may
-    /// be traced per size.
+    /// [`Tensor::conv2d_with`] with `stride` and `padding` both ways.
     #[track_caller]
     pub fn conv2d(&self, weight: &Tensor, stride: usize, padding: usize) -> Tensor {
+        self.conv2d_at(
+            weight,
+            None,
+            Conv2d {
+                stride: (stride, stride),
+                padding: (padding, padding),
+                ..Conv2d::default()
+            },
+            Loc::caller(),
+        )
+    }
+
+    /// 2-D convolution with torch's options (see [`Conv2d`]): image
+    /// `[n, c, h, w]`, weights `[o, c/groups, kh, kw]`, an optional `[o]`
+    /// bias added per output channel; `out[n, o, y, x]` is the bias plus
+    /// the sum over the group's channels `c` and taps `i, j` of
+    /// `weight[o, c, i, j] * input[n, g*c/groups + c, y*sh + i*dh - ph,
+    /// x*sw + j*dw - pw]` (zero outside the image), `g` being `o`'s group.
+    /// The output is `(h + 2*ph - dh*(kh-1) - 1) / sh + 1` high (so wide).
+    /// For f32, f16 and bf16 it is one GEMM over the windows, read in
+    /// place (an implicit im2col: on Sim the cube loads each panel
+    /// straight from the image with `ldl1c`, for one stride and padding,
+    /// no dilation, one group). Other dtypes gather the windows (a
+    /// constant index of the trace) and multiply them (one group only).
+    /// The output size is size arithmetic that shape classes do not read
+    /// back, so a dynamic function using it may be traced per size.
+    #[track_caller]
+    pub fn conv2d_with(&self, weight: &Tensor, bias: Option<&Tensor>, opts: Conv2d) -> Tensor {
+        self.conv2d_at(weight, bias, opts, Loc::caller())
+    }
+
+    fn conv2d_at(&self, weight: &Tensor, bias: Option<&Tensor>, opts: Conv2d, at: Loc) -> Tensor {
         crate::trace::note_shape_arithmetic("conv2d", self, None);
         crate::trace::note_shape_arithmetic("conv2d", weight, None);
-        apply("conv2d", Loc::caller(), &[self, weight], |g, ids| {
-            let (x, w) = (ids[0], ids[1]);
-            image("conv2d", g, x)?;
-            let (sx, sw) = (g.ty(x).shape, g.ty(w).shape);
-            if sw.rank() != 4 || sw[1] != sx[1] {
-                return Err(IrError::Window {
-                    op: "conv2d",
-                    shape: sx,
-                    reason: format!(
-                        "weights {sw} must be [out, {}, kh, kw] (OIHW, in-channels as the image's)",
-                        sx[1]
-                    ),
-                });
-            }
-            let (n, c, o, kh, kw) = (sx[0], sx[1], sw[0], sw[2], sw[3]);
-            let k = c.checked_mul(kh).and_then(|x| x.checked_mul(kw));
-            let k = k.ok_or_else(|| IrError::Window {
-                op: "conv2d",
-                shape: sw,
-                reason: "the weights' window is too large".into(),
-            })?;
-            let wm = g.add(Op::Reshape(w, Shape::new(&[o, k])?))?;
-            let wt = g.add(Op::Permute(wm, Perm::new(&[1, 0])?))?;
-            if matches!(g.ty(x).dtype, DType::F32 | DType::F16 | DType::BF16) {
-                // One GEMM over the windows, read in place (on Sim, the
-                // cube's `ldl1c`): no copy of the windows.
-                let win = Window {
-                    kh: small(kh)?,
-                    kw: small(kw)?,
-                    stride: small(stride)?,
-                    pad: small(padding)?,
-                };
-                let (oh, ow) = win.out(sx[2], sx[3]).ok_or_else(|| IrError::Window {
-                    op: "conv2d",
-                    shape: sx,
-                    reason: format!(
-                        "a {kh}x{kw} window with stride {stride} and padding {padding} does not \
-                         fit a {}x{} image (the window must be non-empty and fit, the stride \
-                         at least 1)",
-                        sx[2], sx[3]
-                    ),
-                })?;
-                let y = g.add(Op::Conv(x, wt, win))?;
-                let y = g.add(Op::Permute(y, Perm::new(&[0, 2, 1])?))?;
-                return g.add(Op::Reshape(y, Shape::new(&[n, o, oh, ow])?));
-            }
-            // Other dtypes (the cube's are floats): the windows gathered,
-            // then a matmul.
-            let zero = crate::scalar::scalar_lit(0i64, g.ty(x).dtype)?;
-            let p = (padding, padding);
-            let xp = crate::layout_ops::pad_with(g, x, &[(0, 0), (0, 0), p, p], zero)?;
-            let (cols, oh, ow) = windows(g, "conv2d", xp, (kh, kw), stride)?;
-            // [n, c, p, k] -> [n, p, c, k] -> [n*p, c*k]: the rows of one
-            // GEMM with the weights as [c*k, o] (no copy per image).
-            let cols = g.add(Op::Permute(cols, Perm::new(&[0, 2, 1, 3])?))?;
-            let rows = g.add(Op::Reshape(cols, Shape::new(&[n * oh * ow, k])?))?;
-            let y = g.add(Op::MatMul(rows, wt))?;
-            let y = g.add(Op::Reshape(y, Shape::new(&[n, oh * ow, o])?))?;
-            let y = g.add(Op::Permute(y, Perm::new(&[0, 2, 1])?))?;
-            g.add(Op::Reshape(y, Shape::new(&[n, o, oh, ow])?))
+        let mut args = vec![self, weight];
+        args.extend(bias);
+        apply("conv2d", at, &args, |g, ids| {
+            conv2d(g, ids[0], ids[1], ids.get(2).copied(), &opts)
         })
     }
 
@@ -202,27 +427,35 @@ impl Tensor {
     /// dropped, as torch's default). NaN propagates.
     #[track_caller]
     pub fn max_pool2d(&self, kernel: usize, stride: usize) -> Tensor {
-        pool(
-            self,
-            "max_pool2d",
-            kernel,
-            stride,
-            ReduceOp::Max,
-            Loc::caller(),
-        )
+        let opts = Pool2d {
+            stride: (stride, stride),
+            ..Pool2d::new((kernel, kernel))
+        };
+        pool(self, "max_pool2d", opts, ReduceOp::Max, Loc::caller())
+    }
+
+    /// Max pooling with torch's options (see [`Pool2d`]): the padding
+    /// never wins (it is -inf), NaN propagates.
+    #[track_caller]
+    pub fn max_pool2d_with(&self, opts: Pool2d) -> Tensor {
+        pool(self, "max_pool2d", opts, ReduceOp::Max, Loc::caller())
     }
 
     /// Average pooling over `kernel x kernel` windows of an NCHW image, moved
     /// by `stride` (no padding; float dtypes).
     #[track_caller]
     pub fn avg_pool2d(&self, kernel: usize, stride: usize) -> Tensor {
-        pool(
-            self,
-            "avg_pool2d",
-            kernel,
-            stride,
-            ReduceOp::Sum,
-            Loc::caller(),
-        )
+        let opts = Pool2d {
+            stride: (stride, stride),
+            ..Pool2d::new((kernel, kernel))
+        };
+        pool(self, "avg_pool2d", opts, ReduceOp::Sum, Loc::caller())
+    }
+
+    /// Average pooling with torch's options (see [`Pool2d`]; float
+    /// dtypes).
+    #[track_caller]
+    pub fn avg_pool2d_with(&self, opts: Pool2d) -> Tensor {
+        pool(self, "avg_pool2d", opts, ReduceOp::Sum, Loc::caller())
     }
 }

@@ -104,6 +104,7 @@ mod trace;
 
 pub use args::{ArgValue, JitArg, JitArgs, JitOutput};
 pub use config::{config, Config};
+pub use conv::{Conv2d, Pool2d};
 pub use device::{count_transfers, transfer_stats, Device, MemoryReport, TransferStats};
 pub use error::{Error, Loc, PerSize, Result};
 pub use hooks::{with_hooks, Hooks, KernelEvent};
@@ -165,7 +166,8 @@ pub mod __private {
 /// `use tilejit::prelude::*;` brings what a jit program needs.
 pub mod prelude {
     pub use crate::{
-        jit, jit_fn, with_mode, DType, Element, JitArgs, Result, RunMode, Scalar, Tensor,
+        jit, jit_fn, with_mode, Conv2d, DType, Element, JitArgs, Pool2d, Result, RunMode, Scalar,
+        Tensor,
     };
 }
 

@@ -252,7 +252,8 @@ fn node_bound(
 }
 
 /// A convolution's bound: that of the GEMM it is, im2col's rows (values
-/// and bounds alike) times the weights `[k, o]`, once per image.
+/// and bounds alike) times the weights `[k, o]`, once per image and
+/// channel group (group `i` takes the weights' columns `i*o/g..`).
 fn conv(
     sx: &Shape,
     o: usize,
@@ -264,21 +265,51 @@ fn conv(
 ) -> Result<Vec<f64>, IrError> {
     let (cols, p, k) = interp::im2col(sx, win, xv)?;
     let (ecols, ..) = interp::im2col(sx, win, xe)?;
-    let n = sx[0];
-    let repeat = |v: &[f64]| -> Result<Vec<f64>, IrError> {
-        let mut r = crate::fallible::with_capacity(n.saturating_mul(v.len()))?;
-        (0..n).for_each(|_| r.extend_from_slice(v));
+    let (n, g) = (sx[0], win.groups as usize);
+    let og = o / g;
+    // Per image and group: the weights' columns of the group, and the
+    // group's columns of `v` (`[n, p, o]` as `[n, g, p, og]`).
+    let cap = |len: usize| crate::fallible::with_capacity(len);
+    let weights = |w: &[f64]| -> Result<Vec<f64>, IrError> {
+        let mut r = cap(n.saturating_mul(w.len()))?;
+        for _ in 0..n {
+            for gi in 0..g {
+                for t in 0..k {
+                    r.extend_from_slice(&w[t * o + gi * og..t * o + (gi + 1) * og]);
+                }
+            }
+        }
         Ok(r)
     };
-    let (sa, sb) = (Shape::new(&[n, p, k])?, Shape::new(&[n, k, o])?);
-    matmul(
+    let mut vg = cap(v.len())?;
+    for b in 0..n {
+        for gi in 0..g {
+            for i in 0..p {
+                let at = (b * p + i) * o + gi * og;
+                vg.extend_from_slice(&v[at..at + og]);
+            }
+        }
+    }
+    let (sa, sb) = (Shape::new(&[n * g, p, k])?, Shape::new(&[n * g, k, og])?);
+    let e = matmul(
         &sa,
         &sb,
         (&cols, &ecols),
-        (&repeat(wv)?, &repeat(we)?),
-        v,
+        (&weights(wv)?, &weights(we)?),
+        &vg,
         u,
-    )
+    )?;
+    let mut out = interp::alloc(v.len(), 0.0f64)?;
+    for b in 0..n {
+        for gi in 0..g {
+            for i in 0..p {
+                let at = (b * p + i) * o + gi * og;
+                let from = ((b * g + gi) * p + i) * og;
+                out[at..at + og].copy_from_slice(&e[from..from + og]);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A cast's bound from its operand's `xe`.

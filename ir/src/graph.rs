@@ -119,50 +119,145 @@ pub enum Op {
     Gather(NodeId, NodeId, u8),
     /// A 2-D convolution as one GEMM over the image's windows (an implicit
     /// im2col: the windows are addressed, never copied): image `x`
-    /// `[n, c, h, w]` and weights `w` `[c*kh*kw, o]` (OIHW weights as
-    /// `[o, c*kh*kw]`, transposed) give `[n, oh*ow, o]`. Result
-    /// `[b, p, j]` is the sum over `q` of `cols[b, p, q] * w[q, j]`, where
-    /// row `p = y*ow + x` of `cols` is the window at output position
-    /// `(y, x)`, channel-major then row-major, zero outside the image.
+    /// `[n, c, h, w]` and weights `w` `[c/g*kh*kw, o]` (OIHW weights as
+    /// `[o, c/g*kh*kw]`, transposed; `g` the window's groups) give
+    /// `[n, oh*ow, o]`. Result `[b, p, j]` is the sum over `q` of
+    /// `cols[b, p, q] * w[q, j]`, where row `p = y*ow + x` of `cols` is the
+    /// window at output position `(y, x)` over the input channels of
+    /// output channel `j`'s group (`j / (o/g)`), channel-major then
+    /// row-major, zero outside the image.
     /// Floats only (f32, f16, bf16: the cube's types).
     Conv(NodeId, NodeId, Window),
 }
 
-/// A 2-D convolution's window: `kh x kw`, moved by `stride`, over an image
-/// zero-padded by `pad` on every side.
+/// A 2-D convolution's window (torch's `conv2d` options, ONNX's `Conv`
+/// attributes): `kh x kw` taps spaced by `dilation`, moved by `stride`,
+/// over an image zero-padded by `pad`, with the channels split into
+/// `groups` (each output channel reads only its group's input channels).
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 pub struct Window {
-    /// Window height.
+    /// Window height (taps).
     pub kh: u32,
-    /// Window width.
+    /// Window width (taps).
     pub kw: u32,
-    /// Step between windows, both ways (at least 1).
-    pub stride: u32,
-    /// Zeros added on each side of both spatial dims.
-    pub pad: u32,
+    /// Step between windows, `(rows, columns)` (each at least 1).
+    pub stride: (u32, u32),
+    /// Zeros added `[top, left, bottom, right]` (ONNX's `pads` order).
+    pub pad: [u32; 4],
+    /// Step between taps, `(rows, columns)` (each at least 1).
+    pub dilation: (u32, u32),
+    /// Channel groups (at least 1; dividing the in and out channels).
+    pub groups: u32,
 }
 
 impl Window {
+    /// A `kh x kw` window with one stride and one padding both ways, no
+    /// dilation, one group.
+    pub fn square(kh: u32, kw: u32, stride: u32, pad: u32) -> Window {
+        Window {
+            kh,
+            kw,
+            stride: (stride, stride),
+            pad: [pad; 4],
+            dilation: (1, 1),
+            groups: 1,
+        }
+    }
+
+    /// The fields as the text forms list them: `kh, kw, sh, sw, top,
+    /// left, bottom, right, dh, dw, groups`.
+    pub fn to_list(&self) -> [u32; 11] {
+        let (p, (sh, sw), (dh, dw)) = (self.pad, self.stride, self.dilation);
+        [
+            self.kh,
+            self.kw,
+            sh,
+            sw,
+            p[0],
+            p[1],
+            p[2],
+            p[3],
+            dh,
+            dw,
+            self.groups,
+        ]
+    }
+
+    /// The text forms' list: the short `kh, kw, stride, pad` for a
+    /// [`Window::is_square`] window, else [`Window::to_list`].
+    pub fn text_list(&self) -> Vec<u32> {
+        if self.is_square() {
+            vec![self.kh, self.kw, self.stride.0, self.pad[0]]
+        } else {
+            self.to_list().to_vec()
+        }
+    }
+
+    /// The inverse of [`Window::to_list`]; also takes the short form
+    /// `kh, kw, stride, pad`. `None` for another length or a value over
+    /// `u32`.
+    pub fn from_list(v: &[usize]) -> Option<Window> {
+        let f = |x: usize| u32::try_from(x).ok();
+        match *v {
+            [kh, kw, s, p] => Some(Window::square(f(kh)?, f(kw)?, f(s)?, f(p)?)),
+            [kh, kw, sh, sw, t, l, b, r, dh, dw, g] => Some(Window {
+                kh: f(kh)?,
+                kw: f(kw)?,
+                stride: (f(sh)?, f(sw)?),
+                pad: [f(t)?, f(l)?, f(b)?, f(r)?],
+                dilation: (f(dh)?, f(dw)?),
+                groups: f(g)?,
+            }),
+            _ => None,
+        }
+    }
+
     /// The output height and width over an `h x w` image, or `None` when
-    /// the window is empty, the stride 0, or the window does not fit the
-    /// padded image.
+    /// the window is empty, a stride, dilation or the group count 0, or
+    /// the (dilated) window does not fit the padded image.
     pub fn out(&self, h: usize, w: usize) -> Option<(usize, usize)> {
-        let (kh, kw, s, p) = (
-            self.kh as usize,
-            self.kw as usize,
-            self.stride as usize,
-            self.pad as usize,
-        );
-        let (ph, pw) = (h.checked_add(p.checked_mul(2)?)?, w.checked_add(2 * p)?);
-        if kh == 0 || kw == 0 || s == 0 || kh > ph || kw > pw {
+        let one = |n: usize, k: u32, s: u32, d: u32, p0: u32, p1: u32| {
+            let (k, s, d) = (k as usize, s as usize, d as usize);
+            let padded = n.checked_add(p0 as usize)?.checked_add(p1 as usize)?;
+            let span = k.checked_sub(1)?.checked_mul(d)?.checked_add(1)?;
+            if k == 0 || s == 0 || d == 0 || span > padded {
+                return None;
+            }
+            Some((padded - span) / s + 1)
+        };
+        if self.groups == 0 {
             return None;
         }
-        Some(((ph - kh) / s + 1, (pw - kw) / s + 1))
+        let p = self.pad;
+        Some((
+            one(h, self.kh, self.stride.0, self.dilation.0, p[0], p[2])?,
+            one(w, self.kw, self.stride.1, self.dilation.1, p[1], p[3])?,
+        ))
     }
 
     /// The window's element count (`kh * kw`).
     pub fn size(&self) -> usize {
         self.kh as usize * self.kw as usize
+    }
+
+    /// Whether it is a `square` window (one stride, one padding on every
+    /// side, no dilation, one group): what Sim's `ldl1c` reads.
+    pub fn is_square(&self) -> bool {
+        let p = self.pad;
+        self.stride.0 == self.stride.1
+            && p.iter().all(|&x| x == p[0])
+            && self.dilation == (1, 1)
+            && self.groups == 1
+    }
+
+    /// The image element (row, column) that tap `(i, j)` of the window
+    /// at output position `(y, x)` reads, or `None` in the padding.
+    pub fn tap(&self, (y, x): (usize, usize), (i, j): (usize, usize)) -> Option<(usize, usize)> {
+        let iy = (y * self.stride.0 as usize + i * self.dilation.0 as usize)
+            .checked_sub(self.pad[0] as usize)?;
+        let ix = (x * self.stride.1 as usize + j * self.dilation.1 as usize)
+            .checked_sub(self.pad[1] as usize)?;
+        Some((iy, ix))
     }
 }
 

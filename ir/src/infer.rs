@@ -332,15 +332,23 @@ fn conv_type(
     let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
     let (oh, ow) = win.out(h, wd).ok_or_else(|| {
         bad(format!(
-            "a {}x{} window with stride {} and padding {} does not fit a {h}x{wd} image",
-            win.kh, win.kw, win.stride, win.pad
+            "a {}x{} window with stride {:?}, padding {:?} (top, left, bottom, right), \
+             dilation {:?} and {} groups does not fit a {h}x{wd} image",
+            win.kh, win.kw, win.stride, win.pad, win.dilation, win.groups
         ))
     })?;
-    let k = c.checked_mul(win.size());
-    if w.shape.rank() != 2 || Some(w.shape[0]) != k {
+    let g = win.groups as usize;
+    if !c.is_multiple_of(g) {
+        return Err(bad(format!("{c} channels do not split into {g} groups")));
+    }
+    let k = (c / g).checked_mul(win.size());
+    if w.shape.rank() != 2 || Some(w.shape[0]) != k || !w.shape[1].is_multiple_of(g) {
         return Err(bad(format!(
-            "weights {} must be [{c}*{}*{}, out]",
-            w.shape, win.kh, win.kw
+            "weights {} must be [{}*{}*{}, out] with out a multiple of {g} groups",
+            w.shape,
+            c / g,
+            win.kh,
+            win.kw
         )));
     }
     let p = oh

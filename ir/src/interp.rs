@@ -201,11 +201,14 @@ pub(crate) fn eval(
                 let (cols, p, k) = im2col(&g.ty(x).shape, win, xv)?;
                 let n = g.ty(x).shape[0];
                 let o = g.ty(w).shape[1];
+                let groups = win.groups as usize;
+                let og = o / groups;
                 let mut out = alloc(n * p * o, 0.0f64)?;
                 for bi in 0..n {
                     for i in 0..p {
-                        let row = &cols[(bi * p + i) * k..(bi * p + i + 1) * k];
                         for j in 0..o {
+                            let r = (bi * groups + j / og) * p + i;
+                            let row = &cols[r * k..(r + 1) * k];
                             let mut acc = 0.0f64;
                             for (t, &a) in row.iter().enumerate() {
                                 acc += a * wv[t * o + j];
@@ -518,8 +521,8 @@ fn reduce(
 
 /// `(batch, m, k, n)` of a matmul of `sa` by `sb` (batch 1 for rank 2).
 /// The windows of image `x` (`[n, c, h, w]`) as rows (see [`Op::Conv`]):
-/// `n * p` rows of `k = c*kh*kw` values, zero outside the image; with `p`
-/// and `k`.
+/// per image and channel group, `p` rows of `k = c/groups*kh*kw` values
+/// (`[n, groups, p, k]`), zero outside the image; with `p` and `k`.
 pub(crate) fn im2col(
     sx: &Shape,
     win: crate::graph::Window,
@@ -529,31 +532,29 @@ pub(crate) fn im2col(
     let (oh, ow) = win
         .out(h, w)
         .ok_or_else(|| internal("a conv window that does not fit"))?;
-    let (kh, kw, s, pad) = (
-        win.kh as usize,
-        win.kw as usize,
-        win.stride as usize,
-        win.pad as usize,
-    );
+    let (kh, kw, g) = (win.kh as usize, win.kw as usize, win.groups as usize);
+    let cg = c / g;
     let too_big = || IrError::OutOfMemory { bytes: usize::MAX };
     let p = oh.checked_mul(ow).ok_or_else(too_big)?;
-    let k = c.checked_mul(kh * kw).ok_or_else(too_big)?;
-    let len = n.checked_mul(p).and_then(|x| x.checked_mul(k));
+    let k = cg.checked_mul(kh * kw).ok_or_else(too_big)?;
+    let len = n.checked_mul(p).and_then(|x| x.checked_mul(k * g));
     let mut cols = alloc(len.ok_or_else(too_big)?, 0.0f64)?;
     for b in 0..n {
-        for y in 0..oh {
-            for xx in 0..ow {
-                let row = (b * p + y * ow + xx) * k;
-                for ci in 0..c {
-                    for i in 0..kh {
-                        for j in 0..kw {
-                            let (iy, ix) = (
-                                (y * s + i).wrapping_sub(pad),
-                                (xx * s + j).wrapping_sub(pad),
-                            );
-                            if iy < h && ix < w {
-                                cols[row + (ci * kh + i) * kw + j] =
-                                    x[((b * c + ci) * h + iy) * w + ix];
+        for gi in 0..g {
+            for y in 0..oh {
+                for xx in 0..ow {
+                    let row = ((b * g + gi) * p + y * ow + xx) * k;
+                    for cj in 0..cg {
+                        let ci = gi * cg + cj;
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let Some((iy, ix)) = win.tap((y, xx), (i, j)) else {
+                                    continue;
+                                };
+                                if iy < h && ix < w {
+                                    cols[row + (cj * kh + i) * kw + j] =
+                                        x[((b * c + ci) * h + iy) * w + ix];
+                                }
                             }
                         }
                     }

@@ -106,7 +106,7 @@ impl fmt::Display for Graph {
                         }
                         Op::Conv(_, _, w) => {
                             f.write_str(" window=")?;
-                            write_list(f, [w.kh, w.kw, w.stride, w.pad])?;
+                            write_list(f, w.text_list())?;
                         }
                         _ => {}
                     }
@@ -383,19 +383,12 @@ impl Parser {
             "conv" => {
                 let (o, attr) = self.operands(args, 2)?;
                 let v = self.attr_list(&attr, "window")?;
-                let win = match v[..] {
-                    [kh, kw, stride, pad] => {
-                        let f =
-                            |x: usize| u32::try_from(x).map_err(|_| self.err("window too large"));
-                        crate::graph::Window {
-                            kh: f(kh)?,
-                            kw: f(kw)?,
-                            stride: f(stride)?,
-                            pad: f(pad)?,
-                        }
-                    }
-                    _ => return Err(self.err("expected `window=[kh, kw, stride, pad]`")),
-                };
+                let win = crate::graph::Window::from_list(&v).ok_or_else(|| {
+                    self.err(
+                        "expected `window=[kh, kw, sh, sw, top, left, bottom, right, dh, dw, \
+                         groups]` (or `[kh, kw, stride, pad]`), each under 2^32",
+                    )
+                })?;
                 Op::Conv(o[0], o[1], win)
             }
             other => return Err(self.err(format!("unknown op `{other}`"))),

@@ -573,7 +573,7 @@ fn slots(op: &Op) -> SmallVec<[usize; 8]> {
             v.extend_from_slice(start.dims());
             v.extend_from_slice(s.dims());
         }
-        Op::Conv(_, _, w) => v.extend([w.kh, w.kw, w.stride, w.pad].map(|x| x as usize)),
+        Op::Conv(_, _, w) => v.extend(w.to_list().map(|x| x as usize)),
         _ => {}
     }
     v
@@ -582,7 +582,6 @@ fn slots(op: &Op) -> SmallVec<[usize; 8]> {
 /// `op` with the sizes [`slots`] lists replaced by `vals`.
 fn with_slots(op: &Op, vals: &[usize]) -> Result<Op, ClassProblem> {
     let shape = |dims: &[usize]| Shape::new(dims).map_err(ClassProblem::from);
-    let small = |v: usize| u32::try_from(v).map_err(|_| ClassProblem::WindowOverflow { value: v });
     Ok(match op.clone() {
         Op::Input { index, ty } => Op::Input {
             index,
@@ -602,19 +601,13 @@ fn with_slots(op: &Op, vals: &[usize]) -> Result<Op, ClassProblem> {
             let (a, b) = vals.split_at(start.rank().min(vals.len()));
             Op::Slice(x, shape(a)?, shape(b)?)
         }
-        Op::Conv(x, w, _) => match vals {
-            &[kh, kw, stride, pad] => Op::Conv(
-                x,
-                w,
-                tilejit_ir::Window {
-                    kh: small(kh)?,
-                    kw: small(kw)?,
-                    stride: small(stride)?,
-                    pad: small(pad)?,
-                },
-            ),
-            _ => return Err(ClassProblem::ConvWindow),
-        },
+        Op::Conv(x, w, _) => {
+            if let Some(&v) = vals.iter().find(|&&v| u32::try_from(v).is_err()) {
+                return Err(ClassProblem::WindowOverflow { value: v });
+            }
+            let win = tilejit_ir::Window::from_list(vals).ok_or(ClassProblem::ConvWindow)?;
+            Op::Conv(x, w, win)
+        }
         other => other,
     })
 }

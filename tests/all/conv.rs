@@ -4,6 +4,7 @@
 
 use tilejit::prelude::*;
 use tilejit::{jit, DType, ErrorKind};
+use tilejit_tests::assert_close;
 
 const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
 
@@ -269,4 +270,423 @@ fn half_convs_and_dynamic_convs_match_the_reference() {
             }
         }
     }
+}
+
+/// Runs `f` on Host, Sim and Verify against `want` (within `tol`,
+/// relative). Sim's cube reads one stride and padding, undilated, one
+/// group: for another window (`cube` false) Sim (and Verify, which runs
+/// it) is an `Unsupported` error, never a wrong value.
+fn check_modes(what: &str, cube: bool, want: &[f64], tol: f64, f: impl Fn() -> Tensor) {
+    for mode in MODES {
+        let got = with_mode(mode, &f).to_vec::<f32>();
+        match got {
+            Err(e) if mode != RunMode::Host && !cube => {
+                assert_eq!(e.kind(), ErrorKind::Unsupported, "{what}: {e}");
+                assert!(e.to_string().contains("ldl1c"), "{what}: {e}");
+            }
+            Err(e) => panic!("{what} {mode:?}: {e}"),
+            Ok(got) => {
+                assert_eq!(got.len(), want.len(), "{what} {mode:?}");
+                for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                    assert!(
+                        (f64::from(*g) - w).abs() <= tol * w.abs().max(1.0),
+                        "{what} {mode:?} element {i}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn ints(v: &[i32], shape: &[usize]) -> Tensor {
+    let v = v.iter().map(|&x| x as f32).collect();
+    Tensor::from_vec(v, shape).unwrap()
+}
+
+#[test]
+fn conv2d_with_matches_torch_on_hand_checked_images() {
+    // Computed in Python from torch's conv2d definition (/tmp ref script:
+    // out[f, y, z] = bias[f] + sum x[g*cg + c, y*sh + i*dh - ph,
+    // z*sw + j*dw - pw] * w[f, c, i, j]), checked by hand at (0, 0).
+    // Per-axis stride (2, 1), padding (1, 2), dilation (2, 1), a bias.
+    let x = Tensor::arange(60, DType::F32).reshape(&[1, 2, 5, 6]);
+    let w = ints(
+        &[1, -1, 2, 0, 1, 1, 0, 2, -1, 1, 1, 0, 1, 0, 0, 1, -2, 1],
+        &[3, 2, 1, 3],
+    );
+    let bias = Tensor::from_vec(vec![0.5f32, -1.0, 2.0], &[3]).unwrap();
+    let opts = Conv2d {
+        stride: (2, 1),
+        padding: (1, 2),
+        dilation: (2, 1),
+        groups: 1,
+    };
+    #[rustfmt::skip]
+    let want = [
+        0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 48.5, 81.5, 90.5, 94.5, 98.5, 102.5, 40.5, 11.5,
+        84.5, 117.5, 138.5, 142.5, 146.5, 150.5, 52.5, 23.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5,
+        -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -7.0, 40.0, 78.0, 81.0, 84.0, 87.0, 102.0,
+        40.0, -19.0, 64.0, 114.0, 117.0, 120.0, 123.0, 150.0, 52.0, -1.0, -1.0, -1.0, -1.0, -1.0,
+        -1.0, -1.0, -1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 38.0, -33.0, 8.0, 9.0, 10.0, 11.0,
+        -30.0, 54.0, 50.0, -45.0, 20.0, 21.0, 22.0, 23.0, -30.0, 78.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0,
+        2.0, 2.0,
+    ];
+    let y = x.conv2d_with(&w, Some(&bias), opts);
+    assert_eq!(y.shape(), [1, 3, 4, 8]);
+    check_modes("strided dilated", false, &want, 0.0, || {
+        x.conv2d_with(&w, Some(&bias), opts)
+    });
+    // Depthwise (groups = channels = 3), a 2x2 window per channel.
+    let x = Tensor::arange(48, DType::F32).reshape(&[1, 3, 4, 4]);
+    let w = ints(&[1, 2, 3, 4, 0, 1, -1, 0, 2, 0, 0, -1], &[3, 1, 2, 2]);
+    let want = [
+        34.0, 44.0, 54.0, 74.0, 84.0, 94.0, 114.0, 124.0, 134.0, -3.0, -3.0, -3.0, -3.0, -3.0,
+        -3.0, -3.0, -3.0, -3.0, 27.0, 28.0, 29.0, 31.0, 32.0, 33.0, 35.0, 36.0, 37.0,
+    ];
+    let dw = Conv2d {
+        groups: 3,
+        ..Conv2d::default()
+    };
+    check_modes("depthwise", false, &want, 0.0, || {
+        x.conv2d_with(&w, None, dw)
+    });
+    // Two groups of two channels, padding 1.
+    let x = Tensor::arange(36, DType::F32).reshape(&[1, 4, 3, 3]);
+    #[rustfmt::skip]
+    let w = ints(&[
+        1, 0, 0, 1, 2, 0, 0, 1, -1, 1, 0, 0, 0, 0, 1, 1,
+        0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 3, 4, 0, 0, 0, -1,
+    ], &[4, 2, 2, 2]);
+    #[rustfmt::skip]
+    let want = [
+        9.0, 11.0, 13.0, 0.0, 15.0, 35.0, 40.0, 24.0, 21.0, 50.0, 55.0, 33.0, 0.0, 36.0, 39.0,
+        42.0, 9.0, 19.0, 21.0, 11.0, 12.0, 26.0, 28.0, 12.0, 18.0, 32.0, 34.0, 12.0, 6.0, 1.0, 1.0,
+        -8.0, 45.0, 74.0, 77.0, 29.0, 78.0, 138.0, 143.0, 61.0, 87.0, 153.0, 158.0, 67.0, 33.0,
+        67.0, 69.0, 35.0, 45.0, 102.0, 108.0, 60.0, 90.0, 176.0, 185.0, 89.0, 105.0, 203.0, 212.0,
+        101.0, 48.0, 74.0, 77.0, 26.0,
+    ];
+    let g2 = Conv2d {
+        padding: (1, 1),
+        groups: 2,
+        ..Conv2d::default()
+    };
+    check_modes("two groups", false, &want, 0.0, || {
+        x.conv2d_with(&w, None, g2)
+    });
+}
+
+/// The definition of torch's conv2d in f64, with every option.
+fn conv_def(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, o: Conv2d) -> Vec<f64> {
+    let (xs, ws) = (x.shape().to_vec(), w.shape().to_vec());
+    let (xv, wv) = (f32s(x), f32s(w));
+    let bv = bias.map(f32s);
+    let (n, c, h, wd) = (xs[0], xs[1], xs[2], xs[3]);
+    let (f, cg, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+    let ((sh, sw), (ph, pw), (dh, dw)) = (o.stride, o.padding, o.dilation);
+    let oh = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1;
+    let ow = (wd + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+    let og = f / o.groups;
+    let mut out = Vec::new();
+    for b in 0..n {
+        for fo in 0..f {
+            for y in 0..oh {
+                for z in 0..ow {
+                    let mut acc = bv.as_ref().map_or(0.0, |v| f64::from(v[fo]));
+                    for cj in 0..cg {
+                        let ci = fo / og * cg + cj;
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let (r, q) = (y * sh + i * dh, z * sw + j * dw);
+                                if r < ph || q < pw || r - ph >= h || q - pw >= wd {
+                                    continue;
+                                }
+                                let xi = ((b * c + ci) * h + r - ph) * wd + q - pw;
+                                let wi = ((fo * cg + cj) * kh + i) * kw + j;
+                                acc += f64::from(xv[xi]) * f64::from(wv[wi]);
+                            }
+                        }
+                    }
+                    out.push(acc);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[jit]
+fn conv_bn_relu(x: &Tensor, w: &Tensor, b: &Tensor, scale: &Tensor) -> Tensor {
+    let o = Conv2d {
+        stride: (2, 2),
+        padding: (1, 1),
+        ..Conv2d::default()
+    };
+    (x.conv2d_with(w, Some(b), o) * scale).relu()
+}
+
+#[test]
+fn conv2d_with_matches_the_definition_and_the_reference() {
+    let c = |s, p, d, g| Conv2d {
+        stride: s,
+        padding: p,
+        dilation: d,
+        groups: g,
+    };
+    // Odd sizes; 1x1 (read in place on the host), strided, dilated,
+    // grouped and depthwise windows; images over several threads' work.
+    for (i, (xs, ws, o)) in [
+        ([2, 6, 9, 7], [4, 6, 1, 1], c((1, 1), (0, 0), (1, 1), 1)),
+        ([1, 6, 9, 7], [6, 3, 1, 1], c((2, 1), (0, 1), (1, 1), 2)),
+        ([3, 4, 13, 11], [8, 2, 3, 3], c((1, 2), (2, 1), (2, 3), 2)),
+        ([2, 5, 12, 10], [5, 1, 3, 3], c((1, 1), (1, 1), (1, 1), 5)),
+        ([1, 3, 23, 31], [16, 3, 7, 5], c((2, 3), (3, 2), (1, 1), 1)),
+        (
+            [4, 16, 14, 14],
+            [32, 16, 3, 3],
+            c((2, 2), (1, 1), (1, 1), 1),
+        ),
+        ([2, 3, 8, 8], [2, 3, 2, 2], c((3, 3), (1, 1), (1, 1), 1)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = Tensor::randn(&xs, 20 + i as u64);
+        let w = Tensor::randn(&ws, 40 + i as u64);
+        let bias = Tensor::randn(&[ws[0]], 60 + i as u64);
+        let want = conv_def(&x, &w, Some(&bias), o);
+        let cube = o.dilation == (1, 1)
+            && o.groups == 1
+            && o.stride.0 == o.stride.1
+            && o.padding.0 == o.padding.1;
+        check_modes(&format!("{xs:?} {ws:?} {o:?}"), cube, &want, 1e-4, || {
+            x.conv2d_with(&w, Some(&bias), o)
+        });
+        let r = with_mode(RunMode::Reference, || x.conv2d_with(&w, Some(&bias), o));
+        assert_close(&f32s(&r), &want, 1e-4);
+    }
+    // Traced, with a folded batch norm's scale and a ReLU after it:
+    // against the reference interpreter.
+    let (x, w) = (
+        Tensor::randn(&[2, 8, 15, 15], 70),
+        Tensor::randn(&[12, 8, 3, 3], 71),
+    );
+    let (b, scale) = (Tensor::randn(&[12], 72), Tensor::randn(&[1, 12, 1, 1], 73));
+    let want = f32s(&with_mode(RunMode::Reference, || conv_bn_relu(&x, &w, &b, &scale)).unwrap());
+    let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+    check_modes("conv_bn_relu", true, &want, 1e-4, || {
+        conv_bn_relu(&x, &w, &b, &scale).unwrap()
+    });
+}
+
+#[test]
+fn padded_pools_match_torch() {
+    // Computed in Python from torch's definitions, checked by hand at
+    // (0, 0): max over the window's elements inside the image (padding
+    // never wins), average over all 9 (count_include_pad) or those
+    // inside.
+    let neg = (-Tensor::arange(25, DType::F32)).reshape(&[1, 1, 5, 5]);
+    let x = Tensor::arange(25, DType::F32).reshape(&[1, 1, 5, 5]);
+    let p = Pool2d {
+        stride: (2, 2),
+        padding: (1, 1),
+        ..Pool2d::new((3, 3))
+    };
+    let max = [0.0, -1.0, -3.0, -5.0, -6.0, -8.0, -15.0, -16.0, -18.0];
+    check_modes("max", true, &max, 0.0, || neg.max_pool2d_with(p));
+    let avg = [
+        4.0 / 3.0,
+        3.0,
+        8.0 / 3.0,
+        7.0,
+        12.0,
+        9.0,
+        8.0,
+        13.0,
+        28.0 / 3.0,
+    ];
+    check_modes("avg", true, &avg, 1e-6, || x.avg_pool2d_with(p));
+    let avgx = [3.0, 4.5, 6.0, 10.5, 12.0, 13.5, 18.0, 19.5, 21.0];
+    let q = Pool2d {
+        count_include_pad: false,
+        ..p
+    };
+    check_modes("avg excluding pad", true, &avgx, 1e-6, || {
+        x.avg_pool2d_with(q)
+    });
+    // A 2x3 window, stride (1, 2), padding (1, 1), on a 4x6 image.
+    let r = Tensor::arange(24, DType::F32).reshape(&[1, 1, 4, 6]);
+    let pr = Pool2d {
+        kernel: (2, 3),
+        stride: (1, 2),
+        padding: (1, 1),
+        count_include_pad: true,
+    };
+    let want = [
+        1.0, 3.0, 5.0, 7.0, 9.0, 11.0, 13.0, 15.0, 17.0, 19.0, 21.0, 23.0, 19.0, 21.0, 23.0,
+    ];
+    check_modes("max 2x3", true, &want, 0.0, || r.max_pool2d_with(pr));
+    // Ints pad with the dtype's lowest value.
+    for mode in MODES {
+        let i = (-Tensor::arange(25, DType::I32)).reshape(&[1, 1, 5, 5]);
+        let got = with_mode(mode, || i.max_pool2d_with(p)).to_vec::<i32>();
+        assert_eq!(got.unwrap(), [0, -1, -3, -5, -6, -8, -15, -16, -18]);
+    }
+    // ResNet's stem pool (3x3, stride 2, padding 1) against the reference.
+    let x = Tensor::randn(&[2, 3, 17, 16], 80);
+    let want = f32s(&with_mode(RunMode::Reference, || x.max_pool2d_with(p)));
+    let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+    check_modes("stem pool", true, &want, 0.0, || x.max_pool2d_with(p));
+}
+
+#[test]
+fn bad_conv2d_with_and_pool_options_are_clear_errors() {
+    let x = Tensor::zeros(&[1, 4, 6, 6], DType::F32);
+    let w = |s: &[usize]| Tensor::zeros(s, DType::F32);
+    let g = |groups| Conv2d {
+        groups,
+        ..Conv2d::default()
+    };
+    let cases: Vec<(u32, Tensor, ErrorKind, &str)> = vec![
+        (
+            line!(),
+            x.conv2d_with(&w(&[6, 2, 3, 3]), None, g(3)),
+            ErrorKind::Shape,
+            "do not split into 3 groups",
+        ),
+        (
+            line!(),
+            x.conv2d_with(&w(&[6, 4, 3, 3]), None, g(2)),
+            ErrorKind::Shape,
+            "[out, 2, kh, kw]",
+        ),
+        (
+            line!(),
+            x.conv2d_with(&w(&[3, 2, 3, 3]), None, g(2)),
+            ErrorKind::Shape,
+            "multiple of the groups",
+        ),
+        (
+            line!(),
+            x.conv2d_with(&w(&[6, 4, 3, 3]), None, g(0)),
+            ErrorKind::Shape,
+            "0 groups",
+        ),
+        (
+            line!(),
+            x.conv2d_with(
+                &w(&[2, 4, 3, 3]),
+                None,
+                Conv2d {
+                    dilation: (3, 1),
+                    ..Conv2d::default()
+                },
+            ),
+            ErrorKind::Shape,
+            "does not fit",
+        ),
+        (
+            line!(),
+            x.conv2d_with(
+                &w(&[2, 4, 3, 3]),
+                None,
+                Conv2d {
+                    stride: (1, 0),
+                    ..Conv2d::default()
+                },
+            ),
+            ErrorKind::Shape,
+            "stride 0",
+        ),
+        (
+            line!(),
+            x.conv2d_with(
+                &w(&[2, 4, 3, 3]),
+                None,
+                Conv2d {
+                    dilation: (0, 1),
+                    ..Conv2d::default()
+                },
+            ),
+            ErrorKind::Shape,
+            "dilation 0",
+        ),
+        (
+            line!(),
+            x.conv2d_with(&w(&[2, 4, 3, 3]), Some(&w(&[3])), Conv2d::default()),
+            ErrorKind::Shape,
+            "bias must be [2]",
+        ),
+        (
+            line!(),
+            x.conv2d_with(
+                &w(&[2, 4, 3, 3]),
+                Some(&Tensor::zeros(&[2], DType::F16)),
+                Conv2d::default(),
+            ),
+            ErrorKind::DType,
+            "f16",
+        ),
+        (
+            line!(),
+            x.cast(DType::I32)
+                .conv2d_with(&w(&[4, 2, 1, 1]).cast(DType::I32), None, g(2)),
+            ErrorKind::DType,
+            "grouped",
+        ),
+        (
+            line!(),
+            x.max_pool2d_with(Pool2d {
+                padding: (2, 0),
+                ..Pool2d::new((3, 3))
+            }),
+            ErrorKind::Shape,
+            "more than half",
+        ),
+        (
+            line!(),
+            x.avg_pool2d_with(Pool2d::new((7, 2))),
+            ErrorKind::Shape,
+            "does not fit",
+        ),
+        (
+            line!(),
+            x.max_pool2d_with(Pool2d {
+                stride: (0, 1),
+                ..Pool2d::new((2, 2))
+            }),
+            ErrorKind::Shape,
+            "stride 0",
+        ),
+    ];
+    tilejit_tests::check_error_cases("conv.rs", cases);
+}
+
+#[jit]
+fn stem_pool(x: &Tensor) -> Tensor {
+    x.max_pool2d_with(Pool2d {
+        stride: (2, 2),
+        padding: (1, 1),
+        ..Pool2d::new((3, 3))
+    })
+}
+
+#[test]
+fn a_padded_pool_reads_the_image_in_place() {
+    let x = Tensor::randn(&[2, 4, 13, 12], 90);
+    let want = f32s(&with_mode(RunMode::Reference, || stem_pool(&x)).unwrap());
+    let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+    check_modes("stem_pool", true, &want, 0.0, || stem_pool(&x).unwrap());
+    let h = &stem_pool::jit().handlers()[0];
+    let kp = h.program.host().kernels();
+    // One kernel gathers each window from the image and masks the
+    // padding, one reduces: no padded copy of the image (2*4*15*14).
+    assert_eq!(kp.kernels.len(), 2, "{kp}");
+    assert!(
+        kp.buffers
+            .iter()
+            .filter(|b| b.ty.dtype == DType::F32)
+            .all(|b| b.ty.shape.numel() != 2 * 4 * 15 * 14),
+        "{kp}"
+    );
+    assert!(kp.kernels[0].ops.contains(&"select"), "{kp}");
 }

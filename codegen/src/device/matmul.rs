@@ -111,8 +111,8 @@ fn emit_cube_sizes(b: &mut ProgramBuilder, sizes: &SizeArgs, im2col: Option<&Im2
         let w = ic.window;
         b.movi(GEOM_KH, w.kh as i64)
             .movi(GEOM_KW, w.kw as i64)
-            .movi(GEOM_STRIDE, w.stride as i64)
-            .movi(GEOM_PAD, w.pad as i64);
+            .movi(GEOM_STRIDE, w.stride.0 as i64)
+            .movi(GEOM_PAD, w.pad[0] as i64);
         b.mul(A_BATCH, GEOM, GEOM_H)
             .mul(A_BATCH, A_BATCH, GEOM_W)
             .movi(B_BATCH, 0);
@@ -158,6 +158,17 @@ pub(super) fn compile_matmul(
         ));
     }
     negative_views(k, mm)?;
+    if let Some(w) = mm.im2col.map(|ic| ic.window).filter(|w| !w.is_square()) {
+        // `ldl1c` reads one stride and padding, undilated, one group.
+        return Err(unsupported(
+            k,
+            format!(
+                "a convolution window with stride {:?}, padding {:?}, dilation {:?}, {} groups \
+                 (the cube's `ldl1c` reads one stride and padding, undilated, one group)",
+                w.stride, w.pad, w.dilation, w.groups
+            ),
+        ));
+    }
     let out_dt = buf_dtype(mm.out);
     let sizes = SizeArgs::new(k);
     let mut b = ProgramBuilder::new(format!("mm_{}", sanitize(&k.name)), CoreType::Aic);

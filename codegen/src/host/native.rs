@@ -652,6 +652,129 @@ pub fn matmul_f32(
     matmul((a, bm), views, out, dims, threads, 0.0, 1.0)
 }
 
+/// A matrix inside a slice: element `(i, j)` of a `rows x cols` matrix is
+/// `offset + i*row_stride + j*col_stride` (any order: a column-major or
+/// transposed operand, a column block of a wider matrix).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct GemmView {
+    /// The index of element `(0, 0)`.
+    pub offset: usize,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// Step between rows.
+    pub row_stride: usize,
+    /// Step between columns.
+    pub col_stride: usize,
+}
+
+impl GemmView {
+    /// The last element's index plus one (0 when empty), or `None` on
+    /// overflow.
+    fn end(&self) -> Option<usize> {
+        if self.rows == 0 || self.cols == 0 {
+            return Some(0);
+        }
+        let last_r = (self.rows - 1).checked_mul(self.row_stride)?;
+        let last_c = (self.cols - 1).checked_mul(self.col_stride)?;
+        self.offset
+            .checked_add(last_r)?
+            .checked_add(last_c)?
+            .checked_add(1)
+    }
+
+    /// Whether distinct elements are distinct indices (rows of columns
+    /// laid side by side, or columns of rows), as a written matrix needs.
+    fn injective(&self) -> bool {
+        let (r, c) = (self.rows, self.cols);
+        r <= 1 && (c <= 1 || self.col_stride > 0)
+            || c <= 1 && self.row_stride > 0
+            || self.col_stride > 0
+                && c.checked_mul(self.col_stride)
+                    .is_some_and(|x| x <= self.row_stride)
+            || self.row_stride > 0
+                && r.checked_mul(self.row_stride)
+                    .is_some_and(|x| x <= self.col_stride)
+    }
+}
+
+/// `out = a @ b` for f32 matrices read and written through [`GemmView`]s
+/// (`a`: m x k, `b`: k x n, `out`: m x n), through `gemm` on up to
+/// `threads` threads. Every view is checked to lie inside its slice and
+/// the output's to name each element once, so no layout reaches outside.
+pub fn matmul_f32_strided(
+    (a, av): (&[f32], GemmView),
+    (b, bv): (&[f32], GemmView),
+    (out, ov): (&mut [f32], GemmView),
+    threads: usize,
+) -> Result<(), CodegenError> {
+    let inside = |v: &GemmView, len: usize| v.end().is_some_and(|e| e <= len);
+    if av.rows != ov.rows
+        || av.cols != bv.rows
+        || bv.cols != ov.cols
+        || !inside(&av, a.len())
+        || !inside(&bv, b.len())
+        || !inside(&ov, out.len())
+        || !ov.injective()
+    {
+        return Err(CodegenError::Launch {
+            kernel: "matmul".into(),
+            message: format!(
+                "strided operands {av:?} ({} elements) @ {bv:?} ({}) -> {ov:?} ({}) \
+                 do not fit",
+                a.len(),
+                b.len(),
+                out.len()
+            ),
+        });
+    }
+    let (m, k, n) = (av.rows, av.cols, bv.cols);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        for i in 0..m {
+            for j in 0..n {
+                out[ov.offset + i * ov.row_stride + j * ov.col_stride] = 0.0;
+            }
+        }
+        return Ok(());
+    }
+    let ptr = |s: &[f32], v: &GemmView| s[v.offset..].as_ptr();
+    let st = |x: usize| x as isize;
+    let o = out[ov.offset..].as_mut_ptr();
+    // SAFETY: each view's every element lies inside its slice (`inside`,
+    // with overflow-checked arithmetic, and all strides fit `isize` as
+    // they are below the slices' lengths); the output view names each
+    // element once (`injective`), so no two gemm threads write one
+    // element; `out` is a unique borrow and k > 0.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            o,
+            st(ov.col_stride),
+            st(ov.row_stride),
+            false,
+            ptr(a, &av),
+            st(av.col_stride),
+            st(av.row_stride),
+            ptr(b, &bv),
+            st(bv.col_stride),
+            st(bv.row_stride),
+            0.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            par(threads),
+        )
+    }
+    Ok(())
+}
+
 /// The f64 version of [`matmul_f32`].
 pub fn matmul_f64(
     a: &[f64],
@@ -849,4 +972,34 @@ fn check_views(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod strided_tests {
+    use super::*;
+
+    #[test]
+    fn strided_views_multiply_and_bad_views_are_refused() {
+        // a: 3x2 stored column-major; b: a 2x1 column; by hand:
+        // [1 4; 2 5; 3 6] @ [1; 10] = [41; 52; 63].
+        let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let b = [1.0f32, 10.0];
+        let mut o = [0.0f32; 3];
+        let v = |rows, cols, row_stride, col_stride| GemmView {
+            offset: 0,
+            rows,
+            cols,
+            row_stride,
+            col_stride,
+        };
+        let (av, bv, ov) = (v(3, 2, 1, 3), v(2, 1, 1, 1), v(3, 1, 1, 1));
+        matmul_f32_strided((&a, av), (&b, bv), (&mut o, ov), 1).expect("in bounds");
+        assert_eq!(o, [41.0, 52.0, 63.0]);
+        // Past the end of `a`; an output naming one element twice.
+        let long = v(3, 2, 1, 4);
+        assert!(matmul_f32_strided((&a, long), (&b, bv), (&mut o, ov), 1).is_err());
+        let mut o2 = [0.0f32; 6];
+        let (bv2, twice) = (v(2, 2, 2, 1), v(3, 2, 1, 0));
+        assert!(matmul_f32_strided((&a, av), (&[0.0; 4], bv2), (&mut o2, twice), 1).is_err());
+    }
 }

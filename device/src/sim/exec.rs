@@ -341,12 +341,12 @@ fn ldl1c(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), T
         c: u(v[0], "channels")?,
         h: u(v[1], "height")?,
         w: u(v[2], "width")?,
-        window: tilejit_ir::Window {
-            kh: small(v[3], "kh")?,
-            kw: small(v[4], "kw")?,
-            stride: small(v[5], "stride")?,
-            pad: small(v[6], "pad")?,
-        },
+        window: tilejit_ir::Window::square(
+            small(v[3], "kh")?,
+            small(v[4], "kw")?,
+            small(v[5], "stride")?,
+            small(v[6], "pad")?,
+        ),
     };
     let (oh, ow) = ic
         .window
@@ -383,7 +383,7 @@ fn ldl1c(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), T
     for r in 0..vr {
         for c in 0..vc {
             // Inside the image (checked above), or the padding: zero.
-            let Some(e) = ic.element(row + r, col + c) else {
+            let Some(e) = ic.element(row + r, col + c, 0) else {
                 continue;
             };
             let at = (off + e) as u64 * sz as u64;

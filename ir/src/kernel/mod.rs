@@ -279,16 +279,21 @@ impl Im2Col {
         self.window.out(self.h, self.w).map_or(0, |(_, ow)| ow)
     }
 
+    /// The input channels of one group (`c / groups`).
+    pub fn group_channels(&self) -> usize {
+        self.c / (self.window.groups as usize).max(1)
+    }
+
     /// The GM element (relative to the image's start) that element `q` of
-    /// window `p` reads, or `None` for a zero of the padding.
-    pub fn element(&self, p: usize, q: usize) -> Option<usize> {
+    /// window `p` reads for an output channel of group `group`, or `None`
+    /// for a zero of the padding.
+    pub fn element(&self, p: usize, q: usize, group: usize) -> Option<usize> {
         let win = &self.window;
         let (kh, kw) = (win.kh as usize, win.kw as usize);
-        let (s, pad, ow) = (win.stride as usize, win.pad as usize, self.ow().max(1));
-        let (y, x) = (p / ow, p % ow);
+        let ow = self.ow().max(1);
         let (ci, r) = (q / (kh * kw), q % (kh * kw));
-        let iy = (y * s + r / kw).checked_sub(pad)?;
-        let ix = (x * s + r % kw).checked_sub(pad)?;
+        let ci = group * self.group_channels() + ci;
+        let (iy, ix) = win.tap((p / ow, p % ow), (r / kw, r % kw))?;
         (iy < self.h && ix < self.w).then_some((ci * self.h + iy) * self.w + ix)
     }
 }
@@ -455,8 +460,7 @@ impl Kernel {
             }
             // The window's shape is code; the image's size is not.
             if let Some(ic) = &mm.im2col {
-                let w = ic.window;
-                let _ = write!(out, "im2col {} {} {} {};", w.kh, w.kw, w.stride, w.pad);
+                let _ = write!(out, "im2col {:?};", ic.window.to_list());
             }
         }
         for l in &self.loads {

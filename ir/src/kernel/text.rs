@@ -77,20 +77,9 @@ impl Kernel {
                 m.a.0, m.b.0, m.out.0, m.batch, m.m, m.k, m.n
             )?;
             if let Some(ic) = &m.im2col {
-                let w = ic.window;
-                write!(
-                    f,
-                    " im2col={}",
-                    list(&[
-                        ic.c,
-                        ic.h,
-                        ic.w,
-                        w.kh as usize,
-                        w.kw as usize,
-                        w.stride as usize,
-                        w.pad as usize
-                    ])
-                )?;
+                let mut v = vec![ic.c, ic.h, ic.w];
+                v.extend(ic.window.text_list().into_iter().map(|x| x as usize));
+                write!(f, " im2col={}", list(&v))?;
             }
             for (name, v) in [("a_view", m.a_view), ("b_view", m.b_view)] {
                 if let Some(v) = v {
@@ -458,7 +447,7 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
 /// [b_view=[..]]` (after `matmul `).
 fn parse_matmul(p: &P, rest: &str) -> Result<MatMul, IrError> {
     const USAGE: &str = "expected `matmul bA x bB -> bC batch=.. m=.. k=.. n=.. \
-        [im2col=[c,h,w,kh,kw,stride,pad]] [a_view=[offset,bs,rs,cs]] [b_view=[..]]`";
+        [im2col=[c,h,w,kh,kw,stride,pad|..]] [a_view=[offset,bs,rs,cs]] [b_view=[..]]`";
     let t: Vec<&str> = rest.split_whitespace().collect();
     if t.len() < 9 || t[1] != "x" || t[3] != "->" {
         return Err(p.err(USAGE));
@@ -500,7 +489,9 @@ fn parse_view(p: &P, text: &str) -> Result<MatView, IrError> {
     }
 }
 
-/// `[c,h,w,kh,kw,stride,pad]`: an implicit im2col's image and window.
+/// `[c,h,w,kh,kw,stride,pad]` (a square window) or
+/// `[c,h,w,kh,kw,sh,sw,top,left,bottom,right,dh,dw,groups]`: an implicit
+/// im2col's image and window.
 fn parse_im2col(p: &P, text: &str) -> Result<crate::kernel::Im2Col, IrError> {
     let v: Vec<usize> = text
         .trim_start_matches('[')
@@ -508,20 +499,13 @@ fn parse_im2col(p: &P, text: &str) -> Result<crate::kernel::Im2Col, IrError> {
         .split(',')
         .map(|x| p.num(x.trim()))
         .collect::<Result<_, _>>()?;
-    let small = |x: usize| u32::try_from(x).map_err(|_| p.err("im2col window too large"));
-    match v[..] {
-        [c, h, w, kh, kw, stride, pad] => Ok(crate::kernel::Im2Col {
-            c,
-            h,
-            w,
-            window: crate::graph::Window {
-                kh: small(kh)?,
-                kw: small(kw)?,
-                stride: small(stride)?,
-                pad: small(pad)?,
-            },
-        }),
-        _ => Err(p.err("expected `im2col=[c,h,w,kh,kw,stride,pad]`")),
+    let window = v.get(3..).and_then(crate::graph::Window::from_list);
+    match (&v[..], window) {
+        (&[c, h, w, ..], Some(window)) => Ok(crate::kernel::Im2Col { c, h, w, window }),
+        _ => Err(p.err(
+            "expected `im2col=[c,h,w,kh,kw,stride,pad]` or \
+             `[c,h,w,kh,kw,sh,sw,top,left,bottom,right,dh,dw,groups]`",
+        )),
     }
 }
 
@@ -784,6 +768,38 @@ kernels {
         let ints = src.replace("f32", "i32");
         let e = crate::text::parse(&ints).unwrap_err().to_string();
         assert!(e.contains("f32, f16 or bf16"), "{e}");
+        // A general window (per-axis stride, asymmetric padding, dilation,
+        // two groups of 2 channels) prints all 11 fields at both levels:
+        // rows (7 + 1 + 2 - 5) / 2 + 1 = 3, columns 9 - 3 + 1 = 7.
+        let general = "graph {
+  %0 = input 0 : f32[2,4,7,9]
+  %1 = input 1 : f32[18,4]
+  %2 = conv %0, %1 window=[3, 3, 2, 1, 1, 0, 2, 0, 2, 1, 2] : f32[2,21,4]
+  return %2
+}
+";
+        let g = crate::text::parse(general).unwrap();
+        assert_eq!(g.to_string(), general);
+        let p = fuse(&g).unwrap();
+        crate::kernel::verify_program(&p).unwrap();
+        let text = p.to_string();
+        assert!(
+            text.contains("im2col=[4,7,9,3,3,2,1,1,0,2,0,2,1,2]"),
+            "{text}"
+        );
+        assert_eq!(parse_program(&text).unwrap(), p);
+        for (op, want) in [
+            (
+                "window=[3, 3, 2, 1, 1, 0, 2, 0, 2, 1, 3]",
+                "do not split into 3 groups",
+            ),
+            ("window=[3, 3, 2, 1, 1, 0, 2, 0, 0, 1, 2]", "does not fit"),
+            ("window=[3, 3, 2, 1, 1, 0]", "expected `window="),
+        ] {
+            let text = general.replace("window=[3, 3, 2, 1, 1, 0, 2, 0, 2, 1, 2]", op);
+            let e = crate::text::parse(&text).unwrap_err().to_string();
+            assert!(e.contains(want), "{op}: {e}");
+        }
     }
 
     #[test]

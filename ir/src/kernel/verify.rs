@@ -145,7 +145,10 @@ fn verify_matmul(p: &KernelProgram, k: &Kernel, m: &MatMul, nbuf: u32) -> Result
                 .window
                 .out(ic.h, ic.w)
                 .and_then(|(oh, ow)| oh.checked_mul(ow));
-            let cols = ic.c.checked_mul(ic.window.size());
+            let g = ic.window.groups as usize;
+            let cols = (g > 0 && ic.c.is_multiple_of(g) && m.n.is_multiple_of(g))
+                .then(|| (ic.c / g).checked_mul(ic.window.size()))
+                .flatten();
             let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
             windows == Some(m.m)
                 && cols == Some(m.k)

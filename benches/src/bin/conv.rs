@@ -1,0 +1,94 @@
+//! ResNet-18's convolutions (torchvision, 224x224, f32) one layer at a
+//! time on the host: `conv [--batch N]` prints, per distinct layer, the
+//! median ms per call (conv plus its output permute, as the network runs
+//! it), GFLOP/s and the share of the 2-core FMA peak, then the network's
+//! conv total (each layer times its count). Results are checked against
+//! the reference interpreter once per layer.
+
+use tilejit::prelude::*;
+use tilejit_benches::{max_rel_err, median_time};
+
+/// The measured fp32 FMA peak of this machine, 2 threads
+/// (`shared/peers/limits.md`).
+const PEAK_GFLOPS: f64 = 270.0;
+
+#[jit]
+fn c7s2p3(x: &Tensor, w: &Tensor) -> Tensor {
+    x.conv2d(w, 2, 3)
+}
+#[jit]
+fn c3s1p1(x: &Tensor, w: &Tensor) -> Tensor {
+    x.conv2d(w, 1, 1)
+}
+#[jit]
+fn c3s2p1(x: &Tensor, w: &Tensor) -> Tensor {
+    x.conv2d(w, 2, 1)
+}
+#[jit]
+fn c1s2p0(x: &Tensor, w: &Tensor) -> Tensor {
+    x.conv2d(w, 2, 0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let batch = args
+        .iter()
+        .position(|a| a == "--batch")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(1usize);
+    // (name, c, o, h, k, stride, count in the network)
+    let layers: [(&str, usize, usize, usize, usize, usize, usize); 11] = [
+        ("conv1 7x7/2", 3, 64, 224, 7, 2, 1),
+        ("layer1 3x3", 64, 64, 56, 3, 1, 4),
+        ("layer2 3x3/2", 64, 128, 56, 3, 2, 1),
+        ("layer2 3x3", 128, 128, 28, 3, 1, 3),
+        ("layer2 down 1x1/2", 64, 128, 56, 1, 2, 1),
+        ("layer3 3x3/2", 128, 256, 28, 3, 2, 1),
+        ("layer3 3x3", 256, 256, 14, 3, 1, 3),
+        ("layer3 down 1x1/2", 128, 256, 28, 1, 2, 1),
+        ("layer4 3x3/2", 256, 512, 14, 3, 2, 1),
+        ("layer4 3x3", 512, 512, 7, 3, 1, 3),
+        ("layer4 down 1x1/2", 256, 512, 14, 1, 2, 1),
+    ];
+    let (mut total_s, mut total_flop) = (0.0, 0.0);
+    println!("batch {batch}");
+    for (i, &(name, c, o, h, k, s, count)) in layers.iter().enumerate() {
+        let f: fn(&Tensor, &Tensor) -> tilejit::Result<Tensor> = match (k, s) {
+            (7, _) => c7s2p3,
+            (3, 1) => c3s1p1,
+            (3, _) => c3s2p1,
+            _ => c1s2p0,
+        };
+        let x = Tensor::randn(&[batch, c, h, h], 2 * i as u64);
+        let w = Tensor::randn(&[o, c, k, k], 2 * i as u64 + 1) * (1.0 / (c * k * k) as f64).sqrt();
+        let call = || with_mode(RunMode::Host, || f(&x, &w)).expect("conv runs");
+        let y = call();
+        let oh = y.shape()[2];
+        let want = with_mode(RunMode::Reference, || f(&x, &w)).expect("reference");
+        let (g, r) = (
+            y.to_vec::<f32>().expect("f32"),
+            want.to_vec::<f32>().expect("f32"),
+        );
+        let g: Vec<f64> = g.into_iter().map(f64::from).collect();
+        let r: Vec<f64> = r.into_iter().map(f64::from).collect();
+        let err = max_rel_err(&g, &r);
+        assert!(err < 1e-3, "{name}: differs from the reference by {err:e}");
+        let t = median_time(2, 5, || drop(call())).as_secs_f64();
+        let flop = 2.0 * (batch * o * oh * oh * c * k * k) as f64;
+        let gf = flop / t / 1e9;
+        println!(
+            "{name:<20} x{count}  {:8.3} ms  {gf:6.1} GFLOP/s  {:4.1}% of peak",
+            t * 1e3,
+            100.0 * gf / PEAK_GFLOPS
+        );
+        total_s += t * count as f64;
+        total_flop += flop * count as f64;
+    }
+    let gf = total_flop / total_s / 1e9;
+    println!(
+        "all convs            {:8.3} ms  {gf:6.1} GFLOP/s  {:4.1}% of peak",
+        total_s * 1e3,
+        100.0 * gf / PEAK_GFLOPS
+    );
+}
