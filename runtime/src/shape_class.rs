@@ -76,42 +76,29 @@ pub struct ShapeClass {
 }
 
 impl ShapeClass {
-    /// The class of a signature, and the value of each of its symbols.
+    /// The class of a signature, and the value of each of its symbols:
+    /// every dim but 0 and 1 a symbol.
     pub fn of(sig: &Signature) -> (ShapeClass, Vec<usize>) {
-        let mut sizes: Vec<usize> = Vec::new();
-        let args = sig
-            .args
-            .iter()
-            .map(|a| match a {
-                ArgSig::Tensor(t) => ClassArg::Tensor(
-                    t.dtype,
-                    t.shape
-                        .dims()
-                        .iter()
-                        .map(|&d| match d {
-                            0 | 1 => ClassDim::Fixed(d),
-                            _ => ClassDim::Sym(match sizes.iter().position(|&s| s == d) {
-                                Some(i) => i as u16,
-                                None => {
-                                    sizes.push(d);
-                                    sizes.len() as u16 - 1
-                                }
-                            }),
-                        })
-                        .collect(),
-                ),
-                other => ClassArg::Other(*other),
-            })
-            .collect();
-        let symbols = sizes.len();
-        (ShapeClass { args, symbols }, sizes)
+        Self::build(sig, |_, _| true)
     }
 
     /// The class of a signature whose dims marked in `dynamic` (per
     /// argument, per axis; see [`SeenDims::varied`]) are symbols and
     /// every other dim is fixed at its value, and each symbol's value.
-    /// Dynamic dims 0 and 1 stay fixed; equal dynamic dims share a symbol.
     pub fn of_dims(sig: &Signature, dynamic: &[SmallVec<[bool; 4]>]) -> (ShapeClass, Vec<usize>) {
+        Self::build(sig, |arg, axis| {
+            dynamic
+                .get(arg)
+                .and_then(|v| v.get(axis))
+                .copied()
+                .unwrap_or(false)
+        })
+    }
+
+    /// The class where dim `axis` of argument `arg` is a symbol when
+    /// `varies(arg, axis)` and it is not 0 or 1 (always fixed); equal
+    /// symbolic dims share a symbol.
+    fn build(sig: &Signature, varies: impl Fn(usize, usize) -> bool) -> (ShapeClass, Vec<usize>) {
         let mut sizes: Vec<usize> = Vec::new();
         let args = sig
             .args
@@ -124,22 +111,15 @@ impl ShapeClass {
                         .dims()
                         .iter()
                         .enumerate()
-                        .map(|(axis, &d)| {
-                            let varies = dynamic
-                                .get(i)
-                                .and_then(|v| v.get(axis))
-                                .copied()
-                                .unwrap_or(false);
-                            match d {
-                                _ if !varies || d < 2 => ClassDim::Fixed(d),
-                                _ => ClassDim::Sym(match sizes.iter().position(|&s| s == d) {
-                                    Some(i) => i as u16,
-                                    None => {
-                                        sizes.push(d);
-                                        sizes.len() as u16 - 1
-                                    }
-                                }),
-                            }
+                        .map(|(axis, &d)| match d {
+                            _ if d < 2 || !varies(i, axis) => ClassDim::Fixed(d),
+                            _ => ClassDim::Sym(match sizes.iter().position(|&s| s == d) {
+                                Some(i) => i as u16,
+                                None => {
+                                    sizes.push(d);
+                                    sizes.len() as u16 - 1
+                                }
+                            }),
                         })
                         .collect(),
                 ),
