@@ -1,6 +1,6 @@
 //! The only module of tilejit that enters native code outside safe Rust:
 //! JIT-compiled kernels (the typed handle [`KernelCode`]) and the `gemm`
-//! crate's matrix multiply ([`matmul_f32`], [`matmul_view_f32`], ...), and (child
+//! crate's matrix multiply ([`matmul_view_f32`], [`matmul_f32_strided`], ...), and (child
 //! [`sys`]) the OS calls that allocate fresh buffers onto huge pages
 //! ([`sys::zeroed_vec`]) and read the coarse clock. Its children `avx2` and `avx512` hold the
 //! 8- and 16-lane math helpers ([`block_math`], their math written once in
@@ -637,21 +637,6 @@ impl std::fmt::Debug for KernelCode {
     }
 }
 
-/// `out[b] = a[b] @ bm[b]` for `batch` row-major f32 matrices (`a`: m x k,
-/// `bm`: k x n, `out`: m x n), through `gemm` on up to `threads` threads.
-pub fn matmul_f32(
-    a: &[f32],
-    bm: &[f32],
-    out: &mut [f32],
-    dims: [usize; 4],
-    threads: usize,
-) -> Result<(), CodegenError> {
-    check_matmul(a.len(), bm.len(), out.len(), dims)?;
-    let [_, m, k, n] = dims;
-    let views = [MatView::contiguous(m, k), MatView::contiguous(k, n)];
-    matmul((a, bm), views, out, dims, threads, 0.0, 1.0)
-}
-
 /// A matrix inside a slice: element `(i, j)` of a `rows x cols` matrix is
 /// `offset + i*row_stride + j*col_stride` (any order: a column-major or
 /// transposed operand, a column block of a wider matrix).
@@ -775,22 +760,11 @@ pub fn matmul_f32_strided(
     Ok(())
 }
 
-/// The f64 version of [`matmul_f32`].
-pub fn matmul_f64(
-    a: &[f64],
-    bm: &[f64],
-    out: &mut [f64],
-    dims: [usize; 4],
-    threads: usize,
-) -> Result<(), CodegenError> {
-    check_matmul(a.len(), bm.len(), out.len(), dims)?;
-    let [_, m, k, n] = dims;
-    let views = [MatView::contiguous(m, k), MatView::contiguous(k, n)];
-    matmul((a, bm), views, out, dims, threads, 0.0, 1.0)
-}
-
-/// [`matmul_f32`] with each operand read in place through a view (offset
-/// and batch/row/column strides, which may be 0 or negative): a
+/// `out[b] = a[b] @ bm[b]` for `batch` f32 matrices (`a`: m x k, `bm`:
+/// k x n, `out`: m x n) through `gemm` on up to `threads` threads, each
+/// operand read in place through a view (offset and batch/row/column
+/// strides, which may be 0 or negative; `MatView::contiguous` for a
+/// row-major one): a
 /// transposed weight or an attention head is never copied. `out` is
 /// contiguous `[batch, m, n]`. Every element either view reaches must lie
 /// inside its slice, or nothing is computed.
@@ -922,24 +896,6 @@ fn par(threads: usize) -> gemm::Parallelism {
     } else {
         gemm::Parallelism::None
     }
-}
-
-fn check_matmul(
-    a: usize,
-    b: usize,
-    out: usize,
-    [batch, m, k, n]: [usize; 4],
-) -> Result<(), CodegenError> {
-    let want = |x: usize, y: usize| batch.checked_mul(x).and_then(|v| v.checked_mul(y));
-    if want(m, k) != Some(a) || want(k, n) != Some(b) || want(m, n) != Some(out) {
-        return Err(CodegenError::Launch {
-            kernel: "matmul".into(),
-            message: format!(
-                "operands of {a}, {b} and {out} elements do not fit {batch}x[{m}x{k}]@[{k}x{n}]"
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// Checks the output holds `batch * m * n` elements and that every
