@@ -84,7 +84,8 @@ impl Signature {
         (args, dims)
     }
 
-    /// Lists the arguments where `self` differs from `seen`:
+    /// Lists the arguments where `self` differs from `seen` (the first
+    /// four, then how many more):
     /// `"args[0]: f32[8,8] vs nearest seen f32[12,12]"`.
     pub fn explain_against(&self, seen: &Signature) -> String {
         if self.args.len() != seen.args.len() {
@@ -102,10 +103,12 @@ impl Signature {
             .filter(|(_, (a, b))| a != b)
             .map(|(i, (a, b))| format!("args[{i}]: {a} vs nearest seen {b}"))
             .collect();
-        if parts.is_empty() {
-            "identical to a seen signature".to_string()
-        } else {
-            parts.join("; ")
+        // A model's weights can differ by the dozen: the first few say it.
+        const SHOWN: usize = 4;
+        match parts.len() {
+            0 => "identical to a seen signature".to_string(),
+            n if n <= SHOWN => parts.join("; "),
+            n => format!("{}; and {} more", parts[..SHOWN].join("; "), n - SHOWN),
         }
     }
 }

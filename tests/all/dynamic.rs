@@ -1242,3 +1242,28 @@ fn a_jit_function_returns_a_list_of_tensors() {
         [vec![2.0, 3.0], vec![3.0, 5.0]]
     );
 }
+
+#[jit]
+fn listed_wide(xs: &[Tensor]) -> Vec<Tensor> {
+    xs.iter().map(|x| x * 2.0).collect()
+}
+
+/// Errors, log lines and program names abbreviate a signature of many
+/// weights as `Display` does, instead of printing kilobytes of it.
+#[test]
+fn a_frozen_miss_and_the_program_name_abbreviate_the_signature() {
+    let ws: Vec<Tensor> = (0..40).map(|_| Tensor::ones(&[768], DType::F32)).collect();
+    let _ = listed_wide(&ws).unwrap();
+    let f = listed_wide::jit();
+    let name = f.handlers()[0].program.name().to_string();
+    assert!(name.len() < 200 && name.contains('×'), "{name}");
+    f.freeze();
+    let other: Vec<Tensor> = (0..40).map(|_| Tensor::ones(&[769], DType::F32)).collect();
+    let err = listed_wide(&other).unwrap_err().to_string();
+    f.unfreeze();
+    assert!(
+        err.contains("frozen") && err.len() < 600,
+        "{} chars: {err}",
+        err.len()
+    );
+}

@@ -373,11 +373,15 @@ impl JitFunction {
         if self.frozen.load(Ordering::Relaxed) {
             return Err(Error::Frozen {
                 function: self.name.clone(),
-                signature: sig.to_string(),
+                signature: super::short(sig),
                 nearest: why,
             });
         }
-        eprintln!("[tilejit] tracing `{}` for {sig}: {why}", self.name);
+        eprintln!(
+            "[tilejit] tracing `{}` for {}: {why}",
+            self.name,
+            super::short(sig)
+        );
         Ok(())
     }
 
@@ -414,11 +418,11 @@ impl JitFunction {
             true => self.dynamic_graph(sig, args, body)?,
             false => (self.trace(sig, args, body)?, Vec::new()),
         };
-        Program::compile_named(graph, &format!("{}{sig}", self.name))
+        Program::compile_named(graph, &format!("{}{}", self.name, super::short(sig)))
             .map(|p| p.with_size_params(size_params))
             .map_err(|e| Error::Trace {
                 function: self.name.clone(),
-                signature: sig.to_string(),
+                signature: super::short(sig),
                 source: Box::new(Error::Runtime(e)),
             })
     }
@@ -441,7 +445,7 @@ impl JitFunction {
     ) -> Result<(Graph, Option<Vec<Loc>>)> {
         let wrap = |source: Error| Error::Trace {
             function: self.name.clone(),
-            signature: sig.to_string(),
+            signature: super::short(sig),
             source: Box::new(source),
         };
         let (id, guard) = TraceGuard::start(locations);
@@ -473,7 +477,7 @@ impl JitFunction {
             Err(payload) => {
                 return Err(Error::Panic {
                     function: self.name.clone(),
-                    signature: sig.to_string(),
+                    signature: super::short(sig),
                     message: panic_message(payload.as_ref()),
                 })
             }

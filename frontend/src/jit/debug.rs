@@ -98,13 +98,16 @@ impl JitFunction {
                 }
                 graph.outputs.extend_from_slice(&entry.computed[..take]);
                 cache.compiles.fetch_add(1, Ordering::Relaxed);
-                Program::compile_named(graph, &format!("{}{sig} debug {take}/{all}", self.name))
-                    .map(Arc::new)
-                    .map_err(|e| Error::Trace {
-                        function: self.name.clone(),
-                        signature: sig.to_string(),
-                        source: Box::new(Error::Runtime(e)),
-                    })
+                Program::compile_named(
+                    graph,
+                    &format!("{}{} debug {take}/{all}", self.name, super::short(&sig)),
+                )
+                .map(Arc::new)
+                .map_err(|e| Error::Trace {
+                    function: self.name.clone(),
+                    signature: super::short(&sig),
+                    source: Box::new(Error::Runtime(e)),
+                })
             })
             .clone()?;
         let mut inputs: Vec<Array> = Vec::new();

@@ -207,7 +207,7 @@ impl JitFunction {
         let log = crate::config::config().log.trace;
         let say = |what: &str| {
             if log {
-                eprintln!("[tilejit] `{}`: {sig}: {what}", self.name);
+                eprintln!("[tilejit] `{}`: {}: {what}", self.name, super::short(sig));
             }
         };
         // Frozen: whatever would trace below is an error instead (the
@@ -216,7 +216,7 @@ impl JitFunction {
             match self.is_frozen() {
                 true => Err(Error::Frozen {
                     function: self.name.clone(),
-                    signature: sig.to_string(),
+                    signature: super::short(sig),
                     nearest: format!("class {class} has no generic trace for these sizes"),
                 }),
                 false => Ok(()),

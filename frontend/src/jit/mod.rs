@@ -323,6 +323,12 @@ impl JitFunction {
 /// a model's weights as arguments are thousands of characters whole.
 const SIGNATURE_CHARS: usize = 160;
 
+/// `sig` as errors, log lines and program names show it: abbreviated like
+/// `Display`'s lines, since a model's whole signature is kilobytes.
+pub(crate) fn short(sig: &tilejit_runtime::Signature) -> String {
+    sig.abbreviated(SIGNATURE_CHARS)
+}
+
 impl fmt::Display for JitFunction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = self.stats();
