@@ -12,6 +12,7 @@ mod debug_values;
 mod device_tensors;
 mod disk_cache;
 mod display;
+mod dtype_sweep;
 mod dynamic;
 mod every_mode;
 mod exp_range;
