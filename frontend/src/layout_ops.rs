@@ -25,6 +25,37 @@ fn clamp_bound(i: isize, n: usize) -> usize {
     i.clamp(0, n) as usize
 }
 
+/// The first index and the count of ONNX `Slice` along a dim of `n` with
+/// a nonzero `step`: bounds count from the end when negative and clamp to
+/// `[0, n]` (stepping up) or `[-1, n - 1]` (stepping down), so
+/// `isize::MAX` and `isize::MIN` reach either end.
+fn step_range(start: isize, end: isize, step: isize, n: usize) -> (usize, usize) {
+    let (n, step) = (n as i128, step as i128);
+    let from_end = |b: isize| {
+        let b = b as i128;
+        if b < 0 {
+            b + n
+        } else {
+            b
+        }
+    };
+    let (s, e) = if step > 0 {
+        (from_end(start).clamp(0, n), from_end(end).clamp(0, n))
+    } else {
+        (
+            from_end(start).clamp(-1, n - 1),
+            from_end(end).clamp(-1, n - 1),
+        )
+    };
+    let span = if step > 0 { e - s } else { s - e };
+    let count = if span > 0 {
+        (span + step.abs() - 1) / step.abs()
+    } else {
+        0
+    };
+    (s.max(0) as usize, count as usize)
+}
+
 /// `x[start..start + len]` along `axis`.
 fn window(
     g: &mut Graph,
@@ -341,6 +372,54 @@ impl Tensor {
             let a = shape.axis(axis)?;
             let (s, e) = (clamp_bound(start, shape[a]), clamp_bound(end, shape[a]));
             window(g, ids[0], a, s, e.saturating_sub(s))
+        })
+    }
+
+    /// Every `step`-th element of `start..end` along `axis`, ONNX `Slice`
+    /// (numpy `x[start:end:step]`): a negative step walks down from
+    /// `start`; negative bounds count from the end; bounds clamp to the dim
+    /// (to `[0, n]` stepping up, `[-1, n - 1]` stepping down), so
+    /// `isize::MAX`/`isize::MIN` as `end` run to either end. A step of 1 is
+    /// [`Tensor::slice`] (a view); other steps read through a constant
+    /// index (a gather). A step of 0 is an error.
+    ///
+    /// ```
+    /// # use tilejit::Tensor;
+    /// let x = Tensor::from_vec(vec![0i32, 1, 2, 3, 4, 5, 6], &[7])?;
+    /// assert_eq!(x.slice_step(0, 1, 6, 2).to_vec::<i32>()?, vec![1, 3, 5]);
+    /// assert_eq!(x.slice_step(0, -1, isize::MIN, -3).to_vec::<i32>()?, vec![6, 3, 0]);
+    /// # Ok::<(), tilejit::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn slice_step(&self, axis: isize, start: isize, end: isize, step: isize) -> Tensor {
+        if self.is_traced() {
+            // The count and the first index depend on the dim.
+            trace::note_shape_arithmetic("slice_step", self, Some(axis));
+        }
+        apply("slice_step", Loc::caller(), &[self], |g, ids| {
+            let x = ids[0];
+            let shape = g.ty(x).shape;
+            let a = shape.axis(axis)?;
+            if step == 0 {
+                return Err(IrError::Window {
+                    op: "slice_step",
+                    shape,
+                    reason: format!("step 0 along dim {a}"),
+                });
+            }
+            let (first, count) = step_range(start, end, step, shape[a]);
+            if step == 1 || count <= 1 {
+                return window(g, x, a, first, count);
+            }
+            let index: Vec<i64> = (0..count as i64)
+                .map(|k| first as i64 + k * step as i64)
+                .collect();
+            let index = g.add_constant(Array::from_vec(index, &[count])?);
+            let mut dims = vec![1; shape.rank()];
+            dims[a] = count;
+            let i = g.add(Op::Reshape(index, Shape::new(&dims)?))?;
+            let i = g.add(Op::Broadcast(i, shape.with_dim(a, count)))?;
+            g.add(Op::Gather(x, i, a as u8))
         })
     }
 

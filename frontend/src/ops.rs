@@ -10,7 +10,7 @@ use crate::scalar::{scalar_lit, Scalar};
 use crate::tensor::Tensor;
 use crate::trace;
 use tilejit_ir::{
-    Axes, BinaryOp, CmpOp, DType, Graph, IrError, NodeId, Op, Perm, ReduceOp, Shape, UnaryOp,
+    Axes, BinaryOp, CmpOp, DType, Graph, IrError, Lit, NodeId, Op, Perm, ReduceOp, Shape, UnaryOp,
 };
 
 /// Casts a weakly typed operand to the other operand's dtype.
@@ -55,6 +55,25 @@ pub(crate) fn binary(a: &Tensor, b: &Tensor, op: BinaryOp, location: Loc) -> Ten
     apply(op.name(), location, &[a, b], |g, ids| {
         let (x, y) = promote(g, ids[0], ids[1], wa, wb)?;
         let (x, y) = bcast2(g, x, y)?;
+        g.add(Op::Binary(op, x, y))
+    })
+}
+
+/// A bitwise op of the table with broadcasting; bool operands go through
+/// `u8` (0 and 1, exact both ways), so on bool it is the logical op.
+fn bitwise(a: &Tensor, b: &Tensor, op: BinaryOp, location: Loc) -> Tensor {
+    let (wa, wb) = (a.weak, b.weak);
+    apply(op.name(), location, &[a, b], |g, ids| {
+        let (x, y) = promote(g, ids[0], ids[1], wa, wb)?;
+        let (x, y) = bcast2(g, x, y)?;
+        if g.ty(x).dtype == DType::Bool && g.ty(y).dtype == DType::Bool {
+            let (x, y) = (
+                g.add(Op::Cast(x, DType::U8))?,
+                g.add(Op::Cast(y, DType::U8))?,
+            );
+            let r = g.add(Op::Binary(op, x, y))?;
+            return g.add(Op::Cast(r, DType::Bool));
+        }
         g.add(Op::Binary(op, x, y))
     })
 }
@@ -396,6 +415,69 @@ impl Tensor {
     #[track_caller]
     pub fn remainder(&self, other: &Tensor) -> Tensor {
         binary(self, other, BinaryOp::Rem, Loc::caller())
+    }
+    /// Bitwise and with broadcasting (ONNX `BitwiseAnd`; on bool, the
+    /// logical `And`). Integer and bool dtypes; floats are an error.
+    #[track_caller]
+    pub fn bitwise_and(&self, other: &Tensor) -> Tensor {
+        bitwise(self, other, BinaryOp::BitAnd, Loc::caller())
+    }
+    /// Bitwise or with broadcasting (ONNX `BitwiseOr`; on bool, `Or`).
+    /// Integer and bool dtypes.
+    #[track_caller]
+    pub fn bitwise_or(&self, other: &Tensor) -> Tensor {
+        bitwise(self, other, BinaryOp::BitOr, Loc::caller())
+    }
+    /// Bitwise exclusive or with broadcasting (ONNX `BitwiseXor`; on bool,
+    /// `Xor`). Integer and bool dtypes.
+    #[track_caller]
+    pub fn bitwise_xor(&self, other: &Tensor) -> Tensor {
+        bitwise(self, other, BinaryOp::BitXor, Loc::caller())
+    }
+    /// Bitwise complement (ONNX `BitwiseNot`; on bool, `Not`): `x ^ !0`,
+    /// so `!5 = -6` on signed and `255 - x` on `u8`. Integer and bool dtypes.
+    #[track_caller]
+    pub fn bitwise_not(&self) -> Tensor {
+        apply("bitwise_not", Loc::caller(), &[self], |g, ids| {
+            let x = ids[0];
+            let ty = g.ty(x);
+            if ty.dtype == DType::Bool {
+                let u = g.add(Op::Cast(x, DType::U8))?;
+                let one = g.add(Op::Full {
+                    value: Lit::from_i64(1, DType::U8),
+                    ty: g.ty(u),
+                })?;
+                let r = g.add(Op::Binary(BinaryOp::BitXor, u, one))?;
+                return g.add(Op::Cast(r, DType::Bool));
+            }
+            if !ty.dtype.is_int() {
+                return Err(IrError::DTypeUnsupported {
+                    op: "bitwise_not",
+                    dtype: ty.dtype,
+                    hint: "cast to an integer dtype first",
+                });
+            }
+            let ones = g.add(Op::Full {
+                value: Lit::from_i64(-1, ty.dtype),
+                ty,
+            })?;
+            g.add(Op::Binary(BinaryOp::BitXor, x, ones))
+        })
+    }
+    /// `x << y` with broadcasting (ONNX `BitShift` left), integer dtypes:
+    /// bits shifted past the width are lost, and a count that is negative
+    /// or at least the bit width gives 0 (numpy's `left_shift`).
+    #[track_caller]
+    pub fn shl(&self, other: &Tensor) -> Tensor {
+        binary(self, other, BinaryOp::Shl, Loc::caller())
+    }
+    /// `x >> y` with broadcasting (ONNX `BitShift` right), integer dtypes:
+    /// logical on `u8`, arithmetic (sign-filling) on signed dtypes; a count
+    /// that is negative or at least the bit width gives 0, or -1 for a
+    /// negative `x` (numpy's `right_shift`).
+    #[track_caller]
+    pub fn shr(&self, other: &Tensor) -> Tensor {
+        binary(self, other, BinaryOp::Shr, Loc::caller())
     }
     /// `|x|`.
     #[track_caller]

@@ -454,6 +454,14 @@ fn binary(b: BinaryOp, (x, ex): (f64, f64), (y, ey): (f64, f64), v: f64, u: f64,
                 f64::INFINITY
             }
         }
+        // Integers only: exact on exact operands, anything otherwise.
+        BinaryOp::BitAnd | BinaryOp::BitOr | BinaryOp::BitXor | BinaryOp::Shl | BinaryOp::Shr => {
+            if ex == 0.0 && ey == 0.0 {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        }
     }
 }
 

@@ -31,11 +31,15 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
         Op::Binary(b, x, y) => {
             let (tx, ty_) = (ty(x), ty(y));
             same_type("binary operands", tx, ty_)?;
-            if tx.dtype == DType::Bool {
+            if !b.accepts(tx.dtype) {
                 return Err(IrError::DTypeUnsupported {
                     op: b.name(),
-                    dtype: DType::Bool,
-                    hint: "cast to a numeric dtype first",
+                    dtype: tx.dtype,
+                    hint: if tx.dtype == DType::Bool {
+                        "cast to a numeric dtype first"
+                    } else {
+                        "cast to an integer dtype first"
+                    },
                 });
             }
             tx

@@ -428,7 +428,9 @@ fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Result<Vals, IrError
     let def = b.def();
     Ok(match (x, y) {
         (Vals::F(p), Vals::F(q)) => {
-            let f = def.float;
+            let f = def
+                .float
+                .ok_or_else(|| internal(&format!("{} on a float dtype", b.name())))?;
             Vals::F(collect(
                 p.iter().zip(q).map(|(&a, &c)| dtype.round_float(f(a, c))),
             )?)

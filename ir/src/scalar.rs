@@ -99,6 +99,28 @@ pub fn int_mod(a: i64, b: i64) -> i64 {
     }
 }
 
+/// `a << b` on an integer held in an i64 (the caller wraps to the dtype):
+/// a count that is negative or at least 64 shifts every bit out, as one at
+/// least the dtype's width does after wrapping (numpy's `left_shift`).
+pub fn int_shl(a: i64, b: i64) -> i64 {
+    if (0..64).contains(&b) {
+        a.wrapping_shl(b as u32)
+    } else {
+        0
+    }
+}
+
+/// `a >> b`, arithmetic on the i64 (logical for unsigned dtypes, whose
+/// values are never negative): a count outside `0..64` leaves the sign
+/// fill, 0 or -1 (numpy's `right_shift`).
+pub fn int_shr(a: i64, b: i64) -> i64 {
+    if (0..64).contains(&b) {
+        a >> b
+    } else {
+        a >> 63
+    }
+}
+
 /// Integer power by repeated squaring, wrapping. numpy raises on a
 /// negative exponent; here `a^b` for `b < 0` is the integer part of
 /// `1/a^|b|`: 1 for `a = 1`, `(-1)^b` for `a = -1`, and 0 otherwise

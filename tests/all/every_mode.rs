@@ -144,6 +144,13 @@ fn ops() -> Vec<(&'static str, Op, bool)> {
         ),
         ("slice_last", |a, _| a.slice(-1, 1, -1), false),
         (
+            "slice_step_reversed",
+            |a, b| {
+                a.slice_step(-1, -1, isize::MIN, -2) + b.slice_step(0, 1, isize::MAX, 3).sum_all()
+            },
+            false,
+        ),
+        (
             "slice_views_fused",
             |a, b| a.slice(0, 0, 2) * 2.0 + b.slice(0, -2, isize::MAX),
             false,

@@ -56,6 +56,58 @@ fn slice_follows_python_rules_on_every_backend() {
 }
 
 #[jit]
+fn stepped(x: &Tensor) -> (Tensor, Tensor, Tensor) {
+    (
+        x.slice_step(1, 3, 0, -2),
+        x.slice_step(0, isize::MAX, isize::MIN, -2),
+        x.slice_step(-1, 0, isize::MAX, 3) * 2.0,
+    )
+}
+
+#[test]
+fn slice_step_follows_onnx_slice_on_every_backend() {
+    // Python's `list(range(7))[start:end:step]`, whose clamping is ONNX
+    // Slice's (INT_MAX / INT_MIN ends run to either end).
+    const M: isize = isize::MAX;
+    type Case = ((isize, isize, isize), &'static [i32]);
+    let cases: [Case; 12] = [
+        ((1, 6, 2), &[1, 3, 5]),
+        ((-1, isize::MIN, -3), &[6, 3, 0]),
+        ((5, 1, -1), &[5, 4, 3, 2]),
+        ((-1, isize::MIN, -1), &[6, 5, 4, 3, 2, 1, 0]),
+        ((10, -10, -2), &[6, 4, 2, 0]),
+        ((0, M, 3), &[0, 3, 6]),
+        ((3, 3, 2), &[]),
+        ((-100, 100, 4), &[0, 4]),
+        ((2, 0, 1), &[]),
+        ((6, -8, -1), &[6, 5, 4, 3, 2, 1, 0]),
+        ((0, 7, 1), &[0, 1, 2, 3, 4, 5, 6]),
+        ((-2, isize::MIN, -2), &[5, 3, 1]),
+    ];
+    let v = Tensor::arange(7, DType::I32);
+    for mode in MODES {
+        for ((s, e, st), want) in cases {
+            let got = with_mode(mode, || v.slice_step(0, s, e, st));
+            assert_eq!(
+                got.to_vec::<i32>().unwrap(),
+                want,
+                "[{s}:{e}:{st}] {mode:?}"
+            );
+        }
+        // numpy on arange(12).reshape(3, 4): x[:, 3:0:-2], x[::-2], x[:, ::3] * 2
+        let (a, b, c) = with_mode(mode, || stepped(&x34())).unwrap();
+        assert_eq!(a.shape(), [3, 2]);
+        assert_eq!(f32s(&a), [3.0, 1.0, 7.0, 5.0, 11.0, 9.0], "{mode:?}");
+        assert_eq!(
+            f32s(&b),
+            [8.0, 9.0, 10.0, 11.0, 0.0, 1.0, 2.0, 3.0],
+            "{mode:?}"
+        );
+        assert_eq!(f32s(&c), [0.0, 6.0, 8.0, 14.0, 16.0, 22.0], "{mode:?}");
+    }
+}
+
+#[jit]
 fn qk(x: &Tensor) -> Tensor {
     let d = x.shape()[1] / 2;
     let (q, k) = (
@@ -181,6 +233,18 @@ fn bad_layout_arguments_name_the_op_and_line() {
     let x = x34();
     let cases: Vec<(u32, Tensor, ErrorKind, &str)> = vec![
         (line!(), x.slice(2, 0, 1), ErrorKind::BadArgument, "`slice`"),
+        (
+            line!(),
+            x.slice_step(1, 0, 4, 0),
+            ErrorKind::Shape,
+            "step 0 along dim 1",
+        ),
+        (
+            line!(),
+            x.slice_step(-3, 0, 4, 2),
+            ErrorKind::BadArgument,
+            "`slice_step`",
+        ),
         (
             line!(),
             x.split(&[1, 1], 0).remove(0),

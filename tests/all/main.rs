@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // tests assert by unwrapping
 
 mod bad_input;
+mod bitwise;
 mod block_math;
 mod cancel;
 mod concurrency;
@@ -11,6 +12,7 @@ mod debug_values;
 mod device_tensors;
 mod disk_cache;
 mod display;
+mod dtype_sweep;
 mod dynamic;
 mod every_mode;
 mod exp_range;

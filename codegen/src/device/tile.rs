@@ -533,6 +533,11 @@ pub(super) fn binary(
         BinaryOp::Min => b.vmin(dt, sh, vrows, vcols, dst, x, y),
         BinaryOp::Pow => b.vpow(dt, sh, vrows, vcols, dst, x, y),
         BinaryOp::Rem => b.vrem(dt, sh, vrows, vcols, dst, x, y),
+        BinaryOp::BitAnd => b.vand(dt, sh, vrows, vcols, dst, x, y),
+        BinaryOp::BitOr => b.vor(dt, sh, vrows, vcols, dst, x, y),
+        BinaryOp::BitXor => b.vxor(dt, sh, vrows, vcols, dst, x, y),
+        BinaryOp::Shl => b.vshl(dt, sh, vrows, vcols, dst, x, y),
+        BinaryOp::Shr => b.vshr(dt, sh, vrows, vcols, dst, x, y),
     };
 }
 

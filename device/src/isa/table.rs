@@ -225,6 +225,11 @@ isa_table! {
     Vmin vmin V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = min(a, b), NaN-propagating.";
     Vpow vpow V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a ^ b (floats: IEEE pow; integers: wrapping, 0 for b < 0 unless a is 1 or -1).";
     Vrem vrem V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a mod b with b's sign (integers: x mod 0 = 0; floats: x mod 0 = NaN).";
+    Vand vand V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a & b (integers only).";
+    Vor vor V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a | b (integers only).";
+    Vxor vxor V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a ^ b (integers only).";
+    Vshl vshl V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a << b (integers only; 0 for b negative or at least the bit width).";
+    Vshr vshr V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, b: UB], "dst = a >> b, logical on unsigned and arithmetic on signed dtypes (integers only; b negative or at least the bit width leaves the sign fill).";
     Vmov vmov V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB], "dst = a.";
     Vunary vunary V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, op: UNOP], "dst = op(a) for a unary op of the op table (docs/ops.md) that takes the dtype; computed as the reference interpreter does.";
     Vadds vadds V, Aiv, Vector, [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: UB, a: UB, s: SCALAR], "dst = a + s.";

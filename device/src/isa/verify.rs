@@ -242,6 +242,8 @@ fn check_dtypes(inst: &Inst) -> std::result::Result<(), String> {
         Vunary => inst.unary(6).is_some_and(|u| u.accepts(dt)),
         Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vadds | Vmuls | Vmaxs | Vmins
         | Vrsum | Vrmax | Vrmin | Vrprod => dt != DType::Bool,
+        // The op table's rows without float semantics.
+        Vand | Vor | Vxor | Vshl | Vshr => dt.is_int(),
         Mmad | Mvl0a | Mvl0b | Ldl1c => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
         Fixp => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
         Ldg => matches!(inst.dtype2(), Some(DType::I32 | DType::I64)),

@@ -261,9 +261,9 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> Result<Flow, 
         Fixp => fixp(inst, cx, w, dt)?,
         // Listed one by one so that a new opcode in the table does not
         // compile until it has semantics here.
-        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vmov | Vunary | Vadds | Vmuls
-        | Vmaxs | Vmins | Vdup | Vdupr | Vbcast | Vcmp | Vsel | Vcast | Vrsum | Vrmax | Vrmin
-        | Vrprod | Vbrow | Vbcol => vector(inst, cx, w, dt)?,
+        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vand | Vor | Vxor | Vshl | Vshr
+        | Vmov | Vunary | Vadds | Vmuls | Vmaxs | Vmins | Vdup | Vdupr | Vbcast | Vcmp | Vsel
+        | Vcast | Vrsum | Vrmax | Vrmin | Vrprod | Vbrow | Vbcol => vector(inst, cx, w, dt)?,
     }
     Ok(Flow::Next)
 }
@@ -595,16 +595,14 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
     }
     let tile = |cx: &Ctx<'_>, i: usize| cx.read_tile(Space::Ub, inst.addr(i), dt, vrc, cols);
     let out: Vals = match inst.op {
-        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem => {
+        Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vand | Vor | Vxor | Vshl | Vshr => {
             let (a, b) = (tile(cx, 5)?, tile(cx, 6)?);
-            let def = binary_op(inst.op)?.def();
-            values::zip(&a, &b, dt, def.float, def.int)
+            zip_op(binary_op(inst.op)?, &a, &b, dt)?
         }
         Vadds | Vmuls | Vmaxs | Vmins => {
             let a = tile(cx, 5)?;
             let s = Vals::splat(inst.scalar(6), dt, a.len());
-            let def = binary_op(inst.op)?.def();
-            values::zip(&a, &s, dt, def.float, def.int)
+            zip_op(binary_op(inst.op)?, &a, &s, dt)?
         }
         Vdup => Vals::splat(inst.scalar(5), dt, vr * vc),
         Vdupr => {
@@ -722,6 +720,18 @@ fn unary_op(inst: &Inst) -> R<UnaryOp> {
         .ok_or_else(|| "`vunary` without a unary op operand".to_string())
 }
 
+/// A binary op of the table on two tiles of `dt`, by its reference
+/// functions (the verifier checked the dtype against the row).
+fn zip_op(op: BinaryOp, a: &Vals, b: &Vals, dt: DType) -> R<Vals> {
+    let def = op.def();
+    let float = match (def.float, a) {
+        (Some(f), _) => f,
+        (None, Vals::I(_)) => |x, _| x,
+        (None, Vals::F(_)) => return Err(format!("`{}` does not take dtype {dt}", op.name())),
+    };
+    Ok(values::zip(a, b, dt, float, def.int))
+}
+
 /// The op table's binary op a vector opcode computes (with a tile or a
 /// scalar second operand).
 fn binary_op(op: Opcode) -> R<BinaryOp> {
@@ -735,6 +745,11 @@ fn binary_op(op: Opcode) -> R<BinaryOp> {
         Vmin | Vmins => BinaryOp::Min,
         Vpow => BinaryOp::Pow,
         Vrem => BinaryOp::Rem,
+        Vand => BinaryOp::BitAnd,
+        Vor => BinaryOp::BitOr,
+        Vxor => BinaryOp::BitXor,
+        Vshl => BinaryOp::Shl,
+        Vshr => BinaryOp::Shr,
         other => return Err(format!("`{}` is not a binary vector op", other.mnemonic())),
     })
 }

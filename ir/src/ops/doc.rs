@@ -38,7 +38,7 @@ pub fn markdown() -> String {
             cell(u.doc())
         );
     }
-    s.push_str("\n### Binary\n\nOperands of one dtype, not bool.\n\n| op | text | host | fusion cost | meaning |\n|---|---|---|---|---|\n");
+    s.push_str("\n### Binary\n\nOperands of one dtype, not bool; the bitwise ops and shifts take integers only.\n\n| op | text | host | fusion cost | meaning |\n|---|---|---|---|---|\n");
     for b in BinaryOp::ALL {
         let d = b.def();
         let mut host: Vec<String> = Vec::new();

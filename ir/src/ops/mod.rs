@@ -288,8 +288,9 @@ pub struct BinaryHost {
 pub struct BinaryDef {
     /// The user-facing name (error messages, frontend).
     pub name: &'static str,
-    /// Reference semantics on floats.
-    pub float: fn(f64, f64) -> f64,
+    /// Reference semantics on floats; `None`: integers only (the bitwise
+    /// ops), and type inference rejects floats.
+    pub float: Option<fn(f64, f64) -> f64>,
     /// Reference semantics on integers (wrapping).
     pub int: fn(i64, i64) -> i64,
     /// Fusion cost when inlined.
@@ -338,6 +339,12 @@ impl BinaryOp {
     /// The user-facing name (`maximum`; the text mnemonic is `max`).
     pub fn name(self) -> &'static str {
         self.def().name
+    }
+
+    /// Whether the op accepts dtype `d` (every numeric dtype, or integers
+    /// only for a row without float semantics; never bool).
+    pub fn accepts(self, d: DType) -> bool {
+        d.is_int() || (d.is_float() && self.def().float.is_some())
     }
 }
 

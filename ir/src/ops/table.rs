@@ -181,31 +181,31 @@ crate::op_table! {
     enum BinaryOp: BinaryDef {
         /// `a+b`
         Add "add" => BinaryDef {
-            name: "add", float: |a, b| a + b, int: i64::wrapping_add, cost: 1, host: INLINE,
+            name: "add", float: Some(|a, b| a + b), int: i64::wrapping_add, cost: 1, host: INLINE,
         },
         /// `a-b`
         Sub "sub" => BinaryDef {
-            name: "sub", float: |a, b| a - b, int: i64::wrapping_sub, cost: 1, host: INLINE,
+            name: "sub", float: Some(|a, b| a - b), int: i64::wrapping_sub, cost: 1, host: INLINE,
         },
         /// `a*b`
         Mul "mul" => BinaryDef {
-            name: "mul", float: |a, b| a * b, int: i64::wrapping_mul, cost: 1, host: INLINE,
+            name: "mul", float: Some(|a, b| a * b), int: i64::wrapping_mul, cost: 1, host: INLINE,
         },
         /// `a/b` (integers: truncating, x/0 = 0)
         Div "div" => BinaryDef {
-            name: "div", float: |a, b| a / b, int: scalar::int_div, cost: 4, host: INLINE,
+            name: "div", float: Some(|a, b| a / b), int: scalar::int_div, cost: 4, host: INLINE,
         },
         /// elementwise maximum, NaN-propagating
         Max "max" => BinaryDef {
-            name: "maximum", float: scalar::max_nan, int: i64::max, cost: 1, host: INLINE,
+            name: "maximum", float: Some(scalar::max_nan), int: i64::max, cost: 1, host: INLINE,
         },
         /// elementwise minimum, NaN-propagating
         Min "min" => BinaryDef {
-            name: "minimum", float: scalar::min_nan, int: i64::min, cost: 1, host: INLINE,
+            name: "minimum", float: Some(scalar::min_nan), int: i64::min, cost: 1, host: INLINE,
         },
         /// `a^b` (floats: IEEE `pow`; integers: wrapping, `a^b = 0` for `b < 0` unless `a` is 1 or -1)
         Pow "pow" => BinaryDef {
-            name: "pow", float: f64::powf, int: scalar::int_pow, cost: 12,
+            name: "pow", float: Some(f64::powf), int: scalar::int_pow, cost: 12,
             host: BinaryHost {
                 float: Some(Libcall2 { symbol: "tj_pow", f: tj_pow }),
                 int: Some(Libcall2I { symbol: "tj_ipow", f: tj_ipow }),
@@ -213,8 +213,28 @@ crate::op_table! {
         },
         /// `a mod b` with the divisor's sign (numpy's `mod`; integers: `x mod 0 = 0`; floats: `x mod 0 = NaN`)
         Rem "rem" => BinaryDef {
-            name: "rem", float: scalar::float_mod, int: scalar::int_mod, cost: 4,
+            name: "rem", float: Some(scalar::float_mod), int: scalar::int_mod, cost: 4,
             host: BinaryHost { float: Some(Libcall2 { symbol: "tj_mod", f: tj_mod }), int: None },
+        },
+        /// bitwise and (integers only)
+        BitAnd "and" => BinaryDef {
+            name: "bitwise_and", float: None, int: |a, b| a & b, cost: 1, host: INLINE,
+        },
+        /// bitwise or (integers only)
+        BitOr "or" => BinaryDef {
+            name: "bitwise_or", float: None, int: |a, b| a | b, cost: 1, host: INLINE,
+        },
+        /// bitwise exclusive or (integers only)
+        BitXor "xor" => BinaryDef {
+            name: "bitwise_xor", float: None, int: |a, b| a ^ b, cost: 1, host: INLINE,
+        },
+        /// `a << b` (integers only; 0 when `b` is negative or at least the bit width)
+        Shl "shl" => BinaryDef {
+            name: "shl", float: None, int: scalar::int_shl, cost: 1, host: INLINE,
+        },
+        /// `a >> b`, logical on unsigned and arithmetic on signed dtypes (integers only; `b` negative or at least the bit width gives 0, or -1 for a negative `a`)
+        Shr "shr" => BinaryDef {
+            name: "shr", float: None, int: scalar::int_shr, cost: 1, host: INLINE,
         },
     }
 

@@ -562,12 +562,51 @@ impl<'b> Lowerer<'_, 'b> {
                 BinaryOp::Pow | BinaryOp::Rem => {
                     return Err(unsupported(self.k, format!("{op:?} inline")));
                 }
+                // Type inference rejects floats for these.
+                BinaryOp::BitAnd
+                | BinaryOp::BitOr
+                | BinaryOp::BitXor
+                | BinaryOp::Shl
+                | BinaryOp::Shr => return Err(unsupported(self.k, format!("{op:?} on floats"))),
             });
         }
         if d == DType::Bool {
             return Err(unsupported(self.k, format!("{op:?} on bool")));
         }
         let ty = scalar_ty(d);
+        // Cranelift's shifts take the count modulo the width; the table's
+        // shift out every bit for a count (read unsigned) of at least it.
+        let bits = i64::from(ty.bits());
+        match op {
+            BinaryOp::BitAnd => return Ok(b.ins().band(x, y)),
+            BinaryOp::BitOr => return Ok(b.ins().bor(x, y)),
+            BinaryOp::BitXor => return Ok(b.ins().bxor(x, y)),
+            BinaryOp::Shl => {
+                let big = b
+                    .ins()
+                    .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, y, bits);
+                let zero = b.ins().iconst(ty, 0);
+                let r = b.ins().ishl(x, y);
+                return Ok(b.ins().select(big, zero, r));
+            }
+            BinaryOp::Shr if d.is_unsigned() => {
+                let big = b
+                    .ins()
+                    .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, y, bits);
+                let zero = b.ins().iconst(ty, 0);
+                let r = b.ins().ushr(x, y);
+                return Ok(b.ins().select(big, zero, r));
+            }
+            BinaryOp::Shr => {
+                let big = b
+                    .ins()
+                    .icmp_imm_u(IntCC::UnsignedGreaterThanOrEqual, y, bits);
+                let last = b.ins().iconst(ty, bits - 1);
+                let n = b.ins().select(big, last, y);
+                return Ok(b.ins().sshr(x, n));
+            }
+            _ => {}
+        }
         if d.is_unsigned() {
             return Ok(match op {
                 BinaryOp::Add => b.ins().iadd(x, y),
@@ -590,6 +629,11 @@ impl<'b> Lowerer<'_, 'b> {
                     b.ins().select(is0, zero, r)
                 }
                 BinaryOp::Pow => return Err(unsupported(self.k, "Pow inline")),
+                BinaryOp::BitAnd
+                | BinaryOp::BitOr
+                | BinaryOp::BitXor
+                | BinaryOp::Shl
+                | BinaryOp::Shr => unreachable!("lowered above"),
             });
         }
         Ok(match op {
@@ -628,6 +672,13 @@ impl<'b> Lowerer<'_, 'b> {
                 b.ins().select(adj, ry, r)
             }
             BinaryOp::Pow => return Err(unsupported(self.k, "Pow inline")),
+            BinaryOp::BitAnd
+            | BinaryOp::BitOr
+            | BinaryOp::BitXor
+            | BinaryOp::Shl
+            | BinaryOp::Shr => {
+                unreachable!("lowered above")
+            }
         })
     }
 

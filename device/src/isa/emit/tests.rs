@@ -112,6 +112,11 @@ fn one_of_each(b: &mut ProgramBuilder, l: Label, g: Gm) {
     b.vmul(F32, sh, 2, 8, u, t, v).vdiv(F32, sh, 2, 8, u, t, v);
     b.vmax(F32, sh, 2, 8, u, t, v).vmin(F32, sh, 2, 8, u, t, v);
     b.vpow(F32, sh, 2, 8, u, t, v).vrem(F32, sh, 2, 8, u, t, v);
+    b.vand(DType::I32, sh, 2, 8, u, t, v)
+        .vor(DType::I32, sh, 2, 8, u, t, v);
+    b.vxor(DType::I32, sh, 2, 8, u, t, v)
+        .vshl(DType::I32, sh, 2, 8, u, t, v);
+    b.vshr(DType::I32, sh, 2, 8, u, t, v);
     b.vmov(F32, sh, 2, 8, u, t);
     for op in tilejit_ir::UnaryOp::ALL {
         b.vunary(F32, sh, 2, 8, u, t, op);
