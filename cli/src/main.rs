@@ -6,6 +6,7 @@
 //! ([`serve_cli`]). `--help` works everywhere.
 
 mod device_cli;
+mod onnx_cli;
 mod serve_cli;
 mod snapshot_cli;
 
@@ -104,6 +105,14 @@ enum Command {
         after_help = "Examples:\n  tilejit serve --listen :7070 --token-file token.txt\n  TILEJIT_LOG=remote tilejit serve --listen 0.0.0.0:7070 --device sim --token-file token.txt"
     )]
     Serve(serve_cli::ServeArgs),
+    /// Run an ONNX model on .npy inputs and write its outputs as .npy.
+    #[command(
+        after_help = "Examples:\n  tilejit run model.onnx --input images=x.npy --output-dir out\n  tilejit run model.onnx --input input_ids=tokens.npy --mode sim --profile"
+    )]
+    Run(onnx_cli::RunArgs),
+    /// Inspect ONNX models.
+    #[command(subcommand)]
+    Onnx(onnx_cli::OnnxCommand),
 }
 
 /// One transformer-style MLP block: pre-norm, up-projection, GELU,
@@ -231,6 +240,8 @@ fn main() -> ExitCode {
         Command::Sim(a) => device_cli::sim_cmd(&a),
         Command::Snapshot(c) => snapshot_cli::snapshot_cmd(&c),
         Command::Serve(a) => serve_cli::serve_cmd(&a),
+        Command::Run(a) => onnx_cli::run_cmd(&a),
+        Command::Onnx(c) => onnx_cli::onnx_cmd(&c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -175,6 +175,23 @@ pub enum Error {
         /// What went wrong, as the server said it.
         message: String,
     },
+    /// An ONNX model that cannot be loaded or run (`tilejit::onnx`; the
+    /// `onnx` feature): a damaged file, an unsupported op, attribute or
+    /// dtype (found at load, before anything runs), a wrong input.
+    #[cfg(feature = "onnx")]
+    Onnx {
+        /// The node's name (or its index, `#12`), empty for the model
+        /// itself (file, inputs, outputs).
+        node: String,
+        /// The node's op type, empty for the model itself.
+        op: String,
+        /// The attribute or input at fault, empty if none.
+        attribute: String,
+        /// The category (`Unsupported` for what tilejit cannot run).
+        kind: ErrorKind,
+        /// What is wrong.
+        message: String,
+    },
     /// `RunMode::Verify`: Host and Sim results differ past tolerance.
     Verify {
         /// The jit function.
@@ -203,6 +220,8 @@ impl Error {
             Error::Placement { .. } => ErrorKind::Unsupported,
             #[cfg(feature = "remote")]
             Error::Remote { kind, .. } => *kind,
+            #[cfg(feature = "onnx")]
+            Error::Onnx { kind, .. } => *kind,
         }
     }
 
@@ -270,6 +289,17 @@ impl fmt::Display for Error {
             }
             Error::Verify { function, message } => {
                 write!(f, "{kind}: `{function}` in verify mode: host and sim differ: {message}")
+            }
+            #[cfg(feature = "onnx")]
+            Error::Onnx { node, op, attribute, message, .. } => {
+                write!(f, "{kind}: ONNX")?;
+                if !node.is_empty() {
+                    write!(f, " node `{node}` ({op})")?;
+                }
+                if !attribute.is_empty() {
+                    write!(f, ", `{attribute}`")?;
+                }
+                write!(f, ": {message}")
             }
             #[cfg(feature = "remote")]
             Error::Remote { server, op, location, message, .. } => match location {

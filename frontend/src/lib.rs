@@ -90,6 +90,8 @@ pub mod jit;
 mod layout_ops;
 pub mod mode;
 pub mod nn;
+#[cfg(feature = "onnx")]
+pub mod onnx;
 mod operators;
 mod ops;
 pub mod placement;

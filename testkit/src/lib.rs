@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used)] // test support: a failure is a test failure
 
+pub mod onnx;
+
 /// A xorshift generator: random values that a seed reproduces.
 pub struct Rng(pub u64);
 

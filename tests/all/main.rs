@@ -29,6 +29,7 @@ mod layout_ops;
 mod lowering_golden;
 mod math_ops;
 mod models;
+mod onnx;
 mod oom;
 mod ops;
 mod placement;

@@ -1,0 +1,596 @@
+//! ONNX models in (the `onnx` feature, on by default): [`load`] reads a
+//! model file, checks every node against the op table before anything runs
+//! (an unsupported op, attribute or dtype is an [`Error::Onnx`] naming the
+//! node, the op and the attribute), and returns an [`OnnxModel`], which
+//! runs like any jit function: the first call with a new input signature
+//! traces the graph into tilejit's IR and compiles it, later calls hit the
+//! handler cache; run modes (Host, Sim, Verify), placement and hooks apply
+//! unchanged.
+//!
+//! ```no_run
+//! # fn main() -> tilejit::Result<()> {
+//! use tilejit::prelude::*;
+//! let model = tilejit::onnx::load("resnet18.onnx")?;
+//! let x = Tensor::rand(&[1, 3, 224, 224], 0);
+//! let outputs = model.run(&[("images", &x)])?;
+//! let (name, logits) = &outputs[0];
+//! println!("{name}: {:?}", logits.shape());
+//! # Ok(()) }
+//! ```
+//!
+//! The protobuf message types come from the `onnx-protobuf` crate
+//! (rust-protobuf 3), not a schema copied here. Shape subgraphs (`Shape`,
+//! `Gather`, `Concat`, `ConstantOfShape`, `Range` on known values, ...)
+//! fold while tracing, since their inputs are concrete tensors, which run
+//! eagerly. Symbolic dims (`batch`, `seq`) accept any size; each new input
+//! shape is traced once (shape subgraphs read sizes, so a class graph
+//! would be per size anyway). Initializers are program constants unless
+//! [`LoadOptions::weights_as_arguments`] keeps them as arguments (so they
+//! can live on a device: [`OnnxModel::map_weights`]).
+//!
+//! `model.rs` reads the file; `table.rs` is the op table (one row per op
+//! type: attributes, load check, build).
+
+mod model;
+mod table;
+
+use crate::args::{ArgKind, FromLeaves, Leaves};
+use crate::error::{Error, Result};
+use crate::jit::{param, JitFn};
+use crate::tensor::Tensor;
+use model::{Node, Parsed};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use table::{Cx, Row};
+use tilejit_ir::{DType, ErrorKind};
+
+pub use model::{MAX_OPSET, MIN_OPSET};
+
+pub(crate) fn onnx_error(
+    node: &str,
+    op: &str,
+    attribute: &str,
+    kind: ErrorKind,
+    message: impl Into<String>,
+) -> Error {
+    Error::Onnx {
+        node: node.into(),
+        op: op.into(),
+        attribute: attribute.into(),
+        kind,
+        message: message.into(),
+    }
+}
+
+/// One dim of a declared input or output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Dim {
+    /// A fixed size.
+    Fixed(usize),
+    /// A symbolic size (`batch`, `seq`; `?` when unnamed): any size, the
+    /// same wherever one name appears among the inputs.
+    Symbol(String),
+}
+
+impl std::fmt::Display for Dim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dim::Fixed(n) => write!(f, "{n}"),
+            Dim::Symbol(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+/// A graph input or output as the model declares it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IoSpec {
+    /// Its name.
+    pub name: String,
+    /// Its dtype, if declared.
+    pub dtype: Option<DType>,
+    /// Its dims, if declared.
+    pub dims: Option<Vec<Dim>>,
+}
+
+impl std::fmt::Display for IoSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ", self.name)?;
+        match self.dtype {
+            Some(d) => write!(f, "{}", format!("{d:?}").to_lowercase())?,
+            None => write!(f, "?")?,
+        }
+        match &self.dims {
+            Some(d) => write!(
+                f,
+                "[{}]",
+                d.iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => write!(f, "[?]"),
+        }
+    }
+}
+
+/// How [`load_with`] treats a model.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// Pass initializers to the compiled program as arguments instead of
+    /// baking them in as constants (so [`OnnxModel::map_weights`] can move
+    /// them to a device, and programs stay small).
+    pub weights_as_arguments: bool,
+}
+
+/// The checked graph a model's jit function traces.
+struct Graph {
+    opset: i64,
+    nodes: Vec<(Node, &'static Row)>,
+    input_names: Vec<String>,
+    output_names: Vec<String>,
+    /// Initializer names, in the order of the weights argument.
+    weight_names: Vec<String>,
+    /// Initializers and `Constant` outputs (the constants of the program
+    /// when weights are not arguments).
+    consts: HashMap<String, Tensor>,
+    weights_as_arguments: bool,
+}
+
+impl Graph {
+    /// The traced body: every node built in order.
+    fn eval(&self, inputs: &[Tensor], weights: Option<&[Tensor]>) -> Result<Vec<Tensor>> {
+        let mut env: HashMap<&str, Tensor> = HashMap::with_capacity(self.nodes.len() * 2);
+        match weights {
+            Some(w) => {
+                for (name, t) in self.weight_names.iter().zip(w) {
+                    env.insert(name, t.clone());
+                }
+            }
+            None => {
+                for name in &self.weight_names {
+                    if let Some(t) = self.consts.get(name) {
+                        env.insert(name, t.clone());
+                    }
+                }
+            }
+        }
+        for (name, t) in self.input_names.iter().zip(inputs) {
+            env.insert(name, t.clone());
+        }
+        let cx = Cx {
+            opset: self.opset,
+            consts: &self.consts,
+        };
+        for (node, row) in &self.nodes {
+            let ins: Vec<Option<Tensor>> = node
+                .inputs
+                .iter()
+                .map(|i| {
+                    if i.is_empty() {
+                        None
+                    } else {
+                        env.get(i.as_str()).cloned()
+                    }
+                })
+                .collect();
+            let outs = table::build(row, node, &cx, &ins).map_err(|e| wrap(node, e))?;
+            let wanted = node.outputs.iter().filter(|o| !o.is_empty()).count();
+            if outs.len() < node.outputs.len() && wanted > outs.len() {
+                return Err(table::fail(
+                    node,
+                    "outputs",
+                    ErrorKind::Unsupported,
+                    format!("gives {} outputs, {} asked", outs.len(), node.outputs.len()),
+                ));
+            }
+            for (name, t) in node.outputs.iter().zip(outs) {
+                if name.is_empty() {
+                    continue;
+                }
+                if let Some(e) = t.error() {
+                    return Err(wrap(node, e.clone()));
+                }
+                env.insert(name, t);
+            }
+        }
+        self.output_names
+            .iter()
+            .map(|o| {
+                env.get(o.as_str()).cloned().ok_or_else(|| {
+                    onnx_error("", "", o, ErrorKind::Internal, "output not computed")
+                })
+            })
+            .collect()
+    }
+}
+
+/// A node's error, naming the node unless it already does.
+fn wrap(node: &Node, e: Error) -> Error {
+    match e {
+        Error::Onnx { .. } => e,
+        e => table::fail(node, "", e.kind(), e.to_string()),
+    }
+}
+
+/// A loaded, checked ONNX model: a jit function over its inputs.
+pub struct OnnxModel {
+    inputs: Vec<IoSpec>,
+    outputs: Vec<IoSpec>,
+    opset: i64,
+    ir_version: i64,
+    producer: String,
+    ops: BTreeMap<String, usize>,
+    weights: Option<Vec<Tensor>>,
+    func: JitFn<'static, Vec<Tensor>>,
+}
+
+/// Reads and checks a model (external data files relative to its
+/// directory); initializers become program constants.
+pub fn load(path: impl AsRef<Path>) -> Result<OnnxModel> {
+    load_with(path, LoadOptions::default())
+}
+
+/// [`load`] with options.
+pub fn load_with(path: impl AsRef<Path>, options: LoadOptions) -> Result<OnnxModel> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| Error::File {
+        path: path.into(),
+        message: e.to_string(),
+    })?;
+    let dir = path.parent().map(|p| {
+        if p.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            p
+        }
+    });
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    build(model::parse(&bytes, dir)?, &name, options)
+}
+
+/// Reads and checks a model from its bytes (it may not use external data).
+pub fn from_bytes(bytes: &[u8]) -> Result<OnnxModel> {
+    from_bytes_with(bytes, LoadOptions::default())
+}
+
+/// [`from_bytes`] with options.
+pub fn from_bytes_with(bytes: &[u8], options: LoadOptions) -> Result<OnnxModel> {
+    build(model::parse(bytes, None)?, "model", options)
+}
+
+/// Load-time values: initializers and `Constant` outputs.
+fn constants(p: &Parsed) -> HashMap<String, Tensor> {
+    let mut consts: HashMap<String, Tensor> = p.initializers.iter().cloned().collect();
+    for n in &p.nodes {
+        if n.op == "Constant" && n.domain.is_empty() {
+            if let (Some(out), Some(model::Attr::Tensor(t))) =
+                (n.outputs.first(), n.attrs.get("value"))
+            {
+                consts.insert(out.clone(), t.clone());
+            }
+        }
+    }
+    consts
+}
+
+fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
+    let consts = constants(&p);
+    let cx = Cx {
+        opset: p.opset,
+        consts: &consts,
+    };
+    let mut nodes = Vec::with_capacity(p.nodes.len());
+    let mut ops = BTreeMap::new();
+    for n in p.nodes {
+        let row = table::check(&n, &cx)?;
+        *ops.entry(n.op.clone()).or_insert(0) += 1;
+        nodes.push((n, row));
+    }
+    let weights = options.weights_as_arguments.then(|| {
+        p.initializers
+            .iter()
+            .map(|(_, t)| t.clone())
+            .collect::<Vec<_>>()
+    });
+    let graph = Arc::new(Graph {
+        opset: p.opset,
+        nodes,
+        input_names: p.inputs.iter().map(|s| s.name.clone()).collect(),
+        output_names: p.outputs.iter().map(|s| s.name.clone()).collect(),
+        weight_names: p.initializers.iter().map(|(n, _)| n.clone()).collect(),
+        consts,
+        weights_as_arguments: options.weights_as_arguments,
+    });
+    let g = Arc::clone(&graph);
+    let mut params = vec![param("inputs", ArgKind::Tree)];
+    if options.weights_as_arguments {
+        params.push(param("weights", ArgKind::Tree));
+    }
+    let func = JitFn::new(&format!("onnx:{name}"), "", &params, move |vals| {
+        let mut leaves = Leaves::new(vals);
+        let inputs = Vec::<Tensor>::from_leaves(&mut leaves)?;
+        let weights = match g.weights_as_arguments {
+            true => Some(Vec::<Tensor>::from_leaves(&mut leaves)?),
+            false => None,
+        };
+        leaves.finish()?;
+        g.eval(&inputs, weights.as_deref())
+    });
+    Ok(OnnxModel {
+        inputs: p.inputs,
+        outputs: p.outputs,
+        opset: p.opset,
+        ir_version: p.ir_version,
+        producer: p.producer,
+        ops,
+        weights,
+        func,
+    })
+}
+
+impl OnnxModel {
+    /// The graph inputs (initializers excluded), in order.
+    pub fn inputs(&self) -> &[IoSpec] {
+        &self.inputs
+    }
+
+    /// The graph outputs, in order.
+    pub fn outputs(&self) -> &[IoSpec] {
+        &self.outputs
+    }
+
+    /// The default-domain opset it imports.
+    pub fn opset(&self) -> i64 {
+        self.opset
+    }
+
+    /// The file's IR version.
+    pub fn ir_version(&self) -> i64 {
+        self.ir_version
+    }
+
+    /// The producer's name and version, as the file gives them.
+    pub fn producer(&self) -> &str {
+        &self.producer
+    }
+
+    /// Each op type the graph uses and how many nodes have it.
+    pub fn op_counts(&self) -> &BTreeMap<String, usize> {
+        &self.ops
+    }
+
+    /// The jit function the model runs as (handler cache, stats, mode).
+    pub fn function(&self) -> &JitFn<'static, Vec<Tensor>> {
+        &self.func
+    }
+
+    /// With [`LoadOptions::weights_as_arguments`], replaces each weight by
+    /// `f(weight)` (`|w| w.to(&device)` keeps them on a device); without,
+    /// an error.
+    pub fn map_weights(&mut self, mut f: impl FnMut(&Tensor) -> Result<Tensor>) -> Result<()> {
+        let Some(w) = self.weights.as_mut() else {
+            return Err(onnx_error(
+                "",
+                "",
+                "",
+                ErrorKind::BadArgument,
+                "weights are program constants: load with `weights_as_arguments`",
+            ));
+        };
+        for t in w.iter_mut() {
+            *t = f(t)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the model on named inputs, returning `(name, value)` for each
+    /// output in the model's order. Every input must be given once, with
+    /// the declared dtype and fixed dims; a symbolic dim takes any size,
+    /// the same wherever its name appears.
+    pub fn run(&self, inputs: &[(&str, &Tensor)]) -> Result<Vec<(String, Tensor)>> {
+        for (name, _) in inputs {
+            if !self.inputs.iter().any(|s| s.name == *name) {
+                return Err(onnx_error(
+                    "",
+                    "",
+                    name,
+                    ErrorKind::BadArgument,
+                    "the model has no such input",
+                ));
+            }
+        }
+        let mut ordered = Vec::with_capacity(self.inputs.len());
+        for s in &self.inputs {
+            let mut given = inputs.iter().filter(|(n, _)| *n == s.name);
+            let Some((_, t)) = given.next() else {
+                return Err(onnx_error(
+                    "",
+                    "",
+                    &s.name,
+                    ErrorKind::BadArgument,
+                    "this input is missing",
+                ));
+            };
+            if given.next().is_some() {
+                return Err(onnx_error(
+                    "",
+                    "",
+                    &s.name,
+                    ErrorKind::BadArgument,
+                    "this input is given twice",
+                ));
+            }
+            ordered.push(*t);
+        }
+        self.run_positional(&ordered)
+    }
+
+    /// Runs the model on inputs in the model's order.
+    pub fn run_positional(&self, inputs: &[&Tensor]) -> Result<Vec<(String, Tensor)>> {
+        if inputs.len() != self.inputs.len() {
+            return Err(onnx_error(
+                "",
+                "",
+                "",
+                ErrorKind::BadArgument,
+                format!(
+                    "the model takes {} inputs, got {}",
+                    self.inputs.len(),
+                    inputs.len()
+                ),
+            ));
+        }
+        let mut symbols: HashMap<&str, usize> = HashMap::new();
+        for (s, t) in self.inputs.iter().zip(inputs) {
+            check_input(s, t, &mut symbols)?;
+        }
+        let outs = match &self.weights {
+            Some(w) => self.func.call((inputs, w))?,
+            None => self.func.call(inputs)?,
+        };
+        Ok(self
+            .outputs
+            .iter()
+            .map(|s| s.name.clone())
+            .zip(outs)
+            .collect())
+    }
+}
+
+fn check_input<'a>(s: &'a IoSpec, t: &Tensor, symbols: &mut HashMap<&'a str, usize>) -> Result<()> {
+    if let Some(e) = t.error() {
+        return Err(e.clone());
+    }
+    let bad = |kind, m: String| onnx_error("", "", &s.name, kind, m);
+    if let Some(d) = s.dtype {
+        if t.dtype() != d {
+            return Err(bad(
+                ErrorKind::DType,
+                format!("expected {s}, got {:?}{:?}", t.dtype(), t.shape()),
+            ));
+        }
+    }
+    if let Some(dims) = &s.dims {
+        if dims.len() != t.rank() {
+            return Err(bad(
+                ErrorKind::Shape,
+                format!("expected {s}, got shape {:?}", t.shape()),
+            ));
+        }
+        for (d, &n) in dims.iter().zip(t.shape()) {
+            match d {
+                Dim::Fixed(f) if *f != n => {
+                    return Err(bad(
+                        ErrorKind::Shape,
+                        format!("expected {s}, got shape {:?}", t.shape()),
+                    ))
+                }
+                Dim::Symbol(sym) if sym != "?" => {
+                    if let Some(&prev) = symbols.get(sym.as_str()) {
+                        if prev != n {
+                            return Err(bad(
+                                ErrorKind::Shape,
+                                format!("`{sym}` is {prev} in another input, {n} here"),
+                            ));
+                        }
+                    }
+                    symbols.insert(sym, n);
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One op type of a model and whether tilejit can run it.
+#[derive(Clone, Debug)]
+pub struct OpSupport {
+    /// The op type (with its domain when not the default one).
+    pub op: String,
+    /// How many nodes use it.
+    pub count: usize,
+    /// `None` if every node of it passes the load check, else the first
+    /// node's error.
+    pub problem: Option<String>,
+}
+
+/// What a model file holds, read without failing on unsupported ops
+/// (`tilejit onnx info`).
+#[derive(Clone, Debug)]
+pub struct ModelInfo {
+    /// The graph inputs.
+    pub inputs: Vec<IoSpec>,
+    /// The graph outputs.
+    pub outputs: Vec<IoSpec>,
+    /// The default-domain opset.
+    pub opset: i64,
+    /// The IR version.
+    pub ir_version: i64,
+    /// The producer.
+    pub producer: String,
+    /// How many initializers.
+    pub initializers: usize,
+    /// Each op type, in name order.
+    pub ops: Vec<OpSupport>,
+}
+
+/// Reads a model file and reports its inputs, outputs, opset and each op
+/// type's support, without failing on an unsupported op.
+pub fn info(path: impl AsRef<Path>) -> Result<ModelInfo> {
+    let path = path.as_ref();
+    let bytes = std::fs::read(path).map_err(|e| Error::File {
+        path: path.into(),
+        message: e.to_string(),
+    })?;
+    let dir = path.parent().map(|p| {
+        if p.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            p
+        }
+    });
+    let p = model::parse(&bytes, dir)?;
+    let consts = constants(&p);
+    let cx = Cx {
+        opset: p.opset,
+        consts: &consts,
+    };
+    let mut ops: BTreeMap<String, OpSupport> = BTreeMap::new();
+    for n in &p.nodes {
+        let key = if n.domain.is_empty() {
+            n.op.clone()
+        } else {
+            format!("{}.{}", n.domain, n.op)
+        };
+        let e = ops.entry(key.clone()).or_insert(OpSupport {
+            op: key,
+            count: 0,
+            problem: None,
+        });
+        e.count += 1;
+        if e.problem.is_none() {
+            if let Err(err) = table::check(n, &cx) {
+                e.problem = Some(err.to_string());
+            }
+        }
+    }
+    Ok(ModelInfo {
+        inputs: p.inputs,
+        outputs: p.outputs,
+        opset: p.opset,
+        ir_version: p.ir_version,
+        producer: p.producer,
+        initializers: p.initializers.len(),
+        ops: ops.into_values().collect(),
+    })
+}
+
+/// Every op type the importer supports, in table order.
+pub fn supported_ops() -> Vec<&'static str> {
+    table::TABLE.iter().map(|r| r.op).collect()
+}

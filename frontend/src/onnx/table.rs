@@ -1,0 +1,1625 @@
+//! The ONNX op table: one row per supported op type, naming the attributes
+//! it reads, a check run at load (attribute values, constant inputs) and a
+//! build run while tracing, which maps the node onto tilejit's public ops.
+//! An op type without a row, or an attribute a row does not list, is an
+//! error at load. Values only known at trace time (a shape computed from
+//! data) are errors naming the node then, never approximated.
+
+use super::model::{dtype_of, Attr, Node};
+use super::onnx_error;
+use crate::conv::{Conv2d, Pool2d};
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+use std::collections::HashMap;
+use tilejit_ir::{DType, ErrorKind};
+
+/// What a check or build sees besides the node.
+pub(crate) struct Cx<'a> {
+    /// The model's default-domain opset.
+    pub opset: i64,
+    /// Values known at load: initializers and `Constant` outputs.
+    pub consts: &'a HashMap<String, Tensor>,
+}
+
+type Check = fn(&Node, &Cx) -> Result<()>;
+type Build = fn(&Node, &Cx, &[Option<Tensor>]) -> Result<Vec<Tensor>>;
+
+/// How a row builds its node.
+#[derive(Clone, Copy)]
+pub(crate) enum Kind {
+    /// One input, one output, elementwise.
+    Unary(fn(&Tensor) -> Tensor),
+    /// Two inputs (numpy broadcasting), one output.
+    Binary(fn(&Tensor, &Tensor) -> Tensor),
+    /// Anything else.
+    Node(Build),
+}
+
+/// One supported op type.
+pub(crate) struct Row {
+    /// The op type.
+    pub op: &'static str,
+    /// The attributes it reads; any other is an error at load.
+    pub attrs: &'static [&'static str],
+    /// The load-time check of attribute values and constant inputs.
+    pub check: Check,
+    /// The trace-time build.
+    pub kind: Kind,
+}
+
+fn no_check(_: &Node, _: &Cx) -> Result<()> {
+    Ok(())
+}
+
+macro_rules! unary {
+    ($op:literal, $f:expr) => {
+        Row {
+            op: $op,
+            attrs: &[],
+            check: no_check,
+            kind: Kind::Unary($f),
+        }
+    };
+}
+macro_rules! binary {
+    ($op:literal, $f:expr) => {
+        Row {
+            op: $op,
+            attrs: &[],
+            check: no_check,
+            kind: Kind::Binary($f),
+        }
+    };
+}
+macro_rules! node {
+    ($op:literal, [$($a:literal),*], $check:expr, $build:expr) => {
+        Row { op: $op, attrs: &[$($a),*], check: $check, kind: Kind::Node($build) }
+    };
+}
+
+/// Every supported op type.
+pub(crate) static TABLE: &[Row] = &[
+    unary!("Relu", |x| x.relu()),
+    unary!("Sigmoid", |x| x.sigmoid()),
+    unary!("Tanh", |x| x.tanh()),
+    unary!("Exp", |x| x.exp()),
+    unary!("Log", |x| x.log()),
+    unary!("Sqrt", |x| x.sqrt()),
+    unary!("Neg", |x| -x),
+    unary!("Abs", |x| x.abs()),
+    unary!("Reciprocal", |x| x.recip()),
+    unary!("Floor", |x| x.floor()),
+    unary!("Ceil", |x| x.ceil()),
+    unary!("Round", |x| x.round()),
+    unary!("Sign", |x| x.sign()),
+    unary!("Sin", |x| x.sin()),
+    unary!("Cos", |x| x.cos()),
+    unary!("Tan", |x| x.sin() / x.cos()),
+    unary!("Erf", |x| x.erf()),
+    unary!("Atan", |x| x.atan()),
+    unary!("Asin", |x| x.asin()),
+    unary!("Acos", |x| x.acos()),
+    unary!("Asinh", |x| x.asinh()),
+    unary!("Acosh", |x| x.acosh()),
+    unary!("Atanh", |x| x.atanh()),
+    unary!("Sinh", |x| (x.exp() - (-x).exp()) * 0.5),
+    unary!("Cosh", |x| (x.exp() + (-x).exp()) * 0.5),
+    unary!("Identity", |x| x.clone()),
+    unary!("Softsign", |x| x / (x.abs() + 1.0)),
+    unary!("Softplus", |x| (x.exp() + 1.0).log()),
+    unary!("Not", |x| x.cast(DType::I32).rsub(1i32).cast(DType::Bool)),
+    unary!("IsNaN", |x| x
+        .eq(x)
+        .cast(DType::I32)
+        .rsub(1i32)
+        .cast(DType::Bool)),
+    binary!("Add", |a, b| a + b),
+    binary!("Sub", |a, b| a - b),
+    binary!("Mul", |a, b| a * b),
+    binary!("Div", |a, b| a / b),
+    binary!("Pow", |a, b| a.pow(&b.cast(a.dtype()))),
+    binary!("Equal", |a, b| a.eq(b)),
+    binary!("Less", |a, b| a.lt(b)),
+    binary!("Greater", |a, b| a.gt(b)),
+    binary!("LessOrEqual", |a, b| a.le(b)),
+    binary!("GreaterOrEqual", |a, b| a.ge(b)),
+    binary!("And", |a, b| (a.cast(DType::I32) * b.cast(DType::I32))
+        .cast(DType::Bool)),
+    binary!("Or", |a, b| a
+        .cast(DType::I32)
+        .maximum(&b.cast(DType::I32))
+        .cast(DType::Bool)),
+    binary!("Xor", |a, b| a
+        .cast(DType::I32)
+        .eq(&b.cast(DType::I32))
+        .cast(DType::I32)
+        .rsub(1i32)
+        .cast(DType::Bool)),
+    binary!("PRelu", |x, s| Tensor::where_cond(
+        &x.lt(&zero_like(x)),
+        &(x * s),
+        x
+    )),
+    node!("Mod", ["fmod"], check_mod, build_mod),
+    node!("Max", [], no_check, |_, _, ins| fold(ins, |a, b| a
+        .maximum(b))),
+    node!("Min", [], no_check, |_, _, ins| fold(ins, |a, b| a
+        .minimum(b))),
+    node!("Sum", [], no_check, |_, _, ins| fold(ins, |a, b| a + b)),
+    node!("Mean", [], no_check, |_, _, ins| {
+        let n = ins.len() as f64;
+        Ok(vec![fold(ins, |a, b| a + b)?.remove(0) / n])
+    }),
+    node!("Where", [], no_check, |n, _, ins| {
+        one(Tensor::where_cond(
+            req(n, ins, 0)?,
+            req(n, ins, 1)?,
+            req(n, ins, 2)?,
+        ))
+    }),
+    node!("LeakyRelu", ["alpha"], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let alpha = attr_f(n, "alpha", 0.01)? as f64;
+        one(Tensor::where_cond(&x.lt(&zero_like(x)), &(x * alpha), x))
+    }),
+    node!("Elu", ["alpha"], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let alpha = attr_f(n, "alpha", 1.0)? as f64;
+        one(Tensor::where_cond(
+            &x.lt(&zero_like(x)),
+            &((x.exp() - 1.0) * alpha),
+            x,
+        ))
+    }),
+    node!("Selu", ["alpha", "gamma"], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let alpha = attr_f(n, "alpha", 1.673_263_2)? as f64;
+        let gamma = attr_f(n, "gamma", 1.050_701)? as f64;
+        let neg = (x.exp() * alpha - alpha) * gamma;
+        one(Tensor::where_cond(&x.le(&zero_like(x)), &neg, &(x * gamma)))
+    }),
+    node!("HardSigmoid", ["alpha", "beta"], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let (a, b) = (
+            attr_f(n, "alpha", 0.2)? as f64,
+            attr_f(n, "beta", 0.5)? as f64,
+        );
+        one(clamp(&(x * a + b), Some(0.0), Some(1.0)))
+    }),
+    node!("HardSwish", [], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        one(x * clamp(&(x * (1.0 / 6.0) + 0.5), Some(0.0), Some(1.0)))
+    }),
+    node!("Gelu", ["approximate"], check_gelu, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        if attr_s(n, "approximate", "none")? == "tanh" {
+            return one(x.gelu());
+        }
+        one(x * ((x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5)
+    }),
+    node!("Clip", ["min", "max"], no_check, build_clip),
+    node!("Cast", ["to", "saturate"], check_cast, |n, _, ins| {
+        let to = dtype_of(attr_i(n, "to", 1)? as i32)
+            .map_err(|m| fail(n, "to", ErrorKind::Unsupported, m))?;
+        one(req(n, ins, 0)?.cast(to))
+    }),
+    node!("CastLike", ["saturate"], no_check, |n, _, ins| one(req(
+        n, ins, 0
+    )?
+    .cast(req(n, ins, 1)?.dtype()))),
+    node!(
+        "Dropout",
+        ["seed", "ratio"],
+        check_dropout,
+        |n, _, ins| one(req(n, ins, 0)?.clone())
+    ),
+    node!("MatMul", [], no_check, |n, _, ins| one(matmul_nd(
+        n,
+        req(n, ins, 0)?,
+        req(n, ins, 1)?
+    )?)),
+    node!(
+        "Gemm",
+        ["alpha", "beta", "transA", "transB", "broadcast"],
+        no_check,
+        build_gemm
+    ),
+    node!(
+        "Conv",
+        [
+            "auto_pad",
+            "dilations",
+            "group",
+            "kernel_shape",
+            "pads",
+            "strides"
+        ],
+        check_conv,
+        build_conv
+    ),
+    node!(
+        "MaxPool",
+        [
+            "auto_pad",
+            "ceil_mode",
+            "dilations",
+            "kernel_shape",
+            "pads",
+            "storage_order",
+            "strides"
+        ],
+        check_pool,
+        |n, cx, ins| build_pool(n, cx, ins, true)
+    ),
+    node!(
+        "AveragePool",
+        [
+            "auto_pad",
+            "ceil_mode",
+            "count_include_pad",
+            "dilations",
+            "kernel_shape",
+            "pads",
+            "strides"
+        ],
+        check_pool,
+        |n, cx, ins| build_pool(n, cx, ins, false)
+    ),
+    node!("GlobalAveragePool", [], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let mut y = x.clone();
+        for a in 2..x.rank() {
+            y = y.mean(a as isize, true);
+        }
+        one(y)
+    }),
+    node!("GlobalMaxPool", [], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let mut y = x.clone();
+        for a in 2..x.rank() {
+            y = y.max(a as isize, true);
+        }
+        one(y)
+    }),
+    node!(
+        "BatchNormalization",
+        ["epsilon", "momentum", "training_mode", "spatial", "is_test"],
+        check_bn,
+        |n, _, ins| {
+            let x = req(n, ins, 0)?;
+            let eps = attr_f(n, "epsilon", 1e-5)? as f64;
+            let (scale, bias) = (req(n, ins, 1)?, req(n, ins, 2)?);
+            one(x.batch_norm(
+                req(n, ins, 3)?,
+                req(n, ins, 4)?,
+                Some(scale),
+                Some(bias),
+                eps,
+            ))
+        }
+    ),
+    node!(
+        "LayerNormalization",
+        ["axis", "epsilon", "stash_type"],
+        check_ln,
+        build_layer_norm
+    ),
+    node!("Softmax", ["axis"], no_check, |n, cx, ins| build_softmax(
+        n, cx, ins, false
+    )),
+    node!(
+        "LogSoftmax",
+        ["axis"],
+        no_check,
+        |n, cx, ins| build_softmax(n, cx, ins, true)
+    ),
+    node!("Flatten", ["axis"], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let a = axis(n, "axis", attr_i(n, "axis", 1)?, x.rank() + 1)?;
+        let (outer, inner) = (
+            x.shape()[..a].iter().product(),
+            x.shape()[a..].iter().product(),
+        );
+        one(x.reshape(&[outer, inner]))
+    }),
+    node!("Reshape", ["allowzero", "shape"], no_check, build_reshape),
+    node!("Transpose", ["perm"], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let perm = match attr_ints(n, "perm")? {
+            Some(p) => p
+                .iter()
+                .map(|&a| axis(n, "perm", a, x.rank()))
+                .collect::<Result<Vec<_>>>()?,
+            None => (0..x.rank()).rev().collect(),
+        };
+        one(x.permute(&perm))
+    }),
+    node!("Squeeze", ["axes"], no_check, build_squeeze),
+    node!("Unsqueeze", ["axes"], no_check, build_unsqueeze),
+    node!("Concat", ["axis"], no_check, |n, _, ins| {
+        let xs: Vec<&Tensor> = ins.iter().flatten().collect();
+        let first = xs
+            .first()
+            .ok_or_else(|| fail(n, "inputs", ErrorKind::BadArgument, "no inputs"))?;
+        let a = axis(n, "axis", attr_i(n, "axis", 0)?, first.rank())?;
+        // Empty operands (a shape list of length 0) add nothing.
+        let xs: Vec<&Tensor> = match xs.iter().any(|t| t.shape()[a] > 0) {
+            true => xs.into_iter().filter(|t| t.shape()[a] > 0).collect(),
+            false => xs,
+        };
+        if xs.len() == 1 {
+            return one(xs[0].clone());
+        }
+        one(Tensor::cat(&xs, a as isize))
+    }),
+    node!(
+        "Split",
+        ["axis", "split", "num_outputs"],
+        no_check,
+        build_split
+    ),
+    node!(
+        "Slice",
+        ["starts", "ends", "axes"],
+        check_slice,
+        build_slice
+    ),
+    node!("Gather", ["axis"], no_check, build_gather),
+    node!("GatherElements", ["axis"], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let a = axis(n, "axis", attr_i(n, "axis", 0)?, x.rank())?;
+        one(x.gather(a as isize, req(n, ins, 1)?))
+    }),
+    node!("Shape", ["start", "end"], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let r = x.rank() as i64;
+        let clampi = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+        let (s, e) = (clampi(attr_i(n, "start", 0)?), clampi(attr_i(n, "end", r)?));
+        let dims: Vec<i64> = x.shape()[s..e.max(s)].iter().map(|&d| d as i64).collect();
+        let len = dims.len();
+        one(Tensor::from_vec(dims, &[len])?)
+    }),
+    node!("Size", [], no_check, |n, _, ins| one(Tensor::from_vec(
+        vec![req(n, ins, 0)?.numel() as i64],
+        &[]
+    )?)),
+    node!(
+        "Constant",
+        [
+            "value",
+            "value_float",
+            "value_floats",
+            "value_int",
+            "value_ints"
+        ],
+        check_constant,
+        |n, _, _| one(constant_value(n)?)
+    ),
+    node!("ConstantOfShape", ["value"], no_check, |n, _, ins| {
+        let shape = dims_of(n, "input", req(n, ins, 0)?)?;
+        let (value, dtype) = match n.attrs.get("value") {
+            Some(Attr::Tensor(t)) if t.numel() == 1 => {
+                (t.cast(DType::F64).reshape(&[]).item::<f64>()?, t.dtype())
+            }
+            Some(_) => {
+                return Err(fail(
+                    n,
+                    "value",
+                    ErrorKind::BadArgument,
+                    "must be a one-element tensor",
+                ))
+            }
+            None => (0.0, DType::F32),
+        };
+        one(Tensor::full(&shape, value, dtype))
+    }),
+    node!("Range", [], no_check, build_range),
+    node!("Expand", [], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let shape = ints_of(n, "shape", req(n, ins, 1)?)?;
+        let target = broadcast_shape(n, x.shape(), &shape)?;
+        one(x.broadcast_to(&target))
+    }),
+    node!("Tile", [], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let reps = ints_of(n, "repeats", req(n, ins, 1)?)?;
+        if reps.len() != x.rank() || reps.iter().any(|&r| r < 1) {
+            return Err(fail(
+                n,
+                "repeats",
+                ErrorKind::BadArgument,
+                "one positive count per axis",
+            ));
+        }
+        let mut y = x.clone();
+        for (a, &r) in reps.iter().enumerate() {
+            if r > 1 {
+                let copies: Vec<&Tensor> = std::iter::repeat_n(&y, r as usize).collect();
+                y = Tensor::cat(&copies, a as isize);
+            }
+        }
+        one(y)
+    }),
+    node!(
+        "ReduceMean",
+        ["axes", "keepdims", "noop_with_empty_axes"],
+        no_check,
+        |n, cx, ins| { reduce(n, cx, ins, |x, a| x.mean(a, true)) }
+    ),
+    node!(
+        "ReduceSum",
+        ["axes", "keepdims", "noop_with_empty_axes"],
+        no_check,
+        |n, cx, ins| { reduce(n, cx, ins, |x, a| x.sum(a, true)) }
+    ),
+    node!(
+        "ReduceMax",
+        ["axes", "keepdims", "noop_with_empty_axes"],
+        no_check,
+        |n, cx, ins| { reduce(n, cx, ins, |x, a| x.max(a, true)) }
+    ),
+    node!(
+        "ReduceMin",
+        ["axes", "keepdims", "noop_with_empty_axes"],
+        no_check,
+        |n, cx, ins| { reduce(n, cx, ins, |x, a| x.min(a, true)) }
+    ),
+    node!(
+        "ReduceProd",
+        ["axes", "keepdims", "noop_with_empty_axes"],
+        no_check,
+        |n, cx, ins| { reduce(n, cx, ins, |x, a| x.prod(a, true)) }
+    ),
+    node!(
+        "ReduceSumSquare",
+        ["axes", "keepdims", "noop_with_empty_axes"],
+        no_check,
+        |n, cx, ins| {
+            let x = req(n, ins, 0)?.square();
+            let mut ins = ins.to_vec();
+            ins[0] = Some(x);
+            reduce(n, cx, &ins, |x, a| x.sum(a, true))
+        }
+    ),
+    node!(
+        "ArgMax",
+        ["axis", "keepdims", "select_last_index"],
+        check_arg,
+        |n, _, ins| {
+            let x = req(n, ins, 0)?;
+            let a = axis(n, "axis", attr_i(n, "axis", 0)?, x.rank())?;
+            one(x.argmax(a as isize, attr_i(n, "keepdims", 1)? != 0))
+        }
+    ),
+    node!(
+        "ArgMin",
+        ["axis", "keepdims", "select_last_index"],
+        check_arg,
+        |n, _, ins| {
+            let x = req(n, ins, 0)?;
+            let a = axis(n, "axis", attr_i(n, "axis", 0)?, x.rank())?;
+            one(x.argmin(a as isize, attr_i(n, "keepdims", 1)? != 0))
+        }
+    ),
+    node!(
+        "CumSum",
+        ["exclusive", "reverse"],
+        check_cumsum,
+        |n, _, ins| {
+            let x = req(n, ins, 0)?;
+            let a = ints_of(n, "axis", req(n, ins, 1)?)?;
+            let a = axis(n, "axis", *a.first().unwrap_or(&0), x.rank())?;
+            one(x.cumsum(a as isize))
+        }
+    ),
+    node!("Trilu", ["upper"], no_check, |n, _, ins| {
+        let x = req(n, ins, 0)?;
+        let k = match opt(ins, 1) {
+            Some(k) => ints_of(n, "k", k)?.first().copied().unwrap_or(0) as isize,
+            None => 0,
+        };
+        one(if attr_i(n, "upper", 1)? != 0 {
+            x.triu(k)
+        } else {
+            x.tril(k)
+        })
+    }),
+    node!("Pad", ["mode", "pads", "value"], check_pad, build_pad),
+];
+
+/// The row of an op type in the default domain.
+pub(crate) fn row(node: &Node) -> Option<&'static Row> {
+    if !(node.domain.is_empty() || node.domain == "ai.onnx") {
+        return None;
+    }
+    TABLE.iter().find(|r| r.op == node.op)
+}
+
+/// Checks a node at load: a row exists, every attribute is one it reads,
+/// and its own check passes.
+pub(crate) fn check(node: &Node, cx: &Cx) -> Result<&'static Row> {
+    let Some(r) = row(node) else {
+        let domain = if node.domain.is_empty() {
+            String::new()
+        } else {
+            format!(" of domain `{}`", node.domain)
+        };
+        return Err(fail(
+            node,
+            "",
+            ErrorKind::Unsupported,
+            format!("op `{}`{domain} is not supported", node.op),
+        ));
+    };
+    for (name, value) in &node.attrs {
+        if !r.attrs.contains(&name.as_str()) {
+            return Err(fail(
+                node,
+                name,
+                ErrorKind::Unsupported,
+                "this attribute is not supported",
+            ));
+        }
+        if let Attr::Other(what) = value {
+            return Err(fail(
+                node,
+                name,
+                ErrorKind::Unsupported,
+                format!("{what} attribute is not supported"),
+            ));
+        }
+    }
+    let want = match r.kind {
+        Kind::Unary(_) => Some(1),
+        Kind::Binary(_) => Some(2),
+        Kind::Node(_) => None,
+    };
+    if let Some(k) = want {
+        if node.inputs.len() != k || node.inputs.iter().any(|i| i.is_empty()) {
+            return Err(fail(
+                node,
+                "inputs",
+                ErrorKind::BadArgument,
+                format!("takes {k} input(s), got {}", node.inputs.len()),
+            ));
+        }
+    }
+    (r.check)(node, cx)?;
+    Ok(r)
+}
+
+/// Builds a node's outputs while tracing.
+pub(crate) fn build(r: &Row, node: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    match r.kind {
+        Kind::Unary(f) => one(f(req(node, ins, 0)?)),
+        Kind::Binary(f) => one(f(req(node, ins, 0)?, req(node, ins, 1)?)),
+        Kind::Node(b) => b(node, cx, ins),
+    }
+}
+
+// ---- helpers ----
+
+pub(crate) fn fail(n: &Node, attr: &str, kind: ErrorKind, message: impl Into<String>) -> Error {
+    onnx_error(&n.name, &n.op, attr, kind, message)
+}
+
+fn one(t: Tensor) -> Result<Vec<Tensor>> {
+    Ok(vec![t])
+}
+
+fn req<'a>(n: &Node, ins: &'a [Option<Tensor>], i: usize) -> Result<&'a Tensor> {
+    ins.get(i).and_then(|t| t.as_ref()).ok_or_else(|| {
+        fail(
+            n,
+            &format!("input {i}"),
+            ErrorKind::BadArgument,
+            "this input is required",
+        )
+    })
+}
+
+fn opt(ins: &[Option<Tensor>], i: usize) -> Option<&Tensor> {
+    ins.get(i).and_then(|t| t.as_ref())
+}
+
+fn zero_like(x: &Tensor) -> Tensor {
+    Tensor::full(&[], 0.0, x.dtype())
+}
+
+fn clamp(x: &Tensor, lo: Option<f64>, hi: Option<f64>) -> Tensor {
+    let mut y = x.clone();
+    if let Some(lo) = lo {
+        y = y.maximum(&Tensor::full(&[], lo, x.dtype()));
+    }
+    if let Some(hi) = hi {
+        y = y.minimum(&Tensor::full(&[], hi, x.dtype()));
+    }
+    y
+}
+
+fn fold(ins: &[Option<Tensor>], f: fn(&Tensor, &Tensor) -> Tensor) -> Result<Vec<Tensor>> {
+    let mut xs = ins.iter().flatten();
+    let first = xs
+        .next()
+        .cloned()
+        .unwrap_or_else(|| Tensor::scalar(0.0, DType::F32));
+    one(xs.fold(first, |acc, x| f(&acc, x)))
+}
+
+fn attr_i(n: &Node, name: &str, default: i64) -> Result<i64> {
+    match n.attrs.get(name) {
+        None => Ok(default),
+        Some(Attr::Int(v)) => Ok(*v),
+        Some(_) => Err(fail(n, name, ErrorKind::BadArgument, "must be an integer")),
+    }
+}
+
+fn attr_f(n: &Node, name: &str, default: f32) -> Result<f32> {
+    match n.attrs.get(name) {
+        None => Ok(default),
+        Some(Attr::Float(v)) => Ok(*v),
+        Some(_) => Err(fail(n, name, ErrorKind::BadArgument, "must be a float")),
+    }
+}
+
+fn attr_s<'a>(n: &'a Node, name: &str, default: &'a str) -> Result<&'a str> {
+    match n.attrs.get(name) {
+        None => Ok(default),
+        Some(Attr::Str(v)) => Ok(v),
+        Some(_) => Err(fail(n, name, ErrorKind::BadArgument, "must be a string")),
+    }
+}
+
+fn attr_ints(n: &Node, name: &str) -> Result<Option<Vec<i64>>> {
+    match n.attrs.get(name) {
+        None => Ok(None),
+        Some(Attr::Ints(v)) => Ok(Some(v.clone())),
+        Some(_) => Err(fail(
+            n,
+            name,
+            ErrorKind::BadArgument,
+            "must be a list of integers",
+        )),
+    }
+}
+
+/// A normalised axis (negative counts from the end).
+fn axis(n: &Node, what: &str, a: i64, rank: usize) -> Result<usize> {
+    let r = rank as i64;
+    let v = if a < 0 { a + r } else { a };
+    if (0..r.max(1)).contains(&v) || (r == 0 && v == 0) {
+        Ok(v as usize)
+    } else {
+        Err(fail(
+            n,
+            what,
+            ErrorKind::BadArgument,
+            format!("axis {a} is outside rank {rank}"),
+        ))
+    }
+}
+
+/// The values of an integer tensor known at trace time (from shapes,
+/// initializers or constants); a value computed from the data is an error.
+fn ints_of(n: &Node, what: &str, t: &Tensor) -> Result<Vec<i64>> {
+    if t.is_traced() {
+        return Err(fail(
+            n,
+            what,
+            ErrorKind::Unsupported,
+            "must be known when tracing (a constant, or computed from shapes), but it depends on the data",
+        ));
+    }
+    if !matches!(t.dtype(), DType::I64 | DType::I32 | DType::I8 | DType::U8) {
+        return Err(fail(
+            n,
+            what,
+            ErrorKind::DType,
+            format!("must be integers, got {:?}", t.dtype()),
+        ));
+    }
+    t.cast(DType::I64).to_vec::<i64>()
+}
+
+fn floats_of(n: &Node, what: &str, t: &Tensor) -> Result<Vec<f64>> {
+    if t.is_traced() {
+        return Err(fail(
+            n,
+            what,
+            ErrorKind::Unsupported,
+            "must be known when tracing, but it depends on the data",
+        ));
+    }
+    t.cast(DType::F64).to_vec::<f64>()
+}
+
+fn dims_of(n: &Node, what: &str, t: &Tensor) -> Result<Vec<usize>> {
+    ints_of(n, what, t)?
+        .into_iter()
+        .map(|d| {
+            usize::try_from(d).map_err(|_| {
+                fail(
+                    n,
+                    what,
+                    ErrorKind::BadArgument,
+                    format!("dimension {d} is negative"),
+                )
+            })
+        })
+        .collect()
+}
+
+/// An int list given as an attribute (older opsets) or as input `i`.
+fn ints_param(n: &Node, ins: &[Option<Tensor>], i: usize, name: &str) -> Result<Option<Vec<i64>>> {
+    if let Some(v) = attr_ints(n, name)? {
+        return Ok(Some(v));
+    }
+    opt(ins, i).map(|t| ints_of(n, name, t)).transpose()
+}
+
+/// The same at load, from initializers and constants (`None`: not known).
+fn const_ints(n: &Node, cx: &Cx, i: usize, name: &str) -> Result<Option<Vec<i64>>> {
+    if let Some(v) = attr_ints(n, name)? {
+        return Ok(Some(v));
+    }
+    match n.inputs.get(i).and_then(|name| cx.consts.get(name)) {
+        Some(t) => Ok(Some(ints_of(n, name, t)?)),
+        None => Ok(None),
+    }
+}
+
+fn broadcast_shape(n: &Node, a: &[usize], b: &[i64]) -> Result<Vec<usize>> {
+    let r = a.len().max(b.len());
+    let mut out = vec![0; r];
+    for i in 0..r {
+        let x = if i + a.len() >= r {
+            a[i + a.len() - r] as i64
+        } else {
+            1
+        };
+        let y = if i + b.len() >= r {
+            b[i + b.len() - r]
+        } else {
+            1
+        };
+        out[i] = match (x, y) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => {
+                return Err(fail(
+                    n,
+                    "shape",
+                    ErrorKind::Shape,
+                    format!("{a:?} does not broadcast to {b:?}"),
+                ))
+            }
+        } as usize;
+    }
+    Ok(out)
+}
+
+// ---- checks ----
+
+fn check_mod(n: &Node, _: &Cx) -> Result<()> {
+    match attr_i(n, "fmod", 0)? {
+        0 => Ok(()),
+        _ => Err(fail(
+            n,
+            "fmod",
+            ErrorKind::Unsupported,
+            "fmod = 1 (C's fmod) is not supported, only the floored mod",
+        )),
+    }
+}
+
+fn build_mod(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    one(req(n, ins, 0)?.remainder(req(n, ins, 1)?))
+}
+
+fn check_gelu(n: &Node, _: &Cx) -> Result<()> {
+    match attr_s(n, "approximate", "none")? {
+        "none" | "tanh" => Ok(()),
+        s => Err(fail(
+            n,
+            "approximate",
+            ErrorKind::BadArgument,
+            format!("`{s}` is neither `none` nor `tanh`"),
+        )),
+    }
+}
+
+fn check_cast(n: &Node, _: &Cx) -> Result<()> {
+    dtype_of(attr_i(n, "to", 1)? as i32).map_err(|m| fail(n, "to", ErrorKind::Unsupported, m))?;
+    Ok(())
+}
+
+fn check_dropout(n: &Node, _: &Cx) -> Result<()> {
+    if n.outputs.get(1).is_some_and(|o| !o.is_empty()) {
+        return Err(fail(
+            n,
+            "mask",
+            ErrorKind::Unsupported,
+            "the mask output is not supported",
+        ));
+    }
+    Ok(())
+}
+
+fn check_bn(n: &Node, _: &Cx) -> Result<()> {
+    if attr_i(n, "training_mode", 0)? != 0 || n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+        return Err(fail(
+            n,
+            "training_mode",
+            ErrorKind::Unsupported,
+            "only inference (one output) is supported",
+        ));
+    }
+    Ok(())
+}
+
+fn check_ln(n: &Node, _: &Cx) -> Result<()> {
+    if n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+        return Err(fail(
+            n,
+            "Mean",
+            ErrorKind::Unsupported,
+            "the mean and inverse deviation outputs are not supported",
+        ));
+    }
+    Ok(())
+}
+
+fn check_arg(n: &Node, _: &Cx) -> Result<()> {
+    if attr_i(n, "select_last_index", 0)? != 0 {
+        return Err(fail(
+            n,
+            "select_last_index",
+            ErrorKind::Unsupported,
+            "only the first index on ties is supported",
+        ));
+    }
+    Ok(())
+}
+
+fn check_cumsum(n: &Node, _: &Cx) -> Result<()> {
+    for a in ["exclusive", "reverse"] {
+        if attr_i(n, a, 0)? != 0 {
+            return Err(fail(n, a, ErrorKind::Unsupported, "only 0 is supported"));
+        }
+    }
+    Ok(())
+}
+
+fn check_constant(n: &Node, _: &Cx) -> Result<()> {
+    constant_value(n).map(|_| ())
+}
+
+fn constant_value(n: &Node) -> Result<Tensor> {
+    let (name, v) = n.attrs.iter().next().ok_or_else(|| {
+        fail(
+            n,
+            "value",
+            ErrorKind::BadArgument,
+            "a Constant needs a value",
+        )
+    })?;
+    let bad = || {
+        fail(
+            n,
+            name,
+            ErrorKind::BadArgument,
+            "the attribute has the wrong type",
+        )
+    };
+    Ok(match (name.as_str(), v) {
+        ("value", Attr::Tensor(t)) => t.clone(),
+        ("value_float", Attr::Float(f)) => Tensor::from_vec(vec![*f], &[])?,
+        ("value_floats", Attr::Floats(f)) => Tensor::from_vec(f.clone(), &[f.len()])?,
+        ("value_int", Attr::Int(i)) => Tensor::from_vec(vec![*i], &[])?,
+        ("value_ints", Attr::Ints(i)) => Tensor::from_vec(i.clone(), &[i.len()])?,
+        _ => return Err(bad()),
+    })
+}
+
+fn check_pad(n: &Node, _: &Cx) -> Result<()> {
+    match attr_s(n, "mode", "constant")? {
+        "constant" => Ok(()),
+        m => Err(fail(
+            n,
+            "mode",
+            ErrorKind::Unsupported,
+            format!("mode `{m}` is not supported, only `constant`"),
+        )),
+    }
+}
+
+fn check_slice(n: &Node, cx: &Cx) -> Result<()> {
+    if let Some(steps) = const_ints(n, cx, 4, "steps")? {
+        if steps.iter().any(|&s| s != 1) {
+            return Err(fail(
+                n,
+                "steps",
+                ErrorKind::Unsupported,
+                "steps other than 1 are not supported",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Spatial window attributes shared by Conv and the pools.
+struct Window {
+    kernel: Vec<usize>,
+    strides: Vec<usize>,
+    dilations: Vec<usize>,
+    /// (begin, end) per spatial axis.
+    pads: Vec<(usize, usize)>,
+}
+
+fn usizes(n: &Node, name: &str, v: Vec<i64>) -> Result<Vec<usize>> {
+    v.into_iter()
+        .map(|x| {
+            usize::try_from(x)
+                .map_err(|_| fail(n, name, ErrorKind::BadArgument, format!("{x} is negative")))
+        })
+        .collect()
+}
+
+/// Reads the window attributes for `spatial` axes of sizes `image`
+/// (`None` at load, when sizes are unknown: `SAME_*` is resolved later).
+fn window(n: &Node, kernel: Vec<usize>, image: Option<&[usize]>) -> Result<Window> {
+    let k = kernel.len();
+    let get = |name: &str, default: usize| -> Result<Vec<usize>> {
+        match attr_ints(n, name)? {
+            Some(v) if v.len() == k => usizes(n, name, v),
+            Some(v) => Err(fail(
+                n,
+                name,
+                ErrorKind::BadArgument,
+                format!("has {} values for {k} spatial axes", v.len()),
+            )),
+            None => Ok(vec![default; k]),
+        }
+    };
+    let strides = get("strides", 1)?;
+    let dilations = get("dilations", 1)?;
+    if strides.contains(&0) || dilations.contains(&0) {
+        return Err(fail(
+            n,
+            "strides",
+            ErrorKind::BadArgument,
+            "strides and dilations must be positive",
+        ));
+    }
+    let auto = attr_s(n, "auto_pad", "NOTSET")?;
+    let pads = match auto {
+        "NOTSET" => match attr_ints(n, "pads")? {
+            Some(p) if p.len() == 2 * k => {
+                let p = usizes(n, "pads", p)?;
+                (0..k).map(|i| (p[i], p[i + k])).collect()
+            }
+            Some(p) => {
+                return Err(fail(
+                    n,
+                    "pads",
+                    ErrorKind::BadArgument,
+                    format!("has {} values for {k} spatial axes", p.len()),
+                ))
+            }
+            None => vec![(0, 0); k],
+        },
+        "VALID" => vec![(0, 0); k],
+        "SAME_UPPER" | "SAME_LOWER" => match image {
+            None => vec![(0, 0); k],
+            Some(img) => (0..k)
+                .map(|i| {
+                    let out = img[i].div_ceil(strides[i]);
+                    let span = (kernel[i] - 1) * dilations[i] + 1;
+                    let total = ((out - 1) * strides[i] + span).saturating_sub(img[i]);
+                    let small = total / 2;
+                    if auto == "SAME_UPPER" {
+                        (small, total - small)
+                    } else {
+                        (total - small, small)
+                    }
+                })
+                .collect(),
+        },
+        a => {
+            return Err(fail(
+                n,
+                "auto_pad",
+                ErrorKind::BadArgument,
+                format!("`{a}` is not an auto_pad mode"),
+            ))
+        }
+    };
+    Ok(Window {
+        kernel,
+        strides,
+        dilations,
+        pads,
+    })
+}
+
+fn check_conv(n: &Node, cx: &Cx) -> Result<()> {
+    let k = match attr_ints(n, "kernel_shape")? {
+        Some(k) => k.len(),
+        None => match n.inputs.get(1).and_then(|w| cx.consts.get(w)) {
+            Some(w) => w.rank().saturating_sub(2),
+            None => 2,
+        },
+    };
+    if !(1..=2).contains(&k) {
+        return Err(fail(
+            n,
+            "kernel_shape",
+            ErrorKind::Unsupported,
+            format!("{k}-D convolutions are not supported (1-D and 2-D are)"),
+        ));
+    }
+    window(n, vec![1; k], None).map(|_| ())
+}
+
+fn check_pool(n: &Node, _: &Cx) -> Result<()> {
+    let k = attr_ints(n, "kernel_shape")?
+        .ok_or_else(|| fail(n, "kernel_shape", ErrorKind::BadArgument, "is required"))?;
+    if !(1..=2).contains(&k.len()) {
+        return Err(fail(
+            n,
+            "kernel_shape",
+            ErrorKind::Unsupported,
+            format!("{}-D pools are not supported (1-D and 2-D are)", k.len()),
+        ));
+    }
+    if attr_i(n, "ceil_mode", 0)? != 0 {
+        return Err(fail(
+            n,
+            "ceil_mode",
+            ErrorKind::Unsupported,
+            "ceil_mode = 1 is not supported",
+        ));
+    }
+    if attr_ints(n, "dilations")?.is_some_and(|d| d.iter().any(|&x| x != 1)) {
+        return Err(fail(
+            n,
+            "dilations",
+            ErrorKind::Unsupported,
+            "dilated pools are not supported",
+        ));
+    }
+    if attr_i(n, "storage_order", 0)? != 0 {
+        return Err(fail(
+            n,
+            "storage_order",
+            ErrorKind::Unsupported,
+            "only row-major indices are supported",
+        ));
+    }
+    if n.outputs.get(1).is_some_and(|o| !o.is_empty()) {
+        return Err(fail(
+            n,
+            "Indices",
+            ErrorKind::Unsupported,
+            "MaxPool's indices output is not supported",
+        ));
+    }
+    let kernel = usizes(n, "kernel_shape", k)?;
+    window(n, kernel, None).map(|_| ())
+}
+
+// ---- builds ----
+
+fn build_clip(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let (mut y, attr_lo, attr_hi) = (x.clone(), n.attrs.get("min"), n.attrs.get("max"));
+    if attr_lo.is_some() || attr_hi.is_some() {
+        let lo = attr_f(n, "min", f32::MIN)? as f64;
+        let hi = attr_f(n, "max", f32::MAX)? as f64;
+        return one(clamp(x, Some(lo), Some(hi)));
+    }
+    if let Some(lo) = opt(ins, 1) {
+        y = y.maximum(&lo.cast(x.dtype()));
+    }
+    if let Some(hi) = opt(ins, 2) {
+        y = y.minimum(&hi.cast(x.dtype()));
+    }
+    one(y)
+}
+
+/// ONNX MatMul (numpy `matmul`): 1-D operands, broadcast batch dims.
+fn matmul_nd(n: &Node, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (ra, rb) = (a.rank(), b.rank());
+    if ra == 0 || rb == 0 {
+        return Err(fail(
+            n,
+            "inputs",
+            ErrorKind::Shape,
+            "MatMul needs operands of rank 1 or more",
+        ));
+    }
+    if ra == 1 {
+        let y = matmul_nd(n, &a.reshape(&[1, a.shape()[0]]), b)?;
+        let mut s = y.shape().to_vec();
+        s.remove(s.len() - 2);
+        return Ok(y.reshape(&s));
+    }
+    if rb == 1 {
+        let y = matmul_nd(n, a, &b.reshape(&[b.shape()[0], 1]))?;
+        let s = &y.shape()[..y.rank() - 1];
+        return Ok(y.reshape(s));
+    }
+    let same_batch = ra == 3 && rb == 3 && a.shape()[0] == b.shape()[0];
+    if (rb == 2 && (ra == 2 || ra == 3)) || same_batch {
+        return Ok(a.matmul(b));
+    }
+    let (m, k) = (a.shape()[ra - 2], a.shape()[ra - 1]);
+    let nn = b.shape()[rb - 1];
+    let batch_a: Vec<i64> = a.shape()[..ra - 2].iter().map(|&d| d as i64).collect();
+    let batch = broadcast_shape(n, &b.shape()[..rb - 2], &batch_a)?;
+    let bsz: usize = batch.iter().product();
+    let with = |batch: &[usize], x: usize, y: usize| [batch, &[x, y]].concat();
+    let a3 = a.broadcast_to(&with(&batch, m, k)).reshape(&[bsz, m, k]);
+    let y = if rb == 2 {
+        a3.matmul(b)
+    } else {
+        let kb = b.shape()[rb - 2];
+        a3.matmul(
+            &b.broadcast_to(&with(&batch, kb, nn))
+                .reshape(&[bsz, kb, nn]),
+        )
+    };
+    Ok(y.reshape(&with(&batch, m, nn)))
+}
+
+fn build_gemm(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let mut a = req(n, ins, 0)?.clone();
+    let mut b = req(n, ins, 1)?.clone();
+    if attr_i(n, "transA", 0)? != 0 {
+        a = a.transpose(0, 1);
+    }
+    if attr_i(n, "transB", 0)? != 0 {
+        b = b.transpose(0, 1);
+    }
+    let (alpha, beta) = (
+        attr_f(n, "alpha", 1.0)? as f64,
+        attr_f(n, "beta", 1.0)? as f64,
+    );
+    let mut y = a.matmul(&b);
+    if alpha != 1.0 {
+        y = y * alpha;
+    }
+    if let Some(c) = opt(ins, 2) {
+        y = if beta == 1.0 { y + c } else { y + c * beta };
+    }
+    one(y)
+}
+
+/// Pads spatial axes (from axis 2) by `pads` with `value`, where a
+/// window's own padding cannot (uneven, or beyond what the op allows).
+fn pad_spatial(x: &Tensor, pads: &[(usize, usize)], value: f64) -> Tensor {
+    let mut all = vec![(0, 0); 2];
+    all.extend_from_slice(pads);
+    x.pad(&all, value)
+}
+
+fn build_conv(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let (x, w) = (req(n, ins, 0)?, req(n, ins, 1)?);
+    let spatial = w.rank().saturating_sub(2);
+    if !(1..=2).contains(&spatial) || x.rank() != w.rank() {
+        return Err(fail(
+            n,
+            "W",
+            ErrorKind::Unsupported,
+            format!(
+                "weights of rank {} (1-D and 2-D convs are supported)",
+                w.rank()
+            ),
+        ));
+    }
+    let kernel = w.shape()[2..].to_vec();
+    let win = window(n, kernel, Some(&x.shape()[2..]))?;
+    let groups = usize::try_from(attr_i(n, "group", 1)?)
+        .map_err(|_| fail(n, "group", ErrorKind::BadArgument, "negative"))?;
+    // 1-D: one row of a 2-D image.
+    let (x, w, win) = if spatial == 1 {
+        let xs = x.shape();
+        let ws = w.shape();
+        let x2 = x.reshape(&[xs[0], xs[1], 1, xs[2]]);
+        let w2 = w.reshape(&[ws[0], ws[1], 1, ws[2]]);
+        let win2 = Window {
+            kernel: vec![1, win.kernel[0]],
+            strides: vec![1, win.strides[0]],
+            dilations: vec![1, win.dilations[0]],
+            pads: vec![(0, 0), win.pads[0]],
+        };
+        (x2, w2, win2)
+    } else {
+        (x.clone(), w.clone(), win)
+    };
+    let even = win.pads.iter().all(|(a, b)| a == b);
+    let (x, padding) = if even {
+        (x, (win.pads[0].0, win.pads[1].0))
+    } else {
+        (pad_spatial(&x, &win.pads, 0.0), (0, 0))
+    };
+    let opts = Conv2d {
+        stride: (win.strides[0], win.strides[1]),
+        padding,
+        dilation: (win.dilations[0], win.dilations[1]),
+        groups,
+    };
+    let y = x.conv2d_with(&w, opt(ins, 2), opts);
+    if spatial == 1 {
+        let s = y.shape().to_vec();
+        return one(y.reshape(&[s[0], s[1], s[3]]));
+    }
+    one(y)
+}
+
+fn build_pool(n: &Node, _: &Cx, ins: &[Option<Tensor>], max: bool) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let kernel = usizes(
+        n,
+        "kernel_shape",
+        attr_ints(n, "kernel_shape")?.unwrap_or_default(),
+    )?;
+    let spatial = kernel.len();
+    if x.rank() != spatial + 2 {
+        return Err(fail(
+            n,
+            "X",
+            ErrorKind::Shape,
+            format!("rank {} for a {spatial}-D pool", x.rank()),
+        ));
+    }
+    let win = window(n, kernel, Some(&x.shape()[2..]))?;
+    let (x, win) = if spatial == 1 {
+        let xs = x.shape();
+        let win2 = Window {
+            kernel: vec![1, win.kernel[0]],
+            strides: vec![1, win.strides[0]],
+            dilations: vec![1, 1],
+            pads: vec![(0, 0), win.pads[0]],
+        };
+        (x.reshape(&[xs[0], xs[1], 1, xs[2]]), win2)
+    } else {
+        (x.clone(), win)
+    };
+    let count_include_pad = attr_i(n, "count_include_pad", 0)? != 0;
+    // Pool2d pads evenly, at most half the window; max pooling can pad
+    // with -inf first instead (padding never wins).
+    let fits = win
+        .pads
+        .iter()
+        .zip(&win.kernel)
+        .all(|((a, b), k)| a == b && 2 * a <= *k);
+    let (x, padding) = if fits {
+        (x, (win.pads[0].0, win.pads[1].0))
+    } else if max {
+        (pad_spatial(&x, &win.pads, f64::NEG_INFINITY), (0, 0))
+    } else if count_include_pad {
+        (pad_spatial(&x, &win.pads, 0.0), (0, 0))
+    } else {
+        return Err(fail(
+            n,
+            "pads",
+            ErrorKind::Unsupported,
+            "uneven or wide padding with count_include_pad = 0",
+        ));
+    };
+    let opts = Pool2d {
+        kernel: (win.kernel[0], win.kernel[1]),
+        stride: (win.strides[0], win.strides[1]),
+        padding,
+        count_include_pad,
+    };
+    let y = if max {
+        x.max_pool2d_with(opts)
+    } else {
+        x.avg_pool2d_with(opts)
+    };
+    if spatial == 1 {
+        let s = y.shape().to_vec();
+        return one(y.reshape(&[s[0], s[1], s[3]]));
+    }
+    one(y)
+}
+
+fn build_layer_norm(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let gamma = req(n, ins, 1)?;
+    let a = axis(n, "axis", attr_i(n, "axis", -1)?, x.rank())?;
+    let eps = attr_f(n, "epsilon", 1e-5)? as f64;
+    let inner: usize = x.shape()[a..].iter().product();
+    let beta = match opt(ins, 2) {
+        Some(b) => b.reshape(&[inner]),
+        None => Tensor::zeros(&[inner], x.dtype()),
+    };
+    let gamma = gamma.reshape(&[inner]);
+    if a + 1 == x.rank() {
+        return one(x.layer_norm(&gamma, &beta, eps));
+    }
+    let outer = &x.shape()[..a];
+    let flat = x.reshape(&[outer, &[inner]].concat());
+    one(flat.layer_norm(&gamma, &beta, eps).reshape(x.shape()))
+}
+
+fn build_softmax(n: &Node, cx: &Cx, ins: &[Option<Tensor>], log: bool) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let default = if cx.opset < 13 { 1 } else { -1 };
+    let a = axis(n, "axis", attr_i(n, "axis", default)?, x.rank())?;
+    let f = |t: &Tensor, a: isize| {
+        if log {
+            let s = t - t.max(a, true);
+            &s - s.exp().sum(a, true).log()
+        } else {
+            t.softmax(a)
+        }
+    };
+    // Before opset 13 the input is coerced to 2-D at `axis`.
+    if cx.opset < 13 && a + 1 != x.rank() {
+        let (outer, inner): (usize, usize) = (
+            x.shape()[..a].iter().product(),
+            x.shape()[a..].iter().product(),
+        );
+        return one(f(&x.reshape(&[outer, inner]), 1).reshape(x.shape()));
+    }
+    one(f(x, a as isize))
+}
+
+fn build_reshape(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let spec = match attr_ints(n, "shape")? {
+        Some(s) => s,
+        None => ints_of(n, "shape", req(n, ins, 1)?)?,
+    };
+    let allowzero = attr_i(n, "allowzero", 0)? != 0;
+    let mut dims = Vec::with_capacity(spec.len());
+    let mut infer = None;
+    for (i, &d) in spec.iter().enumerate() {
+        dims.push(match d {
+            -1 if infer.is_none() => {
+                infer = Some(i);
+                1
+            }
+            0 if !allowzero => *x
+                .shape()
+                .get(i)
+                .ok_or_else(|| fail(n, "shape", ErrorKind::Shape, "a 0 past the input's rank"))?,
+            d if d >= 0 => d as usize,
+            _ => {
+                return Err(fail(
+                    n,
+                    "shape",
+                    ErrorKind::Shape,
+                    format!("bad shape {spec:?}"),
+                ))
+            }
+        });
+    }
+    if let Some(i) = infer {
+        let known: usize = dims.iter().product();
+        if known == 0 || x.numel() % known != 0 {
+            return Err(fail(
+                n,
+                "shape",
+                ErrorKind::Shape,
+                format!("{:?} cannot take the shape {spec:?}", x.shape()),
+            ));
+        }
+        dims[i] = x.numel() / known;
+    }
+    one(x.reshape(&dims))
+}
+
+fn build_squeeze(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let axes = match ints_param(n, ins, 1, "axes")? {
+        Some(a) => a
+            .iter()
+            .map(|&a| axis(n, "axes", a, x.rank()))
+            .collect::<Result<Vec<_>>>()?,
+        None => (0..x.rank()).filter(|&a| x.shape()[a] == 1).collect(),
+    };
+    let dims: Vec<usize> = (0..x.rank())
+        .filter(|a| !axes.contains(a))
+        .map(|a| x.shape()[a])
+        .collect();
+    one(x.reshape(&dims))
+}
+
+fn build_unsqueeze(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let axes = ints_param(n, ins, 1, "axes")?
+        .ok_or_else(|| fail(n, "axes", ErrorKind::BadArgument, "is required"))?;
+    let r = x.rank() + axes.len();
+    let mut axes = axes
+        .iter()
+        .map(|&a| axis(n, "axes", a, r))
+        .collect::<Result<Vec<_>>>()?;
+    axes.sort_unstable();
+    let mut dims = x.shape().to_vec();
+    for a in axes {
+        dims.insert(a.min(dims.len()), 1);
+    }
+    one(x.reshape(&dims))
+}
+
+fn build_split(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let a = axis(n, "axis", attr_i(n, "axis", 0)?, x.rank())?;
+    let len = x.shape()[a];
+    let outs = n.outputs.len();
+    let sizes = match ints_param(n, ins, 1, "split")? {
+        Some(s) => usizes(n, "split", s)?,
+        None => {
+            let k = usize::try_from(attr_i(n, "num_outputs", outs as i64)?)
+                .unwrap_or(0)
+                .max(1);
+            let each = len.div_ceil(k);
+            (0..k)
+                .map(|i| each.min(len.saturating_sub(i * each)))
+                .collect()
+        }
+    };
+    one_many(x.split(&sizes, a as isize))
+}
+
+fn one_many(v: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    Ok(v)
+}
+
+fn build_slice(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let starts = ints_param(n, ins, 1, "starts")?
+        .ok_or_else(|| fail(n, "starts", ErrorKind::BadArgument, "is required"))?;
+    let ends = ints_param(n, ins, 2, "ends")?
+        .ok_or_else(|| fail(n, "ends", ErrorKind::BadArgument, "is required"))?;
+    let axes = match ints_param(n, ins, 3, "axes")? {
+        Some(a) => a,
+        None => (0..starts.len() as i64).collect(),
+    };
+    if let Some(steps) = opt(ins, 4).map(|t| ints_of(n, "steps", t)).transpose()? {
+        if steps.iter().any(|&s| s != 1) {
+            return Err(fail(
+                n,
+                "steps",
+                ErrorKind::Unsupported,
+                "steps other than 1 are not supported",
+            ));
+        }
+    }
+    if starts.len() != ends.len() || axes.len() != starts.len() {
+        return Err(fail(
+            n,
+            "starts",
+            ErrorKind::BadArgument,
+            "starts, ends and axes differ in length",
+        ));
+    }
+    let mut y = x.clone();
+    let big = |v: i64| v.clamp(isize::MIN as i64 / 2, isize::MAX as i64 / 2) as isize;
+    for ((&s, &e), &a) in starts.iter().zip(&ends).zip(&axes) {
+        let a = axis(n, "axes", a, x.rank())?;
+        let len = x.shape()[a] as isize;
+        // Python's rules, as `slice` has them; an empty range stays empty.
+        let norm = |v: isize| if v < 0 { (v + len).max(0) } else { v.min(len) };
+        let (s, e) = (norm(big(s)), norm(big(e)));
+        if s == 0 && e == len {
+            continue;
+        }
+        y = y.slice(a as isize, s, e.max(s));
+    }
+    one(y)
+}
+
+fn build_gather(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let idx = req(n, ins, 1)?;
+    let a = axis(n, "axis", attr_i(n, "axis", 0)?, x.rank())?;
+    let len = x.shape()[a] as i64;
+    // Known indices may be negative (from the end): normalise them here.
+    let flat = if idx.is_traced() {
+        idx.reshape(&[idx.numel()])
+    } else {
+        let v: Vec<i64> = ints_of(n, "indices", idx)?
+            .into_iter()
+            .map(|i| if i < 0 { i + len } else { i })
+            .collect();
+        let k = v.len();
+        Tensor::from_vec(v, &[k])?
+    };
+    let y = x.index_select(a as isize, &flat);
+    let mut dims = x.shape()[..a].to_vec();
+    dims.extend_from_slice(idx.shape());
+    dims.extend_from_slice(&x.shape()[a + 1..]);
+    one(y.reshape(&dims))
+}
+
+fn build_range(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let start = req(n, ins, 0)?;
+    let dtype = start.dtype();
+    let s = floats_of(n, "start", start)?;
+    let l = floats_of(n, "limit", req(n, ins, 1)?)?;
+    let d = floats_of(n, "delta", req(n, ins, 2)?)?;
+    let (s, l, d) = match (s.as_slice(), l.as_slice(), d.as_slice()) {
+        ([s], [l], [d]) if *d != 0.0 => (*s, *l, *d),
+        _ => {
+            return Err(fail(
+                n,
+                "delta",
+                ErrorKind::BadArgument,
+                "start, limit and delta must be scalars, delta nonzero",
+            ))
+        }
+    };
+    let count = ((l - s) / d).ceil().max(0.0) as usize;
+    let v: Vec<f64> = (0..count).map(|i| s + i as f64 * d).collect();
+    one(Tensor::from_vec(v, &[count])?.cast(dtype))
+}
+
+fn reduce(
+    n: &Node,
+    cx: &Cx,
+    ins: &[Option<Tensor>],
+    f: fn(&Tensor, isize) -> Tensor,
+) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let keep = attr_i(n, "keepdims", 1)? != 0;
+    let _ = cx;
+    let axes = match ints_param(n, ins, 1, "axes")? {
+        Some(a) if !a.is_empty() => a
+            .iter()
+            .map(|&a| axis(n, "axes", a, x.rank()))
+            .collect::<Result<Vec<_>>>()?,
+        _ if attr_i(n, "noop_with_empty_axes", 0)? != 0 => return one(x.clone()),
+        _ => (0..x.rank()).collect(),
+    };
+    let mut y = x.clone();
+    for &a in &axes {
+        y = f(&y, a as isize);
+    }
+    if !keep {
+        let dims: Vec<usize> = (0..x.rank())
+            .filter(|a| !axes.contains(a))
+            .map(|a| y.shape()[a])
+            .collect();
+        y = y.reshape(&dims);
+    }
+    one(y)
+}
+
+fn build_pad(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let r = x.rank();
+    let pads = ints_param(n, ins, 1, "pads")?
+        .ok_or_else(|| fail(n, "pads", ErrorKind::BadArgument, "is required"))?;
+    let value = match (n.attrs.get("value"), opt(ins, 2)) {
+        (Some(_), _) => attr_f(n, "value", 0.0)? as f64,
+        (None, Some(v)) => *floats_of(n, "constant_value", v)?.first().unwrap_or(&0.0),
+        (None, None) => 0.0,
+    };
+    let axes = match opt(ins, 3) {
+        Some(a) => ints_of(n, "axes", a)?
+            .iter()
+            .map(|&a| axis(n, "axes", a, r))
+            .collect::<Result<Vec<_>>>()?,
+        None => (0..r).collect(),
+    };
+    let k = axes.len();
+    if pads.len() != 2 * k || pads.iter().any(|&p| p < 0) {
+        return Err(fail(
+            n,
+            "pads",
+            ErrorKind::Unsupported,
+            "needs 2 non-negative pads per axis (negative pads are not supported)",
+        ));
+    }
+    let mut all = vec![(0, 0); r];
+    for (i, &a) in axes.iter().enumerate() {
+        all[a] = (pads[i] as usize, pads[i + k] as usize);
+    }
+    one(x.pad(&all, value))
+}

@@ -1,0 +1,589 @@
+//! `tilejit::onnx`: small models built with `tilejit_testkit::onnx`, run
+//! on Host, Sim and Verify against f64 references written here, and bad
+//! files and inputs, which must be errors naming what is wrong.
+
+use tilejit::onnx::{self, LoadOptions};
+use tilejit::{with_mode, DType, Error, ErrorKind, RunMode, Tensor};
+use tilejit_testkit::onnx::{self as b, D};
+use tilejit_testkit::TempDir;
+
+const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
+
+fn vals(n: usize, seed: f64) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i as f64 * 0.37 + seed).sin() * 0.9) as f32)
+        .collect()
+}
+
+fn close(got: &[f32], want: &[f64]) {
+    assert_eq!(got.len(), want.len());
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g as f64 - w).abs() <= 1e-5 + 1e-4 * w.abs(),
+            "element {i}: {g} vs {w}"
+        );
+    }
+}
+
+fn run1(model: &onnx::OnnxModel, inputs: &[(&str, &Tensor)], mode: RunMode) -> Tensor {
+    let outs = with_mode(mode, || model.run(inputs)).unwrap();
+    outs.into_iter().next().unwrap().1
+}
+
+fn onnx_err(e: &Error) -> (&str, &str, &str, ErrorKind) {
+    match e {
+        Error::Onnx {
+            node,
+            op,
+            attribute,
+            kind,
+            ..
+        } => (node, op, attribute, *kind),
+        e => panic!("not an ONNX error: {e}"),
+    }
+}
+
+/// MatMul + Add + Relu, then Gemm (transB) + bias: x [2,3] -> [2,2].
+fn mlp() -> Vec<u8> {
+    let (w1, b1, w2, b2) = (vals(12, 0.1), vals(4, 0.2), vals(8, 0.3), vals(2, 0.4));
+    b::encode(&b::model(
+        13,
+        vec![
+            b::node("MatMul", "mm", &["x", "w1"], &["h0"], vec![]),
+            b::node("Add", "add", &["h0", "b1"], &["h1"], vec![]),
+            b::node("Relu", "relu", &["h1"], &["h"], vec![]),
+            b::node(
+                "Gemm",
+                "fc",
+                &["h", "w2", "b2"],
+                &["y"],
+                vec![b::int("transB", 1), b::float("alpha", 0.5)],
+            ),
+        ],
+        vec![b::value("x", b::FLOAT, &[D::S("batch"), D::N(3)])],
+        vec![b::value("y", b::FLOAT, &[D::S("batch"), D::N(2)])],
+        vec![
+            b::f32s("w1", &[3, 4], &w1),
+            b::f32s("b1", &[4], &b1),
+            b::f32s("w2", &[2, 4], &w2),
+            b::f32s("b2", &[2], &b2),
+        ],
+    ))
+}
+
+fn mlp_reference(x: &[f32], rows: usize) -> Vec<f64> {
+    let (w1, b1, w2, b2) = (vals(12, 0.1), vals(4, 0.2), vals(8, 0.3), vals(2, 0.4));
+    let mut y = vec![0.0; rows * 2];
+    for r in 0..rows {
+        let h: Vec<f64> = (0..4)
+            .map(|j| {
+                let s: f64 = (0..3)
+                    .map(|k| x[r * 3 + k] as f64 * w1[k * 4 + j] as f64)
+                    .sum();
+                (s + b1[j] as f64).max(0.0)
+            })
+            .collect();
+        for o in 0..2 {
+            let s: f64 = (0..4).map(|j| h[j] * w2[o * 4 + j] as f64).sum();
+            y[r * 2 + o] = 0.5 * s + b2[o] as f64;
+        }
+    }
+    y
+}
+
+#[test]
+fn mlp_matches_reference_on_every_mode() {
+    let model = onnx::from_bytes(&mlp()).unwrap();
+    assert_eq!(model.inputs()[0].to_string(), "x: f32[batch, 3]");
+    let xv = vals(6, 1.0);
+    let x = Tensor::from_vec(xv.clone(), &[2, 3]).unwrap();
+    for mode in MODES {
+        let y = run1(&model, &[("x", &x)], mode);
+        assert_eq!(y.shape(), &[2, 2]);
+        close(&y.to_vec::<f32>().unwrap(), &mlp_reference(&xv, 2));
+    }
+    // A symbolic batch takes another size: one more trace.
+    let xv = vals(15, 2.0);
+    let x = Tensor::from_vec(xv.clone(), &[5, 3]).unwrap();
+    let y = model.run_positional(&[&x]).unwrap();
+    assert_eq!(y[0].0, "y");
+    close(&y[0].1.to_vec::<f32>().unwrap(), &mlp_reference(&xv, 5));
+}
+
+#[test]
+fn second_call_hits_the_handler_cache_and_weights_can_be_arguments() {
+    let model = onnx::from_bytes(&mlp()).unwrap();
+    let xv = vals(6, 3.0);
+    let x = Tensor::from_vec(xv.clone(), &[2, 3]).unwrap();
+    run1(&model, &[("x", &x)], RunMode::Host);
+    let y = run1(&model, &[("x", &x)], RunMode::Host);
+    let stats = model.function().stats();
+    assert_eq!((stats.builds, stats.hits), (1, 1));
+    close(&y.to_vec::<f32>().unwrap(), &mlp_reference(&xv, 2));
+
+    let mut model = onnx::from_bytes_with(
+        &mlp(),
+        LoadOptions {
+            weights_as_arguments: true,
+        },
+    )
+    .unwrap();
+    model.map_weights(|w| Ok(w.clone())).unwrap();
+    for mode in MODES {
+        let y = run1(&model, &[("x", &x)], mode);
+        close(&y.to_vec::<f32>().unwrap(), &mlp_reference(&xv, 2));
+    }
+    // The program takes the weights as arguments: no constant holds them.
+    let text = model.function().handlers()[0].graph_text();
+    assert!(text.matches("input").count() >= 5, "{text}");
+}
+
+/// Conv (3x3, pad 1, bias) + BatchNormalization + Relu + MaxPool 2x2.
+#[test]
+fn conv_bn_relu_maxpool_matches_reference() {
+    let (c, o, h) = (2usize, 3usize, 5usize);
+    let (w, bias) = (vals(o * c * 9, 0.5), vals(o, 0.6));
+    let (scale, shift, mean) = (vals(o, 0.7), vals(o, 0.8), vals(o, 0.9));
+    let var: Vec<f32> = vals(o, 1.1).iter().map(|v| v.abs() + 0.5).collect();
+    let bytes = b::encode(&b::model(
+        11,
+        vec![
+            b::node(
+                "Conv",
+                "conv",
+                &["x", "w", "bias"],
+                &["c"],
+                vec![
+                    b::ints("pads", &[1, 1, 1, 1]),
+                    b::ints("kernel_shape", &[3, 3]),
+                ],
+            ),
+            b::node(
+                "BatchNormalization",
+                "bn",
+                &["c", "scale", "shift", "mean", "var"],
+                &["n"],
+                vec![b::float("epsilon", 1e-5)],
+            ),
+            b::node("Relu", "relu", &["n"], &["r"], vec![]),
+            b::node(
+                "MaxPool",
+                "pool",
+                &["r"],
+                &["y"],
+                vec![
+                    b::ints("kernel_shape", &[2, 2]),
+                    b::ints("strides", &[2, 2]),
+                ],
+            ),
+        ],
+        vec![b::value(
+            "x",
+            b::FLOAT,
+            &[D::N(1), D::N(2), D::N(5), D::N(5)],
+        )],
+        vec![b::value("y", b::FLOAT, &[])],
+        vec![
+            b::f32s("w", &[3, 2, 3, 3], &w),
+            b::f32s("bias", &[3], &bias),
+            b::f32s("scale", &[3], &scale),
+            b::f32s("shift", &[3], &shift),
+            b::f32s("mean", &[3], &mean),
+            b::f32s("var", &[3], &var),
+        ],
+    ));
+    let xv = vals(c * h * h, 1.3);
+    // The reference: direct convolution with zero padding, then the rest.
+    let mut r = vec![0.0f64; o * h * h];
+    for oc in 0..o {
+        for i in 0..h {
+            for j in 0..h {
+                let mut s = bias[oc] as f64;
+                for ic in 0..c {
+                    for di in 0..3 {
+                        for dj in 0..3 {
+                            let (y, x) =
+                                (i as isize + di as isize - 1, j as isize + dj as isize - 1);
+                            if (0..h as isize).contains(&y) && (0..h as isize).contains(&x) {
+                                s += xv[ic * h * h + y as usize * h + x as usize] as f64
+                                    * w[((oc * c + ic) * 3 + di) * 3 + dj] as f64;
+                            }
+                        }
+                    }
+                }
+                let n = (s - mean[oc] as f64) / (var[oc] as f64 + 1e-5).sqrt() * scale[oc] as f64
+                    + shift[oc] as f64;
+                r[oc * h * h + i * h + j] = n.max(0.0);
+            }
+        }
+    }
+    let mut want = vec![];
+    for oc in 0..o {
+        for i in 0..2 {
+            for j in 0..2 {
+                let m = [(0, 0), (0, 1), (1, 0), (1, 1)]
+                    .iter()
+                    .map(|(a, b)| r[oc * h * h + (2 * i + a) * h + 2 * j + b])
+                    .fold(f64::MIN, f64::max);
+                want.push(m);
+            }
+        }
+    }
+    let model = onnx::from_bytes(&bytes).unwrap();
+    let x = Tensor::from_vec(xv, &[1, 2, 5, 5]).unwrap();
+    for mode in MODES {
+        let y = run1(&model, &[("x", &x)], mode);
+        assert_eq!(y.shape(), &[1, 3, 2, 2]);
+        close(&y.to_vec::<f32>().unwrap(), &want);
+    }
+}
+
+/// Shape -> Gather -> Unsqueeze -> Concat -> Reshape: folded while tracing.
+#[test]
+fn reshape_by_a_shape_subgraph() {
+    let bytes = b::encode(&b::model(
+        13,
+        vec![
+            b::node("Shape", "shape", &["x"], &["s"], vec![]),
+            b::node(
+                "Gather",
+                "first",
+                &["s", "zero"],
+                &["n"],
+                vec![b::int("axis", 0)],
+            ),
+            b::node("Unsqueeze", "unsq", &["n", "zero1"], &["n1"], vec![]),
+            b::node(
+                "Concat",
+                "cat",
+                &["n1", "minus1"],
+                &["target"],
+                vec![b::int("axis", 0)],
+            ),
+            b::node("Reshape", "reshape", &["x", "target"], &["r"], vec![]),
+            b::node("Mul", "twice", &["r", "two"], &["y"], vec![]),
+        ],
+        vec![b::value("x", b::FLOAT, &[D::S("n"), D::N(2), D::N(3)])],
+        vec![b::value("y", b::FLOAT, &[D::S("n"), D::N(6)])],
+        vec![
+            b::i64s("zero", &[], &[0]),
+            b::i64s("zero1", &[1], &[0]),
+            b::i64s("minus1", &[1], &[-1]),
+            b::f32s("two", &[], &[2.0]),
+        ],
+    ));
+    let model = onnx::from_bytes(&bytes).unwrap();
+    let xv = vals(24, 0.0);
+    let x = Tensor::from_vec(xv.clone(), &[4, 2, 3]).unwrap();
+    for mode in MODES {
+        let y = run1(&model, &[("x", &x)], mode);
+        assert_eq!(y.shape(), &[4, 6]);
+        let want: Vec<f64> = xv.iter().map(|&v| 2.0 * v as f64).collect();
+        close(&y.to_vec::<f32>().unwrap(), &want);
+    }
+}
+
+/// Layer norm as torch exports it before opset 17 (ReduceMean, Sub, Pow,
+/// Sqrt, Div, Mul, Add), then Softmax over the last axis.
+#[test]
+fn decomposed_layer_norm_then_softmax() {
+    let (g, bt) = (vals(4, 0.3), vals(4, 0.4));
+    let bytes = b::encode(&b::model(
+        13,
+        vec![
+            b::node(
+                "ReduceMean",
+                "mean",
+                &["x"],
+                &["m"],
+                vec![b::ints("axes", &[-1])],
+            ),
+            b::node("Sub", "center", &["x", "m"], &["d"], vec![]),
+            b::node("Pow", "sq", &["d", "two"], &["d2"], vec![]),
+            b::node(
+                "ReduceMean",
+                "var",
+                &["d2"],
+                &["v"],
+                vec![b::ints("axes", &[-1])],
+            ),
+            b::node("Add", "eps", &["v", "epsilon"], &["ve"], vec![]),
+            b::node("Sqrt", "std", &["ve"], &["s"], vec![]),
+            b::node("Div", "norm", &["d", "s"], &["n"], vec![]),
+            b::node("Mul", "gamma", &["n", "g"], &["ng"], vec![]),
+            b::node("Add", "beta", &["ng", "bt"], &["l"], vec![]),
+            b::node(
+                "Softmax",
+                "softmax",
+                &["l"],
+                &["y"],
+                vec![b::int("axis", -1)],
+            ),
+        ],
+        vec![b::value("x", b::FLOAT, &[D::N(3), D::N(4)])],
+        vec![b::value("y", b::FLOAT, &[D::N(3), D::N(4)])],
+        vec![
+            b::f32s("two", &[], &[2.0]),
+            b::f32s("epsilon", &[], &[1e-5]),
+            b::f32s("g", &[4], &g),
+            b::f32s("bt", &[4], &bt),
+        ],
+    ));
+    let xv = vals(12, 0.7);
+    let x64: Vec<f64> = xv.iter().map(|&v| v as f64).collect();
+    let g64: Vec<f64> = g.iter().map(|&v| v as f64).collect();
+    let b64: Vec<f64> = bt.iter().map(|&v| v as f64).collect();
+    let ln = tilejit_testkit::reference::layer_norm(&x64, &g64, &b64, 4, 1e-5);
+    let want = tilejit_testkit::reference::softmax(&ln, 4);
+    let model = onnx::from_bytes(&bytes).unwrap();
+    let x = Tensor::from_vec(xv, &[3, 4]).unwrap();
+    for mode in MODES {
+        close(
+            &run1(&model, &[("x", &x)], mode).to_vec::<f32>().unwrap(),
+            &want,
+        );
+    }
+}
+
+fn external_model(offset: &str, location: &str) -> Vec<u8> {
+    let mut w = b::f32s("w", &[2, 2], &[]);
+    w.raw_data.clear();
+    w.data_location = protobuf_external();
+    for (k, v) in [("location", location), ("offset", offset), ("length", "16")] {
+        w.external_data.push(b::proto::StringStringEntryProto {
+            key: k.into(),
+            value: v.into(),
+            ..Default::default()
+        });
+    }
+    b::encode(&b::model(
+        13,
+        vec![b::node("MatMul", "mm", &["x", "w"], &["y"], vec![])],
+        vec![b::value("x", b::FLOAT, &[D::N(1), D::N(2)])],
+        vec![b::value("y", b::FLOAT, &[D::N(1), D::N(2)])],
+        vec![w],
+    ))
+}
+
+fn protobuf_external() -> b::protobuf::EnumOrUnknown<b::proto::tensor_proto::DataLocation> {
+    b::protobuf::EnumOrUnknown::new(b::proto::tensor_proto::DataLocation::EXTERNAL)
+}
+
+#[test]
+fn external_data_is_read_and_checked() {
+    let dir = TempDir::new("onnx-external");
+    // 8 bytes of padding, then [[1, 2], [3, 4]].
+    let mut data = vec![0u8; 8];
+    data.extend([1.0f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()));
+    std::fs::write(dir.join("model.onnx.data"), &data).unwrap();
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, external_model("8", "model.onnx.data")).unwrap();
+    let model = onnx::load(&path).unwrap();
+    let x = Tensor::from_vec(vec![1.0f32, 1.0], &[1, 2]).unwrap();
+    assert_eq!(
+        run1(&model, &[("x", &x)], RunMode::Host)
+            .to_vec::<f32>()
+            .unwrap(),
+        [4.0, 6.0]
+    );
+
+    // Past the file's end, an overflowing offset, a path out of the
+    // directory, a missing file, and no directory at all: errors.
+    for (offset, location, says) in [
+        ("16", "model.onnx.data", "past its end"),
+        ("18446744073709551615", "model.onnx.data", "overflows"),
+        ("0", "../model.onnx.data", "relative path"),
+        ("0", "/etc/passwd", "relative path"),
+        ("0", "absent.data", "absent.data"),
+    ] {
+        std::fs::write(&path, external_model(offset, location)).unwrap();
+        let e = onnx::load(&path).err().unwrap();
+        assert!(e.to_string().contains(says), "{e}");
+        assert_eq!(onnx_err(&e).2, "initializer w");
+    }
+    let e = onnx::from_bytes(&external_model("8", "model.onnx.data"))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("no directory"), "{e}");
+}
+
+#[test]
+fn damaged_files_are_errors() {
+    let bytes = mlp();
+    for cut in [1, bytes.len() / 3, bytes.len() / 2, bytes.len() - 1] {
+        let e = onnx::from_bytes(&bytes[..cut]).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::BadArgument, "{e}");
+    }
+    assert!(onnx::from_bytes(b"not a model at all").is_err());
+    let e = onnx::load("/nonexistent/model.onnx").err().unwrap();
+    assert!(matches!(e, Error::File { .. }), "{e}");
+    // A raw-data length that does not fit the shape.
+    let mut m = b::model(
+        13,
+        vec![b::node("Relu", "r", &["w"], &["y"], vec![])],
+        vec![],
+        vec![b::value("y", b::FLOAT, &[])],
+        vec![b::f32s("w", &[3], &[1.0, 2.0])],
+    );
+    let e = onnx::from_bytes(&b::encode(&m)).err().unwrap();
+    assert!(e.to_string().contains("raw data holds 8 bytes"), "{e}");
+    // An opset older than 7.
+    m.opset_import[0].version = 6;
+    let e = onnx::from_bytes(&b::encode(&m)).err().unwrap();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+}
+
+fn one_node(node: b::proto::NodeProto, inits: Vec<b::proto::TensorProto>) -> Vec<u8> {
+    b::encode(&b::model(
+        13,
+        vec![node],
+        vec![b::value(
+            "x",
+            b::FLOAT,
+            &[D::N(1), D::N(1), D::N(4), D::N(4)],
+        )],
+        vec![b::value("y", b::FLOAT, &[])],
+        inits,
+    ))
+}
+
+#[test]
+fn unsupported_ops_attributes_and_dtypes_fail_at_load_naming_them() {
+    let e = onnx::from_bytes(&one_node(
+        b::node("FancyOp", "mystery", &["x"], &["y"], vec![]),
+        vec![],
+    ))
+    .err()
+    .unwrap();
+    assert_eq!(
+        onnx_err(&e),
+        ("mystery", "FancyOp", "", ErrorKind::Unsupported)
+    );
+    assert!(e.to_string().contains("node `mystery` (FancyOp)"), "{e}");
+
+    let e = onnx::from_bytes(&one_node(
+        b::node("Relu", "r", &["x"], &["y"], vec![b::int("bogus", 1)]),
+        vec![],
+    ))
+    .err()
+    .unwrap();
+    assert_eq!(onnx_err(&e), ("r", "Relu", "bogus", ErrorKind::Unsupported));
+
+    let pad = b::node(
+        "Pad",
+        "pad",
+        &["x", "p"],
+        &["y"],
+        vec![b::string("mode", "reflect")],
+    );
+    let e = onnx::from_bytes(&one_node(pad, vec![b::i64s("p", &[8], &[0; 8])]))
+        .err()
+        .unwrap();
+    assert_eq!(onnx_err(&e), ("pad", "Pad", "mode", ErrorKind::Unsupported));
+
+    let pool = b::node(
+        "MaxPool",
+        "p",
+        &["x"],
+        &["y"],
+        vec![b::ints("kernel_shape", &[2, 2]), b::int("ceil_mode", 1)],
+    );
+    let e = onnx::from_bytes(&one_node(pool, vec![])).err().unwrap();
+    assert_eq!(onnx_err(&e).2, "ceil_mode");
+
+    let cast = b::node(
+        "Cast",
+        "c",
+        &["x"],
+        &["y"],
+        vec![b::int("to", b::UINT16 as i64)],
+    );
+    let e = onnx::from_bytes(&one_node(cast, vec![])).err().unwrap();
+    assert_eq!(onnx_err(&e), ("c", "Cast", "to", ErrorKind::Unsupported));
+    assert!(e.to_string().contains("uint16"), "{e}");
+
+    let slice = b::node(
+        "Slice",
+        "s",
+        &["x", "st", "en", "ax", "step"],
+        &["y"],
+        vec![],
+    );
+    let inits = vec![
+        b::i64s("st", &[1], &[0]),
+        b::i64s("en", &[1], &[4]),
+        b::i64s("ax", &[1], &[2]),
+        b::i64s("step", &[1], &[2]),
+    ];
+    let e = onnx::from_bytes(&one_node(slice, inits)).err().unwrap();
+    assert_eq!(
+        onnx_err(&e),
+        ("s", "Slice", "steps", ErrorKind::Unsupported)
+    );
+
+    // `info` reads the model anyway and says which ops fail.
+    let dir = TempDir::new("onnx-info");
+    let path = dir.join("m.onnx");
+    std::fs::write(
+        &path,
+        one_node(
+            b::node("FancyOp", "mystery", &["x"], &["y"], vec![]),
+            vec![],
+        ),
+    )
+    .unwrap();
+    let info = onnx::info(&path).unwrap();
+    assert_eq!(info.opset, 13);
+    assert_eq!(info.ops.len(), 1);
+    assert!(info.ops[0].problem.as_deref().unwrap().contains("FancyOp"));
+}
+
+#[test]
+fn a_missing_value_fails_at_load_naming_node_and_input() {
+    let bytes = one_node(
+        b::node("Add", "sum", &["x", "nowhere"], &["y"], vec![]),
+        vec![],
+    );
+    let e = onnx::from_bytes(&bytes).err().unwrap();
+    assert_eq!(
+        onnx_err(&e),
+        ("sum", "Add", "nowhere", ErrorKind::BadArgument)
+    );
+}
+
+#[test]
+fn wrong_inputs_at_run_are_errors() {
+    let model = onnx::from_bytes(&mlp()).unwrap();
+    let good = Tensor::ones(&[2, 3], DType::F32);
+    type Case<'a> = (Vec<(&'a str, Tensor)>, &'a str, ErrorKind);
+    let cases: Vec<Case> = vec![
+        (vec![], "x", ErrorKind::BadArgument),
+        (
+            vec![("x", good.clone()), ("z", good.clone())],
+            "z",
+            ErrorKind::BadArgument,
+        ),
+        (
+            vec![("x", Tensor::ones(&[2, 4], DType::F32))],
+            "x",
+            ErrorKind::Shape,
+        ),
+        (
+            vec![("x", Tensor::ones(&[2, 3, 1], DType::F32))],
+            "x",
+            ErrorKind::Shape,
+        ),
+        (
+            vec![("x", Tensor::ones(&[2, 3], DType::F64))],
+            "x",
+            ErrorKind::DType,
+        ),
+    ];
+    for (inputs, attr, kind) in cases {
+        let refs: Vec<(&str, &Tensor)> = inputs.iter().map(|(n, t)| (*n, t)).collect();
+        let e = model.run(&refs).err().unwrap();
+        let (_, _, a, k) = onnx_err(&e);
+        assert_eq!((a, k), (attr, kind), "{e}");
+    }
+    assert!(model.run_positional(&[]).is_err());
+}
