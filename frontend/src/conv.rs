@@ -178,6 +178,75 @@ fn windows(
     Ok((cols, oh, ow))
 }
 
+/// Windows of at most this many taps pool tap by tap ([`tap_pool`]);
+/// larger ones gather their windows and reduce them.
+const MAX_TAPS: usize = 16;
+
+/// `reduce` (max or sum) over each window of `win` on `x` (`[n, c, h, w]`)
+/// as `[n, c, oh * ow]`, tap by tap: each tap is a gather of one element
+/// per output position (a constant index into the flattened image, `pad`
+/// where the tap falls in the padding), combined elementwise, so the
+/// whole pooling fuses into one kernel that never writes the windows.
+fn tap_pool(
+    g: &mut Graph,
+    op: &'static str,
+    x: NodeId,
+    win: Window,
+    pad: Lit,
+    reduce: ReduceOp,
+) -> Result<(NodeId, usize, usize), IrError> {
+    let s = g.ty(x).shape;
+    let (n, c, h, w) = (s[0], s[1], s[2], s[3]);
+    let (oh, ow) = fits(op, s, &win)?;
+    let p = oh * ow;
+    let combine = match reduce {
+        ReduceOp::Max => tilejit_ir::BinaryOp::Max,
+        ReduceOp::Sum => tilejit_ir::BinaryOp::Add,
+        _ => return Err(IrError::Verify(format!("{op}: no tap-wise {reduce:?}"))),
+    };
+    let flat = g.add(Op::Reshape(x, Shape::new(&[n, c, h * w])?))?;
+    let one = Shape::new(&[1, 1, p])?;
+    let full = Shape::new(&[n, c, p])?;
+    let mut acc = None;
+    for i in 0..win.kh as usize {
+        for j in 0..win.kw as usize {
+            let (mut idx, mut inside) = (with_capacity(p)?, with_capacity(p)?);
+            for y in 0..oh {
+                for xx in 0..ow {
+                    // A tap in the padding reads element 0 and is masked.
+                    let at = win.tap((y, xx), (i, j)).filter(|&(r, q)| r < h && q < w);
+                    idx.push(at.map_or(0, |(r, q)| (r * w + q) as i64));
+                    inside.push(at.is_some());
+                }
+            }
+            let ty = tilejit_ir::TensorType {
+                dtype: g.ty(x).dtype,
+                shape: full,
+            };
+            let tap = if !inside.contains(&true) {
+                g.add(Op::Full { value: pad, ty })?
+            } else {
+                let ix = g.add_constant(Array::new(one, Buffer::I64(idx))?);
+                let ix = g.add(Op::Broadcast(ix, full))?;
+                let mut tap = g.add(Op::Gather(flat, ix, 2))?;
+                if inside.contains(&false) {
+                    let mask = g.add_constant(Array::new(one, Buffer::Bool(inside))?);
+                    let mask = g.add(Op::Broadcast(mask, full))?;
+                    let fill = g.add(Op::Full { value: pad, ty })?;
+                    tap = g.add(Op::Select(mask, tap, fill))?;
+                }
+                tap
+            };
+            acc = Some(match acc {
+                None => tap,
+                Some(a) => g.add(Op::Binary(combine, a, tap))?,
+            });
+        }
+    }
+    let acc = acc.ok_or_else(|| IrError::Verify(format!("{op}: an empty window")))?;
+    Ok((acc, oh, ow))
+}
+
 /// Checks that `x` is an `[n, c, h, w]` image.
 fn image(op: &'static str, g: &Graph, x: NodeId) -> Result<(), IrError> {
     let s = g.ty(x).shape;
@@ -243,8 +312,16 @@ fn pool(t: &Tensor, op: &'static str, opts: Pool2d, reduce: ReduceOp, location: 
         } else {
             lowest(dtype)
         };
-        let (cols, oh, ow) = windows(g, op, ids[0], win, pad_value)?;
-        let r = g.add(Op::Reduce(reduce, cols, Axes::from_axes(&[3])))?;
+        let (r, oh, ow) = if win.size() <= MAX_TAPS && dtype != DType::Bool {
+            tap_pool(g, op, ids[0], win, pad_value, reduce)?
+        } else {
+            let (cols, oh, ow) = windows(g, op, ids[0], win, pad_value)?;
+            (
+                g.add(Op::Reduce(reduce, cols, Axes::from_axes(&[3])))?,
+                oh,
+                ow,
+            )
+        };
         let mut out = g.add(Op::Reshape(r, Shape::new(&[s[0], s[1], oh, ow])?))?;
         if avg {
             let ty = g.ty(out);
@@ -327,9 +404,11 @@ fn conv2d(
     let y = if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
         // One GEMM over the windows, read in place (on Sim, the cube's
         // `ldl1c`): no copy of the windows.
+        // The NHWC product permuted to NCHW: bias, residual and ReLU
+        // after it fuse into the convolution's kernel, one pass over the
+        // product.
         let y = g.add(Op::Conv(x, wt, win))?;
-        let y = g.add(Op::Permute(y, Perm::new(&[0, 2, 1])?))?;
-        g.add(Op::Reshape(y, Shape::new(&[n, o, oh, ow])?))?
+        g.add(Op::Permute(y, Perm::new(&[0, 3, 1, 2])?))?
     } else {
         // Other dtypes (the cube's are floats): the windows gathered,
         // then a matmul.

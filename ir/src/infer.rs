@@ -306,7 +306,7 @@ fn unary_dtype_ok(u: UnaryOp, d: DType) -> Result<(), IrError> {
     })
 }
 
-/// `[n, c, h, w]` by `[c*kh*kw, o]` gives `[n, oh*ow, o]` (see [`Op::Conv`]).
+/// `[n, c, h, w]` by `[c*kh*kw, o]` gives `[n, oh, ow, o]` (see [`Op::Conv`]).
 fn conv_type(
     x: TensorType,
     w: TensorType,
@@ -355,10 +355,10 @@ fn conv_type(
             win.kw
         )));
     }
-    let p = oh
-        .checked_mul(ow)
-        .ok_or_else(|| bad("too many windows".into()))?;
-    checked(TensorType::new(x.dtype, Shape::new(&[n, p, w.shape[1]])?))
+    checked(TensorType::new(
+        x.dtype,
+        Shape::new(&[n, oh, ow, w.shape[1]])?,
+    ))
 }
 
 fn matmul_type(a: TensorType, b: TensorType) -> Result<TensorType, IrError> {

@@ -180,8 +180,11 @@ fn conv(x: &Tensor, c: &ConvBn) -> Tensor {
 /// The stem's 3x3, stride-2 max pool with one row and column of -inf
 /// padding on each side (torch's `MaxPool2d(3, 2, 1)`).
 fn max_pool_3x3_s2_p1(x: &Tensor) -> Tensor {
-    x.pad(&[(0, 0), (0, 0), (1, 1), (1, 1)], f64::NEG_INFINITY)
-        .max_pool2d(3, 2)
+    x.max_pool2d_with(Pool2d {
+        stride: (2, 2),
+        padding: (1, 1),
+        ..Pool2d::new((3, 3))
+    })
 }
 
 /// The class logits (`[n, classes]`) of NCHW images (`[n, 3, h, w]`).

@@ -187,6 +187,7 @@ pub(super) fn compile_matmul(
         b: gb,
         im2col: mm.im2col.is_some(),
         strided: [mm.view_a(), mm.view_b()].map(|v| v.strides[2] != 1),
+        weights_transposed: mm.im2col.is_some() && mm.b_view.is_some(),
     };
     b.movi(KSTEP, 0);
     cx.emit(&mut b, 0);
@@ -260,6 +261,10 @@ struct KStep {
     /// A's and B's column strides are not 1: their panels are gathered
     /// element by element (`ldl1x`), not row by row (`ldl1`).
     strided: [bool; 2],
+    /// A convolution's weights are an `[n, k]` buffer read transposed
+    /// (row stride 1, column stride k; the only view verification lets a
+    /// convolution's `b` take).
+    weights_transposed: bool,
 }
 
 impl KStep {
@@ -272,7 +277,13 @@ impl KStep {
         let (a_l1, b_l1, zero) = (Addr::new(0), self.b_addr(), Addr::new(0));
         // Valid K of this step: min(TK, k - KSTEP*TK).
         b.mul(VK, KSTEP, neg(TK)).add(VK, VK, K).min(VK, VK, TK);
-        if self.im2col {
+        if self.weights_transposed {
+            // Element (KSTEP*TK, NT*TN) of the transposed weights.
+            b.mul(OFF_B, KSTEP, TK as i64)
+                .mul(T, NT, TN as i64)
+                .mul(T, T, K)
+                .add(OFF_B, OFF_B, T);
+        } else if self.im2col {
             b.mul(OFF_B, BATCH, B_BATCH)
                 .mul(T, KSTEP, B_STEP)
                 .add(OFF_B, OFF_B, T);
@@ -302,7 +313,13 @@ impl KStep {
                 .mul(T, MT, TM as i64)
                 .mul(COL, KSTEP, TK as i64);
             b.ldl1c(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, T, COL, GEOM);
-            b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, N);
+            if self.weights_transposed {
+                // `T` is free again: the row stride 1, the column stride k.
+                b.movi(T, 1);
+                b.ldl1x(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, T, K);
+            } else {
+                b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, N);
+            }
         } else {
             use cube::{A_CS, A_RS, B_CS, B_RS};
             if self.strided[0] {

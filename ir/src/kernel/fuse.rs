@@ -225,6 +225,30 @@ fn unit_reshape(from: &Shape, to: &Shape) -> Option<Vec<Option<usize>>> {
     Some(out)
 }
 
+/// The view a convolution reads its `[k, n]` weights through, given
+/// their view of a buffer: `Some(None)` for the buffer itself,
+/// `Some(Some(transpose))` for an `[n, k]` buffer read transposed (the
+/// only strided form the device's `ldl1c` path loads), `None` for any
+/// other view (the weights are then materialised).
+fn conv_weight_view(shape: &[usize], strides: &[i64], offset: i64) -> Option<Option<MatView>> {
+    let &[k, n] = shape else {
+        return None;
+    };
+    let (k, n) = (k as i64, n as i64);
+    // A size-1 dim's stride is never used.
+    let same = |s: i64, want: i64, len: i64| len == 1 || s == want;
+    if offset != 0 {
+        return None;
+    }
+    if same(strides[0], n, k) && same(strides[1], 1, n) {
+        return Some(None);
+    }
+    if same(strides[0], 1, k) && same(strides[1], k, n) {
+        return Some(Some(MatView::conv_weights_transposed(k as usize)));
+    }
+    None
+}
+
 struct Fuser<'g> {
     g: &'g Graph,
     users: Vec<Vec<NodeId>>,
@@ -375,10 +399,9 @@ impl<'g> Fuser<'g> {
                     self.plan_product(id);
                 }
                 Op::Conv(a, b, _) => {
-                    for x in [a, b] {
-                        let s = self.view_source(x);
-                        self.materialized[s.index()] = true;
-                    }
+                    let s = self.view_source(a);
+                    self.materialized[s.index()] = true;
+                    self.plan_conv_weights(b);
                     self.plan_product(id);
                 }
                 Op::Concat(..) if !self.absorbed(id) => self.materialized[id.index()] = true,
@@ -541,6 +564,25 @@ impl<'g> Fuser<'g> {
             }
             self.materialized[n.index()] = true;
         }
+    }
+
+    /// A convolution's weights `w` (`[k, n]`) are read in place when they
+    /// are a buffer or its transpose (OIHW weights as `[o, k]`, permuted:
+    /// no copy per call); anything else is materialised as `w` itself.
+    fn plan_conv_weights(&mut self, w: NodeId) {
+        let has_buf = |n: NodeId| self.materialized[n.index()] || self.is_source(n);
+        if let Ok((_, shape, strides, offset)) = self.operand_view(w, &has_buf) {
+            if conv_weight_view(&shape, &strides, offset).is_some() {
+                return;
+            }
+        }
+        let s = self.view_source(w);
+        let w = if self.is_source(s) || self.materialized[s.index()] {
+            w
+        } else {
+            s
+        };
+        self.materialized[w.index()] = true;
     }
 
     /// The buffer node matmul operand `x` reads and the view it reads it
@@ -850,13 +892,23 @@ impl<'g> Fuser<'g> {
             self.buffer_of[s.index()].ok_or(Stop::Materialize(s))
         };
         let (sx, sw) = (self.g.ty(x).shape, self.g.ty(w).shape);
+        let has_buf = |n: NodeId| self.buffer_of[n.index()].is_some();
+        let (b, b_view) = match self.operand_view(w, &has_buf) {
+            Ok((base, shape, strides, offset)) => {
+                let view =
+                    conv_weight_view(&shape, &strides, offset).ok_or(Stop::Materialize(w))?;
+                let b = self.buffer_of[base.index()].ok_or(Stop::Materialize(base))?;
+                (b, view)
+            }
+            Err(n) => return Err(Stop::Materialize(n)),
+        };
         Ok(MatMul {
             a: buf(x)?,
-            b: buf(w)?,
+            b,
             out,
             batch: sx[0],
             a_view: None,
-            b_view: None,
+            b_view,
             m: window.out(sx[2], sx[3]).map_or(0, |(oh, ow)| oh * ow),
             k: sw[0],
             n: sw[1],

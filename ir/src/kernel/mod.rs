@@ -235,6 +235,16 @@ impl MatView {
         }
     }
 
+    /// A convolution's `[k, n]` weights read from an `[n, k]` buffer (OIHW
+    /// weights as `[o, c*kh*kw]`), transposed in place and shared by every
+    /// image (batch stride 0): the one view a convolution's `b` takes.
+    pub fn conv_weights_transposed(k: usize) -> MatView {
+        MatView {
+            offset: 0,
+            strides: [0, 1, k as i64],
+        }
+    }
+
     /// The lowest and highest element read for `[batch, rows, cols]`, or
     /// `None` when nothing is read (a zero dim). Computed in `i128` so no
     /// size from text can overflow.

@@ -737,8 +737,8 @@ kernels {
         let src = "graph {
   %0 = input 0 : f32[2,3,7,9]
   %1 = input 1 : f32[27,4]
-  %2 = conv %0, %1 window=[3, 3, 2, 1] : f32[2,20,4]
-  %3 = relu %2 : f32[2,20,4]
+  %2 = conv %0, %1 window=[3, 3, 2, 1] : f32[2,4,5,4]
+  %3 = relu %2 : f32[2,4,5,4]
   return %3
 }
 ";
@@ -765,6 +765,24 @@ kernels {
             let e = crate::text::parse(&text).unwrap_err().to_string();
             assert!(e.contains(want), "{op}: {e}");
         }
+        // OIHW weights `[4, 27]` transposed are read in place (the one
+        // view a convolution takes); another view is refused.
+        let transposed = src.replace(
+            "%1 = input 1 : f32[27,4]",
+            "%9 = input 1 : f32[4,27]\n  %1 = permute %9 perm=[1, 0] : f32[27,4]",
+        );
+        let p = fuse(&crate::text::parse(&transposed).unwrap()).unwrap();
+        let text = p.to_string();
+        assert!(text.contains("b_view=[0,0,1,27]"), "{text}");
+        assert_eq!(p.kernels.len(), 1, "{text}");
+        assert_eq!(parse_program(&text).unwrap(), p);
+        let e = parse_program(&text.replace("b_view=[0,0,1,27]", "b_view=[0,0,1,26]"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no operand view but its weights transposed"),
+            "{e}"
+        );
         let ints = src.replace("f32", "i32");
         let e = crate::text::parse(&ints).unwrap_err().to_string();
         assert!(e.contains("f32, f16 or bf16"), "{e}");
@@ -774,7 +792,7 @@ kernels {
         let general = "graph {
   %0 = input 0 : f32[2,4,7,9]
   %1 = input 1 : f32[18,4]
-  %2 = conv %0, %1 window=[3, 3, 2, 1, 1, 0, 2, 0, 2, 1, 2] : f32[2,21,4]
+  %2 = conv %0, %1 window=[3, 3, 2, 1, 1, 0, 2, 0, 2, 1, 2] : f32[2,3,7,4]
   return %2
 }
 ";

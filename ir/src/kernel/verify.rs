@@ -130,10 +130,16 @@ fn verify_matmul(p: &KernelProgram, k: &Kernel, m: &MatMul, nbuf: u32) -> Result
             .checked_numel()
             .is_some_and(|len| v.fits([m.batch, x, y], len)),
     };
-    if m.im2col.is_some() && (m.a_view.is_some() || m.b_view.is_some()) {
+    if m.im2col.is_some()
+        && (m.a_view.is_some()
+            || m.b_view
+                .is_some_and(|v| v != super::MatView::conv_weights_transposed(m.k)))
+    {
         return Err(bad(
             k,
-            "a convolution's matmul reads no operand views".into(),
+            "a convolution's matmul reads no operand view but its weights transposed \
+             (b_view=[0,0,1,k])"
+                .into(),
         ));
     }
     let operands_fit = match &m.im2col {

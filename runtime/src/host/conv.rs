@@ -102,12 +102,15 @@ fn conv_image(
     let (ng, cg, plane) = (n / groups, ic.group_channels(), ic.h * ic.w);
     let direct = win.size() == 1 && win.stride == (1, 1) && win.pad == [0; 4];
     let gemm = |a: &[f32], av: GemmView, out: &mut [f32], gi: usize| {
+        // The weights in place: `[k, n]`, or an `[n, k]` buffer read
+        // transposed (verified: no other view reaches here).
+        let [_, rs, cs] = mm.view_b().strides.map(|s| s.unsigned_abs() as usize);
         let bv = GemmView {
-            offset: gi * ng,
+            offset: gi * ng * cs,
             rows: k,
             cols: ng,
-            row_stride: n,
-            col_stride: 1,
+            row_stride: rs,
+            col_stride: cs,
         };
         let ov = GemmView {
             offset: gi * ng,

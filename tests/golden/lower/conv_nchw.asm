@@ -1,9 +1,9 @@
 ; fusion/conv_nchw.kernels compiled for the simulated device (device::compile, default config).
 ; To rewrite: BLESS=1 cargo test -p tilejit-tests lowering_golden
 
-; kernel 0: conv (class Rows { double: true })
+; kernel 0: fused_conv_add (class Rows { double: true })
 ; core function 0: units CubeTiles, tile 1, buffers [b0,b1,b2], workspace []
-.kernel mm_conv aic
+.kernel mm_fused_conv_add aic
 .gm a f32 [] in
 .gm b f32 [] in
 .gm c f32 [] out
@@ -27,11 +27,15 @@
 .arg s15 0
 .arg s16 0
 .arg s17 0
+.arg s18 0
+.arg s19 0
+.arg s20 0
+.arg s21 0
     ldarg r0, 0
     ldarg r1, 1
-    ldarg r13, 14
-    ldarg r14, 15
-    ldarg r15, 16
+    ldarg r13, 18
+    ldarg r14, 19
+    ldarg r15, 20
     add r16, r13, 63
     div r16, r16, 64
     max r16, r16, 1
@@ -46,9 +50,9 @@
     mul r22, r15, 64
     mul r23, r14, 64
     mul r24, r15, 64
-    ldarg r25, 17
-    ldarg r26, 18
-    ldarg r27, 19
+    ldarg r25, 21
+    ldarg r26, 22
+    ldarg r27, 23
     movi r28, 3
     movi r29, 3
     movi r30, 1
@@ -77,16 +81,16 @@ L29:
     mul r8, r7, -64
     add r8, r8, r14
     min r8, r8, 64
-    mul r10, r2, r21
-    mul r12, r7, r24
-    add r10, r10, r12
+    mul r10, r7, 64
     mul r12, r4, 64
+    mul r12, r12, r14
     add r10, r10, r12
     mul r9, r2, r20
     mul r12, r3, 64
     mul r23, r7, 64
     ldl1c f32, 64x64, r5, r8, @0x0, a, r9, r12, r23, r25
-    ldl1 f32, 64x64, r8, r6, @0x4000, b, r10, r15
+    movi r12, 1
+    ldl1x f32, 64x64, r8, r6, @0x4000, b, r10, r12, r14
     setf mte2, mte1, 0
     waitf mte2, mte1, 0
     mvl0a f32, 64x64, @0x0, @0x0
@@ -101,16 +105,16 @@ L68:
     mul r8, r7, -64
     add r8, r8, r14
     min r8, r8, 64
-    mul r10, r2, r21
-    mul r12, r7, r24
-    add r10, r10, r12
+    mul r10, r7, 64
     mul r12, r4, 64
+    mul r12, r12, r14
     add r10, r10, r12
     mul r9, r2, r20
     mul r12, r3, 64
     mul r23, r7, 64
     ldl1c f32, 64x64, r5, r8, @0x0, a, r9, r12, r23, r25
-    ldl1 f32, 64x64, r8, r6, @0x4000, b, r10, r15
+    movi r12, 1
+    ldl1x f32, 64x64, r8, r6, @0x4000, b, r10, r12, r14
     setf mte2, mte1, 0
     waitf mte2, mte1, 0
     mvl0a f32, 64x64, @0x0, @0x0
@@ -130,10 +134,11 @@ L92:
     jmp L29
 L98:
     end
-; core function 1: units Kernel, tile 1, buffers [b2,b3], workspace []
-.kernel k_conv aiv
-.gm b0_3 f32 [] inout
+; core function 1: units Kernel, tile 1, buffers [b2,b3,b4], workspace []
+.kernel k_fused_conv_add aiv
+.gm b0_4 f32 [] inout
 .gm b1_2 f32 [] inout
+.gm b2_3 f32 [] inout
 .arg lo 0
 .arg hi 0
 .arg s0 0
@@ -154,16 +159,21 @@ L98:
 .arg s15 0
 .arg s16 0
 .arg s17 0
+.arg s18 0
+.arg s19 0
+.arg s20 0
+.arg s21 0
     ldarg r0, 0
     ldarg r1, 1
     setf mte3, mte2, 0
     setf mte3, mte2, 1
 L4:
-    bge r0, r1, L69
+    bge r0, r1, L89
     ldarg r2, 4
     max r27, r2, 1
-    ldarg r5, 11
-    ldarg r6, 12
+    ldarg r5, 14
+    ldarg r6, 15
+    ldarg r7, 16
     mov r3, r0
     ldarg r31, 3
     max r31, r31, 1
@@ -175,27 +185,37 @@ L4:
     ldarg r31, 9
     mul r31, r4, r31
     add r6, r6, r31
+    ldarg r31, 12
+    mul r31, r4, r31
+    add r7, r7, r31
     ldarg r31, 5
     mul r31, r3, r31
     add r5, r5, r31
     ldarg r31, 8
     mul r31, r3, r31
     add r6, r6, r31
+    ldarg r31, 11
+    mul r31, r3, r31
+    add r7, r7, r31
     waitf mte3, mte2, 0
     ldarg r31, 7
-    ldx f32, 1x24536, 1, r2, @0x0, b0_3, r5, 0, r31
+    ldx f32, 1x8176, 1, r2, @0x0, b0_4, r5, 0, r31
+    ld f32, 1x1, 1, 1, @0x17f60, b1_2, r6, 0
     setf mte2, v, 0
     waitf mte2, v, 0
+    vbcast f32, 1x8176, 1, r2, @0x7fc0, @0x17f60
+    vadd f32, 1x8176, 1, r27, @0xff80, @0x0, @0x7fc0
     setf v, mte3, 0
     waitf v, mte3, 0
-    st f32, 1x24536, 1, r2, b1_2, r6, 0, @0x0
+    st f32, 1x8176, 1, r2, b2_3, r7, 0, @0xff80
     setf mte3, mte2, 0
     add r0, r0, 1
-    bge r0, r1, L69
+    bge r0, r1, L89
     ldarg r2, 4
     max r27, r2, 1
-    ldarg r5, 11
-    ldarg r6, 12
+    ldarg r5, 14
+    ldarg r6, 15
+    ldarg r7, 16
     mov r3, r0
     ldarg r31, 3
     max r31, r31, 1
@@ -207,24 +227,33 @@ L4:
     ldarg r31, 9
     mul r31, r4, r31
     add r6, r6, r31
+    ldarg r31, 12
+    mul r31, r4, r31
+    add r7, r7, r31
     ldarg r31, 5
     mul r31, r3, r31
     add r5, r5, r31
     ldarg r31, 8
     mul r31, r3, r31
     add r6, r6, r31
+    ldarg r31, 11
+    mul r31, r3, r31
+    add r7, r7, r31
     waitf mte3, mte2, 1
     ldarg r31, 7
-    ldx f32, 1x24536, 1, r2, @0x18000, b0_3, r5, 0, r31
+    ldx f32, 1x8176, 1, r2, @0x18000, b0_4, r5, 0, r31
+    ld f32, 1x1, 1, 1, @0x2ff60, b1_2, r6, 0
     setf mte2, v, 1
     waitf mte2, v, 1
+    vbcast f32, 1x8176, 1, r2, @0x1ffc0, @0x2ff60
+    vadd f32, 1x8176, 1, r27, @0x27f80, @0x18000, @0x1ffc0
     setf v, mte3, 1
     waitf v, mte3, 1
-    st f32, 1x24536, 1, r2, b1_2, r6, 0, @0x18000
+    st f32, 1x8176, 1, r2, b2_3, r7, 0, @0x27f80
     setf mte3, mte2, 1
     add r0, r0, 1
     jmp L4
-L69:
+L89:
     waitf mte3, mte2, 0
     waitf mte3, mte2, 1
     end
