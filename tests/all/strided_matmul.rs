@@ -205,6 +205,68 @@ fn batched_permuted_and_broadcast_operands_agree_in_every_mode() {
     assert_none(failures);
 }
 
+/// (m, k, n) for products of a few rows (the matrix-vector path): k and n
+/// off the vector width, a single column, and sizes large enough that the
+/// columns split over threads.
+const ROW_SIZES: [(usize, usize, usize); 8] = [
+    (1, 37, 53),
+    (2, 19, 35),
+    (4, 67, 17),
+    (3, 5, 1),
+    (1, 1, 7),
+    (1, 515, 1027),
+    (3, 300, 301),
+    (1, 9, 0),
+];
+
+#[test]
+fn few_row_products_agree_in_every_mode() {
+    type Shapes = fn(usize, usize, usize) -> (Vec<usize>, Vec<usize>);
+    let cases: [(&str, Case2, Shapes); 5] = [
+        (
+            "a @ b",
+            |a, b| a.matmul(b),
+            |m, k, n| (vec![m, k], vec![k, n]),
+        ),
+        (
+            "a @ b^T",
+            |a, b| a.matmul(&b.transpose(0, 1)),
+            |m, k, n| (vec![m, k], vec![n, k]),
+        ),
+        // A transposed row, and an epilogue after the product.
+        (
+            "(a^T @ b) * 2 + 1",
+            |a, b| a.transpose(0, 1).matmul(b) * 2 + 1,
+            |m, k, n| (vec![k, m], vec![k, n]),
+        ),
+        (
+            "[3,m,k] @ [3,n,k]^T",
+            |a, b| a.matmul(&b.transpose(-1, -2)),
+            |m, k, n| (vec![3, m, k], vec![3, n, k]),
+        ),
+        (
+            "[2,m,k] @ [k,n]",
+            |a, b| a.matmul(b),
+            |m, k, n| (vec![2, m, k], vec![k, n]),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, op, shapes) in cases {
+        let f = jit_fn!(move |a: &Tensor, b: &Tensor| op(a, b));
+        for dt in [DType::F32, DType::F64] {
+            for (i, &(m, k, n)) in ROW_SIZES.iter().enumerate() {
+                let (sa, sb) = shapes(m, k, n);
+                let (a, b) = (data(&sa, 60 + i as u64, dt), data(&sb, 80 + i as u64, dt));
+                let what = format!("{name} {dt} m={m} k={k} n={n}");
+                agree(&what, &mut failures, |mode| {
+                    f.with_mode(mode).call((&a, &b))
+                });
+            }
+        }
+    }
+    assert_none(failures);
+}
+
 /// Causal-free multi-head attention on weight-projected q, k, v, split
 /// into `H` heads and merged back, the way `gpt2_block` writes it.
 const H: usize = 4;

@@ -1,6 +1,7 @@
 //! The only module of tilejit that enters native code outside safe Rust:
 //! JIT-compiled kernels (the typed handle [`KernelCode`]) and the `gemm`
-//! crate's matrix multiply ([`matmul_view_f32`], [`matmul_f32_strided`], ...), and (child
+//! crate's matrix multiply ([`matmul_view_f32`], [`matmul_f32_strided`], ...; child `gemv`
+//! runs products of a few rows), and (child
 //! [`sys`]) the OS calls that allocate fresh buffers onto huge pages
 //! ([`sys::zeroed_vec`]) and read the coarse clock. Its children `avx2` and `avx512` hold the
 //! 8- and 16-lane math helpers ([`block_math`], their math written once in
@@ -16,6 +17,7 @@ use tilejit_ir::kernel::MatView;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod gemv;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
 pub mod sys;
@@ -791,7 +793,7 @@ pub fn matmul_view_f64(
 
 /// `gemm` computes `dst = alpha*dst + beta*lhs@rhs`; we pass alpha = 0,
 /// beta = 1 and `read_dst = false`.
-fn matmul<T: Copy + Send + Sync + 'static>(
+fn matmul<T: gemv::Elem>(
     (a, bm): (&[T], &[T]),
     [av, bv]: [MatView; 2],
     out: &mut [T],
@@ -803,6 +805,10 @@ fn matmul<T: Copy + Send + Sync + 'static>(
     let [batch, m, k, n] = dims;
     check_views((a.len(), av), (bm.len(), bv), out.len(), dims)?;
     if m * n == 0 {
+        return Ok(());
+    }
+    // A row or a few: stream the weight once (gemm packs it first).
+    if k > 0 && gemv::try_gemv((a, av), (bm, bv), out, dims, threads) {
         return Ok(());
     }
     let views = Views { a, av, bm, bv };
@@ -933,6 +939,144 @@ fn check_views(
 #[cfg(test)]
 mod strided_tests {
     use super::*;
+
+    /// Deterministic values in [-1, 1).
+    fn values(len: usize, seed: u64) -> Vec<f64> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+            })
+            .collect()
+    }
+
+    /// The product by its definition, in f64, element by element.
+    fn naive(
+        a: &[f64],
+        av: MatView,
+        b: &[f64],
+        bv: MatView,
+        [bt, m, k, n]: [usize; 4],
+    ) -> Vec<f64> {
+        let at = |v: MatView, i: usize, r: usize, c: usize| {
+            (v.offset + i as i64 * v.strides[0] + r as i64 * v.strides[1] + c as i64 * v.strides[2])
+                as usize
+        };
+        let mut out = Vec::new();
+        for i in 0..bt {
+            for r in 0..m {
+                for c in 0..n {
+                    out.push(
+                        (0..k)
+                            .map(|p| a[at(av, i, r, p)] * b[at(bv, i, p, c)])
+                            .sum(),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn few_row_products_through_views_match_their_definition() {
+        let view = |offset: i64, strides: [i64; 3]| MatView { offset, strides };
+        // (dims, a's view, b's view, a's and b's lengths).
+        type Case = ([usize; 4], MatView, MatView, usize, usize);
+        let (k, n) = (37, 1029);
+        let cases: [Case; 7] = [
+            // x @ W, W's rows padded by 3.
+            (
+                [1, 1, k, n],
+                view(0, [0, 0, 1]),
+                view(0, [0, n as i64 + 3, 1]),
+                k,
+                k * (n + 3),
+            ),
+            // W's rows read last to first (negative row stride).
+            (
+                [1, 1, k, n],
+                view(0, [0, 0, 1]),
+                view(((k - 1) * n) as i64, [0, -(n as i64), 1]),
+                k,
+                k * n,
+            ),
+            // x @ W^T: column j of the view is row j of a [n, k] matrix.
+            (
+                [1, 1, k, n],
+                view(0, [0, 0, 1]),
+                view(0, [0, 1, k as i64]),
+                k,
+                n * k,
+            ),
+            // A transposed x (column stride 3), three rows, W^T.
+            (
+                [1, 3, k, n],
+                view(0, [0, 1, 3]),
+                view(0, [0, 1, k as i64]),
+                3 * k,
+                n * k,
+            ),
+            // Batches of 4 rows, W shared (batch stride 0).
+            (
+                [2, 4, k, n],
+                view(0, [(4 * k) as i64, k as i64, 1]),
+                view(0, [0, n as i64, 1]),
+                8 * k,
+                k * n,
+            ),
+            // Batched W^T heads, sizes off the lane width.
+            (
+                [3, 2, 5, 19],
+                view(0, [10, 5, 1]),
+                view(0, [95, 1, 5]),
+                30,
+                285,
+            ),
+            // One column, one inner element.
+            ([1, 1, 1, 1], view(0, [0, 0, 1]), view(0, [0, 1, 1]), 1, 1),
+        ];
+        for (i, (dims, av, bv, la, lb)) in cases.into_iter().enumerate() {
+            let (a, b) = (values(la, 2 * i as u64 + 1), values(lb, 2 * i as u64 + 2));
+            let want = naive(&a, av, &b, bv, dims);
+            for threads in [1, 2, 3] {
+                let (a32, b32): (Vec<f32>, Vec<f32>) = (
+                    a.iter().map(|&x| x as f32).collect(),
+                    b.iter().map(|&x| x as f32).collect(),
+                );
+                let mut o32 = vec![f32::NAN; want.len()];
+                matmul_view_f32((&a32, av), (&b32, bv), &mut o32, dims, threads).expect("fits");
+                let mut o64 = vec![f64::NAN; want.len()];
+                matmul_view_f64((&a, av), (&b, bv), &mut o64, dims, threads).expect("fits");
+                for (j, w) in want.iter().enumerate() {
+                    assert!(
+                        (o32[j] as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                        "case {i} t{threads} [{j}] f32 {} vs {w}",
+                        o32[j]
+                    );
+                    assert!(
+                        (o64[j] - w).abs() <= 1e-12 * (1.0 + w.abs()),
+                        "case {i} t{threads} [{j}] f64 {} vs {w}",
+                        o64[j]
+                    );
+                }
+            }
+        }
+        // A view one element past its slice is refused, not read.
+        let (a, b) = (vec![1.0f32; k], vec![1.0f32; k * n]);
+        let mut o = vec![0.0f32; n];
+        let past = view(1, [0, n as i64, 1]);
+        assert!(matmul_view_f32(
+            (&a, view(0, [0, 0, 1])),
+            (&b, past),
+            &mut o,
+            [1, 1, k, n],
+            2
+        )
+        .is_err());
+    }
 
     #[test]
     fn strided_views_multiply_and_bad_views_are_refused() {

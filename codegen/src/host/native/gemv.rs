@@ -1,0 +1,600 @@
+//! Matrix-vector products: matmuls of at most [`MAX_ROWS`] rows (a
+//! decode step's `x @ W`, a tied lm_head's `x @ wte^T`), which `gemm`
+//! runs at about half the memory bandwidth. Each weight element is read
+//! once, the output columns split over the pool threads; the loops are
+//! plain bounds-checked Rust over fixed-size lane arrays, which the
+//! compiler vectorises inside the `#[target_feature]` entry points (the
+//! only unsafe here is calling those on a CPU that has the features).
+//!
+//! Two layouts of `b` (`k x n`) qualify: unit column stride (`W [k, n]`
+//! row-major: output rows accumulate scaled rows of `W`, in order of `p`)
+//! and unit row stride (`W^T` of a row-major `[n, k]`: one dot product
+//! per output over a contiguous row, summed in 16 lanes then pairwise).
+//! Every sum is independent of the thread count.
+
+use super::MatView;
+use rayon::prelude::*;
+
+/// The most rows (`m`) a product may have to take this path: each
+/// output row costs a pass over the cached column block, and `gemm`'s
+/// packed kernels win once rows reuse each weight element enough.
+pub(super) const MAX_ROWS: usize = 4;
+
+/// Lanes of an accumulator (a 64-byte line of f32).
+const LANES: usize = 16;
+
+/// Output columns per block of the row-major form: the block's `m` output
+/// rows stay in L1 while the weight's rows stream past.
+const BLOCK: usize = 1024;
+
+/// The element types the path computes in (f32 and f64).
+pub(super) trait Elem: Copy + Send + Sync + 'static {
+    /// Zero.
+    const ZERO: Self;
+    /// `self * b + c`, rounded once.
+    fn fma(self, b: Self, c: Self) -> Self;
+    /// `self + b`.
+    fn add(self, b: Self) -> Self;
+    /// Four dot products of `x` with columns of its length, as [`dot4`]
+    /// sums them, on the vector width `isa`.
+    #[inline(always)]
+    fn dot4(isa: Isa, x: &[Self], c: [&[Self]; 4]) -> [Self; 4] {
+        let _ = isa;
+        dot4(x, c)
+    }
+}
+
+impl Elem for f32 {
+    const ZERO: f32 = 0.0;
+    // The compiler leaves `dot4`'s lanes scalar for f32: written out.
+    #[inline(always)]
+    fn dot4(isa: Isa, x: &[f32], c: [&[f32]; 4]) -> [f32; 4] {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: an `Isa` is only made by `isa()`, from the CPU's
+        // features, so the instructions each version uses exist.
+        unsafe {
+            match isa {
+                Isa::Avx512 => x86::dot4_avx512(x, c),
+                Isa::Avx2 => x86::dot4_avx2(x, c),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = isa;
+            dot4(x, c)
+        }
+    }
+    #[inline(always)]
+    fn fma(self, b: f32, c: f32) -> f32 {
+        self.mul_add(b, c)
+    }
+    #[inline(always)]
+    fn add(self, b: f32) -> f32 {
+        self + b
+    }
+}
+
+impl Elem for f64 {
+    const ZERO: f64 = 0.0;
+    #[inline(always)]
+    fn fma(self, b: f64, c: f64) -> f64 {
+        self.mul_add(b, c)
+    }
+    #[inline(always)]
+    fn add(self, b: f64) -> f64 {
+        self + b
+    }
+}
+
+/// How `b` is laid out, if the path applies.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Form {
+    /// Unit column stride: row `p` of `b` is contiguous.
+    Rows,
+    /// Unit row stride: column `j` of `b` is contiguous.
+    Cols,
+}
+
+/// The vector width the entry points are compiled for (made only by
+/// [`isa`], from the CPU's features).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(super) enum Isa {
+    Avx2,
+    Avx512,
+}
+
+fn isa() -> Option<Isa> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let f = crate::host::cpu_features();
+        if f.avx512f && f.fma {
+            return Some(Isa::Avx512);
+        }
+        if f.avx2 && f.fma {
+            return Some(Isa::Avx2);
+        }
+    }
+    None
+}
+
+/// Computes `out[b] = a[b] @ bm[b]` (`dims = [batch, m, k, n]`, `out`
+/// contiguous) when the product is small in `m` and `b` has a unit stride
+/// and this CPU has FMA; returns false, having done nothing, otherwise.
+/// The caller has checked the views with `check_views` and that `m`, `n`
+/// and `k` are not 0; every access is still bounds-checked here.
+pub(super) fn try_gemv<T: Elem>(
+    (a, av): (&[T], MatView),
+    (bm, bv): (&[T], MatView),
+    out: &mut [T],
+    [batch, m, k, n]: [usize; 4],
+    threads: usize,
+) -> bool {
+    if m > MAX_ROWS {
+        return false;
+    }
+    let [_, brs, bcs] = bv.strides;
+    let form = if bcs == 1 || n == 1 {
+        Form::Rows
+    } else if brs == 1 || k == 1 {
+        Form::Cols
+    } else {
+        return false;
+    };
+    let Some(isa) = isa() else {
+        return false;
+    };
+    let job = Job {
+        a,
+        av,
+        bm,
+        bv,
+        m,
+        k,
+        n,
+        form,
+        isa,
+    };
+    if batch >= threads && threads > 1 {
+        out.par_chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(i, o)| job.matrix(i, o, 1));
+    } else {
+        for (i, o) in out.chunks_mut(m * n).enumerate() {
+            job.matrix(i, o, threads);
+        }
+    }
+    true
+}
+
+/// One product's operands and shape.
+struct Job<'a, T> {
+    a: &'a [T],
+    av: MatView,
+    bm: &'a [T],
+    bv: MatView,
+    m: usize,
+    k: usize,
+    n: usize,
+    form: Form,
+    isa: Isa,
+}
+
+impl<T: Elem> Job<'_, T> {
+    /// Matrix `i` of the batch into `o` (`m x n`), its columns split
+    /// over up to `threads` threads.
+    fn matrix(&self, i: usize, o: &mut [T], threads: usize) {
+        let (m, k, n) = (self.m, self.k, self.n);
+        // `a`'s rows gathered contiguous: m x k elements, small.
+        let at = |v: MatView, r: usize, c: usize| {
+            let [bs, rs, cs] = v.strides;
+            (v.offset + i as i64 * bs + r as i64 * rs + c as i64 * cs) as usize
+        };
+        let xs: Vec<T> = (0..m)
+            .flat_map(|r| (0..k).map(move |c| (r, c)))
+            .map(|(r, c)| self.a[at(self.av, r, c)])
+            .collect();
+        let base = self.bv.offset + i as i64 * self.bv.strides[0];
+        // Pieces of whole lane groups: one per thread for rows of `b` (a
+        // piece reads its part of every row, and narrower parts streamed
+        // slower), a few per thread for columns, so a thread slowed by
+        // other load does not hold the rest up.
+        let pieces = match (threads, self.form) {
+            (1, _) => 1,
+            (t, Form::Rows) => t,
+            (t, Form::Cols) => 2 * t,
+        };
+        let width = n.div_ceil(pieces).next_multiple_of(LANES).max(LANES);
+        let run = |j0: usize, part: &mut [T], w: usize| {
+            let piece = Piece {
+                xs: &xs,
+                w: self.bm,
+                base,
+                strides: [self.bv.strides[1], self.bv.strides[2]],
+                m,
+                k,
+                j0,
+                width: w,
+                isa: self.isa,
+            };
+            run_piece(self.isa, self.form, &piece, part);
+        };
+        if m == 1 {
+            if threads > 1 {
+                o.par_chunks_mut(width)
+                    .enumerate()
+                    .for_each(|(c, part)| run(c * width, part, part.len()));
+            } else {
+                run(0, o, n);
+            }
+            return;
+        }
+        // Several rows: each piece fills an m x width block of its own,
+        // then the blocks are laid into the rows.
+        let starts: Vec<usize> = (0..n).step_by(width).collect();
+        let block = |&j0: &usize| {
+            let w = width.min(n - j0);
+            let mut part = vec![T::ZERO; m * w];
+            run(j0, &mut part, w);
+            (j0, w, part)
+        };
+        let blocks: Vec<(usize, usize, Vec<T>)> = if threads > 1 {
+            starts.par_iter().map(block).collect()
+        } else {
+            starts.iter().map(block).collect()
+        };
+        for (j0, w, part) in blocks {
+            for (r, src) in part.chunks(w).enumerate() {
+                o[r * n + j0..r * n + j0 + w].copy_from_slice(src);
+            }
+        }
+    }
+}
+
+/// The columns `j0..j0 + width` of one product.
+struct Piece<'a, T> {
+    /// `a`'s rows, `m x k` contiguous.
+    xs: &'a [T],
+    /// `b`'s storage.
+    w: &'a [T],
+    /// `b`'s element `(0, 0)` for this matrix of the batch.
+    base: i64,
+    /// `b`'s row and column strides.
+    strides: [i64; 2],
+    m: usize,
+    k: usize,
+    j0: usize,
+    width: usize,
+    isa: Isa,
+}
+
+impl<T> Piece<'_, T> {
+    /// Index of `b`'s element `(p, j)` (inside `w` by the caller's view
+    /// check; the slicing that uses it checks again).
+    #[inline(always)]
+    fn at(&self, p: usize, j: usize) -> usize {
+        (self.base + p as i64 * self.strides[0] + j as i64 * self.strides[1]) as usize
+    }
+}
+
+fn run_piece<T: Elem>(isa: Isa, form: Form, p: &Piece<'_, T>, out: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `isa()` chose the width from the CPU's features (AVX2
+        // and FMA, or AVX-512F and FMA), so the instructions these
+        // functions are compiled with exist; their bodies are safe code.
+        unsafe {
+            match (isa, form) {
+                (Isa::Avx2, Form::Rows) => rows_avx2(p, out),
+                (Isa::Avx2, Form::Cols) => cols_avx2(p, out),
+                (Isa::Avx512, Form::Rows) => rows_avx512(p, out),
+                (Isa::Avx512, Form::Cols) => cols_avx512(p, out),
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    match form {
+        Form::Rows => rows(p, out),
+        Form::Cols => cols(p, out),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn rows_avx2<T: Elem>(p: &Piece<'_, T>, out: &mut [T]) {
+    rows(p, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn cols_avx2<T: Elem>(p: &Piece<'_, T>, out: &mut [T]) {
+    cols(p, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn rows_avx512<T: Elem>(p: &Piece<'_, T>, out: &mut [T]) {
+    rows(p, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn cols_avx512<T: Elem>(p: &Piece<'_, T>, out: &mut [T]) {
+    cols(p, out)
+}
+
+/// Unit column stride: `out[r][j] = sum_p xs[r][p] * b[p][j0 + j]`,
+/// summed in order of `p` (four rows of `b` per pass over the block).
+#[inline(always)]
+fn rows<T: Elem>(pc: &Piece<'_, T>, out: &mut [T]) {
+    let (m, k, width) = (pc.m, pc.k, pc.width);
+    out[..m * width].fill(T::ZERO);
+    for jb in (0..width).step_by(BLOCK) {
+        let bw = BLOCK.min(width - jb);
+        let row = |p: usize| {
+            let s = pc.at(p, pc.j0 + jb);
+            &pc.w[s..s + bw]
+        };
+        let mut p = 0;
+        while p + 4 <= k {
+            let (w0, w1, w2, w3) = (row(p), row(p + 1), row(p + 2), row(p + 3));
+            for r in 0..m {
+                let x = &pc.xs[r * k + p..r * k + p + 4];
+                let (x0, x1, x2, x3) = (x[0], x[1], x[2], x[3]);
+                let o = &mut out[r * width + jb..r * width + jb + bw];
+                for ((((o, &a), &b), &c), &d) in o.iter_mut().zip(w0).zip(w1).zip(w2).zip(w3) {
+                    *o = d.fma(x3, c.fma(x2, b.fma(x1, a.fma(x0, *o))));
+                }
+            }
+            p += 4;
+        }
+        for p in p..k {
+            let w0 = row(p);
+            for r in 0..m {
+                let x0 = pc.xs[r * k + p];
+                let o = &mut out[r * width + jb..r * width + jb + bw];
+                for (o, &a) in o.iter_mut().zip(w0) {
+                    *o = a.fma(x0, *o);
+                }
+            }
+        }
+    }
+}
+
+/// Unit row stride: `out[r][j] = dot(xs[r], column j0 + j of b)`, four
+/// columns at a time.
+#[inline(always)]
+fn cols<T: Elem>(pc: &Piece<'_, T>, out: &mut [T]) {
+    let (m, k, width) = (pc.m, pc.k, pc.width);
+    let col = |j: usize| {
+        let s = pc.at(0, pc.j0 + j);
+        &pc.w[s..s + k]
+    };
+    let mut j = 0;
+    while j + 4 <= width {
+        let c = [col(j), col(j + 1), col(j + 2), col(j + 3)];
+        for r in 0..m {
+            let d = T::dot4(pc.isa, &pc.xs[r * k..(r + 1) * k], c);
+            out[r * width + j..r * width + j + 4].copy_from_slice(&d);
+        }
+        j += 4;
+    }
+    for j in j..width {
+        let c = col(j);
+        for r in 0..m {
+            out[r * width + j] = dot1(&pc.xs[r * k..(r + 1) * k], c);
+        }
+    }
+}
+
+/// Four dot products of `x` with columns of its length (see [`dot1`]),
+/// each column's lanes in locals of their own, which the compiler keeps
+/// in vector registers.
+#[inline(always)]
+fn dot4<T: Elem>(x: &[T], c: [&[T]; 4]) -> [T; 4] {
+    let (xv, xt) = x.as_chunks::<LANES>();
+    let [(c0, t0), (c1, t1), (c2, t2), (c3, t3)] = c.map(|c| c.as_chunks::<LANES>());
+    let mut acc = [[T::ZERO; LANES]; 4];
+    for ((((x, c0), c1), c2), c3) in xv.iter().zip(c0).zip(c1).zip(c2).zip(c3) {
+        for l in 0..LANES {
+            acc[0][l] = c0[l].fma(x[l], acc[0][l]);
+            acc[1][l] = c1[l].fma(x[l], acc[1][l]);
+            acc[2][l] = c2[l].fma(x[l], acc[2][l]);
+            acc[3][l] = c3[l].fma(x[l], acc[3][l]);
+        }
+    }
+    let tails = [t0, t1, t2, t3];
+    std::array::from_fn(|q| finish(acc[q], xt, tails[q]))
+}
+
+/// The dot product of `x` with a column of its length: 16 lanes, each
+/// summing its elements of the whole lane groups in order, then the tail
+/// in order, then the lanes pairwise and the tail last.
+#[inline(always)]
+fn dot1<T: Elem>(x: &[T], c: &[T]) -> T {
+    let (xv, xt) = x.as_chunks::<LANES>();
+    let (cv, ct) = c.as_chunks::<LANES>();
+    let mut acc = [T::ZERO; LANES];
+    for (x, c) in xv.iter().zip(cv) {
+        for l in 0..LANES {
+            acc[l] = c[l].fma(x[l], acc[l]);
+        }
+    }
+    finish(acc, xt, ct)
+}
+
+#[inline(always)]
+fn finish<T: Elem>(mut lanes: [T; LANES], xt: &[T], ct: &[T]) -> T {
+    let mut tail = T::ZERO;
+    for (&x, &w) in xt.iter().zip(ct) {
+        tail = w.fma(x, tail);
+    }
+    let mut half = LANES / 2;
+    while half > 0 {
+        for l in 0..half {
+            lanes[l] = lanes[l].add(lanes[l + half]);
+        }
+        half /= 2;
+    }
+    lanes[0].add(tail)
+}
+
+/// [`dot4`] for f32 in AVX-512 and AVX2 intrinsics, the same sums in the
+/// same order (one 16-lane accumulator per column: one register, or
+/// two).
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{finish, LANES};
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn dot4_avx512(x: &[f32], c: [&[f32]; 4]) -> [f32; 4] {
+        let (xv, xt) = x.as_chunks::<LANES>();
+        let cv = c.map(|c| c.as_chunks::<LANES>());
+        let mut acc = [_mm512_setzero_ps(); 4];
+        // SAFETY (loads): each pointer is a `&[f32; 16]`'s, 64 readable bytes.
+        let ld = |v: &[f32; LANES]| unsafe { _mm512_loadu_ps(v.as_ptr()) };
+        for ((((x, c0), c1), c2), c3) in xv
+            .iter()
+            .zip(cv[0].0)
+            .zip(cv[1].0)
+            .zip(cv[2].0)
+            .zip(cv[3].0)
+        {
+            let x = ld(x);
+            acc[0] = _mm512_fmadd_ps(ld(c0), x, acc[0]);
+            acc[1] = _mm512_fmadd_ps(ld(c1), x, acc[1]);
+            acc[2] = _mm512_fmadd_ps(ld(c2), x, acc[2]);
+            acc[3] = _mm512_fmadd_ps(ld(c3), x, acc[3]);
+        }
+        std::array::from_fn(|q| {
+            let mut lanes = [0f32; LANES];
+            // SAFETY: `lanes` is 64 writable bytes.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc[q]) };
+            finish(lanes, xt, cv[q].1)
+        })
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn dot4_avx2(x: &[f32], c: [&[f32]; 4]) -> [f32; 4] {
+        let (xv, xt) = x.as_chunks::<LANES>();
+        let cv = c.map(|c| c.as_chunks::<LANES>());
+        // Indexed [half][column].
+        let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+        // SAFETY (loads): each pointer is inside a `&[f32; 16]`, with 32
+        // readable bytes from it.
+        let ld = |v: &[f32; LANES], h: usize| unsafe { _mm256_loadu_ps(v[8 * h..].as_ptr()) };
+        for ((((x, c0), c1), c2), c3) in xv
+            .iter()
+            .zip(cv[0].0)
+            .zip(cv[1].0)
+            .zip(cv[2].0)
+            .zip(cv[3].0)
+        {
+            for (h, a) in acc.iter_mut().enumerate() {
+                let xh = ld(x, h);
+                a[0] = _mm256_fmadd_ps(ld(c0, h), xh, a[0]);
+                a[1] = _mm256_fmadd_ps(ld(c1, h), xh, a[1]);
+                a[2] = _mm256_fmadd_ps(ld(c2, h), xh, a[2]);
+                a[3] = _mm256_fmadd_ps(ld(c3, h), xh, a[3]);
+            }
+        }
+        std::array::from_fn(|q| {
+            let mut lanes = [0f32; LANES];
+            // SAFETY: `lanes` is 64 writable bytes, two 32-byte halves.
+            unsafe {
+                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[0][q]);
+                _mm256_storeu_ps(lanes[8..].as_mut_ptr(), acc[1][q]);
+            }
+            finish(lanes, xt, cv[q].1)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every vector width this CPU has, each layout, f32 and f64, against
+    /// the product summed by its definition in f64: `x` is `m x k`, `b`
+    /// is stored `[k, n]` (rows) or `[n, k]` (columns).
+    #[test]
+    fn each_width_and_layout_matches_the_definition() {
+        #[cfg(target_arch = "x86_64")]
+        let widths: Vec<Isa> = {
+            let f = crate::host::cpu_features();
+            [(Isa::Avx2, f.avx2), (Isa::Avx512, f.avx512f)]
+                .into_iter()
+                .filter(|&(_, has)| has && f.fma)
+                .map(|(i, _)| i)
+                .collect()
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let widths: Vec<Isa> = Vec::new();
+        let value = |i: usize| ((i * 37 + 11) % 23) as f64 / 8.0 - 1.4;
+        for isa in widths {
+            for form in [Form::Rows, Form::Cols] {
+                for (m, k, n) in [(1, 1, 1), (1, 17, 5), (3, 64, 33), (4, 35, 21), (2, 3, 70)] {
+                    let xs: Vec<f64> = (0..m * k).map(value).collect();
+                    let w: Vec<f64> = (0..k * n).map(|i| value(i + 5)).collect();
+                    type At = fn(usize, usize, usize, usize) -> usize;
+                    let (strides, at): ([i64; 2], At) = match form {
+                        Form::Rows => ([n as i64, 1], |p: usize, j: usize, _k: usize, n: usize| {
+                            p * n + j
+                        }),
+                        Form::Cols => ([1, k as i64], |p: usize, j: usize, k: usize, _n: usize| {
+                            j * k + p
+                        }),
+                    };
+                    let want: Vec<f64> = (0..m * n)
+                        .map(|i| {
+                            (0..k)
+                                .map(|p| xs[i / n * k + p] * w[at(p, i % n, k, n)])
+                                .sum()
+                        })
+                        .collect();
+                    let x32: Vec<f32> = xs.iter().map(|&v| v as f32).collect();
+                    let w32: Vec<f32> = w.iter().map(|&v| v as f32).collect();
+                    let mut o32 = vec![f32::NAN; m * n];
+                    let p32 = Piece {
+                        xs: &x32,
+                        w: &w32,
+                        base: 0,
+                        strides,
+                        m,
+                        k,
+                        j0: 0,
+                        width: n,
+                        isa,
+                    };
+                    run_piece(isa, form, &p32, &mut o32);
+                    let mut o64 = vec![f64::NAN; m * n];
+                    let p64 = Piece {
+                        xs: &xs,
+                        w: &w,
+                        base: 0,
+                        strides,
+                        m,
+                        k,
+                        j0: 0,
+                        width: n,
+                        isa,
+                    };
+                    run_piece(isa, form, &p64, &mut o64);
+                    for (i, want) in want.iter().enumerate() {
+                        let what = format!("{isa:?} {form:?} m={m} k={k} n={n} [{i}]");
+                        assert!(
+                            (o32[i] as f64 - want).abs() < 1e-5 * (1.0 + want.abs()),
+                            "{what}: {}",
+                            o32[i]
+                        );
+                        assert!(
+                            (o64[i] - want).abs() < 1e-12 * (1.0 + want.abs()),
+                            "{what}: {}",
+                            o64[i]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
