@@ -1,9 +1,12 @@
 //! Convolution and pooling over NCHW images. A float convolution is one
 //! `Op::Conv`: a GEMM whose left operand is the image read as its windows
 //! (an implicit im2col; on Sim the cube loads each panel straight from the
-//! image with `ldl1c`). Pooling, and convolutions of other dtypes, gather
-//! each window's elements (with the window offsets a constant index
-//! computed at trace time) and then reduce or multiply them.
+//! image with `ldl1c`), its OIHW weights read transposed in place and its
+//! NHWC product permuted to NCHW by its kernel's epilogue. Pooling gathers
+//! each window tap's elements (a constant index computed at trace time)
+//! and combines the taps elementwise, one kernel; larger pooling windows,
+//! and convolutions of other dtypes, gather whole windows and then reduce
+//! or multiply them.
 
 use crate::apply::apply;
 use crate::error::Loc;

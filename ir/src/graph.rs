@@ -121,8 +121,9 @@ pub enum Op {
     /// im2col: the windows are addressed, never copied): image `x`
     /// `[n, c, h, w]` and weights `w` `[c/g*kh*kw, o]` (OIHW weights as
     /// `[o, c/g*kh*kw]`, transposed; `g` the window's groups) give
-    /// `[n, oh, ow, o]` (NHWC: permuted, it is NCHW with no copy, and an
-    /// epilogue after it fuses). Result `[b, y, x, j]`, read as `[b, p, j]`
+    /// `[n, oh, ow, o]` (NHWC: the permute to NCHW after it, and any
+    /// elementwise ops after that, fuse as its kernel's epilogue). Result
+    /// `[b, y, x, j]`, read as `[b, p, j]`
     /// with `p = y*ow + x`, is the sum over `q` of
     /// `cols[b, p, q] * w[q, j]`, where row `p = y*ow + x` of `cols` is the
     /// window at output position `(y, x)` over the input channels of
