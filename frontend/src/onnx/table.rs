@@ -370,6 +370,7 @@ pub(crate) static TABLE: &[Row] = &[
         let a = axis(n, "axis", attr_i(n, "axis", 0)?, x.rank())?;
         one(x.gather(a as isize, req(n, ins, 1)?))
     }),
+    node!("GatherND", ["batch_dims"], check_gather_nd, build_gather_nd),
     node!("Shape", ["start", "end"], no_check, |n, _, ins| {
         let x = req(n, ins, 0)?;
         let r = x.rank() as i64;
@@ -1622,4 +1623,61 @@ fn build_pad(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
         all[a] = (pads[i] as usize, pads[i + k] as usize);
     }
     one(x.pad(&all, value))
+}
+
+fn check_gather_nd(n: &Node, _: &Cx) -> Result<()> {
+    match attr_i(n, "batch_dims", 0)? {
+        0 => Ok(()),
+        _ => Err(fail(
+            n,
+            "batch_dims",
+            ErrorKind::Unsupported,
+            "only batch_dims = 0 is supported",
+        )),
+    }
+}
+
+/// GatherND (batch_dims 0) as one `index_select` over the leading `k`
+/// dims flattened, at the linear index `sum(idx[.., i] * stride_i)`.
+fn build_gather_nd(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let idx = req(n, ins, 1)?;
+    let k = *idx
+        .shape()
+        .last()
+        .ok_or_else(|| fail(n, "indices", ErrorKind::Shape, "indices of rank 0"))?;
+    if k == 0 || k > x.rank() {
+        return Err(fail(
+            n,
+            "indices",
+            ErrorKind::Shape,
+            format!("index length {k} for data of rank {}", x.rank()),
+        ));
+    }
+    let lead = &x.shape()[..k];
+    let rest = &x.shape()[k..];
+    let outer: Vec<usize> = idx.shape()[..idx.rank() - 1].to_vec();
+    let count: usize = outer.iter().product();
+    // Known indices may count from the end: normalise them.
+    let idx = if idx.is_traced() {
+        idx.cast(DType::I64)
+    } else {
+        let v = ints_of(n, "indices", idx)?;
+        let v: Vec<i64> = v
+            .iter()
+            .enumerate()
+            .map(|(j, &i)| if i < 0 { i + lead[j % k] as i64 } else { i })
+            .collect();
+        Tensor::from_vec(v, idx.shape())?
+    };
+    let idx = idx.reshape(&[count, k]);
+    let mut linear = Tensor::zeros(&[count, 1], DType::I64);
+    let mut stride = 1i64;
+    for i in (0..k).rev() {
+        linear = linear + idx.slice(1, i as isize, i as isize + 1) * stride;
+        stride *= lead[i] as i64;
+    }
+    let flat = x.reshape(&[[lead.iter().product::<usize>()].as_slice(), rest].concat());
+    let y = flat.index_select(0, &linear.reshape(&[count]));
+    one(y.reshape(&[outer.as_slice(), rest].concat()))
 }
