@@ -47,6 +47,20 @@ pub enum OnnxCommand {
         /// The model file.
         model: PathBuf,
     },
+    /// Run ONNX backend node tests (a directory of `test_*/model.onnx` and
+    /// `test_data_set_*/{input,output}_*.pb`, as `tools/onnx_node_tests.py`
+    /// writes them) with the runner's tolerance (rtol 1e-3, atol 1e-7) and
+    /// print passed / failed / skipped, with a reason for each skip and failure.
+    #[command(
+        after_help = "Example:\n  python3 tools/onnx_node_tests.py target/onnx-node\n  tilejit onnx node-tests target/onnx-node"
+    )]
+    NodeTests {
+        /// The directory holding one folder per test.
+        dir: PathBuf,
+        /// Only tests whose name contains this.
+        #[arg(long)]
+        filter: Option<String>,
+    },
 }
 
 /// Runs `tilejit run`.
@@ -153,5 +167,137 @@ pub fn onnx_cmd(c: &OnnxCommand) -> Result<(), CliError> {
             }
             Ok(())
         }
+        OnnxCommand::NodeTests { dir, filter } => node_tests(dir, filter.as_deref()),
     }
+}
+
+/// How one node test ended.
+enum Outcome {
+    Pass,
+    Skip(String),
+    Fail(String),
+}
+
+fn node_tests(dir: &std::path::Path, filter: Option<&str>) -> Result<(), CliError> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| fail(format!("{}: {e}", dir.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("model.onnx").is_file())
+        .filter(|p| filter.is_none_or(|f| p.to_string_lossy().contains(f)))
+        .collect();
+    names.sort();
+    let (mut pass, mut skip, mut failed) = (0, 0, 0);
+    for t in &names {
+        let name = t
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // A panic is a failure of that test, not of the whole run.
+        let outcome = std::panic::catch_unwind(|| one_node_test(t))
+            .unwrap_or_else(|_| Outcome::Fail("panicked".into()));
+        match outcome {
+            Outcome::Pass => pass += 1,
+            Outcome::Skip(why) => {
+                skip += 1;
+                outln!("skipped {name}: {}", why.lines().next().unwrap_or(""));
+            }
+            Outcome::Fail(why) => {
+                failed += 1;
+                outln!("FAILED {name}: {}", why.lines().next().unwrap_or(""));
+            }
+        }
+    }
+    outln!(
+        "{} node tests: {pass} passed, {failed} failed, {skip} skipped",
+        names.len()
+    );
+    Ok(())
+}
+
+fn one_node_test(dir: &std::path::Path) -> Outcome {
+    let model = match onnx::load(dir.join("model.onnx")) {
+        Ok(m) => m,
+        Err(e) if e.kind() == tilejit::ErrorKind::Unsupported => {
+            return Outcome::Skip(e.to_string())
+        }
+        Err(e) => return Outcome::Fail(format!("load: {e}")),
+    };
+    let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    sets.sort();
+    for set in sets {
+        let read = |prefix: &str| -> Result<Vec<Tensor>, String> {
+            let mut v = vec![];
+            while let Ok(t) = onnx::read_tensor_file(set.join(format!("{prefix}_{}.pb", v.len()))) {
+                v.push(t);
+            }
+            if set.join(format!("{prefix}_{}.pb", v.len())).exists() {
+                return Err(format!("{prefix}_{}.pb is unreadable", v.len()));
+            }
+            Ok(v)
+        };
+        let (inputs, want) = match (read("input"), read("output")) {
+            (Ok(i), Ok(o)) => (i, o),
+            (Err(e), _) | (_, Err(e)) => return Outcome::Skip(e),
+        };
+        if inputs.len() != model.inputs().len() {
+            // The generator could not write every input (a dtype numpy lacks).
+            return Outcome::Skip(format!(
+                "{} input files for {} inputs",
+                inputs.len(),
+                model.inputs().len()
+            ));
+        }
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let got = match model.run_positional(&refs) {
+            Ok(g) => g,
+            Err(e) if e.kind() == tilejit::ErrorKind::Unsupported => {
+                return Outcome::Skip(e.to_string())
+            }
+            Err(e) => return Outcome::Fail(e.to_string()),
+        };
+        if got.len() != want.len() {
+            return Outcome::Fail(format!("{} outputs, expected {}", got.len(), want.len()));
+        }
+        for ((name, g), w) in got.iter().zip(&want) {
+            if let Err(e) = compare(g, w) {
+                return Outcome::Fail(format!("output {name}: {e}"));
+            }
+        }
+    }
+    Outcome::Pass
+}
+
+/// numpy's `assert_allclose(got, want, rtol=1e-3, atol=1e-7)`, NaNs equal,
+/// after the runner's dtype and shape checks.
+fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
+    if got.dtype() != want.dtype() || got.shape() != want.shape() {
+        return Err(format!(
+            "got {:?}{:?}, expected {:?}{:?}",
+            got.dtype(),
+            got.shape(),
+            want.dtype(),
+            want.shape()
+        ));
+    }
+    let g = got
+        .cast(tilejit::DType::F64)
+        .to_vec::<f64>()
+        .map_err(|e| e.to_string())?;
+    let w = want
+        .cast(tilejit::DType::F64)
+        .to_vec::<f64>()
+        .map_err(|e| e.to_string())?;
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= 1e-7 + 1e-3 * b.abs();
+        if !ok {
+            return Err(format!("element {i}: {a} vs {b}"));
+        }
+    }
+    Ok(())
 }

@@ -587,3 +587,32 @@ fn wrong_inputs_at_run_are_errors() {
     }
     assert!(model.run_positional(&[]).is_err());
 }
+
+/// GatherND (batch_dims 0) with traced and with known indices, against
+/// values read off by hand.
+#[test]
+fn gather_nd_matches_hand_values() {
+    let bytes = b::encode(&b::model(
+        13,
+        vec![
+            b::node("GatherND", "g1", &["x", "idx"], &["y"], vec![]),
+            b::node("GatherND", "g2", &["x", "known"], &["z"], vec![]),
+        ],
+        vec![
+            b::value("x", b::FLOAT, &[D::N(2), D::N(2), D::N(2)]),
+            b::value("idx", b::INT64, &[D::N(2), D::N(2)]),
+        ],
+        vec![b::value("y", b::FLOAT, &[]), b::value("z", b::FLOAT, &[])],
+        vec![b::i64s("known", &[1, 3], &[1, -1, 0])],
+    ));
+    let model = onnx::from_bytes(&bytes).unwrap();
+    let x = Tensor::from_vec((0..8).map(|v| v as f32).collect(), &[2, 2, 2]).unwrap();
+    let idx = Tensor::from_vec(vec![0i64, 1, 1, 0], &[2, 2]).unwrap();
+    for mode in MODES {
+        let outs = with_mode(mode, || model.run(&[("x", &x), ("idx", &idx)])).unwrap();
+        // x[0, 1, :] = [2, 3], x[1, 0, :] = [4, 5]; x[1, 1, 0] = 6.
+        assert_eq!(outs[0].1.shape(), &[2, 2]);
+        assert_eq!(outs[0].1.to_vec::<f32>().unwrap(), [2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(outs[1].1.to_vec::<f32>().unwrap(), [6.0]);
+    }
+}

@@ -590,6 +590,21 @@ pub fn info(path: impl AsRef<Path>) -> Result<ModelInfo> {
     })
 }
 
+/// Reads one serialized `TensorProto` (the `input_0.pb` files of ONNX's
+/// backend tests) as a tensor.
+pub fn read_tensor_file(path: impl AsRef<Path>) -> Result<Tensor> {
+    use onnx_protobuf::Message;
+    let path = path.as_ref();
+    let file_error = |m: String| Error::File {
+        path: path.into(),
+        message: m,
+    };
+    let bytes = std::fs::read(path).map_err(|e| file_error(e.to_string()))?;
+    let t = onnx_protobuf::TensorProto::parse_from_bytes(&bytes)
+        .map_err(|e| file_error(format!("not a TensorProto: {e}")))?;
+    model::decode_tensor(&t, None).map_err(file_error)
+}
+
 /// Every op type the importer supports, in table order.
 pub fn supported_ops() -> Vec<&'static str> {
     table::TABLE.iter().map(|r| r.op).collect()

@@ -14,8 +14,8 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path};
 use tilejit_ir::{Array, Buffer, DType, ErrorKind, Shape};
 
-/// The newest default-domain opset this importer knows (onnx 1.19+).
-pub const MAX_OPSET: i64 = 24;
+/// The newest default-domain opset this importer reads (onnx 1.23's).
+pub const MAX_OPSET: i64 = 28;
 /// The oldest default-domain opset this importer reads.
 pub const MIN_OPSET: i64 = 7;
 

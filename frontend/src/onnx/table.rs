@@ -315,7 +315,10 @@ pub(crate) static TABLE: &[Row] = &[
     ),
     node!("Flatten", ["axis"], no_check, |n, _, ins| {
         let x = req(n, ins, 0)?;
-        let a = axis(n, "axis", attr_i(n, "axis", 1)?, x.rank() + 1)?;
+        // Flatten's axis lies in [-rank, rank]: -1 is rank - 1.
+        let raw = attr_i(n, "axis", 1)?;
+        let raw = if raw < 0 { raw + x.rank() as i64 } else { raw };
+        let a = axis(n, "axis", raw, x.rank() + 1)?;
         let (outer, inner) = (
             x.shape()[..a].iter().product(),
             x.shape()[a..].iter().product(),
@@ -368,8 +371,9 @@ pub(crate) static TABLE: &[Row] = &[
     node!("GatherElements", ["axis"], no_check, |n, _, ins| {
         let x = req(n, ins, 0)?;
         let a = axis(n, "axis", attr_i(n, "axis", 0)?, x.rank())?;
-        one(x.gather(a as isize, req(n, ins, 1)?))
+        one(x.gather(a as isize, &from_end(req(n, ins, 1)?, x.shape()[a] as i64)))
     }),
+    node!("GatherND", ["batch_dims"], check_gather_nd, build_gather_nd),
     node!("Shape", ["start", "end"], no_check, |n, _, ins| {
         let x = req(n, ins, 0)?;
         let r = x.rank() as i64;
@@ -603,6 +607,15 @@ pub(crate) fn fail(n: &Node, attr: &str, kind: ErrorKind, message: impl Into<Str
     onnx_error(&n.name, &n.op, attr, kind, message)
 }
 
+/// The tensor, or its error: shape arithmetic must not read an error
+/// tensor's placeholder shape.
+fn live(t: Tensor) -> Result<Tensor> {
+    match t.error() {
+        Some(e) => Err(e.clone()),
+        None => Ok(t),
+    }
+}
+
 fn one(t: Tensor) -> Result<Vec<Tensor>> {
     Ok(vec![t])
 }
@@ -834,7 +847,23 @@ fn check_cast(n: &Node, _: &Cx) -> Result<()> {
     Ok(())
 }
 
-fn check_dropout(n: &Node, _: &Cx) -> Result<()> {
+fn check_dropout(n: &Node, cx: &Cx) -> Result<()> {
+    // A training_mode input must be a known false: training drops values.
+    if let Some(t) = n.inputs.get(2).filter(|i| !i.is_empty()) {
+        let known_false = cx.consts.get(t).is_some_and(|t| {
+            t.cast(DType::I64)
+                .to_vec::<i64>()
+                .is_ok_and(|v| v.iter().all(|&x| x == 0))
+        });
+        if !known_false {
+            return Err(fail(
+                n,
+                "training_mode",
+                ErrorKind::Unsupported,
+                "training mode is not supported",
+            ));
+        }
+    }
     if n.outputs.get(1).is_some_and(|o| !o.is_empty()) {
         return Err(fail(
             n,
@@ -1139,14 +1168,17 @@ fn matmul_nd(n: &Node, a: &Tensor, b: &Tensor) -> Result<Tensor> {
             "MatMul needs operands of rank 1 or more",
         ));
     }
+    if ra == 1 && rb == 1 {
+        return Ok((a * b).sum(0, false));
+    }
     if ra == 1 {
-        let y = matmul_nd(n, &a.reshape(&[1, a.shape()[0]]), b)?;
+        let y = live(matmul_nd(n, &a.reshape(&[1, a.shape()[0]]), b)?)?;
         let mut s = y.shape().to_vec();
         s.remove(s.len() - 2);
         return Ok(y.reshape(&s));
     }
     if rb == 1 {
-        let y = matmul_nd(n, a, &b.reshape(&[b.shape()[0], 1]))?;
+        let y = live(matmul_nd(n, a, &b.reshape(&[b.shape()[0], 1]))?)?;
         let s = &y.shape()[..y.rank() - 1];
         return Ok(y.reshape(s));
     }
@@ -1522,7 +1554,7 @@ fn build_gather(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>>
     let len = x.shape()[a] as i64;
     // Known indices may be negative (from the end): normalise them here.
     let flat = if idx.is_traced() {
-        idx.reshape(&[idx.numel()])
+        from_end(&idx.reshape(&[idx.numel()]), len)
     } else {
         let v: Vec<i64> = ints_of(n, "indices", idx)?
             .into_iter()
@@ -1536,6 +1568,12 @@ fn build_gather(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>>
     dims.extend_from_slice(idx.shape());
     dims.extend_from_slice(&x.shape()[a + 1..]);
     one(y.reshape(&dims))
+}
+
+/// Traced indices that may count from the end (`-1` is the last).
+fn from_end(idx: &Tensor, len: i64) -> Tensor {
+    let idx = idx.cast(DType::I64);
+    Tensor::where_cond(&idx.lt(&zero_like(&idx)), &(&idx + len), &idx)
 }
 
 fn build_range(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
@@ -1622,4 +1660,61 @@ fn build_pad(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
         all[a] = (pads[i] as usize, pads[i + k] as usize);
     }
     one(x.pad(&all, value))
+}
+
+fn check_gather_nd(n: &Node, _: &Cx) -> Result<()> {
+    match attr_i(n, "batch_dims", 0)? {
+        0 => Ok(()),
+        _ => Err(fail(
+            n,
+            "batch_dims",
+            ErrorKind::Unsupported,
+            "only batch_dims = 0 is supported",
+        )),
+    }
+}
+
+/// GatherND (batch_dims 0) as one `index_select` over the leading `k`
+/// dims flattened, at the linear index `sum(idx[.., i] * stride_i)`.
+fn build_gather_nd(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let idx = req(n, ins, 1)?;
+    let k = *idx
+        .shape()
+        .last()
+        .ok_or_else(|| fail(n, "indices", ErrorKind::Shape, "indices of rank 0"))?;
+    if k == 0 || k > x.rank() {
+        return Err(fail(
+            n,
+            "indices",
+            ErrorKind::Shape,
+            format!("index length {k} for data of rank {}", x.rank()),
+        ));
+    }
+    let lead = &x.shape()[..k];
+    let rest = &x.shape()[k..];
+    let outer: Vec<usize> = idx.shape()[..idx.rank() - 1].to_vec();
+    let count: usize = outer.iter().product();
+    // Known indices may count from the end: normalise them.
+    let idx = if idx.is_traced() {
+        idx.cast(DType::I64)
+    } else {
+        let v = ints_of(n, "indices", idx)?;
+        let v: Vec<i64> = v
+            .iter()
+            .enumerate()
+            .map(|(j, &i)| if i < 0 { i + lead[j % k] as i64 } else { i })
+            .collect();
+        Tensor::from_vec(v, idx.shape())?
+    };
+    let idx = idx.reshape(&[count, k]);
+    let mut linear = Tensor::zeros(&[count, 1], DType::I64);
+    let mut stride = 1i64;
+    for i in (0..k).rev() {
+        linear = linear + idx.slice(1, i as isize, i as isize + 1) * stride;
+        stride *= lead[i] as i64;
+    }
+    let flat = x.reshape(&[[lead.iter().product::<usize>()].as_slice(), rest].concat());
+    let y = flat.index_select(0, &linear.reshape(&[count]));
+    one(y.reshape(&[outer.as_slice(), rest].concat()))
 }

@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""Writes ONNX's backend node tests (from the `onnx` package's case
+generators, so the data is built here, never committed) into DIR, one
+folder per test: model.onnx and test_data_set_N/{input,output}_K.pb, the
+layout of onnx/backend/test/data/node. Then run them with
+
+    tilejit onnx node-tests DIR
+
+Usage: python3 tools/onnx_node_tests.py [DIR]   (default target/onnx-node)
+"""
+import os
+import sys
+
+import onnx
+from onnx import numpy_helper
+from onnx.backend.test.case import node
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join("target", "onnx-node")
+    cases = node.collect_testcases(None)
+    for case in cases:
+        d = os.path.join(out, case.name)
+        os.makedirs(d, exist_ok=True)
+        onnx.save(case.model, os.path.join(d, "model.onnx"))
+        for i, (inputs, outputs) in enumerate(case.data_sets or []):
+            s = os.path.join(d, f"test_data_set_{i}")
+            os.makedirs(s, exist_ok=True)
+            for kind, values, infos in (("input", inputs, case.model.graph.input), ("output", outputs, case.model.graph.output)):
+                for k, v in enumerate(values):
+                    name = infos[k].name if k < len(infos) else f"{kind}_{k}"
+                    try:
+                        t = numpy_helper.from_array(v, name)
+                    except Exception as e:  # sequences, optionals: not tensors
+                        print(f"{case.name}: {kind} {k} not a tensor ({e})", file=sys.stderr)
+                        continue
+                    with open(os.path.join(s, f"{kind}_{k}.pb"), "wb") as f:
+                        f.write(t.SerializeToString())
+    print(f"wrote {len(cases)} node tests to {out}")
+
+
+if __name__ == "__main__":
+    main()
