@@ -277,13 +277,49 @@ fn lowest(dtype: DType) -> Lit {
 
 /// A pooling: `reduce` over each window of `opts`, then (average) the
 /// division by its element count.
+/// A rank error of a 1-D op: its operands must be rank 3.
+fn rank_error(op: &'static str, operands: &[&Tensor], at: Loc) -> Tensor {
+    let shapes: Vec<&[usize]> = operands.iter().map(|t| t.shape()).collect();
+    let msg = format!("{op} takes rank-3 [n, c, l] operands, not {shapes:?}");
+    apply(op, at, operands, |_, _| Err(IrError::Arguments(msg)))
+}
+
+/// A 1-D pool as the 2-D one on a 1-high image.
+#[allow(clippy::too_many_arguments)] // the pool's options, one by one
+fn pool1d(
+    t: &Tensor,
+    op: &'static str,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+    count_include_pad: bool,
+    reduce: ReduceOp,
+    at: Loc,
+) -> Tensor {
+    let s = t.shape().to_vec();
+    if s.len() != 3 {
+        return rank_error(op, &[t], at);
+    }
+    let opts = Pool2d {
+        kernel: (1, kernel),
+        stride: (1, stride),
+        padding: (0, padding),
+        count_include_pad,
+    };
+    let y = pool(&t.reshape(&[s[0], s[1], 1, s[2]]), op, opts, reduce, at);
+    match y.shape() {
+        &[n, c, 1, l] => y.reshape(&[n, c, l]),
+        _ => y,
+    }
+}
+
 fn pool(t: &Tensor, op: &'static str, opts: Pool2d, reduce: ReduceOp, location: Loc) -> Tensor {
     // Its output size is `(h + 2*padding - kernel) / stride + 1`.
     crate::trace::note_shape_arithmetic(op, t, None);
     apply(op, location, &[t], |g, ids| {
         image(op, g, ids[0])?;
         let dtype = g.ty(ids[0]).dtype;
-        let avg = op == "avg_pool2d";
+        let avg = reduce == ReduceOp::Sum;
         if avg && !dtype.is_float() {
             return Err(IrError::DTypeUnsupported {
                 op,
@@ -539,5 +575,85 @@ impl Tensor {
     #[track_caller]
     pub fn avg_pool2d_with(&self, opts: Pool2d) -> Tensor {
         pool(self, "avg_pool2d", opts, ReduceOp::Sum, Loc::caller())
+    }
+
+    /// 1-D convolution (torch `conv1d`, ONNX `Conv` on `[n, c, l]`): image
+    /// `[n, c, l]`, weights `[o, c/groups, k]`, an optional `[o]` bias;
+    /// `stride`, `padding`, `dilation` and `groups` as [`Conv2d`]'s along
+    /// the one axis. It is [`Tensor::conv2d_with`] on a 1-high image,
+    /// so it runs wherever that does (on Sim: undilated, one group).
+    #[track_caller]
+    pub fn conv1d(
+        &self,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        stride: usize,
+        padding: usize,
+        dilation: usize,
+        groups: usize,
+    ) -> Tensor {
+        let at = Loc::caller();
+        let (x, w) = (self.shape().to_vec(), weight.shape().to_vec());
+        if x.len() != 3 || w.len() != 3 {
+            return rank_error("conv1d", &[self, weight], at);
+        }
+        // One stride both ways (the 1-high image has one row of windows
+        // either way) and the padding made explicit: a square window
+        // geometry, which Sim's cube path takes.
+        let opts = Conv2d {
+            stride: (stride, stride),
+            padding: (0, 0),
+            dilation: (1, dilation),
+            groups,
+        };
+        let mut img = self.reshape(&[x[0], x[1], 1, x[2]]);
+        if padding > 0 {
+            img = img.pad(&[(0, 0), (0, 0), (0, 0), (padding, padding)], 0.0);
+        }
+        let y = img.conv2d_at(&weight.reshape(&[w[0], w[1], 1, w[2]]), bias, opts, at);
+        match y.shape() {
+            &[n, o, 1, l] => y.reshape(&[n, o, l]),
+            _ => y,
+        }
+    }
+
+    /// 1-D max pooling over `[n, c, l]` (torch `max_pool1d`, ONNX
+    /// `MaxPool` on one axis): [`Tensor::max_pool2d_with`] on a 1-high
+    /// image, the padding (at most half the window) never chosen.
+    #[track_caller]
+    pub fn max_pool1d(&self, kernel: usize, stride: usize, padding: usize) -> Tensor {
+        pool1d(
+            self,
+            "max_pool1d",
+            kernel,
+            stride,
+            padding,
+            true,
+            ReduceOp::Max,
+            Loc::caller(),
+        )
+    }
+
+    /// 1-D average pooling over `[n, c, l]` (torch `avg_pool1d`, ONNX
+    /// `AveragePool` on one axis), `count_include_pad` as [`Pool2d`]'s.
+    #[track_caller]
+    pub fn avg_pool1d(
+        &self,
+        kernel: usize,
+        stride: usize,
+        padding: usize,
+        count_include_pad: bool,
+    ) -> Tensor {
+        let at = Loc::caller();
+        pool1d(
+            self,
+            "avg_pool1d",
+            kernel,
+            stride,
+            padding,
+            count_include_pad,
+            ReduceOp::Sum,
+            at,
+        )
     }
 }

@@ -83,6 +83,7 @@ mod conv;
 pub mod debug;
 pub mod device;
 mod display;
+mod einsum;
 pub mod error;
 pub mod hooks;
 pub mod io;

@@ -161,6 +161,64 @@ impl Tensor {
         Tensor::from_ir(r, "arange", location)
     }
 
+    /// `start, start + delta, ...` up to `limit` (exclusive) as `dtype`,
+    /// ONNX `Range` and numpy `arange(start, limit, delta)`: the count is
+    /// `max(ceil((limit - start) / delta), 0)` and element `i` is
+    /// `start + i * delta`, computed in i64 for integer dtypes (wrapping
+    /// past the dtype's range, as [`Tensor::arange`]) and
+    /// in f64, rounded once, for floats. `delta = 0`, a non-finite bound,
+    /// or (integer dtypes) a `start` or `delta` that is not a whole number
+    /// in the dtype's range is a `BadArgument` error.
+    ///
+    /// ```
+    /// # use tilejit::{DType, Tensor};
+    /// let r = Tensor::range(10.0, 4.0, -3.0, DType::I32);
+    /// assert_eq!(r.to_vec::<i32>()?, vec![10, 7]);
+    /// # Ok::<(), tilejit::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn range(start: f64, limit: f64, delta: f64, dtype: DType) -> Tensor {
+        let location = Loc::caller();
+        let bad = |why: String| {
+            IrError::Arguments(format!(
+                "range({start}, {limit}, {delta}) as {dtype}: {why}"
+            ))
+        };
+        let r = (|| {
+            if delta == 0.0 || !(start.is_finite() && limit.is_finite() && delta.is_finite()) {
+                return Err(bad("delta must be nonzero and every value finite".into()));
+            }
+            if dtype == DType::Bool {
+                return Err(bad("bool has no range".into()));
+            }
+            let count = ((limit - start) / delta).ceil().max(0.0);
+            if count > u32::MAX as f64 {
+                return Err(bad(format!("{count} elements")));
+            }
+            let n = count as usize;
+            let s = Shape::new(&[n])?;
+            s.byte_size(dtype)?;
+            let lits: Vec<Lit> = if dtype.is_int() {
+                let whole = |v: f64| {
+                    let i = v as i64;
+                    (v.fract() == 0.0 && i as f64 == v && dtype.wrap_int(i) == i).then_some(i)
+                };
+                let (Some(a), Some(d)) = (whole(start), whole(delta)) else {
+                    return Err(bad("start and delta must be whole numbers in range".into()));
+                };
+                (0..n as i64)
+                    .map(|i| Lit::from_i64(a.wrapping_add(i.wrapping_mul(d)), dtype))
+                    .collect()
+            } else {
+                (0..n)
+                    .map(|i| Lit::from_f64(start + i as f64 * delta, dtype))
+                    .collect()
+            };
+            Array::new(s, tilejit_ir::Buffer::from_lits(dtype, lits.into_iter())?)
+        })();
+        Tensor::from_ir(r, "range", location)
+    }
+
     /// f32 values uniform in `[0, 1)`, deterministic for a seed.
     #[track_caller]
     pub fn rand(shape: &[usize], seed: u64) -> Tensor {

@@ -787,4 +787,72 @@ fn an_average_pool_excluding_padding_is_one_pass() {
     let p = host_kernels(avg_pool_excluding_pad::jit());
     // The pooled sums, then their division by the counts inside.
     assert!(p.kernels.len() <= 2, "{p}");
+
+fn j_conv1d(x: &Tensor, w: &Tensor) -> Tensor {
+    x.conv1d(w, None, 2, 1, 1, 1)
+}
+
+#[test]
+fn conv1d_and_pool1d_match_a_python_loop_in_every_mode() {
+    // Python loops over every output and tap (zero padding; pools skip
+    // the padding, averages divide by the window or by the taps inside).
+    let x = Tensor::arange(10, DType::F32).reshape(&[1, 2, 5]);
+    let w = (Tensor::arange(12, DType::F32) - 6.0).reshape(&[3, 2, 2]);
+    let w2 = (Tensor::arange(6, DType::F32) - 2.0).reshape(&[2, 1, 3]);
+    let f = |t: Tensor| t.to_vec::<f32>().unwrap();
+    for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
+        let y = with_mode(mode, || j_conv1d(&x, &w)).unwrap();
+        assert_eq!(y.shape(), [1, 3, 3]);
+        assert_eq!(
+            f(y),
+            [-15., -61., -97., 5., 3., -1., 25., 67., 95.],
+            "{mode:?}"
+        );
+        if mode == RunMode::Host {
+            // Dilated and grouped: Sim's conv takes neither yet.
+            let y = with_mode(mode, || x.conv1d(&w2, None, 1, 2, 2, 2));
+            assert_eq!(y.shape(), [1, 2, 5]);
+            assert_eq!(
+                f(y),
+                [0., -1., -2., -5., -8., 31., 36., 46., 22., 25.],
+                "{mode:?}"
+            );
+        }
+        let y = with_mode(mode, || x.max_pool1d(2, 2, 1));
+        assert_eq!(y.shape(), [1, 2, 3]);
+        assert_eq!(f(y), [0., 2., 4., 5., 7., 9.], "{mode:?}");
+        let y = f(with_mode(mode, || x.avg_pool1d(3, 1, 1, false)));
+        let want = [0.5, 1.0, 2.0, 3.0, 3.5, 5.5, 6.0, 7.0, 8.0, 8.5];
+        assert!(
+            y.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
+            "{y:?} {mode:?}"
+        );
+        let y = f(with_mode(mode, || x.avg_pool1d(3, 1, 1, true)));
+        let want = [
+            1.0 / 3.0,
+            1.0,
+            2.0,
+            3.0,
+            7.0 / 3.0,
+            11.0 / 3.0,
+            6.0,
+            7.0,
+            8.0,
+            17.0 / 3.0,
+        ];
+        assert!(
+            y.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6),
+            "{y:?} {mode:?}"
+        );
+    }
+    let e = x.reshape(&[2, 5]).conv1d(&w, None, 1, 0, 1, 1);
+    let e = e.error().expect("a rank error");
+    assert_eq!(e.kind(), tilejit::ErrorKind::BadArgument);
+    assert!(e.to_string().contains("conv1d takes rank-3"), "{e}");
+    let e = x.reshape(&[10]).max_pool1d(2, 2, 0);
+    assert!(e
+        .error()
+        .expect("a rank error")
+        .to_string()
+        .contains("max_pool1d"));
 }

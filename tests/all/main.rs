@@ -14,6 +14,7 @@ mod disk_cache;
 mod display;
 mod dtype_sweep;
 mod dynamic;
+mod einsum;
 mod every_mode;
 mod exp_range;
 mod gather;

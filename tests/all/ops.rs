@@ -520,3 +520,50 @@ fn random_tensors_depend_only_on_seed_and_index_at_every_size() {
     let b = Tensor::randn(&[210_000], 9).to_vec::<f32>().expect("randn");
     assert_eq!(a, b);
 }
+
+#[jit]
+fn j_range(x: &Tensor) -> Tensor {
+    x + Tensor::range(10.0, 4.0, -3.0, DType::I32)
+}
+
+#[test]
+fn range_follows_onnx_range_in_every_mode() {
+    // Python: [start + i * delta for i in range(max(ceil((limit - start) / delta), 0))]
+    for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
+        with_mode(mode, || {
+            let i32s = |t: Tensor| (t * 1).to_vec::<i32>().unwrap();
+            assert_eq!(
+                i32s(Tensor::range(0.0, 5.0, 1.0, DType::I32)),
+                [0, 1, 2, 3, 4]
+            );
+            assert_eq!(i32s(Tensor::range(10.0, 4.0, -3.0, DType::I32)), [10, 7]);
+            assert_eq!(i32s(Tensor::range(5.0, 5.0, 1.0, DType::I32)), [0i32; 0]);
+            assert_eq!(i32s(Tensor::range(5.0, 0.0, 1.0, DType::I32)), [0i32; 0]);
+            let r = Tensor::range(-3.0, 3.0, 2.0, DType::I8) * 1;
+            assert_eq!(r.to_vec::<i8>().unwrap(), [-3, -1, 1]);
+            let r = Tensor::range(1.0, 2.0, 0.25, DType::F32) * 1.0;
+            assert_eq!(r.to_vec::<f32>().unwrap(), [1.0, 1.25, 1.5, 1.75]);
+            let r = Tensor::range(0.0, 1.0, 0.3, DType::F64) * 1.0;
+            assert_eq!(
+                r.to_vec::<f64>().unwrap(),
+                [0.0, 0.3, 0.6, 0.8999999999999999]
+            );
+            let x = Tensor::from_vec(vec![1i32, 2], &[2]).unwrap();
+            assert_eq!(j_range(&x).unwrap().to_vec::<i32>().unwrap(), [11, 9]);
+        });
+    }
+    for (t, needle) in [
+        (
+            Tensor::range(0.0, 5.0, 0.0, DType::F32),
+            "delta must be nonzero",
+        ),
+        (Tensor::range(0.0, f64::NAN, 1.0, DType::F32), "finite"),
+        (Tensor::range(0.0, 2.0, 0.5, DType::I32), "whole numbers"),
+        (Tensor::range(0.0, 300.0, 1.0, DType::Bool), "bool"),
+    ] {
+        let e = t.error().expect("an error");
+        assert_eq!(e.kind(), tilejit::ErrorKind::BadArgument, "{e}");
+        assert!(e.to_string().contains(needle), "{e}");
+        assert!(e.to_string().contains("ops.rs:"), "names the caller: {e}");
+    }
+}
