@@ -787,7 +787,9 @@ fn an_average_pool_excluding_padding_is_one_pass() {
     let p = host_kernels(avg_pool_excluding_pad::jit());
     // The pooled sums, then their division by the counts inside.
     assert!(p.kernels.len() <= 2, "{p}");
+}
 
+#[jit]
 fn j_conv1d(x: &Tensor, w: &Tensor) -> Tensor {
     x.conv1d(w, None, 2, 1, 1, 1)
 }
