@@ -502,25 +502,6 @@ fn unsupported_ops_attributes_and_dtypes_fail_at_load_naming_them() {
     assert_eq!(onnx_err(&e), ("c", "Cast", "to", ErrorKind::Unsupported));
     assert!(e.to_string().contains("uint16"), "{e}");
 
-    let slice = b::node(
-        "Slice",
-        "s",
-        &["x", "st", "en", "ax", "step"],
-        &["y"],
-        vec![],
-    );
-    let inits = vec![
-        b::i64s("st", &[1], &[0]),
-        b::i64s("en", &[1], &[4]),
-        b::i64s("ax", &[1], &[2]),
-        b::i64s("step", &[1], &[2]),
-    ];
-    let e = onnx::from_bytes(&one_node(slice, inits)).err().unwrap();
-    assert_eq!(
-        onnx_err(&e),
-        ("s", "Slice", "steps", ErrorKind::Unsupported)
-    );
-
     // `info` reads the model anyway and says which ops fail.
     let dir = TempDir::new("onnx-info");
     let path = dir.join("m.onnx");
@@ -615,4 +596,80 @@ fn gather_nd_matches_hand_values() {
         assert_eq!(outs[0].1.to_vec::<f32>().unwrap(), [2.0, 3.0, 4.0, 5.0]);
         assert_eq!(outs[1].1.to_vec::<f32>().unwrap(), [6.0]);
     }
+}
+
+/// Slice with steps (negative too), Einsum, the bitwise ops and BitShift
+/// map onto `slice_step`, `einsum` and the bitwise rows: hand values on
+/// every backend, and a step of 0 refused at load.
+#[test]
+fn stepped_slices_einsum_and_bitwise_ops_match_hand_values() {
+    let slice = |steps: &[i64]| {
+        b::encode(&b::model(
+            13,
+            vec![
+                b::node("Slice", "s", &["x", "st", "en", "ax", "sp"], &["y"], vec![]),
+                b::node(
+                    "Einsum",
+                    "e",
+                    &["x", "x"],
+                    &["z"],
+                    vec![b::string("equation", "ij,kj->ik")],
+                ),
+                b::node("BitwiseXor", "bx", &["i", "j"], &["xor"], vec![]),
+                b::node(
+                    "BitShift",
+                    "bs",
+                    &["i", "j"],
+                    &["shl"],
+                    vec![b::string("direction", "LEFT")],
+                ),
+            ],
+            vec![
+                b::value("x", b::FLOAT, &[D::N(2), D::N(5)]),
+                b::value("i", b::INT64, &[D::N(3)]),
+                b::value("j", b::INT64, &[D::N(3)]),
+            ],
+            vec![
+                b::value("y", b::FLOAT, &[]),
+                b::value("z", b::FLOAT, &[]),
+                b::value("xor", b::INT64, &[]),
+                b::value("shl", b::INT64, &[]),
+            ],
+            vec![
+                b::i64s("st", &[2], &[-1, -1]),
+                b::i64s("en", &[2], &[i64::MIN, i64::MIN]),
+                b::i64s("ax", &[2], &[0, 1]),
+                b::i64s("sp", &[2], steps),
+            ],
+        ))
+    };
+    let model = onnx::from_bytes(&slice(&[-1, -2])).unwrap();
+    let x = Tensor::from_vec((0..10).map(|v| v as f32).collect(), &[2, 5]).unwrap();
+    let i = Tensor::from_vec(vec![5i64, 12, -1], &[3]).unwrap();
+    let j = Tensor::from_vec(vec![3i64, 10, 2], &[3]).unwrap();
+    for mode in MODES {
+        let outs = with_mode(mode, || model.run(&[("x", &x), ("i", &i), ("j", &j)])).unwrap();
+        // x[::-1, ::-2] = [[9, 7, 5], [4, 2, 0]].
+        assert_eq!(outs[0].1.shape(), &[2, 3]);
+        assert_eq!(
+            outs[0].1.to_vec::<f32>().unwrap(),
+            [9.0, 7.0, 5.0, 4.0, 2.0, 0.0]
+        );
+        // x @ x^T: rows 0..5 and 5..10.
+        assert_eq!(
+            outs[1].1.to_vec::<f32>().unwrap(),
+            [30.0, 80.0, 80.0, 255.0]
+        );
+        assert_eq!(outs[2].1.to_vec::<i64>().unwrap(), [6, 6, -3]);
+        assert_eq!(outs[3].1.to_vec::<i64>().unwrap(), [40, 12288, -4]);
+    }
+    let err = onnx::from_bytes(&slice(&[1, 0]))
+        .err()
+        .expect("a step of 0");
+    let (node, op, attr, kind) = onnx_err(&err);
+    assert_eq!(
+        (node, op, attr, kind),
+        ("s", "Slice", "steps", ErrorKind::BadArgument),
+        "{err}"
+    );
 }

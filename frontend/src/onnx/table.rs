@@ -141,6 +141,21 @@ pub(crate) static TABLE: &[Row] = &[
         x
     )),
     node!("Mod", ["fmod"], check_mod, build_mod),
+    binary!("BitwiseAnd", |a, b| a.bitwise_and(b)),
+    binary!("BitwiseOr", |a, b| a.bitwise_or(b)),
+    binary!("BitwiseXor", |a, b| a.bitwise_xor(b)),
+    unary!("BitwiseNot", |x| x.bitwise_not()),
+    node!("BitShift", ["direction"], check_bit_shift, |n, _, ins| {
+        let (x, by) = (req(n, ins, 0)?, req(n, ins, 1)?);
+        match attr_s(n, "direction", "")? {
+            "LEFT" => one(x.shl(by)),
+            _ => one(x.shr(by)),
+        }
+    }),
+    node!("Einsum", ["equation"], check_einsum, |n, _, ins| {
+        let ops: Vec<&Tensor> = ins.iter().flatten().collect();
+        one(Tensor::einsum(attr_s(n, "equation", "")?, &ops))
+    }),
     node!("Max", [], no_check, |_, _, ins| fold(ins, |a, b| a
         .maximum(b))),
     node!("Min", [], no_check, |_, _, ins| fold(ins, |a, b| a
@@ -963,15 +978,29 @@ fn check_pad(n: &Node, _: &Cx) -> Result<()> {
     }
 }
 
+fn check_bit_shift(n: &Node, _: &Cx) -> Result<()> {
+    match attr_s(n, "direction", "")? {
+        "LEFT" | "RIGHT" => Ok(()),
+        d => Err(fail(
+            n,
+            "direction",
+            ErrorKind::BadArgument,
+            format!("is `{d}`, not LEFT or RIGHT"),
+        )),
+    }
+}
+
+fn check_einsum(n: &Node, _: &Cx) -> Result<()> {
+    match attr_s(n, "equation", "")? {
+        "" => Err(fail(n, "equation", ErrorKind::BadArgument, "is required")),
+        _ => Ok(()),
+    }
+}
+
 fn check_slice(n: &Node, cx: &Cx) -> Result<()> {
     if let Some(steps) = const_ints(n, cx, 4, "steps")? {
-        if steps.iter().any(|&s| s != 1) {
-            return Err(fail(
-                n,
-                "steps",
-                ErrorKind::Unsupported,
-                "steps other than 1 are not supported",
-            ));
+        if steps.contains(&0) {
+            return Err(fail(n, "steps", ErrorKind::BadArgument, "a step of 0"));
         }
     }
     Ok(())
@@ -1513,28 +1542,30 @@ fn build_slice(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> 
         Some(a) => a,
         None => (0..starts.len() as i64).collect(),
     };
-    if let Some(steps) = opt(ins, 4).map(|t| ints_of(n, "steps", t)).transpose()? {
-        if steps.iter().any(|&s| s != 1) {
-            return Err(fail(
-                n,
-                "steps",
-                ErrorKind::Unsupported,
-                "steps other than 1 are not supported",
-            ));
-        }
+    let steps = match opt(ins, 4).map(|t| ints_of(n, "steps", t)).transpose()? {
+        Some(v) => v,
+        None => vec![1; starts.len()],
+    };
+    if steps.contains(&0) {
+        return Err(fail(n, "steps", ErrorKind::BadArgument, "a step of 0"));
     }
-    if starts.len() != ends.len() || axes.len() != starts.len() {
+    if starts.len() != ends.len() || axes.len() != starts.len() || steps.len() != starts.len() {
         return Err(fail(
             n,
             "starts",
             ErrorKind::BadArgument,
-            "starts, ends and axes differ in length",
+            "starts, ends, axes and steps differ in length",
         ));
     }
     let mut y = x.clone();
     let big = |v: i64| v.clamp(isize::MIN as i64 / 2, isize::MAX as i64 / 2) as isize;
-    for ((&s, &e), &a) in starts.iter().zip(&ends).zip(&axes) {
+    for (((&s, &e), &a), &step) in starts.iter().zip(&ends).zip(&axes).zip(&steps) {
         let a = axis(n, "axes", a, x.rank())?;
+        if step != 1 {
+            // ONNX's clamping for other steps is `slice_step`'s own.
+            y = y.slice_step(a as isize, big(s), big(e), big(step));
+            continue;
+        }
         let len = x.shape()[a] as isize;
         // Python's rules, as `slice` has them; an empty range stays empty.
         let norm = |v: isize| if v < 0 { (v + len).max(0) } else { v.min(len) };
