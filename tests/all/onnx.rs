@@ -672,4 +672,26 @@ fn stepped_slices_einsum_and_bitwise_ops_match_hand_values() {
         ("s", "Slice", "steps", ErrorKind::BadArgument),
         "{err}"
     );
+    // Einsum's ellipsis and diagonals are refused at load, not at a run.
+    for eq in ["...ii->...i", "ii->i"] {
+        let m = b::encode(&b::model(
+            13,
+            vec![b::node(
+                "Einsum",
+                "e",
+                &["x"],
+                &["y"],
+                vec![b::string("equation", eq)],
+            )],
+            vec![b::value("x", b::FLOAT, &[D::N(2), D::N(2)])],
+            vec![b::value("y", b::FLOAT, &[])],
+            vec![],
+        ));
+        let err = onnx::from_bytes(&m).err().expect("an unsupported equation");
+        assert_eq!(
+            onnx_err(&err),
+            ("e", "Einsum", "equation", ErrorKind::Unsupported),
+            "{err}"
+        );
+    }
 }
