@@ -858,3 +858,38 @@ fn conv1d_and_pool1d_match_a_python_loop_in_every_mode() {
         .to_string()
         .contains("max_pool1d"));
 }
+
+/// Convolutions big enough to split their output pixels over the pool's
+/// threads (batch 1: one GEMM per block of pixels), windowed and 1x1,
+/// grouped and not, with a ragged last block: values against the
+/// reference interpreter on every backend.
+#[test]
+fn a_batch_one_conv_split_over_threads_matches_the_reference() {
+    let x = Tensor::randn(&[1, 8, 41, 39], 97);
+    for (w, opts, cube) in [
+        (
+            Tensor::randn(&[16, 8, 3, 3], 98),
+            Conv2d {
+                padding: (1, 1),
+                ..Conv2d::default()
+            },
+            true,
+        ),
+        (Tensor::randn(&[24, 8, 1, 1], 99), Conv2d::default(), true),
+        (
+            Tensor::randn(&[16, 4, 3, 3], 100),
+            Conv2d {
+                padding: (1, 2),
+                groups: 2,
+                ..Conv2d::default()
+            },
+            false,
+        ),
+    ] {
+        let b = Tensor::randn(&[w.shape()[0]], 101);
+        let f = || x.conv2d_with(&w, Some(&b), opts).relu();
+        let want = f32s(&with_mode(RunMode::Reference, f));
+        let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+        check_modes("split conv", cube, &want, 1e-4, f);
+    }
+}
