@@ -234,22 +234,26 @@ pub fn load(path: impl AsRef<Path>) -> Result<OnnxModel> {
 /// [`load`] with options.
 pub fn load_with(path: impl AsRef<Path>, options: LoadOptions) -> Result<OnnxModel> {
     let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| Error::File {
-        path: path.into(),
-        message: e.to_string(),
-    })?;
-    let dir = path.parent().map(|p| {
-        if p.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            p
-        }
-    });
+    let p = parse_file(path)?;
     let name = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    build(model::parse(&bytes, dir)?, &name, options)
+    build(p, &name, options)
+}
+
+/// Reads and parses a model file, its external data relative to its
+/// directory.
+fn parse_file(path: &Path) -> Result<Parsed> {
+    let bytes = std::fs::read(path).map_err(|e| Error::File {
+        path: path.into(),
+        message: e.to_string(),
+    })?;
+    let dir = path.parent().map(|p| match p.as_os_str().is_empty() {
+        true => Path::new("."),
+        false => p,
+    });
+    model::parse(&bytes, dir)
 }
 
 /// Reads and checks a model from its bytes (it may not use external data).
@@ -542,19 +546,7 @@ pub struct ModelInfo {
 /// Reads a model file and reports its inputs, outputs, opset and each op
 /// type's support, without failing on an unsupported op.
 pub fn info(path: impl AsRef<Path>) -> Result<ModelInfo> {
-    let path = path.as_ref();
-    let bytes = std::fs::read(path).map_err(|e| Error::File {
-        path: path.into(),
-        message: e.to_string(),
-    })?;
-    let dir = path.parent().map(|p| {
-        if p.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            p
-        }
-    });
-    let p = model::parse(&bytes, dir)?;
+    let p = parse_file(path.as_ref())?;
     let consts = constants(&p);
     let cx = Cx {
         opset: p.opset,

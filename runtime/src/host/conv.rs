@@ -1,6 +1,7 @@
 //! Convolutions on the host: an `Op::Conv` kernel's matmul, whose left
 //! operand is the image read as its windows. Per image and channel group
-//! one strided GEMM: a 1x1 window of stride 1 without padding reads the
+//! one strided GEMM (with fewer images than threads, one per block of
+//! output pixels per thread): a 1x1 window of stride 1 without padding reads the
 //! image itself (`[c, h*w]` is the transposed column matrix); any other
 //! window is copied, one image at a time, into a per-thread scratch of
 //! `[k, oh*ow]` rows (each a run of an image row: contiguous copies for
@@ -28,7 +29,7 @@ const PARALLEL_MACS: usize = 1 << 18;
 impl HostProgram {
     /// A convolution's matmul on the host (see the module doc): in
     /// parallel over images when there are enough to go round, else over
-    /// each GEMM's tiles.
+    /// blocks of output pixels, one one-thread GEMM per block.
     pub(super) fn conv(
         &self,
         slots: &mut [Slot<'_>],
@@ -87,7 +88,9 @@ impl HostProgram {
 }
 
 /// One image's convolution: `out` (`[m, n]`) from `img` (`[c, h, w]`) and
-/// the weights `w` (`[k, n]`), one GEMM per channel group on `threads`.
+/// the weights `w` (`[k, n]`, or `[n, k]` read transposed), one GEMM per
+/// channel group, its output rows split into a block per thread when
+/// `threads` > 1.
 fn conv_image(
     img: &[f32],
     w: &[f32],
