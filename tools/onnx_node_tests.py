@@ -30,7 +30,12 @@ def main():
                 for k, v in enumerate(values):
                     name = infos[k].name if k < len(infos) else f"{kind}_{k}"
                     try:
-                        t = numpy_helper.from_array(v, name)
+                        if isinstance(v, onnx.TensorProto):  # cases that build their own (casts)
+                            t = onnx.TensorProto()
+                            t.CopyFrom(v)
+                            t.name = name
+                        else:
+                            t = numpy_helper.from_array(v, name)
                     except Exception as e:  # sequences, optionals: not tensors
                         print(f"{case.name}: {kind} {k} not a tensor ({e})", file=sys.stderr)
                         continue

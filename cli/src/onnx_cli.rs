@@ -35,6 +35,10 @@ pub struct RunArgs {
     /// cached call's, and the Sim profile in sim mode.
     #[arg(long)]
     profile: bool,
+    /// After the first call, time this many cached calls and print their
+    /// median and fastest (the way to benchmark a model file).
+    #[arg(long, value_name = "N")]
+    repeat: Option<usize>,
 }
 
 /// `tilejit onnx`'s commands.
@@ -108,6 +112,20 @@ pub fn run_cmd(a: &RunArgs) -> Result<(), CliError> {
         for p in &profiles {
             crate::out!("{}", p.summary());
         }
+    }
+    if let Some(n) = a.repeat.filter(|&n| n > 0) {
+        let mut times = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            call().map_err(fail)?;
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(f64::total_cmp);
+        outln!(
+            "{n} cached calls: median {:.3} ms, fastest {:.3} ms",
+            times[n / 2],
+            times[0]
+        );
     }
     if let Some(dir) = &a.output_dir {
         std::fs::create_dir_all(dir).map_err(|e| fail(format!("{}: {e}", dir.display())))?;

@@ -599,5 +599,5 @@ pub fn read_tensor_file(path: impl AsRef<Path>) -> Result<Tensor> {
 
 /// Every op type the importer supports, in table order.
 pub fn supported_ops() -> Vec<&'static str> {
-    table::TABLE.iter().map(|r| r.op).collect()
+    table::op_types().collect()
 }

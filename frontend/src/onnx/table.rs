@@ -77,8 +77,23 @@ macro_rules! node {
     };
 }
 
-/// Every supported op type.
-pub(crate) static TABLE: &[Row] = &[
+// Rows by area, each a child module so it reads this file's helpers.
+mod image;
+mod recurrent;
+mod reduce;
+mod transformer;
+
+/// Every supported op type: the core rows, then each area's.
+static TABLES: &[&[Row]] = &[
+    TABLE,
+    image::ROWS,
+    recurrent::ROWS,
+    reduce::ROWS,
+    transformer::ROWS,
+];
+
+/// The core op types: elementwise, shape, matmul, conv and pool rows.
+static TABLE: &[Row] = &[
     unary!("Relu", |x| x.relu()),
     unary!("Sigmoid", |x| x.sigmoid()),
     unary!("Tanh", |x| x.tanh()),
@@ -546,12 +561,20 @@ pub(crate) static TABLE: &[Row] = &[
     node!("Pad", ["mode", "pads", "value"], check_pad, build_pad),
 ];
 
+/// Every supported op type's name.
+pub(crate) fn op_types() -> impl Iterator<Item = &'static str> {
+    TABLES.iter().flat_map(|t| t.iter()).map(|r| r.op)
+}
+
 /// The row of an op type in the default domain.
 pub(crate) fn row(node: &Node) -> Option<&'static Row> {
     if !(node.domain.is_empty() || node.domain == "ai.onnx") {
         return None;
     }
-    TABLE.iter().find(|r| r.op == node.op)
+    TABLES
+        .iter()
+        .flat_map(|t| t.iter())
+        .find(|r| r.op == node.op)
 }
 
 /// Checks a node at load: a row exists, every attribute is one it reads,

@@ -1,0 +1,6 @@
+//! ONNX rows: Recurrent and control-flow ops, scatters and top-k.
+
+use super::Row;
+
+/// This area's rows.
+pub(super) static ROWS: &[Row] = &[];
