@@ -172,7 +172,12 @@ def do_check(root, binary, mode):
         d = os.path.join(root, name)
         out = os.path.join(d, f"tilejit-{mode}")
         t0 = time.perf_counter()
-        tilejit_run(binary, d, out, mode)
+        try:
+            tilejit_run(binary, d, out, mode)
+        except subprocess.CalledProcessError as e:
+            print(f"{name}: tilejit run failed: {(e.stderr or e.stdout).strip().splitlines()[-1]}")
+            worst = float("inf")
+            continue
         secs = time.perf_counter() - t0
         for f in sorted(os.listdir(os.path.join(d, "ort"))):
             want, got = np.load(os.path.join(d, "ort", f)), np.load(os.path.join(out, f))

@@ -64,12 +64,25 @@ pub enum OnnxCommand {
         /// Only tests whose name contains this.
         #[arg(long)]
         filter: Option<String>,
+        /// Run mode: host, sim or verify (default: TILEJIT_RUN_MODE, else host).
+        #[arg(long)]
+        mode: Option<String>,
+        /// A list of tests that must pass, one name a line (`#` starts a
+        /// comment; `! NAME` marks a known failure, `!sim NAME` a test
+        /// the simulated device cannot run yet): exit 1 when a listed test
+        /// does not pass or an unlisted one fails.
+        #[arg(long, value_name = "FILE")]
+        expect: Option<PathBuf>,
+        /// Write the names of the tests that passed to FILE (to refresh
+        /// an `--expect` list after the op set grows).
+        #[arg(long, value_name = "FILE")]
+        write_passed: Option<PathBuf>,
     },
 }
 
-/// Runs `tilejit run`.
-pub fn run_cmd(a: &RunArgs) -> Result<(), CliError> {
-    let mode = match a.mode.as_deref() {
+/// `--mode`'s value.
+fn parse_mode(mode: Option<&str>) -> Result<Option<RunMode>, CliError> {
+    Ok(match mode {
         None => None,
         Some("host") => Some(RunMode::Host),
         Some("sim") => Some(RunMode::Sim),
@@ -80,7 +93,12 @@ pub fn run_cmd(a: &RunArgs) -> Result<(), CliError> {
                 msg: format!("--mode {m}: expected host, sim or verify"),
             })
         }
-    };
+    })
+}
+
+/// Runs `tilejit run`.
+pub fn run_cmd(a: &RunArgs) -> Result<(), CliError> {
+    let mode = parse_mode(a.mode.as_deref())?;
     let model = onnx::load(&a.model).map_err(fail)?;
     let mut named: Vec<(String, Tensor)> = Vec::new();
     for spec in &a.inputs {
@@ -185,7 +203,19 @@ pub fn onnx_cmd(c: &OnnxCommand) -> Result<(), CliError> {
             }
             Ok(())
         }
-        OnnxCommand::NodeTests { dir, filter } => node_tests(dir, filter.as_deref()),
+        OnnxCommand::NodeTests {
+            dir,
+            filter,
+            mode,
+            expect,
+            write_passed,
+        } => node_tests(
+            dir,
+            filter.as_deref(),
+            parse_mode(mode.as_deref())?,
+            expect.as_deref(),
+            write_passed.as_deref(),
+        ),
     }
 }
 
@@ -196,7 +226,46 @@ enum Outcome {
     Fail(String),
 }
 
-fn node_tests(dir: &std::path::Path, filter: Option<&str>) -> Result<(), CliError> {
+/// An `--expect` file: the tests that must pass, and the known failures.
+/// In `sim` (a mode that runs the simulated device), `!sim` lines leave the list.
+fn read_expect(path: &std::path::Path, sim: bool) -> Result<(Vec<String>, Vec<String>), CliError> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
+    let (mut pass, mut known, mut not_on_sim) = (vec![], vec![], vec![]);
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let first = |rest: &str| rest.split_whitespace().next().map(String::from);
+        if let Some(rest) = line.strip_prefix("!sim") {
+            not_on_sim.extend(first(rest));
+        } else if let Some(rest) = line.strip_prefix('!') {
+            known.extend(first(rest));
+        } else if !line.is_empty() {
+            pass.push(line.to_string());
+        }
+    }
+    if sim {
+        pass.retain(|n| !not_on_sim.contains(n));
+    }
+    Ok((pass, known))
+}
+
+fn node_tests(
+    dir: &std::path::Path,
+    filter: Option<&str>,
+    mode: Option<RunMode>,
+    expect: Option<&std::path::Path>,
+    write_passed: Option<&std::path::Path>,
+) -> Result<(), CliError> {
+    let sim = matches!(
+        mode.or(tilejit::config().run_mode),
+        Some(RunMode::Sim | RunMode::Verify)
+    );
+    let (must_pass, known_failures) = match expect {
+        Some(p) => read_expect(p, sim)?,
+        None => (vec![], vec![]),
+    };
+    let mut passed_names: Vec<String> = vec![];
+    let mut unexpected: Vec<String> = vec![];
     let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| fail(format!("{}: {e}", dir.display())))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -211,10 +280,26 @@ fn node_tests(dir: &std::path::Path, filter: Option<&str>) -> Result<(), CliErro
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         // A panic is a failure of that test, not of the whole run.
-        let outcome = std::panic::catch_unwind(|| one_node_test(t))
-            .unwrap_or_else(|_| Outcome::Fail("panicked".into()));
+        let run = || match mode {
+            Some(m) => tilejit::with_mode(m, || one_node_test(t)),
+            None => one_node_test(t),
+        };
+        let outcome =
+            std::panic::catch_unwind(run).unwrap_or_else(|_| Outcome::Fail("panicked".into()));
+        if !matches!(outcome, Outcome::Pass) && must_pass.contains(&name) {
+            unexpected.push(format!("{name} is listed to pass"));
+        }
+        if matches!(outcome, Outcome::Fail(_))
+            && expect.is_some()
+            && !known_failures.contains(&name)
+        {
+            unexpected.push(format!("{name} failed"));
+        }
         match outcome {
-            Outcome::Pass => pass += 1,
+            Outcome::Pass => {
+                pass += 1;
+                passed_names.push(name);
+            }
             Outcome::Skip(why) => {
                 skip += 1;
                 outln!("skipped {name}: {}", why.lines().next().unwrap_or(""));
@@ -229,6 +314,27 @@ fn node_tests(dir: &std::path::Path, filter: Option<&str>) -> Result<(), CliErro
         "{} node tests: {pass} passed, {failed} failed, {skip} skipped",
         names.len()
     );
+    if let Some(p) = write_passed {
+        let text: String = passed_names.iter().map(|n| format!("{n}\n")).collect();
+        std::fs::write(p, text).map_err(|e| fail(format!("{}: {e}", p.display())))?;
+    }
+    if let Some(p) = expect {
+        let missing: Vec<&String> = must_pass
+            .iter()
+            .filter(|n| filter.is_none_or(|f| n.contains(f)))
+            .filter(|n| !names.iter().any(|t| t.ends_with(n.as_str())))
+            .collect();
+        unexpected.extend(missing.iter().map(|n| format!("{n} is listed but absent")));
+        if !unexpected.is_empty() {
+            return Err(fail(format!(
+                "{} against {}:\n  {}",
+                unexpected.len(),
+                p.display(),
+                unexpected.join("\n  ")
+            )));
+        }
+        outln!("as {} expects", p.display());
+    }
     Ok(())
 }
 
