@@ -156,9 +156,9 @@ pub(crate) fn build(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tens
     let nonpad = opt(ins, 6);
     let offset = match (past_k, nonpad) {
         (Some(pk), _) => Offset::Fixed(pk.shape()[2] as i64),
-        (None, Some(np)) => Offset::PerBatch(
-            (&np.cast(DType::I64) - q_len as i64).reshape(&[b, 1, 1, 1]),
-        ),
+        (None, Some(np)) => {
+            Offset::PerBatch((&np.cast(DType::I64) - q_len as i64).reshape(&[b, 1, 1, 1]))
+        }
         (None, None) => Offset::Fixed(0),
     };
 
@@ -261,7 +261,8 @@ pub(crate) fn build(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tens
     let mode = attr_i(n, "qk_matmul_output_mode", 0)?;
     let prec = match attr_i(n, "softmax_precision", 0)? {
         0 => dt,
-        p => dtype_of(p as i32).map_err(|m| fail(n, "softmax_precision", ErrorKind::Unsupported, m))?,
+        p => dtype_of(p as i32)
+            .map_err(|m| fail(n, "softmax_precision", ErrorKind::Unsupported, m))?,
     };
     let mut probs = safe_softmax(&with_bias.cast(prec));
     if let Some(b) = &bias {
@@ -281,7 +282,9 @@ pub(crate) fn build(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tens
     if rank == 3 {
         let y4 = live(y)?;
         let s = y4.shape().to_vec();
-        y = y4.permute(&[0, 2, 1, 3]).reshape(&[s[0], s[2], s[1] * s[3]]);
+        y = y4
+            .permute(&[0, 2, 1, 3])
+            .reshape(&[s[0], s[2], s[1] * s[3]]);
     }
     Ok(vec![y, present_k, present_v, qk_out])
 }
