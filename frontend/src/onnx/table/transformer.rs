@@ -97,7 +97,12 @@ pub(super) static ROWS: &[Row] = &[
         let x = req(n, ins, 0)?;
         let alpha = attr_f(n, "alpha", 1.0)? as f64;
         let z = zero_like(x);
-        let neg = ((x / alpha).exp() - 1.0) * alpha;
+        // In f32 for half dtypes: the reference's expm1 rounds only once.
+        let wide = match x.dtype() {
+            DType::F16 | DType::BF16 => x.cast(DType::F32),
+            _ => x.clone(),
+        };
+        let neg = (((&wide / alpha).exp() - 1.0) * alpha).cast(x.dtype());
         Ok(vec![&x.maximum(&z) + &neg.minimum(&z)])
     }),
     node!("Mish", [], no_check, |n, _, ins| {

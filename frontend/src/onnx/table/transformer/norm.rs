@@ -132,7 +132,9 @@ pub(crate) fn build_lp(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<T
         1 => x.abs().sum(a, true),
         _ => x.square().sum(a, true).sqrt(),
     };
-    Ok(vec![x / &norm])
+    // A zero norm gives zeros, not NaN, as in onnx's reference.
+    let z = Tensor::full(&[], 0.0, x.dtype());
+    Ok(vec![Tensor::where_cond(&norm.eq(&z), &z, &(x / &norm))])
 }
 
 pub(crate) fn check_lp(n: &Node, _: &Cx) -> Result<()> {
