@@ -71,7 +71,15 @@ pub(crate) fn check(n: &Node, _: &Cx) -> Result<()> {
 /// `[b, s, heads * d]` as `[b, heads, s, d]`.
 fn split_heads(n: &Node, x: &Tensor, heads: i64, what: &str) -> Result<Tensor> {
     let s = x.shape();
-    if heads <= 0 || s[2] % heads as usize != 0 {
+    if heads <= 0 {
+        return Err(fail(
+            n,
+            what,
+            ErrorKind::BadArgument,
+            "must be a positive head count for 3-D Q, K and V",
+        ));
+    }
+    if s[2] % heads as usize != 0 {
         return Err(fail(
             n,
             what,
