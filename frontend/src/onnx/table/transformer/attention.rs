@@ -79,7 +79,7 @@ fn split_heads(n: &Node, x: &Tensor, heads: i64, what: &str) -> Result<Tensor> {
             "must be a positive head count for 3-D Q, K and V",
         ));
     }
-    if s[2] % heads as usize != 0 {
+    if !s[2].is_multiple_of(heads as usize) {
         return Err(fail(
             n,
             what,
@@ -231,7 +231,7 @@ pub(crate) fn build(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tens
 
     // Grouped queries: each K/V head repeated for its group, in place.
     let kv_heads = k.shape()[1];
-    let (k, v) = if kv_heads != heads && kv_heads > 0 && heads % kv_heads == 0 {
+    let (k, v) = if kv_heads != heads && kv_heads > 0 && heads.is_multiple_of(kv_heads) {
         let rep = heads / kv_heads;
         let repeat = |t: &Tensor| {
             let s = t.shape().to_vec();

@@ -102,7 +102,7 @@ pub(crate) fn build_group(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<V
     let eps = attr_f(n, "epsilon", 1e-5)? as f64;
     let g = attr_i(n, "num_groups", 0)?;
     let c = x.shape()[1];
-    if g <= 0 || c % g as usize != 0 {
+    if g <= 0 || !c.is_multiple_of(g as usize) {
         return Err(fail(
             n,
             "num_groups",
@@ -204,7 +204,7 @@ pub(crate) fn build_rotary(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<V
         3 => {
             let h = attr_i(n, "num_heads", 0)?;
             let s = x.shape();
-            if h <= 0 || s[2] % h as usize != 0 {
+            if h <= 0 || !s[2].is_multiple_of(h as usize) {
                 return Err(fail(
                     n,
                     "num_heads",
