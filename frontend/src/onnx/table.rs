@@ -926,15 +926,15 @@ fn check_bn(n: &Node, _: &Cx) -> Result<()> {
 }
 
 fn check_ln(n: &Node, _: &Cx) -> Result<()> {
-    if n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
-        return Err(fail(
+    match attr_i(n, "stash_type", 1)? {
+        1 => Ok(()),
+        s => Err(fail(
             n,
-            "Mean",
+            "stash_type",
             ErrorKind::Unsupported,
-            "the mean and inverse deviation outputs are not supported",
-        ));
+            format!("stash_type {s}; only 1 (float) is supported"),
+        )),
     }
-    Ok(())
 }
 
 fn check_arg(n: &Node, _: &Cx) -> Result<()> {
@@ -1425,6 +1425,10 @@ fn build_pool(n: &Node, _: &Cx, ins: &[Option<Tensor>], max: bool) -> Result<Vec
 }
 
 fn build_layer_norm(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    // The statistics outputs need the explicit form.
+    if n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+        return transformer::norm::layer_norm_with_stats(n, ins);
+    }
     let x = req(n, ins, 0)?;
     let gamma = req(n, ins, 1)?;
     let a = axis(n, "axis", attr_i(n, "axis", -1)?, x.rank())?;
