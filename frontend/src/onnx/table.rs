@@ -991,12 +991,12 @@ fn constant_value(n: &Node) -> Result<Tensor> {
 
 fn check_pad(n: &Node, _: &Cx) -> Result<()> {
     match attr_s(n, "mode", "constant")? {
-        "constant" => Ok(()),
+        "constant" | "edge" | "reflect" | "wrap" => Ok(()),
         m => Err(fail(
             n,
             "mode",
             ErrorKind::Unsupported,
-            format!("mode `{m}` is not supported, only `constant`"),
+            format!("mode `{m}` is not a Pad mode (constant, edge, reflect, wrap)"),
         )),
     }
 }
@@ -1734,6 +1734,14 @@ fn build_pad(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
             ErrorKind::Unsupported,
             "needs 2 non-negative pads per axis (negative pads are not supported)",
         ));
+    }
+    let mode = attr_s(n, "mode", "constant")?;
+    if mode != "constant" {
+        let mut all = vec![(0, 0); r];
+        for (i, &a) in axes.iter().enumerate() {
+            all[a] = (pads[i], pads[i + k]);
+        }
+        return one(image::pad_indexed(n, x, &all, mode)?);
     }
     let mut all = vec![(0, 0); r];
     for (i, &a) in axes.iter().enumerate() {

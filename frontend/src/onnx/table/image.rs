@@ -4,9 +4,11 @@ use super::{Kind, Row};
 
 mod conv_nd;
 mod conv_transpose;
+mod rearrange;
 mod resize;
 
 pub(super) use conv_nd::conv_nd;
+pub(super) use rearrange::pad_indexed;
 
 /// This area's rows.
 pub(super) static ROWS: &[Row] = &[
@@ -40,6 +42,18 @@ pub(super) static ROWS: &[Row] = &[
         ],
         check: conv_transpose::check_conv_transpose,
         kind: Kind::Node(conv_transpose::build_conv_transpose),
+    },
+    Row {
+        op: "DepthToSpace",
+        attrs: &["blocksize", "mode"],
+        check: rearrange::check_blocks,
+        kind: Kind::Node(rearrange::build_depth_to_space),
+    },
+    Row {
+        op: "SpaceToDepth",
+        attrs: &["blocksize", "mode"],
+        check: rearrange::check_blocks,
+        kind: Kind::Node(rearrange::build_space_to_depth),
     },
     Row {
         op: "Upsample",
