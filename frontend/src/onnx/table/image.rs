@@ -6,6 +6,7 @@ mod conv_nd;
 mod conv_transpose;
 mod rearrange;
 mod resize;
+mod windows;
 
 pub(super) use conv_nd::conv_nd;
 pub(super) use rearrange::pad_indexed;
@@ -60,5 +61,23 @@ pub(super) static ROWS: &[Row] = &[
         attrs: &["mode", "scales"],
         check: resize::check_upsample,
         kind: Kind::Node(resize::build_upsample),
+    },
+    Row {
+        op: "HannWindow",
+        attrs: &["output_datatype", "periodic"],
+        check: windows::check_window,
+        kind: Kind::Node(windows::build_hann),
+    },
+    Row {
+        op: "HammingWindow",
+        attrs: &["output_datatype", "periodic"],
+        check: windows::check_window,
+        kind: Kind::Node(windows::build_hamming),
+    },
+    Row {
+        op: "BlackmanWindow",
+        attrs: &["output_datatype", "periodic"],
+        check: windows::check_window,
+        kind: Kind::Node(windows::build_blackman),
     },
 ];
