@@ -31,6 +31,7 @@ mod lowering_golden;
 mod math_ops;
 mod models;
 mod onnx;
+mod onnx_image;
 mod onnx_transformer;
 mod oom;
 mod ops;

@@ -474,7 +474,7 @@ fn unsupported_ops_attributes_and_dtypes_fail_at_load_naming_them() {
         "pad",
         &["x", "p"],
         &["y"],
-        vec![b::string("mode", "reflect")],
+        vec![b::string("mode", "mirror")],
     );
     let e = onnx::from_bytes(&one_node(pad, vec![b::i64s("p", &[8], &[0; 8])]))
         .err()

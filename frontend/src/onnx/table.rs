@@ -991,12 +991,12 @@ fn constant_value(n: &Node) -> Result<Tensor> {
 
 fn check_pad(n: &Node, _: &Cx) -> Result<()> {
     match attr_s(n, "mode", "constant")? {
-        "constant" => Ok(()),
+        "constant" | "edge" | "reflect" | "wrap" => Ok(()),
         m => Err(fail(
             n,
             "mode",
             ErrorKind::Unsupported,
-            format!("mode `{m}` is not supported, only `constant`"),
+            format!("mode `{m}` is not a Pad mode (constant, edge, reflect, wrap)"),
         )),
     }
 }
@@ -1145,12 +1145,12 @@ fn check_conv(n: &Node, cx: &Cx) -> Result<()> {
             None => 2,
         },
     };
-    if !(1..=2).contains(&k) {
+    if !(1..=3).contains(&k) {
         return Err(fail(
             n,
             "kernel_shape",
             ErrorKind::Unsupported,
-            format!("{k}-D convolutions are not supported (1-D and 2-D are)"),
+            format!("{k}-D convolutions are not supported (1-D to 3-D are)"),
         ));
     }
     window(n, vec![1; k], None).map(|_| ())
@@ -1304,13 +1304,13 @@ fn pad_spatial(x: &Tensor, pads: &[(usize, usize)], value: f64) -> Tensor {
 fn build_conv(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let (x, w) = (req(n, ins, 0)?, req(n, ins, 1)?);
     let spatial = w.rank().saturating_sub(2);
-    if !(1..=2).contains(&spatial) || x.rank() != w.rank() {
+    if !(1..=3).contains(&spatial) || x.rank() != w.rank() {
         return Err(fail(
             n,
             "W",
             ErrorKind::Unsupported,
             format!(
-                "weights of rank {} (1-D and 2-D convs are supported)",
+                "weights of rank {} (1-D to 3-D convs are supported)",
                 w.rank()
             ),
         ));
@@ -1319,6 +1319,19 @@ fn build_conv(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let win = window(n, kernel, Some(&x.shape()[2..]))?;
     let groups = usize::try_from(attr_i(n, "group", 1)?)
         .map_err(|_| fail(n, "group", ErrorKind::BadArgument, "negative"))?;
+    if spatial == 3 {
+        let x = pad_spatial(x, &win.pads, 0.0);
+        let b = opt(ins, 2);
+        return one(image::conv_nd(
+            n,
+            &x,
+            w,
+            b,
+            &win.strides,
+            &win.dilations,
+            groups,
+        )?);
+    }
     // 1-D: one row of a 2-D image.
     let (x, w, win) = if spatial == 1 {
         let xs = x.shape();
@@ -1725,6 +1738,14 @@ fn build_pad(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
             ErrorKind::Unsupported,
             "needs 2 non-negative pads per axis (negative pads are not supported)",
         ));
+    }
+    let mode = attr_s(n, "mode", "constant")?;
+    if mode != "constant" {
+        let mut all = vec![(0, 0); r];
+        for (i, &a) in axes.iter().enumerate() {
+            all[a] = (pads[i], pads[i + k]);
+        }
+        return one(image::pad_indexed(n, x, &all, mode)?);
     }
     let mut all = vec![(0, 0); r];
     for (i, &a) in axes.iter().enumerate() {

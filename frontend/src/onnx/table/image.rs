@@ -1,6 +1,83 @@
 //! ONNX rows: Image ops: resizing, transposed and 3-D convolutions, pools and rearrangements.
 
-use super::Row;
+use super::{Kind, Row};
+
+mod conv_nd;
+mod conv_transpose;
+mod rearrange;
+mod resize;
+mod windows;
+
+pub(super) use conv_nd::conv_nd;
+pub(super) use rearrange::pad_indexed;
 
 /// This area's rows.
-pub(super) static ROWS: &[Row] = &[];
+pub(super) static ROWS: &[Row] = &[
+    Row {
+        op: "Resize",
+        attrs: &[
+            "antialias",
+            "axes",
+            "coordinate_transformation_mode",
+            "cubic_coeff_a",
+            "exclude_outside",
+            "extrapolation_value",
+            "keep_aspect_ratio_policy",
+            "mode",
+            "nearest_mode",
+        ],
+        check: resize::check_resize,
+        kind: Kind::Node(resize::build_resize),
+    },
+    Row {
+        op: "ConvTranspose",
+        attrs: &[
+            "auto_pad",
+            "dilations",
+            "group",
+            "kernel_shape",
+            "output_padding",
+            "output_shape",
+            "pads",
+            "strides",
+        ],
+        check: conv_transpose::check_conv_transpose,
+        kind: Kind::Node(conv_transpose::build_conv_transpose),
+    },
+    Row {
+        op: "DepthToSpace",
+        attrs: &["blocksize", "mode"],
+        check: rearrange::check_blocks,
+        kind: Kind::Node(rearrange::build_depth_to_space),
+    },
+    Row {
+        op: "SpaceToDepth",
+        attrs: &["blocksize", "mode"],
+        check: rearrange::check_blocks,
+        kind: Kind::Node(rearrange::build_space_to_depth),
+    },
+    Row {
+        op: "Upsample",
+        attrs: &["mode", "scales"],
+        check: resize::check_upsample,
+        kind: Kind::Node(resize::build_upsample),
+    },
+    Row {
+        op: "HannWindow",
+        attrs: &["output_datatype", "periodic"],
+        check: windows::check_window,
+        kind: Kind::Node(windows::build_hann),
+    },
+    Row {
+        op: "HammingWindow",
+        attrs: &["output_datatype", "periodic"],
+        check: windows::check_window,
+        kind: Kind::Node(windows::build_hamming),
+    },
+    Row {
+        op: "BlackmanWindow",
+        attrs: &["output_datatype", "periodic"],
+        check: windows::check_window,
+        kind: Kind::Node(windows::build_blackman),
+    },
+];

@@ -1,0 +1,142 @@
+//! Rearrangements: DepthToSpace and SpaceToDepth (reshape, permute,
+//! reshape) and Pad's `edge`, `reflect` and `wrap` modes (a constant
+//! source index per padded axis, taken with `index_select`).
+
+use super::super::{attr_i, attr_s, fail, one, req, Cx};
+use crate::error::Result;
+use crate::onnx::model::Node;
+use crate::tensor::Tensor;
+use tilejit_ir::ErrorKind;
+
+pub(in super::super) fn check_blocks(n: &Node, _: &Cx) -> Result<()> {
+    if attr_i(n, "blocksize", 0)? < 1 {
+        return Err(fail(
+            n,
+            "blocksize",
+            ErrorKind::BadArgument,
+            "is required and must be positive",
+        ));
+    }
+    match attr_s(n, "mode", "DCR")? {
+        "DCR" | "CRD" => Ok(()),
+        m => Err(fail(
+            n,
+            "mode",
+            ErrorKind::Unsupported,
+            format!("`{m}` is not a mode (DCR or CRD)"),
+        )),
+    }
+}
+
+/// The image's `[n, c, h, w]`, after checking it is 4-D.
+fn nchw(n: &Node, x: &Tensor) -> Result<[usize; 4]> {
+    match x.shape() {
+        &[a, b, c, d] => Ok([a, b, c, d]),
+        s => Err(fail(
+            n,
+            "input",
+            ErrorKind::Shape,
+            format!("needs an [N, C, H, W] image, got {s:?}"),
+        )),
+    }
+}
+
+pub(in super::super) fn build_depth_to_space(
+    n: &Node,
+    _: &Cx,
+    ins: &[Option<Tensor>],
+) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let [nb, c, h, w] = nchw(n, x)?;
+    let b = attr_i(n, "blocksize", 1)? as usize;
+    if c % (b * b) != 0 {
+        return Err(fail(
+            n,
+            "blocksize",
+            ErrorKind::Shape,
+            format!("{c} channels do not split into {b}x{b} blocks"),
+        ));
+    }
+    let c2 = c / (b * b);
+    let (split, perm) = match attr_s(n, "mode", "DCR")? {
+        "CRD" => ([nb, c2, b, b, h, w], [0, 1, 4, 2, 5, 3]),
+        _ => ([nb, b, b, c2, h, w], [0, 3, 4, 1, 5, 2]),
+    };
+    one(x
+        .reshape(&split)
+        .permute(&perm)
+        .reshape(&[nb, c2, h * b, w * b]))
+}
+
+pub(in super::super) fn build_space_to_depth(
+    n: &Node,
+    _: &Cx,
+    ins: &[Option<Tensor>],
+) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let [nb, c, h, w] = nchw(n, x)?;
+    let b = attr_i(n, "blocksize", 1)? as usize;
+    if h % b != 0 || w % b != 0 {
+        return Err(fail(
+            n,
+            "blocksize",
+            ErrorKind::Shape,
+            format!("a {h}x{w} image does not split into {b}x{b} blocks"),
+        ));
+    }
+    let perm = match attr_s(n, "mode", "DCR")? {
+        "CRD" => [0, 1, 3, 5, 2, 4],
+        _ => [0, 3, 5, 1, 2, 4],
+    };
+    one(x
+        .reshape(&[nb, c, h / b, b, w / b, b])
+        .permute(&perm)
+        .reshape(&[nb, c * b * b, h / b, w / b]))
+}
+
+/// Pad in `edge`, `reflect` or `wrap` mode: `pads[a]` = (begin, end).
+pub(in super::super) fn pad_indexed(
+    n: &Node,
+    x: &Tensor,
+    pads: &[(i64, i64)],
+    mode: &str,
+) -> Result<Tensor> {
+    let mut y = x.clone();
+    for (a, &(pb, pe)) in pads.iter().enumerate() {
+        if pb == 0 && pe == 0 {
+            continue;
+        }
+        let len = x.shape()[a] as i64;
+        if len == 0 || (mode == "reflect" && (pb >= len || pe >= len)) {
+            return Err(fail(
+                n,
+                "pads",
+                ErrorKind::BadArgument,
+                format!("{mode} padding of ({pb}, {pe}) on axis {a} of length {len}"),
+            ));
+        }
+        let out = len + pb + pe;
+        let idx: Vec<i64> = (0..out.max(0))
+            .map(|o| {
+                let i = o - pb;
+                match mode {
+                    "edge" => i.clamp(0, len - 1),
+                    "wrap" => i.rem_euclid(len),
+                    // Mirror without repeating the edge: period 2(len-1).
+                    _ if len == 1 => 0,
+                    _ => {
+                        let p = i.rem_euclid(2 * (len - 1));
+                        if p < len {
+                            p
+                        } else {
+                            2 * (len - 1) - p
+                        }
+                    }
+                }
+            })
+            .collect();
+        let count = idx.len();
+        y = y.index_select(a as isize, &Tensor::from_vec(idx, &[count])?);
+    }
+    Ok(y)
+}

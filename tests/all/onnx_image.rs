@@ -1,0 +1,671 @@
+//! `tilejit::onnx` image rows (Resize, ConvTranspose, DepthToSpace,
+//! SpaceToDepth, Pad's index modes) on Host, Sim and Verify against
+//! constants computed outside tilejit, and their bad inputs.
+//!
+//! Inputs are `vals(n, seed)` = f32(sin(0.37 i + seed) * 0.9). The Resize
+//! constants come from onnx 1.23's `onnx.reference.ReferenceEvaluator`
+//! (LINEAR_UP also matches torch's bilinear `interpolate`, align_corners =
+//! False, to 6e-8); the ConvTranspose ones from torch's
+//! `conv_transpose2d`. The small cases are checked by hand in comments.
+
+use tilejit::onnx;
+use tilejit::{with_mode, Error, ErrorKind, RunMode, Tensor};
+use tilejit_testkit::onnx::{self as b, D};
+
+const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
+
+fn vals(n: usize, seed: f64) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i as f64 * 0.37 + seed).sin() * 0.9) as f32)
+        .collect()
+}
+
+fn close(got: &[f32], want: &[f64]) {
+    assert_eq!(got.len(), want.len());
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g as f64 - w).abs() <= 1e-5 + 1e-4 * w.abs(),
+            "element {i}: {g} vs {w}"
+        );
+    }
+}
+
+/// One node `x -> y` with initializers, at `opset`.
+fn model(
+    opset: i64,
+    node: b::proto::NodeProto,
+    x: &[i64],
+    inits: Vec<b::proto::TensorProto>,
+) -> onnx::OnnxModel {
+    let dims: Vec<D> = x.iter().map(|&d| D::N(d)).collect();
+    onnx::from_bytes(&b::encode(&b::model(
+        opset,
+        vec![node],
+        vec![b::value("x", b::FLOAT, &dims)],
+        vec![b::value("y", b::FLOAT, &[])],
+        inits,
+    )))
+    .unwrap()
+}
+
+/// Runs the model on every mode, checking shape and values each time.
+fn check_modes(m: &onnx::OnnxModel, x: &Tensor, shape: &[usize], want: &[f64]) {
+    for mode in MODES {
+        let outs = with_mode(mode, || m.run(&[("x", x)])).unwrap();
+        let y = &outs[0].1;
+        assert_eq!(y.shape(), shape, "{mode:?}");
+        close(&y.to_vec::<f32>().unwrap(), want);
+    }
+}
+
+fn load_err(opset: i64, node: b::proto::NodeProto, inits: Vec<b::proto::TensorProto>) -> Error {
+    let bytes = b::encode(&b::model(
+        opset,
+        vec![node],
+        vec![b::value(
+            "x",
+            b::FLOAT,
+            &[D::N(1), D::N(1), D::N(4), D::N(4)],
+        )],
+        vec![b::value("y", b::FLOAT, &[])],
+        inits,
+    ));
+    onnx::from_bytes(&bytes).err().expect("load must fail")
+}
+
+fn onnx_err(e: &Error) -> (&str, &str, &str, ErrorKind) {
+    match e {
+        Error::Onnx {
+            node,
+            op,
+            attribute,
+            kind,
+            ..
+        } => (node, op, attribute, *kind),
+        Error::Trace { source, .. } => onnx_err(source),
+        e => panic!("not an ONNX error: {e}"),
+    }
+}
+
+fn image(n: usize, seed: f64, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(vals(n, seed), shape).unwrap()
+}
+
+const LINEAR_UP: [f64; 64] = [
+    0.4314829707145691,
+    0.49558624625205994,
+    0.6237927675247192,
+    0.7287234663963318,
+    0.8103781938552856,
+    0.8632313013076782,
+    0.8872827291488647,
+    0.899308443069458,
+    0.5300357341766357,
+    0.5665277242660522,
+    0.6395115852355957,
+    0.6896220445632935,
+    0.7168589234352112,
+    0.719379186630249,
+    0.6971827149391174,
+    0.686084508895874,
+    0.7271413803100586,
+    0.7084106206893921,
+    0.6709492206573486,
+    0.611419141292572,
+    0.5298203229904175,
+    0.43167489767074585,
+    0.31698277592658997,
+    0.25963670015335083,
+    0.5488333702087402,
+    0.4959500730037689,
+    0.3901835083961487,
+    0.2730039060115814,
+    0.14441132545471191,
+    0.013107922859489918,
+    -0.1209062710404396,
+    -0.18791337311267853,
+    -0.004888154566287994,
+    -0.07085397094488144,
+    -0.20278559625148773,
+    -0.32562366127967834,
+    -0.43936818838119507,
+    -0.536321759223938,
+    -0.6164844036102295,
+    -0.6565656661987305,
+    -0.430508553981781,
+    -0.47659051418304443,
+    -0.5687544345855713,
+    -0.6401145458221436,
+    -0.690670907497406,
+    -0.7170021533966064,
+    -0.7191082835197449,
+    -0.7201613783836365,
+    -0.7280278205871582,
+    -0.7212595343589783,
+    -0.7077230215072632,
+    -0.670468807220459,
+    -0.6094967722892761,
+    -0.5289332270622253,
+    -0.4287780523300171,
+    -0.37870046496391296,
+    -0.8767874240875244,
+    -0.8435940742492676,
+    -0.7772073149681091,
+    -0.6856458783149719,
+    -0.568909764289856,
+    -0.4348987638950348,
+    -0.2836129367351532,
+    -0.2079700082540512,
+];
+const CUBIC_AA_DOWN: [f64; 9] = [
+    0.6498820185661316,
+    0.8174304962158203,
+    0.7922608852386475,
+    0.2881499230861664,
+    -0.10808403789997101,
+    -0.4788360595703125,
+    -0.8320818543434143,
+    -0.7490879893302917,
+    -0.48948851227760315,
+];
+const CROP_AND_RESIZE: [f64; 9] = [
+    0.18978145718574524,
+    10.0,
+    10.0,
+    -0.6680284142494202,
+    10.0,
+    10.0,
+    10.0,
+    10.0,
+    10.0,
+];
+const CT_K2_S2: [f64; 108] = [
+    1.128937840461731,
+    1.0990421772003174,
+    1.5545060634613037,
+    1.5351324081420898,
+    1.8870508670806885,
+    1.8808212280273438,
+    1.0377682447433472,
+    0.95340895652771,
+    1.4253575801849365,
+    1.2400391101837158,
+    1.737403154373169,
+    1.4762074947357178,
+    2.081563949584961,
+    2.0893216133117676,
+    2.1117188930511475,
+    2.132413864135742,
+    1.9734344482421875,
+    2.004265546798706,
+    1.931671142578125,
+    1.6299498081207275,
+    1.9818682670593262,
+    1.6804579496383667,
+    1.8812005519866943,
+    1.6208957433700562,
+    1.6854267120361328,
+    1.7222211360931396,
+    1.2866759300231934,
+    1.3244540691375732,
+    0.83115154504776,
+    0.864799976348877,
+    1.6432931423187256,
+    1.4593247175216675,
+    1.3003453016281128,
+    1.217612624168396,
+    0.8987736105918884,
+    0.9284741878509521,
+    0.8857545852661133,
+    0.791056752204895,
+    1.032631516456604,
+    0.7783012986183167,
+    1.1609584093093872,
+    0.7814183235168457,
+    0.7105050086975098,
+    0.6550016403198242,
+    0.5398436188697815,
+    0.34953248500823975,
+    0.4173288345336914,
+    0.11796766519546509,
+    1.2533669471740723,
+    0.7999858856201172,
+    1.2973499298095703,
+    0.8314909338951111,
+    1.286954641342163,
+    0.8716694712638855,
+    0.3595423698425293,
+    -0.008351624011993408,
+    0.3743054270744324,
+    -0.012328743934631348,
+    0.45961982011795044,
+    0.10657471418380737,
+    1.223587989807129,
+    0.9150835275650024,
+    1.1158262491226196,
+    0.9558572173118591,
+    0.9782545566558838,
+    0.9884719848632812,
+    0.6039388179779053,
+    0.33226555585861206,
+    0.7877293229103088,
+    0.6341978311538696,
+    0.9861162304878235,
+    0.9715061783790588,
+    0.5392194986343384,
+    0.5519422292709351,
+    0.14028644561767578,
+    0.11353898048400879,
+    -0.16898715496063232,
+    -0.23158466815948486,
+    0.5986087322235107,
+    0.6729028820991516,
+    0.18007111549377441,
+    0.33087801933288574,
+    -0.15419167280197144,
+    0.052716851234436035,
+    -0.3467426300048828,
+    -0.4367178678512573,
+    -0.36892151832580566,
+    -0.4740968942642212,
+    -0.23252224922180176,
+    -0.33866262435913086,
+    -0.35893893241882324,
+    -0.12393265962600708,
+    -0.40645885467529297,
+    -0.17516201734542847,
+    -0.2903200387954712,
+    -0.09403747320175171,
+    0.0439944863319397,
+    -0.04874533414840698,
+    0.4232032299041748,
+    0.35641586780548096,
+    0.8537799715995789,
+    0.8219844102859497,
+    -0.026241183280944824,
+    0.10846114158630371,
+    0.35003578662872314,
+    0.4049265384674072,
+    0.787583589553833,
+    0.7552335858345032,
+];
+const CT_K3_S2_PADS: [f64; 108] = [
+    0.10075357556343079,
+    0.5890119075775146,
+    0.3498435914516449,
+    0.9725491404533386,
+    0.5515839457511902,
+    0.11035242676734924,
+    1.2840710878372192,
+    2.300426959991455,
+    1.0226073265075684,
+    1.653741478919983,
+    0.6227385997772217,
+    0.23840761184692383,
+    0.6786699891090393,
+    1.3106391429901123,
+    0.7139012813568115,
+    1.219433307647705,
+    0.652509331703186,
+    0.16919279098510742,
+    0.13858509063720703,
+    -0.1932886838912964,
+    -0.36432528495788574,
+    -1.143646240234375,
+    -0.8179259300231934,
+    -1.1539642810821533,
+    0.5028032660484314,
+    0.5765697956085205,
+    0.28504520654678345,
+    0.11192096769809723,
+    0.02870759926736355,
+    0.0401146374642849,
+    -0.581953763961792,
+    -0.9514039158821106,
+    -0.28751814365386963,
+    -0.3886638283729553,
+    0.045831672847270966,
+    0.03936789557337761,
+    -0.04568861424922943,
+    -0.41454291343688965,
+    -0.20288681983947754,
+    -0.6427215933799744,
+    -0.33262524008750916,
+    0.1239992007613182,
+    -1.223745346069336,
+    -2.099534034729004,
+    -0.8892965912818909,
+    -1.324737548828125,
+    -0.4344857931137085,
+    -0.026772618293762207,
+    -0.41734442114830017,
+    -0.8190014958381653,
+    -0.4455779492855072,
+    -0.7432441115379333,
+    -0.41350463032722473,
+    0.09005990624427795,
+    0.07913064956665039,
+    0.6336150765419006,
+    0.5820371508598328,
+    1.552116870880127,
+    1.0061676502227783,
+    1.2671440839767456,
+    -0.3254653811454773,
+    -0.3138139247894287,
+    -0.19337593019008636,
+    -0.01826252043247223,
+    -0.03511393815279007,
+    -0.04390687867999077,
+    0.7309043407440186,
+    1.1435933113098145,
+    0.36876803636550903,
+    0.44132739305496216,
+    -0.043279197067022324,
+    -0.0339435376226902,
+    -0.01099337637424469,
+    0.2254023402929306,
+    0.04874936491250992,
+    0.29014652967453003,
+    0.10189412534236908,
+    -0.3539622128009796,
+    1.1201082468032837,
+    1.8243335485458374,
+    0.7245113849639893,
+    0.948847770690918,
+    0.23085546493530273,
+    -0.18580985069274902,
+    0.14124798774719238,
+    0.29837721586227417,
+    0.16148458421230316,
+    0.24074971675872803,
+    0.15986500680446625,
+    -0.34612518548965454,
+    -0.2940458059310913,
+    -1.0515162944793701,
+    -0.7791492342948914,
+    -1.9056541919708252,
+    -1.1587985754013062,
+    -1.3354765176773071,
+    0.13660845160484314,
+    0.03995135426521301,
+    0.09486258774995804,
+    -0.0760422945022583,
+    0.04027751088142395,
+    0.04614514485001564,
+    -0.853986382484436,
+    -1.2953081130981445,
+    -0.4369663596153259,
+    -0.478371262550354,
+    0.03919496759772301,
+    0.027317840605974197,
+];
+
+#[test]
+fn resize_linear_upsample_matches_torch_bilinear() {
+    let node = b::node(
+        "Resize",
+        "r",
+        &["x", "", "s"],
+        &["y"],
+        vec![b::string("mode", "linear")],
+    );
+    let m = model(
+        19,
+        node,
+        &[1, 1, 4, 4],
+        vec![b::f32s("s", &[4], &[1.0, 1.0, 2.0, 2.0])],
+    );
+    check_modes(
+        &m,
+        &image(16, 0.5, &[1, 1, 4, 4]),
+        &[1, 1, 8, 8],
+        &LINEAR_UP,
+    );
+}
+
+#[test]
+fn resize_nearest_by_sizes_on_given_axes() {
+    // [0 1 2] to 7 wide, asymmetric floor: source floor(o * 3/7) =
+    // 0 0 0 1 1 2 2; the height (2) is not on `axes`, so it is kept.
+    let node = b::node(
+        "Resize",
+        "r",
+        &["x", "", "", "sz"],
+        &["y"],
+        vec![
+            b::ints("axes", &[3]),
+            b::string("coordinate_transformation_mode", "asymmetric"),
+            b::string("nearest_mode", "floor"),
+        ],
+    );
+    let m = model(19, node, &[1, 1, 2, 3], vec![b::i64s("sz", &[1], &[7])]);
+    let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 10.0, 11.0, 12.0], &[1, 1, 2, 3]).unwrap();
+    let want = [
+        0., 0., 0., 1., 1., 2., 2., 10., 10., 10., 11., 11., 12., 12.,
+    ];
+    check_modes(&m, &x, &[1, 1, 2, 7], &want);
+}
+
+#[test]
+fn resize_cubic_antialias_and_crop_and_resize_match_the_onnx_reference() {
+    let x = image(16, 0.5, &[1, 1, 4, 4]);
+    let node = b::node(
+        "Resize",
+        "r",
+        &["x", "", "", "sz"],
+        &["y"],
+        vec![
+            b::string("mode", "cubic"),
+            b::int("antialias", 1),
+            b::ints("axes", &[2, 3]),
+        ],
+    );
+    let m = model(19, node, &[1, 1, 4, 4], vec![b::i64s("sz", &[2], &[3, 3])]);
+    check_modes(&m, &x, &[1, 1, 3, 3], &CUBIC_AA_DOWN);
+
+    let node = b::node(
+        "Resize",
+        "r",
+        &["x", "roi", "", "sz"],
+        &["y"],
+        vec![
+            b::string("mode", "linear"),
+            b::string("coordinate_transformation_mode", "tf_crop_and_resize"),
+            b::float("extrapolation_value", 10.0),
+        ],
+    );
+    let roi = [0.0, 0.0, 0.4, 0.6, 1.0, 1.0, 1.2, 1.7];
+    let inits = vec![
+        b::f32s("roi", &[8], &roi),
+        b::i64s("sz", &[4], &[1, 1, 3, 3]),
+    ];
+    let m = model(19, node, &[1, 1, 4, 4], inits);
+    check_modes(&m, &x, &[1, 1, 3, 3], &CROP_AND_RESIZE);
+}
+
+#[test]
+fn conv_transpose_matches_torch() {
+    let x = image(18, 0.1, &[1, 2, 3, 3]);
+    // Kernel = stride = 2: the U-Net upsampling, one GEMM.
+    let node = b::node(
+        "ConvTranspose",
+        "ct",
+        &["x", "w", "bias"],
+        &["y"],
+        vec![b::ints("strides", &[2, 2])],
+    );
+    let inits = vec![
+        b::f32s("w", &[2, 3, 2, 2], &vals(24, 0.7)),
+        b::f32s("bias", &[3], &vals(3, 1.3)),
+    ];
+    let m = model(19, node, &[1, 2, 3, 3], inits);
+    check_modes(&m, &x, &[1, 3, 6, 6], &CT_K2_S2);
+
+    // Overlapping taps, pads and output_padding: the spread convolution.
+    let node = b::node(
+        "ConvTranspose",
+        "ct",
+        &["x", "w"],
+        &["y"],
+        vec![
+            b::ints("strides", &[2, 2]),
+            b::ints("pads", &[1, 1, 1, 1]),
+            b::ints("output_padding", &[1, 1]),
+        ],
+    );
+    let m = model(
+        19,
+        node,
+        &[1, 2, 3, 3],
+        vec![b::f32s("w", &[2, 3, 3, 3], &vals(54, 0.9))],
+    );
+    check_modes(&m, &x, &[1, 3, 6, 6], &CT_K3_S2_PADS);
+}
+
+#[test]
+fn depth_space_round_trip_and_pad_modes() {
+    // DCR DepthToSpace of 4 one-pixel channels [a b c d] is the 2x2 block
+    // [[a b] [c d]]; SpaceToDepth (DCR) takes it back.
+    let node = b::node(
+        "DepthToSpace",
+        "d",
+        &["x"],
+        &["y"],
+        vec![b::int("blocksize", 2)],
+    );
+    let m = model(13, node, &[1, 4, 1, 1], vec![]);
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[1, 4, 1, 1]).unwrap();
+    check_modes(&m, &x, &[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let node = b::node(
+        "SpaceToDepth",
+        "s",
+        &["x"],
+        &["y"],
+        vec![b::int("blocksize", 2)],
+    );
+    let m = model(13, node, &[1, 1, 2, 2], vec![]);
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[1, 1, 2, 2]).unwrap();
+    check_modes(&m, &x, &[1, 4, 1, 1], &[1.0, 2.0, 3.0, 4.0]);
+
+    // [1 2 3] padded (2, 2) on its last axis.
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[1, 1, 1, 3]).unwrap();
+    for (mode, want) in [
+        ("edge", [1., 1., 1., 2., 3., 3., 3.]),
+        ("reflect", [3., 2., 1., 2., 3., 2., 1.]),
+        ("wrap", [2., 3., 1., 2., 3., 1., 2.]),
+    ] {
+        let node = b::node(
+            "Pad",
+            "p",
+            &["x", "pads"],
+            &["y"],
+            vec![b::string("mode", mode)],
+        );
+        let pads = b::i64s("pads", &[8], &[0, 0, 0, 2, 0, 0, 0, 2]);
+        let m = model(13, node, &[1, 1, 1, 3], vec![pads]);
+        check_modes(&m, &x, &[1, 1, 1, 7], &want);
+    }
+}
+
+#[test]
+fn bad_image_nodes_fail_at_load_naming_the_attribute() {
+    let resize = |attrs| b::node("Resize", "r", &["x", "", "s"], &["y"], attrs);
+    let s = || vec![b::f32s("s", &[4], &[1.0, 1.0, 2.0, 2.0])];
+    let e = load_err(19, resize(vec![b::string("mode", "bicubic")]), s());
+    assert_eq!(
+        onnx_err(&e),
+        ("r", "Resize", "mode", ErrorKind::Unsupported)
+    );
+    let e = load_err(
+        19,
+        resize(vec![b::string("coordinate_transformation_mode", "center")]),
+        s(),
+    );
+    assert_eq!(onnx_err(&e).2, "coordinate_transformation_mode");
+    let e = load_err(19, resize(vec![b::int("antialias", 1)]), s());
+    assert_eq!(
+        onnx_err(&e),
+        ("r", "Resize", "antialias", ErrorKind::BadArgument)
+    );
+    let e = load_err(19, resize(vec![b::int("bogus", 1)]), s());
+    assert_eq!(
+        onnx_err(&e),
+        ("r", "Resize", "bogus", ErrorKind::Unsupported)
+    );
+
+    let ct = b::node(
+        "ConvTranspose",
+        "ct",
+        &["x", "w"],
+        &["y"],
+        vec![b::ints("kernel_shape", &[1, 1, 1, 1])],
+    );
+    let e = load_err(19, ct, vec![b::f32s("w", &[1, 1, 1, 1, 1, 1], &[1.0])]);
+    assert_eq!(
+        onnx_err(&e),
+        (
+            "ct",
+            "ConvTranspose",
+            "kernel_shape",
+            ErrorKind::Unsupported
+        )
+    );
+    let d2s = b::node(
+        "DepthToSpace",
+        "d",
+        &["x"],
+        &["y"],
+        vec![b::int("blocksize", 2), b::string("mode", "XYZ")],
+    );
+    let e = load_err(13, d2s, vec![]);
+    assert_eq!(
+        onnx_err(&e),
+        ("d", "DepthToSpace", "mode", ErrorKind::Unsupported)
+    );
+    let s2d = b::node("SpaceToDepth", "s", &["x"], &["y"], vec![]);
+    assert_eq!(onnx_err(&load_err(13, s2d, vec![])).2, "blocksize");
+}
+
+#[test]
+fn bad_image_values_are_errors_naming_the_node() {
+    // Scales for 2 axes on a rank-4 image, found at trace time.
+    let node = b::node("Resize", "r", &["x", "", "s"], &["y"], vec![]);
+    let m = model(
+        19,
+        node,
+        &[1, 1, 4, 4],
+        vec![b::f32s("s", &[2], &[2.0, 2.0])],
+    );
+    let x = image(16, 0.5, &[1, 1, 4, 4]);
+    let e = m.run(&[("x", &x)]).err().unwrap();
+    assert_eq!(
+        onnx_err(&e),
+        ("r", "Resize", "scales", ErrorKind::BadArgument)
+    );
+    // Reflecting by more than the axis holds.
+    let node = b::node(
+        "Pad",
+        "p",
+        &["x", "pads"],
+        &["y"],
+        vec![b::string("mode", "reflect")],
+    );
+    let pads = b::i64s("pads", &[8], &[0, 0, 0, 4, 0, 0, 0, 0]);
+    let m = model(13, node, &[1, 1, 4, 4], vec![pads]);
+    let e = m.run(&[("x", &x)]).err().unwrap();
+    assert_eq!(onnx_err(&e), ("p", "Pad", "pads", ErrorKind::BadArgument));
+    // Blocks that do not divide the image.
+    let node = b::node(
+        "SpaceToDepth",
+        "s",
+        &["x"],
+        &["y"],
+        vec![b::int("blocksize", 3)],
+    );
+    let m = model(13, node, &[1, 1, 4, 4], vec![]);
+    let e = m.run(&[("x", &x)]).err().unwrap();
+    assert_eq!(
+        onnx_err(&e),
+        ("s", "SpaceToDepth", "blocksize", ErrorKind::Shape)
+    );
+}
