@@ -28,6 +28,14 @@
 //! [`LoadOptions::weights_as_arguments`] keeps them as arguments (so they
 //! can live on a device: [`OnnxModel::map_weights`]).
 //!
+//! Operands that must be known when tracing but are graph inputs (a
+//! Reshape's `shape` fed by the caller) make those inputs value-keyed:
+//! their values join the cache key, so a new value retraces and a
+//! repeated one hits the cache ([`OnnxModel::static_inputs`],
+//! `statics.rs`). NonZero and Compress, whose output shapes are values,
+//! run on such inputs and constants; on values computed from traced data
+//! they are an error naming the node.
+//!
 //! `model.rs` reads the file; `table.rs` is the op table (one row per op
 //! type: attributes, load check, build).
 

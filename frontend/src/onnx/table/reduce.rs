@@ -1,7 +1,10 @@
 //! ONNX rows: reductions (with `axes` as an attribute or an input,
 //! `keepdims`, `noop_with_empty_axes`, empty reduced sets), ArgMax/ArgMin
 //! (`select_last_index`), the scans CumSum and CumProd (`exclusive`,
-//! `reverse`), Mod (both `fmod` values) and IsInf.
+//! `reverse`), Mod (both `fmod` values) and IsInf; and NonZero and
+//! Compress, whose output shapes are their operands' values: those must
+//! be known when tracing (a constant, or a value-keyed graph input), a
+//! value computed from traced data is an error naming the node.
 
 use super::{attr_i, axis, fail, ints_of, ints_param, one, req, Cx, Kind, Row};
 use crate::error::Result;
@@ -64,6 +67,18 @@ pub(super) static ROWS: &[Row] = &[
         attrs: &["fmod"],
         check: check_mod,
         kind: Kind::Node(build_mod),
+    },
+    Row {
+        op: "NonZero",
+        attrs: &[],
+        check: no_check,
+        kind: Kind::Node(build_non_zero),
+    },
+    Row {
+        op: "Compress",
+        attrs: &["axis"],
+        check: no_check,
+        kind: Kind::Node(build_compress),
     },
     Row {
         op: "IsInf",
@@ -314,4 +329,62 @@ fn build_is_inf(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>>
         (false, true) => inf(f64::NEG_INFINITY),
         (false, false) => Tensor::full(x.shape(), 0.0, DType::Bool),
     })
+}
+
+/// The values of an operand that sets an output shape, which must be
+/// known when tracing.
+fn known(n: &Node, what: &str, t: &Tensor) -> Result<Vec<f64>> {
+    if t.is_traced() {
+        return Err(fail(
+            n,
+            what,
+            ErrorKind::Unsupported,
+            "sets the output shape, so it must be known when tracing (a constant or a \
+             graph input), but it is computed from traced data",
+        ));
+    }
+    t.cast(DType::F64).to_vec::<f64>()
+}
+
+fn build_non_zero(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let v = known(n, "X", x)?;
+    let rank = x.rank();
+    // Row-major positions of the nonzero elements (NaN is nonzero), as
+    // one row of indices per dim.
+    let hits: Vec<usize> = (0..v.len()).filter(|&i| v[i] != 0.0).collect();
+    let mut out = vec![0i64; rank * hits.len()];
+    for (j, &flat) in hits.iter().enumerate() {
+        let mut rest = flat;
+        for d in (0..rank).rev() {
+            let size = x.shape()[d];
+            out[d * hits.len() + j] = (rest % size) as i64;
+            rest /= size;
+        }
+    }
+    one(Tensor::from_vec(out, &[rank, hits.len()])?)
+}
+
+fn build_compress(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let cond = known(n, "condition", req(n, ins, 1)?)?;
+    let (x, a) = match n.attrs.contains_key("axis") {
+        true => (x.clone(), axis(n, "axis", attr_i(n, "axis", 0)?, x.rank())?),
+        false => (x.reshape(&[x.numel()]), 0),
+    };
+    let len = x.shape()[a];
+    if cond.len() > len {
+        return Err(fail(
+            n,
+            "condition",
+            ErrorKind::BadArgument,
+            format!("has {} values, over the axis length {len}", cond.len()),
+        ));
+    }
+    let keep: Vec<i64> = (0..cond.len())
+        .filter(|&i| cond[i] != 0.0)
+        .map(|i| i as i64)
+        .collect();
+    let k = keep.len();
+    one(x.index_select(a as isize, &Tensor::from_vec(keep, &[k])?))
 }
