@@ -185,7 +185,7 @@ fn reduce(n: &Node, ins: &[Option<Tensor>], r: Reduction) -> Result<Vec<Tensor>>
                 // it is not finite (all -inf, or an inf or NaN in the set),
                 // so those give the naive formula's -inf, inf or NaN.
                 let m = over(&xb, &axes, |t, a| t.max(a, true));
-                let finite = (&m - &m).eq(&Tensor::full(&[], 0.0, m.dtype()));
+                let finite = m.abs().lt(&Tensor::full(&[], f64::INFINITY, m.dtype()));
                 let m = Tensor::where_cond(&finite, &m, &Tensor::full(&[], 0.0, m.dtype()));
                 let s = over(&(&xb - &m).exp(), &axes, |t, a| t.sum(a, true));
                 s.log() + m
