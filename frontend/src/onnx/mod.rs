@@ -28,10 +28,19 @@
 //! [`LoadOptions::weights_as_arguments`] keeps them as arguments (so they
 //! can live on a device: [`OnnxModel::map_weights`]).
 //!
+//! Operands that must be known when tracing but are graph inputs (a
+//! Reshape's `shape` fed by the caller) make those inputs value-keyed:
+//! their values join the cache key, so a new value retraces and a
+//! repeated one hits the cache ([`OnnxModel::static_inputs`],
+//! `statics.rs`). NonZero and Compress, whose output shapes are values,
+//! run on such inputs and constants; on values computed from traced data
+//! they are an error naming the node.
+//!
 //! `model.rs` reads the file; `table.rs` is the op table (one row per op
 //! type: attributes, load check, build).
 
 mod model;
+mod statics;
 mod table;
 
 use crate::args::{ArgKind, FromLeaves, Leaves};
@@ -46,6 +55,7 @@ use table::{Cx, Row};
 use tilejit_ir::{DType, ErrorKind};
 
 pub use model::{MAX_OPSET, MIN_OPSET};
+pub use statics::MAX_STATIC_ELEMENTS;
 
 pub(crate) fn onnx_error(
     node: &str,
@@ -128,6 +138,8 @@ struct Graph {
     opset: i64,
     nodes: Vec<(Node, &'static Row)>,
     input_names: Vec<String>,
+    /// Per graph input, why it is value-keyed (`None`: traced).
+    statics: Vec<Option<statics::Reason>>,
     output_names: Vec<String>,
     /// Initializer names, in the order of the weights argument.
     weight_names: Vec<String>,
@@ -139,7 +151,14 @@ struct Graph {
 
 impl Graph {
     /// The traced body: every node built in order.
-    fn eval(&self, inputs: &[Tensor], weights: Option<&[Tensor]>) -> Result<Vec<Tensor>> {
+    /// `inputs` are the traced ones, in order; `static_leaves` encode the
+    /// value-keyed ones.
+    fn eval(
+        &self,
+        inputs: &[Tensor],
+        static_leaves: &[i64],
+        weights: Option<&[Tensor]>,
+    ) -> Result<Vec<Tensor>> {
         let mut env: HashMap<&str, Tensor> = HashMap::with_capacity(self.nodes.len() * 2);
         match weights {
             Some(w) => {
@@ -155,8 +174,15 @@ impl Graph {
                 }
             }
         }
-        for (name, t) in self.input_names.iter().zip(inputs) {
-            env.insert(name, t.clone());
+        let (mut traced, mut leaves) = (inputs.iter(), static_leaves.iter());
+        for (name, why) in self.input_names.iter().zip(&self.statics) {
+            let t = match why {
+                Some(_) => statics::decode(&mut leaves)?,
+                None => traced.next().cloned().ok_or_else(|| {
+                    onnx_error("", "", name, ErrorKind::Internal, "input not passed")
+                })?,
+            };
+            env.insert(name, t);
         }
         let cx = Cx {
             opset: self.opset,
@@ -221,6 +247,7 @@ pub struct OnnxModel {
     ir_version: i64,
     producer: String,
     ops: BTreeMap<String, usize>,
+    statics: Vec<Option<statics::Reason>>,
     weights: Option<Vec<Tensor>>,
     func: JitFn<'static, Vec<Tensor>>,
 }
@@ -287,6 +314,12 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
         opset: p.opset,
         consts: &consts,
     };
+    let static_inputs = statics::find(&p.nodes, &p.inputs);
+    for (s, why) in p.inputs.iter().zip(&static_inputs) {
+        if let Some(why) = why {
+            statics::check_declared(s, why)?;
+        }
+    }
     let mut nodes = Vec::with_capacity(p.nodes.len());
     let mut ops = BTreeMap::new();
     for n in p.nodes {
@@ -304,6 +337,7 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
         opset: p.opset,
         nodes,
         input_names: p.inputs.iter().map(|s| s.name.clone()).collect(),
+        statics: static_inputs.clone(),
         output_names: p.outputs.iter().map(|s| s.name.clone()).collect(),
         weight_names: p.initializers.iter().map(|(n, _)| n.clone()).collect(),
         consts,
@@ -314,6 +348,7 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
     if options.weights_as_arguments {
         params.push(param("weights", ArgKind::Tree));
     }
+    params.push(param("statics", ArgKind::Tree));
     let func = JitFn::new(&format!("onnx:{name}"), "", &params, move |vals| {
         let mut leaves = Leaves::new(vals);
         let inputs = Vec::<Tensor>::from_leaves(&mut leaves)?;
@@ -321,8 +356,9 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
             true => Some(Vec::<Tensor>::from_leaves(&mut leaves)?),
             false => None,
         };
+        let static_leaves = Vec::<i64>::from_leaves(&mut leaves)?;
         leaves.finish()?;
-        g.eval(&inputs, weights.as_deref())
+        g.eval(&inputs, &static_leaves, weights.as_deref())
     });
     Ok(OnnxModel {
         inputs: p.inputs,
@@ -331,6 +367,7 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
         ir_version: p.ir_version,
         producer: p.producer,
         ops,
+        statics: static_inputs,
         weights,
         func,
     })
@@ -365,6 +402,19 @@ impl OnnxModel {
     /// Each op type the graph uses and how many nodes have it.
     pub fn op_counts(&self) -> &BTreeMap<String, usize> {
         &self.ops
+    }
+
+    /// The names of the value-keyed inputs: those whose values must be
+    /// known when tracing (a Reshape's shape, a Slice's starts), which key
+    /// the compiled program instead of being traced (see
+    /// [`MAX_STATIC_ELEMENTS`]).
+    pub fn static_inputs(&self) -> Vec<&str> {
+        self.inputs
+            .iter()
+            .zip(&self.statics)
+            .filter(|(_, w)| w.is_some())
+            .map(|(s, _)| s.name.as_str())
+            .collect()
     }
 
     /// The jit function the model runs as (handler cache, stats, mode).
@@ -452,9 +502,17 @@ impl OnnxModel {
         for (s, t) in self.inputs.iter().zip(inputs) {
             check_input(s, t, &mut symbols)?;
         }
+        let mut traced = Vec::with_capacity(inputs.len());
+        let mut static_leaves = Vec::new();
+        for ((s, why), t) in self.inputs.iter().zip(&self.statics).zip(inputs) {
+            match why {
+                Some(why) => statics::encode(s, why, t, &mut static_leaves)?,
+                None => traced.push(*t),
+            }
+        }
         let outs = match &self.weights {
-            Some(w) => self.func.call((inputs, w))?,
-            None => self.func.call(inputs)?,
+            Some(w) => self.func.call((&traced, w, &static_leaves))?,
+            None => self.func.call((&traced, &static_leaves))?,
         };
         Ok(self
             .outputs

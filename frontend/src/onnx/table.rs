@@ -155,7 +155,6 @@ static TABLE: &[Row] = &[
         &(x * s),
         x
     )),
-    node!("Mod", ["fmod"], check_mod, build_mod),
     binary!("BitwiseAnd", |a, b| a.bitwise_and(b)),
     binary!("BitwiseOr", |a, b| a.bitwise_or(b)),
     binary!("BitwiseXor", |a, b| a.bitwise_xor(b)),
@@ -474,78 +473,6 @@ static TABLE: &[Row] = &[
         }
         one(y)
     }),
-    node!(
-        "ReduceMean",
-        ["axes", "keepdims", "noop_with_empty_axes"],
-        no_check,
-        |n, cx, ins| { reduce(n, cx, ins, |x, a| x.mean(a, true)) }
-    ),
-    node!(
-        "ReduceSum",
-        ["axes", "keepdims", "noop_with_empty_axes"],
-        no_check,
-        |n, cx, ins| { reduce(n, cx, ins, |x, a| x.sum(a, true)) }
-    ),
-    node!(
-        "ReduceMax",
-        ["axes", "keepdims", "noop_with_empty_axes"],
-        no_check,
-        |n, cx, ins| { reduce(n, cx, ins, |x, a| x.max(a, true)) }
-    ),
-    node!(
-        "ReduceMin",
-        ["axes", "keepdims", "noop_with_empty_axes"],
-        no_check,
-        |n, cx, ins| { reduce(n, cx, ins, |x, a| x.min(a, true)) }
-    ),
-    node!(
-        "ReduceProd",
-        ["axes", "keepdims", "noop_with_empty_axes"],
-        no_check,
-        |n, cx, ins| { reduce(n, cx, ins, |x, a| x.prod(a, true)) }
-    ),
-    node!(
-        "ReduceSumSquare",
-        ["axes", "keepdims", "noop_with_empty_axes"],
-        no_check,
-        |n, cx, ins| {
-            let x = req(n, ins, 0)?.square();
-            let mut ins = ins.to_vec();
-            ins[0] = Some(x);
-            reduce(n, cx, &ins, |x, a| x.sum(a, true))
-        }
-    ),
-    node!(
-        "ArgMax",
-        ["axis", "keepdims", "select_last_index"],
-        check_arg,
-        |n, _, ins| {
-            let x = req(n, ins, 0)?;
-            let a = axis(n, "axis", attr_i(n, "axis", 0)?, x.rank())?;
-            one(x.argmax(a as isize, attr_i(n, "keepdims", 1)? != 0))
-        }
-    ),
-    node!(
-        "ArgMin",
-        ["axis", "keepdims", "select_last_index"],
-        check_arg,
-        |n, _, ins| {
-            let x = req(n, ins, 0)?;
-            let a = axis(n, "axis", attr_i(n, "axis", 0)?, x.rank())?;
-            one(x.argmin(a as isize, attr_i(n, "keepdims", 1)? != 0))
-        }
-    ),
-    node!(
-        "CumSum",
-        ["exclusive", "reverse"],
-        check_cumsum,
-        |n, _, ins| {
-            let x = req(n, ins, 0)?;
-            let a = ints_of(n, "axis", req(n, ins, 1)?)?;
-            let a = axis(n, "axis", *a.first().unwrap_or(&0), x.rank())?;
-            one(x.cumsum(a as isize))
-        }
-    ),
     node!("Trilu", ["upper"], no_check, |n, _, ins| {
         let x = req(n, ins, 0)?;
         let k = match opt(ins, 1) {
@@ -852,22 +779,6 @@ fn broadcast_shape(n: &Node, a: &[usize], b: &[i64]) -> Result<Vec<usize>> {
 
 // ---- checks ----
 
-fn check_mod(n: &Node, _: &Cx) -> Result<()> {
-    match attr_i(n, "fmod", 0)? {
-        0 => Ok(()),
-        _ => Err(fail(
-            n,
-            "fmod",
-            ErrorKind::Unsupported,
-            "fmod = 1 (C's fmod) is not supported, only the floored mod",
-        )),
-    }
-}
-
-fn build_mod(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
-    one(req(n, ins, 0)?.remainder(req(n, ins, 1)?))
-}
-
 fn check_gelu(n: &Node, _: &Cx) -> Result<()> {
     match attr_s(n, "approximate", "none")? {
         "none" | "tanh" => Ok(()),
@@ -935,27 +846,6 @@ fn check_ln(n: &Node, _: &Cx) -> Result<()> {
             format!("stash_type {s}; only 1 (float) is supported"),
         )),
     }
-}
-
-fn check_arg(n: &Node, _: &Cx) -> Result<()> {
-    if attr_i(n, "select_last_index", 0)? != 0 {
-        return Err(fail(
-            n,
-            "select_last_index",
-            ErrorKind::Unsupported,
-            "only the first index on ties is supported",
-        ));
-    }
-    Ok(())
-}
-
-fn check_cumsum(n: &Node, _: &Cx) -> Result<()> {
-    for a in ["exclusive", "reverse"] {
-        if attr_i(n, a, 0)? != 0 {
-            return Err(fail(n, a, ErrorKind::Unsupported, "only 0 is supported"));
-        }
-    }
-    Ok(())
 }
 
 fn check_constant(n: &Node, _: &Cx) -> Result<()> {
@@ -1680,37 +1570,6 @@ fn build_range(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> 
     let count = ((l - s) / d).ceil().max(0.0) as usize;
     let v: Vec<f64> = (0..count).map(|i| s + i as f64 * d).collect();
     one(Tensor::from_vec(v, &[count])?.cast(dtype))
-}
-
-fn reduce(
-    n: &Node,
-    cx: &Cx,
-    ins: &[Option<Tensor>],
-    f: fn(&Tensor, isize) -> Tensor,
-) -> Result<Vec<Tensor>> {
-    let x = req(n, ins, 0)?;
-    let keep = attr_i(n, "keepdims", 1)? != 0;
-    let _ = cx;
-    let axes = match ints_param(n, ins, 1, "axes")? {
-        Some(a) if !a.is_empty() => a
-            .iter()
-            .map(|&a| axis(n, "axes", a, x.rank()))
-            .collect::<Result<Vec<_>>>()?,
-        _ if attr_i(n, "noop_with_empty_axes", 0)? != 0 => return one(x.clone()),
-        _ => (0..x.rank()).collect(),
-    };
-    let mut y = x.clone();
-    for &a in &axes {
-        y = f(&y, a as isize);
-    }
-    if !keep {
-        let dims: Vec<usize> = (0..x.rank())
-            .filter(|a| !axes.contains(a))
-            .map(|a| y.shape()[a])
-            .collect();
-        y = y.reshape(&dims);
-    }
-    one(y)
 }
 
 fn build_pad(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
