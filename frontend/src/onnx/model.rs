@@ -27,9 +27,10 @@ pub(crate) enum Attr {
     Ints(Vec<i64>),
     Floats(Vec<f32>),
     Str(String),
+    Strs(Vec<String>),
     Tensor(Tensor),
     /// A kind this importer does not read (graphs, sparse tensors, type
-    /// protos, string lists): an error if a row asks for it.
+    /// protos, tensor lists): an error if a row asks for it.
     Other(&'static str),
 }
 
@@ -308,7 +309,12 @@ fn decode_attr(
             None => return Err("a tensor attribute without a tensor".into()),
         },
         Some(T::GRAPH) | Some(T::GRAPHS) => Attr::Other("a graph"),
-        Some(T::STRINGS) => Attr::Other("a string list"),
+        Some(T::STRINGS) => Attr::Strs(
+            a.strings
+                .iter()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect(),
+        ),
         Some(T::TENSORS) => Attr::Other("a tensor list"),
         Some(T::SPARSE_TENSOR) | Some(T::SPARSE_TENSORS) => Attr::Other("a sparse tensor"),
         Some(T::TYPE_PROTO) | Some(T::TYPE_PROTOS) => Attr::Other("a type"),
