@@ -3,6 +3,7 @@
 
 use super::{Kind, Row};
 
+mod control;
 mod rnn;
 
 /// This area's rows.
@@ -24,5 +25,30 @@ pub(super) static ROWS: &[Row] = &[
         attrs: rnn::ATTRS,
         check: rnn::check,
         kind: Kind::Node(rnn::build),
+    },
+    Row {
+        op: "If",
+        attrs: &["then_branch", "else_branch"],
+        check: control::check_if,
+        kind: Kind::Node(control::build_if),
+    },
+    Row {
+        op: "Loop",
+        attrs: &["body"],
+        check: control::check_loop,
+        kind: Kind::Node(control::build_loop),
+    },
+    Row {
+        op: "Scan",
+        attrs: &[
+            "body",
+            "num_scan_inputs",
+            "scan_input_axes",
+            "scan_input_directions",
+            "scan_output_axes",
+            "scan_output_directions",
+        ],
+        check: control::check_scan,
+        kind: Kind::Node(control::build_scan),
     },
 ];
