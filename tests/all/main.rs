@@ -31,6 +31,7 @@ mod lowering_golden;
 mod math_ops;
 mod models;
 mod onnx;
+mod onnx_recurrent;
 mod oom;
 mod ops;
 mod placement;

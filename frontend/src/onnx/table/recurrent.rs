@@ -5,6 +5,8 @@ use super::{Kind, Row};
 
 mod control;
 mod rnn;
+mod scatter;
+mod select;
 
 /// This area's rows.
 pub(super) static ROWS: &[Row] = &[
@@ -50,5 +52,41 @@ pub(super) static ROWS: &[Row] = &[
         ],
         check: control::check_scan,
         kind: Kind::Node(control::build_scan),
+    },
+    Row {
+        op: "ScatterElements",
+        attrs: &["axis", "reduction"],
+        check: scatter::check,
+        kind: Kind::Node(scatter::build_elements),
+    },
+    Row {
+        op: "Scatter",
+        attrs: &["axis"],
+        check: scatter::check,
+        kind: Kind::Node(scatter::build_elements),
+    },
+    Row {
+        op: "ScatterND",
+        attrs: &["reduction"],
+        check: scatter::check,
+        kind: Kind::Node(scatter::build_nd),
+    },
+    Row {
+        op: "TopK",
+        attrs: &["axis", "largest", "sorted", "k"],
+        check: select::check_topk,
+        kind: Kind::Node(select::build_topk),
+    },
+    Row {
+        op: "OneHot",
+        attrs: &["axis"],
+        check: super::no_check,
+        kind: Kind::Node(select::build_one_hot),
+    },
+    Row {
+        op: "EyeLike",
+        attrs: &["dtype", "k"],
+        check: select::check_eye_like,
+        kind: Kind::Node(select::build_eye_like),
     },
 ];

@@ -253,6 +253,11 @@ struct Dir {
     wt: Tensor,
     /// R^T: [hidden, gates*hidden].
     rt: Tensor,
+    /// GRU's R^T split into its z and r part and its h part (sliced
+    /// before the transpose: a matmul over a sliced transposed view
+    /// failed the kernel verifier).
+    rzr: Tensor,
+    rh: Tensor,
     /// Wb and Rb: [gates*hidden] each.
     wb: Tensor,
     rb: Tensor,
@@ -386,6 +391,10 @@ pub(super) fn build(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tens
         let dir = Dir {
             wt: pick(w, d).permute(&[1, 0]),
             rt: pick(r, d).permute(&[1, 0]),
+            rzr: pick(r, d).slice(0, 0, 2 * hidden as isize).permute(&[1, 0]),
+            rh: pick(r, d)
+                .slice(0, 2 * hidden as isize, gh as isize)
+                .permute(&[1, 0]),
             wb: bd.slice(0, 0, gh as isize),
             rb: bd.slice(0, gh as isize, 2 * gh as isize),
             p: peep.as_ref().map(|p| {
@@ -512,14 +521,14 @@ fn run_dir(
                 (o * f(2, c_new.clone()), c_new)
             }
             Cell::Gru => {
-                let zr = h.matmul(&d.rt.slice(1, 0, 2 * hidden as isize));
+                let zr = h.matmul(&d.rzr);
                 let rb = &d.rb;
                 let z = f(0, part(&xt, 0) + part(&zr, 0) + part(rb, 0));
                 let r = f(0, part(&xt, 1) + part(&zr, 1) + part(rb, 1));
-                let rh = d.rt.slice(1, 2 * hidden as isize, 3 * hidden as isize);
+                let rh = &d.rh;
                 let hh = match linear_before_reset {
-                    true => part(&xt, 2) + r * (h.matmul(&rh) + part(rb, 2)),
-                    false => part(&xt, 2) + (r * &h).matmul(&rh) + part(rb, 2),
+                    true => part(&xt, 2) + r * (h.matmul(rh) + part(rb, 2)),
+                    false => part(&xt, 2) + (r * &h).matmul(rh) + part(rb, 2),
                 };
                 let hh = f(1, hh);
                 (z.rsub(1.0) * hh + z * &h, c.clone())
