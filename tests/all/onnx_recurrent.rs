@@ -510,3 +510,81 @@ fn scan_in_reverse_carries_state_and_stacks_outputs() {
         close("scan", &outs[1], &[3, 2], &[5.0, 6.0, 8.0, 10.0, 9.0, 12.0]);
     }
 }
+
+/// One node over input `x` and initializers, opset 18, outputs as named.
+fn with_inits(
+    node: b::proto::NodeProto,
+    x: &[i64],
+    inits: Vec<b::proto::TensorProto>,
+    outs: &[&str],
+) -> Vec<u8> {
+    let outs = outs.iter().map(|o| b::value(o, 0, &[])).collect();
+    b::encode(&b::model(18, vec![node], vec![fv("x", x)], outs, inits))
+}
+
+#[test]
+fn scatters_reduce_duplicates_and_refuse_indices_out_of_range() {
+    // ONNX's duplicate-indices example: 2 + 1.1 + 2.1 = 5.2.
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0], &[1, 5]).unwrap();
+    let elems = |i: i64| {
+        let node = b::node(
+            "ScatterElements",
+            "scat",
+            &["x", "i", "u"],
+            &["y"],
+            vec![b::int("axis", 1), b::string("reduction", "add")],
+        );
+        let inits = vec![
+            b::i64s("i", &[1, 2], &[1, i]),
+            b::f32s("u", &[1, 2], &[1.1, 2.1]),
+        ];
+        with_inits(node, &[1, 5], inits, &["y"])
+    };
+    for outs in run_all(&elems(1), &[("x", &x)]) {
+        close("add", &outs[0], &[1, 5], &[1.0, 5.2, 3.0, 4.0, 5.0]);
+    }
+    let m = onnx::from_bytes(&elems(5)).unwrap();
+    let e = m.run(&[("x", &x)]).err().unwrap();
+    assert_eq!(
+        onnx_err(&e),
+        ("scat", "ScatterElements", "indices", ErrorKind::BadArgument),
+        "{e}"
+    );
+    // ScatterND max: position 1 takes max(5, 9, 4), position 3 max(7, 2).
+    let node = b::node(
+        "ScatterND",
+        "nd",
+        &["x", "i", "u"],
+        &["y"],
+        vec![b::string("reduction", "max")],
+    );
+    let inits = vec![
+        b::i64s("i", &[3, 1], &[1, 3, -3]),
+        b::f32s("u", &[3], &[9.0, 2.0, 4.0]),
+    ];
+    let x = Tensor::from_vec(vec![1.0f32, 5.0, 3.0, 7.0], &[4]).unwrap();
+    for outs in run_all(&with_inits(node, &[4], inits, &["y"]), &[("x", &x)]) {
+        close("max", &outs[0], &[4], &[1.0, 9.0, 3.0, 7.0]);
+    }
+}
+
+#[test]
+fn top_k_breaks_ties_toward_the_lower_index() {
+    // [3, 1, 3, 2]: the two largest are 3 at 0 then 3 at 2; the two
+    // smallest 1 at 1 then 2 at 3.
+    let x = Tensor::from_vec(vec![3.0f32, 1.0, 3.0, 2.0], &[1, 4]).unwrap();
+    for (largest, vals, idx) in [(1, [3.0, 3.0], [0i64, 2]), (0, [1.0, 2.0], [1, 3])] {
+        let node = b::node(
+            "TopK",
+            "top",
+            &["x", "k"],
+            &["v", "i"],
+            vec![b::int("largest", largest), b::int("axis", -1)],
+        );
+        let bytes = with_inits(node, &[1, 4], vec![b::i64s("k", &[1], &[2])], &["v", "i"]);
+        for outs in run_all(&bytes, &[("x", &x)]) {
+            close("values", &outs[0], &[1, 2], &vals);
+            assert_eq!(outs[1].to_vec::<i64>().unwrap(), idx);
+        }
+    }
+}
