@@ -29,7 +29,8 @@
 //! can live on a device: [`OnnxModel::map_weights`]).
 //!
 //! `model.rs` reads the file; `table.rs` is the op table (one row per op
-//! type: attributes, load check, build).
+//! type: attributes, load check, build); `subgraph.rs` builds nodes in
+//! order, for the graph and for sub-graphs (`If`, `Loop`, `Scan`).
 
 mod model;
 mod subgraph;
