@@ -59,7 +59,7 @@ fn checked(n: &Node, idx: &Tensor, len: usize) -> Result<Tensor> {
             ));
         }
         let v: Vec<i64> = v.iter().map(|&i| if i < 0 { i + l } else { i }).collect();
-        return Ok(Tensor::from_vec(v, idx.shape())?);
+        return Tensor::from_vec(v, idx.shape());
     }
     let i = idx.cast(DType::I64);
     let i = Tensor::where_cond(&i.lt(&Tensor::zeros(&[], DType::I64)), &(&i + l), &i);
