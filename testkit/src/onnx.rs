@@ -179,3 +179,38 @@ pub fn model(
 pub fn encode(m: &ModelProto) -> Vec<u8> {
     m.write_to_bytes().unwrap()
 }
+
+/// A string-list attribute (`activations`).
+pub fn strings(name: &str, v: &[&str]) -> AttributeProto {
+    AttributeProto {
+        strings: v.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        ..attr(name, AttributeType::STRINGS)
+    }
+}
+
+/// A graph attribute (`If` branches, `Loop` and `Scan` bodies).
+pub fn graph(
+    name: &str,
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+) -> AttributeProto {
+    AttributeProto {
+        g: MessageField::some(GraphProto {
+            name: name.into(),
+            node: nodes,
+            input: inputs,
+            output: outputs,
+            ..Default::default()
+        }),
+        ..attr(name, AttributeType::GRAPH)
+    }
+}
+
+/// A float-list attribute.
+pub fn floats(name: &str, v: &[f32]) -> AttributeProto {
+    AttributeProto {
+        floats: v.to_vec(),
+        ..attr(name, AttributeType::FLOATS)
+    }
+}

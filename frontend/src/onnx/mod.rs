@@ -37,10 +37,12 @@
 //! they are an error naming the node.
 //!
 //! `model.rs` reads the file; `table.rs` is the op table (one row per op
-//! type: attributes, load check, build).
+//! type: attributes, load check, build); `subgraph.rs` builds nodes in
+//! order, for the graph and for sub-graphs (`If`, `Loop`, `Scan`).
 
 mod model;
 mod statics;
+mod subgraph;
 mod table;
 
 use crate::args::{ArgKind, FromLeaves, Leaves};
@@ -159,17 +161,17 @@ impl Graph {
         static_leaves: &[i64],
         weights: Option<&[Tensor]>,
     ) -> Result<Vec<Tensor>> {
-        let mut env: HashMap<&str, Tensor> = HashMap::with_capacity(self.nodes.len() * 2);
+        let mut env = subgraph::Env::with_capacity(self.nodes.len() * 2);
         match weights {
             Some(w) => {
                 for (name, t) in self.weight_names.iter().zip(w) {
-                    env.insert(name, t.clone());
+                    env.insert(name.clone(), t.clone());
                 }
             }
             None => {
                 for name in &self.weight_names {
                     if let Some(t) = self.consts.get(name) {
-                        env.insert(name, t.clone());
+                        env.insert(name.clone(), t.clone());
                     }
                 }
             }
@@ -182,44 +184,10 @@ impl Graph {
                     onnx_error("", "", name, ErrorKind::Internal, "input not passed")
                 })?,
             };
-            env.insert(name, t);
+            env.insert(name.clone(), t);
         }
-        let cx = Cx {
-            opset: self.opset,
-            consts: &self.consts,
-        };
-        for (node, row) in &self.nodes {
-            let ins: Vec<Option<Tensor>> = node
-                .inputs
-                .iter()
-                .map(|i| {
-                    if i.is_empty() {
-                        None
-                    } else {
-                        env.get(i.as_str()).cloned()
-                    }
-                })
-                .collect();
-            let outs = table::build(row, node, &cx, &ins).map_err(|e| wrap(node, e))?;
-            let wanted = node.outputs.iter().filter(|o| !o.is_empty()).count();
-            if outs.len() < node.outputs.len() && wanted > outs.len() {
-                return Err(table::fail(
-                    node,
-                    "outputs",
-                    ErrorKind::Unsupported,
-                    format!("gives {} outputs, {} asked", outs.len(), node.outputs.len()),
-                ));
-            }
-            for (name, t) in node.outputs.iter().zip(outs) {
-                if name.is_empty() {
-                    continue;
-                }
-                if let Some(e) = t.error() {
-                    return Err(wrap(node, e.clone()));
-                }
-                env.insert(name, t);
-            }
-        }
+        let nodes = self.nodes.iter().map(|(n, r)| (n, *r));
+        subgraph::run_nodes(nodes, &mut env, self.opset, &self.consts)?;
         self.output_names
             .iter()
             .map(|o| {
@@ -313,6 +281,7 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
     let cx = Cx {
         opset: p.opset,
         consts: &consts,
+        env: None,
     };
     let static_inputs = statics::find(&p.nodes, &p.inputs);
     for (s, why) in p.inputs.iter().zip(&static_inputs) {
@@ -609,6 +578,7 @@ pub fn info(path: impl AsRef<Path>) -> Result<ModelInfo> {
     let cx = Cx {
         opset: p.opset,
         consts: &consts,
+        env: None,
     };
     let mut ops: BTreeMap<String, OpSupport> = BTreeMap::new();
     for n in &p.nodes {

@@ -8,7 +8,9 @@
 use super::{onnx_error, Dim, IoSpec};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
-use onnx_protobuf::{tensor_proto, type_proto, Message, ModelProto, TensorProto, ValueInfoProto};
+use onnx_protobuf::{
+    tensor_proto, type_proto, GraphProto, Message, ModelProto, TensorProto, ValueInfoProto,
+};
 use std::collections::{BTreeMap, HashSet};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path};
@@ -27,9 +29,12 @@ pub(crate) enum Attr {
     Ints(Vec<i64>),
     Floats(Vec<f32>),
     Str(String),
+    Strs(Vec<String>),
     Tensor(Tensor),
+    /// A sub-graph (`If` branches, `Loop` and `Scan` bodies).
+    Graph(std::sync::Arc<SubGraph>),
     /// A kind this importer does not read (graphs, sparse tensors, type
-    /// protos, string lists): an error if a row asks for it.
+    /// protos, tensor lists): an error if a row asks for it.
     Other(&'static str),
 }
 
@@ -44,6 +49,15 @@ pub(crate) struct Node {
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
     pub attrs: BTreeMap<String, Attr>,
+}
+
+/// A graph attribute's graph, decoded.
+#[derive(Debug)]
+pub(crate) struct SubGraph {
+    pub inputs: Vec<IoSpec>,
+    pub outputs: Vec<String>,
+    pub initializers: Vec<(String, Tensor)>,
+    pub nodes: Vec<Node>,
 }
 
 /// A parsed, decoded model (not yet checked against the op table).
@@ -161,6 +175,24 @@ pub(crate) fn parse(bytes: &[u8], dir: Option<&Path>) -> Result<Parsed> {
         .iter()
         .map(io_spec)
         .collect::<Result<Vec<_>>>()?;
+    let nodes = parse_nodes(graph, dir)?;
+    let parsed = Parsed {
+        opset,
+        ir_version: model.ir_version,
+        producer: format!("{} {}", model.producer_name, model.producer_version)
+            .trim()
+            .to_string(),
+        inputs,
+        outputs,
+        initializers,
+        nodes,
+    };
+    check_topology(&parsed)?;
+    Ok(parsed)
+}
+
+/// A graph's nodes, attributes decoded (sub-graphs recursively).
+fn parse_nodes(graph: &GraphProto, dir: Option<&Path>) -> Result<Vec<Node>> {
     let mut nodes = Vec::with_capacity(graph.node.len());
     for (i, n) in graph.node.iter().enumerate() {
         let name = if n.name.is_empty() {
@@ -183,19 +215,30 @@ pub(crate) fn parse(bytes: &[u8], dir: Option<&Path>) -> Result<Parsed> {
             attrs,
         });
     }
-    let parsed = Parsed {
-        opset,
-        ir_version: model.ir_version,
-        producer: format!("{} {}", model.producer_name, model.producer_version)
-            .trim()
-            .to_string(),
+    Ok(nodes)
+}
+
+/// A graph-valued attribute (the body of `If`, `Loop`, `Scan`): it reads
+/// outer-scope values by name besides its own inputs.
+fn parse_subgraph(g: &GraphProto, dir: Option<&Path>) -> std::result::Result<SubGraph, String> {
+    let mut initializers = Vec::with_capacity(g.initializer.len());
+    for t in &g.initializer {
+        initializers.push((t.name.clone(), decode_tensor(t, dir)?));
+    }
+    let inputs = g
+        .input
+        .iter()
+        .map(io_spec)
+        .collect::<Result<Vec<_>>>()
+        .map_err(|e| e.to_string())?;
+    let outputs = g.output.iter().map(|v| v.name.clone()).collect();
+    let nodes = parse_nodes(g, dir).map_err(|e| e.to_string())?;
+    Ok(SubGraph {
         inputs,
         outputs,
         initializers,
         nodes,
-    };
-    check_topology(&parsed)?;
-    Ok(parsed)
+    })
 }
 
 /// Every node's inputs are defined before it (graph inputs, initializers,
@@ -307,8 +350,17 @@ fn decode_attr(
             Some(t) => Attr::Tensor(decode_tensor(t, dir)?),
             None => return Err("a tensor attribute without a tensor".into()),
         },
-        Some(T::GRAPH) | Some(T::GRAPHS) => Attr::Other("a graph"),
-        Some(T::STRINGS) => Attr::Other("a string list"),
+        Some(T::GRAPH) => match a.g.as_ref() {
+            Some(g) => Attr::Graph(std::sync::Arc::new(parse_subgraph(g, dir)?)),
+            None => return Err("a graph attribute without a graph".into()),
+        },
+        Some(T::GRAPHS) => Attr::Other("a graph list"),
+        Some(T::STRINGS) => Attr::Strs(
+            a.strings
+                .iter()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect(),
+        ),
         Some(T::TENSORS) => Attr::Other("a tensor list"),
         Some(T::SPARSE_TENSOR) | Some(T::SPARSE_TENSORS) => Attr::Other("a sparse tensor"),
         Some(T::TYPE_PROTO) | Some(T::TYPE_PROTOS) => Attr::Other("a type"),

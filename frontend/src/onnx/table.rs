@@ -19,6 +19,9 @@ pub(crate) struct Cx<'a> {
     pub opset: i64,
     /// Values known at load: initializers and `Constant` outputs.
     pub consts: &'a HashMap<String, Tensor>,
+    /// While tracing, the values built so far (what a sub-graph sees of
+    /// its outer scope); `None` at load.
+    pub env: Option<&'a super::subgraph::Env>,
 }
 
 type Check = fn(&Node, &Cx) -> Result<()>;
