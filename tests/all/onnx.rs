@@ -7,15 +7,15 @@ use tilejit::{with_mode, DType, Error, ErrorKind, RunMode, Tensor};
 use tilejit_testkit::onnx::{self as b, D};
 use tilejit_testkit::TempDir;
 
-const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
+pub(crate) const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
 
-fn vals(n: usize, seed: f64) -> Vec<f32> {
+pub(crate) fn vals(n: usize, seed: f64) -> Vec<f32> {
     (0..n)
         .map(|i| ((i as f64 * 0.37 + seed).sin() * 0.9) as f32)
         .collect()
 }
 
-fn close(got: &[f32], want: &[f64]) {
+pub(crate) fn close(got: &[f32], want: &[f64]) {
     assert_eq!(got.len(), want.len());
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         assert!(
@@ -30,7 +30,8 @@ fn run1(model: &onnx::OnnxModel, inputs: &[(&str, &Tensor)], mode: RunMode) -> T
     outs.into_iter().next().unwrap().1
 }
 
-fn onnx_err(e: &Error) -> (&str, &str, &str, ErrorKind) {
+/// An ONNX error's node, op, attribute and kind (through a trace error).
+pub(crate) fn onnx_err(e: &Error) -> (&str, &str, &str, ErrorKind) {
     match e {
         Error::Onnx {
             node,
@@ -39,6 +40,7 @@ fn onnx_err(e: &Error) -> (&str, &str, &str, ErrorKind) {
             kind,
             ..
         } => (node, op, attribute, *kind),
+        Error::Trace { source, .. } => onnx_err(source),
         e => panic!("not an ONNX error: {e}"),
     }
 }

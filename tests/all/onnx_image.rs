@@ -8,27 +8,10 @@
 //! False, to 6e-8); the ConvTranspose ones from torch's
 //! `conv_transpose2d`. The small cases are checked by hand in comments.
 
+use super::onnx::{close, onnx_err, vals, MODES};
 use tilejit::onnx;
-use tilejit::{with_mode, Error, ErrorKind, RunMode, Tensor};
+use tilejit::{with_mode, Error, ErrorKind, Tensor};
 use tilejit_testkit::onnx::{self as b, D};
-
-const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
-
-fn vals(n: usize, seed: f64) -> Vec<f32> {
-    (0..n)
-        .map(|i| ((i as f64 * 0.37 + seed).sin() * 0.9) as f32)
-        .collect()
-}
-
-fn close(got: &[f32], want: &[f64]) {
-    assert_eq!(got.len(), want.len());
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (g as f64 - w).abs() <= 1e-5 + 1e-4 * w.abs(),
-            "element {i}: {g} vs {w}"
-        );
-    }
-}
 
 /// One node `x -> y` with initializers, at `opset`.
 fn model(
@@ -71,20 +54,6 @@ fn load_err(opset: i64, node: b::proto::NodeProto, inits: Vec<b::proto::TensorPr
         inits,
     ));
     onnx::from_bytes(&bytes).err().expect("load must fail")
-}
-
-fn onnx_err(e: &Error) -> (&str, &str, &str, ErrorKind) {
-    match e {
-        Error::Onnx {
-            node,
-            op,
-            attribute,
-            kind,
-            ..
-        } => (node, op, attribute, *kind),
-        Error::Trace { source, .. } => onnx_err(source),
-        e => panic!("not an ONNX error: {e}"),
-    }
 }
 
 fn image(n: usize, seed: f64, shape: &[usize]) -> Tensor {

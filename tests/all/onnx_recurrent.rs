@@ -5,11 +5,11 @@
 //! the same inputs (`vals` below, as numpy float32); the control-flow
 //! ones are worked by hand in the comments.
 
+use super::onnx::{onnx_err, MODES};
 use tilejit::onnx;
-use tilejit::{with_mode, Error, ErrorKind, RunMode, Tensor};
+use tilejit::{with_mode, ErrorKind, Tensor};
 use tilejit_testkit::onnx::{self as b, D};
 
-const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
 const INT32: i32 = 6;
 const BOOL: i32 = 9;
 
@@ -28,20 +28,6 @@ fn close(what: &str, got: &Tensor, shape: &[usize], want: &[f32]) {
             (g - w).abs() <= 2e-6 + 1e-5 * w.abs(),
             "{what} element {i}: {g} vs {w}"
         );
-    }
-}
-
-fn onnx_err(e: &Error) -> (&str, &str, &str, ErrorKind) {
-    match e {
-        Error::Onnx {
-            node,
-            op,
-            attribute,
-            kind,
-            ..
-        } => (node, op, attribute, *kind),
-        Error::Trace { source, .. } => onnx_err(source),
-        e => panic!("not an ONNX error: {e}"),
     }
 }
 

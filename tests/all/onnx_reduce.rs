@@ -3,29 +3,16 @@
 //! `fmod = 1` and `IsInf`: small models run on Host, Sim and Verify
 //! against hand-checked or numpy-computed values (each says which).
 
+use super::onnx::{onnx_err, MODES};
 use tilejit::onnx::{self, OnnxModel};
-use tilejit::{with_mode, Error, ErrorKind, RunMode, Tensor};
+use tilejit::{with_mode, ErrorKind, RunMode, Tensor};
 use tilejit_testkit::onnx::{self as b, D};
 
-const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
 const BOOL: i32 = 9;
 
 fn run1(model: &OnnxModel, inputs: &[&Tensor], mode: RunMode) -> Tensor {
     let outs = with_mode(mode, || model.run_positional(inputs)).unwrap();
     outs.into_iter().next().unwrap().1
-}
-
-fn onnx_err(e: &Error) -> (&str, &str, &str, ErrorKind) {
-    match e {
-        Error::Onnx {
-            node,
-            op,
-            attribute,
-            kind,
-            ..
-        } => (node, op, attribute, *kind),
-        e => panic!("not an ONNX error: {e}"),
-    }
 }
 
 /// One node `n0` over declared inputs, its output `y` of element type

@@ -5,18 +5,12 @@
 //! same inputs, `vals(n, seed) = sin(0.37 i + seed) * 0.9` as f32), and bad
 //! attributes, which must be load errors naming the node and attribute.
 
+use super::onnx::{onnx_err, vals, MODES};
 use tilejit::onnx::{self, OnnxModel};
-use tilejit::{with_mode, Error, ErrorKind, RunMode, Tensor};
+use tilejit::{with_mode, Error, ErrorKind, Tensor};
 use tilejit_testkit::onnx::{self as b, D};
 
-const MODES: [RunMode; 3] = [RunMode::Host, RunMode::Sim, RunMode::Verify];
 const BOOL: i32 = 9;
-
-fn vals(n: usize, seed: f64) -> Vec<f32> {
-    (0..n)
-        .map(|i| ((i as f64 * 0.37 + seed).sin() * 0.9) as f32)
-        .collect()
-}
 
 fn t(data: Vec<f32>, shape: &[usize]) -> Tensor {
     Tensor::from_vec(data, shape).unwrap()
@@ -66,19 +60,6 @@ fn load_err(nodes: Vec<b::proto::NodeProto>, opset: i64) -> Error {
     let outs = vec![b::value("y", b::FLOAT, &[])];
     let bytes = b::encode(&b::model(opset, nodes, ins, outs, vec![]));
     onnx::from_bytes(&bytes).err().expect("must fail at load")
-}
-
-fn onnx_err(e: &Error) -> (&str, &str, &str, ErrorKind) {
-    match e {
-        Error::Onnx {
-            node,
-            op,
-            attribute,
-            kind,
-            ..
-        } => (node, op, attribute, *kind),
-        e => panic!("not an ONNX error: {e}"),
-    }
 }
 
 #[test]
