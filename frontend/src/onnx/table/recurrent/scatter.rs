@@ -4,6 +4,8 @@
 //! merged with the data. No index ever addresses memory, so nothing can
 //! be written out of place; indices are checked: known ones here, naming
 //! the node, traced ones by a bounds-checked gather (`IndexOutOfRange`).
+//! With `reduction = none`, duplicate indices (undefined in ONNX; torch and
+//! onnxruntime keep the last write) sum their updates.
 //! The masks cost positions × indices, fine for the small scatters
 //! models use; a real scatter op would be the way for big ones.
 
