@@ -92,7 +92,7 @@ const DTYPES: [DType; 3] = [DType::F32, DType::F64, DType::I32];
 fn transposed_and_sliced_operands_agree_in_every_mode() {
     // (name, op, a's shape, b's shape) from (m, k, n).
     type Shapes = fn(usize, usize, usize) -> (Vec<usize>, Vec<usize>);
-    let cases: [(&str, Case2, Shapes); 5] = [
+    let cases: [(&str, Case2, Shapes); 6] = [
         // The tied lm_head: `h @ wte^T`.
         (
             "a @ b^T",
@@ -120,6 +120,16 @@ fn transposed_and_sliced_operands_agree_in_every_mode() {
                 a.matmul(&b.slice(0, 2, k as isize + 2).slice(1, 1, n as isize + 1))
             },
             |m, k, n| (vec![m, k + 3], vec![k + 4, n + 2]),
+        ),
+        // The leading rows of a bigger buffer: offset 0, contiguous, yet
+        // not the whole buffer (a GRU's first direction of `initial_h`).
+        (
+            "a[:m] @ b",
+            |a, b| {
+                let m = a.shape()[0] - 2;
+                a.slice(0, 0, m as isize).matmul(b)
+            },
+            |m, k, n| (vec![m + 2, k], vec![k, n]),
         ),
         // Rows of a window of a transposed matrix.
         (

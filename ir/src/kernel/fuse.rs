@@ -980,7 +980,10 @@ impl<'g> Fuser<'g> {
         if batch_is_one {
             plain.strides[0] = strides[0];
         }
-        Ok((buf, (view != plain).then_some(view)))
+        // `None` means the whole buffer, contiguous: a view at offset 0
+        // of a larger buffer (a slice's first part) keeps its view.
+        let whole = self.g.ty(base).shape.checked_numel() == Some(shape.iter().product());
+        Ok((buf, (view != plain || !whole).then_some(view)))
     }
 
     /// The access of buffer `buf` (holding a tensor of `shape`) under `map`.

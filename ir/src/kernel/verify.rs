@@ -163,7 +163,23 @@ fn verify_matmul(p: &KernelProgram, k: &Kernel, m: &MatMul, nbuf: u32) -> Result
         }
     };
     if !(operands_fit && fits(m.out, m.m, m.n)) {
-        return Err(bad(k, "matmul sizes do not match its buffers".into()));
+        let shape = |b: super::BufId| format!("{:?}", p.buffer(b).ty.shape);
+        return Err(bad(
+            k,
+            format!(
+                "matmul sizes do not match its buffers: batch {} m {} k {} n {}, \
+                 a {} (view {:?}), b {} (view {:?}), out {}",
+                m.batch,
+                m.m,
+                m.k,
+                m.n,
+                shape(m.a),
+                m.a_view,
+                shape(m.b),
+                m.b_view,
+                shape(m.out)
+            ),
+        ));
     }
     Ok(())
 }

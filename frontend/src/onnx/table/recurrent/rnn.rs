@@ -253,9 +253,7 @@ struct Dir {
     wt: Tensor,
     /// R^T: [hidden, gates*hidden].
     rt: Tensor,
-    /// GRU's R^T split into its z and r part and its h part (sliced
-    /// before the transpose: a matmul over a sliced transposed view
-    /// failed the kernel verifier).
+    /// GRU's R^T split into its z and r part and its h part.
     rzr: Tensor,
     rh: Tensor,
     /// Wb and Rb: [gates*hidden] each.
@@ -272,15 +270,6 @@ struct Dir {
 fn pick(t: &Tensor, d: usize) -> Tensor {
     let s = t.shape()[1..].to_vec();
     t.slice(0, d as isize, d as isize + 1).reshape(&s)
-}
-
-/// A direction's initial state as a gather, not a slice: a matmul whose
-/// operand was a sliced graph input at an offset failed the kernel
-/// verifier ("matmul sizes do not match its buffers").
-fn gather_dir(t: &Tensor, d: usize) -> Result<Tensor> {
-    let s = t.shape()[1..].to_vec();
-    let i = Tensor::from_vec(vec![d as i64], &[1])?;
-    Ok(t.index_select(0, &i).reshape(&s))
 }
 
 fn shape_is(n: &Node, what: &str, t: &Tensor, want: &[usize]) -> Result<()> {
@@ -411,8 +400,8 @@ pub(super) fn build(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tens
                 let part = |k: isize| p.slice(0, k * hidden as isize, (k + 1) * hidden as isize);
                 [part(0), part(1), part(2)]
             }),
-            h0: gather_dir(&h0, d)?,
-            c0: gather_dir(&c0, d)?,
+            h0: pick(&h0, d),
+            c0: pick(&c0, d),
             acts: acts[d * per..(d + 1) * per].to_vec(),
             reverse: reverse || d == 1,
         };
