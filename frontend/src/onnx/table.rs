@@ -1030,7 +1030,9 @@ fn window(n: &Node, kernel: Vec<usize>, image: Option<&[usize]>) -> Result<Windo
     })
 }
 
-fn check_conv(n: &Node, cx: &Cx) -> Result<()> {
+/// A conv's spatial rank (from `kernel_shape`, else constant weights,
+/// else 2), which must be 1 to 3; `what` names the op in the error.
+fn conv_rank(n: &Node, cx: &Cx, what: &str) -> Result<usize> {
     let k = match attr_ints(n, "kernel_shape")? {
         Some(k) => k.len(),
         None => match n.inputs.get(1).and_then(|w| cx.consts.get(w)) {
@@ -1043,9 +1045,14 @@ fn check_conv(n: &Node, cx: &Cx) -> Result<()> {
             n,
             "kernel_shape",
             ErrorKind::Unsupported,
-            format!("{k}-D convolutions are not supported (1-D to 3-D are)"),
+            format!("{k}-D {what} are not supported (1-D to 3-D are)"),
         ));
     }
+    Ok(k)
+}
+
+fn check_conv(n: &Node, cx: &Cx) -> Result<()> {
+    let k = conv_rank(n, cx, "convolutions")?;
     window(n, vec![1; k], None).map(|_| ())
 }
 

@@ -5,7 +5,7 @@
 //! Either way the full result is then cropped or zero-extended to the
 //! window the pads, output_padding and output_shape select.
 
-use super::super::{attr_i, attr_ints, attr_s, fail, one, opt, req, usizes, Cx};
+use super::super::{attr_i, attr_ints, attr_s, conv_rank, fail, one, opt, req, usizes, Cx};
 use super::conv_nd::conv_nd;
 use crate::error::Result;
 use crate::onnx::model::Node;
@@ -13,21 +13,7 @@ use crate::tensor::Tensor;
 use tilejit_ir::ErrorKind;
 
 pub(in super::super) fn check_conv_transpose(n: &Node, cx: &Cx) -> Result<()> {
-    let k = match attr_ints(n, "kernel_shape")? {
-        Some(k) => k.len(),
-        None => match n.inputs.get(1).and_then(|w| cx.consts.get(w)) {
-            Some(w) => w.rank().saturating_sub(2),
-            None => 2,
-        },
-    };
-    if !(1..=3).contains(&k) {
-        return Err(fail(
-            n,
-            "kernel_shape",
-            ErrorKind::Unsupported,
-            format!("{k}-D transposed convolutions are not supported (1-D to 3-D are)"),
-        ));
-    }
+    conv_rank(n, cx, "transposed convolutions")?;
     match attr_s(n, "auto_pad", "NOTSET")? {
         "NOTSET" | "VALID" | "SAME_UPPER" | "SAME_LOWER" => {}
         a => {
