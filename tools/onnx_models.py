@@ -10,10 +10,12 @@ Each DIR/<model>/ holds model.onnx (weights as external data), its inputs
 as <input name>.npy and onnxruntime's outputs as ort/<output name>.npy.
 `check` runs `tilejit run` on the same inputs and reports, per output, the
 largest difference relative to the output's largest magnitude (the bar is
-1e-4). `bench` times onnxruntime (2 threads) against `tilejit run
---repeat`, both in one run. Needs torch, torchvision, transformers,
-onnx, onnxscript and onnxruntime (../shared/peers/setup.sh makes such a
-venv). Default DIR: target/onnx-models; --small makes tiny configurations
+1e-4). `bench` times onnxruntime (2 threads) and tract (the `tract`
+wheel, one thread; skipped with the reason when it is missing or cannot
+load a model) against `tilejit run --repeat`, all in one run. Needs torch,
+torchvision, transformers, onnx, onnxscript and onnxruntime
+(../shared/peers/setup.sh makes such a venv; `pip install tract` adds
+tract). Default DIR: target/onnx-models; --small makes tiny configurations
 (what a quick check wants), not the full-size models.
 """
 import argparse
@@ -192,6 +194,41 @@ def do_check(root, binary, mode):
     return 0 if worst <= 1e-4 else 1
 
 
+def tract_time(d, feed, outs, repeats):
+    """tract (Sonos' Rust ONNX runtime, its `tract` wheel; one thread) on
+    the same file: the median seconds of a call and the largest output
+    difference relative to onnxruntime's, or why it could not run."""
+    try:
+        import tract
+    except ImportError:
+        return None, "the tract package is not installed"
+    try:
+        m = tract.onnx().load(os.path.join(d, "model.onnx"))
+        names = [m.input_name(i) for i in range(m.input_count())]
+        symbols = {}
+        for i, n in enumerate(names):
+            dims = str(m.input_fact(i)).split(",")[:-1]
+            symbols.update({s.strip(): int(v) for s, v in zip(dims, feed[n].shape) if not s.strip().isdigit()})
+        m = m.into_model()
+        if symbols:
+            m.transform(tract.SetSymbols(symbols))
+        r = m.into_runnable()
+        args = [feed[n] for n in names]
+        got = r.run(args)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            r.run(args)
+            times.append(time.perf_counter() - t0)
+    except Exception as e:  # tract's errors name the node it stopped at
+        return None, str(e).strip().splitlines()[0]
+    worst = 0.0
+    for n, t in zip(outs, got):  # tract keeps the graph's output order
+        want = np.load(os.path.join(d, "ort", f"{n}.npy"))
+        worst = max(worst, float(np.abs(t.to_numpy() - want).max()) / max(float(np.abs(want).max()), 1e-30))
+    return float(np.median(times)), f"max |diff| / max |ort| = {worst:.1e}"
+
+
 def do_bench(root, binary, repeats):
     import onnxruntime as ort
     for name in MODELS:
@@ -209,7 +246,10 @@ def do_bench(root, binary, repeats):
         ort_s = float(np.median(times))
         r = tilejit_run(binary, d, os.path.join(d, "tilejit-bench"), "host", ["--repeat", str(repeats)])
         tj = float(re.search(r"cached calls: median ([0-9.]+) ms", r.stdout).group(1)) / 1e3
-        print(json.dumps({"model": name, "onnxruntime_s": ort_s, "tilejit_s": tj, "ratio": ort_s / tj}))
+        tract_s, tract_note = tract_time(d, feed, [o.name for o in s.get_outputs()], repeats)
+        row = {"model": name, "onnxruntime_s": ort_s, "tilejit_s": tj, "ratio": ort_s / tj,
+               "tract_s": tract_s, "tract_ratio": tract_s / tj if tract_s else None, "tract": tract_note}
+        print(json.dumps(row))
 
 
 def main():
