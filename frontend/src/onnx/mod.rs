@@ -32,15 +32,21 @@
 //! Reshape's `shape` fed by the caller) make those inputs value-keyed:
 //! their values join the cache key, so a new value retraces and a
 //! repeated one hits the cache ([`OnnxModel::static_inputs`],
-//! `statics.rs`). NonZero and Compress, whose output shapes are values,
-//! run on such inputs and constants; on values computed from traced data
-//! they are an error naming the node.
+//! `statics.rs`). When such an operand is computed from traced data, or
+//! a NonZero, Compress or Unique (whose output shape is its operand's
+//! value) reads traced data, the graph runs in two phases or more
+//! (`segments.rs`): it is cut before that node into pieces, each its own
+//! jit function ([`OnnxModel::functions`]); NonZero and the like run
+//! eagerly between two pieces, and a shape operand enters the next piece
+//! value-keyed.
 //!
 //! `model.rs` reads the file; `table.rs` is the op table (one row per op
 //! type: attributes, load check, build); `subgraph.rs` builds nodes in
-//! order, for the graph and for sub-graphs (`If`, `Loop`, `Scan`).
+//! order, for the graph and for sub-graphs (`If`, `Loop`, `Scan`);
+//! `segments.rs` cuts the graph into phases.
 
 mod model;
+mod segments;
 mod statics;
 mod subgraph;
 mod table;
@@ -139,10 +145,9 @@ pub struct LoadOptions {
 struct Graph {
     opset: i64,
     nodes: Vec<(Node, &'static Row)>,
-    input_names: Vec<String>,
-    /// Per graph input, why it is value-keyed (`None`: traced).
-    statics: Vec<Option<statics::Reason>>,
-    output_names: Vec<String>,
+    /// The traced pieces, in order (one, the whole graph, unless an
+    /// operand the trace must know is computed from data).
+    segments: Vec<segments::Segment>,
     /// Initializer names, in the order of the weights argument.
     weight_names: Vec<String>,
     /// Initializers and `Constant` outputs (the constants of the program
@@ -152,16 +157,18 @@ struct Graph {
 }
 
 impl Graph {
-    /// The traced body: every node built in order.
-    /// `inputs` are the traced ones, in order; `static_leaves` encode the
+    /// The traced body of piece `k`: its nodes built in order.
+    /// `inputs` are its traced inputs, in order; `static_leaves` encode the
     /// value-keyed ones.
     fn eval(
         &self,
+        k: usize,
         inputs: &[Tensor],
         static_leaves: &[i64],
         weights: Option<&[Tensor]>,
     ) -> Result<Vec<Tensor>> {
-        let mut env = subgraph::Env::with_capacity(self.nodes.len() * 2);
+        let seg = &self.segments[k];
+        let mut env = subgraph::Env::with_capacity(seg.nodes.len() * 2);
         match weights {
             Some(w) => {
                 for (name, t) in self.weight_names.iter().zip(w) {
@@ -177,7 +184,7 @@ impl Graph {
             }
         }
         let (mut traced, mut leaves) = (inputs.iter(), static_leaves.iter());
-        for (name, why) in self.input_names.iter().zip(&self.statics) {
+        for (name, why) in seg.inputs.iter().zip(&seg.statics) {
             let t = match why {
                 Some(_) => statics::decode(&mut leaves)?,
                 None => traced.next().cloned().ok_or_else(|| {
@@ -186,9 +193,9 @@ impl Graph {
             };
             env.insert(name.clone(), t);
         }
-        let nodes = self.nodes.iter().map(|(n, r)| (n, *r));
+        let nodes = self.nodes[seg.nodes.clone()].iter().map(|(n, r)| (n, *r));
         subgraph::run_nodes(nodes, &mut env, self.opset, &self.consts)?;
-        self.output_names
+        seg.outputs
             .iter()
             .map(|o| {
                 env.get(o.as_str()).cloned().ok_or_else(|| {
@@ -196,6 +203,34 @@ impl Graph {
                 })
             })
             .collect()
+    }
+
+    /// Runs the node a piece ends with eagerly, on concrete values.
+    fn eager(&self, i: usize, vals: &mut HashMap<String, Tensor>) -> Result<()> {
+        let (node, row) = &self.nodes[i];
+        let ins: Vec<Option<Tensor>> = node
+            .inputs
+            .iter()
+            .map(|name| match name.is_empty() {
+                true => None,
+                false => vals.get(name).or(self.consts.get(name)).cloned(),
+            })
+            .collect();
+        let cx = Cx {
+            opset: self.opset,
+            consts: &self.consts,
+            env: None,
+        };
+        let outs = table::build(row, node, &cx, &ins).map_err(|e| wrap(node, e))?;
+        for (name, t) in node.outputs.iter().zip(outs) {
+            if let Some(e) = t.error() {
+                return Err(wrap(node, e.clone()));
+            }
+            if !name.is_empty() {
+                vals.insert(name.clone(), t);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -217,7 +252,9 @@ pub struct OnnxModel {
     ops: BTreeMap<String, usize>,
     statics: Vec<Option<statics::Reason>>,
     weights: Option<Vec<Tensor>>,
-    func: JitFn<'static, Vec<Tensor>>,
+    /// One jit function per traced piece (`segments.rs`).
+    funcs: Vec<JitFn<'static, Vec<Tensor>>>,
+    graph: Arc<Graph>,
 }
 
 /// Reads and checks a model (external data files relative to its
@@ -302,33 +339,49 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
             .map(|(_, t)| t.clone())
             .collect::<Vec<_>>()
     });
+    let const_names: std::collections::HashSet<&str> = consts.keys().map(String::as_str).collect();
+    let plain: Vec<Node> = nodes.iter().map(|(n, _)| n.clone()).collect();
+    let output_names: Vec<String> = p.outputs.iter().map(|s| s.name.clone()).collect();
+    let segments = segments::plan(
+        &plain,
+        &p.inputs,
+        &static_inputs,
+        &const_names,
+        &output_names,
+    );
     let graph = Arc::new(Graph {
         opset: p.opset,
         nodes,
-        input_names: p.inputs.iter().map(|s| s.name.clone()).collect(),
-        statics: static_inputs.clone(),
-        output_names: p.outputs.iter().map(|s| s.name.clone()).collect(),
+        segments,
         weight_names: p.initializers.iter().map(|(n, _)| n.clone()).collect(),
         consts,
         weights_as_arguments: options.weights_as_arguments,
     });
-    let g = Arc::clone(&graph);
     let mut params = vec![param("inputs", ArgKind::Tree)];
     if options.weights_as_arguments {
         params.push(param("weights", ArgKind::Tree));
     }
     params.push(param("statics", ArgKind::Tree));
-    let func = JitFn::new(&format!("onnx:{name}"), "", &params, move |vals| {
-        let mut leaves = Leaves::new(vals);
-        let inputs = Vec::<Tensor>::from_leaves(&mut leaves)?;
-        let weights = match g.weights_as_arguments {
-            true => Some(Vec::<Tensor>::from_leaves(&mut leaves)?),
-            false => None,
-        };
-        let static_leaves = Vec::<i64>::from_leaves(&mut leaves)?;
-        leaves.finish()?;
-        g.eval(&inputs, &static_leaves, weights.as_deref())
-    });
+    let funcs = (0..graph.segments.len())
+        .map(|k| {
+            let g = Arc::clone(&graph);
+            let fname = match k {
+                0 => format!("onnx:{name}"),
+                k => format!("onnx:{name}#{k}"),
+            };
+            JitFn::new(&fname, "", &params, move |vals| {
+                let mut leaves = Leaves::new(vals);
+                let inputs = Vec::<Tensor>::from_leaves(&mut leaves)?;
+                let weights = match g.weights_as_arguments {
+                    true => Some(Vec::<Tensor>::from_leaves(&mut leaves)?),
+                    false => None,
+                };
+                let static_leaves = Vec::<i64>::from_leaves(&mut leaves)?;
+                leaves.finish()?;
+                g.eval(k, &inputs, &static_leaves, weights.as_deref())
+            })
+        })
+        .collect();
     Ok(OnnxModel {
         inputs: p.inputs,
         outputs: p.outputs,
@@ -338,7 +391,8 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
         ops,
         statics: static_inputs,
         weights,
-        func,
+        funcs,
+        graph,
     })
 }
 
@@ -386,9 +440,18 @@ impl OnnxModel {
             .collect()
     }
 
-    /// The jit function the model runs as (handler cache, stats, mode).
+    /// The jit function the model runs as (handler cache, stats, mode):
+    /// the first of [`functions`](Self::functions).
     pub fn function(&self) -> &JitFn<'static, Vec<Tensor>> {
-        &self.func
+        &self.funcs[0]
+    }
+
+    /// One jit function per traced piece: more than one when an operand
+    /// the trace must know (NonZero's input, a Reshape's shape) is
+    /// computed from data, so the graph runs in phases (see the module
+    /// docs).
+    pub fn functions(&self) -> &[JitFn<'static, Vec<Tensor>>] {
+        &self.funcs
     }
 
     /// With [`LoadOptions::weights_as_arguments`], replaces each weight by
@@ -471,24 +534,55 @@ impl OnnxModel {
         for (s, t) in self.inputs.iter().zip(inputs) {
             check_input(s, t, &mut symbols)?;
         }
-        let mut traced = Vec::with_capacity(inputs.len());
-        let mut static_leaves = Vec::new();
-        for ((s, why), t) in self.inputs.iter().zip(&self.statics).zip(inputs) {
-            match why {
-                Some(why) => statics::encode(s, why, t, &mut static_leaves)?,
-                None => traced.push(*t),
+        let mut vals: HashMap<String, Tensor> = self
+            .inputs
+            .iter()
+            .zip(inputs)
+            .map(|(s, t)| (s.name.clone(), (*t).clone()))
+            .collect();
+        for (k, seg) in self.graph.segments.iter().enumerate() {
+            if !seg.nodes.is_empty() {
+                let mut traced = Vec::with_capacity(seg.inputs.len());
+                let mut static_leaves = Vec::new();
+                for (name, why) in seg.inputs.iter().zip(&seg.statics) {
+                    let t = vals.get(name).ok_or_else(|| {
+                        onnx_error("", "", name, ErrorKind::Internal, "value not computed")
+                    })?;
+                    match why {
+                        Some(why) => {
+                            let spec = IoSpec {
+                                name: name.clone(),
+                                dtype: None,
+                                dims: None,
+                            };
+                            statics::encode(&spec, why, t, &mut static_leaves)?
+                        }
+                        None => traced.push(t),
+                    }
+                }
+                let outs = match &self.weights {
+                    Some(w) => self.funcs[k].call((&traced, w, &static_leaves))?,
+                    None => self.funcs[k].call((&traced, &static_leaves))?,
+                };
+                vals.extend(seg.outputs.iter().cloned().zip(outs));
+            }
+            if let Some(i) = seg.eager {
+                self.graph.eager(i, &mut vals)?;
             }
         }
-        let outs = match &self.weights {
-            Some(w) => self.func.call((&traced, w, &static_leaves))?,
-            None => self.func.call((&traced, &static_leaves))?,
-        };
-        Ok(self
-            .outputs
+        self.outputs
             .iter()
-            .map(|s| s.name.clone())
-            .zip(outs)
-            .collect())
+            .map(|s| {
+                let t = vals
+                    .get(&s.name)
+                    .or(self.graph.consts.get(&s.name))
+                    .cloned()
+                    .ok_or_else(|| {
+                        onnx_error("", "", &s.name, ErrorKind::Internal, "output not computed")
+                    })?;
+                Ok((s.name.clone(), t))
+            })
+            .collect()
     }
 }
 

@@ -1,8 +1,7 @@
 //! Value-keyed inputs (JAX's `static_argnums`, torch.compile's value
 //! guards). Some operands must be known while tracing: a Reshape's
-//! `shape`, a Slice's `starts`, a reduction's `axes`, a Range's bounds,
-//! NonZero's input (its output shape is its value). ONNX graphs often pass
-//! them as graph inputs. At load, [`find`] walks the graph backwards from
+//! `shape`, a Slice's `starts`, a reduction's `axes`, a Range's bounds.
+//! ONNX graphs often pass them as graph inputs. At load, [`find`] walks the graph backwards from
 //! each such operand: a graph input it reaches, directly or through
 //! computation (a `Cast`, an `Add`; `Shape` and `Size` stop the walk,
 //! since they read only a shape), becomes a *static* input. A call passes
@@ -13,7 +12,8 @@
 //! traced. A static input holds at most [`MAX_STATIC_ELEMENTS`] values
 //! (a larger one is an error naming it and the operand it reaches); the
 //! cache keeps the jit function's usual bound of signatures, least
-//! recently used evicted.
+//! recently used evicted. Operands computed from traced data cut the
+//! graph instead (`segments.rs`).
 
 use super::model::Node;
 use super::{onnx_error, IoSpec};
@@ -27,7 +27,7 @@ use tilejit_ir::{DType, ErrorKind};
 pub const MAX_STATIC_ELEMENTS: usize = 4096;
 
 /// The input positions of each op type whose values the build reads.
-fn static_operands(op: &str) -> &'static [usize] {
+pub(crate) fn static_operands(op: &str) -> &'static [usize] {
     match op {
         "Reshape" | "Expand" | "Tile" | "Split" | "Squeeze" | "Unsqueeze" | "CumSum"
         | "CumProd" | "Trilu" | "TopK" | "OneHot" | "Upsample" | "CenterCropPad" | "Compress"
@@ -36,6 +36,7 @@ fn static_operands(op: &str) -> &'static [usize] {
         "ConstantOfShape" | "NonZero" | "Unique" | "HannWindow" | "HammingWindow"
         | "BlackmanWindow" => &[0],
         "Range" => &[0, 1, 2],
+        "Loop" => &[0, 1],
         "Slice" => &[1, 2, 3, 4],
         "Pad" | "Resize" => &[1, 2, 3],
         "DFT" => &[1, 2],
@@ -64,13 +65,18 @@ pub(crate) fn find(nodes: &[Node], inputs: &[IoSpec]) -> Vec<Option<Reason>> {
             .iter()
             .find_map(|o| needed.get(o.as_str()).cloned());
         if let Some(why) = why_out {
-            if !matches!(n.op.as_str(), "Shape" | "Size") {
+            // NonZero and the like run eagerly between phases: the walk
+            // stops there, as at a Shape.
+            let eager = n.domain.is_empty() && super::segments::data_shaped(&n.op);
+            if !matches!(n.op.as_str(), "Shape" | "Size") && !eager {
                 for i in n.inputs.iter().filter(|i| !i.is_empty()) {
                     needed.entry(i.clone()).or_insert_with(|| why.clone());
                 }
             }
         }
-        if n.domain.is_empty() {
+        // NonZero and the like over data run eagerly between two traced
+        // pieces instead (`segments.rs`): a data tensor is no key.
+        if n.domain.is_empty() && !super::segments::data_shaped(&n.op) {
             for &k in static_operands(&n.op) {
                 if let Some(i) = n.inputs.get(k).filter(|i| !i.is_empty()) {
                     needed.entry(i.clone()).or_insert_with(|| Reason {

@@ -1,0 +1,134 @@
+//! `tilejit::onnx` graph breaks: a NonZero over traced data, and a bound
+//! computed from data, cut the graph into pieces run one after another
+//! (`segments.rs`). Values are hand-checked; every mode runs.
+
+use super::onnx::{onnx_err, MODES};
+use tilejit::onnx::{self, OnnxModel};
+use tilejit::{with_mode, ErrorKind, RunMode, Tensor};
+use tilejit_testkit::onnx::{self as b, D};
+
+/// `x` [100, 100] with positives at `hits` and -1 elsewhere.
+fn sparse(hits: &[(usize, usize)]) -> Tensor {
+    let mut v = vec![-1.0f32; 100 * 100];
+    for &(r, c) in hits {
+        v[r * 100 + c] = 0.5;
+    }
+    Tensor::from_vec(v, &[100, 100]).unwrap()
+}
+
+/// `y = 2 * float(transpose(NonZero(Relu(x))))`: traced work on both sides
+/// of the NonZero.
+fn non_zero_model() -> OnnxModel {
+    let bytes = b::encode(&b::model(
+        13,
+        vec![
+            b::node("Relu", "relu", &["x"], &["h"], vec![]),
+            b::node("NonZero", "nz", &["h"], &["idx"], vec![]),
+            b::node("Transpose", "tr", &["idx"], &["t"], vec![]),
+            b::node("Cast", "cast", &["t"], &["tf"], vec![b::int("to", 1)]),
+            b::node("Mul", "mul", &["tf", "two"], &["y"], vec![]),
+        ],
+        vec![b::value("x", b::FLOAT, &[D::N(100), D::N(100)])],
+        vec![b::value("y", b::FLOAT, &[D::S("k"), D::N(2)])],
+        vec![b::f32s("two", &[], &[2.0])],
+    ));
+    onnx::from_bytes(&bytes).unwrap()
+}
+
+fn run(model: &OnnxModel, inputs: &[&Tensor], mode: RunMode) -> Vec<Tensor> {
+    with_mode(mode, || model.run_positional(inputs))
+        .unwrap()
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect()
+}
+
+#[test]
+fn non_zero_of_traced_data_runs_in_two_phases() {
+    let model = non_zero_model();
+    // x stays traced: no value of it keys a program.
+    assert!(model.static_inputs().is_empty());
+    assert_eq!(model.functions().len(), 2);
+    for mode in MODES {
+        let y = &run(&model, &[&sparse(&[(3, 7), (50, 0), (99, 99)])], mode)[0];
+        assert_eq!(y.shape(), &[3, 2], "{mode:?}");
+        assert_eq!(
+            y.to_vec::<f32>().unwrap(),
+            [6.0, 14.0, 100.0, 0.0, 198.0, 198.0]
+        );
+        // Four hits: a new count, the same x shape.
+        let y = &run(&model, &[&sparse(&[(0, 0), (0, 1), (1, 0), (2, 2)])], mode)[0];
+        assert_eq!(
+            y.to_vec::<f32>().unwrap(),
+            [0.0, 0.0, 0.0, 2.0, 2.0, 0.0, 4.0, 4.0]
+        );
+        // No hits at all: an empty result, not an error.
+        let y = &run(&model, &[&sparse(&[])], mode)[0];
+        assert_eq!(y.shape(), &[0, 2]);
+    }
+}
+
+#[test]
+fn a_new_count_retraces_only_the_phase_after_it() {
+    let model = non_zero_model();
+    let [first, second] = model.functions() else {
+        panic!("expected two phases")
+    };
+    let traces = |f: &tilejit::JitFn<'static, Vec<Tensor>>| f.stats().traces;
+    run(&model, &[&sparse(&[(1, 1), (2, 2), (3, 3)])], RunMode::Host);
+    assert_eq!((traces(first), traces(second)), (1, 1));
+    // Other values, the same count: both phases hit their caches.
+    run(&model, &[&sparse(&[(5, 1), (6, 2), (7, 3)])], RunMode::Host);
+    assert_eq!((traces(first), traces(second)), (1, 1));
+    // A new count: only the second phase traces again.
+    run(&model, &[&sparse(&[(5, 1)])], RunMode::Host);
+    assert_eq!((traces(first), traces(second)), (1, 2));
+}
+
+#[test]
+fn a_bound_computed_from_data_is_value_keyed_in_the_next_phase() {
+    // r = Range(0, max(NonZero(Relu(x))) + 1, 1): Range's limit is data,
+    // so the graph is cut before Range as well as at NonZero.
+    let bytes = b::encode(&b::model(
+        13,
+        vec![
+            b::node("Relu", "relu", &["x"], &["h"], vec![]),
+            b::node("NonZero", "nz", &["h"], &["idx"], vec![]),
+            b::node(
+                "ReduceMax",
+                "max",
+                &["idx"],
+                &["m"],
+                vec![b::int("keepdims", 0)],
+            ),
+            b::node("Add", "add", &["m", "one"], &["lim"], vec![]),
+            b::node("Range", "range", &["zero", "lim", "one"], &["r"], vec![]),
+        ],
+        vec![b::value("x", b::FLOAT, &[D::N(4), D::N(5)])],
+        vec![
+            b::value("r", b::INT64, &[D::S("n")]),
+            b::value("idx", b::INT64, &[D::N(2), D::S("k")]),
+        ],
+        vec![b::i64s("zero", &[], &[0]), b::i64s("one", &[], &[1])],
+    ));
+    let model = onnx::from_bytes(&bytes).unwrap();
+    assert_eq!(model.functions().len(), 3);
+    let mut x = vec![-1.0f32; 20];
+    x[5 + 3] = 1.0; // (1, 3)
+    x[2 * 5] = 2.0; // (2, 0)
+    let x = Tensor::from_vec(x, &[4, 5]).unwrap();
+    for mode in MODES {
+        let outs = run(&model, &[&x], mode);
+        assert_eq!(outs[0].to_vec::<i64>().unwrap(), [0, 1, 2, 3], "{mode:?}");
+        assert_eq!(outs[1].to_vec::<i64>().unwrap(), [1, 2, 3, 0]);
+    }
+}
+
+#[test]
+fn a_phase_input_of_the_wrong_dtype_is_still_refused_up_front() {
+    let model = non_zero_model();
+    let x = Tensor::from_vec(vec![1i64; 100 * 100], &[100, 100]).unwrap();
+    let e = model.run_positional(&[&x]).err().unwrap();
+    assert_eq!(onnx_err(&e).2, "x");
+    assert_eq!(onnx_err(&e).3, ErrorKind::DType);
+}
