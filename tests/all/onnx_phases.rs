@@ -132,3 +132,67 @@ fn a_phase_input_of_the_wrong_dtype_is_still_refused_up_front() {
     assert_eq!(onnx_err(&e).2, "x");
     assert_eq!(onnx_err(&e).3, ErrorKind::DType);
 }
+
+/// NonMaxSuppression over boxes computed in the trace (`boxes + shift`),
+/// so it runs eagerly at a cut.
+fn nms_model() -> OnnxModel {
+    let bytes = b::encode(&b::model(
+        13,
+        vec![
+            b::node("Add", "shift", &["boxes_in", "zero"], &["boxes"], vec![]),
+            b::node(
+                "NonMaxSuppression",
+                "nms",
+                &["boxes", "scores", "max", "iou", "min_score"],
+                &["sel"],
+                vec![],
+            ),
+        ],
+        vec![
+            // Symbolic, so a misshapen input reaches the node's own check.
+            b::value("boxes_in", b::FLOAT, &[D::S("b"), D::S("n"), D::S("four")]),
+            b::value("scores", b::FLOAT, &[D::S("b"), D::S("c"), D::S("n")]),
+        ],
+        vec![b::value("sel", b::INT64, &[D::S("k"), D::N(3)])],
+        vec![
+            b::f32s("zero", &[], &[0.0]),
+            b::i64s("max", &[1], &[3]),
+            b::f32s("iou", &[1], &[0.5]),
+            b::f32s("min_score", &[1], &[0.0]),
+        ],
+    ));
+    onnx::from_bytes(&bytes).unwrap()
+}
+
+#[test]
+fn non_max_suppression_runs_at_a_cut() {
+    // ONNX's own suppress-by-IoU example: boxes 0-2 overlap (0.9 wins
+    // over 0.75 and 0.6), 3-4 overlap (0.95 wins), 5 stands alone; three
+    // at most: boxes 3, 0, 5.
+    let model = nms_model();
+    assert_eq!(model.functions().len(), 1);
+    let boxes: Vec<f32> = vec![
+        0.0, 0.0, 1.0, 1.0, 0.0, 0.1, 1.0, 1.1, 0.0, -0.1, 1.0, 0.9, 0.0, 10.0, 1.0, 11.0, 0.0,
+        10.1, 1.0, 11.1, 0.0, 100.0, 1.0, 101.0,
+    ];
+    let boxes = Tensor::from_vec(boxes, &[1, 6, 4]).unwrap();
+    let scores = Tensor::from_vec(vec![0.9f32, 0.75, 0.6, 0.95, 0.5, 0.3], &[1, 1, 6]).unwrap();
+    for mode in MODES {
+        let sel = &run(&model, &[&boxes, &scores], mode)[0];
+        assert_eq!(sel.shape(), &[3, 3], "{mode:?}");
+        assert_eq!(sel.to_vec::<i64>().unwrap(), [0, 0, 3, 0, 0, 0, 0, 0, 5]);
+    }
+}
+
+#[test]
+fn non_max_suppression_of_misshapen_boxes_names_the_node() {
+    let model = nms_model();
+    let boxes = Tensor::from_vec(vec![0.0f32; 6 * 3], &[1, 6, 3]).unwrap();
+    let scores = Tensor::from_vec(vec![0.5f32; 6], &[1, 1, 6]).unwrap();
+    let e = model.run_positional(&[&boxes, &scores]).err().unwrap();
+    assert_eq!(
+        onnx_err(&e),
+        ("nms", "NonMaxSuppression", "boxes", ErrorKind::Shape),
+        "{e}"
+    );
+}

@@ -37,6 +37,7 @@ pub(crate) fn static_operands(op: &str) -> &'static [usize] {
         | "BlackmanWindow" => &[0],
         "Range" => &[0, 1, 2],
         "Loop" => &[0, 1],
+        "NonMaxSuppression" => &[0, 1, 2, 3, 4],
         "Slice" => &[1, 2, 3, 4],
         "Pad" | "Resize" => &[1, 2, 3],
         "DFT" => &[1, 2],

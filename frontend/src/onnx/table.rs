@@ -82,6 +82,7 @@ macro_rules! node {
 
 // Rows by area, each a child module so it reads this file's helpers.
 mod image;
+mod nms;
 mod recurrent;
 mod reduce;
 mod transformer;
@@ -90,6 +91,7 @@ mod transformer;
 static TABLES: &[&[Row]] = &[
     TABLE,
     image::ROWS,
+    nms::ROWS,
     recurrent::ROWS,
     reduce::ROWS,
     transformer::ROWS,

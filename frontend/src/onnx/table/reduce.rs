@@ -2,9 +2,9 @@
 //! `keepdims`, `noop_with_empty_axes`, empty reduced sets), ArgMax/ArgMin
 //! (`select_last_index`), the scans CumSum and CumProd (`exclusive`,
 //! `reverse`), Mod (both `fmod` values) and IsInf; and NonZero and
-//! Compress, whose output shapes are their operands' values: those must
-//! be known when tracing (a constant, or a value-keyed graph input), a
-//! value computed from traced data is an error naming the node.
+//! Compress, whose output shapes are their operands' values: those are
+//! read concrete, at trace time when known then, else eagerly at a graph
+//! break (`segments.rs`).
 
 use super::{attr_i, axis, fail, ints_of, ints_param, one, req, Cx, Kind, Row};
 use crate::error::Result;
@@ -333,14 +333,15 @@ fn build_is_inf(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>>
 
 /// The values of an operand that sets an output shape, which must be
 /// known when tracing.
-fn known(n: &Node, what: &str, t: &Tensor) -> Result<Vec<f64>> {
+pub(super) fn known(n: &Node, what: &str, t: &Tensor) -> Result<Vec<f64>> {
     if t.is_traced() {
         return Err(fail(
             n,
             what,
             ErrorKind::Unsupported,
-            "sets the output shape, so it must be known when tracing (a constant or a \
-             graph input), but it is computed from traced data",
+            "sets the output shape, so it must be known when tracing (a constant, a \
+             graph input, or a value at a graph break), but it is computed from traced data \
+             inside a sub-graph",
         ));
     }
     t.cast(DType::F64).to_vec::<f64>()
