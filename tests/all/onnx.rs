@@ -127,6 +127,7 @@ fn second_call_hits_the_handler_cache_and_weights_can_be_arguments() {
         &mlp(),
         LoadOptions {
             weights_as_arguments: true,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -196,3 +196,55 @@ fn non_max_suppression_of_misshapen_boxes_names_the_node() {
         "{e}"
     );
 }
+
+#[test]
+fn a_dynamic_model_traces_once_per_shape_class() {
+    // y = relu(x @ w + bias), w all 0.5: row i of x = i + 1 everywhere
+    // gives (i + 1) * 2 + bias, hand-checked.
+    let bytes = b::encode(&b::model(
+        13,
+        vec![
+            b::node("MatMul", "mm", &["x", "w"], &["h"], vec![]),
+            b::node("Add", "add", &["h", "bias"], &["h2"], vec![]),
+            b::node("Relu", "relu", &["h2"], &["y"], vec![]),
+        ],
+        vec![b::value("x", b::FLOAT, &[D::S("batch"), D::N(4)])],
+        vec![b::value("y", b::FLOAT, &[D::S("batch"), D::N(3)])],
+        vec![
+            b::f32s("w", &[4, 3], &[0.5; 12]),
+            b::f32s("bias", &[3], &[1.0, -3.0, 0.0]),
+        ],
+    ));
+    let options = onnx::LoadOptions {
+        dynamic: true,
+        ..Default::default()
+    };
+    let x = |n: usize| {
+        let v: Vec<f32> = (0..n * 4).map(|i| (i / 4 + 1) as f32).collect();
+        Tensor::from_vec(v, &[n, 4]).unwrap()
+    };
+    let want = |n: usize| -> Vec<f32> {
+        (0..n)
+            .flat_map(|i| {
+                let s = (i + 1) as f32 * 2.0;
+                [s + 1.0, (s - 3.0).max(0.0), s]
+            })
+            .collect()
+    };
+    for mode in MODES {
+        let model = onnx::from_bytes_with(&bytes, options).unwrap();
+        for n in [2usize, 3, 5, 7] {
+            let y = &run(&model, &[&x(n)], mode)[0];
+            assert_eq!(y.shape(), &[n, 3], "{mode:?}");
+            assert_eq!(y.to_vec::<f32>().unwrap(), want(n), "{mode:?} n={n}");
+        }
+        if mode == RunMode::Host {
+            // The first size exactly, then one class traced at two
+            // stand-in sizes; 5 and 7 instantiate it without tracing.
+            let f = model.function();
+            assert_eq!((f.stats().traces, f.stats().builds), (3, 4));
+            assert_eq!(f.shape_classes().len(), 1);
+            assert!(f.shape_classes()[0].1.is_ok());
+        }
+    }
+}

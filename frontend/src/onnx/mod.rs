@@ -23,8 +23,9 @@
 //! `Gather`, `Concat`, `ConstantOfShape`, `Range` on known values, ...)
 //! fold while tracing, since their inputs are concrete tensors, which run
 //! eagerly. Symbolic dims (`batch`, `seq`) accept any size; each new input
-//! shape is traced once (shape subgraphs read sizes, so a class graph
-//! would be per size anyway). Initializers are program constants unless
+//! shape is traced once, or with [`LoadOptions::dynamic`] once per shape
+//! class (a graph whose shape arithmetic reads a size still traces per
+//! size). Initializers are program constants unless
 //! [`LoadOptions::weights_as_arguments`] keeps them as arguments (so they
 //! can live on a device: [`OnnxModel::map_weights`]).
 //!
@@ -139,6 +140,13 @@ pub struct LoadOptions {
     /// baking them in as constants (so [`OnnxModel::map_weights`] can move
     /// them to a device, and programs stay small).
     pub weights_as_arguments: bool,
+    /// Trace once per shape class rather than once per size: dims seen
+    /// to vary between calls (a symbolic `batch` or `seq`) become size
+    /// symbols, as [`JitFn::make_dynamic`] does, so a new size
+    /// instantiates the class's graph without running the importer
+    /// again. Each exact size still compiles its own program; a graph
+    /// whose shape arithmetic reads a size traces per size anyway.
+    pub dynamic: bool,
 }
 
 /// The checked graph a model's jit function traces.
@@ -381,7 +389,12 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
                 g.eval(k, &inputs, &static_leaves, weights.as_deref())
             })
         })
-        .collect();
+        .collect::<Vec<JitFn<'static, Vec<Tensor>>>>();
+    if options.dynamic {
+        for f in &funcs {
+            f.make_dynamic();
+        }
+    }
     Ok(OnnxModel {
         inputs: p.inputs,
         outputs: p.outputs,
