@@ -194,6 +194,23 @@ pub fn onnx_cmd(c: &OnnxCommand) -> Result<(), CliError> {
                 outln!("  {o}");
             }
             outln!("initializers: {}", info.initializers);
+            if let Ok(m) = onnx::load(model) {
+                let cuts = m.cuts();
+                match cuts.is_empty() {
+                    true => outln!("phases: 1 (one trace)"),
+                    false => outln!(
+                        "phases: {} (cut at {})",
+                        m.functions().len(),
+                        cuts.iter()
+                            .map(|(n, op, eager)| match eager {
+                                true => format!("{n} ({op}, run eagerly)"),
+                                false => format!("{n} ({op}, its operands value-keyed)"),
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }
+            }
             let bad = info.ops.iter().filter(|o| o.problem.is_some()).count();
             outln!("ops ({} types, {bad} unsupported):", info.ops.len());
             for o in &info.ops {

@@ -68,6 +68,7 @@ fn run_writes_outputs_and_info_lists_ops() {
         stdout.contains("Relu") && stdout.contains("0 unsupported"),
         "{stdout}"
     );
+    assert!(stdout.contains("phases: 1 (one trace)"), "{stdout}");
 }
 
 #[test]

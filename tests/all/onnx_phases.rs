@@ -49,6 +49,7 @@ fn non_zero_of_traced_data_runs_in_two_phases() {
     // x stays traced: no value of it keys a program.
     assert!(model.static_inputs().is_empty());
     assert_eq!(model.functions().len(), 2);
+    assert_eq!(model.cuts(), [("nz".into(), "NonZero".into(), true)]);
     for mode in MODES {
         let y = &run(&model, &[&sparse(&[(3, 7), (50, 0), (99, 99)])], mode)[0];
         assert_eq!(y.shape(), &[3, 2], "{mode:?}");
@@ -113,6 +114,11 @@ fn a_bound_computed_from_data_is_value_keyed_in_the_next_phase() {
     ));
     let model = onnx::from_bytes(&bytes).unwrap();
     assert_eq!(model.functions().len(), 3);
+    let cuts: Vec<(String, String, bool)> = vec![
+        ("nz".into(), "NonZero".into(), true),
+        ("range".into(), "Range".into(), false),
+    ];
+    assert_eq!(model.cuts(), cuts);
     let mut x = vec![-1.0f32; 20];
     x[5 + 3] = 1.0; // (1, 3)
     x[2 * 5] = 2.0; // (2, 0)

@@ -459,6 +459,29 @@ impl OnnxModel {
         &self.funcs[0]
     }
 
+    /// Where the graph is cut into phases (see [`functions`](Self::functions)):
+    /// per cut, the node's name and op, and whether it runs eagerly
+    /// between two phases (NonZero and the like) or starts the next one.
+    /// Empty when the model is one trace.
+    pub fn cuts(&self) -> Vec<(String, String, bool)> {
+        let segs = &self.graph.segments;
+        let mut out = Vec::new();
+        for (k, seg) in segs.iter().enumerate() {
+            if let Some(i) = seg.eager {
+                let n = &self.graph.nodes[i].0;
+                out.push((n.name.clone(), n.op.clone(), true));
+            }
+            let next_starts_at_a_cut = segs.get(k + 1).is_some_and(|next| {
+                seg.eager.is_none_or(|e| next.nodes.start != e + 1) && !next.nodes.is_empty()
+            });
+            if next_starts_at_a_cut {
+                let n = &self.graph.nodes[segs[k + 1].nodes.start].0;
+                out.push((n.name.clone(), n.op.clone(), false));
+            }
+        }
+        out
+    }
+
     /// One jit function per traced piece: more than one when an operand
     /// the trace must know (NonZero's input, a Reshape's shape) is
     /// computed from data, so the graph runs in phases (see the module

@@ -118,10 +118,9 @@ pub(crate) fn plan(
         let folds = match n.op.as_str() {
             "Shape" | "Size" => true,
             _ if eager_cut => false,
-            _ => {
-                !n.attrs.values().any(|a| matches!(a, Attr::Graph(_)))
-                    && reads(n).iter().all(|r| concrete.contains(r.as_str()))
-            }
+            // A sub-graph over known values folds too: `reads` covers the
+            // outer names its body reads.
+            _ => reads(n).iter().all(|r| concrete.contains(r.as_str())),
         };
         if folds {
             concrete.extend(n.outputs.iter().filter(|o| !o.is_empty()).cloned());
