@@ -41,6 +41,7 @@
 //! order, for the graph and for sub-graphs (`If`, `Loop`, `Scan`).
 
 mod model;
+mod narrow;
 mod statics;
 mod subgraph;
 mod table;
@@ -140,6 +141,9 @@ struct Graph {
     opset: i64,
     nodes: Vec<(Node, &'static Row)>,
     input_names: Vec<String>,
+    /// The graph inputs of a narrow ONNX type: their carrier values are
+    /// rounded onto its grid on entry.
+    narrow: HashMap<String, narrow::Narrow>,
     /// Per graph input, why it is value-keyed (`None`: traced).
     statics: Vec<Option<statics::Reason>>,
     output_names: Vec<String>,
@@ -183,6 +187,10 @@ impl Graph {
                 None => traced.next().cloned().ok_or_else(|| {
                     onnx_error("", "", name, ErrorKind::Internal, "input not passed")
                 })?,
+            };
+            let t = match self.narrow.get(name) {
+                Some(&n) => table::round_to(&t, n, true, "up"),
+                None => t,
             };
             env.insert(name.clone(), t);
         }
@@ -306,6 +314,11 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
         opset: p.opset,
         nodes,
         input_names: p.inputs.iter().map(|s| s.name.clone()).collect(),
+        narrow: p
+            .inputs
+            .iter()
+            .filter_map(|s| p.narrow.get(&s.name).map(|&t| (s.name.clone(), t)))
+            .collect(),
         statics: static_inputs.clone(),
         output_names: p.outputs.iter().map(|s| s.name.clone()).collect(),
         weight_names: p.initializers.iter().map(|(n, _)| n.clone()).collect(),
