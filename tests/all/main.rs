@@ -32,6 +32,7 @@ mod math_ops;
 mod models;
 mod onnx;
 mod onnx_image;
+mod onnx_quant;
 mod onnx_recurrent;
 mod onnx_reduce;
 mod onnx_transformer;

@@ -419,8 +419,9 @@ pub(crate) fn decode_tensor(
         read_external(t, dir, nbytes)?
     } else if !t.raw_data.is_empty() || numel == 0 {
         if t.raw_data.len() != nbytes {
+            let what = narrow.map_or(String::new(), |n| format!("{} ", n.name()));
             return Err(format!(
-                "raw data holds {} bytes, the shape needs {nbytes}",
+                "{what}raw data holds {} bytes, the shape needs {nbytes}",
                 t.raw_data.len()
             ));
         }

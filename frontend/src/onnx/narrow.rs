@@ -396,12 +396,16 @@ mod tests {
     #[test]
     fn packed_decode() {
         // int4 [-8, 7, -1, 0, 3] -> bytes 0x78 0x0F 0x03.
-        let b = Narrow::Int4.decode(&[0x78, 0x0F, 0x03], 5).expect("decodes");
+        let b = Narrow::Int4
+            .decode(&[0x78, 0x0F, 0x03], 5)
+            .expect("decodes");
         assert_eq!(b, [(-8i8) as u8, 7, 0xFF, 0, 3]);
         let b = Narrow::UInt4.decode(&[0xF1], 2).expect("decodes");
         assert_eq!(b, [1, 15]);
         // int2 [-2, -1, 0, 1, 1] -> 0b01_00_11_10, 0b01.
-        let b = Narrow::Int2.decode(&[0b0100_1110, 0b01], 5).expect("decodes");
+        let b = Narrow::Int2
+            .decode(&[0b0100_1110, 0b01], 5)
+            .expect("decodes");
         assert_eq!(b, [(-2i8) as u8, 0xFF, 0, 1, 1]);
         let b = Narrow::UInt2.decode(&[0b1110_0100], 4).expect("decodes");
         assert_eq!(b, [0, 1, 2, 3]);
