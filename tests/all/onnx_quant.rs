@@ -765,6 +765,27 @@ fn bad_quantization_inputs_are_errors_naming_the_node() {
         ("dq", "x_zero_point", ErrorKind::DType),
         "{e}"
     );
+    // A float8 zero point that is not zero.
+    let node = b::node("DequantizeLinear", "dq8", &["x", "s", "z"], &["y"], vec![]);
+    let z8 = b::proto::TensorProto {
+        name: "z".into(),
+        data_type: FLOAT8E4M3FN,
+        int32_data: vec![0x38],
+        ..Default::default()
+    };
+    let m = model(
+        vec![node],
+        &[("x", FLOAT8E4M3FN, &[2])],
+        vec![b::f32s("s", &[], &[1.0]), z8],
+    );
+    let x8 = Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap();
+    let e = m.run(&[("x", &x8)]).unwrap_err();
+    let (node, _, attr, kind) = onnx_err(&e);
+    assert_eq!(
+        (node, attr, kind),
+        ("dq8", "x_zero_point", ErrorKind::BadArgument),
+        "{e}"
+    );
     // Packed data too short for its shape.
     let node = b::node("Cast", "c", &["w"], &["y"], vec![b::int("to", 1)]);
     let e = try_model(vec![node], &[], vec![raw("w", INT4, &[5], &[0x78])])

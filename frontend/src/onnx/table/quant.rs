@@ -548,6 +548,21 @@ fn build_dequantize(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tens
     same_shape(n, scale, zp)?;
     let block = block_size(n)?;
     let mut dx = x.cast(DType::F32);
+    if let Some(z) = zp.filter(|z| float_x && !z.is_traced()) {
+        // A float8 or float4 zero point must be zero (onnx's reference).
+        let nonzero = z
+            .cast(DType::F32)
+            .to_vec::<f32>()
+            .map_or(true, |v| v.iter().any(|&v| v != 0.0));
+        if nonzero {
+            return Err(fail(
+                n,
+                "x_zero_point",
+                ErrorKind::BadArgument,
+                "must be zero for a float8 or float4 x",
+            ));
+        }
+    }
     if let Some(z) = zp.filter(|_| !float_x) {
         if z.dtype() != x.dtype()
             || (xt.is_some() && narrow_in(n, 2).is_some_and(|t| Some(t) != xt))
