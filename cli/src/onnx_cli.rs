@@ -22,10 +22,14 @@ fn fail(e: impl ToString) -> CliError {
 pub struct RunArgs {
     /// The model file (`.onnx`; external data beside it).
     model: PathBuf,
-    /// An input as NAME=FILE.npy (repeat for each input).
+    /// An input as NAME=FILE.npy (repeat for each input). An input of a
+    /// narrow ONNX type (float8, float4, int4, int2, ...) takes its carrier
+    /// dtype: f32 for the float ones, i8 for INT4/INT2, u8 for UINT4/UINT2.
     #[arg(long = "input", value_name = "NAME=FILE.npy")]
     inputs: Vec<String>,
-    /// Where to write `<output>.npy` files (none written without it).
+    /// Where to write `<output>.npy` files (none written without it). An
+    /// output of a narrow ONNX type is written in its carrier dtype (f32,
+    /// i8 or u8), holding its exact values.
     #[arg(long)]
     output_dir: Option<PathBuf>,
     /// Run mode: host, sim or verify (default: TILEJIT_RUN_MODE, else host).
@@ -54,8 +58,9 @@ pub enum OnnxCommand {
     /// Run ONNX backend node tests (a directory of `test_*/model.onnx` and
     /// `test_data_set_*/{input,output}_*.pb`, as `tools/onnx_node_tests.py`
     /// writes them) with the runner's tolerance (rtol 1e-3, 2**-6 for
-    /// bfloat16; atol 1e-7) and print passed / failed / skipped, with a
-    /// reason for each skip and failure.
+    /// bfloat16; atol 1e-7; outputs of a narrow type such as float8 or int4
+    /// exactly, on their carrier dtype) and print passed / failed /
+    /// skipped, with a reason for each skip and failure.
     #[command(
         after_help = "Example:\n  python3 tools/onnx_node_tests.py target/onnx-node\n  tilejit onnx node-tests target/onnx-node"
     )]
@@ -373,9 +378,11 @@ fn one_node_test(dir: &std::path::Path) -> Outcome {
         .unwrap_or_default();
     sets.sort();
     for set in sets {
-        let read = |prefix: &str| -> Result<Vec<Tensor>, String> {
+        let read = |prefix: &str| -> Result<Vec<(Tensor, Option<&str>)>, String> {
             let mut v = vec![];
-            while let Ok(t) = onnx::read_tensor_file(set.join(format!("{prefix}_{}.pb", v.len()))) {
+            while let Ok(t) =
+                onnx::read_tensor_file_typed(set.join(format!("{prefix}_{}.pb", v.len())))
+            {
                 v.push(t);
             }
             if set.join(format!("{prefix}_{}.pb", v.len())).exists() {
@@ -395,7 +402,7 @@ fn one_node_test(dir: &std::path::Path) -> Outcome {
                 model.inputs().len()
             ));
         }
-        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let refs: Vec<&Tensor> = inputs.iter().map(|(t, _)| t).collect();
         let got = match model.run_positional(&refs) {
             Ok(g) => g,
             Err(e) if e.kind() == tilejit::ErrorKind::Unsupported => {
@@ -406,8 +413,8 @@ fn one_node_test(dir: &std::path::Path) -> Outcome {
         if got.len() != want.len() {
             return Outcome::Fail(format!("{} outputs, expected {}", got.len(), want.len()));
         }
-        for ((name, g), w) in got.iter().zip(&want) {
-            if let Err(e) = compare(g, w) {
+        for ((name, g), (w, narrow)) in got.iter().zip(&want) {
+            if let Err(e) = compare(g, w, narrow.is_some()) {
                 return Outcome::Fail(format!("output {name}: {e}"));
             }
         }
@@ -418,8 +425,10 @@ fn one_node_test(dir: &std::path::Path) -> Outcome {
 /// numpy's `assert_allclose(got, want, rtol=1e-3, atol=1e-7)`, NaNs equal,
 /// after the runner's dtype and shape checks. As onnx's runner does, a
 /// bfloat16 output gets `rtol = 2**-6` (two bf16 ulps): the expected values
-/// come from numpy, which rounds to bf16 after every step.
-fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
+/// come from numpy, which rounds to bf16 after every step. `exact` (a
+/// narrow ONNX type, on its carrier dtype): equal values, with the sign of
+/// zero.
+fn compare(got: &Tensor, want: &Tensor, exact: bool) -> Result<(), String> {
     if got.dtype() != want.dtype() || got.shape() != want.shape() {
         return Err(format!(
             "got {:?}{:?}, expected {:?}{:?}",
@@ -442,7 +451,10 @@ fn compare(got: &Tensor, want: &Tensor) -> Result<(), String> {
         _ => 1e-3,
     };
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
-        let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= 1e-7 + rtol * b.abs();
+        let ok = match exact {
+            true => (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits(),
+            false => (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= 1e-7 + rtol * b.abs(),
+        };
         if !ok {
             return Err(format!("element {i}: {a} vs {b}"));
         }

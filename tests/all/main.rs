@@ -33,6 +33,7 @@ mod models;
 mod onnx;
 mod onnx_image;
 mod onnx_phases;
+mod onnx_quant;
 mod onnx_recurrent;
 mod onnx_reduce;
 mod onnx_transformer;

@@ -41,12 +41,24 @@
 //! eagerly between two pieces, and a shape operand enters the next piece
 //! value-keyed.
 //!
+//! ONNX's narrow types (FLOAT8E4M3FN, FLOAT8E4M3FNUZ, FLOAT8E5M2,
+//! FLOAT8E5M2FNUZ, FLOAT8E8M0, FLOAT4E2M1, INT4, UINT4, INT2, UINT2) run
+//! emulated on a wider carrier dtype with exact values: the float ones on
+//! f32, whose values lie on the narrow grid; INT4 and INT2 on i8, UINT4
+//! and UINT2 on u8, within their range (`narrow.rs`). Initializers and
+//! tensor files of these types decode onto the carrier exactly; `Cast`
+//! and `QuantizeLinear` round onto the grid as onnx's reference does; an
+//! input declared with such a type takes its carrier dtype, whose values
+//! are cast onto the grid (floats round to nearest, saturating; integers
+//! wrap), and outputs come back on the carrier.
+//!
 //! `model.rs` reads the file; `table.rs` is the op table (one row per op
 //! type: attributes, load check, build); `subgraph.rs` builds nodes in
 //! order, for the graph and for sub-graphs (`If`, `Loop`, `Scan`);
 //! `segments.rs` cuts the graph into phases.
 
 mod model;
+mod narrow;
 mod segments;
 mod statics;
 mod subgraph;
@@ -156,6 +168,9 @@ struct Graph {
     /// The traced pieces, in order (one, the whole graph, unless an
     /// operand the trace must know is computed from data).
     segments: Vec<segments::Segment>,
+    /// The graph inputs of a narrow ONNX type: their carrier values are
+    /// rounded onto its grid on entry.
+    narrow: HashMap<String, narrow::Narrow>,
     /// Initializer names, in the order of the weights argument.
     weight_names: Vec<String>,
     /// Initializers and `Constant` outputs (the constants of the program
@@ -198,6 +213,10 @@ impl Graph {
                 None => traced.next().cloned().ok_or_else(|| {
                     onnx_error("", "", name, ErrorKind::Internal, "input not passed")
                 })?,
+            };
+            let t = match self.narrow.get(name) {
+                Some(&n) => table::round_to(&t, n, true, "up"),
+                None => t,
             };
             env.insert(name.clone(), t);
         }
@@ -361,6 +380,11 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
         opset: p.opset,
         nodes,
         segments,
+        narrow: p
+            .inputs
+            .iter()
+            .filter_map(|s| p.narrow.get(&s.name).map(|&t| (s.name.clone(), t)))
+            .collect(),
         weight_names: p.initializers.iter().map(|(n, _)| n.clone()).collect(),
         consts,
         weights_as_arguments: options.weights_as_arguments,
@@ -741,8 +765,15 @@ pub fn info(path: impl AsRef<Path>) -> Result<ModelInfo> {
 }
 
 /// Reads one serialized `TensorProto` (the `input_0.pb` files of ONNX's
-/// backend tests) as a tensor.
+/// backend tests) as a tensor (a narrow type on its carrier dtype).
 pub fn read_tensor_file(path: impl AsRef<Path>) -> Result<Tensor> {
+    read_tensor_file_typed(path).map(|(t, _)| t)
+}
+
+/// [`read_tensor_file`], also giving ONNX's name of the file's element
+/// type when it is a narrow one (`FLOAT8E4M3FN`, `INT4`, ...), whose
+/// values the tensor holds exactly on its carrier dtype.
+pub fn read_tensor_file_typed(path: impl AsRef<Path>) -> Result<(Tensor, Option<&'static str>)> {
     use onnx_protobuf::Message;
     let path = path.as_ref();
     let file_error = |m: String| Error::File {
@@ -752,7 +783,8 @@ pub fn read_tensor_file(path: impl AsRef<Path>) -> Result<Tensor> {
     let bytes = std::fs::read(path).map_err(|e| file_error(e.to_string()))?;
     let t = onnx_protobuf::TensorProto::parse_from_bytes(&bytes)
         .map_err(|e| file_error(format!("not a TensorProto: {e}")))?;
-    model::decode_tensor(&t, None).map_err(file_error)
+    let narrow = narrow::Narrow::from_code(t.data_type).map(|n| n.name());
+    Ok((model::decode_tensor(&t, None).map_err(file_error)?, narrow))
 }
 
 /// Every op type the importer supports, in table order.

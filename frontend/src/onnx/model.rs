@@ -5,13 +5,14 @@
 //! to be in topological order. Nothing here panics on a hostile file: every
 //! length, offset and count is checked before it is used.
 
+use super::narrow::{self, Narrow};
 use super::{onnx_error, Dim, IoSpec};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use onnx_protobuf::{
     tensor_proto, type_proto, GraphProto, Message, ModelProto, TensorProto, ValueInfoProto,
 };
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path};
 use tilejit_ir::{Array, Buffer, DType, ErrorKind, Shape};
@@ -49,6 +50,8 @@ pub(crate) struct Node {
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
     pub attrs: BTreeMap<String, Attr>,
+    /// Per input, its narrow ONNX type when it has one (`narrow.rs`).
+    pub narrow_in: Vec<Option<Narrow>>,
 }
 
 /// A graph attribute's graph, decoded.
@@ -69,6 +72,8 @@ pub(crate) struct Parsed {
     pub outputs: Vec<IoSpec>,
     pub initializers: Vec<(String, Tensor)>,
     pub nodes: Vec<Node>,
+    /// The values of a narrow ONNX type, carried on a wider dtype.
+    pub narrow: HashMap<String, Narrow>,
 }
 
 fn model_error(kind: ErrorKind, message: impl Into<String>) -> Error {
@@ -175,7 +180,7 @@ pub(crate) fn parse(bytes: &[u8], dir: Option<&Path>) -> Result<Parsed> {
         .iter()
         .map(io_spec)
         .collect::<Result<Vec<_>>>()?;
-    let nodes = parse_nodes(graph, dir)?;
+    let (nodes, narrow) = parse_nodes(graph, dir)?;
     let parsed = Parsed {
         opset,
         ir_version: model.ir_version,
@@ -186,13 +191,18 @@ pub(crate) fn parse(bytes: &[u8], dir: Option<&Path>) -> Result<Parsed> {
         outputs,
         initializers,
         nodes,
+        narrow,
     };
     check_topology(&parsed)?;
     Ok(parsed)
 }
 
-/// A graph's nodes, attributes decoded (sub-graphs recursively).
-fn parse_nodes(graph: &GraphProto, dir: Option<&Path>) -> Result<Vec<Node>> {
+/// A graph's nodes, attributes decoded (sub-graphs recursively), and its
+/// values of narrow types.
+fn parse_nodes(
+    graph: &GraphProto,
+    dir: Option<&Path>,
+) -> Result<(Vec<Node>, HashMap<String, Narrow>)> {
     let mut nodes = Vec::with_capacity(graph.node.len());
     for (i, n) in graph.node.iter().enumerate() {
         let name = if n.name.is_empty() {
@@ -213,9 +223,14 @@ fn parse_nodes(graph: &GraphProto, dir: Option<&Path>) -> Result<Vec<Node>> {
             inputs: n.input.clone(),
             outputs: n.output.clone(),
             attrs,
+            narrow_in: Vec::new(),
         });
     }
-    Ok(nodes)
+    let (types, per_node) = narrow::infer(graph, &nodes);
+    for (n, t) in nodes.iter_mut().zip(per_node) {
+        n.narrow_in = t;
+    }
+    Ok((nodes, types))
 }
 
 /// A graph-valued attribute (the body of `If`, `Loop`, `Scan`): it reads
@@ -232,7 +247,7 @@ fn parse_subgraph(g: &GraphProto, dir: Option<&Path>) -> std::result::Result<Sub
         .collect::<Result<Vec<_>>>()
         .map_err(|e| e.to_string())?;
     let outputs = g.output.iter().map(|v| v.name.clone()).collect();
-    let nodes = parse_nodes(g, dir).map_err(|e| e.to_string())?;
+    let (nodes, _) = parse_nodes(g, dir).map_err(|e| e.to_string())?;
     Ok(SubGraph {
         inputs,
         outputs,
@@ -304,7 +319,9 @@ fn io_spec(v: &ValueInfoProto) -> Result<IoSpec> {
     };
     match &t.value {
         Some(type_proto::Value::TensorType(tt)) => {
-            if tt.elem_type != 0 {
+            if let Some(t) = Narrow::from_code(tt.elem_type) {
+                spec.dtype = Some(t.carrier());
+            } else if tt.elem_type != 0 {
                 spec.dtype = Some(dtype_of(tt.elem_type).map_err(|m| {
                     model_error(ErrorKind::Unsupported, format!("value `{}`: {m}", v.name))
                 })?);
@@ -379,7 +396,11 @@ pub(crate) fn decode_tensor(
     t: &TensorProto,
     dir: Option<&Path>,
 ) -> std::result::Result<Tensor, String> {
-    let dtype = dtype_of(t.data_type)?;
+    let narrow = Narrow::from_code(t.data_type);
+    let dtype = match narrow {
+        Some(n) => n.carrier(),
+        None => dtype_of(t.data_type)?,
+    };
     let mut dims = Vec::with_capacity(t.dims.len());
     for &d in &t.dims {
         dims.push(usize::try_from(d).map_err(|_| format!("dimension {d} is negative"))?);
@@ -387,22 +408,34 @@ pub(crate) fn decode_tensor(
     let shape = Shape::new(&dims).map_err(|e| e.to_string())?;
     let numel = shape.numel();
     let size = dtype.size_bytes();
-    let nbytes = numel
-        .checked_mul(size)
-        .ok_or("the tensor's size overflows")?;
+    let nbytes = match narrow {
+        Some(n) => n.stored_bytes(numel),
+        None => numel
+            .checked_mul(size)
+            .ok_or("the tensor's size overflows")?,
+    };
     let external = t.data_location.enum_value() == Ok(tensor_proto::DataLocation::EXTERNAL);
     let bytes: Vec<u8> = if external {
         read_external(t, dir, nbytes)?
     } else if !t.raw_data.is_empty() || numel == 0 {
         if t.raw_data.len() != nbytes {
+            let what = narrow.map_or(String::new(), |n| format!("{} ", n.name()));
             return Err(format!(
-                "raw data holds {} bytes, the shape needs {nbytes}",
+                "{what}raw data holds {} bytes, the shape needs {nbytes}",
                 t.raw_data.len()
             ));
         }
         t.raw_data.clone()
+    } else if let Some(n) = narrow {
+        // One element (float8) or one packed byte (4-bit, 2-bit) per int32.
+        let stored: Vec<u8> = t.int32_data.iter().map(|&v| v as u8).collect();
+        n.decode(&stored, numel)?
     } else {
         typed_bytes(t, dtype, numel)?
+    };
+    let bytes = match narrow {
+        Some(n) if external || !t.raw_data.is_empty() => n.decode(&bytes, numel)?,
+        _ => bytes,
     };
     let buffer = Buffer::from_le_bytes(dtype, &bytes).map_err(|e| e.to_string())?;
     let array = Array::new(shape, buffer).map_err(|e| e.to_string())?;

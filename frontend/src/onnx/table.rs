@@ -83,15 +83,19 @@ macro_rules! node {
 // Rows by area, each a child module so it reads this file's helpers.
 mod image;
 mod nms;
+mod quant;
 mod recurrent;
 mod reduce;
 mod transformer;
+
+pub(super) use quant::round_to;
 
 /// Every supported op type: the core rows, then each area's.
 static TABLES: &[&[Row]] = &[
     TABLE,
     image::ROWS,
     nms::ROWS,
+    quant::ROWS,
     recurrent::ROWS,
     reduce::ROWS,
     transformer::ROWS,
@@ -232,15 +236,18 @@ static TABLE: &[Row] = &[
         one(x * ((x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5)
     }),
     node!("Clip", ["min", "max"], no_check, build_clip),
-    node!("Cast", ["to", "saturate"], check_cast, |n, _, ins| {
-        let to = dtype_of(attr_i(n, "to", 1)? as i32)
-            .map_err(|m| fail(n, "to", ErrorKind::Unsupported, m))?;
-        one(req(n, ins, 0)?.cast(to))
-    }),
-    node!("CastLike", ["saturate"], no_check, |n, _, ins| one(req(
-        n, ins, 0
-    )?
-    .cast(req(n, ins, 1)?.dtype()))),
+    node!(
+        "Cast",
+        ["to", "saturate", "round_mode"],
+        quant::check_cast,
+        quant::build_cast
+    ),
+    node!(
+        "CastLike",
+        ["saturate", "round_mode"],
+        quant::check_cast_like,
+        quant::build_cast_like
+    ),
     node!(
         "Dropout",
         ["seed", "ratio"],
@@ -794,11 +801,6 @@ fn check_gelu(n: &Node, _: &Cx) -> Result<()> {
             format!("`{s}` is neither `none` nor `tanh`"),
         )),
     }
-}
-
-fn check_cast(n: &Node, _: &Cx) -> Result<()> {
-    dtype_of(attr_i(n, "to", 1)? as i32).map_err(|m| fail(n, "to", ErrorKind::Unsupported, m))?;
-    Ok(())
 }
 
 fn check_dropout(n: &Node, cx: &Cx) -> Result<()> {
