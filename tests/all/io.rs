@@ -158,7 +158,7 @@ fn bad_files_are_errors_naming_the_file() {
         (Vec::new(), "bad magic"),
         (b"not numpy at all".to_vec(), "bad magic"),
         (npy_bytes("<f4", "(4,)", &[0; 8]), "bytes"),
-        (npy_bytes("<u4", "(1,)", &[0; 4]), "unsupported dtype"),
+        (npy_bytes("<c8", "(1,)", &[0; 8]), "unsupported dtype"),
         (npy_bytes("|b1", "(2,)", &[1, 7]), "not 0 or 1"),
         (
             npy_bytes("<f4", "(1, 2, 3, 4, 5, 6, 7, 8, 9)", &[]),
