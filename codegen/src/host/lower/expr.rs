@@ -139,7 +139,8 @@ impl<'b> Lowerer<'_, 'b> {
                     };
                     self.b.ins().fcmp(cc, arg(x), arg(y))
                 } else if od.is_unsigned() {
-                    // u8 lives in an `I8` register: 200 must stay above 100.
+                    // u8 lives in an `I8` register (u64 in `I64`): 200 must
+                    // stay above 100.
                     let cc = match c {
                         CmpOp::Lt => IntCC::UnsignedLessThan,
                         CmpOp::Gt => IntCC::UnsignedGreaterThan,
@@ -703,7 +704,8 @@ impl<'b> Lowerer<'_, 'b> {
                 let w = b.ins().uextend(types::I32, x);
                 b.ins().fcvt_from_sint(tt, w)
             }
-            // bool, u8 and i8 are all `I8`.
+            // bool, u8 and i8 are all `I8` (a cast between same-width
+            // integers keeps the bits).
             (DType::Bool, _) if tt == ft => x,
             (DType::Bool, _) => b.ins().uextend(tt, x),
             (f, DType::F16 | DType::BF16) if f == DType::F64 || !f.is_float() => {
