@@ -229,7 +229,12 @@ fn gm_buffers(
         let given = a.inputs.iter().find(|(n, _)| *n == decl.name);
         match given {
             Some((_, path)) => {
-                let arr = npy::read(&read_file(path)?).map_err(|e| fail(format!("{path}: {e}")))?;
+                let mut arr =
+                    npy::read(&read_file(path)?).map_err(|e| fail(format!("{path}: {e}")))?;
+                // `<u2` reads as bf16 bits; for a u16 argument it is u16.
+                if arr.dtype == DType::BF16 && decl.dtype == DType::U16 {
+                    arr.dtype = DType::U16;
+                }
                 if arr.dtype != decl.dtype || arr.data.len() as u64 != bytes {
                     return Err(fail(format!(
                         "{path}: {}{:?} does not fit GM argument `{}` ({}{:?})",

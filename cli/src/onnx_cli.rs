@@ -438,6 +438,25 @@ fn compare(got: &Tensor, want: &Tensor, exact: bool) -> Result<(), String> {
             want.shape()
         ));
     }
+    if !got.dtype().is_float() {
+        // Integers (u64 above 2^53 included) and bools compare exactly.
+        let (g, w) = (
+            got.to_array().map_err(|e| e.to_string())?,
+            want.to_array().map_err(|e| e.to_string())?,
+        );
+        let (g, w) = (g.buffer(), w.buffer());
+        return match (0..g.len()).find(|&i| g.get(i) != w.get(i)) {
+            Some(i) => {
+                let text = |l| tilejit_ir::text::lit_text(l, got.dtype());
+                Err(format!(
+                    "element {i}: {} vs {}",
+                    text(g.get(i)),
+                    text(w.get(i))
+                ))
+            }
+            None => Ok(()),
+        };
+    }
     let g = got
         .cast(tilejit::DType::F64)
         .to_vec::<f64>()

@@ -29,12 +29,16 @@ fn descr(d: DType) -> Option<&'static str> {
         DType::Bool => "|b1",
         DType::U8 => "|u1",
         DType::I8 => "|i1",
+        DType::I16 => "<i2",
+        DType::U16 => "<u2",
+        DType::U32 => "<u4",
+        DType::U64 => "<u8",
         DType::BF16 => return None,
     })
 }
 
 /// Serialises an array (bf16 is written as its raw bits with descr `<u2`,
-/// since NumPy has no bf16).
+/// since NumPy has no bf16; so is u16, which [`read`] gives back as bf16).
 pub fn write(a: &NpyArray) -> Vec<u8> {
     let d = descr(a.dtype).unwrap_or("<u2");
     let dims: Vec<String> = a.shape.iter().map(u64::to_string).collect();
@@ -89,10 +93,16 @@ pub fn read(bytes: &[u8]) -> Result<NpyArray, String> {
         "|b1" => DType::Bool,
         "|u1" => DType::U8,
         "|i1" => DType::I8,
+        "<i2" => DType::I16,
+        "<u4" => DType::U32,
+        "<u8" => DType::U64,
+        // tilejit's bf16 bits (u16 is written as `<u2` too, and reads
+        // back as bf16: a caller that wants u16 reinterprets the bytes).
         "<u2" => DType::BF16,
         other => {
             return Err(format!(
-                "unsupported dtype descr `{other}` (f4 f8 f2 i4 i8 b1 u1 i1, little endian)"
+                "unsupported dtype descr `{other}` \
+                 (f4 f8 f2 i4 i8 b1 u1 i1 i2 u2 u4 u8, little endian)"
             ))
         }
     };

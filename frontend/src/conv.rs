@@ -269,6 +269,7 @@ fn lowest(dtype: DType) -> Lit {
         d if d.is_float() => Lit::from_f64(f64::NEG_INFINITY, d),
         DType::I32 => Lit::Int(i32::MIN as i64),
         DType::I8 => Lit::Int(i8::MIN as i64),
+        DType::I16 => Lit::Int(i16::MIN as i64),
         DType::I64 => Lit::Int(i64::MIN),
         DType::Bool => Lit::Bool(false),
         _ => Lit::Int(0),

@@ -4,7 +4,7 @@
 
 use crate::tensor::{Repr, Tensor};
 use std::fmt;
-use tilejit_ir::{Array, Lit, Shape};
+use tilejit_ir::{Array, DType, Lit, Shape};
 
 const THRESHOLD: usize = 1000;
 const EDGE: usize = 3;
@@ -25,9 +25,11 @@ fn format_float(v: f64) -> String {
     s.to_string() // keeps the trailing '.' of integral values, like numpy: "1."
 }
 
-fn format_lit(l: Lit) -> String {
+fn format_lit(l: Lit, dtype: DType) -> String {
     match l {
         Lit::Float(v) => format_float(v),
+        // A u64 literal holds its bits (see `DType::U64`).
+        Lit::Int(v) if dtype == DType::U64 => (v as u64).to_string(),
         Lit::Int(v) => v.to_string(),
         Lit::Bool(b) => if b { "True" } else { "False" }.into(),
     }
@@ -53,7 +55,10 @@ fn write_array(f: &mut fmt::Formatter<'_>, a: &Array) -> fmt::Result {
     let b = a.buffer();
     let mut flats = Vec::new();
     collect(&shape, &strides, 0, 0, elide, &mut |flat| flats.push(flat));
-    let texts: Vec<String> = flats.iter().map(|&i| format_lit(b.get(i))).collect();
+    let texts: Vec<String> = flats
+        .iter()
+        .map(|&i| format_lit(b.get(i), b.dtype()))
+        .collect();
     // numpy aligns decimal points: pad the integer part on the left and the
     // fraction on the right, so `[1., 2.5, -3.]` prints `[ 1.   2.5 -3. ]`.
     let split = |s: &str| match s.find('.') {

@@ -89,9 +89,10 @@ fn tensor_from_bytes(
 }
 
 /// Reads a `.npy` file (format 1-3, C order, little endian; f32, f64, f16,
-/// i32, i64, bool, u8 (`|u1`), i8 (`|i1`)). NumPy has no bf16, so tilejit writes bf16 as its raw
-/// bits under descr `<u2` and reads `<u2` back as bf16: a NumPy uint16
-/// array loads as bf16 bits.
+/// i32, i64, bool, u8 (`|u1`), i8 (`|i1`), i16 (`<i2`), u32 (`<u4`), u64
+/// (`<u8`)). NumPy has no bf16, so tilejit writes bf16 as its raw bits
+/// under descr `<u2` and reads `<u2` back as bf16: a NumPy uint16 array
+/// (and a u16 tensor tilejit wrote) loads as bf16 bits.
 #[track_caller]
 pub fn read_npy(path: impl AsRef<Path>) -> Result<Tensor> {
     let path = path.as_ref();

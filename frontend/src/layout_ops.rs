@@ -214,8 +214,7 @@ fn assign_at(
     let shape = g.ty(x).shape;
     let (n, len) = (shape[a], g.ty(src).shape[a]);
     let st = g.ty(start);
-    if st.shape.numel() != 1 || !matches!(st.dtype, DType::I32 | DType::I64 | DType::U8 | DType::I8)
-    {
+    if st.shape.numel() != 1 || !st.dtype.is_int() {
         return Err(IrError::Window {
             op: "slice_assign",
             shape: st.shape,

@@ -29,6 +29,14 @@ pub enum Buffer {
     U8(Vec<u8>),
     /// i8 elements.
     I8(Vec<i8>),
+    /// i16 elements.
+    I16(Vec<i16>),
+    /// u16 elements.
+    U16(Vec<u16>),
+    /// u32 elements.
+    U32(Vec<u32>),
+    /// u64 elements.
+    U64(Vec<u64>),
 }
 
 impl Buffer {
@@ -54,6 +62,10 @@ impl Buffer {
             DType::Bool => Buffer::Bool(cap(n)?),
             DType::U8 => Buffer::U8(cap(n)?),
             DType::I8 => Buffer::I8(cap(n)?),
+            DType::I16 => Buffer::I16(cap(n)?),
+            DType::U16 => Buffer::U16(cap(n)?),
+            DType::U32 => Buffer::U32(cap(n)?),
+            DType::U64 => Buffer::U64(cap(n)?),
         })
     }
 
@@ -88,6 +100,10 @@ impl Buffer {
             Buffer::BF16(v) => words!(v, bf16, 2),
             Buffer::I32(v) => words!(v, i32, 4),
             Buffer::I64(v) => words!(v, i64, 8),
+            Buffer::I16(v) => words!(v, i16, 2),
+            Buffer::U16(v) => words!(v, u16, 2),
+            Buffer::U32(v) => words!(v, u32, 4),
+            Buffer::U64(v) => words!(v, u64, 8),
             Buffer::U8(v) => {
                 v.try_reserve(n)
                     .map_err(|_| crate::fallible::oom::<u8>(n))?;
@@ -150,6 +166,10 @@ impl Buffer {
             Buffer::BF16(v) => words!(v, 2),
             Buffer::I32(v) => words!(v, 4),
             Buffer::I64(v) => words!(v, 8),
+            Buffer::I16(v) => words!(v, 2),
+            Buffer::U16(v) => words!(v, 2),
+            Buffer::U32(v) => words!(v, 4),
+            Buffer::U64(v) => words!(v, 8),
             Buffer::Bool(v) => out.extend(v[r].iter().map(|&b| b as u8)),
             Buffer::U8(v) => out.extend_from_slice(&v[r]),
             Buffer::I8(v) => out.extend(v[r].iter().map(|&b| b as u8)),
@@ -169,6 +189,10 @@ impl Buffer {
             Buffer::Bool(_) => DType::Bool,
             Buffer::U8(_) => DType::U8,
             Buffer::I8(_) => DType::I8,
+            Buffer::I16(_) => DType::I16,
+            Buffer::U16(_) => DType::U16,
+            Buffer::U32(_) => DType::U32,
+            Buffer::U64(_) => DType::U64,
         }
     }
 
@@ -184,6 +208,10 @@ impl Buffer {
             Buffer::Bool(v) => v.len(),
             Buffer::U8(v) => v.len(),
             Buffer::I8(v) => v.len(),
+            Buffer::I16(v) => v.len(),
+            Buffer::U16(v) => v.len(),
+            Buffer::U32(v) => v.len(),
+            Buffer::U64(v) => v.len(),
         }
     }
 
@@ -206,6 +234,10 @@ impl Buffer {
             Buffer::Bool(v) => v.capacity(),
             Buffer::U8(v) => v.capacity(),
             Buffer::I8(v) => v.capacity(),
+            Buffer::I16(v) => v.capacity(),
+            Buffer::U16(v) => v.capacity(),
+            Buffer::U32(v) => v.capacity(),
+            Buffer::U64(v) => v.capacity(),
         }
     }
 
@@ -226,14 +258,19 @@ impl Buffer {
             DType::Bool => Buffer::Bool(try_filled(n, false)?),
             DType::U8 => Buffer::U8(try_filled(n, 0)?),
             DType::I8 => Buffer::I8(try_filled(n, 0)?),
+            DType::I16 => Buffer::I16(try_filled(n, 0)?),
+            DType::U16 => Buffer::U16(try_filled(n, 0)?),
+            DType::U32 => Buffer::U32(try_filled(n, 0)?),
+            DType::U64 => Buffer::U64(try_filled(n, 0)?),
         };
         b.fill(lit);
         Ok(b)
     }
 
     /// Sets every element to `lit` converted to the buffer's dtype (ints
-    /// truncate floats; u8 and i8 saturate a float into their range, as a
-    /// cast does, and wrap an integer; bools are "not zero").
+    /// truncate floats; the narrower and unsigned integers saturate a float
+    /// into their range, as a cast does, and wrap an integer; bools are
+    /// "not zero").
     pub fn fill(&mut self, lit: Lit) {
         let f = lit.as_f64();
         match self {
@@ -246,6 +283,10 @@ impl Buffer {
             Buffer::Bool(v) => v.fill(lit.as_i64() != 0),
             Buffer::U8(v) => v.fill(small_int(lit, DType::U8) as u8),
             Buffer::I8(v) => v.fill(small_int(lit, DType::I8) as i8),
+            Buffer::I16(v) => v.fill(small_int(lit, DType::I16) as i16),
+            Buffer::U16(v) => v.fill(small_int(lit, DType::U16) as u16),
+            Buffer::U32(v) => v.fill(small_int(lit, DType::U32) as u32),
+            Buffer::U64(v) => v.fill(small_int(lit, DType::U64) as u64),
         }
     }
 
@@ -261,6 +302,10 @@ impl Buffer {
             Buffer::Bool(v) => v[i].to_lit(),
             Buffer::U8(v) => v[i].to_lit(),
             Buffer::I8(v) => v[i].to_lit(),
+            Buffer::I16(v) => v[i].to_lit(),
+            Buffer::U16(v) => v[i].to_lit(),
+            Buffer::U32(v) => v[i].to_lit(),
+            Buffer::U64(v) => v[i].to_lit(),
         }
     }
 
@@ -281,11 +326,16 @@ impl Buffer {
             DType::Bool => Buffer::Bool(collect(lits.map(|l| l.as_i64() != 0))?),
             DType::U8 => Buffer::U8(collect(lits.map(|l| small_int(l, DType::U8) as u8))?),
             DType::I8 => Buffer::I8(collect(lits.map(|l| small_int(l, DType::I8) as i8))?),
+            DType::I16 => Buffer::I16(collect(lits.map(|l| small_int(l, DType::I16) as i16))?),
+            DType::U16 => Buffer::U16(collect(lits.map(|l| small_int(l, DType::U16) as u16))?),
+            DType::U32 => Buffer::U32(collect(lits.map(|l| small_int(l, DType::U32) as u32))?),
+            DType::U64 => Buffer::U64(collect(lits.map(|l| small_int(l, DType::U64) as u64))?),
         })
     }
 }
 
-/// A literal as a `u8`/`i8` value: a float converts as a cast does
+/// A literal as a value of a narrow or unsigned integer dtype (a `u64`
+/// as its bit pattern): a float converts as a cast does
 /// (truncated, saturating, NaN to 0), an integer wraps.
 fn small_int(lit: Lit, dtype: DType) -> i64 {
     match lit {

@@ -29,11 +29,22 @@ pub enum DType {
     U8,
     /// Signed 8-bit integer, wrapping arithmetic.
     I8,
+    /// Signed 16-bit integer, wrapping arithmetic (appended after `I8`).
+    I16,
+    /// Unsigned 16-bit integer, wrapping arithmetic.
+    U16,
+    /// Unsigned 32-bit integer, wrapping arithmetic.
+    U32,
+    /// Unsigned 64-bit integer, wrapping arithmetic. Held in an `i64` (and
+    /// a [`Lit::Int`]) as its bit pattern: values above `i64::MAX` look
+    /// negative there, so every op that reads the value (compare, divide,
+    /// max/min, shift right, cast to float) reads it as `u64`.
+    U64,
 }
 
 impl DType {
     /// Every dtype, in a fixed order (for tests and tables).
-    pub const ALL: [DType; 9] = [
+    pub const ALL: [DType; 13] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -43,14 +54,18 @@ impl DType {
         DType::Bool,
         DType::U8,
         DType::I8,
+        DType::I16,
+        DType::U16,
+        DType::U32,
+        DType::U64,
     ];
 
     /// Size of one element in bytes.
     pub const fn size_bytes(self) -> usize {
         match self {
-            DType::F64 | DType::I64 => 8,
-            DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 => 2,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::Bool | DType::U8 | DType::I8 => 1,
         }
     }
@@ -60,15 +75,25 @@ impl DType {
         matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
     }
 
-    /// True for the four integer dtypes (`i32 i64 u8 i8`).
+    /// True for the eight integer dtypes (`i32 i64 u8 i8 i16 u16 u32 u64`).
     pub const fn is_int(self) -> bool {
-        matches!(self, DType::I32 | DType::I64 | DType::U8 | DType::I8)
+        matches!(
+            self,
+            DType::I32
+                | DType::I64
+                | DType::U8
+                | DType::I8
+                | DType::I16
+                | DType::U16
+                | DType::U32
+                | DType::U64
+        )
     }
 
-    /// True for the one unsigned integer dtype, `u8`: its compares,
-    /// `max`/`min` and division are unsigned.
+    /// True for the unsigned integer dtypes (`u8 u16 u32 u64`): their
+    /// compares, `max`/`min`, division and right shift are unsigned.
     pub const fn is_unsigned(self) -> bool {
-        matches!(self, DType::U8)
+        matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
     }
 
     /// The short name used in the text form and in messages (`f32`, `bool`, ...).
@@ -83,6 +108,10 @@ impl DType {
             DType::Bool => "bool",
             DType::U8 => "u8",
             DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
         }
     }
 
@@ -105,12 +134,15 @@ impl DType {
     }
 
     /// Wraps an `i64` into this integer dtype's range (two's complement;
-    /// `u8` to `0..=255`).
+    /// `u8` to `0..=255`, `u32` to `0..2^32`; a `u64` keeps its 64 bits).
     pub fn wrap_int(self, v: i64) -> i64 {
         match self {
             DType::I32 => v as i32 as i64,
             DType::U8 => v as u8 as i64,
             DType::I8 => v as i8 as i64,
+            DType::I16 => v as i16 as i64,
+            DType::U16 => v as u16 as i64,
+            DType::U32 => v as u32 as i64,
             DType::Bool => (v != 0) as i64,
             _ => v,
         }
@@ -128,7 +160,7 @@ mod sealed {
 }
 
 /// A Rust type that can be a tensor element: `f32 f64 f16 bf16 i32 i64 bool
-/// u8 i8`.
+/// u8 i8 i16 u16 u32 u64`.
 /// Sealed: the set of dtypes is closed.
 pub trait Element: Copy + Send + Sync + PartialEq + fmt::Debug + 'static + sealed::Sealed {
     /// The dtype tag of this element type.
@@ -233,6 +265,26 @@ impl Element for i8 {
     }
     buffer_methods!(I8);
 }
+macro_rules! int_element {
+    ($t:ty, $v:ident) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$v;
+            fn to_lit(self) -> Lit {
+                // u64: the bit pattern (see `DType::U64`).
+                Lit::Int(self as i64)
+            }
+            fn from_lit(lit: Lit) -> Self {
+                lit.as_i64() as $t
+            }
+            buffer_methods!($v);
+        }
+    };
+}
+int_element!(i16, I16);
+int_element!(u16, U16);
+int_element!(u32, U32);
+int_element!(u64, U64);
 impl sealed::Sealed for bool {}
 impl Element for bool {
     const DTYPE: DType = DType::Bool;

@@ -10,8 +10,10 @@
 //!   Reductions and matmul accumulate in f64 and round once at the end.
 //! - integers are computed in i64 and wrapped to the dtype (two's
 //!   complement); integer division truncates toward zero and `x / 0 == 0`.
-//!   A u8 value is held zero-extended (0..=255), so its compares, max/min,
-//!   division and mod are unsigned with no special case.
+//!   A u8, u16 or u32 value is held zero-extended, so its compares,
+//!   max/min, division and mod are unsigned with no special case; a u64
+//!   is held as its bit pattern and those ops read it unsigned
+//!   (`BinaryOp::int_fn`, `scalar::int_cmp`).
 //! - `max`/`min` (elementwise and reductions) propagate NaN, as numpy does.
 //! - a reduction over an empty axis gives its identity (sum 0, prod 1);
 //!   max and min have none (an `EmptyReduction` error).
@@ -139,6 +141,10 @@ fn from_buffer(b: &Buffer) -> Result<Vals, IrError> {
         Buffer::Bool(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
         Buffer::U8(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
         Buffer::I8(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
+        Buffer::I16(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
+        Buffer::U16(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
+        Buffer::U32(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
+        Buffer::U64(v) => Vals::I(collect(v.iter().map(|&x| x as i64))?),
     })
 }
 
@@ -185,7 +191,7 @@ pub(crate) fn eval(
         )?,
         Op::Unary(u, x) => unary(u, ty.dtype, arg(x)?)?,
         Op::Binary(b, x, y) => binary(b, ty.dtype, arg(x)?, arg(y)?)?,
-        Op::Compare(c, x, y) => compare(c, arg(x)?, arg(y)?)?,
+        Op::Compare(c, x, y) => compare(c, g.ty(x).dtype, arg(x)?, arg(y)?)?,
         Op::Select(c, a, b) => select(arg(c)?, arg(a)?, arg(b)?)?,
         Op::Reduce(r, x, axes) => reduce(
             r,
@@ -224,7 +230,7 @@ pub(crate) fn eval(
         Op::Reshape(x, _) | Op::Permute(x, _) | Op::Broadcast(x, _) => {
             move_elements(g, op, ty, arg(x)?)?
         }
-        Op::Cast(x, to) => cast(arg(x)?, to)?,
+        Op::Cast(x, to) => cast(arg(x)?, g.ty(x).dtype, to)?,
         Op::Slice(x, ..) => move_elements(g, op, ty, arg(x)?)?,
         Op::Concat(a, b, axis) => concat(&g.ty(a).shape, &ty.shape, axis, arg(a)?, arg(b)?)?,
         Op::Gather(x, index, axis) => {
@@ -416,8 +422,8 @@ fn unary(u: UnaryOp, dtype: DType, x: &Vals) -> Result<Vals, IrError> {
         )?),
         Vals::I(v) => {
             // Type inference admits integers only where the row has a function.
-            let f = def
-                .int
+            let f = u
+                .int_fn(dtype)
                 .ok_or_else(|| internal(&format!("{} on an integer dtype", u.name())))?;
             Vals::I(collect(v.iter().map(|&a| dtype.wrap_int(f(a))))?)
         }
@@ -436,7 +442,7 @@ fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Result<Vals, IrError
             )?)
         }
         (Vals::I(p), Vals::I(q)) => {
-            let f = def.int;
+            let f = b.int_fn(dtype);
             Vals::I(collect(
                 p.iter().zip(q).map(|(&a, &c)| dtype.wrap_int(f(a, c))),
             )?)
@@ -446,13 +452,18 @@ fn binary(b: BinaryOp, dtype: DType, x: &Vals, y: &Vals) -> Result<Vals, IrError
     })
 }
 
-fn compare(c: CmpOp, x: &Vals, y: &Vals) -> Result<Vals, IrError> {
+fn compare(c: CmpOp, dt: DType, x: &Vals, y: &Vals) -> Result<Vals, IrError> {
     fn cmp<T: PartialOrd>(c: CmpOp, a: T, b: T) -> i64 {
         (c.def().holds)(a.partial_cmp(&b)) as i64
     }
+    let holds = c.def().holds;
     Ok(match (x, y) {
         (Vals::F(p), Vals::F(q)) => Vals::I(collect(p.iter().zip(q).map(|(&a, &b)| cmp(c, a, b)))?),
-        (Vals::I(p), Vals::I(q)) => Vals::I(collect(p.iter().zip(q).map(|(&a, &b)| cmp(c, a, b)))?),
+        (Vals::I(p), Vals::I(q)) => Vals::I(collect(
+            p.iter()
+                .zip(q)
+                .map(|(&a, &b)| holds(Some(scalar::int_cmp(dt, a, b))) as i64),
+        )?),
         _ => Vals::I(vec![]),
     })
 }
@@ -511,7 +522,7 @@ fn reduce(
             Vals::F(collect(acc.into_iter().map(|a| dtype.round_float(a)))?)
         }
         Vals::I(v) => {
-            let (init, f) = r.def().int;
+            let (init, f) = r.int_for(dtype);
             let mut acc = alloc(n_out, init)?;
             for (&t, &e) in target.iter().zip(v) {
                 acc[t] = f(acc[t], e);
@@ -616,7 +627,7 @@ fn matmul(ty: TensorType, sa: &Shape, sb: &Shape, a: &Vals, b: &Vals) -> Result<
     })
 }
 
-fn cast(x: &Vals, to: DType) -> Result<Vals, IrError> {
+fn cast(x: &Vals, from: DType, to: DType) -> Result<Vals, IrError> {
     Ok(match x {
         Vals::F(v) => match to {
             d if d.is_float() => Vals::F(collect(v.iter().map(|&f| d.round_float(f)))?),
@@ -624,7 +635,9 @@ fn cast(x: &Vals, to: DType) -> Result<Vals, IrError> {
         },
         Vals::I(v) => {
             if to.is_float() {
-                Vals::F(collect(v.iter().map(|&i| scalar::int_to_float(i, to)))?)
+                Vals::F(collect(
+                    v.iter().map(|&i| scalar::int_of_to_float(i, from, to)),
+                )?)
             } else {
                 Vals::I(collect(v.iter().map(|&i| to.wrap_int(i)))?)
             }

@@ -20,7 +20,7 @@
 //!
 //! A taken buffer holds stale values: only code that overwrites every
 //! element may take one. In debug builds taken buffers are poisoned (NaN,
-//! `MIN`, `true`, `0xa5` for u8), so a kernel that leaves an element unwritten fails the
+//! `MIN`, `true`, `0xa5...` for unsigned), so a kernel that leaves an element unwritten fails the
 //! tests instead of returning stale data.
 
 use crate::array::Buffer;
@@ -369,6 +369,10 @@ fn set_len(b: &mut Buffer, len: usize) {
         Buffer::Bool(v) => to(v, len, false),
         Buffer::U8(v) => to(v, len, 0),
         Buffer::I8(v) => to(v, len, 0),
+        Buffer::I16(v) => to(v, len, 0),
+        Buffer::U16(v) => to(v, len, 0),
+        Buffer::U32(v) => to(v, len, 0),
+        Buffer::U64(v) => to(v, len, 0),
     }
 }
 
@@ -384,5 +388,9 @@ fn poison(b: &mut Buffer) {
         Buffer::Bool(v) => v.fill(true),
         Buffer::U8(v) => v.fill(0xa5),
         Buffer::I8(v) => v.fill(i8::MIN),
+        Buffer::I16(v) => v.fill(i16::MIN),
+        Buffer::U16(v) => v.fill(0xa5a5),
+        Buffer::U32(v) => v.fill(0xa5a5_a5a5),
+        Buffer::U64(v) => v.fill(0xa5a5_a5a5_a5a5_a5a5),
     }
 }

@@ -169,13 +169,88 @@ pub fn float_to_int(f: f64, to: DType) -> i64 {
         DType::I32 => f as i32 as i64,
         DType::U8 => f as u8 as i64,
         DType::I8 => f as i8 as i64,
+        DType::I16 => f as i16 as i64,
+        DType::U16 => f as u16 as i64,
+        DType::U32 => f as u32 as i64,
+        // The bit pattern of the saturated u64 (see `DType::U64`).
+        DType::U64 => f as u64 as i64,
         _ => f as i64,
     }
 }
 
 /// An integer converted to a float dtype (through f64, then rounded).
+/// `i` is read as a signed value; a `u64` source goes through
+/// [`int_of_to_float`].
 pub fn int_to_float(i: i64, to: DType) -> f64 {
     to.round_float(i as f64)
+}
+
+/// An integer of dtype `from` converted to a float dtype: as
+/// [`int_to_float`], except that a `u64` reads its bits unsigned.
+pub fn int_of_to_float(i: i64, from: DType, to: DType) -> f64 {
+    if from == DType::U64 {
+        to.round_float(i as u64 as f64)
+    } else {
+        to.round_float(i as f64)
+    }
+}
+
+/// The integer value of `i` (of dtype `dt`) as an f64: a `u64` reads
+/// its bits unsigned.
+pub fn int_as_f64(i: i64, dt: DType) -> f64 {
+    if dt == DType::U64 {
+        i as u64 as f64
+    } else {
+        i as f64
+    }
+}
+
+/// Orders two integers of dtype `dt` (held in i64s): `u64` unsigned,
+/// every other dtype signed (the narrower unsigned ones are held
+/// zero-extended, so signed order is theirs).
+pub fn int_cmp(dt: DType, a: i64, b: i64) -> std::cmp::Ordering {
+    if dt == DType::U64 {
+        (a as u64).cmp(&(b as u64))
+    } else {
+        a.cmp(&b)
+    }
+}
+
+/// `u64` division on bit patterns: `x / 0 == 0`.
+pub fn u64_div(a: i64, b: i64) -> i64 {
+    (a as u64).checked_div(b as u64).unwrap_or(0) as i64
+}
+
+/// `u64` remainder on bit patterns (numpy's `mod`; no sign to fix):
+/// `x mod 0 == 0`.
+pub fn u64_rem(a: i64, b: i64) -> i64 {
+    (a as u64).checked_rem(b as u64).unwrap_or(0) as i64
+}
+
+/// `u64` maximum on bit patterns.
+pub fn u64_max(a: i64, b: i64) -> i64 {
+    (a as u64).max(b as u64) as i64
+}
+
+/// `u64` minimum on bit patterns.
+pub fn u64_min(a: i64, b: i64) -> i64 {
+    (a as u64).min(b as u64) as i64
+}
+
+/// `u64` logical right shift: a count of 64 or more (as unsigned) gives 0.
+pub fn u64_shr(a: i64, b: i64) -> i64 {
+    match u32::try_from(b as u64) {
+        Ok(s) if s < 64 => ((a as u64) >> s) as i64,
+        _ => 0,
+    }
+}
+
+/// `u64` left shift: a count of 64 or more (as unsigned) gives 0.
+pub fn u64_shl(a: i64, b: i64) -> i64 {
+    match u32::try_from(b as u64) {
+        Ok(s) if s < 64 => ((a as u64) << s) as i64,
+        _ => 0,
+    }
 }
 
 /// `v` rounded to f32 "to odd": truncated toward zero, with the last bit

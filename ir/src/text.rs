@@ -29,6 +29,7 @@ pub(crate) fn parse_lit_text(tok: &str, dtype: DType) -> Option<Lit> {
     let tok = tok.trim();
     let lit = match dtype {
         DType::Bool => Lit::Bool(tok.parse::<bool>().ok()?),
+        DType::U64 => Lit::Int(tok.parse::<u64>().ok()? as i64),
         d if d.is_int() => Lit::Int(tok.parse::<i64>().ok()?),
         d => Lit::Float(d.round_float(tok.parse::<f64>().ok()?)),
     };
@@ -55,10 +56,11 @@ fn write_list<T: fmt::Display>(
 }
 
 /// A literal in the shortest form that parses back to the same value of
-/// `dtype` (`1e-5` for an f32, not its f64 expansion).
+/// `dtype` (`1e-5` for an f32, not its f64 expansion; a u64 unsigned).
 pub fn lit_text(lit: Lit, dtype: DType) -> String {
     match (lit, dtype) {
         (Lit::Float(v), DType::F32 | DType::F16 | DType::BF16) => format!("{:?}", v as f32),
+        (Lit::Int(v), DType::U64) => (v as u64).to_string(),
         (other, _) => other.to_string(),
     }
 }
@@ -227,6 +229,7 @@ impl Parser {
         let bad = || self.err(format!("bad {dtype} literal `{tok}`"));
         let lit = match dtype {
             DType::Bool => Lit::Bool(tok.parse::<bool>().map_err(|_| bad())?),
+            DType::U64 => Lit::Int(tok.parse::<u64>().map_err(|_| bad())? as i64),
             d if d.is_int() => Lit::Int(tok.parse::<i64>().map_err(|_| bad())?),
             d => Lit::Float(d.round_float(tok.parse::<f64>().map_err(|_| bad())?)),
         };

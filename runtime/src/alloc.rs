@@ -59,6 +59,10 @@ fn zeroed_buffer(dtype: DType, n: usize) -> Result<Buffer, IrError> {
         DType::Bool => Buffer::Bool(class_vec(dtype, n).ok_or_else(oom)?),
         DType::U8 => Buffer::U8(class_vec(dtype, n).ok_or_else(oom)?),
         DType::I8 => Buffer::I8(class_vec(dtype, n).ok_or_else(oom)?),
+        DType::I16 => Buffer::I16(class_vec(dtype, n).ok_or_else(oom)?),
+        DType::U16 => Buffer::U16(class_vec(dtype, n).ok_or_else(oom)?),
+        DType::U32 => Buffer::U32(class_vec(dtype, n).ok_or_else(oom)?),
+        DType::U64 => Buffer::U64(class_vec(dtype, n).ok_or_else(oom)?),
     })
 }
 

@@ -182,6 +182,10 @@ pub(crate) fn upload_buffer(a: &Buffer) -> Result<DeviceBuffer, RuntimeError> {
             Buffer::Bool(v) => dev.copy_elems_from_host(v, dst, 0),
             Buffer::U8(v) => dev.copy_elems_from_host(v, dst, 0),
             Buffer::I8(v) => dev.copy_elems_from_host(v, dst, 0),
+            Buffer::I16(v) => dev.copy_elems_from_host(v, dst, 0),
+            Buffer::U16(v) => dev.copy_elems_from_host(v, dst, 0),
+            Buffer::U32(v) => dev.copy_elems_from_host(v, dst, 0),
+            Buffer::U64(v) => dev.copy_elems_from_host(v, dst, 0),
         }?;
         Ok(())
     })?;
@@ -208,6 +212,10 @@ pub(crate) fn download_buffer(
         Buffer::Bool(v) => dev.copy_elems_to_host(src, 0, v),
         Buffer::U8(v) => dev.copy_elems_to_host(src, 0, v),
         Buffer::I8(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::I16(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::U16(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::U32(v) => dev.copy_elems_to_host(src, 0, v),
+        Buffer::U64(v) => dev.copy_elems_to_host(src, 0, v),
     }?;
     count_to_host((n * dt.size_bytes()) as u64);
     Ok(out)

@@ -361,12 +361,7 @@ fn read_lit(r: &mut Reader<'_>) -> Result<Lit, String> {
 }
 
 fn elem_bytes(d: DType) -> usize {
-    match d {
-        DType::F64 | DType::I64 => 8,
-        DType::F32 | DType::I32 => 4,
-        DType::F16 | DType::BF16 => 2,
-        DType::Bool | DType::U8 | DType::I8 => 1,
-    }
+    d.size_bytes()
 }
 
 /// A constant: its type, then every element's bits.
@@ -382,6 +377,10 @@ fn write_constant(w: &mut Writer, a: &Array) {
         Buffer::Bool(v) => v.iter().for_each(|x| w.u8(*x as u8)),
         Buffer::U8(v) => v.iter().for_each(|x| w.u8(*x)),
         Buffer::I8(v) => v.iter().for_each(|x| w.u8(*x as u8)),
+        Buffer::I16(v) => v.iter().for_each(|x| w.u16(*x as u16)),
+        Buffer::U16(v) => v.iter().for_each(|x| w.u16(*x)),
+        Buffer::U32(v) => v.iter().for_each(|x| w.u32(*x)),
+        Buffer::U64(v) => v.iter().for_each(|x| w.u64(*x)),
     }
 }
 
@@ -421,6 +420,10 @@ fn read_constant(r: &mut Reader<'_>) -> Result<Array, String> {
         })?),
         DType::U8 => Buffer::U8(elems(n, e, |e| e.u8())?),
         DType::I8 => Buffer::I8(elems(n, e, |e| Ok(e.u8()? as i8))?),
+        DType::I16 => Buffer::I16(elems(n, e, |e| Ok(e.u16()? as i16))?),
+        DType::U16 => Buffer::U16(elems(n, e, |e| e.u16())?),
+        DType::U32 => Buffer::U32(elems(n, e, |e| e.u32())?),
+        DType::U64 => Buffer::U64(elems(n, e, |e| e.u64())?),
     };
     Array::new(ty.shape, buffer).map_err(|e| e.to_string())
 }

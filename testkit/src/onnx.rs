@@ -17,8 +17,16 @@ pub use protobuf;
 pub const FLOAT: i32 = 1;
 /// int64.
 pub const INT64: i32 = 7;
-/// uint16 (unsupported by tilejit).
+/// uint16.
 pub const UINT16: i32 = 4;
+/// int16.
+pub const INT16: i32 = 5;
+/// uint32.
+pub const UINT32: i32 = 12;
+/// uint64.
+pub const UINT64: i32 = 13;
+/// complex64 (unsupported by tilejit).
+pub const COMPLEX64: i32 = 14;
 
 /// A dim of a declared value: a size or a symbol.
 pub enum D {

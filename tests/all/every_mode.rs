@@ -316,10 +316,11 @@ fn every_op_agrees_with_the_reference_in_every_mode() {
     }
     // Guards against a sweep that quietly stops comparing (bool is rejected
     // by every arithmetic op, layout ops need rank >= 1 or 2; u8 and i8
-    // reject scalars they cannot hold, as `a * 0.5` or u8 `a % -2`). With
-    // nine dtypes: 5867 compared, 1119 rejected (seven: 4783 and 887).
+    // reject scalars they cannot hold, as `a * 0.5` or u8 `a % -2`, and so
+    // do u16, u32 and u64). With thirteen dtypes: 8491 compared, 1659
+    // rejected (nine: 5867 and 1119; seven: 4783 and 887).
     assert!(
-        std::env::var_os("TILEJIT_BIG_SHAPES").is_some() || compared > 4400 && rejected < 1300,
+        std::env::var_os("TILEJIT_BIG_SHAPES").is_some() || compared > 6400 && rejected < 1900,
         "compared {compared}, rejected {rejected}"
     );
     assert!(

@@ -52,3 +52,4 @@ mod small_ints;
 mod snapshot;
 mod strided_matmul;
 mod tiny_call;
+mod wide_ints;

@@ -407,12 +407,7 @@ pub(super) fn compile_matmul_vector(
     if mm.im2col.is_some() {
         return Err(unsupported(k, format!("a {dt} convolution (the cube's)")));
     }
-    if !matches!(
-        dt,
-        DType::F64 | DType::I32 | DType::I64 | DType::U8 | DType::I8
-    ) || buf_dtype(mm.b) != dt
-        || buf_dtype(mm.out) != dt
-    {
+    if !(dt == DType::F64 || dt.is_int()) || buf_dtype(mm.b) != dt || buf_dtype(mm.out) != dt {
         return Err(unsupported(k, format!("a {dt} matmul")));
     }
     negative_views(k, mm)?;

@@ -19,19 +19,23 @@ use tilejit_ir::{DType, Lit};
 /// boundary).
 pub fn storage_bytes(dtype: DType) -> usize {
     match dtype {
-        DType::F32 | DType::F16 | DType::BF16 | DType::I32 => 4,
-        DType::F64 | DType::I64 => 8,
+        DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::U32 => 4,
+        DType::F64 | DType::I64 | DType::U64 => 8,
+        DType::I16 | DType::U16 => 2,
         DType::Bool | DType::U8 | DType::I8 => 1,
     }
 }
 
 /// The dtype whose storage holds `dtype`'s values in a kernel's memory:
-/// f16 and bf16 are held as f32, the rest as themselves (see
-/// [`storage_bytes`]). A [`BufArg`](super::BufArg) lent for a buffer of
-/// `dtype` must have this [`BufArg::dtype`](super::BufArg::dtype).
+/// f16 and bf16 are held as f32, u64 as the 64-bit integer storage that
+/// `u64` already names (`KernelElem` for `u64` is `I64`'s), the rest as
+/// themselves (see [`storage_bytes`]). A [`BufArg`](super::BufArg) lent
+/// for a buffer of `dtype` must have this
+/// [`BufArg::dtype`](super::BufArg::dtype).
 pub fn storage_dtype(dtype: DType) -> DType {
     match dtype {
         DType::F16 | DType::BF16 => DType::F32,
+        DType::U64 => DType::I64,
         d => d,
     }
 }

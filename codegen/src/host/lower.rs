@@ -207,9 +207,11 @@ fn scalar_ty(d: DType) -> Type {
     match d {
         DType::F32 | DType::F16 | DType::BF16 => types::F32,
         DType::F64 => types::F64,
-        DType::I32 => types::I32,
-        DType::I64 => types::I64,
-        // u8 and i8 are both `I8`; unsigned ops pick `u8`'s meaning.
+        // Signed and unsigned share a register type; unsigned ops pick
+        // the unsigned meaning (`DType::is_unsigned`).
+        DType::I32 | DType::U32 => types::I32,
+        DType::I64 | DType::U64 => types::I64,
+        DType::I16 | DType::U16 => types::I16,
         DType::Bool | DType::U8 | DType::I8 => types::I8,
     }
 }

@@ -113,8 +113,8 @@ type KernelFn = unsafe extern "C" fn(*const *mut u8, *const i64, i64, i64) -> i6
 /// Element types kernel storage may hold: plain numbers whose every bit
 /// pattern is a value, and `bool`, which generated code writes only as 0
 /// or 1. Each is the storage of one [`DType`] ([`KernelElem::DTYPE`]):
-/// `f32` also holds f16 and bf16 values, and `u64` (scratch rows) counts as
-/// `i64`. A launch refuses a buffer whose type is not the one the kernel's
+/// `f32` also holds f16 and bf16 values, and `u64` (scratch rows and u64
+/// tensors) counts as `i64`. A launch refuses a buffer whose type is not the one the kernel's
 /// code was generated for.
 pub trait KernelElem: Copy + Send + Sync + sealed::Sealed {
     /// The dtype whose storage this type is.
@@ -130,7 +130,10 @@ macro_rules! kernel_elems {
         $( impl sealed::Sealed for $t {} impl KernelElem for $t { const DTYPE: DType = DType::$d; } )*
     };
 }
-kernel_elems!(f32 => F32, f64 => F64, i32 => I32, i64 => I64, u8 => U8, i8 => I8, u64 => I64, bool => Bool);
+kernel_elems!(
+    f32 => F32, f64 => F64, i32 => I32, i64 => I64, u8 => U8, i8 => I8, u64 => I64, bool => Bool,
+    i16 => I16, u16 => U16, u32 => U32
+);
 
 /// One buffer handed to a kernel: a borrowed slice, read-only or writable,
 /// with its element type ([`KernelElem::DTYPE`]). Only the constructors

@@ -394,7 +394,11 @@ gm_elem! {
     half::f16: 2, |x| x.to_bits() as u64, |b| half::f16::from_bits(b as u16);
     half::bf16: 2, |x| x.to_bits() as u64, |b| half::bf16::from_bits(b as u16);
     i32: 4, |x| x as u32 as u64, |b| b as u32 as i32;
+    i16: 2, |x| x as u16 as u64, |b| b as u16 as i16;
+    u16: 2, |x| x as u64, |b| b as u16;
+    u32: 4, |x| x as u64, |b| b as u32;
     f32: 4, |x| x.to_bits() as u64, |b| f32::from_bits(b as u32);
     i64: 8, |x| x as u64, |b| b as i64;
+    u64: 8, |x| x, |b| b;
     f64: 8, |x| x.to_bits(), |b| f64::from_bits(b);
 }

@@ -9,7 +9,7 @@ use super::values::{self, Vals};
 use crate::isa::{pitch, Cond, Inst, Opcode, Operand, Space};
 use crate::mem::{PagedMemory, Span};
 use tilejit_ir::ops::ExactF32;
-use tilejit_ir::{scalar, BinaryOp, DType, UnaryOp};
+use tilejit_ir::{scalar, BinaryOp, DType, ReduceOp, UnaryOp};
 
 /// Registers, local memories and the task's view of GM during a run.
 pub(crate) struct Ctx<'a> {
@@ -624,7 +624,7 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
             let u = unary_op(inst)?;
             let a = tile(cx, 5)?;
             let def = u.def();
-            let int = match (def.int, &a) {
+            let int = match (u.int_fn(dt), &a) {
                 (Some(g), _) => g,
                 (None, Vals::F(_)) => |x| x,
                 (None, Vals::I(_)) => {
@@ -634,7 +634,7 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
             values::map(&a, dt, def.float, int)
         }
         Vcmp => {
-            let mask = compare_tiles(inst.cond(4), &tile(cx, 6)?, &tile(cx, 7)?);
+            let mask = compare_tiles(inst.cond(4), dt, &tile(cx, 6)?, &tile(cx, 7)?);
             cx.write_tile(Space::Ub, inst.addr(5), DType::Bool, vrc, cols, &mask)?;
             return Ok(());
         }
@@ -646,7 +646,7 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
             let from = inst.dtype2().unwrap_or(dt);
             let src = cx.read_tile(Space::Ub, inst.addr(6), from, vrc, cols)?;
             w.bytes = (vr * vc * dt.size_bytes().max(from.size_bytes())) as u64;
-            let out = values::cast(&src, dt);
+            let out = values::cast(&src, from, dt);
             cx.write_tile(Space::Ub, inst.addr(5), dt, vrc, cols, &out)?;
             return Ok(());
         }
@@ -676,7 +676,7 @@ fn vector(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> R<()> {
 }
 
 /// `a cond b` elementwise, as a bool tile's values.
-fn compare_tiles(cond: Cond, a: &Vals, b: &Vals) -> Vals {
+fn compare_tiles(cond: Cond, dt: DType, a: &Vals, b: &Vals) -> Vals {
     Vals::I(match (a, b) {
         (Vals::F(x), Vals::F(y)) => x
             .iter()
@@ -686,7 +686,7 @@ fn compare_tiles(cond: Cond, a: &Vals, b: &Vals) -> Vals {
         (Vals::I(x), Vals::I(y)) => x
             .iter()
             .zip(y)
-            .map(|(p, q)| compare(cond, p.partial_cmp(q)) as i64)
+            .map(|(&p, &q)| compare(cond, Some(scalar::int_cmp(dt, p, q))) as i64)
             .collect(),
         _ => Vec::new(),
     })
@@ -729,7 +729,7 @@ fn zip_op(op: BinaryOp, a: &Vals, b: &Vals, dt: DType) -> R<Vals> {
         (None, Vals::I(_)) => |x, _| x,
         (None, Vals::F(_)) => return Err(format!("`{}` does not take dtype {dt}", op.name())),
     };
-    Ok(values::zip(a, b, dt, float, def.int))
+    Ok(values::zip(a, b, dt, float, op.int_fn(dt)))
 }
 
 /// The op table's binary op a vector opcode computes (with a tile or a
@@ -950,8 +950,14 @@ fn reduce_rows(op: Opcode, a: &Vals, dt: DType, vr: usize, vc: usize) -> Vals {
                     let x = match op {
                         Opcode::Vrsum => row.iter().fold(0i64, |s, &x| s.wrapping_add(x)),
                         Opcode::Vrprod => row.iter().fold(1i64, |s, &x| s.wrapping_mul(x)),
-                        Opcode::Vrmax => row.iter().copied().max().unwrap_or(i64::MIN),
-                        Opcode::Vrmin => row.iter().copied().min().unwrap_or(i64::MAX),
+                        Opcode::Vrmax => {
+                            let (init, f) = ReduceOp::Max.int_for(dt);
+                            row.iter().copied().reduce(f).unwrap_or(init)
+                        }
+                        Opcode::Vrmin => {
+                            let (init, f) = ReduceOp::Min.int_for(dt);
+                            row.iter().copied().reduce(f).unwrap_or(init)
+                        }
                         other => unreachable!("{other:?} is not a row reduction"),
                     };
                     dt.wrap_int(x)

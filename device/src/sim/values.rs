@@ -47,6 +47,23 @@ pub fn decode_into(bytes: &[u8], dt: DType, out: &mut Vals) {
             DType::Bool => v.extend(bytes.iter().map(|&b| (b != 0) as i64)),
             DType::U8 => v.extend(bytes.iter().map(|&b| b as i64)),
             DType::I8 => v.extend(bytes.iter().map(|&b| b as i8 as i64)),
+            DType::I16 => v.extend(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| i16::from_le_bytes([c[0], c[1]]) as i64),
+            ),
+            DType::U16 => v.extend(
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| u16::from_le_bytes([c[0], c[1]]) as i64),
+            ),
+            DType::U32 => v.extend(
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64),
+            ),
+            // The bit pattern, as the interpreter holds a u64.
+            DType::U64 => v.extend(bytes.chunks_exact(8).map(|c| i64::from_le_bytes(arr8(c)))),
             _ => {}
         },
     }
@@ -115,8 +132,9 @@ fn encode_float(x: f64, dt: DType, c: &mut [u8]) {
 
 fn encode_int(x: i64, dt: DType, c: &mut [u8]) {
     match dt {
-        DType::I32 => c.copy_from_slice(&(x as i32).to_le_bytes()),
-        DType::I64 => c.copy_from_slice(&x.to_le_bytes()),
+        DType::I64 | DType::U64 => c.copy_from_slice(&x.to_le_bytes()),
+        DType::I32 | DType::U32 => c.copy_from_slice(&(x as u32).to_le_bytes()),
+        DType::I16 | DType::U16 => c.copy_from_slice(&(x as u16).to_le_bytes()),
         // Two's complement: `x as u8` wraps u8 and i8 alike.
         DType::U8 | DType::I8 => c[0] = x as u8,
         _ => c[0] = (x != 0) as u8,
@@ -159,7 +177,14 @@ impl Vals {
         if dt.is_float() {
             Vals::F(vec![dt.round_float(s); n])
         } else {
-            Vals::I(vec![dt.wrap_int(scalar::float_to_int(s, DType::I64)); n])
+            // A u64 scalar above `i64::MAX` saturates as a u64 (a negative
+            // one is an i64 bit pattern).
+            let i = if dt == DType::U64 && s >= 0.0 {
+                scalar::float_to_int(s, DType::U64)
+            } else {
+                scalar::float_to_int(s, DType::I64)
+            };
+            Vals::I(vec![dt.wrap_int(i); n])
         }
     }
 }
@@ -203,13 +228,15 @@ pub fn map(a: &Vals, dt: DType, f: fn(f64) -> f64, g: fn(i64) -> i64) -> Vals {
 }
 
 /// Converts values of dtype `from` to dtype `to` (the reference cast).
-pub fn cast(a: &Vals, to: DType) -> Vals {
+pub fn cast(a: &Vals, from: DType, to: DType) -> Vals {
     match a {
         Vals::F(v) if to.is_float() => Vals::F(v.iter().map(|&f| to.round_float(f)).collect()),
         Vals::F(v) => Vals::I(v.iter().map(|&f| scalar::float_to_int(f, to)).collect()),
-        Vals::I(v) if to.is_float() => {
-            Vals::F(v.iter().map(|&i| scalar::int_to_float(i, to)).collect())
-        }
+        Vals::I(v) if to.is_float() => Vals::F(
+            v.iter()
+                .map(|&i| scalar::int_of_to_float(i, from, to))
+                .collect(),
+        ),
         Vals::I(v) => Vals::I(v.iter().map(|&i| to.wrap_int(i)).collect()),
     }
 }

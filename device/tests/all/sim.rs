@@ -32,6 +32,10 @@ fn to_bytes(v: &[f64], dt: DType) -> Vec<u8> {
             DType::Bool => out.push((x != 0.0) as u8),
             DType::U8 => out.push(x as i64 as u8),
             DType::I8 => out.push(x as i64 as i8 as u8),
+            DType::I16 => out.extend_from_slice(&(x as i16).to_le_bytes()),
+            DType::U16 => out.extend_from_slice(&(x as u16).to_le_bytes()),
+            DType::U32 => out.extend_from_slice(&(x as u32).to_le_bytes()),
+            DType::U64 => out.extend_from_slice(&(x as u64).to_le_bytes()),
         }
     }
     out
@@ -48,6 +52,10 @@ fn from_bytes(b: &[u8], dt: DType) -> Vec<f64> {
             DType::I64 => i64::from_le_bytes(c.try_into().unwrap()) as f64,
             DType::Bool | DType::U8 => c[0] as f64,
             DType::I8 => c[0] as i8 as f64,
+            DType::I16 => i16::from_le_bytes(c.try_into().unwrap()) as f64,
+            DType::U16 => u16::from_le_bytes(c.try_into().unwrap()) as f64,
+            DType::U32 => u32::from_le_bytes(c.try_into().unwrap()) as f64,
+            DType::U64 => u64::from_le_bytes(c.try_into().unwrap()) as f64,
         })
         .collect()
 }

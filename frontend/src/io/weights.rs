@@ -21,6 +21,10 @@ fn from_st_dtype(d: StDtype) -> Option<DType> {
         StDtype::BOOL => DType::Bool,
         StDtype::U8 => DType::U8,
         StDtype::I8 => DType::I8,
+        StDtype::I16 => DType::I16,
+        StDtype::U16 => DType::U16,
+        StDtype::U32 => DType::U32,
+        StDtype::U64 => DType::U64,
         _ => return None,
     })
 }
@@ -36,6 +40,10 @@ fn to_st_dtype(d: DType) -> StDtype {
         DType::Bool => StDtype::BOOL,
         DType::U8 => StDtype::U8,
         DType::I8 => StDtype::I8,
+        DType::I16 => StDtype::I16,
+        DType::U16 => StDtype::U16,
+        DType::U32 => StDtype::U32,
+        DType::U64 => StDtype::U64,
     }
 }
 

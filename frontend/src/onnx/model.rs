@@ -93,18 +93,19 @@ pub(crate) fn dtype_of(code: i32) -> std::result::Result<DType, String> {
         10 => return Ok(DType::F16),
         11 => return Ok(DType::F64),
         16 => return Ok(DType::BF16),
-        4 => "uint16",
-        5 => "int16",
+        4 => return Ok(DType::U16),
+        5 => return Ok(DType::I16),
+        12 => return Ok(DType::U32),
+        13 => return Ok(DType::U64),
         8 => "string",
-        12 => "uint32",
-        13 => "uint64",
         14 => "complex64",
         15 => "complex128",
         17..=26 => "a float8/4-bit/2-bit type",
         _ => return Err(format!("dtype code {code} is unknown")),
     };
     Err(format!(
-        "dtype {name} is not supported (tilejit has f32, f64, f16, bf16, i32, i64, bool, u8, i8)"
+        "dtype {name} is not supported (tilejit has f32, f64, f16, bf16, i32, i64, bool, u8, i8, \
+         i16, u16, u32, u64)"
     ))
 }
 
@@ -478,6 +479,25 @@ fn typed_bytes(
         DType::U8 | DType::I8 | DType::Bool => {
             count(t.int32_data.len(), "int32_data")?;
             t.int32_data.iter().map(|&v| v as u8).collect()
+        }
+        DType::I16 | DType::U16 => {
+            count(t.int32_data.len(), "int32_data")?;
+            t.int32_data
+                .iter()
+                .flat_map(|&v| (v as u16).to_le_bytes())
+                .collect()
+        }
+        // uint32 and uint64 sit one per uint64.
+        DType::U32 => {
+            count(t.uint64_data.len(), "uint64_data")?;
+            t.uint64_data
+                .iter()
+                .flat_map(|&v| (v as u32).to_le_bytes())
+                .collect()
+        }
+        DType::U64 => {
+            count(t.uint64_data.len(), "uint64_data")?;
+            t.uint64_data.iter().flat_map(|v| v.to_le_bytes()).collect()
         }
         DType::F16 | DType::BF16 => {
             count(t.int32_data.len(), "int32_data")?;

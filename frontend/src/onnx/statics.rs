@@ -96,7 +96,7 @@ pub(crate) fn find(nodes: &[Node], inputs: &[IoSpec]) -> Vec<Option<Reason>> {
 }
 
 /// The dtypes a static input may have, by their code in the leaves.
-const CODES: [DType; 9] = DType::ALL;
+const CODES: [DType; DType::ALL.len()] = DType::ALL;
 
 /// Checks a static input's declared dims at load: fixed dims over the
 /// bound can never run.

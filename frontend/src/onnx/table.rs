@@ -248,6 +248,7 @@ static TABLE: &[Row] = &[
         quant::check_cast_like,
         quant::build_cast_like
     ),
+    node!("BitCast", ["to"], check_cast, build_bitcast),
     node!(
         "Dropout",
         ["seed", "ratio"],
@@ -700,7 +701,7 @@ fn ints_of(n: &Node, what: &str, t: &Tensor) -> Result<Vec<i64>> {
             "must be known when tracing (a constant, or computed from shapes), but it depends on the data",
         ));
     }
-    if !matches!(t.dtype(), DType::I64 | DType::I32 | DType::I8 | DType::U8) {
+    if !t.dtype().is_int() {
         return Err(fail(
             n,
             what,
@@ -801,6 +802,55 @@ fn check_gelu(n: &Node, _: &Cx) -> Result<()> {
             format!("`{s}` is neither `none` nor `tanh`"),
         )),
     }
+}
+
+/// BitCast: the same bits read as another dtype of the same size. Between
+/// integers (and bool to u8) that is a wrapping cast; a float's bits can
+/// be reinterpreted only in a tensor known when tracing (tilejit has no
+/// bit-reinterpreting op on traced values).
+fn build_bitcast(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let to = dtype_of(attr_i(n, "to", 1)? as i32)
+        .map_err(|m| fail(n, "to", ErrorKind::Unsupported, m))?;
+    let from = x.dtype();
+    if from.size_bytes() != to.size_bytes() {
+        return Err(fail(
+            n,
+            "to",
+            ErrorKind::DType,
+            format!("BitCast needs dtypes of one size, not {from} and {to}"),
+        ));
+    }
+    let int_like = |d: DType| d.is_int() || d == DType::Bool;
+    if from == to {
+        return one(x.clone());
+    }
+    if int_like(from) && to.is_int() {
+        return one(x.cast(to));
+    }
+    if x.is_traced() {
+        return Err(fail(
+            n,
+            "input",
+            ErrorKind::Unsupported,
+            format!("BitCast {from} -> {to} of a traced tensor (only integer <-> integer)"),
+        ));
+    }
+    let a = x.to_array()?;
+    let bytes = a
+        .buffer()
+        .to_le_bytes()
+        .map_err(|e| fail(n, "input", ErrorKind::BadArgument, e.to_string()))?;
+    let buffer = tilejit_ir::Buffer::from_le_bytes(to, &bytes)
+        .map_err(|e| fail(n, "input", ErrorKind::BadArgument, e.to_string()))?;
+    let array = tilejit_ir::Array::new(*a.shape(), buffer)
+        .map_err(|e| fail(n, "input", ErrorKind::BadArgument, e.to_string()))?;
+    one(Tensor::concrete(array))
+}
+
+fn check_cast(n: &Node, _: &Cx) -> Result<()> {
+    dtype_of(attr_i(n, "to", 1)? as i32).map_err(|m| fail(n, "to", ErrorKind::Unsupported, m))?;
+    Ok(())
 }
 
 fn check_dropout(n: &Node, cx: &Cx) -> Result<()> {

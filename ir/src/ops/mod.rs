@@ -333,6 +333,21 @@ impl UnaryOp {
     pub fn accepts(self, d: DType) -> bool {
         d.is_float() || (d.is_int() && self.def().int.is_some())
     }
+
+    /// The reference integer function on integer dtype `d` (`None` where
+    /// the row has none): the row's `int`, except that on `u64` (held as
+    /// bit patterns) `abs` and `relu` keep the value and `sign` is 0 or 1.
+    pub fn int_fn(self, d: DType) -> Option<fn(i64) -> i64> {
+        let f = self.def().int?;
+        if d != DType::U64 {
+            return Some(f);
+        }
+        Some(match self {
+            UnaryOp::Abs | UnaryOp::Relu => |x| x,
+            UnaryOp::Sign => |x| (x != 0) as i64,
+            _ => f,
+        })
+    }
 }
 
 impl BinaryOp {
@@ -345,6 +360,26 @@ impl BinaryOp {
     /// only for a row without float semantics; never bool).
     pub fn accepts(self, d: DType) -> bool {
         d.is_int() || (d.is_float() && self.def().float.is_some())
+    }
+
+    /// The reference integer function on integer dtype `d`: the row's
+    /// `int`, except on `u64` (held as bit patterns), whose division,
+    /// mod, max/min and shifts read the bits unsigned (a power's exponent
+    /// stays signed, as the host's `tj_ipow` reads it: one above
+    /// `i64::MAX` gives 0).
+    pub fn int_fn(self, d: DType) -> fn(i64, i64) -> i64 {
+        if d != DType::U64 {
+            return self.def().int;
+        }
+        match self {
+            BinaryOp::Div => crate::scalar::u64_div,
+            BinaryOp::Rem => crate::scalar::u64_rem,
+            BinaryOp::Max => crate::scalar::u64_max,
+            BinaryOp::Min => crate::scalar::u64_min,
+            BinaryOp::Shl => crate::scalar::u64_shl,
+            BinaryOp::Shr => crate::scalar::u64_shr,
+            _ => self.def().int,
+        }
     }
 }
 
@@ -359,6 +394,17 @@ impl ReduceOp {
     /// The user-facing name (`sum`; the text mnemonic is `reduce_sum`).
     pub fn name(self) -> &'static str {
         self.def().name
+    }
+
+    /// The integer identity and combine on integer dtype `d`: the row's,
+    /// except that a `u64` max starts at 0 and a min at `u64::MAX`, and
+    /// both compare unsigned.
+    pub fn int_for(self, d: DType) -> (i64, fn(i64, i64) -> i64) {
+        match (self, d) {
+            (ReduceOp::Max, DType::U64) => (0, crate::scalar::u64_max),
+            (ReduceOp::Min, DType::U64) => (-1, crate::scalar::u64_min),
+            _ => self.def().int,
+        }
     }
 }
 

@@ -68,6 +68,26 @@ impl HostProgram {
                 o.iter_mut().zip(v).for_each(|(d, s)| *d = s as i8);
                 Ok(())
             }
+            Store::I16(o) => {
+                let v = int_matmul((&a.ints()?, av), (&b.ints()?, bv), dims)?;
+                o.iter_mut().zip(v).for_each(|(d, s)| *d = s as i16);
+                Ok(())
+            }
+            Store::U16(o) => {
+                let v = int_matmul((&a.ints()?, av), (&b.ints()?, bv), dims)?;
+                o.iter_mut().zip(v).for_each(|(d, s)| *d = s as u16);
+                Ok(())
+            }
+            Store::U32(o) => {
+                let v = int_matmul((&a.ints()?, av), (&b.ints()?, bv), dims)?;
+                o.iter_mut().zip(v).for_each(|(d, s)| *d = s as u32);
+                Ok(())
+            }
+            Store::U64(o) => {
+                let v = int_matmul((&a.ints()?, av), (&b.ints()?, bv), dims)?;
+                o.iter_mut().zip(v).for_each(|(d, s)| *d = s as u64);
+                Ok(())
+            }
             Store::Bool(_) => return Err(mismatch()),
         };
         slots[mm.out.0 as usize] = Slot::Owned(out);

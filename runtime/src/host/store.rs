@@ -18,6 +18,10 @@ pub(crate) enum Store {
     Bool(Vec<bool>),
     U8(Vec<u8>),
     I8(Vec<i8>),
+    I16(Vec<i16>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
 }
 
 impl Store {
@@ -32,6 +36,10 @@ impl Store {
             Store::Bool(v) => Buffer::Bool(v),
             Store::U8(v) => Buffer::U8(v),
             Store::I8(v) => Buffer::I8(v),
+            Store::I16(v) => Buffer::I16(v),
+            Store::U16(v) => Buffer::U16(v),
+            Store::U32(v) => Buffer::U32(v),
+            Store::U64(v) => Buffer::U64(v),
         }
     }
 
@@ -46,6 +54,10 @@ impl Store {
             Buffer::Bool(v) => Store::Bool(v),
             Buffer::U8(v) => Store::U8(v),
             Buffer::I8(v) => Store::I8(v),
+            Buffer::I16(v) => Store::I16(v),
+            Buffer::U16(v) => Store::U16(v),
+            Buffer::U32(v) => Store::U32(v),
+            Buffer::U64(v) => Store::U64(v),
             Buffer::F16(v) => Store::F32(collect(v.iter().map(|x| x.to_f32()))?),
             Buffer::BF16(v) => Store::F32(collect(v.iter().map(|x| x.to_f32()))?),
         })
@@ -61,6 +73,10 @@ impl Store {
             Store::Bool(v) => Store::Bool(collect(v.iter().copied())?),
             Store::U8(v) => Store::U8(collect(v.iter().copied())?),
             Store::I8(v) => Store::I8(collect(v.iter().copied())?),
+            Store::I16(v) => Store::I16(collect(v.iter().copied())?),
+            Store::U16(v) => Store::U16(collect(v.iter().copied())?),
+            Store::U32(v) => Store::U32(collect(v.iter().copied())?),
+            Store::U64(v) => Store::U64(collect(v.iter().copied())?),
         })
     }
 }
@@ -102,6 +118,10 @@ pub(super) fn try_output_store(dtype: DType, n: usize) -> Option<Store> {
             Buffer::Bool(v) => return Some(Store::Bool(v)),
             Buffer::U8(v) => return Some(Store::U8(v)),
             Buffer::I8(v) => return Some(Store::I8(v)),
+            Buffer::I16(v) => return Some(Store::I16(v)),
+            Buffer::U16(v) => return Some(Store::U16(v)),
+            Buffer::U32(v) => return Some(Store::U32(v)),
+            Buffer::U64(v) => return Some(Store::U64(v)),
             _ => {}
         }
     }
@@ -112,6 +132,10 @@ pub(super) fn try_output_store(dtype: DType, n: usize) -> Option<Store> {
         DType::Bool => Store::Bool(class_vec(held, n)?),
         DType::U8 => Store::U8(class_vec(held, n)?),
         DType::I8 => Store::I8(class_vec(held, n)?),
+        DType::I16 => Store::I16(class_vec(held, n)?),
+        DType::U16 => Store::U16(class_vec(held, n)?),
+        DType::U32 => Store::U32(class_vec(held, n)?),
+        DType::U64 => Store::U64(class_vec(held, n)?),
         _ => Store::F32(class_vec(held, n)?),
     })
 }
@@ -158,6 +182,10 @@ impl Slot<'_> {
             Slot::Owned(Store::Bool(v)) => BufArg::read(v),
             Slot::Owned(Store::U8(v)) => BufArg::read(v),
             Slot::Owned(Store::I8(v)) => BufArg::read(v),
+            Slot::Owned(Store::I16(v)) => BufArg::read(v),
+            Slot::Owned(Store::U16(v)) => BufArg::read(v),
+            Slot::Owned(Store::U32(v)) => BufArg::read(v),
+            Slot::Owned(Store::U64(v)) => BufArg::read(v),
         }
     }
 
@@ -188,6 +216,18 @@ impl Slot<'_> {
                 collect(v.iter().map(|&x| x as i64))
             }
             Slot::Borrowed(Buffer::I8(v)) | Slot::Owned(Store::I8(v)) => {
+                collect(v.iter().map(|&x| x as i64))
+            }
+            Slot::Borrowed(Buffer::I16(v)) | Slot::Owned(Store::I16(v)) => {
+                collect(v.iter().map(|&x| x as i64))
+            }
+            Slot::Borrowed(Buffer::U16(v)) | Slot::Owned(Store::U16(v)) => {
+                collect(v.iter().map(|&x| x as i64))
+            }
+            Slot::Borrowed(Buffer::U32(v)) | Slot::Owned(Store::U32(v)) => {
+                collect(v.iter().map(|&x| x as i64))
+            }
+            Slot::Borrowed(Buffer::U64(v)) | Slot::Owned(Store::U64(v)) => {
                 collect(v.iter().map(|&x| x as i64))
             }
             _ => Ok(Vec::new()),
@@ -244,6 +284,10 @@ pub(super) fn buffer_arg(b: &Buffer) -> BufArg<'_> {
         Buffer::Bool(v) => BufArg::read(v),
         Buffer::U8(v) => BufArg::read(v),
         Buffer::I8(v) => BufArg::read(v),
+        Buffer::I16(v) => BufArg::read(v),
+        Buffer::U16(v) => BufArg::read(v),
+        Buffer::U32(v) => BufArg::read(v),
+        Buffer::U64(v) => BufArg::read(v),
         Buffer::F16(_) | Buffer::BF16(_) => BufArg::empty(),
     }
 }
@@ -259,5 +303,9 @@ pub(super) fn store_arg(s: &mut Store) -> BufArg<'_> {
         Store::Bool(v) => BufArg::write(v),
         Store::U8(v) => BufArg::write(v),
         Store::I8(v) => BufArg::write(v),
+        Store::I16(v) => BufArg::write(v),
+        Store::U16(v) => BufArg::write(v),
+        Store::U32(v) => BufArg::write(v),
+        Store::U64(v) => BufArg::write(v),
     }
 }

@@ -139,7 +139,8 @@ impl<'b> Lowerer<'_, 'b> {
                     };
                     self.b.ins().fcmp(cc, arg(x), arg(y))
                 } else if od.is_unsigned() {
-                    // u8 lives in an `I8` register: 200 must stay above 100.
+                    // u8 lives in an `I8` register (u64 in `I64`): 200 must
+                    // stay above 100.
                     let cc = match c {
                         CmpOp::Lt => IntCC::UnsignedLessThan,
                         CmpOp::Gt => IntCC::UnsignedGreaterThan,
@@ -703,7 +704,8 @@ impl<'b> Lowerer<'_, 'b> {
                 let w = b.ins().uextend(types::I32, x);
                 b.ins().fcvt_from_sint(tt, w)
             }
-            // bool, u8 and i8 are all `I8`.
+            // bool, u8 and i8 are all `I8` (a cast between same-width
+            // integers keeps the bits).
             (DType::Bool, _) if tt == ft => x,
             (DType::Bool, _) => b.ins().uextend(tt, x),
             (f, DType::F16 | DType::BF16) if f == DType::F64 || !f.is_float() => {
@@ -711,6 +713,8 @@ impl<'b> Lowerer<'_, 'b> {
                 // twice, and i32 -> f32 already rounds above 2^24).
                 let w = if f == DType::F64 {
                     x
+                } else if f == DType::U64 {
+                    b.ins().fcvt_from_uint(types::F64, x)
                 } else {
                     let i = widen_int(b, x, f, types::I64);
                     b.ins().fcvt_from_sint(types::F64, i)
@@ -726,13 +730,14 @@ impl<'b> Lowerer<'_, 'b> {
                 };
                 self.round_low(v, t)
             }
-            (f, DType::U8 | DType::I8) if f.is_float() => {
-                // Saturate in i32 (NaN -> 0), then clamp to the 8-bit range:
-                // `as u8` / `as i8`.
-                let (lo, hi) = if to == DType::U8 {
-                    (0, 255)
-                } else {
-                    (-128, 127)
+            (f, DType::U8 | DType::I8 | DType::U16 | DType::I16) if f.is_float() => {
+                // Saturate in i32 (NaN -> 0), then clamp to the 8- or
+                // 16-bit range: `as u8` / `as i8` / `as u16` / `as i16`.
+                let (lo, hi) = match to {
+                    DType::U8 => (0, u8::MAX as i64),
+                    DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+                    DType::U16 => (0, u16::MAX as i64),
+                    _ => (i16::MIN as i64, i16::MAX as i64),
                 };
                 let w = b.ins().fcvt_to_sint_sat(types::I32, x);
                 let lo = b.ins().iconst(types::I32, lo);
@@ -741,9 +746,21 @@ impl<'b> Lowerer<'_, 'b> {
                 let w = b.ins().smin(w, hi);
                 b.ins().ireduce(tt, w)
             }
+            // u32 and u64: `as` saturates at 0 and the max, NaN -> 0.
+            (f, t) if f.is_float() && t.is_unsigned() => b.ins().fcvt_to_uint_sat(tt, x),
             (f, _) if f.is_float() => b.ins().fcvt_to_sint_sat(tt, x),
+            (DType::U32, t) if t.is_float() => b.ins().fcvt_from_uint(tt, x),
+            (DType::U64, t) if t.is_float() => {
+                // Through f64, as the interpreter rounds (once for f64).
+                let w = b.ins().fcvt_from_uint(types::F64, x);
+                if tt == types::F64 {
+                    w
+                } else {
+                    b.ins().fdemote(tt, w)
+                }
+            }
             (f, t) if t.is_float() => {
-                // u8 and i8 through i32 (zero- or sign-extended, exact).
+                // 8- and 16-bit through i32 (zero- or sign-extended, exact).
                 let w = if ft.bits() < 32 {
                     widen_int(b, x, f, types::I32)
                 } else {
@@ -757,7 +774,7 @@ impl<'b> Lowerer<'_, 'b> {
                 } else if ft.bits() > tt.bits() {
                     b.ins().ireduce(tt, x)
                 } else {
-                    // u8 <-> i8: the same bits.
+                    // u8 <-> i8, u32 <-> i32, ...: the same bits.
                     x
                 }
             }
@@ -767,7 +784,7 @@ impl<'b> Lowerer<'_, 'b> {
 }
 
 /// Integer `x` of dtype `d` extended to `to` (at least as wide): zero-
-/// extended for `u8`, sign-extended otherwise.
+/// extended for unsigned dtypes, sign-extended otherwise.
 fn widen_int(
     b: &mut cranelift_frontend::FunctionBuilder<'_>,
     x: Value,

@@ -41,8 +41,14 @@ impl Lowerer<'_, '_> {
                 (ReduceOp::Min, DType::I32) => i32::MAX as i64,
                 (ReduceOp::Max, DType::I8) => i8::MIN as i64,
                 (ReduceOp::Min, DType::I8) => i8::MAX as i64,
-                (ReduceOp::Max, DType::U8) => 0,
+                (ReduceOp::Max, DType::I16) => i16::MIN as i64,
+                (ReduceOp::Min, DType::I16) => i16::MAX as i64,
+                (ReduceOp::Max, d) if d.is_unsigned() => 0,
                 (ReduceOp::Min, DType::U8) => u8::MAX as i64,
+                (ReduceOp::Min, DType::U16) => u16::MAX as i64,
+                (ReduceOp::Min, DType::U32) => u32::MAX as i64,
+                // u64::MAX's bits.
+                (ReduceOp::Min, DType::U64) => -1,
                 (ReduceOp::Max, _) => i64::MIN,
                 (ReduceOp::Min, _) => i64::MAX,
             };
@@ -51,7 +57,7 @@ impl Lowerer<'_, '_> {
     }
 
     /// Folds `b` into `a`, both of dtype `d` (any f32-ish dtype for
-    /// vector lanes); a u8 max/min is unsigned.
+    /// vector lanes); an unsigned max/min is unsigned.
     fn combine(&mut self, op: ReduceOp, d: DType, a: Value, b: Value) -> Value {
         let float = d.is_float();
         match (op, float) {

@@ -64,6 +64,14 @@ unsafe impl ZeroBits for u8 {}
 // SAFETY: as above.
 unsafe impl ZeroBits for i8 {}
 // SAFETY: as above.
+unsafe impl ZeroBits for i16 {}
+// SAFETY: as above.
+unsafe impl ZeroBits for u16 {}
+// SAFETY: as above.
+unsafe impl ZeroBits for u32 {}
+// SAFETY: as above.
+unsafe impl ZeroBits for u64 {}
+// SAFETY: as above.
 unsafe impl ZeroBits for half::f16 {}
 // SAFETY: as above.
 unsafe impl ZeroBits for half::bf16 {}

@@ -328,11 +328,24 @@ fn qtype_of(n: &Node, what: &str, narrow: Option<Narrow>, dtype: Option<DType>) 
             hi: 127.0,
             carrier: DType::I8,
         }),
+        Some(DType::U16) => Ok(QType::Int {
+            lo: 0.0,
+            hi: 65535.0,
+            carrier: DType::U16,
+        }),
+        Some(DType::I16) => Ok(QType::Int {
+            lo: -32768.0,
+            hi: 32767.0,
+            carrier: DType::I16,
+        }),
         Some(d) => Err(fail(
             n,
             what,
             ErrorKind::DType,
-            format!("{d:?} is not a quantized type (uint8, int8, or a 4/2-bit or float8 type)"),
+            format!(
+                "{d:?} is not a quantized type (uint8, int8, uint16, int16, or a 4/2-bit or \
+                 float8 type)"
+            ),
         )),
     }
 }

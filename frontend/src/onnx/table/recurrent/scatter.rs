@@ -78,7 +78,12 @@ fn extreme(dtype: DType, low: bool) -> f64 {
         DType::I64 => i64::MAX as f64,
         DType::I32 => i32::MAX as f64,
         DType::I8 => i8::MAX as f64,
+        DType::I16 => i16::MAX as f64,
         DType::U8 => return if low { 0.0 } else { u8::MAX as f64 },
+        DType::U16 => return if low { 0.0 } else { u16::MAX as f64 },
+        DType::U32 => return if low { 0.0 } else { u32::MAX as f64 },
+        // Rounds up to 2^64, which a cast to u64 saturates to u64::MAX.
+        DType::U64 => return if low { 0.0 } else { u64::MAX as f64 },
         DType::Bool => return if low { 0.0 } else { 1.0 },
         _ => f64::INFINITY,
     };
@@ -86,6 +91,7 @@ fn extreme(dtype: DType, low: bool) -> f64 {
         (true, DType::I64) => i64::MIN as f64,
         (true, DType::I32) => i32::MIN as f64,
         (true, DType::I8) => i8::MIN as f64,
+        (true, DType::I16) => i16::MIN as f64,
         (true, _) => -v,
         (false, _) => v,
     }

@@ -1,6 +1,7 @@
 //! TopK, OneHot and EyeLike. TopK picks k times the arg-extreme along
 //! the axis (the first of equal values, so ties go to the lower index)
-//! and masks it out: exact, and cheap for the small k models use.
+//! and masks it out: exact (integers of every width too), and cheap for
+//! the small k models use.
 
 use super::super::{attr_i, axis, dtype_of, fail, ints_of, req, Cx};
 use crate::error::Result;
@@ -38,33 +39,51 @@ pub(super) fn build_topk(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec
     let mut shape = vec![1; x.rank()];
     shape[a] = len;
     let pos = Tensor::arange(len, DType::I64).reshape(&shape);
-    // Picked values are replaced by one that never wins again.
-    let never = match largest {
-        true => f64::NEG_INFINITY,
-        false => f64::INFINITY,
-    };
-    let never = match x.dtype() {
-        DType::I64 | DType::I32 | DType::I8 | DType::U8 => {
-            return Err(fail(
-                n,
-                "X",
-                ErrorKind::Unsupported,
-                "TopK of integers is not supported",
-            ))
-        }
-        dt => Tensor::full(&[], never, dt),
-    };
     let (mut vals, mut idxs) = (Vec::new(), Vec::new());
-    let mut rest = x.clone();
-    for _ in 0..k {
-        let i = match largest {
-            true => rest.argmax(a as isize, true),
-            false => rest.argmin(a as isize, true),
+    if x.dtype().is_int() {
+        // Integers have no value that never wins (the dtype's least one
+        // may be in the data, and argmax would pick a masked copy of it
+        // again): each round takes the extreme of the unpicked values,
+        // then the first unpicked position that holds it. Exact at any
+        // width, u64 above i64::MAX included.
+        let dt = x.dtype();
+        let (worst, reduce): (f64, fn(&Tensor, isize) -> Tensor) = match largest {
+            // `full` saturates these to the dtype's least and greatest.
+            true => (f64::NEG_INFINITY, |t, a| t.max(a, true)),
+            false => (f64::INFINITY, |t, a| t.min(a, true)),
         };
-        let i = i.cast(DType::I64);
-        vals.push(x.gather(a as isize, &i));
-        rest = Tensor::where_cond(&pos.eq(&i), &never, &rest);
-        idxs.push(i);
+        let worst = Tensor::full(&[], worst, dt);
+        let (yes, no) = (
+            Tensor::full(&[], 1.0, DType::Bool),
+            Tensor::full(&[], 0.0, DType::Bool),
+        );
+        let mut picked = Tensor::zeros(x.shape(), DType::Bool);
+        for _ in 0..k {
+            let m = reduce(&Tensor::where_cond(&picked, &worst, x), a as isize);
+            let cand = Tensor::where_cond(&picked, &no, &x.eq(&m));
+            let i = cand.argmax(a as isize, true).cast(DType::I64);
+            vals.push(x.gather(a as isize, &i));
+            picked = Tensor::where_cond(&pos.eq(&i), &yes, &picked);
+            idxs.push(i);
+        }
+    } else {
+        // Picked values are replaced by one that never wins again.
+        let never = match largest {
+            true => f64::NEG_INFINITY,
+            false => f64::INFINITY,
+        };
+        let never = Tensor::full(&[], never, x.dtype());
+        let mut rest = x.clone();
+        for _ in 0..k {
+            let i = match largest {
+                true => rest.argmax(a as isize, true),
+                false => rest.argmin(a as isize, true),
+            };
+            let i = i.cast(DType::I64);
+            vals.push(x.gather(a as isize, &i));
+            rest = Tensor::where_cond(&pos.eq(&i), &never, &rest);
+            idxs.push(i);
+        }
     }
     let cat = |v: &[Tensor], dt: DType| -> Tensor {
         let refs: Vec<&Tensor> = v.iter().collect();
