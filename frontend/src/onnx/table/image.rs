@@ -4,11 +4,13 @@ use super::{Kind, Row};
 
 mod conv_nd;
 mod conv_transpose;
+mod pool_nd;
 mod rearrange;
 mod resize;
 mod windows;
 
 pub(super) use conv_nd::conv_nd;
+pub(super) use pool_nd::{build_pool, check_pool, Pool};
 pub(super) use rearrange::pad_indexed;
 
 /// This area's rows.
@@ -79,5 +81,19 @@ pub(super) static ROWS: &[Row] = &[
         attrs: &["output_datatype", "periodic"],
         check: windows::check_window,
         kind: Kind::Node(windows::build_blackman),
+    },
+    Row {
+        op: "LpPool",
+        attrs: &[
+            "auto_pad",
+            "ceil_mode",
+            "dilations",
+            "kernel_shape",
+            "p",
+            "pads",
+            "strides",
+        ],
+        check: pool_nd::check_pool,
+        kind: Kind::Node(|n, cx, ins| pool_nd::build_pool(n, cx, ins, Pool::Lp)),
     },
 ];
