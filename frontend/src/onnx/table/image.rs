@@ -4,6 +4,7 @@ use super::{Kind, Row};
 
 mod conv_nd;
 mod conv_transpose;
+mod grid_sample;
 mod pool_nd;
 mod rearrange;
 mod resize;
@@ -81,6 +82,12 @@ pub(super) static ROWS: &[Row] = &[
         attrs: &["output_datatype", "periodic"],
         check: windows::check_window,
         kind: Kind::Node(windows::build_blackman),
+    },
+    Row {
+        op: "GridSample",
+        attrs: &["align_corners", "mode", "padding_mode"],
+        check: grid_sample::check_grid_sample,
+        kind: Kind::Node(grid_sample::build_grid_sample),
     },
     Row {
         op: "LpPool",
