@@ -4,10 +4,12 @@ use super::{Kind, Row};
 
 mod conv_nd;
 mod conv_transpose;
+mod crop;
 mod grid_sample;
 mod pool_nd;
 mod rearrange;
 mod resize;
+mod unpool;
 mod windows;
 
 pub(super) use conv_nd::conv_nd;
@@ -88,6 +90,30 @@ pub(super) static ROWS: &[Row] = &[
         attrs: &["align_corners", "mode", "padding_mode"],
         check: grid_sample::check_grid_sample,
         kind: Kind::Node(grid_sample::build_grid_sample),
+    },
+    Row {
+        op: "AffineGrid",
+        attrs: &["align_corners"],
+        check: grid_sample::check_affine_grid,
+        kind: Kind::Node(grid_sample::build_affine_grid),
+    },
+    Row {
+        op: "CenterCropPad",
+        attrs: &["axes"],
+        check: super::no_check,
+        kind: Kind::Node(crop::build_center_crop_pad),
+    },
+    Row {
+        op: "Col2Im",
+        attrs: &["dilations", "pads", "strides"],
+        check: crop::check_col2im,
+        kind: Kind::Node(crop::build_col2im),
+    },
+    Row {
+        op: "MaxUnpool",
+        attrs: &["kernel_shape", "pads", "strides"],
+        check: unpool::check_max_unpool,
+        kind: Kind::Node(unpool::build_max_unpool),
     },
     Row {
         op: "LpPool",

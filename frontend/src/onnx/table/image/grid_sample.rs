@@ -281,3 +281,71 @@ pub(in super::super) fn build_grid_sample(
         None => Err(fail(n, "X", ErrorKind::Shape, "no spatial axes")),
     }
 }
+
+pub(in super::super) fn check_affine_grid(n: &Node, _: &Cx) -> Result<()> {
+    if !matches!(attr_i(n, "align_corners", 0)?, 0 | 1) {
+        return Err(fail(
+            n,
+            "align_corners",
+            ErrorKind::BadArgument,
+            "must be 0 or 1",
+        ));
+    }
+    Ok(())
+}
+
+/// AffineGrid: the normalised coordinates of every output point (a
+/// constant, innermost axis first, then 1), mapped by the traced `theta`
+/// as a sum of products over the homogeneous coordinate.
+pub(in super::super) fn build_affine_grid(
+    n: &Node,
+    _: &Cx,
+    ins: &[Option<Tensor>],
+) -> Result<Vec<Tensor>> {
+    let theta = req(n, ins, 0)?;
+    let size = super::super::dims_of(n, "size", req(n, ins, 1)?)?;
+    let align = attr_i(n, "align_corners", 0)? != 0;
+    let k = size.len().saturating_sub(2);
+    let ts = theta.shape();
+    if !(2..=3).contains(&k) || ts != [size[0], k, k + 1] {
+        return Err(fail(
+            n,
+            "theta",
+            ErrorKind::Shape,
+            format!("size {size:?} needs theta [N, {k}, {}], got {ts:?}", k + 1),
+        ));
+    }
+    let dims = &size[2..];
+    let points: usize = dims.iter().product();
+    let coord = |d: usize, i: usize| -> f64 {
+        let d = d as f64;
+        if align {
+            if d <= 1.0 {
+                -1.0
+            } else {
+                -1.0 + i as f64 * 2.0 / (d - 1.0)
+            }
+        } else {
+            -1.0 + (2 * i + 1) as f64 / d
+        }
+    };
+    let mut base = Vec::with_capacity(points * (k + 1));
+    for p in 0..points {
+        let mut pos = vec![0; k];
+        let mut r = p;
+        for i in (0..k).rev() {
+            pos[i] = r % dims[i];
+            r /= dims[i];
+        }
+        for i in (0..k).rev() {
+            base.push(coord(dims[i], pos[i]));
+        }
+        base.push(1.0);
+    }
+    let base = Tensor::from_vec(base, &[1, points, 1, k + 1])?.cast(theta.dtype());
+    let grid = (theta.reshape(&[size[0], 1, k, k + 1]) * base).sum(3, false);
+    let mut out = vec![size[0]];
+    out.extend(dims);
+    out.push(k);
+    one(grid.reshape(&out))
+}
