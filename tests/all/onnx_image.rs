@@ -1,6 +1,6 @@
 //! `tilejit::onnx` image rows (Resize, ConvTranspose, DepthToSpace,
 //! SpaceToDepth, Pad's index modes, the general pools, GridSample,
-//! AffineGrid, CenterCropPad, Col2Im, MaxUnpool) on Host, Sim and Verify against
+//! AffineGrid, CenterCropPad, Col2Im, MaxUnpool, RoiAlign) on Host, Sim and Verify against
 //! constants computed outside tilejit, and their bad inputs.
 //!
 //! Inputs are `vals(n, seed)` = f32(sin(0.37 i + seed) * 0.9). The Resize
@@ -1234,5 +1234,101 @@ fn bad_pool_and_sampling_nodes_are_errors_naming_them() {
     assert_eq!(
         onnx_err(&e),
         ("u", "MaxUnpool", "output_shape", ErrorKind::Shape)
+    );
+}
+
+#[test]
+fn roi_align_averages_and_maxes_traced_rois() {
+    let x = image(60, 0.5, &[2, 1, 5, 6]);
+    // The second roi starts left of the image: its outside samples weigh 0.
+    let rois = Tensor::from_vec(vec![0.5f32, 0.2, 3.7, 4.1, -1.5, 1.0, 7.0, 3.0], &[2, 4]).unwrap();
+    let batch = Tensor::from_vec(vec![1i64, 0], &[2]).unwrap();
+    let cases: [(&str, &str, [f64; 12]); 2] = [
+        (
+            "avg",
+            "half_pixel",
+            [
+                0.20421987771987915,
+                0.31278783082962036,
+                0.3825163245201111,
+                -0.3177523612976074,
+                -0.3423199951648712,
+                -0.32426032423973083,
+                0.16058771312236786,
+                -0.06929700076580048,
+                -0.49190202355384827,
+                -0.2821614444255829,
+                -0.4368792176246643,
+                -0.010523974895477295,
+            ],
+        ),
+        (
+            "max",
+            "output_half_pixel",
+            [
+                0.46156129240989685,
+                0.44181305170059204,
+                0.35565677285194397,
+                0.17062552273273468,
+                0.1371118575334549,
+                0.30493634939193726,
+                0.3222561478614807,
+                0.007940350100398064,
+                0.25119179487228394,
+                0.3286215364933014,
+                0.3576521873474121,
+                0.4259340167045593,
+            ],
+        ),
+    ];
+    for (mode, coords, want) in cases {
+        let node = b::node(
+            "RoiAlign",
+            "ra",
+            &["x", "r", "b"],
+            &["y"],
+            vec![
+                b::string("mode", mode),
+                b::string("coordinate_transformation_mode", coords),
+                b::int("output_height", 2),
+                b::int("output_width", 3),
+                b::int("sampling_ratio", 2),
+                b::float("spatial_scale", 0.9),
+            ],
+        );
+        let m = model_io(
+            22,
+            node,
+            &[
+                ("x", b::FLOAT, &[2, 1, 5, 6]),
+                ("r", b::FLOAT, &[2, 4]),
+                ("b", b::INT64, &[2]),
+            ],
+            &["y"],
+            vec![],
+        );
+        check_outputs(
+            &m,
+            &[("x", &x), ("r", &rois), ("b", &batch)],
+            &[(&[2, 1, 2, 3], &want)],
+        );
+    }
+    // A sampling ratio of 0 (samples per roi size) is refused at load.
+    let node = b::node("RoiAlign", "ra", &["x", "r", "b"], &["y"], vec![]);
+    let bytes = b::encode(&b::model(
+        22,
+        vec![node],
+        vec![
+            b::value("x", b::FLOAT, &[D::N(2), D::N(1), D::N(5), D::N(6)]),
+            b::value("r", b::FLOAT, &[D::N(2), D::N(4)]),
+            b::value("b", b::INT64, &[D::N(2)]),
+        ],
+        vec![b::value("y", b::FLOAT, &[])],
+        vec![],
+    ));
+    let e = onnx::from_bytes(&bytes).err().expect("load must fail");
+    assert_eq!(
+        onnx_err(&e),
+        ("ra", "RoiAlign", "sampling_ratio", ErrorKind::Unsupported)
     );
 }

@@ -9,6 +9,7 @@ mod grid_sample;
 mod pool_nd;
 mod rearrange;
 mod resize;
+mod roi_align;
 mod unpool;
 mod windows;
 
@@ -114,6 +115,19 @@ pub(super) static ROWS: &[Row] = &[
         attrs: &["kernel_shape", "pads", "strides"],
         check: unpool::check_max_unpool,
         kind: Kind::Node(unpool::build_max_unpool),
+    },
+    Row {
+        op: "RoiAlign",
+        attrs: &[
+            "coordinate_transformation_mode",
+            "mode",
+            "output_height",
+            "output_width",
+            "sampling_ratio",
+            "spatial_scale",
+        ],
+        check: roi_align::check_roi_align,
+        kind: Kind::Node(roi_align::build_roi_align),
     },
     Row {
         op: "LpPool",
