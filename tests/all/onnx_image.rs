@@ -1,6 +1,6 @@
 //! `tilejit::onnx` image rows (Resize, ConvTranspose, DepthToSpace,
 //! SpaceToDepth, Pad's index modes, the general pools, GridSample,
-//! AffineGrid, CenterCropPad, Col2Im, MaxUnpool, RoiAlign) on Host, Sim and Verify against
+//! AffineGrid, CenterCropPad, Col2Im, MaxUnpool, RoiAlign, DeformConv) on Host, Sim and Verify against
 //! constants computed outside tilejit, and their bad inputs.
 //!
 //! Inputs are `vals(n, seed)` = f32(sin(0.37 i + seed) * 0.9). The Resize
@@ -1331,4 +1331,91 @@ fn roi_align_averages_and_maxes_traced_rois() {
         onnx_err(&e),
         ("ra", "RoiAlign", "sampling_ratio", ErrorKind::Unsupported)
     );
+}
+
+const DEFORM: [f64; 32] = [
+    0.916402280330658,
+    1.9275059700012207,
+    1.5196208953857422,
+    0.36584389209747314,
+    0.7672630548477173,
+    0.007687658071517944,
+    0.12787491083145142,
+    0.2921242117881775,
+    -0.030236274003982544,
+    0.0903603583574295,
+    0.43171221017837524,
+    0.4931392967700958,
+    0.17907637357711792,
+    0.30941686034202576,
+    0.14166858792304993,
+    -0.1195685863494873,
+    -1.1269474029541016,
+    -2.1753134727478027,
+    -1.8498742580413818,
+    -0.6445303559303284,
+    -0.9979387521743774,
+    -0.08200398087501526,
+    -0.31552720069885254,
+    -0.5394691228866577,
+    -0.09363406896591187,
+    -0.2564118504524231,
+    -0.6831128597259521,
+    -0.7614210844039917,
+    -0.4107479155063629,
+    -0.5604042410850525,
+    -0.4063228964805603,
+    -0.13293468952178955,
+];
+
+#[test]
+fn deform_conv_samples_at_traced_offsets() {
+    // Uneven pads, a bias and a mask; offsets up to 1.35 pixels move taps
+    // between pixels and past the image (where they read 0).
+    let node = b::node(
+        "DeformConv",
+        "dc",
+        &["x", "w", "o", "b", "m"],
+        &["y"],
+        vec![b::ints("pads", &[1, 0, 0, 1])],
+    );
+    let m = model_io(
+        22,
+        node,
+        &[
+            ("x", b::FLOAT, &[1, 2, 4, 4]),
+            ("o", b::FLOAT, &[1, 8, 4, 4]),
+            ("m", b::FLOAT, &[1, 4, 4, 4]),
+        ],
+        &["y"],
+        vec![
+            b::f32s("w", &[2, 2, 2, 2], &vals(16, 0.7)),
+            b::f32s("b", &[2], &[0.25, -0.5]),
+        ],
+    );
+    let x = image(32, 0.2, &[1, 2, 4, 4]);
+    let o: Vec<f32> = vals(128, 1.3).iter().map(|v| v * 1.5).collect();
+    let o = Tensor::from_vec(o, &[1, 8, 4, 4]).unwrap();
+    let mk: Vec<f32> = vals(64, 0.4).iter().map(|v| v * 0.5 + 0.5).collect();
+    let mk = Tensor::from_vec(mk, &[1, 4, 4, 4]).unwrap();
+    check_outputs(
+        &m,
+        &[("x", &x), ("o", &o), ("m", &mk)],
+        &[(&[1, 2, 4, 4], &DEFORM)],
+    );
+    // Offsets for the wrong number of taps.
+    let node = b::node("DeformConv", "dc", &["x", "w", "o"], &["y"], vec![]);
+    let m = model_io(
+        22,
+        node,
+        &[
+            ("x", b::FLOAT, &[1, 2, 4, 4]),
+            ("o", b::FLOAT, &[1, 6, 3, 3]),
+        ],
+        &["y"],
+        vec![b::f32s("w", &[2, 2, 2, 2], &vals(16, 0.7))],
+    );
+    let bad = Tensor::zeros(&[1, 6, 3, 3], tilejit::DType::F32);
+    let e = m.run(&[("x", &x), ("o", &bad)]).expect_err("must fail");
+    assert_eq!(onnx_err(&e), ("dc", "DeformConv", "X", ErrorKind::Shape));
 }

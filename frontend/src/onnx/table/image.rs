@@ -5,6 +5,7 @@ use super::{Kind, Row};
 mod conv_nd;
 mod conv_transpose;
 mod crop;
+mod deform_conv;
 mod grid_sample;
 mod pool_nd;
 mod rearrange;
@@ -128,6 +129,19 @@ pub(super) static ROWS: &[Row] = &[
         ],
         check: roi_align::check_roi_align,
         kind: Kind::Node(roi_align::build_roi_align),
+    },
+    Row {
+        op: "DeformConv",
+        attrs: &[
+            "dilations",
+            "group",
+            "kernel_shape",
+            "offset_group",
+            "pads",
+            "strides",
+        ],
+        check: deform_conv::check_deform_conv,
+        kind: Kind::Node(deform_conv::build_deform_conv),
     },
     Row {
         op: "LpPool",

@@ -15,14 +15,14 @@ use crate::tensor::Tensor;
 use tilejit_ir::{DType, ErrorKind};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(super) enum Mode {
     Nearest,
     Linear,
     Cubic,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Padding {
+pub(super) enum Padding {
     Zeros,
     Border,
     Reflection,
@@ -114,7 +114,7 @@ fn cubic(t: &Tensor) -> [Tensor; 4] {
 
 /// One axis's taps: clamped integer indices and weights (masked to 0 for
 /// zeros padding outside the axis).
-fn axis_taps(
+pub(super) fn axis_taps(
     x: &Tensor,
     len: usize,
     mode: Mode,
