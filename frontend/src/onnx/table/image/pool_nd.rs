@@ -209,6 +209,14 @@ pub(in super::super) fn build_pool(
     if native(n, pool, spatial, &win)? {
         return super::super::build_pool_2d(n, cx, ins, pool == Pool::Max);
     }
+    if image.contains(&0) {
+        return Err(fail(
+            n,
+            "X",
+            ErrorKind::Shape,
+            format!("an empty spatial dim in {:?}", x.shape()),
+        ));
+    }
     let ceil = attr_i(n, "ceil_mode", 0)? != 0;
     let axes = axes(n, &win, &image, ceil)?;
     // Pad once: the declared pads, plus what the last (ceil mode) window
