@@ -489,10 +489,13 @@ fn unsupported_ops_attributes_and_dtypes_fail_at_load_naming_them() {
         "p",
         &["x"],
         &["y"],
-        vec![b::ints("kernel_shape", &[2, 2]), b::int("ceil_mode", 1)],
+        vec![b::ints("kernel_shape", &[2, 2]), b::int("ceil_mode", 2)],
     );
     let e = onnx::from_bytes(&one_node(pool, vec![])).err().unwrap();
-    assert_eq!(onnx_err(&e).2, "ceil_mode");
+    assert_eq!(
+        onnx_err(&e),
+        ("p", "MaxPool", "ceil_mode", ErrorKind::BadArgument)
+    );
 
     let cast = b::node(
         "Cast",

@@ -1,5 +1,6 @@
 //! `tilejit::onnx` image rows (Resize, ConvTranspose, DepthToSpace,
-//! SpaceToDepth, Pad's index modes) on Host, Sim and Verify against
+//! SpaceToDepth, Pad's index modes, the general pools, GridSample,
+//! AffineGrid, CenterCropPad, Col2Im, MaxUnpool, RoiAlign, DeformConv) on Host, Sim and Verify against
 //! constants computed outside tilejit, and their bad inputs.
 //!
 //! Inputs are `vals(n, seed)` = f32(sin(0.37 i + seed) * 0.9). The Resize
@@ -637,4 +638,784 @@ fn bad_image_values_are_errors_naming_the_node() {
         onnx_err(&e),
         ("s", "SpaceToDepth", "blocksize", ErrorKind::Shape)
     );
+}
+
+// ---- pools, GridSample, AffineGrid, CenterCropPad, Col2Im, MaxUnpool ----
+//
+// The constants below come from onnx 1.23's `ReferenceEvaluator` on the
+// same `vals` inputs (MaxUnpool's are checked by hand).
+
+/// One node over the given inputs (name, elem type, dims) and outputs, at
+/// `opset`, with initializers.
+fn model_io(
+    opset: i64,
+    node: b::proto::NodeProto,
+    inputs: &[(&str, i32, &[i64])],
+    outputs: &[&str],
+    inits: Vec<b::proto::TensorProto>,
+) -> onnx::OnnxModel {
+    let ins = inputs
+        .iter()
+        .map(|(n, t, d)| {
+            let dims: Vec<D> = d.iter().map(|&d| D::N(d)).collect();
+            b::value(n, *t, &dims)
+        })
+        .collect();
+    let outs = outputs.iter().map(|o| b::value(o, 0, &[])).collect();
+    onnx::from_bytes(&b::encode(&b::model(opset, vec![node], ins, outs, inits))).unwrap()
+}
+
+/// Runs on every mode; output `i`'s shape and values (as f64) each time.
+fn check_outputs(m: &onnx::OnnxModel, inputs: &[(&str, &Tensor)], want: &[(&[usize], &[f64])]) {
+    for mode in MODES {
+        let outs = with_mode(mode, || m.run(inputs)).unwrap();
+        for (i, (shape, vals)) in want.iter().enumerate() {
+            let y = &outs[i].1;
+            assert_eq!(y.shape(), *shape, "{mode:?} output {i}");
+            let got: Vec<f32> = y.cast(tilejit::DType::F32).to_vec::<f32>().unwrap();
+            close(&got, vals);
+        }
+    }
+}
+
+const MAXPOOL_3D: [f64; 8] = [
+    0.8902714252471924,
+    0.888390064239502,
+    0.5140771865844727,
+    -0.11848807334899902,
+    0.8893514275550842,
+    0.8911501169204712,
+    0.7429810166358948,
+    0.20618613064289093,
+];
+const AVGPOOL_CEIL_CIP: [f64; 9] = [
+    0.34381967782974243,
+    0.27150586247444153,
+    0.09229925274848938,
+    -0.11619394272565842,
+    -0.12291926890611649,
+    -0.052868884056806564,
+    0.35699987411499023,
+    0.5159844160079956,
+    0.2586479187011719,
+];
+const AVGPOOL_WIDE_PADS: [f64; 30] = [
+    0.3322356343269348,
+    0.6062355637550354,
+    0.7981843948364258,
+    0.8821026682853699,
+    0.8946388959884644,
+    0.5144051313400269,
+    0.5292370915412903,
+    0.47243931889533997,
+    0.3516990542411804,
+    0.27689775824546814,
+    0.10421211272478104,
+    0.06765785068273544,
+    0.021946420893073082,
+    -0.026735374704003334,
+    -0.050992388278245926,
+    -0.10714428871870041,
+    -0.12798847258090973,
+    -0.13151000440120697,
+    -0.11723228543996811,
+    -0.10573776811361313,
+    -0.045156270265579224,
+    0.00288691115565598,
+    0.05053934454917908,
+    0.09135150909423828,
+    0.10927298665046692,
+    0.29035261273384094,
+    0.4320806860923767,
+    0.5153287053108215,
+    0.5288293957710266,
+    0.5172958374023438,
+];
+const LPPOOL_P3: [f64; 6] = [
+    1.0782171487808228,
+    1.1176022291183472,
+    1.222464680671692,
+    1.1705069541931152,
+    1.265371561050415,
+    1.306003451347351,
+];
+
+#[test]
+fn pools_in_3d_ceil_mode_dilated_and_wide_padded_match_the_reference() {
+    // 3-D MaxPool, ceil mode, dilated along depth, strided in H and W.
+    let node = b::node(
+        "MaxPool",
+        "p",
+        &["x"],
+        &["y"],
+        vec![
+            b::ints("kernel_shape", &[2, 2, 2]),
+            b::ints("dilations", &[2, 1, 1]),
+            b::ints("strides", &[1, 2, 2]),
+            b::int("ceil_mode", 1),
+        ],
+    );
+    let m = model(22, node, &[1, 1, 4, 4, 4], vec![]);
+    check_modes(
+        &m,
+        &image(64, 0.3, &[1, 1, 4, 4, 4]),
+        &[1, 1, 2, 2, 2],
+        &MAXPOOL_3D,
+    );
+    let x = image(25, 0.2, &[1, 1, 5, 5]);
+    // Ceil mode with uneven pads, counting the pads.
+    let node = b::node(
+        "AveragePool",
+        "p",
+        &["x"],
+        &["y"],
+        vec![
+            b::ints("kernel_shape", &[3, 3]),
+            b::ints("strides", &[2, 2]),
+            b::ints("pads", &[1, 0, 0, 1]),
+            b::int("ceil_mode", 1),
+            b::int("count_include_pad", 1),
+        ],
+    );
+    let m = model(22, node, &[1, 1, 5, 5], vec![]);
+    check_modes(&m, &x, &[1, 1, 3, 3], &AVGPOOL_CEIL_CIP);
+    // Pads wider than half the window, not counted.
+    let node = b::node(
+        "AveragePool",
+        "p",
+        &["x"],
+        &["y"],
+        vec![
+            b::ints("kernel_shape", &[3, 2]),
+            b::ints("pads", &[2, 0, 1, 1]),
+        ],
+    );
+    let m = model(22, node, &[1, 1, 5, 5], vec![]);
+    check_modes(&m, &x, &[1, 1, 6, 5], &AVGPOOL_WIDE_PADS);
+    let node = b::node(
+        "LpPool",
+        "p",
+        &["x"],
+        &["y"],
+        vec![
+            b::ints("kernel_shape", &[2, 3]),
+            b::ints("strides", &[2, 1]),
+            b::int("p", 3),
+        ],
+    );
+    let m = model(22, node, &[1, 1, 5, 5], vec![]);
+    check_modes(&m, &x, &[1, 1, 2, 3], &LPPOOL_P3);
+}
+
+#[test]
+fn maxpool_indices_in_column_major_order() {
+    let node = b::node(
+        "MaxPool",
+        "p",
+        &["x"],
+        &["y", "i"],
+        vec![
+            b::ints("kernel_shape", &[2, 2]),
+            b::ints("strides", &[2, 2]),
+            b::int("storage_order", 1),
+        ],
+    );
+    let m = model_io(
+        22,
+        node,
+        &[("x", b::FLOAT, &[1, 1, 5, 5])],
+        &["y", "i"],
+        vec![],
+    );
+    let x = image(25, 0.2, &[1, 1, 5, 5]);
+    let y = [
+        0.7986261248588562,
+        0.8695664405822754,
+        -0.14621581137180328,
+        0.49082109332084656,
+    ];
+    // Column-major over (h, w): index h + 5 w.
+    check_outputs(
+        &m,
+        &[("x", &x)],
+        &[
+            (&[1, 1, 2, 2], &y),
+            (&[1, 1, 2, 2], &[1.0, 15.0, 8.0, 18.0]),
+        ],
+    );
+}
+
+#[test]
+fn grid_sample_modes_and_paddings_match_the_reference() {
+    let x = image(12, 0.4, &[1, 1, 3, 4]);
+    let g: Vec<f32> = vals(16, 1.1).iter().map(|v| v * 1.6).collect();
+    let g = Tensor::from_vec(g, &[1, 2, 4, 2]).unwrap();
+    let cases: [(&str, &str, i64, [f64; 8]); 4] = [
+        (
+            "linear",
+            "zeros",
+            0,
+            [
+                0.0,
+                0.0,
+                -0.26993680000305176,
+                0.5448601841926575,
+                0.0,
+                0.0,
+                0.25258851051330566,
+                -0.34711766242980957,
+            ],
+        ),
+        (
+            "linear",
+            "reflection",
+            1,
+            [
+                -0.3462822437286377,
+                -0.6207014918327332,
+                -0.04844200611114502,
+                0.6543323993682861,
+                0.568424642086029,
+                0.5959222912788391,
+                0.5939314961433411,
+                -0.0397513210773468,
+            ],
+        ),
+        (
+            "cubic",
+            "border",
+            0,
+            [
+                -0.8736906051635742,
+                -0.8736906051635742,
+                -0.3567291796207428,
+                0.6167953610420227,
+                0.3504765033721924,
+                0.3504765033721924,
+                0.45376530289649963,
+                -0.3901633322238922,
+            ],
+        ),
+        (
+            "nearest",
+            "reflection",
+            0,
+            [
+                -0.8736906051635742,
+                -0.8736906051635742,
+                0.13591143488883972,
+                0.6265217065811157,
+                0.3504765033721924,
+                0.3504765033721924,
+                0.3504765033721924,
+                -0.4995332360267639,
+            ],
+        ),
+    ];
+    for (mode, pad, align, want) in cases {
+        let node = b::node(
+            "GridSample",
+            "gs",
+            &["x", "g"],
+            &["y"],
+            vec![
+                b::string("mode", mode),
+                b::string("padding_mode", pad),
+                b::int("align_corners", align),
+            ],
+        );
+        // The grid is a graph input: the sampling runs traced.
+        let m = model_io(
+            22,
+            node,
+            &[
+                ("x", b::FLOAT, &[1, 1, 3, 4]),
+                ("g", b::FLOAT, &[1, 2, 4, 2]),
+            ],
+            &["y"],
+            vec![],
+        );
+        check_outputs(&m, &[("x", &x), ("g", &g)], &[(&[1, 1, 2, 4], &want)]);
+    }
+}
+
+#[test]
+fn affine_grid_center_crop_pad_and_col2im_match_the_reference() {
+    let node = b::node("AffineGrid", "a", &["t", "s"], &["y"], vec![]);
+    let m = model_io(
+        20,
+        node,
+        &[("t", b::FLOAT, &[2, 2, 3])],
+        &["y"],
+        vec![b::i64s("s", &[4], &[2, 1, 2, 3])],
+    );
+    let want = [
+        0.1661520153284073,
+        -0.4131176769733429,
+        0.5049375295639038,
+        0.18107840418815613,
+        0.8437229990959167,
+        0.7752744555473328,
+        0.9085491299629211,
+        0.372702032327652,
+        1.247334599494934,
+        0.9668980836868286,
+        1.5861201286315918,
+        1.5610941648483276,
+        -0.5335471034049988,
+        -0.061378080397844315,
+        -0.34390032291412354,
+        -0.4869168996810913,
+        -0.1542535424232483,
+        -0.9124557375907898,
+        -0.577096700668335,
+        -0.8859273791313171,
+        -0.3874499201774597,
+        -1.3114662170410156,
+        -0.19780313968658447,
+        -1.7370049953460693,
+    ];
+    let t = image(12, 0.6, &[2, 2, 3]);
+    check_outputs(&m, &[("t", &t)], &[(&[2, 2, 3, 2], &want)]);
+
+    // [3, 5] to [6, 2]: rows padded (1, 2), columns cropped from 1.
+    let node = b::node("CenterCropPad", "c", &["x", "s"], &["y"], vec![]);
+    let m = model_io(
+        18,
+        node,
+        &[("x", b::FLOAT, &[3, 5])],
+        &["y"],
+        vec![b::i64s("s", &[2], &[6, 2])],
+    );
+    let want = [
+        0.0,
+        0.0,
+        0.4075976610183716,
+        0.6701788306236267,
+        0.6590083241462708,
+        0.39275917410850525,
+        -0.7708301544189453,
+        -0.8866599798202515,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ];
+    let x = image(15, 0.1, &[3, 5]);
+    check_outputs(&m, &[("x", &x)], &[(&[6, 2], &want)]);
+
+    let node = b::node(
+        "Col2Im",
+        "c",
+        &["x", "i", "b"],
+        &["y"],
+        vec![b::ints("strides", &[1, 2]), b::ints("pads", &[0, 1, 1, 0])],
+    );
+    let m = model_io(
+        18,
+        node,
+        &[("x", b::FLOAT, &[1, 8, 6])],
+        &["y"],
+        vec![b::i64s("i", &[2], &[3, 4]), b::i64s("b", &[2], &[2, 2])],
+    );
+    let want = [
+        0.01943187788128853,
+        0.8595907688140869,
+        -0.3072611391544342,
+        0.0,
+        0.269020140171051,
+        0.32650160789489746,
+        0.10010051727294922,
+        0.0,
+        -0.08236724138259888,
+        0.4929327964782715,
+        -0.2536870241165161,
+        0.0,
+        -0.48291563987731934,
+        -0.5969714522361755,
+        -0.17559988796710968,
+        0.0,
+        -0.44606488943099976,
+        -0.08569890260696411,
+        -0.33739539980888367,
+        0.0,
+        -0.18306106328964233,
+        -0.3927455544471741,
+        -0.003950238227844238,
+        0.0,
+    ];
+    let x = image(48, 0.9, &[1, 8, 6]);
+    check_outputs(&m, &[("x", &x)], &[(&[1, 2, 3, 4], &want)]);
+}
+
+#[test]
+fn max_unpool_scatters_with_the_last_write_winning() {
+    let node = b::node(
+        "MaxUnpool",
+        "u",
+        &["x", "i", "shape"],
+        &["y"],
+        vec![
+            b::ints("kernel_shape", &[2, 2]),
+            b::ints("strides", &[2, 2]),
+        ],
+    );
+    // Indices 5, 5, 10, 15 of a 4x4 output, padded to 4x5 by output_shape:
+    // position 5 takes the later value (2), 10 and 15 take 3 and 4.
+    let m = model_io(
+        22,
+        node,
+        &[
+            ("x", b::FLOAT, &[1, 1, 2, 2]),
+            ("i", b::INT64, &[1, 1, 2, 2]),
+        ],
+        &["y"],
+        vec![b::i64s("shape", &[4], &[1, 1, 4, 5])],
+    );
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[1, 1, 2, 2]).unwrap();
+    let i = Tensor::from_vec(vec![5i64, 5, 10, 15], &[1, 1, 2, 2]).unwrap();
+    let mut want = [0.0; 20];
+    // Row-major 4x4 positions, each row then padded by one column.
+    want[5 + 1] = 2.0;
+    want[10 + 2] = 3.0;
+    want[15 + 3] = 4.0;
+    check_outputs(&m, &[("x", &x), ("i", &i)], &[(&[1, 1, 4, 5], &want)]);
+}
+
+#[test]
+fn bad_pool_and_sampling_nodes_are_errors_naming_them() {
+    // At load: a 4-D pool, LpPool's p = 0, an unknown GridSample mode.
+    let node = b::node(
+        "MaxPool",
+        "p",
+        &["x"],
+        &["y"],
+        vec![b::ints("kernel_shape", &[2, 2, 2, 2])],
+    );
+    let e = load_err(22, node, vec![]);
+    assert_eq!(
+        onnx_err(&e),
+        ("p", "MaxPool", "kernel_shape", ErrorKind::Unsupported)
+    );
+    let node = b::node(
+        "LpPool",
+        "lp",
+        &["x"],
+        &["y"],
+        vec![b::ints("kernel_shape", &[2, 2]), b::int("p", 0)],
+    );
+    assert_eq!(
+        onnx_err(&load_err(22, node, vec![])),
+        ("lp", "LpPool", "p", ErrorKind::BadArgument)
+    );
+    let node = b::node(
+        "GridSample",
+        "gs",
+        &["x", "g"],
+        &["y"],
+        vec![b::string("mode", "area")],
+    );
+    let bytes = b::encode(&b::model(
+        22,
+        vec![node],
+        vec![
+            b::value("x", b::FLOAT, &[D::N(1), D::N(1), D::N(4), D::N(4)]),
+            b::value("g", b::FLOAT, &[D::N(1), D::N(2), D::N(2), D::N(2)]),
+        ],
+        vec![b::value("y", b::FLOAT, &[])],
+        vec![],
+    ));
+    let e = onnx::from_bytes(&bytes).err().expect("load must fail");
+    assert_eq!(
+        onnx_err(&e),
+        ("gs", "GridSample", "mode", ErrorKind::Unsupported)
+    );
+    let node = b::node(
+        "AffineGrid",
+        "a",
+        &["x", "s"],
+        &["y"],
+        vec![b::int("align_corners", 2)],
+    );
+    let e = load_err(20, node, vec![b::i64s("s", &[4], &[1, 1, 2, 2])]);
+    assert_eq!(onnx_err(&e).2, "align_corners");
+
+    let x = image(16, 0.5, &[1, 1, 4, 4]);
+    let run_err = |node, inputs: &[(&str, i32, &[i64])], feeds: &[(&str, &Tensor)], inits| {
+        let m = model_io(22, node, inputs, &["y"], inits);
+        m.run(feeds).expect_err("must fail")
+    };
+    // A window larger than the padded input.
+    let node = b::node(
+        "AveragePool",
+        "p",
+        &["x"],
+        &["y"],
+        vec![b::ints("kernel_shape", &[5, 5]), b::int("ceil_mode", 1)],
+    );
+    let e = run_err(
+        node,
+        &[("x", b::FLOAT, &[1, 1, 4, 4])],
+        &[("x", &x)],
+        vec![],
+    );
+    assert_eq!(
+        onnx_err(&e),
+        ("p", "AveragePool", "kernel_shape", ErrorKind::Shape)
+    );
+    // A grid whose last dim is not the image's spatial rank.
+    let g = Tensor::zeros(&[1, 2, 2, 3], tilejit::DType::F32);
+    let node = b::node("GridSample", "gs", &["x", "g"], &["y"], vec![]);
+    let e = run_err(
+        node,
+        &[
+            ("x", b::FLOAT, &[1, 1, 4, 4]),
+            ("g", b::FLOAT, &[1, 2, 2, 3]),
+        ],
+        &[("x", &x), ("g", &g)],
+        vec![],
+    );
+    assert_eq!(onnx_err(&e), ("gs", "GridSample", "grid", ErrorKind::Shape));
+    // theta of the wrong shape for a 2-D size.
+    let t = Tensor::zeros(&[1, 3, 4], tilejit::DType::F32);
+    let node = b::node("AffineGrid", "a", &["t", "s"], &["y"], vec![]);
+    let e = run_err(
+        node,
+        &[("t", b::FLOAT, &[1, 3, 4])],
+        &[("t", &t)],
+        vec![b::i64s("s", &[4], &[1, 1, 2, 2])],
+    );
+    assert_eq!(onnx_err(&e), ("a", "AffineGrid", "theta", ErrorKind::Shape));
+    // Two sizes for the default (every) axis of a rank-4 input.
+    let node = b::node("CenterCropPad", "c", &["x", "s"], &["y"], vec![]);
+    let e = run_err(
+        node,
+        &[("x", b::FLOAT, &[1, 1, 4, 4])],
+        &[("x", &x)],
+        vec![b::i64s("s", &[2], &[2, 2])],
+    );
+    assert_eq!(
+        onnx_err(&e),
+        ("c", "CenterCropPad", "shape", ErrorKind::Shape)
+    );
+    // Col2Im columns that do not make up the image's blocks.
+    let cols = Tensor::zeros(&[1, 4, 5], tilejit::DType::F32);
+    let node = b::node("Col2Im", "c", &["x", "i", "b"], &["y"], vec![]);
+    let e = run_err(
+        node,
+        &[("x", b::FLOAT, &[1, 4, 5])],
+        &[("x", &cols)],
+        vec![b::i64s("i", &[2], &[3, 3]), b::i64s("b", &[2], &[2, 2])],
+    );
+    assert_eq!(onnx_err(&e), ("c", "Col2Im", "input", ErrorKind::Shape));
+    // An output_shape smaller than the unpooled size.
+    let node = b::node(
+        "MaxUnpool",
+        "u",
+        &["x", "i", "shape"],
+        &["y"],
+        vec![
+            b::ints("kernel_shape", &[2, 2]),
+            b::ints("strides", &[2, 2]),
+        ],
+    );
+    let e = run_err(
+        node,
+        &[
+            ("x", b::FLOAT, &[1, 1, 4, 4]),
+            ("i", b::INT64, &[1, 1, 4, 4]),
+        ],
+        &[
+            ("x", &x),
+            ("i", &Tensor::zeros(&[1, 1, 4, 4], tilejit::DType::I64)),
+        ],
+        vec![b::i64s("shape", &[4], &[1, 1, 3, 3])],
+    );
+    assert_eq!(
+        onnx_err(&e),
+        ("u", "MaxUnpool", "output_shape", ErrorKind::Shape)
+    );
+}
+
+#[test]
+fn roi_align_averages_and_maxes_traced_rois() {
+    let x = image(60, 0.5, &[2, 1, 5, 6]);
+    // The second roi starts left of the image: its outside samples weigh 0.
+    let rois = Tensor::from_vec(vec![0.5f32, 0.2, 3.7, 4.1, -1.5, 1.0, 7.0, 3.0], &[2, 4]).unwrap();
+    let batch = Tensor::from_vec(vec![1i64, 0], &[2]).unwrap();
+    let cases: [(&str, &str, [f64; 12]); 2] = [
+        (
+            "avg",
+            "half_pixel",
+            [
+                0.20421987771987915,
+                0.31278783082962036,
+                0.3825163245201111,
+                -0.3177523612976074,
+                -0.3423199951648712,
+                -0.32426032423973083,
+                0.16058771312236786,
+                -0.06929700076580048,
+                -0.49190202355384827,
+                -0.2821614444255829,
+                -0.4368792176246643,
+                -0.010523974895477295,
+            ],
+        ),
+        (
+            "max",
+            "output_half_pixel",
+            [
+                0.46156129240989685,
+                0.44181305170059204,
+                0.35565677285194397,
+                0.17062552273273468,
+                0.1371118575334549,
+                0.30493634939193726,
+                0.3222561478614807,
+                0.007940350100398064,
+                0.25119179487228394,
+                0.3286215364933014,
+                0.3576521873474121,
+                0.4259340167045593,
+            ],
+        ),
+    ];
+    for (mode, coords, want) in cases {
+        let node = b::node(
+            "RoiAlign",
+            "ra",
+            &["x", "r", "b"],
+            &["y"],
+            vec![
+                b::string("mode", mode),
+                b::string("coordinate_transformation_mode", coords),
+                b::int("output_height", 2),
+                b::int("output_width", 3),
+                b::int("sampling_ratio", 2),
+                b::float("spatial_scale", 0.9),
+            ],
+        );
+        let m = model_io(
+            22,
+            node,
+            &[
+                ("x", b::FLOAT, &[2, 1, 5, 6]),
+                ("r", b::FLOAT, &[2, 4]),
+                ("b", b::INT64, &[2]),
+            ],
+            &["y"],
+            vec![],
+        );
+        check_outputs(
+            &m,
+            &[("x", &x), ("r", &rois), ("b", &batch)],
+            &[(&[2, 1, 2, 3], &want)],
+        );
+    }
+    // A sampling ratio of 0 (samples per roi size) is refused at load.
+    let node = b::node("RoiAlign", "ra", &["x", "r", "b"], &["y"], vec![]);
+    let bytes = b::encode(&b::model(
+        22,
+        vec![node],
+        vec![
+            b::value("x", b::FLOAT, &[D::N(2), D::N(1), D::N(5), D::N(6)]),
+            b::value("r", b::FLOAT, &[D::N(2), D::N(4)]),
+            b::value("b", b::INT64, &[D::N(2)]),
+        ],
+        vec![b::value("y", b::FLOAT, &[])],
+        vec![],
+    ));
+    let e = onnx::from_bytes(&bytes).err().expect("load must fail");
+    assert_eq!(
+        onnx_err(&e),
+        ("ra", "RoiAlign", "sampling_ratio", ErrorKind::Unsupported)
+    );
+}
+
+const DEFORM: [f64; 32] = [
+    0.916402280330658,
+    1.9275059700012207,
+    1.5196208953857422,
+    0.36584389209747314,
+    0.7672630548477173,
+    0.007687658071517944,
+    0.12787491083145142,
+    0.2921242117881775,
+    -0.030236274003982544,
+    0.0903603583574295,
+    0.43171221017837524,
+    0.4931392967700958,
+    0.17907637357711792,
+    0.30941686034202576,
+    0.14166858792304993,
+    -0.1195685863494873,
+    -1.1269474029541016,
+    -2.1753134727478027,
+    -1.8498742580413818,
+    -0.6445303559303284,
+    -0.9979387521743774,
+    -0.08200398087501526,
+    -0.31552720069885254,
+    -0.5394691228866577,
+    -0.09363406896591187,
+    -0.2564118504524231,
+    -0.6831128597259521,
+    -0.7614210844039917,
+    -0.4107479155063629,
+    -0.5604042410850525,
+    -0.4063228964805603,
+    -0.13293468952178955,
+];
+
+#[test]
+fn deform_conv_samples_at_traced_offsets() {
+    // Uneven pads, a bias and a mask; offsets up to 1.35 pixels move taps
+    // between pixels and past the image (where they read 0).
+    let node = b::node(
+        "DeformConv",
+        "dc",
+        &["x", "w", "o", "b", "m"],
+        &["y"],
+        vec![b::ints("pads", &[1, 0, 0, 1])],
+    );
+    let m = model_io(
+        22,
+        node,
+        &[
+            ("x", b::FLOAT, &[1, 2, 4, 4]),
+            ("o", b::FLOAT, &[1, 8, 4, 4]),
+            ("m", b::FLOAT, &[1, 4, 4, 4]),
+        ],
+        &["y"],
+        vec![
+            b::f32s("w", &[2, 2, 2, 2], &vals(16, 0.7)),
+            b::f32s("b", &[2], &[0.25, -0.5]),
+        ],
+    );
+    let x = image(32, 0.2, &[1, 2, 4, 4]);
+    let o: Vec<f32> = vals(128, 1.3).iter().map(|v| v * 1.5).collect();
+    let o = Tensor::from_vec(o, &[1, 8, 4, 4]).unwrap();
+    let mk: Vec<f32> = vals(64, 0.4).iter().map(|v| v * 0.5 + 0.5).collect();
+    let mk = Tensor::from_vec(mk, &[1, 4, 4, 4]).unwrap();
+    check_outputs(
+        &m,
+        &[("x", &x), ("o", &o), ("m", &mk)],
+        &[(&[1, 2, 4, 4], &DEFORM)],
+    );
+    // Offsets for the wrong number of taps.
+    let node = b::node("DeformConv", "dc", &["x", "w", "o"], &["y"], vec![]);
+    let m = model_io(
+        22,
+        node,
+        &[
+            ("x", b::FLOAT, &[1, 2, 4, 4]),
+            ("o", b::FLOAT, &[1, 6, 3, 3]),
+        ],
+        &["y"],
+        vec![b::f32s("w", &[2, 2, 2, 2], &vals(16, 0.7))],
+    );
+    let bad = Tensor::zeros(&[1, 6, 3, 3], tilejit::DType::F32);
+    let e = m.run(&[("x", &x), ("o", &bad)]).expect_err("must fail");
+    assert_eq!(onnx_err(&e), ("dc", "DeformConv", "X", ErrorKind::Shape));
 }

@@ -43,6 +43,8 @@ pub(crate) fn static_operands(op: &str) -> &'static [usize] {
         "DFT" => &[1, 2],
         "STFT" => &[1, 3],
         "Col2Im" => &[1, 2],
+        "AffineGrid" => &[1],
+        "MaxUnpool" => &[2],
         _ => &[],
     }
 }

@@ -290,8 +290,8 @@ static TABLE: &[Row] = &[
             "storage_order",
             "strides"
         ],
-        check_pool,
-        |n, cx, ins| build_pool(n, cx, ins, true)
+        image::check_pool,
+        |n, cx, ins| image::build_pool(n, cx, ins, image::Pool::Max)
     ),
     node!(
         "AveragePool",
@@ -304,8 +304,8 @@ static TABLE: &[Row] = &[
             "pads",
             "strides"
         ],
-        check_pool,
-        |n, cx, ins| build_pool(n, cx, ins, false)
+        image::check_pool,
+        |n, cx, ins| image::build_pool(n, cx, ins, image::Pool::Avg)
     ),
     node!("GlobalAveragePool", [], no_check, |n, _, ins| {
         let x = req(n, ins, 0)?;
@@ -1110,53 +1110,6 @@ fn check_conv(n: &Node, cx: &Cx) -> Result<()> {
     window(n, vec![1; k], None).map(|_| ())
 }
 
-fn check_pool(n: &Node, _: &Cx) -> Result<()> {
-    let k = attr_ints(n, "kernel_shape")?
-        .ok_or_else(|| fail(n, "kernel_shape", ErrorKind::BadArgument, "is required"))?;
-    if !(1..=2).contains(&k.len()) {
-        return Err(fail(
-            n,
-            "kernel_shape",
-            ErrorKind::Unsupported,
-            format!("{}-D pools are not supported (1-D and 2-D are)", k.len()),
-        ));
-    }
-    if attr_i(n, "ceil_mode", 0)? != 0 {
-        return Err(fail(
-            n,
-            "ceil_mode",
-            ErrorKind::Unsupported,
-            "ceil_mode = 1 is not supported",
-        ));
-    }
-    if attr_ints(n, "dilations")?.is_some_and(|d| d.iter().any(|&x| x != 1)) {
-        return Err(fail(
-            n,
-            "dilations",
-            ErrorKind::Unsupported,
-            "dilated pools are not supported",
-        ));
-    }
-    if attr_i(n, "storage_order", 0)? != 0 {
-        return Err(fail(
-            n,
-            "storage_order",
-            ErrorKind::Unsupported,
-            "only row-major indices are supported",
-        ));
-    }
-    if n.outputs.get(1).is_some_and(|o| !o.is_empty()) {
-        return Err(fail(
-            n,
-            "Indices",
-            ErrorKind::Unsupported,
-            "MaxPool's indices output is not supported",
-        ));
-    }
-    let kernel = usizes(n, "kernel_shape", k)?;
-    window(n, kernel, None).map(|_| ())
-}
-
 // ---- builds ----
 
 fn build_clip(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
@@ -1322,7 +1275,9 @@ fn build_conv(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     one(y)
 }
 
-fn build_pool(n: &Node, _: &Cx, ins: &[Option<Tensor>], max: bool) -> Result<Vec<Tensor>> {
+/// The 2-D (and 1-D) pools `Pool2d` runs natively; `image/pool_nd.rs`
+/// sends the rest elsewhere.
+fn build_pool_2d(n: &Node, _: &Cx, ins: &[Option<Tensor>], max: bool) -> Result<Vec<Tensor>> {
     let x = req(n, ins, 0)?;
     let kernel = usizes(
         n,
