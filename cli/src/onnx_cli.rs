@@ -355,17 +355,26 @@ fn one_node_test(dir: &std::path::Path) -> Outcome {
         .unwrap_or_default();
     sets.sort();
     for set in sets {
-        let read = |prefix: &str| -> Result<Vec<Tensor>, String> {
+        // Each file is a TensorProto, SequenceProto or OptionalProto, as
+        // the model declares that input or output.
+        let read = |prefix: &str, specs: &[onnx::IoSpec]| -> Result<Vec<onnx::Value>, String> {
             let mut v = vec![];
-            while let Ok(t) = onnx::read_tensor_file(set.join(format!("{prefix}_{}.pb", v.len()))) {
-                v.push(t);
+            loop {
+                let path = set.join(format!("{prefix}_{}.pb", v.len()));
+                if !path.exists() {
+                    return Ok(v);
+                }
+                let kind = specs.get(v.len()).map(|s| s.kind).unwrap_or_default();
+                match onnx::read_value_file(&path, kind) {
+                    Ok(t) => v.push(t),
+                    Err(_) => return Err(format!("{prefix}_{}.pb is unreadable", v.len())),
+                }
             }
-            if set.join(format!("{prefix}_{}.pb", v.len())).exists() {
-                return Err(format!("{prefix}_{}.pb is unreadable", v.len()));
-            }
-            Ok(v)
         };
-        let (inputs, want) = match (read("input"), read("output")) {
+        let (inputs, want) = match (
+            read("input", model.inputs()),
+            read("output", model.outputs()),
+        ) {
             (Ok(i), Ok(o)) => (i, o),
             (Err(e), _) | (_, Err(e)) => return Outcome::Skip(e),
         };
@@ -377,8 +386,8 @@ fn one_node_test(dir: &std::path::Path) -> Outcome {
                 model.inputs().len()
             ));
         }
-        let refs: Vec<&Tensor> = inputs.iter().collect();
-        let got = match model.run_positional(&refs) {
+        let refs: Vec<&onnx::Value> = inputs.iter().collect();
+        let got = match model.run_values_positional(&refs) {
             Ok(g) => g,
             Err(e) if e.kind() == tilejit::ErrorKind::Unsupported => {
                 return Outcome::Skip(e.to_string())
@@ -389,12 +398,36 @@ fn one_node_test(dir: &std::path::Path) -> Outcome {
             return Outcome::Fail(format!("{} outputs, expected {}", got.len(), want.len()));
         }
         for ((name, g), w) in got.iter().zip(&want) {
-            if let Err(e) = compare(g, w) {
+            if let Err(e) = compare_value(g, w) {
                 return Outcome::Fail(format!("output {name}: {e}"));
             }
         }
     }
     Outcome::Pass
+}
+
+/// [`compare`] per tensor of a sequence or optional.
+fn compare_value(got: &onnx::Value, want: &onnx::Value) -> Result<(), String> {
+    use onnx::Value as V;
+    match (got, want) {
+        (V::Tensor(g), V::Tensor(w)) => compare(g, w),
+        (V::Sequence(g), V::Sequence(w)) if g.len() == w.len() => {
+            for (i, (g, w)) in g.iter().zip(w).enumerate() {
+                compare(g, w).map_err(|e| format!("sequence element {i}: {e}"))?;
+            }
+            Ok(())
+        }
+        (V::None, V::None) => Ok(()),
+        (g, w) => Err(format!("got {}, expected {}", describe(g), describe(w))),
+    }
+}
+
+fn describe(v: &onnx::Value) -> String {
+    match v {
+        onnx::Value::Tensor(t) => format!("a tensor {:?}{:?}", t.dtype(), t.shape()),
+        onnx::Value::Sequence(s) => format!("a sequence of {}", s.len()),
+        onnx::Value::None => "an empty optional".into(),
+    }
 }
 
 /// numpy's `assert_allclose(got, want, rtol=1e-3, atol=1e-7)`, NaNs equal,

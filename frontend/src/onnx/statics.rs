@@ -15,8 +15,8 @@
 //! cache keeps the jit function's usual bound of signatures, least
 //! recently used evicted.
 
-use super::model::Node;
-use super::{onnx_error, IoSpec};
+use super::model::{Attr, Node};
+use super::{onnx_error, IoSpec, ValueKind};
 use crate::error::Result;
 use crate::tensor::Tensor;
 use std::collections::HashMap;
@@ -41,6 +41,9 @@ fn static_operands(op: &str) -> &'static [usize] {
         "DFT" => &[1, 2],
         "STFT" => &[1, 3],
         "Col2Im" => &[1, 2],
+        "SequenceAt" | "SequenceErase" | "SplitToSequence" => &[1],
+        "SequenceInsert" => &[2],
+        "Loop" => &[0, 1],
         _ => &[],
     }
 }
@@ -71,7 +74,13 @@ pub(crate) fn find(nodes: &[Node], inputs: &[IoSpec]) -> Vec<Option<Reason>> {
             }
         }
         if n.domain.is_empty() {
-            for &k in static_operands(&n.op) {
+            // An If whose branches give sequences or optionals must take
+            // one branch: those cannot be selected elementwise.
+            let cond: &[usize] = match n.op == "If" && branches_give_values(n) {
+                true => &[0],
+                false => &[],
+            };
+            for &k in static_operands(&n.op).iter().chain(cond) {
                 if let Some(i) = n.inputs.get(k).filter(|i| !i.is_empty()) {
                     needed.entry(i.clone()).or_insert_with(|| Reason {
                         node: n.name.clone(),
@@ -86,6 +95,14 @@ pub(crate) fn find(nodes: &[Node], inputs: &[IoSpec]) -> Vec<Option<Reason>> {
         .iter()
         .map(|s| needed.get(&s.name).cloned())
         .collect()
+}
+
+/// Whether an If's branch declares a sequence or optional output.
+fn branches_give_values(n: &Node) -> bool {
+    ["then_branch", "else_branch"].iter().any(|b| {
+        matches!(n.attrs.get(*b), Some(Attr::Graph(g))
+            if g.output_kinds.iter().any(|k| *k != ValueKind::Tensor))
+    })
 }
 
 /// The dtypes a static input may have, by their code in the leaves.

@@ -7,6 +7,7 @@
 
 use super::model::{dtype_of, Attr, Node};
 use super::onnx_error;
+use super::value::Value;
 use crate::conv::{Conv2d, Pool2d};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -26,6 +27,8 @@ pub(crate) struct Cx<'a> {
 
 type Check = fn(&Node, &Cx) -> Result<()>;
 type Build = fn(&Node, &Cx, &[Option<Tensor>]) -> Result<Vec<Tensor>>;
+/// A build over values that may be sequences or optionals.
+pub(crate) type BuildValues = fn(&Node, &Cx, &[Option<Value>]) -> Result<Vec<Value>>;
 
 /// How a row builds its node.
 #[derive(Clone, Copy)]
@@ -36,6 +39,8 @@ pub(crate) enum Kind {
     Binary(fn(&Tensor, &Tensor) -> Tensor),
     /// Anything else.
     Node(Build),
+    /// A node that reads or makes sequences or optionals (`table/sequence.rs`).
+    Values(BuildValues),
 }
 
 /// One supported op type.
@@ -84,6 +89,7 @@ macro_rules! node {
 mod image;
 mod recurrent;
 mod reduce;
+mod sequence;
 mod transformer;
 
 /// Every supported op type: the core rows, then each area's.
@@ -92,6 +98,7 @@ static TABLES: &[&[Row]] = &[
     image::ROWS,
     recurrent::ROWS,
     reduce::ROWS,
+    sequence::ROWS,
     transformer::ROWS,
 ];
 
@@ -122,7 +129,6 @@ static TABLE: &[Row] = &[
     unary!("Atanh", |x| x.atanh()),
     unary!("Sinh", |x| (x.exp() - (-x).exp()) * 0.5),
     unary!("Cosh", |x| (x.exp() + (-x).exp()) * 0.5),
-    unary!("Identity", |x| x.clone()),
     unary!("Softsign", |x| x / (x.abs() + 1.0)),
     unary!("Softplus", |x| (x.exp() + 1.0).log()),
     unary!("Not", |x| x.cast(DType::I32).rsub(1i32).cast(DType::Bool)),
@@ -532,7 +538,13 @@ pub(crate) fn check(node: &Node, cx: &Cx) -> Result<&'static Row> {
                 "this attribute is not supported",
             ));
         }
-        if let Attr::Other(what) = value {
+        let unread = match value {
+            Attr::Other(what) => Some(*what),
+            // Only Optional reads a type (values carry theirs).
+            Attr::Type if node.op != "Optional" => Some("a type"),
+            _ => None,
+        };
+        if let Some(what) = unread {
             return Err(fail(
                 node,
                 name,
@@ -544,7 +556,7 @@ pub(crate) fn check(node: &Node, cx: &Cx) -> Result<&'static Row> {
     let want = match r.kind {
         Kind::Unary(_) => Some(1),
         Kind::Binary(_) => Some(2),
-        Kind::Node(_) => None,
+        Kind::Node(_) | Kind::Values(_) => None,
     };
     if let Some(k) = want {
         if node.inputs.len() != k || node.inputs.iter().any(|i| i.is_empty()) {
@@ -566,6 +578,12 @@ pub(crate) fn build(r: &Row, node: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Re
         Kind::Unary(f) => one(f(req(node, ins, 0)?)),
         Kind::Binary(f) => one(f(req(node, ins, 0)?, req(node, ins, 1)?)),
         Kind::Node(b) => b(node, cx, ins),
+        Kind::Values(_) => Err(fail(
+            node,
+            "",
+            ErrorKind::Internal,
+            "a sequence row built as a tensor row",
+        )),
     }
 }
 
