@@ -34,6 +34,7 @@ mod onnx;
 mod onnx_image;
 mod onnx_recurrent;
 mod onnx_reduce;
+mod onnx_sequence;
 mod onnx_transformer;
 mod oom;
 mod ops;
