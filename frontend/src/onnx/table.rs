@@ -90,6 +90,7 @@ mod image;
 mod recurrent;
 mod reduce;
 mod sequence;
+mod ssm;
 mod transformer;
 
 /// Every supported op type: the core rows, then each area's.
@@ -99,6 +100,7 @@ static TABLES: &[&[Row]] = &[
     recurrent::ROWS,
     reduce::ROWS,
     sequence::ROWS,
+    ssm::ROWS,
     transformer::ROWS,
 ];
 
