@@ -43,6 +43,7 @@ fn static_operands(op: &str) -> &'static [usize] {
         "Col2Im" => &[1, 2],
         "SequenceAt" | "SequenceErase" | "SplitToSequence" => &[1],
         "SequenceInsert" => &[2],
+        "MelWeightMatrix" => &[0, 1, 2, 3, 4],
         "Loop" => &[0, 1],
         _ => &[],
     }

@@ -90,6 +90,7 @@ mod image;
 mod recurrent;
 mod reduce;
 mod sequence;
+mod signal;
 mod ssm;
 mod transformer;
 
@@ -100,6 +101,7 @@ static TABLES: &[&[Row]] = &[
     recurrent::ROWS,
     reduce::ROWS,
     sequence::ROWS,
+    signal::ROWS,
     ssm::ROWS,
     transformer::ROWS,
 ];
