@@ -35,6 +35,7 @@ mod onnx_image;
 mod onnx_recurrent;
 mod onnx_reduce;
 mod onnx_sequence;
+mod onnx_signal;
 mod onnx_transformer;
 mod oom;
 mod ops;
