@@ -36,6 +36,7 @@ mod onnx_recurrent;
 mod onnx_reduce;
 mod onnx_sequence;
 mod onnx_signal;
+mod onnx_training;
 mod onnx_transformer;
 mod oom;
 mod ops;

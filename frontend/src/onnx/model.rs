@@ -123,6 +123,17 @@ pub(crate) fn parse(bytes: &[u8], dir: Option<&Path>) -> Result<Parsed> {
             opset = Some(o.version);
         }
     }
+    // A model of other domains' nodes only (the training optimizers) may
+    // import no default-domain opset; its nodes never read it.
+    let only_other_domains = model.graph.as_ref().is_some_and(|g| {
+        !g.node.is_empty()
+            && g.node
+                .iter()
+                .all(|n| !(n.domain.is_empty() || n.domain == "ai.onnx"))
+    });
+    if opset.is_none() && only_other_domains {
+        opset = Some(MAX_OPSET);
+    }
     // IR version 3 files may list no opset: that means opset 1, too old.
     let opset = opset.ok_or_else(|| {
         model_error(

@@ -92,6 +92,7 @@ mod reduce;
 mod sequence;
 mod signal;
 mod ssm;
+mod training;
 mod transformer;
 
 /// Every supported op type: the core rows, then each area's.
@@ -506,8 +507,11 @@ pub(crate) fn op_types() -> impl Iterator<Item = &'static str> {
     TABLES.iter().flat_map(|t| t.iter()).map(|r| r.op)
 }
 
-/// The row of an op type in the default domain.
+/// The row of an op type in the default domain (or the training one).
 pub(crate) fn row(node: &Node) -> Option<&'static Row> {
+    if node.domain == training::DOMAIN {
+        return training::ROWS.iter().find(|r| r.op == node.op);
+    }
     if !(node.domain.is_empty() || node.domain == "ai.onnx") {
         return None;
     }
