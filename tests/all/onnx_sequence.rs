@@ -285,3 +285,37 @@ fn bad_sequence_values_are_errors_naming_the_node() {
         ("at", "SequenceAt", "axis", ErrorKind::Unsupported)
     );
 }
+
+/// x = [[0 1] [2 3] [4 5]] (time, batch), lengths [3 1]: batch 0 reversed
+/// whole ([0 2 4] -> [4 2 0]), batch 1 left alone (its length is 1).
+#[test]
+fn reverse_sequence_by_hand() {
+    let m = load(
+        vec![b::node(
+            "ReverseSequence",
+            "rev",
+            &["x", "lens"],
+            &["y"],
+            vec![b::int("time_axis", 0), b::int("batch_axis", 1)],
+        )],
+        vec![
+            b::value("x", b::FLOAT, &[D::N(3), D::N(2)]),
+            b::value("lens", b::INT64, &[D::S("b")]),
+        ],
+        vec![b::value("y", b::FLOAT, &[])],
+        vec![],
+    )
+    .unwrap();
+    let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0], &[3, 2]).unwrap();
+    let lens = Tensor::from_vec(vec![3i64, 1], &[2]).unwrap();
+    for mode in MODES {
+        let outs = with_mode(mode, || m.run(&[("x", &x), ("lens", &lens)])).unwrap();
+        close(&f32s(&outs[0].1), &[4.0, 1.0, 2.0, 3.0, 0.0, 5.0]);
+    }
+    let bad = Tensor::from_vec(vec![3i64, 1, 1], &[3]).unwrap();
+    let e = m.run(&[("x", &x), ("lens", &bad)]).unwrap_err();
+    assert_eq!(
+        onnx_err(&e),
+        ("rev", "ReverseSequence", "sequence_lens", ErrorKind::Shape)
+    );
+}

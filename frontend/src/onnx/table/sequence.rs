@@ -3,7 +3,7 @@
 //! Erase take positions known then (a constant, a shape, a loop counter);
 //! SequenceMap runs its body once per element. An optional holding a value
 //! is that value; an empty one is `Value::None`. Identity lives here as it
-//! passes any value through.
+//! passes any value through; ReverseSequence (a tensor op) too.
 
 use super::{axis, fail, ints_of, no_check, Cx, Kind, Row};
 use crate::error::Result;
@@ -111,7 +111,61 @@ pub(super) static ROWS: &[Row] = &[
             v => Ok(vec![v.clone()]),
         }
     }),
+    Row {
+        op: "ReverseSequence",
+        attrs: &["batch_axis", "time_axis"],
+        check: no_check,
+        kind: Kind::Node(build_reverse_sequence),
+    },
 ];
+
+/// Reverses each batch entry's first `sequence_lens[b]` steps along the
+/// time axis: a gather whose index is `len - 1 - t` below the length and
+/// `t` from it on (the lengths may be traced).
+fn build_reverse_sequence(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = super::req(n, ins, 0)?;
+    let lens = super::req(n, ins, 1)?;
+    let ba = axis(
+        n,
+        "batch_axis",
+        super::attr_i(n, "batch_axis", 1)?,
+        x.rank(),
+    )?;
+    let ta = axis(n, "time_axis", super::attr_i(n, "time_axis", 0)?, x.rank())?;
+    if x.rank() < 2 || ba == ta || ba > 1 || ta > 1 {
+        return Err(fail(
+            n,
+            "time_axis",
+            ErrorKind::BadArgument,
+            format!(
+                "batch and time axes must be 0 and 1 (either way), of rank {} input",
+                x.rank()
+            ),
+        ));
+    }
+    let (b, t) = (x.shape()[ba], x.shape()[ta]);
+    if lens.shape() != [b] {
+        return Err(fail(
+            n,
+            "sequence_lens",
+            ErrorKind::Shape,
+            format!("must be [{b}], got {:?}", lens.shape()),
+        ));
+    }
+    // [T, B] (time first) grids of t and len.
+    let steps = Tensor::from_vec((0..t as i64).collect::<Vec<_>>(), &[t, 1])?.broadcast_to(&[t, b]);
+    let lens = lens
+        .cast(tilejit_ir::DType::I64)
+        .reshape(&[1, b])
+        .broadcast_to(&[t, b]);
+    let flipped = &(&lens - &steps) - &Tensor::from_vec(vec![1i64], &[])?;
+    let idx = Tensor::where_cond(&steps.lt(&lens), &flipped, &steps);
+    let idx = if ta == 0 { idx } else { idx.transpose(0, 1) };
+    let mut sh = idx.shape().to_vec();
+    sh.extend(std::iter::repeat_n(1, x.rank() - 2));
+    let idx = idx.reshape(&sh).broadcast_to(x.shape());
+    Ok(vec![x.gather(ta as isize, &idx)])
+}
 
 /// Input `i`, whatever it holds.
 fn any<'a>(n: &Node, ins: &'a [Option<Value>], i: usize) -> Result<&'a Value> {
