@@ -378,19 +378,33 @@ fn one_node_test(dir: &std::path::Path) -> Outcome {
         .unwrap_or_default();
     sets.sort();
     for set in sets {
-        let read = |prefix: &str| -> Result<Vec<(Tensor, Option<&str>)>, String> {
-            let mut v = vec![];
-            while let Ok(t) =
-                onnx::read_tensor_file_typed(set.join(format!("{prefix}_{}.pb", v.len())))
-            {
-                v.push(t);
-            }
-            if set.join(format!("{prefix}_{}.pb", v.len())).exists() {
-                return Err(format!("{prefix}_{}.pb is unreadable", v.len()));
-            }
-            Ok(v)
-        };
-        let (inputs, want) = match (read("input"), read("output")) {
+        // Each file is a TensorProto, SequenceProto or OptionalProto, as
+        // the model declares that input or output; a tensor of a narrow
+        // type (float8, int4) compares exactly, on its carrier.
+        let read =
+            |prefix: &str, specs: &[onnx::IoSpec]| -> Result<Vec<(onnx::Value, bool)>, String> {
+                let mut v = vec![];
+                loop {
+                    let path = set.join(format!("{prefix}_{}.pb", v.len()));
+                    if !path.exists() {
+                        return Ok(v);
+                    }
+                    let kind = specs.get(v.len()).map(|s| s.kind).unwrap_or_default();
+                    let value = match kind {
+                        onnx::ValueKind::Tensor => onnx::read_tensor_file_typed(&path)
+                            .map(|(t, narrow)| (onnx::Value::Tensor(t), narrow.is_some())),
+                        kind => onnx::read_value_file(&path, kind).map(|v| (v, false)),
+                    };
+                    match value {
+                        Ok(t) => v.push(t),
+                        Err(_) => return Err(format!("{prefix}_{}.pb is unreadable", v.len())),
+                    }
+                }
+            };
+        let (inputs, want) = match (
+            read("input", model.inputs()),
+            read("output", model.outputs()),
+        ) {
             (Ok(i), Ok(o)) => (i, o),
             (Err(e), _) | (_, Err(e)) => return Outcome::Skip(e),
         };
@@ -402,8 +416,8 @@ fn one_node_test(dir: &std::path::Path) -> Outcome {
                 model.inputs().len()
             ));
         }
-        let refs: Vec<&Tensor> = inputs.iter().map(|(t, _)| t).collect();
-        let got = match model.run_positional(&refs) {
+        let refs: Vec<&onnx::Value> = inputs.iter().map(|(v, _)| v).collect();
+        let got = match model.run_values_positional(&refs) {
             Ok(g) => g,
             Err(e) if e.kind() == tilejit::ErrorKind::Unsupported => {
                 return Outcome::Skip(e.to_string())
@@ -413,13 +427,37 @@ fn one_node_test(dir: &std::path::Path) -> Outcome {
         if got.len() != want.len() {
             return Outcome::Fail(format!("{} outputs, expected {}", got.len(), want.len()));
         }
-        for ((name, g), (w, narrow)) in got.iter().zip(&want) {
-            if let Err(e) = compare(g, w, narrow.is_some()) {
+        for ((name, g), (w, exact)) in got.iter().zip(&want) {
+            if let Err(e) = compare_value(g, w, *exact) {
                 return Outcome::Fail(format!("output {name}: {e}"));
             }
         }
     }
     Outcome::Pass
+}
+
+/// [`compare`] per tensor of a sequence or optional.
+fn compare_value(got: &onnx::Value, want: &onnx::Value, exact: bool) -> Result<(), String> {
+    use onnx::Value as V;
+    match (got, want) {
+        (V::Tensor(g), V::Tensor(w)) => compare(g, w, exact),
+        (V::Sequence(g), V::Sequence(w)) if g.len() == w.len() => {
+            for (i, (g, w)) in g.iter().zip(w).enumerate() {
+                compare(g, w, false).map_err(|e| format!("sequence element {i}: {e}"))?;
+            }
+            Ok(())
+        }
+        (V::None, V::None) => Ok(()),
+        (g, w) => Err(format!("got {}, expected {}", describe(g), describe(w))),
+    }
+}
+
+fn describe(v: &onnx::Value) -> String {
+    match v {
+        onnx::Value::Tensor(t) => format!("a tensor {:?}{:?}", t.dtype(), t.shape()),
+        onnx::Value::Sequence(s) => format!("a sequence of {}", s.len()),
+        onnx::Value::None => "an empty optional".into(),
+    }
 }
 
 /// numpy's `assert_allclose(got, want, rtol=1e-3, atol=1e-7)`, NaNs equal,

@@ -63,6 +63,7 @@ mod segments;
 mod statics;
 mod subgraph;
 mod table;
+mod value;
 
 use crate::args::{ArgKind, FromLeaves, Leaves};
 use crate::error::{Error, Result};
@@ -77,6 +78,7 @@ use tilejit_ir::{DType, ErrorKind};
 
 pub use model::{MAX_OPSET, MIN_OPSET};
 pub use statics::MAX_STATIC_ELEMENTS;
+pub use value::{read_value_file, Value, ValueKind};
 
 pub(crate) fn onnx_error(
     node: &str,
@@ -122,11 +124,20 @@ pub struct IoSpec {
     pub dtype: Option<DType>,
     /// Its dims, if declared.
     pub dims: Option<Vec<Dim>>,
+    /// A tensor, a sequence or an optional (for a sequence, `dtype` and
+    /// `dims` are its elements').
+    pub kind: ValueKind,
 }
 
 impl std::fmt::Display for IoSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: ", self.name)?;
+        match self.kind {
+            ValueKind::Tensor => {}
+            ValueKind::Sequence => write!(f, "seq ")?,
+            ValueKind::OptionalTensor => write!(f, "optional ")?,
+            ValueKind::OptionalSequence => write!(f, "optional seq ")?,
+        }
         match self.dtype {
             Some(d) => write!(f, "{}", format!("{d:?}").to_lowercase())?,
             None => write!(f, "?")?,
@@ -207,29 +218,61 @@ impl Graph {
             }
         }
         let (mut traced, mut leaves) = (inputs.iter(), static_leaves.iter());
-        for (name, why) in seg.inputs.iter().zip(&seg.statics) {
-            let t = match why {
-                Some(_) => statics::decode(&mut leaves)?,
-                None => traced.next().cloned().ok_or_else(|| {
-                    onnx_error("", "", name, ErrorKind::Internal, "input not passed")
-                })?,
+        let missing =
+            |name: &str| onnx_error("", "", name, ErrorKind::Internal, "input not passed");
+        for ((name, why), kind) in seg.inputs.iter().zip(&seg.statics).zip(&seg.input_kinds) {
+            let v = match (why, kind) {
+                (Some(_), _) => Value::Tensor(statics::decode(&mut leaves)?),
+                (None, ValueKind::Tensor) => {
+                    Value::Tensor(traced.next().cloned().ok_or_else(|| missing(name))?)
+                }
+                (None, _) => match leaves.next().copied() {
+                    Some(LAYOUT_NONE) => Value::None,
+                    Some(LAYOUT_TENSOR) => {
+                        Value::Tensor(traced.next().cloned().ok_or_else(|| missing(name))?)
+                    }
+                    Some(len) if len >= 0 => Value::Sequence(
+                        (0..len)
+                            .map(|_| traced.next().cloned().ok_or_else(|| missing(name)))
+                            .collect::<Result<_>>()?,
+                    ),
+                    _ => return Err(missing(name)),
+                },
             };
-            let t = match self.narrow.get(name) {
-                Some(&n) => table::round_to(&t, n, true, "up"),
-                None => t,
+            let v = match (v, self.narrow.get(name)) {
+                (Value::Tensor(t), Some(&n)) => Value::Tensor(table::round_to(&t, n, true, "up")),
+                (v, _) => v,
             };
-            env.insert(name.clone(), t);
+            env.set(name.clone(), v);
         }
         let nodes = self.nodes[seg.nodes.clone()].iter().map(|(n, r)| (n, *r));
         subgraph::run_nodes(nodes, &mut env, self.opset, &self.consts)?;
-        seg.outputs
-            .iter()
-            .map(|o| {
-                env.get(o.as_str()).cloned().ok_or_else(|| {
-                    onnx_error("", "", o, ErrorKind::Internal, "output not computed")
-                })
-            })
-            .collect()
+        let mut outs = Vec::with_capacity(seg.outputs.len());
+        for (o, kind) in seg.outputs.iter().zip(&seg.output_kinds) {
+            let v = env
+                .value(o)
+                .ok_or_else(|| onnx_error("", "", o, ErrorKind::Internal, "output not computed"))?;
+            if !kind.admits(&v) {
+                return Err(onnx_error(
+                    "",
+                    "",
+                    o,
+                    ErrorKind::BadArgument,
+                    format!("this output is {}, but declared {kind:?}", v.what()),
+                ));
+            }
+            let layout = |code: i64| Tensor::from_vec(vec![code], &[]);
+            match (kind, v) {
+                (ValueKind::Tensor, Value::Tensor(t)) => outs.push(t),
+                (_, Value::Tensor(t)) => outs.extend([layout(LAYOUT_TENSOR)?, t]),
+                (_, Value::None) => outs.push(layout(LAYOUT_NONE)?),
+                (_, Value::Sequence(s)) => {
+                    outs.push(layout(s.len() as i64)?);
+                    outs.extend(s);
+                }
+            }
+        }
+        Ok(outs)
     }
 
     /// Runs the node a piece ends with eagerly, on concrete values.
@@ -260,6 +303,12 @@ impl Graph {
         Ok(())
     }
 }
+
+/// How a sequence or optional graph input or output travels as tensors: a
+/// static leaf (inputs) or an i64 scalar output before its tensors
+/// (outputs) holds a sequence's length, or one of these.
+const LAYOUT_NONE: i64 = -1;
+const LAYOUT_TENSOR: i64 = -2;
 
 /// A node's error, naming the node unless it already does.
 fn wrap(node: &Node, e: Error) -> Error {
@@ -347,7 +396,13 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
         consts: &consts,
         env: None,
     };
-    let static_inputs = statics::find(&p.nodes, &p.inputs);
+    let mut static_inputs = statics::find(&p.nodes, &p.inputs);
+    for (s, why) in p.inputs.iter().zip(static_inputs.iter_mut()) {
+        if s.kind != ValueKind::Tensor {
+            // A sequence is traced; a node that needs its values fails.
+            *why = None;
+        }
+    }
     for (s, why) in p.inputs.iter().zip(&static_inputs) {
         if let Some(why) = why {
             statics::check_declared(s, why)?;
@@ -368,14 +423,7 @@ fn build(p: Parsed, name: &str, options: LoadOptions) -> Result<OnnxModel> {
     });
     let const_names: std::collections::HashSet<&str> = consts.keys().map(String::as_str).collect();
     let plain: Vec<Node> = nodes.iter().map(|(n, _)| n.clone()).collect();
-    let output_names: Vec<String> = p.outputs.iter().map(|s| s.name.clone()).collect();
-    let segments = segments::plan(
-        &plain,
-        &p.inputs,
-        &static_inputs,
-        &const_names,
-        &output_names,
-    );
+    let segments = segments::plan(&plain, &p.inputs, &static_inputs, &const_names, &p.outputs);
     let graph = Arc::new(Graph {
         opset: p.opset,
         nodes,
@@ -536,8 +584,28 @@ impl OnnxModel {
     /// Runs the model on named inputs, returning `(name, value)` for each
     /// output in the model's order. Every input must be given once, with
     /// the declared dtype and fixed dims; a symbolic dim takes any size,
-    /// the same wherever its name appears.
+    /// the same wherever its name appears. Sequence or optional inputs and
+    /// outputs need [`OnnxModel::run_values`].
     pub fn run(&self, inputs: &[(&str, &Tensor)]) -> Result<Vec<(String, Tensor)>> {
+        let vals: Vec<(&str, Value)> = inputs
+            .iter()
+            .map(|(n, t)| (*n, Value::Tensor((*t).clone())))
+            .collect();
+        let refs: Vec<(&str, &Value)> = vals.iter().map(|(n, v)| (*n, v)).collect();
+        tensors_only(self.run_values(&refs)?)
+    }
+
+    /// Runs the model on inputs in the model's order.
+    pub fn run_positional(&self, inputs: &[&Tensor]) -> Result<Vec<(String, Tensor)>> {
+        let vals: Vec<Value> = inputs.iter().map(|t| Value::Tensor((*t).clone())).collect();
+        let refs: Vec<&Value> = vals.iter().collect();
+        tensors_only(self.run_values_positional(&refs)?)
+    }
+
+    /// [`OnnxModel::run`] with values: a sequence input is a
+    /// [`Value::Sequence`] (its length keys the compiled program, like a
+    /// shape), an empty optional [`Value::None`].
+    pub fn run_values(&self, inputs: &[(&str, &Value)]) -> Result<Vec<(String, Value)>> {
         for (name, _) in inputs {
             if !self.inputs.iter().any(|s| s.name == *name) {
                 return Err(onnx_error(
@@ -572,11 +640,11 @@ impl OnnxModel {
             }
             ordered.push(*t);
         }
-        self.run_positional(&ordered)
+        self.run_values_positional(&ordered)
     }
 
-    /// Runs the model on inputs in the model's order.
-    pub fn run_positional(&self, inputs: &[&Tensor]) -> Result<Vec<(String, Tensor)>> {
+    /// [`OnnxModel::run_positional`] with values.
+    pub fn run_values_positional(&self, inputs: &[&Value]) -> Result<Vec<(String, Value)>> {
         if inputs.len() != self.inputs.len() {
             return Err(onnx_error(
                 "",
@@ -591,15 +659,92 @@ impl OnnxModel {
             ));
         }
         let mut symbols: HashMap<&str, usize> = HashMap::new();
-        for (s, t) in self.inputs.iter().zip(inputs) {
-            check_input(s, t, &mut symbols)?;
+        for (s, v) in self.inputs.iter().zip(inputs) {
+            if !s.kind.admits(v) {
+                return Err(onnx_error(
+                    "",
+                    "",
+                    &s.name,
+                    ErrorKind::BadArgument,
+                    format!("expected {s}, got {}", v.what()),
+                ));
+            }
+            match v {
+                Value::Tensor(t) => check_input(s, t, &mut symbols)?,
+                Value::Sequence(ts) => {
+                    for t in ts {
+                        // Elements may differ in size: symbols per element.
+                        check_input(s, t, &mut HashMap::new())?;
+                    }
+                }
+                Value::None => {}
+            }
         }
-        let mut vals: HashMap<String, Tensor> = self
-            .inputs
-            .iter()
-            .zip(inputs)
-            .map(|(s, t)| (s.name.clone(), (*t).clone()))
-            .collect();
+        // Cut into phases (or one piece that ends with an eager node).
+        if self.graph.segments.len() > 1 || self.graph.segments[0].eager.is_some() {
+            return self.run_phases(inputs);
+        }
+        let mut traced: Vec<&Tensor> = Vec::with_capacity(inputs.len());
+        let mut static_leaves = Vec::new();
+        for ((s, why), v) in self.inputs.iter().zip(&self.statics).zip(inputs) {
+            match (why, v) {
+                (Some(why), Value::Tensor(t)) => statics::encode(s, why, t, &mut static_leaves)?,
+                (_, Value::Tensor(t)) if s.kind == ValueKind::Tensor => traced.push(t),
+                (_, Value::Tensor(t)) => {
+                    static_leaves.push(LAYOUT_TENSOR);
+                    traced.push(t);
+                }
+                (_, Value::Sequence(ts)) => {
+                    static_leaves.push(ts.len() as i64);
+                    traced.extend(ts);
+                }
+                (_, Value::None) => static_leaves.push(LAYOUT_NONE),
+            }
+        }
+        let outs = match &self.weights {
+            Some(w) => self.funcs[0].call((&traced, w, &static_leaves))?,
+            None => self.funcs[0].call((&traced, &static_leaves))?,
+        };
+        let mut outs = outs.into_iter();
+        let mut got = Vec::with_capacity(self.outputs.len());
+        let lost = || onnx_error("", "", "", ErrorKind::Internal, "an output went missing");
+        for s in &self.outputs {
+            let v = match s.kind {
+                ValueKind::Tensor => Value::Tensor(outs.next().ok_or_else(lost)?),
+                _ => match outs.next().ok_or_else(lost)?.item::<i64>()? {
+                    LAYOUT_NONE => Value::None,
+                    LAYOUT_TENSOR => Value::Tensor(outs.next().ok_or_else(lost)?),
+                    n => Value::Sequence(
+                        (0..n)
+                            .map(|_| outs.next().ok_or_else(lost))
+                            .collect::<Result<_>>()?,
+                    ),
+                },
+            };
+            got.push((s.name.clone(), v));
+        }
+        Ok(got)
+    }
+}
+
+impl OnnxModel {
+    /// Runs a graph cut into phases (`segments.rs`; tensors only): each
+    /// piece's jit function in order, NonZero and the like eagerly between
+    /// them, with concrete values carried by name.
+    fn run_phases(&self, inputs: &[&Value]) -> Result<Vec<(String, Value)>> {
+        let mut vals: HashMap<String, Tensor> = HashMap::with_capacity(inputs.len());
+        for (s, v) in self.inputs.iter().zip(inputs) {
+            let Value::Tensor(t) = v else {
+                return Err(onnx_error(
+                    "",
+                    "",
+                    &s.name,
+                    ErrorKind::Internal,
+                    "a graph run in phases takes tensors only",
+                ));
+            };
+            vals.insert(s.name.clone(), t.clone());
+        }
         for (k, seg) in self.graph.segments.iter().enumerate() {
             if !seg.nodes.is_empty() {
                 let mut traced = Vec::with_capacity(seg.inputs.len());
@@ -614,6 +759,7 @@ impl OnnxModel {
                                 name: name.clone(),
                                 dtype: None,
                                 dims: None,
+                                kind: ValueKind::Tensor,
                             };
                             statics::encode(&spec, why, t, &mut static_leaves)?
                         }
@@ -640,10 +786,29 @@ impl OnnxModel {
                     .ok_or_else(|| {
                         onnx_error("", "", &s.name, ErrorKind::Internal, "output not computed")
                     })?;
-                Ok((s.name.clone(), t))
+                Ok((s.name.clone(), Value::Tensor(t)))
             })
             .collect()
     }
+}
+
+/// Outputs that must all be tensors ([`OnnxModel::run`]).
+fn tensors_only(outs: Vec<(String, Value)>) -> Result<Vec<(String, Tensor)>> {
+    outs.into_iter()
+        .map(|(name, v)| match v {
+            Value::Tensor(t) => Ok((name, t)),
+            v => Err(onnx_error(
+                "",
+                "",
+                &name,
+                ErrorKind::BadArgument,
+                format!(
+                    "this output is {}: run the model with `run_values`",
+                    v.what()
+                ),
+            )),
+        })
+        .collect()
 }
 
 fn check_input<'a>(s: &'a IoSpec, t: &Tensor, symbols: &mut HashMap<&'a str, usize>) -> Result<()> {

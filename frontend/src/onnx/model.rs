@@ -6,7 +6,7 @@
 //! length, offset and count is checked before it is used.
 
 use super::narrow::{self, Narrow};
-use super::{onnx_error, Dim, IoSpec};
+use super::{onnx_error, Dim, IoSpec, ValueKind};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 use onnx_protobuf::{
@@ -34,6 +34,9 @@ pub(crate) enum Attr {
     Tensor(Tensor),
     /// A sub-graph (`If` branches, `Loop` and `Scan` bodies).
     Graph(std::sync::Arc<SubGraph>),
+    /// A type (`Optional`'s `type`, which only that row reads: values
+    /// carry their own types while tracing).
+    Type,
     /// A kind this importer does not read (graphs, sparse tensors, type
     /// protos, tensor lists): an error if a row asks for it.
     Other(&'static str),
@@ -59,6 +62,8 @@ pub(crate) struct Node {
 pub(crate) struct SubGraph {
     pub inputs: Vec<IoSpec>,
     pub outputs: Vec<String>,
+    /// What each output declares it holds (a tensor when undeclared).
+    pub output_kinds: Vec<ValueKind>,
     pub initializers: Vec<(String, Tensor)>,
     pub nodes: Vec<Node>,
 }
@@ -123,6 +128,17 @@ pub(crate) fn parse(bytes: &[u8], dir: Option<&Path>) -> Result<Parsed> {
         if o.domain.is_empty() || o.domain == "ai.onnx" {
             opset = Some(o.version);
         }
+    }
+    // A model of other domains' nodes only (the training optimizers) may
+    // import no default-domain opset; its nodes never read it.
+    let only_other_domains = model.graph.as_ref().is_some_and(|g| {
+        !g.node.is_empty()
+            && g.node
+                .iter()
+                .all(|n| !(n.domain.is_empty() || n.domain == "ai.onnx"))
+    });
+    if opset.is_none() && only_other_domains {
+        opset = Some(MAX_OPSET);
     }
     // IR version 3 files may list no opset: that means opset 1, too old.
     let opset = opset.ok_or_else(|| {
@@ -248,10 +264,16 @@ fn parse_subgraph(g: &GraphProto, dir: Option<&Path>) -> std::result::Result<Sub
         .collect::<Result<Vec<_>>>()
         .map_err(|e| e.to_string())?;
     let outputs = g.output.iter().map(|v| v.name.clone()).collect();
+    let output_kinds = g
+        .output
+        .iter()
+        .map(|v| io_spec(v).map(|s| s.kind).unwrap_or_default())
+        .collect();
     let (nodes, _) = parse_nodes(g, dir).map_err(|e| e.to_string())?;
     Ok(SubGraph {
         inputs,
         outputs,
+        output_kinds,
         initializers,
         nodes,
     })
@@ -314,43 +336,83 @@ fn io_spec(v: &ValueInfoProto) -> Result<IoSpec> {
         name: v.name.clone(),
         dtype: None,
         dims: None,
+        kind: ValueKind::Tensor,
     };
     let Some(t) = v.type_.as_ref() else {
         return Ok(spec);
     };
-    match &t.value {
-        Some(type_proto::Value::TensorType(tt)) => {
-            if let Some(t) = Narrow::from_code(tt.elem_type) {
-                spec.dtype = Some(t.carrier());
-            } else if tt.elem_type != 0 {
-                spec.dtype = Some(dtype_of(tt.elem_type).map_err(|m| {
-                    model_error(ErrorKind::Unsupported, format!("value `{}`: {m}", v.name))
-                })?);
-            }
-            if let Some(shape) = tt.shape.as_ref() {
-                use onnx_protobuf::tensor_shape_proto::dimension::Value as V;
-                let dims = shape
-                    .dim
-                    .iter()
-                    .map(|d| match &d.value {
-                        Some(V::DimValue(n)) if *n >= 0 => Dim::Fixed(*n as usize),
-                        Some(V::DimParam(s)) if !s.is_empty() => Dim::Symbol(s.clone()),
-                        _ => Dim::Symbol("?".into()),
-                    })
-                    .collect();
-                spec.dims = Some(dims);
-            }
-            Ok(spec)
-        }
-        None => Ok(spec),
-        Some(_) => Err(model_error(
+    let not_tensor = || {
+        model_error(
             ErrorKind::Unsupported,
             format!(
-                "value `{}` is not a tensor (sequences, maps and optionals are not supported)",
+                "value `{}` is not a tensor, a sequence of tensors or an optional of either \
+                 (maps and sparse tensors are not supported)",
                 v.name
             ),
-        )),
+        )
+    };
+    // The element type of a sequence, or `None` when it is not tensors.
+    let seq_elem = |t: &onnx_protobuf::TypeProto| match &t.value {
+        Some(type_proto::Value::SequenceType(s)) => match s.elem_type.as_ref() {
+            None => Some(None),
+            Some(e) => match &e.value {
+                Some(type_proto::Value::TensorType(tt)) => Some(Some(tt.clone())),
+                None => Some(None),
+                _ => None,
+            },
+        },
+        _ => None,
+    };
+    let tensor = match &t.value {
+        Some(type_proto::Value::TensorType(tt)) => Some(tt.clone()),
+        None => return Ok(spec),
+        Some(type_proto::Value::SequenceType(_)) => {
+            spec.kind = ValueKind::Sequence;
+            seq_elem(t).ok_or_else(not_tensor)?
+        }
+        Some(type_proto::Value::OptionalType(o)) => match o.elem_type.as_ref() {
+            None => {
+                spec.kind = ValueKind::OptionalTensor;
+                None
+            }
+            Some(e) => match &e.value {
+                Some(type_proto::Value::TensorType(tt)) => {
+                    spec.kind = ValueKind::OptionalTensor;
+                    Some(tt.clone())
+                }
+                Some(type_proto::Value::SequenceType(_)) => {
+                    spec.kind = ValueKind::OptionalSequence;
+                    seq_elem(e).ok_or_else(not_tensor)?
+                }
+                _ => return Err(not_tensor()),
+            },
+        },
+        Some(_) => return Err(not_tensor()),
+    };
+    let Some(tt) = tensor else {
+        return Ok(spec);
+    };
+    if let Some(t) = Narrow::from_code(tt.elem_type) {
+        spec.dtype = Some(t.carrier());
+    } else if tt.elem_type != 0 {
+        spec.dtype = Some(dtype_of(tt.elem_type).map_err(|m| {
+            model_error(ErrorKind::Unsupported, format!("value `{}`: {m}", v.name))
+        })?);
     }
+    if let Some(shape) = tt.shape.as_ref() {
+        use onnx_protobuf::tensor_shape_proto::dimension::Value as V;
+        let dims = shape
+            .dim
+            .iter()
+            .map(|d| match &d.value {
+                Some(V::DimValue(n)) if *n >= 0 => Dim::Fixed(*n as usize),
+                Some(V::DimParam(s)) if !s.is_empty() => Dim::Symbol(s.clone()),
+                _ => Dim::Symbol("?".into()),
+            })
+            .collect();
+        spec.dims = Some(dims);
+    }
+    Ok(spec)
 }
 
 fn decode_attr(
@@ -381,7 +443,8 @@ fn decode_attr(
         ),
         Some(T::TENSORS) => Attr::Other("a tensor list"),
         Some(T::SPARSE_TENSOR) | Some(T::SPARSE_TENSORS) => Attr::Other("a sparse tensor"),
-        Some(T::TYPE_PROTO) | Some(T::TYPE_PROTOS) => Attr::Other("a type"),
+        Some(T::TYPE_PROTO) => Attr::Type,
+        Some(T::TYPE_PROTOS) => Attr::Other("a type list"),
         Some(T::UNDEFINED) | None => {
             if !a.ref_attr_name.is_empty() {
                 Attr::Other("a reference to a function's attribute")

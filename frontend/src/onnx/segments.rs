@@ -20,7 +20,7 @@
 
 use super::model::{Attr, Node, SubGraph};
 use super::statics::{self, Reason};
-use super::IoSpec;
+use super::{IoSpec, ValueKind};
 use std::collections::HashSet;
 use std::ops::Range;
 
@@ -39,6 +39,11 @@ pub(crate) struct Segment {
     /// A node whose output shape is its operands' values, run eagerly on
     /// the concrete values after this piece.
     pub eager: Option<usize>,
+    /// Per input, what it holds (sequences and optionals only when the
+    /// graph is one piece).
+    pub input_kinds: Vec<ValueKind>,
+    /// Per output, what it holds.
+    pub output_kinds: Vec<ValueKind>,
 }
 
 /// Ops whose output shape is a function of their operands' values: over
@@ -76,16 +81,46 @@ fn free_names(g: &SubGraph) -> Vec<String> {
     free
 }
 
+/// The whole graph as one piece, with the graph's inputs (value-keyed
+/// as `graph_statics` says) and outputs.
+pub(crate) fn whole(
+    count: usize,
+    inputs: &[IoSpec],
+    graph_statics: &[Option<Reason>],
+    outputs: &[IoSpec],
+) -> Segment {
+    Segment {
+        nodes: 0..count,
+        inputs: inputs.iter().map(|s| s.name.clone()).collect(),
+        statics: graph_statics.to_vec(),
+        outputs: outputs.iter().map(|s| s.name.clone()).collect(),
+        eager: None,
+        input_kinds: inputs.iter().map(|s| s.kind).collect(),
+        output_kinds: outputs.iter().map(|s| s.kind).collect(),
+    }
+}
+
 /// Cuts the graph where an operand the trace must know is computed from
-/// traced data. One segment (the whole graph, with the graph's inputs,
-/// value-keyed as `graph_statics` says, and outputs) when there is no cut.
+/// traced data; [`whole`] when there is no cut. The pieces carry tensors
+/// only: a graph with sequence or optional values is not cut (a value it
+/// reads from traced data is an error naming the node, as at trace time).
 pub(crate) fn plan(
     nodes: &[Node],
     inputs: &[IoSpec],
     graph_statics: &[Option<Reason>],
     consts: &HashSet<&str>,
-    outputs: &[String],
+    outputs_spec: &[IoSpec],
 ) -> Vec<Segment> {
+    let outputs = outputs_spec;
+    let values = |specs: &[IoSpec]| specs.iter().any(|s| s.kind != ValueKind::Tensor);
+    let sequence_ops = nodes
+        .iter()
+        .any(|n| n.op.contains("Sequence") || n.op.starts_with("Optional"));
+    if values(inputs) || values(outputs) || sequence_ops {
+        return vec![whole(nodes.len(), inputs, graph_statics, outputs)];
+    }
+    let outputs: Vec<String> = outputs.iter().map(|s| s.name.clone()).collect();
+    let outputs = outputs.as_slice();
     let mut concrete: HashSet<String> = consts.iter().map(|s| s.to_string()).collect();
     for (s, why) in inputs.iter().zip(graph_statics) {
         if why.is_some() {
@@ -127,13 +162,7 @@ pub(crate) fn plan(
         }
     }
     if cuts.is_empty() {
-        return vec![Segment {
-            nodes: 0..nodes.len(),
-            inputs: inputs.iter().map(|s| s.name.clone()).collect(),
-            statics: graph_statics.to_vec(),
-            outputs: outputs.to_vec(),
-            eager: None,
-        }];
+        return vec![whole(nodes.len(), inputs, graph_statics, outputs_spec)];
     }
     // Node ranges: a piece ends at each cut; an eager cut node sits between
     // two pieces, any other starts the next one.
@@ -202,6 +231,7 @@ pub(crate) fn plan(
                 name: name.clone(),
                 dtype: None,
                 dims: None,
+                kind: ValueKind::Tensor,
             })
             .collect();
         let seg_statics = statics::find(&nodes[range.clone()], &specs);
@@ -211,6 +241,8 @@ pub(crate) fn plan(
         }
         segments.push(Segment {
             nodes: range.clone(),
+            input_kinds: vec![ValueKind::Tensor; ins.len()],
+            output_kinds: vec![ValueKind::Tensor; outs.len()],
             inputs: ins,
             statics: seg_statics,
             outputs: outs,

@@ -15,8 +15,8 @@
 //! recently used evicted. Operands computed from traced data cut the
 //! graph instead (`segments.rs`).
 
-use super::model::Node;
-use super::{onnx_error, IoSpec};
+use super::model::{Attr, Node};
+use super::{onnx_error, IoSpec, ValueKind};
 use crate::error::Result;
 use crate::tensor::Tensor;
 use std::collections::HashMap;
@@ -45,6 +45,9 @@ pub(crate) fn static_operands(op: &str) -> &'static [usize] {
         "Col2Im" => &[1, 2],
         "AffineGrid" => &[1],
         "MaxUnpool" => &[2],
+        "SequenceAt" | "SequenceErase" | "SplitToSequence" => &[1],
+        "SequenceInsert" => &[2],
+        "MelWeightMatrix" => &[0, 1, 2, 3, 4],
         _ => &[],
     }
 }
@@ -80,7 +83,13 @@ pub(crate) fn find(nodes: &[Node], inputs: &[IoSpec]) -> Vec<Option<Reason>> {
         // NonZero and the like over data run eagerly between two traced
         // pieces instead (`segments.rs`): a data tensor is no key.
         if n.domain.is_empty() && !super::segments::data_shaped(&n.op) {
-            for &k in static_operands(&n.op) {
+            // An If whose branches give sequences or optionals must take
+            // one branch: those cannot be selected elementwise.
+            let cond: &[usize] = match n.op == "If" && branches_give_values(n) {
+                true => &[0],
+                false => &[],
+            };
+            for &k in static_operands(&n.op).iter().chain(cond) {
                 if let Some(i) = n.inputs.get(k).filter(|i| !i.is_empty()) {
                     needed.entry(i.clone()).or_insert_with(|| Reason {
                         node: n.name.clone(),
@@ -95,6 +104,14 @@ pub(crate) fn find(nodes: &[Node], inputs: &[IoSpec]) -> Vec<Option<Reason>> {
         .iter()
         .map(|s| needed.get(&s.name).cloned())
         .collect()
+}
+
+/// Whether an If's branch declares a sequence or optional output.
+fn branches_give_values(n: &Node) -> bool {
+    ["then_branch", "else_branch"].iter().any(|b| {
+        matches!(n.attrs.get(*b), Some(Attr::Graph(g))
+            if g.output_kinds.iter().any(|k| *k != ValueKind::Tensor))
+    })
 }
 
 /// The dtypes a static input may have, by their code in the leaves.

@@ -7,6 +7,7 @@
 
 use super::model::{dtype_of, Attr, Node};
 use super::onnx_error;
+use super::value::Value;
 use crate::conv::{Conv2d, Pool2d};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -26,6 +27,8 @@ pub(crate) struct Cx<'a> {
 
 type Check = fn(&Node, &Cx) -> Result<()>;
 type Build = fn(&Node, &Cx, &[Option<Tensor>]) -> Result<Vec<Tensor>>;
+/// A build over values that may be sequences or optionals.
+pub(crate) type BuildValues = fn(&Node, &Cx, &[Option<Value>]) -> Result<Vec<Value>>;
 
 /// How a row builds its node.
 #[derive(Clone, Copy)]
@@ -36,6 +39,8 @@ pub(crate) enum Kind {
     Binary(fn(&Tensor, &Tensor) -> Tensor),
     /// Anything else.
     Node(Build),
+    /// A node that reads or makes sequences or optionals (`table/sequence.rs`).
+    Values(BuildValues),
 }
 
 /// One supported op type.
@@ -86,6 +91,10 @@ mod nms;
 mod quant;
 mod recurrent;
 mod reduce;
+mod sequence;
+mod signal;
+mod ssm;
+mod training;
 mod transformer;
 
 pub(super) use quant::round_to;
@@ -98,6 +107,9 @@ static TABLES: &[&[Row]] = &[
     quant::ROWS,
     recurrent::ROWS,
     reduce::ROWS,
+    sequence::ROWS,
+    signal::ROWS,
+    ssm::ROWS,
     transformer::ROWS,
 ];
 
@@ -128,7 +140,6 @@ static TABLE: &[Row] = &[
     unary!("Atanh", |x| x.atanh()),
     unary!("Sinh", |x| (x.exp() - (-x).exp()) * 0.5),
     unary!("Cosh", |x| (x.exp() + (-x).exp()) * 0.5),
-    unary!("Identity", |x| x.clone()),
     unary!("Softsign", |x| x / (x.abs() + 1.0)),
     unary!("Softplus", |x| (x.exp() + 1.0).log()),
     unary!("Not", |x| x.cast(DType::I32).rsub(1i32).cast(DType::Bool)),
@@ -506,8 +517,11 @@ pub(crate) fn op_types() -> impl Iterator<Item = &'static str> {
     TABLES.iter().flat_map(|t| t.iter()).map(|r| r.op)
 }
 
-/// The row of an op type in the default domain.
+/// The row of an op type in the default domain (or the training one).
 pub(crate) fn row(node: &Node) -> Option<&'static Row> {
+    if node.domain == training::DOMAIN {
+        return training::ROWS.iter().find(|r| r.op == node.op);
+    }
     if !(node.domain.is_empty() || node.domain == "ai.onnx") {
         return None;
     }
@@ -542,7 +556,13 @@ pub(crate) fn check(node: &Node, cx: &Cx) -> Result<&'static Row> {
                 "this attribute is not supported",
             ));
         }
-        if let Attr::Other(what) = value {
+        let unread = match value {
+            Attr::Other(what) => Some(*what),
+            // Only Optional reads a type (values carry theirs).
+            Attr::Type if node.op != "Optional" => Some("a type"),
+            _ => None,
+        };
+        if let Some(what) = unread {
             return Err(fail(
                 node,
                 name,
@@ -554,7 +574,7 @@ pub(crate) fn check(node: &Node, cx: &Cx) -> Result<&'static Row> {
     let want = match r.kind {
         Kind::Unary(_) => Some(1),
         Kind::Binary(_) => Some(2),
-        Kind::Node(_) => None,
+        Kind::Node(_) | Kind::Values(_) => None,
     };
     if let Some(k) = want {
         if node.inputs.len() != k || node.inputs.iter().any(|i| i.is_empty()) {
@@ -576,6 +596,12 @@ pub(crate) fn build(r: &Row, node: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Re
         Kind::Unary(f) => one(f(req(node, ins, 0)?)),
         Kind::Binary(f) => one(f(req(node, ins, 0)?, req(node, ins, 1)?)),
         Kind::Node(b) => b(node, cx, ins),
+        Kind::Values(_) => Err(fail(
+            node,
+            "",
+            ErrorKind::Internal,
+            "a sequence row built as a tensor row",
+        )),
     }
 }
 

@@ -32,13 +32,13 @@ pub(super) static ROWS: &[Row] = &[
         op: "If",
         attrs: &["then_branch", "else_branch"],
         check: control::check_if,
-        kind: Kind::Node(control::build_if),
+        kind: Kind::Values(control::build_if),
     },
     Row {
         op: "Loop",
         attrs: &["body"],
         check: control::check_loop,
-        kind: Kind::Node(control::build_loop),
+        kind: Kind::Values(control::build_loop),
     },
     Row {
         op: "Scan",

@@ -8,6 +8,7 @@ use super::super::{attr_i, attr_ints, axis, fail, opt, req, Cx};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::onnx::subgraph;
+use crate::onnx::value::Value;
 use crate::tensor::Tensor;
 use tilejit_ir::{DType, ErrorKind};
 
@@ -33,15 +34,31 @@ fn known_bool(n: &Node, what: &str, t: &Tensor) -> Result<Option<bool>> {
     Ok(Some(v != 0.0))
 }
 
-pub(super) fn build_if(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
-    let cond = req(n, ins, 0)?;
+/// The tensor inputs of a values row (a sequence or empty optional among
+/// them is `None`, so `req` names it).
+fn tensors(ins: &[Option<Value>]) -> Vec<Option<Tensor>> {
+    ins.iter()
+        .map(|v| match v {
+            Some(Value::Tensor(t)) => Some(t.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn tensor_values(ts: Vec<Tensor>) -> Vec<Value> {
+    ts.into_iter().map(Value::Tensor).collect()
+}
+
+pub(super) fn build_if(n: &Node, cx: &Cx, ins: &[Option<Value>]) -> Result<Vec<Value>> {
+    let ts = tensors(ins);
+    let cond = req(n, &ts, 0)?;
     let (then_g, else_g) = (
         subgraph::graph(n, "then_branch")?,
         subgraph::graph(n, "else_branch")?,
     );
     match known_bool(n, "cond", cond)? {
-        Some(true) => return subgraph::run(n, then_g, cx, &[]),
-        Some(false) => return subgraph::run(n, else_g, cx, &[]),
+        Some(true) => return subgraph::run_values(n, then_g, cx, &[]),
+        Some(false) => return subgraph::run_values(n, else_g, cx, &[]),
         None => {}
     }
     if cond.numel() != 1 {
@@ -78,7 +95,8 @@ pub(super) fn build_if(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<
             }
             Ok(Tensor::where_cond(&c, x, y))
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()
+        .map(tensor_values)
 }
 
 pub(super) fn check_loop(n: &Node, cx: &Cx) -> Result<()> {
@@ -111,8 +129,9 @@ fn stack(n: &Node, what: &str, xs: &[Tensor], axis: usize) -> Result<Tensor> {
     })
 }
 
-pub(super) fn build_loop(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+pub(super) fn build_loop(n: &Node, cx: &Cx, vals: &[Option<Value>]) -> Result<Vec<Value>> {
     let body = subgraph::graph(n, "body")?;
+    let ins = &tensors(vals)[..];
     let trips = match opt(ins, 0) {
         Some(m) if m.is_traced() => {
             return Err(fail(
@@ -149,8 +168,11 @@ pub(super) fn build_loop(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Ve
         ));
     }
     let carried = ins.len().saturating_sub(2);
-    let mut state: Vec<Tensor> = (0..carried)
-        .map(|i| req(n, ins, i + 2).cloned())
+    let mut state: Vec<Value> = (0..carried)
+        .map(|i| match vals.get(i + 2).cloned().flatten() {
+            Some(v) => Ok(v),
+            None => req(n, ins, i + 2).cloned().map(Value::Tensor),
+        })
         .collect::<Result<_>>()?;
     let scans = body.outputs.len().saturating_sub(1 + carried);
     let mut scanned: Vec<Vec<Tensor>> = vec![Vec::new(); scans];
@@ -167,12 +189,32 @@ pub(super) fn build_loop(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Ve
             ));
         }
         let mut args = vec![
-            Tensor::from_vec(vec![i], &[])?,
-            Tensor::from_vec(vec![cond], &[])?,
+            Value::Tensor(Tensor::from_vec(vec![i], &[])?),
+            Value::Tensor(Tensor::from_vec(vec![cond], &[])?),
         ];
         args.extend(state.iter().cloned());
-        let outs = subgraph::run(n, body, cx, &args)?;
-        cond = match known_bool(n, "cond", &outs[0])? {
+        let outs = subgraph::run_values(n, body, cx, &args)?;
+        if outs.len() < 1 + carried {
+            return Err(fail(
+                n,
+                "body",
+                ErrorKind::BadArgument,
+                format!(
+                    "the body gives {} outputs, {} needed",
+                    outs.len(),
+                    1 + carried
+                ),
+            ));
+        }
+        let Value::Tensor(c) = &outs[0] else {
+            return Err(fail(
+                n,
+                "body",
+                ErrorKind::BadArgument,
+                "the body's condition output is not a tensor",
+            ));
+        };
+        cond = match known_bool(n, "cond", c)? {
             Some(v) => v,
             None if trips.is_some() && opt(ins, 1).is_none() => true,
             None => {
@@ -185,14 +227,22 @@ pub(super) fn build_loop(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Ve
             }
         };
         state = outs[1..1 + carried].to_vec();
-        for (k, t) in outs[1 + carried..].iter().enumerate() {
+        for (k, v) in outs[1 + carried..].iter().enumerate() {
+            let Value::Tensor(t) = v else {
+                return Err(fail(
+                    n,
+                    "body",
+                    ErrorKind::Unsupported,
+                    format!("scan output {k} is {}, not a tensor", v.what()),
+                ));
+            };
             scanned[k].push(t.clone());
         }
         i += 1;
     }
     let mut outs = state;
     for (k, s) in scanned.iter().enumerate() {
-        outs.push(stack(n, &format!("scan output {k}"), s, 0)?);
+        outs.push(Value::Tensor(stack(n, &format!("scan output {k}"), s, 0)?));
     }
     Ok(outs)
 }
