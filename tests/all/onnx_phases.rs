@@ -254,3 +254,91 @@ fn a_dynamic_model_traces_once_per_shape_class() {
         }
     }
 }
+
+/// `Unique(Relu(x))`, all four outputs, over traced data: a cut.
+fn unique_model(sorted: i64, axis: Option<i64>, dims: &[D]) -> OnnxModel {
+    let mut attrs = vec![b::int("sorted", sorted)];
+    if let Some(a) = axis {
+        attrs.push(b::int("axis", a));
+    }
+    let bytes = b::encode(&b::model(
+        13,
+        vec![
+            b::node("Relu", "relu", &["x"], &["h"], vec![]),
+            b::node("Unique", "u", &["h"], &["y", "i", "inv", "c"], attrs),
+        ],
+        vec![b::value("x", b::FLOAT, dims)],
+        vec![
+            b::value("y", b::FLOAT, &[]),
+            b::value("i", b::INT64, &[]),
+            b::value("inv", b::INT64, &[]),
+            b::value("c", b::INT64, &[]),
+        ],
+        vec![],
+    ));
+    onnx::from_bytes(&bytes).unwrap()
+}
+
+#[test]
+fn unique_of_traced_data_runs_at_a_cut() {
+    // ONNX's examples for [2, 1, 1, 3, 4, 3]: first-seen order, then
+    // sorted.
+    let x = Tensor::from_vec(vec![2.0f32, 1.0, 1.0, 3.0, 4.0, 3.0], &[6]).unwrap();
+    let ints = |t: &Tensor| t.to_vec::<i64>().unwrap();
+    for mode in MODES {
+        let outs = run(&unique_model(0, None, &[D::N(6)]), &[&x], mode);
+        assert_eq!(
+            outs[0].to_vec::<f32>().unwrap(),
+            [2.0, 1.0, 3.0, 4.0],
+            "{mode:?}"
+        );
+        assert_eq!(ints(&outs[1]), [0, 1, 3, 4]);
+        assert_eq!(ints(&outs[2]), [0, 1, 1, 2, 3, 2]);
+        assert_eq!(ints(&outs[3]), [1, 2, 2, 1]);
+        let outs = run(&unique_model(1, None, &[D::N(6)]), &[&x], mode);
+        assert_eq!(outs[0].to_vec::<f32>().unwrap(), [1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(ints(&outs[1]), [1, 0, 3, 4]);
+        assert_eq!(ints(&outs[2]), [1, 0, 0, 2, 3, 2]);
+        assert_eq!(ints(&outs[3]), [2, 1, 2, 1]);
+    }
+    // Rows of [[1, 0, 0], [1, 0, 0], [2, 3, 4]] along axis 0.
+    let x = Tensor::from_vec(
+        vec![1.0f32, 0.0, 0.0, 1.0, 0.0, 0.0, 2.0, 3.0, 4.0],
+        &[3, 3],
+    )
+    .unwrap();
+    let model = unique_model(1, Some(0), &[D::N(3), D::N(3)]);
+    for mode in MODES {
+        let outs = run(&model, &[&x], mode);
+        assert_eq!(outs[0].shape(), &[2, 3], "{mode:?}");
+        assert_eq!(
+            outs[0].to_vec::<f32>().unwrap(),
+            [1.0, 0.0, 0.0, 2.0, 3.0, 4.0]
+        );
+        assert_eq!(ints(&outs[1]), [0, 2]);
+        assert_eq!(ints(&outs[2]), [0, 0, 1]);
+        assert_eq!(ints(&outs[3]), [2, 1]);
+    }
+}
+
+#[test]
+fn unique_with_a_bad_sorted_value_is_refused_at_load() {
+    let bytes = b::encode(&b::model(
+        13,
+        vec![b::node(
+            "Unique",
+            "u",
+            &["x"],
+            &["y"],
+            vec![b::int("sorted", 2)],
+        )],
+        vec![b::value("x", b::FLOAT, &[D::N(3)])],
+        vec![b::value("y", b::FLOAT, &[])],
+        vec![],
+    ));
+    let e = onnx::from_bytes(&bytes).err().unwrap();
+    assert_eq!(
+        onnx_err(&e),
+        ("u", "Unique", "sorted", ErrorKind::BadArgument)
+    );
+}

@@ -96,6 +96,7 @@ mod signal;
 mod ssm;
 mod training;
 mod transformer;
+mod unique;
 
 pub(super) use quant::round_to;
 
@@ -111,6 +112,7 @@ static TABLES: &[&[Row]] = &[
     signal::ROWS,
     ssm::ROWS,
     transformer::ROWS,
+    unique::ROWS,
 ];
 
 /// The core op types: elementwise, shape, matmul, conv and pool rows.
