@@ -165,9 +165,10 @@ pub struct LoadOptions {
     pub weights_as_arguments: bool,
     /// Trace once per shape class rather than once per size: dims seen
     /// to vary between calls (a symbolic `batch` or `seq`) become size
-    /// symbols, as [`JitFn::make_dynamic`] does, so a new size
-    /// instantiates the class's graph without running the importer
-    /// again. Each exact size still compiles its own program; a graph
+    /// symbols, as
+    /// [`JitFunction::make_dynamic`](crate::JitFunction::make_dynamic)
+    /// does, so a new size instantiates the class's graph without running
+    /// the importer again. Each exact size still compiles its own program; a graph
     /// whose shape arithmetic reads a size traces per size anyway.
     pub dynamic: bool,
 }
