@@ -109,18 +109,16 @@ pub(crate) fn plan(
     inputs: &[IoSpec],
     graph_statics: &[Option<Reason>],
     consts: &HashSet<&str>,
-    outputs_spec: &[IoSpec],
+    output_specs: &[IoSpec],
 ) -> Vec<Segment> {
-    let outputs = outputs_spec;
     let values = |specs: &[IoSpec]| specs.iter().any(|s| s.kind != ValueKind::Tensor);
     let sequence_ops = nodes
         .iter()
         .any(|n| n.op.contains("Sequence") || n.op.starts_with("Optional"));
-    if values(inputs) || values(outputs) || sequence_ops {
-        return vec![whole(nodes.len(), inputs, graph_statics, outputs)];
+    if values(inputs) || values(output_specs) || sequence_ops {
+        return vec![whole(nodes.len(), inputs, graph_statics, output_specs)];
     }
-    let outputs: Vec<String> = outputs.iter().map(|s| s.name.clone()).collect();
-    let outputs = outputs.as_slice();
+    let outputs: Vec<String> = output_specs.iter().map(|s| s.name.clone()).collect();
     let mut concrete: HashSet<String> = consts.iter().map(|s| s.to_string()).collect();
     for (s, why) in inputs.iter().zip(graph_statics) {
         if why.is_some() {
@@ -162,7 +160,7 @@ pub(crate) fn plan(
         }
     }
     if cuts.is_empty() {
-        return vec![whole(nodes.len(), inputs, graph_statics, outputs_spec)];
+        return vec![whole(nodes.len(), inputs, graph_statics, output_specs)];
     }
     // Node ranges: a piece ends at each cut; an eager cut node sits between
     // two pieces, any other starts the next one.

@@ -1303,24 +1303,31 @@ fn build_conv(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     one(y)
 }
 
-/// The 2-D (and 1-D) pools `Pool2d` runs natively; `image/pool_nd.rs`
-/// sends the rest elsewhere.
-fn build_pool_2d(n: &Node, _: &Cx, ins: &[Option<Tensor>], max: bool) -> Result<Vec<Tensor>> {
-    let x = req(n, ins, 0)?;
+/// A pool's `kernel_shape`, checked against the input's rank (N, C and
+/// one dim per kernel axis).
+pub(super) fn pool_kernel(n: &Node, x: &Tensor) -> Result<Vec<usize>> {
     let kernel = usizes(
         n,
         "kernel_shape",
         attr_ints(n, "kernel_shape")?.unwrap_or_default(),
     )?;
-    let spatial = kernel.len();
-    if x.rank() != spatial + 2 {
+    if x.rank() != kernel.len() + 2 {
         return Err(fail(
             n,
             "X",
             ErrorKind::Shape,
-            format!("rank {} for a {spatial}-D pool", x.rank()),
+            format!("rank {} for a {}-D pool", x.rank(), kernel.len()),
         ));
     }
+    Ok(kernel)
+}
+
+/// The 2-D (and 1-D) pools `Pool2d` runs natively; `image/pool_nd.rs`
+/// sends the rest elsewhere.
+fn build_pool_2d(n: &Node, _: &Cx, ins: &[Option<Tensor>], max: bool) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let kernel = pool_kernel(n, x)?;
+    let spatial = kernel.len();
     let win = window(n, kernel, Some(&x.shape()[2..]))?;
     let (x, win) = if spatial == 1 {
         let xs = x.shape();

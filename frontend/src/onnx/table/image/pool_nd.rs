@@ -9,7 +9,7 @@
 //! of the whole window (row-major order, as the reference walks it), with
 //! the input index of each tap a constant.
 
-use super::super::{attr_i, attr_ints, fail, one, req, usizes, window, Cx, Window};
+use super::super::{attr_i, attr_ints, fail, one, pool_kernel, req, usizes, window, Cx, Window};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::tensor::Tensor;
@@ -190,20 +190,8 @@ pub(in super::super) fn build_pool(
     pool: Pool,
 ) -> Result<Vec<Tensor>> {
     let x = req(n, ins, 0)?;
-    let kernel = usizes(
-        n,
-        "kernel_shape",
-        attr_ints(n, "kernel_shape")?.unwrap_or_default(),
-    )?;
+    let kernel = pool_kernel(n, x)?;
     let spatial = kernel.len();
-    if x.rank() != spatial + 2 {
-        return Err(fail(
-            n,
-            "X",
-            ErrorKind::Shape,
-            format!("rank {} for a {spatial}-D pool", x.rank()),
-        ));
-    }
     let image = x.shape()[2..].to_vec();
     let win = window(n, kernel, Some(&image))?;
     if native(n, pool, spatial, &win)? {
