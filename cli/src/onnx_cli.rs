@@ -75,7 +75,8 @@ pub enum OnnxCommand {
         mode: Option<String>,
         /// A list of tests that must pass, one name a line (`#` starts a
         /// comment; `! NAME` marks a known failure, `!sim NAME` a test
-        /// the simulated device cannot run yet): exit 1 when a listed test
+        /// the simulated device cannot run yet, `NAME atol=X` a test
+        /// compared with absolute tolerance X): exit 1 when a listed test
         /// does not pass or an unlisted one fails.
         #[arg(long, value_name = "FILE")]
         expect: Option<PathBuf>,
@@ -249,27 +250,55 @@ enum Outcome {
     Fail(String),
 }
 
-/// An `--expect` file: the tests that must pass, and the known failures.
-/// In `sim` (a mode that runs the simulated device), `!sim` lines leave the list.
-fn read_expect(path: &std::path::Path, sim: bool) -> Result<(Vec<String>, Vec<String>), CliError> {
+/// An `--expect` file: the tests that must pass, the known failures, and
+/// the tests given a wider absolute tolerance (`NAME atol=X`, as onnx's
+/// runner takes a per-test `atol`). In `sim` (a mode that runs the
+/// simulated device), `!sim` lines leave the list.
+struct Expect {
+    pass: Vec<String>,
+    known: Vec<String>,
+    atol: Vec<(String, f64)>,
+}
+
+fn read_expect(path: &std::path::Path, sim: bool) -> Result<Expect, CliError> {
     let text =
         std::fs::read_to_string(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
-    let (mut pass, mut known, mut not_on_sim) = (vec![], vec![], vec![]);
-    for line in text.lines() {
+    let mut e = Expect {
+        pass: vec![],
+        known: vec![],
+        atol: vec![],
+    };
+    let mut not_on_sim = vec![];
+    for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
         let first = |rest: &str| rest.split_whitespace().next().map(String::from);
         if let Some(rest) = line.strip_prefix("!sim") {
             not_on_sim.extend(first(rest));
         } else if let Some(rest) = line.strip_prefix('!') {
-            known.extend(first(rest));
+            e.known.extend(first(rest));
+        } else if let Some((name, tol)) = line.split_once(char::is_whitespace) {
+            let atol = tol
+                .trim()
+                .strip_prefix("atol=")
+                .and_then(|x| x.parse::<f64>().ok())
+                .filter(|x| x.is_finite() && *x >= 0.0);
+            let Some(atol) = atol else {
+                return Err(fail(format!(
+                    "{}:{}: `{tol}`: expected `atol=NUMBER` after the test name",
+                    path.display(),
+                    n + 1
+                )));
+            };
+            e.atol.push((name.to_string(), atol));
+            e.pass.push(name.to_string());
         } else if !line.is_empty() {
-            pass.push(line.to_string());
+            e.pass.push(line.to_string());
         }
     }
     if sim {
-        pass.retain(|n| !not_on_sim.contains(n));
+        e.pass.retain(|n| !not_on_sim.contains(n));
     }
-    Ok((pass, known))
+    Ok(e)
 }
 
 fn node_tests(
@@ -283,9 +312,17 @@ fn node_tests(
         mode.or(tilejit::config().run_mode),
         Some(RunMode::Sim | RunMode::Verify)
     );
-    let (must_pass, known_failures) = match expect {
+    let Expect {
+        pass: must_pass,
+        known: known_failures,
+        atol,
+    } = match expect {
         Some(p) => read_expect(p, sim)?,
-        None => (vec![], vec![]),
+        None => Expect {
+            pass: vec![],
+            known: vec![],
+            atol: vec![],
+        },
     };
     let mut passed_names: Vec<String> = vec![];
     let mut unexpected: Vec<String> = vec![];
@@ -302,10 +339,11 @@ fn node_tests(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let atol = atol.iter().find(|(n, _)| *n == name).map_or(1e-7, |a| a.1);
         // A panic is a failure of that test, not of the whole run.
         let run = || match mode {
-            Some(m) => tilejit::with_mode(m, || one_node_test(t)),
-            None => one_node_test(t),
+            Some(m) => tilejit::with_mode(m, || one_node_test(t, atol)),
+            None => one_node_test(t, atol),
         };
         let outcome =
             std::panic::catch_unwind(run).unwrap_or_else(|_| Outcome::Fail("panicked".into()));
@@ -361,7 +399,7 @@ fn node_tests(
     Ok(())
 }
 
-fn one_node_test(dir: &std::path::Path) -> Outcome {
+fn one_node_test(dir: &std::path::Path, atol: f64) -> Outcome {
     let model = match onnx::load(dir.join("model.onnx")) {
         Ok(m) => m,
         Err(e) if e.kind() == tilejit::ErrorKind::Unsupported => {
@@ -428,7 +466,7 @@ fn one_node_test(dir: &std::path::Path) -> Outcome {
             return Outcome::Fail(format!("{} outputs, expected {}", got.len(), want.len()));
         }
         for ((name, g), (w, exact)) in got.iter().zip(&want) {
-            if let Err(e) = compare_value(g, w, *exact) {
+            if let Err(e) = compare_value(g, w, *exact, atol) {
                 return Outcome::Fail(format!("output {name}: {e}"));
             }
         }
@@ -437,13 +475,18 @@ fn one_node_test(dir: &std::path::Path) -> Outcome {
 }
 
 /// [`compare`] per tensor of a sequence or optional.
-fn compare_value(got: &onnx::Value, want: &onnx::Value, exact: bool) -> Result<(), String> {
+fn compare_value(
+    got: &onnx::Value,
+    want: &onnx::Value,
+    exact: bool,
+    atol: f64,
+) -> Result<(), String> {
     use onnx::Value as V;
     match (got, want) {
-        (V::Tensor(g), V::Tensor(w)) => compare(g, w, exact),
+        (V::Tensor(g), V::Tensor(w)) => compare(g, w, exact, atol),
         (V::Sequence(g), V::Sequence(w)) if g.len() == w.len() => {
             for (i, (g, w)) in g.iter().zip(w).enumerate() {
-                compare(g, w, false).map_err(|e| format!("sequence element {i}: {e}"))?;
+                compare(g, w, false, atol).map_err(|e| format!("sequence element {i}: {e}"))?;
             }
             Ok(())
         }
@@ -460,13 +503,14 @@ fn describe(v: &onnx::Value) -> String {
     }
 }
 
-/// numpy's `assert_allclose(got, want, rtol=1e-3, atol=1e-7)`, NaNs equal,
+/// numpy's `assert_allclose(got, want, rtol=1e-3, atol)` (atol 1e-7 unless
+/// the expect file widens it for the test), NaNs equal,
 /// after the runner's dtype and shape checks. As onnx's runner does, a
 /// bfloat16 output gets `rtol = 2**-6` (two bf16 ulps): the expected values
 /// come from numpy, which rounds to bf16 after every step. `exact` (a
 /// narrow ONNX type, on its carrier dtype): equal values, with the sign of
 /// zero.
-fn compare(got: &Tensor, want: &Tensor, exact: bool) -> Result<(), String> {
+fn compare(got: &Tensor, want: &Tensor, exact: bool, atol: f64) -> Result<(), String> {
     if got.dtype() != want.dtype() || got.shape() != want.shape() {
         return Err(format!(
             "got {:?}{:?}, expected {:?}{:?}",
@@ -510,7 +554,7 @@ fn compare(got: &Tensor, want: &Tensor, exact: bool) -> Result<(), String> {
     for (i, (a, b)) in g.iter().zip(&w).enumerate() {
         let ok = match exact {
             true => (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits(),
-            false => (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= 1e-7 + rtol * b.abs(),
+            false => (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= atol + rtol * b.abs(),
         };
         if !ok {
             return Err(format!("element {i}: {a} vs {b}"));

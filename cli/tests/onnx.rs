@@ -131,3 +131,57 @@ fn bad_models_and_arguments_exit_with_a_message() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("UNSUPPORTED"));
 }
+
+/// A node-test directory holding one test, `test_double` (`y = relu(x) * 2`),
+/// whose expected output is off by `off` at one element.
+fn node_test_dir(dir: &std::path::Path, off: f32) {
+    use tilejit_testkit::onnx::protobuf::Message;
+    let t = dir.join("test_double");
+    let set = t.join("test_data_set_0");
+    std::fs::create_dir_all(&set).unwrap();
+    std::fs::write(t.join("model.onnx"), model("Relu")).unwrap();
+    let pb = |v: &[f32]| b::f32s("", &[v.len() as i64], v).write_to_bytes().unwrap();
+    std::fs::write(set.join("input_0.pb"), pb(&[-1.0, 0.5, 3.0])).unwrap();
+    std::fs::write(set.join("output_0.pb"), pb(&[off, 1.0, 6.0])).unwrap();
+}
+
+#[test]
+fn node_tests_follow_the_expect_list_and_its_per_test_atol() {
+    let dir = TempDir::new("cli-node-tests");
+    // 1.5e-7 off an exact 0: over the runner's atol 1e-7, under 2e-7.
+    node_test_dir(&dir.join("data"), 1.5e-7);
+    let run = |expect: &str| {
+        let list = dir.join("expect.txt");
+        std::fs::write(&list, expect).unwrap();
+        let o = bin()
+            .args(["onnx", "node-tests"])
+            .arg(dir.join("data"))
+            .arg("--expect")
+            .arg(&list)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.code(), text)
+    };
+    let (code, text) = run("test_double\n");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("FAILED test_double: output y: element 0"),
+        "{text}"
+    );
+    let (code, text) = run("test_double atol=2e-7  # why\n");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("1 passed, 0 failed"), "{text}");
+    let (code, text) = run("test_double atol=1e-8\n");
+    assert_eq!(code, Some(1), "{text}");
+    let (code, text) = run("test_double rtol=2e-7\n");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("expect.txt:1: `rtol=2e-7`: expected `atol=NUMBER`"),
+        "{text}"
+    );
+}
