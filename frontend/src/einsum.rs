@@ -225,11 +225,19 @@ impl Tensor {
             }
             v
         };
+        // A step's error (a dtype the sums or matmul refuse) ends it here:
+        // its placeholder shape must not reach the subscript arithmetic.
         let mut cur = reduce_to(operands[0].clone(), eq.inputs[0].clone(), &needed(1));
         for (j, (t, l)) in operands.iter().zip(&eq.inputs).enumerate().skip(1) {
             let keep_b = [cur.1.clone(), needed(j + 1)].concat();
             let b = reduce_to((*t).clone(), l.clone(), &keep_b);
+            if let Some(e) = [&cur.0, &b.0].into_iter().find(|t| t.error().is_some()) {
+                return e.clone();
+            }
             cur = contract(cur, b, &needed(j + 1));
+        }
+        if cur.0.error().is_some() {
+            return cur.0;
         }
         let (t, letters) = reduce_to(cur.0, cur.1, &eq.output);
         arrange(&t, &letters, &eq.output)

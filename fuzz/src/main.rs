@@ -65,7 +65,20 @@ struct Cli {
     replay: Option<PathBuf>,
 }
 
+/// The address space a fuzzing process gets, in KiB: a model file can ask
+/// for any size, and an allocation over this fails (an error tilejit must
+/// return) instead of swapping the machine.
+const LIMIT_KIB: u64 = 4 << 20;
+
+/// Set in the process that runs under the limit.
+const LIMITED: &str = "TILEJIT_FUZZ_LIMITED";
+
 fn main() -> ExitCode {
+    if std::env::var_os(LIMITED).is_none() {
+        if let Some(code) = rerun_limited() {
+            return code;
+        }
+    }
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(msg) => {
@@ -125,6 +138,32 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
     }
     println!("no findings ({execs} executions)");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs this command again under `ulimit -v` (where `sh` has it; without
+/// it, unlimited) and returns its status. An abort (an allocation the
+/// code did not check, failing at the limit) is a finding whose input was
+/// not saved: the same `--seed` replays the run. `None`: no `sh` here.
+fn rerun_limited() -> Option<ExitCode> {
+    let exe = std::env::current_exe().ok()?;
+    let script = format!("ulimit -v {LIMIT_KIB} 2>/dev/null; exec \"$0\" \"$@\"");
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(exe)
+        .args(std::env::args_os().skip(1))
+        .env(LIMITED, "1")
+        .status()
+        .ok()?;
+    if let Some(code) = status.code() {
+        return Some(ExitCode::from(u8::try_from(code).unwrap_or(1)));
+    }
+    eprintln!(
+        "\nFINDING: the fuzzing process died ({status}) under a {} GiB address-space limit: \
+         an allocation tilejit did not check? The same arguments replay it.",
+        LIMIT_KIB >> 20
+    );
+    Some(ExitCode::FAILURE)
 }
 
 /// `90`, `90s`, `2m` or `1h`.

@@ -701,3 +701,57 @@ fn stepped_slices_einsum_and_bitwise_ops_match_hand_values() {
         );
     }
 }
+
+/// What the `onnx` fuzz target found: a hostile file makes a clear error,
+/// never a panic or a hang. A Resize scale of 2^32 (tap tables built at
+/// trace time, one entry per output position) is refused naming `scales`;
+/// an axis on a scalar (GatherElements, the shape then indexed with it) is
+/// refused naming `axis`; an Einsum over bools (the sums refuse the dtype,
+/// whose error tensor then met the subscript arithmetic) is an error
+/// naming bool.
+#[test]
+fn hostile_sizes_axes_and_dtypes_are_errors_not_panics() {
+    let resize = b::encode(&b::model(
+        18,
+        vec![b::node(
+            "Resize",
+            "up",
+            &["x", "", "scales"],
+            &["y"],
+            vec![],
+        )],
+        vec![b::value(
+            "x",
+            b::FLOAT,
+            &[D::N(1), D::N(2), D::N(5), D::N(5)],
+        )],
+        vec![b::value("y", b::FLOAT, &[])],
+        vec![b::f32s("scales", &[4], &[1.0, 4294967296.0, 2.0, 1.5])],
+    ));
+    let gather = b::encode(&b::model(
+        13,
+        vec![b::node("GatherElements", "g", &["x", "i"], &["y"], vec![])],
+        vec![b::value("x", b::FLOAT, &[])],
+        vec![b::value("y", b::FLOAT, &[])],
+        vec![b::i64s("i", &[], &[0])],
+    ));
+    let x4 = Tensor::ones(&[1, 2, 5, 5], DType::F32);
+    let scalar = Tensor::ones(&[], DType::F32);
+    for mode in MODES {
+        for (bytes, x, attr) in [(&resize, &x4, "scales"), (&gather, &scalar, "axis")] {
+            let m = onnx::from_bytes(bytes).unwrap();
+            let e = with_mode(mode, || m.run(&[("x", x)])).unwrap_err();
+            let (_, _, a, k) = onnx_err(&e);
+            assert_eq!((a, k), (attr, ErrorKind::BadArgument), "{mode:?}: {e}");
+        }
+    }
+    let t = Tensor::from_vec(vec![true, false, true, true], &[2, 2]).unwrap();
+    for eq in ["ij,kj->ik", "ij,kj->k", "ij,jk"] {
+        let e = Tensor::einsum(eq, &[&t, &t]).to_vec::<bool>().unwrap_err();
+        assert!(e.to_string().contains("bool"), "{eq}: {e}");
+        assert!(
+            matches!(e.kind(), ErrorKind::DType | ErrorKind::Shape),
+            "{eq}: {e}"
+        );
+    }
+}

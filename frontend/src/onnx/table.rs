@@ -706,7 +706,8 @@ fn attr_ints(n: &Node, name: &str) -> Result<Option<Vec<i64>>> {
 fn axis(n: &Node, what: &str, a: i64, rank: usize) -> Result<usize> {
     let r = rank as i64;
     let v = if a < 0 { a + r } else { a };
-    if (0..r.max(1)).contains(&v) || (r == 0 && v == 0) {
+    // A scalar has no axis: callers index the shape with the result.
+    if (0..r).contains(&v) {
         Ok(v as usize)
     } else {
         Err(fail(

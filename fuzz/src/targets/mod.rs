@@ -11,6 +11,7 @@ mod dynamic;
 mod graph;
 mod kernels;
 mod npy;
+mod onnx;
 
 /// One fuzz target.
 pub struct Target {
@@ -27,7 +28,7 @@ pub struct Target {
 }
 
 /// Every target, in the order `all` runs them.
-pub const ALL: [Target; 7] = [
+pub const ALL: [Target; 8] = [
     graph::TARGET,
     kernels::TARGET,
     device::BINARY,
@@ -35,6 +36,7 @@ pub const ALL: [Target; 7] = [
     npy::TARGET,
     config::TARGET,
     dynamic::TARGET,
+    onnx::TARGET,
 ];
 
 /// The target called `name`.

@@ -259,8 +259,24 @@ fn plan(
             ))
         }
     }
+    // The taps are tables built here, one entry per output position: a
+    // scale from a hostile file must not make them (or the loop) unbounded.
+    if let Some(a) = axes.iter().find(|&&a| p[a].out > MAX_AXIS) {
+        return Err(fail(
+            n,
+            "scales",
+            ErrorKind::BadArgument,
+            format!(
+                "makes axis {a} {} long (from {}); tilejit resizes an axis to at most {MAX_AXIS}",
+                p[*a].out, shape[*a]
+            ),
+        ));
+    }
     Ok(p)
 }
+
+/// The longest axis a resize makes (its tap tables are this long).
+const MAX_AXIS: usize = 1 << 20;
 
 fn resize(n: &Node, x: &Tensor, spec: &Spec, plan: &[AxisPlan]) -> Result<Vec<Tensor>> {
     let float = matches!(
@@ -444,6 +460,8 @@ fn taps(spec: &Spec, len: usize, p: &AxisPlan) -> Taps {
 /// Resizes axis `a` of `y`: per tap an `index_select` scaled by its
 /// weights (broadcast along the later axes), summed.
 fn apply_axis(y: &Tensor, a: usize, t: &Taps, spec: &Spec) -> Result<Tensor> {
+    // An earlier axis's error must not reach the shape arithmetic below.
+    let y = &super::super::live(y.clone())?;
     let m = t.idx.len();
     let k = t.idx.first().map_or(1, |v| v.len());
     let mut wshape = vec![1; y.rank() - a];
