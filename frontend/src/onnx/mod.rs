@@ -80,6 +80,22 @@ pub use model::{MAX_OPSET, MIN_OPSET};
 pub use statics::MAX_STATIC_ELEMENTS;
 pub use value::{read_value_file, Value, ValueKind};
 
+/// A traced graph's panic is a panic in tilejit's importer, not in the
+/// caller's code (what `ErrorKind::Panic` says): an internal error that
+/// asks for the model.
+fn importer_bug(e: Error) -> Error {
+    match e.kind() {
+        ErrorKind::Panic => onnx_error(
+            "",
+            "",
+            "",
+            ErrorKind::Internal,
+            format!("a bug in tilejit's ONNX importer (please report it with the model): {e}"),
+        ),
+        _ => e,
+    }
+}
+
 pub(crate) fn onnx_error(
     node: &str,
     op: &str,
@@ -703,9 +719,10 @@ impl OnnxModel {
             }
         }
         let outs = match &self.weights {
-            Some(w) => self.funcs[0].call((&traced, w, &static_leaves))?,
-            None => self.funcs[0].call((&traced, &static_leaves))?,
-        };
+            Some(w) => self.funcs[0].call((&traced, w, &static_leaves)),
+            None => self.funcs[0].call((&traced, &static_leaves)),
+        }
+        .map_err(importer_bug)?;
         let mut outs = outs.into_iter();
         let mut got = Vec::with_capacity(self.outputs.len());
         let lost = || onnx_error("", "", "", ErrorKind::Internal, "an output went missing");
@@ -768,9 +785,10 @@ impl OnnxModel {
                     }
                 }
                 let outs = match &self.weights {
-                    Some(w) => self.funcs[k].call((&traced, w, &static_leaves))?,
-                    None => self.funcs[k].call((&traced, &static_leaves))?,
-                };
+                    Some(w) => self.funcs[k].call((&traced, w, &static_leaves)),
+                    None => self.funcs[k].call((&traced, &static_leaves)),
+                }
+                .map_err(importer_bug)?;
                 vals.extend(seg.outputs.iter().cloned().zip(outs));
             }
             if let Some(i) = seg.eager {
@@ -956,4 +974,27 @@ pub fn read_tensor_file_typed(path: impl AsRef<Path>) -> Result<(Tensor, Option<
 /// Every op type the importer supports, in table order.
 pub fn supported_ops() -> Vec<&'static str> {
     table::op_types().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_while_tracing_a_model_is_reported_as_an_importer_bug() {
+        let panic = Error::Panic {
+            function: "onnx:model".into(),
+            signature: "(f32[2])".into(),
+            message: "index out of bounds".into(),
+        };
+        let e = importer_bug(panic);
+        assert_eq!(e.kind(), ErrorKind::Internal);
+        let text = e.to_string();
+        assert!(
+            text.contains("ONNX importer") && text.contains("index out of bounds"),
+            "{text}"
+        );
+        let other = onnx_error("n", "Relu", "", ErrorKind::Shape, "no");
+        assert_eq!(importer_bug(other).kind(), ErrorKind::Shape);
+    }
 }
