@@ -223,12 +223,21 @@ fn arg_extreme(
         }
         let mut dims = vec![1usize; shape.rank()];
         dims[a] = n;
+        // The index constant is `n` long: an allocation that may fail (an
+        // axis from a hostile file), an error then rather than an abort.
+        let oom = || IrError::OutOfMemory {
+            bytes: n.saturating_mul(8),
+        };
         let (iota, none) = if n <= 1 << 24 {
-            let iota: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let mut iota: Vec<f32> = Vec::new();
+            iota.try_reserve_exact(n).map_err(|_| oom())?;
+            iota.extend((0..n).map(|i| i as f32));
             let iota = tilejit_ir::Array::from_vec(iota, &dims)?;
             (iota, tilejit_ir::Lit::Float(n as f64))
         } else {
-            let iota: Vec<i64> = (0..n as i64).collect();
+            let mut iota: Vec<i64> = Vec::new();
+            iota.try_reserve_exact(n).map_err(|_| oom())?;
+            iota.extend(0..n as i64);
             let iota = tilejit_ir::Array::from_vec(iota, &dims)?;
             (iota, tilejit_ir::Lit::Int(n as i64))
         };

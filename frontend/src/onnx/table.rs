@@ -400,6 +400,14 @@ static TABLE: &[Row] = &[
             .first()
             .ok_or_else(|| fail(n, "inputs", ErrorKind::BadArgument, "no inputs"))?;
         let a = axis(n, "axis", attr_i(n, "axis", 0)?, first.rank())?;
+        if let Some(t) = xs.iter().find(|t| t.rank() != first.rank()) {
+            return Err(fail(
+                n,
+                "inputs",
+                ErrorKind::Shape,
+                format!("operands of rank {} and {}", first.rank(), t.rank()),
+            ));
+        }
         // Empty operands (a shape list of length 0) add nothing.
         let xs: Vec<&Tensor> = match xs.iter().any(|t| t.shape()[a] > 0) {
             true => xs.into_iter().filter(|t| t.shape()[a] > 0).collect(),
@@ -490,11 +498,28 @@ static TABLE: &[Row] = &[
                 "one positive count per axis",
             ));
         }
+        // Each axis as a broadcast along a new axis before it, merged:
+        // one view, whatever the count (a cat of `r` copies was `r` refs).
         let mut y = x.clone();
         for (a, &r) in reps.iter().enumerate() {
             if r > 1 {
-                let copies: Vec<&Tensor> = std::iter::repeat_n(&y, r as usize).collect();
-                y = Tensor::cat(&copies, a as isize);
+                y = live(y)?;
+                let s = y.shape().to_vec();
+                let r = usize::try_from(r).unwrap_or(usize::MAX);
+                let merged = s[a].checked_mul(r).filter(|&m| m <= isize::MAX as usize);
+                let Some(merged) = merged else {
+                    return Err(fail(
+                        n,
+                        "repeats",
+                        ErrorKind::BadArgument,
+                        format!("{r} copies of axis {a} (of {}) overflow a size", s[a]),
+                    ));
+                };
+                let (mut unit, mut wide, mut out) = (s.clone(), s.clone(), s);
+                unit.insert(a, 1);
+                wide.insert(a, r);
+                out[a] = merged;
+                y = y.reshape(&unit).broadcast_to(&wide).reshape(&out);
             }
         }
         one(y)
@@ -1605,6 +1630,10 @@ fn from_end(idx: &Tensor, len: i64) -> Tensor {
     Tensor::where_cond(&idx.lt(&zero_like(&idx)), &(&idx + len), &idx)
 }
 
+/// The most values a table builds at trace time from numbers in the file
+/// (a Range, say): 2^26, 512 MiB of f64, past what real graphs fold.
+const MAX_FOLDED: usize = 1 << 26;
+
 fn build_range(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let start = req(n, ins, 0)?;
     let dtype = start.dtype();
@@ -1622,7 +1651,18 @@ fn build_range(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> 
             ))
         }
     };
-    let count = ((l - s) / d).ceil().max(0.0) as usize;
+    let count = ((l - s) / d).ceil().max(0.0);
+    // The values are built here: a count from a hostile file is refused
+    // before any is (the run would hold the same elements anyway).
+    if count > MAX_FOLDED as f64 {
+        return Err(fail(
+            n,
+            "limit",
+            ErrorKind::BadArgument,
+            format!("makes {count} values; tilejit builds a Range of at most {MAX_FOLDED}"),
+        ));
+    }
+    let count = count as usize;
     let v: Vec<f64> = (0..count).map(|i| s + i as f64 * d).collect();
     one(Tensor::from_vec(v, &[count])?.cast(dtype))
 }

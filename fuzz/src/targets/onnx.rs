@@ -60,7 +60,20 @@ const DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 const MAX_INPUT: usize = 1 << 14;
 
 fn run(input: &[u8]) -> Result<String, String> {
-    let model = match onnx::from_bytes(input) {
+    let edited;
+    let bytes = match input.split_first() {
+        Some((&EDITS, rest)) => {
+            edited = edit(rest);
+            &edited[..]
+        }
+        _ => input,
+    };
+    // `TILEJIT_FUZZ_ONNX_DUMP=F` with `--replay`: the model file an edit
+    // list made, to read with other tools.
+    if let Some(path) = std::env::var_os("TILEJIT_FUZZ_ONNX_DUMP") {
+        std::fs::write(path, bytes).map_err(|e| format!("dump: {e}"))?;
+    }
+    let model = match onnx::from_bytes(bytes) {
         Ok(m) => m,
         Err(e) if matches!(e.kind(), ErrorKind::Panic | ErrorKind::Internal) => {
             return Err(format!("load: {e}"))
@@ -221,9 +234,205 @@ fn any_shape(name: &str) -> b::proto::ValueInfoProto {
     v
 }
 
+/// An input starting with this byte is a base model's index and a list of
+/// edits (see [`edit`]), not a file: byte mutations of a protobuf mostly
+/// break its framing, edits reach the importer's checks with values an
+/// attacker would pick.
+const EDITS: u8 = b'E';
+
+/// Integers an edit writes into attributes, initializers and dims.
+const INTERESTING: [i64; 18] = [
+    0,
+    1,
+    -1,
+    2,
+    -2,
+    3,
+    7,
+    64,
+    -64,
+    4096,
+    4097,
+    1 << 31,
+    -(1 << 31),
+    1 << 40,
+    i32::MAX as i64,
+    i64::MAX,
+    i64::MIN,
+    -7,
+];
+
+/// Floats an edit writes.
+const INTERESTING_F: [f32; 10] = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    0.5,
+    1e-30,
+    1e30,
+    f32::INFINITY,
+    f32::NAN,
+    4294967296.0,
+];
+
+/// Reads the input as a stream of choices (zeros past its end).
+struct Choices<'a>(&'a [u8], usize);
+
+impl Choices<'_> {
+    fn next(&mut self) -> usize {
+        let b = self.0.get(self.1).copied().unwrap_or(0);
+        self.1 += 1;
+        b as usize
+    }
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+    fn more(&self) -> bool {
+        self.1 < self.0.len()
+    }
+}
+
+/// The base model `choices[0]` (a seed, decoded) with the edits the rest
+/// of the bytes choose, encoded again.
+fn edit(choices: &[u8]) -> Vec<u8> {
+    use b::protobuf::Message;
+    static BASES: std::sync::OnceLock<Vec<b::proto::ModelProto>> = std::sync::OnceLock::new();
+    let bases = BASES.get_or_init(|| {
+        files()
+            .iter()
+            .filter_map(|s| b::proto::ModelProto::parse_from_bytes(s).ok())
+            .collect()
+    });
+    let mut c = Choices(choices, 0);
+    let Some(mut m) = bases.get(c.below(bases.len())).cloned() else {
+        return Vec::new();
+    };
+    let ops = onnx::supported_ops();
+    let Some(g) = m.graph.as_mut() else {
+        return Vec::new();
+    };
+    for _ in 0..8 {
+        if !c.more() {
+            break;
+        }
+        let what = c.next();
+        let nn = g.node.len();
+        match what % 8 {
+            // An attribute's int, one of its ints, or its float.
+            0..=2 => {
+                let Some(node) = g.node.get_mut(c.below(nn)) else {
+                    continue;
+                };
+                let na = node.attribute.len();
+                let Some(a) = node.attribute.get_mut(c.below(na)) else {
+                    continue;
+                };
+                match what % 8 {
+                    0 => a.i = INTERESTING[c.below(INTERESTING.len())],
+                    1 if !a.ints.is_empty() => {
+                        let k = c.below(a.ints.len());
+                        a.ints[k] = INTERESTING[c.below(INTERESTING.len())];
+                    }
+                    1 => a.ints.push(INTERESTING[c.below(INTERESTING.len())]),
+                    _ => a.f = INTERESTING_F[c.below(INTERESTING_F.len())],
+                }
+            }
+            // An initializer's value (its data stays consistent).
+            3 => {
+                let ni = g.initializer.len();
+                let Some(t) = g.initializer.get_mut(c.below(ni)) else {
+                    continue;
+                };
+                if !t.int64_data.is_empty() {
+                    let k = c.below(t.int64_data.len());
+                    t.int64_data[k] = INTERESTING[c.below(INTERESTING.len())];
+                } else if t.raw_data.len() >= 4 {
+                    let k = c.below(t.raw_data.len() / 4) * 4;
+                    let f = INTERESTING_F[c.below(INTERESTING_F.len())];
+                    t.raw_data[k..k + 4].copy_from_slice(&f.to_le_bytes());
+                }
+            }
+            // An initializer's shape, its data cut or grown to match.
+            4 => {
+                let ni = g.initializer.len();
+                let Some(t) = g.initializer.get_mut(c.below(ni)) else {
+                    continue;
+                };
+                let rank = c.below(4);
+                t.dims = (0..rank).map(|_| c.below(5) as i64).collect();
+                let n = t.dims.iter().product::<i64>() as usize;
+                if !t.int64_data.is_empty() {
+                    t.int64_data.resize(n, 1);
+                } else if !t.raw_data.is_empty() {
+                    t.raw_data.resize(n * 4, 0);
+                }
+            }
+            // A node becomes another op of the table.
+            5 => {
+                if let Some(node) = g.node.get_mut(c.below(nn)) {
+                    node.op_type = ops[c.below(ops.len())].to_string();
+                }
+            }
+            // A node reads another value, or an absent one.
+            6 => {
+                let names: Vec<String> = g
+                    .node
+                    .iter()
+                    .flat_map(|n| n.output.iter().cloned())
+                    .chain(g.initializer.iter().map(|t| t.name.clone()))
+                    .chain([String::new(), "x".into()])
+                    .collect();
+                let pick = names[c.below(names.len())].clone();
+                if let Some(node) = g.node.get_mut(c.below(nn)) {
+                    let ni = node.input.len();
+                    match node.input.get_mut(c.below(ni + 1)) {
+                        Some(slot) => *slot = pick,
+                        None => node.input.push(pick),
+                    }
+                }
+            }
+            // The graph input's dims.
+            _ => {
+                let Some(v) = g.input.first_mut() else {
+                    continue;
+                };
+                let rank = c.below(5);
+                *v = b::value(
+                    &v.name.clone(),
+                    b::FLOAT,
+                    &(0..rank)
+                        .map(|_| match c.below(6) {
+                            5 => D::S("n"),
+                            d => D::N(d as i64),
+                        })
+                        .collect::<Vec<_>>(),
+                );
+            }
+        }
+    }
+    m.write_to_bytes().unwrap_or_default()
+}
+
 /// Small models over the rows an exported network uses, plus the ones
-/// whose attributes or constant inputs decide shapes.
+/// whose attributes or constant inputs decide shapes (as files), and each
+/// as the base of an edit list (none, and two of the first edits).
 fn seeds() -> Vec<Vec<u8>> {
+    let files = files();
+    let mut out = files.clone();
+    for i in 0..files.len() as u8 {
+        out.push(vec![EDITS, i]);
+        out.push(vec![EDITS, i, 0, 0, 0, 3, 1, 1, 0, 2, 5, 4, 0, 9]);
+    }
+    out
+}
+
+/// The seed models, encoded.
+fn files() -> Vec<Vec<u8>> {
     let n = |op: &str, ins: &[&str], outs: &[&str], attrs| b::node(op, op, ins, outs, attrs);
     let x4 = fixed(&[1, 2, 5, 5]);
     let mut out = vec![

@@ -115,7 +115,16 @@ pub(in super::super) fn pad_indexed(
                 format!("{mode} padding of ({pb}, {pe}) on axis {a} of length {len}"),
             ));
         }
-        let out = len + pb + pe;
+        // The index table is built here, one entry per output position.
+        let out = len.saturating_add(pb).saturating_add(pe);
+        if out > super::super::MAX_FOLDED as i64 {
+            return Err(fail(
+                n,
+                "pads",
+                ErrorKind::BadArgument,
+                format!("pads ({pb}, {pe}) make axis {a} {out} long; tilejit pads an axis to at most {}", super::super::MAX_FOLDED),
+            ));
+        }
         let idx: Vec<i64> = (0..out.max(0))
             .map(|o| {
                 let i = o - pb;

@@ -38,15 +38,22 @@ fn ignore_index(n: &Node) -> Result<Option<i64>> {
 /// The loss of log-probabilities `logp` `[N, C, d..]` at `target` `[N, d..]`.
 fn nll(n: &Node, logp: &Tensor, target: &Tensor, weight: Option<&Tensor>) -> Result<Tensor> {
     let s = logp.shape().to_vec();
-    if s.len() < 2 || target.shape() != [&s[..1], &s[2..]].concat().as_slice() {
+    if s.len() < 2 {
+        return Err(fail(
+            n,
+            "input",
+            ErrorKind::Shape,
+            format!("needs rank 2 or more ([N, C, d..]), got {s:?}"),
+        ));
+    }
+    let want = [&s[..1], &s[2..]].concat();
+    if target.shape() != want.as_slice() {
         return Err(fail(
             n,
             "target",
             ErrorKind::Shape,
             format!(
-                "input {:?} needs a target of shape [N, d..] = {:?}, got {:?}",
-                s,
-                [&s[..1], &s[2..]].concat(),
+                "input {s:?} needs a target of shape [N, d..] = {want:?}, got {:?}",
                 target.shape()
             ),
         ));
