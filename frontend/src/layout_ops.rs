@@ -14,7 +14,8 @@ use crate::tensor::Tensor;
 use crate::trace;
 use tilejit_ir::fallible::collect;
 use tilejit_ir::{
-    Array, BinaryOp, Buffer, CmpOp, DType, Graph, IrError, Lit, NodeId, Op, Shape, TensorType,
+    Array, Axes, BinaryOp, Buffer, CmpOp, DType, Graph, IrError, Lit, NodeId, Op, ReduceOp, Shape,
+    TensorType,
 };
 
 /// Python's rule for a slice bound: negative counts from the end, then the
@@ -258,10 +259,49 @@ fn assign_at(
     let idx = g.add(Op::Select(inside, rel, zero))?;
     let idx = g.add(Op::Select(bad, wrong, idx))?;
     let take = g.add(Op::Select(bad, yes, inside))?;
+    if len == 1 {
+        return assign_row(g, (x, src), (idx, take), a);
+    }
     let idx = g.add(Op::Broadcast(idx, shape))?;
     let take = g.add(Op::Broadcast(take, shape))?;
     let from_src = g.add(Op::Gather(src, idx, a as u8))?;
     g.add(Op::Select(take, from_src, x))
+}
+
+/// [`assign_at`] of a source one long along `a` (a decode step's new KV
+/// row), given the index line `idx` and the take line `take`: inside the
+/// window every element takes `src`'s one row broadcast along `a`, so the
+/// pass over `x` selects between two loads, with no gather. The range
+/// check gathers `idx` from a line of ones one long (a bad start fails it
+/// as above) and, reduced to one value, gates the take line, which is f32
+/// and computed once (fusion keeps a line broadcast to a much larger
+/// domain in a buffer): the pass compares and selects floats.
+fn assign_row(
+    g: &mut Graph,
+    (x, src): (NodeId, NodeId),
+    (idx, take): (NodeId, NodeId),
+    a: usize,
+) -> Result<NodeId, IrError> {
+    let shape = g.ty(x).shape;
+    let line = g.ty(idx).shape;
+    let one = line.with_dim(a, 1);
+    let ones = g.add_constant(Array::new(one, Buffer::F32(vec![1.0]))?);
+    let hit = g.add(Op::Gather(ones, idx, a as u8))?;
+    let ok = g.add(Op::Reduce(ReduceOp::Min, hit, Axes::from_axes(&[a])))?;
+    let ok = g.add(Op::Broadcast(ok, line))?;
+    let zero = g.add(Op::Full {
+        value: Lit::Float(0.0),
+        ty: TensorType::new(DType::F32, line),
+    })?;
+    let take = g.add(Op::Select(take, ok, zero))?;
+    let take = g.add(Op::Broadcast(take, shape))?;
+    let half = g.add(Op::Full {
+        value: Lit::Float(0.5),
+        ty: TensorType::new(DType::F32, shape),
+    })?;
+    let take = g.add(Op::Compare(CmpOp::Gt, take, half))?;
+    let row = g.add(Op::Broadcast(src, shape))?;
+    g.add(Op::Select(take, row, x))
 }
 
 impl Tensor {

@@ -951,6 +951,81 @@ fn slice_assign_at_a_tensor_position_is_one_graph_and_checks_its_range() {
     }
 }
 
+#[jit]
+fn assign_row_at(x: &Tensor, at: &Tensor, src: &Tensor) -> Tensor {
+    x.slice_assign(1, at, src)
+}
+
+/// `slice_assign` of one row at a run-time position (a decode step's KV
+/// row: a select of loads with a separate range check, no gather over the
+/// cache), f32 and i64, on Host, Sim and Verify against values computed
+/// here, at every position of the axis and past both of its ends; then
+/// eagerly. A bad position fails the call on every backend.
+#[test]
+fn slice_assign_of_one_row_at_a_tensor_position_matches_on_every_backend() {
+    let x = Tensor::randn(&[3, 5, 4], 7);
+    let src = Tensor::randn(&[3, 1, 4], 8);
+    let (xv, sv) = (f32s(&x), f32s(&src));
+    let xi = Tensor::from_vec((0..60i64).collect::<Vec<_>>(), &[3, 5, 4]).unwrap();
+    let si = Tensor::from_vec((100..112i64).collect::<Vec<_>>(), &[3, 1, 4]).unwrap();
+    let want_at = |at: usize, xs: &[f64], ss: &[f64]| -> Vec<f64> {
+        let mut w = xs.to_vec();
+        for b in 0..3 {
+            for c in 0..4 {
+                w[(b * 5 + at) * 4 + c] = ss[b * 4 + c];
+            }
+        }
+        w
+    };
+    let f64s = |v: &[f32]| v.iter().map(|&v| v as f64).collect::<Vec<_>>();
+    let (xi64, si64): (Vec<f64>, Vec<f64>) = (
+        (0..60).map(f64::from).collect(),
+        (100..112).map(f64::from).collect(),
+    );
+    for mode in [RunMode::Host, RunMode::Sim, RunMode::Verify] {
+        for at in 0..5i64 {
+            let pos = Tensor::from_vec(vec![at], &[]).unwrap();
+            let got = tilejit::with_mode(mode, || assign_row_at(&x, &pos, &src)).unwrap();
+            let want = want_at(at as usize, &f64s(&xv), &f64s(&sv));
+            assert_eq!(f64s(&f32s(&got)), want, "{mode:?} f32 at {at}");
+            let got = tilejit::with_mode(mode, || assign_row_at(&xi, &pos, &si)).unwrap();
+            let got: Vec<f64> = got
+                .to_vec::<i64>()
+                .unwrap()
+                .iter()
+                .map(|&v| v as f64)
+                .collect();
+            assert_eq!(
+                got,
+                want_at(at as usize, &xi64, &si64),
+                "{mode:?} i64 at {at}"
+            );
+        }
+        for at in [-1i64, 5, 100, i64::MIN] {
+            let pos = Tensor::from_vec(vec![at], &[]).unwrap();
+            let e = tilejit::with_mode(mode, || assign_row_at(&x, &pos, &src)).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                tilejit::ErrorKind::BadArgument,
+                "{mode:?} {at}: {e}"
+            );
+            assert!(e.to_string().contains("slice_assign"), "{e}");
+        }
+    }
+    assert_eq!(
+        assign_row_at::jit().stats().traces,
+        2,
+        "one trace per dtype"
+    );
+    let pos = Tensor::from_vec(vec![4i64], &[]).unwrap();
+    let eager = x.slice_assign(1, &pos, &src);
+    assert_eq!(f64s(&f32s(&eager)), want_at(4, &f64s(&xv), &f64s(&sv)));
+    assert!(x
+        .slice_assign(1, &Tensor::from_vec(vec![5i64], &[]).unwrap(), &src)
+        .check()
+        .is_err());
+}
+
 /// Bad `slice_assign`s: errors naming the line, never a panic.
 #[test]
 fn slice_assign_bad_input_is_an_error_at_the_line() {

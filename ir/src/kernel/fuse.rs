@@ -22,7 +22,10 @@
 //! Inlining recomputes a value in each kernel that reads it, which is free
 //! for cheap ops. An expensive value (exp, tanh, ...) with several users is
 //! never computed twice: if all its users are in one kernel it is kept in a
-//! per-row scratch buffer, otherwise it is materialised. (XLA learned that
+//! per-row scratch buffer, otherwise it is materialised. A value of more
+//! than a few ops broadcast to a domain many times its size (a
+//! `slice_assign` take line over a KV cache) is materialised too, not
+//! recomputed at every element of the larger domain. (XLA learned that
 //! duplicating the producer of both a max-reduction and `exp(x - max)` can
 //! give `x > max` and so inf/NaN.)
 //!
@@ -80,6 +83,11 @@ struct Target {
 
 /// Values whose inlined cost reaches this are not recomputed per user.
 const EXPENSIVE: u32 = 8;
+/// A value broadcast to at least [`BROADCAST_RATIO`] times its elements is
+/// materialised once its inlined cost reaches this.
+const BROADCAST_RECOMPUTE: u32 = 6;
+/// See [`BROADCAST_RECOMPUTE`].
+const BROADCAST_RATIO: usize = 64;
 /// The longest row a scratch buffer may hold (elements).
 const MAX_SCRATCH_COLS: usize = 1 << 16;
 
@@ -442,6 +450,37 @@ impl<'g> Fuser<'g> {
             cost[id.index()] = own.saturating_add(inner);
             if cost[id.index()] >= EXPENSIVE && self.users[id.index()].len() > 1 {
                 self.shared_expensive[id.index()] = true;
+            }
+        }
+        // A computed value broadcast to a domain many times its size (a
+        // `slice_assign` take line over a KV cache) is computed once into
+        // a buffer rather than again at every element of the larger
+        // domain, unless it is a few ops, or a row value: elementwise on a
+        // reduction with no broadcast between (a layer norm's scale), which
+        // its kernel computes once per row as a reduce stage anyway.
+        let elementwise = |op: &Op| {
+            matches!(
+                op,
+                Op::Unary(..) | Op::Binary(..) | Op::Compare(..) | Op::Select(..) | Op::Cast(..)
+            )
+        };
+        let mut row_value = vec![false; g.len()];
+        for id in g.ids() {
+            let op = &g.node(id).op;
+            row_value[id.index()] = !self.materialized[id.index()]
+                && (matches!(op, Op::Reduce(..))
+                    || elementwise(op) && op.operands().iter().any(|x| row_value[x.index()]));
+        }
+        for id in g.ids() {
+            let Op::Broadcast(x, to) = g.node(id).op else {
+                continue;
+            };
+            if elementwise(&g.node(x).op)
+                && !row_value[x.index()]
+                && cost[x.index()] >= BROADCAST_RECOMPUTE
+                && to.numel() >= BROADCAST_RATIO * g.ty(x).shape.numel()
+            {
+                self.materialized[x.index()] = true;
             }
         }
     }

@@ -7,10 +7,12 @@
 //! only unsafe here is calling those on a CPU that has the features).
 //!
 //! Two layouts of `b` (`k x n`) qualify: unit column stride (`W [k, n]`
-//! row-major: output rows accumulate scaled rows of `W`, in order of `p`)
-//! and unit row stride (`W^T` of a row-major `[n, k]`: one dot product
-//! per output over a contiguous row, summed in 16 lanes then pairwise).
-//! Every sum is independent of the thread count.
+//! row-major: output rows accumulate scaled rows of `W`, in order of `p`,
+//! over pieces of [`ROW_PIECE`] rows whose partial sums are then added in
+//! order, so each piece streams a contiguous block of `W` and the pieces
+//! run on the threads) and unit row stride (`W^T` of a row-major
+//! `[n, k]`: one dot product per output over a contiguous row, summed in
+//! 16 lanes then pairwise). Every sum is independent of the thread count.
 
 use super::MatView;
 use rayon::prelude::*;
@@ -23,9 +25,17 @@ pub(super) const MAX_ROWS: usize = 4;
 /// Lanes of an accumulator (a 64-byte line of f32).
 const LANES: usize = 16;
 
-/// Output columns per block of the row-major form: the block's `m` output
-/// rows stay in L1 while the weight's rows stream past.
-const BLOCK: usize = 1024;
+/// Output elements per block of the row-major form (`m` rows of a block
+/// of columns): the block stays in L1 while the weight's rows stream
+/// past, and at `m = 1` a block is a whole row of a decode step's `W`, so
+/// a piece reads one contiguous run of it.
+const BLOCK: usize = 4096;
+
+/// Rows of `b` per piece of the row-major form, set by `k` alone (never
+/// by the thread count, so neither are the sums): a contiguous run of `W`
+/// that one thread streams, into partial sums of its own. GPT-2's
+/// `k = 768` makes 4 pieces, `k = 3072` 16.
+const ROW_PIECE: usize = 192;
 
 /// The element types the path computes in (f32 and f64).
 pub(super) trait Elem: Copy + Send + Sync + 'static {
@@ -194,15 +204,13 @@ impl<T: Elem> Job<'_, T> {
             .map(|(r, c)| self.a[at(self.av, r, c)])
             .collect();
         let base = self.bv.offset + i as i64 * self.bv.strides[0];
-        // Pieces of whole lane groups: one per thread for rows of `b` (a
-        // piece reads its part of every row, and narrower parts streamed
-        // slower), a few per thread for columns, so a thread slowed by
-        // other load does not hold the rest up.
-        let pieces = match (threads, self.form) {
-            (1, _) => 1,
-            (t, Form::Rows) => t,
-            (t, Form::Cols) => 2 * t,
-        };
+        if self.form == Form::Rows {
+            self.row_pieces(&xs, base, o, threads);
+            return;
+        }
+        // Pieces of whole lane groups, a few per thread, so a thread slowed
+        // by other load does not hold the rest up.
+        let pieces = if threads == 1 { 1 } else { 2 * threads };
         let width = n.div_ceil(pieces).next_multiple_of(LANES).max(LANES);
         let run = |j0: usize, part: &mut [T], w: usize| {
             let piece = Piece {
@@ -212,6 +220,7 @@ impl<T: Elem> Job<'_, T> {
                 strides: [self.bv.strides[1], self.bv.strides[2]],
                 m,
                 k,
+                rows: 0..k,
                 j0,
                 width: w,
                 isa: self.isa,
@@ -250,7 +259,66 @@ impl<T: Elem> Job<'_, T> {
     }
 }
 
-/// The columns `j0..j0 + width` of one product.
+impl<T: Elem> Job<'_, T> {
+    /// The row-major form of matrix `i` (`xs` its `a` rows, `base` its
+    /// `b`'s element `(0, 0)`) into `o` (`m x n`): pieces of
+    /// [`ROW_PIECE`] rows, each over a block of columns (one block unless
+    /// there are more threads than row pieces), each summed into a partial
+    /// of its own; then each output is its pieces' partials added in
+    /// order of rows.
+    fn row_pieces(&self, xs: &[T], base: i64, o: &mut [T], threads: usize) {
+        let (m, k, n) = (self.m, self.k, self.n);
+        let per = k.div_ceil(k.div_ceil(ROW_PIECE)).next_multiple_of(4).max(4);
+        let row_pieces = k.div_ceil(per);
+        let col_pieces = threads.div_ceil(row_pieces).max(1);
+        let width = n.div_ceil(col_pieces).next_multiple_of(LANES).max(LANES);
+        let piece = |r: usize, j0: usize| Piece {
+            xs,
+            w: self.bm,
+            base,
+            strides: [self.bv.strides[1], self.bv.strides[2]],
+            m,
+            k,
+            rows: r * per..((r + 1) * per).min(k),
+            j0,
+            width: width.min(n - j0),
+            isa: self.isa,
+        };
+        if row_pieces == 1 && width >= n {
+            run_piece(self.isa, Form::Rows, &piece(0, 0), o);
+            return;
+        }
+        let tasks: Vec<(usize, usize)> = (0..n)
+            .step_by(width)
+            .flat_map(|j0| (0..row_pieces).map(move |r| (r, j0)))
+            .collect();
+        let part = |&(r, j0): &(usize, usize)| {
+            let p = piece(r, j0);
+            let mut out = vec![T::ZERO; m * p.width];
+            run_piece(self.isa, Form::Rows, &p, &mut out);
+            out
+        };
+        let parts: Vec<Vec<T>> = if threads > 1 {
+            tasks.par_iter().map(part).collect()
+        } else {
+            tasks.iter().map(part).collect()
+        };
+        for (&(r, j0), part) in tasks.iter().zip(&parts) {
+            let w = width.min(n - j0);
+            for (row, src) in part.chunks(w).enumerate() {
+                let dst = &mut o[row * n + j0..row * n + j0 + w];
+                if r == 0 {
+                    dst.copy_from_slice(src);
+                } else {
+                    dst.iter_mut().zip(src).for_each(|(d, &s)| *d = d.add(s));
+                }
+            }
+        }
+    }
+}
+
+/// The columns `j0..j0 + width` of one product (and, in the row-major
+/// form, the rows `rows` of `b`).
 struct Piece<'a, T> {
     /// `a`'s rows, `m x k` contiguous.
     xs: &'a [T],
@@ -261,7 +329,11 @@ struct Piece<'a, T> {
     /// `b`'s row and column strides.
     strides: [i64; 2],
     m: usize,
+    /// `a`'s row length (`xs`'s row stride).
     k: usize,
+    /// The rows of `b` a row-major piece sums over (the column form sums
+    /// all `k`).
+    rows: std::ops::Range<usize>,
     j0: usize,
     width: usize,
     isa: Isa,
@@ -322,20 +394,23 @@ fn cols_avx512<T: Elem>(p: &Piece<'_, T>, out: &mut [T]) {
     cols(p, out)
 }
 
-/// Unit column stride: `out[r][j] = sum_p xs[r][p] * b[p][j0 + j]`,
-/// summed in order of `p` (four rows of `b` per pass over the block).
+/// Unit column stride: `out[r][j] = sum_p xs[r][p] * b[p][j0 + j]` over
+/// the piece's rows `p`, summed in order of `p` (four rows of `b` per pass
+/// over the block).
 #[inline(always)]
 fn rows<T: Elem>(pc: &Piece<'_, T>, out: &mut [T]) {
     let (m, k, width) = (pc.m, pc.k, pc.width);
+    let (first, end) = (pc.rows.start, pc.rows.end);
     out[..m * width].fill(T::ZERO);
-    for jb in (0..width).step_by(BLOCK) {
-        let bw = BLOCK.min(width - jb);
+    let block = (BLOCK / m).next_multiple_of(LANES);
+    for jb in (0..width).step_by(block) {
+        let bw = block.min(width - jb);
         let row = |p: usize| {
             let s = pc.at(p, pc.j0 + jb);
             &pc.w[s..s + bw]
         };
-        let mut p = 0;
-        while p + 4 <= k {
+        let mut p = first;
+        while p + 4 <= end {
             let (w0, w1, w2, w3) = (row(p), row(p + 1), row(p + 2), row(p + 3));
             for r in 0..m {
                 let x = &pc.xs[r * k + p..r * k + p + 4];
@@ -347,7 +422,7 @@ fn rows<T: Elem>(pc: &Piece<'_, T>, out: &mut [T]) {
             }
             p += 4;
         }
-        for p in p..k {
+        for p in p..end {
             let w0 = row(p);
             for r in 0..m {
                 let x0 = pc.xs[r * k + p];
@@ -562,6 +637,7 @@ mod tests {
                         strides,
                         m,
                         k,
+                        rows: 0..k,
                         j0: 0,
                         width: n,
                         isa,
@@ -575,6 +651,7 @@ mod tests {
                         strides,
                         m,
                         k,
+                        rows: 0..k,
                         j0: 0,
                         width: n,
                         isa,
@@ -593,6 +670,60 @@ mod tests {
                             o64[i]
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// Products through `try_gemv` with `b` row-major, its rows split into
+    /// several pieces (k past `ROW_PIECE`, with tails of 1-3 rows) and its
+    /// columns into blocks: the same bits on every thread count, and the
+    /// product summed by its definition in f64.
+    #[test]
+    fn row_pieces_sum_alike_on_any_thread_count() {
+        if isa().is_none() {
+            return;
+        }
+        let value = |i: usize| ((i * 29 + 7) % 31) as f64 / 16.0 - 0.9;
+        for (m, k, n) in [
+            (1, 770, 37),
+            (4, 193, 300),
+            (2, 400, 1),
+            (3, 5, 64),
+            (1, 3072, 20),
+        ] {
+            let xs: Vec<f32> = (0..m * k).map(|i| value(i) as f32).collect();
+            let w: Vec<f32> = (0..k * n).map(|i| value(i + 3) as f32).collect();
+            let want: Vec<f64> = (0..m * n)
+                .map(|i| {
+                    (0..k)
+                        .map(|p| xs[i / n * k + p] as f64 * w[p * n + i % n] as f64)
+                        .sum()
+                })
+                .collect();
+            let mut first: Option<Vec<f32>> = None;
+            for threads in [1, 2, 3, 8] {
+                let mut out = vec![f32::NAN; m * n];
+                assert!(try_gemv(
+                    (&xs, MatView::contiguous(m, k)),
+                    (&w, MatView::contiguous(k, n)),
+                    &mut out,
+                    [1, m, k, n],
+                    threads,
+                ));
+                for (i, want) in want.iter().enumerate() {
+                    assert!(
+                        (out[i] as f64 - want).abs() < 1e-4 * (1.0 + want.abs()),
+                        "m={m} k={k} n={n} threads={threads} [{i}]: {} vs {want}",
+                        out[i]
+                    );
+                }
+                match &first {
+                    None => first = Some(out),
+                    Some(f) => assert!(
+                        f.iter().zip(&out).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "m={m} k={k} n={n}: {threads} threads changed the sums"
+                    ),
                 }
             }
         }
