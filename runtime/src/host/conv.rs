@@ -497,7 +497,7 @@ impl HostProgram {
                             };
                             let av = weights_view(mm, ch0, nb);
                             matmul_f32_strided((w, av), (cols, bv), (&mut *o, ov), 1)?;
-                            bufs[out_at] = BufArg::read(&*o);
+                            bufs[out_at] = BufArg::write(o);
                             let mut args = base.clone();
                             if lead == 1 {
                                 args[0] = 1;
