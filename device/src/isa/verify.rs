@@ -183,7 +183,9 @@ fn check_inst(
                         p.args.len()
                     ));
                 }
-                (Opcode::Mmad, "acc") | (Opcode::Fixp | Opcode::Fixpx, "relu") if !(0..=1).contains(&v) => {
+                (Opcode::Mmad, "acc") | (Opcode::Fixp | Opcode::Fixpx, "relu")
+                    if !(0..=1).contains(&v) =>
+                {
                     return Err(format!("`{mn}`: `{name}` must be 0 or 1, is {v}"));
                 }
                 _ => {}

@@ -11,9 +11,9 @@ use super::matmul::round_product;
 use super::store::{take_owned, Slot, Store};
 use super::HostProgram;
 use crate::error::RuntimeError;
+use crate::kernel_cache::CachedKernel;
 use rayon::prelude::*;
 use std::cell::RefCell;
-use crate::kernel_cache::CachedKernel;
 use std::sync::atomic::Ordering;
 use tilejit_codegen::host::{matmul_f32_strided, BufArg, GemmView};
 use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul};
@@ -117,8 +117,7 @@ fn conv_image(
                     row_stride: p,
                     col_stride: 1,
                 };
-                matmul_f32_strided((w, av), (b, bv), (out, ov), threads)
-                    .map_err(RuntimeError::from)
+                matmul_f32_strided((w, av), (b, bv), (out, ov), threads).map_err(RuntimeError::from)
             })?;
         }
         return Ok(());
@@ -505,8 +504,8 @@ impl HostProgram {
                             args[lead] = nb as i64;
                             for (ai, (rows, st)) in accesses.iter().enumerate() {
                                 if !rows {
-                                    let shift = lead as i64 * bi as i64 * st[0]
-                                        + ch0 as i64 * st[lead];
+                                    let shift =
+                                        lead as i64 * bi as i64 * st[0] + ch0 as i64 * st[lead];
                                     args[layout.offset_slot(ai)] += shift;
                                 }
                             }
