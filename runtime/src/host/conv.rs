@@ -15,7 +15,7 @@ use crate::kernel_cache::CachedKernel;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
-use tilejit_codegen::host::{matmul_f32_strided, BufArg, GemmView};
+use tilejit_codegen::host::{matmul_f32_strided, matmul_f32_strided_col_split, BufArg, GemmView};
 use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul};
 use tilejit_ir::{DType, IrError, Lit};
 
@@ -117,7 +117,8 @@ fn conv_image(
                     row_stride: p,
                     col_stride: 1,
                 };
-                matmul_f32_strided((w, av), (b, bv), (out, ov), threads).map_err(RuntimeError::from)
+                matmul_f32_strided_col_split((w, av), (b, bv), (out, ov), threads)
+                    .map_err(RuntimeError::from)
             })?;
         }
         return Ok(());
