@@ -513,3 +513,63 @@ fn strided_matmul_views_outside_their_slices_are_refused() {
     assert_eq!(out, [0.0; 4]);
     matmul_view_f32((&a, far), (&b, bv), &mut [], [1, 0, 3, 2], 1).unwrap();
 }
+
+/// A column-split product (one block of output columns per thread) of
+/// odd sizes, `a` read transposed and the output a column block of a
+/// wider matrix, against an f64 loop; a view past its slice is refused
+/// and writes nothing.
+#[test]
+fn column_split_matmul_matches_a_loop_and_refuses_bad_views() {
+    use tilejit_codegen::host::{matmul_f32_strided_col_split, GemmView};
+    let (m, k, n) = (3, 5, 11);
+    let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.37).sin()).collect();
+    let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.91).cos()).collect();
+    // `a` is stored `[k, m]` and read transposed; `out` is columns 2.. of
+    // an `[m, n + 3]` matrix.
+    let av = GemmView {
+        offset: 0,
+        rows: m,
+        cols: k,
+        row_stride: 1,
+        col_stride: m,
+    };
+    let bv = GemmView {
+        offset: 0,
+        rows: k,
+        cols: n,
+        row_stride: n,
+        col_stride: 1,
+    };
+    let ov = GemmView {
+        offset: 2,
+        rows: m,
+        cols: n,
+        row_stride: n + 3,
+        col_stride: 1,
+    };
+    for threads in [1, 2, 3] {
+        let mut out = vec![-7.0f32; m * (n + 3)];
+        matmul_f32_strided_col_split((&a, av), (&b, bv), (&mut out, ov), threads).unwrap();
+        for i in 0..m {
+            for j in 0..n + 3 {
+                let got = out[i * (n + 3) + j];
+                if !(2..n + 2).contains(&j) {
+                    assert_eq!(got, -7.0, "untouched ({i}, {j})");
+                    continue;
+                }
+                let want: f64 = (0..k)
+                    .map(|q| f64::from(a[q * m + i]) * f64::from(b[q * n + j - 2]))
+                    .sum();
+                assert!(
+                    (f64::from(got) - want).abs() < 1e-5,
+                    "({i}, {j}): {got} vs {want}"
+                );
+            }
+        }
+    }
+    // One element short of the output view: refused, nothing written.
+    let mut out = vec![-7.0f32; m * (n + 3) - 2];
+    let e = matmul_f32_strided_col_split((&a, av), (&b, bv), (&mut out, ov), 2);
+    assert!(e.is_err());
+    assert!(out.iter().all(|&v| v == -7.0));
+}

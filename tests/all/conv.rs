@@ -893,3 +893,128 @@ fn a_batch_one_conv_split_over_threads_matches_the_reference() {
         check_modes("split conv", cube, &want, 1e-4, f);
     }
 }
+
+/// Runs `f` on a rayon pool of `threads` threads (the host splits a
+/// convolution by images or channel blocks by the pool it runs on).
+fn on_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+        .install(f)
+}
+
+/// Convolutions whose product is written NCHW (`MatMul::nchw`) with their
+/// bias added in the same kernel: pixel counts that are no multiple of a
+/// tile, channel counts no multiple of a register block, k from 1 to 576,
+/// stride 2, 7x7 with padding 3, 1x1 of stride 2, groups, dilation,
+/// batch 1 and 3, several channel blocks per image, on 1 and 2 threads
+/// (2 threads and batch 3 run image by image, each block's epilogue at
+/// once; batch 1 on 2 threads runs one GEMM then the epilogue): values
+/// against the f64 definition on every backend.
+#[test]
+fn nchw_convs_match_the_definition_on_one_and_two_threads() {
+    let c = |s, p, d, g| Conv2d {
+        stride: s,
+        padding: p,
+        dilation: d,
+        groups: g,
+    };
+    let plain = Conv2d::default();
+    let cases = [
+        ([3, 5, 11, 13], [7, 5, 3, 3], c((1, 1), (1, 1), (1, 1), 1)),
+        ([1, 3, 23, 21], [9, 3, 7, 7], c((2, 2), (3, 3), (1, 1), 1)),
+        ([3, 3, 23, 21], [9, 3, 7, 7], c((2, 2), (3, 3), (1, 1), 1)),
+        ([3, 8, 9, 9], [6, 8, 1, 1], c((2, 2), (0, 0), (1, 1), 1)),
+        ([3, 6, 10, 9], [8, 3, 3, 3], c((1, 1), (1, 1), (1, 1), 2)),
+        ([1, 4, 12, 12], [4, 4, 3, 3], c((1, 1), (2, 2), (2, 2), 1)),
+        ([3, 4, 12, 12], [4, 4, 3, 3], c((1, 1), (2, 2), (2, 2), 1)),
+        ([2, 64, 6, 7], [10, 64, 3, 3], c((1, 1), (1, 1), (1, 1), 1)),
+        ([3, 1, 8, 8], [5, 1, 1, 1], plain),
+        // 48 channels of 32x32 pixels: two blocks of 24 per image.
+        ([3, 3, 32, 32], [48, 3, 3, 3], c((1, 1), (1, 1), (1, 1), 1)),
+        ([3, 6, 32, 32], [48, 3, 3, 3], c((1, 1), (1, 1), (1, 1), 2)),
+    ];
+    for (i, (xs, ws, o)) in cases.into_iter().enumerate() {
+        let x = Tensor::randn(&xs, 200 + i as u64);
+        let w = Tensor::randn(&ws, 220 + i as u64);
+        let bias = Tensor::randn(&[ws[0]], 240 + i as u64);
+        let want = conv_def(&x, &w, Some(&bias), o);
+        let cube = o.dilation == (1, 1)
+            && o.groups == 1
+            && o.stride.0 == o.stride.1
+            && o.padding.0 == o.padding.1;
+        for threads in [1, 2] {
+            on_threads(threads, || {
+                check_modes(
+                    &format!("{xs:?} {ws:?} {o:?} on {threads} threads"),
+                    cube,
+                    &want,
+                    1e-4,
+                    || x.conv2d_with(&w, Some(&bias), o),
+                )
+            });
+        }
+    }
+}
+
+/// [`conv_block`] again, a jit function of its own (tests run at once,
+/// and each clears and inspects its function's programs).
+#[jit]
+fn nchw_block(
+    x: &Tensor,
+    w1: &Tensor,
+    b1: &Tensor,
+    w2: &Tensor,
+    b2: &Tensor,
+    wd: &Tensor,
+) -> Tensor {
+    let o = w1.shape()[0];
+    let stride2 = Conv2d {
+        stride: (2, 2),
+        padding: (1, 1),
+        ..Conv2d::default()
+    };
+    let h = x.conv2d_with(w1, Some(b1), stride2).relu();
+    let h = h.conv2d(w2, 1, 1) + b2.reshape(&[o, 1, 1]);
+    (h + x.conv2d(wd, 2, 0)).relu()
+}
+
+/// A ResNet basic block (bias, ReLU and a residual that is another
+/// convolution's output, all in the convolutions' kernels) with every
+/// product written NCHW, at batch 1 and 3 on 1 and 2 threads: values
+/// against the reference interpreter on every backend.
+#[test]
+fn a_basic_block_writes_its_products_nchw_on_one_and_two_threads() {
+    for n in [1, 3] {
+        let x = Tensor::randn(&[n, 6, 17, 15], 260);
+        let w1 = Tensor::randn(&[10, 6, 3, 3], 261) * 0.3;
+        let b1 = Tensor::randn(&[10], 262);
+        let w2 = Tensor::randn(&[10, 10, 3, 3], 263) * 0.3;
+        let b2 = Tensor::randn(&[10], 264);
+        let wd = Tensor::randn(&[10, 6, 1, 1], 265);
+        let run = || nchw_block(&x, &w1, &b1, &w2, &b2, &wd).unwrap();
+        let want = f32s(&with_mode(RunMode::Reference, run));
+        let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+        for threads in [1, 2] {
+            on_threads(threads, || {
+                check_modes("conv_block", true, &want, 1e-4, run)
+            });
+        }
+        nchw_block::jit().clear();
+        with_mode(RunMode::Host, run);
+        let p = host_kernels(nchw_block::jit());
+        // The two with an epilogue write NCHW, which it reads
+        // contiguously; the shortcut, a kernel of its own, stays NHWC.
+        let mut nchw = 0;
+        for k in &p.kernels {
+            let mm = k.matmul.as_ref().expect("only convolutions");
+            assert_eq!(mm.nchw, !k.loads.is_empty(), "{p}");
+            if let Some(load) = k.loads.iter().find(|l| l.buf == mm.out) {
+                assert_eq!(load.strides.last(), Some(&1), "{p}");
+                nchw += 1;
+            }
+        }
+        assert_eq!(nchw, 2, "{p}");
+    }
+}

@@ -198,7 +198,20 @@ pub(super) fn compile_matmul(
     b.bind(kdone);
     b.setf(Pipe::M, Pipe::Fixp, 0).waitf(Pipe::M, Pipe::Fixp, 0);
     let out = Shape::new(TM, TN);
-    b.fixp(out_dt, out, VROWS, VCOLS, gc, OFF_C, N, Addr::new(0), 0);
+    if mm.nchw {
+        // The product is `[batch, n, m]`: the tile goes down a column per
+        // pixel row (stride 1) and across `m` per channel column, from
+        // element (BATCH, NT*TN, MT*TM).
+        use cube::{BATCH, C_BATCH, M, MT, NT, T, VK};
+        b.mul(OFF_C, BATCH, C_BATCH)
+            .mul(T, MT, TM as i64)
+            .add(OFF_C, OFF_C, T);
+        b.mul(T, NT, TN as i64).mul(T, T, M).add(OFF_C, OFF_C, T);
+        b.movi(VK, 1);
+        b.fixpx(out_dt, out, VROWS, VCOLS, gc, OFF_C, VK, M, Addr::new(0), 0);
+    } else {
+        b.fixp(out_dt, out, VROWS, VCOLS, gc, OFF_C, N, Addr::new(0), 0);
+    }
     b.barrier().add(TILE, TILE, 1).jmp(top);
     b.bind(done);
     b.end();

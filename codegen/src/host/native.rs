@@ -765,6 +765,96 @@ pub fn matmul_f32_strided(
     Ok(())
 }
 
+/// The operands' and the output's first elements, lent to the threads of
+/// one column-split GEMM.
+struct ColsPtrs {
+    a: *const f32,
+    b: *const f32,
+    out: *mut f32,
+}
+
+// SAFETY: only `matmul_f32_strided_col_split` makes one, from checked
+// views over borrowed slices that outlive its threads, which read `a` and
+// `b` and write disjoint column blocks of one injective output view.
+unsafe impl Send for ColsPtrs {}
+// SAFETY: as for `Send`: the threads never write the same element.
+unsafe impl Sync for ColsPtrs {}
+
+/// [`matmul_f32_strided`] with the output's columns split into one block
+/// per thread, each a one-thread GEMM (packing all of `a` and its own
+/// columns of `b`): for a short, wide product such as one image's
+/// convolution `W[n, k] @ cols[k, p]`, where `gemm`'s own threading
+/// scales poorly. The same checks come first: every view inside its
+/// slice, the output's naming each element once.
+pub fn matmul_f32_strided_col_split(
+    (a, av): (&[f32], GemmView),
+    (b, bv): (&[f32], GemmView),
+    (out, ov): (&mut [f32], GemmView),
+    threads: usize,
+) -> Result<(), CodegenError> {
+    let (m, k, n) = (av.rows, av.cols, bv.cols);
+    if threads < 2 || n < 2 * threads || m == 0 || k == 0 {
+        return matmul_f32_strided((a, av), (b, bv), (out, ov), threads);
+    }
+    // The one-call form's checks.
+    let inside = |v: &GemmView, len: usize| v.end().is_some_and(|e| e <= len);
+    if av.rows != ov.rows
+        || av.cols != bv.rows
+        || bv.cols != ov.cols
+        || !inside(&av, a.len())
+        || !inside(&bv, b.len())
+        || !inside(&ov, out.len())
+        || !ov.injective()
+    {
+        // The one-call form reports the misfit.
+        return matmul_f32_strided((a, av), (b, bv), (out, ov), 1);
+    }
+    let cols = n.div_ceil(threads);
+    let st = |x: usize| x as isize;
+    let p = ColsPtrs {
+        a: a[av.offset..].as_ptr(),
+        b: b[bv.offset..].as_ptr(),
+        out: out[ov.offset..].as_mut_ptr(),
+    };
+    use rayon::prelude::*;
+    (0..n.div_ceil(cols)).into_par_iter().for_each(|t| {
+        let j0 = t * cols;
+        let nj = cols.min(n - j0);
+        let p = &p;
+        // SAFETY: every view lies inside its slice (checked above, with
+        // overflow-checked arithmetic; strides fit `isize` as they are
+        // below the slices' lengths), so columns `j0..j0 + nj` of `b` and
+        // `out` do too; the output view names each element once, so the
+        // threads' column blocks are disjoint and no two write one
+        // element; `out` stays uniquely borrowed until every thread ends;
+        // k > 0.
+        unsafe {
+            gemm::gemm(
+                m,
+                nj,
+                k,
+                p.out.add(j0 * ov.col_stride),
+                st(ov.col_stride),
+                st(ov.row_stride),
+                false,
+                p.a,
+                st(av.col_stride),
+                st(av.row_stride),
+                p.b.add(j0 * bv.col_stride),
+                st(bv.col_stride),
+                st(bv.row_stride),
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            )
+        }
+    });
+    Ok(())
+}
+
 /// `out[b] = a[b] @ bm[b]` for `batch` f32 matrices (`a`: m x k, `bm`:
 /// k x n, `out`: m x n) through `gemm` on up to `threads` threads, each
 /// operand read in place through a view (offset and batch/row/column

@@ -266,6 +266,9 @@ isa_table! {
     Fixp fixp FIXP, Aic, Fixpipe,
         [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: GM, offset: VAL, stride: VAL, src: L0C, relu: IMM],
         "Store the valid region of an f32 L0C tile to GM converted to `dtype`, with relu when relu = 1.";
+    Fixpx fixpx FIXP, Aic, Fixpipe,
+        [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: GM, offset: VAL, stride: VAL, cstride: VAL, src: L0C, relu: IMM],
+        "Strided store of the valid region of an f32 L0C tile: element (r, c) to GM element offset + r*stride + c*cstride (a product written transposed, a convolution's NCHW), converted to `dtype`, with relu when relu = 1.";
 }
 
 impl Opcode {

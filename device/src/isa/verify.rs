@@ -183,7 +183,9 @@ fn check_inst(
                         p.args.len()
                     ));
                 }
-                (Opcode::Mmad, "acc") | (Opcode::Fixp, "relu") if !(0..=1).contains(&v) => {
+                (Opcode::Mmad, "acc") | (Opcode::Fixp | Opcode::Fixpx, "relu")
+                    if !(0..=1).contains(&v) =>
+                {
                     return Err(format!("`{mn}`: `{name}` must be 0 or 1, is {v}"));
                 }
                 _ => {}
@@ -245,7 +247,7 @@ fn check_dtypes(inst: &Inst) -> std::result::Result<(), String> {
         // The op table's rows without float semantics.
         Vand | Vor | Vxor | Vshl | Vshr => dt.is_int(),
         Mmad | Mvl0a | Mvl0b | Ldl1c => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
-        Fixp => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
+        Fixp | Fixpx => matches!(dt, DType::F16 | DType::BF16 | DType::F32),
         Ldg => matches!(inst.dtype2(), Some(DType::I32 | DType::I64)),
         _ => true,
     };

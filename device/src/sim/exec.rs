@@ -259,6 +259,7 @@ pub(crate) fn exec(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work) -> Result<Flow, 
         }
         Mmad => mmad(inst, cx, w, dt)?,
         Fixp => fixp(inst, cx, w, dt)?,
+        Fixpx => fixpx(inst, cx, w, dt)?,
         // Listed one by one so that a new opcode in the table does not
         // compile until it has semantics here.
         Vadd | Vsub | Vmul | Vdiv | Vmax | Vmin | Vpow | Vrem | Vand | Vor | Vxor | Vshl | Vshr
@@ -537,6 +538,31 @@ fn fixp(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Tr
             .map_err(|e| e.to_string())?;
     }
     w.bytes = (vrc.0 * row_bytes) as u64;
+    Ok(())
+}
+
+/// An f32 L0C tile to GM through a row and a column stride, converted
+/// (and relu'd when asked).
+fn fixpx(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Trap> {
+    let (_, cols) = inst.shape().unwrap_or((0, 0));
+    let vrc = cx.valid(inst, 2)?;
+    let acc = cx.read_tile(Space::L0c, inst.addr(8), DType::F32, vrc, cols as usize)?;
+    let acc = if inst.imm(9) == 1 {
+        values::map(&acc, DType::F32, scalar::relu, |x| x)
+    } else {
+        acc
+    };
+    let (base, rs, cs) = cx.gm_access(inst, inst.gm(4), dt, 5, true, vrc)?;
+    let sz = dt.size_bytes();
+    let mut row = vec![0u8; vrc.1 * sz];
+    for r in 0..vrc.0 {
+        values::encode_from(&acc, r * vrc.1, dt, &mut row);
+        let at = base + r as u64 * rs;
+        cx.gm
+            .scatter((0..vrc.1 as u64).map(|c| at + c * cs), sz, &row)
+            .map_err(|e| e.to_string())?;
+    }
+    w.bytes = (vrc.0 * row.len()) as u64;
     Ok(())
 }
 

@@ -857,6 +857,64 @@ fn cube_matmul_accumulates_in_f32_and_fixpipe_casts_with_relu() {
     }
 }
 
+#[test]
+fn strided_fixpipe_stores_the_tile_transposed_and_faults_past_its_buffer() {
+    let dev = device();
+    // The product of odd sizes (M=33, K=20, N=50), stored transposed:
+    // element (i, j) at j*m + i, with relu.
+    let (m, k, n) = (33, 20, 50);
+    let a: Vec<f64> = data(DType::F16, 22)
+        .into_iter()
+        .cycle()
+        .take(m * k)
+        .collect();
+    let b: Vec<f64> = data(DType::F16, 23)
+        .into_iter()
+        .cycle()
+        .take(k * n)
+        .collect();
+    let body = |len: usize| {
+        format!(
+            ".kernel t aic\n.gm a f16 [{m},{k}] in\n.gm b f16 [{k},{n}] in\n.gm c f32 [{len}] out
+    ldl1 f16, 48x32, {m}, {k}, @0x0, a, 0, {k}
+    ldl1 f16, 32x64, {k}, {n}, @0x10000, b, 0, {n}
+    setf mte2, mte1, 0
+    waitf mte2, mte1, 0
+    mvl0a f16, 48x32, @0x0, @0x0
+    mvl0b f16, 32x64, @0x0, @0x10000
+    setf mte1, m, 0
+    waitf mte1, m, 0
+    mmad f16, 48x32x64, @0x0, @0x0, @0x0, 0
+    setf m, fixp, 0
+    waitf m, fixp, 0
+    fixpx f32, 48x64, {m}, {n}, c, 0, 1, {m}, @0x0, 1
+    end\n"
+        )
+    };
+    let gm = |len: usize| {
+        vec![
+            (DType::F16, a.clone()),
+            (DType::F16, b.clone()),
+            (DType::F32, vec![0.0; len]),
+        ]
+    };
+    let (outs, _) = run(&dev, &body(m * n), &gm(m * n), &[]).unwrap();
+    let c = cube_ref(&a, &b, m, k, n, &[]);
+    let mut want = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            want[j * m + i] = c[i * n + j].max(0.0);
+        }
+    }
+    assert_same(&outs[2], &want, "fixpx");
+    // Ten columns short: the last columns' reach leaves the buffer.
+    let short = m * (n - 10);
+    let Err(e) = run(&dev, &body(short), &gm(short), &[]) else {
+        panic!("stored past its buffer without a fault");
+    };
+    assert!(e.to_string().contains("strided GM access"), "{e}");
+}
+
 fn fault_of(text: &str, gm: &[(DType, Vec<f64>)], scalars: &[i64]) -> String {
     // A small watchdog budget keeps the runaway-loop case quick.
     let dev = SimDevice::new(DeviceConfig {

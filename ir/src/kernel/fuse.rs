@@ -957,6 +957,7 @@ impl<'g> Fuser<'g> {
                 w: sx[3],
                 window,
             }),
+            nchw: false,
         })
     }
 
@@ -980,6 +981,7 @@ impl<'g> Fuser<'g> {
             k,
             n,
             im2col: None,
+            nchw: false,
         })
     }
 
@@ -1208,13 +1210,30 @@ impl<'g> Fuser<'g> {
         if kb.matmul.is_some() || !permuted || self.materialized[n.index()] {
             return Err(Stop::Materialize(n));
         }
-        let prod = self.new_buffer(node.ty, BufKind::Temp);
+        // A conv's NHWC product read channel-major (the NCHW permute every
+        // `conv2d` ends with) is written `[batch, n, oh, ow]` instead, so
+        // the epilogue reads it contiguously (`MatMul::nchw`).
+        let nchw = matches!(node.op, Op::Conv(..))
+            && matches!((m[1], m[2], m[3]), (Some(y), Some(x), Some(c)) if c < y && c < x);
+        let (ty, m) = if nchw {
+            let mut ty = node.ty;
+            ty.shape = Shape::new(&[shape[0], shape[3], shape[1], shape[2]]).map_err(Stop::Ir)?;
+            let mut pm = m;
+            pm.dims[..4].copy_from_slice(&[m[0], m[3], m[1], m[2]]);
+            (ty, pm)
+        } else {
+            (node.ty, m)
+        };
+        let prod = self.new_buffer(ty, BufKind::Temp);
         kb.matmul = Some(match node.op {
-            Op::Conv(x, w, win) => self.conv_spec(x, w, win, prod)?,
+            Op::Conv(x, w, win) => MatMul {
+                nchw,
+                ..self.conv_spec(x, w, win, prod)?
+            },
             Op::MatMul(a, b) => self.matmul_spec(a, b, prod)?,
             _ => unreachable!("only called for a matmul or conv"),
         });
-        let access = self.access(kb, prod, &node.ty.shape, &m);
+        let access = self.access(kb, prod, &ty.shape, &m);
         Ok(kb.load(access, node.ty.dtype))
     }
 

@@ -198,6 +198,11 @@ pub struct MatMul {
     ///
     /// [`Op::Conv`]: crate::Op::Conv
     pub im2col: Option<Im2Col>,
+    /// The product is written `[batch, n, m]` (a convolution's NCHW:
+    /// channels, then output pixels) instead of `[batch, m, n]`; only with
+    /// [`im2col`](Self::im2col). Fusion sets it when the kernel reads the
+    /// product channel-major, so its epilogue reads it contiguously.
+    pub nchw: bool,
 }
 
 impl MatMul {
@@ -471,6 +476,9 @@ impl Kernel {
             // The window's shape is code; the image's size is not.
             if let Some(ic) = &mm.im2col {
                 let _ = write!(out, "im2col {:?};", ic.window.to_list());
+            }
+            if mm.nchw {
+                out.push_str("nchw;");
             }
         }
         for l in &self.loads {

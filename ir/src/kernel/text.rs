@@ -87,6 +87,9 @@ impl Kernel {
                     write!(f, " {name}={}", list(&[v.offset, bs, rs, cs]))?;
                 }
             }
+            if m.nchw {
+                write!(f, " nchw")?;
+            }
             writeln!(f)?;
         }
         for l in &self.loads {
@@ -444,17 +447,19 @@ fn parse_kernel_line(p: &P, k: &mut Kernel, line: &str) -> Result<(), IrError> {
 }
 
 /// `bA x bB -> bC batch=.. m=.. k=.. n=.. [im2col=[..]] [a_view=[..]]
-/// [b_view=[..]]` (after `matmul `).
+/// [b_view=[..]] [nchw]` (after `matmul `).
 fn parse_matmul(p: &P, rest: &str) -> Result<MatMul, IrError> {
     const USAGE: &str = "expected `matmul bA x bB -> bC batch=.. m=.. k=.. n=.. \
-        [im2col=[c,h,w,kh,kw,stride,pad|..]] [a_view=[offset,bs,rs,cs]] [b_view=[..]]`";
+        [im2col=[c,h,w,kh,kw,stride,pad|..]] [a_view=[offset,bs,rs,cs]] [b_view=[..]] [nchw]`";
     let t: Vec<&str> = rest.split_whitespace().collect();
     if t.len() < 9 || t[1] != "x" || t[3] != "->" {
         return Err(p.err(USAGE));
     }
-    let (mut im2col, mut a_view, mut b_view) = (None, None, None);
+    let (mut im2col, mut a_view, mut b_view, mut nchw) = (None, None, None, false);
     for a in &t[9..] {
-        if a.starts_with("im2col=") && im2col.is_none() {
+        if *a == "nchw" && !nchw {
+            nchw = true;
+        } else if a.starts_with("im2col=") && im2col.is_none() {
             im2col = Some(parse_im2col(p, p.attr(a, "im2col")?)?);
         } else if a.starts_with("a_view=") && a_view.is_none() {
             a_view = Some(parse_view(p, p.attr(a, "a_view")?)?);
@@ -475,6 +480,7 @@ fn parse_matmul(p: &P, rest: &str) -> Result<MatMul, IrError> {
         k: p.num(p.attr(t[7], "k")?)?,
         n: p.num(p.attr(t[8], "n")?)?,
         im2col,
+        nchw,
     })
 }
 

@@ -142,6 +142,12 @@ fn verify_matmul(p: &KernelProgram, k: &Kernel, m: &MatMul, nbuf: u32) -> Result
                 .into(),
         ));
     }
+    if m.nchw && m.im2col.is_none() {
+        return Err(bad(
+            k,
+            "only a convolution's matmul writes its product `nchw`".into(),
+        ));
+    }
     let operands_fit = match &m.im2col {
         None => view_fits(m.a, m.a_view, m.m, m.k) && view_fits(m.b, m.b_view, m.k, m.n),
         // The image is `[batch, c, h, w]`, the weights one `[k, n]`,

@@ -11,11 +11,13 @@ use super::matmul::round_product;
 use super::store::{take_owned, Slot, Store};
 use super::HostProgram;
 use crate::error::RuntimeError;
+use crate::kernel_cache::CachedKernel;
 use rayon::prelude::*;
 use std::cell::RefCell;
-use tilejit_codegen::host::{matmul_f32_strided, GemmView};
-use tilejit_ir::kernel::{Im2Col, MatMul};
-use tilejit_ir::{DType, IrError};
+use std::sync::atomic::Ordering;
+use tilejit_codegen::host::{matmul_f32_strided, matmul_f32_strided_col_split, BufArg, GemmView};
+use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul};
+use tilejit_ir::{DType, IrError, Lit};
 
 thread_local! {
     /// The window rows of the image being multiplied, reused between
@@ -104,6 +106,23 @@ fn conv_image(
     let (p, k, n) = (mm.m, mm.k, mm.n);
     let (ng, cg, plane) = (n / groups, ic.group_channels(), ic.h * ic.w);
     let direct = win.size() == 1 && win.stride == (1, 1) && win.pad == [0; 4];
+    if mm.nchw {
+        for gi in 0..groups {
+            with_cols(img, mm, ic, gi, threads, |b, bv| {
+                let av = weights_view(mm, gi * ng, ng);
+                let ov = GemmView {
+                    offset: gi * ng * p,
+                    rows: ng,
+                    cols: p,
+                    row_stride: p,
+                    col_stride: 1,
+                };
+                matmul_f32_strided_col_split((w, av), (b, bv), (out, ov), threads)
+                    .map_err(RuntimeError::from)
+            })?;
+        }
+        return Ok(());
+    }
     let gemm = |a: &[f32], av: GemmView, out: &mut [f32], gi: usize| {
         // The weights in place: `[k, n]`, or an `[n, k]` buffer read
         // transposed (verified: no other view reaches here).
@@ -192,6 +211,76 @@ fn conv_image(
     Ok(())
 }
 
+/// Rows `ch0..ch0 + rows` of the weights as the `[n, k]` left operand of
+/// an NCHW product: OIHW weights in place (`b_view` transposed) are
+/// row-major; a contiguous `[k, n]` buffer is read column-major.
+fn weights_view(mm: &MatMul, ch0: usize, rows: usize) -> GemmView {
+    let [_, rs, cs] = mm.view_b().strides.map(|s| s.unsigned_abs() as usize);
+    GemmView {
+        offset: ch0 * cs,
+        rows,
+        cols: mm.k,
+        row_stride: cs,
+        col_stride: rs,
+    }
+}
+
+/// Calls `f` with group `gi`'s column matrix `[k, p]` of image `img` as
+/// a right operand: the image itself for a 1x1 window of stride 1
+/// without padding (`[c, h*w]`), else its window rows copied into this
+/// thread's scratch (built on `threads` threads).
+fn with_cols<R>(
+    img: &[f32],
+    mm: &MatMul,
+    ic: &Im2Col,
+    gi: usize,
+    threads: usize,
+    f: impl FnOnce(&[f32], GemmView) -> Result<R, RuntimeError>,
+) -> Result<R, RuntimeError> {
+    let win = ic.window;
+    let (p, k) = (mm.m, mm.k);
+    let (cg, plane) = (ic.group_channels(), ic.h * ic.w);
+    if win.size() == 1 && win.stride == (1, 1) && win.pad == [0; 4] {
+        let bv = GemmView {
+            offset: gi * cg * plane,
+            rows: k,
+            cols: p,
+            row_stride: plane,
+            col_stride: 1,
+        };
+        return f(img, bv);
+    }
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        let len = k.saturating_mul(p);
+        if s.len() < len {
+            let more = len - s.len();
+            s.try_reserve_exact(more)
+                .map_err(|_| IrError::OutOfMemory { bytes: len * 4 })?;
+            s.resize(len, 0.0);
+        }
+        let cols = &mut s[..len];
+        let group = &img[gi * cg * plane..(gi + 1) * cg * plane];
+        if threads > 1 && len >= PARALLEL_MACS {
+            cols.par_chunks_mut(p.max(1))
+                .enumerate()
+                .for_each(|(q, row)| window_row(group, ic, q, row));
+        } else {
+            cols.chunks_mut(p.max(1))
+                .enumerate()
+                .for_each(|(q, row)| window_row(group, ic, q, row));
+        }
+        let bv = GemmView {
+            offset: 0,
+            rows: k,
+            cols: p,
+            row_stride: p,
+            col_stride: 1,
+        };
+        f(cols, bv)
+    })
+}
+
 /// Row `q` (channel, tap row, tap column) of the transposed column
 /// matrix of one group's channels `img`: the tap's value at every output
 /// position, zero in the padding.
@@ -235,5 +324,200 @@ fn window_row(img: &[f32], ic: &Im2Col, q: usize, row: &mut [f32]) {
                 *d = *s;
             }
         }
+    }
+}
+
+/// Output bytes a block of channels aims at: its product rows and the
+/// epilogue's stay in the core's L2 between the GEMM and the epilogue.
+const BLOCK_BYTES: usize = 128 << 10;
+
+impl HostProgram {
+    /// Runs an NCHW convolution kernel (`MatMul::nchw`) image by image,
+    /// the images in parallel: per image and channel group the window
+    /// rows are built once, then per block of output channels a one-thread
+    /// GEMM writes the block's rows and the epilogue runs on them at once,
+    /// while they are in cache, instead of a GEMM over everything and then
+    /// a second pass. Applies when there are at least as many images as
+    /// threads, the product is f32, the epilogue's domain is the product's
+    /// `[batch, n, p]` (or `[n, p]` for one image) and every buffer it
+    /// writes it writes like the product (contiguous, offset 0); returns
+    /// false, having done nothing, otherwise.
+    pub(super) fn run_conv_tiled(
+        &self,
+        k: &Kernel,
+        code: &CachedKernel,
+        locals: &[BufId],
+        slots: &mut [Slot<'_>],
+        mm: &MatMul,
+        params: &[Lit],
+    ) -> Result<bool, RuntimeError> {
+        let (Some(ic), true) = (&mm.im2col, mm.nchw) else {
+            return Ok(false);
+        };
+        let threads = rayon::current_num_threads();
+        let (batch, n, m) = (mm.batch, mm.n, mm.m);
+        let layout = code.code.layout();
+        let lead = match k.domain.as_slice() {
+            [b, c, p] if (*b, *c, *p) == (batch, n, m) => 1,
+            [c, p] if batch == 1 && (*c, *p) == (n, m) => 0,
+            _ => return Ok(false),
+        };
+        let groups = (ic.window.groups as usize).max(1);
+        let fits = batch >= threads
+            && n > 0
+            && m > 0
+            && n.is_multiple_of(groups)
+            && layout.scratch == 0
+            && self.prog.buffer(mm.out).ty.dtype == DType::F32
+            && !k.accesses().any(|a| a.buf == mm.a || a.buf == mm.b);
+        if !fits {
+            return Ok(false);
+        }
+        // Buffers written (and the product) are split into the blocks'
+        // own rows; every other one is lent whole, its accesses moved to
+        // the block by their offsets.
+        let plane = (n * m) as i64;
+        let rows_strides: Vec<i64> = if lead == 1 {
+            vec![plane, m as i64, 1]
+        } else {
+            vec![m as i64, 1]
+        };
+        let mut split = Vec::with_capacity(locals.len());
+        for &b in locals {
+            let stored = b == mm.out
+                || k.stages.iter().any(|s| {
+                    matches!(s, tilejit_ir::kernel::Stage::Store { access, .. } if access.buf == b)
+                });
+            if stored {
+                let sized = self.prog.buffer(b).ty.shape.numel() == batch * n * m;
+                let rows = k
+                    .accesses()
+                    .filter(|a| a.buf == b)
+                    .all(|a| a.offset == 0 && a.strides == rows_strides);
+                if !sized || !rows {
+                    return Ok(false);
+                }
+            }
+            split.push(stored);
+        }
+        let Some(out_at) = locals.iter().position(|&b| b == mm.out) else {
+            return Ok(false);
+        };
+        let mismatch = || RuntimeError::from(IrError::Verify("conv operand types".into()));
+        let ng = n / groups;
+        // Blocks of `nb` channels (dividing a group's) of about
+        // `BLOCK_BYTES` of product.
+        let target = (BLOCK_BYTES / 4 / m).clamp(1, ng);
+        let mut parts = ng.div_ceil(target);
+        while !ng.is_multiple_of(parts) {
+            parts += 1;
+        }
+        let nb = ng / parts;
+        let image = ic.c * ic.h * ic.w;
+        let Store::F32(mut product) = take_owned(&mut slots[mm.out.0 as usize])? else {
+            return Err(mismatch());
+        };
+        // Each image's pieces: written buffers as that image's blocks,
+        // the others whole.
+        let mut per_image: Vec<Vec<Vec<BufArg<'_>>>> = (0..batch)
+            .map(|_| {
+                (0..n / nb)
+                    .map(|_| (0..locals.len()).map(|_| BufArg::empty()).collect())
+                    .collect()
+            })
+            .collect();
+        let (mut x, mut w) = (None, None);
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if i == mm.a.0 as usize || i == mm.b.0 as usize {
+                let slot: &Slot<'_> = slot;
+                if i == mm.a.0 as usize {
+                    x = slot.f32s();
+                }
+                if i == mm.b.0 as usize {
+                    w = slot.f32s();
+                }
+                continue;
+            }
+            let Some(at) = locals.iter().position(|b| b.0 as usize == i) else {
+                continue;
+            };
+            if split[at] {
+                let size = layout.elem_bytes[at];
+                let mut pieces = slot.arg().split(nb * m * size).into_iter();
+                for blk in per_image.iter_mut().flatten() {
+                    blk[at] = pieces.next().unwrap_or_else(|| BufArg::empty());
+                }
+            } else {
+                let whole = slot.arg_read();
+                for blk in per_image.iter_mut().flatten() {
+                    blk[at] = whole.share().unwrap_or_else(|| BufArg::empty());
+                }
+            }
+        }
+        let (Some(x), Some(w)) = (x, w) else {
+            drop(per_image);
+            slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
+            return Ok(false);
+        };
+        if x.len() != batch * image || w.len() != mm.k * n || product.len() != batch * n * m {
+            drop(per_image);
+            slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
+            return Err(mismatch());
+        }
+        let base = layout.args(k, params);
+        code.launches.fetch_add(1, Ordering::Relaxed);
+        let accesses: Vec<(bool, Vec<i64>)> = k
+            .accesses()
+            .map(|a| {
+                let at = locals.iter().position(|&b| b == a.buf);
+                (at.is_some_and(|at| split[at]), a.strides.clone())
+            })
+            .collect();
+        let result = product
+            .par_chunks_mut(n * m)
+            .zip(per_image.into_par_iter())
+            .enumerate()
+            .try_for_each(|(bi, (out, blocks))| -> Result<(), RuntimeError> {
+                let img = &x[bi * image..(bi + 1) * image];
+                let mut blocks = blocks.into_iter();
+                let mut outs = out.chunks_mut(nb * m);
+                for gi in 0..groups {
+                    with_cols(img, mm, ic, gi, 1, |cols, bv| {
+                        for j in 0..parts {
+                            let ch0 = gi * ng + j * nb;
+                            let (Some(o), Some(mut bufs)) = (outs.next(), blocks.next()) else {
+                                return Err(mismatch());
+                            };
+                            let ov = GemmView {
+                                offset: 0,
+                                rows: nb,
+                                cols: m,
+                                row_stride: m,
+                                col_stride: 1,
+                            };
+                            let av = weights_view(mm, ch0, nb);
+                            matmul_f32_strided((w, av), (cols, bv), (&mut *o, ov), 1)?;
+                            bufs[out_at] = BufArg::write(o);
+                            let mut args = base.clone();
+                            if lead == 1 {
+                                args[0] = 1;
+                            }
+                            args[lead] = nb as i64;
+                            for (ai, (rows, st)) in accesses.iter().enumerate() {
+                                if !rows {
+                                    let shift =
+                                        lead as i64 * bi as i64 * st[0] + ch0 as i64 * st[lead];
+                                    args[layout.offset_slot(ai)] += shift;
+                                }
+                            }
+                            code.code.call(&mut bufs, &args, 0, nb)?;
+                        }
+                        Ok(())
+                    })?;
+                }
+                Ok(())
+            });
+        slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
+        result.map(|()| true)
     }
 }

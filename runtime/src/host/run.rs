@@ -190,7 +190,9 @@ impl HostProgram {
         stop: Option<&(dyn Fn() -> bool + Sync)>,
     ) -> Result<(), RuntimeError> {
         if let Some(mm) = &k.matmul {
-            if self.run_row_tiled(k, code, locals, slots, mm, params)? {
+            if self.run_row_tiled(k, code, locals, slots, mm, params)?
+                || self.run_conv_tiled(k, code, locals, slots, mm, params)?
+            {
                 return Ok(());
             }
             self.matmul(slots, mm, self.prog.buffers[mm.out.0 as usize].ty.dtype)?;

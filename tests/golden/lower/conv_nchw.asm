@@ -61,7 +61,7 @@
     mul r20, r20, r27
     movi r21, 0
 L29:
-    bge r0, r1, L98
+    bge r0, r1, L105
     rem r4, r0, r17
     div r12, r0, r17
     rem r3, r12, r16
@@ -128,11 +128,18 @@ L68:
 L92:
     setf m, fixp, 0
     waitf m, fixp, 0
-    fixp f32, 64x64, r5, r6, c, r11, r15, @0x0, 0
+    mul r11, r2, r19
+    mul r12, r3, 64
+    add r11, r11, r12
+    mul r12, r4, 64
+    mul r12, r12, r13
+    add r11, r11, r12
+    movi r8, 1
+    fixpx f32, 64x64, r5, r6, c, r11, r8, r13, @0x0, 0
     barrier
     add r0, r0, 1
     jmp L29
-L98:
+L105:
     end
 ; core function 1: units Kernel, tile 1, buffers [b2,b3,b4], workspace []
 .kernel k_fused_conv_add aiv
@@ -168,7 +175,7 @@ L98:
     setf mte3, mte2, 0
     setf mte3, mte2, 1
 L4:
-    bge r0, r1, L89
+    bge r0, r1, L87
     ldarg r2, 4
     max r27, r2, 1
     ldarg r5, 14
@@ -198,8 +205,7 @@ L4:
     mul r31, r3, r31
     add r7, r7, r31
     waitf mte3, mte2, 0
-    ldarg r31, 7
-    ldx f32, 1x8176, 1, r2, @0x0, b0_4, r5, 0, r31
+    ld f32, 1x8176, 1, r2, @0x0, b0_4, r5, 0
     ld f32, 1x1, 1, 1, @0x17f60, b1_2, r6, 0
     setf mte2, v, 0
     waitf mte2, v, 0
@@ -210,7 +216,7 @@ L4:
     st f32, 1x8176, 1, r2, b2_3, r7, 0, @0xff80
     setf mte3, mte2, 0
     add r0, r0, 1
-    bge r0, r1, L89
+    bge r0, r1, L87
     ldarg r2, 4
     max r27, r2, 1
     ldarg r5, 14
@@ -240,8 +246,7 @@ L4:
     mul r31, r3, r31
     add r7, r7, r31
     waitf mte3, mte2, 1
-    ldarg r31, 7
-    ldx f32, 1x8176, 1, r2, @0x18000, b0_4, r5, 0, r31
+    ld f32, 1x8176, 1, r2, @0x18000, b0_4, r5, 0
     ld f32, 1x1, 1, 1, @0x2ff60, b1_2, r6, 0
     setf mte2, v, 1
     waitf mte2, v, 1
@@ -253,7 +258,7 @@ L4:
     setf mte3, mte2, 1
     add r0, r0, 1
     jmp L4
-L89:
+L87:
     waitf mte3, mte2, 0
     waitf mte3, mte2, 1
     end

@@ -139,6 +139,7 @@ fn one_of_each(b: &mut ProgramBuilder, l: Label, g: Gm) {
     b.mvl0a(F16, sh, t, t).mvl0b(F16, sh, t, t);
     b.mmad(F16, Mkn::new(16, 16, 16), t, t, t, 1);
     b.fixp(F16, sh, 2, 8, g, 0, 8, t, 0);
+    b.fixpx(F16, sh, 2, 8, g, 0, 1, 8, t, 0);
     b.end();
 }
 
