@@ -931,8 +931,14 @@ fn nchw_convs_match_the_definition_on_one_and_two_threads() {
         ([3, 4, 12, 12], [4, 4, 3, 3], c((1, 1), (2, 2), (2, 2), 1)),
         ([2, 64, 6, 7], [10, 64, 3, 3], c((1, 1), (1, 1), (1, 1), 1)),
         ([3, 1, 8, 8], [5, 1, 1, 1], plain),
-        // 48 channels of 32x32 pixels: two blocks of 24 per image.
         ([3, 3, 32, 32], [48, 3, 3, 3], c((1, 1), (1, 1), (1, 1), 1)),
+        // 48 channels of 150x150 pixels, over the 4 MiB a block aims at:
+        // two blocks of 24 per image.
+        (
+            [2, 1, 150, 150],
+            [48, 1, 3, 3],
+            c((1, 1), (1, 1), (1, 1), 1),
+        ),
         ([3, 6, 32, 32], [48, 3, 3, 3], c((1, 1), (1, 1), (1, 1), 2)),
     ];
     for (i, (xs, ws, o)) in cases.into_iter().enumerate() {
