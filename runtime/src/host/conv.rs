@@ -104,8 +104,7 @@ fn conv_image(
     let win = ic.window;
     let groups = (win.groups as usize).max(1);
     let (p, k, n) = (mm.m, mm.k, mm.n);
-    let (ng, cg, plane) = (n / groups, ic.group_channels(), ic.h * ic.w);
-    let direct = win.size() == 1 && win.stride == (1, 1) && win.pad == [0; 4];
+    let ng = n / groups;
     if mm.nchw {
         for gi in 0..groups {
             with_cols(img, mm, ic, gi, threads, |b, bv| {
@@ -163,47 +162,15 @@ fn conv_image(
             .map_err(RuntimeError::from)
     };
     for gi in 0..groups {
-        if direct {
-            // The group's channels `[cg, h*w]` are the column matrix,
-            // transposed: row `p` (a pixel) steps 1, column (a channel)
-            // steps a plane.
+        // The column matrix `[k, p]` read transposed: the left operand
+        // `[p, k]` of the NHWC product.
+        with_cols(img, mm, ic, gi, threads, |cols, bv| {
             let av = GemmView {
-                offset: gi * cg * plane,
+                offset: bv.offset,
                 rows: p,
                 cols: k,
-                row_stride: 1,
-                col_stride: plane,
-            };
-            gemm(img, av, out, gi)?;
-            continue;
-        }
-        SCRATCH.with(|s| -> Result<(), RuntimeError> {
-            let mut s = s.borrow_mut();
-            let len = k.saturating_mul(p);
-            if s.len() < len {
-                let more = len - s.len();
-                s.try_reserve_exact(more)
-                    .map_err(|_| IrError::OutOfMemory { bytes: len * 4 })?;
-                s.resize(len, 0.0);
-            }
-            let cols = &mut s[..len];
-            let group = &img[gi * cg * plane..(gi + 1) * cg * plane];
-            if threads > 1 && len >= PARALLEL_MACS {
-                cols.par_chunks_mut(p.max(1))
-                    .enumerate()
-                    .for_each(|(q, row)| window_row(group, ic, q, row));
-            } else {
-                cols.chunks_mut(p.max(1))
-                    .enumerate()
-                    .for_each(|(q, row)| window_row(group, ic, q, row));
-            }
-            // `cols` is `[k, p]`: the column matrix transposed.
-            let av = GemmView {
-                offset: 0,
-                rows: p,
-                cols: k,
-                row_stride: 1,
-                col_stride: p,
+                row_stride: bv.col_stride,
+                col_stride: bv.row_stride,
             };
             gemm(cols, av, out, gi)
         })?;
