@@ -376,7 +376,11 @@ fn matmul_type(a: TensorType, b: TensorType) -> Result<TensorType, IrError> {
         });
     }
     if a.dtype == DType::Bool {
-        return err("bool operands are not supported; cast first");
+        return Err(IrError::DTypeUnsupported {
+            op: "matmul",
+            dtype: DType::Bool,
+            hint: "cast to a numeric dtype first",
+        });
     }
     let (ra, rb) = (a.shape.rank(), b.shape.rank());
     if ra != rb || !(ra == 2 || ra == 3) {

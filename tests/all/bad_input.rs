@@ -176,6 +176,10 @@ fn mixed_dtypes_suggest_a_cast() {
     let line = line!() + 1;
     let t = Tensor::ones(&[2], DType::Bool) + Tensor::ones(&[2], DType::Bool);
     expect_err(&t, ErrorKind::DType, &["bool"], line);
+    let m = Tensor::ones(&[2, 2], DType::Bool);
+    let line = line!() + 1;
+    let t = m.matmul(&m);
+    expect_err(&t, ErrorKind::DType, &["matmul", "bool", "cast"], line);
     let line = line!() + 1;
     let t = Tensor::where_cond(&a, &a, &a);
     expect_err(&t, ErrorKind::DType, &["`where`", "bool"], line);

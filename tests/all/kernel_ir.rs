@@ -177,3 +177,39 @@ fn repeated_or_reordered_scratch_lines_do_not_parse() {
     let back = parse_program(&text).unwrap();
     assert_eq!(back.to_string(), text);
 }
+
+/// A graph of thousands of elementwise steps (an unrolled ONNX Loop) is
+/// cut into kernels of at most `MAX_KERNEL_NODES` inlined ops each, so no
+/// kernel takes Cranelift seconds to compile; unit reshapes between the
+/// steps (an Unsqueeze per trip) do not hide the count.
+#[test]
+fn a_long_elementwise_chain_is_cut_into_bounded_kernels() {
+    use tilejit_ir::kernel::MAX_KERNEL_NODES;
+    let steps = 3000;
+    let mut text = String::from("graph {\n  %0 = input 0 : f32[4,8]\n");
+    let mut last = 0;
+    for i in 0..steps {
+        let n = last + 1;
+        if i % 7 == 3 {
+            text += &format!("  %{n} = reshape %{last} : f32[4,1,8]\n");
+            text += &format!("  %{} = reshape %{n} : f32[4,8]\n", n + 1);
+            text += &format!("  %{} = mul %{}, %{} : f32[4,8]\n", n + 2, n + 1, n + 1);
+            last = n + 2;
+        } else {
+            text += &format!("  %{n} = sqrt %{last} : f32[4,8]\n");
+            last = n;
+        }
+    }
+    text += &format!("  return %{last}\n}}");
+    let p = fused(&text);
+    let ops: usize = p.kernels.iter().map(|k| k.ops.len()).sum();
+    assert!(p.kernels.len() >= 8, "{} kernels", p.kernels.len());
+    for k in &p.kernels {
+        assert!(
+            k.ops.len() <= MAX_KERNEL_NODES as usize + 1,
+            "a kernel of {} ops",
+            k.ops.len()
+        );
+    }
+    assert!(ops >= steps, "every step is computed: {ops} ops");
+}

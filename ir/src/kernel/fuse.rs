@@ -90,6 +90,11 @@ const BROADCAST_RECOMPUTE: u32 = 6;
 const BROADCAST_RATIO: usize = 64;
 /// The longest row a scratch buffer may hold (elements).
 const MAX_SCRATCH_COLS: usize = 1 << 16;
+/// The most graph nodes one kernel inlines (counted as a tree, so a value
+/// read twice counts twice). Past it the operands get buffers: an unrolled
+/// ONNX Loop of 4097 elementwise steps was one kernel that took Cranelift
+/// 19.5 s to compile, and kernel size has no other bound.
+pub const MAX_KERNEL_NODES: u32 = 256;
 
 /// Why building a kernel stopped.
 enum Stop {
@@ -482,6 +487,60 @@ impl<'g> Fuser<'g> {
             {
                 self.materialized[x.index()] = true;
             }
+        }
+        self.bound_kernel_size();
+    }
+
+    /// Gives operands buffers wherever a node would inline more than
+    /// [`MAX_KERNEL_NODES`] nodes, so every kernel stays that small: the
+    /// operands are materialised under their views (a broadcast's source,
+    /// never the broadcast), and the node starts a new count.
+    fn bound_kernel_size(&mut self) {
+        let g = self.g;
+        let mut size = vec![0u32; g.len()];
+        for id in g.ids() {
+            let op = &g.node(id).op;
+            let own = match op {
+                Op::Input { .. } | Op::Constant { .. } | Op::Param { .. } | Op::Full { .. } => {
+                    continue
+                }
+                // Views are index maps: no code of their own.
+                Op::Reshape(..) | Op::Broadcast(..) | Op::Permute(..) | Op::Slice(..) => 0,
+                _ => 1,
+            };
+            let inlined = |f: &Self, x: &NodeId| !f.materialized[x.index()];
+            // A kernel's own matmul or conv is one node: its operands are
+            // buffers.
+            let inner: u32 = if matches!(op, Op::MatMul(..) | Op::Conv(..)) {
+                0
+            } else {
+                op.operands()
+                    .iter()
+                    .filter(|x| inlined(self, x))
+                    .fold(0u32, |a, x| a.saturating_add(size[x.index()]))
+            };
+            size[id.index()] = inner.saturating_add(own);
+            if inner < MAX_KERNEL_NODES {
+                continue;
+            }
+            for x in op.operands() {
+                if !inlined(self, &x) || size[x.index()] == 0 {
+                    continue;
+                }
+                let p = self.view_producer(x);
+                let p = self.view_source(p);
+                if !self.is_source(p) {
+                    self.materialized[p.index()] = true;
+                }
+                // The views between read the new buffer in place.
+                let mut n = x;
+                while n != p {
+                    size[n.index()] = 0;
+                    n = g.node(n).op.operands()[0];
+                }
+                size[p.index()] = 0;
+            }
+            size[id.index()] = own;
         }
     }
 

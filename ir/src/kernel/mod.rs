@@ -31,7 +31,7 @@ mod fuse;
 mod text;
 mod verify;
 
-pub use fuse::fuse;
+pub use fuse::{fuse, MAX_KERNEL_NODES};
 pub use text::parse_program;
 pub use verify::verify_program;
 
