@@ -334,19 +334,8 @@ fn node_tests(
         .collect();
     names.sort();
     let (mut pass, mut skip, mut failed) = (0, 0, 0);
-    for t in &names {
-        let name = t
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let atol = atol.iter().find(|(n, _)| *n == name).map_or(1e-7, |a| a.1);
-        // A panic is a failure of that test, not of the whole run.
-        let run = || match mode {
-            Some(m) => tilejit::with_mode(m, || one_node_test(t, atol)),
-            None => one_node_test(t, atol),
-        };
-        let outcome =
-            std::panic::catch_unwind(run).unwrap_or_else(|_| Outcome::Fail("panicked".into()));
+    let outcomes = run_node_tests(&names, mode, &atol);
+    for (name, outcome) in outcomes {
         if !matches!(outcome, Outcome::Pass) && must_pass.contains(&name) {
             unexpected.push(format!("{name} is listed to pass"));
         }
@@ -397,6 +386,55 @@ fn node_tests(
         outln!("as {} expects", p.display());
     }
     Ok(())
+}
+
+/// Runs each test directory's model (a panic fails that test, not the
+/// run) on every core, a test at a time per thread: most node tests are a
+/// few small kernels, so one thread would leave the others idle. Results
+/// come back in `names`' order.
+fn run_node_tests(
+    names: &[PathBuf],
+    mode: Option<RunMode>,
+    atol: &[(String, f64)],
+) -> Vec<(String, Outcome)> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<Outcome>>> =
+        names.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let name_of = |t: &PathBuf| {
+        t.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let worker = || loop {
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(t) = names.get(i) else { break };
+        let name = name_of(t);
+        let atol = atol.iter().find(|(n, _)| *n == name).map_or(1e-7, |a| a.1);
+        let run = || match mode {
+            Some(m) => tilejit::with_mode(m, || one_node_test(t, atol)),
+            None => one_node_test(t, atol),
+        };
+        let outcome =
+            std::panic::catch_unwind(run).unwrap_or_else(|_| Outcome::Fail("panicked".into()));
+        if let Ok(mut slot) = slots[i].lock() {
+            *slot = Some(outcome);
+        }
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(worker);
+        }
+    });
+    names
+        .iter()
+        .zip(slots)
+        .map(|(t, slot)| {
+            let outcome = slot.into_inner().ok().flatten();
+            let outcome = outcome.unwrap_or_else(|| Outcome::Fail("did not run".into()));
+            (name_of(t), outcome)
+        })
+        .collect()
 }
 
 fn one_node_test(dir: &std::path::Path, atol: f64) -> Outcome {
