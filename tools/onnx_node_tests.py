@@ -8,6 +8,12 @@ or OptionalProto where the graph declares a sequence or optional). Then run them
     tilejit onnx node-tests DIR
 
 Usage: python3 tools/onnx_node_tests.py [DIR]   (default target/onnx-node)
+
+tests/onnx-node-tests.txt is written against the data of onnx 1.23.2 with
+ml_dtypes 0.6.0 (`pip install onnx==1.23.2 ml_dtypes==0.6.0`, as
+.ci/onnx-node-tests does): ml_dtypes computes the expected outputs of casts
+to int4/int2, and from 0.7 it writes 0 for a value out of range (undefined
+in ONNX's spec) where earlier versions wrapped.
 """
 import os
 import sys
@@ -17,7 +23,24 @@ from onnx import numpy_helper
 from onnx.backend.test.case import node
 
 
+PINNED = {"onnx": "1.23.2", "ml_dtypes": "0.6.0"}
+
+
+def warn_on_other_versions():
+    import ml_dtypes
+
+    found = {"onnx": onnx.__version__, "ml_dtypes": ml_dtypes.__version__}
+    for name, want in PINNED.items():
+        if found[name] != want:
+            print(
+                f"warning: {name} {found[name]} is not the {want} that "
+                "tests/onnx-node-tests.txt expects; some expected outputs may differ",
+                file=sys.stderr,
+            )
+
+
 def main():
+    warn_on_other_versions()
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join("target", "onnx-node")
     cases = node.collect_testcases(None)
     for case in cases:

@@ -2,8 +2,10 @@
 //! time on the host: `conv [--batch N]` prints, per distinct layer, the
 //! median ms per call (conv plus its output permute, as the network runs
 //! it), GFLOP/s and the share of the 2-core FMA peak, then the network's
-//! conv total (each layer times its count). Results are checked against
-//! the reference interpreter once per layer.
+//! conv total (each layer times its count). `--layer C,O,H,K,S` times one
+//! other layer instead (C in and O out channels, an HxH image, a KxK
+//! window at stride S: 7,2 3,1 3,2 1,1 or 1,2). Results are
+//! checked against the reference interpreter once per layer.
 
 use tilejit::prelude::*;
 use tilejit_benches::{max_rel_err, median_time};
@@ -25,6 +27,10 @@ fn c3s2p1(x: &Tensor, w: &Tensor) -> Tensor {
     x.conv2d(w, 2, 1)
 }
 #[jit]
+fn c1s1p0(x: &Tensor, w: &Tensor) -> Tensor {
+    x.conv2d(w, 1, 0)
+}
+#[jit]
 fn c1s2p0(x: &Tensor, w: &Tensor) -> Tensor {
     x.conv2d(w, 2, 0)
 }
@@ -38,7 +44,20 @@ fn main() {
         .and_then(|b| b.parse().ok())
         .unwrap_or(1usize);
     // (name, c, o, h, k, stride, count in the network)
-    let layers: [(&str, usize, usize, usize, usize, usize, usize); 11] = [
+    let custom = args
+        .iter()
+        .position(|a| a == "--layer")
+        .and_then(|i| args.get(i + 1))
+        .map(|l| {
+            let v: Vec<usize> = l.split(',').filter_map(|x| x.parse().ok()).collect();
+            match v[..] {
+                [c, o, h, k, s] if [(7, 2), (3, 1), (3, 2), (1, 1), (1, 2)].contains(&(k, s)) => {
+                    (c, o, h, k, s)
+                }
+                _ => panic!("--layer takes C,O,H,K,S with K,S one of 7,2 3,1 3,2 1,1 1,2; not {l}"),
+            }
+        });
+    let mut layers: Vec<(&str, usize, usize, usize, usize, usize, usize)> = vec![
         ("conv1 7x7/2", 3, 64, 224, 7, 2, 1),
         ("layer1 3x3", 64, 64, 56, 3, 1, 4),
         ("layer2 3x3/2", 64, 128, 56, 3, 2, 1),
@@ -51,6 +70,9 @@ fn main() {
         ("layer4 3x3", 512, 512, 7, 3, 1, 3),
         ("layer4 down 1x1/2", 256, 512, 14, 1, 2, 1),
     ];
+    if let Some((c, o, h, k, s)) = custom {
+        layers = vec![("--layer", c, o, h, k, s, 1)];
+    }
     let (mut total_s, mut total_flop) = (0.0, 0.0);
     println!("batch {batch}");
     for (i, &(name, c, o, h, k, s, count)) in layers.iter().enumerate() {
@@ -58,6 +80,7 @@ fn main() {
             (7, _) => c7s2p3,
             (3, 1) => c3s1p1,
             (3, _) => c3s2p1,
+            (1, 1) => c1s1p0,
             _ => c1s2p0,
         };
         let x = Tensor::randn(&[batch, c, h, h], 2 * i as u64);
