@@ -797,8 +797,6 @@ fn a_basic_block_is_its_convolutions_reading_weights_in_place() {
         let run = || conv_block(&x, &w1, &b1, &w2, &b2, &wd).unwrap();
         let want = f32s(&with_mode(RunMode::Reference, run));
         let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
-        // Stride 2 runs on Sim (a square window); all three convolutions
-        // have one stride and padding each.
         check_modes("conv_block", &want, 1e-4, run);
         conv_block::jit().clear();
         with_mode(RunMode::Host, run);
