@@ -521,8 +521,8 @@ impl Tensor {
     /// The output is `(h + 2*ph - dh*(kh-1) - 1) / sh + 1` high (so wide).
     /// For f32, f16 and bf16 it is one GEMM over the windows, read in
     /// place (an implicit im2col: on Sim the cube loads each panel
-    /// straight from the image with `ldl1c`, for one stride and padding,
-    /// no dilation, one group). Other dtypes gather the windows (a
+    /// straight from the image with `ldl1c`, one channel group per output
+    /// tile). Other dtypes gather the windows (a
     /// constant index of the trace) and multiply them (one group only).
     /// The output size is size arithmetic that shape classes do not read
     /// back, so a dynamic function using it may be traced per size.
@@ -582,7 +582,7 @@ impl Tensor {
     /// `[n, c, l]`, weights `[o, c/groups, k]`, an optional `[o]` bias;
     /// `stride`, `padding`, `dilation` and `groups` as [`Conv2d`]'s along
     /// the one axis. It is [`Tensor::conv2d_with`] on a 1-high image,
-    /// so it runs wherever that does (on Sim: undilated, one group).
+    /// so it runs wherever that does.
     #[track_caller]
     pub fn conv1d(
         &self,

@@ -244,7 +244,7 @@ impl Window {
     }
 
     /// Whether it is a `square` window (one stride, one padding on every
-    /// side, no dilation, one group): what Sim's `ldl1c` reads.
+    /// side, no dilation, one group): the text forms' short list.
     pub fn is_square(&self) -> bool {
         let p = self.pad;
         self.stride.0 == self.stride.1

@@ -273,28 +273,84 @@ fn half_convs_and_dynamic_convs_match_the_reference() {
     }
 }
 
+#[jit]
+fn grouped_dilated(x: &Tensor, w: &Tensor) -> Tensor {
+    x.conv2d_with(w, None, grouped_dilated_opts()).relu()
+}
+
+/// Half-precision convolutions with per-axis strides, dilation, groups
+/// (depthwise too) on Sim's cube: against the reference interpreter in
+/// the same dtype (one rounding of the result apart at most), on every
+/// backend; the Sim kernel loads its panels with `ldl1c`.
+#[test]
+fn half_convs_with_general_windows_match_the_reference() {
+    let c = |s, p, d, g| Conv2d {
+        stride: s,
+        padding: p,
+        dilation: d,
+        groups: g,
+    };
+    for (i, (xs, ws, o)) in [
+        ([2, 4, 9, 8], [6, 2, 3, 3], c((2, 1), (1, 2), (2, 1), 2)),
+        ([1, 6, 10, 7], [6, 1, 3, 2], c((1, 2), (2, 0), (1, 2), 6)),
+        ([2, 3, 11, 9], [5, 3, 2, 3], c((3, 2), (0, 1), (2, 2), 1)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (x, w) = (
+            Tensor::randn(&xs, 300 + i as u64),
+            Tensor::randn(&ws, 310 + i as u64),
+        );
+        for dt in [DType::F16, DType::BF16] {
+            let (xh, wh) = (x.cast(dt), w.cast(dt));
+            let f = || xh.conv2d_with(&wh, None, o).cast(DType::F32);
+            let want = f32s(&with_mode(RunMode::Reference, f));
+            let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+            check_modes(&format!("{dt} {xs:?} {ws:?} {o:?}"), &want, 1e-2, f);
+        }
+    }
+    let (x, w) = (
+        Tensor::randn(&[2, 4, 9, 8], 320),
+        Tensor::randn(&[6, 2, 3, 3], 321),
+    );
+    let want = conv_def(&x, &w, None, grouped_dilated_opts());
+    let want: Vec<f64> = want.into_iter().map(|v| v.max(0.0)).collect();
+    check_modes("grouped_dilated", &want, 1e-4, || {
+        grouped_dilated(&x, &w).unwrap()
+    });
+    let h = &grouped_dilated::jit().handlers()[0];
+    let sim = h.program.sim().unwrap();
+    assert!(
+        sim.kernels().iter().any(|k| k.asm.contains("ldl1c")),
+        "{:?}",
+        sim.kernels().iter().map(|k| &k.asm).collect::<Vec<_>>()
+    );
+}
+
+fn grouped_dilated_opts() -> Conv2d {
+    Conv2d {
+        stride: (2, 1),
+        padding: (1, 2),
+        dilation: (2, 1),
+        groups: 2,
+    }
+}
+
 /// Runs `f` on Host, Sim and Verify against `want` (within `tol`,
-/// relative). Sim's cube reads one stride and padding, undilated, one
-/// group: for another window (`cube` false) Sim (and Verify, which runs
-/// it) is an `Unsupported` error, never a wrong value.
-fn check_modes(what: &str, cube: bool, want: &[f64], tol: f64, f: impl Fn() -> Tensor) {
+/// relative): every window (strides, padding, dilation, groups) runs on
+/// Sim's cube too.
+fn check_modes(what: &str, want: &[f64], tol: f64, f: impl Fn() -> Tensor) {
     for mode in MODES {
-        let got = with_mode(mode, &f).to_vec::<f32>();
-        match got {
-            Err(e) if mode != RunMode::Host && !cube => {
-                assert_eq!(e.kind(), ErrorKind::Unsupported, "{what}: {e}");
-                assert!(e.to_string().contains("ldl1c"), "{what}: {e}");
-            }
-            Err(e) => panic!("{what} {mode:?}: {e}"),
-            Ok(got) => {
-                assert_eq!(got.len(), want.len(), "{what} {mode:?}");
-                for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                    assert!(
-                        (f64::from(*g) - w).abs() <= tol * w.abs().max(1.0),
-                        "{what} {mode:?} element {i}: {g} vs {w}"
-                    );
-                }
-            }
+        let got = with_mode(mode, &f)
+            .to_vec::<f32>()
+            .unwrap_or_else(|e| panic!("{what} {mode:?}: {e}"));
+        assert_eq!(got.len(), want.len(), "{what} {mode:?}");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert!(
+                (f64::from(*g) - w).abs() <= tol * w.abs().max(1.0),
+                "{what} {mode:?} element {i}: {g} vs {w}"
+            );
         }
     }
 }
@@ -332,11 +388,9 @@ fn conv2d_with_matches_torch_on_hand_checked_images() {
         -30.0, 54.0, 50.0, -45.0, 20.0, 21.0, 22.0, 23.0, -30.0, 78.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0,
         2.0, 2.0,
     ];
-    // On the host: under `TILEJIT_RUN_MODE=sim|verify` this window is
-    // `SimUnsupported`, which `check_modes` checks.
     let y = with_mode(RunMode::Host, || x.conv2d_with(&w, Some(&bias), opts));
     assert_eq!(y.shape(), [1, 3, 4, 8]);
-    check_modes("strided dilated", false, &want, 0.0, || {
+    check_modes("strided dilated", &want, 0.0, || {
         x.conv2d_with(&w, Some(&bias), opts)
     });
     // Depthwise (groups = channels = 3), a 2x2 window per channel.
@@ -350,9 +404,7 @@ fn conv2d_with_matches_torch_on_hand_checked_images() {
         groups: 3,
         ..Conv2d::default()
     };
-    check_modes("depthwise", false, &want, 0.0, || {
-        x.conv2d_with(&w, None, dw)
-    });
+    check_modes("depthwise", &want, 0.0, || x.conv2d_with(&w, None, dw));
     // Two groups of two channels, padding 1.
     let x = Tensor::arange(36, DType::F32).reshape(&[1, 4, 3, 3]);
     #[rustfmt::skip]
@@ -373,9 +425,7 @@ fn conv2d_with_matches_torch_on_hand_checked_images() {
         groups: 2,
         ..Conv2d::default()
     };
-    check_modes("two groups", false, &want, 0.0, || {
-        x.conv2d_with(&w, None, g2)
-    });
+    check_modes("two groups", &want, 0.0, || x.conv2d_with(&w, None, g2));
 }
 
 /// The definition of torch's conv2d in f64, with every option.
@@ -449,6 +499,9 @@ fn conv2d_with_matches_the_definition_and_the_reference() {
             c((2, 2), (1, 1), (1, 1), 1),
         ),
         ([2, 3, 8, 8], [2, 3, 2, 2], c((3, 3), (1, 1), (1, 1), 1)),
+        // Two groups of 80 output channels (two n-tiles each, one
+        // ragged) over k = 72 (two K steps) on Sim's cube.
+        ([2, 16, 9, 9], [160, 8, 3, 3], c((2, 1), (1, 0), (1, 2), 2)),
     ]
     .into_iter()
     .enumerate()
@@ -457,11 +510,7 @@ fn conv2d_with_matches_the_definition_and_the_reference() {
         let w = Tensor::randn(&ws, 40 + i as u64);
         let bias = Tensor::randn(&[ws[0]], 60 + i as u64);
         let want = conv_def(&x, &w, Some(&bias), o);
-        let cube = o.dilation == (1, 1)
-            && o.groups == 1
-            && o.stride.0 == o.stride.1
-            && o.padding.0 == o.padding.1;
-        check_modes(&format!("{xs:?} {ws:?} {o:?}"), cube, &want, 1e-4, || {
+        check_modes(&format!("{xs:?} {ws:?} {o:?}"), &want, 1e-4, || {
             x.conv2d_with(&w, Some(&bias), o)
         });
         let r = with_mode(RunMode::Reference, || x.conv2d_with(&w, Some(&bias), o));
@@ -476,7 +525,7 @@ fn conv2d_with_matches_the_definition_and_the_reference() {
     let (b, scale) = (Tensor::randn(&[12], 72), Tensor::randn(&[1, 12, 1, 1], 73));
     let want = f32s(&with_mode(RunMode::Reference, || conv_bn_relu(&x, &w, &b, &scale)).unwrap());
     let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
-    check_modes("conv_bn_relu", true, &want, 1e-4, || {
+    check_modes("conv_bn_relu", &want, 1e-4, || {
         conv_bn_relu(&x, &w, &b, &scale).unwrap()
     });
 }
@@ -495,7 +544,7 @@ fn padded_pools_match_torch() {
         ..Pool2d::new((3, 3))
     };
     let max = [0.0, -1.0, -3.0, -5.0, -6.0, -8.0, -15.0, -16.0, -18.0];
-    check_modes("max", true, &max, 0.0, || neg.max_pool2d_with(p));
+    check_modes("max", &max, 0.0, || neg.max_pool2d_with(p));
     let avg = [
         4.0 / 3.0,
         3.0,
@@ -507,15 +556,13 @@ fn padded_pools_match_torch() {
         13.0,
         28.0 / 3.0,
     ];
-    check_modes("avg", true, &avg, 1e-6, || x.avg_pool2d_with(p));
+    check_modes("avg", &avg, 1e-6, || x.avg_pool2d_with(p));
     let avgx = [3.0, 4.5, 6.0, 10.5, 12.0, 13.5, 18.0, 19.5, 21.0];
     let q = Pool2d {
         count_include_pad: false,
         ..p
     };
-    check_modes("avg excluding pad", true, &avgx, 1e-6, || {
-        x.avg_pool2d_with(q)
-    });
+    check_modes("avg excluding pad", &avgx, 1e-6, || x.avg_pool2d_with(q));
     // A 2x3 window, stride (1, 2), padding (1, 1), on a 4x6 image.
     let r = Tensor::arange(24, DType::F32).reshape(&[1, 1, 4, 6]);
     let pr = Pool2d {
@@ -527,7 +574,7 @@ fn padded_pools_match_torch() {
     let want = [
         1.0, 3.0, 5.0, 7.0, 9.0, 11.0, 13.0, 15.0, 17.0, 19.0, 21.0, 23.0, 19.0, 21.0, 23.0,
     ];
-    check_modes("max 2x3", true, &want, 0.0, || r.max_pool2d_with(pr));
+    check_modes("max 2x3", &want, 0.0, || r.max_pool2d_with(pr));
     // Ints pad with the dtype's lowest value.
     for mode in MODES {
         let i = (-Tensor::arange(25, DType::I32)).reshape(&[1, 1, 5, 5]);
@@ -538,7 +585,7 @@ fn padded_pools_match_torch() {
     let x = Tensor::randn(&[2, 3, 17, 16], 80);
     let want = f32s(&with_mode(RunMode::Reference, || x.max_pool2d_with(p)));
     let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
-    check_modes("stem pool", true, &want, 0.0, || x.max_pool2d_with(p));
+    check_modes("stem pool", &want, 0.0, || x.max_pool2d_with(p));
 }
 
 #[test]
@@ -678,7 +725,7 @@ fn a_padded_pool_reads_the_image_in_place() {
     let x = Tensor::randn(&[2, 4, 13, 12], 90);
     let want = f32s(&with_mode(RunMode::Reference, || stem_pool(&x)).unwrap());
     let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
-    check_modes("stem_pool", true, &want, 0.0, || stem_pool(&x).unwrap());
+    check_modes("stem_pool", &want, 0.0, || stem_pool(&x).unwrap());
     let h = &stem_pool::jit().handlers()[0];
     let kp = h.program.host().kernels();
     // One kernel gathers each tap from the image, masks the padding and
@@ -750,9 +797,7 @@ fn a_basic_block_is_its_convolutions_reading_weights_in_place() {
         let run = || conv_block(&x, &w1, &b1, &w2, &b2, &wd).unwrap();
         let want = f32s(&with_mode(RunMode::Reference, run));
         let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
-        // Stride 2 runs on Sim (a square window); all three convolutions
-        // have one stride and padding each.
-        check_modes("conv_block", true, &want, 1e-4, run);
+        check_modes("conv_block", &want, 1e-4, run);
         conv_block::jit().clear();
         with_mode(RunMode::Host, run);
         let p = host_kernels(conv_block::jit());
@@ -779,7 +824,7 @@ fn an_average_pool_excluding_padding_is_one_pass() {
         avg_pool_excluding_pad(&x).unwrap()
     }));
     let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
-    check_modes("avg pool", true, &want, 1e-6, || {
+    check_modes("avg pool", &want, 1e-6, || {
         avg_pool_excluding_pad(&x).unwrap()
     });
     avg_pool_excluding_pad::jit().clear();
@@ -866,16 +911,15 @@ fn conv1d_and_pool1d_match_a_python_loop_in_every_mode() {
 #[test]
 fn a_batch_one_conv_split_over_threads_matches_the_reference() {
     let x = Tensor::randn(&[1, 8, 41, 39], 97);
-    for (w, opts, cube) in [
+    for (w, opts) in [
         (
             Tensor::randn(&[16, 8, 3, 3], 98),
             Conv2d {
                 padding: (1, 1),
                 ..Conv2d::default()
             },
-            true,
         ),
-        (Tensor::randn(&[24, 8, 1, 1], 99), Conv2d::default(), true),
+        (Tensor::randn(&[24, 8, 1, 1], 99), Conv2d::default()),
         (
             Tensor::randn(&[16, 4, 3, 3], 100),
             Conv2d {
@@ -883,14 +927,13 @@ fn a_batch_one_conv_split_over_threads_matches_the_reference() {
                 groups: 2,
                 ..Conv2d::default()
             },
-            false,
         ),
     ] {
         let b = Tensor::randn(&[w.shape()[0]], 101);
         let f = || x.conv2d_with(&w, Some(&b), opts).relu();
         let want = f32s(&with_mode(RunMode::Reference, f));
         let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
-        check_modes("split conv", cube, &want, 1e-4, f);
+        check_modes("split conv", &want, 1e-4, f);
     }
 }
 
@@ -946,15 +989,10 @@ fn nchw_convs_match_the_definition_on_one_and_two_threads() {
         let w = Tensor::randn(&ws, 220 + i as u64);
         let bias = Tensor::randn(&[ws[0]], 240 + i as u64);
         let want = conv_def(&x, &w, Some(&bias), o);
-        let cube = o.dilation == (1, 1)
-            && o.groups == 1
-            && o.stride.0 == o.stride.1
-            && o.padding.0 == o.padding.1;
         for threads in [1, 2] {
             on_threads(threads, || {
                 check_modes(
                     &format!("{xs:?} {ws:?} {o:?} on {threads} threads"),
-                    cube,
                     &want,
                     1e-4,
                     || x.conv2d_with(&w, Some(&bias), o),
@@ -1003,9 +1041,7 @@ fn a_basic_block_writes_its_products_nchw_on_one_and_two_threads() {
         let want = f32s(&with_mode(RunMode::Reference, run));
         let want: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
         for threads in [1, 2] {
-            on_threads(threads, || {
-                check_modes("conv_block", true, &want, 1e-4, run)
-            });
+            on_threads(threads, || check_modes("conv_block", &want, 1e-4, run));
         }
         nchw_block::jit().clear();
         with_mode(RunMode::Host, run);

@@ -492,6 +492,120 @@ fn conv_transpose_matches_torch() {
     check_modes(&m, &x, &[1, 3, 6, 6], &CT_K3_S2_PADS);
 }
 
+/// ONNX Conv with asymmetric `pads` (top 1, left 0, bottom 2, right 1),
+/// per-axis strides and dilations and two groups, and an `auto_pad`
+/// SAME_UPPER depthwise one (its extra zero on the bottom and right): on
+/// every backend, Sim's cube included, against the definition computed
+/// here (`y[o, r, q] = sum x[g*cg + c, r*sh + i*dh - top, q*sw + j*dw -
+/// left] * w[o, c, i, j]`, zero outside the image).
+#[test]
+fn conv_with_asymmetric_pads_groups_and_dilation_matches_the_definition() {
+    #[allow(clippy::too_many_arguments)]
+    fn conv(
+        x: &[f32],
+        [c, h, wd]: [usize; 3],
+        w: &[f32],
+        [o, kh, kw]: [usize; 3],
+        (sh, sw): (usize, usize),
+        (dh, dw): (usize, usize),
+        [top, left, bottom, right]: [usize; 4],
+        groups: usize,
+    ) -> (Vec<usize>, Vec<f64>) {
+        let oh = (h + top + bottom - (kh - 1) * dh - 1) / sh + 1;
+        let ow = (wd + left + right - (kw - 1) * dw - 1) / sw + 1;
+        let (cg, og) = (c / groups, o / groups);
+        let mut y = Vec::new();
+        for f in 0..o {
+            for r in 0..oh {
+                for q in 0..ow {
+                    let mut acc = 0.0f64;
+                    for cj in 0..cg {
+                        let ci = f / og * cg + cj;
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let (iy, ix) = (r * sh + i * dh, q * sw + j * dw);
+                                if iy < top || ix < left || iy - top >= h || ix - left >= wd {
+                                    continue;
+                                }
+                                let xv = x[(ci * h + iy - top) * wd + ix - left];
+                                let wv = w[((f * cg + cj) * kh + i) * kw + j];
+                                acc += f64::from(xv) * f64::from(wv);
+                            }
+                        }
+                    }
+                    y.push(acc);
+                }
+            }
+        }
+        (vec![1, o, oh, ow], y)
+    }
+    let xv = vals(4 * 6 * 7, 0.2);
+    let x = Tensor::from_vec(xv.clone(), &[1, 4, 6, 7]).unwrap();
+    let wv = vals(4 * 2 * 2 * 3, 0.5);
+    let node = b::node(
+        "Conv",
+        "conv",
+        &["x", "w"],
+        &["y"],
+        vec![
+            b::ints("pads", &[1, 0, 2, 1]),
+            b::ints("strides", &[2, 1]),
+            b::ints("dilations", &[1, 2]),
+            b::int("group", 2),
+        ],
+    );
+    let m = model(
+        11,
+        node,
+        &[1, 4, 6, 7],
+        vec![b::f32s("w", &[4, 2, 2, 3], &wv)],
+    );
+    let (shape, want) = conv(
+        &xv,
+        [4, 6, 7],
+        &wv,
+        [4, 2, 3],
+        (2, 1),
+        (1, 2),
+        [1, 0, 2, 1],
+        2,
+    );
+    assert_eq!(shape, [1, 4, 4, 4]);
+    check_modes(&m, &x, &shape, &want);
+    // SAME_UPPER, a 2x2 window of stride 1 over 4 channels: the one
+    // padding row and column go after the image.
+    let wv = vals(4 * 2 * 2, 0.9);
+    let node = b::node(
+        "Conv",
+        "conv",
+        &["x", "w"],
+        &["y"],
+        vec![
+            b::string("auto_pad", "SAME_UPPER"),
+            b::ints("kernel_shape", &[2, 2]),
+            b::int("group", 4),
+        ],
+    );
+    let m = model(
+        11,
+        node,
+        &[1, 4, 6, 7],
+        vec![b::f32s("w", &[4, 1, 2, 2], &wv)],
+    );
+    let (shape, want) = conv(
+        &xv,
+        [4, 6, 7],
+        &wv,
+        [4, 2, 2],
+        (1, 1),
+        (1, 1),
+        [0, 0, 1, 1],
+        4,
+    );
+    assert_eq!(shape, [1, 4, 6, 7]);
+    check_modes(&m, &x, &shape, &want);
+}
+
 #[test]
 fn depth_space_round_trip_and_pad_modes() {
     // DCR DepthToSpace of 4 one-pixel channels [a b c d] is the 2x2 block

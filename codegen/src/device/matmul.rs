@@ -2,15 +2,18 @@
 //! a row-by-row vector-core form for f64 and integers. Batch, m, k, n
 //! and each operand's view (offset and strides: a transposed or sliced
 //! operand is read in place) are size arguments ([`SizeArgs::mm`]): the
-//! code is the same for every shape.
+//! code is the same for every shape. A convolution (`compile_conv`) reads
+//! its left operand as the windows of an image with `ldl1c`: the image's
+//! size is a size argument, the window (strides, padding, dilation,
+//! groups) is code, and each output tile is one channel group's.
 
-use super::{finish, sanitize, unsupported, DeviceKernel, SizeArgs, Units};
+use super::{finish, internal, sanitize, unsupported, DeviceKernel, SizeArgs, Units};
 use crate::CodegenError;
 use std::sync::Arc;
 use tilejit_device::isa::emit::{Addr, Gm, Mkn, ProgramBuilder, Shape};
 use tilejit_device::isa::{pitch, Pipe, Role};
 use tilejit_device::{CoreType, DeviceConfig};
-use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul};
+use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul, MatView};
 use tilejit_ir::DType;
 
 /// The cube's tile: `TM x TK` by `TK x TN` per multiply-accumulate.
@@ -51,40 +54,29 @@ mod cube {
     pub(super) const NTILES: Reg = Reg::fixed(17);
     pub(super) const KSTEPS: Reg = Reg::fixed(18);
     /// Element strides: a batch of C, A and B; a 64-row panel of C
-    /// (`TM * n`), of A (`TM * k`); a K step of B (`TK * n`). A
-    /// convolution's A batch is one image, its B batch 0 (shared weights);
-    /// a plain matmul's come from its operand views.
+    /// (`TM * n`), of A (`TM * k`); a K step of B (`TK * n`). The A and B
+    /// ones come from the operand views.
     pub(super) const C_BATCH: Reg = Reg::fixed(19);
     pub(super) const A_BATCH: Reg = Reg::fixed(20);
     pub(super) const B_BATCH: Reg = Reg::fixed(21);
     pub(super) const C_PANEL: Reg = Reg::fixed(22);
     pub(super) const A_PANEL: Reg = Reg::fixed(23);
     pub(super) const B_STEP: Reg = Reg::fixed(24);
-    /// A plain matmul's operand views (the registers a convolution's
-    /// geometry takes): element offsets, row and column strides of A and
-    /// B (their batch strides are `A_BATCH` and `B_BATCH`).
+    /// The operand views: element offsets, row and column strides of A
+    /// and B (their batch strides are `A_BATCH` and `B_BATCH`).
     pub(super) const A_OFF0: Reg = Reg::fixed(25);
     pub(super) const A_RS: Reg = Reg::fixed(26);
     pub(super) const A_CS: Reg = Reg::fixed(27);
     pub(super) const B_OFF0: Reg = Reg::fixed(28);
     pub(super) const B_RS: Reg = Reg::fixed(29);
     pub(super) const B_CS: Reg = Reg::fixed(30);
-    /// A convolution's image and window for `ldl1c`: channels, height,
-    /// width, kh, kw, stride, pad in seven registers from here.
-    pub(super) const GEOM: Reg = Reg::fixed(25);
-    pub(super) const GEOM_H: Reg = Reg::fixed(26);
-    pub(super) const GEOM_W: Reg = Reg::fixed(27);
-    pub(super) const GEOM_KH: Reg = Reg::fixed(28);
-    pub(super) const GEOM_KW: Reg = Reg::fixed(29);
-    pub(super) const GEOM_STRIDE: Reg = Reg::fixed(30);
-    pub(super) const GEOM_PAD: Reg = Reg::fixed(31);
 }
 
 /// Loads a cube task's sizes and the strides and counts derived from them
 /// (once per task).
-fn emit_cube_sizes(b: &mut ProgramBuilder, sizes: &SizeArgs, im2col: Option<&Im2Col>) {
-    use cube::NTILES;
-    use cube::{A_BATCH, A_PANEL, B_BATCH, B_STEP, C_BATCH, C_PANEL, K, KSTEPS, M, MTILES, N};
+fn emit_cube_sizes(b: &mut ProgramBuilder, sizes: &SizeArgs) {
+    use cube::{A_BATCH, A_CS, A_OFF0, A_PANEL, A_RS, B_BATCH, B_CS, B_OFF0, B_RS, B_STEP};
+    use cube::{C_BATCH, C_PANEL, K, KSTEPS, M, MTILES, N, NTILES};
     b.ldarg(M, sizes.mm(1))
         .ldarg(K, sizes.mm(2))
         .ldarg(N, sizes.mm(3));
@@ -98,39 +90,18 @@ fn emit_cube_sizes(b: &mut ProgramBuilder, sizes: &SizeArgs, im2col: Option<&Im2
         .div(NTILES, NTILES, TN)
         .max(NTILES, NTILES, 1);
     b.add(KSTEPS, K, TK - 1).div(KSTEPS, KSTEPS, TK);
-    b.mul(C_BATCH, M, N).mul(A_BATCH, M, K).mul(B_BATCH, K, N);
-    b.mul(C_PANEL, N, TM as i64)
-        .mul(A_PANEL, K, TM as i64)
-        .mul(B_STEP, N, TK as i64);
-    if let Some(ic) = im2col {
-        use cube::{GEOM, GEOM_H, GEOM_KH, GEOM_KW, GEOM_PAD, GEOM_STRIDE, GEOM_W};
-        // The image's size is a size argument; the window is code.
-        b.ldarg(GEOM, sizes.mm(4))
-            .ldarg(GEOM_H, sizes.mm(5))
-            .ldarg(GEOM_W, sizes.mm(6));
-        let w = ic.window;
-        b.movi(GEOM_KH, w.kh as i64)
-            .movi(GEOM_KW, w.kw as i64)
-            .movi(GEOM_STRIDE, w.stride.0 as i64)
-            .movi(GEOM_PAD, w.pad[0] as i64);
-        b.mul(A_BATCH, GEOM, GEOM_H)
-            .mul(A_BATCH, A_BATCH, GEOM_W)
-            .movi(B_BATCH, 0);
-    } else {
-        // Operands are read in place through their views (replacing the
-        // contiguous strides above): a 64-row panel of A is `TM` row
-        // strides on, a K step of B `TK` row strides.
-        use cube::{A_CS, A_OFF0, A_RS, B_CS, B_OFF0, B_RS};
-        b.ldarg(A_OFF0, sizes.mm(4))
-            .ldarg(A_BATCH, sizes.mm(5))
-            .ldarg(A_RS, sizes.mm(6))
-            .ldarg(A_CS, sizes.mm(7));
-        b.ldarg(B_OFF0, sizes.mm(8))
-            .ldarg(B_BATCH, sizes.mm(9))
-            .ldarg(B_RS, sizes.mm(10))
-            .ldarg(B_CS, sizes.mm(11));
-        b.mul(A_PANEL, A_RS, TM as i64).mul(B_STEP, B_RS, TK as i64);
-    }
+    b.mul(C_BATCH, M, N).mul(C_PANEL, N, TM as i64);
+    // Operands are read in place through their views: a 64-row panel of
+    // A is `TM` row strides on, a K step of B `TK` row strides.
+    b.ldarg(A_OFF0, sizes.mm(4))
+        .ldarg(A_BATCH, sizes.mm(5))
+        .ldarg(A_RS, sizes.mm(6))
+        .ldarg(A_CS, sizes.mm(7));
+    b.ldarg(B_OFF0, sizes.mm(8))
+        .ldarg(B_BATCH, sizes.mm(9))
+        .ldarg(B_RS, sizes.mm(10))
+        .ldarg(B_CS, sizes.mm(11));
+    b.mul(A_PANEL, A_RS, TM as i64).mul(B_STEP, B_RS, TK as i64);
 }
 
 /// `-v`, for the `mul r, r, -TILE` that starts `min(TILE, dim - i*TILE)`.
@@ -158,16 +129,8 @@ pub(super) fn compile_matmul(
         ));
     }
     negative_views(k, mm)?;
-    if let Some(w) = mm.im2col.map(|ic| ic.window).filter(|w| !w.is_square()) {
-        // `ldl1c` reads one stride and padding, undilated, one group.
-        return Err(unsupported(
-            k,
-            format!(
-                "a convolution window with stride {:?}, padding {:?}, dilation {:?}, {} groups \
-                 (the cube's `ldl1c` reads one stride and padding, undilated, one group)",
-                w.stride, w.pad, w.dilation, w.groups
-            ),
-        ));
+    if let Some(ic) = &mm.im2col {
+        return compile_conv(k, mm, ic, dt, buf_dtype(mm.out), cfg);
     }
     let out_dt = buf_dtype(mm.out);
     let sizes = SizeArgs::new(k);
@@ -177,7 +140,7 @@ pub(super) fn compile_matmul(
     let (lo, hi) = sizes.declare(&mut b);
     let (top, done, kloop, kdone) = (b.label(), b.label(), b.label(), b.label());
     b.ldarg(TILE, lo).ldarg(END, hi);
-    emit_cube_sizes(&mut b, &sizes, mm.im2col.as_ref());
+    emit_cube_sizes(&mut b, &sizes);
     b.bind(top);
     b.bge(TILE, END, done);
     emit_tile_coords(&mut b);
@@ -185,9 +148,7 @@ pub(super) fn compile_matmul(
         dt,
         a: ga,
         b: gb,
-        im2col: mm.im2col.is_some(),
         strided: [mm.view_a(), mm.view_b()].map(|v| v.strides[2] != 1),
-        weights_transposed: mm.im2col.is_some() && mm.b_view.is_some(),
     };
     b.movi(KSTEP, 0);
     cx.emit(&mut b, 0);
@@ -198,20 +159,7 @@ pub(super) fn compile_matmul(
     b.bind(kdone);
     b.setf(Pipe::M, Pipe::Fixp, 0).waitf(Pipe::M, Pipe::Fixp, 0);
     let out = Shape::new(TM, TN);
-    if mm.nchw {
-        // The product is `[batch, n, m]`: the tile goes down a column per
-        // pixel row (stride 1) and across `m` per channel column, from
-        // element (BATCH, NT*TN, MT*TM).
-        use cube::{BATCH, C_BATCH, M, MT, NT, T, VK};
-        b.mul(OFF_C, BATCH, C_BATCH)
-            .mul(T, MT, TM as i64)
-            .add(OFF_C, OFF_C, T);
-        b.mul(T, NT, TN as i64).mul(T, T, M).add(OFF_C, OFF_C, T);
-        b.movi(VK, 1);
-        b.fixpx(out_dt, out, VROWS, VCOLS, gc, OFF_C, VK, M, Addr::new(0), 0);
-    } else {
-        b.fixp(out_dt, out, VROWS, VCOLS, gc, OFF_C, N, Addr::new(0), 0);
-    }
+    b.fixp(out_dt, out, VROWS, VCOLS, gc, OFF_C, N, Addr::new(0), 0);
     b.barrier().add(TILE, TILE, 1).jmp(top);
     b.bind(done);
     b.end();
@@ -269,82 +217,43 @@ struct KStep {
     dt: DType,
     a: Gm,
     b: Gm,
-    /// A is an image read as windows (`ldl1c`, an implicit GEMM).
-    im2col: bool,
     /// A's and B's column strides are not 1: their panels are gathered
     /// element by element (`ldl1x`), not row by row (`ldl1`).
     strided: [bool; 2],
-    /// A convolution's weights are an `[n, k]` buffer read transposed
-    /// (row stride 1, column stride k; the only view verification lets a
-    /// convolution's `b` take).
-    weights_transposed: bool,
 }
 
 impl KStep {
     /// Loads the step's A and B panels, moves them to L0A/L0B and
     /// multiplies into L0C (accumulating when `acc` is 1).
     fn emit(&self, b: &mut ProgramBuilder, acc: u8) {
-        use cube::{A_BATCH, A_PANEL, BATCH, B_BATCH, B_STEP, K, KSTEP, MT, N, NT, OFF_A};
-        use cube::{OFF_B, T, VCOLS, VK, VROWS};
+        use cube::{A_BATCH, A_CS, A_OFF0, A_PANEL, A_RS, BATCH, B_BATCH, B_CS, B_OFF0, B_RS};
+        use cube::{B_STEP, K, KSTEP, MT, NT, OFF_A, OFF_B, T, VCOLS, VK, VROWS};
         let dt = self.dt;
         let (a_l1, b_l1, zero) = (Addr::new(0), self.b_addr(), Addr::new(0));
         // Valid K of this step: min(TK, k - KSTEP*TK).
         b.mul(VK, KSTEP, neg(TK)).add(VK, VK, K).min(VK, VK, TK);
-        if self.weights_transposed {
-            // Element (KSTEP*TK, NT*TN) of the transposed weights.
-            b.mul(OFF_B, KSTEP, TK as i64)
-                .mul(T, NT, TN as i64)
-                .mul(T, T, K)
-                .add(OFF_B, OFF_B, T);
-        } else if self.im2col {
-            b.mul(OFF_B, BATCH, B_BATCH)
-                .mul(T, KSTEP, B_STEP)
-                .add(OFF_B, OFF_B, T);
-            b.mul(T, NT, TN).add(OFF_B, OFF_B, T);
-        } else {
-            // Element (BATCH, MT*TM, KSTEP*TK) of A's view and
-            // (BATCH, KSTEP*TK, NT*TN) of B's.
-            use cube::{A_CS, A_OFF0, B_CS, B_OFF0};
-            b.mul(OFF_A, BATCH, A_BATCH)
-                .add(OFF_A, OFF_A, A_OFF0)
-                .mul(T, MT, A_PANEL)
-                .add(OFF_A, OFF_A, T);
-            b.mul(T, KSTEP, TK).mul(T, T, A_CS).add(OFF_A, OFF_A, T);
-            b.mul(OFF_B, BATCH, B_BATCH)
-                .add(OFF_B, OFF_B, B_OFF0)
-                .mul(T, KSTEP, B_STEP)
-                .add(OFF_B, OFF_B, T);
-            b.mul(T, NT, TN).mul(T, T, B_CS).add(OFF_B, OFF_B, T);
-        }
+        // Element (BATCH, MT*TM, KSTEP*TK) of A's view and
+        // (BATCH, KSTEP*TK, NT*TN) of B's.
+        b.mul(OFF_A, BATCH, A_BATCH)
+            .add(OFF_A, OFF_A, A_OFF0)
+            .mul(T, MT, A_PANEL)
+            .add(OFF_A, OFF_A, T);
+        b.mul(T, KSTEP, TK).mul(T, T, A_CS).add(OFF_A, OFF_A, T);
+        b.mul(OFF_B, BATCH, B_BATCH)
+            .add(OFF_B, OFF_B, B_OFF0)
+            .mul(T, KSTEP, B_STEP)
+            .add(OFF_B, OFF_B, T);
+        b.mul(T, NT, TN).mul(T, T, B_CS).add(OFF_B, OFF_B, T);
         let (sa, sb) = (Shape::new(TM, TK), Shape::new(TK, TN));
-        if self.im2col {
-            // The A panel is windows MT*TM.. of the batch's image, columns
-            // KSTEP*TK..: loaded from the image in place.
-            // (A_PANEL is free: a convolution's A has no panels.)
-            use cube::{A_BATCH, A_PANEL as COL, GEOM};
-            b.mul(OFF_A, BATCH, A_BATCH)
-                .mul(T, MT, TM as i64)
-                .mul(COL, KSTEP, TK as i64);
-            b.ldl1c(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, T, COL, GEOM);
-            if self.weights_transposed {
-                // `T` is free again: the row stride 1, the column stride k.
-                b.movi(T, 1);
-                b.ldl1x(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, T, K);
-            } else {
-                b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, N);
-            }
+        if self.strided[0] {
+            b.ldl1x(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, A_RS, A_CS);
         } else {
-            use cube::{A_CS, A_RS, B_CS, B_RS};
-            if self.strided[0] {
-                b.ldl1x(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, A_RS, A_CS);
-            } else {
-                b.ldl1(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, A_RS);
-            }
-            if self.strided[1] {
-                b.ldl1x(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, B_RS, B_CS);
-            } else {
-                b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, B_RS);
-            }
+            b.ldl1(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, A_RS);
+        }
+        if self.strided[1] {
+            b.ldl1x(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, B_RS, B_CS);
+        } else {
+            b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, B_RS);
         }
         b.setf(Pipe::Mte2, Pipe::Mte1, 0)
             .waitf(Pipe::Mte2, Pipe::Mte1, 0);
@@ -358,6 +267,226 @@ impl KStep {
     /// Where the B panel sits in L1 (after the A panel).
     fn b_addr(&self) -> Addr {
         Addr::new(TM as u64 * pitch(TK as u64, self.dt))
+    }
+}
+
+/// The registers of an AIC convolution task: the tile loop's (as a
+/// matmul's, `cube`), then the `ldl1c` geometry block.
+mod conv {
+    use tilejit_device::isa::emit::Reg;
+
+    pub(super) use super::cube::{
+        BATCH, END, K, KSTEP, M, MT, N, NT, OFF_A, OFF_B, OFF_C, T, TILE, VCOLS, VK, VROWS,
+    };
+    /// The K step's first window column (`KSTEP * TK`).
+    pub(super) const COL: Reg = Reg::fixed(16);
+    /// The tile's channel group.
+    pub(super) const G: Reg = Reg::fixed(17);
+    /// The geometry block `ldl1c` reads, 14 registers from here:
+    /// channels, height, width (size arguments), then the window: kh, kw,
+    /// row and column strides, top, left, bottom and right padding, row
+    /// and column dilations, groups.
+    pub(super) const GEOM: Reg = Reg::fixed(18);
+    /// Registers `GEOM + 1` and `GEOM + 2`: the image's height and width.
+    pub(super) const GEOM_H: Reg = Reg::fixed(19);
+    pub(super) const GEOM_W: Reg = Reg::fixed(20);
+    /// The rest of the block, `GEOM + 3 ..= GEOM + 13`.
+    pub(super) const WINDOW: [Reg; 11] = [
+        Reg::fixed(21),
+        Reg::fixed(22),
+        Reg::fixed(23),
+        Reg::fixed(24),
+        Reg::fixed(25),
+        Reg::fixed(26),
+        Reg::fixed(27),
+        Reg::fixed(28),
+        Reg::fixed(29),
+        Reg::fixed(30),
+        Reg::fixed(31),
+    ];
+}
+
+/// A convolution (`MatMul::im2col`) as AIC tasks over its output tiles,
+/// `groups` independent GEMMs per image: a tile is one image's, one
+/// channel group's (so it never straddles groups), `TM` output pixels by
+/// `TN` of the group's `n / groups` output channels. Per K step `ldl1c`
+/// loads the A panel straight from the image (the group's channels, the
+/// whole window: strides, padding, dilation), B is the group's columns
+/// of the weights (`[k, n]`, or `[n, k]` read transposed), and the
+/// fixpipe writes the tile to the product, `[batch, m, n]` or (`nchw`)
+/// `[batch, n, m]`.
+fn compile_conv(
+    k: &Kernel,
+    mm: &MatMul,
+    ic: &Im2Col,
+    dt: DType,
+    out_dt: DType,
+    cfg: &DeviceConfig,
+) -> Result<DeviceKernel, CodegenError> {
+    use conv::{END, GEOM, GEOM_H, GEOM_W, K, KSTEP, M, N, OFF_C, T, TILE, VCOLS, VROWS, WINDOW};
+    let win = ic.window;
+    let groups = win.groups as usize;
+    if groups == 0 || !ic.c.is_multiple_of(groups) || !mm.n.is_multiple_of(groups) {
+        return Err(internal(
+            k,
+            format!(
+                "a convolution of {} groups over {} channels into {}",
+                groups, ic.c, mm.n
+            ),
+        ));
+    }
+    let transposed = match mm.b_view {
+        None => false,
+        Some(v) if v == MatView::conv_weights_transposed(mm.k) => true,
+        Some(v) => return Err(internal(k, format!("convolution weights read as {v:?}"))),
+    };
+    let sizes = SizeArgs::new(k);
+    let mut b = ProgramBuilder::new(format!("mm_{}", sanitize(&k.name)), CoreType::Aic);
+    let (ga, gb) = (b.gm("a", dt, &[], Role::In), b.gm("b", dt, &[], Role::In));
+    let gc = b.gm("c", out_dt, &[], Role::Out);
+    let (lo, hi) = sizes.declare(&mut b);
+    let (top, done, kloop, kdone) = (b.label(), b.label(), b.label(), b.label());
+    b.ldarg(TILE, lo).ldarg(END, hi);
+    b.ldarg(M, sizes.mm(1))
+        .ldarg(K, sizes.mm(2))
+        .ldarg(N, sizes.mm(3));
+    // The image's size is a size argument; the window is code.
+    b.ldarg(GEOM, sizes.mm(4))
+        .ldarg(GEOM_H, sizes.mm(5))
+        .ldarg(GEOM_W, sizes.mm(6));
+    let [kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, g] = win.to_list();
+    for (r, v) in WINDOW
+        .into_iter()
+        .zip([kh, kw, sh, sw, pt, pl, pb, pr, dh, dw, g])
+    {
+        b.movi(r, i64::from(v));
+    }
+    b.bind(top);
+    b.bge(TILE, END, done);
+    emit_conv_tile(&mut b, groups as i64, mm.nchw);
+    let step = ConvStep {
+        dt,
+        a: ga,
+        b: gb,
+        transposed,
+    };
+    b.movi(KSTEP, 0);
+    step.emit(&mut b, 0);
+    // Later steps while KSTEP * TK < k (the first runs even for k = 0: it
+    // multiplies zero-filled panels, so the product is zeros).
+    b.bind(kloop);
+    b.mul(T, KSTEP, TK as i64).bge(T, K, kdone);
+    step.emit(&mut b, 1);
+    b.jmp(kloop);
+    b.bind(kdone);
+    b.setf(Pipe::M, Pipe::Fixp, 0).waitf(Pipe::M, Pipe::Fixp, 0);
+    let out = Shape::new(TM, TN);
+    if mm.nchw {
+        // The tile goes down a column per pixel row (stride 1) and across
+        // `m` per channel column.
+        b.movi(T, 1);
+        b.fixpx(out_dt, out, VROWS, VCOLS, gc, OFF_C, T, M, Addr::new(0), 0);
+    } else {
+        b.fixp(out_dt, out, VROWS, VCOLS, gc, OFF_C, N, Addr::new(0), 0);
+    }
+    b.barrier().add(TILE, TILE, 1).jmp(top);
+    b.bind(done);
+    b.end();
+    let (program, asm) = finish(k, b, cfg)?;
+    Ok(DeviceKernel {
+        name: format!("{}/matmul", k.name),
+        core: CoreType::Aic,
+        program,
+        asm,
+        buffers: vec![mm.a, mm.b, mm.out],
+        units: Units::CubeTiles,
+        tile_units: 1,
+        extra: Arc::new(Vec::new()),
+    })
+}
+
+/// A convolution tile's coordinates from `TILE` (n-tile within the group
+/// fastest, then m-tile, group, image): its valid rows and columns, `NT`
+/// turned into the tile's first output channel (`G * n/groups + NT *
+/// TN`), `OFF_A` the image's first element and `OFF_C` the tile's first
+/// element in the product.
+fn emit_conv_tile(b: &mut ProgramBuilder, groups: i64, nchw: bool) {
+    use conv::{BATCH, G, GEOM, GEOM_H, GEOM_W, M, MT, N, NT, OFF_A, OFF_C, T, TILE};
+    use conv::{VCOLS, VROWS};
+    // n/groups, its tiles (at least 1: a legal divisor), then m's.
+    b.div(VCOLS, N, groups)
+        .add(T, VCOLS, TN as i64 - 1)
+        .div(T, T, TN as i64)
+        .max(T, T, 1);
+    b.rem(NT, TILE, T).div(OFF_C, TILE, T);
+    b.add(T, M, TM as i64 - 1).div(T, T, TM as i64).max(T, T, 1);
+    b.rem(MT, OFF_C, T).div(OFF_C, OFF_C, T);
+    b.rem(G, OFF_C, groups).div(BATCH, OFF_C, groups);
+    b.mul(VROWS, MT, neg(TM))
+        .add(VROWS, VROWS, M)
+        .min(VROWS, VROWS, TM);
+    // VCOLS holds n/groups.
+    b.mul(NT, NT, TN as i64)
+        .sub(VCOLS, VCOLS, NT)
+        .min(VCOLS, VCOLS, TN);
+    b.div(T, N, groups).mul(T, T, G).add(NT, NT, T);
+    b.mul(OFF_A, BATCH, GEOM)
+        .mul(OFF_A, OFF_A, GEOM_H)
+        .mul(OFF_A, OFF_A, GEOM_W);
+    b.mul(OFF_C, BATCH, M).mul(OFF_C, OFF_C, N);
+    if nchw {
+        // Element (BATCH, NT, MT*TM) of `[batch, n, m]`.
+        b.mul(T, NT, M).add(OFF_C, OFF_C, T);
+        b.mul(T, MT, TM as i64).add(OFF_C, OFF_C, T);
+    } else {
+        // Element (BATCH, MT*TM, NT) of `[batch, m, n]`.
+        b.mul(T, MT, TM as i64).mul(T, T, N).add(OFF_C, OFF_C, T);
+        b.add(OFF_C, OFF_C, NT);
+    }
+}
+
+/// One K step of a convolution tile.
+struct ConvStep {
+    dt: DType,
+    a: Gm,
+    b: Gm,
+    /// The weights are an `[n, k]` buffer read transposed (OIHW in
+    /// place: row stride 1, column stride k).
+    transposed: bool,
+}
+
+impl ConvStep {
+    /// Loads the step's A panel (windows `MT*TM..`, columns `KSTEP*TK..`
+    /// of group `G` of the image) and the group's B panel, and multiplies
+    /// into L0C (accumulating when `acc` is 1).
+    fn emit(&self, b: &mut ProgramBuilder, acc: u8) {
+        use conv::{COL, G, GEOM, K, KSTEP, MT, N, NT, OFF_A, OFF_B, T, VCOLS, VK, VROWS};
+        let dt = self.dt;
+        let (a_l1, zero) = (Addr::new(0), Addr::new(0));
+        let b_l1 = Addr::new(TM as u64 * pitch(TK as u64, dt));
+        // Valid K of this step: min(TK, k - KSTEP*TK).
+        b.mul(COL, KSTEP, TK as i64)
+            .sub(VK, K, COL)
+            .min(VK, VK, TK as i64);
+        let (sa, sb) = (Shape::new(TM, TK), Shape::new(TK, TN));
+        b.mul(T, MT, TM as i64);
+        b.ldl1c(dt, sa, VROWS, VK, a_l1, self.a, OFF_A, T, COL, G, GEOM);
+        if self.transposed {
+            // Element (KSTEP*TK, NT) of `[k, n]` is COL + NT*k of `[n, k]`.
+            b.mul(OFF_B, NT, K).add(OFF_B, OFF_B, COL);
+            b.movi(T, 1);
+            b.ldl1x(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, T, K);
+        } else {
+            b.mul(OFF_B, COL, N).add(OFF_B, OFF_B, NT);
+            b.ldl1(dt, sb, VK, VCOLS, b_l1, self.b, OFF_B, N);
+        }
+        b.setf(Pipe::Mte2, Pipe::Mte1, 0)
+            .waitf(Pipe::Mte2, Pipe::Mte1, 0);
+        b.mvl0a(dt, sa, zero, a_l1).mvl0b(dt, sb, zero, b_l1);
+        b.setf(Pipe::Mte1, Pipe::M, 0).waitf(Pipe::Mte1, Pipe::M, 0);
+        b.mmad(dt, Mkn::new(TM, TK, TN), zero, zero, zero, acc);
+        // The next step's loads reuse L1 and L0: wait for the cube.
+        b.barrier().add(KSTEP, KSTEP, 1);
     }
 }
 

@@ -117,7 +117,8 @@ pub enum Units {
     Cols,
     /// The rows (split long rows: a combine function).
     Rows,
-    /// A cube matmul's 64x64 output tiles, over the batch.
+    /// A cube matmul's 64x64 output tiles, over the batch (and a
+    /// convolution's channel groups).
     CubeTiles,
     /// A vector-core matmul's output rows, over the batch.
     MatRows,
@@ -133,8 +134,10 @@ impl Units {
             Units::Kernel => k.units(),
             Units::Cols => k.cols(),
             Units::Rows => k.rows(),
+            // A convolution's tiles are per channel group.
             Units::CubeTiles => mm.map_or(0, |m| {
-                batch * m.m.div_ceil(matmul::TM) * m.n.div_ceil(matmul::TN)
+                let groups = m.im2col.map_or(1, |ic| (ic.window.groups as usize).max(1));
+                batch * groups * m.m.div_ceil(matmul::TM) * (m.n / groups).div_ceil(matmul::TN)
             }),
             Units::MatRows => mm.map_or(0, |m| batch * m.m),
         }

@@ -30,8 +30,9 @@ use tilejit_ir::{DType, UnaryOp};
 pub const MAGIC: &[u8; 4] = b"TJBC";
 /// Encoding version (2: opcodes renumbered by the math rows `vpow` ...
 /// `vsign`; 3: by `ldl1c`; 4: the per-op unary rows replaced by `vunary`;
-/// 5: by `ldl1x`; 6: by the bitwise rows `vand` ... `vshr`).
-pub const VERSION: u16 = 6;
+/// 5: by `ldl1x`; 6: by the bitwise rows `vand` ... `vshr`; 7: `ldl1c`
+/// takes a group and reads the whole window, a 14-register geometry).
+pub const VERSION: u16 = 7;
 const MAX_RANK: usize = 8;
 
 /// Encodes a program. Fails only if a name, count or operand cannot be

@@ -257,8 +257,8 @@ isa_table! {
         [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: L1, src: GM, offset: VAL, stride: VAL, cstride: VAL],
         "Strided load into L1: element (r, c) of the valid region comes from GM element offset + r*stride + c*cstride (a transposed matmul operand read in place); the rest of the tile is zero-filled.";
     Ldl1c ldl1c MTE2, Aic, GmRead,
-        [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: L1, src: GM, offset: VAL, row: VAL, col: VAL, geom: REG],
-        "Load3D (implicit im2col): element (r, c) of the valid region is element q = col + c of window p = row + r of the [ch, h, w] image at GM element `offset`, zero where the window leaves the image; registers geom..geom+6 hold ch, h, w, kh, kw, stride, pad (window p at output (p / ow, p % ow), q channel-major then row-major); the rest of the tile is zero-filled.";
+        [dtype: DT, shape: SHAPE, vrows: VAL, vcols: VAL, dst: L1, src: GM, offset: VAL, row: VAL, col: VAL, group: VAL, geom: REG],
+        "Load3D (implicit im2col): element (r, c) of the valid region is element q = col + c of window p = row + r of channel group `group` of the [ch, h, w] image at GM element `offset`, zero where the window leaves the image; registers geom..geom+13 hold ch, h, w, kh, kw, stride (rows, columns), padding (top, left, bottom, right), dilation (rows, columns), groups (window p at output (p / ow, p % ow), q over the group's ch / groups channels, channel-major then row-major); the rest of the tile is zero-filled.";
     Mvl0a mvl0a MTE1, Aic, L1ToL0a, [dtype: DT, shape: SHAPE, dst: L0A, src: L1], "Copy a whole L1 tile to L0A (left matrix).";
     Mvl0b mvl0b MTE1, Aic, L1ToL0b, [dtype: DT, shape: SHAPE, dst: L0B, src: L1], "Copy a whole L1 tile to L0B (right matrix).";
     Mmad mmad M, Aic, Cube, [dtype: DT, mkn: MKN, c: MAT_C, a: MAT_A, b: MAT_B, acc: IMM],

@@ -316,7 +316,8 @@ fn load(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Tr
     Ok(())
 }
 
-/// Load3D: the valid region of an implicit im2col of a GM image into L1.
+/// Load3D: the valid region of an implicit im2col of one channel group of
+/// a GM image into L1.
 fn ldl1c(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), Trap> {
     let (rows, cols) = inst.shape().unwrap_or((0, 0));
     let (vr, vc) = cx.valid(inst, 2)?;
@@ -326,34 +327,34 @@ fn ldl1c(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), T
         .get(g)
         .ok_or_else(|| format!("GM argument {g} was not passed"))?;
     let (off, row, col) = (cx.val(inst, 6), cx.val(inst, 7), cx.val(inst, 8));
-    let geom = inst.reg(9);
-    let v: Vec<i64> = cx
+    let group = cx.val(inst, 9);
+    let geom = inst.reg(10);
+    let v: [i64; GEOM_REGS] = cx
         .regs
-        .get(geom..geom + 7)
-        .ok_or_else(|| format!("ldl1c geometry r{geom}..r{} past the registers", geom + 6))?
-        .to_vec();
+        .get(geom..geom + GEOM_REGS)
+        .and_then(|r| r.try_into().ok())
+        .ok_or_else(|| {
+            format!(
+                "ldl1c geometry r{geom}..r{} past the registers",
+                geom + GEOM_REGS - 1
+            )
+        })?;
+    let ic = geometry(&v)?;
+    let (oh, ow) = ic.window.out(ic.h, ic.w).ok_or_else(|| {
+        format!(
+            "ldl1c window {:?} does not fit its {} x {} image",
+            ic.window, ic.h, ic.w
+        )
+    })?;
     let u = |x: i64, what: &str| -> R<usize> {
         usize::try_from(x).map_err(|_| format!("ldl1c {what} {x} is negative"))
     };
-    let small = |x: i64, what: &str| -> R<u32> {
-        u32::try_from(x).map_err(|_| format!("ldl1c {what} {x} is out of range"))
-    };
-    let ic = tilejit_ir::kernel::Im2Col {
-        c: u(v[0], "channels")?,
-        h: u(v[1], "height")?,
-        w: u(v[2], "width")?,
-        window: tilejit_ir::Window::square(
-            small(v[3], "kh")?,
-            small(v[4], "kw")?,
-            small(v[5], "stride")?,
-            small(v[6], "pad")?,
-        ),
-    };
-    let (oh, ow) = ic
-        .window
-        .out(ic.h, ic.w)
-        .ok_or("ldl1c window does not fit its image")?;
     let (off, row, col) = (u(off, "offset")?, u(row, "row")?, u(col, "col")?);
+    let group = u(group, "group")?;
+    let groups = ic.window.groups as usize;
+    if group >= groups {
+        return Err(format!("ldl1c group {group} of {groups} groups").into());
+    }
     let sz = dt.size_bytes();
     // The whole image lies inside the GM argument (so no element
     // read below can leave it), and its sizes fit.
@@ -369,7 +370,7 @@ fn ldl1c(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), T
         .into());
     }
     let windows = oh.checked_mul(ow).ok_or("ldl1c window count overflows")?;
-    let width = ic.c.saturating_mul(ic.window.size());
+    let width = ic.group_channels().saturating_mul(ic.window.size());
     let past = |a: usize, b: usize, n: usize| a.checked_add(b).is_none_or(|e| e > n);
     if vr > 0 && vc > 0 && (past(row, vr, windows) || past(col, vc, width)) {
         return Err(format!(
@@ -384,7 +385,7 @@ fn ldl1c(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), T
     for r in 0..vr {
         for c in 0..vc {
             // Inside the image (checked above), or the padding: zero.
-            let Some(e) = ic.element(row + r, col + c, 0) else {
+            let Some(e) = ic.element(row + r, col + c, group) else {
                 continue;
             };
             let at = (off + e) as u64 * sz as u64;
@@ -399,6 +400,66 @@ fn ldl1c(inst: &Inst, cx: &mut Ctx<'_>, w: &mut Work, dt: DType) -> Result<(), T
     }
     w.bytes = (vr * vc * sz) as u64;
     Ok(())
+}
+
+/// Registers in `ldl1c`'s geometry block.
+const GEOM_REGS: usize = 14;
+
+/// The image and window of an `ldl1c` geometry block: channels, height,
+/// width, kh, kw, strides (rows, columns), padding (top, left, bottom,
+/// right), dilations (rows, columns), groups. Every value is range-checked;
+/// strides, dilations and the group count are at least 1, and the groups
+/// divide the channels.
+fn geometry(v: &[i64; GEOM_REGS]) -> R<tilejit_ir::kernel::Im2Col> {
+    const NAMES: [&str; GEOM_REGS] = [
+        "channels",
+        "height",
+        "width",
+        "kh",
+        "kw",
+        "row stride",
+        "column stride",
+        "top padding",
+        "left padding",
+        "bottom padding",
+        "right padding",
+        "row dilation",
+        "column dilation",
+        "groups",
+    ];
+    let size = |i: usize| -> R<usize> {
+        usize::try_from(v[i]).map_err(|_| format!("ldl1c {} {} is negative", NAMES[i], v[i]))
+    };
+    let small = |i: usize| -> R<u32> {
+        let x = u32::try_from(v[i])
+            .map_err(|_| format!("ldl1c {} {} is out of range", NAMES[i], v[i]))?;
+        // Strides, dilations and groups (registers 5, 6, 11..14).
+        if x == 0 && matches!(i, 5 | 6 | 11..) {
+            return Err(format!("ldl1c {} is 0", NAMES[i]));
+        }
+        Ok(x)
+    };
+    let window = tilejit_ir::Window {
+        kh: small(3)?,
+        kw: small(4)?,
+        stride: (small(5)?, small(6)?),
+        pad: [small(7)?, small(8)?, small(9)?, small(10)?],
+        dilation: (small(11)?, small(12)?),
+        groups: small(13)?,
+    };
+    let c = size(0)?;
+    if !c.is_multiple_of(window.groups as usize) {
+        return Err(format!(
+            "ldl1c groups {} do not divide the {c} channels",
+            window.groups
+        ));
+    }
+    Ok(tilejit_ir::kernel::Im2Col {
+        c,
+        h: size(1)?,
+        w: size(2)?,
+        window,
+    })
 }
 
 /// A strided GM view into UB.

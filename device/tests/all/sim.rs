@@ -1279,29 +1279,47 @@ fn ldg_gathers_by_index_and_faults_outside_the_axis() {
     assert!(dev.verify(p).is_err());
 }
 
-#[test]
-fn ldl1c_loads_an_images_windows_and_faults_outside_them() {
-    // A 2-channel 3x4 image, 2x2 windows, stride 1, padding 1: 4x5
-    // windows of 8 values. Windows 3..17 (14 rows), columns 2..8 (6 of
-    // them), times a 16x16 identity, come out as the im2col rows.
-    let (c, h, w, kh, kw, s, p) = (2usize, 3usize, 4usize, 2usize, 2usize, 1usize, 1usize);
-    let (oh, ow) = ((h + 2 * p - kh) / s + 1, (w + 2 * p - kw) / s + 1);
-    let img: Vec<f64> = (0..c * h * w).map(|i| i as f64 + 1.0).collect();
-    let eye: Vec<f64> = (0..256)
-        .map(|i| f64::from(u8::from(i / 16 == i % 16)))
-        .collect();
-    let (row, col, rows, cols) = (3usize, 2usize, 14usize, 6usize);
-    let program = |geom_c: usize, row: usize, col: usize| {
-        format!(
-            ".kernel t aic\n.gm x f32 [{n}] in\n.gm e f32 [16,16] in\n.gm o f32 [16,16] out
-    movi r25, {geom_c}
-    movi r26, {h}
-    movi r27, {w}
-    movi r28, {kh}
-    movi r29, {kw}
-    movi r30, {s}
-    movi r31, {p}
-    ldl1c f32, 16x16, {rows}, {cols}, @0x0, x, 0, {row}, {col}, r25
+/// An `ldl1c` geometry: image `[c, h, w]`, then the window `kh, kw, sh,
+/// sw, top, left, bottom, right, dh, dw, groups`.
+#[derive(Clone, Copy, Debug)]
+struct Geom {
+    c: i64,
+    h: i64,
+    w: i64,
+    win: [i64; 11],
+}
+
+impl Geom {
+    fn regs(&self) -> [i64; 14] {
+        let mut r = [0; 14];
+        r[..3].copy_from_slice(&[self.c, self.h, self.w]);
+        r[3..].copy_from_slice(&self.win);
+        r
+    }
+
+    /// Output height and width, by the usual formula.
+    fn out(&self) -> (i64, i64) {
+        let [kh, kw, sh, sw, t, l, b, r, dh, dw, _] = self.win;
+        (
+            (self.h + t + b - (kh - 1) * dh - 1) / sh + 1,
+            (self.w + l + r - (kw - 1) * dw - 1) / sw + 1,
+        )
+    }
+}
+
+/// A program that loads rows `row..row+rows`, columns `col..col+cols` of
+/// the windows of group `group` with `ldl1c` (geometry `geom` in r18..,
+/// or at register `at`) into a 16x16 tile and stores it through the cube
+/// (times an identity).
+fn ldl1c_program(g: &Geom, n: usize, at: usize, rc: [i64; 4], group: i64) -> String {
+    let [row, col, rows, cols] = rc;
+    let mut text =
+        format!(".kernel t aic\n.gm x f32 [{n}] in\n.gm e f32 [16,16] in\n.gm o f32 [16,16] out\n");
+    for (i, v) in g.regs().iter().enumerate().filter(|(i, _)| at + i < 32) {
+        text += &format!("    movi r{}, {v}\n", at + i);
+    }
+    text += &format!(
+        "    ldl1c f32, 16x16, {rows}, {cols}, @0x0, x, 0, {row}, {col}, {group}, r{at}
     ldl1 f32, 16x16, 16, 16, @0x10000, e, 0, 16
     setf mte2, mte1, 0
     waitf mte2, mte1, 0
@@ -1313,37 +1331,234 @@ fn ldl1c_loads_an_images_windows_and_faults_outside_them() {
     setf m, fixp, 0
     waitf m, fixp, 0
     fixp f32, 16x16, 16, 16, o, 0, 16, @0x0, 0
-    end\n",
-            n = c * h * w
+    end\n"
+    );
+    text
+}
+
+fn ldl1c_gm(img: &[f64]) -> Vec<(DType, Vec<f64>)> {
+    let eye: Vec<f64> = (0..256)
+        .map(|i| f64::from(u8::from(i / 16 == i % 16)))
+        .collect();
+    vec![
+        (DType::F32, img.to_vec()),
+        (DType::F32, eye),
+        (DType::F32, vec![-1.0; 256]),
+    ]
+}
+
+#[test]
+fn ldl1c_loads_an_images_windows_and_faults_outside_them() {
+    // Each geometry's tile, expected by the definition (window p at
+    // output (p / ow, p % ow), column q over the group's channels, then
+    // the window's rows and columns), independently of the simulator.
+    let cases: [(Geom, [i64; 4], i64); 6] = [
+        // 2x2 windows, stride 1, padding 1: 4x5 windows of 8 values.
+        (
+            Geom {
+                c: 2,
+                h: 3,
+                w: 4,
+                win: [2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+            },
+            [3, 2, 14, 6],
+            0,
+        ),
+        // Dilated 2x2 taps 2 apart.
+        (
+            Geom {
+                c: 2,
+                h: 5,
+                w: 6,
+                win: [2, 2, 1, 1, 0, 0, 0, 0, 2, 2, 1],
+            },
+            [0, 0, 12, 8],
+            0,
+        ),
+        // Stride 2 down, 1 across; asymmetric padding.
+        (
+            Geom {
+                c: 1,
+                h: 5,
+                w: 4,
+                win: [3, 2, 2, 1, 1, 0, 2, 1, 1, 1, 1],
+            },
+            [1, 0, 11, 6],
+            0,
+        ),
+        // Two groups of two channels: group 1 reads channels 2 and 3.
+        (
+            Geom {
+                c: 4,
+                h: 3,
+                w: 3,
+                win: [2, 2, 1, 1, 0, 1, 1, 0, 1, 1, 2],
+            },
+            [0, 0, 9, 8],
+            1,
+        ),
+        // Depthwise (groups = channels), a mix of everything.
+        (
+            Geom {
+                c: 3,
+                h: 6,
+                w: 5,
+                win: [2, 3, 2, 1, 1, 2, 0, 1, 2, 1, 3],
+            },
+            [0, 1, 15, 5],
+            2,
+        ),
+        // Depthwise, group 0.
+        (
+            Geom {
+                c: 3,
+                h: 6,
+                w: 5,
+                win: [2, 3, 2, 1, 1, 2, 0, 1, 2, 1, 3],
+            },
+            [2, 0, 10, 6],
+            0,
+        ),
+    ];
+    let dev = device();
+    for (g, rc, group) in cases {
+        let [row, col, rows, cols] = rc;
+        let n = (g.c * g.h * g.w) as usize;
+        let img: Vec<f64> = (0..n).map(|i| i as f64 + 1.0).collect();
+        let (outs, _) = run(
+            &dev,
+            &ldl1c_program(&g, n, 18, rc, group),
+            &ldl1c_gm(&img),
+            &[],
         )
-    };
-    let gm = |img: &[f64]| {
-        vec![
-            (DType::F32, img.to_vec()),
-            (DType::F32, eye.clone()),
-            (DType::F32, vec![-1.0; 256]),
-        ]
-    };
-    let (outs, _) = run(&device(), &program(c, row, col), &gm(&img), &[]).unwrap();
-    // Expected by the definition, independently of the simulator.
-    let mut want = vec![0.0; 256];
-    for r in 0..rows {
-        let (y, x) = ((row + r) / ow, (row + r) % ow);
-        assert!(y < oh);
-        for cc in 0..cols {
-            let q = col + cc;
-            let (ci, i, j) = (q / (kh * kw), q % (kh * kw) / kw, q % kw);
-            let (iy, ix) = ((y * s + i) as i64 - p as i64, (x * s + j) as i64 - p as i64);
-            if (0..h as i64).contains(&iy) && (0..w as i64).contains(&ix) {
-                want[r * 16 + cc] = img[(ci * h + iy as usize) * w + ix as usize];
+        .unwrap_or_else(|e| panic!("{g:?}: {e}"));
+        let [kh, kw, sh, sw, t, l, _, _, dh, dw, groups] = g.win;
+        let (oh, ow) = g.out();
+        let gc = g.c / groups;
+        assert!(row + rows <= oh * ow && col + cols <= gc * kh * kw, "{g:?}");
+        let mut want = vec![0.0; 256];
+        for r in 0..rows {
+            let (y, x) = ((row + r) / ow, (row + r) % ow);
+            for cc in 0..cols {
+                let q = col + cc;
+                let (ci, i, j) = (group * gc + q / (kh * kw), q % (kh * kw) / kw, q % kw);
+                let (iy, ix) = (y * sh + i * dh - t, x * sw + j * dw - l);
+                if (0..g.h).contains(&iy) && (0..g.w).contains(&ix) {
+                    want[(r * 16 + cc) as usize] = img[((ci * g.h + iy) * g.w + ix) as usize];
+                }
             }
         }
+        assert_eq!(outs[2], want, "{g:?}");
     }
-    assert_eq!(outs[2], want);
-    // Windows past the last one, or a channel count the image does not
-    // have: faults, never a read outside the image.
-    let msg = fault_of(&program(c, 10, col), &gm(&img), &[]);
-    assert!(msg.contains("leave the 20 x 8 windows"), "{msg}");
-    let msg = fault_of(&program(3, row, 6), &gm(&img), &[]);
-    assert!(msg.contains("goes outside GM argument 0"), "{msg}");
+    // A padding-only window reads zeros (hand-checked): a 1x1 image, a
+    // 3x3 window with padding 1 has one window whose centre is the pixel.
+    let g = Geom {
+        c: 1,
+        h: 1,
+        w: 1,
+        win: [3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1],
+    };
+    let (outs, _) = run(
+        &dev,
+        &ldl1c_program(&g, 1, 18, [0, 0, 1, 9], 0),
+        &ldl1c_gm(&[7.0]),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(&outs[2][..9], &[0., 0., 0., 0., 7., 0., 0., 0., 0.]);
+}
+
+#[test]
+fn ldl1c_traps_on_a_bad_geometry() {
+    // Every register of the block is range-checked: a fault with a
+    // message, never a panic or a read outside the image.
+    let good = Geom {
+        c: 4,
+        h: 3,
+        w: 4,
+        win: [2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 2],
+    };
+    let n = 48;
+    let img = ldl1c_gm(&vec![1.0; n]);
+    let with = |i: usize, v: i64| {
+        let mut g = good;
+        let mut r = g.regs();
+        r[i] = v;
+        (g.c, g.h, g.w) = (r[0], r[1], r[2]);
+        g.win.copy_from_slice(&r[3..]);
+        g
+    };
+    let cases: Vec<(Geom, [i64; 4], i64, usize, &str)> = vec![
+        (with(0, -4), [0, 0, 4, 4], 0, 18, "channels -4 is negative"),
+        (with(1, -1), [0, 0, 4, 4], 0, 18, "height -1 is negative"),
+        (with(3, -2), [0, 0, 4, 4], 0, 18, "kh -2 is out of range"),
+        (with(5, 0), [0, 0, 4, 4], 0, 18, "row stride is 0"),
+        (with(6, 0), [0, 0, 4, 4], 0, 18, "column stride is 0"),
+        (
+            with(8, -1),
+            [0, 0, 4, 4],
+            0,
+            18,
+            "left padding -1 is out of range",
+        ),
+        (with(11, 0), [0, 0, 4, 4], 0, 18, "row dilation is 0"),
+        (with(12, 0), [0, 0, 4, 4], 0, 18, "column dilation is 0"),
+        (with(13, 0), [0, 0, 4, 4], 0, 18, "groups is 0"),
+        (
+            with(13, 3),
+            [0, 0, 4, 4],
+            0,
+            18,
+            "groups 3 do not divide the 4 channels",
+        ),
+        (
+            with(3, 1 << 33),
+            [0, 0, 4, 4],
+            0,
+            18,
+            "kh 8589934592 is out of range",
+        ),
+        // A window larger than the padded image.
+        (
+            with(3, 9),
+            [0, 0, 4, 4],
+            0,
+            18,
+            "does not fit its 3 x 4 image",
+        ),
+        (with(11, 1 << 31), [0, 0, 4, 4], 0, 18, "does not fit"),
+        // The image past its GM argument (5 channels of 3x4 > 48).
+        (
+            with(0, 6),
+            [0, 0, 4, 4],
+            0,
+            18,
+            "goes outside GM argument 0",
+        ),
+        (
+            with(2, i64::MAX),
+            [0, 0, 4, 4],
+            0,
+            18,
+            "goes outside GM argument 0",
+        ),
+        // Addressing: a group past the last, rows or columns past the
+        // windows (4x5 windows; 2 channels x 4 taps per group).
+        (good, [0, 0, 4, 4], 2, 18, "group 2 of 2 groups"),
+        (good, [0, 0, 4, 4], -1, 18, "group -1 is negative"),
+        (good, [18, 0, 4, 4], 0, 18, "leave the 20 x 8 windows"),
+        (good, [0, 5, 4, 4], 0, 18, "leave the 20 x 8 windows"),
+        // The block past the last register.
+        (
+            good,
+            [0, 0, 4, 4],
+            0,
+            20,
+            "geometry r20..r33 past the registers",
+        ),
+    ];
+    for (g, rc, group, at, want) in cases {
+        let msg = fault_of(&ldl1c_program(&g, n, at, rc, group), &img, &[]);
+        assert!(msg.contains(want), "{g:?} {rc:?} {group}: {msg}");
+    }
 }

@@ -36,59 +36,61 @@
     ldarg r13, 18
     ldarg r14, 19
     ldarg r15, 20
-    add r16, r13, 63
-    div r16, r16, 64
-    max r16, r16, 1
-    add r17, r15, 63
-    div r17, r17, 64
-    max r17, r17, 1
-    add r18, r14, 63
-    div r18, r18, 64
-    mul r19, r13, r15
-    mul r20, r13, r14
-    mul r21, r14, r15
-    mul r22, r15, 64
-    mul r23, r14, 64
-    mul r24, r15, 64
-    ldarg r25, 21
-    ldarg r26, 22
-    ldarg r27, 23
-    movi r28, 3
-    movi r29, 3
+    ldarg r18, 21
+    ldarg r19, 22
+    ldarg r20, 23
+    movi r21, 3
+    movi r22, 3
+    movi r23, 1
+    movi r24, 1
+    movi r25, 1
+    movi r26, 1
+    movi r27, 1
+    movi r28, 1
+    movi r29, 1
     movi r30, 1
     movi r31, 1
-    mul r20, r25, r26
-    mul r20, r20, r27
-    movi r21, 0
-L29:
-    bge r0, r1, L105
-    rem r4, r0, r17
-    div r12, r0, r17
-    rem r3, r12, r16
-    div r2, r12, r16
+L19:
+    bge r0, r1, L98
+    div r6, r15, 1
+    add r12, r6, 63
+    div r12, r12, 64
+    max r12, r12, 1
+    rem r4, r0, r12
+    div r11, r0, r12
+    add r12, r13, 63
+    div r12, r12, 64
+    max r12, r12, 1
+    rem r3, r11, r12
+    div r11, r11, r12
+    rem r17, r11, 1
+    div r2, r11, 1
     mul r5, r3, -64
     add r5, r5, r13
     min r5, r5, 64
-    mul r6, r4, -64
-    add r6, r6, r15
+    mul r4, r4, 64
+    sub r6, r6, r4
     min r6, r6, 64
-    mul r11, r2, r19
-    mul r12, r3, r22
+    div r12, r15, 1
+    mul r12, r12, r17
+    add r4, r4, r12
+    mul r9, r2, r18
+    mul r9, r9, r19
+    mul r9, r9, r20
+    mul r11, r2, r13
+    mul r11, r11, r15
+    mul r12, r4, r13
     add r11, r11, r12
-    mul r12, r4, 64
+    mul r12, r3, 64
     add r11, r11, r12
     movi r7, 0
-    mul r8, r7, -64
-    add r8, r8, r14
+    mul r16, r7, 64
+    sub r8, r14, r16
     min r8, r8, 64
-    mul r10, r7, 64
-    mul r12, r4, 64
-    mul r12, r12, r14
-    add r10, r10, r12
-    mul r9, r2, r20
     mul r12, r3, 64
-    mul r23, r7, 64
-    ldl1c f32, 64x64, r5, r8, @0x0, a, r9, r12, r23, r25
+    ldl1c f32, 64x64, r5, r8, @0x0, a, r9, r12, r16, r17, r18
+    mul r10, r4, r14
+    add r10, r10, r16
     movi r12, 1
     ldl1x f32, 64x64, r8, r6, @0x4000, b, r10, r12, r14
     setf mte2, mte1, 0
@@ -100,19 +102,16 @@ L29:
     mmad f32, 64x64x64, @0x0, @0x0, @0x0, 0
     barrier
     add r7, r7, 1
-L68:
-    bge r7, r18, L92
-    mul r8, r7, -64
-    add r8, r8, r14
+L70:
+    mul r12, r7, 64
+    bge r12, r14, L91
+    mul r16, r7, 64
+    sub r8, r14, r16
     min r8, r8, 64
-    mul r10, r7, 64
-    mul r12, r4, 64
-    mul r12, r12, r14
-    add r10, r10, r12
-    mul r9, r2, r20
     mul r12, r3, 64
-    mul r23, r7, 64
-    ldl1c f32, 64x64, r5, r8, @0x0, a, r9, r12, r23, r25
+    ldl1c f32, 64x64, r5, r8, @0x0, a, r9, r12, r16, r17, r18
+    mul r10, r4, r14
+    add r10, r10, r16
     movi r12, 1
     ldl1x f32, 64x64, r8, r6, @0x4000, b, r10, r12, r14
     setf mte2, mte1, 0
@@ -124,22 +123,16 @@ L68:
     mmad f32, 64x64x64, @0x0, @0x0, @0x0, 1
     barrier
     add r7, r7, 1
-    jmp L68
-L92:
+    jmp L70
+L91:
     setf m, fixp, 0
     waitf m, fixp, 0
-    mul r11, r2, r19
-    mul r12, r3, 64
-    add r11, r11, r12
-    mul r12, r4, 64
-    mul r12, r12, r13
-    add r11, r11, r12
-    movi r8, 1
-    fixpx f32, 64x64, r5, r6, c, r11, r8, r13, @0x0, 0
+    movi r12, 1
+    fixpx f32, 64x64, r5, r6, c, r11, r12, r13, @0x0, 0
     barrier
     add r0, r0, 1
-    jmp L29
-L105:
+    jmp L19
+L98:
     end
 ; core function 1: units Kernel, tile 1, buffers [b2,b3,b4], workspace []
 .kernel k_fused_conv_add aiv

@@ -46,11 +46,7 @@
     add r18, r14, 63
     div r18, r18, 64
     mul r19, r13, r15
-    mul r20, r13, r14
-    mul r21, r14, r15
     mul r22, r15, 64
-    mul r23, r14, 64
-    mul r24, r15, 64
     ldarg r25, 17
     ldarg r20, 18
     ldarg r26, 19
@@ -61,8 +57,8 @@
     ldarg r30, 24
     mul r23, r26, 64
     mul r24, r29, 64
-L29:
-    bge r0, r1, L110
+L25:
+    bge r0, r1, L106
     rem r4, r0, r17
     div r12, r0, r17
     rem r3, r12, r16
@@ -107,8 +103,8 @@ L29:
     mmad f32, 64x64x64, @0x0, @0x0, @0x0, 0
     barrier
     add r7, r7, 1
-L74:
-    bge r7, r18, L104
+L70:
+    bge r7, r18, L100
     mul r8, r7, -64
     add r8, r8, r14
     min r8, r8, 64
@@ -137,15 +133,15 @@ L74:
     mmad f32, 64x64x64, @0x0, @0x0, @0x0, 1
     barrier
     add r7, r7, 1
-    jmp L74
-L104:
+    jmp L70
+L100:
     setf m, fixp, 0
     waitf m, fixp, 0
     fixp f32, 64x64, r5, r6, c, r11, r15, @0x0, 0
     barrier
     add r0, r0, 1
-    jmp L29
-L110:
+    jmp L25
+L106:
     end
 ; core function 1: units Kernel, tile 1, buffers [b2,b3], workspace []
 .kernel k_fused_matmul_relu aiv

@@ -135,7 +135,7 @@ fn one_of_each(b: &mut ProgramBuilder, l: Label, g: Gm) {
     b.vrprod(F32, sh, 2, 8, u, t).vbcol(F32, sh, 2, 8, u, t);
     b.ldl1(F16, sh, 2, 8, t, g, 0, 8);
     b.ldl1x(F16, sh, 2, 8, t, g, 0, R3, 2);
-    b.ldl1c(F16, sh, 2, 8, t, g, 0, R1, 8, R2);
+    b.ldl1c(F16, sh, 2, 8, t, g, 0, R1, 8, 0, R2);
     b.mvl0a(F16, sh, t, t).mvl0b(F16, sh, t, t);
     b.mmad(F16, Mkn::new(16, 16, 16), t, t, t, 1);
     b.fixp(F16, sh, 2, 8, g, 0, 8, t, 0);
