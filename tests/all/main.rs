@@ -32,6 +32,7 @@ mod math_ops;
 mod models;
 mod onnx;
 mod onnx_image;
+mod onnx_linalg;
 mod onnx_phases;
 mod onnx_quant;
 mod onnx_recurrent;
