@@ -708,7 +708,7 @@ fn stepped_slices_einsum_and_bitwise_ops_match_hand_values() {
         }
     }
     let model = onnx::from_bytes(&einsum("ij->k")).unwrap();
-    let err = model.run(&[("x", &x)]).err().expect("a bad equation");
+    let err = model.run(&[("x", &x)]).expect_err("a bad equation");
     assert_eq!(err.kind(), ErrorKind::BadArgument, "{err}");
     assert!(err.to_string().contains("output subscript `k`"), "{err}");
 }

@@ -103,7 +103,7 @@ fn det_matches_cofactor_expansion() {
         let bytes = one_node("Det", 11, &[("x", b::FLOAT, &shape)], vec![], vec![]);
         let x = Tensor::zeros(&shape, tilejit::DType::F32);
         let model = onnx::from_bytes(&bytes).unwrap();
-        let e = model.run(&[("x", &x)]).err().expect("an error");
+        let e = model.run(&[("x", &x)]).expect_err("an error");
         let (node, op, attr, _) = onnx_err(&e);
         assert_eq!((node, op, attr), ("n", "Det", "X"), "{e}");
     }
@@ -186,7 +186,7 @@ fn tensor_scatter_writes_where_the_spec_loop_does() {
     // one the build, naming the node.
     let w = Tensor::from_vec(vec![2i64, 0], &[2]).unwrap();
     for got in run(&linear, &[("past", &past), ("upd", &upd), ("w", &w)]) {
-        let e = got.err().expect("an out-of-range write");
+        let e = got.expect_err("an out-of-range write");
         assert_eq!(e.kind(), ErrorKind::BadArgument, "{e}");
     }
     let known = one_node(
@@ -199,8 +199,7 @@ fn tensor_scatter_writes_where_the_spec_loop_does() {
     let e = onnx::from_bytes(&known)
         .unwrap()
         .run(&[("past", &past), ("upd", &upd)])
-        .err()
-        .expect("a negative write index");
+        .expect_err("a negative write index");
     assert_eq!(
         onnx_err(&e),
         (
@@ -230,8 +229,7 @@ fn tensor_scatter_writes_where_the_spec_loop_does() {
     let e = onnx::from_bytes(&bad)
         .unwrap()
         .run(&[("past", &past), ("upd", &upd), ("w", &w)])
-        .err()
-        .expect("axis 0");
+        .expect_err("axis 0");
     assert_eq!(onnx_err(&e).2, "axis", "{e}");
 }
 
@@ -242,7 +240,9 @@ fn tensor_scatter_writes_where_the_spec_loop_does() {
 fn gather_nd_with_batch_dims_matches_hand_values() {
     let x = Tensor::from_vec((0..8).map(|v| v as f32).collect(), &[2, 2, 2]).unwrap();
     let attrs = || vec![b::int("batch_dims", 1)];
-    let cases: Vec<(Vec<i64>, Vec<usize>, Vec<usize>, Vec<f32>)> = vec![
+    // (indices, their shape, the output's shape, its values)
+    type Case = (Vec<i64>, Vec<usize>, Vec<usize>, Vec<f32>);
+    let cases: Vec<Case> = vec![
         (vec![1, 0], vec![2, 1], vec![2, 2], vec![2., 3., 4., 5.]),
         (vec![0, 1, 1, -1], vec![2, 1, 2], vec![2, 1], vec![1., 7.]),
     ];
@@ -284,7 +284,7 @@ fn gather_nd_with_batch_dims_matches_hand_values() {
     for bad in [[0i64, 2], [0, -3]] {
         let i = Tensor::from_vec(bad.to_vec(), &[1, 2]).unwrap();
         for got in run(&traced, &[("x", &x), ("i", &i)]) {
-            let e = got.err().expect("an out-of-range index");
+            let e = got.expect_err("an out-of-range index");
             assert_eq!(e.kind(), ErrorKind::BadArgument, "{e}");
         }
     }
@@ -298,8 +298,7 @@ fn gather_nd_with_batch_dims_matches_hand_values() {
     let e = onnx::from_bytes(&known)
         .unwrap()
         .run(&[("x", &x)])
-        .err()
-        .expect("an out-of-range index");
+        .expect_err("an out-of-range index");
     assert_eq!(
         onnx_err(&e),
         ("n", "GatherND", "indices", ErrorKind::BadArgument),
@@ -317,8 +316,7 @@ fn gather_nd_with_batch_dims_matches_hand_values() {
     let e = onnx::from_bytes(&deep)
         .unwrap()
         .run(&[("x", &x), ("i", &i)])
-        .err()
-        .expect("batch_dims too deep");
+        .expect_err("batch_dims too deep");
     assert_eq!(onnx_err(&e).2, "batch_dims", "{e}");
     let neg = one_node(
         "GatherND",
