@@ -83,6 +83,25 @@ fn det_matches_cofactor_expansion() {
         ),
         (vec![-7.5], vec![1, 1], vec![-7.5]),
     ];
+    // The 16x16 [-1, 2, -1] tridiagonal matrix has determinant n + 1 = 17
+    // (expand along the first row: d(n) = 2 d(n-1) - d(n-2)); with its
+    // rows reversed (120 swaps, even) still 17, each pivot now found below.
+    let n: usize = 16;
+    let tri: Vec<f32> = (0..n * n)
+        .map(|e| match (e / n).abs_diff(e % n) {
+            0 => 2.0,
+            1 => -1.0,
+            _ => 0.0,
+        })
+        .collect();
+    let flipped: Vec<f32> = (0..n)
+        .rev()
+        .flat_map(|r| tri[r * n..][..n].to_vec())
+        .collect();
+    let cases = cases.into_iter().chain([
+        (tri, vec![n, n], vec![17.0]),
+        (flipped, vec![n, n], vec![17.0]),
+    ]);
     for (data, shape, want) in cases {
         let bytes = one_node("Det", 11, &[("x", b::FLOAT, &shape)], vec![], vec![]);
         let x = f32s(&data, &shape);

@@ -3,9 +3,10 @@
 //! Det: Gaussian elimination with partial pivoting, unrolled at trace time
 //! over the (static) matrix size: each step picks the row of largest
 //! magnitude in the leading column (`argmax`), swaps it to the top (a
-//! `gather` and a `where`), multiplies its pivot into the determinant (a
-//! swap flips the sign) and eliminates the column below it; the next step
-//! works on the trailing square. The float16 family is computed in f32.
+//! `gather` and a `where`), keeps its pivot (negated after a swap) and
+//! eliminates the column below it; the next step works on the trailing
+//! square. The determinant is the product of the pivots. The float16
+//! family is computed in f32.
 //!
 //! TensorScatter: every cache position picks, per batch row, the update
 //! row that lands on it (`p - write_index`, modulo the cache length when
@@ -76,7 +77,9 @@ fn build_det(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let nb: usize = batch.iter().product();
     let zero_i = Tensor::zeros(&[], DType::I64);
     let mut a = x.cast(work).reshape(&[nb, m, m]);
-    let mut det = Tensor::ones(&[nb, 1], work);
+    // Each step's pivot (sign-flipped after a swap), multiplied at the
+    // end: a running product would fuse every step's read into one kernel.
+    let mut factors = Vec::with_capacity(m);
     for k in 0..m {
         let rows = m - k;
         // The pivot row: the largest magnitude in the leading column.
@@ -90,7 +93,7 @@ fn build_det(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
             &Tensor::ones(&[], work),
             &Tensor::full(&[], -1.0, work),
         );
-        det = det * pivot.clone() * sign;
+        factors.push(&pivot * &sign);
         if rows == 1 {
             break;
         }
@@ -109,6 +112,11 @@ fn build_det(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
         let f = rest.slice(2, 0, 1) / safe.reshape(&[nb, 1, 1]);
         a = (rest - f * prow).slice(2, 1, rows as isize);
     }
+    let det = match factors.len() {
+        0 => Tensor::ones(&[nb], work),
+        1 => factors[0].reshape(&[nb]),
+        _ => Tensor::cat(&factors.iter().collect::<Vec<_>>(), 1).prod(1, false),
+    };
     one(det.reshape(batch).cast(dt))
 }
 
