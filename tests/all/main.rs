@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // tests assert by unwrapping
 
 mod bad_input;
+mod bitcast;
 mod bitwise;
 mod block_math;
 mod cancel;

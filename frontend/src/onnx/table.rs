@@ -861,9 +861,9 @@ fn check_gelu(n: &Node, _: &Cx) -> Result<()> {
 }
 
 /// BitCast: the same bits read as another dtype of the same size. Between
-/// integers (and bool to u8) that is a wrapping cast; a float's bits can
-/// be reinterpreted only in a tensor known when tracing (tilejit has no
-/// bit-reinterpreting op on traced values).
+/// integers (and bool to u8) that is a wrapping cast; f32 <-> i32/u32 and
+/// f64 <-> i64/u64 of a traced tensor are `Tensor::bitcast`; any other
+/// float's bits only in a tensor known when tracing.
 fn build_bitcast(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let x = req(n, ins, 0)?;
     let to = dtype_of(attr_i(n, "to", 1)? as i32)
@@ -884,12 +884,25 @@ fn build_bitcast(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>
     if int_like(from) && to.is_int() {
         return one(x.cast(to));
     }
+    let core = matches!(
+        (from, to),
+        (DType::F32, DType::I32 | DType::U32)
+            | (DType::I32 | DType::U32, DType::F32)
+            | (DType::F64, DType::I64 | DType::U64)
+            | (DType::I64 | DType::U64, DType::F64)
+    );
     if x.is_traced() {
+        if core {
+            return one(x.bitcast(to));
+        }
         return Err(fail(
             n,
             "input",
             ErrorKind::Unsupported,
-            format!("BitCast {from} -> {to} of a traced tensor (only integer <-> integer)"),
+            format!(
+                "BitCast {from} -> {to} of a traced tensor (integer <-> integer, f32 <-> i32/u32 \
+                 and f64 <-> i64/u64 are supported)"
+            ),
         ));
     }
     let a = x.to_array()?;
