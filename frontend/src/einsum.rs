@@ -7,10 +7,45 @@ use crate::error::Loc;
 use crate::tensor::Tensor;
 use tilejit_ir::IrError;
 
-/// A parsed equation: each operand's subscripts and the output's.
+/// A parsed equation: each operand's subscripts and the output's, and the
+/// shape each operand is broadcast to first (its `...` dims of size 1
+/// widened to the other operands'). The dims under `...` get subscripts
+/// of their own, bytes below every letter (`ELLIPSIS`), aligned right.
 struct Equation {
     inputs: Vec<Vec<u8>>,
     output: Vec<u8>,
+    shapes: Vec<Vec<usize>>,
+}
+
+/// The subscript of the first dim under `...`; dim `g` is `ELLIPSIS + g`.
+const ELLIPSIS: u8 = 1;
+/// The most dims `...` may stand for.
+const MAX_ELLIPSIS: usize = 31;
+
+/// One term's subscripts, with where its `...` sits among them.
+fn term(s: &str, at: usize) -> Result<(Vec<u8>, Option<usize>), String> {
+    let mut out = Vec::new();
+    let mut dots = None;
+    let mut chars = s.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            c if c.is_ascii_alphabetic() => out.push(c as u8),
+            c if c.is_whitespace() => {}
+            '.' => {
+                if !s[i..].starts_with("...") {
+                    return Err(format!("a lone `.` at position {}", at + i));
+                }
+                if dots.is_some() {
+                    return Err(format!("a second `...` at position {}", at + i));
+                }
+                dots = Some(out.len());
+                chars.next();
+                chars.next();
+            }
+            c => return Err(format!("unexpected `{c}` at position {}", at + i)),
+        }
+    }
+    Ok((out, dots))
 }
 
 /// Parses `eq` for `n` operands of the given shapes: the message names the
@@ -20,53 +55,78 @@ fn parse(eq: &str, shapes: &[Vec<usize>]) -> Result<Equation, String> {
         Some(p) => (&eq[..p], Some((p + 2, &eq[p + 2..]))),
         None => (eq, None),
     };
-    let term = |s: &str, at: usize| -> Result<Vec<u8>, String> {
-        let mut out = Vec::new();
-        for (i, c) in s.char_indices() {
-            match c {
-                c if c.is_ascii_alphabetic() => out.push(c as u8),
-                c if c.is_whitespace() => {}
-                '.' => {
-                    return Err(format!(
-                        "ellipsis at position {} is not supported; name every dim",
-                        at + i
-                    ))
-                }
-                c => return Err(format!("unexpected `{c}` at position {}", at + i)),
-            }
-        }
-        Ok(out)
-    };
-    let mut inputs = Vec::new();
+    let mut terms = Vec::new();
     let mut at = 0;
     for part in lhs.split(',') {
-        inputs.push((at, term(part, at)?));
+        let (t, dots) = term(part, at)?;
+        terms.push((at, t, dots));
         at += part.len() + 1;
     }
-    if inputs.len() != shapes.len() {
+    if terms.len() != shapes.len() {
         return Err(format!(
             "the equation has {} operands, {} tensors were given",
-            inputs.len(),
+            terms.len(),
             shapes.len()
         ));
     }
+    // How many dims each operand's `...` stands for, and their sizes,
+    // broadcast together (numpy's rules, aligned right).
+    let mut under = Vec::new();
+    for (j, ((start, t, dots), shape)) in terms.iter().zip(shapes).enumerate() {
+        let e = match dots {
+            Some(_) if shape.len() >= t.len() => shape.len() - t.len(),
+            _ if shape.len() == t.len() => 0,
+            _ => {
+                return Err(format!(
+                    "operand {j} (at position {start}) has {} subscripts for a rank-{} tensor",
+                    t.len(),
+                    shape.len()
+                ))
+            }
+        };
+        under.push(e);
+    }
+    let ell = under.iter().copied().max().unwrap_or(0);
+    if ell > MAX_ELLIPSIS {
+        return Err(format!(
+            "`...` stands for {ell} dims, more than {MAX_ELLIPSIS}"
+        ));
+    }
+    let mut wide = vec![1usize; ell];
+    for (j, ((_, _, dots), shape)) in terms.iter().zip(shapes).enumerate() {
+        let Some(p) = *dots else { continue };
+        for (k, &d) in shape[p..p + under[j]].iter().enumerate() {
+            let g = ell - under[j] + k;
+            match (wide[g], d) {
+                (w, d) if w == d || d == 1 => {}
+                (1, d) => wide[g] = d,
+                (w, d) => {
+                    return Err(format!(
+                        "dim {g} under `...` is {w} in one operand and {d} in operand {j}: they do not broadcast"
+                    ))
+                }
+            }
+        }
+    }
+    let mut inputs = Vec::new();
+    let mut targets = Vec::new();
+    for (j, ((_, t, dots), shape)) in terms.iter().zip(shapes).enumerate() {
+        let (mut l, mut s) = (t.clone(), shape.clone());
+        if let Some(p) = *dots {
+            let first = ell - under[j];
+            let subs: Vec<u8> = (first..ell).map(|g| ELLIPSIS + g as u8).collect();
+            l.splice(p..p, subs);
+            for g in first..ell {
+                s[p + g - first] = wide[g];
+            }
+        }
+        inputs.push(l);
+        targets.push(s);
+    }
     let mut size = [None::<usize>; 128];
     let mut count = [0usize; 128];
-    for (j, ((start, t), shape)) in inputs.iter().zip(shapes).enumerate() {
-        if t.len() != shape.len() {
-            return Err(format!(
-                "operand {j} (at position {start}) has {} subscripts for a rank-{} tensor",
-                t.len(),
-                shape.len()
-            ));
-        }
-        for (k, (&c, &d)) in t.iter().zip(shape).enumerate() {
-            if t[..k].contains(&c) {
-                return Err(format!(
-                    "subscript `{}` repeats in operand {j} (at position {start}): diagonals are not supported",
-                    c as char
-                ));
-            }
+    for (j, (t, shape)) in inputs.iter().zip(&targets).enumerate() {
+        for (&c, &d) in t.iter().zip(shape) {
             match size[c as usize] {
                 Some(s) if s != d => {
                     return Err(format!(
@@ -79,9 +139,10 @@ fn parse(eq: &str, shapes: &[Vec<usize>]) -> Result<Equation, String> {
             count[c as usize] += 1;
         }
     }
+    let all_dots: Vec<u8> = (0..ell).map(|g| ELLIPSIS + g as u8).collect();
     let output = match rhs {
         Some((at, s)) => {
-            let out = term(s, at)?;
+            let (mut out, dots) = term(s, at)?;
             for (k, &c) in out.iter().enumerate() {
                 if out[..k].contains(&c) || count[c as usize] == 0 {
                     let why = if count[c as usize] == 0 {
@@ -96,15 +157,63 @@ fn parse(eq: &str, shapes: &[Vec<usize>]) -> Result<Equation, String> {
                     ));
                 }
             }
+            match dots {
+                Some(p) => {
+                    out.splice(p..p, all_dots);
+                }
+                // numpy refuses to drop the dims under `...` silently.
+                None if ell > 0 => {
+                    return Err(
+                        "the operands have `...` dims but the output has no `...`".to_string()
+                    )
+                }
+                None => {}
+            }
             out
         }
-        // numpy's implicit output: the subscripts seen once, in order.
-        None => (b'A'..=b'z').filter(|&c| count[c as usize] == 1).collect(),
+        // numpy's implicit output: the dims under `...`, then the
+        // subscripts seen once, in order.
+        None => all_dots
+            .into_iter()
+            .chain((b'A'..=b'z').filter(|&c| count[c as usize] == 1))
+            .collect(),
     };
     Ok(Equation {
-        inputs: inputs.into_iter().map(|(_, t)| t).collect(),
+        inputs,
         output,
+        shapes: targets,
     })
+}
+
+/// `t` with each subscript that repeats in `letters` (`ii`) reduced to
+/// its diagonal: the two dims moved last, merged, and every `n + 1`-th
+/// element taken (a strided slice, no gather).
+#[track_caller]
+fn diagonals(t: Tensor, letters: Vec<u8>) -> (Tensor, Vec<u8>) {
+    let (mut t, mut l) = (t, letters);
+    loop {
+        let Some((a, b)) =
+            (1..l.len()).find_map(|b| l[..b].iter().position(|&c| c == l[b]).map(|a| (a, b)))
+        else {
+            return (t, l);
+        };
+        if t.error().is_some() {
+            return (t, l);
+        }
+        let n = t.shape()[a];
+        let mut perm: Vec<usize> = (0..l.len()).filter(|&i| i != a && i != b).collect();
+        let mut shape: Vec<usize> = perm.iter().map(|&i| t.shape()[i]).collect();
+        let mut next: Vec<u8> = perm.iter().map(|&i| l[i]).collect();
+        perm.extend([a, b]);
+        shape.push(n * n);
+        next.push(l[a]);
+        let last = shape.len() as isize - 1;
+        t = t
+            .permute(&perm)
+            .reshape(&shape)
+            .slice_step(last, 0, (n * n) as isize, n as isize + 1);
+        l = next;
+    }
 }
 
 /// Sums out the subscripts of `t` that are not in `keep`.
@@ -179,9 +288,13 @@ fn contract(a: (Tensor, Vec<u8>), b: (Tensor, Vec<u8>), keep: &[u8]) -> (Tensor,
 
 impl Tensor {
     /// Einstein summation (numpy `einsum`, ONNX `Einsum`): `"ij,jk->ik"`
-    /// is a matmul, `"bij->bji"` a permute, `"ii"`-style diagonals and
-    /// `...` are not supported. Without `->` the output is the subscripts
-    /// seen once, in alphabetical order (capitals first). Operands are
+    /// is a matmul, `"bij->bji"` a permute, `"ii->i"` a diagonal (a
+    /// subscript repeated in one operand takes that diagonal first) and
+    /// `"...ij,...jk->...ik"` a batched matmul (`...` stands for the dims
+    /// not named, aligned right and broadcast as numpy does; an output
+    /// must then name `...` too). Without `->` the output is the dims
+    /// under `...`, then the subscripts seen once, in alphabetical order
+    /// (capitals first). Operands are
     /// contracted left to right, each pair as one batched matmul over
     /// their shared subscripts, after summing out any subscript no later
     /// operand or the output uses. A bad equation is a `BadArgument`
@@ -225,12 +338,32 @@ impl Tensor {
             }
             v
         };
+        // Each operand broadcast over `...` and reduced to its diagonals.
+        let prepared: Vec<(Tensor, Vec<u8>)> = operands
+            .iter()
+            .zip(&eq.inputs)
+            .zip(&eq.shapes)
+            .map(|((t, l), s)| {
+                let t = match t.shape() == s.as_slice() {
+                    true => (*t).clone(),
+                    false => t.broadcast_to(s),
+                };
+                diagonals(t, l.clone())
+            })
+            .collect();
+        if let Some((e, _)) = prepared.iter().find(|(t, _)| t.error().is_some()) {
+            return e.clone();
+        }
         // A step's error (a dtype the sums or matmul refuse) ends it here:
         // its placeholder shape must not reach the subscript arithmetic.
-        let mut cur = reduce_to(operands[0].clone(), eq.inputs[0].clone(), &needed(1));
-        for (j, (t, l)) in operands.iter().zip(&eq.inputs).enumerate().skip(1) {
+        let mut prepared = prepared.into_iter();
+        let Some((first, l0)) = prepared.next() else {
+            return fail(format!("einsum `{equation}`: no operands"));
+        };
+        let mut cur = reduce_to(first, l0, &needed(1));
+        for (j, (t, l)) in prepared.enumerate().map(|(j, p)| (j + 1, p)) {
             let keep_b = [cur.1.clone(), needed(j + 1)].concat();
-            let b = reduce_to((*t).clone(), l.clone(), &keep_b);
+            let b = reduce_to(t, l, &keep_b);
             if let Some(e) = [&cur.0, &b.0].into_iter().find(|t| t.error().is_some()) {
                 return e.clone();
             }

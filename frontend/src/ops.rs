@@ -762,6 +762,27 @@ impl Tensor {
         })
     }
 
+    /// Each element's bits read as `dtype` (numpy `view`, ONNX `BitCast`):
+    /// between f32 and i32/u32, or f64 and i64/u64; other pairs are an
+    /// error. Host and Sim move the bits unchanged.
+    ///
+    /// ```
+    /// # use tilejit::{DType, Tensor};
+    /// let x = Tensor::from_vec(vec![1.0f32, -2.0], &[2])?;
+    /// let bits = x.bitcast(DType::I32).to_vec::<i32>()?;
+    /// assert_eq!(bits, vec![0x3f80_0000, 0xc000_0000u32 as i32]);
+    /// # Ok::<(), tilejit::Error>(())
+    /// ```
+    #[track_caller]
+    pub fn bitcast(&self, dtype: DType) -> Tensor {
+        if self.ty().is_some_and(|t| t.dtype == dtype) {
+            return self.clone();
+        }
+        apply("bitcast", Loc::caller(), &[self], |g, ids| {
+            g.add(Op::Bitcast(ids[0], dtype))
+        })
+    }
+
     /// Softmax along `axis`: `exp(x - max) / sum(exp(x - max))`.
     #[track_caller]
     pub fn softmax(&self, axis: isize) -> Tensor {

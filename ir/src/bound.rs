@@ -244,6 +244,13 @@ fn node_bound(
             let (_, xe) = operand(x)?;
             moved(interp::move_elements(g, op, ty, &Vals::F(xe.to_vec()))?)?
         }
+        // Bits reinterpreted: exact of an exact operand, else unbounded.
+        Op::Bitcast(x, _) => {
+            let (_, xe) = operand(x)?;
+            xe.iter()
+                .map(|&e| if e == 0.0 { 0.0 } else { f64::INFINITY })
+                .collect()
+        }
         Op::Cast(x, to) => {
             let (_, xe) = operand(x)?;
             cast(g.ty(x).dtype, to, xe, &v, u)

@@ -104,6 +104,9 @@ pub enum Op {
     Broadcast(NodeId, Shape),
     /// Elementwise dtype conversion.
     Cast(NodeId, DType),
+    /// Each element's bits read as another dtype of the same size (a
+    /// float's bits as an integer and back: ONNX `BitCast`).
+    Bitcast(NodeId, DType),
     /// A window of the operand: result element `i` is operand element
     /// `start + i` in every dim; the result shape (the node's type) is the
     /// second `Shape`. Fused consumers read it as a strided view (no copy).
@@ -322,7 +325,7 @@ impl Op {
         match *self {
             Op::Input { .. } | Op::Param { .. } | Op::Full { .. } | Op::Constant { .. } => vec![],
             Op::Unary(_, x) | Op::Reduce(_, x, _) | Op::Reshape(x, _) => vec![x],
-            Op::Permute(x, _) | Op::Broadcast(x, _) | Op::Cast(x, _) => vec![x],
+            Op::Permute(x, _) | Op::Broadcast(x, _) | Op::Cast(x, _) | Op::Bitcast(x, _) => vec![x],
             Op::Slice(x, ..) => vec![x],
             Op::Binary(_, a, b) | Op::Compare(_, a, b) | Op::MatMul(a, b) => vec![a, b],
             Op::Concat(a, b, _) | Op::Gather(a, b, _) | Op::Conv(a, b, _) => vec![a, b],
@@ -346,6 +349,7 @@ impl Op {
             Op::Permute(x, p) => Op::Permute(f(x), p),
             Op::Broadcast(x, s) => Op::Broadcast(f(x), s),
             Op::Cast(x, d) => Op::Cast(f(x), d),
+            Op::Bitcast(x, d) => Op::Bitcast(f(x), d),
             Op::Slice(x, start, shape) => Op::Slice(f(x), start, shape),
             Op::Concat(x, y, axis) => Op::Concat(f(x), f(y), axis),
             Op::Gather(x, i, axis) => Op::Gather(f(x), f(i), axis),

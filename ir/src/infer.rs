@@ -85,6 +85,15 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
             checked(TensorType::new(t.dtype, shape))?
         }
         Op::Cast(x, dtype) => TensorType::new(dtype, ty(x).shape),
+        Op::Bitcast(x, dtype) => {
+            let from = ty(x).dtype;
+            if !crate::interp::bitcast_pair(from, dtype) {
+                return Err(IrError::Arguments(format!(
+                    "bitcast {from} -> {dtype}: only between f32 and i32/u32, or f64 and i64/u64"
+                )));
+            }
+            TensorType::new(dtype, ty(x).shape)
+        }
         Op::Slice(x, start, shape) => slice_type(ty(x), start, shape)?,
         Op::Concat(x, y, axis) => concat_type(ty(x), ty(y), axis)?,
         Op::Gather(x, index, axis) => gather_type(ty(x), ty(index), axis)?,

@@ -231,6 +231,7 @@ pub(crate) fn eval(
             move_elements(g, op, ty, arg(x)?)?
         }
         Op::Cast(x, to) => cast(arg(x)?, g.ty(x).dtype, to)?,
+        Op::Bitcast(x, to) => bitcast(arg(x)?, g.ty(x).dtype, to)?,
         Op::Slice(x, ..) => move_elements(g, op, ty, arg(x)?)?,
         Op::Concat(a, b, axis) => concat(&g.ty(a).shape, &ty.shape, axis, arg(a)?, arg(b)?)?,
         Op::Gather(x, index, axis) => {
@@ -624,6 +625,43 @@ fn matmul(ty: TensorType, sa: &Shape, sb: &Shape, a: &Vals, b: &Vals) -> Result<
             Vals::I(out)
         }
         _ => return Err(internal("matmul of mixed lanes")),
+    })
+}
+
+/// Whether `bitcast` reads `from`'s bits as `to`: f32 and i32/u32, f64
+/// and i64/u64, either way.
+pub(crate) fn bitcast_pair(from: DType, to: DType) -> bool {
+    use DType::*;
+    matches!(
+        (from, to),
+        (F32, I32 | U32) | (I32 | U32, F32) | (F64, I64 | U64) | (I64 | U64, F64)
+    )
+}
+
+/// One element's bits read as another dtype (see [`bitcast_pair`]).
+pub(crate) fn bitcast_float(f: f64, to: DType) -> i64 {
+    match to {
+        DType::I32 => (f as f32).to_bits() as i32 as i64,
+        DType::U32 => (f as f32).to_bits() as i64,
+        _ => f.to_bits() as i64,
+    }
+}
+
+/// The inverse of [`bitcast_float`]: an integer's bits as `to`.
+pub(crate) fn bitcast_int(i: i64, to: DType) -> f64 {
+    match to {
+        DType::F32 => f32::from_bits(i as u32) as f64,
+        _ => f64::from_bits(i as u64),
+    }
+}
+
+fn bitcast(x: &Vals, from: DType, to: DType) -> Result<Vals, IrError> {
+    if !bitcast_pair(from, to) {
+        return Err(internal("bitcast between dtypes of different sizes"));
+    }
+    Ok(match x {
+        Vals::F(v) => Vals::I(collect(v.iter().map(|&f| bitcast_float(f, to)))?),
+        Vals::I(v) => Vals::F(collect(v.iter().map(|&i| bitcast_int(i, to)))?),
     })
 }
 

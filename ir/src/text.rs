@@ -357,6 +357,7 @@ impl Parser {
             "reshape" => Op::Reshape(self.operands(args, 1)?.0[0], ty.shape),
             "broadcast" => Op::Broadcast(self.operands(args, 1)?.0[0], ty.shape),
             "cast" => Op::Cast(self.operands(args, 1)?.0[0], ty.dtype),
+            "bitcast" => Op::Bitcast(self.operands(args, 1)?.0[0], ty.dtype),
             "permute" => {
                 let (o, attr) = self.operands(args, 1)?;
                 let perm = Perm::new(&self.attr_list(&attr, "perm")?)

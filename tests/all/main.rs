@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // tests assert by unwrapping
 
 mod bad_input;
+mod bitcast;
 mod bitwise;
 mod block_math;
 mod cancel;
@@ -32,6 +33,7 @@ mod math_ops;
 mod models;
 mod onnx;
 mod onnx_image;
+mod onnx_linalg;
 mod onnx_phases;
 mod onnx_quant;
 mod onnx_recurrent;

@@ -678,9 +678,10 @@ fn stepped_slices_einsum_and_bitwise_ops_match_hand_values() {
         ("s", "Slice", "steps", ErrorKind::BadArgument),
         "{err}"
     );
-    // Einsum's ellipsis and diagonals are refused at load, not at a run.
-    for eq in ["...ii->...i", "ii->i"] {
-        let m = b::encode(&b::model(
+    // Einsum's ellipsis and diagonals: [[1, 2], [3, 4]]'s diagonal is
+    // [1, 4]; an output subscript in no operand fails the run.
+    let einsum = |eq: &str| {
+        b::encode(&b::model(
             13,
             vec![b::node(
                 "Einsum",
@@ -692,14 +693,24 @@ fn stepped_slices_einsum_and_bitwise_ops_match_hand_values() {
             vec![b::value("x", b::FLOAT, &[D::N(2), D::N(2)])],
             vec![b::value("y", b::FLOAT, &[])],
             vec![],
-        ));
-        let err = onnx::from_bytes(&m).err().expect("an unsupported equation");
-        assert_eq!(
-            onnx_err(&err),
-            ("e", "Einsum", "equation", ErrorKind::Unsupported),
-            "{err}"
-        );
+        ))
+    };
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    for eq in ["...ii->...i", "ii->i", "i...->...i"] {
+        let model = onnx::from_bytes(&einsum(eq)).unwrap();
+        for mode in MODES {
+            let outs = with_mode(mode, || model.run(&[("x", &x)])).unwrap();
+            let want: &[f32] = match eq {
+                "i...->...i" => &[1.0, 3.0, 2.0, 4.0],
+                _ => &[1.0, 4.0],
+            };
+            assert_eq!(outs[0].1.to_vec::<f32>().unwrap(), want, "{eq} {mode:?}");
+        }
     }
+    let model = onnx::from_bytes(&einsum("ij->k")).unwrap();
+    let err = model.run(&[("x", &x)]).expect_err("a bad equation");
+    assert_eq!(err.kind(), ErrorKind::BadArgument, "{err}");
+    assert!(err.to_string().contains("output subscript `k`"), "{err}");
 }
 
 /// What the `onnx` fuzz target found: a hostile file makes a clear error,

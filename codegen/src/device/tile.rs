@@ -409,6 +409,12 @@ impl TileCx<'_> {
                 let from = k.expr(x).dtype;
                 b.vcast(dt, from, sh, 1, vcv, dst, self.src(plan, x)?);
             }
+            // UB holds bytes: a move as the operand's dtype leaves its bits
+            // for this node's dtype (of the same size) to read.
+            Expr::Bitcast(x) => {
+                let from = k.expr(x).dtype;
+                b.vmov(from, sh, 1, vcv, dst, self.src(plan, x)?);
+            }
             Expr::Row(st) => {
                 let row = self.elem_addr(k.loads.len() + st as usize);
                 b.vbrow(dt, sh, 1, vcv, dst, row);

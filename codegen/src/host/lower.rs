@@ -523,7 +523,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
         reachable(k, value).into_iter().all(|e| {
             let n = k.expr(e);
             match n.expr {
-                Expr::Cast(_) => false,
+                Expr::Cast(_) | Expr::Bitcast(_) => false,
                 // Library calls (scalar), as the op table says.
                 Expr::Binary(b, ..) if b.def().host.float.is_some() => false,
                 Expr::Unary(u, _) if matches!(u.def().host, UnaryHost::Libcall(_)) => false,

@@ -68,6 +68,15 @@ fn check(k: &Kernel, dtypes: &[DType]) -> Result<(), String> {
             Expr::Binary(_, a, b) => dt(a) == d && dt(b) == d,
             Expr::Compare(_, a, b) => dt(a) == dt(b) && d == DType::Bool,
             Expr::Select(c, a, b) => dt(c) == DType::Bool && dt(a) == d && dt(b) == d,
+            Expr::Bitcast(a) => {
+                matches!(
+                    (dt(a), d),
+                    (DType::F32, DType::I32 | DType::U32)
+                        | (DType::I32 | DType::U32, DType::F32)
+                        | (DType::F64, DType::I64 | DType::U64)
+                        | (DType::I64 | DType::U64, DType::F64)
+                )
+            }
             Expr::Cast(_) => true,
             Expr::Row(s) => matches!(
                 k.stages.get(s as usize),

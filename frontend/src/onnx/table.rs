@@ -87,6 +87,7 @@ macro_rules! node {
 
 // Rows by area, each a child module so it reads this file's helpers.
 mod image;
+mod linalg;
 mod nms;
 mod quant;
 mod recurrent;
@@ -104,6 +105,7 @@ pub(super) use quant::round_to;
 static TABLES: &[&[Row]] = &[
     TABLE,
     image::ROWS,
+    linalg::ROWS,
     nms::ROWS,
     quant::ROWS,
     recurrent::ROWS,
@@ -859,9 +861,9 @@ fn check_gelu(n: &Node, _: &Cx) -> Result<()> {
 }
 
 /// BitCast: the same bits read as another dtype of the same size. Between
-/// integers (and bool to u8) that is a wrapping cast; a float's bits can
-/// be reinterpreted only in a tensor known when tracing (tilejit has no
-/// bit-reinterpreting op on traced values).
+/// integers (and bool to u8) that is a wrapping cast; f32 <-> i32/u32 and
+/// f64 <-> i64/u64 of a traced tensor are `Tensor::bitcast`; any other
+/// float's bits only in a tensor known when tracing.
 fn build_bitcast(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let x = req(n, ins, 0)?;
     let to = dtype_of(attr_i(n, "to", 1)? as i32)
@@ -882,12 +884,25 @@ fn build_bitcast(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>
     if int_like(from) && to.is_int() {
         return one(x.cast(to));
     }
+    let core = matches!(
+        (from, to),
+        (DType::F32, DType::I32 | DType::U32)
+            | (DType::I32 | DType::U32, DType::F32)
+            | (DType::F64, DType::I64 | DType::U64)
+            | (DType::I64 | DType::U64, DType::F64)
+    );
     if x.is_traced() {
+        if core {
+            return one(x.bitcast(to));
+        }
         return Err(fail(
             n,
             "input",
             ErrorKind::Unsupported,
-            format!("BitCast {from} -> {to} of a traced tensor (only integer <-> integer)"),
+            format!(
+                "BitCast {from} -> {to} of a traced tensor (integer <-> integer, f32 <-> i32/u32 \
+                 and f64 <-> i64/u64 are supported)"
+            ),
         ));
     }
     let a = x.to_array()?;
@@ -1015,21 +1030,9 @@ fn check_bit_shift(n: &Node, _: &Cx) -> Result<()> {
 }
 
 fn check_einsum(n: &Node, _: &Cx) -> Result<()> {
-    let eq = attr_s(n, "equation", "")?;
-    let unsupported = |what: &str| Err(fail(n, "equation", ErrorKind::Unsupported, what));
-    if eq.trim().is_empty() {
+    // The rest (subscripts against ranks) is `Tensor::einsum`'s, at trace.
+    if attr_s(n, "equation", "")?.trim().is_empty() {
         return Err(fail(n, "equation", ErrorKind::BadArgument, "is required"));
-    }
-    if eq.contains("...") {
-        return unsupported("an ellipsis (`...`) is not supported");
-    }
-    // `einsum` names each dim once per operand: no diagonals.
-    let lhs = eq.split("->").next().unwrap_or("");
-    for term in lhs.split(',') {
-        let letters: Vec<char> = term.chars().filter(|c| c.is_ascii_alphabetic()).collect();
-        if (1..letters.len()).any(|i| letters[..i].contains(&letters[i])) {
-            return unsupported("a repeated index in one operand (a diagonal) is not supported");
-        }
     }
     Ok(())
 }
@@ -1710,57 +1713,117 @@ fn build_pad(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
 
 fn check_gather_nd(n: &Node, _: &Cx) -> Result<()> {
     match attr_i(n, "batch_dims", 0)? {
-        0 => Ok(()),
-        _ => Err(fail(
+        b if b >= 0 => Ok(()),
+        b => Err(fail(
             n,
             "batch_dims",
-            ErrorKind::Unsupported,
-            "only batch_dims = 0 is supported",
+            ErrorKind::BadArgument,
+            format!("batch_dims {b} is negative"),
         )),
     }
 }
 
-/// GatherND (batch_dims 0) as one `index_select` over the leading `k`
-/// dims flattened, at the linear index `sum(idx[.., i] * stride_i)`.
+/// GatherND as one `index_select` over the leading `batch_dims + k` dims
+/// flattened, at the linear index `batch * prod(lead) + sum(idx[.., i] *
+/// stride_i)`. Each index counts from the end when negative and is
+/// checked to lie in its axis (known ones here, naming the node; traced
+/// ones by a bounds-checked gather from `0..len`, `IndexOutOfRange` at
+/// the run), so no index can reach a neighbouring row.
 fn build_gather_nd(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let x = req(n, ins, 0)?;
     let idx = req(n, ins, 1)?;
+    let b = attr_i(n, "batch_dims", 0)?.max(0) as usize;
     let k = *idx
         .shape()
         .last()
         .ok_or_else(|| fail(n, "indices", ErrorKind::Shape, "indices of rank 0"))?;
-    if k == 0 || k > x.rank() {
+    if b >= idx.rank() || b >= x.rank() {
+        return Err(fail(
+            n,
+            "batch_dims",
+            ErrorKind::Shape,
+            format!(
+                "batch_dims {b} for data of rank {} and indices of rank {}",
+                x.rank(),
+                idx.rank()
+            ),
+        ));
+    }
+    if x.shape()[..b] != idx.shape()[..b] {
         return Err(fail(
             n,
             "indices",
             ErrorKind::Shape,
-            format!("index length {k} for data of rank {}", x.rank()),
+            format!(
+                "the batch dims of data {:?} and indices {:?} differ",
+                &x.shape()[..b],
+                &idx.shape()[..b]
+            ),
         ));
     }
-    let lead = &x.shape()[..k];
-    let rest = &x.shape()[k..];
-    let outer: Vec<usize> = idx.shape()[..idx.rank() - 1].to_vec();
-    let count: usize = outer.iter().product();
-    // Known indices may count from the end: normalise them.
+    if k == 0 || b + k > x.rank() {
+        return Err(fail(
+            n,
+            "indices",
+            ErrorKind::Shape,
+            format!(
+                "index length {k} after {b} batch dims for data of rank {}",
+                x.rank()
+            ),
+        ));
+    }
+    let batch = &x.shape()[..b];
+    let lead = &x.shape()[b..b + k];
+    let rest = &x.shape()[b + k..];
+    let nb: usize = batch.iter().product();
+    let outer: Vec<usize> = idx.shape()[b..idx.rank() - 1].to_vec();
+    let per: usize = outer.iter().product();
+    let count = nb * per;
+    // Known indices are normalised and checked here; traced ones below.
     let idx = if idx.is_traced() {
         idx.cast(DType::I64)
     } else {
         let v = ints_of(n, "indices", idx)?;
-        let v: Vec<i64> = v
-            .iter()
-            .enumerate()
-            .map(|(j, &i)| if i < 0 { i + lead[j % k] as i64 } else { i })
-            .collect();
-        Tensor::from_vec(v, idx.shape())?
+        let mut w = Vec::with_capacity(v.len());
+        for (j, &i) in v.iter().enumerate() {
+            let len = lead[j % k] as i64;
+            if i < -len || i >= len {
+                return Err(fail(
+                    n,
+                    "indices",
+                    ErrorKind::BadArgument,
+                    format!("index {i} is outside -{len}..{len}"),
+                ));
+            }
+            w.push(if i < 0 { i + len } else { i });
+        }
+        Tensor::from_vec(w, idx.shape())?
     };
+    let traced = idx.is_traced();
     let idx = idx.reshape(&[count, k]);
     let mut linear = Tensor::zeros(&[count, 1], DType::I64);
     let mut stride = 1i64;
     for i in (0..k).rev() {
-        linear = linear + idx.slice(1, i as isize, i as isize + 1) * stride;
+        let mut col = idx.slice(1, i as isize, i as isize + 1);
+        if traced {
+            let len = lead[i] as i64;
+            let neg = col.lt(&Tensor::zeros(&[], DType::I64));
+            col = Tensor::where_cond(&neg, &(&col + len), &col);
+            col = Tensor::arange(lead[i], DType::I64)
+                .index_select(0, &col.reshape(&[count]))
+                .reshape(&[count, 1]);
+        }
+        linear = linear + col * stride;
         stride *= lead[i] as i64;
     }
-    let flat = x.reshape(&[[lead.iter().product::<usize>()].as_slice(), rest].concat());
+    if b > 0 {
+        let at = Tensor::arange(nb, DType::I64)
+            .reshape(&[nb, 1])
+            .broadcast_to(&[nb, per])
+            .reshape(&[count, 1]);
+        linear = linear + at * stride;
+    }
+    let flat = x.reshape(&[[nb * lead.iter().product::<usize>()].as_slice(), rest].concat());
     let y = flat.index_select(0, &linear.reshape(&[count]));
-    one(y.reshape(&[outer.as_slice(), rest].concat()))
+    one(y.reshape(&[batch, outer.as_slice(), rest].concat()))
 }

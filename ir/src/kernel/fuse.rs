@@ -466,7 +466,12 @@ impl<'g> Fuser<'g> {
         let elementwise = |op: &Op| {
             matches!(
                 op,
-                Op::Unary(..) | Op::Binary(..) | Op::Compare(..) | Op::Select(..) | Op::Cast(..)
+                Op::Unary(..)
+                    | Op::Binary(..)
+                    | Op::Compare(..)
+                    | Op::Select(..)
+                    | Op::Cast(..)
+                    | Op::Bitcast(..)
             )
         };
         let mut row_value = vec![false; g.len()];
@@ -616,7 +621,12 @@ impl<'g> Fuser<'g> {
             }
             if matches!(
                 op,
-                Op::Unary(..) | Op::Binary(..) | Op::Compare(..) | Op::Select(..) | Op::Cast(..)
+                Op::Unary(..)
+                    | Op::Binary(..)
+                    | Op::Compare(..)
+                    | Op::Select(..)
+                    | Op::Cast(..)
+                    | Op::Bitcast(..)
             ) {
                 work.extend(op.operands());
             }
@@ -1114,7 +1124,7 @@ impl<'g> Fuser<'g> {
         let g = self.g;
         let op = &g.node(n).op;
         Ok(match *op {
-            Op::Unary(_, x) | Op::Cast(x, _) => vec![(x, *map)],
+            Op::Unary(_, x) | Op::Cast(x, _) | Op::Bitcast(x, _) => vec![(x, *map)],
             Op::Binary(_, a, b) | Op::Compare(_, a, b) => vec![(a, *map), (b, *map)],
             Op::Select(c, a, b) => vec![(c, *map), (a, *map), (b, *map)],
             Op::Broadcast(x, to) => {
@@ -1312,6 +1322,7 @@ impl<'g> Fuser<'g> {
             Op::Compare(c, ..) => kb.push(Expr::Compare(c, e[0], e[1]), dt),
             Op::Select(..) => kb.push(Expr::Select(e[0], e[1], e[2]), dt),
             Op::Cast(..) => kb.push(Expr::Cast(e[0]), dt),
+            Op::Bitcast(..) => kb.push(Expr::Bitcast(e[0]), dt),
             Op::Broadcast(..) | Op::Permute(..) | Op::Reshape(..) | Op::Slice(..) => e[0],
             Op::Reduce(r, ..) => {
                 kb.stages.push(Stage::Reduce { op: r, value: e[0] });

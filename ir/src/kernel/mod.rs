@@ -107,6 +107,8 @@ pub enum Expr {
     Select(ExprId, ExprId, ExprId),
     /// Conversion from the operand's dtype to this node's dtype.
     Cast(ExprId),
+    /// The operand's bits read as this node's dtype (of the same size).
+    Bitcast(ExprId),
     /// The value reduce stage `i` computed for the current row.
     Row(u32),
     /// A data-dependent read: the element of `loads[load]` at the current
@@ -131,7 +133,12 @@ impl Expr {
     pub fn operands(&self) -> Vec<ExprId> {
         match *self {
             Expr::Load(_) | Expr::Param(_) | Expr::Lit(_) | Expr::Row(_) => vec![],
-            Expr::Unary(_, a) | Expr::Cast(a) | Expr::Gather { index: a, .. } => vec![a],
+            Expr::Unary(_, a)
+            | Expr::Cast(a)
+            | Expr::Bitcast(a)
+            | Expr::Gather { index: a, .. } => {
+                vec![a]
+            }
             Expr::Binary(_, a, b) | Expr::Compare(_, a, b) => vec![a, b],
             Expr::Select(c, a, b) => vec![c, a, b],
         }

@@ -49,6 +49,7 @@ fn expr_text(k: &Kernel, e: &ExprNode) -> String {
         Expr::Compare(c, x, y) => format!("{} {}, {}", c.text(), r(x), r(y)),
         Expr::Select(c, x, y) => format!("select {}, {}, {}", r(c), r(x), r(y)),
         Expr::Cast(a) => format!("cast {} from {}", r(a), k.expr(a).dtype),
+        Expr::Bitcast(a) => format!("bitcast {} from {}", r(a), k.expr(a).dtype),
         Expr::Row(s) => format!("row {s}"),
         Expr::Gather {
             load,
@@ -579,6 +580,12 @@ fn parse_expr_line(p: &P, line: &str, n: usize) -> Result<ExprNode, IrError> {
                 .split_once(" from ")
                 .ok_or_else(|| p.err("expected `cast %N from dtype`"))?;
             Expr::Cast(p.expr(a, n)?)
+        }
+        "bitcast" => {
+            let (a, _) = args
+                .split_once(" from ")
+                .ok_or_else(|| p.err("expected `bitcast %N from dtype`"))?;
+            Expr::Bitcast(p.expr(a, n)?)
         }
         other => {
             if let Some(u) = UnaryOp::from_text(other) {

@@ -211,6 +211,7 @@ fn verify_exprs(p: &KernelProgram, k: &Kernel) -> Result<(), IrError> {
             Expr::Compare(_, a, b) => dt(a) == dt(b) && e.dtype == DType::Bool,
             Expr::Select(c, a, b) => dt(c) == DType::Bool && dt(a) == e.dtype && dt(b) == e.dtype,
             Expr::Cast(_) => true,
+            Expr::Bitcast(a) => crate::interp::bitcast_pair(dt(a), e.dtype),
             Expr::Gather {
                 load,
                 index,

@@ -457,6 +457,7 @@ impl Op {
             Op::Compare(c, ..) => info(c.text(), 2, Elementwise, Some(1)),
             Op::Select(..) => info("select", 3, Elementwise, Some(1)),
             Op::Cast(..) => info("cast", 1, Elementwise, Some(1)),
+            Op::Bitcast(..) => info("bitcast", 1, Elementwise, Some(1)),
             Op::Reduce(r, ..) => info(r.text(), 1, Reduction, None),
             Op::MatMul(..) => info("matmul", 2, Contraction, None),
             Op::Conv(..) => info("conv", 2, Contraction, None),

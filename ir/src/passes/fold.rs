@@ -115,7 +115,12 @@ fn fold(g: &Graph, op: &Op, ty: TensorType) -> Result<Option<Array>, IrError> {
             Op::Reshape(..) | Op::Broadcast(..) | Op::Permute(..) | Op::Slice(..) => {
                 Some(values[0])
             }
-            Op::Unary(..) | Op::Binary(..) | Op::Compare(..) | Op::Select(..) | Op::Cast(..) => {
+            Op::Unary(..)
+            | Op::Binary(..)
+            | Op::Compare(..)
+            | Op::Select(..)
+            | Op::Cast(..)
+            | Op::Bitcast(..) => {
                 let mut mini = Graph::new();
                 let ids = operands
                     .iter()

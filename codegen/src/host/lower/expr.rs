@@ -169,6 +169,17 @@ impl<'b> Lowerer<'_, 'b> {
                 }
             }
             Expr::Cast(x) => self.cast(arg(x), self.k.expr(x).dtype, d)?,
+            // Scalar only (`vectorizable` refuses it): the same bits as `d`.
+            Expr::Bitcast(x) => {
+                if mode == Mode::Vector {
+                    return Err(unsupported(self.k, "a vector bitcast"));
+                }
+                self.b.ins().bitcast(
+                    scalar_ty(d),
+                    cranelift_codegen::ir::MemFlagsData::new(),
+                    arg(x),
+                )
+            }
             Expr::Gather {
                 load,
                 index,
