@@ -29,6 +29,11 @@
 //! duplicating the producer of both a max-reduction and `exp(x - max)` can
 //! give `x > max` and so inf/NaN.)
 //!
+//! No kernel inlines more than [`MAX_KERNEL_NODES`] nodes: past that its
+//! operands get buffers, so an unrolled loop becomes many small kernels
+//! (identical ones compile once) instead of one that Cranelift takes
+//! seconds over.
+//!
 //! Decisions that are only known while building a kernel ("this reduction
 //! cannot fuse here") mark the node materialised and restart the scan from
 //! it; the set of materialised nodes only grows, so this terminates.
