@@ -10,7 +10,7 @@
 use super::{finish, internal, sanitize, unsupported, DeviceKernel, SizeArgs, Units};
 use crate::CodegenError;
 use std::sync::Arc;
-use tilejit_device::isa::emit::{Addr, Gm, Mkn, ProgramBuilder, Shape};
+use tilejit_device::isa::emit::{Addr, Gm, Label, Mkn, ProgramBuilder, Shape};
 use tilejit_device::isa::{pitch, Pipe, Role};
 use tilejit_device::{CoreType, DeviceConfig};
 use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul, MatView};
@@ -160,20 +160,7 @@ pub(super) fn compile_matmul(
     b.setf(Pipe::M, Pipe::Fixp, 0).waitf(Pipe::M, Pipe::Fixp, 0);
     let out = Shape::new(TM, TN);
     b.fixp(out_dt, out, VROWS, VCOLS, gc, OFF_C, N, Addr::new(0), 0);
-    b.barrier().add(TILE, TILE, 1).jmp(top);
-    b.bind(done);
-    b.end();
-    let (program, asm) = finish(k, b, cfg)?;
-    Ok(DeviceKernel {
-        name: format!("{}/matmul", k.name),
-        core: CoreType::Aic,
-        program,
-        asm,
-        buffers: vec![mm.a, mm.b, mm.out],
-        units: Units::CubeTiles,
-        tile_units: 1,
-        extra: Arc::new(Vec::new()),
-    })
+    end_tile_loop(k, b, cfg, mm, top, done)
 }
 
 /// GM loads take no negative offset or stride: an operand view with one
@@ -389,20 +376,7 @@ fn compile_conv(
     } else {
         b.fixp(out_dt, out, VROWS, VCOLS, gc, OFF_C, N, Addr::new(0), 0);
     }
-    b.barrier().add(TILE, TILE, 1).jmp(top);
-    b.bind(done);
-    b.end();
-    let (program, asm) = finish(k, b, cfg)?;
-    Ok(DeviceKernel {
-        name: format!("{}/matmul", k.name),
-        core: CoreType::Aic,
-        program,
-        asm,
-        buffers: vec![mm.a, mm.b, mm.out],
-        units: Units::CubeTiles,
-        tile_units: 1,
-        extra: Arc::new(Vec::new()),
-    })
+    end_tile_loop(k, b, cfg, mm, top, done)
 }
 
 /// A convolution tile's coordinates from `TILE` (n-tile within the group
@@ -665,4 +639,31 @@ fn emit_row_chunk(
     b.setf(Pipe::V, Pipe::Mte3, 0).waitf(Pipe::V, Pipe::Mte3, 0);
     b.st(dt, sh, 1, VCOLS, gc, C_OFF, 0, acc);
     b.barrier().add(COL, COL, w);
+}
+
+/// Closes a cube kernel's loop over output tiles (`top` starts a tile,
+/// `done` follows the last) and assembles it.
+fn end_tile_loop(
+    k: &Kernel,
+    mut b: ProgramBuilder,
+    cfg: &DeviceConfig,
+    mm: &MatMul,
+    top: Label,
+    done: Label,
+) -> Result<DeviceKernel, CodegenError> {
+    use cube::TILE;
+    b.barrier().add(TILE, TILE, 1).jmp(top);
+    b.bind(done);
+    b.end();
+    let (program, asm) = finish(k, b, cfg)?;
+    Ok(DeviceKernel {
+        name: format!("{}/matmul", k.name),
+        core: CoreType::Aic,
+        program,
+        asm,
+        buffers: vec![mm.a, mm.b, mm.out],
+        units: Units::CubeTiles,
+        tile_units: 1,
+        extra: Arc::new(Vec::new()),
+    })
 }

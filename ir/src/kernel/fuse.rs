@@ -44,6 +44,7 @@ use super::{
 };
 use crate::error::IrError;
 use crate::graph::{Graph, NodeId, Op};
+use crate::ops::OpKind;
 use crate::shape::{Shape, TensorType, MAX_RANK};
 use crate::DType;
 use std::collections::HashMap;
@@ -113,6 +114,11 @@ impl From<IrError> for Stop {
     fn from(e: IrError) -> Stop {
         Stop::Ir(e)
     }
+}
+
+/// One result element from the operands' elements at the same index.
+fn elementwise(op: &Op) -> bool {
+    op.info().kind == OpKind::Elementwise
 }
 
 /// Fuses a verified graph into kernels.
@@ -224,7 +230,7 @@ fn identity_map(rank: usize) -> Map {
 }
 
 /// True for ops that can be inlined into a kernel's expression.
-fn is_elementwise(op: &Op) -> bool {
+fn is_inlinable(op: &Op) -> bool {
     op.info().inline_cost.is_some()
 }
 
@@ -468,17 +474,6 @@ impl<'g> Fuser<'g> {
         // domain, unless it is a few ops, or a row value: elementwise on a
         // reduction with no broadcast between (a layer norm's scale), which
         // its kernel computes once per row as a reduce stage anyway.
-        let elementwise = |op: &Op| {
-            matches!(
-                op,
-                Op::Unary(..)
-                    | Op::Binary(..)
-                    | Op::Compare(..)
-                    | Op::Select(..)
-                    | Op::Cast(..)
-                    | Op::Bitcast(..)
-            )
-        };
         let mut row_value = vec![false; g.len()];
         for id in g.ids() {
             let op = &g.node(id).op;
@@ -624,15 +619,7 @@ impl<'g> Fuser<'g> {
             if n != root && (self.materialized[n.index()] || self.is_source(n)) {
                 continue;
             }
-            if matches!(
-                op,
-                Op::Unary(..)
-                    | Op::Binary(..)
-                    | Op::Compare(..)
-                    | Op::Select(..)
-                    | Op::Cast(..)
-                    | Op::Bitcast(..)
-            ) {
+            if elementwise(op) {
                 work.extend(op.operands());
             }
         }
@@ -656,7 +643,7 @@ impl<'g> Fuser<'g> {
         let users = &self.users[id.index()];
         let single_inlinable_user = users.len() == 1
             && !self.is_output[id.index()]
-            && is_elementwise(&self.g.node(users[0]).op);
+            && is_inlinable(&self.g.node(users[0]).op);
         if !single_inlinable_user {
             self.materialized[id.index()] = true;
         }
