@@ -398,41 +398,43 @@ fn run_node_tests(
     atol: &[(String, f64)],
 ) -> Vec<(String, Outcome)> {
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let slots: Vec<std::sync::Mutex<Option<Outcome>>> =
-        names.iter().map(|_| std::sync::Mutex::new(None)).collect();
     let name_of = |t: &PathBuf| {
         t.file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
-    let worker = || loop {
-        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let Some(t) = names.get(i) else { break };
-        let name = name_of(t);
-        let atol = atol.iter().find(|(n, _)| *n == name).map_or(1e-7, |a| a.1);
-        let run = || match mode {
-            Some(m) => tilejit::with_mode(m, || one_node_test(t, atol)),
-            None => one_node_test(t, atol),
-        };
-        let outcome =
-            std::panic::catch_unwind(run).unwrap_or_else(|_| Outcome::Fail("panicked".into()));
-        if let Ok(mut slot) = slots[i].lock() {
-            *slot = Some(outcome);
+    // Each worker returns what it ran, by index.
+    let worker = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(t) = names.get(i) else { break done };
+            let name = name_of(t);
+            let atol = atol.iter().find(|(n, _)| *n == name).map_or(1e-7, |a| a.1);
+            let run = || match mode {
+                Some(m) => tilejit::with_mode(m, || one_node_test(t, atol)),
+                None => one_node_test(t, atol),
+            };
+            let outcome =
+                std::panic::catch_unwind(run).unwrap_or_else(|_| Outcome::Fail("panicked".into()));
+            done.push((i, (name, outcome)));
         }
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(worker);
-        }
+    let mut done: Vec<(usize, (String, Outcome))> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads).map(|_| s.spawn(worker)).collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
     });
-    names
-        .iter()
-        .zip(slots)
-        .map(|(t, slot)| {
-            let outcome = slot.into_inner().ok().flatten();
-            let outcome = outcome.unwrap_or_else(|| Outcome::Fail("did not run".into()));
-            (name_of(t), outcome)
+    done.sort_by_key(|(i, _)| *i);
+    // A worker that died outside a test would leave gaps: those fail.
+    let mut done = done.into_iter().peekable();
+    (0..names.len())
+        .map(|i| match done.next_if(|(j, _)| *j == i) {
+            Some((_, r)) => r,
+            None => (name_of(&names[i]), Outcome::Fail("did not run".into())),
         })
         .collect()
 }

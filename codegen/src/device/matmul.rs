@@ -572,17 +572,7 @@ pub(super) fn compile_matmul_vector(
     b.add(ROW, ROW, 1).jmp(top);
     b.bind(done);
     b.end();
-    let (program, asm) = finish(k, b, cfg)?;
-    Ok(DeviceKernel {
-        name: format!("{}/matmul", k.name),
-        core: CoreType::Aiv,
-        program,
-        asm,
-        buffers: vec![mm.a, mm.b, mm.out],
-        units: Units::MatRows,
-        tile_units: 1,
-        extra: Arc::new(Vec::new()),
-    })
+    assemble(k, b, cfg, mm, CoreType::Aiv, Units::MatRows)
 }
 
 /// The widest power-of-two column chunk (at least 8, at most 2048) whose
@@ -655,14 +645,26 @@ fn end_tile_loop(
     b.barrier().add(TILE, TILE, 1).jmp(top);
     b.bind(done);
     b.end();
+    assemble(k, b, cfg, mm, CoreType::Aic, Units::CubeTiles)
+}
+
+/// Assembles a matmul kernel, reading A and B and writing the product.
+fn assemble(
+    k: &Kernel,
+    b: ProgramBuilder,
+    cfg: &DeviceConfig,
+    mm: &MatMul,
+    core: CoreType,
+    units: Units,
+) -> Result<DeviceKernel, CodegenError> {
     let (program, asm) = finish(k, b, cfg)?;
     Ok(DeviceKernel {
         name: format!("{}/matmul", k.name),
-        core: CoreType::Aic,
+        core,
         program,
         asm,
         buffers: vec![mm.a, mm.b, mm.out],
-        units: Units::CubeTiles,
+        units,
         tile_units: 1,
         extra: Arc::new(Vec::new()),
     })
