@@ -11,7 +11,7 @@ Usage: python3 tools/onnx_node_tests.py [DIR]   (default target/onnx-node)
 
 tests/onnx-node-tests.txt is written against the data of onnx 1.23.2 with
 ml_dtypes 0.6.0 (`pip install onnx==1.23.2 ml_dtypes==0.6.0`, as
-.ci/onnx-node-tests does): ml_dtypes computes the expected outputs of casts
+.ci/python-env does): ml_dtypes computes the expected outputs of casts
 to int4/int2, and from 0.7 it writes 0 for a value out of range (undefined
 in ONNX's spec) where earlier versions wrapped.
 """
