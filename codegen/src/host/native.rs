@@ -1,7 +1,7 @@
 //! The only module of tilejit that enters native code outside safe Rust:
 //! JIT-compiled kernels (the typed handle [`KernelCode`]) and the `gemm`
 //! crate's matrix multiply ([`matmul_view_f32`], [`matmul_f32_strided`], ...; child `gemv`
-//! runs products of a few rows), and (child
+//! runs products of a few rows, child `conv` NCHW convolutions as a direct implicit GEMM), and (child
 //! [`sys`]) the OS calls that allocate fresh buffers onto huge pages
 //! ([`sys::zeroed_vec`]) and read the coarse clock. Its children `avx2` and `avx512` hold the
 //! 8- and 16-lane math helpers ([`block_math`], their math written once in
@@ -13,10 +13,13 @@
 
 use tilejit_ir::kernel::MatView;
 
+pub use conv::conv_f32_nchw;
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod conv;
 mod gemv;
 #[cfg(target_arch = "x86_64")]
 mod lanes;

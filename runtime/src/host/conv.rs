@@ -5,7 +5,9 @@
 //! image itself (`[c, h*w]` is the transposed column matrix); any other
 //! window is copied, one image at a time, into a per-thread scratch of
 //! `[k, oh*ow]` rows (each a run of an image row: contiguous copies for
-//! stride 1), which stays in cache instead of a whole-batch im2col.
+//! stride 1), which stays in cache instead of a whole-batch im2col. An
+//! NCHW product goes to codegen's direct kernel first (`conv_f32_nchw`),
+//! which packs strips of windows itself; where it declines, the GEMM.
 
 use super::matmul::round_product;
 use super::store::{take_owned, Slot, Store};
@@ -15,7 +17,9 @@ use crate::kernel_cache::CachedKernel;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
-use tilejit_codegen::host::{matmul_f32_strided, matmul_f32_strided_col_split, BufArg, GemmView};
+use tilejit_codegen::host::{
+    conv_f32_nchw, matmul_f32_strided, matmul_f32_strided_col_split, BufArg, GemmView,
+};
 use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul};
 use tilejit_ir::{DType, IrError, Lit};
 
@@ -107,15 +111,18 @@ fn conv_image(
     let ng = n / groups;
     if mm.nchw {
         for gi in 0..groups {
+            let av = weights_view(mm, gi * ng, ng);
+            let ov = GemmView {
+                offset: gi * ng * p,
+                rows: ng,
+                cols: p,
+                row_stride: p,
+                col_stride: 1,
+            };
+            if conv_f32_nchw(img, ic, gi, (w, av), (out, ov), threads)? {
+                continue;
+            }
             with_cols(img, mm, ic, gi, threads, |b, bv| {
-                let av = weights_view(mm, gi * ng, ng);
-                let ov = GemmView {
-                    offset: gi * ng * p,
-                    rows: ng,
-                    cols: p,
-                    row_stride: p,
-                    col_stride: 1,
-                };
                 matmul_f32_strided_col_split((w, av), (b, bv), (out, ov), threads)
                     .map_err(RuntimeError::from)
             })?;
@@ -442,51 +449,62 @@ impl HostProgram {
                 (at.is_some_and(|at| split[at]), a.strides.clone())
             })
             .collect();
+        // The epilogue on block `ch0..ch0 + nb` of image `bi`, its product
+        // `o` just written and in cache.
+        let epilogue = same_lifetime(|bi, ch0, o, mut bufs| {
+            bufs[out_at] = BufArg::write(o);
+            let mut args = base.clone();
+            if lead == 1 {
+                args[0] = 1;
+            }
+            args[lead] = nb as i64;
+            for (ai, (rows, st)) in accesses.iter().enumerate() {
+                if !rows {
+                    let shift = lead as i64 * bi as i64 * st[0] + ch0 as i64 * st[lead];
+                    args[layout.offset_slot(ai)] += shift;
+                }
+            }
+            code.code.call(&mut bufs, &args, 0, nb)
+        });
+        let ov = GemmView {
+            offset: 0,
+            rows: nb,
+            cols: m,
+            row_stride: m,
+            col_stride: 1,
+        };
         let result = product
             .par_chunks_mut(n * m)
             .zip(per_image.into_par_iter())
             .enumerate()
             .try_for_each(|(bi, (out, blocks))| -> Result<(), RuntimeError> {
                 let img = &x[bi * image..(bi + 1) * image];
-                let mut blocks = blocks.into_iter();
-                let mut outs = out.chunks_mut(nb * m);
+                let mut blocks = blocks.into_iter().zip(out.chunks_mut(nb * m));
                 for gi in 0..groups {
-                    with_cols(img, mm, ic, gi, 1, |cols, bv| {
-                        for j in 0..parts {
-                            let ch0 = gi * ng + j * nb;
-                            let (Some(o), Some(mut bufs)) = (outs.next(), blocks.next()) else {
-                                return Err(mismatch());
-                            };
-                            let ov = GemmView {
-                                offset: 0,
-                                rows: nb,
-                                cols: m,
-                                row_stride: m,
-                                col_stride: 1,
-                            };
-                            let av = weights_view(mm, ch0, nb);
-                            matmul_f32_strided((w, av), (cols, bv), (&mut *o, ov), 1)?;
-                            bufs[out_at] = BufArg::write(o);
-                            let mut args = base.clone();
-                            if lead == 1 {
-                                args[0] = 1;
-                            }
-                            args[lead] = nb as i64;
-                            for (ai, (rows, st)) in accesses.iter().enumerate() {
-                                if !rows {
-                                    let shift =
-                                        lead as i64 * bi as i64 * st[0] + ch0 as i64 * st[lead];
-                                    args[layout.offset_slot(ai)] += shift;
-                                }
-                            }
-                            code.code.call(&mut bufs, &args, 0, nb)?;
+                    for j in 0..parts {
+                        let ch0 = gi * ng + j * nb;
+                        let (bufs, o) = blocks.next().ok_or_else(mismatch)?;
+                        let av = weights_view(mm, ch0, nb);
+                        if !conv_f32_nchw(img, ic, gi, (w, av), (&mut *o, ov), 1)? {
+                            with_cols(img, mm, ic, gi, 1, |cols, bv| {
+                                Ok(matmul_f32_strided((w, av), (cols, bv), (&mut *o, ov), 1)?)
+                            })?;
                         }
-                        Ok(())
-                    })?;
+                        epilogue(bi, ch0, o, bufs)?;
+                    }
                 }
                 Ok(())
             });
         slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
         result.map(|()| true)
     }
+}
+
+/// Types a block's epilogue closure: the product block it writes and the
+/// buffers it lends it share one lifetime.
+fn same_lifetime<F, R>(f: F) -> F
+where
+    F: for<'a> Fn(usize, usize, &'a mut [f32], Vec<BufArg<'a>>) -> R,
+{
+    f
 }

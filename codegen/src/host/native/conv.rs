@@ -1,0 +1,867 @@
+//! Direct NCHW convolution for f32 on AVX-512 or AVX2 with FMA: an
+//! implicit GEMM `out[o, p] = sum_q w[o, q] * window(p, q)` over strips
+//! of output pixels. The weights are packed once per call (`[k, tile
+//! rows]` per block of output channels); each strip's window values are
+//! copied into an L2-sized `[k, strip]` panel, for stride 1 as runs of a
+//! zero-padded copy of the image (no index arithmetic per value), else
+//! tap by tap; a register-tiled micro-kernel then runs every block of
+//! channels over the strip. A column matrix of the whole image and the
+//! `gemm` crate's second packing of it (a write and two reads of `k x p`
+//! floats per call, which bind convolutions with few channels to memory
+//! bandwidth) never exist. A call with more weights than window values
+//! (late layers: few pixels, many channels) declines: packing its weights
+//! would cost what `gemm` spends on the whole product. Only the
+//! micro-kernel's vector loads and stores are unsafe, on fixed-size
+//! arrays, and calls into code compiled for the CPU's vector width.
+
+use super::GemmView;
+use crate::CodegenError;
+use rayon::prelude::*;
+use std::cell::RefCell;
+use tilejit_ir::kernel::Im2Col;
+
+thread_local! {
+    /// The image with its zero padding, for a direct (stride 1) call.
+    static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The weights, packed once per call.
+    static SHARED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The strip one worker packs, for a call of another stride.
+    static STRIP: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A strip of output pixels: (first pixel, pixels).
+type Strip = (usize, usize);
+
+/// A thread's share: its strips, the first one's pixel, and every output
+/// row's columns from that pixel on.
+type Piece<'s, 'o> = (&'s [Strip], usize, Vec<&'o mut [f32]>);
+
+/// The most output channels of a tile.
+const MAX_MR: usize = 16;
+
+/// The most output pixels of a tile.
+const MAX_NR: usize = 48;
+
+/// A register tile: `NV` vectors of output pixels by `MR` output channels
+/// (`NV * MR` accumulators), on a vector width.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Tile {
+    Z3x8,
+    Z2x12,
+    Z1x16,
+    Y2x6,
+    Y1x12,
+}
+
+impl Tile {
+    /// Output pixels (columns) and channels (rows) of the tile.
+    fn shape(self) -> (usize, usize) {
+        match self {
+            Tile::Z3x8 => (48, 8),
+            Tile::Z2x12 => (32, 12),
+            Tile::Z1x16 => (16, 16),
+            Tile::Y2x6 => (16, 6),
+            Tile::Y1x12 => (8, 12),
+        }
+    }
+
+    /// The tiles this CPU runs, widest first: the `Z` ones with AVX-512F
+    /// and FMA, the `Y` ones with AVX2 and FMA.
+    fn supported() -> &'static [Tile] {
+        const ALL: [Tile; 5] = [
+            Tile::Z3x8,
+            Tile::Z2x12,
+            Tile::Z1x16,
+            Tile::Y2x6,
+            Tile::Y1x12,
+        ];
+        let f = crate::host::cpu_features();
+        match (f.avx512f && f.fma, f.avx2 && f.fma) {
+            (true, true) => &ALL,
+            (true, false) => &ALL[..3],
+            (false, true) => &ALL[3..],
+            (false, false) => &[],
+        }
+    }
+
+    /// The tile with the least padded work for `p` pixels and `o` output
+    /// channels among the widest this CPU runs, or `None` without AVX2
+    /// and FMA.
+    fn choose(p: usize, o: usize) -> Option<Tile> {
+        let all = Tile::supported();
+        let tiles = &all[..all.len().min(3)];
+        // The widest (fewest loads, and packing per strip) whose padded
+        // work is within 1/8 of the least.
+        let work = |t: &Tile| {
+            let (nr, mr) = t.shape();
+            p.div_ceil(nr) * nr * o.div_ceil(mr) * mr
+        };
+        let least = tiles.iter().map(work).min()?;
+        tiles.iter().copied().find(|t| work(t) * 8 <= least * 9)
+    }
+}
+
+impl Tile {
+    /// Runs `f` compiled for the tile's vector width (the packing's copies
+    /// then move whole vectors).
+    #[inline(always)]
+    fn widest(self, f: impl FnOnce()) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f")]
+            fn z(f: impl FnOnce()) {
+                f()
+            }
+            #[target_feature(enable = "avx2")]
+            fn y(f: impl FnOnce()) {
+                f()
+            }
+            // SAFETY: `Tile::choose` picked the tile from the CPU's
+            // features: AVX-512F for the `Z` tiles, AVX2 for the `Y` ones.
+            unsafe {
+                match self {
+                    Tile::Z3x8 | Tile::Z2x12 | Tile::Z1x16 => z(f),
+                    Tile::Y2x6 | Tile::Y1x12 => y(f),
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        f()
+    }
+}
+
+/// One image's window geometry for one channel group, as `usize`s.
+#[derive(Clone, Debug)]
+struct Geometry {
+    /// Where the group's channels start in the image.
+    base: usize,
+    h: usize,
+    w: usize,
+    kh: usize,
+    kw: usize,
+    sh: usize,
+    sw: usize,
+    dh: usize,
+    dw: usize,
+    pt: usize,
+    pl: usize,
+    ow: usize,
+    /// Window values per output pixel (`channels * kh * kw`).
+    k: usize,
+    /// Per tap column `j`: the output columns `xa..xb` whose tap reads
+    /// inside the image (`x * sw + j * dw - pl` in `0..w`).
+    cols: Vec<(usize, usize)>,
+}
+
+/// Computes one image's convolution for one channel group, NCHW: `out`'s
+/// rows (`ov`: output channels by output pixels, unit column stride) from
+/// the image `img` (`[c, h, w]`, all groups), `ic` its geometry, and the
+/// group's weights `w` (`wv`: output channels by `k = c/groups * kh * kw`,
+/// unit column stride: OIHW rows in place). Splits the pixels (or, with
+/// few of them, the channels) over up to `threads` threads. Returns false,
+/// having done nothing, when this CPU lacks AVX2 and FMA or a view has
+/// another column stride; an error when a view does not fit its buffer or
+/// the shapes disagree.
+pub fn conv_f32_nchw(
+    img: &[f32],
+    ic: &Im2Col,
+    group: usize,
+    (w, wv): (&[f32], GemmView),
+    (out, ov): (&mut [f32], GemmView),
+    threads: usize,
+) -> Result<bool, CodegenError> {
+    let win = ic.window;
+    let groups = (win.groups as usize).max(1);
+    let cg = ic.group_channels();
+    let (oh, ow) = win.out(ic.h, ic.w).unwrap_or((0, 0));
+    let inside = |v: &GemmView, len: usize| v.end().is_some_and(|e| e <= len);
+    let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
+    let k = cg.checked_mul(win.size());
+    if group >= groups
+        || image.is_none_or(|n| img.len() < n)
+        || k != Some(wv.cols)
+        || wv.rows != ov.rows
+        || ov.cols != oh * ow
+        || !inside(&wv, w.len())
+        || !inside(&ov, out.len())
+        || (ov.rows > 1 && ov.row_stride < ov.cols)
+    {
+        return Err(CodegenError::Launch {
+            kernel: "conv".into(),
+            message: format!(
+                "image of {} elements ({ic:?}, group {group}), weights {wv:?} ({} elements) \
+                 -> {ov:?} ({} elements) do not fit",
+                img.len(),
+                w.len(),
+                out.len()
+            ),
+        });
+    }
+    if wv.col_stride != 1 || ov.col_stride != 1 {
+        return Ok(false);
+    }
+    match Tile::choose(ov.cols, ov.rows) {
+        Some(tile) => conv_with(tile, img, ic, group, (w, wv), (out, ov), threads),
+        None => Ok(false),
+    }
+}
+
+/// [`conv_f32_nchw`] on `tile` (one this CPU runs), its views checked.
+fn conv_with(
+    tile: Tile,
+    img: &[f32],
+    ic: &Im2Col,
+    group: usize,
+    (w, wv): (&[f32], GemmView),
+    (out, ov): (&mut [f32], GemmView),
+    threads: usize,
+) -> Result<bool, CodegenError> {
+    let win = ic.window;
+    let cg = ic.group_channels();
+    let ow = win.out(ic.h, ic.w).map_or(0, |(_, ow)| ow);
+    let (o, p, k) = (ov.rows, ov.cols, wv.cols);
+    if o == 0 || p == 0 {
+        return Ok(true);
+    }
+    let g = Geometry {
+        base: group * cg * ic.h * ic.w,
+        h: ic.h,
+        w: ic.w,
+        kh: win.kh as usize,
+        kw: win.kw as usize,
+        sh: win.stride.0 as usize,
+        sw: win.stride.1 as usize,
+        dh: win.dilation.0 as usize,
+        dw: win.dilation.1 as usize,
+        pt: win.pad[0] as usize,
+        pl: win.pad[1] as usize,
+        ow,
+        k,
+        cols: Vec::new(),
+    };
+    let cols = (0..g.kw)
+        .map(|j| {
+            let shift = j * g.dw;
+            let xa = g.pl.saturating_sub(shift).div_ceil(g.sw);
+            let xb = if g.w + g.pl > shift {
+                (g.w + g.pl - shift - 1) / g.sw + 1
+            } else {
+                0
+            };
+            (xa, xb)
+        })
+        .collect();
+    let g = Geometry { cols, ..g };
+    // The weights' rows, each exactly `k` long.
+    let rows: Vec<&[f32]> = (0..o)
+        .map(|r| &w[wv.offset + r * wv.row_stride..][..k])
+        .collect();
+    // The output rows, each `p` long.
+    let mut outs: Vec<&mut [f32]> = Vec::with_capacity(o);
+    let mut rest = &mut out[ov.offset..];
+    for r in 0..o {
+        let (row, tail) = std::mem::take(&mut rest).split_at_mut(p);
+        outs.push(row);
+        if r + 1 < o {
+            rest = &mut tail[ov.row_stride - p..];
+        }
+    }
+    let (nr, mr) = tile.shape();
+    let cstrips = o.div_ceil(mr);
+    if cstrips * mr > p.div_ceil(nr) * nr {
+        // More weights than window values (late layers: few pixels, many
+        // channels): packing the weights would cost about what `gemm`
+        // spends on the whole product.
+        return Ok(false);
+    }
+    // Stride 1 along rows: each tap's values for a run of output columns
+    // are a run of a (zero-padded) image row, read in place; otherwise
+    // each strip's window values are packed.
+    let direct = g.sw == 1;
+    let (hp, wp) = (
+        ic.h + g.pt + win.pad[2] as usize,
+        ic.w + g.pl + win.pad[3] as usize,
+    );
+    // Strips of `nr` output pixels: (first pixel, pixels).
+    let strips: Vec<Strip> = (0..p).step_by(nr).map(|p0| (p0, nr.min(p - p0))).collect();
+    // Per window value `q`: its offset in the padded image from a strip's
+    // index (channel, tap row, tap column).
+    let offsets: Vec<usize> = if direct {
+        (0..k)
+            .map(|q| {
+                let (ci, i, j) = (q / (g.kh * g.kw), q / g.kw % g.kh, q % g.kw);
+                (ci * hp + i * g.dh) * wp + j * g.dw
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let padded_len = if direct { cg * hp * wp } else { 0 };
+    let par = threads > 1 && strips.len() > 1;
+    with_scratch(&PADDED, padded_len, |padded| {
+        if direct {
+            pad_image(img, &g, hp, wp, padded);
+        }
+        let padded = &*padded;
+        with_scratch(&SHARED, cstrips * k * mr, |apack| {
+            let fill = |(c, a): (usize, &mut [f32])| pack_weights(&rows, c * mr, mr, a);
+            if par {
+                apack.par_chunks_mut(k * mr).enumerate().for_each(fill);
+            } else {
+                apack.chunks_mut(k * mr).enumerate().for_each(fill);
+            }
+            let apack = &*apack;
+            // Strips `list` into `outs`, whose column 0 is pixel `col0`.
+            let work = |list: &[Strip], col0: usize, outs: &mut [&mut [f32]]| {
+                with_scratch(&STRIP, k * nr, |strip| {
+                    for &(p0, valid) in list {
+                        let pack = || {
+                            if direct {
+                                pack_direct(padded, &g, wp, &offsets, p0, valid, nr, strip);
+                            } else {
+                                pack_strip(img, &g, p0, valid, nr, strip);
+                            }
+                        };
+                        tile.widest(pack);
+                        for (c, a) in apack.chunks_exact(k * mr).enumerate() {
+                            run_tile(tile, a, strip, &mut outs[c * mr..], p0 - col0, valid);
+                        }
+                    }
+                    Ok(())
+                })
+            };
+            if !par {
+                return work(&strips, 0, &mut outs);
+            }
+            // Pieces of whole strips, each with every output row's columns
+            // of its strips.
+            let per = strips.len().div_ceil(strips.len().min(4 * threads));
+            let mut split: Vec<Piece<'_, '_>> = Vec::new();
+            let mut left = outs;
+            for list in strips.chunks(per).rev() {
+                let col0 = list[0].0;
+                let (keep, piece) = left.into_iter().map(|r| r.split_at_mut(col0)).unzip();
+                left = keep;
+                split.push((list, col0, piece));
+            }
+            split
+                .into_par_iter()
+                .try_for_each(|(list, col0, mut piece)| work(list, col0, &mut piece))
+        })
+    })?;
+    Ok(true)
+}
+
+/// Copies one group's channels of `img` into `padded` (`[c, hp, wp]`,
+/// zeros around the image), writing each element once.
+fn pad_image(img: &[f32], g: &Geometry, hp: usize, wp: usize, padded: &mut [f32]) {
+    let channels = g.k / (g.kh * g.kw);
+    for (ci, plane) in padded.chunks_exact_mut(hp * wp).enumerate().take(channels) {
+        for (py, row) in plane.chunks_exact_mut(wp).enumerate() {
+            match (py.checked_sub(g.pt)).filter(|&y| y < g.h) {
+                Some(y) => {
+                    let src = &img[g.base + (ci * g.h + y) * g.w..][..g.w];
+                    row[..g.pl].fill(0.0);
+                    row[g.pl..g.pl + g.w].copy_from_slice(src);
+                    row[g.pl + g.w..].fill(0.0);
+                }
+                None => row.fill(0.0),
+            }
+        }
+    }
+}
+
+/// Runs `f` on this thread's scratch `key` grown to `len` floats (a fresh
+/// buffer when a caller up the stack holds it); no memory is an error.
+fn with_scratch<R>(
+    key: &'static std::thread::LocalKey<RefCell<Vec<f32>>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> Result<R, CodegenError>,
+) -> Result<R, CodegenError> {
+    let grow = |v: &mut Vec<f32>| {
+        let have = v.len();
+        if have < len {
+            v.try_reserve_exact(len - have)
+                .map_err(|_| CodegenError::Launch {
+                    kernel: "conv".into(),
+                    message: format!("no memory for {len} floats of packed operands"),
+                })?;
+            v.resize(len, 0.0);
+        }
+        Ok::<(), CodegenError>(())
+    };
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut v) => {
+            grow(&mut v)?;
+            f(&mut v[..len])
+        }
+        Err(_) => {
+            let mut v = Vec::new();
+            grow(&mut v)?;
+            f(&mut v)
+        }
+    })
+}
+
+/// Packs output channels `c0..c0 + mr` of the weights into `a` (`[k, mr]`:
+/// the tile's `mr` weights of window value `q` side by side), zeros for
+/// channels past the end.
+fn pack_weights(rows: &[&[f32]], c0: usize, mr: usize, a: &mut [f32]) {
+    const Q: usize = 16;
+    let k = a.len() / mr;
+    let mut blk = [[0.0f32; Q]; MAX_MR];
+    let whole = k / Q * Q;
+    for (qc, dst) in a[..whole * mr].chunks_exact_mut(Q * mr).enumerate() {
+        for (r, b) in blk.iter_mut().enumerate().take(mr) {
+            match rows.get(c0 + r) {
+                Some(row) => b.copy_from_slice(&row[qc * Q..qc * Q + Q]),
+                None => *b = [0.0; Q],
+            }
+        }
+        for (qq, d) in dst.chunks_exact_mut(mr).enumerate() {
+            for (r, d) in d.iter_mut().enumerate() {
+                *d = blk[r][qq];
+            }
+        }
+    }
+    for (q, d) in (whole..k).zip(a[whole * mr..].chunks_exact_mut(mr)) {
+        for (r, d) in d.iter_mut().enumerate() {
+            *d = rows.get(c0 + r).map_or(0.0, |row| row[q]);
+        }
+    }
+}
+
+/// Packs the window values of output pixels `p0..p0 + valid` into
+/// `strip` (`[k, nr]`, zeros past `valid` and in the padding).
+#[inline(always)]
+fn pack_strip(img: &[f32], g: &Geometry, p0: usize, valid: usize, nr: usize, strip: &mut [f32]) {
+    // The strip's runs within one output row: (first pixel, row, column,
+    // length); at most one per pixel.
+    let mut runs = [(0usize, 0usize, 0usize, 0usize); MAX_NR];
+    let mut count = 0;
+    let mut t = 0;
+    while t < valid {
+        let (y, x0) = ((p0 + t) / g.ow, (p0 + t) % g.ow);
+        let len = (g.ow - x0).min(valid - t);
+        runs[count] = (t, y, x0, len);
+        count += 1;
+        t += len;
+    }
+    let runs = &runs[..count];
+    let (mut ci, mut i, mut j) = (0, 0, 0);
+    for row in strip.chunks_exact_mut(nr).take(g.k) {
+        if valid < nr {
+            row[valid..].fill(0.0);
+        }
+        let (shift, (xa, xb)) = (j * g.dw, g.cols[j]);
+        for &(t, y, x0, len) in runs {
+            let dst = &mut row[t..t + len];
+            let Some(iy) = (y * g.sh + i * g.dh)
+                .checked_sub(g.pt)
+                .filter(|&iy| iy < g.h)
+            else {
+                dst.fill(0.0);
+                continue;
+            };
+            let start = g.base + (ci * g.h + iy) * g.w;
+            let src = &img[start..start + g.w];
+            let ua = xa.saturating_sub(x0).min(len);
+            let ub = xb.saturating_sub(x0).clamp(ua, len);
+            if ua > 0 {
+                dst[..ua].fill(0.0);
+            }
+            if ub < len {
+                dst[ub..].fill(0.0);
+            }
+            if ub > ua {
+                let s0 = (x0 + ua) * g.sw + shift - g.pl;
+                if g.sw == 1 {
+                    copy_run(&mut dst[ua..ub], &src[s0..s0 + (ub - ua)]);
+                } else {
+                    for (d, s) in dst[ua..ub].iter_mut().zip(src[s0..].iter().step_by(g.sw)) {
+                        *d = *s;
+                    }
+                }
+            }
+        }
+        // The next window value: tap column, then row, then channel.
+        j += 1;
+        if j == g.kw {
+            j = 0;
+            i += 1;
+            if i == g.kh {
+                i = 0;
+                ci += 1;
+            }
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)` in fixed-size pieces: the runs are short
+/// (at most a strip), where a call to `memcpy` costs more than the copy.
+#[inline(always)]
+fn copy_run(dst: &mut [f32], src: &[f32]) {
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(8);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let d: &mut [f32; 8] = d.try_into().expect("8 floats");
+        *d = s.try_into().expect("8 floats");
+    }
+    let (d, s) = (d.into_remainder(), s.remainder());
+    let mut at = 0;
+    if d.len() - at >= 4 {
+        let dd: &mut [f32; 4] = (&mut d[at..at + 4]).try_into().expect("4 floats");
+        *dd = s[at..at + 4].try_into().expect("4 floats");
+        at += 4;
+    }
+    while at < d.len() {
+        d[at] = s[at];
+        at += 1;
+    }
+}
+
+/// One tile: the packed weights `a` (`[k, mr]`) times the packed strip
+/// `b` (`[k, nr]`), its rows written to `outs[r][col..col + valid]` for
+/// the rows `outs` has.
+fn run_tile(tile: Tile, a: &[f32], b: &[f32], outs: &mut [&mut [f32]], col: usize, valid: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut store = |r: usize, vals: &[f32]| {
+            if let Some(row) = outs.get_mut(r) {
+                copy_run(&mut row[col..col + valid], &vals[..valid]);
+            }
+        };
+        // SAFETY: `Tile::choose` picked the tile from the CPU's features
+        // (AVX-512F and FMA for the `Z` tiles, AVX2 and FMA for the `Y`
+        // ones), so the instructions each kernel is compiled with exist.
+        unsafe {
+            match tile {
+                Tile::Z3x8 => x86::z::<3, 8>(a, b, &mut store),
+                Tile::Z2x12 => x86::z::<2, 12>(a, b, &mut store),
+                Tile::Z1x16 => x86::z::<1, 16>(a, b, &mut store),
+                Tile::Y2x6 => x86::y::<2, 6>(a, b, &mut store),
+                Tile::Y1x12 => x86::y::<1, 12>(a, b, &mut store),
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (tile, a, b, outs, col, valid);
+        unreachable!("Tile::choose gives no tile off x86-64");
+    }
+}
+
+/// Packs the strip of output pixels `p0..p0 + valid` of a stride-1 call
+/// from the padded image (`[c, hp, wp]`): row `q` of `strip` is, per run
+/// of the strip within one output row, window value `q`'s run of a padded
+/// image row, at `offsets[q]` past the run's first tap; zeros past `valid`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn pack_direct(
+    padded: &[f32],
+    g: &Geometry,
+    wp: usize,
+    offsets: &[usize],
+    p0: usize,
+    valid: usize,
+    nr: usize,
+    strip: &mut [f32],
+) {
+    // The runs: (first pixel, the padded image's index of its first
+    // tap, length).
+    let mut runs = [(0usize, 0usize, 0usize); MAX_NR];
+    let mut count = 0;
+    let mut t = 0;
+    while t < valid {
+        let (y, x0) = ((p0 + t) / g.ow, (p0 + t) % g.ow);
+        let len = (g.ow - x0).min(valid - t);
+        runs[count] = (t, y * g.sh * wp + x0, len);
+        count += 1;
+        t += len;
+    }
+    let runs = &runs[..count];
+    for (row, &o) in strip.chunks_exact_mut(nr).zip(offsets) {
+        for &(t, pos, len) in runs {
+            copy_run(&mut row[t..t + len], &padded[pos + o..pos + o + len]);
+        }
+        if valid < nr {
+            row[valid..].fill(0.0);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// `NV` zmm vectors of pixels by `MR` channels: for every window value
+    /// `q`, the strip's `NV * 16` values `b[q]` times each channel's weight
+    /// `a[q][r]`, summed in order of `q`; then `store(r, row r's NV * 16
+    /// sums)`.
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn z<const NV: usize, const MR: usize>(
+        a: &[f32],
+        b: &[f32],
+        store: &mut impl FnMut(usize, &[f32]),
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        for (aq, bq) in a.chunks_exact(MR).zip(b.chunks_exact(NV * 16)) {
+            let aq: &[f32; MR] = aq.try_into().expect("MR weights");
+            let mut b = [_mm512_setzero_ps(); NV];
+            for (v, lanes) in b.iter_mut().zip(bq.chunks_exact(16)) {
+                let lanes: &[f32; 16] = lanes.try_into().expect("16 lanes");
+                // SAFETY: `lanes` holds the 16 floats the load reads.
+                *v = unsafe { _mm512_loadu_ps(lanes.as_ptr()) };
+            }
+            for (acc, &w) in acc.iter_mut().zip(aq) {
+                let a = _mm512_set1_ps(w);
+                for (acc, b) in acc.iter_mut().zip(b) {
+                    *acc = _mm512_fmadd_ps(a, b, *acc);
+                }
+            }
+        }
+        let mut vals = [[0.0f32; 16]; NV];
+        for (r, acc) in acc.iter().enumerate() {
+            for (dst, v) in vals.iter_mut().zip(acc) {
+                // SAFETY: `dst` holds the 16 floats the store writes.
+                unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *v) };
+            }
+            store(r, vals.as_flattened());
+        }
+    }
+
+    /// [`z`] on ymm vectors (8 lanes).
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn y<const NV: usize, const MR: usize>(
+        a: &[f32],
+        b: &[f32],
+        store: &mut impl FnMut(usize, &[f32]),
+    ) {
+        let mut acc = [[_mm256_setzero_ps(); NV]; MR];
+        for (aq, bq) in a.chunks_exact(MR).zip(b.chunks_exact(NV * 8)) {
+            let aq: &[f32; MR] = aq.try_into().expect("MR weights");
+            let mut b = [_mm256_setzero_ps(); NV];
+            for (v, lanes) in b.iter_mut().zip(bq.chunks_exact(8)) {
+                let lanes: &[f32; 8] = lanes.try_into().expect("8 lanes");
+                // SAFETY: `lanes` holds the 8 floats the load reads.
+                *v = unsafe { _mm256_loadu_ps(lanes.as_ptr()) };
+            }
+            for (acc, &w) in acc.iter_mut().zip(aq) {
+                let a = _mm256_set1_ps(w);
+                for (acc, b) in acc.iter_mut().zip(b) {
+                    *acc = _mm256_fmadd_ps(a, b, *acc);
+                }
+            }
+        }
+        let mut vals = [[0.0f32; 8]; NV];
+        for (r, acc) in acc.iter().enumerate() {
+            for (dst, v) in vals.iter_mut().zip(acc) {
+                // SAFETY: `dst` holds the 8 floats the store writes.
+                unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *v) };
+            }
+            store(r, vals.as_flattened());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tilejit_ir::graph::Window;
+
+    /// Deterministic values in [-1, 1).
+    fn values(len: usize, seed: u64) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ((x >> 11) as f64 / (1u64 << 52) as f64 - 1.0) as f32
+            })
+            .collect()
+    }
+
+    /// Group `g`'s output channels `[o, p]` by the definition, in f64.
+    fn definition(img: &[f32], ic: &Im2Col, g: usize, w: &[f32], o: usize) -> Vec<f64> {
+        let win = ic.window;
+        let (oh, ow) = win.out(ic.h, ic.w).expect("a window that fits");
+        let (cg, kh, kw) = (ic.group_channels(), win.kh as usize, win.kw as usize);
+        let k = cg * kh * kw;
+        let mut out = vec![0.0f64; o * oh * ow];
+        for oc in 0..o {
+            for y in 0..oh {
+                for x in 0..ow {
+                    let mut acc = 0.0f64;
+                    for ci in 0..cg {
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let iy = (y * win.stride.0 as usize + i * win.dilation.0 as usize)
+                                    .checked_sub(win.pad[0] as usize);
+                                let ix = (x * win.stride.1 as usize + j * win.dilation.1 as usize)
+                                    .checked_sub(win.pad[1] as usize);
+                                if let (Some(iy), Some(ix)) = (iy, ix) {
+                                    if iy < ic.h && ix < ic.w {
+                                        let v = img[((g * cg + ci) * ic.h + iy) * ic.w + ix];
+                                        let q = (ci * kh + i) * kw + j;
+                                        acc += v as f64 * w[oc * k + q] as f64;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    out[oc * oh * ow + y * ow + x] = acc;
+                }
+            }
+        }
+        out
+    }
+
+    /// (channels, h, w, out channels, window): strides 1 and 2 (the
+    /// in-place and the packed strips), asymmetric padding, dilation,
+    /// groups, pixel counts off every strip width and channel counts off
+    /// every tile height.
+    fn cases() -> Vec<(usize, usize, usize, usize, Window)> {
+        let win = |kh, kw, s: (u32, u32), pad, d, groups| Window {
+            kh,
+            kw,
+            stride: s,
+            pad,
+            dilation: d,
+            groups,
+        };
+        vec![
+            (3, 9, 11, 5, win(3, 3, (1, 1), [1, 1, 1, 1], (1, 1), 1)),
+            (4, 17, 13, 19, win(3, 3, (1, 1), [0, 2, 1, 0], (1, 1), 1)),
+            (2, 30, 31, 7, win(5, 3, (1, 1), [2, 1, 2, 1], (2, 1), 1)),
+            (6, 12, 12, 8, win(3, 3, (1, 1), [1, 1, 1, 1], (1, 1), 2)),
+            (3, 23, 21, 9, win(7, 7, (2, 2), [3, 3, 3, 3], (1, 1), 1)),
+            (4, 14, 15, 24, win(1, 1, (2, 2), [0, 0, 0, 0], (1, 1), 1)),
+            (5, 16, 9, 13, win(3, 2, (2, 1), [1, 0, 1, 1], (1, 2), 1)),
+            (1, 1, 1, 3, win(1, 1, (1, 1), [0, 0, 0, 0], (1, 1), 1)),
+        ]
+    }
+
+    #[test]
+    fn every_tile_matches_the_definition_on_one_and_two_threads() {
+        if Tile::supported().is_empty() {
+            return; // no AVX2 and FMA: the `gemm` path runs instead
+        }
+        for (n, &(c, h, w, o, window)) in cases().iter().enumerate() {
+            let ic = Im2Col { c, h, w, window };
+            let groups = window.groups as usize;
+            let k = ic.group_channels() * window.size();
+            let (oh, ow) = window.out(h, w).expect("fits");
+            let p = oh * ow;
+            let img = values(c * h * w, 1 + n as u64);
+            let wts = values(o * groups * k, 100 + n as u64);
+            for g in 0..groups {
+                let gw = &wts[g * o * k..(g + 1) * o * k];
+                let want = definition(&img, &ic, g, gw, o);
+                let wv = GemmView {
+                    offset: g * o * k,
+                    rows: o,
+                    cols: k,
+                    row_stride: k,
+                    col_stride: 1,
+                };
+                // Output rows with a gap after each, inside a bigger buffer.
+                let ov = GemmView {
+                    offset: 3,
+                    rows: o,
+                    cols: p,
+                    row_stride: p + 2,
+                    col_stride: 1,
+                };
+                for &tile in Tile::supported() {
+                    for threads in [1, 2] {
+                        let mut out = vec![f32::NAN; 3 + o * (p + 2)];
+                        let ran =
+                            conv_with(tile, &img, &ic, g, (&wts, wv), (&mut out, ov), threads)
+                                .expect("views fit");
+                        if !ran {
+                            continue; // more weights than window values: `gemm`'s
+                        }
+                        for oc in 0..o {
+                            for px in 0..p {
+                                let (got, want) = (out[3 + oc * (p + 2) + px], want[oc * p + px]);
+                                let tol = 1e-5 * (1.0 + want.abs()) * (k as f64).sqrt();
+                                assert!(
+                                    (got as f64 - want).abs() <= tol,
+                                    "case {n} group {g} {tile:?} {threads} threads: \
+                                     [{oc}, {px}] = {got}, want {want}"
+                                );
+                            }
+                            // The gaps between rows are not written.
+                            if oc + 1 < o {
+                                assert!(out[3 + oc * (p + 2) + p].is_nan());
+                            }
+                        }
+                        assert!(out[..3].iter().all(|v| v.is_nan()));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn views_that_do_not_fit_are_errors_and_other_strides_decline() {
+        let window = Window::square(3, 3, 1, 1);
+        let ic = Im2Col {
+            c: 2,
+            h: 5,
+            w: 5,
+            window,
+        };
+        let (img, w) = (values(50, 1), values(4 * 18, 2));
+        let wv = GemmView {
+            offset: 0,
+            rows: 4,
+            cols: 18,
+            row_stride: 18,
+            col_stride: 1,
+        };
+        let ov = GemmView {
+            offset: 0,
+            rows: 4,
+            cols: 25,
+            row_stride: 25,
+            col_stride: 1,
+        };
+        let mut out = vec![0.0; 100];
+        let run = |img: &[f32], w: &[f32], wv, out: &mut [f32], ov, group| {
+            conv_f32_nchw(img, &ic, group, (w, wv), (out, ov), 2)
+        };
+        assert!(
+            run(&img[..49], &w, wv, &mut out, ov, 0).is_err(),
+            "short image"
+        );
+        assert!(
+            run(&img, &w[..71], wv, &mut out, ov, 0).is_err(),
+            "short weights"
+        );
+        assert!(
+            run(&img, &w, wv, &mut out[..99], ov, 0).is_err(),
+            "short output"
+        );
+        assert!(run(&img, &w, wv, &mut out, ov, 1).is_err(), "no group 1");
+        let overlapping = GemmView {
+            row_stride: 24,
+            ..ov
+        };
+        assert!(
+            run(&img, &w, wv, &mut out, overlapping, 0).is_err(),
+            "rows overlap"
+        );
+        let wrong_k = GemmView { cols: 17, ..wv };
+        assert!(run(&img, &w, wrong_k, &mut out, ov, 0).is_err(), "k is 18");
+        let transposed = GemmView {
+            rows: 4,
+            cols: 18,
+            row_stride: 1,
+            col_stride: 4,
+            offset: 0,
+        };
+        assert!(!run(&img, &w, transposed, &mut out, ov, 0).expect("fits"));
+    }
+}
