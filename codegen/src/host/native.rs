@@ -1037,7 +1037,7 @@ mod strided_tests {
     use super::*;
 
     /// Deterministic values in [-1, 1).
-    fn values(len: usize, seed: u64) -> Vec<f64> {
+    pub(super) fn values(len: usize, seed: u64) -> Vec<f64> {
         let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         (0..len)
             .map(|_| {

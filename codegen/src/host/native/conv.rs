@@ -170,16 +170,29 @@ pub fn conv_f32_nchw(
     (out, ov): (&mut [f32], GemmView),
     threads: usize,
 ) -> Result<bool, CodegenError> {
+    let tile = Tile::choose(ov.cols, ov.rows);
+    conv_with(tile, img, ic, group, (w, wv), (out, ov), threads)
+}
+
+/// [`conv_f32_nchw`] on `tile` (one this CPU runs; `None`: decline).
+fn conv_with(
+    tile: Option<Tile>,
+    img: &[f32],
+    ic: &Im2Col,
+    group: usize,
+    (w, wv): (&[f32], GemmView),
+    (out, ov): (&mut [f32], GemmView),
+    threads: usize,
+) -> Result<bool, CodegenError> {
     let win = ic.window;
     let groups = (win.groups as usize).max(1);
     let cg = ic.group_channels();
     let (oh, ow) = win.out(ic.h, ic.w).unwrap_or((0, 0));
     let inside = |v: &GemmView, len: usize| v.end().is_some_and(|e| e <= len);
     let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
-    let k = cg.checked_mul(win.size());
     if group >= groups
         || image.is_none_or(|n| img.len() < n)
-        || k != Some(wv.cols)
+        || cg.checked_mul(win.size()) != Some(wv.cols)
         || wv.rows != ov.rows
         || ov.cols != oh * ow
         || !inside(&wv, w.len())
@@ -197,28 +210,9 @@ pub fn conv_f32_nchw(
             ),
         });
     }
-    if wv.col_stride != 1 || ov.col_stride != 1 {
+    let Some(tile) = tile.filter(|_| wv.col_stride == 1 && ov.col_stride == 1) else {
         return Ok(false);
-    }
-    match Tile::choose(ov.cols, ov.rows) {
-        Some(tile) => conv_with(tile, img, ic, group, (w, wv), (out, ov), threads),
-        None => Ok(false),
-    }
-}
-
-/// [`conv_f32_nchw`] on `tile` (one this CPU runs), its views checked.
-fn conv_with(
-    tile: Tile,
-    img: &[f32],
-    ic: &Im2Col,
-    group: usize,
-    (w, wv): (&[f32], GemmView),
-    (out, ov): (&mut [f32], GemmView),
-    threads: usize,
-) -> Result<bool, CodegenError> {
-    let win = ic.window;
-    let cg = ic.group_channels();
-    let ow = win.out(ic.h, ic.w).map_or(0, |(_, ow)| ow);
+    };
     let (o, p, k) = (ov.rows, ov.cols, wv.cols);
     if o == 0 || p == 0 {
         return Ok(true);
@@ -594,74 +588,67 @@ fn pack_direct(
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// `NV` zmm vectors of pixels by `MR` channels: for every window value
-    /// `q`, the strip's `NV * 16` values `b[q]` times each channel's weight
-    /// `a[q][r]`, summed in order of `q`; then `store(r, row r's NV * 16
-    /// sums)`.
-    #[target_feature(enable = "avx512f,fma")]
-    pub(super) fn z<const NV: usize, const MR: usize>(
-        a: &[f32],
-        b: &[f32],
-        store: &mut impl FnMut(usize, &[f32]),
-    ) {
-        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
-        for (aq, bq) in a.chunks_exact(MR).zip(b.chunks_exact(NV * 16)) {
-            let aq: &[f32; MR] = aq.try_into().expect("MR weights");
-            let mut b = [_mm512_setzero_ps(); NV];
-            for (v, lanes) in b.iter_mut().zip(bq.chunks_exact(16)) {
-                let lanes: &[f32; 16] = lanes.try_into().expect("16 lanes");
-                // SAFETY: `lanes` holds the 16 floats the load reads.
-                *v = unsafe { _mm512_loadu_ps(lanes.as_ptr()) };
-            }
-            for (acc, &w) in acc.iter_mut().zip(aq) {
-                let a = _mm512_set1_ps(w);
-                for (acc, b) in acc.iter_mut().zip(b) {
-                    *acc = _mm512_fmadd_ps(a, b, *acc);
+    /// A micro-kernel on one vector width: `NV` vectors of pixels by `MR`
+    /// channels; for every window value `q`, the strip's `NV * LANES`
+    /// values `b[q]` times each channel's weight `a[q][r]`, summed in order
+    /// of `q`; then `store(r, row r's NV * LANES sums)`.
+    macro_rules! kernel {
+        ($name:ident, $features:literal, $lanes:literal,
+         $zero:ident, $set1:ident, $load:ident, $fma:ident, $store:ident) => {
+            #[target_feature(enable = $features)]
+            pub(super) fn $name<const NV: usize, const MR: usize>(
+                a: &[f32],
+                b: &[f32],
+                store: &mut impl FnMut(usize, &[f32]),
+            ) {
+                let mut acc = [[$zero(); NV]; MR];
+                for (aq, bq) in a.chunks_exact(MR).zip(b.chunks_exact(NV * $lanes)) {
+                    let aq: &[f32; MR] = aq.try_into().expect("MR weights");
+                    let mut b = [$zero(); NV];
+                    for (v, lanes) in b.iter_mut().zip(bq.chunks_exact($lanes)) {
+                        let lanes: &[f32; $lanes] = lanes.try_into().expect("a vector");
+                        // SAFETY: `lanes` holds the floats the load reads.
+                        *v = unsafe { $load(lanes.as_ptr()) };
+                    }
+                    for (acc, &w) in acc.iter_mut().zip(aq) {
+                        let a = $set1(w);
+                        for (acc, b) in acc.iter_mut().zip(b) {
+                            *acc = $fma(a, b, *acc);
+                        }
+                    }
+                }
+                let mut vals = [[0.0f32; $lanes]; NV];
+                for (r, acc) in acc.iter().enumerate() {
+                    for (dst, v) in vals.iter_mut().zip(acc) {
+                        // SAFETY: `dst` holds the floats the store writes.
+                        unsafe { $store(dst.as_mut_ptr(), *v) };
+                    }
+                    store(r, vals.as_flattened());
                 }
             }
-        }
-        let mut vals = [[0.0f32; 16]; NV];
-        for (r, acc) in acc.iter().enumerate() {
-            for (dst, v) in vals.iter_mut().zip(acc) {
-                // SAFETY: `dst` holds the 16 floats the store writes.
-                unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *v) };
-            }
-            store(r, vals.as_flattened());
-        }
+        };
     }
 
-    /// [`z`] on ymm vectors (8 lanes).
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) fn y<const NV: usize, const MR: usize>(
-        a: &[f32],
-        b: &[f32],
-        store: &mut impl FnMut(usize, &[f32]),
-    ) {
-        let mut acc = [[_mm256_setzero_ps(); NV]; MR];
-        for (aq, bq) in a.chunks_exact(MR).zip(b.chunks_exact(NV * 8)) {
-            let aq: &[f32; MR] = aq.try_into().expect("MR weights");
-            let mut b = [_mm256_setzero_ps(); NV];
-            for (v, lanes) in b.iter_mut().zip(bq.chunks_exact(8)) {
-                let lanes: &[f32; 8] = lanes.try_into().expect("8 lanes");
-                // SAFETY: `lanes` holds the 8 floats the load reads.
-                *v = unsafe { _mm256_loadu_ps(lanes.as_ptr()) };
-            }
-            for (acc, &w) in acc.iter_mut().zip(aq) {
-                let a = _mm256_set1_ps(w);
-                for (acc, b) in acc.iter_mut().zip(b) {
-                    *acc = _mm256_fmadd_ps(a, b, *acc);
-                }
-            }
-        }
-        let mut vals = [[0.0f32; 8]; NV];
-        for (r, acc) in acc.iter().enumerate() {
-            for (dst, v) in vals.iter_mut().zip(acc) {
-                // SAFETY: `dst` holds the 8 floats the store writes.
-                unsafe { _mm256_storeu_ps(dst.as_mut_ptr(), *v) };
-            }
-            store(r, vals.as_flattened());
-        }
-    }
+    kernel!(
+        z,
+        "avx512f,fma",
+        16,
+        _mm512_setzero_ps,
+        _mm512_set1_ps,
+        _mm512_loadu_ps,
+        _mm512_fmadd_ps,
+        _mm512_storeu_ps
+    );
+    kernel!(
+        y,
+        "avx2,fma",
+        8,
+        _mm256_setzero_ps,
+        _mm256_set1_ps,
+        _mm256_loadu_ps,
+        _mm256_fmadd_ps,
+        _mm256_storeu_ps
+    );
 }
 
 #[cfg(test)]
@@ -671,15 +658,8 @@ mod tests {
 
     /// Deterministic values in [-1, 1).
     fn values(len: usize, seed: u64) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                ((x >> 11) as f64 / (1u64 << 52) as f64 - 1.0) as f32
-            })
-            .collect()
+        let v = super::super::strided_tests::values(len, seed);
+        v.into_iter().map(|x| x as f32).collect()
     }
 
     /// Group `g`'s output channels `[o, p]` by the definition, in f64.
@@ -776,9 +756,16 @@ mod tests {
                 for &tile in Tile::supported() {
                     for threads in [1, 2] {
                         let mut out = vec![f32::NAN; 3 + o * (p + 2)];
-                        let ran =
-                            conv_with(tile, &img, &ic, g, (&wts, wv), (&mut out, ov), threads)
-                                .expect("views fit");
+                        let ran = conv_with(
+                            Some(tile),
+                            &img,
+                            &ic,
+                            g,
+                            (&wts, wv),
+                            (&mut out, ov),
+                            threads,
+                        )
+                        .expect("views fit");
                         if !ran {
                             continue; // more weights than window values: `gemm`'s
                         }
