@@ -1002,6 +1002,57 @@ fn nchw_convs_match_the_definition_on_one_and_two_threads() {
     }
 }
 
+/// Convolutions from several user threads at once, and from inside a
+/// rayon pool whose workers each run one (the host's direct kernel packs
+/// into per-thread scratch, and a worker that waits inside a parallel
+/// conv may be handed another conv's work): every result against the f64
+/// definition.
+#[test]
+fn convs_from_many_threads_at_once_match_the_definition() {
+    let shapes: Vec<([usize; 4], [usize; 4], Conv2d)> = (0..6)
+        .map(|i| {
+            let s = 1 + i % 2;
+            let o = Conv2d {
+                stride: (s, s),
+                padding: (1, 1),
+                ..Conv2d::default()
+            };
+            (
+                [1, 3 + i, 40 + 5 * i, 37 + 3 * i],
+                [8 + 4 * i, 3 + i, 3, 3],
+                o,
+            )
+        })
+        .collect();
+    let cases: Vec<(Tensor, Tensor, Tensor, Conv2d, Vec<f64>)> = shapes
+        .into_iter()
+        .enumerate()
+        .map(|(i, (xs, ws, o))| {
+            let x = Tensor::randn(&xs, 300 + i as u64);
+            let w = Tensor::randn(&ws, 320 + i as u64);
+            let b = Tensor::randn(&[ws[0]], 340 + i as u64);
+            let want = conv_def(&x, &w, Some(&b), o);
+            (x, w, b, o, want)
+        })
+        .collect();
+    let check = |(x, w, b, o, want): &(Tensor, Tensor, Tensor, Conv2d, Vec<f64>)| {
+        for _ in 0..3 {
+            assert_close(&f32s(&x.conv2d_with(w, Some(b), *o)), want, 1e-4);
+        }
+    };
+    std::thread::scope(|s| {
+        for case in &cases {
+            s.spawn(|| check(case));
+        }
+    });
+    on_threads(2, || {
+        use rayon::prelude::*;
+        (0..4 * cases.len())
+            .into_par_iter()
+            .for_each(|i| check(&cases[i % cases.len()]));
+    });
+}
+
 /// [`conv_block`] again, a jit function of its own (tests run at once,
 /// and each clears and inspects its function's programs).
 #[jit]
