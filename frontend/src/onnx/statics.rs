@@ -36,6 +36,7 @@ pub(crate) fn static_operands(op: &str) -> &'static [usize] {
         "ConstantOfShape" | "NonZero" | "Unique" | "HannWindow" | "HammingWindow"
         | "BlackmanWindow" => &[0],
         "Range" => &[0, 1, 2],
+        "Dropout" => &[1, 2],
         "Loop" => &[0, 1],
         "NonMaxSuppression" => &[0, 1, 2, 3, 4],
         "Slice" => &[1, 2, 3, 4],

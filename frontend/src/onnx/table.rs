@@ -264,12 +264,7 @@ static TABLE: &[Row] = &[
         quant::build_cast_like
     ),
     node!("BitCast", ["to"], check_cast, build_bitcast),
-    node!(
-        "Dropout",
-        ["seed", "ratio"],
-        check_dropout,
-        |n, _, ins| one(req(n, ins, 0)?.clone())
-    ),
+    node!("Dropout", ["seed", "ratio"], check_dropout, build_dropout),
     node!("MatMul", [], no_check, |n, _, ins| one(matmul_nd(
         n,
         req(n, ins, 0)?,
@@ -342,18 +337,7 @@ static TABLE: &[Row] = &[
         "BatchNormalization",
         ["epsilon", "momentum", "training_mode", "spatial", "is_test"],
         check_bn,
-        |n, _, ins| {
-            let x = req(n, ins, 0)?;
-            let eps = attr_f(n, "epsilon", 1e-5)? as f64;
-            let (scale, bias) = (req(n, ins, 1)?, req(n, ins, 2)?);
-            one(x.batch_norm(
-                req(n, ins, 3)?,
-                req(n, ins, 4)?,
-                Some(scale),
-                Some(bias),
-                eps,
-            ))
-        }
+        build_bn
     ),
     node!(
         "LayerNormalization",
@@ -923,43 +907,105 @@ fn check_cast(n: &Node, _: &Cx) -> Result<()> {
 }
 
 fn check_dropout(n: &Node, cx: &Cx) -> Result<()> {
-    // A training_mode input must be a known false: training drops values.
-    if let Some(t) = n.inputs.get(2).filter(|i| !i.is_empty()) {
-        let known_false = cx.consts.get(t).is_some_and(|t| {
-            t.cast(DType::I64)
-                .to_vec::<i64>()
-                .is_ok_and(|v| v.iter().all(|&x| x == 0))
-        });
-        if !known_false {
-            return Err(fail(
-                n,
-                "training_mode",
-                ErrorKind::Unsupported,
-                "training mode is not supported",
-            ));
-        }
-    }
-    if n.outputs.get(1).is_some_and(|o| !o.is_empty()) {
+    // Known at load (constants): a training run that drops values fails
+    // here; graph inputs are value-keyed and checked when tracing.
+    let known = |i: usize| n.inputs.get(i).and_then(|t| cx.consts.get(t));
+    dropout_keeps_all(n, known(1), known(2))
+}
+
+/// Whether a Dropout with this `ratio` and `training_mode` (each absent,
+/// or a known value) passes its input through: inference, or training
+/// with a ratio of 0. Training with another ratio drops values at random
+/// (onnx's reference draws them from numpy's generator): unsupported.
+fn dropout_keeps_all(n: &Node, ratio: Option<&Tensor>, training: Option<&Tensor>) -> Result<()> {
+    let training = match training {
+        Some(t) => floats_of(n, "training_mode", t)?.iter().any(|&v| v != 0.0),
+        None => false,
+    };
+    let ratio = match ratio {
+        Some(r) => floats_of(n, "ratio", r)?.first().copied().unwrap_or(0.5),
+        None => attr_f(n, "ratio", 0.5)? as f64,
+    };
+    if training && ratio != 0.0 {
         return Err(fail(
             n,
-            "mask",
+            "training_mode",
             ErrorKind::Unsupported,
-            "the mask output is not supported",
+            format!("training mode with ratio {ratio} drops values at random"),
         ));
     }
     Ok(())
 }
 
+/// Dropout that keeps every value: the input, and a mask of all true
+/// (bool from opset 10, the input's type before).
+fn build_dropout(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let opt = |i: usize| ins.get(i).and_then(|t| t.as_ref());
+    dropout_keeps_all(n, opt(1), opt(2))?;
+    let mut out = vec![x.clone()];
+    if n.outputs.get(1).is_some_and(|o| !o.is_empty()) {
+        let dtype = if cx.opset < 10 {
+            x.dtype()
+        } else {
+            DType::Bool
+        };
+        out.push(Tensor::ones(x.shape(), dtype));
+    }
+    Ok(out)
+}
+
 fn check_bn(n: &Node, _: &Cx) -> Result<()> {
-    if attr_i(n, "training_mode", 0)? != 0 || n.outputs.iter().skip(1).any(|o| !o.is_empty()) {
+    let training = attr_i(n, "training_mode", 0)? != 0;
+    let extra = n.outputs.iter().skip(1).filter(|o| !o.is_empty()).count();
+    // Training mode (opset 14 on) has the running mean and variance as
+    // outputs 1 and 2; before 14 extra outputs also held saved statistics.
+    if (training && n.outputs.len() > 3) || (!training && extra > 0) {
         return Err(fail(
             n,
             "training_mode",
             ErrorKind::Unsupported,
-            "only inference (one output) is supported",
+            "outputs beyond Y need training_mode = 1 and at most the running mean and variance",
         ));
     }
     Ok(())
+}
+
+/// BatchNormalization: inference with the given statistics, or (training
+/// mode) with the batch's own mean and population variance over every
+/// axis but 1, plus the running statistics `input * momentum + batch * (1
+/// - momentum)`, as onnx's reference computes them.
+fn build_bn(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
+    let x = req(n, ins, 0)?;
+    let eps = attr_f(n, "epsilon", 1e-5)? as f64;
+    let (scale, bias) = (req(n, ins, 1)?, req(n, ins, 2)?);
+    let (mean, var) = (req(n, ins, 3)?, req(n, ins, 4)?);
+    if attr_i(n, "training_mode", 0)? == 0 {
+        return one(x.batch_norm(mean, var, Some(scale), Some(bias), eps));
+    }
+    if x.rank() < 2 {
+        return Err(fail(
+            n,
+            "X",
+            ErrorKind::Shape,
+            "training mode needs a channel axis (rank 2 or more)",
+        ));
+    }
+    let momentum = attr_f(n, "momentum", 0.9)? as f64;
+    let c = x.shape()[1];
+    let perm: Vec<usize> = std::iter::once(1)
+        .chain((0..x.rank()).filter(|&a| a != 1))
+        .collect();
+    let rows = x.permute(&perm).reshape(&[c, x.numel() / c.max(1)]);
+    let batch_mean = rows.mean(-1, true);
+    let centered = &rows - &batch_mean;
+    let batch_var = (&centered * &centered).mean(-1, false);
+    let batch_mean = batch_mean.reshape(&[c]);
+    let y = x.batch_norm(&batch_mean, &batch_var, Some(scale), Some(bias), eps);
+    let running = |input: &Tensor, batch: &Tensor| input * momentum + batch * (1.0 - momentum);
+    let mut out = vec![y, running(mean, &batch_mean), running(var, &batch_var)];
+    out.truncate(n.outputs.len().max(1));
+    Ok(out)
 }
 
 fn check_ln(n: &Node, _: &Cx) -> Result<()> {
