@@ -1,4 +1,4 @@
-//! Direct NCHW convolution for f32 on AVX-512 or AVX2 with FMA: an
+//! Direct NCHW convolution for f32 on AVX-512 with FMA: an
 //! implicit GEMM `out[o, p] = sum_q w[o, q] * window(p, q)` over strips
 //! of output pixels. The weights are packed once per call (`[k, tile
 //! rows]` per block of output channels); each strip's window values are
@@ -12,7 +12,10 @@
 //! (late layers: few pixels, many channels) declines: packing its weights
 //! would cost what `gemm` spends on the whole product. Only the
 //! micro-kernel's vector loads and stores are unsafe, on fixed-size
-//! arrays, and calls into code compiled for the CPU's vector width.
+//! arrays, and calls into code compiled for AVX-512. Without AVX-512 the
+//! `gemm` path runs: an AVX2 version of the same kernel reached 45-57% of
+//! the AVX2 FMA peak here, and was never measured against `gemm` on an
+//! AVX2-only CPU.
 
 use super::GemmView;
 use crate::CodegenError;
@@ -42,15 +45,13 @@ const MAX_MR: usize = 16;
 /// The most output pixels of a tile.
 const MAX_NR: usize = 48;
 
-/// A register tile: `NV` vectors of output pixels by `MR` output channels
-/// (`NV * MR` accumulators), on a vector width.
+/// A register tile: `NV` zmm vectors of output pixels by `MR` output
+/// channels (`NV * MR` accumulators).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Tile {
     Z3x8,
     Z2x12,
     Z1x16,
-    Y2x6,
-    Y1x12,
 }
 
 impl Tile {
@@ -60,36 +61,25 @@ impl Tile {
             Tile::Z3x8 => (48, 8),
             Tile::Z2x12 => (32, 12),
             Tile::Z1x16 => (16, 16),
-            Tile::Y2x6 => (16, 6),
-            Tile::Y1x12 => (8, 12),
         }
     }
 
-    /// The tiles this CPU runs, widest first: the `Z` ones with AVX-512F
-    /// and FMA, the `Y` ones with AVX2 and FMA.
+    /// The tiles this CPU runs, widest first: all with AVX-512F and FMA,
+    /// none otherwise.
     fn supported() -> &'static [Tile] {
-        const ALL: [Tile; 5] = [
-            Tile::Z3x8,
-            Tile::Z2x12,
-            Tile::Z1x16,
-            Tile::Y2x6,
-            Tile::Y1x12,
-        ];
         let f = crate::host::cpu_features();
-        match (f.avx512f && f.fma, f.avx2 && f.fma) {
-            (true, true) => &ALL,
-            (true, false) => &ALL[..3],
-            (false, true) => &ALL[3..],
-            (false, false) => &[],
+        if f.avx512f && f.fma {
+            &[Tile::Z3x8, Tile::Z2x12, Tile::Z1x16]
+        } else {
+            &[]
         }
     }
 
     /// The tile with the least padded work for `p` pixels and `o` output
-    /// channels among the widest this CPU runs, or `None` without AVX2
-    /// and FMA.
+    /// channels among those this CPU runs, or `None` without AVX-512F and
+    /// FMA.
     fn choose(p: usize, o: usize) -> Option<Tile> {
-        let all = Tile::supported();
-        let tiles = &all[..all.len().min(3)];
+        let tiles = Tile::supported();
         // The widest (fewest loads, and packing per strip) whose padded
         // work is within 1/8 of the least.
         let work = |t: &Tile| {
@@ -101,33 +91,22 @@ impl Tile {
     }
 }
 
-impl Tile {
-    /// Runs `f` compiled for the tile's vector width (the packing's copies
-    /// then move whole vectors).
-    #[inline(always)]
-    fn widest(self, f: impl FnOnce()) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx512f")]
-            fn z(f: impl FnOnce()) {
-                f()
-            }
-            #[target_feature(enable = "avx2")]
-            fn y(f: impl FnOnce()) {
-                f()
-            }
-            // SAFETY: `Tile::choose` picked the tile from the CPU's
-            // features: AVX-512F for the `Z` tiles, AVX2 for the `Y` ones.
-            unsafe {
-                match self {
-                    Tile::Z3x8 | Tile::Z2x12 | Tile::Z1x16 => z(f),
-                    Tile::Y2x6 | Tile::Y1x12 => y(f),
-                }
-            }
+/// Runs `f` compiled for AVX-512 (the packing's copies then move whole
+/// zmm vectors); only reached with a [`Tile`], so on a CPU that has it.
+#[inline(always)]
+fn on_avx512(_: Tile, f: impl FnOnce()) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f")]
+        fn z(f: impl FnOnce()) {
+            f()
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        f()
+        // SAFETY: a `Tile` exists only where `Tile::supported` found
+        // AVX-512F.
+        unsafe { z(f) }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    f()
 }
 
 /// One image's window geometry for one channel group, as `usize`s.
@@ -159,7 +138,7 @@ struct Geometry {
 /// group's weights `w` (`wv`: output channels by `k = c/groups * kh * kw`,
 /// unit column stride: OIHW rows in place). Splits the pixels (or, with
 /// few of them, the channels) over up to `threads` threads. Returns false,
-/// having done nothing, when this CPU lacks AVX2 and FMA or a view has
+/// having done nothing, when this CPU lacks AVX-512F and FMA or a view has
 /// another column stride; an error when a view does not fit its buffer or
 /// the shapes disagree.
 pub fn conv_f32_nchw(
@@ -316,7 +295,7 @@ fn conv_with(
                                 pack_strip(img, &g, p0, valid, nr, strip);
                             }
                         };
-                        tile.widest(pack);
+                        on_avx512(tile, pack);
                         for (c, a) in apack.chunks_exact(k * mr).enumerate() {
                             run_tile(tile, a, strip, &mut outs[c * mr..], p0 - col0, valid);
                         }
@@ -525,16 +504,13 @@ fn run_tile(tile: Tile, a: &[f32], b: &[f32], outs: &mut [&mut [f32]], col: usiz
                 copy_run(&mut row[col..col + valid], &vals[..valid]);
             }
         };
-        // SAFETY: `Tile::choose` picked the tile from the CPU's features
-        // (AVX-512F and FMA for the `Z` tiles, AVX2 and FMA for the `Y`
-        // ones), so the instructions each kernel is compiled with exist.
+        // SAFETY: a `Tile` exists only where `Tile::supported` found
+        // AVX-512F and FMA, the instructions the kernels are compiled with.
         unsafe {
             match tile {
                 Tile::Z3x8 => x86::z::<3, 8>(a, b, &mut store),
                 Tile::Z2x12 => x86::z::<2, 12>(a, b, &mut store),
                 Tile::Z1x16 => x86::z::<1, 16>(a, b, &mut store),
-                Tile::Y2x6 => x86::y::<2, 6>(a, b, &mut store),
-                Tile::Y1x12 => x86::y::<1, 12>(a, b, &mut store),
             }
         }
     }
@@ -588,67 +564,41 @@ fn pack_direct(
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// A micro-kernel on one vector width: `NV` vectors of pixels by `MR`
-    /// channels; for every window value `q`, the strip's `NV * LANES`
-    /// values `b[q]` times each channel's weight `a[q][r]`, summed in order
-    /// of `q`; then `store(r, row r's NV * LANES sums)`.
-    macro_rules! kernel {
-        ($name:ident, $features:literal, $lanes:literal,
-         $zero:ident, $set1:ident, $load:ident, $fma:ident, $store:ident) => {
-            #[target_feature(enable = $features)]
-            pub(super) fn $name<const NV: usize, const MR: usize>(
-                a: &[f32],
-                b: &[f32],
-                store: &mut impl FnMut(usize, &[f32]),
-            ) {
-                let mut acc = [[$zero(); NV]; MR];
-                for (aq, bq) in a.chunks_exact(MR).zip(b.chunks_exact(NV * $lanes)) {
-                    let aq: &[f32; MR] = aq.try_into().expect("MR weights");
-                    let mut b = [$zero(); NV];
-                    for (v, lanes) in b.iter_mut().zip(bq.chunks_exact($lanes)) {
-                        let lanes: &[f32; $lanes] = lanes.try_into().expect("a vector");
-                        // SAFETY: `lanes` holds the floats the load reads.
-                        *v = unsafe { $load(lanes.as_ptr()) };
-                    }
-                    for (acc, &w) in acc.iter_mut().zip(aq) {
-                        let a = $set1(w);
-                        for (acc, b) in acc.iter_mut().zip(b) {
-                            *acc = $fma(a, b, *acc);
-                        }
-                    }
-                }
-                let mut vals = [[0.0f32; $lanes]; NV];
-                for (r, acc) in acc.iter().enumerate() {
-                    for (dst, v) in vals.iter_mut().zip(acc) {
-                        // SAFETY: `dst` holds the floats the store writes.
-                        unsafe { $store(dst.as_mut_ptr(), *v) };
-                    }
-                    store(r, vals.as_flattened());
+    /// `NV` zmm vectors of pixels by `MR` channels: for every window value
+    /// `q`, the strip's `NV * 16` values `b[q]` times each channel's weight
+    /// `a[q][r]`, summed in order of `q`; then `store(r, row r's NV * 16
+    /// sums)`.
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn z<const NV: usize, const MR: usize>(
+        a: &[f32],
+        b: &[f32],
+        store: &mut impl FnMut(usize, &[f32]),
+    ) {
+        let mut acc = [[_mm512_setzero_ps(); NV]; MR];
+        for (aq, bq) in a.chunks_exact(MR).zip(b.chunks_exact(NV * 16)) {
+            let aq: &[f32; MR] = aq.try_into().expect("MR weights");
+            let mut b = [_mm512_setzero_ps(); NV];
+            for (v, lanes) in b.iter_mut().zip(bq.chunks_exact(16)) {
+                let lanes: &[f32; 16] = lanes.try_into().expect("16 lanes");
+                // SAFETY: `lanes` holds the 16 floats the load reads.
+                *v = unsafe { _mm512_loadu_ps(lanes.as_ptr()) };
+            }
+            for (acc, &w) in acc.iter_mut().zip(aq) {
+                let a = _mm512_set1_ps(w);
+                for (acc, b) in acc.iter_mut().zip(b) {
+                    *acc = _mm512_fmadd_ps(a, b, *acc);
                 }
             }
-        };
+        }
+        let mut vals = [[0.0f32; 16]; NV];
+        for (r, acc) in acc.iter().enumerate() {
+            for (dst, v) in vals.iter_mut().zip(acc) {
+                // SAFETY: `dst` holds the 16 floats the store writes.
+                unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *v) };
+            }
+            store(r, vals.as_flattened());
+        }
     }
-
-    kernel!(
-        z,
-        "avx512f,fma",
-        16,
-        _mm512_setzero_ps,
-        _mm512_set1_ps,
-        _mm512_loadu_ps,
-        _mm512_fmadd_ps,
-        _mm512_storeu_ps
-    );
-    kernel!(
-        y,
-        "avx2,fma",
-        8,
-        _mm256_setzero_ps,
-        _mm256_set1_ps,
-        _mm256_loadu_ps,
-        _mm256_fmadd_ps,
-        _mm256_storeu_ps
-    );
 }
 
 #[cfg(test)]
@@ -725,7 +675,7 @@ mod tests {
     #[test]
     fn every_tile_matches_the_definition_on_one_and_two_threads() {
         if Tile::supported().is_empty() {
-            return; // no AVX2 and FMA: the `gemm` path runs instead
+            return; // no AVX-512F and FMA: the `gemm` path runs instead
         }
         for (n, &(c, h, w, o, window)) in cases().iter().enumerate() {
             let ic = Im2Col { c, h, w, window };
