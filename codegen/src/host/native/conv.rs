@@ -136,11 +136,11 @@ struct Geometry {
 /// rows (`ov`: output channels by output pixels, unit column stride) from
 /// the image `img` (`[c, h, w]`, all groups), `ic` its geometry, and the
 /// group's weights `w` (`wv`: output channels by `k = c/groups * kh * kw`,
-/// unit column stride: OIHW rows in place). Splits the pixels (or, with
-/// few of them, the channels) over up to `threads` threads. Returns false,
-/// having done nothing, when this CPU lacks AVX-512F and FMA or a view has
-/// another column stride; an error when a view does not fit its buffer or
-/// the shapes disagree.
+/// unit column stride: OIHW rows in place). Splits its strips of pixels
+/// over up to `threads` threads. Returns false, having done nothing, when
+/// this CPU lacks AVX-512F and FMA, a view has another column stride, or
+/// the weights outnumber the window values (`gemm` does those better); an
+/// error when a view does not fit its buffer or the shapes disagree.
 pub fn conv_f32_nchw(
     img: &[f32],
     ic: &Im2Col,
