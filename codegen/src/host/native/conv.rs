@@ -1,21 +1,22 @@
-//! Direct NCHW convolution for f32 on AVX-512 with FMA: an
-//! implicit GEMM `out[o, p] = sum_q w[o, q] * window(p, q)` over strips
-//! of output pixels. The weights are packed once per call (`[k, tile
-//! rows]` per block of output channels); each strip's window values are
-//! copied into an L2-sized `[k, strip]` panel, for stride 1 as runs of a
-//! zero-padded copy of the image (no index arithmetic per value), else
-//! tap by tap; a register-tiled micro-kernel then runs every block of
-//! channels over the strip. A column matrix of the whole image and the
-//! `gemm` crate's second packing of it (a write and two reads of `k x p`
-//! floats per call, which bind convolutions with few channels to memory
-//! bandwidth) never exist. A call with more weights than window values
-//! (late layers: few pixels, many channels) declines: packing its weights
-//! would cost what `gemm` spends on the whole product. Only the
-//! micro-kernel's vector loads and stores are unsafe, on fixed-size
-//! arrays, and calls into code compiled for AVX-512. Without AVX-512 the
-//! `gemm` path runs: an AVX2 version of the same kernel reached 45-57% of
-//! the AVX2 FMA peak here, and was never measured against `gemm` on an
-//! AVX2-only CPU.
+//! Direct NCHW convolution for f32 on AVX-512 with FMA: an implicit
+//! GEMM `out[o, p] = sum_q w[o, q] * window(p, q)` over strips of output
+//! pixels. The weights are packed once per call (`[k, tile rows]` per
+//! block of output channels). At stride 1 the image is copied once with
+//! its zero padding, and a strip's window values are runs of its rows:
+//! read in place by the micro-kernel when the tile's width divides the
+//! output rows (U-Net's 128, 64, 32), else copied into an L2-sized `[k,
+//! strip]` panel; other strides pack tap by tap. A register-tiled
+//! micro-kernel then runs every block of channels over the strip. A
+//! column matrix of the whole image and the `gemm` crate's second packing
+//! of it (a write and two reads of `k x p` floats per call, which bind
+//! convolutions with few channels to memory bandwidth) never exist. A
+//! call with more weights than window values (late layers: few pixels,
+//! many channels) declines: packing its weights would cost what `gemm`
+//! spends on the whole product. Only the micro-kernel's vector loads and
+//! stores are unsafe, on fixed-size arrays, and calls into code compiled
+//! for AVX-512. Without AVX-512 the `gemm` path runs: an AVX2 version of
+//! the same kernel reached 45-57% of the AVX2 FMA peak here, and was
+//! never measured against `gemm` on an AVX2-only CPU.
 
 use super::GemmView;
 use crate::CodegenError;
@@ -239,6 +240,18 @@ fn conv_with(
             rest = &mut tail[ov.row_stride - p..];
         }
     }
+    // Stride 1 along rows: each tap's values for a run of output columns
+    // are a run of a (zero-padded) image row. When a tile's width divides
+    // the output rows, every strip lies in one row and the micro-kernel
+    // reads those runs in place (a tile that pads the channels at most
+    // 1/8 more is worth it); otherwise each strip's values are packed.
+    let direct = g.sw == 1;
+    let pad_o = |t: Tile| o.div_ceil(t.shape().1) * t.shape().1;
+    let in_place = Tile::supported()
+        .iter()
+        .copied()
+        .find(|&t| direct && ow.is_multiple_of(t.shape().0) && pad_o(t) * 8 <= pad_o(tile) * 9);
+    let tile = in_place.unwrap_or(tile);
     let (nr, mr) = tile.shape();
     let cstrips = o.div_ceil(mr);
     if cstrips * mr > p.div_ceil(nr) * nr {
@@ -247,10 +260,6 @@ fn conv_with(
         // spends on the whole product.
         return Ok(false);
     }
-    // Stride 1 along rows: each tap's values for a run of output columns
-    // are a run of a (zero-padded) image row, read in place; otherwise
-    // each strip's window values are packed.
-    let direct = g.sw == 1;
     let (hp, wp) = (
         ic.h + g.pt + win.pad[2] as usize,
         ic.w + g.pl + win.pad[3] as usize,
@@ -269,6 +278,8 @@ fn conv_with(
     } else {
         Vec::new()
     };
+    // A packed strip's rows.
+    let packed_rows: Vec<usize> = (0..k).map(|q| q * nr).collect();
     let padded_len = if direct { cg * hp * wp } else { 0 };
     let par = threads > 1 && strips.len() > 1;
     with_scratch(&PADDED, padded_len, |padded| {
@@ -286,18 +297,23 @@ fn conv_with(
             let apack = &*apack;
             // Strips `list` into `outs`, whose column 0 is pixel `col0`.
             let work = |list: &[Strip], col0: usize, outs: &mut [&mut [f32]]| {
-                with_scratch(&STRIP, k * nr, |strip| {
+                let scratch = if in_place.is_some() { 0 } else { k * nr };
+                with_scratch(&STRIP, scratch, |strip| {
                     for &(p0, valid) in list {
-                        let pack = || {
-                            if direct {
-                                pack_direct(padded, &g, wp, &offsets, p0, valid, nr, strip);
-                            } else {
-                                pack_strip(img, &g, p0, valid, nr, strip);
-                            }
+                        let b = if in_place.is_some() {
+                            (padded, p0 / ow * g.sh * wp + p0 % ow, offsets.as_slice())
+                        } else {
+                            on_avx512(tile, || {
+                                if direct {
+                                    pack_direct(padded, &g, wp, &offsets, p0, valid, nr, strip);
+                                } else {
+                                    pack_strip(img, &g, p0, valid, nr, strip);
+                                }
+                            });
+                            (&*strip, 0, packed_rows.as_slice())
                         };
-                        on_avx512(tile, pack);
                         for (c, a) in apack.chunks_exact(k * mr).enumerate() {
-                            run_tile(tile, a, strip, &mut outs[c * mr..], p0 - col0, valid);
+                            run_tile(tile, a, b, &mut outs[c * mr..], p0 - col0, valid);
                         }
                     }
                     Ok(())
@@ -493,10 +509,18 @@ fn copy_run(dst: &mut [f32], src: &[f32]) {
     }
 }
 
-/// One tile: the packed weights `a` (`[k, mr]`) times the packed strip
-/// `b` (`[k, nr]`), its rows written to `outs[r][col..col + valid]` for
-/// the rows `outs` has.
-fn run_tile(tile: Tile, a: &[f32], b: &[f32], outs: &mut [&mut [f32]], col: usize, valid: usize) {
+/// One tile: the packed weights `a` (`[k, mr]`) times the window values
+/// `b` (value `q`'s `nr` floats at `base + offsets[q]`: a packed strip, or
+/// runs of the padded image), its rows written to `outs[r][col..col +
+/// valid]` for the rows `outs` has.
+fn run_tile(
+    tile: Tile,
+    a: &[f32],
+    b: (&[f32], usize, &[usize]),
+    outs: &mut [&mut [f32]],
+    col: usize,
+    valid: usize,
+) {
     #[cfg(target_arch = "x86_64")]
     {
         let mut store = |r: usize, vals: &[f32]| {
@@ -565,18 +589,19 @@ mod x86 {
     use std::arch::x86_64::*;
 
     /// `NV` zmm vectors of pixels by `MR` channels: for every window value
-    /// `q`, the strip's `NV * 16` values `b[q]` times each channel's weight
-    /// `a[q][r]`, summed in order of `q`; then `store(r, row r's NV * 16
-    /// sums)`.
+    /// `q`, the `NV * 16` values at `b[base + offsets[q]..]` times each
+    /// channel's weight `a[q][r]`, summed in order of `q`; then `store(r,
+    /// row r's NV * 16 sums)`.
     #[target_feature(enable = "avx512f,fma")]
     pub(super) fn z<const NV: usize, const MR: usize>(
         a: &[f32],
-        b: &[f32],
+        (b, base, offsets): (&[f32], usize, &[usize]),
         store: &mut impl FnMut(usize, &[f32]),
     ) {
         let mut acc = [[_mm512_setzero_ps(); NV]; MR];
-        for (aq, bq) in a.chunks_exact(MR).zip(b.chunks_exact(NV * 16)) {
+        for (aq, &o) in a.chunks_exact(MR).zip(offsets) {
             let aq: &[f32; MR] = aq.try_into().expect("MR weights");
+            let bq = &b[base + o..base + o + NV * 16];
             let mut b = [_mm512_setzero_ps(); NV];
             for (v, lanes) in b.iter_mut().zip(bq.chunks_exact(16)) {
                 let lanes: &[f32; 16] = lanes.try_into().expect("16 lanes");
@@ -669,6 +694,10 @@ mod tests {
             (4, 14, 15, 24, win(1, 1, (2, 2), [0, 0, 0, 0], (1, 1), 1)),
             (5, 16, 9, 13, win(3, 2, (2, 1), [1, 0, 1, 1], (1, 2), 1)),
             (1, 1, 1, 3, win(1, 1, (1, 1), [0, 0, 0, 0], (1, 1), 1)),
+            // Output rows of 48, 32 and 16: strips read the image in place.
+            (3, 5, 48, 8, win(3, 3, (1, 1), [1, 1, 1, 1], (1, 1), 1)),
+            (4, 7, 34, 12, win(3, 3, (2, 1), [0, 1, 2, 1], (1, 2), 1)),
+            (4, 6, 16, 9, win(3, 3, (1, 1), [1, 1, 1, 1], (1, 1), 2)),
         ]
     }
 
