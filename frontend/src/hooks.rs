@@ -157,6 +157,12 @@ impl Hooks {
 }
 
 impl KernelObserver for Hooks {
+    fn reads_values(&self) -> bool {
+        // A hook sees the kernel's tensors; an empty set of hooks copies
+        // nothing.
+        !self.before.is_empty() || !self.after.is_empty()
+    }
+
     fn before(&self, r: &KernelRun<'_>) {
         if !self.before.is_empty() {
             let e = self.event(r);

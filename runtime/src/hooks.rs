@@ -66,6 +66,12 @@ pub trait KernelObserver: Send + Sync {
     fn before(&self, run: &KernelRun<'_>);
     /// After it ran.
     fn after(&self, run: &KernelRun<'_>);
+    /// Whether it reads `inputs` and `outputs`: when no observer of a run
+    /// does, they stay empty and nothing is copied (a time log of a model
+    /// would otherwise copy every weight each kernel reads, per kernel).
+    fn reads_values(&self) -> bool {
+        true
+    }
 }
 
 thread_local! {
@@ -170,6 +176,11 @@ pub(crate) struct Observers {
 }
 
 impl Observers {
+    /// Whether any observer reads the kernels' values.
+    pub(crate) fn reads_values(&self) -> bool {
+        self.all.iter().any(|o| o.reads_values())
+    }
+
     pub(crate) fn before(&self, run: &KernelRun<'_>) {
         suspended(|| self.all.iter().for_each(|o| o.before(run)));
     }
@@ -203,6 +214,10 @@ struct TimeLog;
 
 impl KernelObserver for TimeLog {
     fn before(&self, _: &KernelRun<'_>) {}
+
+    fn reads_values(&self) -> bool {
+        false
+    }
 
     fn after(&self, r: &KernelRun<'_>) {
         eprintln!(

@@ -595,8 +595,10 @@ impl SimProgram {
     ) -> Result<LaunchReport, RuntimeError> {
         let dev = sim_device();
         let p = &self.prog;
+        let values = hooks.reads_values();
         let arrays = |ids: &[tilejit_ir::kernel::BufId]| -> Result<Vec<Array>, RuntimeError> {
             ids.iter()
+                .filter(|_| values)
                 .map(|b| {
                     let ty = p.buffers[b.0 as usize].ty;
                     let buf = &bufs[b.0 as usize];

@@ -213,3 +213,63 @@ fn log_time_and_dump_values_cover_every_kernel_run() {
         assert!(results.contains(&want), "{want:?} not dumped: {files:?}");
     }
 }
+
+/// Records what each kernel run showed it: (inputs, outputs, timed).
+struct Seen {
+    values: bool,
+    runs: Mutex<Vec<(usize, usize, bool)>>,
+}
+
+impl tilejit_runtime::hooks::KernelObserver for Seen {
+    fn before(&self, _: &tilejit_runtime::hooks::KernelRun<'_>) {}
+    fn after(&self, r: &tilejit_runtime::hooks::KernelRun<'_>) {
+        let run = (r.inputs.len(), r.outputs.len(), r.elapsed.is_some());
+        self.runs.lock().unwrap().push(run);
+    }
+    fn reads_values(&self) -> bool {
+        self.values
+    }
+}
+
+/// An observer that reads no values (what `TILEJIT_LOG=time` is) gets
+/// its times and no copies, on Host and on Sim; one that reads them, with
+/// another beside it that does not, gets every kernel's buffers.
+#[test]
+fn observers_that_read_no_values_get_no_copies() {
+    let q = Tensor::from_vec(vec![0.5f32, -1.0, 2.0, 0.0], &[2, 2]).unwrap();
+    for mode in [RunMode::Host, RunMode::Sim] {
+        let quiet = Arc::new(Seen {
+            values: false,
+            runs: Mutex::new(Vec::new()),
+        });
+        with_mode(mode, || {
+            tilejit_runtime::hooks::with_observer(quiet.clone(), || attend(&q, &q).unwrap())
+        });
+        let runs = quiet.runs.lock().unwrap().clone();
+        assert!(!runs.is_empty(), "{mode:?}");
+        assert!(
+            runs.iter().all(|&r| r == (0, 0, true)),
+            "{mode:?}: {runs:?}"
+        );
+        let (reader, other) = (
+            Arc::new(Seen {
+                values: true,
+                runs: Mutex::new(Vec::new()),
+            }),
+            Arc::new(Seen {
+                values: false,
+                runs: Mutex::new(Vec::new()),
+            }),
+        );
+        with_mode(mode, || {
+            tilejit_runtime::hooks::with_observer(reader.clone(), || {
+                tilejit_runtime::hooks::with_observer(other.clone(), || attend(&q, &q).unwrap())
+            })
+        });
+        let runs = reader.runs.lock().unwrap().clone();
+        assert!(
+            !runs.is_empty() && runs.iter().all(|&(i, o, t)| i > 0 && o > 0 && t),
+            "{mode:?}: {runs:?}"
+        );
+    }
+}

@@ -88,11 +88,16 @@ impl HostProgram {
                 }
                 continue;
             };
-            // Observed: the kernel's values are read on the host.
-            if let Some(m) = mixed.as_deref_mut() {
+            // Observed: the kernel's values are read on the host (copied
+            // only for an observer that reads them).
+            let values = h.reads_values();
+            if let (Some(m), true) = (mixed.as_deref_mut(), values) {
                 m.pull_to_host(self, &k.read_buffers(), &mut slots)?;
             }
-            let inputs = self.slot_arrays(&slots, &k.read_buffers())?;
+            let inputs = match values {
+                true => self.slot_arrays(&slots, &k.read_buffers())?,
+                false => Vec::new(),
+            };
             let mut event = KernelRun {
                 program: &self.name,
                 run: h.run,
@@ -109,11 +114,16 @@ impl HostProgram {
                 None => self.run_kernel(i, &mut slots, params, &limits, stop)?,
                 Some(m) => {
                     m.run_kernel(self, i, &mut slots, params, &limits, stop)?;
-                    m.pull_to_host(self, &k.stored_buffers(), &mut slots)?;
+                    if values {
+                        m.pull_to_host(self, &k.stored_buffers(), &mut slots)?;
+                    }
                 }
             }
             let elapsed = start.elapsed();
-            let outputs = self.slot_arrays(&slots, &k.stored_buffers())?;
+            let outputs = match values {
+                true => self.slot_arrays(&slots, &k.stored_buffers())?,
+                false => Vec::new(),
+            };
             event.outputs = &outputs;
             event.elapsed = Some(elapsed);
             h.after(&event);
