@@ -28,8 +28,8 @@ thread_local! {
     /// The image with its zero padding, for a direct (stride 1) call.
     static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// The weights, packed once per call.
-    static SHARED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// The strip one worker packs, for a call of another stride.
+    static WEIGHTS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The strip one worker packs (none when strips are read in place).
     static STRIP: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -174,7 +174,7 @@ fn conv_with(
         || image.is_none_or(|n| img.len() < n)
         || cg.checked_mul(win.size()) != Some(wv.cols)
         || wv.rows != ov.rows
-        || ov.cols != oh * ow
+        || oh.checked_mul(ow) != Some(ov.cols)
         || !inside(&wv, w.len())
         || !inside(&ov, out.len())
         || (ov.rows > 1 && ov.row_stride < ov.cols)
@@ -245,7 +245,14 @@ fn conv_with(
     // the output rows, every strip lies in one row and the micro-kernel
     // reads those runs in place (a tile that pads the channels at most
     // 1/8 more is worth it); otherwise each strip's values are packed.
-    let direct = g.sw == 1;
+    // Padding that would make the copy much bigger than the image (huge
+    // pads under a huge row stride) packs tap by tap instead.
+    let (hp, wp) = (
+        ic.h + g.pt + win.pad[2] as usize,
+        ic.w + g.pl + win.pad[3] as usize,
+    );
+    let padded_len = cg.checked_mul(hp).and_then(|n| n.checked_mul(wp));
+    let direct = g.sw == 1 && padded_len.is_some_and(|n| n <= 4 * cg * ic.h * ic.w + (1 << 16));
     let pad_o = |t: Tile| o.div_ceil(t.shape().1) * t.shape().1;
     let in_place = Tile::supported()
         .iter()
@@ -260,10 +267,6 @@ fn conv_with(
         // spends on the whole product.
         return Ok(false);
     }
-    let (hp, wp) = (
-        ic.h + g.pt + win.pad[2] as usize,
-        ic.w + g.pl + win.pad[3] as usize,
-    );
     // Strips of `nr` output pixels: (first pixel, pixels).
     let strips: Vec<Strip> = (0..p).step_by(nr).map(|p0| (p0, nr.min(p - p0))).collect();
     // Per window value `q`: its offset in the padded image from a strip's
@@ -280,14 +283,14 @@ fn conv_with(
     };
     // A packed strip's rows.
     let packed_rows: Vec<usize> = (0..k).map(|q| q * nr).collect();
-    let padded_len = if direct { cg * hp * wp } else { 0 };
+    let padded_len = padded_len.filter(|_| direct).unwrap_or(0);
     let par = threads > 1 && strips.len() > 1;
     with_scratch(&PADDED, padded_len, |padded| {
         if direct {
             pad_image(img, &g, hp, wp, padded);
         }
         let padded = &*padded;
-        with_scratch(&SHARED, cstrips * k * mr, |apack| {
+        with_scratch(&WEIGHTS, cstrips * k * mr, |apack| {
             let fill = |(c, a): (usize, &mut [f32])| pack_weights(&rows, c * mr, mr, a);
             if par {
                 apack.par_chunks_mut(k * mr).enumerate().for_each(fill);
@@ -698,6 +701,15 @@ mod tests {
             (3, 5, 48, 8, win(3, 3, (1, 1), [1, 1, 1, 1], (1, 1), 1)),
             (4, 7, 34, 12, win(3, 3, (2, 1), [0, 1, 2, 1], (1, 2), 1)),
             (4, 6, 16, 9, win(3, 3, (1, 1), [1, 1, 1, 1], (1, 1), 2)),
+            // Rows of padding far bigger than the image under a row stride
+            // as big: packed tap by tap (every window's rows in the padding).
+            (
+                2,
+                5,
+                5,
+                3,
+                win(3, 3, (u32::MAX, 1), [1 << 31, 1, 1 << 31, 1], (1, 1), 1),
+            ),
         ]
     }
 
