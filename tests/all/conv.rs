@@ -983,6 +983,13 @@ fn nchw_convs_match_the_definition_on_one_and_two_threads() {
             c((1, 1), (1, 1), (1, 1), 1),
         ),
         ([3, 6, 32, 32], [48, 3, 3, 3], c((1, 1), (1, 1), (1, 1), 2)),
+        // More channels than pixels (the direct kernel declines) over two
+        // blocks of 1024 per image: one build of the window rows for both.
+        (
+            [2, 1, 25, 25],
+            [2048, 1, 3, 3],
+            c((1, 1), (1, 1), (1, 1), 1),
+        ),
     ];
     for (i, (xs, ws, o)) in cases.into_iter().enumerate() {
         let x = Tensor::randn(&xs, 200 + i as u64);

@@ -481,16 +481,30 @@ impl HostProgram {
                 let img = &x[bi * image..(bi + 1) * image];
                 let mut blocks = blocks.into_iter().zip(out.chunks_mut(nb * m));
                 for gi in 0..groups {
+                    // Blocks the direct kernel declines (all of a group's
+                    // or none: they share their shape) share one build of
+                    // the window rows.
+                    let mut declined = Vec::new();
                     for j in 0..parts {
                         let ch0 = gi * ng + j * nb;
                         let (bufs, o) = blocks.next().ok_or_else(mismatch)?;
                         let av = weights_view(mm, ch0, nb);
-                        if !conv_f32_nchw(img, ic, gi, (w, av), (&mut *o, ov), 1)? {
-                            with_cols(img, mm, ic, gi, 1, |cols, bv| {
-                                Ok(matmul_f32_strided((w, av), (cols, bv), (&mut *o, ov), 1)?)
-                            })?;
+                        if declined.is_empty()
+                            && conv_f32_nchw(img, ic, gi, (w, av), (&mut *o, ov), 1)?
+                        {
+                            epilogue(bi, ch0, o, bufs)?;
+                        } else {
+                            declined.push((ch0, av, o, bufs));
                         }
-                        epilogue(bi, ch0, o, bufs)?;
+                    }
+                    if !declined.is_empty() {
+                        with_cols(img, mm, ic, gi, 1, |cols, bv| {
+                            for (ch0, av, o, bufs) in declined {
+                                matmul_f32_strided((w, av), (cols, bv), (&mut *o, ov), 1)?;
+                                epilogue(bi, ch0, o, bufs)?;
+                            }
+                            Ok(())
+                        })?;
                     }
                 }
                 Ok(())
