@@ -910,14 +910,14 @@ fn check_dropout(n: &Node, cx: &Cx) -> Result<()> {
     // Known at load (constants): a training run that drops values fails
     // here; graph inputs are value-keyed and checked when tracing.
     let known = |i: usize| n.inputs.get(i).and_then(|t| cx.consts.get(t));
-    dropout_keeps_all(n, known(1), known(2))
+    require_no_drops(n, known(1), known(2))
 }
 
-/// Whether a Dropout with this `ratio` and `training_mode` (each absent,
-/// or a known value) passes its input through: inference, or training
-/// with a ratio of 0. Training with another ratio drops values at random
+/// Fails unless a Dropout with this `ratio` and `training_mode` (each
+/// absent, or a known value) passes its input through: inference, or
+/// training with a ratio of 0. Training with another ratio drops values at random
 /// (onnx's reference draws them from numpy's generator): unsupported.
-fn dropout_keeps_all(n: &Node, ratio: Option<&Tensor>, training: Option<&Tensor>) -> Result<()> {
+fn require_no_drops(n: &Node, ratio: Option<&Tensor>, training: Option<&Tensor>) -> Result<()> {
     let training = match training {
         Some(t) => floats_of(n, "training_mode", t)?.iter().any(|&v| v != 0.0),
         None => false,
@@ -942,7 +942,7 @@ fn dropout_keeps_all(n: &Node, ratio: Option<&Tensor>, training: Option<&Tensor>
 fn build_dropout(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let x = req(n, ins, 0)?;
     let opt = |i: usize| ins.get(i).and_then(|t| t.as_ref());
-    dropout_keeps_all(n, opt(1), opt(2))?;
+    require_no_drops(n, opt(1), opt(2))?;
     let mut out = vec![x.clone()];
     if n.outputs.get(1).is_some_and(|o| !o.is_empty()) {
         let dtype = if cx.opset < 10 {
