@@ -110,6 +110,16 @@ pub fn with_deadline<R>(after: Duration, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs `f` under `limits`, another thread's: a run moved to a pool
+/// thread keeps its caller's limits, for the runs its observers make too.
+pub(crate) fn with_limits<R>(limits: Limits, f: impl FnOnce() -> R) -> R {
+    if limits.is_none() && !any() {
+        return f();
+    }
+    let _scope = Scope::enter(|l| *l = limits);
+    f()
+}
+
 /// The limits in effect on this thread.
 pub fn current() -> Limits {
     LIMITS.with(|l| l.borrow().clone())

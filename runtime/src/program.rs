@@ -148,7 +148,7 @@ impl Program {
 
     /// Runs the program's native kernels on concrete inputs and parameter
     /// values.
-    pub fn run<A: std::borrow::Borrow<Array>>(
+    pub fn run<A: std::borrow::Borrow<Array> + Sync>(
         &self,
         inputs: &[A],
         params: &[Lit],

@@ -273,3 +273,48 @@ fn observers_that_read_no_values_get_no_copies() {
         );
     }
 }
+
+/// Two products big enough to spread over the pool's threads.
+#[jit]
+fn two_products(x: &Tensor) -> Tensor {
+    x.matmul(x).tanh().matmul(x)
+}
+
+#[test]
+fn a_run_moved_onto_the_pool_keeps_its_callers_hooks() {
+    let x = Tensor::randn(&[256, 256], 4) * (1.0 / 16.0);
+    let want = with_mode(RunMode::Reference, || two_products(&x).unwrap());
+    let n = {
+        let _ = with_mode(RunMode::Host, || two_products(&x).unwrap());
+        kernel_count(two_products::jit())
+    };
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    // The hook computes on tensors too: those runs are not observed.
+    let hooks = Hooks::new().after(move |e| {
+        let total = e.outputs()[0].sum(-1, false).sum(-1, false);
+        let total = total.item::<f32>().unwrap();
+        s.lock()
+            .unwrap()
+            .push((e.index(), total, std::thread::current().id()));
+    });
+    let caller = std::thread::current().id();
+    let y = with_mode(RunMode::Host, || {
+        with_hooks(&hooks, || two_products(&x).unwrap())
+    });
+    let (got, w) = (y.to_vec::<f32>().unwrap(), want.to_vec::<f32>().unwrap());
+    for (g, w) in got.iter().zip(&w) {
+        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{g} vs {w}");
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        seen.iter().map(|s| s.0).collect::<Vec<_>>(),
+        (0..n).collect::<Vec<_>>()
+    );
+    let last: f32 = w.iter().sum();
+    assert!((seen[n - 1].1 - last).abs() <= 1e-3 * (1.0 + last.abs()));
+    // With two pool threads or more the run moved, hooks and all.
+    if rayon::current_num_threads() > 1 {
+        assert!(seen.iter().all(|s| s.2 != caller));
+    }
+}

@@ -13,6 +13,9 @@ use tilejit_ir::fallible::filled;
 use tilejit_ir::kernel::{Kernel, MatView};
 use tilejit_ir::{DType, IrError, Lit};
 
+/// Below this many multiply-adds a matmul runs on the calling thread.
+pub(super) const PARALLEL_MIN: usize = 1 << 18;
+
 impl HostProgram {
     pub(super) fn matmul(
         &self,
@@ -24,7 +27,7 @@ impl HostProgram {
             return self.conv(slots, mm, ic, out_dtype);
         }
         let dims = [mm.batch, mm.m, mm.k, mm.n];
-        let threads = if mm.m * mm.n * mm.k >= 1 << 18 {
+        let threads = if mm.m * mm.n * mm.k >= PARALLEL_MIN {
             rayon::current_num_threads()
         } else {
             1

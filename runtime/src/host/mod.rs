@@ -53,6 +53,9 @@ pub struct HostProgram {
     constants: Vec<Array>,
     /// The short way through a one-kernel program, when it has one.
     tiny: Option<Tiny>,
+    /// Whether a run from outside the rayon pool moves onto it: the
+    /// program launches several kernels over the pool's threads.
+    on_pool: bool,
 }
 
 impl HostProgram {
@@ -152,7 +155,10 @@ impl HostProgram {
             })
             .collect::<Vec<_>>();
         let tiny = Tiny::plan(&prog, &code, &fixed_args, &idle);
+        let on_pool = prog.kernels.iter().filter(|k| runs_in_parallel(k)).count() >= 2
+            && rayon::current_num_threads() > 1;
         Ok(HostProgram {
+            on_pool,
             name: name.to_string(),
             prog,
             code,
@@ -178,6 +184,16 @@ impl HostProgram {
     pub fn constants(&self) -> &[Array] {
         &self.constants
     }
+}
+
+/// Whether kernel `k` may spread over the pool's threads (as `launch`
+/// and the matmul paths decide, by its size).
+fn runs_in_parallel(k: &tilejit_ir::kernel::Kernel) -> bool {
+    let work = k.domain.iter().product::<usize>();
+    work >= PARALLEL_MIN
+        || k.matmul
+            .as_ref()
+            .is_some_and(|m| m.im2col.is_some() || m.m * m.n * m.k >= matmul::PARALLEL_MIN)
 }
 
 /// Starts rayon's threads (once per process) without waiting for them, so
