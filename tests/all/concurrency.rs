@@ -187,3 +187,42 @@ fn a_body_that_joins_a_thread_calling_its_own_signature_returns() {
     let e = inner.unwrap_err();
     assert!(e.contains("deadlocks") && e.contains("f32[3]"), "{e}");
 }
+
+/// Three products big enough to spread over the pool's threads: a call
+/// from outside the pool runs on it, with the other workers kept awake.
+#[jit]
+fn three_products(x: &Tensor, w: &Tensor) -> Tensor {
+    x.matmul(w).tanh().matmul(w).tanh().matmul(w)
+}
+
+/// Many threads calling a program that moves onto the pool (each run
+/// keeping the other workers spinning for it), some from inside rayon
+/// jobs, all at once: every call finishes with the answer one thread gets
+/// alone, under a watchdog in case runs waiting on each other hang.
+#[test]
+fn concurrent_runs_on_the_pool_all_finish() {
+    use rayon::prelude::*;
+    let x = Tensor::randn(&[128, 256], 6);
+    let w = Tensor::randn(&[256, 256], 7) * (1.0 / 16.0);
+    let want = vals(&three_products(&x, &w).unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    for t in 0..6 {
+        let (x, w, want, tx) = (x.clone(), w.clone(), want.clone(), tx.clone());
+        std::thread::spawn(move || {
+            let ok = if t % 2 == 0 {
+                (0..10).all(|_| three_products(&x, &w).is_ok_and(|y| vals(&y) == want))
+            } else {
+                (0..10)
+                    .into_par_iter()
+                    .all(|_| three_products(&x, &w).is_ok_and(|y| vals(&y) == want))
+            };
+            let _ = tx.send((t, ok));
+        });
+    }
+    for _ in 0..6 {
+        match rx.recv_timeout(std::time::Duration::from_secs(120)) {
+            Ok((t, ok)) => assert!(ok, "thread {t}: a wrong result"),
+            Err(e) => panic!("no answer within 120 s ({e}): runs on the pool deadlocked"),
+        }
+    }
+}

@@ -11,6 +11,7 @@
 //! `plan` the short way for one small kernel; `matmul` matmul and tiled
 //! matmul kernels; `conv` convolution kernels.
 
+mod awake;
 mod conv;
 mod matmul;
 mod plan;

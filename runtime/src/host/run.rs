@@ -37,6 +37,7 @@ impl HostProgram {
         let limits = crate::cancel::current();
         if self.on_pool && rayon::current_thread_index().is_none() {
             return rayon::scope(|_| {
+                let _awake = super::awake::Awake::start();
                 crate::cancel::with_limits(limits.clone(), || {
                     self.run_observed(inputs, params, None, hooks, &limits)
                 })
