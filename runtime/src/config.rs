@@ -11,6 +11,7 @@
 //! | `TILEJIT_PROFILE` | a directory | off | every Sim launch writes a Chrome trace (open in Perfetto) there |
 //! | `TILEJIT_SIM_POLICY` | `fifo`, `newest-first`, `fair` | `fifo` | the device scheduler's ready-queue policy for Sim launches |
 //! | `TILEJIT_WARMUP` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | the first tensor of a process has a rayon pool thread compile a small kernel, so the first real compile finds Cranelift warm |
+//! | `TILEJIT_WINOGRAD` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | host 3x3 convolutions at stride 1 over blocks of 16 channels and big enough images run as Winograd F(4x4, 3x3): about 1.8x faster, with rounding errors of a few 1e-6 of the output's scale instead of ~1e-7; off runs them as direct products |
 //! | `TILEJIT_CACHE_DIR` | a directory, or `off` | `$XDG_CACHE_HOME/tilejit`, else `~/.cache/tilejit` | where the on-disk kernel cache lives; `off` disables it (so does having neither `XDG_CACHE_HOME` nor `HOME`). It must be absolute, owned by you and not writable by group or others, else the cache is off and stderr says why |
 //! | `TILEJIT_CACHE_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `1G` | bound of the on-disk kernel cache (least recently used files go first); `0` disables it |
 
@@ -32,6 +33,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     ("TILEJIT_PROFILE", "a directory"),
     ("TILEJIT_SIM_POLICY", "fifo, newest-first or fair"),
     ("TILEJIT_WARMUP", "0 or 1 (also off/on, false/true, no/yes)"),
+    (
+        "TILEJIT_WINOGRAD",
+        "0 or 1 (also off/on, false/true, no/yes)",
+    ),
     ("TILEJIT_CACHE_DIR", "a directory, or off"),
     (
         "TILEJIT_CACHE_BYTES",
@@ -88,6 +93,9 @@ pub struct Config {
     pub sim_policy: Option<Policy>,
     /// `TILEJIT_WARMUP`: whether the first tensor starts a compiler warm-up.
     pub warmup: bool,
+    /// `TILEJIT_WINOGRAD`: whether host 3x3 convolutions that fit run as
+    /// Winograd F(4x4, 3x3).
+    pub winograd: bool,
     /// `TILEJIT_CACHE_DIR`, else `$XDG_CACHE_HOME/tilejit`, else
     /// `$HOME/.cache/tilejit`: the on-disk kernel cache; `None` is off.
     pub cache_dir: Option<PathBuf>,
@@ -105,6 +113,7 @@ impl Default for Config {
             profile_dir: None,
             sim_policy: None,
             warmup: true,
+            winograd: true,
             cache_dir: None,
             cache_bytes: DEFAULT_CACHE_BYTES,
         }
@@ -164,6 +173,12 @@ impl Config {
                 None => ignore("TILEJIT_WARMUP", &v),
             }
         }
+        if let Some(v) = text(&var, "TILEJIT_WINOGRAD") {
+            match parse_switch(&v) {
+                Some(on) => c.winograd = on,
+                None => ignore("TILEJIT_WINOGRAD", &v),
+            }
+        }
         c.cache_dir = cache_dir(&var);
         if let Some(v) = text(&var, "TILEJIT_CACHE_BYTES") {
             match parse_bytes(&v) {
@@ -217,6 +232,7 @@ mod tests {
             ("TILEJIT_PROFILE", "/tmp/p"),
             ("TILEJIT_SIM_POLICY", "newest"),
             ("TILEJIT_WARMUP", "off"),
+            ("TILEJIT_WINOGRAD", "no"),
             ("TILEJIT_CACHE_DIR", "/tmp/c"),
             ("TILEJIT_CACHE_BYTES", "64M"),
         ]);
@@ -232,6 +248,7 @@ mod tests {
             profile_dir: Some("/tmp/p".into()),
             sim_policy: Some(Policy::NewestFirst),
             warmup: false,
+            winograd: false,
             cache_dir: Some("/tmp/c".into()),
             cache_bytes: 64 << 20,
         };

@@ -1009,6 +1009,41 @@ fn nchw_convs_match_the_definition_on_one_and_two_threads() {
     }
 }
 
+/// 3x3 convolutions at stride 1 over blocks of 16 channels and at least
+/// 49 tiles of 4x4 pixels, which run as Winograd F(4x4, 3x3) where each
+/// image has a thread of its own (batch 3, or one thread): with bias, with
+/// partial tiles at the right and bottom edges, padded or not, against
+/// the f64 definition on every backend. Weights are scaled as a network's
+/// are (by 1/sqrt(c * 9)), so outputs are near 1: Winograd's rounding is
+/// a few 1e-6 of the output's scale, not of each element.
+#[test]
+fn winograd_convs_match_the_definition() {
+    let c = |p| Conv2d {
+        padding: p,
+        ..Conv2d::default()
+    };
+    let cases = [
+        ([3, 16, 28, 30], [32, 16, 3, 3], c((1, 1))),
+        ([1, 32, 30, 27], [16, 32, 3, 3], c((0, 0))),
+    ];
+    for (i, (xs, ws, o)) in cases.into_iter().enumerate() {
+        let x = Tensor::randn(&xs, 400 + i as u64);
+        let w = Tensor::randn(&ws, 420 + i as u64) * (1.0 / (9.0 * ws[1] as f64).sqrt());
+        let bias = Tensor::randn(&[ws[0]], 440 + i as u64);
+        let want = conv_def(&x, &w, Some(&bias), o);
+        for threads in [1, 2] {
+            on_threads(threads, || {
+                check_modes(
+                    &format!("{xs:?} {ws:?} {o:?} on {threads} threads"),
+                    &want,
+                    5e-5,
+                    || x.conv2d_with(&w, Some(&bias), o),
+                )
+            });
+        }
+    }
+}
+
 /// Convolutions from several user threads at once, and from inside a
 /// rayon pool whose workers each run one (the host's direct kernel packs
 /// into per-thread scratch, and a worker that waits inside a parallel

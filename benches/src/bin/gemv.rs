@@ -54,13 +54,13 @@ fn main() {
         let want = with_mode(RunMode::Reference, || f(&x, &ws[0])).expect("reference");
         let g: Vec<f64> = y
             .to_vec::<f32>()
-            .unwrap()
+            .expect("f32")
             .into_iter()
             .map(f64::from)
             .collect();
         let r: Vec<f64> = want
             .to_vec::<f32>()
-            .unwrap()
+            .expect("f32")
             .into_iter()
             .map(f64::from)
             .collect();

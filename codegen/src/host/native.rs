@@ -14,6 +14,7 @@
 use tilejit_ir::kernel::MatView;
 
 pub use conv::conv_f32_nchw;
+pub use winograd::{conv_f32_winograd, winograd_fits, WinogradWeights};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -24,6 +25,7 @@ mod gemv;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
 pub mod sys;
+mod winograd;
 
 use super::layout::{ArgLayout, CheckedArgs};
 use super::BlockMath;

@@ -18,7 +18,8 @@ use rayon::prelude::*;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use tilejit_codegen::host::{
-    conv_f32_nchw, matmul_f32_strided, matmul_f32_strided_col_split, BufArg, GemmView,
+    conv_f32_nchw, conv_f32_winograd, matmul_f32_strided, matmul_f32_strided_col_split,
+    winograd_fits, BufArg, GemmView, WinogradWeights,
 };
 use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul};
 use tilejit_ir::{DType, IrError, Lit};
@@ -73,8 +74,25 @@ impl HostProgram {
         {
             return Err(mismatch());
         }
+        // Winograd where each image runs on one thread (one image over
+        // two threads ran no faster than the direct kernel).
+        let wino = match threads == 1 || mm.batch >= threads {
+            true => winograd_weights(w, mm, ic)?,
+            false => None,
+        };
         let one = |(b, ob): (usize, &mut [f32]), inner: usize| {
-            conv_image(&x[b * image..(b + 1) * image], w, ob, mm, ic, inner)
+            let img = &x[b * image..(b + 1) * image];
+            if let Some(u) = &wino {
+                let ov = GemmView {
+                    offset: 0,
+                    rows: mm.n,
+                    cols: mm.m,
+                    row_stride: mm.m,
+                    col_stride: 1,
+                };
+                return Ok(conv_f32_winograd(img, ic, u, 0, (ob, ov), inner)?);
+            }
+            conv_image(img, w, ob, mm, ic, inner)
         };
         let r = if per_out == 0 {
             Ok(())
@@ -91,6 +109,24 @@ impl HostProgram {
         slots[mm.out.0 as usize] = Slot::Owned(out);
         r
     }
+}
+
+/// The weights of an NCHW convolution that runs as Winograd F(4x4, 3x3)
+/// (`winograd_fits`: 3x3 at stride 1, channels and outputs in blocks of
+/// 16, images of enough tiles), transformed once for all its images.
+fn winograd_weights(
+    w: &[f32],
+    mm: &MatMul,
+    ic: &Im2Col,
+) -> Result<Option<WinogradWeights>, RuntimeError> {
+    if !crate::config::config().winograd || !mm.nchw || !winograd_fits(ic, mm.n) || mm.m == 0 {
+        return Ok(None);
+    }
+    Ok(Some(WinogradWeights::new(
+        w,
+        weights_view(mm, 0, mm.n),
+        ic.c,
+    )?))
 }
 
 /// One image's convolution: `out` (`[m, n]`) from `img` (`[c, h, w]`) and
@@ -440,6 +476,11 @@ impl HostProgram {
             slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
             return Err(mismatch());
         }
+        // Winograd when the blocks are whole blocks of 16 outputs.
+        let wino = match nb.is_multiple_of(16) {
+            true => winograd_weights(w, mm, ic)?,
+            false => None,
+        };
         let base = layout.args(k, params);
         code.launches.fetch_add(1, Ordering::Relaxed);
         let accesses: Vec<(bool, Vec<i64>)> = k
@@ -489,7 +530,10 @@ impl HostProgram {
                         let ch0 = gi * ng + j * nb;
                         let (bufs, o) = blocks.next().ok_or_else(mismatch)?;
                         let av = weights_view(mm, ch0, nb);
-                        if declined.is_empty()
+                        if let Some(u) = &wino {
+                            conv_f32_winograd(img, ic, u, ch0, (&mut *o, ov), 1)?;
+                            epilogue(bi, ch0, o, bufs)?;
+                        } else if declined.is_empty()
                             && conv_f32_nchw(img, ic, gi, (w, av), (&mut *o, ov), 1)?
                         {
                             epilogue(bi, ch0, o, bufs)?;

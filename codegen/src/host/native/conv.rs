@@ -365,7 +365,7 @@ fn pad_image(img: &[f32], g: &Geometry, hp: usize, wp: usize, padded: &mut [f32]
 
 /// Runs `f` on this thread's scratch `key` grown to `len` floats (a fresh
 /// buffer when a caller up the stack holds it); no memory is an error.
-fn with_scratch<R>(
+pub(super) fn with_scratch<R>(
     key: &'static std::thread::LocalKey<RefCell<Vec<f32>>>,
     len: usize,
     f: impl FnOnce(&mut [f32]) -> Result<R, CodegenError>,

@@ -1,0 +1,851 @@
+//! Winograd F(4x4, 3x3) convolutions (Lavin and Gray, 2015) for 3x3
+//! windows at stride 1: each 4x4 block of output pixels is
+//! `A^T [(G g G^T) . (B^T d B)] A` over its 6x6 input tile `d`, so the
+//! products become 36 GEMMs of `tiles x channels` by `channels x
+//! outputs`: 36 multiply-adds per 16 outputs and channel pair, against
+//! 144 for the direct product. The image is first copied channels-last
+//! with its zero padding, so every transform works on 16 channels (or 16
+//! outputs) at a time in vector lanes; the weights' transform is made
+//! once per call ([`WinogradWeights`]) and shared by the call's images.
+//! Only whole blocks of 16 channels and outputs take this path, and only
+//! images of enough tiles that the GEMMs are not all packing (see
+//! [`winograd_fits`]). The transforms are plain bounds-checked Rust over
+//! fixed-size lane arrays, compiled for AVX-512 where the CPU has it; the
+//! GEMMs are `gemm`'s. Rounding: the transforms' constants (1/6, 1/24,
+//! sums of up to 36 terms) leave errors of a few 1e-6 of the output's
+//! scale, about ten times the direct product's.
+
+// The transforms' loops index the second axis of `[column][row]` arrays.
+#![allow(clippy::needless_range_loop)]
+
+use super::conv::with_scratch;
+use super::{matmul_f32_strided, GemmView};
+use crate::CodegenError;
+use rayon::prelude::*;
+use std::cell::RefCell;
+use tilejit_ir::kernel::Im2Col;
+
+/// Lanes: channels or output channels transformed together.
+const L: usize = 16;
+/// Points of a transformed 6x6 tile (one GEMM each).
+const POINTS: usize = 36;
+/// Output pixels per tile side.
+const M: usize = 4;
+/// Input pixels per tile side (`M + 3 - 1`).
+const T6: usize = 6;
+/// The fewest tiles per image worth the path: below it the GEMMs have
+/// so few rows that `gemm` spends their time packing the weights (a
+/// 28x28 image has 49; a 14x14 one, 16, ran slower than the direct
+/// kernel).
+const MIN_TILES: usize = 49;
+
+thread_local! {
+    /// The image channels-last with its zero padding: `[hp, wp, c]`.
+    static CHANNELS_LAST: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The transformed input: `[point, tile, c]`.
+    static INPUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The 36 products: `[point, tile, outputs]`.
+    static PRODUCTS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether a convolution of geometry `ic` into `o` output channels runs
+/// as Winograd F(4x4, 3x3): a 3x3 window of stride and dilation 1, one
+/// group, channels and outputs in whole blocks of 16, and at least
+/// [`MIN_TILES`] tiles per image.
+pub fn winograd_fits(ic: &Im2Col, o: usize) -> bool {
+    let win = &ic.window;
+    let Some((oh, ow)) = win.out(ic.h, ic.w) else {
+        return false;
+    };
+    (win.kh, win.kw, win.stride, win.dilation, win.groups) == (3, 3, (1, 1), (1, 1), 1)
+        && ic.c > 0
+        && ic.c.is_multiple_of(L)
+        && o > 0
+        && o.is_multiple_of(L)
+        && oh.div_ceil(M) * ow.div_ceil(M) >= MIN_TILES
+}
+
+/// A 3x3 convolution's weights transformed for [`conv_f32_winograd`]:
+/// `G g G^T` per output and input channel, stored `[point, c, o]`.
+#[derive(Debug)]
+pub struct WinogradWeights {
+    c: usize,
+    o: usize,
+    u: Vec<f32>,
+}
+
+impl WinogradWeights {
+    /// Transforms OIHW 3x3 weights read through `wv` (rows: the `o`
+    /// output channels, a multiple of 16; columns: `c * 9`, unit stride).
+    /// An error when the view does not fit `w` or the sizes disagree.
+    pub fn new(w: &[f32], wv: GemmView, c: usize) -> Result<WinogradWeights, CodegenError> {
+        let o = wv.rows;
+        let fits = wv.col_stride == 1
+            && c.checked_mul(9) == Some(wv.cols)
+            && o.is_multiple_of(L)
+            && wv.end().is_some_and(|e| e <= w.len());
+        let len = POINTS.checked_mul(c).and_then(|x| x.checked_mul(o));
+        let (true, Some(len)) = (fits, len) else {
+            return Err(bad(format!(
+                "3x3 weights {wv:?} ({} elements) for {c} channels do not fit",
+                w.len()
+            )));
+        };
+        let mut u = Vec::new();
+        u.try_reserve_exact(len)
+            .map_err(|_| bad(format!("no memory for {len} transformed weights")))?;
+        u.resize(len, 0.0);
+        weights_v(w, wv, c, o, &mut u);
+        Ok(WinogradWeights { c, o, u })
+    }
+
+    /// Output channels.
+    pub fn outputs(&self) -> usize {
+        self.o
+    }
+}
+
+/// One image's convolution by Winograd F(4x4, 3x3): output channels
+/// `o0..o0 + ov.rows` (a multiple of 16) of `u` into `out`'s rows (`ov`:
+/// those channels by `oh * ow` pixels, unit column stride), from `img`
+/// (`[c, h, w]`) of geometry `ic`, which [`winograd_fits`] accepted. The
+/// 36 GEMMs split over up to `threads` threads. An error when a view does
+/// not fit its buffer or the shapes disagree.
+pub fn conv_f32_winograd(
+    img: &[f32],
+    ic: &Im2Col,
+    u: &WinogradWeights,
+    o0: usize,
+    (out, ov): (&mut [f32], GemmView),
+    threads: usize,
+) -> Result<(), CodegenError> {
+    let (c, nb) = (ic.c, ov.rows);
+    let (oh, ow) = ic.window.out(ic.h, ic.w).unwrap_or((0, 0));
+    let image = c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
+    if !winograd_fits(ic, u.o)
+        || u.c != c
+        || image.is_none_or(|n| img.len() < n)
+        || !nb.is_multiple_of(L)
+        || o0.checked_add(nb).is_none_or(|e| e > u.o)
+        || oh.checked_mul(ow) != Some(ov.cols)
+        || ov.col_stride != 1
+        || (nb > 1 && ov.row_stride < ov.cols)
+        || ov.end().is_none_or(|e| e > out.len())
+    {
+        return Err(bad(format!(
+            "image of {} elements ({ic:?}), {}x{} transformed weights from output {o0} \
+             -> {ov:?} ({} elements) do not fit",
+            img.len(),
+            u.c,
+            u.o,
+            out.len()
+        )));
+    }
+    if nb == 0 {
+        return Ok(());
+    }
+    let (th, tw) = (oh.div_ceil(M), ow.div_ceil(M));
+    let tiles = th * tw;
+    let (hp, wp) = (M * th + 2, M * tw + 2);
+    let g = Tiles {
+        c,
+        h: ic.h,
+        w: ic.w,
+        pt: ic.window.pad[0] as usize,
+        pl: ic.window.pad[1] as usize,
+        wp,
+        tw,
+        tiles,
+    };
+    with_scratch(&CHANNELS_LAST, hp * wp * c, |xt| {
+        channels_last_v(img, &g, xt);
+        with_scratch(&INPUT, POINTS * tiles * c, |v| {
+            input_transform_v(xt, &g, v);
+            with_scratch(&PRODUCTS, POINTS * tiles * nb, |m| {
+                products(v, u, o0, nb, tiles, m, threads)?;
+                output_transform_v(m, &g, nb, (oh, ow), (&mut *out, ov));
+                Ok(())
+            })
+        })
+    })
+}
+
+/// An image's tiling.
+struct Tiles {
+    c: usize,
+    h: usize,
+    w: usize,
+    /// Top and left padding.
+    pt: usize,
+    pl: usize,
+    /// The channels-last copy's row length in pixels.
+    wp: usize,
+    /// Tiles per row.
+    tw: usize,
+    tiles: usize,
+}
+
+fn bad(message: String) -> CodegenError {
+    CodegenError::Launch {
+        kernel: "conv".into(),
+        message,
+    }
+}
+
+/// Defines `$name`, which runs `$body` (a transform over lane arrays,
+/// `#[inline(always)]`) compiled for AVX-512 when this CPU has it: the
+/// compiler then keeps each lane array in one register.
+macro_rules! vectorised {
+    ($name:ident = $body:ident($($arg:ident: $ty:ty),*)) => {
+        fn $name($($arg: $ty),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,fma")]
+                fn wide($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
+                let cpu = crate::host::cpu_features();
+                if cpu.avx512f && cpu.fma {
+                    // SAFETY: the CPU has AVX-512F and FMA, the features
+                    // `wide` is compiled with; its body is safe code.
+                    return unsafe { wide($($arg),*) };
+                }
+            }
+            $body($($arg),*)
+        }
+    };
+}
+
+vectorised!(weights_v = weights(w: &[f32], wv: GemmView, c: usize, o: usize, u: &mut [f32]));
+/// The channels-last copy, as [`input_transform_v`].
+fn channels_last_v(img: &[f32], g: &Tiles, xt: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if x86::usable() && x86::gathers_fit(g.c * g.h * g.w) {
+        // SAFETY: the CPU has AVX-512F and FMA (`usable`).
+        return unsafe { x86::channels_last(img, g, xt) };
+    }
+    channels_last(img, g, xt)
+}
+
+/// The input transform, in AVX-512 intrinsics where the CPU has them
+/// (written as lane arrays the compiler left scalar: 0.76 µs a tile).
+fn input_transform_v(xt: &[f32], g: &Tiles, v: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if x86::usable() {
+        // SAFETY: the CPU has AVX-512F and FMA (`usable`).
+        return unsafe { x86::input_transform(xt, g, v) };
+    }
+    input_transform(xt, g, v)
+}
+
+/// The output transform, as [`input_transform_v`].
+fn output_transform_v(
+    m: &[f32],
+    g: &Tiles,
+    nb: usize,
+    size: (usize, usize),
+    out: (&mut [f32], GemmView),
+) {
+    #[cfg(target_arch = "x86_64")]
+    if x86::usable() {
+        // SAFETY: the CPU has AVX-512F and FMA (`usable`).
+        return unsafe { x86::output_transform(m, g, nb, size, out) };
+    }
+    output_transform(m, g, nb, size, out)
+}
+
+type Lanes = [f32; L];
+
+#[inline(always)]
+fn lanes(f: impl Fn(usize) -> f32) -> Lanes {
+    std::array::from_fn(f)
+}
+
+/// `B^T d` for six lane arrays: the input transform along one axis.
+#[inline(always)]
+fn bt(d: &[Lanes; T6]) -> [Lanes; T6] {
+    let [d0, d1, d2, d3, d4, d5] = d;
+    [
+        lanes(|l| 4.0 * d0[l] - 5.0 * d2[l] + d4[l]),
+        lanes(|l| -4.0 * (d1[l] + d2[l]) + d3[l] + d4[l]),
+        lanes(|l| 4.0 * (d1[l] - d2[l]) - d3[l] + d4[l]),
+        lanes(|l| 2.0 * (d3[l] - d1[l]) - d2[l] + d4[l]),
+        lanes(|l| 2.0 * (d1[l] - d3[l]) - d2[l] + d4[l]),
+        lanes(|l| 4.0 * d1[l] - 5.0 * d3[l] + d5[l]),
+    ]
+}
+
+/// `A^T m` for six lane arrays: the output transform along one axis.
+#[inline(always)]
+fn at(m: &[Lanes; T6]) -> [Lanes; M] {
+    let [m0, m1, m2, m3, m4, m5] = m;
+    [
+        lanes(|l| m0[l] + m1[l] + m2[l] + m3[l] + m4[l]),
+        lanes(|l| m1[l] - m2[l] + 2.0 * (m3[l] - m4[l])),
+        lanes(|l| m1[l] + m2[l] + 4.0 * (m3[l] + m4[l])),
+        lanes(|l| m1[l] - m2[l] + 8.0 * (m3[l] - m4[l]) + m5[l]),
+    ]
+}
+
+/// `G g` for three lane arrays: the weight transform along one axis.
+#[inline(always)]
+fn gt(g: &[Lanes; 3]) -> [Lanes; T6] {
+    let [g0, g1, g2] = g;
+    [
+        lanes(|l| g0[l] / 4.0),
+        lanes(|l| -(g0[l] + g1[l] + g2[l]) / 6.0),
+        lanes(|l| -(g0[l] - g1[l] + g2[l]) / 6.0),
+        lanes(|l| g0[l] / 24.0 + g1[l] / 12.0 + g2[l] / 6.0),
+        lanes(|l| g0[l] / 24.0 - g1[l] / 12.0 + g2[l] / 6.0),
+        *g2,
+    ]
+}
+
+/// `u[point, c, o] = (G g G^T)[point]` for each output `o` and channel
+/// `c`, 16 outputs at a time.
+#[inline(always)]
+fn weights(w: &[f32], wv: GemmView, c: usize, o: usize, u: &mut [f32]) {
+    for ob in (0..o).step_by(L) {
+        for ci in 0..c {
+            // g[i][j] for the block's 16 outputs.
+            let g: [[Lanes; 3]; 3] = std::array::from_fn(|i| {
+                std::array::from_fn(|j| {
+                    lanes(|l| w[wv.offset + (ob + l) * wv.row_stride + ci * 9 + i * 3 + j])
+                })
+            });
+            // Rows then columns: G g (6x3), then (G g) G^T (6x6).
+            let cols: [[Lanes; T6]; 3] = std::array::from_fn(|j| gt(&[g[0][j], g[1][j], g[2][j]]));
+            for a in 0..T6 {
+                let row = gt(&[cols[0][a], cols[1][a], cols[2][a]]);
+                for (b, v) in row.iter().enumerate() {
+                    let at = ((a * T6 + b) * c + ci) * o + ob;
+                    u[at..at + L].copy_from_slice(v);
+                }
+            }
+        }
+    }
+}
+
+/// `xt[y, x, c]`: the image channels-last, with its zero padding.
+#[inline(always)]
+fn channels_last(img: &[f32], g: &Tiles, xt: &mut [f32]) {
+    let (c, wp) = (g.c, g.wp);
+    let hp = xt.len() / (wp * c);
+    for y in 0..hp {
+        let row = &mut xt[y * wp * c..(y + 1) * wp * c];
+        let Some(iy) = y.checked_sub(g.pt).filter(|&iy| iy < g.h) else {
+            row.fill(0.0);
+            continue;
+        };
+        let inside = g.pl * c..((g.pl + g.w) * c).min(row.len());
+        row[..inside.start].fill(0.0);
+        row[inside.end..].fill(0.0);
+        let width = inside.len() / c;
+        for ci in 0..c {
+            let src = &img[(ci * g.h + iy) * g.w..][..width];
+            for (x, &v) in src.iter().enumerate() {
+                row[(g.pl + x) * c + ci] = v;
+            }
+        }
+    }
+}
+
+/// `v[point, tile, c] = (B^T d B)[point]` over each tile's 6x6 inputs
+/// `d`, 16 channels at a time.
+#[inline(always)]
+fn input_transform(xt: &[f32], g: &Tiles, v: &mut [f32]) {
+    let (c, wp, tiles) = (g.c, g.wp, g.tiles);
+    for t in 0..tiles {
+        let (y0, x0) = (M * (t / g.tw), M * (t % g.tw));
+        for cb in (0..c).step_by(L) {
+            let d: [[Lanes; T6]; T6] = std::array::from_fn(|r| {
+                std::array::from_fn(|q| {
+                    let at = ((y0 + r) * wp + x0 + q) * c + cb;
+                    let mut x = [0.0; L];
+                    x.copy_from_slice(&xt[at..at + L]);
+                    x
+                })
+            });
+            // Columns of B^T d, then rows of (B^T d) B.
+            let cols: [[Lanes; T6]; T6] =
+                std::array::from_fn(|q| bt(&std::array::from_fn(|r| d[r][q])));
+            for a in 0..T6 {
+                let row = bt(&std::array::from_fn(|q| cols[q][a]));
+                for (b, x) in row.iter().enumerate() {
+                    let at = ((a * T6 + b) * tiles + t) * c + cb;
+                    v[at..at + L].copy_from_slice(x);
+                }
+            }
+        }
+    }
+}
+
+/// The 36 GEMMs `m[point] (tiles x nb) = v[point] (tiles x c) @
+/// u[point][:, o0..o0 + nb]`, one per thread at a time.
+fn products(
+    v: &[f32],
+    u: &WinogradWeights,
+    o0: usize,
+    nb: usize,
+    tiles: usize,
+    m: &mut [f32],
+    threads: usize,
+) -> Result<(), CodegenError> {
+    let c = u.c;
+    let one = |(p, mp): (usize, &mut [f32])| {
+        let av = GemmView {
+            offset: p * tiles * c,
+            rows: tiles,
+            cols: c,
+            row_stride: c,
+            col_stride: 1,
+        };
+        let bv = GemmView {
+            offset: p * c * u.o + o0,
+            rows: c,
+            cols: nb,
+            row_stride: u.o,
+            col_stride: 1,
+        };
+        let ov = GemmView {
+            offset: 0,
+            rows: tiles,
+            cols: nb,
+            row_stride: nb,
+            col_stride: 1,
+        };
+        matmul_f32_strided((v, av), (&u.u, bv), (mp, ov), 1)
+    };
+    if threads > 1 {
+        m.par_chunks_mut(tiles * nb).enumerate().try_for_each(one)
+    } else {
+        m.chunks_mut(tiles * nb).enumerate().try_for_each(one)
+    }
+}
+
+/// `out[o, y, x]` from each tile's `A^T m A`, 16 outputs at a time, the
+/// pixels past the image's edge dropped.
+#[inline(always)]
+fn output_transform(
+    m: &[f32],
+    g: &Tiles,
+    nb: usize,
+    (oh, ow): (usize, usize),
+    (out, ov): (&mut [f32], GemmView),
+) {
+    let tiles = g.tiles;
+    for t in 0..tiles {
+        let (y0, x0) = (M * (t / g.tw), M * (t % g.tw));
+        for ob in (0..nb).step_by(L) {
+            let mt: [[Lanes; T6]; T6] = std::array::from_fn(|a| {
+                std::array::from_fn(|b| {
+                    let at = ((a * T6 + b) * tiles + t) * nb + ob;
+                    let mut x = [0.0; L];
+                    x.copy_from_slice(&m[at..at + L]);
+                    x
+                })
+            });
+            // Columns of A^T m, then rows of (A^T m) A.
+            let cols: [[Lanes; M]; T6] =
+                std::array::from_fn(|b| at(&std::array::from_fn(|a| mt[a][b])));
+            for i in 0..M.min(oh - y0) {
+                let row = at(&std::array::from_fn(|b| cols[b][i]));
+                for (j, y) in row.iter().enumerate().take(M.min(ow - x0)) {
+                    let pixel = (y0 + i) * ow + x0 + j;
+                    for (l, &y) in y.iter().enumerate() {
+                        out[ov.offset + (ob + l) * ov.row_stride + pixel] = y;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The transforms in AVX-512: the same sums as the lane-array versions,
+/// 16 lanes to a register. Loads and stores go through slices checked
+/// to hold their 16 elements.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{GemmView, Tiles, L, M, T6};
+    use std::arch::x86_64::*;
+
+    pub(super) fn usable() -> bool {
+        let cpu = crate::host::cpu_features();
+        cpu.avx512f && cpu.fma
+    }
+
+    /// 16 floats from `s[at..]` (bounds-checked).
+    #[inline(always)]
+    fn load(s: &[f32], at: usize) -> __m512 {
+        let s: &[f32; L] = s[at..at + L].try_into().expect("16 floats");
+        // SAFETY: `s` is 64 readable bytes; AVX-512F is enabled in every
+        // caller.
+        unsafe { _mm512_loadu_ps(s.as_ptr()) }
+    }
+
+    /// Stores 16 floats at `s[at..]` (bounds-checked).
+    #[inline(always)]
+    fn store(s: &mut [f32], at: usize, x: __m512) {
+        let s: &mut [f32; L] = (&mut s[at..at + L]).try_into().expect("16 floats");
+        // SAFETY: `s` is 64 writable bytes; AVX-512F is enabled in every
+        // caller.
+        unsafe { _mm512_storeu_ps(s.as_mut_ptr(), x) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,fma")]
+    fn k(x: f32) -> __m512 {
+        _mm512_set1_ps(x)
+    }
+
+    /// `B^T d` (see `super::bt`).
+    #[inline]
+    #[target_feature(enable = "avx512f,fma")]
+    fn bt(d: [__m512; T6]) -> [__m512; T6] {
+        let [d0, d1, d2, d3, d4, d5] = d;
+        [
+            _mm512_fmadd_ps(k(4.0), d0, _mm512_fmadd_ps(k(-5.0), d2, d4)),
+            _mm512_fmadd_ps(k(-4.0), _mm512_add_ps(d1, d2), _mm512_add_ps(d3, d4)),
+            _mm512_fmadd_ps(k(4.0), _mm512_sub_ps(d1, d2), _mm512_sub_ps(d4, d3)),
+            _mm512_fmadd_ps(k(2.0), _mm512_sub_ps(d3, d1), _mm512_sub_ps(d4, d2)),
+            _mm512_fmadd_ps(k(2.0), _mm512_sub_ps(d1, d3), _mm512_sub_ps(d4, d2)),
+            _mm512_fmadd_ps(k(4.0), d1, _mm512_fmadd_ps(k(-5.0), d3, d5)),
+        ]
+    }
+
+    /// `A^T m` (see `super::at`).
+    #[inline]
+    #[target_feature(enable = "avx512f,fma")]
+    fn at(m: [__m512; T6]) -> [__m512; M] {
+        let [m0, m1, m2, m3, m4, m5] = m;
+        let (s12, d12) = (_mm512_add_ps(m1, m2), _mm512_sub_ps(m1, m2));
+        let (s34, d34) = (_mm512_add_ps(m3, m4), _mm512_sub_ps(m3, m4));
+        [
+            _mm512_add_ps(_mm512_add_ps(m0, s12), s34),
+            _mm512_fmadd_ps(k(2.0), d34, d12),
+            _mm512_fmadd_ps(k(4.0), s34, s12),
+            _mm512_add_ps(_mm512_fmadd_ps(k(8.0), d34, d12), m5),
+        ]
+    }
+
+    /// Whether element offsets below `span` fit a gather's or scatter's
+    /// 32-bit indices.
+    pub(super) fn gathers_fit(span: usize) -> bool {
+        i32::try_from(span).is_ok()
+    }
+
+    /// `[0, step, 2 * step, ...]`: a gather's lanes `step` elements apart
+    /// (`16 * step` fits an i32: `gathers_fit`).
+    #[inline]
+    #[target_feature(enable = "avx512f,fma")]
+    fn lane_offsets(step: usize) -> __m512i {
+        let v: [i32; L] = std::array::from_fn(|l| (l * step) as i32);
+        // SAFETY: `v` is 64 readable bytes.
+        unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+    }
+
+    /// `super::channels_last`, 16 channels of a pixel gathered at once.
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn channels_last(img: &[f32], g: &Tiles, xt: &mut [f32]) {
+        let (c, wp, plane) = (g.c, g.wp, g.h * g.w);
+        let lanes = lane_offsets(plane);
+        let hp = xt.len() / (wp * c);
+        assert!(img.len() >= c * plane, "a checked image");
+        for y in 0..hp {
+            let row = &mut xt[y * wp * c..(y + 1) * wp * c];
+            let Some(iy) = y.checked_sub(g.pt).filter(|&iy| iy < g.h) else {
+                row.fill(0.0);
+                continue;
+            };
+            let inside = g.pl * c..((g.pl + g.w) * c).min(row.len());
+            row[..inside.start].fill(0.0);
+            row[inside.end..].fill(0.0);
+            for x in 0..inside.len() / c {
+                for cb in (0..c).step_by(L) {
+                    // Lane l reads channel cb + l: its last element is
+                    // (c - 1) * plane + iy * w + x < c * plane <= img.len().
+                    let first = cb * plane + iy * g.w + x;
+                    // SAFETY: every lane's element is inside `img` (above).
+                    let v =
+                        unsafe { _mm512_i32gather_ps::<4>(lanes, img.as_ptr().add(first).cast()) };
+                    store(row, (g.pl + x) * c + cb, v);
+                }
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn input_transform(xt: &[f32], g: &Tiles, v: &mut [f32]) {
+        let (c, wp, tiles) = (g.c, g.wp, g.tiles);
+        for t in 0..tiles {
+            let (y0, x0) = (M * (t / g.tw), M * (t % g.tw));
+            for cb in (0..c).step_by(L) {
+                // Columns of B^T d, one input column at a time.
+                let mut cols = [[_mm512_setzero_ps(); T6]; T6];
+                for (q, col) in cols.iter_mut().enumerate() {
+                    let d = std::array::from_fn(|r| load(xt, ((y0 + r) * wp + x0 + q) * c + cb));
+                    *col = bt(d);
+                }
+                for a in 0..T6 {
+                    let row = bt(std::array::from_fn(|q| cols[q][a]));
+                    for (b, x) in row.into_iter().enumerate() {
+                        store(v, ((a * T6 + b) * tiles + t) * c + cb, x);
+                    }
+                }
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f,fma")]
+    pub(super) fn output_transform(
+        m: &[f32],
+        g: &Tiles,
+        nb: usize,
+        (oh, ow): (usize, usize),
+        (out, ov): (&mut [f32], GemmView),
+    ) {
+        let tiles = g.tiles;
+        let mut block = [0f32; L];
+        // Lane offsets of a scatter down the output channels, when they
+        // fit its 32-bit indices.
+        let scatter = gathers_fit(L * ov.row_stride).then(|| lane_offsets(ov.row_stride));
+        // Block by block of 16 outputs: their rows of `out` stay in cache
+        // while every tile writes them.
+        for ob in (0..nb).step_by(L) {
+            for t in 0..tiles {
+                let (y0, x0) = (M * (t / g.tw), M * (t % g.tw));
+                let mut cols = [[_mm512_setzero_ps(); M]; T6];
+                for (b, col) in cols.iter_mut().enumerate() {
+                    let x = std::array::from_fn(|a| load(m, ((a * T6 + b) * tiles + t) * nb + ob));
+                    *col = at(x);
+                }
+                for i in 0..M.min(oh - y0) {
+                    let row = at(std::array::from_fn(|b| cols[b][i]));
+                    for (j, y) in row.into_iter().enumerate().take(M.min(ow - x0)) {
+                        let pixel = (y0 + i) * ow + x0 + j;
+                        let first = ov.offset + ob * ov.row_stride + pixel;
+                        if let Some(lanes) = scatter {
+                            // Lane l goes to output channel ob + l: each
+                            // inside `out`, since `ov` fits it (checked by
+                            // the caller) and ob + l < nb, pixel < oh * ow.
+                            let last = first + (L - 1) * ov.row_stride;
+                            assert!(last < out.len(), "a checked output view");
+                            // SAFETY: every lane's element is in
+                            // `first..=last`, inside `out`.
+                            unsafe {
+                                _mm512_i32scatter_ps::<4>(
+                                    out.as_mut_ptr().add(first).cast(),
+                                    lanes,
+                                    y,
+                                )
+                            };
+                            continue;
+                        }
+                        store(&mut block, 0, y);
+                        for (l, &y) in block.iter().enumerate() {
+                            out[first + l * ov.row_stride] = y;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tilejit_ir::graph::Window;
+
+    /// The definition, summed in f64: `[o, oh * ow]`.
+    fn direct(img: &[f32], w: &[f32], ic: &Im2Col, o: usize) -> Vec<f64> {
+        let (oh, ow) = ic.window.out(ic.h, ic.w).expect("a window that fits");
+        let k = ic.c * 9;
+        let mut out = vec![0.0; o * oh * ow];
+        for oc in 0..o {
+            for p in 0..oh * ow {
+                out[oc * oh * ow + p] = (0..k)
+                    .filter_map(|q| ic.element(p, q, 0).map(|e| (q, e)))
+                    .map(|(q, e)| img[e] as f64 * w[oc * k + q] as f64)
+                    .sum();
+            }
+        }
+        out
+    }
+
+    /// Images of whole and partial tiles, with and without padding (on
+    /// either side), against the definition; the outputs in two blocks
+    /// of a wider row stride, on one thread and two.
+    #[test]
+    fn every_tiling_matches_the_definition() {
+        let value = |i: usize, s: usize| ((i * 37 + s * 11) % 29) as f32 / 14.0 - 1.0;
+        for (c, o, h, w, pad) in [
+            (16, 32, 28, 28, [1, 1, 1, 1]),
+            (32, 16, 30, 29, [1, 1, 1, 1]),
+            (16, 16, 31, 30, [0, 0, 0, 0]),
+            (16, 32, 27, 33, [2, 0, 1, 2]),
+        ] {
+            let ic = Im2Col {
+                c,
+                h,
+                w,
+                window: Window {
+                    pad,
+                    ..Window::square(3, 3, 1, 0)
+                },
+            };
+            assert!(winograd_fits(&ic, o), "{ic:?}");
+            let (oh, ow) = ic.window.out(h, w).expect("a window that fits");
+            let img: Vec<f32> = (0..c * h * w).map(|i| value(i, 1)).collect();
+            let wt: Vec<f32> = (0..o * c * 9).map(|i| value(i, 2) / 4.0).collect();
+            let want = direct(&img, &wt, &ic, o);
+            let wv = GemmView {
+                offset: 0,
+                rows: o,
+                cols: c * 9,
+                row_stride: c * 9,
+                col_stride: 1,
+            };
+            let u = WinogradWeights::new(&wt, wv, c).expect("weights that fit");
+            let p = oh * ow;
+            for threads in [1, 2] {
+                // Row stride p + 3: the gaps must stay untouched.
+                let rs = p + 3;
+                let mut out = vec![f32::NAN; o * rs];
+                for o0 in (0..o).step_by(16) {
+                    let ov = GemmView {
+                        offset: o0 * rs,
+                        rows: 16,
+                        cols: p,
+                        row_stride: rs,
+                        col_stride: 1,
+                    };
+                    conv_f32_winograd(&img, &ic, &u, o0, (&mut out, ov), threads)
+                        .expect("views that fit");
+                }
+                let scale = want.iter().fold(0f64, |a, &x| a.max(x.abs()));
+                for oc in 0..o {
+                    for q in 0..p {
+                        let (g, r) = (out[oc * rs + q] as f64, want[oc * p + q]);
+                        assert!(
+                            (g - r).abs() <= 1e-5 * scale,
+                            "{ic:?} o {oc} pixel {q}: {g} vs {r} (scale {scale})"
+                        );
+                    }
+                    assert!(out[oc * rs + p..(oc + 1) * rs].iter().all(|x| x.is_nan()));
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 transforms against the lane-array ones (what a CPU
+    /// without AVX-512 runs), on a padded image of partial tiles.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_vector_transforms_match_the_lane_array_ones() {
+        if !x86::usable() {
+            return;
+        }
+        let (c, h, w, nb): (usize, usize, usize, usize) = (32, 13, 11, 32);
+        let (th, tw) = ((h + 2 - 2).div_ceil(M), (w + 2 - 2).div_ceil(M));
+        let g = Tiles {
+            c,
+            h,
+            w,
+            pt: 1,
+            pl: 1,
+            wp: M * tw + 2,
+            tw,
+            tiles: th * tw,
+        };
+        let value = |i: usize| ((i * 53 + 7) % 31) as f32 / 15.0 - 1.0;
+        let img: Vec<f32> = (0..c * h * w).map(value).collect();
+        let xt_len = (M * th + 2) * g.wp * c;
+        let (mut a, mut b) = (vec![f32::NAN; xt_len], vec![f32::NAN; xt_len]);
+        channels_last(&img, &g, &mut a);
+        // SAFETY: `usable` said the CPU has AVX-512F and FMA.
+        unsafe { x86::channels_last(&img, &g, &mut b) };
+        assert_eq!(a, b);
+        let v_len = POINTS * g.tiles * c;
+        let (mut va, mut vb) = (vec![0.0; v_len], vec![0.0; v_len]);
+        input_transform(&a, &g, &mut va);
+        // SAFETY: as above.
+        unsafe { x86::input_transform(&a, &g, &mut vb) };
+        for (x, y) in va.iter().zip(&vb) {
+            assert!((x - y).abs() <= 1e-5 * (1.0 + x.abs()), "{x} vs {y}");
+        }
+        let m: Vec<f32> = (0..POINTS * g.tiles * nb).map(|i| value(i + 3)).collect();
+        let (oh, ow) = (h, w);
+        let ov = GemmView {
+            offset: 2,
+            rows: nb,
+            cols: oh * ow,
+            row_stride: oh * ow + 1,
+            col_stride: 1,
+        };
+        let len = 2 + nb * (oh * ow + 1);
+        let (mut oa, mut ob) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+        output_transform(&m, &g, nb, (oh, ow), (&mut oa, ov));
+        // SAFETY: as above.
+        unsafe { x86::output_transform(&m, &g, nb, (oh, ow), (&mut ob, ov)) };
+        for (x, y) in oa.iter().zip(&ob) {
+            assert!(
+                x.is_nan() && y.is_nan() || (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
+                "{x} vs {y}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_windows_do_not_fit_and_bad_views_are_errors() {
+        let ic = |c, h, window| Im2Col { c, h, w: h, window };
+        let s = Window::square(3, 3, 1, 1);
+        assert!(winograd_fits(&ic(16, 28, s), 16));
+        assert!(!winograd_fits(&ic(16, 14, s), 16), "too few tiles");
+        assert!(!winograd_fits(&ic(8, 28, s), 16), "channels");
+        assert!(!winograd_fits(&ic(16, 28, s), 24), "outputs");
+        assert!(!winograd_fits(&ic(16, 28, Window::square(3, 3, 2, 1)), 16));
+        assert!(!winograd_fits(&ic(16, 28, Window::square(5, 5, 1, 2)), 16));
+        let dilated = Window {
+            dilation: (2, 2),
+            ..s
+        };
+        assert!(!winograd_fits(&ic(16, 28, dilated), 16));
+        let wv = GemmView {
+            offset: 0,
+            rows: 16,
+            cols: 16 * 9,
+            row_stride: 16 * 9,
+            col_stride: 1,
+        };
+        let w = vec![0.5; 16 * 16 * 9];
+        assert!(
+            WinogradWeights::new(&w[1..], wv, 16).is_err(),
+            "short weights"
+        );
+        assert!(WinogradWeights::new(&w, wv, 8).is_err(), "channels");
+        let u = WinogradWeights::new(&w, wv, 16).expect("weights that fit");
+        let img = vec![1.0; 16 * 28 * 28];
+        let ov = GemmView {
+            offset: 0,
+            rows: 16,
+            cols: 28 * 28,
+            row_stride: 28 * 28,
+            col_stride: 1,
+        };
+        let mut out = vec![0.0; 16 * 28 * 28];
+        let good = ic(16, 28, s);
+        assert!(conv_f32_winograd(&img, &good, &u, 0, (&mut out, ov), 1).is_ok());
+        assert!(conv_f32_winograd(&img[1..], &good, &u, 0, (&mut out, ov), 1).is_err());
+        assert!(conv_f32_winograd(&img, &good, &u, 16, (&mut out, ov), 1).is_err());
+        assert!(conv_f32_winograd(&img, &good, &u, 0, (&mut out[1..], ov), 1).is_err());
+        let strided = ic(16, 28, Window::square(3, 3, 2, 1));
+        assert!(conv_f32_winograd(&img, &strided, &u, 0, (&mut out, ov), 1).is_err());
+        // Every value of a constant image's inside is 9 * 16 * 0.5 * 1.
+        assert!(
+            out[29..50].iter().all(|&x| (x - 72.0).abs() < 1e-4),
+            "{:?}",
+            &out[29..50]
+        );
+    }
+}
