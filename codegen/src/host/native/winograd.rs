@@ -51,7 +51,7 @@ thread_local! {
 /// Whether a convolution of geometry `ic` into `o` output channels runs
 /// as Winograd F(4x4, 3x3): a 3x3 window of stride and dilation 1, one
 /// group, channels and outputs in whole blocks of 16, and at least
-/// [`MIN_TILES`] tiles per image.
+/// 49 tiles per image.
 pub fn winograd_fits(ic: &Im2Col, o: usize) -> bool {
     let win = &ic.window;
     let Some((oh, ow)) = win.out(ic.h, ic.w) else {
