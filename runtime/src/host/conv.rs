@@ -74,12 +74,9 @@ impl HostProgram {
         {
             return Err(mismatch());
         }
-        // Winograd where each image runs on one thread (one image over
-        // two threads ran no faster than the direct kernel).
-        let wino = match threads == 1 || mm.batch >= threads {
-            true => winograd_weights(w, mm, ic)?,
-            false => None,
-        };
+        // Winograd where the geometry fits, an image's phases split over
+        // the threads when there are fewer images than threads.
+        let wino = winograd_weights(w, mm, ic)?;
         let one = |(b, ob): (usize, &mut [f32]), inner: usize| {
             let img = &x[b * image..(b + 1) * image];
             if let Some(u) = &wino {

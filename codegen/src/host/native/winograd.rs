@@ -9,9 +9,11 @@
 //! once per call ([`WinogradWeights`]) and shared by the call's images.
 //! Only whole blocks of 16 channels and outputs take this path, and only
 //! images of enough tiles that the GEMMs are not all packing (see
-//! [`winograd_fits`]). The transforms are plain bounds-checked Rust over
-//! fixed-size lane arrays, compiled for AVX-512 where the CPU has it; the
-//! GEMMs are `gemm`'s. Rounding: the transforms' constants (1/6, 1/24,
+//! [`winograd_fits`]). The transforms are written in AVX-512 or AVX2
+//! intrinsics (16 lanes in one register or two) and, for other CPUs, as
+//! plain bounds-checked Rust over fixed-size lane arrays; the GEMMs are
+//! `gemm`'s. With fewer images than threads, each phase of an image
+//! splits over the threads. Rounding: the transforms' constants (1/6, 1/24,
 //! sums of up to 36 terms) leave errors of a few 1e-6 of the output's
 //! scale, about ten times the direct product's.
 
@@ -23,6 +25,7 @@ use super::{matmul_f32_strided, GemmView};
 use crate::CodegenError;
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::ops::Range;
 use tilejit_ir::kernel::Im2Col;
 
 /// Lanes: channels or output channels transformed together.
@@ -157,17 +160,66 @@ pub fn conv_f32_winograd(
         tw,
         tiles,
     };
+    // Each phase splits over up to `threads` parts: padded rows, tiles,
+    // points, then blocks of 16 outputs; each part's slices its own.
+    let parts = threads.clamp(1, th);
     with_scratch(&CHANNELS_LAST, hp * wp * c, |xt| {
-        channels_last_v(img, &g, xt);
+        let rows = hp.div_ceil(parts);
+        each(
+            xt.chunks_mut(rows * wp * c).enumerate(),
+            parts,
+            |(i, xt)| channels_last_v(img, &g, i * rows, xt),
+        );
+        let xt = &*xt;
         with_scratch(&INPUT, POINTS * tiles * c, |v| {
-            input_transform_v(xt, &g, v);
+            let ranges = split(tiles, parts);
+            let mut slabs: Vec<Vec<&mut [f32]>> = ranges.iter().map(|_| Vec::new()).collect();
+            for mut point in v.chunks_mut(tiles * c) {
+                for (r, part) in ranges.iter().zip(&mut slabs) {
+                    let (mine, rest) = std::mem::take(&mut point).split_at_mut(r.len() * c);
+                    part.push(mine);
+                    point = rest;
+                }
+            }
+            each(ranges.into_iter().zip(slabs), parts, |(r, mut slabs)| {
+                input_transform_v(xt, &g, r, &mut slabs)
+            });
+            let v = &*v;
             with_scratch(&PRODUCTS, POINTS * tiles * nb, |m| {
                 products(v, u, o0, nb, tiles, m, threads)?;
-                output_transform_v(m, &g, nb, (oh, ow), (&mut *out, ov));
+                let m = &*m;
+                let blocks = split(nb / L, parts.min(nb / L));
+                let rows = blocks[0].len() * L;
+                let outs = out[ov.offset..].chunks_mut(rows * ov.row_stride);
+                let view = GemmView { offset: 0, ..ov };
+                each(outs.zip(blocks), parts, |(o, b)| {
+                    let obs = b.start * L..b.end * L;
+                    output_transform_v(m, &g, nb, obs, (oh, ow), (o, view))
+                });
                 Ok(())
             })
         })
     })
+}
+
+/// `0..n` in `parts` ranges of `n.div_ceil(parts)` (the last shorter,
+/// none empty unless `n` is 0).
+fn split(n: usize, parts: usize) -> Vec<std::ops::Range<usize>> {
+    let size = n.div_ceil(parts.max(1)).max(1);
+    (0..n.max(1))
+        .step_by(size)
+        .map(|a| a..(a + size).min(n))
+        .collect()
+}
+
+/// Runs `f` on each item, on up to `threads` pool threads when more than
+/// one.
+fn each<T: Send>(items: impl Iterator<Item = T>, threads: usize, f: impl Fn(T) + Sync + Send) {
+    if threads > 1 {
+        items.collect::<Vec<_>>().into_par_iter().for_each(f)
+    } else {
+        items.for_each(f)
+    }
 }
 
 /// An image's tiling.
@@ -193,8 +245,8 @@ fn bad(message: String) -> CodegenError {
 }
 
 /// Defines `$name`, which runs `$body` (a transform over lane arrays,
-/// `#[inline(always)]`) compiled for AVX-512 when this CPU has it: the
-/// compiler then keeps each lane array in one register.
+/// `#[inline(always)]`) compiled for AVX-512 or AVX2 when this CPU has
+/// it: the compiler then keeps each lane array in one or two registers.
 macro_rules! vectorised {
     ($name:ident = $body:ident($($arg:ident: $ty:ty),*)) => {
         fn $name($($arg: $ty),*) {
@@ -204,11 +256,19 @@ macro_rules! vectorised {
                 fn wide($($arg: $ty),*) {
                     $body($($arg),*)
                 }
+                #[target_feature(enable = "avx2,fma")]
+                fn pair($($arg: $ty),*) {
+                    $body($($arg),*)
+                }
                 let cpu = crate::host::cpu_features();
                 if cpu.avx512f && cpu.fma {
                     // SAFETY: the CPU has AVX-512F and FMA, the features
                     // `wide` is compiled with; its body is safe code.
                     return unsafe { wide($($arg),*) };
+                }
+                if cpu.avx2 && cpu.fma {
+                    // SAFETY: as above, for AVX2 and FMA and `pair`.
+                    return unsafe { pair($($arg),*) };
                 }
             }
             $body($($arg),*)
@@ -218,24 +278,23 @@ macro_rules! vectorised {
 
 vectorised!(weights_v = weights(w: &[f32], wv: GemmView, c: usize, o: usize, u: &mut [f32]));
 /// The channels-last copy, as [`input_transform_v`].
-fn channels_last_v(img: &[f32], g: &Tiles, xt: &mut [f32]) {
+fn channels_last_v(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if x86::usable() && x86::gathers_fit(g.c * g.h * g.w) {
-        // SAFETY: the CPU has AVX-512F and FMA (`usable`).
-        return unsafe { x86::channels_last(img, g, xt) };
+    if let (Some(isa), true) = (x86::isa(), x86::gathers_fit(g.c * g.h * g.w)) {
+        return x86::channels_last(isa, img, g, y0, xt);
     }
-    channels_last(img, g, xt)
+    channels_last(img, g, y0, xt)
 }
 
-/// The input transform, in AVX-512 intrinsics where the CPU has them
-/// (written as lane arrays the compiler left scalar: 0.76 µs a tile).
-fn input_transform_v(xt: &[f32], g: &Tiles, v: &mut [f32]) {
+/// The input transform, in AVX-512 or AVX2 intrinsics where the CPU has
+/// them (written as lane arrays the compiler left scalar: 0.76 µs a
+/// tile).
+fn input_transform_v(xt: &[f32], g: &Tiles, tiles: Range<usize>, v: &mut [&mut [f32]]) {
     #[cfg(target_arch = "x86_64")]
-    if x86::usable() {
-        // SAFETY: the CPU has AVX-512F and FMA (`usable`).
-        return unsafe { x86::input_transform(xt, g, v) };
+    if let Some(isa) = x86::isa() {
+        return x86::input_transform(isa, xt, g, tiles, v);
     }
-    input_transform(xt, g, v)
+    input_transform(xt, g, tiles, v)
 }
 
 /// The output transform, as [`input_transform_v`].
@@ -243,15 +302,15 @@ fn output_transform_v(
     m: &[f32],
     g: &Tiles,
     nb: usize,
+    obs: Range<usize>,
     size: (usize, usize),
     out: (&mut [f32], GemmView),
 ) {
     #[cfg(target_arch = "x86_64")]
-    if x86::usable() {
-        // SAFETY: the CPU has AVX-512F and FMA (`usable`).
-        return unsafe { x86::output_transform(m, g, nb, size, out) };
+    if let Some(isa) = x86::isa() {
+        return x86::output_transform(isa, m, g, nb, obs, size, out);
     }
-    output_transform(m, g, nb, size, out)
+    output_transform(m, g, nb, obs, size, out)
 }
 
 type Lanes = [f32; L];
@@ -326,14 +385,15 @@ fn weights(w: &[f32], wv: GemmView, c: usize, o: usize, u: &mut [f32]) {
     }
 }
 
-/// `xt[y, x, c]`: the image channels-last, with its zero padding.
+/// `xt[y, x, c]`: the image channels-last, with its zero padding, from
+/// padded row `y0` for as many rows as `xt` holds.
 #[inline(always)]
-fn channels_last(img: &[f32], g: &Tiles, xt: &mut [f32]) {
+fn channels_last(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
     let (c, wp) = (g.c, g.wp);
     let hp = xt.len() / (wp * c);
     for y in 0..hp {
         let row = &mut xt[y * wp * c..(y + 1) * wp * c];
-        let Some(iy) = y.checked_sub(g.pt).filter(|&iy| iy < g.h) else {
+        let Some(iy) = (y0 + y).checked_sub(g.pt).filter(|&iy| iy < g.h) else {
             row.fill(0.0);
             continue;
         };
@@ -350,12 +410,12 @@ fn channels_last(img: &[f32], g: &Tiles, xt: &mut [f32]) {
     }
 }
 
-/// `v[point, tile, c] = (B^T d B)[point]` over each tile's 6x6 inputs
-/// `d`, 16 channels at a time.
+/// `v[point][t - tiles.start, c] = (B^T d B)[point]` over the 6x6
+/// inputs `d` of each tile `t` of `tiles`, 16 channels at a time.
 #[inline(always)]
-fn input_transform(xt: &[f32], g: &Tiles, v: &mut [f32]) {
-    let (c, wp, tiles) = (g.c, g.wp, g.tiles);
-    for t in 0..tiles {
+fn input_transform(xt: &[f32], g: &Tiles, tiles: Range<usize>, v: &mut [&mut [f32]]) {
+    let (c, wp) = (g.c, g.wp);
+    for t in tiles.clone() {
         let (y0, x0) = (M * (t / g.tw), M * (t % g.tw));
         for cb in (0..c).step_by(L) {
             let d: [[Lanes; T6]; T6] = std::array::from_fn(|r| {
@@ -372,8 +432,8 @@ fn input_transform(xt: &[f32], g: &Tiles, v: &mut [f32]) {
             for a in 0..T6 {
                 let row = bt(&std::array::from_fn(|q| cols[q][a]));
                 for (b, x) in row.iter().enumerate() {
-                    let at = ((a * T6 + b) * tiles + t) * c + cb;
-                    v[at..at + L].copy_from_slice(x);
+                    let at = (t - tiles.start) * c + cb;
+                    v[a * T6 + b][at..at + L].copy_from_slice(x);
                 }
             }
         }
@@ -423,20 +483,22 @@ fn products(
     }
 }
 
-/// `out[o, y, x]` from each tile's `A^T m A`, 16 outputs at a time, the
-/// pixels past the image's edge dropped.
+/// `out[o - obs.start, y, x]` for the outputs `o` of `obs` (of `nb`, in
+/// blocks of 16) from each tile's `A^T m A`, the pixels past the image's
+/// edge dropped.
 #[inline(always)]
 fn output_transform(
     m: &[f32],
     g: &Tiles,
     nb: usize,
+    obs: Range<usize>,
     (oh, ow): (usize, usize),
     (out, ov): (&mut [f32], GemmView),
 ) {
     let tiles = g.tiles;
     for t in 0..tiles {
         let (y0, x0) = (M * (t / g.tw), M * (t % g.tw));
-        for ob in (0..nb).step_by(L) {
+        for ob in obs.clone().step_by(L) {
             let mt: [[Lanes; T6]; T6] = std::array::from_fn(|a| {
                 std::array::from_fn(|b| {
                     let at = ((a * T6 + b) * tiles + t) * nb + ob;
@@ -453,7 +515,7 @@ fn output_transform(
                 for (j, y) in row.iter().enumerate().take(M.min(ow - x0)) {
                     let pixel = (y0 + i) * ow + x0 + j;
                     for (l, &y) in y.iter().enumerate() {
-                        out[ov.offset + (ob + l) * ov.row_stride + pixel] = y;
+                        out[ov.offset + (ob - obs.start + l) * ov.row_stride + pixel] = y;
                     }
                 }
             }
@@ -461,71 +523,51 @@ fn output_transform(
     }
 }
 
-/// The transforms in AVX-512: the same sums as the lane-array versions,
-/// 16 lanes to a register. Loads and stores go through slices checked
-/// to hold their 16 elements.
+/// The transforms in AVX-512 or AVX2 (with FMA): the same sums as the
+/// lane-array versions, written once over [`Lanes16`], 16 lanes in one
+/// AVX-512 register or two AVX2 ones. Loads and stores go through slices
+/// checked to hold their 16 elements; gathers and scatters assert that
+/// every lane is inside its slice.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{GemmView, Tiles, L, M, T6};
+    use super::{GemmView, Range, Tiles, L, M, T6};
     use std::arch::x86_64::*;
 
-    pub(super) fn usable() -> bool {
+    /// Proof that this CPU has the features of one of the two versions:
+    /// only [`isa`] makes one, after asking the CPU.
+    #[derive(Clone, Copy, Debug)]
+    pub(super) struct Isa(Kind);
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Kind {
+        Avx512,
+        Avx2,
+    }
+
+    /// The widest version this CPU runs, if any.
+    pub(super) fn isa() -> Option<Isa> {
         let cpu = crate::host::cpu_features();
-        cpu.avx512f && cpu.fma
+        match (cpu.avx512f && cpu.fma, cpu.avx2 && cpu.fma) {
+            (true, _) => Some(Isa(Kind::Avx512)),
+            (false, true) => Some(Isa(Kind::Avx2)),
+            _ => None,
+        }
     }
 
-    /// 16 floats from `s[at..]` (bounds-checked).
-    #[inline(always)]
-    fn load(s: &[f32], at: usize) -> __m512 {
-        let s: &[f32; L] = s[at..at + L].try_into().expect("16 floats");
-        // SAFETY: `s` is 64 readable bytes; AVX-512F is enabled in every
-        // caller.
-        unsafe { _mm512_loadu_ps(s.as_ptr()) }
-    }
-
-    /// Stores 16 floats at `s[at..]` (bounds-checked).
-    #[inline(always)]
-    fn store(s: &mut [f32], at: usize, x: __m512) {
-        let s: &mut [f32; L] = (&mut s[at..at + L]).try_into().expect("16 floats");
-        // SAFETY: `s` is 64 writable bytes; AVX-512F is enabled in every
-        // caller.
-        unsafe { _mm512_storeu_ps(s.as_mut_ptr(), x) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f,fma")]
-    fn k(x: f32) -> __m512 {
-        _mm512_set1_ps(x)
-    }
-
-    /// `B^T d` (see `super::bt`).
-    #[inline]
-    #[target_feature(enable = "avx512f,fma")]
-    fn bt(d: [__m512; T6]) -> [__m512; T6] {
-        let [d0, d1, d2, d3, d4, d5] = d;
-        [
-            _mm512_fmadd_ps(k(4.0), d0, _mm512_fmadd_ps(k(-5.0), d2, d4)),
-            _mm512_fmadd_ps(k(-4.0), _mm512_add_ps(d1, d2), _mm512_add_ps(d3, d4)),
-            _mm512_fmadd_ps(k(4.0), _mm512_sub_ps(d1, d2), _mm512_sub_ps(d4, d3)),
-            _mm512_fmadd_ps(k(2.0), _mm512_sub_ps(d3, d1), _mm512_sub_ps(d4, d2)),
-            _mm512_fmadd_ps(k(2.0), _mm512_sub_ps(d1, d3), _mm512_sub_ps(d4, d2)),
-            _mm512_fmadd_ps(k(4.0), d1, _mm512_fmadd_ps(k(-5.0), d3, d5)),
-        ]
-    }
-
-    /// `A^T m` (see `super::at`).
-    #[inline]
-    #[target_feature(enable = "avx512f,fma")]
-    fn at(m: [__m512; T6]) -> [__m512; M] {
-        let [m0, m1, m2, m3, m4, m5] = m;
-        let (s12, d12) = (_mm512_add_ps(m1, m2), _mm512_sub_ps(m1, m2));
-        let (s34, d34) = (_mm512_add_ps(m3, m4), _mm512_sub_ps(m3, m4));
-        [
-            _mm512_add_ps(_mm512_add_ps(m0, s12), s34),
-            _mm512_fmadd_ps(k(2.0), d34, d12),
-            _mm512_fmadd_ps(k(4.0), s34, s12),
-            _mm512_add_ps(_mm512_fmadd_ps(k(8.0), d34, d12), m5),
-        ]
+    impl Isa {
+        /// Both versions this CPU runs, widest first (for tests).
+        #[cfg(test)]
+        pub(super) fn all() -> Vec<Isa> {
+            let cpu = crate::host::cpu_features();
+            let mut all = Vec::new();
+            if cpu.avx512f && cpu.fma {
+                all.push(Isa(Kind::Avx512));
+            }
+            if cpu.avx2 && cpu.fma {
+                all.push(Isa(Kind::Avx2));
+            }
+            all
+        }
     }
 
     /// Whether element offsets below `span` fit a gather's or scatter's
@@ -534,26 +576,212 @@ mod x86 {
         i32::try_from(span).is_ok()
     }
 
-    /// `[0, step, 2 * step, ...]`: a gather's lanes `step` elements apart
-    /// (`16 * step` fits an i32: `gathers_fit`).
-    #[inline]
-    #[target_feature(enable = "avx512f,fma")]
-    fn lane_offsets(step: usize) -> __m512i {
-        let v: [i32; L] = std::array::from_fn(|l| (l * step) as i32);
-        // SAFETY: `v` is 64 readable bytes.
-        unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+    /// 16 f32 lanes in registers. Its methods are called only from the
+    /// `#[target_feature]` functions below compiled for the type's
+    /// features, which are entered only with an [`Isa`] that has them;
+    /// they inline into those functions.
+    trait Lanes16: Copy {
+        fn splat(x: f32) -> Self;
+        /// `s[at..at + 16]` (bounds-checked).
+        fn load(s: &[f32], at: usize) -> Self;
+        /// Stores at `s[at..at + 16]` (bounds-checked).
+        fn store(self, s: &mut [f32], at: usize);
+        fn add(self, b: Self) -> Self;
+        fn sub(self, b: Self) -> Self;
+        /// `self * b + c`.
+        fn fmadd(self, b: Self, c: Self) -> Self;
+        /// Lane `l` from `s[first + l * step]`; `16 * step` fits an i32.
+        fn gather(s: &[f32], first: usize, step: usize) -> Self;
+        /// Lane `l` to `s[first + l * step]`.
+        fn scatter(self, s: &mut [f32], first: usize, step: usize);
+    }
+
+    /// The last element lane 15 of a gather or scatter touches, asserted
+    /// inside a slice of `len` elements.
+    #[inline(always)]
+    fn last_lane(first: usize, step: usize, len: usize) -> usize {
+        let last = first + (L - 1) * step;
+        assert!(last < len, "a checked gather or scatter");
+        last
+    }
+
+    /// `[0, 1, .., n - 1]` as i32s, the lane numbers.
+    const LANE_NUMBERS: [i32; L] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
+
+    /// One AVX-512 register.
+    #[derive(Clone, Copy)]
+    struct W16(__m512);
+
+    // SAFETY (every `unsafe` in this impl): AVX-512F and FMA are enabled
+    // in the functions these inline into (see `Lanes16`), and pointers
+    // are read or written only inside slices checked above them.
+    impl Lanes16 for W16 {
+        #[inline(always)]
+        fn splat(x: f32) -> Self {
+            W16(unsafe { _mm512_set1_ps(x) })
+        }
+        #[inline(always)]
+        fn load(s: &[f32], at: usize) -> Self {
+            let s: &[f32; L] = s[at..at + L].try_into().expect("16 floats");
+            W16(unsafe { _mm512_loadu_ps(s.as_ptr()) })
+        }
+        #[inline(always)]
+        fn store(self, s: &mut [f32], at: usize) {
+            let s: &mut [f32; L] = (&mut s[at..at + L]).try_into().expect("16 floats");
+            unsafe { _mm512_storeu_ps(s.as_mut_ptr(), self.0) }
+        }
+        #[inline(always)]
+        fn add(self, b: Self) -> Self {
+            W16(unsafe { _mm512_add_ps(self.0, b.0) })
+        }
+        #[inline(always)]
+        fn sub(self, b: Self) -> Self {
+            W16(unsafe { _mm512_sub_ps(self.0, b.0) })
+        }
+        #[inline(always)]
+        fn fmadd(self, b: Self, c: Self) -> Self {
+            W16(unsafe { _mm512_fmadd_ps(self.0, b.0, c.0) })
+        }
+        #[inline(always)]
+        fn gather(s: &[f32], first: usize, step: usize) -> Self {
+            last_lane(first, step, s.len());
+            assert!(gathers_fit(L * step), "a gather's 32-bit offsets");
+            unsafe {
+                let lanes = _mm512_loadu_si512(LANE_NUMBERS.as_ptr().cast());
+                let at = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(step as i32));
+                W16(_mm512_i32gather_ps::<4>(at, s.as_ptr().add(first).cast()))
+            }
+        }
+        #[inline(always)]
+        fn scatter(self, s: &mut [f32], first: usize, step: usize) {
+            last_lane(first, step, s.len());
+            if !gathers_fit(L * step) {
+                let mut block = [0f32; L];
+                self.store(&mut block, 0);
+                for (l, &y) in block.iter().enumerate() {
+                    s[first + l * step] = y;
+                }
+                return;
+            }
+            unsafe {
+                let lanes = _mm512_loadu_si512(LANE_NUMBERS.as_ptr().cast());
+                let at = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(step as i32));
+                _mm512_i32scatter_ps::<4>(s.as_mut_ptr().add(first).cast(), at, self.0)
+            }
+        }
+    }
+
+    /// Two AVX2 registers: lanes 0..8 and 8..16.
+    #[derive(Clone, Copy)]
+    struct P8(__m256, __m256);
+
+    // SAFETY (every `unsafe` in this impl): AVX2 and FMA are enabled in
+    // the functions these inline into (see `Lanes16`), and pointers are
+    // read or written only inside slices checked above them.
+    impl Lanes16 for P8 {
+        #[inline(always)]
+        fn splat(x: f32) -> Self {
+            let v = unsafe { _mm256_set1_ps(x) };
+            P8(v, v)
+        }
+        #[inline(always)]
+        fn load(s: &[f32], at: usize) -> Self {
+            let s: &[f32; L] = s[at..at + L].try_into().expect("16 floats");
+            unsafe {
+                P8(
+                    _mm256_loadu_ps(s.as_ptr()),
+                    _mm256_loadu_ps(s.as_ptr().add(8)),
+                )
+            }
+        }
+        #[inline(always)]
+        fn store(self, s: &mut [f32], at: usize) {
+            let s: &mut [f32; L] = (&mut s[at..at + L]).try_into().expect("16 floats");
+            unsafe {
+                _mm256_storeu_ps(s.as_mut_ptr(), self.0);
+                _mm256_storeu_ps(s.as_mut_ptr().add(8), self.1);
+            }
+        }
+        #[inline(always)]
+        fn add(self, b: Self) -> Self {
+            unsafe { P8(_mm256_add_ps(self.0, b.0), _mm256_add_ps(self.1, b.1)) }
+        }
+        #[inline(always)]
+        fn sub(self, b: Self) -> Self {
+            unsafe { P8(_mm256_sub_ps(self.0, b.0), _mm256_sub_ps(self.1, b.1)) }
+        }
+        #[inline(always)]
+        fn fmadd(self, b: Self, c: Self) -> Self {
+            unsafe {
+                P8(
+                    _mm256_fmadd_ps(self.0, b.0, c.0),
+                    _mm256_fmadd_ps(self.1, b.1, c.1),
+                )
+            }
+        }
+        #[inline(always)]
+        fn gather(s: &[f32], first: usize, step: usize) -> Self {
+            last_lane(first, step, s.len());
+            assert!(gathers_fit(L * step), "a gather's 32-bit offsets");
+            unsafe {
+                let lanes = _mm256_loadu_si256(LANE_NUMBERS.as_ptr().cast());
+                let at = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(step as i32));
+                let p = s.as_ptr().add(first);
+                P8(
+                    _mm256_i32gather_ps::<4>(p, at),
+                    _mm256_i32gather_ps::<4>(p.add(8 * step), at),
+                )
+            }
+        }
+        #[inline(always)]
+        fn scatter(self, s: &mut [f32], first: usize, step: usize) {
+            // AVX2 has no scatter.
+            let mut block = [0f32; L];
+            self.store(&mut block, 0);
+            for (l, &y) in block.iter().enumerate() {
+                s[first + l * step] = y;
+            }
+        }
+    }
+
+    /// `B^T d` (see `super::bt`).
+    #[inline(always)]
+    fn bt<V: Lanes16>(d: [V; T6]) -> [V; T6] {
+        let [d0, d1, d2, d3, d4, d5] = d;
+        let k = V::splat;
+        [
+            k(4.0).fmadd(d0, k(-5.0).fmadd(d2, d4)),
+            k(-4.0).fmadd(d1.add(d2), d3.add(d4)),
+            k(4.0).fmadd(d1.sub(d2), d4.sub(d3)),
+            k(2.0).fmadd(d3.sub(d1), d4.sub(d2)),
+            k(2.0).fmadd(d1.sub(d3), d4.sub(d2)),
+            k(4.0).fmadd(d1, k(-5.0).fmadd(d3, d5)),
+        ]
+    }
+
+    /// `A^T m` (see `super::at`).
+    #[inline(always)]
+    fn at<V: Lanes16>(m: [V; T6]) -> [V; M] {
+        let [m0, m1, m2, m3, m4, m5] = m;
+        let k = V::splat;
+        let (s12, d12) = (m1.add(m2), m1.sub(m2));
+        let (s34, d34) = (m3.add(m4), m3.sub(m4));
+        [
+            m0.add(s12).add(s34),
+            k(2.0).fmadd(d34, d12),
+            k(4.0).fmadd(s34, s12),
+            k(8.0).fmadd(d34, d12).add(m5),
+        ]
     }
 
     /// `super::channels_last`, 16 channels of a pixel gathered at once.
-    #[target_feature(enable = "avx512f,fma")]
-    pub(super) fn channels_last(img: &[f32], g: &Tiles, xt: &mut [f32]) {
+    #[inline(always)]
+    fn channels_last_with<V: Lanes16>(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
         let (c, wp, plane) = (g.c, g.wp, g.h * g.w);
-        let lanes = lane_offsets(plane);
         let hp = xt.len() / (wp * c);
-        assert!(img.len() >= c * plane, "a checked image");
         for y in 0..hp {
             let row = &mut xt[y * wp * c..(y + 1) * wp * c];
-            let Some(iy) = y.checked_sub(g.pt).filter(|&iy| iy < g.h) else {
+            let Some(iy) = (y0 + y).checked_sub(g.pt).filter(|&iy| iy < g.h) else {
                 row.fill(0.0);
                 continue;
             };
@@ -562,94 +790,114 @@ mod x86 {
             row[inside.end..].fill(0.0);
             for x in 0..inside.len() / c {
                 for cb in (0..c).step_by(L) {
-                    // Lane l reads channel cb + l: its last element is
-                    // (c - 1) * plane + iy * w + x < c * plane <= img.len().
-                    let first = cb * plane + iy * g.w + x;
-                    // SAFETY: every lane's element is inside `img` (above).
-                    let v =
-                        unsafe { _mm512_i32gather_ps::<4>(lanes, img.as_ptr().add(first).cast()) };
-                    store(row, (g.pl + x) * c + cb, v);
+                    V::gather(img, cb * plane + iy * g.w + x, plane)
+                        .store(row, (g.pl + x) * c + cb);
                 }
             }
         }
     }
 
-    #[target_feature(enable = "avx512f,fma")]
-    pub(super) fn input_transform(xt: &[f32], g: &Tiles, v: &mut [f32]) {
-        let (c, wp, tiles) = (g.c, g.wp, g.tiles);
-        for t in 0..tiles {
+    /// `super::input_transform`.
+    #[inline(always)]
+    fn input_transform_with<V: Lanes16>(
+        xt: &[f32],
+        g: &Tiles,
+        tiles: Range<usize>,
+        v: &mut [&mut [f32]],
+    ) {
+        let (c, wp) = (g.c, g.wp);
+        for t in tiles.clone() {
             let (y0, x0) = (M * (t / g.tw), M * (t % g.tw));
             for cb in (0..c).step_by(L) {
                 // Columns of B^T d, one input column at a time.
-                let mut cols = [[_mm512_setzero_ps(); T6]; T6];
+                let mut cols = [[V::splat(0.0); T6]; T6];
                 for (q, col) in cols.iter_mut().enumerate() {
-                    let d = std::array::from_fn(|r| load(xt, ((y0 + r) * wp + x0 + q) * c + cb));
+                    let d = std::array::from_fn(|r| V::load(xt, ((y0 + r) * wp + x0 + q) * c + cb));
                     *col = bt(d);
                 }
                 for a in 0..T6 {
                     let row = bt(std::array::from_fn(|q| cols[q][a]));
                     for (b, x) in row.into_iter().enumerate() {
-                        store(v, ((a * T6 + b) * tiles + t) * c + cb, x);
+                        x.store(v[a * T6 + b], (t - tiles.start) * c + cb);
                     }
                 }
             }
         }
     }
 
-    #[target_feature(enable = "avx512f,fma")]
-    pub(super) fn output_transform(
+    /// `super::output_transform`, looping over blocks of 16 outputs
+    /// first: their rows of `out` stay in cache while every tile writes
+    /// them.
+    #[inline(always)]
+    fn output_transform_with<V: Lanes16>(
         m: &[f32],
         g: &Tiles,
         nb: usize,
+        obs: Range<usize>,
         (oh, ow): (usize, usize),
         (out, ov): (&mut [f32], GemmView),
     ) {
         let tiles = g.tiles;
-        let mut block = [0f32; L];
-        // Lane offsets of a scatter down the output channels, when they
-        // fit its 32-bit indices.
-        let scatter = gathers_fit(L * ov.row_stride).then(|| lane_offsets(ov.row_stride));
-        // Block by block of 16 outputs: their rows of `out` stay in cache
-        // while every tile writes them.
-        for ob in (0..nb).step_by(L) {
+        for ob in obs.clone().step_by(L) {
             for t in 0..tiles {
                 let (y0, x0) = (M * (t / g.tw), M * (t % g.tw));
-                let mut cols = [[_mm512_setzero_ps(); M]; T6];
+                let mut cols = [[V::splat(0.0); M]; T6];
                 for (b, col) in cols.iter_mut().enumerate() {
-                    let x = std::array::from_fn(|a| load(m, ((a * T6 + b) * tiles + t) * nb + ob));
+                    let x =
+                        std::array::from_fn(|a| V::load(m, ((a * T6 + b) * tiles + t) * nb + ob));
                     *col = at(x);
                 }
                 for i in 0..M.min(oh - y0) {
                     let row = at(std::array::from_fn(|b| cols[b][i]));
                     for (j, y) in row.into_iter().enumerate().take(M.min(ow - x0)) {
                         let pixel = (y0 + i) * ow + x0 + j;
-                        let first = ov.offset + ob * ov.row_stride + pixel;
-                        if let Some(lanes) = scatter {
-                            // Lane l goes to output channel ob + l: each
-                            // inside `out`, since `ov` fits it (checked by
-                            // the caller) and ob + l < nb, pixel < oh * ow.
-                            let last = first + (L - 1) * ov.row_stride;
-                            assert!(last < out.len(), "a checked output view");
-                            // SAFETY: every lane's element is in
-                            // `first..=last`, inside `out`.
-                            unsafe {
-                                _mm512_i32scatter_ps::<4>(
-                                    out.as_mut_ptr().add(first).cast(),
-                                    lanes,
-                                    y,
-                                )
-                            };
-                            continue;
-                        }
-                        store(&mut block, 0, y);
-                        for (l, &y) in block.iter().enumerate() {
-                            out[first + l * ov.row_stride] = y;
-                        }
+                        // Lane l goes to output channel ob + l.
+                        let first = ov.offset + (ob - obs.start) * ov.row_stride + pixel;
+                        y.scatter(out, first, ov.row_stride);
                     }
                 }
             }
         }
     }
+
+    /// Defines the public `$name`, which runs `$body` in the version
+    /// `isa` names, each compiled with its features.
+    macro_rules! versions {
+        ($name:ident = $body:ident($($arg:ident: $ty:ty),*)) => {
+            pub(super) fn $name(isa: Isa, $($arg: $ty),*) {
+                #[target_feature(enable = "avx512f,fma")]
+                fn wide($($arg: $ty),*) {
+                    $body::<W16>($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                fn pair($($arg: $ty),*) {
+                    $body::<P8>($($arg),*)
+                }
+                match isa.0 {
+                    // SAFETY: `isa` proves the CPU has AVX-512F and FMA.
+                    Kind::Avx512 => unsafe { wide($($arg),*) },
+                    // SAFETY: `isa` proves the CPU has AVX2 and FMA.
+                    Kind::Avx2 => unsafe { pair($($arg),*) },
+                }
+            }
+        };
+    }
+
+    versions!(channels_last = channels_last_with(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]));
+    versions!(input_transform = input_transform_with(
+        xt: &[f32],
+        g: &Tiles,
+        tiles: Range<usize>,
+        v: &mut [&mut [f32]]
+    ));
+    versions!(output_transform = output_transform_with(
+        m: &[f32],
+        g: &Tiles,
+        nb: usize,
+        obs: Range<usize>,
+        size: (usize, usize),
+        out: (&mut [f32], GemmView)
+    ));
 }
 
 #[cfg(test)]
@@ -708,14 +956,15 @@ mod tests {
             };
             let u = WinogradWeights::new(&wt, wv, c).expect("weights that fit");
             let p = oh * ow;
-            for threads in [1, 2] {
+            // One call per block of 16 outputs and one for all of them.
+            for (threads, block) in [(1, 16), (2, 16), (1, o), (2, o), (3, o)] {
                 // Row stride p + 3: the gaps must stay untouched.
                 let rs = p + 3;
                 let mut out = vec![f32::NAN; o * rs];
-                for o0 in (0..o).step_by(16) {
+                for o0 in (0..o).step_by(block) {
                     let ov = GemmView {
                         offset: o0 * rs,
-                        rows: 16,
+                        rows: block,
                         cols: p,
                         row_stride: rs,
                         col_stride: 1,
@@ -738,14 +987,12 @@ mod tests {
         }
     }
 
-    /// The AVX-512 transforms against the lane-array ones (what a CPU
-    /// without AVX-512 runs), on a padded image of partial tiles.
+    /// The AVX-512 and AVX2 transforms (those this CPU runs) against the
+    /// lane-array ones, on a padded image of partial tiles, each split
+    /// into parts as a multi-threaded call splits it.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_vector_transforms_match_the_lane_array_ones() {
-        if !x86::usable() {
-            return;
-        }
         let (c, h, w, nb): (usize, usize, usize, usize) = (32, 13, 11, 32);
         let (th, tw) = ((h + 2 - 2).div_ceil(M), (w + 2 - 2).div_ceil(M));
         let g = Tiles {
@@ -761,19 +1008,12 @@ mod tests {
         let value = |i: usize| ((i * 53 + 7) % 31) as f32 / 15.0 - 1.0;
         let img: Vec<f32> = (0..c * h * w).map(value).collect();
         let xt_len = (M * th + 2) * g.wp * c;
-        let (mut a, mut b) = (vec![f32::NAN; xt_len], vec![f32::NAN; xt_len]);
-        channels_last(&img, &g, &mut a);
-        // SAFETY: `usable` said the CPU has AVX-512F and FMA.
-        unsafe { x86::channels_last(&img, &g, &mut b) };
-        assert_eq!(a, b);
+        let mut a = vec![f32::NAN; xt_len];
+        channels_last(&img, &g, 0, &mut a);
         let v_len = POINTS * g.tiles * c;
-        let (mut va, mut vb) = (vec![0.0; v_len], vec![0.0; v_len]);
-        input_transform(&a, &g, &mut va);
-        // SAFETY: as above.
-        unsafe { x86::input_transform(&a, &g, &mut vb) };
-        for (x, y) in va.iter().zip(&vb) {
-            assert!((x - y).abs() <= 1e-5 * (1.0 + x.abs()), "{x} vs {y}");
-        }
+        let mut va = vec![0.0; v_len];
+        let mut slabs: Vec<&mut [f32]> = va.chunks_mut(g.tiles * c).collect();
+        input_transform(&a, &g, 0..g.tiles, &mut slabs);
         let m: Vec<f32> = (0..POINTS * g.tiles * nb).map(|i| value(i + 3)).collect();
         let (oh, ow) = (h, w);
         let ov = GemmView {
@@ -784,15 +1024,49 @@ mod tests {
             col_stride: 1,
         };
         let len = 2 + nb * (oh * ow + 1);
-        let (mut oa, mut ob) = (vec![f32::NAN; len], vec![f32::NAN; len]);
-        output_transform(&m, &g, nb, (oh, ow), (&mut oa, ov));
-        // SAFETY: as above.
-        unsafe { x86::output_transform(&m, &g, nb, (oh, ow), (&mut ob, ov)) };
-        for (x, y) in oa.iter().zip(&ob) {
-            assert!(
-                x.is_nan() && y.is_nan() || (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
-                "{x} vs {y}"
-            );
+        let mut oa = vec![f32::NAN; len];
+        output_transform(&m, &g, nb, 0..nb, (oh, ow), (&mut oa, ov));
+        let isas = x86::Isa::all();
+        if crate::host::cpu_features().fma {
+            assert!(!isas.is_empty(), "an x86-64 CPU with FMA has AVX2");
+        }
+        for isa in isas {
+            // The copy in two parts, the second from padded row 5.
+            let mut b = vec![f32::NAN; xt_len];
+            let (top, rest) = b.split_at_mut(5 * g.wp * c);
+            x86::channels_last(isa, &img, &g, 0, top);
+            x86::channels_last(isa, &img, &g, 5, rest);
+            assert_eq!(a, b, "{isa:?}");
+            // The transform of tiles 3.. only: the first three stay 0.
+            let mut vb = vec![0.0; v_len];
+            let mut slabs: Vec<&mut [f32]> = vb
+                .chunks_mut(g.tiles * c)
+                .map(|s| &mut s[3 * c..])
+                .collect();
+            x86::input_transform(isa, &a, &g, 3..g.tiles, &mut slabs);
+            for (i, (x, y)) in va.iter().zip(&vb).enumerate() {
+                if (i / c) % g.tiles < 3 {
+                    assert_eq!(*y, 0.0);
+                    continue;
+                }
+                assert!(
+                    (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
+                    "{isa:?}: {x} vs {y}"
+                );
+            }
+            // The output transform in two calls, a block of outputs each.
+            let mut ob = vec![f32::NAN; len];
+            let (low, high) = ob.split_at_mut(2 + 16 * ov.row_stride);
+            let half = GemmView { rows: 16, ..ov };
+            x86::output_transform(isa, &m, &g, nb, 0..16, (oh, ow), (low, half));
+            let half = GemmView { offset: 0, ..half };
+            x86::output_transform(isa, &m, &g, nb, 16..32, (oh, ow), (high, half));
+            for (x, y) in oa.iter().zip(&ob) {
+                assert!(
+                    x.is_nan() && y.is_nan() || (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
+                    "{isa:?}: {x} vs {y}"
+                );
+            }
         }
     }
 
