@@ -14,7 +14,10 @@
 use tilejit_ir::kernel::MatView;
 
 pub use conv::conv_f32_nchw;
-pub use winograd::{conv_f32_winograd, winograd_fits, WinogradWeights};
+pub use winograd::{
+    conv_f32_winograd, conv_f32_winograd_images, winograd_fits, winograd_fits_images,
+    WinogradWeights,
+};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;

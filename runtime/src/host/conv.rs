@@ -18,8 +18,9 @@ use rayon::prelude::*;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use tilejit_codegen::host::{
-    conv_f32_nchw, conv_f32_winograd, matmul_f32_strided, matmul_f32_strided_col_split,
-    winograd_fits, BufArg, GemmView, WinogradWeights,
+    conv_f32_nchw, conv_f32_winograd, conv_f32_winograd_images, matmul_f32_strided,
+    matmul_f32_strided_col_split, winograd_fits, winograd_fits_images, BufArg, GemmView,
+    WinogradWeights,
 };
 use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul};
 use tilejit_ir::{DType, IrError, Lit};
@@ -75,8 +76,15 @@ impl HostProgram {
             return Err(mismatch());
         }
         // Winograd where the geometry fits, an image's phases split over
-        // the threads when there are fewer images than threads.
+        // the threads when there are fewer images than threads; images
+        // too small on their own run together.
         let wino = winograd_weights(w, mm, ic)?;
+        if let Some(u) = wino.as_ref().filter(|_| !winograd_fits(ic, mm.n)) {
+            let r = conv_f32_winograd_images(x, ic, u, o, threads);
+            round_product(o, out_dtype);
+            slots[mm.out.0 as usize] = Slot::Owned(out);
+            return Ok(r?);
+        }
         let one = |(b, ob): (usize, &mut [f32]), inner: usize| {
             let img = &x[b * image..(b + 1) * image];
             if let Some(u) = &wino {
@@ -109,14 +117,19 @@ impl HostProgram {
 }
 
 /// The weights of an NCHW convolution that runs as Winograd F(4x4, 3x3)
-/// (`winograd_fits`: 3x3 at stride 1, channels and outputs in blocks of
-/// 16, images of enough tiles), transformed once for all its images.
+/// (`winograd_fits_images`: 3x3 at stride 1, channels and outputs in
+/// blocks of 16, images of enough tiles, alone or together), transformed
+/// once for all its images.
 fn winograd_weights(
     w: &[f32],
     mm: &MatMul,
     ic: &Im2Col,
 ) -> Result<Option<WinogradWeights>, RuntimeError> {
-    if !crate::config::config().winograd || !mm.nchw || !winograd_fits(ic, mm.n) || mm.m == 0 {
+    if !crate::config::config().winograd
+        || !mm.nchw
+        || !winograd_fits_images(ic, mm.n, mm.batch)
+        || mm.m == 0
+    {
         return Ok(None);
     }
     Ok(Some(WinogradWeights::new(
@@ -511,6 +524,27 @@ impl HostProgram {
             row_stride: m,
             col_stride: 1,
         };
+        // Images too small for Winograd alone run it together, then the
+        // epilogue runs block by block.
+        if let Some(u) = wino.as_ref().filter(|_| !winograd_fits(ic, n)) {
+            let result = conv_f32_winograd_images(x, ic, u, &mut product, threads)
+                .map_err(RuntimeError::from)
+                .and_then(|()| {
+                    product
+                        .par_chunks_mut(n * m)
+                        .zip(per_image.into_par_iter())
+                        .enumerate()
+                        .try_for_each(|(bi, (out, blocks))| {
+                            let blocks = blocks.into_iter().zip(out.chunks_mut(nb * m));
+                            for (j, (bufs, o)) in blocks.enumerate() {
+                                epilogue(bi, j * nb, o, bufs)?;
+                            }
+                            Ok(())
+                        })
+                });
+            slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
+            return result.map(|()| true);
+        }
         let result = product
             .par_chunks_mut(n * m)
             .zip(per_image.into_par_iter())

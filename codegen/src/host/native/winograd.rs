@@ -56,16 +56,29 @@ thread_local! {
 /// group, channels and outputs in whole blocks of 16, and at least
 /// 49 tiles per image.
 pub fn winograd_fits(ic: &Im2Col, o: usize) -> bool {
+    tiles_per_image(ic, o).is_some_and(|t| t >= MIN_TILES)
+}
+
+/// Whether `images` images of geometry `ic` run as Winograd F(4x4, 3x3)
+/// together ([`conv_f32_winograd_images`]): as [`winograd_fits`], with
+/// the 49 tiles counted over all the images (ResNet's 14x14 layers at
+/// batch 8: 16 tiles an image, 128 in all).
+pub fn winograd_fits_images(ic: &Im2Col, o: usize, images: usize) -> bool {
+    tiles_per_image(ic, o).is_some_and(|t| t.saturating_mul(images) >= MIN_TILES)
+}
+
+/// The tiles of one image, when the window and channels fit the path.
+fn tiles_per_image(ic: &Im2Col, o: usize) -> Option<usize> {
     let win = &ic.window;
-    let Some((oh, ow)) = win.out(ic.h, ic.w) else {
-        return false;
-    };
-    (win.kh, win.kw, win.stride, win.dilation, win.groups) == (3, 3, (1, 1), (1, 1), 1)
+    let (oh, ow) = win.out(ic.h, ic.w)?;
+    let fits = (win.kh, win.kw, win.stride, win.dilation, win.groups) == (3, 3, (1, 1), (1, 1), 1)
         && ic.c > 0
         && ic.c.is_multiple_of(L)
         && o > 0
         && o.is_multiple_of(L)
-        && oh.div_ceil(M) * ow.div_ceil(M) >= MIN_TILES
+        && oh > 0
+        && ow > 0;
+    fits.then(|| oh.div_ceil(M) * ow.div_ceil(M))
 }
 
 /// A 3x3 convolution's weights transformed for [`conv_f32_winograd`]:
@@ -147,9 +160,76 @@ pub fn conv_f32_winograd(
     if nb == 0 {
         return Ok(());
     }
+    transform(img, 1, ic, u, o0, nb, Dest::View(out, ov), threads)
+}
+
+/// Every image of `imgs` (`[images, c, h, w]`, of geometry `ic`, which
+/// [`winograd_fits_images`] accepted) by Winograd F(4x4, 3x3) at once,
+/// the tiles of all of them in each of the 36 GEMMs, into `out` (`[images,
+/// outputs, oh * ow]`), every phase split over up to `threads` threads.
+/// An error when the sizes disagree.
+pub fn conv_f32_winograd_images(
+    imgs: &[f32],
+    ic: &Im2Col,
+    u: &WinogradWeights,
+    out: &mut [f32],
+    threads: usize,
+) -> Result<(), CodegenError> {
+    let (oh, ow) = ic.window.out(ic.h, ic.w).unwrap_or((0, 0));
+    let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
+    let images = image.filter(|&n| n > 0).map_or(0, |n| imgs.len() / n);
+    let outputs = images
+        .checked_mul(u.o)
+        .and_then(|x| x.checked_mul(oh))
+        .and_then(|x| x.checked_mul(ow));
+    if images == 0
+        || !winograd_fits_images(ic, u.o, images)
+        || u.c != ic.c
+        || image.and_then(|n| n.checked_mul(images)) != Some(imgs.len())
+        || outputs != Some(out.len())
+    {
+        return Err(bad(format!(
+            "{} image elements ({ic:?}), {}x{} transformed weights -> {} output elements \
+             do not fit",
+            imgs.len(),
+            u.c,
+            u.o,
+            out.len()
+        )));
+    }
+    transform(imgs, images, ic, u, 0, u.o, Dest::Images(out), threads)
+}
+
+/// Where a call's outputs go.
+enum Dest<'o> {
+    /// One image's outputs `o0..o0 + ov.rows`, as `ov`'s rows.
+    View(&'o mut [f32], GemmView),
+    /// Every image's every output: `[images, outputs, pixels]`.
+    Images(&'o mut [f32]),
+}
+
+/// The convolution of `images` checked images: transforms, products and
+/// the inverse transform, each phase split over up to `threads` parts
+/// (padded rows, tiles, points, then blocks of 16 outputs), each part
+/// writing slices of its own.
+#[allow(clippy::too_many_arguments)]
+fn transform(
+    imgs: &[f32],
+    images: usize,
+    ic: &Im2Col,
+    u: &WinogradWeights,
+    o0: usize,
+    nb: usize,
+    dest: Dest<'_>,
+    threads: usize,
+) -> Result<(), CodegenError> {
+    let c = ic.c;
+    let (oh, ow) = ic.window.out(ic.h, ic.w).unwrap_or((0, 0));
     let (th, tw) = (oh.div_ceil(M), ow.div_ceil(M));
-    let tiles = th * tw;
+    let per = th * tw;
+    let tiles = per * images;
     let (hp, wp) = (M * th + 2, M * tw + 2);
+    let image = c * ic.h * ic.w;
     let g = Tiles {
         c,
         h: ic.h,
@@ -158,18 +238,23 @@ pub fn conv_f32_winograd(
         pl: ic.window.pad[1] as usize,
         wp,
         tw,
+        per,
         tiles,
+        xt_image: hp * wp * c,
     };
-    // Each phase splits over up to `threads` parts: padded rows, tiles,
-    // points, then blocks of 16 outputs; each part's slices its own.
-    let parts = threads.clamp(1, th);
-    with_scratch(&CHANNELS_LAST, hp * wp * c, |xt| {
-        let rows = hp.div_ceil(parts);
-        each(
-            xt.chunks_mut(rows * wp * c).enumerate(),
-            parts,
-            |(i, xt)| channels_last_v(img, &g, i * rows, xt),
-        );
+    let parts = threads.max(1);
+    with_scratch(&CHANNELS_LAST, images * hp * wp * c, |xt| {
+        // Each image's padded rows in up to `parts` pieces.
+        let rows = hp.div_ceil(parts.div_ceil(images).min(hp));
+        let pieces = xt.chunks_mut(hp * wp * c).enumerate().flat_map(|(b, xi)| {
+            let img = &imgs[b * image..(b + 1) * image];
+            xi.chunks_mut(rows * wp * c)
+                .enumerate()
+                .map(move |(i, x)| (img, i * rows, x))
+        });
+        each(pieces, parts, |(img, y0, x)| {
+            channels_last_v(img, &g, y0, x)
+        });
         let xt = &*xt;
         with_scratch(&INPUT, POINTS * tiles * c, |v| {
             let ranges = split(tiles, parts);
@@ -188,14 +273,36 @@ pub fn conv_f32_winograd(
             with_scratch(&PRODUCTS, POINTS * tiles * nb, |m| {
                 products(v, u, o0, nb, tiles, m, threads)?;
                 let m = &*m;
-                let blocks = split(nb / L, parts.min(nb / L));
-                let rows = blocks[0].len() * L;
-                let outs = out[ov.offset..].chunks_mut(rows * ov.row_stride);
-                let view = GemmView { offset: 0, ..ov };
-                each(outs.zip(blocks), parts, |(o, b)| {
-                    let obs = b.start * L..b.end * L;
-                    output_transform_v(m, &g, nb, obs, (oh, ow), (o, view))
-                });
+                let size = (oh, ow);
+                match dest {
+                    Dest::View(out, ov) => {
+                        let blocks = split(nb / L, parts.min(nb / L));
+                        let rows = blocks[0].len() * L;
+                        let outs = out[ov.offset..].chunks_mut(rows * ov.row_stride);
+                        let view = GemmView { offset: 0, ..ov };
+                        each(outs.zip(blocks), parts, |(o, b)| {
+                            let obs = b.start * L..b.end * L;
+                            output_transform_v(m, &g, nb, 0..per, obs, size, (o, view))
+                        });
+                    }
+                    Dest::Images(out) => {
+                        // One piece per image and block of 16 outputs.
+                        let p = oh * ow;
+                        let view = GemmView {
+                            offset: 0,
+                            rows: L,
+                            cols: p,
+                            row_stride: p,
+                            col_stride: 1,
+                        };
+                        let blocks = nb / L;
+                        each(out.chunks_mut(L * p).enumerate(), parts, |(i, o)| {
+                            let (b, ob) = (i / blocks, i % blocks * L);
+                            let ts = b * per..(b + 1) * per;
+                            output_transform_v(m, &g, nb, ts, ob..ob + L, size, (o, view))
+                        });
+                    }
+                }
                 Ok(())
             })
         })
@@ -222,7 +329,8 @@ fn each<T: Send>(items: impl Iterator<Item = T>, threads: usize, f: impl Fn(T) +
     }
 }
 
-/// An image's tiling.
+/// The images' tiling. Tiles are numbered image by image, row-major
+/// within an image.
 struct Tiles {
     c: usize,
     h: usize,
@@ -234,7 +342,22 @@ struct Tiles {
     wp: usize,
     /// Tiles per row.
     tw: usize,
+    /// Tiles per image.
+    per: usize,
+    /// Tiles of all the images.
     tiles: usize,
+    /// Elements of one image's channels-last copy.
+    xt_image: usize,
+}
+
+impl Tiles {
+    /// Where tile `t`'s inputs start in the channels-last copy, and its
+    /// top-left output pixel in its image.
+    #[inline(always)]
+    fn place(&self, t: usize) -> (usize, usize, usize) {
+        let (b, lt) = (t / self.per, t % self.per);
+        (b * self.xt_image, M * (lt / self.tw), M * (lt % self.tw))
+    }
 }
 
 fn bad(message: String) -> CodegenError {
@@ -302,15 +425,16 @@ fn output_transform_v(
     m: &[f32],
     g: &Tiles,
     nb: usize,
+    tiles: Range<usize>,
     obs: Range<usize>,
     size: (usize, usize),
     out: (&mut [f32], GemmView),
 ) {
     #[cfg(target_arch = "x86_64")]
     if let Some(isa) = x86::isa() {
-        return x86::output_transform(isa, m, g, nb, obs, size, out);
+        return x86::output_transform(isa, m, g, nb, tiles, obs, size, out);
     }
-    output_transform(m, g, nb, obs, size, out)
+    output_transform(m, g, nb, tiles, obs, size, out)
 }
 
 type Lanes = [f32; L];
@@ -416,11 +540,11 @@ fn channels_last(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
 fn input_transform(xt: &[f32], g: &Tiles, tiles: Range<usize>, v: &mut [&mut [f32]]) {
     let (c, wp) = (g.c, g.wp);
     for t in tiles.clone() {
-        let (y0, x0) = (M * (t / g.tw), M * (t % g.tw));
+        let (base, y0, x0) = g.place(t);
         for cb in (0..c).step_by(L) {
             let d: [[Lanes; T6]; T6] = std::array::from_fn(|r| {
                 std::array::from_fn(|q| {
-                    let at = ((y0 + r) * wp + x0 + q) * c + cb;
+                    let at = base + ((y0 + r) * wp + x0 + q) * c + cb;
                     let mut x = [0.0; L];
                     x.copy_from_slice(&xt[at..at + L]);
                     x
@@ -491,13 +615,14 @@ fn output_transform(
     m: &[f32],
     g: &Tiles,
     nb: usize,
+    ts: Range<usize>,
     obs: Range<usize>,
     (oh, ow): (usize, usize),
     (out, ov): (&mut [f32], GemmView),
 ) {
     let tiles = g.tiles;
-    for t in 0..tiles {
-        let (y0, x0) = (M * (t / g.tw), M * (t % g.tw));
+    for t in ts.clone() {
+        let (_, y0, x0) = g.place(t);
         for ob in obs.clone().step_by(L) {
             let mt: [[Lanes; T6]; T6] = std::array::from_fn(|a| {
                 std::array::from_fn(|b| {
@@ -807,12 +932,14 @@ mod x86 {
     ) {
         let (c, wp) = (g.c, g.wp);
         for t in tiles.clone() {
-            let (y0, x0) = (M * (t / g.tw), M * (t % g.tw));
+            let (base, y0, x0) = g.place(t);
             for cb in (0..c).step_by(L) {
                 // Columns of B^T d, one input column at a time.
                 let mut cols = [[V::splat(0.0); T6]; T6];
                 for (q, col) in cols.iter_mut().enumerate() {
-                    let d = std::array::from_fn(|r| V::load(xt, ((y0 + r) * wp + x0 + q) * c + cb));
+                    let d = std::array::from_fn(|r| {
+                        V::load(xt, base + ((y0 + r) * wp + x0 + q) * c + cb)
+                    });
                     *col = bt(d);
                 }
                 for a in 0..T6 {
@@ -833,14 +960,15 @@ mod x86 {
         m: &[f32],
         g: &Tiles,
         nb: usize,
+        ts: Range<usize>,
         obs: Range<usize>,
         (oh, ow): (usize, usize),
         (out, ov): (&mut [f32], GemmView),
     ) {
         let tiles = g.tiles;
         for ob in obs.clone().step_by(L) {
-            for t in 0..tiles {
-                let (y0, x0) = (M * (t / g.tw), M * (t % g.tw));
+            for t in ts.clone() {
+                let (_, y0, x0) = g.place(t);
                 let mut cols = [[V::splat(0.0); M]; T6];
                 for (b, col) in cols.iter_mut().enumerate() {
                     let x =
@@ -864,6 +992,7 @@ mod x86 {
     /// `isa` names, each compiled with its features.
     macro_rules! versions {
         ($name:ident = $body:ident($($arg:ident: $ty:ty),*)) => {
+            #[allow(clippy::too_many_arguments)]
             pub(super) fn $name(isa: Isa, $($arg: $ty),*) {
                 #[target_feature(enable = "avx512f,fma")]
                 fn wide($($arg: $ty),*) {
@@ -894,6 +1023,7 @@ mod x86 {
         m: &[f32],
         g: &Tiles,
         nb: usize,
+        ts: Range<usize>,
         obs: Range<usize>,
         size: (usize, usize),
         out: (&mut [f32], GemmView)
@@ -987,6 +1117,60 @@ mod tests {
         }
     }
 
+    /// Small images together (16 tiles each, 64 in all; and 20 each, some
+    /// partial), against the definition image by image, on one
+    /// thread and several; sizes that disagree are errors.
+    #[test]
+    fn images_together_match_the_definition() {
+        let value = |i: usize, s: usize| ((i * 41 + s * 13) % 23) as f32 / 11.0 - 1.0;
+        for (images, c, o, h, w) in [(4, 16, 32, 14, 14), (3, 32, 16, 15, 17)] {
+            let ic = Im2Col {
+                c,
+                h,
+                w,
+                window: Window::square(3, 3, 1, 1),
+            };
+            assert!(!winograd_fits(&ic, o), "too few tiles for one image");
+            assert!(winograd_fits_images(&ic, o, images));
+            assert!(!winograd_fits_images(&ic, o, 2));
+            let image = c * h * w;
+            let imgs: Vec<f32> = (0..images * image).map(|i| value(i, 1)).collect();
+            let wt: Vec<f32> = (0..o * c * 9).map(|i| value(i, 2) / 4.0).collect();
+            let wv = GemmView {
+                offset: 0,
+                rows: o,
+                cols: c * 9,
+                row_stride: c * 9,
+                col_stride: 1,
+            };
+            let u = WinogradWeights::new(&wt, wv, c).expect("weights that fit");
+            let p = h * w;
+            for threads in [1, 2, 3] {
+                let mut out = vec![f32::NAN; images * o * p];
+                conv_f32_winograd_images(&imgs, &ic, &u, &mut out, threads)
+                    .expect("sizes that fit");
+                for b in 0..images {
+                    let want = direct(&imgs[b * image..(b + 1) * image], &wt, &ic, o);
+                    let scale = want.iter().fold(0f64, |a, &x| a.max(x.abs()));
+                    let got = &out[b * o * p..(b + 1) * o * p];
+                    for (i, (&g, &r)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (g as f64 - r).abs() <= 1e-5 * scale,
+                            "{ic:?} image {b} element {i}: {g} vs {r} ({threads} threads)"
+                        );
+                    }
+                }
+            }
+            let mut out = vec![0.0; images * o * p];
+            let short = &imgs[..imgs.len() - 1];
+            assert!(conv_f32_winograd_images(short, &ic, &u, &mut out, 1).is_err());
+            let mut long = vec![0.0; images * o * p + 1];
+            assert!(conv_f32_winograd_images(&imgs, &ic, &u, &mut long, 1).is_err());
+            let two = &imgs[..2 * image];
+            assert!(conv_f32_winograd_images(two, &ic, &u, &mut out[..2 * o * p], 1).is_err());
+        }
+    }
+
     /// The AVX-512 and AVX2 transforms (those this CPU runs) against the
     /// lane-array ones, on a padded image of partial tiles, each split
     /// into parts as a multi-threaded call splits it.
@@ -1003,7 +1187,9 @@ mod tests {
             pl: 1,
             wp: M * tw + 2,
             tw,
+            per: th * tw,
             tiles: th * tw,
+            xt_image: (M * th + 2) * (M * tw + 2) * c,
         };
         let value = |i: usize| ((i * 53 + 7) % 31) as f32 / 15.0 - 1.0;
         let img: Vec<f32> = (0..c * h * w).map(value).collect();
@@ -1025,7 +1211,7 @@ mod tests {
         };
         let len = 2 + nb * (oh * ow + 1);
         let mut oa = vec![f32::NAN; len];
-        output_transform(&m, &g, nb, 0..nb, (oh, ow), (&mut oa, ov));
+        output_transform(&m, &g, nb, 0..g.tiles, 0..nb, (oh, ow), (&mut oa, ov));
         let isas = x86::Isa::all();
         if crate::host::cpu_features().fma {
             assert!(!isas.is_empty(), "an x86-64 CPU with FMA has AVX2");
@@ -1058,9 +1244,9 @@ mod tests {
             let mut ob = vec![f32::NAN; len];
             let (low, high) = ob.split_at_mut(2 + 16 * ov.row_stride);
             let half = GemmView { rows: 16, ..ov };
-            x86::output_transform(isa, &m, &g, nb, 0..16, (oh, ow), (low, half));
+            x86::output_transform(isa, &m, &g, nb, 0..g.tiles, 0..16, (oh, ow), (low, half));
             let half = GemmView { offset: 0, ..half };
-            x86::output_transform(isa, &m, &g, nb, 16..32, (oh, ow), (high, half));
+            x86::output_transform(isa, &m, &g, nb, 0..g.tiles, 16..32, (oh, ow), (high, half));
             for (x, y) in oa.iter().zip(&ob) {
                 assert!(
                     x.is_nan() && y.is_nan() || (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
