@@ -509,29 +509,42 @@ fn weights(w: &[f32], wv: GemmView, c: usize, o: usize, u: &mut [f32]) {
     }
 }
 
-/// `xt[y, x, c]`: the image channels-last, with its zero padding, from
-/// padded row `y0` for as many rows as `xt` holds.
+/// The rows of `xt` (a channels-last copy from padded row `y0`, as many
+/// rows as it holds) with their zero padding written: `inside(row, iy,
+/// width)` then writes the `width` pixels of image row `iy` into each
+/// row that has one.
 #[inline(always)]
-fn channels_last(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
+fn padded_rows(
+    g: &Tiles,
+    y0: usize,
+    xt: &mut [f32],
+    mut inside: impl FnMut(&mut [f32], usize, usize),
+) {
     let (c, wp) = (g.c, g.wp);
-    let hp = xt.len() / (wp * c);
-    for y in 0..hp {
-        let row = &mut xt[y * wp * c..(y + 1) * wp * c];
+    for (y, row) in xt.chunks_exact_mut(wp * c).enumerate() {
         let Some(iy) = (y0 + y).checked_sub(g.pt).filter(|&iy| iy < g.h) else {
             row.fill(0.0);
             continue;
         };
-        let inside = g.pl * c..((g.pl + g.w) * c).min(row.len());
-        row[..inside.start].fill(0.0);
-        row[inside.end..].fill(0.0);
-        let width = inside.len() / c;
-        for ci in 0..c {
+        let within = g.pl * c..((g.pl + g.w) * c).min(row.len());
+        row[..within.start].fill(0.0);
+        row[within.end..].fill(0.0);
+        inside(row, iy, within.len() / c);
+    }
+}
+
+/// `xt[y, x, c]`: the image channels-last, with its zero padding, from
+/// padded row `y0` for as many rows as `xt` holds.
+#[inline(always)]
+fn channels_last(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
+    padded_rows(g, y0, xt, |row, iy, width| {
+        for ci in 0..g.c {
             let src = &img[(ci * g.h + iy) * g.w..][..width];
             for (x, &v) in src.iter().enumerate() {
-                row[(g.pl + x) * c + ci] = v;
+                row[(g.pl + x) * g.c + ci] = v;
             }
         }
-    }
+    })
 }
 
 /// `v[point][t - tiles.start, c] = (B^T d B)[point]` over the 6x6
@@ -655,7 +668,7 @@ fn output_transform(
 /// every lane is inside its slice.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{GemmView, Range, Tiles, L, M, T6};
+    use super::{padded_rows, GemmView, Range, Tiles, L, M, T6};
     use std::arch::x86_64::*;
 
     /// Proof that this CPU has the features of one of the two versions:
@@ -902,24 +915,15 @@ mod x86 {
     /// `super::channels_last`, 16 channels of a pixel gathered at once.
     #[inline(always)]
     fn channels_last_with<V: Lanes16>(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
-        let (c, wp, plane) = (g.c, g.wp, g.h * g.w);
-        let hp = xt.len() / (wp * c);
-        for y in 0..hp {
-            let row = &mut xt[y * wp * c..(y + 1) * wp * c];
-            let Some(iy) = (y0 + y).checked_sub(g.pt).filter(|&iy| iy < g.h) else {
-                row.fill(0.0);
-                continue;
-            };
-            let inside = g.pl * c..((g.pl + g.w) * c).min(row.len());
-            row[..inside.start].fill(0.0);
-            row[inside.end..].fill(0.0);
-            for x in 0..inside.len() / c {
+        let (c, plane) = (g.c, g.h * g.w);
+        padded_rows(g, y0, xt, |row, iy, width| {
+            for x in 0..width {
                 for cb in (0..c).step_by(L) {
                     V::gather(img, cb * plane + iy * g.w + x, plane)
                         .store(row, (g.pl + x) * c + cb);
                 }
             }
-        }
+        })
     }
 
     /// `super::input_transform`.
