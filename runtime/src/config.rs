@@ -11,7 +11,7 @@
 //! | `TILEJIT_PROFILE` | a directory | off | every Sim launch writes a Chrome trace (open in Perfetto) there |
 //! | `TILEJIT_SIM_POLICY` | `fifo`, `newest-first`, `fair` | `fifo` | the device scheduler's ready-queue policy for Sim launches |
 //! | `TILEJIT_WARMUP` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | the first tensor of a process has a rayon pool thread compile a small kernel, so the first real compile finds Cranelift warm |
-//! | `TILEJIT_WINOGRAD` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | host 3x3 convolutions at stride 1 over blocks of 16 channels and big enough images (or batches of smaller ones) run as Winograd F(4x4, 3x3): 1.1-2.7x faster a layer, with rounding errors of a few 1e-6 of the output's scale instead of ~1e-7; off runs them as direct products |
+//! | `TILEJIT_WINOGRAD` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | host 3x3 convolutions at stride 1 over blocks of 16 channels and big enough images (or batches of smaller ones) run as Winograd F(4x4, 3x3): fewer multiplies, with rounding errors of a few 1e-6 of the output's scale instead of ~1e-7; off runs them as direct products |
 //! | `TILEJIT_CACHE_DIR` | a directory, or `off` | `$XDG_CACHE_HOME/tilejit`, else `~/.cache/tilejit` | where the on-disk kernel cache lives; `off` disables it (so does having neither `XDG_CACHE_HOME` nor `HOME`). It must be absolute, owned by you and not writable by group or others, else the cache is off and stderr says why |
 //! | `TILEJIT_CACHE_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `1G` | bound of the on-disk kernel cache (least recently used files go first); `0` disables it |
 

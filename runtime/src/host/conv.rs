@@ -486,8 +486,11 @@ impl HostProgram {
             slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
             return Err(mismatch());
         }
-        // Winograd when the blocks are whole blocks of 16 outputs.
-        let wino = match nb.is_multiple_of(16) {
+        // Winograd image by image when the blocks are whole blocks of 16
+        // outputs; images too small alone run it together, whatever the
+        // blocks.
+        let together = !winograd_fits(ic, n);
+        let wino = match together || nb.is_multiple_of(16) {
             true => winograd_weights(w, mm, ic)?,
             false => None,
         };
@@ -526,7 +529,7 @@ impl HostProgram {
         };
         // Images too small for Winograd alone run it together, then the
         // epilogue runs block by block.
-        if let Some(u) = wino.as_ref().filter(|_| !winograd_fits(ic, n)) {
+        if let Some(u) = wino.as_ref().filter(|_| together) {
             let result = conv_f32_winograd_images(x, ic, u, &mut product, threads)
                 .map_err(RuntimeError::from)
                 .and_then(|()| {

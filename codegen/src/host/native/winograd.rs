@@ -8,8 +8,9 @@
 //! outputs) at a time in vector lanes; the weights' transform is made
 //! once per call ([`WinogradWeights`]) and shared by the call's images.
 //! Only whole blocks of 16 channels and outputs take this path, and only
-//! images of enough tiles that the GEMMs are not all packing (see
-//! [`winograd_fits`]). The transforms are written in AVX-512 or AVX2
+//! GEMMs of enough tiles that they are not all packing: an image's (see
+//! [`winograd_fits`]), or a batch of smaller images' together
+//! ([`winograd_fits_images`]). The transforms are written in AVX-512 or AVX2
 //! intrinsics (16 lanes in one register or two) and, for other CPUs, as
 //! plain bounds-checked Rust over fixed-size lane arrays; the GEMMs are
 //! `gemm`'s. With fewer images than threads, each phase of an image
@@ -36,16 +37,17 @@ const POINTS: usize = 36;
 const M: usize = 4;
 /// Input pixels per tile side (`M + 3 - 1`).
 const T6: usize = 6;
-/// The fewest tiles per image worth the path: below it the GEMMs have
+/// The fewest tiles per GEMM worth the path: below it the GEMMs have
 /// so few rows that `gemm` spends their time packing the weights (a
 /// 28x28 image has 49; a 14x14 one, 16, ran slower than the direct
 /// kernel).
 const MIN_TILES: usize = 49;
 
 thread_local! {
-    /// The image channels-last with its zero padding: `[hp, wp, c]`.
+    /// The images channels-last with their zero padding: `[images, hp,
+    /// wp, c]`.
     static CHANNELS_LAST: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// The transformed input: `[point, tile, c]`.
+    /// The transformed input: `[point, tile, c]`, the images' tiles in turn.
     static INPUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// The 36 products: `[point, tile, outputs]`.
     static PRODUCTS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
@@ -124,8 +126,8 @@ impl WinogradWeights {
 /// One image's convolution by Winograd F(4x4, 3x3): output channels
 /// `o0..o0 + ov.rows` (a multiple of 16) of `u` into `out`'s rows (`ov`:
 /// those channels by `oh * ow` pixels, unit column stride), from `img`
-/// (`[c, h, w]`) of geometry `ic`, which [`winograd_fits`] accepted. The
-/// 36 GEMMs split over up to `threads` threads. An error when a view does
+/// (`[c, h, w]`) of geometry `ic`, which [`winograd_fits`] accepted. Each
+/// phase splits over up to `threads` threads. An error when a view does
 /// not fit its buffer or the shapes disagree.
 pub fn conv_f32_winograd(
     img: &[f32],
