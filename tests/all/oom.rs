@@ -26,6 +26,8 @@ fn in_child(name: &str) {
         .arg(exe)
         .arg(name)
         .env(CHILD, "1")
+        // No compiler warm-up running beside the case's allocations.
+        .env("TILEJIT_WARMUP", "0")
         .output()
         .unwrap();
     let (out, err) = (
@@ -39,8 +41,13 @@ fn in_child(name: &str) {
     );
 }
 
-/// Bytes of address space left under the limit now.
+/// Bytes of address space left under the limit now, once every pool
+/// thread has allocated: a thread's first allocation maps its malloc
+/// arena (64 MiB or more of address space), and one that came after the
+/// measure (a pool thread slow to start on a loaded machine) could take
+/// the room meant for the allocation that must fit.
 fn room() -> u64 {
+    rayon::broadcast(|_| std::hint::black_box(vec![0u8; 64]));
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let kib: u64 = status
         .lines()
