@@ -371,6 +371,24 @@ fn bad_launches_are_errors_before_anything_runs() {
         );
     }
     assert!(o.iter().all(|&v| v == 7.0), "nothing ran");
+    // An input's inner stride other than the 1 its code was compiled
+    // for: with 0 the bounds check would count one element of `x`
+    // where the code reads 64 (a one-element buffer would pass).
+    let one = [1f32];
+    for stride in [0, 2, 3] {
+        let mut lying = args.clone();
+        lying[code.layout().stride_slot(0)] = stride;
+        let mut bufs: Vec<BufArg<'_>> = (0..3).map(|_| BufArg::empty()).collect();
+        bufs[a] = BufArg::read(&one);
+        bufs[b] = BufArg::read(&one);
+        bufs[out] = BufArg::write(&mut o);
+        launch_err(
+            code.launch(&mut bufs, KernelArgs::Raw(&lying), n, 8, None),
+            "compiled for 1",
+        );
+        assert!(code.check_args(lying).is_err(), "stride {stride}");
+    }
+    assert!(o.iter().all(|&v| v == 7.0), "nothing ran");
     // An output one element short: no chunk runs, not even those inside it.
     let checked = code.check_args(args.clone()).unwrap();
     for args in [KernelArgs::Raw(&args), KernelArgs::Checked(&checked)] {

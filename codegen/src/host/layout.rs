@@ -72,6 +72,12 @@ pub struct ArgLayout {
     /// Per access, how many elements past its strided reach a gather on it
     /// may read ([`Kernel::gather_reach`]; the code checks each index).
     pub gather_reach: Vec<u64>,
+    /// Per access, the inner stride its code assumes (0, 1 or 2, which
+    /// the code uses instead of the argument), or `None` when the code
+    /// reads it from the arguments. A call whose arguments say otherwise
+    /// is refused: the bounds check would measure another reach than the
+    /// code makes.
+    pub inner: Vec<Option<i64>>,
 }
 
 impl ArgLayout {
@@ -131,6 +137,10 @@ impl ArgLayout {
                 .unwrap_or(0),
             flat,
             matmul,
+            inner: k
+                .accesses()
+                .map(|a| Some(a.inner_stride()).filter(|s| (0..=2).contains(s)))
+                .collect(),
             gather_reach: (0..k.accesses().count())
                 .map(|a| {
                     if a < nloads {
@@ -496,6 +506,12 @@ impl ArgLayout {
         let strides = &args[self.stride_slot(a)..self.stride_slot(a) + self.rank];
         if strides.iter().any(|&s| s < 0) {
             return Err(format!("access {a} has a negative stride"));
+        }
+        let inner = strides[self.rank - 1];
+        if let Some(fixed) = self.inner.get(a).copied().flatten().filter(|&f| f != inner) {
+            return Err(format!(
+                "access {a} has inner stride {inner}; its code was compiled for {fixed}"
+            ));
         }
         let offset = args[self.offset_slot(a)];
         let offset =
