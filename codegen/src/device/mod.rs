@@ -16,7 +16,7 @@
 //!   broadcast back with `vbrow`.
 //!
 //! **Size-generic code.** Like host code, device code depends only on the
-//! kernel's structure ([`Kernel::structure_text`]): every domain size and
+//! kernel's structure ([`Kernel::device_structure_text`]): every domain size and
 //! every stride (outer ones, and inner ones other than 0 and 1) is a
 //! scalar argument ([`size_args`], read with `ldarg` once per task or per
 //! row, never per element), trip counts and tail tiles are computed from

@@ -160,6 +160,9 @@ struct Origin {
 enum Inner {
     Zero,
     One,
+    /// Every other element (a stride-2 pooling's taps): its vector loads
+    /// read two vectors and keep the even lanes.
+    Two,
     Runtime(Value),
 }
 
@@ -399,6 +402,7 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             let inner = match acc.inner_stride() {
                 0 => Inner::Zero,
                 1 => Inner::One,
+                2 => Inner::Two,
                 _ => Inner::Runtime(strides[rank - 1]),
             };
             // The access's origin: its buffer plus its offset (a slice's
@@ -533,10 +537,11 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                 Expr::Select(c, ..) => {
                     is_f32ish(n.dtype) && matches!(k.expr(c).expr, Expr::Compare(..))
                 }
-                Expr::Load(l) => {
-                    is_f32ish(n.dtype)
-                        && !matches!(self.accesses[l as usize].inner, Inner::Runtime(_))
-                }
+                // A strided f32 read loads its four lanes one by one.
+                Expr::Load(l) => match self.accesses[l as usize].inner {
+                    Inner::Two | Inner::Runtime(_) => n.dtype == DType::F32,
+                    _ => is_f32ish(n.dtype),
+                },
                 // Each lane's address depends on its index.
                 Expr::Gather { .. } => false,
                 _ => is_f32ish(n.dtype),
@@ -622,6 +627,10 @@ impl<'a, 'b> Lowerer<'a, 'b> {
             Inner::Zero => base,
             Inner::One => {
                 let off = self.b.ins().imul_imm_s(j, esize);
+                self.b.ins().iadd(base, off)
+            }
+            Inner::Two => {
+                let off = self.b.ins().imul_imm_s(j, 2 * esize);
                 self.b.ins().iadd(base, off)
             }
             Inner::Runtime(s) => {

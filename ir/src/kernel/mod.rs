@@ -450,18 +450,31 @@ impl Kernel {
             .collect()
     }
 
-    /// Everything that changes the generated code, as canonical text (the
-    /// kernel cache's key): rank, expression DAG, dtypes, stages, scratch,
-    /// buffers by local number ([`Kernel::local_buffers`]) with their
-    /// dtypes, and for each access only the class of its inner stride (`0`,
-    /// `1` or `s`): outer strides and sizes do not change the code.
+    /// Everything that changes the generated host code, as canonical text
+    /// (the host kernel cache's key): rank, expression DAG, dtypes, stages,
+    /// scratch, buffers by local number ([`Kernel::local_buffers`]) with
+    /// their dtypes, and for each access only the class of its inner
+    /// stride (`0`, `1`, `2` or `s`): outer strides and sizes do not change
+    /// the code.
     pub fn structure_text(&self, buf_dtype: &dyn Fn(BufId) -> DType) -> String {
+        self.structure(buf_dtype, true)
+    }
+
+    /// [`Kernel::structure_text`] for the device code, which reads a
+    /// stride of 2 as any other (classes `0`, `1` and `s`): the Sim
+    /// kernel cache's key.
+    pub fn device_structure_text(&self, buf_dtype: &dyn Fn(BufId) -> DType) -> String {
+        self.structure(buf_dtype, false)
+    }
+
+    fn structure(&self, buf_dtype: &dyn Fn(BufId) -> DType, two: bool) -> String {
         use std::fmt::Write;
         let order = self.local_buffers();
         let local = |b: BufId| order.iter().position(|&x| x == b).unwrap_or(usize::MAX);
         let class = |a: &Access| match a.inner_stride() {
             0 => '0',
             1 => '1',
+            2 if two => '2',
             _ => 's',
         };
         let mut out = String::new();

@@ -1,6 +1,6 @@
 //! Sim entries: device bytecode. Device code is size-generic like host
 //! code (sizes and strides are scalar arguments of its tasks), so the key
-//! is the kernel's structure ([`Kernel::structure_text`]), its buffers'
+//! is the kernel's structure ([`Kernel::device_structure_text`]), its buffers'
 //! dtypes, the device config and the plan class
 //! ([`tilejit_codegen::device::plan_class`]: the few choices the
 //! generator still makes from the sizes, such as whole rows in UB or
@@ -232,7 +232,7 @@ impl KernelCache {
         stored: Option<StoredCode<'_>>,
     ) -> Result<Arc<CachedSimKernel>, RuntimeError> {
         let identity = SimIdentity {
-            structure: k.structure_text(dtype_of),
+            structure: k.device_structure_text(dtype_of),
             dtypes: k.local_buffers().into_iter().map(dtype_of).collect(),
             config: cfg.to_json(),
             plan: tilejit_codegen::device::plan_class(k, cfg),

@@ -7,7 +7,9 @@ use crate::host::layout::reachable_until;
 use crate::host::math::{Math, SIN_FAST_MAX, SIN_FAST_MAX_NO_FMA};
 use crate::CodegenError;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{types, BlockArg, InstBuilder, Value};
+use cranelift_codegen::ir::{
+    types, BlockArg, ConstantData, Endianness, InstBuilder, MemFlagsData, Value,
+};
 use std::collections::HashMap;
 use tilejit_ir::kernel::{Expr, ExprId};
 use tilejit_ir::ops::{Inline, MathFn, UnaryHost};
@@ -87,6 +89,20 @@ impl<'b> Lowerer<'_, 'b> {
         }
     }
 
+    /// Lanes 0 and 2 of `lo`, then 1 and 3 of `hi`: one `shufps`.
+    fn even_lanes(&mut self, lo: Value, hi: Value) -> Value {
+        let bytes: Vec<u8> = [0u8, 2, 5, 7]
+            .iter()
+            .flat_map(|&l| (0..4).map(move |i| l * 4 + i))
+            .collect();
+        let mask = self.b.func.dfg.immediates.push(ConstantData::from(bytes));
+        let f = MemFlagsData::new().with_endianness(Endianness::Little);
+        let a = self.b.ins().bitcast(types::I8X16, f, lo);
+        let b = self.b.ins().bitcast(types::I8X16, f, hi);
+        let s = self.b.ins().shuffle(a, b, mask);
+        self.b.ins().bitcast(types::F32X4, f, s)
+    }
+
     fn emit_one(
         &mut self,
         e: ExprId,
@@ -106,6 +122,29 @@ impl<'b> Lowerer<'_, 'b> {
                     (Mode::Vector, Inner::Zero) => {
                         let s = self.b.ins().load(ty, Self::flags(), p, 0);
                         self.b.ins().splat(types::F32X4, s)
+                    }
+                    (Mode::Vector, Inner::Two) => {
+                        // A stride-2 read (a pooling's taps): elements 0..4
+                        // and 3..7, lanes 0, 2 of one and 1, 3 of the other
+                        // (one `shufps`), never past the last element read.
+                        let lo = self.b.ins().load(types::F32X4, Self::flags(), p, 0);
+                        let hi = self.b.ins().load(types::F32X4, Self::flags(), p, 12);
+                        self.even_lanes(lo, hi)
+                    }
+                    (Mode::Vector, Inner::Runtime(s)) => {
+                        // Any other stride: four lane loads, no branch,
+                        // where the scalar loop would run the whole
+                        // expression per element.
+                        let step = self.b.ins().imul_imm_s(s, self.accesses[l].esize);
+                        let x = self.b.ins().load(ty, Self::flags(), p, 0);
+                        let mut v = self.b.ins().scalar_to_vector(types::F32X4, x);
+                        let mut at = p;
+                        for lane in 1..4u8 {
+                            at = self.b.ins().iadd(at, step);
+                            let x = self.b.ins().load(ty, Self::flags(), at, 0);
+                            v = self.b.ins().insertlane(v, x, lane);
+                        }
+                        v
                     }
                     (Mode::Vector, _) => self.b.ins().load(types::F32X4, Self::flags(), p, 0),
                     (Mode::Scalar, _) => self.b.ins().load(ty, Self::flags(), p, 0),
