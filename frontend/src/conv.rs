@@ -2,11 +2,11 @@
 //! `Op::Conv`: a GEMM whose left operand is the image read as its windows
 //! (an implicit im2col; on Sim the cube loads each panel straight from the
 //! image with `ldl1c`), its OIHW weights read transposed in place and its
-//! NHWC product permuted to NCHW by its kernel's epilogue. Pooling gathers
-//! each window tap's elements (a constant index computed at trace time)
-//! and combines the taps elementwise, one kernel; larger pooling windows,
-//! and convolutions of other dtypes, gather whole windows and then reduce
-//! or multiply them.
+//! NHWC product permuted to NCHW by its kernel's epilogue. Pooling is an
+//! `Op::Pool` (a large window two, one per axis), whose kernels read the
+//! taps as strided views of the image and skip the padding; bool pooling,
+//! windows longer than [`MAX_TAPS`] on an axis and convolutions of other
+//! dtypes gather whole windows and then reduce or multiply them.
 
 use crate::apply::apply;
 use crate::error::Loc;
@@ -181,73 +181,45 @@ fn windows(
     Ok((cols, oh, ow))
 }
 
-/// Windows of at most this many taps pool tap by tap ([`tap_pool`]);
-/// larger ones gather their windows and reduce them.
+/// Windows of at most this many taps pool as one [`Op::Pool`]; larger
+/// ones as two, along the columns then the rows (each window's taps
+/// inside the image are a range of rows by a range of columns, so the
+/// reduction separates exactly), each axis at most this long; longer ones
+/// gather their windows and reduce them. (A device kernel holds at most
+/// 21 accesses: the taps and the store.)
 const MAX_TAPS: usize = 16;
 
-/// `reduce` (max or sum) over each window of `win` on `x` (`[n, c, h, w]`)
-/// as `[n, c, oh * ow]`, tap by tap: each tap is a gather of one element
-/// per output position (a constant index into the flattened image, `pad`
-/// where the tap falls in the padding), combined elementwise, so the
-/// whole pooling fuses into one kernel that never writes the windows.
-fn tap_pool(
+/// `reduce` over each window of `win` on `x` (`[n, c, h, w]`): one or two
+/// [`Op::Pool`]s (see [`MAX_TAPS`]), `None` where the window is too long.
+fn pool_op(
     g: &mut Graph,
-    op: &'static str,
     x: NodeId,
     win: Window,
-    pad: Lit,
     reduce: ReduceOp,
-) -> Result<(NodeId, usize, usize), IrError> {
-    let s = g.ty(x).shape;
-    let (n, c, h, w) = (s[0], s[1], s[2], s[3]);
-    let (oh, ow) = fits(op, s, &win)?;
-    let p = oh * ow;
-    let combine = match reduce {
-        ReduceOp::Max => tilejit_ir::BinaryOp::Max,
-        ReduceOp::Sum => tilejit_ir::BinaryOp::Add,
-        _ => return Err(IrError::Verify(format!("{op}: no tap-wise {reduce:?}"))),
-    };
-    let flat = g.add(Op::Reshape(x, Shape::new(&[n, c, h * w])?))?;
-    let one = Shape::new(&[1, 1, p])?;
-    let full = Shape::new(&[n, c, p])?;
-    let mut acc = None;
-    for i in 0..win.kh as usize {
-        for j in 0..win.kw as usize {
-            let (mut idx, mut inside) = (with_capacity(p)?, with_capacity(p)?);
-            for y in 0..oh {
-                for xx in 0..ow {
-                    // A tap in the padding reads element 0 and is masked.
-                    let at = win.tap((y, xx), (i, j)).filter(|&(r, q)| r < h && q < w);
-                    idx.push(at.map_or(0, |(r, q)| (r * w + q) as i64));
-                    inside.push(at.is_some());
-                }
-            }
-            let ty = tilejit_ir::TensorType {
-                dtype: g.ty(x).dtype,
-                shape: full,
-            };
-            let tap = if !inside.contains(&true) {
-                g.add(Op::Full { value: pad, ty })?
-            } else {
-                let ix = g.add_constant(Array::new(one, Buffer::I64(idx))?);
-                let ix = g.add(Op::Broadcast(ix, full))?;
-                let mut tap = g.add(Op::Gather(flat, ix, 2))?;
-                if inside.contains(&false) {
-                    let mask = g.add_constant(Array::new(one, Buffer::Bool(inside))?);
-                    let mask = g.add(Op::Broadcast(mask, full))?;
-                    let fill = g.add(Op::Full { value: pad, ty })?;
-                    tap = g.add(Op::Select(mask, tap, fill))?;
-                }
-                tap
-            };
-            acc = Some(match acc {
-                None => tap,
-                Some(a) => g.add(Op::Binary(combine, a, tap))?,
-            });
-        }
+) -> Result<Option<NodeId>, IrError> {
+    let (kh, kw) = (win.kh as usize, win.kw as usize);
+    if kh * kw <= MAX_TAPS {
+        return Ok(Some(g.add(Op::Pool(reduce, x, win))?));
     }
-    let acc = acc.ok_or_else(|| IrError::Verify(format!("{op}: an empty window")))?;
-    Ok((acc, oh, ow))
+    if kh > MAX_TAPS || kw > MAX_TAPS {
+        return Ok(None);
+    }
+    let cols = Window {
+        kh: 1,
+        stride: (1, win.stride.1),
+        pad: [0, win.pad[1], 0, win.pad[3]],
+        dilation: (1, win.dilation.1),
+        ..win
+    };
+    let rows = Window {
+        kw: 1,
+        stride: (win.stride.0, 1),
+        pad: [win.pad[0], 0, win.pad[2], 0],
+        dilation: (win.dilation.0, 1),
+        ..win
+    };
+    let c = g.add(Op::Pool(reduce, x, cols))?;
+    Ok(Some(g.add(Op::Pool(reduce, c, rows))?))
 }
 
 /// Checks that `x` is an `[n, c, h, w]` image.
@@ -352,8 +324,14 @@ fn pool(t: &Tensor, op: &'static str, opts: Pool2d, reduce: ReduceOp, location: 
         } else {
             lowest(dtype)
         };
-        let (r, oh, ow) = if win.size() <= MAX_TAPS && dtype != DType::Bool {
-            tap_pool(g, op, ids[0], win, pad_value, reduce)?
+        let (oh, ow) = fits(op, s, &win)?;
+        let pooled = if dtype == DType::Bool {
+            None
+        } else {
+            pool_op(g, ids[0], win, reduce)?
+        };
+        let (r, oh, ow) = if let Some(p) = pooled {
+            (p, oh, ow)
         } else {
             let (cols, oh, ow) = windows(g, op, ids[0], win, pad_value)?;
             (

@@ -217,6 +217,26 @@ fn node_bound(
                 u,
             )?
         }
+        Op::Pool(r, x, win) => {
+            let (xv, xe) = operand(x)?;
+            let sx = g.ty(x).shape;
+            // Over each window: max and min carry the largest of its
+            // bounds; a sum is one reduction of at most `kh*kw` terms.
+            let over = |r: ReduceOp, vals: Vec<f64>| {
+                moved(interp::pool(r, DType::F64, &sx, win, &Vals::F(vals))?)
+            };
+            match r {
+                ReduceOp::Sum => {
+                    let carried = over(ReduceOp::Sum, xe.to_vec())?;
+                    let magnitude = over(ReduceOp::Sum, xv.iter().map(|x| x.abs()).collect())?;
+                    let g = gamma(win.size(), u);
+                    (0..n)
+                        .map(|t| carried[t] + g * magnitude[t] + u * v[t].abs())
+                        .collect()
+                }
+                _ => over(ReduceOp::Max, xe.to_vec())?,
+            }
+        }
         Op::Gather(x, index, axis) => {
             let ((_, xe), (iv, _)) = (operand(x)?, operand(index)?);
             let index = Vals::I(iv.iter().map(|&v| v as i64).collect());

@@ -134,6 +134,13 @@ pub enum Op {
     /// row-major, zero outside the image.
     /// Floats only (f32, f16, bf16: the cube's types).
     Conv(NodeId, NodeId, Window),
+    /// Pooling: `reduce` (`max` or `sum`) over each window of an NCHW image
+    /// `[n, c, h, w]`, giving `[n, c, oh, ow]`. Taps in the padding are left
+    /// out (max pooling's -inf, sum pooling's zero), so every window must
+    /// hold an element of the image; the window has one group. Its kernels
+    /// read the taps as strided views of the image, one kernel per region
+    /// of output positions whose windows leave the image on the same sides.
+    Pool(ReduceOp, NodeId, Window),
 }
 
 /// A 2-D convolution's window (torch's `conv2d` options, ONNX's `Conv`
@@ -265,6 +272,76 @@ impl Window {
             .checked_sub(self.pad[1] as usize)?;
         Some((iy, ix))
     }
+
+    /// Along `axis` (0: rows, 1: columns) of an image `n` long, the output
+    /// positions split into runs whose windows hold the same taps inside
+    /// the image (a tap's position grows with its index, so each window's
+    /// inside taps are one range): how pooling skips the padding. `None`
+    /// when the window does not fit or some window lies wholly in the
+    /// padding.
+    pub fn tap_runs(&self, axis: usize, n: usize) -> Option<Vec<TapRun>> {
+        let (k, s, d, p0, p1) = if axis == 0 {
+            (
+                self.kh,
+                self.stride.0,
+                self.dilation.0,
+                self.pad[0],
+                self.pad[2],
+            )
+        } else {
+            (
+                self.kw,
+                self.stride.1,
+                self.dilation.1,
+                self.pad[1],
+                self.pad[3],
+            )
+        };
+        let (k, s, d, p0) = (k as usize, s as usize, d as usize, p0 as usize);
+        let padded = n.checked_add(p0)?.checked_add(p1 as usize)?;
+        let span = k.checked_sub(1)?.checked_mul(d)?.checked_add(1)?;
+        if s == 0 || d == 0 || span > padded {
+            return None;
+        }
+        let o = (padded - span) / s + 1;
+        let mut runs: Vec<TapRun> = Vec::new();
+        for y in 0..o {
+            // Tap `i` reads `y*s + i*d - p0`, inside when in `0..n`.
+            let at = y.checked_mul(s)?;
+            let first = p0.saturating_sub(at).div_ceil(d);
+            let end = match (n + p0).checked_sub(at) {
+                Some(room) if room > 0 => ((room - 1) / d + 1).min(k),
+                _ => 0,
+            };
+            if first >= end {
+                return None;
+            }
+            match runs.last_mut() {
+                Some(r) if (r.first, r.end) == (first, end) => r.len += 1,
+                _ => runs.push(TapRun {
+                    start: y,
+                    len: 1,
+                    first,
+                    end,
+                }),
+            }
+        }
+        Some(runs)
+    }
+}
+
+/// Output positions `start..start + len` along one axis of a pooling whose
+/// windows hold taps `first..end` inside the image ([`Window::tap_runs`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct TapRun {
+    /// The first output position.
+    pub start: usize,
+    /// How many positions.
+    pub len: usize,
+    /// The first tap inside the image.
+    pub first: usize,
+    /// One past the last tap inside the image.
+    pub end: usize,
 }
 
 /// A permutation of up to 8 axes.
@@ -325,6 +402,7 @@ impl Op {
         match *self {
             Op::Input { .. } | Op::Param { .. } | Op::Full { .. } | Op::Constant { .. } => vec![],
             Op::Unary(_, x) | Op::Reduce(_, x, _) | Op::Reshape(x, _) => vec![x],
+            Op::Pool(_, x, _) => vec![x],
             Op::Permute(x, _) | Op::Broadcast(x, _) | Op::Cast(x, _) | Op::Bitcast(x, _) => vec![x],
             Op::Slice(x, ..) => vec![x],
             Op::Binary(_, a, b) | Op::Compare(_, a, b) | Op::MatMul(a, b) => vec![a, b],
@@ -354,6 +432,7 @@ impl Op {
             Op::Concat(x, y, axis) => Op::Concat(f(x), f(y), axis),
             Op::Gather(x, i, axis) => Op::Gather(f(x), f(i), axis),
             Op::Conv(x, w, win) => Op::Conv(f(x), f(w), win),
+            Op::Pool(r, x, win) => Op::Pool(r, f(x), win),
         }
     }
 

@@ -53,6 +53,7 @@ pub fn infer(g: &Graph, op: &Op) -> Result<TensorType, IrError> {
         Op::Reduce(r, x, axes) => reduce_type(r, ty(x), axes)?,
         Op::MatMul(x, y) => matmul_type(ty(x), ty(y))?,
         Op::Conv(x, w, win) => conv_type(ty(x), ty(w), win)?,
+        Op::Pool(r, x, win) => pool_type(r, ty(x), win)?,
         Op::Reshape(x, shape) => {
             let t = ty(x);
             if shape.numel() != t.shape.numel() {
@@ -368,6 +369,57 @@ fn conv_type(
         x.dtype,
         Shape::new(&[n, oh, ow, w.shape[1]])?,
     ))
+}
+
+/// `[n, c, h, w]` pooled by `r` over `win` gives `[n, c, oh, ow]` (see
+/// [`Op::Pool`]).
+fn pool_type(
+    r: crate::graph::ReduceOp,
+    x: TensorType,
+    win: crate::graph::Window,
+) -> Result<TensorType, IrError> {
+    let op = r.def().pool.unwrap_or("pool");
+    if r.def().pool.is_none() {
+        return Err(IrError::Verify(format!(
+            "{op}: {} does not pool (max, min and sum do)",
+            r.name()
+        )));
+    }
+    if x.dtype == DType::Bool {
+        return Err(IrError::DTypeUnsupported {
+            op,
+            dtype: x.dtype,
+            hint: "cast to a numeric dtype first",
+        });
+    }
+    let bad = |reason: String| IrError::Window {
+        op,
+        shape: x.shape,
+        reason,
+    };
+    if x.shape.rank() != 4 {
+        return Err(bad("expects an NCHW image (rank 4)".into()));
+    }
+    if win.groups != 1 {
+        return Err(bad(format!(
+            "a pooling window has one group, not {}",
+            win.groups
+        )));
+    }
+    let (n, c, h, wd) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+    let fits = |(oh, ow)| {
+        win.tap_runs(0, h)?;
+        win.tap_runs(1, wd)?;
+        Some((oh, ow))
+    };
+    let (oh, ow) = win.out(h, wd).and_then(fits).ok_or_else(|| {
+        bad(format!(
+            "a {}x{} window with stride {:?}, padding {:?} (top, left, bottom, right) and \
+             dilation {:?} does not fit a {h}x{wd} image, or has a window wholly in the padding",
+            win.kh, win.kw, win.stride, win.pad, win.dilation
+        ))
+    })?;
+    checked(TensorType::new(x.dtype, Shape::new(&[n, c, oh, ow])?))
 }
 
 fn matmul_type(a: TensorType, b: TensorType) -> Result<TensorType, IrError> {

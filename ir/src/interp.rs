@@ -202,6 +202,7 @@ pub(crate) fn eval(
             arg(x)?,
         )?,
         Op::MatMul(a, b) => matmul(ty, &g.ty(a).shape, &g.ty(b).shape, arg(a)?, arg(b)?)?,
+        Op::Pool(r, x, win) => pool(r, ty.dtype, &g.ty(x).shape, win, arg(x)?)?,
         Op::Conv(x, w, win) => match (arg(x)?, arg(w)?) {
             (Vals::F(xv), Vals::F(wv)) => {
                 let (cols, p, k) = im2col(&g.ty(x).shape, win, xv)?;
@@ -529,6 +530,63 @@ fn reduce(
                 acc[t] = f(acc[t], e);
             }
             Vals::I(collect(acc.into_iter().map(|a| dtype.wrap_int(a)))?)
+        }
+    })
+}
+
+/// `r` over each window of image `x` (`[n, c, h, w]`, see [`Op::Pool`]):
+/// over the taps inside the image only.
+pub(crate) fn pool(
+    r: ReduceOp,
+    dtype: DType,
+    sx: &Shape,
+    win: crate::graph::Window,
+    x: &Vals,
+) -> Result<Vals, IrError> {
+    let (n, c, h, w) = (sx[0], sx[1], sx[2], sx[3]);
+    let (oh, ow) = win
+        .out(h, w)
+        .ok_or_else(|| internal("a pool window that does not fit"))?;
+    let (kh, kw) = (win.kh as usize, win.kw as usize);
+    // The flat indices (within one plane) of each output's inside taps.
+    let mut windows = with_capacity(oh * ow)?;
+    for y in 0..oh {
+        for xx in 0..ow {
+            let taps = (0..kh).flat_map(|i| (0..kw).map(move |j| (i, j)));
+            let inside = taps
+                .filter_map(|t| win.tap((y, xx), t))
+                .filter(|&(a, b)| a < h && b < w)
+                .map(|(a, b)| a * w + b);
+            windows.push(inside.collect::<Vec<usize>>());
+        }
+    }
+    let planes = n * c;
+    Ok(match x {
+        Vals::F(v) => {
+            let (id, f) = r.def().float;
+            let mut out = with_capacity(planes * oh * ow)?;
+            for pl in 0..planes {
+                let img = &v[pl * h * w..(pl + 1) * h * w];
+                out.extend(
+                    windows
+                        .iter()
+                        .map(|t| t.iter().fold(id, |a, &i| f(a, img[i]))),
+                );
+            }
+            Vals::F(out)
+        }
+        Vals::I(v) => {
+            let (id, f) = r.int_for(dtype);
+            let mut out = with_capacity(planes * oh * ow)?;
+            for pl in 0..planes {
+                let img = &v[pl * h * w..(pl + 1) * h * w];
+                out.extend(
+                    windows
+                        .iter()
+                        .map(|t| dtype.wrap_int(t.iter().fold(id, |a, &i| f(a, img[i])))),
+                );
+            }
+            Vals::I(out)
         }
     })
 }

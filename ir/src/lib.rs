@@ -39,5 +39,7 @@ pub mod verify;
 pub use array::{Array, Buffer};
 pub use dtype::{DType, Element, Lit};
 pub use error::{ErrorKind, IrError};
-pub use graph::{Axes, BinaryOp, CmpOp, Graph, Node, NodeId, Op, Perm, ReduceOp, UnaryOp, Window};
+pub use graph::{
+    Axes, BinaryOp, CmpOp, Graph, Node, NodeId, Op, Perm, ReduceOp, TapRun, UnaryOp, Window,
+};
 pub use shape::{Shape, TensorType, MAX_RANK};

@@ -106,7 +106,7 @@ impl fmt::Display for Graph {
                         Op::Concat(_, _, axis) | Op::Gather(_, _, axis) => {
                             write!(f, " axis={axis}")?
                         }
-                        Op::Conv(_, _, w) => {
+                        Op::Conv(_, _, w) | Op::Pool(_, _, w) => {
                             f.write_str(" window=")?;
                             write_list(f, w.text_list())?;
                         }
@@ -384,8 +384,8 @@ impl Parser {
                     Op::Gather(o[0], o[1], axis)
                 }
             }
-            "conv" => {
-                let (o, attr) = self.operands(args, 2)?;
+            "conv" | "pool_max" | "pool_min" | "pool_sum" => {
+                let (o, attr) = self.operands(args, if name == "conv" { 2 } else { 1 })?;
                 let v = self.attr_list(&attr, "window")?;
                 let win = crate::graph::Window::from_list(&v).ok_or_else(|| {
                     self.err(
@@ -393,7 +393,13 @@ impl Parser {
                          groups]` (or `[kh, kw, stride, pad]`), each under 2^32",
                     )
                 })?;
-                Op::Conv(o[0], o[1], win)
+                let pooled = ReduceOp::ALL
+                    .into_iter()
+                    .find(|r| r.def().pool == Some(name));
+                match pooled {
+                    Some(r) => Op::Pool(r, o[0], win),
+                    None => Op::Conv(o[0], o[1], win),
+                }
             }
             other => return Err(self.err(format!("unknown op `{other}`"))),
         })

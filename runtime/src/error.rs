@@ -218,14 +218,14 @@ pub enum ClassProblem {
         /// The literal's dtype.
         dtype: tilejit_ir::DType,
     },
-    /// A conv window size past `u32`.
+    /// A conv or pool window size past `u32`.
     #[error("window size {value} overflows")]
     WindowOverflow {
         /// The size.
         value: usize,
     },
-    /// A conv window given other than 4 sizes.
-    #[error("a conv window has 4 sizes")]
+    /// A conv or pool window given other than its 4 or 11 sizes.
+    #[error("a conv or pool window has 4 or 11 sizes")]
     ConvWindow,
     /// The traced graph lacks a constant a node names.
     #[error("constant {index} missing")]

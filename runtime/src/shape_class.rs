@@ -553,10 +553,18 @@ fn slots(op: &Op) -> SmallVec<[usize; 8]> {
             v.extend_from_slice(start.dims());
             v.extend_from_slice(s.dims());
         }
-        Op::Conv(_, _, w) => v.extend(w.to_list().map(|x| x as usize)),
+        Op::Conv(_, _, w) | Op::Pool(_, _, w) => v.extend(w.to_list().map(|x| x as usize)),
         _ => {}
     }
     v
+}
+
+/// A conv or pool window from its [`slots`].
+fn window(vals: &[usize]) -> Result<tilejit_ir::Window, ClassProblem> {
+    if let Some(&v) = vals.iter().find(|&&v| u32::try_from(v).is_err()) {
+        return Err(ClassProblem::WindowOverflow { value: v });
+    }
+    tilejit_ir::Window::from_list(vals).ok_or(ClassProblem::ConvWindow)
 }
 
 /// `op` with the sizes [`slots`] lists replaced by `vals`.
@@ -581,13 +589,8 @@ fn with_slots(op: &Op, vals: &[usize]) -> Result<Op, ClassProblem> {
             let (a, b) = vals.split_at(start.rank().min(vals.len()));
             Op::Slice(x, shape(a)?, shape(b)?)
         }
-        Op::Conv(x, w, _) => {
-            if let Some(&v) = vals.iter().find(|&&v| u32::try_from(v).is_err()) {
-                return Err(ClassProblem::WindowOverflow { value: v });
-            }
-            let win = tilejit_ir::Window::from_list(vals).ok_or(ClassProblem::ConvWindow)?;
-            Op::Conv(x, w, win)
-        }
+        Op::Conv(x, w, _) => Op::Conv(x, w, window(vals)?),
+        Op::Pool(r, x, _) => Op::Pool(r, x, window(vals)?),
         other => other,
     })
 }

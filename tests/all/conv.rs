@@ -728,18 +728,21 @@ fn a_padded_pool_reads_the_image_in_place() {
     check_modes("stem_pool", &want, 0.0, || stem_pool(&x).unwrap());
     let h = &stem_pool::jit().handlers()[0];
     let kp = h.program.host().kernels();
-    // One kernel gathers each tap from the image, masks the padding and
-    // takes the maximum: no padded copy of the image (2*4*15*14), no
-    // windows written.
-    assert_eq!(kp.kernels.len(), 1, "{kp}");
-    assert!(
-        kp.buffers
-            .iter()
-            .filter(|b| b.ty.dtype == DType::F32)
-            .all(|b| b.ty.shape.numel() != 2 * 4 * 15 * 14),
-        "{kp}"
-    );
-    assert!(kp.kernels[0].ops.contains(&"select"), "{kp}");
+    // One max kernel per region of outputs whose windows leave the image
+    // on the same sides (rows: the first, the middle five, the last;
+    // columns: the first, the rest), each reading the taps inside the
+    // image straight from the input: no padded copy of the image
+    // (2*4*15*14), no windows, no gathered indices or masks.
+    assert_eq!(kp.kernels.len(), 3 * 2, "{kp}");
+    for k in &kp.kernels {
+        assert_eq!(k.ops, ["pool_max"], "{kp}");
+        assert!(k.loads.iter().all(|a| a.buf.0 == 0), "{kp}");
+    }
+    assert_eq!(kp.buffers.len(), 2, "the image and the output: {kp}");
+    let taps: usize = kp.kernels.iter().map(|k| k.loads.len()).sum();
+    // Corner 4 taps, top row 6, left column 6, inside 9; the last row's
+    // windows hold two rows of the image (13 rows, stride 2).
+    assert_eq!(taps, 4 + 6 + 6 + 9 + 4 + 6, "{kp}");
 }
 
 #[jit]
@@ -830,8 +833,12 @@ fn an_average_pool_excluding_padding_is_one_pass() {
     avg_pool_excluding_pad::jit().clear();
     with_mode(RunMode::Host, || avg_pool_excluding_pad(&x).unwrap());
     let p = host_kernels(avg_pool_excluding_pad::jit());
-    // The pooled sums, then their division by the counts inside.
-    assert!(p.kernels.len() <= 2, "{p}");
+    // The pooled sums, one kernel per region of rows (the first, the
+    // middle, the last: their windows hold 2, 3 and 2 rows of the image),
+    // then their division by the counts inside.
+    let ops: Vec<_> = p.kernels.iter().map(|k| k.ops.clone()).collect();
+    assert_eq!(ops[..3], [["pool_sum"], ["pool_sum"], ["pool_sum"]], "{p}");
+    assert_eq!(p.kernels.len(), 4, "{p}");
 }
 
 #[jit]
@@ -1156,5 +1163,138 @@ fn a_basic_block_writes_its_products_nchw_on_one_and_two_threads() {
             }
         }
         assert_eq!(nchw, 2, "{p}");
+    }
+}
+
+/// torch's pooling by its definition, in f64: max (padding never wins) or
+/// average (over the whole window, or over its elements inside the image)
+/// of `x` (`[n, c, h, w]`) under `o`.
+fn pool_def(x: &Tensor, o: Pool2d, max: bool) -> Vec<f64> {
+    let s = x.shape().to_vec();
+    let v = f32s(x);
+    let (kh, kw) = o.kernel;
+    let (sh, sw) = o.stride;
+    let (ph, pw) = o.padding;
+    let oh = (s[2] + 2 * ph - kh) / sh + 1;
+    let ow = (s[3] + 2 * pw - kw) / sw + 1;
+    let mut out = Vec::new();
+    for plane in 0..s[0] * s[1] {
+        for y in 0..oh {
+            for xx in 0..ow {
+                let (mut acc, mut inside) = (if max { f64::NEG_INFINITY } else { 0.0 }, 0);
+                for i in 0..kh {
+                    for j in 0..kw {
+                        let (r, q) = (
+                            (y * sh + i) as isize - ph as isize,
+                            (xx * sw + j) as isize - pw as isize,
+                        );
+                        if r < 0 || q < 0 || r as usize >= s[2] || q as usize >= s[3] {
+                            continue;
+                        }
+                        let e = f64::from(v[(plane * s[2] + r as usize) * s[3] + q as usize]);
+                        acc = if max { acc.max(e) } else { acc + e };
+                        inside += 1;
+                    }
+                }
+                let count = if o.count_include_pad { kh * kw } else { inside };
+                out.push(if max { acc } else { acc / count as f64 });
+            }
+        }
+    }
+    out
+}
+
+#[jit]
+fn wide_max_pool(x: &Tensor) -> Tensor {
+    x.max_pool2d_with(Pool2d {
+        stride: (2, 1),
+        padding: (2, 1),
+        ..Pool2d::new((5, 3))
+    })
+}
+
+#[test]
+fn wide_and_long_pools_match_the_definition_in_every_mode() {
+    let x = Tensor::randn(&[2, 3, 11, 9], 97);
+    // 5x3 (15 taps): one pool, one kernel per region of windows that
+    // leave the image on the same sides.
+    let o = Pool2d {
+        stride: (2, 1),
+        padding: (2, 1),
+        ..Pool2d::new((5, 3))
+    };
+    check_modes("max 5x3", &pool_def(&x, o, true), 0.0, || {
+        wide_max_pool(&x).unwrap()
+    });
+    let p = host_kernels(wide_max_pool::jit());
+    assert!(p.kernels.iter().all(|k| k.ops == ["pool_max"]), "{p}");
+    // 5x5 (25 taps): along the columns, then the rows.
+    for (o, tol) in [
+        (
+            Pool2d {
+                stride: (2, 1),
+                padding: (2, 1),
+                ..Pool2d::new((5, 5))
+            },
+            0.0,
+        ),
+        (
+            Pool2d {
+                stride: (1, 3),
+                padding: (1, 2),
+                ..Pool2d::new((4, 5))
+            },
+            0.0,
+        ),
+    ] {
+        check_modes("max 5x5", &pool_def(&x, o, true), tol, || {
+            x.max_pool2d_with(o)
+        });
+        for count_include_pad in [true, false] {
+            let o = Pool2d {
+                count_include_pad,
+                ..o
+            };
+            let want = pool_def(&x, o, false);
+            check_modes("avg 5x5", &want, 1e-6, || x.avg_pool2d_with(o));
+        }
+    }
+    // A row 20 long (past 16 on one axis): the windows, gathered.
+    let o = Pool2d {
+        stride: (1, 2),
+        padding: (0, 3),
+        ..Pool2d::new((1, 20))
+    };
+    let long = Tensor::randn(&[2, 3, 4, 30], 98);
+    check_modes("max 1x20", &pool_def(&long, o, true), 0.0, || {
+        long.max_pool2d_with(o)
+    });
+    let want = pool_def(&long, o, false);
+    check_modes("avg 1x20", &want, 1e-6, || long.avg_pool2d_with(o));
+    // No images: no kernels run, an empty result.
+    let none = Tensor::zeros(&[0, 2, 6, 6], DType::F32);
+    for mode in MODES {
+        let y = with_mode(mode, || none.max_pool2d_with(o5())).to_vec::<f32>();
+        assert_eq!(y.unwrap(), Vec::<f32>::new(), "{mode:?}");
+    }
+    // Integers, 5x5: the lowest i32 never wins.
+    let i = (Tensor::randn(&[1, 2, 7, 8], 99) * 100.0).cast(DType::I32);
+    let want: Vec<i32> = pool_def(&i.cast(DType::F32), o5(), true)
+        .iter()
+        .map(|&v| v as i32)
+        .collect();
+    for mode in MODES {
+        let got = with_mode(mode, || i.max_pool2d_with(o5()))
+            .to_vec::<i32>()
+            .unwrap();
+        assert_eq!(got, want, "{mode:?}");
+    }
+}
+
+fn o5() -> Pool2d {
+    Pool2d {
+        stride: (1, 2),
+        padding: (2, 2),
+        ..Pool2d::new((5, 5))
     }
 }

@@ -4,8 +4,10 @@
 //! it), GFLOP/s and the share of the 2-core FMA peak, then the network's
 //! conv total (each layer times its count). `--layer C,O,H,K,S` times one
 //! other layer instead (C in and O out channels, an HxH image, a KxK
-//! window at stride S: 7,2 3,1 3,2 1,1 or 1,2). Results are
-//! checked against the reference interpreter once per layer.
+//! window at stride S: 7,2 3,1 3,2 1,1 or 1,2). Last, the stem's padded
+//! max pool (3x3, stride 2, padding 1, on 64 channels of 112x112) and the
+//! GB/s it reads. Results are checked against the reference interpreter
+//! once per layer.
 
 use tilejit::prelude::*;
 use tilejit_benches::{max_rel_err, median_time};
@@ -33,6 +35,14 @@ fn c1s1p0(x: &Tensor, w: &Tensor) -> Tensor {
 #[jit]
 fn c1s2p0(x: &Tensor, w: &Tensor) -> Tensor {
     x.conv2d(w, 2, 0)
+}
+#[jit]
+fn stem_pool(x: &Tensor) -> Tensor {
+    x.max_pool2d_with(Pool2d {
+        stride: (2, 2),
+        padding: (1, 1),
+        ..Pool2d::new((3, 3))
+    })
 }
 
 fn main() {
@@ -114,4 +124,18 @@ fn main() {
         total_s * 1e3,
         100.0 * gf / PEAK_GFLOPS
     );
+    if custom.is_none() {
+        let x = Tensor::randn(&[batch, 64, 112, 112], 99);
+        let call = || with_mode(RunMode::Host, || stem_pool(&x)).expect("pool runs");
+        let got = call().to_vec::<f32>().expect("f32");
+        let want = with_mode(RunMode::Reference, || stem_pool(&x)).expect("reference");
+        assert_eq!(got, want.to_vec::<f32>().expect("f32"), "stem pool");
+        let t = median_time(2, 9, || drop(call())).as_secs_f64();
+        let bytes = (x.numel() + got.len()) as f64 * 4.0;
+        println!(
+            "stem max pool 3x3/2  {:8.3} ms  {:6.1} GB/s read and written",
+            t * 1e3,
+            bytes / t / 1e9
+        );
+    }
 }

@@ -429,6 +429,13 @@ impl<'g> Fuser<'g> {
                     self.plan_product(id);
                 }
                 Op::Concat(..) if !self.absorbed(id) => self.materialized[id.index()] = true,
+                // A pooling reads its image's windows from a buffer and
+                // writes its own (one kernel per region).
+                Op::Pool(_, x, _) => {
+                    let s = self.view_source(x);
+                    self.materialized[s.index()] = true;
+                    self.materialized[id.index()] = true;
+                }
                 // Gathers read their data at computed addresses: from a buffer.
                 Op::Gather(x, ..) => {
                     let s = self.view_source(x);
@@ -561,6 +568,7 @@ impl<'g> Fuser<'g> {
             }
             let built = match g.node(id).op {
                 Op::Concat(..) => self.build_concat(id),
+                Op::Pool(..) => self.build_pool(id),
                 _ => self.build_kernel(id, None).map(|k| vec![k]),
             };
             match built {
@@ -808,6 +816,104 @@ impl<'g> Fuser<'g> {
             start += pty.shape[axis as usize];
         }
         self.buffer_of[root.index()] = Some(buf);
+        Ok(kernels)
+    }
+
+    /// The kernels of a pooling: one per region of output positions
+    /// whose windows hold the same taps inside the image
+    /// ([`crate::Window::tap_runs`] of the rows by those of the columns),
+    /// each combining those taps, read as strided views of the image, and
+    /// storing into its window of the output. The padding is never read
+    /// or written.
+    fn build_pool(&mut self, root: NodeId) -> Result<Vec<Kernel>, Stop> {
+        let g = self.g;
+        let ty = g.ty(root);
+        let bad = |what: &str| Stop::Ir(IrError::Verify(format!("fusion: pool {root}: {what}")));
+        let Op::Pool(r, x, win) = g.node(root).op else {
+            return Err(bad("not a pool"));
+        };
+        let combine = match r {
+            crate::ReduceOp::Max => crate::BinaryOp::Max,
+            crate::ReduceOp::Min => crate::BinaryOp::Min,
+            crate::ReduceOp::Sum => crate::BinaryOp::Add,
+            crate::ReduceOp::Prod => return Err(bad("prod does not pool")),
+        };
+        let s = self.view_source(x);
+        let src = self.buffer_of[s.index()].ok_or(Stop::Materialize(s))?;
+        let xs = g.ty(x).shape;
+        let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
+        let (oh, ow) = (ty.shape[2], ty.shape[3]);
+        let (rows, cols) = win
+            .tap_runs(0, h)
+            .zip(win.tap_runs(1, w))
+            .ok_or_else(|| bad("a window wholly in the padding"))?;
+        let (sh, sw) = (win.stride.0 as usize, win.stride.1 as usize);
+        let (dh, dw) = (win.dilation.0 as usize, win.dilation.1 as usize);
+        let (pt, pl) = (win.pad[0] as usize, win.pad[1] as usize);
+        let out = self.new_buffer(ty, BufKind::Temp);
+        self.buffer_of[root.index()] = Some(out);
+        if ty.shape.numel() == 0 {
+            return Ok(Vec::new());
+        }
+        let mut kernels = Vec::with_capacity(rows.len() * cols.len());
+        for ry in &rows {
+            for rx in &cols {
+                let domain = vec![n, c, ry.len, rx.len];
+                // Size-1 dims step nowhere (as `access` writes them).
+                let strides = |st: [usize; 4]| -> Vec<i64> {
+                    (0..4)
+                        .map(|d| if domain[d] == 1 { 0 } else { st[d] as i64 })
+                        .collect()
+                };
+                let mut kb = KernelBuilder {
+                    domain: domain.clone(),
+                    loads: Vec::new(),
+                    exprs: Vec::new(),
+                    stages: Vec::new(),
+                    matmul: None,
+                    memo: HashMap::new(),
+                    expr_memo: HashMap::new(),
+                };
+                let mut acc = None;
+                for i in ry.first..ry.end {
+                    for j in rx.first..rx.end {
+                        // Inside the image for every position of the run.
+                        let y0 = ry.start * sh + i * dh - pt;
+                        let x0 = rx.start * sw + j * dw - pl;
+                        let access = Access {
+                            buf: src,
+                            strides: strides([c * h * w, h * w, sh * w, sw]),
+                            offset: (y0 * w + x0) as i64,
+                        };
+                        let tap = kb.load(access, ty.dtype);
+                        acc = Some(match acc {
+                            None => tap,
+                            Some(a) => kb.push(Expr::Binary(combine, a, tap), ty.dtype),
+                        });
+                    }
+                }
+                let value = acc.ok_or_else(|| bad("a window without taps"))?;
+                let access = Access {
+                    buf: out,
+                    strides: strides([c * oh * ow, oh * ow, ow, 1]),
+                    offset: (ry.start * ow + rx.start) as i64,
+                };
+                kb.stages.push(Stage::Store { access, value });
+                let ops = vec![crate::text::op_name(&g.node(root).op)];
+                let mut kernel = Kernel {
+                    name: kernel_name(&ops, ty),
+                    domain: kb.domain,
+                    loads: kb.loads,
+                    exprs: kb.exprs,
+                    scratch: Vec::new(),
+                    stages: kb.stages,
+                    matmul: None,
+                    ops,
+                };
+                collapse_domain(&mut kernel);
+                kernels.push(kernel);
+            }
+        }
         Ok(kernels)
     }
 

@@ -321,6 +321,8 @@ pub struct ReduceDef {
     /// Whether f16/bf16 partials of a split reduction stay f32 (sums and
     /// products round once, as one reduction would).
     pub widen_partials: bool,
+    /// The mnemonic of its windowed form ([`Op::Pool`]), if it pools.
+    pub pool: Option<&'static str>,
 }
 
 impl UnaryOp {
@@ -461,6 +463,7 @@ impl Op {
             Op::Reduce(r, ..) => info(r.text(), 1, Reduction, None),
             Op::MatMul(..) => info("matmul", 2, Contraction, None),
             Op::Conv(..) => info("conv", 2, Contraction, None),
+            Op::Pool(r, ..) => info(r.def().pool.unwrap_or("pool"), 1, Reduction, None),
             Op::Reshape(..) => info("reshape", 1, Layout, None),
             Op::Permute(..) => info("permute", 1, Layout, Some(0)),
             Op::Broadcast(..) => info("broadcast", 1, Layout, Some(0)),

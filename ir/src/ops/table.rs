@@ -257,22 +257,22 @@ crate::op_table! {
         /// sum (0 over an empty axis)
         Sum "reduce_sum" => ReduceDef {
             name: "sum", float: (0.0, |a, b| a + b), int: (0, i64::wrapping_add),
-            empty_ok: true, widen_partials: true,
+            empty_ok: true, widen_partials: true, pool: Some("pool_sum"),
         },
         /// maximum, NaN-propagating (undefined over an empty axis)
         Max "reduce_max" => ReduceDef {
             name: "max", float: (f64::NEG_INFINITY, scalar::max_nan), int: (i64::MIN, i64::max),
-            empty_ok: false, widen_partials: false,
+            empty_ok: false, widen_partials: false, pool: Some("pool_max"),
         },
         /// minimum, NaN-propagating (undefined over an empty axis)
         Min "reduce_min" => ReduceDef {
             name: "min", float: (f64::INFINITY, scalar::min_nan), int: (i64::MAX, i64::min),
-            empty_ok: false, widen_partials: false,
+            empty_ok: false, widen_partials: false, pool: Some("pool_min"),
         },
         /// product (1 over an empty axis; integers wrap)
         Prod "reduce_prod" => ReduceDef {
             name: "prod", float: (1.0, |a, b| a * b), int: (1, i64::wrapping_mul),
-            empty_ok: true, widen_partials: true,
+            empty_ok: true, widen_partials: true, pool: None,
         },
     }
 }
