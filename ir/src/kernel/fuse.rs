@@ -297,6 +297,19 @@ struct KernelBuilder {
 }
 
 impl KernelBuilder {
+    /// An empty kernel over `domain`.
+    fn new(domain: Vec<usize>) -> KernelBuilder {
+        KernelBuilder {
+            domain,
+            loads: Vec::new(),
+            exprs: Vec::new(),
+            stages: Vec::new(),
+            matmul: None,
+            memo: HashMap::new(),
+            expr_memo: HashMap::new(),
+        }
+    }
+
     fn push(&mut self, expr: Expr, dtype: crate::dtype::DType) -> ExprId {
         // Hash-consing: loads and row values are pure functions of the
         // index, so identical nodes may always be shared.
@@ -865,15 +878,7 @@ impl<'g> Fuser<'g> {
                         .map(|d| if domain[d] == 1 { 0 } else { st[d] as i64 })
                         .collect()
                 };
-                let mut kb = KernelBuilder {
-                    domain: domain.clone(),
-                    loads: Vec::new(),
-                    exprs: Vec::new(),
-                    stages: Vec::new(),
-                    matmul: None,
-                    memo: HashMap::new(),
-                    expr_memo: HashMap::new(),
-                };
+                let mut kb = KernelBuilder::new(domain.clone());
                 let mut acc = None;
                 for i in ry.first..ry.end {
                     for j in rx.first..rx.end {
@@ -931,15 +936,7 @@ impl<'g> Fuser<'g> {
             self.anchor_reduction(root)
         };
         let (domain, root_map) = self.kernel_domain(root, anchor);
-        let mut kb = KernelBuilder {
-            domain,
-            loads: Vec::new(),
-            exprs: Vec::new(),
-            stages: Vec::new(),
-            matmul: None,
-            memo: HashMap::new(),
-            expr_memo: HashMap::new(),
-        };
+        let mut kb = KernelBuilder::new(domain);
         let out = match target {
             Some(t) => t.buf,
             None => self.new_buffer(ty, BufKind::Temp),
