@@ -339,6 +339,16 @@ fn window_row(img: &[f32], ic: &Im2Col, q: usize, row: &mut [f32]) {
         let first = x0 * sw + shift - pl;
         if sw == 1 {
             out[x0..x1].copy_from_slice(&src[first..first + (x1 - x0)]);
+        } else if sw == 2 && x1 > x0 {
+            // Every other element, as pairs (which vectorizes as two loads
+            // and a shuffle, where `step_by` went element by element); the
+            // last one alone, its pair possibly past the row.
+            let n = x1 - x0 - 1;
+            let pairs = src[first..first + 2 * n].chunks_exact(2);
+            for (d, pair) in out[x0..x1 - 1].iter_mut().zip(pairs) {
+                *d = pair[0];
+            }
+            out[x1 - 1] = src[first + 2 * n];
         } else {
             for (d, s) in out[x0..x1].iter_mut().zip(src[first..].iter().step_by(sw)) {
                 *d = *s;
