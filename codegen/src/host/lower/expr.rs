@@ -131,21 +131,6 @@ impl<'b> Lowerer<'_, 'b> {
                         let hi = self.b.ins().load(types::F32X4, Self::flags(), p, 12);
                         self.even_lanes(lo, hi)
                     }
-                    (Mode::Vector, Inner::Runtime(s)) => {
-                        // Any other stride: four lane loads, no branch,
-                        // where the scalar loop would run the whole
-                        // expression per element.
-                        let step = self.b.ins().imul_imm_s(s, self.accesses[l].esize);
-                        let x = self.b.ins().load(ty, Self::flags(), p, 0);
-                        let mut v = self.b.ins().scalar_to_vector(types::F32X4, x);
-                        let mut at = p;
-                        for lane in 1..4u8 {
-                            at = self.b.ins().iadd(at, step);
-                            let x = self.b.ins().load(ty, Self::flags(), at, 0);
-                            v = self.b.ins().insertlane(v, x, lane);
-                        }
-                        v
-                    }
                     (Mode::Vector, _) => self.b.ins().load(types::F32X4, Self::flags(), p, 0),
                     (Mode::Scalar, _) => self.b.ins().load(ty, Self::flags(), p, 0),
                 }
