@@ -134,7 +134,7 @@ pub enum Op {
     /// row-major, zero outside the image.
     /// Floats only (f32, f16, bf16: the cube's types).
     Conv(NodeId, NodeId, Window),
-    /// Pooling: `reduce` (`max` or `sum`) over each window of an NCHW image
+    /// Pooling: `reduce` (`max`, `min` or `sum`) over each window of an NCHW image
     /// `[n, c, h, w]`, giving `[n, c, oh, ow]`. Taps in the padding are left
     /// out (max pooling's -inf, sum pooling's zero), so every window must
     /// hold an element of the image; the window has one group. Its kernels

@@ -378,13 +378,12 @@ fn pool_type(
     x: TensorType,
     win: crate::graph::Window,
 ) -> Result<TensorType, IrError> {
-    let op = r.def().pool.unwrap_or("pool");
-    if r.def().pool.is_none() {
+    let Some(op) = r.def().pool else {
         return Err(IrError::Verify(format!(
-            "{op}: {} does not pool (max, min and sum do)",
+            "pool: {} does not pool (max, min and sum do)",
             r.name()
         )));
-    }
+    };
     if x.dtype == DType::Bool {
         return Err(IrError::DTypeUnsupported {
             op,

@@ -543,7 +543,7 @@ pub(crate) fn pool(
     win: crate::graph::Window,
     x: &Vals,
 ) -> Result<Vals, IrError> {
-    let (n, c, h, w) = (sx[0], sx[1], sx[2], sx[3]);
+    let (h, w) = (sx[2], sx[3]);
     let (oh, ow) = win
         .out(h, w)
         .ok_or_else(|| internal("a pool window that does not fit"))?;
@@ -560,33 +560,28 @@ pub(crate) fn pool(
             windows.push(inside.collect::<Vec<usize>>());
         }
     }
-    let planes = n * c;
-    Ok(match x {
-        Vals::F(v) => {
-            let (id, f) = r.def().float;
-            let mut out = with_capacity(planes * oh * ow)?;
-            for pl in 0..planes {
-                let img = &v[pl * h * w..(pl + 1) * h * w];
-                out.extend(
-                    windows
-                        .iter()
-                        .map(|t| t.iter().fold(id, |a, &i| f(a, img[i]))),
-                );
-            }
-            Vals::F(out)
+    // Each plane's windows folded from `id` by `f`.
+    fn fold<T: Copy>(
+        v: &[T],
+        plane: usize,
+        windows: &[Vec<usize>],
+        (id, f): (T, fn(T, T) -> T),
+    ) -> Result<Vec<T>, IrError> {
+        let mut out = with_capacity(v.len() / plane.max(1) * windows.len())?;
+        for img in v.chunks_exact(plane.max(1)) {
+            out.extend(
+                windows
+                    .iter()
+                    .map(|t| t.iter().fold(id, |a, &i| f(a, img[i]))),
+            );
         }
+        Ok(out)
+    }
+    Ok(match x {
+        Vals::F(v) => Vals::F(fold(v, h * w, &windows, r.def().float)?),
         Vals::I(v) => {
-            let (id, f) = r.int_for(dtype);
-            let mut out = with_capacity(planes * oh * ow)?;
-            for pl in 0..planes {
-                let img = &v[pl * h * w..(pl + 1) * h * w];
-                out.extend(
-                    windows
-                        .iter()
-                        .map(|t| dtype.wrap_int(t.iter().fold(id, |a, &i| f(a, img[i])))),
-                );
-            }
-            Vals::I(out)
+            let folded = fold(v, h * w, &windows, r.int_for(dtype))?;
+            Vals::I(collect(folded.into_iter().map(|a| dtype.wrap_int(a)))?)
         }
     })
 }

@@ -308,6 +308,17 @@ impl Parser {
         self.parse_usize_list(v.ok_or_else(|| self.err(format!("expected `{key}=[...]`")))?)
     }
 
+    /// A conv or pool's `window=[..]` attribute.
+    fn window(&self, attr: &str) -> Result<crate::graph::Window, IrError> {
+        let v = self.attr_list(attr, "window")?;
+        crate::graph::Window::from_list(&v).ok_or_else(|| {
+            self.err(
+                "expected `window=[kh, kw, sh, sw, top, left, bottom, right, dh, dw, \
+                 groups]` (or `[kh, kw, stride, pad]`), each under 2^32",
+            )
+        })
+    }
+
     fn parse_op(&self, name: &str, args: &str, ty: TensorType) -> Result<Op, IrError> {
         let index = || {
             args.parse::<u32>()
@@ -331,6 +342,10 @@ impl Parser {
                 return Err(self.err("axis out of range"));
             }
             return Ok(Op::Reduce(r, o[0], Axes::from_axes(&axes)));
+        }
+        if let Some(r) = ReduceOp::from_pool_text(name) {
+            let (o, attr) = self.operands(args, 1)?;
+            return Ok(Op::Pool(r, o[0], self.window(&attr)?));
         }
         Ok(match name {
             "input" => Op::Input {
@@ -384,22 +399,9 @@ impl Parser {
                     Op::Gather(o[0], o[1], axis)
                 }
             }
-            "conv" | "pool_max" | "pool_min" | "pool_sum" => {
-                let (o, attr) = self.operands(args, if name == "conv" { 2 } else { 1 })?;
-                let v = self.attr_list(&attr, "window")?;
-                let win = crate::graph::Window::from_list(&v).ok_or_else(|| {
-                    self.err(
-                        "expected `window=[kh, kw, sh, sw, top, left, bottom, right, dh, dw, \
-                         groups]` (or `[kh, kw, stride, pad]`), each under 2^32",
-                    )
-                })?;
-                let pooled = ReduceOp::ALL
-                    .into_iter()
-                    .find(|r| r.def().pool == Some(name));
-                match pooled {
-                    Some(r) => Op::Pool(r, o[0], win),
-                    None => Op::Conv(o[0], o[1], win),
-                }
+            "conv" => {
+                let (o, attr) = self.operands(args, 2)?;
+                Op::Conv(o[0], o[1], self.window(&attr)?)
             }
             other => return Err(self.err(format!("unknown op `{other}`"))),
         })

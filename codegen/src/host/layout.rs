@@ -72,11 +72,10 @@ pub struct ArgLayout {
     /// Per access, how many elements past its strided reach a gather on it
     /// may read ([`Kernel::gather_reach`]; the code checks each index).
     pub gather_reach: Vec<u64>,
-    /// Per access, the inner stride its code assumes (0, 1 or 2, which
-    /// the code uses instead of the argument), or `None` when the code
-    /// reads it from the arguments. A call whose arguments say otherwise
-    /// is refused: the bounds check would measure another reach than the
-    /// code makes.
+    /// Per access, the inner stride its code assumes
+    /// (`Access::fixed_inner_stride`). A call whose arguments say
+    /// otherwise is refused: the bounds check would measure another reach
+    /// than the code makes.
     pub inner: Vec<Option<i64>>,
 }
 
@@ -137,10 +136,7 @@ impl ArgLayout {
                 .unwrap_or(0),
             flat,
             matmul,
-            inner: k
-                .accesses()
-                .map(|a| Some(a.inner_stride()).filter(|s| (0..=2).contains(s)))
-                .collect(),
+            inner: k.accesses().map(|a| a.fixed_inner_stride()).collect(),
             gather_reach: (0..k.accesses().count())
                 .map(|a| {
                     if a < nloads {

@@ -399,10 +399,10 @@ impl<'a, 'b> Lowerer<'a, 'b> {
                         .load(ptr, Self::aligned_flags(), args_p, (8 * (slot + d)) as i32)
                 })
                 .collect();
-            let inner = match acc.inner_stride() {
-                0 => Inner::Zero,
-                1 => Inner::One,
-                2 => Inner::Two,
+            let inner = match acc.fixed_inner_stride() {
+                Some(0) => Inner::Zero,
+                Some(1) => Inner::One,
+                Some(2) => Inner::Two,
                 _ => Inner::Runtime(strides[rank - 1]),
             };
             // The access's origin: its buffer plus its offset (a slice's

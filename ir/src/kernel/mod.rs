@@ -86,6 +86,13 @@ impl Access {
     pub fn inner_stride(&self) -> i64 {
         self.strides.last().copied().unwrap_or(0)
     }
+
+    /// The inner stride host code is compiled for (0, 1 or 2: the code
+    /// uses it, not the argument), or `None` when the code reads it from
+    /// its arguments; the host kernel cache keys on it.
+    pub fn fixed_inner_stride(&self) -> Option<i64> {
+        Some(self.inner_stride()).filter(|s| (0..=2).contains(s))
+    }
 }
 
 /// One expression node.
@@ -471,10 +478,10 @@ impl Kernel {
         use std::fmt::Write;
         let order = self.local_buffers();
         let local = |b: BufId| order.iter().position(|&x| x == b).unwrap_or(usize::MAX);
-        let class = |a: &Access| match a.inner_stride() {
-            0 => '0',
-            1 => '1',
-            2 if two => '2',
+        let class = |a: &Access| match a.fixed_inner_stride() {
+            Some(0) => '0',
+            Some(1) => '1',
+            Some(2) if two => '2',
             _ => 's',
         };
         let mut out = String::new();

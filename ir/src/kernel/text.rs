@@ -416,10 +416,7 @@ fn intern_op(s: &str) -> Option<&'static str> {
     if let Some(r) = ReduceOp::from_text(s) {
         return Some(r.text());
     }
-    if let Some(pool) = ReduceOp::ALL
-        .iter()
-        .find_map(|r| r.def().pool.filter(|&p| p == s))
-    {
+    if let Some(pool) = ReduceOp::from_pool_text(s).and_then(|r| r.def().pool) {
         return Some(pool);
     }
     OTHER.iter().copied().find(|&o| o == s)

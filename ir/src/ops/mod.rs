@@ -398,6 +398,14 @@ impl ReduceOp {
         self.def().name
     }
 
+    /// The reduction whose windowed form ([`Op::Pool`]) has mnemonic
+    /// `text` (`pool_max`).
+    pub fn from_pool_text(text: &str) -> Option<ReduceOp> {
+        ReduceOp::ALL
+            .into_iter()
+            .find(|r| r.def().pool == Some(text))
+    }
+
     /// The integer identity and combine on integer dtype `d`: the row's,
     /// except that a `u64` max starts at 0 and a min at `u64::MAX`, and
     /// both compare unsigned.
