@@ -123,8 +123,8 @@ pub use tilejit_runtime::cancel::{with_cancel, with_deadline, CancelToken};
 pub use tilejit_runtime::device::Profile;
 pub use tilejit_runtime::{collect_profiles, write_trace};
 pub use tilejit_runtime::{
-    kernel_cache, HandlerStats, KernelCache, KernelCacheStats, KernelDetails, KernelEntry,
-    Signature,
+    kernel_cache, weight_cache, HandlerStats, KernelCache, KernelCacheStats, KernelDetails,
+    KernelEntry, Signature, WeightCache, WeightCacheStats,
 };
 
 pub use tilejit_ir::pool::{BufferPool, PoolStats};

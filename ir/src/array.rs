@@ -6,7 +6,7 @@ use crate::error::IrError;
 use crate::fallible::{collect, filled as try_filled};
 use crate::shape::{Shape, TensorType};
 use half::{bf16, f16};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// Typed element storage.
 #[derive(Clone, Debug, PartialEq)]
@@ -357,6 +357,28 @@ pub struct Array {
 #[derive(Debug, PartialEq)]
 struct Storage(Buffer);
 
+/// A weak handle to an array's storage ([`Array::storage_ref`]): it
+/// keeps the storage's address from being reused, never its values.
+#[derive(Clone, Debug)]
+pub struct StorageRef(Weak<Storage>);
+
+impl StorageRef {
+    /// Whether some array still holds the storage.
+    pub fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+
+    /// Whether `array` holds this storage (always false once it is gone).
+    pub fn names(&self, array: &Array) -> bool {
+        self.is_alive() && std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&array.data))
+    }
+
+    /// The storage's address ([`Array::storage_addr`] of its arrays).
+    pub fn addr(&self) -> usize {
+        self.0.as_ptr() as usize
+    }
+}
+
 impl Drop for Storage {
     fn drop(&mut self) {
         let buf = std::mem::replace(&mut self.0, Buffer::Bool(Vec::new()));
@@ -469,6 +491,20 @@ impl Array {
             ty: TensorType::new(self.dtype(), shape),
             data: self.data.clone(),
         })
+    }
+
+    /// A weak handle naming this array's storage, for caches of values
+    /// derived from it (transformed weights): storage is never written
+    /// after it is made, and while the handle is held no other storage
+    /// can take its address.
+    pub fn storage_ref(&self) -> StorageRef {
+        StorageRef(Arc::downgrade(&self.data))
+    }
+
+    /// Where this array's storage lives: equal for arrays that share it
+    /// (reshapes, clones), and the key [`StorageRef::names`] confirms.
+    pub fn storage_addr(&self) -> usize {
+        Arc::as_ptr(&self.data) as usize
     }
 
     /// If every element is the same (bitwise for floats), that element.

@@ -36,7 +36,7 @@ pub mod shape;
 pub mod text;
 pub mod verify;
 
-pub use array::{Array, Buffer};
+pub use array::{Array, Buffer, StorageRef};
 pub use dtype::{DType, Element, Lit};
 pub use error::{ErrorKind, IrError};
 pub use graph::{

@@ -12,6 +12,7 @@
 //! | `TILEJIT_SIM_POLICY` | `fifo`, `newest-first`, `fair` | `fifo` | the device scheduler's ready-queue policy for Sim launches |
 //! | `TILEJIT_WARMUP` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | the first tensor of a process has a rayon pool thread compile a small kernel, so the first real compile finds Cranelift warm |
 //! | `TILEJIT_WINOGRAD` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | host 3x3 convolutions at stride 1 over blocks of 16 channels and big enough images (or batches of smaller ones) run as Winograd F(4x4, 3x3): fewer multiplies, with rounding errors of a few 1e-6 of the output's scale instead of ~1e-7; off runs them as direct products |
+//! | `TILEJIT_WEIGHT_CACHE_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `1G` | bound of the kept transformed weights (least recently used go first): Winograd weights of host 3x3 convolutions whose weights are a call's argument or a constant, made on the first call and found on later ones, so every image size takes Winograd; `0` transforms per call, and images of fewer than 49 tiles then run as direct products |
 //! | `TILEJIT_CACHE_DIR` | a directory, or `off` | `$XDG_CACHE_HOME/tilejit`, else `~/.cache/tilejit` | where the on-disk kernel cache lives; `off` disables it (so does having neither `XDG_CACHE_HOME` nor `HOME`). It must be absolute, owned by you and not writable by group or others, else the cache is off and stderr says why |
 //! | `TILEJIT_CACHE_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `1G` | bound of the on-disk kernel cache (least recently used files go first); `0` disables it |
 
@@ -36,6 +37,10 @@ pub const VARIABLES: &[(&str, &str)] = &[
     (
         "TILEJIT_WINOGRAD",
         "0 or 1 (also off/on, false/true, no/yes)",
+    ),
+    (
+        "TILEJIT_WEIGHT_CACHE_BYTES",
+        "bytes such as 1073741824 or 1G; 0 keeps no transformed weights",
     ),
     ("TILEJIT_CACHE_DIR", "a directory, or off"),
     (
@@ -78,6 +83,10 @@ impl LogParts {
     }
 }
 
+/// The kept transformed weights' byte bound unless
+/// `TILEJIT_WEIGHT_CACHE_BYTES` says otherwise.
+pub const DEFAULT_WEIGHT_CACHE_BYTES: usize = 1 << 30;
+
 /// The runtime's settings (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -96,6 +105,9 @@ pub struct Config {
     /// `TILEJIT_WINOGRAD`: whether host 3x3 convolutions that fit run as
     /// Winograd F(4x4, 3x3).
     pub winograd: bool,
+    /// `TILEJIT_WEIGHT_CACHE_BYTES`: the kept transformed weights' byte
+    /// bound (0: none kept).
+    pub weight_cache_bytes: usize,
     /// `TILEJIT_CACHE_DIR`, else `$XDG_CACHE_HOME/tilejit`, else
     /// `$HOME/.cache/tilejit`: the on-disk kernel cache; `None` is off.
     pub cache_dir: Option<PathBuf>,
@@ -114,6 +126,7 @@ impl Default for Config {
             sim_policy: None,
             warmup: true,
             winograd: true,
+            weight_cache_bytes: DEFAULT_WEIGHT_CACHE_BYTES,
             cache_dir: None,
             cache_bytes: DEFAULT_CACHE_BYTES,
         }
@@ -179,6 +192,12 @@ impl Config {
                 None => ignore("TILEJIT_WINOGRAD", &v),
             }
         }
+        if let Some(v) = text(&var, "TILEJIT_WEIGHT_CACHE_BYTES") {
+            match parse_bytes(&v) {
+                Some(b) => c.weight_cache_bytes = b,
+                None => ignore("TILEJIT_WEIGHT_CACHE_BYTES", &v),
+            }
+        }
         c.cache_dir = cache_dir(&var);
         if let Some(v) = text(&var, "TILEJIT_CACHE_BYTES") {
             match parse_bytes(&v) {
@@ -233,6 +252,7 @@ mod tests {
             ("TILEJIT_SIM_POLICY", "newest"),
             ("TILEJIT_WARMUP", "off"),
             ("TILEJIT_WINOGRAD", "no"),
+            ("TILEJIT_WEIGHT_CACHE_BYTES", "2M"),
             ("TILEJIT_CACHE_DIR", "/tmp/c"),
             ("TILEJIT_CACHE_BYTES", "64M"),
         ]);
@@ -249,6 +269,7 @@ mod tests {
             sim_policy: Some(Policy::NewestFirst),
             warmup: false,
             winograd: false,
+            weight_cache_bytes: 2 << 20,
             cache_dir: Some("/tmp/c".into()),
             cache_bytes: 64 << 20,
         };

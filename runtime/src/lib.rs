@@ -34,6 +34,7 @@ mod signature;
 mod sim;
 pub mod snapshot;
 mod warmup;
+mod weight_cache;
 
 pub use alloc::{f32_buffer_from_fn, filled_buffer};
 pub use error::{panic_message, ClassProblem, NodeDifference, RuntimeError, SnapshotProblem};
@@ -65,3 +66,4 @@ pub use tilejit_codegen::CodegenError;
 pub use tilejit_device as device;
 pub use tilejit_device::Target;
 pub use warmup::warm_up;
+pub use weight_cache::{weight_cache, WeightCache, WeightCacheStats};

@@ -1056,6 +1056,70 @@ fn winograd_convs_match_the_definition() {
     }
 }
 
+#[jit]
+fn conv3x3(x: &Tensor, w: &Tensor) -> Tensor {
+    x.conv2d(w, 1, 1)
+}
+
+/// Images of few tiles (ResNet's 7x7 and 14x14 at batch 1, a 5x6 one of
+/// partial tiles) run as Winograd only with weights kept in the weight
+/// cache: against the f64 definition in every mode, on one and two
+/// threads, the second call a hit. Once a weight tensor is dropped its
+/// entry goes, and new weights (perhaps at the same address) give their
+/// own result, never the old transform.
+#[test]
+fn kept_winograd_weights_serve_later_calls_and_go_with_their_storage() {
+    let cache = tilejit::weight_cache();
+    for (i, (xs, ws)) in [
+        ([1, 32, 7, 7], [48, 32, 3, 3]),
+        ([1, 16, 14, 14], [32, 16, 3, 3]),
+        ([2, 16, 5, 6], [16, 16, 3, 3]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = Tensor::randn(&xs, 460 + i as u64);
+        let scale = 1.0 / (9.0 * ws[1] as f64).sqrt();
+        let w = Tensor::randn(&ws, 470 + i as u64) * scale;
+        let want = conv_def(
+            &x,
+            &w,
+            None,
+            Conv2d {
+                padding: (1, 1),
+                ..Conv2d::default()
+            },
+        );
+        for threads in [1, 2] {
+            on_threads(threads, || {
+                check_modes(&format!("{xs:?} {ws:?}"), &want, 5e-5, || {
+                    conv3x3(&x, &w).expect("conv")
+                });
+            });
+        }
+        let before = cache.stats();
+        let y = conv3x3(&x, &w).expect("conv");
+        assert_close(&f32s(&y), &want, 5e-5);
+        assert!(cache.stats().hits > before.hits, "{:?}", cache.stats());
+        // New weights after the old ones are gone: their own result.
+        let freed = cache.stats().freed;
+        drop(w);
+        let w2 = Tensor::randn(&ws, 480 + i as u64) * scale;
+        let want2 = conv_def(
+            &x,
+            &w2,
+            None,
+            Conv2d {
+                padding: (1, 1),
+                ..Conv2d::default()
+            },
+        );
+        let y = conv3x3(&x, &w2).expect("conv");
+        assert_close(&f32s(&y), &want2, 5e-5);
+        assert!(cache.stats().freed > freed, "{:?}", cache.stats());
+    }
+}
+
 /// Convolutions from several user threads at once, and from inside a
 /// rayon pool whose workers each run one (the host's direct kernel packs
 /// into per-thread scratch, and a worker that waits inside a parallel

@@ -16,7 +16,7 @@ use tilejit_ir::kernel::MatView;
 pub use conv::conv_f32_nchw;
 pub use winograd::{
     conv_f32_winograd, conv_f32_winograd_images, winograd_fits, winograd_fits_images,
-    WinogradWeights,
+    winograd_fits_kept, WinogradWeights,
 };
 
 #[cfg(target_arch = "x86_64")]

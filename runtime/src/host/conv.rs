@@ -17,13 +17,14 @@ use crate::kernel_cache::CachedKernel;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use tilejit_codegen::host::{
     conv_f32_nchw, conv_f32_winograd, conv_f32_winograd_images, matmul_f32_strided,
-    matmul_f32_strided_col_split, winograd_fits, winograd_fits_images, BufArg, GemmView,
-    WinogradWeights,
+    matmul_f32_strided_col_split, winograd_fits, winograd_fits_images, winograd_fits_kept, BufArg,
+    GemmView, WinogradWeights,
 };
 use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul};
-use tilejit_ir::{DType, IrError, Lit};
+use tilejit_ir::{Array, DType, IrError, Lit};
 
 thread_local! {
     /// The window rows of the image being multiplied, reused between
@@ -78,7 +79,7 @@ impl HostProgram {
         // Winograd where the geometry fits, an image's phases split over
         // the threads when there are fewer images than threads; images
         // too small on their own run together.
-        let wino = winograd_weights(w, mm, ic)?;
+        let wino = winograd_weights(w, slots[mm.b.0 as usize].array(), mm, ic)?;
         if let Some(u) = wino.as_ref().filter(|_| !winograd_fits(ic, mm.n)) {
             let r = conv_f32_winograd_images(x, ic, u, o, threads);
             round_product(o, out_dtype);
@@ -117,26 +118,31 @@ impl HostProgram {
 }
 
 /// The weights of an NCHW convolution that runs as Winograd F(4x4, 3x3)
-/// (`winograd_fits_images`: 3x3 at stride 1, channels and outputs in
-/// blocks of 16, images of enough tiles, alone or together), transformed
-/// once for all its images.
+/// (3x3 at stride 1, channels and outputs in blocks of 16): kept in the
+/// weight cache when they are an argument or constant (`array`), which
+/// any image size takes; else transformed for this call when the images
+/// have enough tiles, alone or together (`winograd_fits_images`).
 fn winograd_weights(
     w: &[f32],
+    array: Option<&Array>,
     mm: &MatMul,
     ic: &Im2Col,
-) -> Result<Option<WinogradWeights>, RuntimeError> {
-    if !crate::config::config().winograd
-        || !mm.nchw
-        || !winograd_fits_images(ic, mm.n, mm.batch)
-        || mm.m == 0
-    {
+) -> Result<Option<Arc<WinogradWeights>>, RuntimeError> {
+    let config = crate::config::config();
+    if !config.winograd || !mm.nchw || mm.m == 0 || !winograd_fits_kept(ic, mm.n) {
         return Ok(None);
     }
-    Ok(Some(WinogradWeights::new(
-        w,
-        weights_view(mm, 0, mm.n),
-        ic.c,
-    )?))
+    let view = weights_view(mm, 0, mm.n);
+    if let Some(array) = array {
+        let bound = config.weight_cache_bytes;
+        if let Some(u) = crate::weight_cache().winograd(array, view, ic.c, bound)? {
+            return Ok(Some(u));
+        }
+    }
+    if !winograd_fits_images(ic, mm.n, mm.batch) {
+        return Ok(None);
+    }
+    Ok(Some(Arc::new(WinogradWeights::new(w, view, ic.c)?)))
 }
 
 /// One image's convolution: `out` (`[m, n]`) from `img` (`[c, h, w]`) and
@@ -458,7 +464,7 @@ impl HostProgram {
                     .collect()
             })
             .collect();
-        let (mut x, mut w) = (None, None);
+        let (mut x, mut w, mut w_array) = (None, None, None);
         for (i, slot) in slots.iter_mut().enumerate() {
             if i == mm.a.0 as usize || i == mm.b.0 as usize {
                 let slot: &Slot<'_> = slot;
@@ -467,6 +473,7 @@ impl HostProgram {
                 }
                 if i == mm.b.0 as usize {
                     w = slot.f32s();
+                    w_array = slot.array();
                 }
                 continue;
             }
@@ -501,7 +508,7 @@ impl HostProgram {
         // blocks.
         let together = !winograd_fits(ic, n);
         let wino = match together || nb.is_multiple_of(16) {
-            true => winograd_weights(w, mm, ic)?,
+            true => winograd_weights(w, w_array, mm, ic)?,
             false => None,
         };
         let base = layout.args(k, params);

@@ -74,17 +74,15 @@ impl HostProgram {
         // (`new`, not `with_capacity`: that one is built aside and copied in.)
         let mut slots: SmallVec<[Slot<'_>; 8]> = SmallVec::new();
         for b in &p.buffers {
-            let buf = match b.kind {
+            let array = match b.kind {
                 BufKind::Input(i) => inputs
                     .get(i as usize)
                     .ok_or_else(|| IrError::Arguments(format!("missing input {i}")))?
-                    .borrow()
-                    .buffer(),
+                    .borrow(),
                 BufKind::Constant(c) => self
                     .constants
                     .get(c as usize)
-                    .ok_or_else(|| IrError::Verify(format!("missing constant {c}")))?
-                    .buffer(),
+                    .ok_or_else(|| IrError::Verify(format!("missing constant {c}")))?,
                 BufKind::Temp => {
                     slots.push(Slot::Owned(output_store(b.ty.dtype, b.ty.shape.numel())?));
                     continue;
@@ -92,9 +90,9 @@ impl HostProgram {
             };
             // Only halves are converted: the common slot is built without
             // a `Result` (176 bytes with an `IrError`) in between.
-            slots.push(match buf {
-                Buffer::F16(_) | Buffer::BF16(_) => slot_for(buf)?,
-                b => Slot::Borrowed(b),
+            slots.push(match array.buffer() {
+                Buffer::F16(_) | Buffer::BF16(_) => slot_for(array)?,
+                _ => Slot::Borrowed(array),
             });
         }
         // What may stop this run: usually nothing, and then no check costs.
@@ -256,7 +254,7 @@ impl HostProgram {
             .map(|b| {
                 let ty = self.prog.buffers[b.0 as usize].ty;
                 let data = match &slots[b.0 as usize] {
-                    Slot::Borrowed(buf) => (*buf).clone(),
+                    Slot::Borrowed(a) => a.buffer().clone(),
                     Slot::Owned(store) => to_buffer(store.try_clone()?, ty.dtype)?,
                 };
                 Ok(Array::new(ty.shape, data)?)

@@ -7,7 +7,7 @@ use crate::error::RuntimeError;
 use tilejit_codegen::host::{storage_bytes, BufArg};
 use tilejit_ir::fallible::collect;
 use tilejit_ir::pool::pool;
-use tilejit_ir::{Buffer, DType, IrError};
+use tilejit_ir::{Array, Buffer, DType, IrError};
 
 /// Typed storage the program owns during a run.
 pub(crate) enum Store {
@@ -153,9 +153,10 @@ pub(crate) fn recycle<'a>(slots: impl IntoIterator<Item = Slot<'a>>) {
     }
 }
 
-/// A buffer during a run: borrowed from an argument, or owned.
+/// A buffer during a run: borrowed from an argument or constant (the
+/// array, whose storage names it for the weight cache), or owned.
 pub(crate) enum Slot<'a> {
-    Borrowed(&'a Buffer),
+    Borrowed(&'a Array),
     Owned(Store),
 }
 
@@ -164,7 +165,7 @@ impl Slot<'_> {
     #[inline]
     pub(super) fn arg(&mut self) -> BufArg<'_> {
         match self {
-            Slot::Borrowed(b) => buffer_arg(b),
+            Slot::Borrowed(a) => buffer_arg(a.buffer()),
             Slot::Owned(s) => store_arg(s),
         }
     }
@@ -174,7 +175,7 @@ impl Slot<'_> {
     pub(super) fn arg_read(&self) -> BufArg<'_> {
         match self {
             // f16/bf16 arguments are converted to owned f32 up front.
-            Slot::Borrowed(b) => buffer_arg(b),
+            Slot::Borrowed(a) => buffer_arg(a.buffer()),
             Slot::Owned(Store::F32(v)) => BufArg::read(v),
             Slot::Owned(Store::F64(v)) => BufArg::read(v),
             Slot::Owned(Store::I32(v)) => BufArg::read(v),
@@ -191,46 +192,62 @@ impl Slot<'_> {
 
     pub(super) fn f32s(&self) -> Option<&[f32]> {
         match self {
-            Slot::Borrowed(Buffer::F32(v)) | Slot::Owned(Store::F32(v)) => Some(v),
+            Slot::Borrowed(a) => match a.buffer() {
+                Buffer::F32(v) => Some(v),
+                _ => None,
+            },
+            Slot::Owned(Store::F32(v)) => Some(v),
             _ => None,
         }
     }
 
     pub(super) fn f64s(&self) -> Option<&[f64]> {
         match self {
-            Slot::Borrowed(Buffer::F64(v)) | Slot::Owned(Store::F64(v)) => Some(v),
+            Slot::Borrowed(a) => match a.buffer() {
+                Buffer::F64(v) => Some(v),
+                _ => None,
+            },
+            Slot::Owned(Store::F64(v)) => Some(v),
             _ => None,
+        }
+    }
+
+    /// The argument or constant a borrowed slot holds.
+    pub(super) fn array(&self) -> Option<&Array> {
+        match self {
+            Slot::Borrowed(a) => Some(a),
+            Slot::Owned(_) => None,
         }
     }
 
     /// Values as i64 (integer matmul only).
     pub(super) fn ints(&self) -> Result<Vec<i64>, IrError> {
+        fn widen<T: Copy>(v: &[T], f: impl Fn(T) -> i64) -> Result<Vec<i64>, IrError> {
+            collect(v.iter().map(|&x| f(x)))
+        }
         match self {
-            Slot::Borrowed(Buffer::I32(v)) | Slot::Owned(Store::I32(v)) => {
-                collect(v.iter().map(|&x| x as i64))
-            }
-            Slot::Borrowed(Buffer::I64(v)) | Slot::Owned(Store::I64(v)) => {
-                collect(v.iter().copied())
-            }
-            Slot::Borrowed(Buffer::U8(v)) | Slot::Owned(Store::U8(v)) => {
-                collect(v.iter().map(|&x| x as i64))
-            }
-            Slot::Borrowed(Buffer::I8(v)) | Slot::Owned(Store::I8(v)) => {
-                collect(v.iter().map(|&x| x as i64))
-            }
-            Slot::Borrowed(Buffer::I16(v)) | Slot::Owned(Store::I16(v)) => {
-                collect(v.iter().map(|&x| x as i64))
-            }
-            Slot::Borrowed(Buffer::U16(v)) | Slot::Owned(Store::U16(v)) => {
-                collect(v.iter().map(|&x| x as i64))
-            }
-            Slot::Borrowed(Buffer::U32(v)) | Slot::Owned(Store::U32(v)) => {
-                collect(v.iter().map(|&x| x as i64))
-            }
-            Slot::Borrowed(Buffer::U64(v)) | Slot::Owned(Store::U64(v)) => {
-                collect(v.iter().map(|&x| x as i64))
-            }
-            _ => Ok(Vec::new()),
+            Slot::Borrowed(a) => match a.buffer() {
+                Buffer::I32(v) => widen(v, i64::from),
+                Buffer::I64(v) => widen(v, |x| x),
+                Buffer::U8(v) => widen(v, i64::from),
+                Buffer::I8(v) => widen(v, i64::from),
+                Buffer::I16(v) => widen(v, i64::from),
+                Buffer::U16(v) => widen(v, i64::from),
+                Buffer::U32(v) => widen(v, i64::from),
+                Buffer::U64(v) => widen(v, |x| x as i64),
+                _ => Ok(Vec::new()),
+            },
+            Slot::Owned(s) => match s {
+                Store::I32(v) => widen(v, i64::from),
+                Store::I64(v) => widen(v, |x| x),
+                Store::U8(v) => widen(v, i64::from),
+                Store::I8(v) => widen(v, i64::from),
+                Store::I16(v) => widen(v, i64::from),
+                Store::U16(v) => widen(v, i64::from),
+                Store::U32(v) => widen(v, i64::from),
+                Store::U64(v) => widen(v, |x| x as i64),
+                _ => Ok(Vec::new()),
+            },
         }
     }
 }
@@ -246,11 +263,11 @@ pub(super) fn take_owned(slot: &mut Slot<'_>) -> Result<Store, RuntimeError> {
 }
 
 /// An argument as a slot: borrowed, or for f16/bf16 widened to f32.
-pub(super) fn slot_for(buf: &Buffer) -> Result<Slot<'_>, IrError> {
-    Ok(match buf {
+pub(super) fn slot_for(a: &Array) -> Result<Slot<'_>, IrError> {
+    Ok(match a.buffer() {
         Buffer::F16(v) => Slot::Owned(Store::F32(collect(v.iter().map(|x| x.to_f32()))?)),
         Buffer::BF16(v) => Slot::Owned(Store::F32(collect(v.iter().map(|x| x.to_f32()))?)),
-        b => Slot::Borrowed(b),
+        _ => Slot::Borrowed(a),
     })
 }
 

@@ -69,6 +69,22 @@ pub fn winograd_fits_images(ic: &Im2Col, o: usize, images: usize) -> bool {
     tiles_per_image(ic, o).is_some_and(|t| t.saturating_mul(images) >= MIN_TILES)
 }
 
+/// Whether a convolution of geometry `ic` into `o` output channels runs
+/// as Winograd F(4x4, 3x3) with [`WinogradWeights::kept`]: the window and
+/// channels of [`winograd_fits`], any number of tiles.
+pub fn winograd_fits_kept(ic: &Im2Col, o: usize) -> bool {
+    tiles_per_image(ic, o).is_some_and(|t| t > 0)
+}
+
+/// The fewest tiles of a call with weights `u`.
+fn min_tiles(u: &WinogradWeights) -> usize {
+    if u.panels {
+        1
+    } else {
+        MIN_TILES
+    }
+}
+
 /// The tiles of one image, when the window and channels fit the path.
 fn tiles_per_image(ic: &Im2Col, o: usize) -> Option<usize> {
     let win = &ic.window;
@@ -84,19 +100,45 @@ fn tiles_per_image(ic: &Im2Col, o: usize) -> Option<usize> {
 }
 
 /// A 3x3 convolution's weights transformed for [`conv_f32_winograd`]:
-/// `G g G^T` per output and input channel, stored `[point, c, o]`.
+/// `G g G^T` per output and input channel, stored `[point, c, o]` (made
+/// per call: [`WinogradWeights::new`]) or in panels of 16 outputs,
+/// `[point, o / 16, c, 16]` (made once and kept: [`WinogradWeights::kept`]).
 #[derive(Debug)]
 pub struct WinogradWeights {
     c: usize,
     o: usize,
     u: Vec<f32>,
+    /// Stored in panels, whose products read them in place.
+    panels: bool,
 }
 
 impl WinogradWeights {
     /// Transforms OIHW 3x3 weights read through `wv` (rows: the `o`
-    /// output channels, a multiple of 16; columns: `c * 9`, unit stride).
-    /// An error when the view does not fit `w` or the sizes disagree.
+    /// output channels, a multiple of 16; columns: `c * 9`, unit stride)
+    /// for one call: the point GEMMs are `gemm`'s, which packs them again,
+    /// so they fit only images (or batches) of 49 tiles or more
+    /// ([`winograd_fits_images`]). An error when the view does not fit `w`
+    /// or the sizes disagree.
     pub fn new(w: &[f32], wv: GemmView, c: usize) -> Result<WinogradWeights, CodegenError> {
+        WinogradWeights::make(w, wv, c, false)
+    }
+
+    /// [`WinogradWeights::new`] for weights transformed once and kept
+    /// (a cache keyed by the weights' storage): stored in panels of 16
+    /// outputs that the point products read straight, without packing,
+    /// so images of any number of tiles fit ([`winograd_fits_kept`]):
+    /// ResNet's 14x14 and 7x7 layers at batch 1, whose few tiles per
+    /// GEMM left `gemm` packing the weights most of the time.
+    pub fn kept(w: &[f32], wv: GemmView, c: usize) -> Result<WinogradWeights, CodegenError> {
+        WinogradWeights::make(w, wv, c, true)
+    }
+
+    fn make(
+        w: &[f32],
+        wv: GemmView,
+        c: usize,
+        panels: bool,
+    ) -> Result<WinogradWeights, CodegenError> {
         let o = wv.rows;
         let fits = wv.col_stride == 1
             && c.checked_mul(9) == Some(wv.cols)
@@ -113,34 +155,83 @@ impl WinogradWeights {
         u.try_reserve_exact(len)
             .map_err(|_| bad(format!("no memory for {len} transformed weights")))?;
         if len == 0 {
-            return Ok(WinogradWeights { c, o, u });
+            return Ok(WinogradWeights { c, o, u, panels });
         }
         // Filled, then transformed, on every thread (one thread took 17%
         // of a 256-channel layer at batch 8 while the others waited): a
-        // part per block of input channels, its rows of each point.
+        // part per block of input channels (rows) or of panels, its
+        // contiguous piece of each point.
         u.par_extend(rayon::iter::repeat_n(0.0f32, len));
-        let per = c.div_ceil(rayon::current_num_threads().max(1));
-        let mut parts: Vec<(usize, Vec<&mut [f32]>)> = (0..c)
-            .step_by(per)
-            .map(|ci0| (ci0, Vec::with_capacity(POINTS)))
+        let threads = rayon::current_num_threads().max(1);
+        let parts: Vec<Part> = if panels {
+            let per = (o / L).div_ceil(threads) * L;
+            (0..o)
+                .step_by(per)
+                .map(|ob0| Part::Panels {
+                    obs: ob0..(ob0 + per).min(o),
+                    c,
+                })
+                .collect()
+        } else {
+            let per = c.div_ceil(threads);
+            (0..c)
+                .step_by(per)
+                .map(|ci0| Part::Rows {
+                    cis: ci0..(ci0 + per).min(c),
+                    o,
+                })
+                .collect()
+        };
+        let mut pieces: Vec<(Part, Vec<&mut [f32]>)> = parts
+            .into_iter()
+            .map(|part| (part, Vec::with_capacity(POINTS)))
             .collect();
         for point in u.chunks_mut(c * o) {
             let mut rest = point;
-            for (ci0, segs) in parts.iter_mut() {
-                let (mine, tail) = rest.split_at_mut(per.min(c - *ci0) * o);
+            for (part, segs) in pieces.iter_mut() {
+                let (mine, tail) = rest.split_at_mut(part.len());
                 segs.push(mine);
                 rest = tail;
             }
         }
-        parts
+        pieces
             .into_par_iter()
-            .for_each(|(ci0, mut segs)| weights_v(w, wv, ci0, o, &mut segs));
-        Ok(WinogradWeights { c, o, u })
+            .for_each(|(part, mut segs)| weights_v(w, wv, &part, &mut segs));
+        Ok(WinogradWeights { c, o, u, panels })
     }
 
     /// Output channels.
     pub fn outputs(&self) -> usize {
         self.o
+    }
+
+    /// The transformed values, as [`WinogradWeights`] lays them out.
+    pub fn values(&self) -> &[f32] {
+        &self.u
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.u.len() * 4
+    }
+}
+
+/// The piece of each point one thread transforms.
+#[derive(Clone, Debug)]
+enum Part {
+    /// Input channels `cis` of `[c, o]` rows: `[cis.len(), o]`.
+    Rows { cis: Range<usize>, o: usize },
+    /// Panels of outputs `obs` of `c` channels: `[obs.len() / 16, c, 16]`.
+    Panels { obs: Range<usize>, c: usize },
+}
+
+impl Part {
+    /// Elements of the piece, per point.
+    fn len(&self) -> usize {
+        match self {
+            Part::Rows { cis, o } => cis.len() * o,
+            Part::Panels { obs, c } => obs.len() * c,
+        }
     }
 }
 
@@ -161,7 +252,7 @@ pub fn conv_f32_winograd(
     let (c, nb) = (ic.c, ov.rows);
     let (oh, ow) = ic.window.out(ic.h, ic.w).unwrap_or((0, 0));
     let image = c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
-    if !winograd_fits(ic, u.o)
+    if tiles_per_image(ic, u.o).is_none_or(|t| t < min_tiles(u))
         || u.c != c
         || image.is_none_or(|n| img.len() < n)
         || !nb.is_multiple_of(L)
@@ -206,7 +297,7 @@ pub fn conv_f32_winograd_images(
         .and_then(|x| x.checked_mul(oh))
         .and_then(|x| x.checked_mul(ow));
     if images == 0
-        || !winograd_fits_images(ic, u.o, images)
+        || tiles_per_image(ic, u.o).is_none_or(|t| t.saturating_mul(images) < min_tiles(u))
         || u.c != ic.c
         || image.and_then(|n| n.checked_mul(images)) != Some(imgs.len())
         || outputs != Some(out.len())
@@ -422,7 +513,7 @@ macro_rules! vectorised {
     };
 }
 
-vectorised!(weights_v = weights(w: &[f32], wv: GemmView, ci0: usize, o: usize, segs: &mut [&mut [f32]]));
+vectorised!(weights_v = weights(w: &[f32], wv: GemmView, part: &Part, segs: &mut [&mut [f32]]));
 /// The channels-last copy, as [`input_transform_v`].
 fn channels_last_v(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
@@ -507,28 +598,32 @@ fn gt(g: &[Lanes; 3]) -> [Lanes; T6] {
     ]
 }
 
-/// `u[point, c, o] = (G g G^T)[point]` for each output `o` and channel
-/// `c` from `ci0` on, 16 outputs at a time: `segs[point]` holds those
-/// channels' rows of the point.
+/// `(G g G^T)[point]` for each output and channel of `part`, 16
+/// outputs at a time, into `segs[point]` (the part's piece of the point,
+/// laid out as [`Part`] says).
 #[inline(always)]
-fn weights(w: &[f32], wv: GemmView, ci0: usize, o: usize, segs: &mut [&mut [f32]]) {
-    // Input channels `ci0..ci0 + n`: rows of each point's segment.
-    let n = segs.first().map_or(0, |s| s.len() / o.max(1));
-    for ob in (0..o).step_by(L) {
-        for cj in 0..n {
-            let ci = ci0 + cj;
+fn weights(w: &[f32], wv: GemmView, part: &Part, segs: &mut [&mut [f32]]) {
+    let (cis, obs) = match part {
+        Part::Rows { cis, o } => (cis.clone(), 0..*o),
+        Part::Panels { obs, c } => (0..*c, obs.clone()),
+    };
+    for ob in obs.clone().step_by(L) {
+        for ci in cis.clone() {
             // g[i][j] for the block's 16 outputs.
             let g: [[Lanes; 3]; 3] = std::array::from_fn(|i| {
                 std::array::from_fn(|j| {
                     lanes(|l| w[wv.offset + (ob + l) * wv.row_stride + ci * 9 + i * 3 + j])
                 })
             });
+            let at = match part {
+                Part::Rows { o, .. } => (ci - cis.start) * o + ob,
+                Part::Panels { c, .. } => ((ob - obs.start) * c) + ci * L,
+            };
             // Rows then columns: G g (6x3), then (G g) G^T (6x6).
             let cols: [[Lanes; T6]; 3] = std::array::from_fn(|j| gt(&[g[0][j], g[1][j], g[2][j]]));
             for a in 0..T6 {
                 let row = gt(&[cols[0][a], cols[1][a], cols[2][a]]);
                 for (b, v) in row.iter().enumerate() {
-                    let at = cj * o + ob;
                     segs[a * T6 + b][at..at + L].copy_from_slice(v);
                 }
             }
@@ -605,7 +700,8 @@ fn input_transform(xt: &[f32], g: &Tiles, tiles: Range<usize>, v: &mut [&mut [f3
 }
 
 /// The 36 GEMMs `m[point] (tiles x nb) = v[point] (tiles x c) @
-/// u[point][:, o0..o0 + nb]`, one per thread at a time.
+/// u[point][:, o0..o0 + nb]`, one per thread at a time: `gemm`'s, or
+/// for weights in panels, [`panel_products_v`].
 fn products(
     v: &[f32],
     u: &WinogradWeights,
@@ -617,6 +713,12 @@ fn products(
 ) -> Result<(), CodegenError> {
     let c = u.c;
     let one = |(p, mp): (usize, &mut [f32])| {
+        if u.panels {
+            let a = &v[p * tiles * c..(p + 1) * tiles * c];
+            let at = p * c * u.o + o0 * c;
+            panel_products_v(a, c, tiles, &u.u[at..at + nb * c], mp);
+            return Ok(());
+        }
         let av = GemmView {
             offset: p * tiles * c,
             rows: tiles,
@@ -644,6 +746,36 @@ fn products(
         m.par_chunks_mut(tiles * nb).enumerate().try_for_each(one)
     } else {
         m.chunks_mut(tiles * nb).enumerate().try_for_each(one)
+    }
+}
+
+/// One point's product from weights in panels: `m[t, 16 j + l] = sum_k
+/// a[t, k] * panels[j][k][l]` (`a`: `[tiles, c]`; `panels`: `[nb / 16, c,
+/// 16]`; `m`: `[tiles, nb]`), six tiles by one panel at a time, in AVX-512
+/// or AVX2 where the CPU has them. Each weight is read once per six
+/// tiles, in the order it is stored: nothing is packed.
+fn panel_products_v(a: &[f32], c: usize, tiles: usize, panels: &[f32], m: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(isa) = x86::isa() {
+        return x86::panel_products(isa, a, c, tiles, panels, m);
+    }
+    panel_products(a, c, tiles, panels, m)
+}
+
+/// [`panel_products_v`] over lane arrays.
+fn panel_products(a: &[f32], c: usize, tiles: usize, panels: &[f32], m: &mut [f32]) {
+    let nb = panels.len() / c.max(1);
+    for (j, panel) in panels.chunks_exact(c * L).enumerate() {
+        for t in 0..tiles {
+            let row = &a[t * c..(t + 1) * c];
+            let mut acc = [0.0f32; L];
+            for (k, b) in panel.chunks_exact(L).enumerate() {
+                for (acc, b) in acc.iter_mut().zip(b) {
+                    *acc = row[k].mul_add(*b, *acc);
+                }
+            }
+            m[t * nb + j * L..][..L].copy_from_slice(&acc);
+        }
     }
 }
 
@@ -1019,6 +1151,59 @@ mod x86 {
         }
     }
 
+    /// `super::panel_products`, six tiles at a time (their sums in 12
+    /// AVX2 or 6 AVX-512 registers).
+    #[inline(always)]
+    fn panel_products_with<V: Lanes16>(
+        a: &[f32],
+        c: usize,
+        tiles: usize,
+        panels: &[f32],
+        m: &mut [f32],
+    ) {
+        let nb = panels.len() / c.max(1);
+        for (j, panel) in panels.chunks_exact(c * L).enumerate() {
+            let mut t = 0;
+            while t < tiles {
+                let rows = (tiles - t).min(6);
+                let at = (t, j * L, nb);
+                match rows {
+                    1 => tile_rows::<V, 1>(a, c, panel, m, at),
+                    2 => tile_rows::<V, 2>(a, c, panel, m, at),
+                    3 => tile_rows::<V, 3>(a, c, panel, m, at),
+                    4 => tile_rows::<V, 4>(a, c, panel, m, at),
+                    5 => tile_rows::<V, 5>(a, c, panel, m, at),
+                    _ => tile_rows::<V, 6>(a, c, panel, m, at),
+                }
+                t += rows;
+            }
+        }
+    }
+
+    /// Tiles `t0..t0 + R` by one panel (`[c, 16]`) into `m[t, col..col +
+    /// 16]` (row length `nb`).
+    #[inline(always)]
+    fn tile_rows<V: Lanes16, const R: usize>(
+        a: &[f32],
+        c: usize,
+        panel: &[f32],
+        m: &mut [f32],
+        (t0, col, nb): (usize, usize, usize),
+    ) {
+        let rows: [&[f32]; R] = std::array::from_fn(|i| &a[(t0 + i) * c..(t0 + i + 1) * c]);
+        let panel = &panel[..c * L];
+        let mut acc = [V::splat(0.0); R];
+        for k in 0..c {
+            let b = V::load(panel, k * L);
+            for (acc, row) in acc.iter_mut().zip(&rows) {
+                *acc = V::splat(row[k]).fmadd(b, *acc);
+            }
+        }
+        for (i, acc) in acc.into_iter().enumerate() {
+            acc.store(m, (t0 + i) * nb + col);
+        }
+    }
+
     /// Defines the public `$name`, which runs `$body` in the version
     /// `isa` names, each compiled with its features.
     macro_rules! versions {
@@ -1043,6 +1228,13 @@ mod x86 {
         };
     }
 
+    versions!(panel_products = panel_products_with(
+        a: &[f32],
+        c: usize,
+        tiles: usize,
+        panels: &[f32],
+        m: &mut [f32]
+    ));
     versions!(channels_last = channels_last_with(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]));
     versions!(input_transform = input_transform_with(
         xt: &[f32],
@@ -1159,10 +1351,16 @@ mod tests {
                 row_stride: c * 9,
                 col_stride: 1,
             };
-            let u = WinogradWeights::new(&wt, wv, c).expect("weights that fit");
+            let rows = WinogradWeights::new(&wt, wv, c).expect("weights that fit");
+            let panels = WinogradWeights::kept(&wt, wv, c).expect("weights that fit");
             let p = oh * ow;
-            // One call per block of 16 outputs and one for all of them.
-            for (threads, block) in [(1, 16), (2, 16), (1, o), (2, o), (3, o)] {
+            // One call per block of 16 outputs and one for all of them,
+            // with the weights in rows (`gemm`) and in panels.
+            let calls = [(1, 16), (2, 16), (1, o), (2, o), (3, o)];
+            for (u, (threads, block)) in [&rows, &panels]
+                .into_iter()
+                .flat_map(|u| calls.map(|call| (u, call)))
+            {
                 // Row stride p + 3: the gaps must stay untouched.
                 let rs = p + 3;
                 let mut out = vec![f32::NAN; o * rs];
@@ -1174,7 +1372,7 @@ mod tests {
                         row_stride: rs,
                         col_stride: 1,
                     };
-                    conv_f32_winograd(&img, &ic, &u, o0, (&mut out, ov), threads)
+                    conv_f32_winograd(&img, &ic, u, o0, (&mut out, ov), threads)
                         .expect("views that fit");
                 }
                 let scale = want.iter().fold(0f64, |a, &x| a.max(x.abs()));
@@ -1194,11 +1392,21 @@ mod tests {
 
     /// Small images together (16 tiles each, 64 in all; and 20 each, some
     /// partial), against the definition image by image, on one
-    /// thread and several; sizes that disagree are errors.
+    /// thread and several; sizes that disagree are errors. With kept
+    /// weights (in panels) any number of tiles fits: 4 tiles of a 7x7
+    /// image, a 5x6 image of 2 partial tiles, one 3x3 tile.
     #[test]
     fn images_together_match_the_definition() {
         let value = |i: usize, s: usize| ((i * 41 + s * 13) % 23) as f32 / 11.0 - 1.0;
-        for (images, c, o, h, w) in [(4, 16, 32, 14, 14), (3, 32, 16, 15, 17)] {
+        let cases = [
+            (4, 16, 32, 14, 14, false),
+            (3, 32, 16, 15, 17, false),
+            (4, 16, 32, 14, 14, true),
+            (1, 32, 48, 7, 7, true),
+            (2, 16, 16, 5, 6, true),
+            (1, 16, 32, 3, 3, true),
+        ];
+        for (images, c, o, h, w, kept) in cases {
             let ic = Im2Col {
                 c,
                 h,
@@ -1206,7 +1414,9 @@ mod tests {
                 window: Window::square(3, 3, 1, 1),
             };
             assert!(!winograd_fits(&ic, o), "too few tiles for one image");
-            assert!(winograd_fits_images(&ic, o, images));
+            assert!(winograd_fits_kept(&ic, o));
+            let enough = winograd_fits_images(&ic, o, images);
+            assert!(enough || kept);
             assert!(!winograd_fits_images(&ic, o, 2));
             let image = c * h * w;
             let imgs: Vec<f32> = (0..images * image).map(|i| value(i, 1)).collect();
@@ -1218,8 +1428,18 @@ mod tests {
                 row_stride: c * 9,
                 col_stride: 1,
             };
-            let u = WinogradWeights::new(&wt, wv, c).expect("weights that fit");
+            let u = match kept {
+                true => WinogradWeights::kept(&wt, wv, c),
+                false => WinogradWeights::new(&wt, wv, c),
+            };
+            let u = u.expect("weights that fit");
             let p = h * w;
+            if !enough {
+                // Weights made per call take too few tiles to `gemm`.
+                let rows = WinogradWeights::new(&wt, wv, c).expect("weights that fit");
+                let mut out = vec![0.0; images * o * p];
+                assert!(conv_f32_winograd_images(&imgs, &ic, &rows, &mut out, 1).is_err());
+            }
             for threads in [1, 2, 3] {
                 let mut out = vec![f32::NAN; images * o * p];
                 conv_f32_winograd_images(&imgs, &ic, &u, &mut out, threads)
@@ -1241,8 +1461,11 @@ mod tests {
             assert!(conv_f32_winograd_images(short, &ic, &u, &mut out, 1).is_err());
             let mut long = vec![0.0; images * o * p + 1];
             assert!(conv_f32_winograd_images(&imgs, &ic, &u, &mut long, 1).is_err());
-            let two = &imgs[..2 * image];
-            assert!(conv_f32_winograd_images(two, &ic, &u, &mut out[..2 * o * p], 1).is_err());
+            if !kept {
+                let two = &imgs[..2 * image];
+                let out = &mut out[..2 * o * p];
+                assert!(conv_f32_winograd_images(two, &ic, &u, out, 1).is_err());
+            }
         }
     }
 
@@ -1327,6 +1550,18 @@ mod tests {
                     x.is_nan() && y.is_nan() || (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
                     "{isa:?}: {x} vs {y}"
                 );
+            }
+            // Panel products of 1 to 13 tiles (blocks of six and every
+            // remainder) against the lane arrays, which sum in the same
+            // order with the same fused multiply-adds: equal bit for bit.
+            for tiles in 1..=13 {
+                let a: Vec<f32> = (0..tiles * c).map(|i| value(i + 5)).collect();
+                let panels: Vec<f32> = (0..nb * c).map(|i| value(i + 9)).collect();
+                let mut want = vec![f32::NAN; tiles * nb];
+                panel_products(&a, c, tiles, &panels, &mut want);
+                let mut got = vec![f32::NAN; tiles * nb];
+                x86::panel_products(isa, &a, c, tiles, &panels, &mut got);
+                assert_eq!(want, got, "{isa:?}, {tiles} tiles");
             }
         }
     }

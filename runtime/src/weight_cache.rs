@@ -1,0 +1,335 @@
+//! Weights transformed once and kept, keyed by the storage they came
+//! from: a host convolution whose weights are a call's argument or a
+//! program constant transforms them for Winograd on its first call and
+//! finds them here on every later one (as onnxruntime prepacks a
+//! session's initializers once). An array's storage is never written
+//! after it is made, so its identity names its values; each entry holds
+//! a weak handle to it ([`StorageRef`]), so while the entry exists no
+//! other storage can take that address, and an entry whose storage is
+//! gone is dropped at the next miss (or every 64th lookup). Bounded in bytes
+//! (`TILEJIT_WEIGHT_CACHE_BYTES`), least recently used first.
+//!
+//! ```
+//! let cache = tilejit_runtime::weight_cache();
+//! let before = cache.stats();
+//! cache.clear();
+//! assert_eq!(cache.stats().bytes, 0);
+//! assert!(cache.stats().hits >= before.hits);
+//! ```
+
+use crate::error::RuntimeError;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use tilejit_codegen::host::{GemmView, WinogradWeights};
+use tilejit_ir::{Array, StorageRef};
+
+/// The kept transformed weights (see the module docs); safe to use from
+/// any thread.
+pub struct WeightCache {
+    inner: Mutex<Inner>,
+}
+
+/// Counters of the weight cache.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WeightCacheStats {
+    /// Lookups that found their weights transformed.
+    pub hits: u64,
+    /// Lookups that transformed them.
+    pub misses: u64,
+    /// Entries dropped for the bound.
+    pub evictions: u64,
+    /// Entries dropped because their storage was freed.
+    pub freed: u64,
+    /// Entries held now.
+    pub entries: usize,
+    /// Bytes of transformed weights held now.
+    pub bytes: usize,
+}
+
+/// What an entry was made from: the storage, how the weights were read
+/// from it (offset, rows, columns, row and column strides) and the input
+/// channels.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct Key {
+    addr: usize,
+    view: [usize; 5],
+    channels: usize,
+}
+
+struct Entry {
+    owner: StorageRef,
+    weights: Arc<WinogradWeights>,
+    used: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: HashMap<Key, Entry>,
+    stats: WeightCacheStats,
+    tick: u64,
+}
+
+/// The process's weight cache.
+pub fn weight_cache() -> &'static WeightCache {
+    static CACHE: OnceLock<WeightCache> = OnceLock::new();
+    CACHE.get_or_init(WeightCache::new)
+}
+
+impl WeightCache {
+    fn new() -> WeightCache {
+        WeightCache {
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// The counters now.
+    pub fn stats(&self) -> WeightCacheStats {
+        let inner = self.lock();
+        WeightCacheStats {
+            entries: inner.entries.len(),
+            ..inner.stats.clone()
+        }
+    }
+
+    /// Drops every entry (the counters stay).
+    pub fn clear(&self) {
+        let mut inner = self.lock();
+        inner.entries.clear();
+        inner.stats.bytes = 0;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // An entry is inserted whole under the lock: a panic elsewhere
+        // leaves the map consistent.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The Winograd weights of `w`'s elements read through `wv` for `c`
+    /// input channels, in panels ([`WinogradWeights::kept`]): found, or
+    /// transformed (outside the lock) and kept within `bound` bytes. None
+    /// when `bound` is 0.
+    pub(crate) fn winograd(
+        &self,
+        w: &Array,
+        wv: GemmView,
+        c: usize,
+        bound: usize,
+    ) -> Result<Option<Arc<WinogradWeights>>, RuntimeError> {
+        if bound == 0 {
+            return Ok(None);
+        }
+        let key = Key {
+            addr: w.storage_addr(),
+            view: [wv.offset, wv.rows, wv.cols, wv.row_stride, wv.col_stride],
+            channels: c,
+        };
+        {
+            let mut inner = self.lock();
+            inner.tick += 1;
+            let tick = inner.tick;
+            // Now and then on hits too, so freed weights' transforms go
+            // even when nothing new is kept.
+            if tick.is_multiple_of(64) {
+                inner.drop_freed();
+            }
+            if let Some(e) = inner.entries.get_mut(&key).filter(|e| e.owner.names(w)) {
+                e.used = tick;
+                let weights = e.weights.clone();
+                inner.stats.hits += 1;
+                return Ok(Some(weights));
+            }
+            inner.stats.misses += 1;
+        }
+        let values = w.as_slice::<f32>()?;
+        let weights = Arc::new(WinogradWeights::kept(values, wv, c)?);
+        let size = weights.bytes();
+        let mut inner = self.lock();
+        inner.drop_freed();
+        if size > bound {
+            return Ok(Some(weights));
+        }
+        while inner.stats.bytes + size > bound {
+            if !inner.evict_one() {
+                break;
+            }
+        }
+        let tick = inner.tick;
+        let entry = Entry {
+            owner: w.storage_ref(),
+            weights: weights.clone(),
+            used: tick,
+        };
+        if let Some(old) = inner.entries.insert(key, entry) {
+            inner.stats.bytes -= old.weights.bytes();
+        }
+        inner.stats.bytes += size;
+        Ok(Some(weights))
+    }
+}
+
+impl Inner {
+    /// Drops the entries whose storage is gone.
+    fn drop_freed(&mut self) {
+        let before = self.entries.len();
+        let mut bytes = 0;
+        self.entries.retain(|_, e| {
+            let alive = e.owner.is_alive();
+            if !alive {
+                bytes += e.weights.bytes();
+            }
+            alive
+        });
+        self.stats.freed += (before - self.entries.len()) as u64;
+        self.stats.bytes -= bytes;
+    }
+
+    /// Drops the least recently used entry; false when there is none.
+    fn evict_one(&mut self) -> bool {
+        let Some(key) = self
+            .entries
+            .iter()
+            .min_by_key(|(_, e)| e.used)
+            .map(|(k, _)| *k)
+        else {
+            return false;
+        };
+        if let Some(e) = self.entries.remove(&key) {
+            self.stats.bytes -= e.weights.bytes();
+            self.stats.evictions += 1;
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// OIHW 3x3 weights of `o` outputs and `c` channels, and their view.
+    fn weights(o: usize, c: usize, seed: usize) -> (Array, GemmView) {
+        let v: Vec<f32> = (0..o * c * 9)
+            .map(|i| ((i * 7 + seed) % 11) as f32 - 5.0)
+            .collect();
+        let view = GemmView {
+            offset: 0,
+            rows: o,
+            cols: c * 9,
+            row_stride: c * 9,
+            col_stride: 1,
+        };
+        (Array::from_vec(v, &[o, c, 3, 3]).expect("weights"), view)
+    }
+
+    /// A second lookup of the same storage and view is a hit (the same
+    /// transform); a reshaped clone shares the storage; another view or
+    /// other storage with equal values is another entry; an entry goes
+    /// once its storage is freed, and a bound of 0 keeps nothing.
+    #[test]
+    fn entries_are_found_by_storage_and_view_and_go_with_it() {
+        let cache = WeightCache::new();
+        let (w, view) = weights(16, 16, 1);
+        let bound = 1 << 30;
+        let first = cache
+            .winograd(&w, view, 16, bound)
+            .expect("ok")
+            .expect("kept");
+        let again = cache
+            .winograd(&w, view, 16, bound)
+            .expect("ok")
+            .expect("kept");
+        assert!(Arc::ptr_eq(&first, &again));
+        let reshaped = w.reshaped(tilejit_ir::Shape::new(&[16, 144]).expect("shape"));
+        let same = cache.winograd(&reshaped.expect("reshape"), view, 16, bound);
+        assert!(Arc::ptr_eq(&first, &same.expect("ok").expect("kept")));
+        let stats = cache.stats();
+        assert_eq!((stats.hits, stats.misses, stats.entries), (2, 1, 1));
+        assert_eq!(stats.bytes, first.bytes());
+        assert_eq!(first.bytes(), 36 * 16 * 16 * 4);
+        // The first 8 channels through a narrower view: another entry.
+        let half = GemmView { cols: 72, ..view };
+        let other = cache
+            .winograd(&w, half, 8, bound)
+            .expect("ok")
+            .expect("kept");
+        assert_eq!(other.bytes(), first.bytes() / 2);
+        let (copy, _) = weights(16, 16, 1);
+        let copied = cache
+            .winograd(&copy, view, 16, bound)
+            .expect("ok")
+            .expect("kept");
+        assert!(!Arc::ptr_eq(&first, &copied));
+        assert_eq!(copied.values(), first.values());
+        assert_eq!(cache.stats().entries, 3);
+        drop((w, copy, first, again, copied, other));
+        let (w2, view2) = weights(32, 16, 2);
+        cache.winograd(&w2, view2, 16, bound).expect("ok");
+        let stats = cache.stats();
+        assert_eq!((stats.entries, stats.freed), (1, 3), "{stats:?}");
+        assert_eq!(stats.bytes, 36 * 16 * 32 * 4);
+        assert!(cache.winograd(&w2, view2, 16, 0).expect("ok").is_none());
+        cache.clear();
+        assert_eq!((cache.stats().entries, cache.stats().bytes), (0, 0));
+    }
+
+    /// Within the bound the least recently used entry goes first; weights
+    /// bigger than the bound are transformed but not kept.
+    #[test]
+    fn the_bound_drops_the_least_recently_used() {
+        let cache = WeightCache::new();
+        let each = 36 * 16 * 16 * 4;
+        let ws: Vec<(Array, GemmView)> = (0..3).map(|i| weights(16, 16, i)).collect();
+        let bound = 2 * each;
+        for (w, v) in &ws[..2] {
+            cache.winograd(w, *v, 16, bound).expect("ok");
+        }
+        // Touch the first: the second is then the least recently used.
+        cache.winograd(&ws[0].0, ws[0].1, 16, bound).expect("ok");
+        cache.winograd(&ws[2].0, ws[2].1, 16, bound).expect("ok");
+        let stats = cache.stats();
+        assert_eq!((stats.entries, stats.evictions, stats.bytes), (2, 1, bound));
+        let hits = stats.hits;
+        cache.winograd(&ws[0].0, ws[0].1, 16, bound).expect("ok");
+        assert_eq!(cache.stats().hits, hits + 1, "the first stayed");
+        cache.winograd(&ws[1].0, ws[1].1, 16, bound).expect("ok");
+        assert_eq!(cache.stats().hits, hits + 1, "the second went");
+        let (big, view) = weights(32, 16, 7);
+        let made = cache.winograd(&big, view, 16, each).expect("ok");
+        assert!(made.is_some_and(|u| u.bytes() == 2 * each));
+        assert!(cache.stats().bytes <= bound);
+    }
+
+    /// Many threads asking for the same and different weights at once all
+    /// get transforms equal to a fresh one.
+    #[test]
+    fn lookups_from_many_threads_agree() {
+        let cache = WeightCache::new();
+        let ws: Vec<(Array, GemmView)> = (0..3).map(|i| weights(16, 16, i)).collect();
+        let fresh: Vec<Vec<f32>> = ws
+            .iter()
+            .map(|(w, v)| {
+                let u = WinogradWeights::kept(w.as_slice().expect("f32"), *v, 16);
+                u.expect("fits").values().to_vec()
+            })
+            .collect();
+        std::thread::scope(|s| {
+            for t in 0..6 {
+                let (cache, ws, fresh) = (&cache, &ws, &fresh);
+                s.spawn(move || {
+                    for i in 0..20 {
+                        let (w, v) = &ws[(t + i) % 3];
+                        assert_eq!(panels_of(cache, w, *v), fresh[(t + i) % 3]);
+                    }
+                });
+            }
+        });
+        assert_eq!(cache.stats().entries, 3);
+    }
+
+    fn panels_of(cache: &WeightCache, w: &Array, v: GemmView) -> Vec<f32> {
+        let u = cache
+            .winograd(w, v, 16, 1 << 30)
+            .expect("ok")
+            .expect("kept");
+        u.values().to_vec()
+    }
+}
