@@ -27,6 +27,8 @@ mod conv;
 mod gemv;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
+#[cfg(target_arch = "x86_64")]
+mod lanes16;
 pub mod sys;
 mod winograd;
 
