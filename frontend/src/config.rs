@@ -359,7 +359,7 @@ mod tests {
     fn every_variable_is_listed_once_and_in_the_readme() {
         let readme = include_str!("../../README.md");
         let all = variables();
-        assert_eq!(all.len(), 12, "{all:?}");
+        assert_eq!(all.len(), 13, "{all:?}");
         for (i, (name, _)) in all.iter().enumerate() {
             assert!(all[..i].iter().all(|(n, _)| n != name), "{name} twice");
             assert!(readme.contains(&format!("| `{name}` |")), "{name}");

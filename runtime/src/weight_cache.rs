@@ -1,8 +1,9 @@
 //! Weights transformed once and kept, keyed by the storage they came
 //! from: a host convolution whose weights are a call's argument or a
-//! program constant transforms them for Winograd on its first call and
-//! finds them here on every later one (as onnxruntime prepacks a
-//! session's initializers once). An array's storage is never written
+//! program constant transforms them for Winograd on its first call, and
+//! a matmul packs its right operand in panels, and each finds them here
+//! on every later call (as onnxruntime prepacks a session's initializers
+//! once). An array's storage is never written
 //! after it is made, so its identity names its values; each entry holds
 //! a weak handle to it ([`StorageRef`]), so while the entry exists no
 //! other storage can take that address, and an entry whose storage is
@@ -20,7 +21,7 @@
 use crate::error::RuntimeError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use tilejit_codegen::host::{GemmView, WinogradWeights};
+use tilejit_codegen::host::{GemmView, PackedPanels, WinogradWeights};
 use tilejit_ir::{Array, StorageRef};
 
 /// The kept transformed weights (see the module docs); safe to use from
@@ -47,18 +48,34 @@ pub struct WeightCacheStats {
 }
 
 /// What an entry was made from: the storage, how the weights were read
-/// from it (offset, rows, columns, row and column strides) and the input
-/// channels.
+/// from it (offset, rows, columns, row and column strides) and what was
+/// made (Winograd weights of so many input channels, or panels: 0).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 struct Key {
     addr: usize,
     view: [usize; 5],
-    channels: usize,
+    winograd_channels: Option<usize>,
+}
+
+/// What an entry holds.
+#[derive(Clone)]
+enum Kept {
+    Winograd(Arc<WinogradWeights>),
+    Panels(Arc<PackedPanels>),
+}
+
+impl Kept {
+    fn bytes(&self) -> usize {
+        match self {
+            Kept::Winograd(w) => w.bytes(),
+            Kept::Panels(p) => p.bytes(),
+        }
+    }
 }
 
 struct Entry {
     owner: StorageRef,
-    weights: Arc<WinogradWeights>,
+    weights: Kept,
     used: u64,
 }
 
@@ -115,13 +132,52 @@ impl WeightCache {
         c: usize,
         bound: usize,
     ) -> Result<Option<Arc<WinogradWeights>>, RuntimeError> {
+        let made = self.get_or_make(w, wv, Some(c), bound, |values| {
+            Ok(Kept::Winograd(Arc::new(WinogradWeights::kept(
+                values, wv, c,
+            )?)))
+        })?;
+        Ok(made.and_then(|k| match k {
+            Kept::Winograd(u) => Some(u),
+            Kept::Panels(_) => None,
+        }))
+    }
+
+    /// `w`'s elements read through `wv` (`[k, n]`) packed in panels for
+    /// `matmul_f32_panels`: found, or packed and kept within `bound`
+    /// bytes. None when `bound` is 0.
+    pub(crate) fn panels(
+        &self,
+        w: &Array,
+        wv: GemmView,
+        bound: usize,
+    ) -> Result<Option<Arc<PackedPanels>>, RuntimeError> {
+        let made = self.get_or_make(w, wv, None, bound, |values| {
+            Ok(Kept::Panels(Arc::new(PackedPanels::new(values, wv)?)))
+        })?;
+        Ok(made.and_then(|k| match k {
+            Kept::Panels(p) => Some(p),
+            Kept::Winograd(_) => None,
+        }))
+    }
+
+    /// The entry for `w`, `wv` and `winograd_channels`: found, or made by
+    /// `make` from `w`'s values outside the lock and kept within `bound`.
+    fn get_or_make(
+        &self,
+        w: &Array,
+        wv: GemmView,
+        winograd_channels: Option<usize>,
+        bound: usize,
+        make: impl FnOnce(&[f32]) -> Result<Kept, RuntimeError>,
+    ) -> Result<Option<Kept>, RuntimeError> {
         if bound == 0 {
             return Ok(None);
         }
         let key = Key {
             addr: w.storage_addr(),
             view: [wv.offset, wv.rows, wv.cols, wv.row_stride, wv.col_stride],
-            channels: c,
+            winograd_channels,
         };
         {
             let mut inner = self.lock();
@@ -140,8 +196,7 @@ impl WeightCache {
             }
             inner.stats.misses += 1;
         }
-        let values = w.as_slice::<f32>()?;
-        let weights = Arc::new(WinogradWeights::kept(values, wv, c)?);
+        let weights = make(w.as_slice::<f32>()?)?;
         let size = weights.bytes();
         let mut inner = self.lock();
         inner.drop_freed();

@@ -425,3 +425,82 @@ fn attention_head_splits_copy_no_weight_or_view_per_call() {
         }
     }
 }
+
+/// `x @ w` by the definition, in f64 (`w` read through `w_at(p, j)`).
+fn product_def(
+    x: &[f32],
+    w_at: impl Fn(usize, usize) -> f32,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f64> {
+    (0..m * n)
+        .map(|e| {
+            let (i, j) = (e / n, e % n);
+            (0..k)
+                .map(|p| x[i * k + p] as f64 * w_at(p, j) as f64)
+                .sum()
+        })
+        .collect()
+}
+
+/// A matmul whose right operand is an argument packs it in panels once
+/// and keeps them in the weight cache: a second call is a hit, a weight
+/// read transposed (a tied lm_head) is packed through its view, a partial
+/// last panel (40 columns) and rows that are not a whole block (9) give
+/// the definition's values on Host. Once a weight is dropped its entry
+/// goes, and new weights give their own product, never the old panels.
+#[test]
+fn kept_panels_serve_later_calls_and_go_with_their_storage() {
+    let cache = tilejit::weight_cache();
+    let (m, k, n) = (9, 64, 40);
+    let x = Tensor::randn(&[m, k], 901);
+    let xs = x.to_vec::<f32>().unwrap();
+    let close = |got: &Tensor, want: &[f64], what: &str| {
+        let got = got.to_vec::<f32>().unwrap();
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (*g as f64 - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                "{what}: {g} vs {w}"
+            );
+        }
+    };
+    let w = Tensor::randn(&[k, n], 902);
+    let ws = w.to_vec::<f32>().unwrap();
+    let want = product_def(&xs, |p, j| ws[p * n + j], m, k, n);
+    let before = cache.stats();
+    close(
+        &with_mode(RunMode::Host, || x.matmul(&w)),
+        &want,
+        "first call",
+    );
+    close(
+        &with_mode(RunMode::Host, || x.matmul(&w)),
+        &want,
+        "second call",
+    );
+    assert!(cache.stats().hits > before.hits, "{:?}", cache.stats());
+    // A tied lm_head: the [n, k] embedding read transposed.
+    let wte = Tensor::randn(&[n, k], 903);
+    let es = wte.to_vec::<f32>().unwrap();
+    let want_t = product_def(&xs, |p, j| es[j * k + p], m, k, n);
+    for _ in 0..2 {
+        close(
+            &with_mode(RunMode::Host, || x.matmul(&wte.transpose(0, 1))),
+            &want_t,
+            "tied",
+        );
+    }
+    // New weights after the old ones are gone.
+    let freed = cache.stats().freed;
+    drop(w);
+    let w2 = Tensor::randn(&[k, n], 904);
+    let ws2 = w2.to_vec::<f32>().unwrap();
+    let want2 = product_def(&xs, |p, j| ws2[p * n + j], m, k, n);
+    close(
+        &with_mode(RunMode::Host, || x.matmul(&w2)),
+        &want2,
+        "new weights",
+    );
+    assert!(cache.stats().freed > freed, "{:?}", cache.stats());
+}

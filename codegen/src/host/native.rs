@@ -14,6 +14,7 @@
 use tilejit_ir::kernel::MatView;
 
 pub use conv::conv_f32_nchw;
+pub use panels::{matmul_f32_panels, PackedPanels};
 pub use winograd::{
     conv_f32_winograd, conv_f32_winograd_images, winograd_fits, winograd_fits_images,
     winograd_fits_kept, WinogradWeights,
@@ -29,6 +30,7 @@ mod gemv;
 mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod lanes16;
+mod panels;
 pub mod sys;
 mod winograd;
 

@@ -8,9 +8,12 @@ use crate::error::RuntimeError;
 use crate::kernel_cache::CachedKernel;
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
-use tilejit_codegen::host::{matmul_view_f32, matmul_view_f64, BufArg};
+use std::sync::Arc;
+use tilejit_codegen::host::{
+    matmul_f32_panels, matmul_view_f32, matmul_view_f64, BufArg, GemmView, PackedPanels,
+};
 use tilejit_ir::fallible::filled;
-use tilejit_ir::kernel::{Kernel, MatView};
+use tilejit_ir::kernel::{Kernel, MatMul, MatView};
 use tilejit_ir::{DType, IrError, Lit};
 
 /// Below this many multiply-adds a matmul runs on the calling thread.
@@ -41,7 +44,20 @@ impl HostProgram {
         let r = match &mut out {
             Store::F32(o) => match (a.f32s(), b.f32s()) {
                 (Some(x), Some(y)) => {
-                    let r = matmul_view_f32((x, av), (y, bv), o, dims, threads);
+                    let kept = kept_panels(b, mm)?;
+                    let r = match (kept, gemm_view(av, mm.m, mm.k)) {
+                        (Some(p), Some(ga)) => {
+                            let ov = GemmView {
+                                offset: 0,
+                                rows: mm.m,
+                                cols: mm.n,
+                                row_stride: mm.n,
+                                col_stride: 1,
+                            };
+                            matmul_f32_panels((x, ga), &p, (o, ov), threads)
+                        }
+                        _ => matmul_view_f32((x, av), (y, bv), o, dims, threads),
+                    };
                     round_product(o, out_dtype);
                     r
                 }
@@ -177,6 +193,7 @@ impl HostProgram {
         let Some(out_at) = locals.iter().position(|&b| b == mm.out) else {
             return Ok(false);
         };
+        let kept = kept_panels(&slots[mm.b.0 as usize], mm)?;
         let Store::F32(mut product) = take_owned(&mut slots[mm.out.0 as usize])? else {
             return Err(IrError::Verify("matmul product is not f32".into()).into());
         };
@@ -223,6 +240,7 @@ impl HostProgram {
             slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
             return Ok(false);
         };
+
         let args = layout.args(k, params);
         code.launches.fetch_add(1, Ordering::Relaxed);
         // Each tile reads its rows of `a` in place: the view moved down
@@ -236,7 +254,19 @@ impl HostProgram {
                 let rows = out.len() / n;
                 let mut at = av;
                 at.offset += (t * tile) as i64 * av.strides[1];
-                matmul_view_f32((a, at), (bm, bv), out, [1, rows, mm.k, n], 1)?;
+                match (&kept, gemm_view(at, rows, mm.k)) {
+                    (Some(p), Some(ga)) => {
+                        let ov = GemmView {
+                            offset: 0,
+                            rows,
+                            cols: n,
+                            row_stride: n,
+                            col_stride: 1,
+                        };
+                        matmul_f32_panels((a, ga), p, (out, ov), 1)?
+                    }
+                    _ => matmul_view_f32((a, at), (bm, bv), out, [1, rows, mm.k, n], 1)?,
+                }
                 bufs[out_at] = BufArg::write(out);
                 let mut args = args.clone();
                 args[0] = rows as i64;
@@ -245,6 +275,36 @@ impl HostProgram {
         slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
         result.map(|()| true)
     }
+}
+
+/// The right operand packed in panels and kept in the weight cache, when
+/// it is an argument or a constant (`slot` borrows it), the product is one
+/// f32 `[m, k] @ [k, n]` of more rows than the streaming `gemv` path
+/// takes, and the view has no negative stride.
+fn kept_panels(slot: &Slot<'_>, mm: &MatMul) -> Result<Option<Arc<PackedPanels>>, RuntimeError> {
+    let Some(array) = slot.array() else {
+        return Ok(None);
+    };
+    let bound = crate::config::config().weight_cache_bytes;
+    if mm.batch != 1 || mm.m <= 4 || array.dtype() != DType::F32 || bound == 0 {
+        return Ok(None);
+    }
+    let Some(bv) = gemm_view(mm.view_b(), mm.k, mm.n) else {
+        return Ok(None);
+    };
+    crate::weight_cache().panels(array, bv, bound)
+}
+
+/// A `rows x cols` matrix view of batch 0 as a `GemmView`, when its
+/// offset and strides are not negative.
+fn gemm_view(v: MatView, rows: usize, cols: usize) -> Option<GemmView> {
+    Some(GemmView {
+        offset: usize::try_from(v.offset).ok()?,
+        rows,
+        cols,
+        row_stride: usize::try_from(v.strides[1]).ok()?,
+        col_stride: usize::try_from(v.strides[2]).ok()?,
+    })
 }
 
 /// Wrapping integer matmul (ints are not the fast path), each operand read
