@@ -3,11 +3,16 @@
 //! program constant transforms them for Winograd on its first call, and
 //! a matmul packs its right operand in panels, and each finds them here
 //! on every later call (as onnxruntime prepacks a session's initializers
-//! once). An array's storage is never written
+//! once). Weights are kept from their second sighting on: the first
+//! call with a storage only notes it, so an operand seen once (an
+//! activation that an eager matmul takes as an argument, weights that
+//! change every step) costs no transform and no memory. An array's
+//! storage is never written
 //! after it is made, so its identity names its values; each entry holds
 //! a weak handle to it ([`StorageRef`]), so while the entry exists no
 //! other storage can take that address, and an entry whose storage is
-//! gone is dropped at the next miss (or every 64th lookup). Bounded in bytes
+//! gone is dropped at the next miss or first sighting (or every 64th
+//! lookup). Bounded in bytes
 //! (`TILEJIT_WEIGHT_CACHE_BYTES`), least recently used first.
 //!
 //! ```
@@ -35,8 +40,10 @@ pub struct WeightCache {
 pub struct WeightCacheStats {
     /// Lookups that found their weights transformed.
     pub hits: u64,
-    /// Lookups that transformed them.
+    /// Lookups that transformed them (the storage's second sighting).
     pub misses: u64,
+    /// First sightings of a storage: noted, nothing made.
+    pub first_sightings: u64,
     /// Entries dropped for the bound.
     pub evictions: u64,
     /// Entries dropped because their storage was freed.
@@ -82,9 +89,16 @@ struct Entry {
 #[derive(Default)]
 struct Inner {
     entries: HashMap<Key, Entry>,
+    /// Keys seen once, with their storage (at most [`SEEN`]).
+    seen: HashMap<Key, StorageRef>,
     stats: WeightCacheStats,
     tick: u64,
 }
+
+/// The most first sightings remembered: past it those of freed storage
+/// go, and if that is not enough, all of them (a storage then needs two
+/// more sightings).
+const SEEN: usize = 4096;
 
 /// The process's weight cache.
 pub fn weight_cache() -> &'static WeightCache {
@@ -108,10 +122,11 @@ impl WeightCache {
         }
     }
 
-    /// Drops every entry (the counters stay).
+    /// Drops every entry and sighting (the counters stay).
     pub fn clear(&self) {
         let mut inner = self.lock();
         inner.entries.clear();
+        inner.seen.clear();
         inner.stats.bytes = 0;
     }
 
@@ -124,7 +139,7 @@ impl WeightCache {
     /// The Winograd weights of `w`'s elements read through `wv` for `c`
     /// input channels, in panels ([`WinogradWeights::kept`]): found, or
     /// transformed (outside the lock) and kept within `bound` bytes. None
-    /// when `bound` is 0.
+    /// on the storage's first sighting, and when `bound` is 0.
     pub(crate) fn winograd(
         &self,
         w: &Array,
@@ -145,7 +160,8 @@ impl WeightCache {
 
     /// `w`'s elements read through `wv` (`[k, n]`) packed in panels for
     /// `matmul_f32_panels`: found, or packed and kept within `bound`
-    /// bytes. None when `bound` is 0.
+    /// bytes. None on the storage's first sighting, and when `bound` is
+    /// 0.
     pub(crate) fn panels(
         &self,
         w: &Array,
@@ -161,8 +177,9 @@ impl WeightCache {
         }))
     }
 
-    /// The entry for `w`, `wv` and `winograd_channels`: found, or made by
-    /// `make` from `w`'s values outside the lock and kept within `bound`.
+    /// The entry for `w`, `wv` and `winograd_channels`: found, or on the
+    /// storage's second sighting made by `make` from `w`'s values outside
+    /// the lock and kept within `bound`.
     fn get_or_make(
         &self,
         w: &Array,
@@ -193,6 +210,19 @@ impl WeightCache {
                 let weights = e.weights.clone();
                 inner.stats.hits += 1;
                 return Ok(Some(weights));
+            }
+            let again = inner.seen.remove(&key).is_some_and(|s| s.names(w));
+            if !again {
+                inner.drop_freed();
+                if inner.seen.len() >= SEEN {
+                    inner.seen.retain(|_, s| s.is_alive());
+                    if inner.seen.len() >= SEEN {
+                        inner.seen.clear();
+                    }
+                }
+                inner.seen.insert(key, w.storage_ref());
+                inner.stats.first_sightings += 1;
+                return Ok(None);
             }
             inner.stats.misses += 1;
         }
@@ -275,55 +305,78 @@ mod tests {
         (Array::from_vec(v, &[o, c, 3, 3]).expect("weights"), view)
     }
 
-    /// A second lookup of the same storage and view is a hit (the same
-    /// transform); a reshaped clone shares the storage; another view or
-    /// other storage with equal values is another entry; an entry goes
-    /// once its storage is freed, and a bound of 0 keeps nothing.
+    /// The weights kept for `w`: a first sighting makes nothing, the
+    /// second makes them.
+    fn kept(cache: &WeightCache, w: &Array, v: GemmView, c: usize) -> Arc<WinogradWeights> {
+        if let Some(u) = cache.winograd(w, v, c, 1 << 30).expect("ok") {
+            return u;
+        }
+        let u = cache.winograd(w, v, c, 1 << 30).expect("ok");
+        u.expect("kept on the second sighting")
+    }
+
+    /// A storage's first sighting makes nothing; the second transforms
+    /// and keeps; later lookups of the same storage and view are hits (the
+    /// same transform), a reshaped clone sharing the storage too; another
+    /// view or other storage with equal values is another entry; an entry
+    /// goes once its storage is freed, and a bound of 0 keeps nothing.
     #[test]
     fn entries_are_found_by_storage_and_view_and_go_with_it() {
         let cache = WeightCache::new();
         let (w, view) = weights(16, 16, 1);
         let bound = 1 << 30;
-        let first = cache
-            .winograd(&w, view, 16, bound)
-            .expect("ok")
-            .expect("kept");
-        let again = cache
-            .winograd(&w, view, 16, bound)
-            .expect("ok")
-            .expect("kept");
+        assert!(cache.winograd(&w, view, 16, bound).expect("ok").is_none());
+        let first = kept(&cache, &w, view, 16);
+        let again = kept(&cache, &w, view, 16);
         assert!(Arc::ptr_eq(&first, &again));
         let reshaped = w.reshaped(tilejit_ir::Shape::new(&[16, 144]).expect("shape"));
-        let same = cache.winograd(&reshaped.expect("reshape"), view, 16, bound);
-        assert!(Arc::ptr_eq(&first, &same.expect("ok").expect("kept")));
+        let same = kept(&cache, &reshaped.expect("reshape"), view, 16);
+        assert!(Arc::ptr_eq(&first, &same));
         let stats = cache.stats();
-        assert_eq!((stats.hits, stats.misses, stats.entries), (2, 1, 1));
+        assert_eq!(
+            (
+                stats.first_sightings,
+                stats.misses,
+                stats.hits,
+                stats.entries
+            ),
+            (1, 1, 2, 1)
+        );
         assert_eq!(stats.bytes, first.bytes());
         assert_eq!(first.bytes(), 36 * 16 * 16 * 4);
         // The first 8 channels through a narrower view: another entry.
         let half = GemmView { cols: 72, ..view };
-        let other = cache
-            .winograd(&w, half, 8, bound)
-            .expect("ok")
-            .expect("kept");
+        let other = kept(&cache, &w, half, 8);
         assert_eq!(other.bytes(), first.bytes() / 2);
         let (copy, _) = weights(16, 16, 1);
-        let copied = cache
-            .winograd(&copy, view, 16, bound)
-            .expect("ok")
-            .expect("kept");
+        let copied = kept(&cache, &copy, view, 16);
         assert!(!Arc::ptr_eq(&first, &copied));
         assert_eq!(copied.values(), first.values());
         assert_eq!(cache.stats().entries, 3);
-        drop((w, copy, first, again, copied, other));
+        drop((w, copy, first, again, same, copied, other));
         let (w2, view2) = weights(32, 16, 2);
-        cache.winograd(&w2, view2, 16, bound).expect("ok");
+        kept(&cache, &w2, view2, 16);
         let stats = cache.stats();
         assert_eq!((stats.entries, stats.freed), (1, 3), "{stats:?}");
         assert_eq!(stats.bytes, 36 * 16 * 32 * 4);
         assert!(cache.winograd(&w2, view2, 16, 0).expect("ok").is_none());
         cache.clear();
         assert_eq!((cache.stats().entries, cache.stats().bytes), (0, 0));
+    }
+
+    /// Storage seen once makes nothing, however many such there are.
+    #[test]
+    fn first_sightings_make_nothing() {
+        let cache = WeightCache::new();
+        for seed in 0..4 {
+            let (w, view) = weights(16, 16, seed);
+            assert!(cache.winograd(&w, view, 16, 1 << 30).expect("ok").is_none());
+        }
+        let stats = cache.stats();
+        assert_eq!(
+            (stats.first_sightings, stats.misses, stats.entries),
+            (4, 0, 0)
+        );
     }
 
     /// Within the bound the least recently used entry goes first; weights
@@ -334,21 +387,25 @@ mod tests {
         let each = 36 * 16 * 16 * 4;
         let ws: Vec<(Array, GemmView)> = (0..3).map(|i| weights(16, 16, i)).collect();
         let bound = 2 * each;
-        for (w, v) in &ws[..2] {
-            cache.winograd(w, *v, 16, bound).expect("ok");
+        let look = |(w, v): &(Array, GemmView), bound| {
+            let first = cache.winograd(w, *v, 16, bound).expect("ok");
+            first.or_else(|| cache.winograd(w, *v, 16, bound).expect("ok"))
+        };
+        for w in &ws[..2] {
+            look(w, bound);
         }
         // Touch the first: the second is then the least recently used.
-        cache.winograd(&ws[0].0, ws[0].1, 16, bound).expect("ok");
-        cache.winograd(&ws[2].0, ws[2].1, 16, bound).expect("ok");
+        look(&ws[0], bound);
+        look(&ws[2], bound);
         let stats = cache.stats();
         assert_eq!((stats.entries, stats.evictions, stats.bytes), (2, 1, bound));
         let hits = stats.hits;
-        cache.winograd(&ws[0].0, ws[0].1, 16, bound).expect("ok");
+        look(&ws[0], bound);
         assert_eq!(cache.stats().hits, hits + 1, "the first stayed");
-        cache.winograd(&ws[1].0, ws[1].1, 16, bound).expect("ok");
+        look(&ws[1], bound);
         assert_eq!(cache.stats().hits, hits + 1, "the second went");
-        let (big, view) = weights(32, 16, 7);
-        let made = cache.winograd(&big, view, 16, each).expect("ok");
+        let big = weights(32, 16, 7);
+        let made = look(&big, each);
         assert!(made.is_some_and(|u| u.bytes() == 2 * each));
         assert!(cache.stats().bytes <= bound);
     }
@@ -381,10 +438,6 @@ mod tests {
     }
 
     fn panels_of(cache: &WeightCache, w: &Array, v: GemmView) -> Vec<f32> {
-        let u = cache
-            .winograd(w, v, 16, 1 << 30)
-            .expect("ok")
-            .expect("kept");
-        u.values().to_vec()
+        kept(cache, w, v, 16).values().to_vec()
     }
 }

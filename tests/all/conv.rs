@@ -1063,8 +1063,9 @@ fn conv3x3(x: &Tensor, w: &Tensor) -> Tensor {
 
 /// Images of few tiles (ResNet's 7x7 and 14x14 at batch 1, a 5x6 one of
 /// partial tiles) run as Winograd only with weights kept in the weight
-/// cache: against the f64 definition in every mode, on one and two
-/// threads, the second call a hit. Once a weight tensor is dropped its
+/// cache: the first call (a first sighting) runs direct, later ones as
+/// Winograd, found in the cache; each against the f64 definition in every
+/// mode, on one and two threads. Once a weight tensor is dropped its
 /// entry goes, and new weights (perhaps at the same address) give their
 /// own result, never the old transform.
 #[test]
