@@ -1082,15 +1082,11 @@ fn kept_winograd_weights_serve_later_calls_and_go_with_their_storage() {
         let x = Tensor::randn(&xs, 460 + i as u64);
         let scale = 1.0 / (9.0 * ws[1] as f64).sqrt();
         let w = Tensor::randn(&ws, 470 + i as u64) * scale;
-        let want = conv_def(
-            &x,
-            &w,
-            None,
-            Conv2d {
-                padding: (1, 1),
-                ..Conv2d::default()
-            },
-        );
+        let same = Conv2d {
+            padding: (1, 1),
+            ..Conv2d::default()
+        };
+        let want = conv_def(&x, &w, None, same);
         for threads in [1, 2] {
             on_threads(threads, || {
                 check_modes(&format!("{xs:?} {ws:?}"), &want, 5e-5, || {
@@ -1106,15 +1102,7 @@ fn kept_winograd_weights_serve_later_calls_and_go_with_their_storage() {
         let freed = cache.stats().freed;
         drop(w);
         let w2 = Tensor::randn(&ws, 480 + i as u64) * scale;
-        let want2 = conv_def(
-            &x,
-            &w2,
-            None,
-            Conv2d {
-                padding: (1, 1),
-                ..Conv2d::default()
-            },
-        );
+        let want2 = conv_def(&x, &w2, None, same);
         let y = conv3x3(&x, &w2).expect("conv");
         assert_close(&f32s(&y), &want2, 5e-5);
         assert!(cache.stats().freed > freed, "{:?}", cache.stats());
