@@ -244,8 +244,29 @@ impl HostProgram {
         let args = layout.args(k, params);
         code.launches.fetch_add(1, Ordering::Relaxed);
         // Each tile reads its rows of `a` in place: the view moved down
-        // `tile` rows per tile.
+        // `tile` rows per tile. Kept panels make the whole product first,
+        // split by panels (each thread then streams half the weights, not
+        // all of them), and the tiles run only the epilogue.
         let (av, bv) = (mm.view_a(), mm.view_b());
+        let whole = match (&kept, gemm_view(av, m, mm.k)) {
+            (Some(p), Some(ga)) => {
+                let ov = GemmView {
+                    offset: 0,
+                    rows: m,
+                    cols: n,
+                    row_stride: n,
+                    col_stride: 1,
+                };
+                let r = matmul_f32_panels((a, ga), p, (&mut product, ov), threads);
+                if let Err(e) = r {
+                    drop(per_tile);
+                    slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
+                    return Err(e.into());
+                }
+                true
+            }
+            _ => false,
+        };
         let result = product
             .par_chunks_mut(tile * n)
             .enumerate()
@@ -254,18 +275,8 @@ impl HostProgram {
                 let rows = out.len() / n;
                 let mut at = av;
                 at.offset += (t * tile) as i64 * av.strides[1];
-                match (&kept, gemm_view(at, rows, mm.k)) {
-                    (Some(p), Some(ga)) => {
-                        let ov = GemmView {
-                            offset: 0,
-                            rows,
-                            cols: n,
-                            row_stride: n,
-                            col_stride: 1,
-                        };
-                        matmul_f32_panels((a, ga), p, (out, ov), 1)?
-                    }
-                    _ => matmul_view_f32((a, at), (bm, bv), out, [1, rows, mm.k, n], 1)?,
+                if !whole {
+                    matmul_view_f32((a, at), (bm, bv), out, [1, rows, mm.k, n], 1)?;
                 }
                 bufs[out_at] = BufArg::write(out);
                 let mut args = args.clone();

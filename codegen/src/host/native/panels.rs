@@ -112,8 +112,8 @@ type Piece<'o> = (Range<usize>, Range<usize>, Vec<&'o mut [f32]>);
 /// `out = a @ b` for `a` (`av`: `m` rows by `k` columns, rows or columns
 /// of unit stride; other strides are copied first) and packed `b`, into
 /// `out` through `ov` (`m` by `n`, rows or columns of unit stride, which
-/// it overwrites), split over up to `threads` threads: by blocks of rows
-/// when there are enough, else by panels. An error when a view does not
+/// it overwrites), split over up to `threads` threads: by panels when
+/// the weights outweigh `A`, else by blocks of rows. An error when a view does not
 /// fit its slice or the shapes disagree.
 pub fn matmul_f32_panels(
     (a, av): (&[f32], GemmView),
@@ -171,11 +171,13 @@ pub fn matmul_f32_panels(
             rest = &mut tail[step - len..];
         }
     }
-    // Tasks: blocks of rows when each thread gets a whole block, else
-    // groups of panels.
     let panels = n.div_ceil(L);
     let threads = threads.max(1);
-    let (row_parts, panel_parts) = if m >= MR * threads || panels < threads {
+    // By rows when the weights are no bigger than `A` (each thread then
+    // reads all the panels), else by panels (each packs all of `A`):
+    // both need enough to go round.
+    let by_rows = (m >= MR * threads && panels * L <= m) || panels < threads;
+    let (row_parts, panel_parts) = if by_rows {
         (threads.min(m.div_ceil(MR)), 1)
     } else {
         (1, threads.min(panels))
