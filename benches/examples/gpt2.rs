@@ -43,6 +43,9 @@ fn main() -> tilejit::Result<()> {
         t.elapsed().as_secs_f64()
     );
 
+    // The first run's prompt pass also packs the weights in panels: the
+    // weight cache keeps them from their second sighting on (the prefill
+    // above was the first), and the warm run finds them.
     for run in ["first", "warm"] {
         let t = Instant::now();
         let mut dec = gpt2::Decoder::new(&model, &prompt, prompt.len() + steps)?;
