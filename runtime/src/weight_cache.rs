@@ -1,18 +1,16 @@
-//! Weights transformed once and kept, keyed by the storage they came
-//! from: a host convolution whose weights are a call's argument or a
-//! program constant transforms them for Winograd on its first call, and
-//! a matmul packs its right operand in panels, and each finds them here
-//! on every later call (as onnxruntime prepacks a session's initializers
-//! once). Weights are kept from their second sighting on: the first
-//! call with a storage only notes it, so an operand seen once (an
-//! activation that an eager matmul takes as an argument, weights that
+//! Weights prepared once and kept, keyed by the storage they came from:
+//! a host 3x3 convolution's weights Winograd-transformed, a matmul's
+//! right operand packed in panels, found here by every later call with
+//! the same argument or constant (as onnxruntime prepacks a session's
+//! initializers once). Weights are kept from their second sighting on:
+//! the first call with a storage only notes it, so an operand seen once
+//! (an activation that an eager matmul takes as an argument, weights that
 //! change every step) costs no transform and no memory. An array's
-//! storage is never written
-//! after it is made, so its identity names its values; each entry holds
-//! a weak handle to it ([`StorageRef`]), so while the entry exists no
-//! other storage can take that address, and an entry whose storage is
-//! gone is dropped at the next miss or first sighting (or every 64th
-//! lookup). Bounded in bytes
+//! storage is never written after it is made, so its identity names its
+//! values; each entry holds a weak handle to it ([`StorageRef`]), so
+//! while the entry exists no other storage can take that address, and an
+//! entry whose storage is gone is dropped at the next miss or first
+//! sighting (or every 64th lookup). Bounded in bytes
 //! (`TILEJIT_WEIGHT_CACHE_BYTES`), least recently used first.
 //!
 //! ```

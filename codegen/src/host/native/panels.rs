@@ -4,12 +4,13 @@
 //! `A` by one panel at a time (their sums in 12 AVX2 or 6 AVX-512
 //! registers). `gemm` packs both operands on every call; with the weights
 //! packed once (a cache keyed by their storage keeps them) only `A` is
-//! read as it lies: rows of unit stride (a linear layer's tokens) or
-//! columns of unit stride (a convolution's window rows, `[k, pixels]`,
-//! whose pixels are the product's rows). The output is written through
-//! a view whose rows or columns have unit stride, so an NCHW convolution
-//! writes `[outputs, pixels]` directly. Panels are taken in groups that
-//! fit the L2 cache, each group against every block of six rows.
+//! packed per call, in blocks of six rows (`[k, 6]`), from rows of unit
+//! stride (a linear layer's tokens) or columns of unit stride. The output
+//! is written through lines of unit stride, its rows or its columns.
+//! Panels are taken in groups that fit the L2 cache, each group against
+//! every block of rows; threads split the panels when the weights
+//! outweigh `A`, else the rows. Convolutions outside Winograd keep `gemm`:
+//! for their window rows (columns of `A`) this kernel measured slower.
 
 use super::GemmView;
 use crate::CodegenError;
