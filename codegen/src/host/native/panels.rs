@@ -271,7 +271,13 @@ fn products_v(
             false => rows.len().div_ceil(MR) * MR,
         };
         return PACKED_A.with(|cell| {
-            let mut packed = cell.borrow_mut();
+            // This thread's buffer, or a fresh one should it be in use.
+            let mut own = Vec::new();
+            let mut held = cell.try_borrow_mut();
+            let packed = match held.as_deref_mut() {
+                Ok(v) => v,
+                Err(_) => &mut own,
+            };
             let most = chunk.min(rows.len().div_ceil(MR) * MR) * k;
             if packed.len() < most {
                 packed.resize(most, 0.0);
