@@ -499,3 +499,42 @@ fn kept_panels_serve_later_calls_and_go_with_their_storage() {
     );
     assert!(cache.stats().freed > freed, "{:?}", cache.stats());
 }
+
+/// Threads multiplying by the same weights at once (their first, second
+/// and later sightings racing, the panels packed perhaps twice and kept
+/// once) all get the definition's product, transposed weights too.
+#[test]
+fn kept_panels_from_many_threads_at_once_match_the_definition() {
+    let (m, k, n) = (13, 48, 72);
+    let w = Tensor::randn(&[k, n], 911);
+    let wt = Tensor::randn(&[n, k], 912);
+    let (ws, wts) = (w.to_vec::<f32>().unwrap(), wt.to_vec::<f32>().unwrap());
+    std::thread::scope(|s| {
+        for t in 0..6u64 {
+            let (w, wt, ws, wts) = (&w, &wt, &ws, &wts);
+            s.spawn(move || {
+                for call in 0..4u64 {
+                    let x = Tensor::randn(&[m, k], 920 + 10 * t + call);
+                    let xs = x.to_vec::<f32>().unwrap();
+                    let (y, want) = if (t + call) % 2 == 0 {
+                        let want = product_def(&xs, |p, j| ws[p * n + j], m, k, n);
+                        (with_mode(RunMode::Host, || x.matmul(w)), want)
+                    } else {
+                        let want = product_def(&xs, |p, j| wts[j * k + p], m, k, n);
+                        (
+                            with_mode(RunMode::Host, || x.matmul(&wt.transpose(0, 1))),
+                            want,
+                        )
+                    };
+                    let got = y.to_vec::<f32>().unwrap();
+                    for (g, w) in got.iter().zip(&want) {
+                        assert!(
+                            (*g as f64 - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                            "{g} vs {w}"
+                        );
+                    }
+                }
+            });
+        }
+    });
+}
