@@ -4,8 +4,8 @@
 //! `A` by one panel at a time (their sums in 12 AVX2 or 6 AVX-512
 //! registers). `gemm` packs both operands on every call; with the weights
 //! packed once (a cache keyed by their storage keeps them) only `A` is
-//! packed per call, in blocks of six rows (`[k, 6]`), from rows of unit
-//! stride (a linear layer's tokens) or columns of unit stride. The output
+//! packed per call, in blocks of six rows (`[k, 6]`), through any strides
+//! (a linear layer's tokens are rows of unit stride). The output
 //! is written through lines of unit stride, its rows or its columns.
 //! Panels are taken in groups that fit the L2 cache, each group against
 //! every block of rows; threads split the panels when the weights
@@ -110,8 +110,8 @@ impl Out<'_> {
 /// A task: its rows, its columns and its lines of the output.
 type Piece<'o> = (Range<usize>, Range<usize>, Vec<&'o mut [f32]>);
 
-/// `out = a @ b` for `a` (`av`: `m` rows by `k` columns, rows or columns
-/// of unit stride; other strides are copied first) and packed `b`, into
+/// `out = a @ b` for `a` (`av`: `m` rows by `k` columns, any strides) and
+/// packed `b`, into
 /// `out` through `ov` (`m` by `n`, rows or columns of unit stride, which
 /// it overwrites), split over up to `threads` threads: by panels when
 /// the weights outweigh `A`, else by blocks of rows. An error when a view does not
@@ -142,22 +142,6 @@ pub fn matmul_f32_panels(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    // `A` of other strides, copied as rows.
-    let copied: Vec<f32>;
-    let (a, av) = if av.col_stride == 1 || av.row_stride == 1 {
-        (a, av)
-    } else {
-        copied = (0..m * k)
-            .map(|x| a[av.offset + x / k * av.row_stride + x % k * av.col_stride])
-            .collect();
-        let rows = GemmView {
-            offset: 0,
-            row_stride: k,
-            col_stride: 1,
-            ..av
-        };
-        (copied.as_slice(), rows)
-    };
     // The output's lines of unit stride, in order.
     let (count, len, step) = match by_row {
         true => (m, n, ov.row_stride),
@@ -171,6 +155,10 @@ pub fn matmul_f32_panels(
         if x + 1 < count {
             rest = &mut tail[step - len..];
         }
+    }
+    if k == 0 {
+        lines.iter_mut().for_each(|l| l.fill(0.0));
+        return Ok(());
     }
     let panels = n.div_ceil(L);
     let threads = threads.max(1);
@@ -237,8 +225,7 @@ pub fn matmul_f32_panels(
 }
 
 thread_local! {
-    /// `A` given as columns, packed per block of six rows: `[blocks, k,
-    /// 6]`.
+    /// `A`, packed per block of six rows: `[blocks, k, 6]`.
     static PACKED_A: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -299,13 +286,14 @@ fn products_v(
                             dst[r..].fill(0.0);
                         }
                     } else {
-                        // Rows of unit column stride, read side by side.
+                        // Rows (of any column stride), read side by side.
+                        let reach = (k - 1) * av.col_stride + 1;
                         let rows: Vec<&[f32]> = (0..r)
-                            .map(|x| &a[first + x * av.row_stride..][..k])
+                            .map(|x| &a[first + x * av.row_stride..][..reach])
                             .collect();
                         for (q, dst) in block.chunks_exact_mut(MR).enumerate() {
                             for (d, row) in dst.iter_mut().zip(&rows) {
-                                *d = row[q];
+                                *d = row[q * av.col_stride];
                             }
                             dst[r..].fill(0.0);
                         }
@@ -456,6 +444,7 @@ mod tests {
             (13, 33, 40),
             (64, 147, 64),
             (3, 20, 50),
+            (5, 0, 17),
         ] {
             let bt: Vec<f32> = (0..k * n + 3).map(|i| value(i, 2)).collect();
             // B read transposed from an [n, k] buffer, as OIHW weights are.
@@ -472,7 +461,7 @@ mod tests {
             let a_views = [
                 (k, 1),     // rows
                 (1, m + 1), // columns (a gap between them)
-                (2 * k, 2), // neither: copied first
+                (2 * k, 2), // neither
             ];
             for (ars, acs) in a_views {
                 let av = GemmView {
@@ -545,15 +534,13 @@ mod tests {
                         first: 0,
                         col0: 0,
                     };
-                    if ars == 1 || acs == 1 {
-                        products(&a, av, &b.v, k, n, 0..m, 0..n.div_ceil(L), &mut o);
-                        assert!(
-                            f.iter()
-                                .zip(&lanes)
-                                .all(|(x, y)| x.to_bits() == y.to_bits()),
-                            "{m}x{k}x{n}: the vector kernel and the lane arrays differ"
-                        );
-                    }
+                    products(&a, av, &b.v, k, n, 0..m, 0..n.div_ceil(L), &mut o);
+                    assert!(
+                        f.iter()
+                            .zip(&lanes)
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "{m}x{k}x{n}: the vector kernel and the lane arrays differ"
+                    );
                 }
             }
         }
