@@ -372,11 +372,6 @@ impl StorageRef {
     pub fn names(&self, array: &Array) -> bool {
         self.is_alive() && std::ptr::eq(self.0.as_ptr(), Arc::as_ptr(&array.data))
     }
-
-    /// The storage's address ([`Array::storage_addr`] of its arrays).
-    pub fn addr(&self) -> usize {
-        self.0.as_ptr() as usize
-    }
 }
 
 impl Drop for Storage {

@@ -36,9 +36,9 @@ pub struct WeightCache {
 /// Counters of the weight cache.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WeightCacheStats {
-    /// Lookups that found their weights transformed.
+    /// Lookups that found their weights prepared.
     pub hits: u64,
-    /// Lookups that transformed them (the storage's second sighting).
+    /// Lookups that prepared them (the storage's second sighting).
     pub misses: u64,
     /// First sightings of a storage: noted, nothing made.
     pub first_sightings: u64,
@@ -48,13 +48,13 @@ pub struct WeightCacheStats {
     pub freed: u64,
     /// Entries held now.
     pub entries: usize,
-    /// Bytes of transformed weights held now.
+    /// Bytes of prepared weights held now.
     pub bytes: usize,
 }
 
 /// What an entry was made from: the storage, how the weights were read
 /// from it (offset, rows, columns, row and column strides) and what was
-/// made (Winograd weights of so many input channels, or panels: 0).
+/// made (Winograd weights of so many input channels, or panels: `None`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 struct Key {
     addr: usize,

@@ -45,18 +45,9 @@ impl HostProgram {
             Store::F32(o) => match (a.f32s(), b.f32s()) {
                 (Some(x), Some(y)) => {
                     let kept = kept_panels(b, mm)?;
-                    let r = match (kept, gemm_view(av, mm.m, mm.k)) {
-                        (Some(p), Some(ga)) => {
-                            let ov = GemmView {
-                                offset: 0,
-                                rows: mm.m,
-                                cols: mm.n,
-                                row_stride: mm.n,
-                                col_stride: 1,
-                            };
-                            matmul_f32_panels((x, ga), &p, (o, ov), threads)
-                        }
-                        _ => matmul_view_f32((x, av), (y, bv), o, dims, threads),
+                    let r = match kept.and_then(|p| kept_product(&p, (x, av), mm, o, threads)) {
+                        Some(r) => r,
+                        None => matmul_view_f32((x, av), (y, bv), o, dims, threads),
                     };
                     round_product(o, out_dtype);
                     r
@@ -248,24 +239,14 @@ impl HostProgram {
         // split by panels (each thread then streams half the weights, not
         // all of them), and the tiles run only the epilogue.
         let (av, bv) = (mm.view_a(), mm.view_b());
-        let whole = match (&kept, gemm_view(av, m, mm.k)) {
-            (Some(p), Some(ga)) => {
-                let ov = GemmView {
-                    offset: 0,
-                    rows: m,
-                    cols: n,
-                    row_stride: n,
-                    col_stride: 1,
-                };
-                let r = matmul_f32_panels((a, ga), p, (&mut product, ov), threads);
-                if let Err(e) = r {
-                    drop(per_tile);
-                    slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
-                    return Err(e.into());
-                }
-                true
+        let whole = match kept.and_then(|p| kept_product(&p, (a, av), mm, &mut product, threads)) {
+            Some(Err(e)) => {
+                drop(per_tile);
+                slots[mm.out.0 as usize] = Slot::Owned(Store::F32(product));
+                return Err(e.into());
             }
-            _ => false,
+            Some(Ok(())) => true,
+            None => false,
         };
         let result = product
             .par_chunks_mut(tile * n)
@@ -304,6 +285,27 @@ fn kept_panels(slot: &Slot<'_>, mm: &MatMul) -> Result<Option<Arc<PackedPanels>>
         return Ok(None);
     };
     crate::weight_cache().panels(array, bv, bound)
+}
+
+/// The product `[m, n]` (contiguous, into `out`) of `a` and kept panels
+/// `p`, on `threads` threads; `None` when `a`'s view has a negative stride
+/// (the caller then runs `gemm`).
+fn kept_product(
+    p: &PackedPanels,
+    (a, av): (&[f32], MatView),
+    mm: &MatMul,
+    out: &mut [f32],
+    threads: usize,
+) -> Option<Result<(), tilejit_codegen::CodegenError>> {
+    let ga = gemm_view(av, mm.m, mm.k)?;
+    let ov = GemmView {
+        offset: 0,
+        rows: mm.m,
+        cols: mm.n,
+        row_stride: mm.n,
+        col_stride: 1,
+    };
+    Some(matmul_f32_panels((a, ga), p, (out, ov), threads))
 }
 
 /// A `rows x cols` matrix view of batch 0 as a `GemmView`, when its
