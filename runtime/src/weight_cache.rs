@@ -24,7 +24,7 @@
 use crate::error::RuntimeError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use tilejit_codegen::host::{GemmView, PackedPanels, WinogradWeights};
+use tilejit_codegen::host::{GemmView, PackedPanels, WinogradTile, WinogradWeights};
 use tilejit_ir::{Array, StorageRef};
 
 /// The kept transformed weights (see the module docs); safe to use from
@@ -54,12 +54,13 @@ pub struct WeightCacheStats {
 
 /// What an entry was made from: the storage, how the weights were read
 /// from it (offset, rows, columns, row and column strides) and what was
-/// made (Winograd weights of so many input channels, or panels: `None`).
+/// made (Winograd weights of so many input channels for a tile, or
+/// panels: `None`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 struct Key {
     addr: usize,
     view: [usize; 5],
-    winograd_channels: Option<usize>,
+    winograd: Option<(usize, WinogradTile)>,
 }
 
 /// What an entry holds.
@@ -135,7 +136,7 @@ impl WeightCache {
     }
 
     /// The Winograd weights of `w`'s elements read through `wv` for `c`
-    /// input channels, in panels ([`WinogradWeights::kept`]): found, or
+    /// input channels and `tile`, in panels ([`WinogradWeights::kept`]): found, or
     /// transformed (outside the lock) and kept within `bound` bytes. None
     /// on the storage's first sighting, and when `bound` is 0.
     pub(crate) fn winograd(
@@ -143,11 +144,12 @@ impl WeightCache {
         w: &Array,
         wv: GemmView,
         c: usize,
+        tile: WinogradTile,
         bound: usize,
     ) -> Result<Option<Arc<WinogradWeights>>, RuntimeError> {
-        let made = self.get_or_make(w, wv, Some(c), bound, |values| {
+        let made = self.get_or_make(w, wv, Some((c, tile)), bound, |values| {
             Ok(Kept::Winograd(Arc::new(WinogradWeights::kept(
-                values, wv, c,
+                values, wv, c, tile,
             )?)))
         })?;
         Ok(made.and_then(|k| match k {
@@ -175,14 +177,14 @@ impl WeightCache {
         }))
     }
 
-    /// The entry for `w`, `wv` and `winograd_channels`: found, or on the
+    /// The entry for `w`, `wv` and `winograd`: found, or on the
     /// storage's second sighting made by `make` from `w`'s values outside
     /// the lock and kept within `bound`.
     fn get_or_make(
         &self,
         w: &Array,
         wv: GemmView,
-        winograd_channels: Option<usize>,
+        winograd: Option<(usize, WinogradTile)>,
         bound: usize,
         make: impl FnOnce(&[f32]) -> Result<Kept, RuntimeError>,
     ) -> Result<Option<Kept>, RuntimeError> {
@@ -192,7 +194,7 @@ impl WeightCache {
         let key = Key {
             addr: w.storage_addr(),
             view: [wv.offset, wv.rows, wv.cols, wv.row_stride, wv.col_stride],
-            winograd_channels,
+            winograd,
         };
         {
             let mut inner = self.lock();
@@ -287,6 +289,7 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    const F4: WinogradTile = WinogradTile::F4x4;
 
     /// OIHW 3x3 weights of `o` outputs and `c` channels, and their view.
     fn weights(o: usize, c: usize, seed: usize) -> (Array, GemmView) {
@@ -306,10 +309,10 @@ mod tests {
     /// The weights kept for `w`: a first sighting makes nothing, the
     /// second makes them.
     fn kept(cache: &WeightCache, w: &Array, v: GemmView, c: usize) -> Arc<WinogradWeights> {
-        if let Some(u) = cache.winograd(w, v, c, 1 << 30).expect("ok") {
+        if let Some(u) = cache.winograd(w, v, c, F4, 1 << 30).expect("ok") {
             return u;
         }
-        let u = cache.winograd(w, v, c, 1 << 30).expect("ok");
+        let u = cache.winograd(w, v, c, F4, 1 << 30).expect("ok");
         u.expect("kept on the second sighting")
     }
 
@@ -323,7 +326,10 @@ mod tests {
         let cache = WeightCache::new();
         let (w, view) = weights(16, 16, 1);
         let bound = 1 << 30;
-        assert!(cache.winograd(&w, view, 16, bound).expect("ok").is_none());
+        assert!(cache
+            .winograd(&w, view, 16, F4, bound)
+            .expect("ok")
+            .is_none());
         let first = kept(&cache, &w, view, 16);
         let again = kept(&cache, &w, view, 16);
         assert!(Arc::ptr_eq(&first, &again));
@@ -346,18 +352,30 @@ mod tests {
         let half = GemmView { cols: 72, ..view };
         let other = kept(&cache, &w, half, 8);
         assert_eq!(other.bytes(), first.bytes() / 2);
+        // Another tile of the same weights: another entry, of its own
+        // tile and size.
+        let f2 = WinogradTile::F2x2;
+        assert!(cache
+            .winograd(&w, view, 16, f2, bound)
+            .expect("ok")
+            .is_none());
+        let small = cache.winograd(&w, view, 16, f2, bound).expect("ok");
+        let small = small.expect("kept on the second sighting");
+        assert_eq!((small.tile(), small.bytes()), (f2, 16 * 16 * 16 * 4));
+        assert_eq!(kept(&cache, &w, view, 16).tile(), F4);
+        drop(small);
         let (copy, _) = weights(16, 16, 1);
         let copied = kept(&cache, &copy, view, 16);
         assert!(!Arc::ptr_eq(&first, &copied));
         assert_eq!(copied.values(), first.values());
-        assert_eq!(cache.stats().entries, 3);
+        assert_eq!(cache.stats().entries, 4);
         drop((w, copy, first, again, same, copied, other));
         let (w2, view2) = weights(32, 16, 2);
         kept(&cache, &w2, view2, 16);
         let stats = cache.stats();
-        assert_eq!((stats.entries, stats.freed), (1, 3), "{stats:?}");
+        assert_eq!((stats.entries, stats.freed), (1, 4), "{stats:?}");
         assert_eq!(stats.bytes, 36 * 16 * 32 * 4);
-        assert!(cache.winograd(&w2, view2, 16, 0).expect("ok").is_none());
+        assert!(cache.winograd(&w2, view2, 16, F4, 0).expect("ok").is_none());
         cache.clear();
         assert_eq!((cache.stats().entries, cache.stats().bytes), (0, 0));
     }
@@ -368,7 +386,10 @@ mod tests {
         let cache = WeightCache::new();
         for seed in 0..4 {
             let (w, view) = weights(16, 16, seed);
-            assert!(cache.winograd(&w, view, 16, 1 << 30).expect("ok").is_none());
+            assert!(cache
+                .winograd(&w, view, 16, F4, 1 << 30)
+                .expect("ok")
+                .is_none());
         }
         let stats = cache.stats();
         assert_eq!(
@@ -386,8 +407,8 @@ mod tests {
         let ws: Vec<(Array, GemmView)> = (0..3).map(|i| weights(16, 16, i)).collect();
         let bound = 2 * each;
         let look = |(w, v): &(Array, GemmView), bound| {
-            let first = cache.winograd(w, *v, 16, bound).expect("ok");
-            first.or_else(|| cache.winograd(w, *v, 16, bound).expect("ok"))
+            let first = cache.winograd(w, *v, 16, F4, bound).expect("ok");
+            first.or_else(|| cache.winograd(w, *v, 16, F4, bound).expect("ok"))
         };
         for w in &ws[..2] {
             look(w, bound);
@@ -417,7 +438,7 @@ mod tests {
         let fresh: Vec<Vec<f32>> = ws
             .iter()
             .map(|(w, v)| {
-                let u = WinogradWeights::kept(w.as_slice().expect("f32"), *v, 16);
+                let u = WinogradWeights::kept(w.as_slice().expect("f32"), *v, 16, F4);
                 u.expect("fits").values().to_vec()
             })
             .collect();

@@ -1064,7 +1064,7 @@ fn conv3x3(x: &Tensor, w: &Tensor) -> Tensor {
 /// Images of few tiles (ResNet's 7x7 and 14x14 at batch 1, a 5x6 one of
 /// partial tiles) run as Winograd only with weights kept in the weight
 /// cache: the first call (a first sighting) runs direct, later ones as
-/// Winograd, found in the cache; each against the f64 definition in every
+/// Winograd (F(2x2) for the biggest weights), found in the cache; each against the f64 definition in every
 /// mode, on one and two threads. Once a weight tensor is dropped its
 /// entry goes, and new weights (perhaps at the same address) give their
 /// own result, never the old transform.
@@ -1075,6 +1075,9 @@ fn kept_winograd_weights_serve_later_calls_and_go_with_their_storage() {
         ([1, 32, 7, 7], [48, 32, 3, 3]),
         ([1, 16, 14, 14], [32, 16, 3, 3]),
         ([2, 16, 5, 6], [16, 16, 3, 3]),
+        // Weights that F(4x4) would stream from memory for 4 tiles
+        // (4.5 MB): kept as F(2x2).
+        ([1, 176, 7, 7], [176, 176, 3, 3]),
     ]
     .into_iter()
     .enumerate()

@@ -17,7 +17,7 @@ pub use conv::conv_f32_nchw;
 pub use panels::{matmul_f32_panels, PackedPanels};
 pub use winograd::{
     conv_f32_winograd, conv_f32_winograd_images, winograd_fits, winograd_fits_images,
-    winograd_fits_kept, WinogradWeights,
+    winograd_fits_kept, winograd_tile, WinogradTile, WinogradWeights,
 };
 
 #[cfg(target_arch = "x86_64")]

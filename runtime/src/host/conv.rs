@@ -20,8 +20,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tilejit_codegen::host::{
     conv_f32_nchw, conv_f32_winograd, conv_f32_winograd_images, matmul_f32_strided,
-    matmul_f32_strided_col_split, winograd_fits, winograd_fits_images, winograd_fits_kept, BufArg,
-    GemmView, WinogradWeights,
+    matmul_f32_strided_col_split, winograd_fits, winograd_fits_images, winograd_fits_kept,
+    winograd_tile, BufArg, GemmView, WinogradWeights,
 };
 use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul};
 use tilejit_ir::{Array, DType, IrError, Lit};
@@ -117,11 +117,13 @@ impl HostProgram {
     }
 }
 
-/// The weights of an NCHW convolution that runs as Winograd F(4x4, 3x3)
-/// (3x3 at stride 1, channels and outputs in blocks of 16): kept in the
-/// weight cache when they are an argument or constant (`array`), which
-/// any image size takes; else transformed for this call when the images
-/// have enough tiles, alone or together (`winograd_fits_images`).
+/// The weights of an NCHW convolution that runs as Winograd (3x3 at
+/// stride 1, channels and outputs in blocks of 16): kept in the weight
+/// cache when they are an argument or constant (`array`), which any image
+/// size takes, in the tile `winograd_tile` picks for the call's images
+/// (F(2x2) for few tiles of many weights); else transformed to F(4x4) for
+/// this call when the images have enough tiles, alone or together
+/// (`winograd_fits_images`).
 fn winograd_weights(
     w: &[f32],
     array: Option<&Array>,
@@ -135,7 +137,8 @@ fn winograd_weights(
     let view = weights_view(mm, 0, mm.n);
     if let Some(array) = array {
         let bound = config.weight_cache_bytes;
-        if let Some(u) = crate::weight_cache().winograd(array, view, ic.c, bound)? {
+        let tile = winograd_tile(ic, mm.n, mm.batch);
+        if let Some(u) = crate::weight_cache().winograd(array, view, ic.c, tile, bound)? {
             return Ok(Some(u));
         }
     }

@@ -17,6 +17,14 @@
 //! splits over the threads. Rounding: the transforms' constants (1/6, 1/24,
 //! sums of up to 36 terms) leave errors of a few 1e-6 of the output's
 //! scale, about ten times the direct product's.
+//!
+//! Kept weights may instead be transformed for F(2x2, 3x3) (4x4 input
+//! tiles, 16 products; [`WinogradTile`]), which [`winograd_tile`] picks
+//! where F(4x4)'s 36 transformed weights per 9 would stream from memory
+//! for few tiles: ResNet-18's 7x7 layers at batch 1 read 37.7 MB of them
+//! per call, F(2x2) 16.8 MB. The same code runs both: the transforms'
+//! loops are generic over the tile's sides, each tile's matrices a static
+//! method of a marker type.
 
 // The transforms' loops index the second axis of `[column][row]` arrays.
 #![allow(clippy::needless_range_loop)]
@@ -31,12 +39,43 @@ use tilejit_ir::kernel::Im2Col;
 
 /// Lanes: channels or output channels transformed together.
 const L: usize = 16;
-/// Points of a transformed 6x6 tile (one GEMM each).
-const POINTS: usize = 36;
-/// Output pixels per tile side.
+/// Output pixels per tile side of F(4x4, 3x3).
 const M: usize = 4;
-/// Input pixels per tile side (`M + 3 - 1`).
+/// Input pixels per tile side (`M + 3 - 1`) of F(4x4, 3x3).
 const T6: usize = 6;
+
+/// A Winograd tile: F(4x4, 3x3), 36 products per 16 output pixels, or
+/// F(2x2, 3x3), 16 per 4. F(2x2) multiplies 1.8x more per pixel but
+/// reads 2.25x fewer transformed weights, which pays where the weights
+/// stream from memory for few tiles (ResNet's 7x7 layers at batch 1:
+/// 37.7 MB per call in F(4x4)); its constants are exact in binary.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum WinogradTile {
+    /// F(4x4, 3x3): 6x6 input tiles.
+    F4x4,
+    /// F(2x2, 3x3): 4x4 input tiles.
+    F2x2,
+}
+
+impl WinogradTile {
+    /// Output pixels per tile side.
+    pub fn outputs(self) -> usize {
+        match self {
+            WinogradTile::F4x4 => M,
+            WinogradTile::F2x2 => 2,
+        }
+    }
+
+    /// Input pixels per tile side.
+    fn inputs(self) -> usize {
+        self.outputs() + 2
+    }
+
+    /// Points of a transformed tile: one product each.
+    pub fn points(self) -> usize {
+        self.inputs() * self.inputs()
+    }
+}
 /// The fewest tiles per GEMM worth the path: below it the GEMMs have
 /// so few rows that `gemm` spends their time packing the weights (a
 /// 28x28 image has 49; a 14x14 one, 16, ran slower than the direct
@@ -85,6 +124,44 @@ fn min_tiles(u: &WinogradWeights) -> usize {
     }
 }
 
+/// The tile for kept weights ([`WinogradWeights::kept`]) of an `ic`
+/// geometry into `o` outputs, `images` at a time: F(2x2, 3x3) where the
+/// transformed weights, streamed from memory once per call, would cost
+/// F(4x4) more than its fewer products save. The cost per channel pair
+/// is the larger of the products and the weights read, one weight read
+/// worth about as much as 13 multiply-adds with AVX2 (90 G multiply-adds
+/// and 7 G floats a second on 2 cores) and 26 with AVX-512; weights of
+/// 4 MiB or less are taken to stay in cache.
+pub fn winograd_tile(ic: &Im2Col, o: usize, images: usize) -> WinogradTile {
+    let Some((oh, ow)) = ic.window.out(ic.h, ic.w) else {
+        return WinogradTile::F4x4;
+    };
+    let cost = |t: WinogradTile| {
+        let m = t.outputs();
+        let tiles = oh.div_ceil(m) * ow.div_ceil(m) * images;
+        let points = t.points();
+        let bytes = points * ic.c * o * 4;
+        let read = match bytes > 4 << 20 {
+            true => points * weight_read_cost(),
+            false => 0,
+        };
+        (points * tiles).max(read)
+    };
+    match cost(WinogradTile::F2x2) < cost(WinogradTile::F4x4) {
+        true => WinogradTile::F2x2,
+        false => WinogradTile::F4x4,
+    }
+}
+
+/// Multiply-adds one streamed weight read is worth (see [`winograd_tile`]).
+fn weight_read_cost() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if x86::isa().is_some_and(|isa| isa.wide()) {
+        return 26;
+    }
+    13
+}
+
 /// The tiles of one image, when the window and channels fit the path.
 fn tiles_per_image(ic: &Im2Col, o: usize) -> Option<usize> {
     let win = &ic.window;
@@ -107,6 +184,7 @@ fn tiles_per_image(ic: &Im2Col, o: usize) -> Option<usize> {
 pub struct WinogradWeights {
     c: usize,
     o: usize,
+    tile: WinogradTile,
     u: Vec<f32>,
     /// Stored in panels, whose products read them in place.
     panels: bool,
@@ -120,7 +198,7 @@ impl WinogradWeights {
     /// ([`winograd_fits_images`]). An error when the view does not fit `w`
     /// or the sizes disagree.
     pub fn new(w: &[f32], wv: GemmView, c: usize) -> Result<WinogradWeights, CodegenError> {
-        WinogradWeights::make(w, wv, c, false)
+        WinogradWeights::make(w, wv, c, WinogradTile::F4x4, false)
     }
 
     /// [`WinogradWeights::new`] for weights transformed once and kept
@@ -128,15 +206,22 @@ impl WinogradWeights {
     /// outputs that the point products read straight, without packing,
     /// so images of any number of tiles fit ([`winograd_fits_kept`]):
     /// ResNet's 14x14 and 7x7 layers at batch 1, whose few tiles per
-    /// GEMM left `gemm` packing the weights most of the time.
-    pub fn kept(w: &[f32], wv: GemmView, c: usize) -> Result<WinogradWeights, CodegenError> {
-        WinogradWeights::make(w, wv, c, true)
+    /// GEMM left `gemm` packing the weights most of the time. For
+    /// `tile` (see [`winograd_tile`]).
+    pub fn kept(
+        w: &[f32],
+        wv: GemmView,
+        c: usize,
+        tile: WinogradTile,
+    ) -> Result<WinogradWeights, CodegenError> {
+        WinogradWeights::make(w, wv, c, tile, true)
     }
 
     fn make(
         w: &[f32],
         wv: GemmView,
         c: usize,
+        tile: WinogradTile,
         panels: bool,
     ) -> Result<WinogradWeights, CodegenError> {
         let o = wv.rows;
@@ -144,7 +229,7 @@ impl WinogradWeights {
             && c.checked_mul(9) == Some(wv.cols)
             && o.is_multiple_of(L)
             && wv.end().is_some_and(|e| e <= w.len());
-        let len = POINTS.checked_mul(c).and_then(|x| x.checked_mul(o));
+        let len = tile.points().checked_mul(c).and_then(|x| x.checked_mul(o));
         let (true, Some(len)) = (fits, len) else {
             return Err(bad(format!(
                 "3x3 weights {wv:?} ({} elements) for {c} channels do not fit",
@@ -155,7 +240,13 @@ impl WinogradWeights {
         u.try_reserve_exact(len)
             .map_err(|_| bad(format!("no memory for {len} transformed weights")))?;
         if len == 0 {
-            return Ok(WinogradWeights { c, o, u, panels });
+            return Ok(WinogradWeights {
+                c,
+                o,
+                tile,
+                u,
+                panels,
+            });
         }
         // Filled, then transformed, on every thread (one thread took 17%
         // of a 256-channel layer at batch 8 while the others waited): a
@@ -184,7 +275,7 @@ impl WinogradWeights {
         };
         let mut pieces: Vec<(Part, Vec<&mut [f32]>)> = parts
             .into_iter()
-            .map(|part| (part, Vec::with_capacity(POINTS)))
+            .map(|part| (part, Vec::with_capacity(tile.points())))
             .collect();
         for point in u.chunks_mut(c * o) {
             let mut rest = point;
@@ -196,13 +287,27 @@ impl WinogradWeights {
         }
         pieces
             .into_par_iter()
-            .for_each(|(part, mut segs)| weights_v(w, wv, &part, &mut segs));
-        Ok(WinogradWeights { c, o, u, panels })
+            .for_each(|(part, mut segs)| match tile {
+                WinogradTile::F4x4 => weights4_v(w, wv, &part, &mut segs),
+                WinogradTile::F2x2 => weights2_v(w, wv, &part, &mut segs),
+            });
+        Ok(WinogradWeights {
+            c,
+            o,
+            tile,
+            u,
+            panels,
+        })
     }
 
     /// Output channels.
     pub fn outputs(&self) -> usize {
         self.o
+    }
+
+    /// The tile they were transformed for.
+    pub fn tile(&self) -> WinogradTile {
+        self.tile
     }
 
     /// The transformed values, as [`WinogradWeights`] lays them out.
@@ -339,12 +444,15 @@ fn transform(
 ) -> Result<(), CodegenError> {
     let c = ic.c;
     let (oh, ow) = ic.window.out(ic.h, ic.w).unwrap_or((0, 0));
-    let (th, tw) = (oh.div_ceil(M), ow.div_ceil(M));
+    let (tile, points) = (u.tile, u.tile.points());
+    let m = tile.outputs();
+    let (th, tw) = (oh.div_ceil(m), ow.div_ceil(m));
     let per = th * tw;
     let tiles = per * images;
-    let (hp, wp) = (M * th + 2, M * tw + 2);
+    let (hp, wp) = (m * th + 2, m * tw + 2);
     let image = c * ic.h * ic.w;
     let g = Tiles {
+        tile,
         c,
         h: ic.h,
         w: ic.w,
@@ -370,7 +478,7 @@ fn transform(
             channels_last_v(img, &g, y0, x)
         });
         let xt = &*xt;
-        with_scratch(&INPUT, POINTS * tiles * c, |v| {
+        with_scratch(&INPUT, points * tiles * c, |v| {
             let ranges = split(tiles, parts);
             let mut slabs: Vec<Vec<&mut [f32]>> = ranges.iter().map(|_| Vec::new()).collect();
             for mut point in v.chunks_mut(tiles * c) {
@@ -384,7 +492,7 @@ fn transform(
                 input_transform_v(xt, &g, r, &mut slabs)
             });
             let v = &*v;
-            with_scratch(&PRODUCTS, POINTS * tiles * nb, |m| {
+            with_scratch(&PRODUCTS, points * tiles * nb, |m| {
                 products(v, u, o0, nb, tiles, m, threads)?;
                 let m = &*m;
                 let size = (oh, ow);
@@ -446,6 +554,7 @@ fn each<T: Send>(items: impl Iterator<Item = T>, threads: usize, f: impl Fn(T) +
 /// The images' tiling. Tiles are numbered image by image, row-major
 /// within an image.
 struct Tiles {
+    tile: WinogradTile,
     c: usize,
     h: usize,
     w: usize,
@@ -470,7 +579,8 @@ impl Tiles {
     #[inline(always)]
     fn place(&self, t: usize) -> (usize, usize, usize) {
         let (b, lt) = (t / self.per, t % self.per);
-        (b * self.xt_image, M * (lt / self.tw), M * (lt % self.tw))
+        let m = self.tile.outputs();
+        (b * self.xt_image, m * (lt / self.tw), m * (lt % self.tw))
     }
 }
 
@@ -513,7 +623,68 @@ macro_rules! vectorised {
     };
 }
 
-vectorised!(weights_v = weights(w: &[f32], wv: GemmView, part: &Part, segs: &mut [&mut [f32]]));
+/// [`weights`] for F(4x4, 3x3).
+#[inline(always)]
+fn weights4(w: &[f32], wv: GemmView, part: &Part, segs: &mut [&mut [f32]]) {
+    weights::<F4, T6, M>(w, wv, part, segs)
+}
+
+/// [`weights`] for F(2x2, 3x3).
+#[inline(always)]
+fn weights2(w: &[f32], wv: GemmView, part: &Part, segs: &mut [&mut [f32]]) {
+    weights::<F2, 4, 2>(w, wv, part, segs)
+}
+
+/// A tile's transforms along one axis, over lane arrays: `T` inputs
+/// and `R` outputs a side. (Static methods, not function values: those
+/// are called through shims that are not inlined, and the intrinsics
+/// inside then run as calls.)
+trait Axis<const T: usize, const R: usize> {
+    /// `B^T d`.
+    fn bt(d: &[Lanes; T]) -> [Lanes; T];
+    /// `A^T m`.
+    fn at(m: &[Lanes; T]) -> [Lanes; R];
+    /// `G g`.
+    fn gt(g: &[Lanes; 3]) -> [Lanes; T];
+}
+
+/// F(4x4, 3x3)'s transforms.
+struct F4;
+/// F(2x2, 3x3)'s transforms.
+struct F2;
+
+impl Axis<T6, M> for F4 {
+    #[inline(always)]
+    fn bt(d: &[Lanes; T6]) -> [Lanes; T6] {
+        bt(d)
+    }
+    #[inline(always)]
+    fn at(m: &[Lanes; T6]) -> [Lanes; M] {
+        at(m)
+    }
+    #[inline(always)]
+    fn gt(g: &[Lanes; 3]) -> [Lanes; T6] {
+        gt(g)
+    }
+}
+
+impl Axis<4, 2> for F2 {
+    #[inline(always)]
+    fn bt(d: &[Lanes; 4]) -> [Lanes; 4] {
+        bt2(d)
+    }
+    #[inline(always)]
+    fn at(m: &[Lanes; 4]) -> [Lanes; 2] {
+        at2(m)
+    }
+    #[inline(always)]
+    fn gt(g: &[Lanes; 3]) -> [Lanes; 4] {
+        gt2(g)
+    }
+}
+
+vectorised!(weights4_v = weights4(w: &[f32], wv: GemmView, part: &Part, segs: &mut [&mut [f32]]));
+vectorised!(weights2_v = weights2(w: &[f32], wv: GemmView, part: &Part, segs: &mut [&mut [f32]]));
 /// The channels-last copy, as [`input_transform_v`].
 fn channels_last_v(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
@@ -584,6 +755,40 @@ fn at(m: &[Lanes; T6]) -> [Lanes; M] {
     ]
 }
 
+/// `B^T d` of F(2x2, 3x3) for four lane arrays.
+#[inline(always)]
+fn bt2(d: &[Lanes; 4]) -> [Lanes; 4] {
+    let [d0, d1, d2, d3] = d;
+    [
+        lanes(|l| d0[l] - d2[l]),
+        lanes(|l| d1[l] + d2[l]),
+        lanes(|l| d2[l] - d1[l]),
+        lanes(|l| d1[l] - d3[l]),
+    ]
+}
+
+/// `A^T m` of F(2x2, 3x3) for four lane arrays.
+#[inline(always)]
+fn at2(m: &[Lanes; 4]) -> [Lanes; 2] {
+    let [m0, m1, m2, m3] = m;
+    [
+        lanes(|l| m0[l] + m1[l] + m2[l]),
+        lanes(|l| m1[l] - m2[l] - m3[l]),
+    ]
+}
+
+/// `G g` of F(2x2, 3x3) for three lane arrays.
+#[inline(always)]
+fn gt2(g: &[Lanes; 3]) -> [Lanes; 4] {
+    let [g0, g1, g2] = g;
+    [
+        *g0,
+        lanes(|l| (g0[l] + g1[l] + g2[l]) * 0.5),
+        lanes(|l| (g0[l] - g1[l] + g2[l]) * 0.5),
+        *g2,
+    ]
+}
+
 /// `G g` for three lane arrays: the weight transform along one axis.
 #[inline(always)]
 fn gt(g: &[Lanes; 3]) -> [Lanes; T6] {
@@ -600,9 +805,14 @@ fn gt(g: &[Lanes; 3]) -> [Lanes; T6] {
 
 /// `(G g G^T)[point]` for each output and channel of `part`, 16
 /// outputs at a time, into `segs[point]` (the part's piece of the point,
-/// laid out as [`Part`] says).
+/// laid out as [`Part`] says), for the tile of `A`.
 #[inline(always)]
-fn weights(w: &[f32], wv: GemmView, part: &Part, segs: &mut [&mut [f32]]) {
+fn weights<A: Axis<T, R>, const T: usize, const R: usize>(
+    w: &[f32],
+    wv: GemmView,
+    part: &Part,
+    segs: &mut [&mut [f32]],
+) {
     let (cis, obs) = match part {
         Part::Rows { cis, o } => (cis.clone(), 0..*o),
         Part::Panels { obs, c } => (0..*c, obs.clone()),
@@ -619,12 +829,13 @@ fn weights(w: &[f32], wv: GemmView, part: &Part, segs: &mut [&mut [f32]]) {
                 Part::Rows { o, .. } => (ci - cis.start) * o + ob,
                 Part::Panels { c, .. } => ((ob - obs.start) * c) + ci * L,
             };
-            // Rows then columns: G g (6x3), then (G g) G^T (6x6).
-            let cols: [[Lanes; T6]; 3] = std::array::from_fn(|j| gt(&[g[0][j], g[1][j], g[2][j]]));
-            for a in 0..T6 {
-                let row = gt(&[cols[0][a], cols[1][a], cols[2][a]]);
+            // Rows then columns: G g (Tx3), then (G g) G^T (TxT).
+            let cols: [[Lanes; T]; 3] =
+                std::array::from_fn(|j| A::gt(&[g[0][j], g[1][j], g[2][j]]));
+            for a in 0..T {
+                let row = A::gt(&[cols[0][a], cols[1][a], cols[2][a]]);
                 for (b, v) in row.iter().enumerate() {
-                    segs[a * T6 + b][at..at + L].copy_from_slice(v);
+                    segs[a * T + b][at..at + L].copy_from_slice(v);
                 }
             }
         }
@@ -669,15 +880,28 @@ fn channels_last(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
     })
 }
 
-/// `v[point][t - tiles.start, c] = (B^T d B)[point]` over the 6x6
-/// inputs `d` of each tile `t` of `tiles`, 16 channels at a time.
-#[inline(always)]
+/// `v[point][t - tiles.start, c] = (B^T d B)[point]` over the inputs
+/// `d` of each tile `t` of `tiles`, 16 channels at a time.
 fn input_transform(xt: &[f32], g: &Tiles, tiles: Range<usize>, v: &mut [&mut [f32]]) {
+    match g.tile {
+        WinogradTile::F4x4 => input_transform_t::<F4, T6, M>(xt, g, tiles, v),
+        WinogradTile::F2x2 => input_transform_t::<F2, 4, 2>(xt, g, tiles, v),
+    }
+}
+
+/// [`input_transform`] for the tile of `A`.
+#[inline(always)]
+fn input_transform_t<A: Axis<T, R>, const T: usize, const R: usize>(
+    xt: &[f32],
+    g: &Tiles,
+    tiles: Range<usize>,
+    v: &mut [&mut [f32]],
+) {
     let (c, wp) = (g.c, g.wp);
     for t in tiles.clone() {
         let (base, y0, x0) = g.place(t);
         for cb in (0..c).step_by(L) {
-            let d: [[Lanes; T6]; T6] = std::array::from_fn(|r| {
+            let d: [[Lanes; T]; T] = std::array::from_fn(|r| {
                 std::array::from_fn(|q| {
                     let at = base + ((y0 + r) * wp + x0 + q) * c + cb;
                     let mut x = [0.0; L];
@@ -686,13 +910,13 @@ fn input_transform(xt: &[f32], g: &Tiles, tiles: Range<usize>, v: &mut [&mut [f3
                 })
             });
             // Columns of B^T d, then rows of (B^T d) B.
-            let cols: [[Lanes; T6]; T6] =
-                std::array::from_fn(|q| bt(&std::array::from_fn(|r| d[r][q])));
-            for a in 0..T6 {
-                let row = bt(&std::array::from_fn(|q| cols[q][a]));
+            let cols: [[Lanes; T]; T] =
+                std::array::from_fn(|q| A::bt(&std::array::from_fn(|r| d[r][q])));
+            for a in 0..T {
+                let row = A::bt(&std::array::from_fn(|q| cols[q][a]));
                 for (b, x) in row.iter().enumerate() {
                     let at = (t - tiles.start) * c + cb;
-                    v[a * T6 + b][at..at + L].copy_from_slice(x);
+                    v[a * T + b][at..at + L].copy_from_slice(x);
                 }
             }
         }
@@ -784,8 +1008,24 @@ fn panel_products(a: &[f32], c: usize, tiles: usize, panels: &[f32], m: &mut [f3
 /// `out[o - obs.start, y, x]` for the outputs `o` of `obs` (of `nb`, in
 /// blocks of 16) from each tile's `A^T m A`, the pixels past the image's
 /// edge dropped.
-#[inline(always)]
 fn output_transform(
+    m: &[f32],
+    g: &Tiles,
+    nb: usize,
+    ts: Range<usize>,
+    obs: Range<usize>,
+    size: (usize, usize),
+    out: (&mut [f32], GemmView),
+) {
+    match g.tile {
+        WinogradTile::F4x4 => output_transform_t::<F4, T6, M>(m, g, nb, ts, obs, size, out),
+        WinogradTile::F2x2 => output_transform_t::<F2, 4, 2>(m, g, nb, ts, obs, size, out),
+    }
+}
+
+/// [`output_transform`] for the tile of `A`.
+#[inline(always)]
+fn output_transform_t<A: Axis<T, R>, const T: usize, const R: usize>(
     m: &[f32],
     g: &Tiles,
     nb: usize,
@@ -798,20 +1038,20 @@ fn output_transform(
     for t in ts.clone() {
         let (_, y0, x0) = g.place(t);
         for ob in obs.clone().step_by(L) {
-            let mt: [[Lanes; T6]; T6] = std::array::from_fn(|a| {
+            let mt: [[Lanes; T]; T] = std::array::from_fn(|a| {
                 std::array::from_fn(|b| {
-                    let at = ((a * T6 + b) * tiles + t) * nb + ob;
+                    let at = ((a * T + b) * tiles + t) * nb + ob;
                     let mut x = [0.0; L];
                     x.copy_from_slice(&m[at..at + L]);
                     x
                 })
             });
             // Columns of A^T m, then rows of (A^T m) A.
-            let cols: [[Lanes; M]; T6] =
-                std::array::from_fn(|b| at(&std::array::from_fn(|a| mt[a][b])));
-            for i in 0..M.min(oh - y0) {
-                let row = at(&std::array::from_fn(|b| cols[b][i]));
-                for (j, y) in row.iter().enumerate().take(M.min(ow - x0)) {
+            let cols: [[Lanes; R]; T] =
+                std::array::from_fn(|b| A::at(&std::array::from_fn(|a| mt[a][b])));
+            for i in 0..R.min(oh - y0) {
+                let row = A::at(&std::array::from_fn(|b| cols[b][i]));
+                for (j, y) in row.iter().enumerate().take(R.min(ow - x0)) {
                     let pixel = (y0 + i) * ow + x0 + j;
                     for (l, &y) in y.iter().enumerate() {
                         out[ov.offset + (ob - obs.start + l) * ov.row_stride + pixel] = y;
@@ -829,11 +1069,39 @@ fn output_transform(
 /// every lane is inside its slice.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    #[cfg(test)]
     pub(super) use super::super::lanes16::Isa;
     pub(super) use super::super::lanes16::{gathers_fit, isa};
     use super::super::lanes16::{versions, Lanes16};
-    use super::{padded_rows, GemmView, Range, Tiles, L, M, T6};
+    use super::{padded_rows, GemmView, Range, Tiles, WinogradTile, F2, F4, L, M, T6};
+
+    /// A tile's transforms along one axis over [`Lanes16`] (see
+    /// `super::Axis`).
+    trait VAxis<const T: usize, const R: usize> {
+        fn bt<V: Lanes16>(d: [V; T]) -> [V; T];
+        fn at<V: Lanes16>(m: [V; T]) -> [V; R];
+    }
+
+    impl VAxis<T6, M> for F4 {
+        #[inline(always)]
+        fn bt<V: Lanes16>(d: [V; T6]) -> [V; T6] {
+            bt(d)
+        }
+        #[inline(always)]
+        fn at<V: Lanes16>(m: [V; T6]) -> [V; M] {
+            at(m)
+        }
+    }
+
+    impl VAxis<4, 2> for F2 {
+        #[inline(always)]
+        fn bt<V: Lanes16>(d: [V; 4]) -> [V; 4] {
+            bt2(d)
+        }
+        #[inline(always)]
+        fn at<V: Lanes16>(m: [V; 4]) -> [V; 2] {
+            at2(m)
+        }
+    }
 
     /// `B^T d` (see `super::bt`).
     #[inline(always)]
@@ -865,6 +1133,20 @@ mod x86 {
         ]
     }
 
+    /// `B^T d` of F(2x2, 3x3) (see `super::bt2`).
+    #[inline(always)]
+    fn bt2<V: Lanes16>(d: [V; 4]) -> [V; 4] {
+        let [d0, d1, d2, d3] = d;
+        [d0.sub(d2), d1.add(d2), d2.sub(d1), d1.sub(d3)]
+    }
+
+    /// `A^T m` of F(2x2, 3x3) (see `super::at2`).
+    #[inline(always)]
+    fn at2<V: Lanes16>(m: [V; 4]) -> [V; 2] {
+        let [m0, m1, m2, m3] = m;
+        [m0.add(m1).add(m2), m1.sub(m2).sub(m3)]
+    }
+
     /// `super::channels_last`, 16 channels of a pixel gathered at once.
     #[inline(always)]
     fn channels_last_with<V: Lanes16>(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
@@ -879,9 +1161,9 @@ mod x86 {
         })
     }
 
-    /// `super::input_transform`.
+    /// `super::input_transform`, for tiles of `T` inputs a side.
     #[inline(always)]
-    fn input_transform_with<V: Lanes16>(
+    fn input_transform_with<V: Lanes16, A: VAxis<T, R>, const T: usize, const R: usize>(
         xt: &[f32],
         g: &Tiles,
         tiles: Range<usize>,
@@ -892,20 +1174,54 @@ mod x86 {
             let (base, y0, x0) = g.place(t);
             for cb in (0..c).step_by(L) {
                 // Columns of B^T d, one input column at a time.
-                let mut cols = [[V::splat(0.0); T6]; T6];
+                let mut cols = [[V::splat(0.0); T]; T];
                 for (q, col) in cols.iter_mut().enumerate() {
                     let d = std::array::from_fn(|r| {
                         V::load(xt, base + ((y0 + r) * wp + x0 + q) * c + cb)
                     });
-                    *col = bt(d);
+                    *col = A::bt(d);
                 }
-                for a in 0..T6 {
-                    let row = bt(std::array::from_fn(|q| cols[q][a]));
+                for a in 0..T {
+                    let row = A::bt(std::array::from_fn(|q| cols[q][a]));
                     for (b, x) in row.into_iter().enumerate() {
-                        x.store(v[a * T6 + b], (t - tiles.start) * c + cb);
+                        x.store(v[a * T + b], (t - tiles.start) * c + cb);
                     }
                 }
             }
+        }
+    }
+
+    #[inline(always)]
+    fn input_transform4_with<V: Lanes16>(
+        xt: &[f32],
+        g: &Tiles,
+        tiles: Range<usize>,
+        v: &mut [&mut [f32]],
+    ) {
+        input_transform_with::<V, F4, T6, M>(xt, g, tiles, v)
+    }
+
+    #[inline(always)]
+    fn input_transform2_with<V: Lanes16>(
+        xt: &[f32],
+        g: &Tiles,
+        tiles: Range<usize>,
+        v: &mut [&mut [f32]],
+    ) {
+        input_transform_with::<V, F2, 4, 2>(xt, g, tiles, v)
+    }
+
+    /// `super::input_transform` for `g`'s tile.
+    pub(super) fn input_transform(
+        isa: Isa,
+        xt: &[f32],
+        g: &Tiles,
+        tiles: Range<usize>,
+        v: &mut [&mut [f32]],
+    ) {
+        match g.tile {
+            WinogradTile::F4x4 => input_transform4(isa, xt, g, tiles, v),
+            WinogradTile::F2x2 => input_transform2(isa, xt, g, tiles, v),
         }
     }
 
@@ -913,7 +1229,7 @@ mod x86 {
     /// first: their rows of `out` stay in cache while every tile writes
     /// them.
     #[inline(always)]
-    fn output_transform_with<V: Lanes16>(
+    fn output_transform_with<V: Lanes16, A: VAxis<T, R>, const T: usize, const R: usize>(
         m: &[f32],
         g: &Tiles,
         nb: usize,
@@ -926,15 +1242,15 @@ mod x86 {
         for ob in obs.clone().step_by(L) {
             for t in ts.clone() {
                 let (_, y0, x0) = g.place(t);
-                let mut cols = [[V::splat(0.0); M]; T6];
+                let mut cols = [[V::splat(0.0); R]; T];
                 for (b, col) in cols.iter_mut().enumerate() {
                     let x =
-                        std::array::from_fn(|a| V::load(m, ((a * T6 + b) * tiles + t) * nb + ob));
-                    *col = at(x);
+                        std::array::from_fn(|a| V::load(m, ((a * T + b) * tiles + t) * nb + ob));
+                    *col = A::at(x);
                 }
-                for i in 0..M.min(oh - y0) {
-                    let row = at(std::array::from_fn(|b| cols[b][i]));
-                    for (j, y) in row.into_iter().enumerate().take(M.min(ow - x0)) {
+                for i in 0..R.min(oh - y0) {
+                    let row = A::at(std::array::from_fn(|b| cols[b][i]));
+                    for (j, y) in row.into_iter().enumerate().take(R.min(ow - x0)) {
                         let pixel = (y0 + i) * ow + x0 + j;
                         // Lane l goes to output channel ob + l.
                         let first = ov.offset + (ob - obs.start) * ov.row_stride + pixel;
@@ -942,6 +1258,50 @@ mod x86 {
                     }
                 }
             }
+        }
+    }
+
+    #[inline(always)]
+    fn output_transform4_with<V: Lanes16>(
+        m: &[f32],
+        g: &Tiles,
+        nb: usize,
+        ts: Range<usize>,
+        obs: Range<usize>,
+        size: (usize, usize),
+        out: (&mut [f32], GemmView),
+    ) {
+        output_transform_with::<V, F4, T6, M>(m, g, nb, ts, obs, size, out)
+    }
+
+    #[inline(always)]
+    fn output_transform2_with<V: Lanes16>(
+        m: &[f32],
+        g: &Tiles,
+        nb: usize,
+        ts: Range<usize>,
+        obs: Range<usize>,
+        size: (usize, usize),
+        out: (&mut [f32], GemmView),
+    ) {
+        output_transform_with::<V, F2, 4, 2>(m, g, nb, ts, obs, size, out)
+    }
+
+    /// `super::output_transform` for `g`'s tile.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn output_transform(
+        isa: Isa,
+        m: &[f32],
+        g: &Tiles,
+        nb: usize,
+        ts: Range<usize>,
+        obs: Range<usize>,
+        size: (usize, usize),
+        out: (&mut [f32], GemmView),
+    ) {
+        match g.tile {
+            WinogradTile::F4x4 => output_transform4(isa, m, g, nb, ts, obs, size, out),
+            WinogradTile::F2x2 => output_transform2(isa, m, g, nb, ts, obs, size, out),
         }
     }
 
@@ -1006,13 +1366,28 @@ mod x86 {
         m: &mut [f32]
     ));
     versions!(channels_last = channels_last_with(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]));
-    versions!(input_transform = input_transform_with(
+    versions!(input_transform4 = input_transform4_with(
         xt: &[f32],
         g: &Tiles,
         tiles: Range<usize>,
         v: &mut [&mut [f32]]
     ));
-    versions!(output_transform = output_transform_with(
+    versions!(input_transform2 = input_transform2_with(
+        xt: &[f32],
+        g: &Tiles,
+        tiles: Range<usize>,
+        v: &mut [&mut [f32]]
+    ));
+    versions!(output_transform4 = output_transform4_with(
+        m: &[f32],
+        g: &Tiles,
+        nb: usize,
+        ts: Range<usize>,
+        obs: Range<usize>,
+        size: (usize, usize),
+        out: (&mut [f32], GemmView)
+    ));
+    versions!(output_transform2 = output_transform2_with(
         m: &[f32],
         g: &Tiles,
         nb: usize,
@@ -1074,7 +1449,7 @@ mod tests {
             })
         };
         let one = on(1);
-        assert_eq!(one.len(), POINTS * c * o);
+        assert_eq!(one.len(), 36 * c * o);
         // Point (0, 0) is g[0][0] itself (G's first row is [1/4, 0, 0]
         // both ways: a sixteenth of it).
         for oc in 0..o {
@@ -1122,12 +1497,13 @@ mod tests {
                 col_stride: 1,
             };
             let rows = WinogradWeights::new(&wt, wv, c).expect("weights that fit");
-            let panels = WinogradWeights::kept(&wt, wv, c).expect("weights that fit");
+            let kept = |t| WinogradWeights::kept(&wt, wv, c, t).expect("weights that fit");
+            let (panels, panels2) = (kept(WinogradTile::F4x4), kept(WinogradTile::F2x2));
             let p = oh * ow;
             // One call per block of 16 outputs and one for all of them,
-            // with the weights in rows (`gemm`) and in panels.
+            // with the weights in rows (`gemm`) and in panels of each tile.
             let calls = [(1, 16), (2, 16), (1, o), (2, o), (3, o)];
-            for (u, (threads, block)) in [&rows, &panels]
+            for (u, (threads, block)) in [&rows, &panels, &panels2]
                 .into_iter()
                 .flat_map(|u| calls.map(|call| (u, call)))
             {
@@ -1168,13 +1544,18 @@ mod tests {
     #[test]
     fn images_together_match_the_definition() {
         let value = |i: usize, s: usize| ((i * 41 + s * 13) % 23) as f32 / 11.0 - 1.0;
+        let (f4, f2) = (Some(WinogradTile::F4x4), Some(WinogradTile::F2x2));
         let cases = [
-            (4, 16, 32, 14, 14, false),
-            (3, 32, 16, 15, 17, false),
-            (4, 16, 32, 14, 14, true),
-            (1, 32, 48, 7, 7, true),
-            (2, 16, 16, 5, 6, true),
-            (1, 16, 32, 3, 3, true),
+            (4, 16, 32, 14, 14, None),
+            (3, 32, 16, 15, 17, None),
+            (4, 16, 32, 14, 14, f4),
+            (1, 32, 48, 7, 7, f4),
+            (2, 16, 16, 5, 6, f4),
+            (1, 16, 32, 3, 3, f4),
+            (1, 32, 48, 7, 7, f2),
+            (2, 16, 16, 5, 6, f2),
+            (1, 16, 32, 3, 3, f2),
+            (3, 16, 32, 4, 4, f2),
         ];
         for (images, c, o, h, w, kept) in cases {
             let ic = Im2Col {
@@ -1186,7 +1567,7 @@ mod tests {
             assert!(!winograd_fits(&ic, o), "too few tiles for one image");
             assert!(winograd_fits_kept(&ic, o));
             let enough = winograd_fits_images(&ic, o, images);
-            assert!(enough || kept);
+            assert!(enough || kept.is_some());
             assert!(!winograd_fits_images(&ic, o, 2));
             let image = c * h * w;
             let imgs: Vec<f32> = (0..images * image).map(|i| value(i, 1)).collect();
@@ -1199,8 +1580,8 @@ mod tests {
                 col_stride: 1,
             };
             let u = match kept {
-                true => WinogradWeights::kept(&wt, wv, c),
-                false => WinogradWeights::new(&wt, wv, c),
+                Some(tile) => WinogradWeights::kept(&wt, wv, c, tile),
+                None => WinogradWeights::new(&wt, wv, c),
             };
             let u = u.expect("weights that fit");
             let p = h * w;
@@ -1231,7 +1612,7 @@ mod tests {
             assert!(conv_f32_winograd_images(short, &ic, &u, &mut out, 1).is_err());
             let mut long = vec![0.0; images * o * p + 1];
             assert!(conv_f32_winograd_images(&imgs, &ic, &u, &mut long, 1).is_err());
-            if !kept {
+            if kept.is_none() {
                 let two = &imgs[..2 * image];
                 let out = &mut out[..2 * o * p];
                 assert!(conv_f32_winograd_images(two, &ic, &u, out, 1).is_err());
@@ -1245,30 +1626,41 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_vector_transforms_match_the_lane_array_ones() {
+        for tile in [WinogradTile::F4x4, WinogradTile::F2x2] {
+            vector_transforms_match(tile);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn vector_transforms_match(tile: WinogradTile) {
         let (c, h, w, nb): (usize, usize, usize, usize) = (32, 13, 11, 32);
-        let (th, tw) = ((h + 2 - 2).div_ceil(M), (w + 2 - 2).div_ceil(M));
+        let r = tile.outputs();
+        let (th, tw) = ((h + 2 - 2).div_ceil(r), (w + 2 - 2).div_ceil(r));
         let g = Tiles {
+            tile,
             c,
             h,
             w,
             pt: 1,
             pl: 1,
-            wp: M * tw + 2,
+            wp: r * tw + 2,
             tw,
             per: th * tw,
             tiles: th * tw,
-            xt_image: (M * th + 2) * (M * tw + 2) * c,
+            xt_image: (r * th + 2) * (r * tw + 2) * c,
         };
         let value = |i: usize| ((i * 53 + 7) % 31) as f32 / 15.0 - 1.0;
         let img: Vec<f32> = (0..c * h * w).map(value).collect();
-        let xt_len = (M * th + 2) * g.wp * c;
+        let xt_len = (r * th + 2) * g.wp * c;
         let mut a = vec![f32::NAN; xt_len];
         channels_last(&img, &g, 0, &mut a);
-        let v_len = POINTS * g.tiles * c;
+        let v_len = tile.points() * g.tiles * c;
         let mut va = vec![0.0; v_len];
         let mut slabs: Vec<&mut [f32]> = va.chunks_mut(g.tiles * c).collect();
         input_transform(&a, &g, 0..g.tiles, &mut slabs);
-        let m: Vec<f32> = (0..POINTS * g.tiles * nb).map(|i| value(i + 3)).collect();
+        let m: Vec<f32> = (0..tile.points() * g.tiles * nb)
+            .map(|i| value(i + 3))
+            .collect();
         let (oh, ow) = (h, w);
         let ov = GemmView {
             offset: 2,
@@ -1290,7 +1682,7 @@ mod tests {
             let (top, rest) = b.split_at_mut(5 * g.wp * c);
             x86::channels_last(isa, &img, &g, 0, top);
             x86::channels_last(isa, &img, &g, 5, rest);
-            assert_eq!(a, b, "{isa:?}");
+            assert_eq!(a, b, "{isa:?} {tile:?}");
             // The transform of tiles 3.. only: the first three stay 0.
             let mut vb = vec![0.0; v_len];
             let mut slabs: Vec<&mut [f32]> = vb
@@ -1305,7 +1697,7 @@ mod tests {
                 }
                 assert!(
                     (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
-                    "{isa:?}: {x} vs {y}"
+                    "{isa:?} {tile:?}: {x} vs {y}"
                 );
             }
             // The output transform in two calls, a block of outputs each.
@@ -1318,7 +1710,7 @@ mod tests {
             for (x, y) in oa.iter().zip(&ob) {
                 assert!(
                     x.is_nan() && y.is_nan() || (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
-                    "{isa:?}: {x} vs {y}"
+                    "{isa:?} {tile:?}: {x} vs {y}"
                 );
             }
             // Panel products of 1 to 13 tiles (blocks of six and every
@@ -1334,6 +1726,24 @@ mod tests {
                 assert_eq!(want, got, "{isa:?}, {tiles} tiles");
             }
         }
+    }
+
+    /// F(2x2) where F(4x4)'s weights would stream from memory for few
+    /// tiles: ResNet's 7x7 layer at batch 1, not at batch 8, nor for
+    /// weights that stay in cache or images of many tiles.
+    #[test]
+    fn the_tile_is_chosen_by_the_weights_read() {
+        let ic = |c, h| Im2Col {
+            c,
+            h,
+            w: h,
+            window: Window::square(3, 3, 1, 1),
+        };
+        assert_eq!(winograd_tile(&ic(512, 7), 512, 1), WinogradTile::F2x2);
+        assert_eq!(winograd_tile(&ic(512, 7), 512, 8), WinogradTile::F4x4);
+        assert_eq!(winograd_tile(&ic(64, 7), 64, 1), WinogradTile::F4x4);
+        assert_eq!(winograd_tile(&ic(64, 56), 64, 1), WinogradTile::F4x4);
+        assert_eq!(winograd_tile(&ic(256, 56), 256, 1), WinogradTile::F4x4);
     }
 
     #[test]
