@@ -1112,6 +1112,71 @@ fn kept_winograd_weights_serve_later_calls_and_go_with_their_storage() {
     }
 }
 
+#[jit]
+fn conv_bias_relu(x: &Tensor, w: &Tensor, b: &Tensor, s: usize, p: usize) -> Tensor {
+    let o = Conv2d {
+        stride: (s, s),
+        padding: (p, p),
+        ..Conv2d::default()
+    };
+    x.conv2d_with(w, Some(b), o).relu()
+}
+
+/// Convolutions of more outputs than pixels outside Winograd (ResNet's
+/// late stride-2 and 1x1 layers) read their windows in place against
+/// weights kept packed in the weight cache from the second call on:
+/// against the f64 definition in every mode, one image at a time and two
+/// (the tiled path, the bias and ReLU run on each image's block), on one
+/// and two threads. New weights after the old are dropped give their own
+/// result.
+#[test]
+fn kept_conv_panels_serve_later_calls_and_go_with_their_storage() {
+    let cache = tilejit::weight_cache();
+    for (i, (xs, ws, s, p)) in [
+        ([1, 24, 7, 7], [48, 24, 3, 3], 2, 1),
+        ([2, 16, 6, 5], [40, 16, 1, 1], 2, 0),
+        ([2, 8, 5, 5], [33, 8, 3, 3], 1, 1),
+        ([2, 3, 9, 9], [32, 3, 5, 5], 2, 2),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = Tensor::randn(&xs, 560 + i as u64);
+        let scale = 1.0 / ((ws[1] * ws[2] * ws[3]) as f64).sqrt();
+        let w = Tensor::randn(&ws, 570 + i as u64) * scale;
+        let b = Tensor::randn(&[ws[0]], 580 + i as u64);
+        let o = Conv2d {
+            stride: (s, s),
+            padding: (p, p),
+            ..Conv2d::default()
+        };
+        let relu = |v: Vec<f64>| v.into_iter().map(|x| x.max(0.0)).collect::<Vec<_>>();
+        let want = relu(conv_def(&x, &w, Some(&b), o));
+        for threads in [1, 2] {
+            on_threads(threads, || {
+                check_modes(&format!("{xs:?} {ws:?}"), &want, 5e-5, || {
+                    conv_bias_relu(&x, &w, &b, s, p).expect("conv")
+                });
+            });
+        }
+        let before = cache.stats();
+        let y = conv_bias_relu(&x, &w, &b, s, p).expect("conv");
+        assert_close(&f32s(&y), &want, 5e-5);
+        assert!(
+            cache.stats().hits > before.hits,
+            "case {i}: {:?}",
+            cache.stats()
+        );
+        let freed = cache.stats().freed;
+        drop(w);
+        let w2 = Tensor::randn(&ws, 590 + i as u64) * scale;
+        let want2 = relu(conv_def(&x, &w2, Some(&b), o));
+        let y = conv_bias_relu(&x, &w2, &b, s, p).expect("conv");
+        assert_close(&f32s(&y), &want2, 5e-5);
+        assert!(cache.stats().freed > freed, "{:?}", cache.stats());
+    }
+}
+
 /// Convolutions from several user threads at once, and from inside a
 /// rayon pool whose workers each run one (the host's direct kernel packs
 /// into per-thread scratch, and a worker that waits inside a parallel

@@ -15,6 +15,7 @@ use tilejit_ir::kernel::MatView;
 
 pub use conv::conv_f32_nchw;
 pub use panels::{matmul_f32_panels, PackedPanels};
+pub use windows::conv_f32_panels;
 pub use winograd::{
     conv_f32_winograd, conv_f32_winograd_images, winograd_fits, winograd_fits_images,
     winograd_fits_kept, winograd_tile, WinogradTile, WinogradWeights,
@@ -32,6 +33,7 @@ mod lanes;
 mod lanes16;
 mod panels;
 pub mod sys;
+mod windows;
 mod winograd;
 
 use super::layout::{ArgLayout, CheckedArgs};

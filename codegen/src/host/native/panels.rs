@@ -5,12 +5,12 @@
 //! registers). `gemm` packs both operands on every call; with the weights
 //! packed once (a cache keyed by their storage keeps them) only `A` is
 //! packed per call, in blocks of six rows (`[k, 6]`), through any strides
-//! (a linear layer's tokens are rows of unit stride). The output
-//! is written through lines of unit stride, its rows or its columns.
-//! Panels are taken in groups that fit the L2 cache, each group against
-//! every block of rows; threads split the panels when the weights
-//! outweigh `A`, else the rows. Convolutions outside Winograd keep `gemm`:
-//! for their window rows (columns of `A`) this kernel measured slower.
+//! (a linear layer's tokens are rows of unit stride), or gathered from a
+//! convolution's image through offsets ([`Lhs::Windows`], `windows.rs`).
+//! The output is written through lines of unit stride, its rows or its
+//! columns. Panels are taken in groups that fit the L2 cache, each group
+//! against every block of rows; threads split the panels when the weights
+//! outweigh `A`, else the rows.
 
 use super::GemmView;
 use crate::CodegenError;
@@ -110,6 +110,58 @@ impl Out<'_> {
 /// A task: its rows, its columns and its lines of the output.
 type Piece<'o> = (Range<usize>, Range<usize>, Vec<&'o mut [f32]>);
 
+/// The left operand of a product with packed weights: a matrix, or a
+/// convolution's window rows read in place from its image (an implicit
+/// im2col, which is never built).
+#[derive(Clone, Copy, Debug)]
+pub enum Lhs<'a> {
+    /// The matrix `.1` (any strides) over `.0`.
+    Matrix(&'a [f32], GemmView),
+    /// Element `(i, q)` is `x[rows[i] + cols[q]]`: an output pixel's
+    /// offset in the (padded) image plus a window tap's.
+    Windows {
+        /// The image.
+        x: &'a [f32],
+        /// Per row (output pixel): its window's first element.
+        rows: &'a [usize],
+        /// Per column (tap): its offset from a window's first element.
+        cols: &'a [usize],
+    },
+}
+
+impl Lhs<'_> {
+    /// Rows and columns.
+    fn shape(&self) -> (usize, usize) {
+        match self {
+            Lhs::Matrix(_, v) => (v.rows, v.cols),
+            Lhs::Windows { rows, cols, .. } => (rows.len(), cols.len()),
+        }
+    }
+
+    /// Whether every element is inside its slice.
+    fn fits(&self) -> bool {
+        match self {
+            Lhs::Matrix(a, v) => v.end().is_some_and(|e| e <= a.len()),
+            Lhs::Windows { x, rows, cols } => {
+                let (r, c) = (rows.iter().max(), cols.iter().max());
+                match (r, c) {
+                    (Some(r), Some(c)) => r.checked_add(*c).is_some_and(|e| e < x.len()),
+                    _ => true,
+                }
+            }
+        }
+    }
+
+    /// Element `(i, q)`.
+    #[inline(always)]
+    fn at(&self, i: usize, q: usize) -> f32 {
+        match self {
+            Lhs::Matrix(a, v) => a[v.offset + i * v.row_stride + q * v.col_stride],
+            Lhs::Windows { x, rows, cols } => x[rows[i] + cols[q]],
+        }
+    }
+}
+
 /// `out = a @ b` for `a` (`av`: `m` rows by `k` columns, any strides) and
 /// packed `b`, into
 /// `out` through `ov` (`m` by `n`, rows or columns of unit stride, which
@@ -119,23 +171,36 @@ type Piece<'o> = (Range<usize>, Range<usize>, Vec<&'o mut [f32]>);
 pub fn matmul_f32_panels(
     (a, av): (&[f32], GemmView),
     b: &PackedPanels,
+    out: (&mut [f32], GemmView),
+    threads: usize,
+) -> Result<(), CodegenError> {
+    matmul_f32_panels_from(Lhs::Matrix(a, av), b, out, threads)
+}
+
+/// [`matmul_f32_panels`] for a left operand of either kind ([`Lhs`]).
+pub fn matmul_f32_panels_from(
+    a: Lhs<'_>,
+    b: &PackedPanels,
     (out, ov): (&mut [f32], GemmView),
     threads: usize,
 ) -> Result<(), CodegenError> {
-    let (m, k, n) = (av.rows, b.k, b.n);
+    let ((m, ak), k, n) = (a.shape(), b.k, b.n);
     let fits = |v: &GemmView, len: usize| v.end().is_some_and(|e| e <= len);
     let by_row = ov.col_stride == 1 && (m < 2 || ov.row_stride >= n);
     let by_col = ov.row_stride == 1 && (n < 2 || ov.col_stride >= m);
-    if av.cols != k
+    if ak != k
         || ov.rows != m
         || ov.cols != n
-        || !fits(&av, a.len())
+        || !a.fits()
         || !fits(&ov, out.len())
         || !(by_row || by_col)
     {
+        let a = match a {
+            Lhs::Matrix(x, av) => format!("{av:?} ({} elements)", x.len()),
+            Lhs::Windows { x, .. } => format!("[{m}, {ak}] windows of {} elements", x.len()),
+        };
         return Err(bad(format!(
-            "{av:?} ({} elements) @ packed [{k}, {n}] -> {ov:?} ({} elements) do not fit",
-            a.len(),
+            "{a} @ packed [{k}, {n}] -> {ov:?} ({} elements) do not fit",
             out.len()
         )));
     }
@@ -215,7 +280,7 @@ pub fn matmul_f32_panels(
             col0: cols.start,
         };
         let ps = cols.start / L..cols.end.div_ceil(L);
-        products_v(a, av, &b.v, k, n, rows, ps, &mut out);
+        products_v(a, &b.v, k, n, rows, ps, &mut out);
     };
     match tasks.len() {
         1 => tasks.into_iter().for_each(one),
@@ -237,8 +302,7 @@ thread_local! {
 /// pointers and their bounds checks cost registers the sums need).
 #[allow(clippy::too_many_arguments)]
 fn products_v(
-    a: &[f32],
-    av: GemmView,
+    a: Lhs<'_>,
     b: &[f32],
     k: usize,
     n: usize,
@@ -276,6 +340,20 @@ fn products_v(
                 for (bi, block) in blocks_of.enumerate() {
                     let i0 = part.start + bi * MR;
                     let r = (part.end - i0).min(MR);
+                    let (a, av) = match a {
+                        Lhs::Matrix(a, av) => (a, av),
+                        Lhs::Windows { x, rows, cols } => {
+                            // Each tap's values for the block's pixels.
+                            let rows = &rows[i0..i0 + r];
+                            for (dst, &c) in block.chunks_exact_mut(MR).zip(cols) {
+                                for (d, &at) in dst.iter_mut().zip(rows) {
+                                    *d = x[at + c];
+                                }
+                                dst[r..].fill(0.0);
+                            }
+                            continue;
+                        }
+                    };
                     let first = av.offset + i0 * av.row_stride;
                     if av.row_stride == 1 {
                         for (q, dst) in block.chunks_exact_mut(MR).enumerate() {
@@ -304,15 +382,14 @@ fn products_v(
             }
         });
     }
-    products(a, av, b, k, n, rows, panels, out)
+    products(a, b, k, n, rows, panels, out)
 }
 
 /// [`products_v`] over lane arrays, one row at a time, summing in the
 /// same order with the same fused multiply-adds.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn products(
-    a: &[f32],
-    av: GemmView,
+    a: Lhs<'_>,
     b: &[f32],
     k: usize,
     n: usize,
@@ -325,7 +402,7 @@ pub(super) fn products(
         for i in rows.clone() {
             let mut acc = [0.0f32; L];
             for (q, bq) in panel.chunks_exact(L).enumerate() {
-                let x = a[av.offset + i * av.row_stride + q * av.col_stride];
+                let x = a.at(i, q);
                 for (acc, b) in acc.iter_mut().zip(bq) {
                     *acc = x.mul_add(*b, *acc);
                 }
@@ -534,7 +611,15 @@ mod tests {
                         first: 0,
                         col0: 0,
                     };
-                    products(&a, av, &b.v, k, n, 0..m, 0..n.div_ceil(L), &mut o);
+                    products(
+                        Lhs::Matrix(&a, av),
+                        &b.v,
+                        k,
+                        n,
+                        0..m,
+                        0..n.div_ceil(L),
+                        &mut o,
+                    );
                     assert!(
                         f.iter()
                             .zip(&lanes)
@@ -585,5 +670,17 @@ mod tests {
             ..ov
         };
         assert!(matmul_f32_panels((&a, av), &b, (&mut out, overlapping), 1).is_err());
+        // Windows: element (i, q) is x[rows[i] + cols[q]]; one past the
+        // end is an error, not a read.
+        let x = [1.0, 2.0, 3.0, 4.0, 5.0];
+        let windows = |rows, cols| Lhs::Windows { x: &x, rows, cols };
+        let f = matmul_f32_panels_from(windows(&[0, 2], &[0, 1, 2]), &b, (&mut out, ov), 1);
+        assert!(f.is_ok());
+        assert_eq!(&out[..4], &[6.0; 4]);
+        assert_eq!(&out[4..], &[12.0; 4]);
+        let past = windows(&[0, 3], &[0, 1, 2]);
+        assert!(matmul_f32_panels_from(past, &b, (&mut out, ov), 1).is_err());
+        let narrow = windows(&[0, 2], &[0, 1]);
+        assert!(matmul_f32_panels_from(narrow, &b, (&mut out, ov), 1).is_err());
     }
 }
