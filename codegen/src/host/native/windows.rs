@@ -123,12 +123,13 @@ fn bad(message: String) -> CodegenError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use tilejit_ir::graph::Window;
 
-    /// The definition, summed in f64: `[o, oh * ow]` from OIHW weights.
-    fn direct(img: &[f32], w: &[f32], ic: &Im2Col, o: usize) -> Vec<f64> {
+    /// The definition, summed in f64: `[o, oh * ow]` from OIHW weights
+    /// (one group).
+    pub(in super::super) fn direct(img: &[f32], w: &[f32], ic: &Im2Col, o: usize) -> Vec<f64> {
         let (oh, ow) = ic.window.out(ic.h, ic.w).expect("a window that fits");
         let k = ic.c * ic.window.size();
         let mut out = vec![0.0; o * oh * ow];

@@ -1400,28 +1400,12 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::windows::tests::direct;
     use super::*;
     use tilejit_ir::graph::Window;
 
-    /// The definition, summed in f64: `[o, oh * ow]`.
-    fn direct(img: &[f32], w: &[f32], ic: &Im2Col, o: usize) -> Vec<f64> {
-        let (oh, ow) = ic.window.out(ic.h, ic.w).expect("a window that fits");
-        let k = ic.c * 9;
-        let mut out = vec![0.0; o * oh * ow];
-        for oc in 0..o {
-            for p in 0..oh * ow {
-                out[oc * oh * ow + p] = (0..k)
-                    .filter_map(|q| ic.element(p, q, 0).map(|e| (q, e)))
-                    .map(|(q, e)| img[e] as f64 * w[oc * k + q] as f64)
-                    .sum();
-            }
-        }
-        out
-    }
-
-    /// Images of whole and partial tiles, with and without padding (on
-    /// either side), against the definition; the outputs in two blocks
-    /// of a wider row stride, on one thread and two.
+    /// The weights' transform split over threads gives what one thread
+    /// does.
     #[test]
     fn weights_transformed_on_many_threads_match_one_thread() {
         // 5 channels over 2, 3, 5 and 8 threads: parts of 3, 2, 1 and 1
@@ -1466,6 +1450,10 @@ mod tests {
         }
     }
 
+    /// Images of whole and partial tiles, with and without padding (on
+    /// either side), against the definition: the outputs in blocks of a
+    /// wider row stride, on one to three threads, the weights in rows
+    /// and in panels of either tile.
     #[test]
     fn every_tiling_matches_the_definition() {
         let value = |i: usize, s: usize| ((i * 37 + s * 11) % 29) as f32 / 14.0 - 1.0;
