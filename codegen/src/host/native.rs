@@ -674,6 +674,17 @@ pub struct GemmView {
 }
 
 impl GemmView {
+    /// The same elements as the transposed matrix (`cols x rows`).
+    pub fn transposed(self) -> GemmView {
+        GemmView {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
+    }
+
     /// The last element's index plus one (0 when empty), or `None` on
     /// overflow.
     fn end(&self) -> Option<usize> {

@@ -176,14 +176,7 @@ fn conv_panels(
     if !mm.nchw || ic.window.groups != 1 || bound == 0 || mm.m == 0 || mm.n < mm.m || taps < 2 {
         return Ok(None);
     }
-    let wv = weights_view(mm, 0, mm.n);
-    let bv = GemmView {
-        offset: wv.offset,
-        rows: wv.cols,
-        cols: wv.rows,
-        row_stride: wv.col_stride,
-        col_stride: wv.row_stride,
-    };
+    let bv = weights_view(mm, 0, mm.n).transposed();
     crate::weight_cache().panels(array, bv, bound)
 }
 
@@ -270,14 +263,7 @@ fn conv_image(
         // The column matrix `[k, p]` read transposed: the left operand
         // `[p, k]` of the NHWC product.
         with_cols(img, mm, ic, gi, threads, |cols, bv| {
-            let av = GemmView {
-                offset: bv.offset,
-                rows: p,
-                cols: k,
-                row_stride: bv.col_stride,
-                col_stride: bv.row_stride,
-            };
-            gemm(cols, av, out, gi)
+            gemm(cols, bv.transposed(), out, gi)
         })?;
     }
     Ok(())

@@ -59,13 +59,7 @@ pub fn conv_f32_panels(
         )));
     }
     // The output as `[pixels, outputs]` through its columns.
-    let ot = GemmView {
-        offset: ov.offset,
-        rows: ov.cols,
-        cols: ov.rows,
-        row_stride: 1,
-        col_stride: ov.row_stride,
-    };
+    let ot = ov.transposed();
     let (sh, sw) = (win.stride.0 as usize, win.stride.1 as usize);
     let (dh, dw) = (win.dilation.0 as usize, win.dilation.1 as usize);
     let rows: Vec<usize> = (0..oh * ow)

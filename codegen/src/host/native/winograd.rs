@@ -5,16 +5,19 @@
 //! outputs`: 36 multiply-adds per 16 outputs and channel pair, against
 //! 144 for the direct product. The image is first copied channels-last
 //! with its zero padding, so every transform works on 16 channels (or 16
-//! outputs) at a time in vector lanes; the weights' transform is made
-//! once per call ([`WinogradWeights`]) and shared by the call's images.
-//! Only whole blocks of 16 channels and outputs take this path, and only
-//! GEMMs of enough tiles that they are not all packing: an image's (see
-//! [`winograd_fits`]), or a batch of smaller images' together
-//! ([`winograd_fits_images`]). The transforms are written in AVX-512 or AVX2
+//! outputs) at a time in vector lanes. The weights' transform
+//! ([`WinogradWeights`]) is shared by a call's images: made per call, its
+//! GEMMs are `gemm`'s, which packs it again, so only GEMMs of enough tiles
+//! take the path, an image's ([`winograd_fits`]) or a batch of smaller
+//! images' together ([`winograd_fits_images`]); made once and kept (a
+//! cache keyed by the weights' storage), it is laid out in panels that a
+//! register-tiled kernel reads in place, and any number of tiles fits
+//! ([`winograd_fits_kept`]). Only whole blocks of 16 channels and outputs
+//! take this path. The transforms are written in AVX-512 or AVX2
 //! intrinsics (16 lanes in one register or two) and, for other CPUs, as
-//! plain bounds-checked Rust over fixed-size lane arrays; the GEMMs are
-//! `gemm`'s. With fewer images than threads, each phase of an image
-//! splits over the threads. Rounding: the transforms' constants (1/6, 1/24,
+//! plain bounds-checked Rust over fixed-size lane arrays. With fewer
+//! images than threads, each phase of an image splits over the threads.
+//! Rounding: the transforms' constants (1/6, 1/24,
 //! sums of up to 36 terms) leave errors of a few 1e-6 of the output's
 //! scale, about ten times the direct product's.
 //!
@@ -88,7 +91,7 @@ thread_local! {
     static CHANNELS_LAST: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// The transformed input: `[point, tile, c]`, the images' tiles in turn.
     static INPUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// The 36 products: `[point, tile, outputs]`.
+    /// The products, one per point: `[point, tile, outputs]`.
     static PRODUCTS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -109,8 +112,8 @@ pub fn winograd_fits_images(ic: &Im2Col, o: usize, images: usize) -> bool {
 }
 
 /// Whether a convolution of geometry `ic` into `o` output channels runs
-/// as Winograd F(4x4, 3x3) with [`WinogradWeights::kept`]: the window and
-/// channels of [`winograd_fits`], any number of tiles.
+/// as Winograd with [`WinogradWeights::kept`] (either tile): the window
+/// and channels of [`winograd_fits`], any number of tiles.
 pub fn winograd_fits_kept(ic: &Im2Col, o: usize) -> bool {
     tiles_per_image(ic, o).is_some_and(|t| t > 0)
 }
@@ -656,30 +659,68 @@ struct F2;
 impl Axis<T6, M> for F4 {
     #[inline(always)]
     fn bt(d: &[Lanes; T6]) -> [Lanes; T6] {
-        bt(d)
+        let [d0, d1, d2, d3, d4, d5] = d;
+        [
+            lanes(|l| 4.0 * d0[l] - 5.0 * d2[l] + d4[l]),
+            lanes(|l| -4.0 * (d1[l] + d2[l]) + d3[l] + d4[l]),
+            lanes(|l| 4.0 * (d1[l] - d2[l]) - d3[l] + d4[l]),
+            lanes(|l| 2.0 * (d3[l] - d1[l]) - d2[l] + d4[l]),
+            lanes(|l| 2.0 * (d1[l] - d3[l]) - d2[l] + d4[l]),
+            lanes(|l| 4.0 * d1[l] - 5.0 * d3[l] + d5[l]),
+        ]
     }
     #[inline(always)]
     fn at(m: &[Lanes; T6]) -> [Lanes; M] {
-        at(m)
+        let [m0, m1, m2, m3, m4, m5] = m;
+        [
+            lanes(|l| m0[l] + m1[l] + m2[l] + m3[l] + m4[l]),
+            lanes(|l| m1[l] - m2[l] + 2.0 * (m3[l] - m4[l])),
+            lanes(|l| m1[l] + m2[l] + 4.0 * (m3[l] + m4[l])),
+            lanes(|l| m1[l] - m2[l] + 8.0 * (m3[l] - m4[l]) + m5[l]),
+        ]
     }
     #[inline(always)]
     fn gt(g: &[Lanes; 3]) -> [Lanes; T6] {
-        gt(g)
+        let [g0, g1, g2] = g;
+        [
+            lanes(|l| g0[l] / 4.0),
+            lanes(|l| -(g0[l] + g1[l] + g2[l]) / 6.0),
+            lanes(|l| -(g0[l] - g1[l] + g2[l]) / 6.0),
+            lanes(|l| g0[l] / 24.0 + g1[l] / 12.0 + g2[l] / 6.0),
+            lanes(|l| g0[l] / 24.0 - g1[l] / 12.0 + g2[l] / 6.0),
+            *g2,
+        ]
     }
 }
 
 impl Axis<4, 2> for F2 {
     #[inline(always)]
     fn bt(d: &[Lanes; 4]) -> [Lanes; 4] {
-        bt2(d)
+        let [d0, d1, d2, d3] = d;
+        [
+            lanes(|l| d0[l] - d2[l]),
+            lanes(|l| d1[l] + d2[l]),
+            lanes(|l| d2[l] - d1[l]),
+            lanes(|l| d1[l] - d3[l]),
+        ]
     }
     #[inline(always)]
     fn at(m: &[Lanes; 4]) -> [Lanes; 2] {
-        at2(m)
+        let [m0, m1, m2, m3] = m;
+        [
+            lanes(|l| m0[l] + m1[l] + m2[l]),
+            lanes(|l| m1[l] - m2[l] - m3[l]),
+        ]
     }
     #[inline(always)]
     fn gt(g: &[Lanes; 3]) -> [Lanes; 4] {
-        gt2(g)
+        let [g0, g1, g2] = g;
+        [
+            *g0,
+            lanes(|l| (g0[l] + g1[l] + g2[l]) * 0.5),
+            lanes(|l| (g0[l] - g1[l] + g2[l]) * 0.5),
+            *g2,
+        ]
     }
 }
 
@@ -727,80 +768,6 @@ type Lanes = [f32; L];
 #[inline(always)]
 fn lanes(f: impl Fn(usize) -> f32) -> Lanes {
     std::array::from_fn(f)
-}
-
-/// `B^T d` for six lane arrays: the input transform along one axis.
-#[inline(always)]
-fn bt(d: &[Lanes; T6]) -> [Lanes; T6] {
-    let [d0, d1, d2, d3, d4, d5] = d;
-    [
-        lanes(|l| 4.0 * d0[l] - 5.0 * d2[l] + d4[l]),
-        lanes(|l| -4.0 * (d1[l] + d2[l]) + d3[l] + d4[l]),
-        lanes(|l| 4.0 * (d1[l] - d2[l]) - d3[l] + d4[l]),
-        lanes(|l| 2.0 * (d3[l] - d1[l]) - d2[l] + d4[l]),
-        lanes(|l| 2.0 * (d1[l] - d3[l]) - d2[l] + d4[l]),
-        lanes(|l| 4.0 * d1[l] - 5.0 * d3[l] + d5[l]),
-    ]
-}
-
-/// `A^T m` for six lane arrays: the output transform along one axis.
-#[inline(always)]
-fn at(m: &[Lanes; T6]) -> [Lanes; M] {
-    let [m0, m1, m2, m3, m4, m5] = m;
-    [
-        lanes(|l| m0[l] + m1[l] + m2[l] + m3[l] + m4[l]),
-        lanes(|l| m1[l] - m2[l] + 2.0 * (m3[l] - m4[l])),
-        lanes(|l| m1[l] + m2[l] + 4.0 * (m3[l] + m4[l])),
-        lanes(|l| m1[l] - m2[l] + 8.0 * (m3[l] - m4[l]) + m5[l]),
-    ]
-}
-
-/// `B^T d` of F(2x2, 3x3) for four lane arrays.
-#[inline(always)]
-fn bt2(d: &[Lanes; 4]) -> [Lanes; 4] {
-    let [d0, d1, d2, d3] = d;
-    [
-        lanes(|l| d0[l] - d2[l]),
-        lanes(|l| d1[l] + d2[l]),
-        lanes(|l| d2[l] - d1[l]),
-        lanes(|l| d1[l] - d3[l]),
-    ]
-}
-
-/// `A^T m` of F(2x2, 3x3) for four lane arrays.
-#[inline(always)]
-fn at2(m: &[Lanes; 4]) -> [Lanes; 2] {
-    let [m0, m1, m2, m3] = m;
-    [
-        lanes(|l| m0[l] + m1[l] + m2[l]),
-        lanes(|l| m1[l] - m2[l] - m3[l]),
-    ]
-}
-
-/// `G g` of F(2x2, 3x3) for three lane arrays.
-#[inline(always)]
-fn gt2(g: &[Lanes; 3]) -> [Lanes; 4] {
-    let [g0, g1, g2] = g;
-    [
-        *g0,
-        lanes(|l| (g0[l] + g1[l] + g2[l]) * 0.5),
-        lanes(|l| (g0[l] - g1[l] + g2[l]) * 0.5),
-        *g2,
-    ]
-}
-
-/// `G g` for three lane arrays: the weight transform along one axis.
-#[inline(always)]
-fn gt(g: &[Lanes; 3]) -> [Lanes; T6] {
-    let [g0, g1, g2] = g;
-    [
-        lanes(|l| g0[l] / 4.0),
-        lanes(|l| -(g0[l] + g1[l] + g2[l]) / 6.0),
-        lanes(|l| -(g0[l] - g1[l] + g2[l]) / 6.0),
-        lanes(|l| g0[l] / 24.0 + g1[l] / 12.0 + g2[l] / 6.0),
-        lanes(|l| g0[l] / 24.0 - g1[l] / 12.0 + g2[l] / 6.0),
-        *g2,
-    ]
 }
 
 /// `(G g G^T)[point]` for each output and channel of `part`, 16
@@ -1077,74 +1044,52 @@ mod x86 {
     /// A tile's transforms along one axis over [`Lanes16`] (see
     /// `super::Axis`).
     trait VAxis<const T: usize, const R: usize> {
+        /// `B^T d`.
         fn bt<V: Lanes16>(d: [V; T]) -> [V; T];
+        /// `A^T m`.
         fn at<V: Lanes16>(m: [V; T]) -> [V; R];
     }
 
     impl VAxis<T6, M> for F4 {
         #[inline(always)]
         fn bt<V: Lanes16>(d: [V; T6]) -> [V; T6] {
-            bt(d)
+            let [d0, d1, d2, d3, d4, d5] = d;
+            let k = V::splat;
+            [
+                k(4.0).fmadd(d0, k(-5.0).fmadd(d2, d4)),
+                k(-4.0).fmadd(d1.add(d2), d3.add(d4)),
+                k(4.0).fmadd(d1.sub(d2), d4.sub(d3)),
+                k(2.0).fmadd(d3.sub(d1), d4.sub(d2)),
+                k(2.0).fmadd(d1.sub(d3), d4.sub(d2)),
+                k(4.0).fmadd(d1, k(-5.0).fmadd(d3, d5)),
+            ]
         }
         #[inline(always)]
         fn at<V: Lanes16>(m: [V; T6]) -> [V; M] {
-            at(m)
+            let [m0, m1, m2, m3, m4, m5] = m;
+            let k = V::splat;
+            let (s12, d12) = (m1.add(m2), m1.sub(m2));
+            let (s34, d34) = (m3.add(m4), m3.sub(m4));
+            [
+                m0.add(s12).add(s34),
+                k(2.0).fmadd(d34, d12),
+                k(4.0).fmadd(s34, s12),
+                k(8.0).fmadd(d34, d12).add(m5),
+            ]
         }
     }
 
     impl VAxis<4, 2> for F2 {
         #[inline(always)]
         fn bt<V: Lanes16>(d: [V; 4]) -> [V; 4] {
-            bt2(d)
+            let [d0, d1, d2, d3] = d;
+            [d0.sub(d2), d1.add(d2), d2.sub(d1), d1.sub(d3)]
         }
         #[inline(always)]
         fn at<V: Lanes16>(m: [V; 4]) -> [V; 2] {
-            at2(m)
+            let [m0, m1, m2, m3] = m;
+            [m0.add(m1).add(m2), m1.sub(m2).sub(m3)]
         }
-    }
-
-    /// `B^T d` (see `super::bt`).
-    #[inline(always)]
-    fn bt<V: Lanes16>(d: [V; T6]) -> [V; T6] {
-        let [d0, d1, d2, d3, d4, d5] = d;
-        let k = V::splat;
-        [
-            k(4.0).fmadd(d0, k(-5.0).fmadd(d2, d4)),
-            k(-4.0).fmadd(d1.add(d2), d3.add(d4)),
-            k(4.0).fmadd(d1.sub(d2), d4.sub(d3)),
-            k(2.0).fmadd(d3.sub(d1), d4.sub(d2)),
-            k(2.0).fmadd(d1.sub(d3), d4.sub(d2)),
-            k(4.0).fmadd(d1, k(-5.0).fmadd(d3, d5)),
-        ]
-    }
-
-    /// `A^T m` (see `super::at`).
-    #[inline(always)]
-    fn at<V: Lanes16>(m: [V; T6]) -> [V; M] {
-        let [m0, m1, m2, m3, m4, m5] = m;
-        let k = V::splat;
-        let (s12, d12) = (m1.add(m2), m1.sub(m2));
-        let (s34, d34) = (m3.add(m4), m3.sub(m4));
-        [
-            m0.add(s12).add(s34),
-            k(2.0).fmadd(d34, d12),
-            k(4.0).fmadd(s34, s12),
-            k(8.0).fmadd(d34, d12).add(m5),
-        ]
-    }
-
-    /// `B^T d` of F(2x2, 3x3) (see `super::bt2`).
-    #[inline(always)]
-    fn bt2<V: Lanes16>(d: [V; 4]) -> [V; 4] {
-        let [d0, d1, d2, d3] = d;
-        [d0.sub(d2), d1.add(d2), d2.sub(d1), d1.sub(d3)]
-    }
-
-    /// `A^T m` of F(2x2, 3x3) (see `super::at2`).
-    #[inline(always)]
-    fn at2<V: Lanes16>(m: [V; 4]) -> [V; 2] {
-        let [m0, m1, m2, m3] = m;
-        [m0.add(m1).add(m2), m1.sub(m2).sub(m3)]
     }
 
     /// `super::channels_last`, 16 channels of a pixel gathered at once.
