@@ -11,8 +11,8 @@
 //! | `TILEJIT_PROFILE` | a directory | off | every Sim launch writes a Chrome trace (open in Perfetto) there |
 //! | `TILEJIT_SIM_POLICY` | `fifo`, `newest-first`, `fair` | `fifo` | the device scheduler's ready-queue policy for Sim launches |
 //! | `TILEJIT_WARMUP` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | the first tensor of a process has a rayon pool thread compile a small kernel, so the first real compile finds Cranelift warm |
-//! | `TILEJIT_WINOGRAD` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | host 3x3 convolutions at stride 1 over blocks of 16 channels and big enough images (or batches of smaller ones) run as Winograd F(4x4, 3x3): fewer multiplies, with rounding errors of a few 1e-6 of the output's scale instead of ~1e-7; off runs them as direct products |
-//! | `TILEJIT_WEIGHT_CACHE_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `1G` | bound of the weights kept prepared (least recently used go first): host 3x3 convolutions' Winograd-transformed weights and matmuls' right operands packed in panels, when they are a call's argument or a constant, made on a storage's second sighting and found on later ones, so every image size takes Winograd; `0` keeps none: Winograd weights are transformed per call, images of fewer than 49 tiles then run as direct products, and matmuls run on `gemm` |
+//! | `TILEJIT_WINOGRAD` | `0`/`off`/`false`/`no`, `1`/`on`/`true`/`yes` | on | host 3x3 convolutions at stride 1 over blocks of 16 channels run as Winograd F(4x4, 3x3): every image size when the weights are kept (F(2x2, 3x3) where F(4x4)'s weights would stream from memory for few tiles), else big enough images (or batches of smaller ones); fewer multiplies, with rounding errors of a few 1e-6 of the output's scale instead of ~1e-7; off runs them as direct products |
+//! | `TILEJIT_WEIGHT_CACHE_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `1G` | bound of the weights kept prepared (least recently used go first): host 3x3 convolutions' Winograd-transformed weights, and matmuls' right operands and late-layer convolutions' weights packed in panels, when they are a call's argument or a constant, made on a storage's second sighting and found on later ones, so every image size takes Winograd; `0` keeps none: Winograd weights are transformed per call, images of fewer than 49 tiles then run as direct products, and matmuls and other convolutions run on `gemm` |
 //! | `TILEJIT_CACHE_DIR` | a directory, or `off` | `$XDG_CACHE_HOME/tilejit`, else `~/.cache/tilejit` | where the on-disk kernel cache lives; `off` disables it (so does having neither `XDG_CACHE_HOME` nor `HOME`). It must be absolute, owned by you and not writable by group or others, else the cache is off and stderr says why |
 //! | `TILEJIT_CACHE_BYTES` | bytes, or with `K`, `M`, `G` (binary units) | `1G` | bound of the on-disk kernel cache (least recently used files go first); `0` disables it |
 
@@ -83,7 +83,7 @@ impl LogParts {
     }
 }
 
-/// The kept transformed weights' byte bound unless
+/// The kept prepared weights' byte bound unless
 /// `TILEJIT_WEIGHT_CACHE_BYTES` says otherwise.
 pub const DEFAULT_WEIGHT_CACHE_BYTES: usize = 1 << 30;
 
@@ -103,9 +103,9 @@ pub struct Config {
     /// `TILEJIT_WARMUP`: whether the first tensor starts a compiler warm-up.
     pub warmup: bool,
     /// `TILEJIT_WINOGRAD`: whether host 3x3 convolutions that fit run as
-    /// Winograd F(4x4, 3x3).
+    /// Winograd (F(4x4, 3x3), or F(2x2, 3x3) for some kept weights).
     pub winograd: bool,
-    /// `TILEJIT_WEIGHT_CACHE_BYTES`: the kept transformed weights' byte
+    /// `TILEJIT_WEIGHT_CACHE_BYTES`: the kept prepared weights' byte
     /// bound (0: none kept).
     pub weight_cache_bytes: usize,
     /// `TILEJIT_CACHE_DIR`, else `$XDG_CACHE_HOME/tilejit`, else

@@ -1,6 +1,7 @@
 //! Weights prepared once and kept, keyed by the storage they came from:
 //! a host 3x3 convolution's weights Winograd-transformed, a matmul's
-//! right operand packed in panels, found here by every later call with
+//! right operand or a late-layer convolution's weights packed in panels,
+//! found here by every later call with
 //! the same argument or constant (as onnxruntime prepacks a session's
 //! initializers once). Weights are kept from their second sighting on:
 //! the first call with a storage only notes it, so an operand seen once
@@ -27,7 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tilejit_codegen::host::{GemmView, PackedPanels, WinogradTile, WinogradWeights};
 use tilejit_ir::{Array, StorageRef};
 
-/// The kept transformed weights (see the module docs); safe to use from
+/// The kept prepared weights (see the module docs); safe to use from
 /// any thread.
 pub struct WeightCache {
     inner: Mutex<Inner>,
@@ -136,9 +137,9 @@ impl WeightCache {
     }
 
     /// The Winograd weights of `w`'s elements read through `wv` for `c`
-    /// input channels and `tile`, in panels ([`WinogradWeights::kept`]): found, or
-    /// transformed (outside the lock) and kept within `bound` bytes. None
-    /// on the storage's first sighting, and when `bound` is 0.
+    /// input channels and `tile`, in panels ([`WinogradWeights::kept`]):
+    /// found, or transformed (outside the lock) and kept within `bound`
+    /// bytes. None on the storage's first sighting, and when `bound` is 0.
     pub(crate) fn winograd(
         &self,
         w: &Array,

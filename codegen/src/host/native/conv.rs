@@ -287,7 +287,9 @@ fn conv_with(
     let par = threads > 1 && strips.len() > 1;
     with_scratch(&PADDED, padded_len, |padded| {
         if direct {
-            pad_image(img, &g, hp, wp, padded);
+            let channels = g.k / (g.kh * g.kw);
+            let group = &img[g.base..g.base + channels * g.h * g.w];
+            pad_image(group, (g.h, g.w), (g.pt, g.pl), (hp, wp), padded);
         }
         let padded = &*padded;
         with_scratch(&WEIGHTS, cstrips * k * mr, |apack| {
@@ -344,18 +346,26 @@ fn conv_with(
     Ok(true)
 }
 
-/// Copies one group's channels of `img` into `padded` (`[c, hp, wp]`,
-/// zeros around the image), writing each element once.
-fn pad_image(img: &[f32], g: &Geometry, hp: usize, wp: usize, padded: &mut [f32]) {
-    let channels = g.k / (g.kh * g.kw);
-    for (ci, plane) in padded.chunks_exact_mut(hp * wp).enumerate().take(channels) {
+/// Copies the `h x w` planes of `img` into `padded` (`[planes, hp, wp]`),
+/// each at `top` rows and `left` columns from its plane's corner, zeros
+/// around it, writing each element once.
+pub(super) fn pad_image(
+    img: &[f32],
+    (h, w): (usize, usize),
+    (top, left): (usize, usize),
+    (hp, wp): (usize, usize),
+    padded: &mut [f32],
+) {
+    let planes = padded
+        .chunks_exact_mut(hp * wp)
+        .zip(img.chunks_exact(h * w));
+    for (plane, src) in planes {
         for (py, row) in plane.chunks_exact_mut(wp).enumerate() {
-            match (py.checked_sub(g.pt)).filter(|&y| y < g.h) {
+            match py.checked_sub(top).filter(|&y| y < h) {
                 Some(y) => {
-                    let src = &img[g.base + (ci * g.h + y) * g.w..][..g.w];
-                    row[..g.pl].fill(0.0);
-                    row[g.pl..g.pl + g.w].copy_from_slice(src);
-                    row[g.pl + g.w..].fill(0.0);
+                    row[..left].fill(0.0);
+                    row[left..left + w].copy_from_slice(&src[y * w..(y + 1) * w]);
+                    row[left + w..].fill(0.0);
                 }
                 None => row.fill(0.0),
             }

@@ -3,14 +3,16 @@
 //! w^T [k, outputs]`, the windows read in place from the image (padded
 //! once per call when the window has padding) through a row offset per
 //! output pixel and a column offset per tap ([`Lhs::Windows`]). No column
-//! matrix is built and the weights are not packed per call: `gemm`'s
-//! path writes the window rows (`k x pixels` floats), then packs them and
-//! the weights again, which cost ResNet-18's 7x7 stem about a quarter of
-//! its time. The product is `panels.rs`'s kernel, which packs six pixels'
-//! windows at a time and writes the output through its columns (an NCHW
-//! image's channel rows).
+//! matrix is built and the weights are not packed per call, where `gemm`'s
+//! path writes the window rows (`k x pixels` floats) and then packs them
+//! and the weights again. The product is `panels.rs`'s kernel, which
+//! gathers six pixels' windows at a time and writes the output through its
+//! columns (an NCHW image's channel rows). The gather costs about what
+//! `gemm` spends on window rows, so the path pays where the weights
+//! outnumber the windows (late layers); the runtime keeps `gemm` for the
+//! others.
 
-use super::conv::with_scratch;
+use super::conv::{pad_image, with_scratch};
 use super::panels::{matmul_f32_panels_from, Lhs, PackedPanels};
 use super::GemmView;
 use crate::CodegenError;
@@ -83,30 +85,9 @@ pub fn conv_f32_panels(
         return product(&img[..image]);
     }
     with_scratch(&PADDED, padded, |x| {
-        pad(&img[..image], ic, (hp, wp), x);
+        pad_image(&img[..image], (ic.h, ic.w), (pt, pl), (hp, wp), x);
         product(x)
     })
-}
-
-/// `img` (`[c, h, w]`) into `x` (`[c, hp, wp]`) with the window's zero
-/// padding around it, each element written once.
-fn pad(img: &[f32], ic: &Im2Col, (hp, wp): (usize, usize), x: &mut [f32]) {
-    let (pt, pl) = (ic.window.pad[0] as usize, ic.window.pad[1] as usize);
-    for (plane, src) in x
-        .chunks_exact_mut(hp * wp)
-        .zip(img.chunks_exact(ic.h * ic.w))
-    {
-        for (py, row) in plane.chunks_exact_mut(wp).enumerate() {
-            match py.checked_sub(pt).filter(|&y| y < ic.h) {
-                Some(y) => {
-                    row[..pl].fill(0.0);
-                    row[pl..pl + ic.w].copy_from_slice(&src[y * ic.w..(y + 1) * ic.w]);
-                    row[pl + ic.w..].fill(0.0);
-                }
-                None => row.fill(0.0),
-            }
-        }
-    }
 }
 
 fn bad(message: String) -> CodegenError {
