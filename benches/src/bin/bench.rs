@@ -90,7 +90,7 @@ const WORKLOADS: [Workload; 17] = [
     ("W8", true, w8),
     ("W10", true, models::w10),
     ("W11", true, models::w11),
-    ("W12", true, models::w12),
+    ("W12", true, |emit| models::w12(emit, &[1, 8])),
     ("S1", false, s1),
     ("S2", false, s2),
     ("E1", false, e1),
@@ -133,14 +133,18 @@ fn main() {
             println!("{w}: {field} = {v:.6}{extra}");
         }
     };
+    // `--only W12b1` (or `W12b8`) runs that batch alone; `W12` both.
+    let w12_batches: Vec<usize> = [("W12b1", 1), ("W12b8", 8)]
+        .into_iter()
+        .filter(|(b, _)| only.as_ref().is_some_and(|o| o.iter().any(|x| x == b)))
+        .map(|(_, n)| n)
+        .collect();
     for (name, default, run) in WORKLOADS {
-        // `--only W12b1` names W12 (which runs both batches).
-        let named = only.as_ref().map(|o| {
-            o.iter()
-                .any(|x| x == name || (name == "W12" && x.starts_with("W12")))
-        });
+        let named = only.as_ref().map(|o| o.iter().any(|x| x == name));
         if named.unwrap_or(default) {
             run(&emit);
+        } else if name == "W12" && !w12_batches.is_empty() {
+            models::w12(&emit, &w12_batches);
         }
     }
 }

@@ -163,16 +163,18 @@ pub fn w11(emit: Emit) {
     );
 }
 
-/// W12b1 and W12b8: ResNet-18 on 224x224 images, batch 1 and 8.
-pub fn w12(emit: Emit) {
+/// W12b1 and W12b8: ResNet-18 on 224x224 images, at each batch size of
+/// `batches` (1 and 8: the reference outputs the peers wrote).
+pub fn w12(emit: Emit, batches: &[usize]) {
     let Some(dir) = cache("W12", "resnet18") else {
         return;
     };
     let m = ok("W12", ResNet18::load(&dir.join("model.safetensors")));
     let images = npy("W12", &dir, "images8.npy");
-    for (name, n, reference) in [("W12b1", 1, "ref_b1.npy"), ("W12b8", 8, "ref_b8.npy")] {
-        let x = ok(name, images.slice(0, 0, n).into_result());
-        let want = npy(name, &dir, reference);
+    for &n in batches {
+        let name = &format!("W12b{n}");
+        let x = ok(name, images.slice(0, 0, n as isize).into_result());
+        let want = npy(name, &dir, &format!("ref_b{n}.npy"));
         let t = Instant::now();
         let got = ok(name, resnet18::forward(&m, &x));
         let first = t.elapsed().as_secs_f64();
