@@ -15,6 +15,7 @@ use tilejit_ir::kernel::MatView;
 
 pub use conv::conv_f32_nchw;
 pub use panels::{matmul_f32_panels, PackedPanels};
+pub use phases::conv_f32_phases;
 pub use windows::conv_f32_panels;
 pub use winograd::{
     conv_f32_winograd, conv_f32_winograd_images, winograd_fits, winograd_fits_images,
@@ -32,6 +33,7 @@ mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod lanes16;
 mod panels;
+mod phases;
 pub mod sys;
 mod windows;
 mod winograd;

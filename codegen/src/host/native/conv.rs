@@ -164,32 +164,10 @@ fn conv_with(
     (out, ov): (&mut [f32], GemmView),
     threads: usize,
 ) -> Result<bool, CodegenError> {
+    check_views(img, ic, group, (w, wv), (&*out, ov))?;
     let win = ic.window;
-    let groups = (win.groups as usize).max(1);
     let cg = ic.group_channels();
-    let (oh, ow) = win.out(ic.h, ic.w).unwrap_or((0, 0));
-    let inside = |v: &GemmView, len: usize| v.end().is_some_and(|e| e <= len);
-    let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
-    if group >= groups
-        || image.is_none_or(|n| img.len() < n)
-        || cg.checked_mul(win.size()) != Some(wv.cols)
-        || wv.rows != ov.rows
-        || oh.checked_mul(ow) != Some(ov.cols)
-        || !inside(&wv, w.len())
-        || !inside(&ov, out.len())
-        || (ov.rows > 1 && ov.row_stride < ov.cols)
-    {
-        return Err(CodegenError::Launch {
-            kernel: "conv".into(),
-            message: format!(
-                "image of {} elements ({ic:?}, group {group}), weights {wv:?} ({} elements) \
-                 -> {ov:?} ({} elements) do not fit",
-                img.len(),
-                w.len(),
-                out.len()
-            ),
-        });
-    }
+    let ow = win.out(ic.h, ic.w).map_or(0, |(_, ow)| ow);
     let Some(tile) = tile.filter(|_| wv.col_stride == 1 && ov.col_stride == 1) else {
         return Ok(false);
     };
@@ -344,6 +322,45 @@ fn conv_with(
         })
     })?;
     Ok(true)
+}
+
+/// Checks one channel group's convolution (see [`conv_f32_nchw`]): the
+/// group exists, the image holds its elements, the weights' columns are
+/// the group's window values, and both views fit their buffers, the
+/// output's rows apart.
+pub(super) fn check_views(
+    img: &[f32],
+    ic: &Im2Col,
+    group: usize,
+    (w, wv): (&[f32], GemmView),
+    (out, ov): (&[f32], GemmView),
+) -> Result<(), CodegenError> {
+    let win = ic.window;
+    let groups = (win.groups as usize).max(1);
+    let (oh, ow) = win.out(ic.h, ic.w).unwrap_or((0, 0));
+    let inside = |v: &GemmView, len: usize| v.end().is_some_and(|e| e <= len);
+    let image = ic.c.checked_mul(ic.h).and_then(|x| x.checked_mul(ic.w));
+    if group >= groups
+        || image.is_none_or(|n| img.len() < n)
+        || ic.group_channels().checked_mul(win.size()) != Some(wv.cols)
+        || wv.rows != ov.rows
+        || oh.checked_mul(ow) != Some(ov.cols)
+        || !inside(&wv, w.len())
+        || !inside(&ov, out.len())
+        || (ov.rows > 1 && ov.row_stride < ov.cols)
+    {
+        return Err(CodegenError::Launch {
+            kernel: "conv".into(),
+            message: format!(
+                "image of {} elements ({ic:?}, group {group}), weights {wv:?} ({} elements) \
+                 -> {ov:?} ({} elements) do not fit",
+                img.len(),
+                w.len(),
+                out.len()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Copies the `h x w` planes of `img` into `padded` (`[planes, hp, wp]`),
