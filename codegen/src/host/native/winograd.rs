@@ -16,7 +16,9 @@
 //! take this path. The transforms are written in AVX-512 or AVX2
 //! intrinsics (16 lanes in one register or two) and, for other CPUs, as
 //! plain bounds-checked Rust over fixed-size lane arrays. With fewer
-//! images than threads, each phase of an image splits over the threads.
+//! images than threads, each phase of an image splits over the threads;
+//! or, for small weights and tile rows that split evenly, each thread
+//! runs every phase on its own band of tile rows, joining once.
 //! Rounding: the transforms' constants (1/6, 1/24,
 //! sums of up to 36 terms) leave errors of a few 1e-6 of the output's
 //! scale, about ten times the direct product's.
@@ -38,6 +40,7 @@ use crate::CodegenError;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::ops::Range;
+use tilejit_ir::graph::Window;
 use tilejit_ir::kernel::Im2Col;
 
 /// Lanes: channels or output channels transformed together.
@@ -93,6 +96,8 @@ thread_local! {
     static INPUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// The products, one per point: `[point, tile, outputs]`.
     static PRODUCTS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// A band's outputs (`bands_on_threads`): `[outputs, band pixels]`.
+    static BAND_OUT: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Whether a convolution of geometry `ic` into `o` output channels runs
@@ -382,7 +387,138 @@ pub fn conv_f32_winograd(
     if nb == 0 {
         return Ok(());
     }
-    transform(img, 1, ic, u, o0, nb, Dest::View(out, ov), threads)
+    if let Some(bands) = bands(ic, u, threads) {
+        return bands_on_threads(img, ic, u, o0, &bands, (out, ov));
+    }
+    let plane = ic.h * ic.w;
+    transform(img, 1, plane, ic, u, o0, nb, Dest::View(out, ov), threads)
+}
+
+/// Weights up to this size are read whole by every thread of a banded
+/// call ([`bands`]): they stay in cache (ResNet-18's 64- and 128-channel
+/// layers: 0.6 and 2.4 MB), where bigger ones would be streamed once per
+/// thread.
+const BAND_WEIGHT_BYTES: usize = 4 << 20;
+
+/// A band of an image's output rows, `out_rows`, as a convolution of its
+/// own: input rows `rows` of the image, padded by `pad` (top, bottom).
+#[derive(Debug, Clone, PartialEq)]
+struct Band {
+    out_rows: Range<usize>,
+    rows: Range<usize>,
+    pad: (usize, usize),
+}
+
+/// One image's call on `threads` threads split into one band of whole
+/// tile rows per thread, each run start to end on its thread: no thread
+/// waits for another between the phases (ResNet-18's 56x56 layers at
+/// batch 1 ran 6-8% faster so, the joins having cost them 20% of one
+/// thread's time). Only for weights small enough that every thread
+/// reading them all costs nothing ([`BAND_WEIGHT_BYTES`]) and tile rows
+/// that split evenly, at least two a band; else `None`.
+fn bands(ic: &Im2Col, u: &WinogradWeights, threads: usize) -> Option<Vec<Band>> {
+    let (oh, _) = ic.window.out(ic.h, ic.w)?;
+    let m = u.tile.outputs();
+    let th = oh.div_ceil(m);
+    let per = th.div_ceil(threads.max(1));
+    // Bands of equal tile rows (ResNet's 28x28 layers, 7 tile rows, would
+    // split 4 and 3 and wait on the bigger band).
+    if threads < 2 || per < 2 || per * threads != th || u.u.len() * 4 > BAND_WEIGHT_BYTES {
+        return None;
+    }
+    let (pt, pb) = (ic.window.pad[0] as usize, ic.window.pad[2] as usize);
+    let bands: Vec<Band> = (0..th)
+        .step_by(per)
+        .map(|t0| {
+            let out_rows = t0 * m..((t0 + per) * m).min(oh);
+            // Padded rows `out_rows.start..out_rows.end + 2`, clipped to
+            // the image (padded row `y` is image row `y - pt`).
+            let first = out_rows.start.max(pt);
+            let end = (out_rows.end + 2).min(ic.h + pt);
+            Band {
+                pad: (first - out_rows.start, out_rows.end + 2 - end),
+                rows: first - pt..end - pt,
+                out_rows,
+            }
+        })
+        .collect();
+    // Every band reads a row of the image (padding at most the window).
+    bands
+        .iter()
+        .all(|b| b.rows.start < b.rows.end && b.pad.0 <= pt && b.pad.1 <= pb)
+        .then_some(bands)
+}
+
+/// Runs `bands` of one checked image's call in parallel, each on one
+/// thread, writing its own rows of every output channel.
+fn bands_on_threads(
+    img: &[f32],
+    ic: &Im2Col,
+    u: &WinogradWeights,
+    o0: usize,
+    bands: &[Band],
+    (out, ov): (&mut [f32], GemmView),
+) -> Result<(), CodegenError> {
+    let (oh, ow) = ic.window.out(ic.h, ic.w).unwrap_or((0, 0));
+    let (nb, plane) = (ov.rows, ic.h * ic.w);
+    // Each band's lines: its rows of every output channel.
+    let mut pieces: Vec<(&Band, Vec<&mut [f32]>)> =
+        bands.iter().map(|b| (b, Vec::with_capacity(nb))).collect();
+    let mut rest = &mut out[ov.offset..];
+    for r in 0..nb {
+        let (mut row, tail) = std::mem::take(&mut rest).split_at_mut(oh * ow);
+        for (b, lines) in &mut pieces {
+            let (mine, more) = std::mem::take(&mut row).split_at_mut(b.out_rows.len() * ow);
+            lines.push(mine);
+            row = more;
+        }
+        if r + 1 < nb {
+            rest = &mut tail[ov.row_stride - oh * ow..];
+        }
+    }
+    pieces.into_par_iter().try_for_each(|(b, lines)| {
+        let ic_b = Im2Col {
+            h: b.rows.len(),
+            window: Window {
+                pad: [
+                    b.pad.0 as u32,
+                    ic.window.pad[1],
+                    b.pad.1 as u32,
+                    ic.window.pad[3],
+                ],
+                ..ic.window
+            },
+            ..*ic
+        };
+        let cols = b.out_rows.len() * ow;
+        // The band's rows, one output channel after another, each
+        // `cols` long: gathered back into `lines` after.
+        with_scratch(&BAND_OUT, nb * cols, |o| {
+            let view = GemmView {
+                offset: 0,
+                rows: nb,
+                cols,
+                row_stride: cols,
+                col_stride: 1,
+            };
+            let first = b.rows.start * ic.w;
+            transform(
+                &img[first..],
+                1,
+                plane,
+                &ic_b,
+                u,
+                o0,
+                nb,
+                Dest::View(o, view),
+                1,
+            )?;
+            for (line, src) in lines.into_iter().zip(o.chunks_exact(cols)) {
+                line.copy_from_slice(src);
+            }
+            Ok(())
+        })
+    })
 }
 
 /// Every image of `imgs` (`[images, c, h, w]`, of geometry `ic`, which
@@ -419,7 +555,18 @@ pub fn conv_f32_winograd_images(
             out.len()
         )));
     }
-    transform(imgs, images, ic, u, 0, u.o, Dest::Images(out), threads)
+    let plane = ic.h * ic.w;
+    transform(
+        imgs,
+        images,
+        plane,
+        ic,
+        u,
+        0,
+        u.o,
+        Dest::Images(out),
+        threads,
+    )
 }
 
 /// Where a call's outputs go.
@@ -433,11 +580,13 @@ enum Dest<'o> {
 /// The convolution of `images` checked images: transforms, products and
 /// the inverse transform, each phase split over up to `threads` parts
 /// (padded rows, tiles, points, then blocks of 16 outputs), each part
-/// writing slices of its own.
+/// writing slices of its own. An image's channels are `plane` elements
+/// apart (`ic.h * ic.w`, or more for a band of a taller image's rows).
 #[allow(clippy::too_many_arguments)]
 fn transform(
     imgs: &[f32],
     images: usize,
+    plane: usize,
     ic: &Im2Col,
     u: &WinogradWeights,
     o0: usize,
@@ -453,7 +602,9 @@ fn transform(
     let per = th * tw;
     let tiles = per * images;
     let (hp, wp) = (m * th + 2, m * tw + 2);
-    let image = c * ic.h * ic.w;
+    // An image's elements from its first, and from one image to the next.
+    let span = c.saturating_sub(1) * plane + ic.h * ic.w;
+    let image = c * plane;
     let g = Tiles {
         tile,
         c,
@@ -461,6 +612,7 @@ fn transform(
         w: ic.w,
         pt: ic.window.pad[0] as usize,
         pl: ic.window.pad[1] as usize,
+        plane,
         wp,
         tw,
         per,
@@ -472,7 +624,7 @@ fn transform(
         // Each image's padded rows in up to `parts` pieces.
         let rows = hp.div_ceil(parts.div_ceil(images).min(hp));
         let pieces = xt.chunks_mut(hp * wp * c).enumerate().flat_map(|(b, xi)| {
-            let img = &imgs[b * image..(b + 1) * image];
+            let img = &imgs[b * image..b * image + span];
             xi.chunks_mut(rows * wp * c)
                 .enumerate()
                 .map(move |(i, x)| (img, i * rows, x))
@@ -564,6 +716,9 @@ struct Tiles {
     /// Top and left padding.
     pt: usize,
     pl: usize,
+    /// Elements from one channel's plane of the image to the next (`h *
+    /// w`, or more for a band of a taller image's rows).
+    plane: usize,
     /// The channels-last copy's row length in pixels.
     wp: usize,
     /// Tiles per row.
@@ -729,7 +884,7 @@ vectorised!(weights2_v = weights2(w: &[f32], wv: GemmView, part: &Part, segs: &m
 /// The channels-last copy, as [`input_transform_v`].
 fn channels_last_v(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if let (Some(isa), true) = (x86::isa(), x86::gathers_fit(g.c * g.h * g.w)) {
+    if let (Some(isa), true) = (x86::isa(), x86::gathers_fit(g.c * g.plane)) {
         return x86::channels_last(isa, img, g, y0, xt);
     }
     channels_last(img, g, y0, xt)
@@ -839,7 +994,7 @@ fn padded_rows(
 fn channels_last(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
     padded_rows(g, y0, xt, |row, iy, width| {
         for ci in 0..g.c {
-            let src = &img[(ci * g.h + iy) * g.w..][..width];
+            let src = &img[ci * g.plane + iy * g.w..][..width];
             for (x, &v) in src.iter().enumerate() {
                 row[(g.pl + x) * g.c + ci] = v;
             }
@@ -1095,7 +1250,7 @@ mod x86 {
     /// `super::channels_last`, 16 channels of a pixel gathered at once.
     #[inline(always)]
     fn channels_last_with<V: Lanes16>(img: &[f32], g: &Tiles, y0: usize, xt: &mut [f32]) {
-        let (c, plane) = (g.c, g.h * g.w);
+        let (c, plane) = (g.c, g.plane);
         padded_rows(g, y0, xt, |row, iy, width| {
             for x in 0..width {
                 for cb in (0..c).step_by(L) {
@@ -1469,6 +1624,72 @@ mod tests {
         }
     }
 
+    /// Banded calls (which `every_tiling_matches_the_definition` runs on
+    /// 2 and 3 threads) cover every output row once, each band reading
+    /// only rows of the image and padding no more than the window does;
+    /// uneven splits, big weights and one thread do not band.
+    #[test]
+    fn bands_cover_the_output_once() {
+        let (c, o) = (16, 16);
+        let wt = vec![0.5f32; o * c * 9];
+        let wv = GemmView {
+            offset: 0,
+            rows: o,
+            cols: c * 9,
+            row_stride: c * 9,
+            col_stride: 1,
+        };
+        let u = WinogradWeights::kept(&wt, wv, c, WinogradTile::F4x4).expect("weights");
+        let ic = |h, pad| Im2Col {
+            c,
+            h,
+            w: 20,
+            window: Window {
+                pad,
+                ..Window::square(3, 3, 1, 0)
+            },
+        };
+        for (h, pad, threads) in [(31, [0; 4], 2), (34, [2, 0, 1, 2], 3), (56, [1; 4], 2)] {
+            let ic = ic(h, pad);
+            let (oh, _) = ic.window.out(h, 20).expect("fits");
+            let bands = bands(&ic, &u, threads).expect("an even split");
+            assert_eq!(bands.len(), threads);
+            let mut next = 0;
+            for b in &bands {
+                assert_eq!(b.out_rows.start, next, "{bands:?}");
+                next = b.out_rows.end;
+                // The band's own convolution has its rows' outputs.
+                assert_eq!(b.rows.len() + b.pad.0 + b.pad.1 - 2, b.out_rows.len());
+                assert!(
+                    b.rows.end <= h && b.pad.0 <= pad[0] as usize && b.pad.1 <= pad[2] as usize
+                );
+            }
+            assert_eq!(next, oh);
+        }
+        // 7 tile rows on 2 threads; one thread; weights over the bound.
+        assert!(bands(&ic(28, [1; 4]), &u, 2).is_none());
+        assert!(bands(&ic(56, [1; 4]), &u, 1).is_none());
+        let (cb, ob) = (256, 256);
+        let big = WinogradWeights::kept(
+            &vec![0.5f32; ob * cb * 9],
+            GemmView {
+                offset: 0,
+                rows: ob,
+                cols: cb * 9,
+                row_stride: cb * 9,
+                col_stride: 1,
+            },
+            cb,
+            WinogradTile::F4x4,
+        )
+        .expect("weights");
+        let wide = Im2Col {
+            c: cb,
+            ..ic(56, [1; 4])
+        };
+        assert!(bands(&wide, &big, 2).is_none());
+    }
+
     /// Small images together (16 tiles each, 64 in all; and 20 each, some
     /// partial), against the definition image by image, on one
     /// thread and several; sizes that disagree are errors. With kept
@@ -1576,6 +1797,7 @@ mod tests {
             w,
             pt: 1,
             pl: 1,
+            plane: h * w,
             wp: r * tw + 2,
             tw,
             per: th * tw,
