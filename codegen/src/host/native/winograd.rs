@@ -1504,6 +1504,17 @@ mod tests {
     use super::*;
     use tilejit_ir::graph::Window;
 
+    /// OIHW 3x3 weights of `o` outputs and `c` channels, in place.
+    fn oihw(o: usize, c: usize) -> GemmView {
+        GemmView {
+            offset: 0,
+            rows: o,
+            cols: c * 9,
+            row_stride: c * 9,
+            col_stride: 1,
+        }
+    }
+
     /// The weights' transform split over threads gives what one thread
     /// does.
     #[test]
@@ -1514,13 +1525,7 @@ mod tests {
         let wt: Vec<f32> = (0..o * c * 9)
             .map(|i| ((i * 7) % 13) as f32 - 6.0)
             .collect();
-        let wv = GemmView {
-            offset: 0,
-            rows: o,
-            cols: c * 9,
-            row_stride: c * 9,
-            col_stride: 1,
-        };
+        let wv = oihw(o, c);
         let on = |threads| {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
@@ -1577,13 +1582,7 @@ mod tests {
             let img: Vec<f32> = (0..c * h * w).map(|i| value(i, 1)).collect();
             let wt: Vec<f32> = (0..o * c * 9).map(|i| value(i, 2) / 4.0).collect();
             let want = direct(&img, &wt, &ic, o);
-            let wv = GemmView {
-                offset: 0,
-                rows: o,
-                cols: c * 9,
-                row_stride: c * 9,
-                col_stride: 1,
-            };
+            let wv = oihw(o, c);
             let rows = WinogradWeights::new(&wt, wv, c).expect("weights that fit");
             let kept = |t| WinogradWeights::kept(&wt, wv, c, t).expect("weights that fit");
             let (panels, panels2) = (kept(WinogradTile::F4x4), kept(WinogradTile::F2x2));
@@ -1632,13 +1631,7 @@ mod tests {
     fn bands_cover_the_output_once() {
         let (c, o) = (16, 16);
         let wt = vec![0.5f32; o * c * 9];
-        let wv = GemmView {
-            offset: 0,
-            rows: o,
-            cols: c * 9,
-            row_stride: c * 9,
-            col_stride: 1,
-        };
+        let wv = oihw(o, c);
         let u = WinogradWeights::kept(&wt, wv, c, WinogradTile::F4x4).expect("weights");
         let ic = |h, pad| Im2Col {
             c,
@@ -1672,13 +1665,7 @@ mod tests {
         let (cb, ob) = (256, 256);
         let big = WinogradWeights::kept(
             &vec![0.5f32; ob * cb * 9],
-            GemmView {
-                offset: 0,
-                rows: ob,
-                cols: cb * 9,
-                row_stride: cb * 9,
-                col_stride: 1,
-            },
+            oihw(ob, cb),
             cb,
             WinogradTile::F4x4,
         )
@@ -1726,13 +1713,7 @@ mod tests {
             let image = c * h * w;
             let imgs: Vec<f32> = (0..images * image).map(|i| value(i, 1)).collect();
             let wt: Vec<f32> = (0..o * c * 9).map(|i| value(i, 2) / 4.0).collect();
-            let wv = GemmView {
-                offset: 0,
-                rows: o,
-                cols: c * 9,
-                row_stride: c * 9,
-                col_stride: 1,
-            };
+            let wv = oihw(o, c);
             let u = match kept {
                 Some(tile) => WinogradWeights::kept(&wt, wv, c, tile),
                 None => WinogradWeights::new(&wt, wv, c),
@@ -1916,13 +1897,7 @@ mod tests {
             ..s
         };
         assert!(!winograd_fits(&ic(16, 28, dilated), 16));
-        let wv = GemmView {
-            offset: 0,
-            rows: 16,
-            cols: 16 * 9,
-            row_stride: 16 * 9,
-            col_stride: 1,
-        };
+        let wv = oihw(16, 16);
         let w = vec![0.5; 16 * 16 * 9];
         assert!(
             WinogradWeights::new(&w[1..], wv, 16).is_err(),
