@@ -658,6 +658,50 @@ impl std::fmt::Debug for KernelCode {
     }
 }
 
+/// `count` lines of `len` elements, one every `step` from `at` in `out`,
+/// as slices of their own: the rows of a view of unit column stride, or
+/// the columns of one of unit row stride. The caller has checked that they
+/// fit, and for more than one that `step >= len`.
+fn view_lines(
+    out: &mut [f32],
+    at: usize,
+    count: usize,
+    len: usize,
+    step: usize,
+) -> Vec<&mut [f32]> {
+    let mut lines = Vec::with_capacity(count);
+    if count == 0 {
+        return lines;
+    }
+    let mut rest = &mut out[at..];
+    for x in 0..count {
+        let (line, tail) = std::mem::take(&mut rest).split_at_mut(len);
+        lines.push(line);
+        if x + 1 < count {
+            rest = &mut tail[step - len..];
+        }
+    }
+    lines
+}
+
+/// Each of `lines` cut into consecutive pieces `widths` long (what is left
+/// of a line dropped): per piece, its part of every line, for a task of
+/// its own.
+fn cut_lines<'o>(lines: Vec<&'o mut [f32]>, widths: &[usize]) -> Vec<Vec<&'o mut [f32]>> {
+    let mut pieces: Vec<Vec<&mut [f32]>> = widths
+        .iter()
+        .map(|_| Vec::with_capacity(lines.len()))
+        .collect();
+    for mut line in lines {
+        for (piece, &w) in pieces.iter_mut().zip(widths) {
+            let (mine, rest) = std::mem::take(&mut line).split_at_mut(w);
+            piece.push(mine);
+            line = rest;
+        }
+    }
+    pieces
+}
+
 /// A matrix inside a slice: element `(i, j)` of a `rows x cols` matrix is
 /// `offset + i*row_stride + j*col_stride` (any order: a column-major or
 /// transposed operand, a column block of a wider matrix).

@@ -209,15 +209,7 @@ fn conv_with(
         .map(|r| &w[wv.offset + r * wv.row_stride..][..k])
         .collect();
     // The output rows, each `p` long.
-    let mut outs: Vec<&mut [f32]> = Vec::with_capacity(o);
-    let mut rest = &mut out[ov.offset..];
-    for r in 0..o {
-        let (row, tail) = std::mem::take(&mut rest).split_at_mut(p);
-        outs.push(row);
-        if r + 1 < o {
-            rest = &mut tail[ov.row_stride - p..];
-        }
-    }
+    let mut outs = super::view_lines(out, ov.offset, o, p, ov.row_stride);
     // Stride 1 along rows: each tap's values for a run of output columns
     // are a run of a (zero-padded) image row. When a tile's width divides
     // the output rows, every strip lies in one row and the micro-kernel
@@ -308,14 +300,16 @@ fn conv_with(
             // Pieces of whole strips, each with every output row's columns
             // of its strips.
             let per = strips.len().div_ceil(strips.len().min(4 * threads));
-            let mut split: Vec<Piece<'_, '_>> = Vec::new();
-            let mut left = outs;
-            for list in strips.chunks(per).rev() {
-                let col0 = list[0].0;
-                let (keep, piece) = left.into_iter().map(|r| r.split_at_mut(col0)).unzip();
-                left = keep;
-                split.push((list, col0, piece));
-            }
+            let widths: Vec<usize> = strips
+                .chunks(per)
+                .map(|list| list.iter().map(|s| s.1).sum())
+                .collect();
+            let pieces = super::cut_lines(outs, &widths);
+            let split: Vec<Piece<'_, '_>> = strips
+                .chunks(per)
+                .zip(pieces)
+                .map(|(list, piece)| (list, list[0].0, piece))
+                .collect();
             split
                 .into_par_iter()
                 .try_for_each(|(list, col0, mut piece)| work(list, col0, &mut piece))

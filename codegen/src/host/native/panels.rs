@@ -212,15 +212,7 @@ pub fn matmul_f32_panels_from(
         true => (m, n, ov.row_stride),
         false => (n, m, ov.col_stride),
     };
-    let mut lines = Vec::with_capacity(count);
-    let mut rest = &mut out[ov.offset..];
-    for x in 0..count {
-        let (line, tail) = std::mem::take(&mut rest).split_at_mut(len);
-        lines.push(line);
-        if x + 1 < count {
-            rest = &mut tail[step - len..];
-        }
-    }
+    let mut lines = super::view_lines(out, ov.offset, count, len, step);
     if k == 0 {
         lines.iter_mut().for_each(|l| l.fill(0.0));
         return Ok(());
@@ -596,15 +588,7 @@ mod tests {
                         1 => (m, n, ors),
                         _ => (n, m, ocs),
                     };
-                    let mut rest = &mut lanes[2..];
-                    let mut lines = Vec::new();
-                    for x in 0..count {
-                        let (line, tail) = std::mem::take(&mut rest).split_at_mut(llen);
-                        lines.push(line);
-                        if x + 1 < count {
-                            rest = &mut tail[step - llen..];
-                        }
-                    }
+                    let lines = super::super::view_lines(&mut lanes, 2, count, llen, step);
                     let mut o = Out {
                         lines,
                         by_row: ocs == 1,

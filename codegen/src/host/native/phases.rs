@@ -146,22 +146,16 @@ fn conv_on(
             }
             let wp = &*wp;
             // Each piece: its rows `y0..y1` of every output channel.
-            let mut pieces: Vec<(Range<usize>, Vec<&mut [f32]>)> = (0..oh)
+            let ys: Vec<Range<usize>> = (0..oh)
                 .step_by(per)
-                .map(|y0| (y0..(y0 + per).min(oh), Vec::with_capacity(o)))
+                .map(|y0| y0..(y0 + per).min(oh))
                 .collect();
-            let mut rest = &mut out[ov.offset..];
-            for c in 0..o {
-                let (mut row, tail) = std::mem::take(&mut rest).split_at_mut(oh * ow);
-                for (ys, lines) in &mut pieces {
-                    let (mine, more) = std::mem::take(&mut row).split_at_mut(ys.len() * ow);
-                    lines.push(mine);
-                    row = more;
-                }
-                if c + 1 < o {
-                    rest = &mut tail[ov.row_stride - oh * ow..];
-                }
-            }
+            let widths: Vec<usize> = ys.iter().map(|r| r.len() * ow).collect();
+            let rows = super::view_lines(out, ov.offset, o, oh * ow, ov.row_stride);
+            let pieces: Vec<_> = ys
+                .into_iter()
+                .zip(super::cut_lines(rows, &widths))
+                .collect();
             let run = |(ys, mut lines): (Range<usize>, Vec<&mut [f32]>)| {
                 x86::phase_rows(isa, x, &g, wp, ys, &mut lines)
             };

@@ -462,20 +462,9 @@ fn bands_on_threads(
     let (oh, ow) = ic.window.out(ic.h, ic.w).unwrap_or((0, 0));
     let (nb, plane) = (ov.rows, ic.h * ic.w);
     // Each band's lines: its rows of every output channel.
-    let mut pieces: Vec<(&Band, Vec<&mut [f32]>)> =
-        bands.iter().map(|b| (b, Vec::with_capacity(nb))).collect();
-    let mut rest = &mut out[ov.offset..];
-    for r in 0..nb {
-        let (mut row, tail) = std::mem::take(&mut rest).split_at_mut(oh * ow);
-        for (b, lines) in &mut pieces {
-            let (mine, more) = std::mem::take(&mut row).split_at_mut(b.out_rows.len() * ow);
-            lines.push(mine);
-            row = more;
-        }
-        if r + 1 < nb {
-            rest = &mut tail[ov.row_stride - oh * ow..];
-        }
-    }
+    let widths: Vec<usize> = bands.iter().map(|b| b.out_rows.len() * ow).collect();
+    let rows = super::view_lines(out, ov.offset, nb, oh * ow, ov.row_stride);
+    let pieces: Vec<_> = bands.iter().zip(super::cut_lines(rows, &widths)).collect();
     pieces.into_par_iter().try_for_each(|(b, lines)| {
         let ic_b = Im2Col {
             h: b.rows.len(),
