@@ -15,7 +15,6 @@ use tilejit_ir::kernel::MatView;
 
 pub use conv::conv_f32_nchw;
 pub use panels::{matmul_f32_panels, PackedPanels};
-pub use phases::conv_f32_phases;
 pub use windows::conv_f32_panels;
 pub use winograd::{
     conv_f32_winograd, conv_f32_winograd_images, winograd_fits, winograd_fits_images,

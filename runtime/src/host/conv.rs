@@ -6,10 +6,9 @@
 //! window is copied, one image at a time, into a per-thread scratch of
 //! `[k, oh*ow]` rows (each a run of an image row: contiguous copies for
 //! stride 1), which stays in cache instead of a whole-batch im2col. An
-//! NCHW product goes to codegen's direct kernel first (`conv_f32_nchw`),
-//! which packs strips of windows itself, then, for an image of few
-//! channels, to its stride-phase kernel (`conv_f32_phases`); where both
-//! decline, the GEMM.
+//! NCHW product goes to codegen's direct kernels first (`conv_f32_nchw`:
+//! strips of windows on AVX-512, or for an image of few channels its
+//! stride phases); where they decline, the GEMM.
 
 use super::matmul::round_product;
 use super::store::{take_owned, Slot, Store};
@@ -21,7 +20,7 @@ use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tilejit_codegen::host::{
-    conv_f32_nchw, conv_f32_panels, conv_f32_phases, conv_f32_winograd, conv_f32_winograd_images,
+    conv_f32_nchw, conv_f32_panels, conv_f32_winograd, conv_f32_winograd_images,
     matmul_f32_strided, matmul_f32_strided_col_split, winograd_fits, winograd_fits_images,
     winograd_fits_kept, winograd_tile, BufArg, GemmView, PackedPanels, WinogradWeights,
 };
@@ -208,9 +207,7 @@ fn conv_image(
                 row_stride: p,
                 col_stride: 1,
             };
-            if conv_f32_nchw(img, ic, gi, (w, av), (out, ov), threads)?
-                || conv_f32_phases(img, ic, gi, (w, av), (out, ov), threads)?
-            {
+            if conv_f32_nchw(img, ic, gi, (w, av), (out, ov), threads)? {
                 continue;
             }
             if let Some(p) = panels {
@@ -626,8 +623,7 @@ impl HostProgram {
                             conv_f32_winograd(img, ic, u, ch0, (&mut *o, ov), 1)?;
                             epilogue(bi, ch0, o, bufs)?;
                         } else if declined.is_empty()
-                            && (conv_f32_nchw(img, ic, gi, (w, av), (&mut *o, ov), 1)?
-                                || conv_f32_phases(img, ic, gi, (w, av), (&mut *o, ov), 1)?)
+                            && conv_f32_nchw(img, ic, gi, (w, av), (&mut *o, ov), 1)?
                         {
                             epilogue(bi, ch0, o, bufs)?;
                         } else if let Some(p) = panels.as_deref() {

@@ -14,9 +14,11 @@
 //! many channels) declines: packing its weights would cost what `gemm`
 //! spends on the whole product. Only the micro-kernel's vector loads and
 //! stores are unsafe, on fixed-size arrays, and calls into code compiled
-//! for AVX-512. Without AVX-512 the `gemm` path runs: an AVX2 version of
-//! the same kernel reached 45-57% of the AVX2 FMA peak here, and was
-//! never measured against `gemm` on an AVX2-only CPU.
+//! for AVX-512. Where it declines, an image of few channels (a network's
+//! input) goes to the stride-phase kernel (`phases.rs`, AVX2 or AVX-512);
+//! else the caller's `gemm` path runs. An AVX2 version of this kernel
+//! reached 45-57% of the AVX2 FMA peak here, and was never measured
+//! against `gemm` on an AVX2-only CPU.
 
 use super::GemmView;
 use crate::CodegenError;
@@ -138,10 +140,13 @@ struct Geometry {
 /// the image `img` (`[c, h, w]`, all groups), `ic` its geometry, and the
 /// group's weights `w` (`wv`: output channels by `k = c/groups * kh * kw`,
 /// unit column stride: OIHW rows in place). Splits its strips of pixels
-/// over up to `threads` threads. Returns false, having done nothing, when
-/// this CPU lacks AVX-512F and FMA, a view has another column stride, or
-/// the weights outnumber the window values (`gemm` does those better); an
-/// error when a view does not fit its buffer or the shapes disagree.
+/// over up to `threads` threads. Where this kernel declines (a CPU without
+/// AVX-512F and FMA, a view of another column stride, more weights than
+/// window values), an image of few channels goes to the stride-phase
+/// kernel (`phases.rs`: pixels in vector lanes). Returns
+/// false, having done nothing, when both decline (`gemm` does those
+/// better); an error when a view does not fit its buffer or the shapes
+/// disagree.
 pub fn conv_f32_nchw(
     img: &[f32],
     ic: &Im2Col,
@@ -151,7 +156,10 @@ pub fn conv_f32_nchw(
     threads: usize,
 ) -> Result<bool, CodegenError> {
     let tile = Tile::choose(ov.cols, ov.rows);
-    conv_with(tile, img, ic, group, (w, wv), (out, ov), threads)
+    if conv_with(tile, img, ic, group, (w, wv), (&mut *out, ov), threads)? {
+        return Ok(true);
+    }
+    super::phases::conv_f32_phases(img, ic, group, (w, wv), (out, ov), threads)
 }
 
 /// [`conv_f32_nchw`] on `tile` (one this CPU runs; `None`: decline).

@@ -60,13 +60,14 @@ struct Phases {
 }
 
 /// One image's convolution for one channel group, NCHW, with pixels in
-/// lanes: the arguments are [`conv_f32_nchw`](super::conv_f32_nchw)'s.
+/// lanes: the arguments are [`conv_f32_nchw`](super::conv_f32_nchw)'s,
+/// which tries this where its own kernel declines.
 /// Returns false, having done nothing, where it does not apply: a CPU
 /// without AVX2 and FMA, dilated or 1x1 windows, more than 4 channels or
 /// 256 window values per pixel, more outputs than pixels, or views whose
 /// columns are not contiguous. An error when a
 /// view does not fit its buffer or the shapes disagree.
-pub fn conv_f32_phases(
+pub(super) fn conv_f32_phases(
     img: &[f32],
     ic: &Im2Col,
     group: usize,
