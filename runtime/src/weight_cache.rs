@@ -297,13 +297,7 @@ mod tests {
         let v: Vec<f32> = (0..o * c * 9)
             .map(|i| ((i * 7 + seed) % 11) as f32 - 5.0)
             .collect();
-        let view = GemmView {
-            offset: 0,
-            rows: o,
-            cols: c * 9,
-            row_stride: c * 9,
-            col_stride: 1,
-        };
+        let view = GemmView::row_major(o, c * 9);
         (Array::from_vec(v, &[o, c, 3, 3]).expect("weights"), view)
     }
 

@@ -719,6 +719,17 @@ pub struct GemmView {
 }
 
 impl GemmView {
+    /// A dense row-major `rows x cols` matrix from the slice's start.
+    pub fn row_major(rows: usize, cols: usize) -> GemmView {
+        GemmView {
+            offset: 0,
+            rows,
+            cols,
+            row_stride: cols,
+            col_stride: 1,
+        }
+    }
+
     /// The same elements as the transposed matrix (`cols x rows`).
     pub fn transposed(self) -> GemmView {
         GemmView {

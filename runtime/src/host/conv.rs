@@ -94,13 +94,7 @@ impl HostProgram {
         let one = |(b, ob): (usize, &mut [f32]), inner: usize| {
             let img = &x[b * image..(b + 1) * image];
             if let Some(u) = &wino {
-                let ov = GemmView {
-                    offset: 0,
-                    rows: mm.n,
-                    cols: mm.m,
-                    row_stride: mm.m,
-                    col_stride: 1,
-                };
+                let ov = GemmView::row_major(mm.n, mm.m);
                 return Ok(conv_f32_winograd(img, ic, u, 0, (ob, ov), inner)?);
             }
             conv_image(img, (w, panels.as_deref()), ob, mm, ic, inner)
@@ -329,13 +323,7 @@ fn with_cols<R>(
                 .enumerate()
                 .for_each(|(q, row)| window_row(group, ic, q, row));
         }
-        let bv = GemmView {
-            offset: 0,
-            rows: k,
-            cols: p,
-            row_stride: p,
-            col_stride: 1,
-        };
+        let bv = GemmView::row_major(k, p);
         f(cols, bv)
     })
 }
@@ -575,13 +563,7 @@ impl HostProgram {
             }
             code.code.call(&mut bufs, &args, 0, nb)
         });
-        let ov = GemmView {
-            offset: 0,
-            rows: nb,
-            cols: m,
-            row_stride: m,
-            col_stride: 1,
-        };
+        let ov = GemmView::row_major(nb, m);
         // Images too small for Winograd alone run it together, then the
         // epilogue runs block by block.
         if let Some(u) = wino.as_ref().filter(|_| together) {

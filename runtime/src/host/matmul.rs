@@ -298,13 +298,7 @@ fn kept_product(
     threads: usize,
 ) -> Option<Result<(), tilejit_codegen::CodegenError>> {
     let ga = gemm_view(av, mm.m, mm.k)?;
-    let ov = GemmView {
-        offset: 0,
-        rows: mm.m,
-        cols: mm.n,
-        row_stride: mm.n,
-        col_stride: 1,
-    };
+    let ov = GemmView::row_major(mm.m, mm.n);
     Some(matmul_f32_panels((a, ga), p, (out, ov), threads))
 }
 

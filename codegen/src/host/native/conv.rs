@@ -821,20 +821,8 @@ mod tests {
             window,
         };
         let (img, w) = (values(50, 1), values(4 * 18, 2));
-        let wv = GemmView {
-            offset: 0,
-            rows: 4,
-            cols: 18,
-            row_stride: 18,
-            col_stride: 1,
-        };
-        let ov = GemmView {
-            offset: 0,
-            rows: 4,
-            cols: 25,
-            row_stride: 25,
-            col_stride: 1,
-        };
+        let wv = GemmView::row_major(4, 18);
+        let ov = GemmView::row_major(4, 25);
         let mut out = vec![0.0; 100];
         let run = |img: &[f32], w: &[f32], wv, out: &mut [f32], ov, group| {
             conv_f32_nchw(img, &ic, group, (w, wv), (out, ov), 2)

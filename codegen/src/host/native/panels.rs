@@ -618,30 +618,12 @@ mod tests {
     #[test]
     fn views_that_do_not_fit_are_errors() {
         let w = vec![1.0f32; 12];
-        let bv = GemmView {
-            offset: 0,
-            rows: 3,
-            cols: 4,
-            row_stride: 4,
-            col_stride: 1,
-        };
+        let bv = GemmView::row_major(3, 4);
         assert!(PackedPanels::new(&w[1..], bv).is_err());
         let b = PackedPanels::new(&w, bv).expect("fits");
         let a = vec![1.0f32; 6];
-        let av = GemmView {
-            offset: 0,
-            rows: 2,
-            cols: 3,
-            row_stride: 3,
-            col_stride: 1,
-        };
-        let ov = GemmView {
-            offset: 0,
-            rows: 2,
-            cols: 4,
-            row_stride: 4,
-            col_stride: 1,
-        };
+        let av = GemmView::row_major(2, 3);
+        let ov = GemmView::row_major(2, 4);
         let mut out = vec![0.0f32; 8];
         assert!(matmul_f32_panels((&a, av), &b, (&mut out, ov), 1).is_ok());
         assert_eq!(out, vec![3.0; 8]);

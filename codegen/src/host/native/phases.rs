@@ -397,20 +397,8 @@ mod tests {
             let img = vec![1.0; ic.c * 400];
             let wts = vec![1.0; o * k];
             let mut out = vec![0.0; len];
-            let wv = GemmView {
-                offset: 0,
-                rows: o,
-                cols: k,
-                row_stride: k,
-                col_stride: 1,
-            };
-            let ov = GemmView {
-                offset: 0,
-                rows: o,
-                cols: oh * ow,
-                row_stride: oh * ow,
-                col_stride: 1,
-            };
+            let wv = GemmView::row_major(o, k);
+            let ov = GemmView::row_major(o, oh * ow);
             conv_f32_phases(&img, ic, 0, (&wts, wv), (&mut out, ov), 1)
         };
         assert!(!run(&ic(2, 3, (2, 2)), 4, 0).expect("fits"));

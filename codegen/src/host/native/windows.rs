@@ -205,13 +205,7 @@ pub(super) mod tests {
         };
         let packed = PackedPanels::new(&wt, bv(18)).expect("fits");
         let img = vec![1.0; 50];
-        let ov = GemmView {
-            offset: 0,
-            rows: 4,
-            cols: 25,
-            row_stride: 25,
-            col_stride: 1,
-        };
+        let ov = GemmView::row_major(4, 25);
         let mut out = vec![0.0; 100];
         assert!(conv_f32_panels(&img, &ic, &packed, (&mut out, ov), 1).is_ok());
         // The middle of a constant image: 18 taps of 0.5.

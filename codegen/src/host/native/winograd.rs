@@ -654,13 +654,7 @@ fn transform(
                     Dest::Images(out) => {
                         // One piece per image and block of 16 outputs.
                         let p = oh * ow;
-                        let view = GemmView {
-                            offset: 0,
-                            rows: L,
-                            cols: p,
-                            row_stride: p,
-                            col_stride: 1,
-                        };
+                        let view = GemmView::row_major(L, p);
                         let blocks = nb / L;
                         each(out.chunks_mut(L * p).enumerate(), parts, |(i, o)| {
                             let (b, ob) = (i / blocks, i % blocks * L);
@@ -1068,13 +1062,7 @@ fn products(
             row_stride: u.o,
             col_stride: 1,
         };
-        let ov = GemmView {
-            offset: 0,
-            rows: tiles,
-            cols: nb,
-            row_stride: nb,
-            col_stride: 1,
-        };
+        let ov = GemmView::row_major(tiles, nb);
         matmul_f32_strided((v, av), (&u.u, bv), (mp, ov), 1)
     };
     if threads > 1 {
@@ -1495,13 +1483,7 @@ mod tests {
 
     /// OIHW 3x3 weights of `o` outputs and `c` channels, in place.
     fn oihw(o: usize, c: usize) -> GemmView {
-        GemmView {
-            offset: 0,
-            rows: o,
-            cols: c * 9,
-            row_stride: c * 9,
-            col_stride: 1,
-        }
+        GemmView::row_major(o, c * 9)
     }
 
     /// The weights' transform split over threads gives what one thread
@@ -1895,13 +1877,7 @@ mod tests {
         assert!(WinogradWeights::new(&w, wv, 8).is_err(), "channels");
         let u = WinogradWeights::new(&w, wv, 16).expect("weights that fit");
         let img = vec![1.0; 16 * 28 * 28];
-        let ov = GemmView {
-            offset: 0,
-            rows: 16,
-            cols: 28 * 28,
-            row_stride: 28 * 28,
-            col_stride: 1,
-        };
+        let ov = GemmView::row_major(16, 28 * 28);
         let mut out = vec![0.0; 16 * 28 * 28];
         let good = ic(16, 28, s);
         assert!(conv_f32_winograd(&img, &good, &u, 0, (&mut out, ov), 1).is_ok());
