@@ -402,7 +402,7 @@ const BAND_WEIGHT_BYTES: usize = 4 << 20;
 
 /// A band of an image's output rows, `out_rows`, as a convolution of its
 /// own: input rows `rows` of the image, padded by `pad` (top, bottom).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 struct Band {
     out_rows: Range<usize>,
     rows: Range<usize>,
@@ -426,7 +426,7 @@ fn bands(ic: &Im2Col, u: &WinogradWeights, threads: usize) -> Option<Vec<Band>> 
     if threads < 2 || per < 2 || per * threads != th || u.u.len() * 4 > BAND_WEIGHT_BYTES {
         return None;
     }
-    let (pt, pb) = (ic.window.pad[0] as usize, ic.window.pad[2] as usize);
+    let pt = ic.window.pad[0] as usize;
     let bands: Vec<Band> = (0..th)
         .step_by(per)
         .map(|t0| {
@@ -442,11 +442,8 @@ fn bands(ic: &Im2Col, u: &WinogradWeights, threads: usize) -> Option<Vec<Band>> 
             }
         })
         .collect();
-    // Every band reads a row of the image (padding at most the window).
-    bands
-        .iter()
-        .all(|b| b.rows.start < b.rows.end && b.pad.0 <= pt && b.pad.1 <= pb)
-        .then_some(bands)
+    // Every band reads a row of the image.
+    bands.iter().all(|b| !b.rows.is_empty()).then_some(bands)
 }
 
 /// Runs `bands` of one checked image's call in parallel, each on one
@@ -483,13 +480,7 @@ fn bands_on_threads(
         // The band's rows, one output channel after another, each
         // `cols` long: gathered back into `lines` after.
         with_scratch(&BAND_OUT, nb * cols, |o| {
-            let view = GemmView {
-                offset: 0,
-                rows: nb,
-                cols,
-                row_stride: cols,
-                col_stride: 1,
-            };
+            let view = GemmView::row_major(nb, cols);
             let first = b.rows.start * ic.w;
             transform(
                 &img[first..],
