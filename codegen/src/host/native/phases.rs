@@ -61,12 +61,12 @@ struct Phases {
 
 /// One image's convolution for one channel group, NCHW, with pixels in
 /// lanes: the arguments are [`conv_f32_nchw`](super::conv_f32_nchw)'s,
-/// which tries this where its own kernel declines.
-/// Returns false, having done nothing, where it does not apply: a CPU
-/// without AVX2 and FMA, dilated or 1x1 windows, more than 4 channels or
-/// 256 window values per pixel, more outputs than pixels, or views whose
-/// columns are not contiguous. An error when a
-/// view does not fit its buffer or the shapes disagree.
+/// which tries this where its own kernel declines. Returns false, having
+/// done nothing, where it does not apply: a CPU without AVX2 and FMA,
+/// dilated or 1x1 windows, more than 4 channels or 256 window values per
+/// pixel, more outputs than pixels, or views whose columns are not
+/// contiguous. An error when a view does not fit its buffer or the shapes
+/// disagree.
 pub(super) fn conv_f32_phases(
     img: &[f32],
     ic: &Im2Col,
@@ -94,14 +94,14 @@ fn conv_on(
     threads: usize,
 ) -> Result<bool, CodegenError> {
     let win = ic.window;
-    let (k, o) = (wv.cols, ov.rows);
+    let (k, o, cg) = (wv.cols, ov.rows, ic.group_channels());
     let (oh, ow) = win.out(ic.h, ic.w).unwrap_or((0, 0));
     // With more outputs than pixels, or a 1x1 window (whose window values
     // are a subsample of the image), `gemm` does better: ResNet-18's 1x1/2
     // layers ran 2-4x slower here.
     if win.dilation != (1, 1)
         || k > MAX_K
-        || ic.group_channels() > MAX_CHANNELS
+        || cg > MAX_CHANNELS
         || win.size() < 2
         || o > oh * ow
         || wv.col_stride != 1
@@ -112,7 +112,6 @@ fn conv_on(
     if o == 0 || oh * ow == 0 {
         return Ok(true);
     }
-    let cg = ic.group_channels();
     let plane = ic.h * ic.w;
     let group_img = &img[group * cg * plane..(group + 1) * cg * plane];
     let g = phases(ic, oh, ow);
