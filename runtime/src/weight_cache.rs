@@ -25,7 +25,7 @@
 use crate::error::RuntimeError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use tilejit_codegen::host::{GemmView, PackedPanels, WinogradTile, WinogradWeights};
+use tilejit_codegen::host::{GemmView, PackedPanels, WinogradForm, WinogradWeights};
 use tilejit_ir::{Array, StorageRef};
 
 /// The kept prepared weights (see the module docs); safe to use from
@@ -55,13 +55,13 @@ pub struct WeightCacheStats {
 
 /// What an entry was made from: the storage, how the weights were read
 /// from it (offset, rows, columns, row and column strides) and what was
-/// made (Winograd weights of so many input channels for a tile, or
+/// made (Winograd weights of so many input channels in a form, or
 /// panels: `None`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 struct Key {
     addr: usize,
     view: [usize; 5],
-    winograd: Option<(usize, WinogradTile)>,
+    winograd: Option<(usize, WinogradForm)>,
 }
 
 /// What an entry holds.
@@ -137,7 +137,7 @@ impl WeightCache {
     }
 
     /// The Winograd weights of `w`'s elements read through `wv` for `c`
-    /// input channels and `tile`, in panels ([`WinogradWeights::kept`]):
+    /// input channels in `form` ([`WinogradWeights::kept`]):
     /// found, or transformed (outside the lock) and kept within `bound`
     /// bytes. None on the storage's first sighting, and when `bound` is 0.
     pub(crate) fn winograd(
@@ -145,12 +145,12 @@ impl WeightCache {
         w: &Array,
         wv: GemmView,
         c: usize,
-        tile: WinogradTile,
+        form: WinogradForm,
         bound: usize,
     ) -> Result<Option<Arc<WinogradWeights>>, RuntimeError> {
-        let made = self.get_or_make(w, wv, Some((c, tile)), bound, |values| {
+        let made = self.get_or_make(w, wv, Some((c, form)), bound, |values| {
             Ok(Kept::Winograd(Arc::new(WinogradWeights::kept(
-                values, wv, c, tile,
+                values, wv, c, form,
             )?)))
         })?;
         Ok(made.and_then(|k| match k {
@@ -185,7 +185,7 @@ impl WeightCache {
         &self,
         w: &Array,
         wv: GemmView,
-        winograd: Option<(usize, WinogradTile)>,
+        winograd: Option<(usize, WinogradForm)>,
         bound: usize,
         make: impl FnOnce(&[f32]) -> Result<Kept, RuntimeError>,
     ) -> Result<Option<Kept>, RuntimeError> {
@@ -290,7 +290,11 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    const F4: WinogradTile = WinogradTile::F4x4;
+    use tilejit_codegen::host::{WinogradLayout, WinogradTile};
+    const F4: WinogradForm = WinogradForm {
+        tile: WinogradTile::F4x4,
+        layout: WinogradLayout::Panels,
+    };
 
     /// OIHW 3x3 weights of `o` outputs and `c` channels, and their view.
     fn weights(o: usize, c: usize, seed: usize) -> (Array, GemmView) {
@@ -347,17 +351,23 @@ mod tests {
         let half = GemmView { cols: 72, ..view };
         let other = kept(&cache, &w, half, 8);
         assert_eq!(other.bytes(), first.bytes() / 2);
-        // Another tile of the same weights: another entry, of its own
-        // tile and size.
-        let f2 = WinogradTile::F2x2;
+        // Another form of the same weights: another entry, of its own
+        // tile, layout and size.
+        let f2 = WinogradForm {
+            tile: WinogradTile::F2x2,
+            layout: WinogradLayout::Strips,
+        };
         assert!(cache
             .winograd(&w, view, 16, f2, bound)
             .expect("ok")
             .is_none());
         let small = cache.winograd(&w, view, 16, f2, bound).expect("ok");
         let small = small.expect("kept on the second sighting");
-        assert_eq!((small.tile(), small.bytes()), (f2, 16 * 16 * 16 * 4));
-        assert_eq!(kept(&cache, &w, view, 16).tile(), F4);
+        assert_eq!(
+            (small.tile(), small.layout(), small.bytes()),
+            (f2.tile, Some(f2.layout), 16 * 16 * 16 * 4)
+        );
+        assert_eq!(kept(&cache, &w, view, 16).tile(), F4.tile);
         drop(small);
         let (copy, _) = weights(16, 16, 1);
         let copied = kept(&cache, &copy, view, 16);

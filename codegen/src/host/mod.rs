@@ -24,9 +24,9 @@ pub use layout::{storage_bytes, storage_dtype, ArgLayout, CheckedArgs};
 pub use native::{
     block_math, conv_f32_nchw, conv_f32_panels, conv_f32_winograd, conv_f32_winograd_images, load,
     matmul_f32_panels, matmul_f32_strided, matmul_f32_strided_col_split, matmul_view_f32,
-    matmul_view_f64, sys, winograd_fits, winograd_fits_images, winograd_fits_kept, winograd_tile,
-    BlockFn, BufArg, GemmView, KernelArgs, KernelCode, KernelElem, PackedPanels, WinogradTile,
-    WinogradWeights, MATH_BLOCK,
+    matmul_view_f64, sys, winograd_fits, winograd_fits_images, winograd_fits_kept, winograd_form,
+    BlockFn, BufArg, GemmView, KernelArgs, KernelCode, KernelElem, PackedPanels, WinogradForm,
+    WinogradLayout, WinogradTile, WinogradWeights, MATH_BLOCK,
 };
 
 use crate::CodegenError;

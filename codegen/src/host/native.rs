@@ -18,7 +18,7 @@ pub use panels::{matmul_f32_panels, PackedPanels};
 pub use windows::conv_f32_panels;
 pub use winograd::{
     conv_f32_winograd, conv_f32_winograd_images, winograd_fits, winograd_fits_images,
-    winograd_fits_kept, winograd_tile, WinogradTile, WinogradWeights,
+    winograd_fits_kept, winograd_form, WinogradForm, WinogradLayout, WinogradTile, WinogradWeights,
 };
 
 #[cfg(target_arch = "x86_64")]

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use tilejit_codegen::host::{
     conv_f32_nchw, conv_f32_panels, conv_f32_winograd, conv_f32_winograd_images,
     matmul_f32_strided, matmul_f32_strided_col_split, winograd_fits, winograd_fits_images,
-    winograd_fits_kept, winograd_tile, BufArg, GemmView, PackedPanels, WinogradWeights,
+    winograd_fits_kept, winograd_form, BufArg, GemmView, PackedPanels, WinogradWeights,
 };
 use tilejit_ir::kernel::{BufId, Im2Col, Kernel, MatMul};
 use tilejit_ir::{Array, DType, IrError, Lit};
@@ -119,8 +119,8 @@ impl HostProgram {
 /// The weights of an NCHW convolution that runs as Winograd (3x3 at
 /// stride 1, channels and outputs in blocks of 16): kept in the weight
 /// cache when they are an argument or constant (`array`), which any image
-/// size takes, in the tile `winograd_tile` picks for the call's images
-/// (F(2x2) for few tiles of many weights); else transformed to F(4x4) for
+/// size takes, in the form `winograd_form` picks for the call's images
+/// (F(2x2) for few tiles of many weights, strips for few tiles); else transformed to F(4x4) for
 /// this call when the images have enough tiles, alone or together
 /// (`winograd_fits_images`).
 fn winograd_weights(
@@ -136,8 +136,8 @@ fn winograd_weights(
     let view = weights_view(mm, 0, mm.n);
     if let Some(array) = array {
         let bound = config.weight_cache_bytes;
-        let tile = winograd_tile(ic, mm.n, mm.batch);
-        if let Some(u) = crate::weight_cache().winograd(array, view, ic.c, tile, bound)? {
+        let form = winograd_form(ic, mm.n, mm.batch);
+        if let Some(u) = crate::weight_cache().winograd(array, view, ic.c, form, bound)? {
             return Ok(Some(u));
         }
     }

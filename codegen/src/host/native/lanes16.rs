@@ -60,6 +60,17 @@ pub(crate) fn gathers_fit(span: usize) -> bool {
     i32::try_from(span).is_ok()
 }
 
+/// Asks the CPU to bring `s[at]`'s cache line in, when `at` is inside
+/// `s`: a hint with no effect on what the program computes.
+#[inline(always)]
+pub(crate) fn prefetch(s: &[f32], at: usize) {
+    if at < s.len() {
+        // SAFETY: the pointer is inside `s`; a prefetch reads nothing
+        // the program sees and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().add(at).cast()) }
+    }
+}
+
 /// 16 f32 lanes in registers. Its methods are called only from the
 /// `#[target_feature]` functions [`versions`] defines, compiled for the
 /// type's features, which are entered only with an [`Isa`] that has them;
