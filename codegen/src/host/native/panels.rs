@@ -406,7 +406,7 @@ pub(super) fn products(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::super::lanes16::{versions, Lanes16};
+    use super::super::lanes16::{prefetch, versions, Lanes16};
     use super::{Out, Range, GROUP_BYTES, L, MR};
 
     /// Rows of `A` packed in blocks of six (`[blocks, k, 6]`) from row
@@ -427,21 +427,30 @@ mod x86 {
         out: &mut Out<'_>,
     ) {
         let group = (GROUP_BYTES / (k * L * 4).max(1)).max(1);
+        let blocks = rows.len().div_ceil(MR).max(1);
         for g0 in panels.clone().step_by(group) {
             let gs = g0..(g0 + group).min(panels.end);
+            // The next group, prefetched a piece per tile: its stream
+            // from memory then runs under this group's products, where
+            // the first block of rows would wait on it and the rest
+            // leave memory idle.
+            let next = &b[gs.end * k * L..(gs.end + group).min(panels.end) * k * L];
+            let piece = next.len().div_ceil(blocks * gs.len());
+            let mut pieces = next.chunks(piece.max(1));
             let mut i = rows.start;
             while i < rows.end {
                 let r = (rows.end - i).min(MR);
                 for j in gs.clone() {
                     let panel = &b[j * k * L..(j + 1) * k * L];
+                    let ahead = pieces.next().unwrap_or_default();
                     let at = (i, j, n);
                     match r {
-                        1 => tile::<V, 1>(src, panel, k, at, out),
-                        2 => tile::<V, 2>(src, panel, k, at, out),
-                        3 => tile::<V, 3>(src, panel, k, at, out),
-                        4 => tile::<V, 4>(src, panel, k, at, out),
-                        5 => tile::<V, 5>(src, panel, k, at, out),
-                        _ => tile::<V, 6>(src, panel, k, at, out),
+                        1 => tile::<V, 1>(src, (panel, ahead), k, at, out),
+                        2 => tile::<V, 2>(src, (panel, ahead), k, at, out),
+                        3 => tile::<V, 3>(src, (panel, ahead), k, at, out),
+                        4 => tile::<V, 4>(src, (panel, ahead), k, at, out),
+                        5 => tile::<V, 5>(src, (panel, ahead), k, at, out),
+                        _ => tile::<V, 6>(src, (panel, ahead), k, at, out),
                     }
                 }
                 i += r;
@@ -449,11 +458,12 @@ mod x86 {
         }
     }
 
-    /// Rows `i0..i0 + R` by panel `j` (`[k, 16]`).
+    /// Rows `i0..i0 + R` by panel `j` (`[k, 16]`), prefetching `ahead`
+    /// over the sum.
     #[inline(always)]
     fn tile<V: Lanes16, const R: usize>(
         src: Source<'_>,
-        panel: &[f32],
+        (panel, ahead): (&[f32], &[f32]),
         k: usize,
         (i0, j, n): (usize, usize, usize),
         out: &mut Out<'_>,
@@ -463,7 +473,13 @@ mod x86 {
         let (a, first) = src;
         let block = (i0 - first) / MR * k * MR;
         let block = &a[block..block + k * MR];
-        for (col, b) in block.chunks_exact(MR).zip(panel.chunks_exact(L)) {
+        let step = ahead.len().div_ceil(k).max(1);
+        for (q, (col, b)) in block
+            .chunks_exact(MR)
+            .zip(panel.chunks_exact(L))
+            .enumerate()
+        {
+            prefetch(ahead, q * step);
             let b = V::load(b, 0);
             for (acc, x) in acc.iter_mut().zip(col) {
                 *acc = V::splat(*x).fmadd(b, *acc);
