@@ -1543,11 +1543,19 @@ mod x86 {
         m: &mut [f32],
     ) {
         let nb = panels.len() / c.max(1);
+        let blocks = tiles.div_ceil(6).max(1);
         for (j, panel) in panels.chunks_exact(c * L).enumerate() {
+            // The next panel, prefetched a piece per block of tiles, so
+            // its stream from memory runs under this panel's products.
+            let next = panels
+                .get((j + 1) * c * L..(j + 2) * c * L)
+                .unwrap_or_default();
+            let mut pieces = next.chunks(next.len().div_ceil(blocks).max(1));
             let mut t = 0;
             while t < tiles {
                 let rows = (tiles - t).min(6);
                 let at = (t, j * L, nb);
+                let panel = (panel, pieces.next().unwrap_or_default());
                 match rows {
                     1 => tile_rows::<V, 1>(a, c, panel, m, at),
                     2 => tile_rows::<V, 2>(a, c, panel, m, at),
@@ -1562,19 +1570,21 @@ mod x86 {
     }
 
     /// Tiles `t0..t0 + R` by one panel (`[c, 16]`) into `m[t, col..col +
-    /// 16]` (row length `nb`).
+    /// 16]` (row length `nb`), prefetching `ahead` over the sum.
     #[inline(always)]
     fn tile_rows<V: Lanes16, const R: usize>(
         a: &[f32],
         c: usize,
-        panel: &[f32],
+        (panel, ahead): (&[f32], &[f32]),
         m: &mut [f32],
         (t0, col, nb): (usize, usize, usize),
     ) {
         let rows: [&[f32]; R] = std::array::from_fn(|i| &a[(t0 + i) * c..(t0 + i + 1) * c]);
         let panel = &panel[..c * L];
         let mut acc = [V::splat(0.0); R];
+        let step = ahead.len().div_ceil(c).max(1);
         for k in 0..c {
+            prefetch(ahead, k * step);
             let b = V::load(panel, k * L);
             for (acc, row) in acc.iter_mut().zip(&rows) {
                 *acc = V::splat(row[k]).fmadd(b, *acc);
