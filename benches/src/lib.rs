@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+pub mod quiet;
+
 /// The workloads' jit functions, shared by the `bench` binary and the
 /// criterion benches.
 pub mod workloads {

@@ -1,6 +1,8 @@
-//! The workload table: `bench --json [--only W1,W3]` prints one JSON object
-//! per workload. Every workload's result is checked against the reference
-//! interpreter first; a mismatch aborts with exit code 1.
+//! The workload table: `bench --json [--only W1,W3] [--quiet-wait S]`
+//! prints one JSON object per workload. Every workload's result is checked
+//! against the reference interpreter first; a mismatch aborts with exit
+//! code 1. `--quiet-wait S` waits up to S seconds before each workload for
+//! a quiet machine, as the peers' runner does (`quiet.rs`).
 
 use std::time::Instant;
 use tilejit::prelude::*;
@@ -126,6 +128,27 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|s| s.split(',').map(str::to_string).collect());
     let json = args.iter().any(|a| a == "--json");
+    let quiet_wait = match args.iter().position(|a| a == "--quiet-wait") {
+        None => None,
+        Some(i) => match args.get(i + 1).and_then(|s| s.parse::<f64>().ok()) {
+            Some(s) if s.is_finite() && s >= 0.0 => Some(std::time::Duration::from_secs_f64(s)),
+            _ => {
+                eprintln!("--quiet-wait takes a number of seconds");
+                std::process::exit(2);
+            }
+        },
+    };
+    let settle = |name: &str| {
+        let Some(max) = quiet_wait else { return };
+        match tilejit_benches::quiet::wait_quiet(max) {
+            Some(load) if !load.quiet() => eprintln!(
+                "{name}: no quiet window in {max:?} ({:.2} cores busy, {:.0}% steal)",
+                load.busy_cores,
+                load.steal * 100.0
+            ),
+            _ => {}
+        }
+    };
     let emit = |w: &str, field: &str, v: f64, extra: String| {
         if json {
             println!("{{\"workload\": \"{w}\", \"{field}\": {v:.6}{extra}}}");
@@ -142,8 +165,10 @@ fn main() {
     for (name, default, run) in WORKLOADS {
         let named = only.as_ref().map(|o| o.iter().any(|x| x == name));
         if named.unwrap_or(default) {
+            settle(name);
             run(&emit);
         } else if name == "W12" && !w12_batches.is_empty() {
+            settle(name);
             models::w12(&emit, &w12_batches);
         }
     }
