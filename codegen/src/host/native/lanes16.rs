@@ -71,6 +71,48 @@ pub(crate) fn prefetch(s: &[f32], at: usize) {
     }
 }
 
+/// Prefetches the cache lines of `ahead` into L2, a few per call of
+/// [`Spread::step`], spread evenly over `steps` calls: each line once, so
+/// the next operand streams from memory under a whole loop of products
+/// without crowding L1 or the load ports.
+pub(crate) struct Spread<'a> {
+    ahead: &'a [f32],
+    lines: usize,
+    steps: usize,
+    credit: usize,
+    next: usize,
+}
+
+impl<'a> Spread<'a> {
+    /// Lines of 16 floats.
+    const LINE: usize = 16;
+
+    pub(crate) fn new(ahead: &'a [f32], steps: usize) -> Spread<'a> {
+        Spread {
+            ahead,
+            lines: ahead.len().div_ceil(Self::LINE),
+            steps: steps.max(1),
+            credit: 0,
+            next: 0,
+        }
+    }
+
+    /// One step's share of the lines.
+    #[inline(always)]
+    pub(crate) fn step(&mut self) {
+        self.credit += self.lines;
+        while self.credit >= self.steps {
+            self.credit -= self.steps;
+            if let Some(x) = self.ahead.get(self.next * Self::LINE) {
+                // SAFETY: `x` is an element of `ahead`; a prefetch reads
+                // nothing the program sees and never faults.
+                unsafe { _mm_prefetch::<_MM_HINT_T1>((x as *const f32).cast()) }
+            }
+            self.next += 1;
+        }
+    }
+}
+
 /// 16 f32 lanes in registers. Its methods are called only from the
 /// `#[target_feature]` functions [`versions`] defines, compiled for the
 /// type's features, which are entered only with an [`Isa`] that has them;

@@ -406,7 +406,7 @@ pub(super) fn products(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::super::lanes16::{prefetch, versions, Lanes16};
+    use super::super::lanes16::{versions, Lanes16, Spread};
     use super::{Out, Range, GROUP_BYTES, L, MR};
 
     /// Rows of `A` packed in blocks of six (`[blocks, k, 6]`) from row
@@ -473,13 +473,9 @@ mod x86 {
         let (a, first) = src;
         let block = (i0 - first) / MR * k * MR;
         let block = &a[block..block + k * MR];
-        let step = ahead.len().div_ceil(k).max(1);
-        for (q, (col, b)) in block
-            .chunks_exact(MR)
-            .zip(panel.chunks_exact(L))
-            .enumerate()
-        {
-            prefetch(ahead, q * step);
+        let mut ahead = Spread::new(ahead, k);
+        for (col, b) in block.chunks_exact(MR).zip(panel.chunks_exact(L)) {
+            ahead.step();
             let b = V::load(b, 0);
             for (acc, x) in acc.iter_mut().zip(col) {
                 *acc = V::splat(*x).fmadd(b, *acc);

@@ -1321,7 +1321,7 @@ fn output_transform_t<A: Axis<T, R>, const T: usize, const R: usize>(
 mod x86 {
     pub(super) use super::super::lanes16::Isa;
     pub(super) use super::super::lanes16::{gathers_fit, isa};
-    use super::super::lanes16::{prefetch, versions, Lanes16};
+    use super::super::lanes16::{prefetch, versions, Lanes16, Spread};
     use super::{padded_rows, GemmView, Range, Tiles, WinogradTile, F2, F4, L, M, STRIPS, T6};
 
     /// A tile's transforms along one axis over [`Lanes16`] (see
@@ -1583,9 +1583,9 @@ mod x86 {
         let rows: [&[f32]; R] = std::array::from_fn(|i| &a[(t0 + i) * c..(t0 + i + 1) * c]);
         let panel = &panel[..c * L];
         let mut acc = [V::splat(0.0); R];
-        let step = ahead.len().div_ceil(c).max(1);
+        let mut ahead = Spread::new(ahead, c);
         for k in 0..c {
-            prefetch(ahead, k * step);
+            ahead.step();
             let b = V::load(panel, k * L);
             for (acc, row) in acc.iter_mut().zip(&rows) {
                 *acc = V::splat(row[k]).fmadd(b, *acc);
