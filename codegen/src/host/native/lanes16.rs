@@ -4,7 +4,8 @@
 //! weights. Only [`isa`] makes the [`Isa`] token that enters them, after
 //! asking the CPU. Loads and stores go through slices checked to hold
 //! their 16 elements; gathers and scatters assert that every lane is
-//! inside its slice.
+//! inside its slice. Prefetch hints ([`prefetch`], [`Spread`]) name only
+//! elements inside their slices.
 
 use std::arch::x86_64::*;
 
