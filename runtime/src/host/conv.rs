@@ -120,9 +120,9 @@ impl HostProgram {
 /// stride 1, channels and outputs in blocks of 16): kept in the weight
 /// cache when they are an argument or constant (`array`), which any image
 /// size takes, in the form `winograd_form` picks for the call's images
-/// (F(2x2) for few tiles of many weights, strips for few tiles); else transformed to F(4x4) for
-/// this call when the images have enough tiles, alone or together
-/// (`winograd_fits_images`).
+/// (F(2x2) for few tiles of many weights, strips for few tiles); else
+/// transformed to F(4x4) for this call when the images have enough
+/// tiles, alone or together (`winograd_fits_images`).
 fn winograd_weights(
     w: &[f32],
     array: Option<&Array>,

@@ -1189,7 +1189,7 @@ fn strip_products_v(
     m: &mut [f32],
 ) -> Result<(), CodegenError> {
     with_scratch(&TILE_LANES, tiles.div_ceil(L) * c * L, |xs| {
-        tiles_in_lanes(a, c, tiles, xs);
+        tiles_in_lanes(a, c, xs);
         let xs = &*xs;
         #[cfg(target_arch = "x86_64")]
         if let Some(isa) = x86::isa() {
@@ -1201,13 +1201,13 @@ fn strip_products_v(
     })
 }
 
-/// `xs[b, k, l] = a[16 b + l, k]` (`a`: `[tiles, c]`), zero past the last
-/// tile.
-fn tiles_in_lanes(a: &[f32], c: usize, tiles: usize, xs: &mut [f32]) {
+/// `xs[b, k, l] = a[16 b + l, k]` (`a`: `[tiles, c]`, exactly), zero past
+/// the last tile.
+fn tiles_in_lanes(a: &[f32], c: usize, xs: &mut [f32]) {
     for (b, xb) in xs.chunks_exact_mut(c * L).enumerate() {
         for l in 0..L {
             let t = b * L + l;
-            let row = a.get(t * c..(t + 1) * c).filter(|_| t < tiles);
+            let row = a.get(t * c..(t + 1) * c);
             for (k, x) in xb.iter_mut().skip(l).step_by(L).enumerate() {
                 *x = row.map_or(0.0, |row| row[k]);
             }
@@ -2093,7 +2093,7 @@ mod tests {
                 let a: Vec<f32> = (0..tiles * c).map(|i| value(i + 5)).collect();
                 let strips: Vec<f32> = (0..nb * c).map(|i| value(i + 9)).collect();
                 let mut xs = vec![f32::NAN; tiles.div_ceil(L) * c * L];
-                tiles_in_lanes(&a, c, tiles, &mut xs);
+                tiles_in_lanes(&a, c, &mut xs);
                 let mut want = vec![f32::NAN; tiles * nb];
                 strip_products(&xs, c, tiles, &strips, &mut want);
                 let mut got = vec![f32::NAN; tiles * nb];
