@@ -479,30 +479,7 @@ impl<'g> Fuser<'g> {
                 _ => {}
             }
         }
-        // Cost of each value as it would be inlined.
-        let mut cost = vec![0u32; g.len()];
-        for id in g.ids() {
-            let op = &g.node(id).op;
-            // An inlined matmul is its kernel's whole GEMM: a value built
-            // on one is never recomputed by each kernel that reads it.
-            if matches!(op, Op::MatMul(..) | Op::Conv(..)) && !self.materialized[id.index()] {
-                cost[id.index()] = EXPENSIVE;
-                continue;
-            }
-            let Some(own) = op.info().inline_cost else {
-                continue;
-            };
-            let inner: u32 = op
-                .operands()
-                .iter()
-                .filter(|x| !self.materialized[x.index()] && !self.shared_expensive[x.index()])
-                .map(|x| cost[x.index()])
-                .sum();
-            cost[id.index()] = own.saturating_add(inner);
-            if cost[id.index()] >= EXPENSIVE && self.users[id.index()].len() > 1 {
-                self.shared_expensive[id.index()] = true;
-            }
-        }
+        let cost = self.inline_costs();
         // A computed value broadcast to a domain many times its size (a
         // `slice_assign` take line over a KV cache) is computed once into
         // a buffer rather than again at every element of the larger
@@ -528,7 +505,42 @@ impl<'g> Fuser<'g> {
                 self.materialized[x.index()] = true;
             }
         }
+        // Costs again, now that those values are buffers: a value computed
+        // from a take line that many kernels read (the twelve layers of a
+        // decode step share one) is then cheap to inline in each.
+        self.inline_costs();
         self.bound_kernel_size();
+    }
+
+    /// The cost of each value as it would be inlined; marks the values of
+    /// several users too expensive to recompute in each.
+    fn inline_costs(&mut self) -> Vec<u32> {
+        let g = self.g;
+        self.shared_expensive.fill(false);
+        let mut cost = vec![0u32; g.len()];
+        for id in g.ids() {
+            let op = &g.node(id).op;
+            // An inlined matmul is its kernel's whole GEMM: a value built
+            // on one is never recomputed by each kernel that reads it.
+            if matches!(op, Op::MatMul(..) | Op::Conv(..)) && !self.materialized[id.index()] {
+                cost[id.index()] = EXPENSIVE;
+                continue;
+            }
+            let Some(own) = op.info().inline_cost else {
+                continue;
+            };
+            let inner: u32 = op
+                .operands()
+                .iter()
+                .filter(|x| !self.materialized[x.index()] && !self.shared_expensive[x.index()])
+                .map(|x| cost[x.index()])
+                .sum();
+            cost[id.index()] = own.saturating_add(inner);
+            if cost[id.index()] >= EXPENSIVE && self.users[id.index()].len() > 1 {
+                self.shared_expensive[id.index()] = true;
+            }
+        }
+        cost
     }
 
     /// Gives operands buffers wherever a node would inline more than
