@@ -312,23 +312,40 @@ struct PartialSim {
     why: Vec<Option<String>>,
 }
 
-/// A one-op (or small) eager graph without constants, by value: the key of
-/// the eager program caches, so repeating an eager op skips fusing and the
-/// kernel cache lookup.
+/// A one-op (or small) eager graph by value, its constants included when
+/// they hold at most [`EAGER_KEY_ELEMENTS`] elements in all (an argmax's
+/// index line, a triangle mask): the key of the eager program caches, so
+/// repeating an eager op skips fusing and the kernel cache lookup.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct EagerKey {
     nodes: Vec<(tilejit_ir::Op, tilejit_ir::TensorType)>,
     outputs: Vec<tilejit_ir::NodeId>,
+    /// Each constant's type and little-endian bytes, in table order.
+    constants: Vec<(tilejit_ir::TensorType, Vec<u8>)>,
 }
+
+/// The most constant elements an eager graph may hold and still be kept:
+/// past it, hashing and holding the values would cost what they save.
+const EAGER_KEY_ELEMENTS: usize = 4096;
 
 impl EagerKey {
     fn of(g: &Graph) -> Option<EagerKey> {
-        g.constants().is_empty().then(|| EagerKey {
+        let elements: usize = g.constants().iter().map(|c| c.0.ty().shape.numel()).sum();
+        if elements > EAGER_KEY_ELEMENTS {
+            return None;
+        }
+        let constants = g
+            .constants()
+            .iter()
+            .map(|c| Some((c.0.ty(), c.0.buffer().to_le_bytes().ok()?)))
+            .collect::<Option<Vec<_>>>()?;
+        Some(EagerKey {
             nodes: g
                 .ids()
                 .map(|id| (g.node(id).op.clone(), g.ty(id)))
                 .collect(),
             outputs: g.outputs.clone(),
+            constants,
         })
     }
 }
@@ -342,6 +359,12 @@ struct EagerCache<P> {
 const EAGER_CACHE_MAX: usize = 4096;
 
 impl<P> EagerCache<P> {
+    fn new() -> EagerCache<P> {
+        EagerCache {
+            map: Mutex::new(Default::default()),
+        }
+    }
+
     fn get_or(
         &self,
         g: &Graph,
@@ -368,10 +391,8 @@ impl<P> EagerCache<P> {
 /// eager program cache keyed by the graph itself.
 pub fn run_eager(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError> {
     static CACHE: OnceLock<EagerCache<HostProgram>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| EagerCache {
-        map: Mutex::new(Default::default()),
-    });
-    cache
+    CACHE
+        .get_or_init(EagerCache::new)
         .get_or(g, || HostProgram::compile(g))?
         .run(inputs, &[])
 }
@@ -379,10 +400,9 @@ pub fn run_eager(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeError
 /// The eager programs compiled for the simulated device.
 fn eager_sim(g: &Graph) -> Result<Arc<SimProgram>, RuntimeError> {
     static CACHE: OnceLock<EagerCache<SimProgram>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| EagerCache {
-        map: Mutex::new(Default::default()),
-    });
-    cache.get_or(g, || SimProgram::compile(g))
+    CACHE
+        .get_or_init(EagerCache::new)
+        .get_or(g, || SimProgram::compile(g))
 }
 
 /// [`run_eager`] on the simulated device.
@@ -394,4 +414,52 @@ pub fn run_eager_sim(g: &Graph, inputs: &[Array]) -> Result<Vec<Array>, RuntimeE
 /// already; the outputs stay in device memory.
 pub fn run_eager_resident(g: &Graph, inputs: &[Value]) -> Result<Vec<DeviceArray>, RuntimeError> {
     Ok(eager_sim(g)?.run_resident(inputs, &[])?.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use tilejit_ir::{BinaryOp, DType, Op, Shape, TensorType};
+
+    /// `x + c` for an f32 input and constant of `c`'s length.
+    fn plus_constant(c: Vec<f32>) -> Result<Graph, tilejit_ir::IrError> {
+        let mut g = Graph::new();
+        let ty = TensorType::new(DType::F32, Shape::new(&[c.len()])?);
+        let x = g.add(Op::Input { index: 0, ty })?;
+        let k = g.add_constant(Array::from_vec(c, &[ty.shape[0]])?);
+        let y = g.add(Op::Binary(BinaryOp::Add, x, k))?;
+        g.outputs = vec![y];
+        Ok(g)
+    }
+
+    /// Graphs with small constants are kept by their values: the same
+    /// values built again hit, other values (one bit apart) miss, and
+    /// constants past the bound are never kept.
+    #[test]
+    fn eager_graphs_with_small_constants_are_kept_by_value() -> Result<(), tilejit_ir::IrError> {
+        let cache: EagerCache<u32> = EagerCache::new();
+        let builds = Cell::new(0);
+        let get = |g: &Graph| {
+            cache
+                .get_or(g, || {
+                    builds.set(builds.get() + 1);
+                    Ok(builds.get())
+                })
+                .map(|p| *p)
+        };
+        let a = get(&plus_constant(vec![1.0, 2.0, 3.0])?);
+        let b = get(&plus_constant(vec![1.0, 2.0, 3.0])?);
+        let c = get(&plus_constant(vec![1.0, -0.0, 3.0])?);
+        let d = get(&plus_constant(vec![1.0, 0.0, 3.0])?);
+        assert_eq!(
+            (a.ok(), b.ok(), c.ok(), d.ok()),
+            (Some(1), Some(1), Some(2), Some(3))
+        );
+        let big: Vec<f32> = (0..=EAGER_KEY_ELEMENTS).map(|i| i as f32).collect();
+        let e = get(&plus_constant(big.clone())?);
+        let f = get(&plus_constant(big)?);
+        assert_eq!((e.ok(), f.ok()), (Some(4), Some(5)));
+        Ok(())
+    }
 }
