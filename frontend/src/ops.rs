@@ -174,6 +174,45 @@ fn bool_any_all(g: &mut Graph, x: NodeId, a: usize, any: bool) -> Result<NodeId,
     g.add(Op::Compare(cmp, count, zero))
 }
 
+/// Indices whose line is longer than this are built from two shorter ones.
+const INDEX_LINE_CONSTANT: usize = 4096;
+
+/// `0..n` as a line of `dt` (F32 below 2^24, else I64). Up to
+/// [`INDEX_LINE_CONSTANT`] it is one constant; past it, row starts
+/// `[r, 1]` plus offsets `[1, w]` (`w` about `sqrt(n)`), flattened and cut
+/// to `n`: a 50257-long argmax then holds about 450 constant values, not
+/// 50257, so an eager argmax stays in the eager program cache (which keys
+/// small constants by value) instead of being fused again on every call.
+fn index_line(g: &mut Graph, n: usize, dt: DType) -> Result<NodeId, IrError> {
+    let line = |g: &mut Graph, values: Vec<i64>, dims: &[usize]| -> Result<NodeId, IrError> {
+        let array = match dt {
+            DType::F32 => tilejit_ir::Array::from_vec(
+                values.into_iter().map(|v| v as f32).collect::<Vec<f32>>(),
+                dims,
+            )?,
+            _ => tilejit_ir::Array::from_vec(values, dims)?,
+        };
+        Ok(g.add_constant(array))
+    };
+    if n <= INDEX_LINE_CONSTANT {
+        return line(g, (0..n as i64).collect(), &[n]);
+    }
+    let w = n.isqrt().next_power_of_two();
+    let r = n.div_ceil(w);
+    let starts = line(g, (0..r as i64).map(|j| j * w as i64).collect(), &[r, 1])?;
+    let offsets = line(g, (0..w as i64).collect(), &[1, w])?;
+    let grid = tilejit_ir::Shape::new(&[r, w])?;
+    let starts = g.add(Op::Broadcast(starts, grid))?;
+    let offsets = g.add(Op::Broadcast(offsets, grid))?;
+    let all = g.add(Op::Binary(BinaryOp::Add, starts, offsets))?;
+    let flat = g.add(Op::Reshape(all, tilejit_ir::Shape::new(&[r * w])?))?;
+    g.add(Op::Slice(
+        flat,
+        tilejit_ir::Shape::new(&[0])?,
+        tilejit_ir::Shape::new(&[n])?,
+    ))
+}
+
 /// The index (i64) of the first maximum (`max`) or minimum of `x` along
 /// `axis`, a NaN's index if the lane has one (numpy's `argmax`/`argmin`).
 /// Built from two fusable reductions: the extreme `m` (NaN-propagating),
@@ -223,26 +262,15 @@ fn arg_extreme(
         }
         let mut dims = vec![1usize; shape.rank()];
         dims[a] = n;
-        // The index constant is `n` long: an allocation that may fail (an
-        // axis from a hostile file), an error then rather than an abort.
-        let oom = || IrError::OutOfMemory {
-            bytes: n.saturating_mul(8),
+        // f32 holds every index below 2^24 exactly.
+        let float = n <= 1 << 24;
+        let dt = if float { DType::F32 } else { DType::I64 };
+        let none = match float {
+            true => tilejit_ir::Lit::Float(n as f64),
+            false => tilejit_ir::Lit::Int(n as i64),
         };
-        let (iota, none) = if n <= 1 << 24 {
-            let mut iota: Vec<f32> = Vec::new();
-            iota.try_reserve_exact(n).map_err(|_| oom())?;
-            iota.extend((0..n).map(|i| i as f32));
-            let iota = tilejit_ir::Array::from_vec(iota, &dims)?;
-            (iota, tilejit_ir::Lit::Float(n as f64))
-        } else {
-            let mut iota: Vec<i64> = Vec::new();
-            iota.try_reserve_exact(n).map_err(|_| oom())?;
-            iota.extend(0..n as i64);
-            let iota = tilejit_ir::Array::from_vec(iota, &dims)?;
-            (iota, tilejit_ir::Lit::Int(n as i64))
-        };
-        let dt = iota.dtype();
-        let iota = g.add_constant(iota);
+        let iota = index_line(g, n, dt)?;
+        let iota = g.add(Op::Reshape(iota, tilejit_ir::Shape::new(&dims)?))?;
         let iota = bcast(g, iota, shape)?;
         let none = g.add(Op::Full {
             value: none,

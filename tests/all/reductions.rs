@@ -746,3 +746,50 @@ fn new_reductions_fuse_as_the_existing_ones_do() {
         }
     }
 }
+
+/// Long axes, whose index line is built from row starts and offsets past
+/// 4096: the first of two planted maxima (and minima) near the end and
+/// across a row boundary of the line, and the first of two NaNs, on
+/// every mode, eager and jit.
+#[test]
+fn argmax_and_argmin_of_long_axes_find_the_first_extreme() {
+    let argmax: Op = |x, a| x.argmax(a, false);
+    let argmin: Op = |x, a| x.argmin(a, false);
+    let mut failures = Vec::new();
+    for n in [4096usize, 4097, 50257] {
+        // Values in 0..1000; row 0 holds 2000 at n-3 and n-1 and -5 at
+        // 257 and 4095; row 1 NaNs at 4000 and n-2.
+        let mut v: Vec<f32> = (0..2 * n).map(|i| ((i * 7919) % 1000) as f32).collect();
+        for (at, x) in [(n - 3, 2000.0), (n - 1, 2000.0), (257, -5.0), (4095, -5.0)] {
+            v[at] = x;
+        }
+        v[n + 4000] = f32::NAN;
+        v[n + n - 2] = f32::NAN;
+        let x = Tensor::from_vec(v, &[2, n]).unwrap();
+        let what = format!("n={n}");
+        let (max, min) = ([(n - 3) as f64, 4000.0], [257.0, 4000.0]);
+        check(
+            &what,
+            argmax,
+            &x,
+            1,
+            DType::I64,
+            &[2],
+            &max,
+            0.0,
+            &mut failures,
+        );
+        check(
+            &what,
+            argmin,
+            &x,
+            1,
+            DType::I64,
+            &[2],
+            &min,
+            0.0,
+            &mut failures,
+        );
+    }
+    assert_none(failures);
+}
