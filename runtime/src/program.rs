@@ -353,10 +353,14 @@ impl EagerKey {
 /// Compiled eager programs, bounded (cleared when full: eager graphs are
 /// cheap to rebuild, the bound only keeps memory in check).
 struct EagerCache<P> {
-    map: Mutex<ahash::AHashMap<EagerKey, Arc<P>>>,
+    /// The programs, and the bytes of constants their keys hold.
+    map: Mutex<(ahash::AHashMap<EagerKey, Arc<P>>, usize)>,
 }
 
 const EAGER_CACHE_MAX: usize = 4096;
+
+/// The most constant bytes the keys may hold together.
+const EAGER_CACHE_BYTES: usize = 16 << 20;
 
 impl<P> EagerCache<P> {
     fn new() -> EagerCache<P> {
@@ -373,15 +377,26 @@ impl<P> EagerCache<P> {
         let Some(key) = EagerKey::of(g) else {
             return build().map(Arc::new);
         };
-        if let Some(p) = self.map.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        if let Some(p) = self
+            .map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .get(&key)
+        {
             return Ok(p.clone());
         }
         let p = Arc::new(build()?);
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= EAGER_CACHE_MAX {
+        let bytes: usize = key.constants.iter().map(|c| c.1.len()).sum();
+        let mut held = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let (map, held_bytes) = &mut *held;
+        if map.len() >= EAGER_CACHE_MAX || *held_bytes + bytes > EAGER_CACHE_BYTES {
             map.clear();
+            *held_bytes = 0;
         }
-        map.insert(key, p.clone());
+        if map.insert(key, p.clone()).is_none() {
+            *held_bytes += bytes;
+        }
         Ok(p)
     }
 }
