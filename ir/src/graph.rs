@@ -277,8 +277,10 @@ impl Window {
     /// positions split into runs whose windows hold the same taps inside
     /// the image (a tap's position grows with its index, so each window's
     /// inside taps are one range): how pooling skips the padding. `None`
-    /// when the window does not fit or some window lies wholly in the
-    /// padding.
+    /// when the window does not fit, some window lies wholly in the
+    /// padding, or there would be more than [`MAX_TAP_RUNS`] runs. The
+    /// work is per run, not per position: a hostile width of 2^32 took
+    /// seconds when each position was visited.
     pub fn tap_runs(&self, axis: usize, n: usize) -> Option<Vec<TapRun>> {
         let (k, s, d, p0, p1) = if axis == 0 {
             (
@@ -304,31 +306,50 @@ impl Window {
             return None;
         }
         let o = (padded - span) / s + 1;
+        // Tap `i` of position `y` reads `y*s + i*d - p0`, inside when in
+        // `0..n`: the first inside tap is `ceil((p0 - y*s) / d)` while
+        // `y*s < p0`, then 0; the end is `min(k, ceil((n + p0 - y*s) /
+        // d))`. Both only fall as `y` grows, so a run lasts until the
+        // next position where either would change.
+        let room = n + p0;
         let mut runs: Vec<TapRun> = Vec::new();
-        for y in 0..o {
-            // Tap `i` reads `y*s + i*d - p0`, inside when in `0..n`.
+        let mut y = 0;
+        while y < o {
             let at = y.checked_mul(s)?;
             let first = p0.saturating_sub(at).div_ceil(d);
-            let end = match (n + p0).checked_sub(at) {
-                Some(room) if room > 0 => ((room - 1) / d + 1).min(k),
+            let end = match room.checked_sub(at) {
+                Some(r) if r > 0 => ((r - 1) / d + 1).min(k),
                 _ => 0,
             };
-            if first >= end {
+            if first >= end || runs.len() == MAX_TAP_RUNS {
                 return None;
             }
-            match runs.last_mut() {
-                Some(r) if (r.first, r.end) == (first, end) => r.len += 1,
-                _ => runs.push(TapRun {
-                    start: y,
-                    len: 1,
-                    first,
-                    end,
-                }),
-            }
+            // The last position with this `first`: `p0 - y*s > (first -
+            // 1) * d` still holds (for `first` 0, every later one).
+            let last_first = match first {
+                0 => o - 1,
+                f => (p0 - (f - 1) * d - 1) / s,
+            };
+            // The last with this `end`: `ceil((room - y*s) / d) >= end`
+            // still holds, that is `y*s <= room - (end - 1) * d - 1`.
+            let last_end = (room - (end - 1) * d - 1) / s;
+            let last = last_first.min(last_end).min(o - 1);
+            runs.push(TapRun {
+                start: y,
+                len: last - y + 1,
+                first,
+                end,
+            });
+            y = last + 1;
         }
         Some(runs)
     }
 }
+
+/// The most runs [`Window::tap_runs`] gives along one axis (each pair of
+/// runs is a kernel of its own; a window of a few taps makes at most a
+/// few runs on each side).
+pub const MAX_TAP_RUNS: usize = 64;
 
 /// Output positions `start..start + len` along one axis of a pooling whose
 /// windows hold taps `first..end` inside the image ([`Window::tap_runs`]).
@@ -594,5 +615,88 @@ impl Graph {
             .iter()
             .map(|n| crate::text::op_name(&n.op))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// [`Window::tap_runs`] by its definition: every position visited.
+    fn runs_by_position(w: &Window, n: usize) -> Option<Vec<TapRun>> {
+        let (k, s, d, p0, p1) = (
+            w.kw as usize,
+            w.stride.1 as usize,
+            w.dilation.1 as usize,
+            w.pad[1] as usize,
+            w.pad[3] as usize,
+        );
+        let span = (k - 1) * d + 1;
+        if n + p0 + p1 < span {
+            return None;
+        }
+        let o = (n + p0 + p1 - span) / s + 1;
+        let mut runs: Vec<TapRun> = Vec::new();
+        for y in 0..o {
+            let inside = |i: usize| (y * s + i * d).checked_sub(p0).is_some_and(|x| x < n);
+            let first = (0..k).find(|&i| inside(i))?;
+            let end = (0..k).rfind(|&i| inside(i))? + 1;
+            match runs.last_mut() {
+                Some(r) if (r.first, r.end) == (first, end) => r.len += 1,
+                _ => runs.push(TapRun {
+                    start: y,
+                    len: 1,
+                    first,
+                    end,
+                }),
+            }
+        }
+        Some(runs)
+    }
+
+    /// Runs found by jumping between changes equal runs found position by
+    /// position, over small windows, strides, dilations and paddings.
+    #[test]
+    fn tap_runs_match_the_definition() {
+        for k in 1..6u32 {
+            for s in 1..4u32 {
+                for d in 1..4u32 {
+                    for (p0, p1) in [(0, 0), (1, 1), (2, 0), (0, 3), (4, 4), (7, 2)] {
+                        for n in 1..24 {
+                            let w = Window {
+                                kh: 1,
+                                kw: k,
+                                stride: (1, s),
+                                pad: [0, p0, 0, p1],
+                                dilation: (1, d),
+                                groups: 1,
+                            };
+                            let got = w.tap_runs(1, n).map(|r| {
+                                r.iter()
+                                    .map(|r| (r.start, r.len, r.first, r.end))
+                                    .collect::<Vec<_>>()
+                            });
+                            let want = runs_by_position(&w, n).map(|r| {
+                                r.iter()
+                                    .map(|r| (r.start, r.len, r.first, r.end))
+                                    .collect::<Vec<_>>()
+                            });
+                            assert_eq!(got, want, "k={k} s={s} d={d} pad=({p0},{p1}) n={n}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A width of 2^32 (a hostile file's) is two runs, found at once; a
+    /// window that would need more than `MAX_TAP_RUNS` runs is refused.
+    #[test]
+    fn tap_runs_of_huge_or_many_edge_windows() {
+        let w = Window::square(3, 3, 2, 1);
+        let runs = w.tap_runs(1, 1 << 32).map(|r| r.len());
+        assert_eq!(runs, Some(2));
+        let wide = Window::square(200, 200, 1, 150);
+        assert!(wide.tap_runs(1, 400).is_none());
     }
 }

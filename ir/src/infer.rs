@@ -414,8 +414,14 @@ fn pool_type(
     let (oh, ow) = win.out(h, wd).and_then(fits).ok_or_else(|| {
         bad(format!(
             "a {}x{} window with stride {:?}, padding {:?} (top, left, bottom, right) and \
-             dilation {:?} does not fit a {h}x{wd} image, or has a window wholly in the padding",
-            win.kh, win.kw, win.stride, win.pad, win.dilation
+             dilation {:?} does not fit a {h}x{wd} image, has a window wholly in the padding, \
+             or more than {} distinct windows at the edges of one axis",
+            win.kh,
+            win.kw,
+            win.stride,
+            win.pad,
+            win.dilation,
+            crate::graph::MAX_TAP_RUNS
         ))
     })?;
     checked(TensorType::new(x.dtype, Shape::new(&[n, c, oh, ow])?))

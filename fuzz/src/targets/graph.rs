@@ -83,6 +83,9 @@ fn seeds() -> Vec<Vec<u8>> {
         .map(|(_, b)| b)
         .collect();
     out.push(b"graph {\n  %0 = input 0 : f32[2,3]\n  %1 = param 0 : f32[]\n  %2 = broadcast %1 : f32[2,3]\n  %3 = div %0, %2 : f32[2,3]\n  return %3\n}\n".to_vec());
+    // A pooling over a width of 2^32: its edge runs were found position
+    // by position, seconds of parsing (a hang the fuzzer found).
+    out.push(b"graph {\n  %0 = input 0 : f32[2,3,8,4294967296]\n  %1 = pool_max %0 window=[3, 3, 2, 1] : f32[2,3,4,4]\n  return %1\n}\n".to_vec());
     out.push(b"graph {\n  %0 = input 0 : i32[4]\n  %1 = const [0, -1, 2147483647, -2147483648] : i32[4]\n  %2 = div %0, %1 : i32[4]\n  %3 = cast %2 : f16[4]\n  return %3, %0\n}\n".to_vec());
     out
 }
