@@ -168,6 +168,78 @@ fn cat_writes_each_operand_into_one_buffer() {
     assert_eq!(stores, [0, 1, 5], "{p}");
 }
 
+/// Two layers of a KV cache (`[2, 2, 4, 3]`: layers, heads, positions,
+/// width) updated at a runtime position, each read by attention's
+/// `q k^T` and returned concatenated, as a decode step does.
+#[jit]
+fn cached_scores(q: &Tensor, cache: &Tensor, new: &Tensor, pos: &Tensor) -> (Tensor, Tensor) {
+    let (mut scores, mut layers) = (Vec::new(), Vec::new());
+    for l in 0..2 {
+        let c = cache.slice(0, l, l + 1).reshape(&[2, 4, 3]);
+        let k = c.slice_assign(1, pos, &(new * (l + 1) as f64));
+        scores.push(q.matmul(&k.transpose(-1, -2)));
+        layers.push(k.reshape(&[1, 2, 4, 3]));
+    }
+    let cat = |v: &[Tensor]| Tensor::cat(&v.iter().collect::<Vec<_>>(), 0);
+    (cat(&scores), cat(&layers))
+}
+
+#[test]
+fn a_concat_operand_read_elsewhere_is_written_in_its_window() {
+    let q = Tensor::randn(&[2, 1, 3], 5);
+    let cache = Tensor::randn(&[2, 2, 4, 3], 6);
+    let new = Tensor::randn(&[2, 1, 3], 7);
+    let pos = Tensor::from_vec(vec![2i64], &[]).unwrap();
+    // By hand: the cache with position 2 of layer l replaced by
+    // `new * (l + 1)`.
+    let (c, n) = (f32s(&cache), f32s(&new));
+    let mut want_cache = c.clone();
+    for l in 0..2 {
+        for h in 0..2 {
+            for j in 0..3 {
+                want_cache[((l * 2 + h) * 4 + 2) * 3 + j] = n[h * 3 + j] * (l + 1) as f32;
+            }
+        }
+    }
+    let (want_scores, _) =
+        with_mode(RunMode::Reference, || cached_scores(&q, &cache, &new, &pos)).unwrap();
+    for mode in MODES {
+        let (scores, cache2) = with_mode(mode, || cached_scores(&q, &cache, &new, &pos)).unwrap();
+        assert_eq!(f32s(&cache2), want_cache, "{mode:?}");
+        assert_near(&scores, &want_scores, 1e-6, &format!("{mode:?}"));
+    }
+    // Each updated layer is written once, into its window of the
+    // returned cache, where its `q k^T` reads it: no kernel copies it.
+    // (The scores' concat copies: a product keeps a buffer of its own.)
+    use tilejit::internals::ir::kernel::{ProgramOutput, Stage};
+    let h = cached_scores::jit().handlers();
+    let p = h[0].program.host().kernels();
+    let ProgramOutput::Buffer(out, _) = p.outputs[1] else {
+        panic!("{p}")
+    };
+    let writers: Vec<(&str, i64)> = p
+        .kernels
+        .iter()
+        .flat_map(|k| k.stages.iter().map(move |s| (k, s)))
+        .filter_map(|(k, s)| match s {
+            Stage::Store { access, .. } if access.buf == out => {
+                Some((k.name.as_str(), access.offset))
+            }
+            _ => None,
+        })
+        .collect();
+    // Layer 0's `new * 1` simplifies away.
+    assert_eq!(writers, [("select", 0), ("fused_mul_select", 24)], "{p}");
+    let views: Vec<i64> = p
+        .kernels
+        .iter()
+        .filter_map(|k| k.matmul.as_ref())
+        .filter(|m| m.b == out)
+        .map(|m| m.b_view.map_or(0, |v| v.offset))
+        .collect();
+    assert_eq!(views, [0, 24], "{p}");
+}
+
 #[test]
 fn cat_and_split_round_trip_integers_and_bools() {
     for mode in MODES {

@@ -281,6 +281,14 @@ struct Fuser<'g> {
     /// Expensive values with several users.
     shared_expensive: Vec<bool>,
     buffer_of: Vec<Option<BufId>>,
+    /// Where in its buffer a node's values start (elements): 0, or its
+    /// window's start for a node written in place into a concat's buffer.
+    base_offset: Vec<i64>,
+    /// The buffer of a concat, made before its own kernels when an
+    /// operand is written into it in place first.
+    concat_buf: HashMap<NodeId, BufId>,
+    /// Operands written in place: the concat and the start along its axis.
+    in_place: HashMap<NodeId, (NodeId, usize)>,
     buffers: Vec<BufDecl>,
     kernels: Vec<(NodeId, Kernel)>,
 }
@@ -361,6 +369,9 @@ impl<'g> Fuser<'g> {
             materialized: vec![false; n],
             shared_expensive: vec![false; n],
             buffer_of: vec![None; n],
+            base_offset: vec![0; n],
+            concat_buf: HashMap::new(),
+            in_place: HashMap::new(),
             buffers: Vec::new(),
             kernels: Vec::new(),
         }
@@ -609,7 +620,7 @@ impl<'g> Fuser<'g> {
             let built = match g.node(id).op {
                 Op::Concat(..) => self.build_concat(id),
                 Op::Pool(..) => self.build_pool(id),
-                _ => self.build_kernel(id, None).map(|k| vec![k]),
+                _ => self.build_placed(id),
             };
             match built {
                 Ok(kernels) => {
@@ -643,6 +654,7 @@ impl<'g> Fuser<'g> {
                 let s = self.view_source(id);
                 if s != id {
                     self.buffer_of[id.index()] = self.buffer_of[s.index()];
+                    self.base_offset[id.index()] = self.base_offset[s.index()];
                 }
             }
         }
@@ -804,13 +816,133 @@ impl<'g> Fuser<'g> {
     /// Builds the kernel of `root` (or, with a target, the kernel that
     /// writes concat operand `root` into its place); on failure no buffer
     /// it made survives.
-    fn build_kernel(&mut self, root: NodeId, target: Option<Target>) -> Result<Kernel, Stop> {
+    fn build_kernel(
+        &mut self,
+        root: NodeId,
+        target: Option<Target>,
+        window: Option<(BufId, i64)>,
+    ) -> Result<Kernel, Stop> {
         let nbuf = self.buffers.len();
-        let r = self.try_build_kernel(root, target);
+        let r = self.try_build_kernel(root, target, window);
         if r.is_err() {
             self.buffers.truncate(nbuf);
         }
         r
+    }
+
+    /// Builds `root`'s kernel: into its window of a concat's buffer where
+    /// [`Fuser::window_in_concat`] finds one (the concat then copies
+    /// nothing for it, and `root`'s readers read that window), else into
+    /// a buffer of its own.
+    fn build_placed(&mut self, root: NodeId) -> Result<Vec<Kernel>, Stop> {
+        let Some((c, start, offset)) = self.window_in_concat(root) else {
+            return self.build_kernel(root, None, None).map(|k| vec![k]);
+        };
+        let buf = match self.concat_buf.get(&c) {
+            Some(&b) => b,
+            None => {
+                let b = self.new_buffer(self.g.ty(c), BufKind::Temp);
+                self.concat_buf.insert(c, b);
+                b
+            }
+        };
+        let nbuf = self.buffers.len();
+        let kernel = self.build_kernel(root, None, Some((buf, offset)))?;
+        if kernel.matmul.is_some() {
+            // A product's epilogue keeps to a buffer of its own.
+            self.buffers.truncate(nbuf);
+            self.buffer_of[root.index()] = None;
+            return self.build_kernel(root, None, None).map(|k| vec![k]);
+        }
+        self.base_offset[root.index()] = offset;
+        self.in_place.insert(root, (c, start));
+        Ok(vec![kernel])
+    }
+
+    /// The concat whose buffer materialised `n` can live in, with `n`'s
+    /// start along its axis and its first element there: `n` reaches one
+    /// of the concat's parts through reshapes alone, the part's window is
+    /// contiguous (every dim before the axis is 1), and no reader needs a
+    /// buffer of its own (an output, a convolution's image). A KV cache's
+    /// updated layers, read by attention and returned concatenated, are
+    /// then written once.
+    fn window_in_concat(&self, n: NodeId) -> Option<(NodeId, usize, i64)> {
+        let g = self.g;
+        match g.node(n).op {
+            Op::Input { .. }
+            | Op::Constant { .. }
+            | Op::Param { .. }
+            | Op::Concat(..)
+            | Op::Pool(..)
+            | Op::MatMul(..)
+            | Op::Conv(..) => return None,
+            Op::Permute(c, _) if self.nchw_permute(c) == Some(n) => return None,
+            _ => {}
+        }
+        let mut part = None;
+        let mut work = vec![n];
+        while let Some(x) = work.pop() {
+            if self.is_output[x.index()] {
+                return None;
+            }
+            for &u in &self.users[x.index()] {
+                match g.node(u).op {
+                    Op::Reshape(..) | Op::Permute(..) | Op::Broadcast(..) | Op::Slice(..) => {
+                        work.push(u)
+                    }
+                    Op::Conv(..) => return None,
+                    Op::Concat(..) if part.is_none() && self.view_source(x) == n => {
+                        part = Some((u, x))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let (mut c, p) = part?;
+        while self.absorbed(c) && !self.materialized[c.index()] {
+            c = self.users[c.index()][0];
+        }
+        let Op::Concat(_, _, axis) = g.node(c).op else {
+            return None;
+        };
+        if !self.materialized[c.index()] || self.buffer_of[c.index()].is_some() {
+            return None;
+        }
+        let shape = g.ty(c).shape;
+        let axis = axis as usize;
+        if (0..axis).any(|d| shape[d] != 1) || g.ty(n).shape.numel() == 0 {
+            return None;
+        }
+        let (_, start) = self.concat_parts(c).into_iter().find(|&(q, _)| q == p)?;
+        let inner: usize = (axis + 1..shape.rank()).map(|d| shape[d]).product();
+        Some((c, start, (start * inner) as i64))
+    }
+
+    /// The parts of concat `root` (absorbed concats flattened) with each
+    /// one's start along its axis.
+    fn concat_parts(&self, root: NodeId) -> Vec<(NodeId, usize)> {
+        let g = self.g;
+        let Op::Concat(_, _, axis) = g.node(root).op else {
+            return Vec::new();
+        };
+        let mut parts = Vec::new();
+        let mut work = vec![root];
+        let mut start = 0;
+        while let Some(n) = work.pop() {
+            match g.node(n).op {
+                Op::Concat(a, b, _)
+                    if n == root || (self.absorbed(n) && !self.materialized[n.index()]) =>
+                {
+                    work.push(b);
+                    work.push(a);
+                }
+                _ => {
+                    parts.push((n, start));
+                    start += g.ty(n).shape[axis as usize];
+                }
+            }
+        }
+        parts
     }
 
     /// The kernels of a concat: one per operand (absorbed concats
@@ -824,32 +956,24 @@ impl<'g> Fuser<'g> {
             ))));
         };
         let nbuf = self.buffers.len();
-        let buf = self.new_buffer(ty, BufKind::Temp);
-        let mut parts = Vec::new();
-        let mut work = vec![root];
-        while let Some(n) = work.pop() {
-            match g.node(n).op {
-                Op::Concat(a, b, _)
-                    if n == root || (self.absorbed(n) && !self.materialized[n.index()]) =>
-                {
-                    work.push(b);
-                    work.push(a);
-                }
-                _ => parts.push(n),
-            }
-        }
+        let buf = match self.concat_buf.get(&root) {
+            Some(&b) => b,
+            None => self.new_buffer(ty, BufKind::Temp),
+        };
+        let parts = self.concat_parts(root);
         let mut kernels = Vec::with_capacity(parts.len());
-        let mut start = 0;
-        for p in parts {
+        for (p, start) in parts {
             let pty = g.ty(p);
-            if pty.shape.numel() > 0 {
+            // An operand written in place already wrote its window.
+            let written = self.in_place.get(&self.view_source(p)) == Some(&(root, start));
+            if pty.shape.numel() > 0 && !written {
                 let target = Target {
                     buf,
                     shape: ty.shape,
                     axis: axis as usize,
                     start,
                 };
-                match self.try_build_kernel(p, Some(target)) {
+                match self.try_build_kernel(p, Some(target), None) {
                     Ok(k) => kernels.push(k),
                     Err(e) => {
                         self.buffers.truncate(nbuf);
@@ -857,7 +981,6 @@ impl<'g> Fuser<'g> {
                     }
                 }
             }
-            start += pty.shape[axis as usize];
         }
         self.buffer_of[root.index()] = Some(buf);
         Ok(kernels)
@@ -884,6 +1007,7 @@ impl<'g> Fuser<'g> {
         };
         let s = self.view_source(x);
         let src = self.buffer_of[s.index()].ok_or(Stop::Materialize(s))?;
+        let base = self.base_offset[s.index()];
         let xs = g.ty(x).shape;
         let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
         let (oh, ow) = (ty.shape[2], ty.shape[3]);
@@ -919,7 +1043,7 @@ impl<'g> Fuser<'g> {
                         let access = Access {
                             buf: src,
                             strides: strides([c * h * w, h * w, sh * w, sw]),
-                            offset: (y0 * w + x0) as i64,
+                            offset: base + (y0 * w + x0) as i64,
                         };
                         let tap = kb.load(access, ty.dtype);
                         acc = Some(match acc {
@@ -953,7 +1077,14 @@ impl<'g> Fuser<'g> {
         Ok(kernels)
     }
 
-    fn try_build_kernel(&mut self, root: NodeId, target: Option<Target>) -> Result<Kernel, Stop> {
+    /// `window`: the buffer and first element `root` is written at
+    /// instead of a buffer of its own.
+    fn try_build_kernel(
+        &mut self,
+        root: NodeId,
+        target: Option<Target>,
+        window: Option<(BufId, i64)>,
+    ) -> Result<Kernel, Stop> {
         let g = self.g;
         let ty = g.ty(root);
         // A concat operand that has its own buffer is copied: a leaf.
@@ -968,9 +1099,10 @@ impl<'g> Fuser<'g> {
         };
         let (domain, root_map) = self.kernel_domain(root, anchor);
         let mut kb = KernelBuilder::new(domain);
-        let out = match target {
-            Some(t) => t.buf,
-            None => self.new_buffer(ty, BufKind::Temp),
+        let out = match (target, window) {
+            (Some(t), _) => t.buf,
+            (None, Some((b, _))) => b,
+            (None, None) => self.new_buffer(ty, BufKind::Temp),
         };
         match (target, &g.node(root).op) {
             (None, &Op::MatMul(a, b)) => kb.matmul = Some(self.matmul_spec(a, b, out)?),
@@ -986,7 +1118,8 @@ impl<'g> Fuser<'g> {
             }
             (None, _) => {
                 let value = self.build_expr(&mut kb, root, root_map, true)?;
-                let access = self.access(&kb, out, &ty.shape, &root_map);
+                let mut access = self.access(&kb, out, &ty.shape, &root_map);
+                access.offset += window.map_or(0, |w| w.1);
                 kb.stages.push(Stage::Store { access, value });
             }
             (Some(t), _) => {
@@ -1130,14 +1263,23 @@ impl<'g> Fuser<'g> {
         window: crate::graph::Window,
         out: BufId,
     ) -> Result<MatMul, Stop> {
+        // `window_in_concat` never places a convolution's operand.
+        let whole = |s: NodeId| match self.in_place.contains_key(&s) {
+            true => Err(Stop::Ir(IrError::Verify(format!(
+                "fusion: convolution operand {s} is a window of a buffer"
+            )))),
+            false => Ok(()),
+        };
         let buf = |x: NodeId| {
             let s = self.view_source(x);
+            whole(s)?;
             self.buffer_of[s.index()].ok_or(Stop::Materialize(s))
         };
         let (sx, sw) = (self.g.ty(x).shape, self.g.ty(w).shape);
         let has_buf = |n: NodeId| self.buffer_of[n.index()].is_some();
         let (b, b_view) = match self.operand_view(w, &has_buf) {
             Ok((base, shape, strides, offset)) => {
+                whole(base)?;
                 let view =
                     conv_weight_view(&shape, &strides, offset).ok_or(Stop::Materialize(w))?;
                 let b = self.buffer_of[base.index()].ok_or(Stop::Materialize(base))?;
@@ -1201,6 +1343,7 @@ impl<'g> Fuser<'g> {
         let (base, shape, mut strides, offset) =
             self.operand_view(x, &has_buf).map_err(Stop::Materialize)?;
         let buf = self.buffer_of[base.index()].ok_or(Stop::Materialize(base))?;
+        let offset = offset + self.base_offset[base.index()];
         // A size-1 dim's stride is never used: the contiguous one keeps
         // the plain case plain.
         let plain = contiguous_strides(&Shape::new(&shape).map_err(Stop::Ir)?);
@@ -1226,8 +1369,10 @@ impl<'g> Fuser<'g> {
             plain.strides[0] = strides[0];
         }
         // `None` means the whole buffer, contiguous: a view at offset 0
-        // of a larger buffer (a slice's first part) keeps its view.
-        let whole = self.g.ty(base).shape.checked_numel() == Some(shape.iter().product());
+        // of a larger buffer (a slice's first part, the first window of a
+        // concat's buffer) keeps its view.
+        let whole =
+            self.buffers[buf.0 as usize].ty.shape.checked_numel() == Some(shape.iter().product());
         Ok((buf, (view != plain || !whole).then_some(view)))
     }
 
@@ -1374,7 +1519,8 @@ impl<'g> Fuser<'g> {
         if !defined && self.buffer_of[self.view_source(n).index()].is_some() {
             let s = self.view_source(n);
             let buf = self.buffer_of[s.index()].ok_or(Stop::Materialize(s))?;
-            let access = self.access(kb, buf, &node.ty.shape, &m);
+            let mut access = self.access(kb, buf, &node.ty.shape, &m);
+            access.offset += self.base_offset[s.index()];
             return Ok(Some(kb.load(access, node.ty.dtype)));
         }
         Ok(match node.op {
@@ -1496,7 +1642,8 @@ impl<'g> Fuser<'g> {
         let mut mx = m;
         mx.dims[axis] = None;
         mx.start[axis] = 0;
-        let access = self.access(kb, buf, &shape, &mx);
+        let mut access = self.access(kb, buf, &shape, &mx);
+        access.offset += self.base_offset[s.index()];
         let load = kb.access_slot(access);
         let stride = contiguous_strides(&shape)[axis];
         let len = shape[axis] as i64;
