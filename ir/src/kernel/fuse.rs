@@ -17,7 +17,10 @@
 //! - a concat is always materialised, as one buffer written by one kernel
 //!   per operand (each with its producer fused in) at that operand's
 //!   offset; a concat whose only user is a concat along the same axis is
-//!   flattened into it.
+//!   flattened into it. An operand that needs a buffer for other readers
+//!   anyway (a KV cache's updated layer, which attention reads) is written
+//!   in place into its window when that window is contiguous, and its
+//!   readers read it there: the concat copies nothing for it.
 //!
 //! Inlining recomputes a value in each kernel that reads it, which is free
 //! for cheap ops. An expensive value (exp, tanh, ...) with several users is
