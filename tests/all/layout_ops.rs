@@ -240,6 +240,58 @@ fn a_concat_operand_read_elsewhere_is_written_in_its_window() {
     assert_eq!(views, [0, 24], "{p}");
 }
 
+/// Three values each read by another kind of kernel and concatenated:
+/// a pool and a gather read two of them where they lie in the concat's
+/// buffer; a convolution reads whole buffers, so the third keeps its own
+/// and is copied.
+#[jit]
+fn windows_read(x: &Tensor, w: &Tensor, idx: &Tensor) -> (Tensor, Tensor, Tensor, Tensor) {
+    let (a, b, c) = (x.exp(), -x, x.abs().sqrt());
+    (
+        a.max_pool2d(2, 2),
+        b.index_select(2, idx),
+        c.conv2d(w, 1, 1),
+        Tensor::cat(&[&c, &a, &b], 0),
+    )
+}
+
+#[test]
+fn pools_gathers_and_convs_read_concat_operands_right() {
+    let x = Tensor::randn(&[1, 2, 4, 4], 8);
+    let w = Tensor::randn(&[3, 2, 3, 3], 9);
+    let idx = Tensor::from_vec(vec![3i64, 0, 2], &[3]).unwrap();
+    let want = with_mode(RunMode::Reference, || windows_read(&x, &w, &idx)).unwrap();
+    for mode in MODES {
+        let got = with_mode(mode, || windows_read(&x, &w, &idx)).unwrap();
+        assert_near(&got.0, &want.0, 1e-6, &format!("{mode:?} pool"));
+        assert_near(&got.1, &want.1, 1e-6, &format!("{mode:?} gather"));
+        assert_near(&got.2, &want.2, 1e-5, &format!("{mode:?} conv"));
+        assert_near(&got.3, &want.3, 1e-6, &format!("{mode:?} cat"));
+    }
+    use tilejit::internals::ir::kernel::{ProgramOutput, Stage};
+    let h = windows_read::jit().handlers();
+    let p = h[0].program.host().kernels();
+    let ProgramOutput::Buffer(out, _) = p.outputs[3] else {
+        panic!("{p}")
+    };
+    let writers: Vec<(&str, i64)> = p
+        .kernels
+        .iter()
+        .flat_map(|k| k.stages.iter().map(move |s| (k, s)))
+        .filter_map(|(k, s)| match s {
+            Stage::Store { access, .. } if access.buf == out => {
+                Some((k.name.as_str(), access.offset))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        writers,
+        [("exp", 32), ("neg", 64), ("fused_cat_sqrt", 0)],
+        "{p}"
+    );
+}
+
 #[test]
 fn cat_and_split_round_trip_integers_and_bools() {
     for mode in MODES {
