@@ -81,6 +81,18 @@ pub enum CodegenError {
     /// parse; nothing was linked from it.
     #[error("code image: {0}")]
     Image(#[from] ImageError),
+    /// Host memory for a kernel's working storage (packed operands,
+    /// transformed weights, scratch rows) could not be allocated: sizes
+    /// the caller chose, too large for this machine.
+    #[error("kernel `{kernel}`: out of host memory allocating {bytes} bytes for {what}")]
+    OutOfMemory {
+        /// The kernel's name.
+        kernel: String,
+        /// What the memory was for.
+        what: &'static str,
+        /// Bytes requested (saturated at `usize::MAX`).
+        bytes: usize,
+    },
     /// A launch passed arguments that do not fit the compiled kernel.
     #[error("kernel `{kernel}`: bad launch: {message}")]
     Launch {

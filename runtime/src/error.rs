@@ -76,6 +76,10 @@ impl RuntimeError {
                 ErrorKind::Unsupported
             }
             RuntimeError::Codegen(tilejit_codegen::CodegenError::Cpu(_)) => ErrorKind::Device,
+            // As `IrError::OutOfMemory`: the host's memory, not a bug.
+            RuntimeError::Codegen(tilejit_codegen::CodegenError::OutOfMemory { .. }) => {
+                ErrorKind::Device
+            }
             RuntimeError::Device(_) => ErrorKind::Device,
             RuntimeError::Codegen(_) => ErrorKind::Internal,
         }

@@ -503,9 +503,11 @@ impl KernelCode {
             for _ in 0..scratch {
                 let mut row = Vec::new();
                 if row.try_reserve_exact(cols).is_err() {
-                    return Err(self.bad(format!(
-                        "cannot allocate a scratch row of {row_bytes} bytes"
-                    )));
+                    return Err(CodegenError::OutOfMemory {
+                        kernel: self.name.clone(),
+                        what: "a scratch row",
+                        bytes: row_bytes,
+                    });
                 }
                 row.resize(cols, 0u64);
                 rows.push(row);

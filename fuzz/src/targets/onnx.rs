@@ -428,6 +428,11 @@ fn seeds() -> Vec<Vec<u8>> {
         out.push(vec![EDITS, i]);
         out.push(vec![EDITS, i, 0, 0, 0, 3, 1, 1, 0, 2, 5, 4, 0, 9]);
     }
+    // Seed 7 found it: a conv whose packed operands would take 309 GB
+    // failed as an internal error; it is an out-of-memory one.
+    out.push(vec![
+        0x45, 0x00, 0x00, 0x74, 0x65, 0x1a, 0x65, 0x19, 0xa0, 0x61, 0x74, 0x65, 0x72, 0x0a, 0x1a,
+    ]);
     out
 }
 

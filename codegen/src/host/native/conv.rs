@@ -403,9 +403,10 @@ pub(super) fn with_scratch<R>(
         let have = v.len();
         if have < len {
             v.try_reserve_exact(len - have)
-                .map_err(|_| CodegenError::Launch {
+                .map_err(|_| CodegenError::OutOfMemory {
                     kernel: "conv".into(),
-                    message: format!("no memory for {len} floats of packed operands"),
+                    what: "packed operands",
+                    bytes: len.saturating_mul(4),
                 })?;
             v.resize(len, 0.0);
         }
@@ -662,6 +663,25 @@ mod x86 {
 mod tests {
     use super::*;
     use tilejit_ir::graph::Window;
+
+    thread_local! {
+        static HUGE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Scratch the machine cannot give is an out-of-memory error, which
+    /// names its size, never an internal one.
+    #[test]
+    fn scratch_too_large_is_out_of_memory() {
+        let len = usize::MAX / 8;
+        let e = with_scratch(&HUGE, len, |_| Ok(())).err();
+        match e {
+            Some(CodegenError::OutOfMemory { what, bytes, .. }) => {
+                assert_eq!((what, bytes), ("packed operands", len * 4));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(with_scratch(&HUGE, 8, |s| Ok(s.len())).is_ok_and(|n| n == 8));
+    }
 
     /// Deterministic values in [-1, 1).
     fn values(len: usize, seed: u64) -> Vec<f32> {

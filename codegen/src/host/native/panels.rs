@@ -49,7 +49,11 @@ impl PackedPanels {
         };
         let mut v = Vec::new();
         v.try_reserve_exact(len)
-            .map_err(|_| bad(format!("no memory for {len} packed weights")))?;
+            .map_err(|_| CodegenError::OutOfMemory {
+                kernel: "matmul".into(),
+                what: "packed weights",
+                bytes: len.saturating_mul(4),
+            })?;
         v.par_extend(rayon::iter::repeat_n(0.0f32, len));
         if len > 0 {
             v.par_chunks_mut(k * L).enumerate().for_each(|(j, panel)| {

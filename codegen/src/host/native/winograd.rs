@@ -309,7 +309,11 @@ impl WinogradWeights {
         };
         let mut u = Vec::new();
         u.try_reserve_exact(len)
-            .map_err(|_| bad(format!("no memory for {len} transformed weights")))?;
+            .map_err(|_| CodegenError::OutOfMemory {
+                kernel: "conv".into(),
+                what: "transformed weights",
+                bytes: len.saturating_mul(4),
+            })?;
         if len == 0 {
             return Ok(WinogradWeights {
                 c,
