@@ -304,6 +304,30 @@ fn assign_row(
     g.add(Op::Select(take, row, x))
 }
 
+/// `first + k * step` for `k` in `0..count` (i64 `[count]`): one constant
+/// up to [`crate::ops::index_line`]'s limit, past it that line scaled and
+/// moved in the graph, so a long stepped slice (a declared dim of 2^30
+/// in an ONNX file) holds about `sqrt(count)` constant values, not 8 GB.
+fn stepped_line(g: &mut Graph, first: usize, step: isize, count: usize) -> Result<NodeId, IrError> {
+    if count <= crate::ops::INDEX_LINE_CONSTANT {
+        let index: Vec<i64> = (0..count as i64)
+            .map(|k| first as i64 + k * step as i64)
+            .collect();
+        return Ok(g.add_constant(Array::from_vec(index, &[count])?));
+    }
+    let line = crate::ops::index_line(g, count, DType::I64)?;
+    let ty = g.ty(line);
+    let lit = |g: &mut Graph, v: i64| {
+        g.add(Op::Full {
+            value: tilejit_ir::Lit::Int(v),
+            ty,
+        })
+    };
+    let (s, f) = (lit(g, step as i64)?, lit(g, first as i64)?);
+    let scaled = g.add(Op::Binary(tilejit_ir::BinaryOp::Mul, line, s))?;
+    g.add(Op::Binary(tilejit_ir::BinaryOp::Add, scaled, f))
+}
+
 impl Tensor {
     /// This tensor with `src` written at `start..start + len` along
     /// `axis` (`len` is `src`'s length there; its other dims are this
@@ -450,10 +474,7 @@ impl Tensor {
             if step == 1 || count <= 1 {
                 return window(g, x, a, first, count);
             }
-            let index: Vec<i64> = (0..count as i64)
-                .map(|k| first as i64 + k * step as i64)
-                .collect();
-            let index = g.add_constant(Array::from_vec(index, &[count])?);
+            let index = stepped_line(g, first, step, count)?;
             let mut dims = vec![1; shape.rank()];
             dims[a] = count;
             let i = g.add(Op::Reshape(index, Shape::new(&dims)?))?;

@@ -175,7 +175,7 @@ fn bool_any_all(g: &mut Graph, x: NodeId, a: usize, any: bool) -> Result<NodeId,
 }
 
 /// Indices whose line is longer than this are built from two shorter ones.
-const INDEX_LINE_CONSTANT: usize = 4096;
+pub(crate) const INDEX_LINE_CONSTANT: usize = 4096;
 
 /// `0..n` as a line of `dt` (F32 below 2^24, else I64). Up to
 /// [`INDEX_LINE_CONSTANT`] it is one constant; past it, row starts
@@ -183,7 +183,7 @@ const INDEX_LINE_CONSTANT: usize = 4096;
 /// to `n`: a 50257-long argmax then holds about 450 constant values, not
 /// 50257, so an eager argmax stays in the eager program cache (which keys
 /// small constants by value) instead of being fused again on every call.
-fn index_line(g: &mut Graph, n: usize, dt: DType) -> Result<NodeId, IrError> {
+pub(crate) fn index_line(g: &mut Graph, n: usize, dt: DType) -> Result<NodeId, IrError> {
     let line = |g: &mut Graph, values: Vec<i64>, dims: &[usize]| -> Result<NodeId, IrError> {
         let array = match dt {
             DType::F32 => tilejit_ir::Array::from_vec(

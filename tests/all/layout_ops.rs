@@ -108,6 +108,39 @@ fn slice_step_follows_onnx_slice_on_every_backend() {
 }
 
 #[jit]
+fn long_steps(x: &Tensor) -> (Tensor, Tensor) {
+    (
+        x.slice_step(0, -1, isize::MIN, -3),
+        x.slice_step(0, 5, isize::MAX, 2),
+    )
+}
+
+#[test]
+fn long_stepped_slices_build_their_index_in_the_graph() {
+    // Past 4096 indices the line is row starts plus offsets, scaled and
+    // moved: a declared dim of 2^30 made an 8 GB constant while tracing.
+    let n = 20_000i32;
+    let x = Tensor::arange(n as usize, DType::I32);
+    let down: Vec<i32> = (0..n).rev().step_by(3).collect();
+    let up: Vec<i32> = (5..n).step_by(2).collect();
+    for mode in MODES {
+        let (a, b) = with_mode(mode, || long_steps(&x)).unwrap();
+        assert_eq!(a.to_vec::<i32>().unwrap(), down, "{mode:?}");
+        assert_eq!(b.to_vec::<i32>().unwrap(), up, "{mode:?}");
+        let eager = with_mode(mode, || x.slice_step(0, -1, isize::MIN, -3));
+        assert_eq!(eager.to_vec::<i32>().unwrap(), down, "{mode:?} eager");
+    }
+    let h = long_steps::jit().handlers();
+    let consts = &h[0].program.host().kernels().buffers;
+    let largest = consts
+        .iter()
+        .filter(|b| matches!(b.kind, tilejit::internals::ir::kernel::BufKind::Constant(_)))
+        .map(|b| b.ty.shape.numel())
+        .max();
+    assert!(largest.is_some_and(|n| n <= 256), "{largest:?}");
+}
+
+#[jit]
 fn qk(x: &Tensor) -> Tensor {
     let d = x.shape()[1] / 2;
     let (q, k) = (
