@@ -361,6 +361,25 @@ fn ints(v: &[i32], shape: &[usize]) -> Tensor {
 }
 
 #[test]
+fn a_tap_wholly_past_a_narrow_image_reads_zeros() {
+    // Width 5, padding 2, dilation 4: the one output column's taps sit
+    // at columns -2, 2 and 6, so only the middle one reads the image
+    // (the fuzzer's ONNX Conv: the third tap's row was sliced from 6 of
+    // 5 and panicked). By hand: out[y] = 2 * x[y, 2] = 2 * (5y + 2).
+    let x = Tensor::arange(15, DType::F32).reshape(&[1, 1, 3, 5]);
+    let w = ints(&[1, 2, 3], &[1, 1, 1, 3]);
+    let opts = Conv2d {
+        stride: (1, 1),
+        padding: (0, 2),
+        dilation: (1, 4),
+        groups: 1,
+    };
+    check_modes("tap past the edge", &[4.0, 14.0, 24.0], 0.0, || {
+        x.conv2d_with(&w, None, opts)
+    });
+}
+
+#[test]
 fn conv2d_with_matches_torch_on_hand_checked_images() {
     // Computed in Python from torch's conv2d definition (/tmp ref script:
     // out[f, y, z] = bias[f] + sum x[g*cg + c, y*sh + i*dh - ph,

@@ -363,6 +363,11 @@ fn window_row(img: &[f32], ic: &Im2Col, q: usize, row: &mut [f32]) {
         };
         out[..x0].fill(0.0);
         out[x1..].fill(0.0);
+        // No column reads inside the image (a tap past a narrow image's
+        // edge): where the first would read is past the row.
+        if x1 == x0 {
+            continue;
+        }
         let first = x0 * sw + shift - pl;
         if sw == 1 {
             out[x0..x1].copy_from_slice(&src[first..first + (x1 - x0)]);
