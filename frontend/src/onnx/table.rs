@@ -620,6 +620,13 @@ pub(crate) fn build(r: &Row, node: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Re
 
 // ---- helpers ----
 
+/// A trace-time table's allocation (`tilejit_ir::fallible`), sized by
+/// dims or values the file declares, as this crate's error: its memory is
+/// asked for, never assumed.
+pub(crate) fn mem<T>(r: std::result::Result<T, tilejit_ir::IrError>) -> Result<T> {
+    r.map_err(|e| tilejit_runtime::RuntimeError::from(e).into())
+}
+
 pub(crate) fn fail(n: &Node, attr: &str, kind: ErrorKind, message: impl Into<String>) -> Error {
     onnx_error(&n.name, &n.op, attr, kind, message)
 }

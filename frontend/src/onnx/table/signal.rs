@@ -3,7 +3,7 @@
 //! numpy's fft, ifft, rfft and irfft), STFT as framing, windowing and the
 //! same DFT, and MelWeightMatrix, whose operands are all known then.
 
-use super::{attr_i, axis, fail, floats_of, ints_of, opt, req, Cx, Kind, Row};
+use super::{attr_i, axis, fail, floats_of, ints_of, mem, opt, req, Cx, Kind, Row};
 use crate::error::Result;
 use crate::onnx::model::{dtype_of, Node};
 use crate::tensor::Tensor;
@@ -321,7 +321,10 @@ fn build_mel(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
             (((dft_len + 1) as f64 * hz) / rate as f64).floor() as i64
         })
         .collect();
-    let mut out = vec![0.0f64; spec_bins * mels];
+    let mut out = mem(tilejit_ir::fallible::filled(
+        spec_bins.saturating_mul(mels),
+        0.0f64,
+    ))?;
     let mut set = |j: i64, i: usize, v: f64| -> Result<()> {
         match usize::try_from(j).ok().filter(|&j| j < spec_bins) {
             Some(j) => {

@@ -5,7 +5,7 @@
 //! `index_select`, padding missing entries from an appended zero column,
 //! and sums them.
 
-use super::super::{attr_ints, axis, fail, ints_of, one, req, usizes, Cx};
+use super::super::{attr_ints, axis, fail, ints_of, mem, one, req, usizes, Cx};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::tensor::Tensor;
@@ -134,7 +134,7 @@ pub(in super::super) fn build_col2im(
     let channels = rows / kernel;
     let pixels: usize = image.iter().product();
     // For every pixel, the flat (block offset, block) entries landing on it.
-    let mut lists: Vec<Vec<i64>> = vec![Vec::new(); pixels];
+    let mut lists: Vec<Vec<i64>> = mem(tilejit_ir::fallible::filled(pixels, Vec::new()))?;
     for b in 0..kernel {
         let mut off = vec![0; k];
         let mut r = b;

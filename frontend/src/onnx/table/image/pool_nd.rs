@@ -9,10 +9,13 @@
 //! of the whole window (row-major order, as the reference walks it), with
 //! the input index of each tap a constant.
 
-use super::super::{attr_i, attr_ints, fail, one, pool_kernel, req, usizes, window, Cx, Window};
+use super::super::{
+    attr_i, attr_ints, fail, mem, one, pool_kernel, req, usizes, window, Cx, Window,
+};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::tensor::Tensor;
+use tilejit_ir::fallible;
 use tilejit_ir::{DType, ErrorKind};
 
 /// Which reduction a pool row runs.
@@ -251,7 +254,7 @@ pub(in super::super) fn build_pool(
         Pool::Lp => one(y.powf(1.0 / p as f64)),
         Pool::Avg => {
             let include = attr_i(n, "count_include_pad", 0)? != 0;
-            let counts = outer(&axes, |ax, o| ax.count(o, include) as f64);
+            let counts = outer(&axes, |ax, o| ax.count(o, include) as f64)?;
             let mut dims = vec![1, 1];
             dims.extend(axes.iter().map(|a| a.out));
             let counts = Tensor::from_vec(counts, &dims)?.cast(y.dtype());
@@ -260,17 +263,19 @@ pub(in super::super) fn build_pool(
     }
 }
 
-/// `f` per axis, multiplied over every output position (row-major).
-fn outer(axes: &[Axis], f: impl Fn(&Axis, usize) -> f64) -> Vec<f64> {
+/// `f` per axis, multiplied over every output position (row-major). The
+/// table is as large as the output, whose dims the file declares: its
+/// memory is asked for, never assumed.
+fn outer(axes: &[Axis], f: impl Fn(&Axis, usize) -> f64) -> Result<Vec<f64>> {
     let mut v = vec![1.0];
     for ax in axes {
-        let per: Vec<f64> = (0..ax.out).map(|o| f(ax, o)).collect();
-        v = v
-            .iter()
-            .flat_map(|a| per.iter().map(move |b| a * b))
-            .collect();
+        let per = mem(fallible::collect((0..ax.out).map(|o| f(ax, o))))?;
+        let len = v.len().saturating_mul(per.len());
+        let mut next = mem(fallible::with_capacity(len))?;
+        next.extend(v.iter().flat_map(|a| per.iter().map(move |b| a * b)));
+        v = next;
     }
-    v
+    Ok(v)
 }
 
 /// Max pooling over every tap of the window, with the flat input index
@@ -309,7 +314,7 @@ fn max_with_indices(
         ));
     }
     let mut values = Vec::with_capacity(taps);
-    let mut table = Vec::with_capacity(taps * count);
+    let mut table = mem(fallible::with_capacity(taps.saturating_mul(count)))?;
     for flat in 0..taps {
         // The tap's offset per axis, the last axis fastest.
         let mut ts = vec![0; axes.len()];
@@ -327,7 +332,7 @@ fn max_with_indices(
         values.push(v.reshape(&with_tap));
         // Input index per output position (padding: any in-range index,
         // since its value never wins).
-        let mut idx = vec![0i64; count];
+        let mut idx = mem(fallible::filled(count, 0i64))?;
         let mut stride_out = 1;
         for (i, ax) in axes.iter().enumerate().rev() {
             for (j, e) in idx.iter_mut().enumerate() {
@@ -355,7 +360,9 @@ fn max_with_indices(
     all.extend(&outs);
     let table = Tensor::from_vec(table, &table_dims)?.broadcast_to(&all);
     let local = table.gather(2, &pick).reshape(&full);
-    let base: Vec<i64> = (0..batch * channels).map(|b| (b * plane) as i64).collect();
+    let base = mem(fallible::collect(
+        (0..batch * channels).map(|b| (b * plane) as i64),
+    ))?;
     let mut base_dims = vec![batch, channels];
     base_dims.extend(std::iter::repeat_n(1, axes.len()));
     let base = Tensor::from_vec(base, &base_dims)?;
