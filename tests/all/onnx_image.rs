@@ -752,6 +752,28 @@ fn bad_image_values_are_errors_naming_the_node() {
         onnx_err(&e),
         ("s", "SpaceToDepth", "blocksize", ErrorKind::Shape)
     );
+    // ConvTranspose over an empty image (the fuzzer's: its length
+    // subtracted 1 from 0), and strides whose output length overflows.
+    let ct = |strides: &[i64]| {
+        b::node(
+            "ConvTranspose",
+            "ct",
+            &["x", "w"],
+            &["y"],
+            vec![b::ints("strides", strides)],
+        )
+    };
+    let w = || vec![b::f32s("w", &[1, 1, 2, 2], &vals(4, 0.3))];
+    let m = model(19, ct(&[1, 1]), &[1, 1, 4, 0], w());
+    let empty = Tensor::zeros(&[1, 1, 4, 0], tilejit::DType::F32);
+    let e = m.run(&[("x", &empty)]).err().unwrap();
+    assert_eq!(onnx_err(&e), ("ct", "ConvTranspose", "X", ErrorKind::Shape));
+    let m = model(19, ct(&[1, i64::MAX / 2]), &[1, 1, 4, 4], w());
+    let e = m.run(&[("x", &x)]).err().unwrap();
+    assert_eq!(
+        onnx_err(&e),
+        ("ct", "ConvTranspose", "strides", ErrorKind::BadArgument)
+    );
 }
 
 // ---- pools, GridSample, AffineGrid, CenterCropPad, Col2Im, MaxUnpool ----

@@ -89,10 +89,33 @@ pub(in super::super) fn build_conv_transpose(
         ));
     }
     let img = &x.shape()[2..];
+    if img.contains(&0) || kernel.contains(&0) {
+        return Err(fail(
+            n,
+            "X",
+            ErrorKind::Shape,
+            format!("an empty spatial dim: image {img:?}, kernel {kernel:?}"),
+        ));
+    }
+    // Lengths from the file's attributes: too large is an error, never an
+    // overflow.
+    let too_large = || {
+        fail(
+            n,
+            "strides",
+            ErrorKind::BadArgument,
+            "the output's lengths overflow (strides, dilations, pads or output_shape too large)",
+        )
+    };
     // The full result's length per axis, before pads and output_padding.
     let full: Vec<i64> = (0..k)
-        .map(|i| (strides[i] * (img[i] - 1) + (kernel[i] - 1) * dil[i] + 1) as i64)
-        .collect();
+        .map(|i| {
+            let spread = strides[i].checked_mul(img[i] - 1)?;
+            let reach = (kernel[i] - 1).checked_mul(dil[i])?;
+            i64::try_from(spread.checked_add(reach)?.checked_add(1)?).ok()
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(too_large)?;
     let out_shape = match attr_ints(n, "output_shape")? {
         // output_shape may list the spatial dims only, or every dim.
         Some(s) if s.len() == k + 2 => Some(s[2..].to_vec()),
@@ -114,17 +137,20 @@ pub(in super::super) fn build_conv_transpose(
             .map(|i| {
                 let len = match &out_shape {
                     Some(s) => s[i],
-                    None => (img[i] * strides[i]) as i64,
+                    None => i64::try_from(img[i].checked_mul(strides[i])?).ok()?,
                 };
-                let total = full[i] + out_pad[i] as i64 - len;
+                let total = full[i]
+                    .checked_add(i64::try_from(out_pad[i]).ok()?)?
+                    .checked_sub(len)?;
                 let begin = if auto == "SAME_UPPER" {
                     total.div_euclid(2)
                 } else {
                     total - total.div_euclid(2)
                 };
-                (begin, len)
+                Some((begin, len))
             })
-            .collect(),
+            .collect::<Option<_>>()
+            .ok_or_else(too_large)?,
         (_, pads) => {
             let pads = match pads {
                 Some(p) if p.len() == 2 * k => p,
@@ -142,11 +168,15 @@ pub(in super::super) fn build_conv_transpose(
                 .map(|i| {
                     let len = match &out_shape {
                         Some(s) => s[i],
-                        None => full[i] + out_pad[i] as i64 - pads[i] - pads[i + k],
+                        None => full[i]
+                            .checked_add(i64::try_from(out_pad[i]).ok()?)?
+                            .checked_sub(pads[i])?
+                            .checked_sub(pads[i + k])?,
                     };
-                    (pads[i], len)
+                    Some((pads[i], len))
                 })
-                .collect()
+                .collect::<Option<_>>()
+                .ok_or_else(too_large)?
         }
     };
     if window.iter().any(|&(_, len)| len < 1) {
