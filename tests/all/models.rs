@@ -252,6 +252,7 @@ fn tiny_gpt2_cached_decoding_equals_full_recomputation() {
             }
             // One program for every step: the position is a runtime value.
             assert_eq!(gpt2::decode_step::jit().handlers().len(), 1);
+            let steps = gpt2::greedy_step::jit().handlers().len();
             // `generate`: the prompt pass's token, then one per step.
             tokens.push(logits.argmax(-1, false).to_vec::<i64>().unwrap()[0]);
             let n = tokens.len() - prompt.len();
@@ -259,6 +260,8 @@ fn tiny_gpt2_cached_decoding_equals_full_recomputation() {
                 gpt2::generate(&m, &prompt, n).unwrap(),
                 tokens[prompt.len()..]
             );
+            // One more program at most for all of `generate`'s steps.
+            assert!(gpt2::greedy_step::jit().handlers().len() <= steps + 1);
         });
     }
 }

@@ -333,6 +333,32 @@ pub fn decode_step(
     k_cache: &Tensor,
     v_cache: &Tensor,
 ) -> (Tensor, Tensor, Tensor) {
+    step(m, token, pos, k_cache, v_cache)
+}
+
+/// [`decode_step()`] with the greedy choice made in the same program: the
+/// next token (i64 `[1]`, the logits' argmax) instead of the logits, so a
+/// decoding loop pays no eager call between steps.
+#[jit]
+pub fn greedy_step(
+    m: &Gpt2,
+    token: &Tensor,
+    pos: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+) -> (Tensor, Tensor, Tensor) {
+    let (logits, k, v) = step(m, token, pos, k_cache, v_cache);
+    (logits.argmax(-1, false), k, v)
+}
+
+/// The body of [`decode_step()`].
+fn step(
+    m: &Gpt2,
+    token: &Tensor,
+    pos: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+) -> (Tensor, Tensor, Tensor) {
     let s = k_cache.shape().to_vec();
     let (heads, cap, dh) = (s[1], s[2], s[3]);
     let mut x = m.wte.index_select(0, token) + m.wpe.index_select(0, pos);
@@ -361,7 +387,7 @@ pub fn decode_step(
 }
 
 /// Greedy decoding with a KV cache: the prompt pass, then one
-/// [`decode_step()`] per token.
+/// [`greedy_step()`] per token.
 pub struct Decoder<'m> {
     model: &'m Gpt2,
     k: Tensor,
@@ -417,9 +443,13 @@ impl<'m> Decoder<'m> {
         }
         let token = Tensor::from_vec(vec![self.last], &[1])?;
         let pos = Tensor::from_vec(vec![self.pos as i64], &[1])?;
-        let (logits, k, v) = decode_step(self.model, &token, &pos, &self.k, &self.v)?;
+        let (next, k, v) = greedy_step(self.model, &token, &pos, &self.k, &self.v)?;
         (self.k, self.v, self.pos) = (k, v, self.pos + 1);
-        self.last = greedy(&logits)?;
+        self.last = next
+            .to_vec::<i64>()?
+            .first()
+            .copied()
+            .ok_or_else(|| bad("empty logits".into()))?;
         Ok(self.last)
     }
 }
