@@ -201,6 +201,25 @@ fn cat_writes_each_operand_into_one_buffer() {
     assert_eq!(stores, [0, 1, 5], "{p}");
 }
 
+/// The kernels that store into output `i`'s buffer, in order: each one's
+/// name and first element written.
+fn output_writers(p: &tilejit::internals::ir::kernel::KernelProgram, i: usize) -> Vec<(&str, i64)> {
+    use tilejit::internals::ir::kernel::{ProgramOutput, Stage};
+    let ProgramOutput::Buffer(out, _) = p.outputs[i] else {
+        panic!("output {i} has no buffer: {p}")
+    };
+    p.kernels
+        .iter()
+        .flat_map(|k| k.stages.iter().map(move |s| (k, s)))
+        .filter_map(|(k, s)| match s {
+            Stage::Store { access, .. } if access.buf == out => {
+                Some((k.name.as_str(), access.offset))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// Two layers of a KV cache (`[2, 2, 4, 3]`: layers, heads, positions,
 /// width) updated at a runtime position, each read by attention's
 /// `q k^T` and returned concatenated, as a decode step does.
@@ -244,23 +263,12 @@ fn a_concat_operand_read_elsewhere_is_written_in_its_window() {
     // Each updated layer is written once, into its window of the
     // returned cache, where its `q k^T` reads it: no kernel copies it.
     // (The scores' concat copies: a product keeps a buffer of its own.)
-    use tilejit::internals::ir::kernel::{ProgramOutput, Stage};
     let h = cached_scores::jit().handlers();
     let p = h[0].program.host().kernels();
-    let ProgramOutput::Buffer(out, _) = p.outputs[1] else {
+    let writers = output_writers(p, 1);
+    let tilejit::internals::ir::kernel::ProgramOutput::Buffer(out, _) = p.outputs[1] else {
         panic!("{p}")
     };
-    let writers: Vec<(&str, i64)> = p
-        .kernels
-        .iter()
-        .flat_map(|k| k.stages.iter().map(move |s| (k, s)))
-        .filter_map(|(k, s)| match s {
-            Stage::Store { access, .. } if access.buf == out => {
-                Some((k.name.as_str(), access.offset))
-            }
-            _ => None,
-        })
-        .collect();
     // Layer 0's `new * 1` simplifies away.
     assert_eq!(writers, [("select", 0), ("fused_mul_select", 24)], "{p}");
     let views: Vec<i64> = p
@@ -301,23 +309,9 @@ fn pools_gathers_and_convs_read_concat_operands_right() {
         assert_near(&got.2, &want.2, 1e-5, &format!("{mode:?} conv"));
         assert_near(&got.3, &want.3, 1e-6, &format!("{mode:?} cat"));
     }
-    use tilejit::internals::ir::kernel::{ProgramOutput, Stage};
     let h = windows_read::jit().handlers();
     let p = h[0].program.host().kernels();
-    let ProgramOutput::Buffer(out, _) = p.outputs[3] else {
-        panic!("{p}")
-    };
-    let writers: Vec<(&str, i64)> = p
-        .kernels
-        .iter()
-        .flat_map(|k| k.stages.iter().map(move |s| (k, s)))
-        .filter_map(|(k, s)| match s {
-            Stage::Store { access, .. } if access.buf == out => {
-                Some((k.name.as_str(), access.offset))
-            }
-            _ => None,
-        })
-        .collect();
+    let writers = output_writers(p, 3);
     assert_eq!(
         writers,
         [("exp", 32), ("neg", 64), ("fused_cat_sqrt", 0)],
