@@ -460,6 +460,30 @@ fn bad_attributes_are_load_errors_naming_node_and_attribute() {
 }
 
 #[test]
+fn rms_normalization_of_bools_is_a_dtype_error() {
+    // The fuzzer's: squaring refused the dtype, and the failed square
+    // (no dims) was split into rows, a panic while tracing.
+    const BOOL: i32 = 9; // ONNX's TensorProto.BOOL
+    let m = model(
+        23,
+        vec![b::node(
+            "RMSNormalization",
+            "rms",
+            &["x", "x"],
+            &["y"],
+            vec![],
+        )],
+        &[("x", BOOL, &[3, 3])],
+        &["y"],
+    );
+    let x = Tensor::from_vec(vec![true; 9], &[3, 3]).unwrap();
+    let Err(e) = m.run(&[("x", &x)]) else {
+        panic!("RMSNormalization of bools must fail")
+    };
+    assert_eq!(e.kind(), ErrorKind::DType, "{e}");
+}
+
+#[test]
 fn attention_without_head_counts_on_3d_inputs_names_the_node() {
     let m = model(
         23,

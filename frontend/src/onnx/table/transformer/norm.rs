@@ -9,8 +9,12 @@ use super::super::{
 };
 use tilejit_ir::{DType, ErrorKind};
 
-/// `x` as `[outer, inner]` split at `a`.
+/// `x` as `[outer, inner]` split at `a`. A failed `x` (an op before
+/// refused its dtype) has no dims to split: its error passes on.
 fn rows(x: &Tensor, a: usize) -> Tensor {
+    if a > x.shape().len() {
+        return x.clone();
+    }
     let outer: usize = x.shape()[..a].iter().product();
     let inner: usize = x.shape()[a..].iter().product();
     x.reshape(&[outer, inner])
