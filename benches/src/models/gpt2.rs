@@ -400,9 +400,12 @@ pub struct Decoder<'m> {
 
 /// The argmax of a `[1, vocab]` logits row.
 fn greedy(logits: &Tensor) -> tilejit::Result<i64> {
-    logits
-        .argmax(-1, false)
-        .check()?
+    first_token(&logits.argmax(-1, false))
+}
+
+/// The one token of an i64 `[1]` argmax.
+fn first_token(t: &Tensor) -> tilejit::Result<i64> {
+    t.check()?
         .to_vec::<i64>()?
         .first()
         .copied()
@@ -445,11 +448,7 @@ impl<'m> Decoder<'m> {
         let pos = Tensor::from_vec(vec![self.pos as i64], &[1])?;
         let (next, k, v) = greedy_step(self.model, &token, &pos, &self.k, &self.v)?;
         (self.k, self.v, self.pos) = (k, v, self.pos + 1);
-        self.last = next
-            .to_vec::<i64>()?
-            .first()
-            .copied()
-            .ok_or_else(|| bad("empty logits".into()))?;
+        self.last = first_token(&next)?;
         Ok(self.last)
     }
 }

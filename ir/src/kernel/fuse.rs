@@ -852,7 +852,8 @@ impl<'g> Fuser<'g> {
         let nbuf = self.buffers.len();
         let kernel = self.build_kernel(root, None, Some((buf, offset)))?;
         if kernel.matmul.is_some() {
-            // A product's epilogue keeps to a buffer of its own.
+            // A product's epilogue keeps to a buffer of its own: a store
+            // at an offset would take it off `run_row_tiled`'s path.
             self.buffers.truncate(nbuf);
             self.buffer_of[root.index()] = None;
             return self.build_kernel(root, None, None).map(|k| vec![k]);
