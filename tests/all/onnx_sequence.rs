@@ -265,6 +265,31 @@ fn bad_sequence_values_are_errors_naming_the_node() {
     // A tensor where a sequence input is declared.
     let e = m.run_values(&[("xs", &x)]).unwrap_err();
     assert_eq!(onnx_err(&e), ("", "", "xs", ErrorKind::BadArgument));
+    // SplitToSequence lengths whose sum overflows i64 (a fuzz finding:
+    // the sum panicked), and lengths that miss the axis.
+    for lens in [vec![i64::MAX, 1, 1], vec![1, 1], vec![2, -1, 3]] {
+        let m = load(
+            vec![b::node(
+                "SplitToSequence",
+                "split",
+                &["x", "l"],
+                &["s"],
+                vec![],
+            )],
+            vec![b::value("x", b::FLOAT, &[D::N(4)])],
+            vec![seq_value("s")],
+            vec![b::i64s("l", &[lens.len() as i64], &lens)],
+        )
+        .unwrap();
+        for mode in MODES {
+            let e = with_mode(mode, || m.run_values(&[("x", &x)])).unwrap_err();
+            assert_eq!(
+                onnx_err(&e),
+                ("split", "SplitToSequence", "split", ErrorKind::BadArgument),
+                "{lens:?} on {mode:?}"
+            );
+        }
+    }
     // An attribute SequenceAt does not have.
     let e = load(
         vec![b::node(

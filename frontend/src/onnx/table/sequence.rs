@@ -312,7 +312,9 @@ fn build_split(n: &Node, _: &Cx, ins: &[Option<Value>]) -> Result<Vec<Value>> {
             s
         }
         Some((_, v)) => {
-            if v.iter().any(|&l| l < 0) || v.iter().sum::<i64>() != dim as i64 {
+            // Summed checked: lengths come from the file and may overflow.
+            let total = v.iter().try_fold(0i64, |acc, &l| acc.checked_add(l));
+            if v.iter().any(|&l| l < 0) || total != Some(dim as i64) {
                 return Err(fail(
                     n,
                     "split",
