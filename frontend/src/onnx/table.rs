@@ -1540,15 +1540,16 @@ fn build_reshape(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>
         });
     }
     if let Some(i) = infer {
-        let known: usize = dims.iter().product();
-        if known == 0 || x.numel() % known != 0 {
+        // Checked: the dims come from the file and may overflow.
+        let known = dims.iter().try_fold(1usize, |p, &d| p.checked_mul(d));
+        let Some(known) = known.filter(|&k| k != 0 && x.numel() % k == 0) else {
             return Err(fail(
                 n,
                 "shape",
                 ErrorKind::Shape,
                 format!("{:?} cannot take the shape {spec:?}", x.shape()),
             ));
-        }
+        };
         dims[i] = x.numel() / known;
     }
     one(x.reshape(&dims))
