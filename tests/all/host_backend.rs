@@ -959,6 +959,67 @@ fn safe_kernel_arguments_stay_inside_their_storage() {
     assert!(!layout.writes_disjoint_units(&overlapping));
 }
 
+/// A kernel that loads and stores one buffer at inner stride 2, rows
+/// interleaved (row stride 1): each unit writes only its own elements,
+/// but the vector load of stride 2 reads two overlapping runs, whose odd
+/// lanes are the other row's. Its units must not run at once (a review
+/// found they did: a data race, though the stray lanes were discarded);
+/// the launch still computes each row's sum into its own elements.
+#[test]
+fn stride_two_loads_of_a_written_buffer_are_not_split_across_threads() {
+    use tilejit_codegen::host::{compile, BufArg, CodegenOptions, KernelArgs};
+    use tilejit_ir::kernel::{Access, BufId, Expr, ExprId, ExprNode, Kernel, Stage};
+    let acc = Access {
+        buf: BufId(0),
+        strides: vec![1, 2],
+        offset: 0,
+    };
+    let k = Kernel {
+        name: "interleaved_sums".into(),
+        domain: vec![2, 1024],
+        loads: vec![acc.clone()],
+        exprs: vec![
+            ExprNode {
+                expr: Expr::Load(0),
+                dtype: D::F32,
+            },
+            ExprNode {
+                expr: Expr::Row(0),
+                dtype: D::F32,
+            },
+        ],
+        scratch: vec![],
+        matmul: None,
+        ops: vec![],
+        stages: vec![
+            Stage::Reduce {
+                op: ReduceOp::Sum,
+                value: ExprId(0),
+            },
+            Stage::Store {
+                access: acc,
+                value: ExprId(1),
+            },
+        ],
+    };
+    let code = compile(&k, &|_| D::F32, CodegenOptions::default()).unwrap();
+    let args = code.layout().args(&k, &[]);
+    assert!(!code.layout().writes_disjoint_units(&args));
+    // Row r is elements r, r + 2, ...: the evens hold 1, the odds 2.
+    let mut x: Vec<f32> = (0..2048).map(|i| (i % 2 + 1) as f32).collect();
+    code.launch(
+        &mut [BufArg::write(&mut x)],
+        KernelArgs::Raw(&args),
+        2,
+        1,
+        None,
+    )
+    .unwrap();
+    // Each row's store sees its own sum (its reduce ran before the store).
+    assert!(x.iter().step_by(2).all(|&v| v == 1024.0), "row 0");
+    assert!(x.iter().skip(1).step_by(2).all(|&v| v == 2048.0), "row 1");
+}
+
 /// Big enough matmuls run as one row tile per pool thread, the epilogue
 /// right after each tile's product: odd row counts (uneven last tile),
 /// epilogues reading a bias (broadcast over rows) and a residual (row by

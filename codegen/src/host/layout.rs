@@ -403,7 +403,9 @@ impl ArgLayout {
     /// Whether calls over disjoint ranges of units can run at once: no
     /// element one unit writes is read or written by another unit. Holds
     /// when each written buffer has one store, any load of it uses the
-    /// store's strides (and gathers nothing), and the store maps (unit, column) to distinct
+    /// store's strides (and gathers nothing, and has an inner stride below
+    /// 2: a vector load of stride 2 reads the lanes between its elements
+    /// too), and the store maps (unit, column) to distinct
     /// elements (sorted by stride, each dimension's stride passes the
     /// extent of the smaller ones, the numpy no-overlap test).
     pub fn writes_disjoint_units(&self, args: &[i64]) -> bool {
@@ -421,11 +423,14 @@ impl ArgLayout {
                 (0..self.access_buf.len()).filter(|&a| a != st && self.access_buf[a] == buf);
             for a in others {
                 let offset = |a: usize| args[self.offset_slot(a)];
-                // A gather on it reads past its unit's own elements.
+                // A gather on it reads past its unit's own elements, and
+                // so does a vector load of inner stride 2 or more (two
+                // overlapping runs whose odd lanes may be another unit's).
                 if a >= nloads
                     || strides(a) != strides(st)
                     || offset(a) != offset(st)
                     || self.gather_reach[a] > 0
+                    || strides(a).last().is_some_and(|&s| s >= 2)
                 {
                     return false;
                 }
