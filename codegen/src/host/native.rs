@@ -757,6 +757,19 @@ impl GemmView {
             .checked_add(1)
     }
 
+    /// The row and column strides as `gemm` takes them, for a view
+    /// [`Self::end`] found inside a slice: a dim of one element (or none)
+    /// steps 0, as its stride bounds nothing and may not fit `isize`;
+    /// every other stride times its dim's last index is below the
+    /// slice's length, so it fits.
+    fn gemm_strides(&self) -> (isize, isize) {
+        let step = |n: usize, s: usize| if n > 1 { s as isize } else { 0 };
+        (
+            step(self.rows, self.row_stride),
+            step(self.cols, self.col_stride),
+        )
+    }
+
     /// Whether distinct elements are distinct indices (rows of columns
     /// laid side by side, or columns of rows), as a written matrix needs.
     fn injective(&self) -> bool {
@@ -815,12 +828,13 @@ pub fn matmul_f32_strided(
         return Ok(());
     }
     let ptr = |s: &[f32], v: &GemmView| s[v.offset..].as_ptr();
-    let st = |x: usize| x as isize;
+    let ((ors, ocs), (ars, acs), (brs, bcs)) =
+        (ov.gemm_strides(), av.gemm_strides(), bv.gemm_strides());
     let o = out[ov.offset..].as_mut_ptr();
     // SAFETY: each view's every element lies inside its slice (`inside`,
-    // with overflow-checked arithmetic, and all strides fit `isize` as
-    // they are below the slices' lengths); the output view names each
-    // element once (`injective`), so no two gemm threads write one
+    // with overflow-checked arithmetic; `gemm_strides` are those of the
+    // checked reach, 0 for a dim of one element); the output view names
+    // each element once (`injective`), so no two gemm threads write one
     // element; `out` is a unique borrow and k > 0.
     unsafe {
         gemm::gemm(
@@ -828,15 +842,15 @@ pub fn matmul_f32_strided(
             n,
             k,
             o,
-            st(ov.col_stride),
-            st(ov.row_stride),
+            ocs,
+            ors,
             false,
             ptr(a, &av),
-            st(av.col_stride),
-            st(av.row_stride),
+            acs,
+            ars,
             ptr(b, &bv),
-            st(bv.col_stride),
-            st(bv.row_stride),
+            bcs,
+            brs,
             0.0f32,
             1.0f32,
             false,
@@ -893,7 +907,8 @@ pub fn matmul_f32_strided_col_split(
         return matmul_f32_strided((a, av), (b, bv), (out, ov), 1);
     }
     let cols = n.div_ceil(threads);
-    let st = |x: usize| x as isize;
+    let ((ors, ocs), (ars, acs), (brs, bcs)) =
+        (ov.gemm_strides(), av.gemm_strides(), bv.gemm_strides());
     let p = ColsPtrs {
         a: a[av.offset..].as_ptr(),
         b: b[bv.offset..].as_ptr(),
@@ -905,8 +920,8 @@ pub fn matmul_f32_strided_col_split(
         let nj = cols.min(n - j0);
         let p = &p;
         // SAFETY: every view lies inside its slice (checked above, with
-        // overflow-checked arithmetic; strides fit `isize` as they are
-        // below the slices' lengths), so columns `j0..j0 + nj` of `b` and
+        // overflow-checked arithmetic; `gemm_strides` are those of the
+        // checked reach, 0 for a dim of one element), so columns `j0..j0 + nj` of `b` and
         // `out` do too; the output view names each element once, so the
         // threads' column blocks are disjoint and no two write one
         // element; `out` stays uniquely borrowed until every thread ends;
@@ -917,15 +932,15 @@ pub fn matmul_f32_strided_col_split(
                 nj,
                 k,
                 p.out.add(j0 * ov.col_stride),
-                st(ov.col_stride),
-                st(ov.row_stride),
+                ocs,
+                ors,
                 false,
                 p.a,
-                st(av.col_stride),
-                st(av.row_stride),
+                acs,
+                ars,
                 p.b.add(j0 * bv.col_stride),
-                st(bv.col_stride),
-                st(bv.row_stride),
+                bcs,
+                brs,
                 0.0f32,
                 1.0f32,
                 false,
@@ -1277,5 +1292,38 @@ mod strided_tests {
         let mut o2 = [0.0f32; 6];
         let (bv2, twice) = (v(2, 2, 2, 1), v(3, 2, 1, 0));
         assert!(matmul_f32_strided((&a, av), (&[0.0; 4], bv2), (&mut o2, twice), 1).is_err());
+        // A dim of one element bounds nothing, so its stride may be any
+        // value: `gemm` is given 0 for it, never a stride cast past
+        // `isize` (a review's finding). [3] @ [2] -> [6], and a 2x1 @ 1x2
+        // outer product [1; 2] @ [3 4] = [3 4; 6 8], on 1 and 2 threads.
+        let huge = v(1, 1, usize::MAX, 1 << 63);
+        let mut one = [0.0f32];
+        matmul_f32_strided((&[3.0], huge), (&[2.0], huge), (&mut one, huge), 1).unwrap();
+        assert_eq!(one, [6.0]);
+        let col = v(2, 1, 1, usize::MAX);
+        let row = v(1, 2, usize::MAX, 1);
+        for threads in [1, 2] {
+            let mut outer = [0.0f32; 4];
+            let ov = v(2, 2, 2, 1);
+            matmul_f32_strided(
+                (&[1.0, 2.0], col),
+                (&[3.0, 4.0], row),
+                (&mut outer, ov),
+                threads,
+            )
+            .unwrap();
+            assert_eq!(outer, [3.0, 4.0, 6.0, 8.0]);
+            let mut wide = [0.0f32; 8];
+            let (row4, ov4) = (v(1, 4, usize::MAX, 1), v(2, 4, 4, 1));
+            let b4 = [1.0f32, 2.0, 3.0, 4.0];
+            matmul_f32_strided_col_split(
+                (&[1.0, 2.0], col),
+                (&b4, row4),
+                (&mut wide, ov4),
+                threads,
+            )
+            .unwrap();
+            assert_eq!(wide, [1.0, 2.0, 3.0, 4.0, 2.0, 4.0, 6.0, 8.0]);
+        }
     }
 }
