@@ -770,8 +770,9 @@ fn hostile_sizes_axes_and_dtypes_are_errors_not_panics() {
 /// More of what the `onnx` fuzz target found (seeds 43 and 47): a Reshape
 /// with a -1 beside dims whose product overflows was a multiply overflow
 /// while tracing, now a shape error naming `shape`; a HannWindow of 2^40
-/// samples aborted the process in an infallible allocation of its
-/// trace-time constant, now an out-of-memory error (E5).
+/// samples, and an EyeLike of 2^40 elements, aborted the process in an
+/// infallible allocation of their trace-time constants, now an
+/// out-of-memory error (E5).
 #[test]
 fn overflowing_reshapes_and_huge_windows_are_errors() {
     let reshape = b::encode(&b::model(
@@ -788,8 +789,25 @@ fn overflowing_reshapes_and_huge_windows_are_errors() {
         vec![b::value("y", b::FLOAT, &[])],
         vec![b::i64s("n", &[], &[1 << 40])],
     ));
+    // EyeLike of an expanded [2^20, 2^20]: its constant of 2^40 values.
+    let eye = b::encode(&b::model(
+        17,
+        vec![
+            b::node("Expand", "big", &["x1", "shape"], &["e"], vec![]),
+            b::node("EyeLike", "eye", &["e"], &["y"], vec![]),
+        ],
+        vec![b::value("x", b::FLOAT, &[D::N(2), D::N(6)])],
+        vec![b::value("y", b::FLOAT, &[])],
+        vec![
+            b::f32s("x1", &[1, 1], &[1.0]),
+            b::i64s("shape", &[2], &[1 << 20, 1 << 20]),
+        ],
+    ));
     let x = Tensor::ones(&[2, 6], DType::F32);
     for mode in MODES {
+        let m = onnx::from_bytes(&eye).unwrap();
+        let e = with_mode(mode, || m.run(&[("x", &x)])).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Device, "{mode:?}: {e}");
         let m = onnx::from_bytes(&reshape).unwrap();
         let e = with_mode(mode, || m.run(&[("x", &x)])).unwrap_err();
         assert_eq!(

@@ -13,8 +13,8 @@
 use super::super::model::{dtype_of, Node};
 use super::super::narrow::{FloatFormat, Narrow};
 use super::{
-    attr_i, attr_s, axis, build_conv, check_conv, fail, live, matmul_nd, one, opt, req, Cx, Kind,
-    Row,
+    attr_i, attr_s, axis, build_conv, check_conv, fail, live, matmul_nd, one, opt, req, table_of,
+    Cx, Kind, Row,
 };
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -452,7 +452,7 @@ fn per_axis(n: &Node, what: &str, v: &Tensor, shape: &[usize], block: usize) -> 
             v.shape()
         )));
     }
-    let idx: Vec<i64> = (0..shape[ax]).map(|i| (i / block) as i64).collect();
+    let idx = table_of(shape[ax], |i| (i / block) as i64)?;
     let idx = Tensor::from_vec(idx, &[shape[ax]])?;
     Ok(v.index_select(ax as isize, &idx))
 }

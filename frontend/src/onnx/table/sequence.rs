@@ -5,7 +5,7 @@
 //! is that value; an empty one is `Value::None`. Identity lives here as it
 //! passes any value through; ReverseSequence (a tensor op) too.
 
-use super::{axis, fail, ints_of, no_check, Cx, Kind, Row};
+use super::{axis, fail, ints_of, no_check, table_of, Cx, Kind, Row};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::onnx::subgraph;
@@ -153,7 +153,7 @@ fn build_reverse_sequence(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Ve
         ));
     }
     // [T, B] (time first) grids of t and len.
-    let steps = Tensor::from_vec((0..t as i64).collect::<Vec<_>>(), &[t, 1])?.broadcast_to(&[t, b]);
+    let steps = Tensor::from_vec(table_of(t, |i| i as i64)?, &[t, 1])?.broadcast_to(&[t, b]);
     let lens = lens
         .cast(tilejit_ir::DType::I64)
         .reshape(&[1, b])

@@ -5,7 +5,9 @@
 //! Either way the full result is then cropped or zero-extended to the
 //! window the pads, output_padding and output_shape select.
 
-use super::super::{attr_i, attr_ints, attr_s, conv_rank, fail, one, opt, req, usizes, Cx};
+use super::super::{
+    attr_i, attr_ints, attr_s, conv_rank, fail, one, opt, req, table_of, usizes, Cx,
+};
 use super::conv_nd::conv_nd;
 use crate::error::Result;
 use crate::onnx::model::Node;
@@ -281,7 +283,7 @@ fn spread_conv(
     wt_shape.extend(&kernel);
     let mut wt = w.reshape(&ws).permute(&perm).reshape(&wt_shape);
     for (i, &kk) in kernel.iter().enumerate() {
-        let rev = Tensor::from_vec((0..kk as i64).rev().collect::<Vec<_>>(), &[kk])?;
+        let rev = Tensor::from_vec(table_of(kk, |i| (kk - 1 - i) as i64)?, &[kk])?;
         wt = wt.index_select((i + 2) as isize, &rev);
     }
     let mut xd = x.clone();
