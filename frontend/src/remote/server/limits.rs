@@ -155,6 +155,22 @@ pub(super) async fn stoppable<T: Send + 'static>(
     r
 }
 
+/// The bytes one run of `program` allocates: its temporary buffers, the
+/// outputs among them. A launch reserves them before it runs, so the
+/// working sets of concurrent launches stay within the server-wide
+/// budget, not only the results they keep (each value alone is within
+/// the tensor limit, but a program may hold many).
+pub(super) fn working_bytes(program: &tilejit_runtime::Program) -> u64 {
+    program
+        .host()
+        .kernels()
+        .buffers
+        .iter()
+        .filter(|b| b.kind == tilejit_ir::kernel::BufKind::Temp)
+        .map(|b| (b.ty.shape.numel() as u64).saturating_mul(b.ty.dtype.size_bytes() as u64))
+        .fold(0u64, u64::saturating_add)
+}
+
 /// Checks a client's graph before it is compiled: every value's size is
 /// within the server's tensor limit (the verifier checks the rest).
 pub(super) fn check_graph(g: &Graph, max_bytes: u64) -> std::result::Result<(), String> {

@@ -2,7 +2,7 @@
 //! the server's limits, mapped onto the session tables, the program
 //! cache and the local device, and logged when it fails.
 
-use super::limits::{blocking, check_graph, give_back_memory, stoppable};
+use super::limits::{blocking, check_graph, give_back_memory, stoppable, working_bytes};
 use super::session::{random_secret, Owned, Session, State};
 use super::{log, peer};
 use crate::args::ArgValue;
@@ -138,6 +138,9 @@ impl Service {
             .map_err(|_| Status::invalid_argument("a program key must be 32 bytes"))?;
         let name = first.name;
         let limit = self.0.options.max_program_bytes;
+        // The text counts against the server-wide budget while it streams
+        // and parses: many loads at once cannot hold more than it.
+        let mut held = vec![self.0.reserve(first.text.len() as u64)?];
         let mut text = first.text.to_vec();
         loop {
             if text.len() as u64 > limit {
@@ -148,6 +151,7 @@ impl Service {
             let Some(c) = stream.message().await? else {
                 break;
             };
+            held.push(self.0.reserve(c.text.len() as u64)?);
             text.extend_from_slice(&c.text);
         }
         let state = self.0.clone();
@@ -177,6 +181,19 @@ impl Service {
             let start = Instant::now();
             let program = Program::compile_named(graph, &name)
                 .map_err(|e| wire::status_from_error(&Error::Runtime(e)))?;
+            // A program no launch could run within the budget is refused
+            // now, not at each launch.
+            let working = working_bytes(&program);
+            let max = state.options.max_total_bytes;
+            if working > max {
+                return Err(wire::with_kind(
+                    Status::resource_exhausted(format!(
+                        "program `{name}` needs {working} bytes of buffers per run; the server's limit over all sessions is {max} bytes"
+                    )),
+                    tilejit_ir::ErrorKind::Device,
+                ));
+            }
+            drop(held);
             log(format_args!(
                 "program `{name}` (key {}) compiled in {:.1} ms",
                 key[..6]
@@ -218,7 +235,13 @@ impl Service {
             .map_err(Status::invalid_argument)?;
         let expected = program.traced().input_types();
         let given: Vec<_> = inputs.iter().filter_map(Tensor::ty).collect();
-        if given != expected || params.len() != program.traced().param_types().len() {
+        // Each param of the kind its type takes: an int's bits read as a
+        // float (or back) would be a silently wrong launch.
+        let kinds = params
+            .iter()
+            .zip(program.traced().param_types())
+            .all(|(p, t)| matches!(p, Lit::Float(_)) == t.is_float());
+        if given != expected || params.len() != program.traced().param_types().len() || !kinds {
             return Err(Status::invalid_argument(format!(
                 "program `{}` takes inputs {expected:?} and {} params; the launch gave {given:?} and {}",
                 program.name(),
@@ -226,10 +249,14 @@ impl Service {
                 params.len()
             )));
         }
+        // The run's buffers count against the server-wide budget while it
+        // runs; the results it keeps are counted again when filed.
+        let working = self.0.reserve(working_bytes(&program))?;
         let state = self.0.clone();
         let outputs = stoppable(&self.0, "launch", move || {
             let outs = launch(&state.options.device, &program, &inputs, &params)
                 .map_err(|e| wire::status_from_error(&e))?;
+            drop(working);
             state.launches.fetch_add(1, Ordering::Relaxed);
             state.keep(session, outs, None)
         })

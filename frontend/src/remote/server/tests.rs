@@ -10,7 +10,7 @@ use crate::remote::wire::CHUNK_BYTES;
 use crate::tensor::Tensor;
 use prost::bytes::Bytes;
 use std::time::Instant;
-use tilejit_ir::DType;
+use tilejit_ir::{DType, Lit};
 use tonic::Code;
 
 type Raw = RemoteClient<tonic::transport::Channel>;
@@ -673,5 +673,127 @@ fn protocol_violations_are_clean_statuses() {
             .expect_err("over the session's budget");
         assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
         assert!(e.message().contains("per session"), "{e:?}");
+    });
+}
+
+/// Loads `text` as a program (one chunk).
+async fn load_text(
+    c: &mut Raw,
+    bearer: &str,
+    session: &Bytes,
+    text: &str,
+) -> std::result::Result<[u8; 32], Status> {
+    let key = wire::content_key(text);
+    let chunk = proto::ProgramChunk {
+        session: session.clone(),
+        key: Bytes::copy_from_slice(&key),
+        name: "p".into(),
+        text: Bytes::from(text.to_string()),
+    };
+    c.load_program(authed(bearer, tokio_stream::iter(vec![chunk])))
+        .await
+        .map(|_| key)
+}
+
+/// A run's buffers count against the server-wide budget (a review found
+/// a launch could allocate any number of values each within the tensor
+/// limit, and an upload's text none at all): a program whose buffers
+/// alone are over it is refused at load; one that fits alone is refused
+/// at launch while other tensors hold the budget, and runs once they are
+/// freed. A param of the wrong kind (an int for an f32) is refused too.
+#[test]
+fn a_launch_reserves_its_buffers_and_params_are_checked_by_kind() {
+    let server = Server::start(ServeOptions {
+        token: "t".into(),
+        max_session_bytes: 1 << 20,
+        max_total_bytes: 1 << 20,
+        ..ServeOptions::default()
+    })
+    .expect("start");
+    // `n` values of f32[65536] (256 KiB each), every one returned, so
+    // each is a buffer of its own.
+    let chain = |n: usize| {
+        let mut t = String::from("graph {\n  %0 = input 0 : f32[1]\n");
+        t += "  %1 = broadcast %0 : f32[65536]\n";
+        for i in 2..=n {
+            t += &format!("  %{i} = add %{}, %1 : f32[65536]\n", i - 1);
+        }
+        let outs: Vec<String> = (1..=n).map(|i| format!("%{i}")).collect();
+        t + &format!("  return {}\n}}\n", outs.join(", "))
+    };
+    rt().block_on(async {
+        let (mut c, bearer) = raw(server.addr(), "t").await;
+        let session = open(&mut c, &bearer).await;
+        let e = load_text(&mut c, &bearer, &session, &chain(6))
+            .await
+            .expect_err("1.5 MiB of buffers");
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+        assert!(e.message().contains("bytes of buffers per run"), "{e:?}");
+        let key = load_text(&mut c, &bearer, &session, &chain(3))
+            .await
+            .expect("768 KiB of buffers");
+        let x = c
+            .upload(authed(
+                &bearer,
+                tokio_stream::iter(vec![proto::UploadChunk {
+                    session: session.clone(),
+                    ty: Some(proto::TensorType {
+                        dtype: "f32".into(),
+                        shape: vec![1],
+                    }),
+                    data: Bytes::from(2f32.to_le_bytes().to_vec()),
+                }]),
+            ))
+            .await
+            .expect("x")
+            .into_inner()
+            .id;
+        let launch = |params: Vec<proto::Lit>| proto::LaunchRequest {
+            session: session.clone(),
+            key: Bytes::copy_from_slice(&key),
+            inputs: vec![proto::Arg {
+                value: Some(arg::Value::Tensor(x)),
+            }],
+            params,
+        };
+        let held = upload_bytes(&mut c, &bearer, &session, 512 << 10)
+            .await
+            .expect("512 KiB");
+        let e = c
+            .launch(authed(&bearer, launch(vec![])))
+            .await
+            .expect_err("768 KiB of buffers beside 512 KiB held");
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+        assert!(e.message().contains("over all sessions"), "{e:?}");
+        c.free(authed(
+            &bearer,
+            proto::FreeRequest {
+                session: session.clone(),
+                ids: vec![held],
+            },
+        ))
+        .await
+        .expect("free");
+        let outs = c
+            .launch(authed(&bearer, launch(vec![])))
+            .await
+            .expect("the launch fits now")
+            .into_inner()
+            .outputs;
+        assert_eq!(outs.len(), 3);
+        // A program taking an f32 param, given an int.
+        let text = "graph {\n  %0 = input 0 : f32[1]\n  %1 = param 0 : f32[]\n  %2 = broadcast %1 : f32[1]\n  %3 = add %0, %2 : f32[1]\n  return %3\n}\n";
+        let key2 = load_text(&mut c, &bearer, &session, text)
+            .await
+            .expect("a program with a param");
+        let mut bad = launch(vec![wire::lit_to_proto(Lit::Int(5))]);
+        bad.key = Bytes::copy_from_slice(&key2);
+        let e = c
+            .launch(authed(&bearer, bad.clone()))
+            .await
+            .expect_err("an int for an f32 param");
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        bad.params = vec![wire::lit_to_proto(Lit::Float(0.5))];
+        c.launch(authed(&bearer, bad)).await.expect("a float param");
     });
 }
