@@ -283,6 +283,23 @@ fn a_bad_gpt2_checkpoint_is_a_clean_error() {
     );
     let e = gpt2::Gpt2::from_checkpoint(ckpt, 4).err().unwrap();
     assert!(e.to_string().contains("expected [256]"), "{e}");
+    // The embeddings and final norm are checked too (a review found a
+    // scalar `wpe` passed the load and panicked in `config()`).
+    for (name, shape) in [
+        ("transformer.wpe.weight", &[][..]),
+        ("transformer.wpe.weight", &[32, 65][..]),
+        ("transformer.ln_f.bias", &[63][..]),
+        ("transformer.wte.weight", &[5, 64, 1][..]),
+    ] {
+        let mut ckpt = gpt2::random_checkpoint(TINY_GPT, 1);
+        ckpt.insert(name.into(), Tensor::ones(shape, DType::F32));
+        let e = gpt2::Gpt2::from_checkpoint(ckpt, 4).err().unwrap();
+        let short = name.trim_start_matches("transformer.");
+        assert!(
+            e.to_string().contains(&format!("{short} is")),
+            "{name}: {e}"
+        );
+    }
     let m = tiny_gpt();
     assert!(
         gpt2::Decoder::new(&m, &[1, 2, 3], 40).is_err(),

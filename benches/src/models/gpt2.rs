@@ -166,6 +166,21 @@ impl Gpt2 {
             heads,
         };
         // Shapes checked once here, so a wrong checkpoint fails at load.
+        let (vocab, ctx) = (
+            m.wte.shape()[0],
+            m.wpe.shape().first().copied().unwrap_or(0),
+        );
+        let whole = [
+            ("wte.weight", &m.wte, vec![vocab, d]),
+            ("wpe.weight", &m.wpe, vec![ctx.max(1), d]),
+            ("ln_f.weight", &m.lnf_g, vec![d]),
+            ("ln_f.bias", &m.lnf_b, vec![d]),
+        ];
+        for (n, t, want) in whole {
+            if t.shape() != want.as_slice() {
+                return Err(bad(format!("{n} is {:?}, expected {want:?}", t.shape())));
+            }
+        }
         for (i, b) in m.blocks.iter().enumerate() {
             for ((n, want), t) in block_names(d).iter().zip(b.tensors()) {
                 if t.shape() != want.as_slice() {
