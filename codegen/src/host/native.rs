@@ -1298,7 +1298,8 @@ mod strided_tests {
         // outer product [1; 2] @ [3 4] = [3 4; 6 8], on 1 and 2 threads.
         let huge = v(1, 1, usize::MAX, 1 << 63);
         let mut one = [0.0f32];
-        matmul_f32_strided((&[3.0], huge), (&[2.0], huge), (&mut one, huge), 1).unwrap();
+        matmul_f32_strided((&[3.0], huge), (&[2.0], huge), (&mut one, huge), 1)
+            .expect("a 1x1 product");
         assert_eq!(one, [6.0]);
         let col = v(2, 1, 1, usize::MAX);
         let row = v(1, 2, usize::MAX, 1);
@@ -1311,7 +1312,7 @@ mod strided_tests {
                 (&mut outer, ov),
                 threads,
             )
-            .unwrap();
+            .expect("in bounds");
             assert_eq!(outer, [3.0, 4.0, 6.0, 8.0]);
             let mut wide = [0.0f32; 8];
             let (row4, ov4) = (v(1, 4, usize::MAX, 1), v(2, 4, 4, 1));
@@ -1322,7 +1323,7 @@ mod strided_tests {
                 (&mut wide, ov4),
                 threads,
             )
-            .unwrap();
+            .expect("in bounds");
             assert_eq!(wide, [1.0, 2.0, 3.0, 4.0, 2.0, 4.0, 6.0, 8.0]);
         }
     }
