@@ -47,7 +47,7 @@ fn read_file(path: &Path) -> Result<Vec<u8>> {
     if path.is_dir() {
         return Err(file_error(path, "is a directory"));
     }
-    std::fs::read(path).map_err(|e| file_error(path, e.to_string()))
+    tilejit_ir::fallible::read_file(path).map_err(|e| file_error(path, e.to_string()))
 }
 
 /// Writes `bytes` whole or not at all: a temporary file in the same

@@ -547,7 +547,7 @@ fn open(bytes: &[u8]) -> Result<(&str, &[u8]), SnapshotProblem> {
 
 /// Reads a file, mapping an I/O failure to its problem.
 fn read(path: &Path) -> Result<Vec<u8>, RuntimeError> {
-    std::fs::read(path).map_err(|e| {
+    tilejit_ir::fallible::read_file(path).map_err(|e| {
         fail(
             path,
             SnapshotProblem::Io {

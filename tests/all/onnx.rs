@@ -821,3 +821,19 @@ fn overflowing_reshapes_and_huge_windows_are_errors() {
         assert!(e.to_string().contains("memory"), "{mode:?}: {e}");
     }
 }
+
+/// A path that is no regular file (a device that never ends) is refused
+/// before a byte is read, by every loader (a review found they read with
+/// no bound: `/dev/zero` grew memory until the process died).
+#[cfg(target_os = "linux")]
+#[test]
+fn special_files_are_refused_by_every_loader() {
+    let dev = std::path::Path::new("/dev/zero");
+    let says = |e: tilejit::Error| {
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    };
+    says(onnx::load(dev).err().expect("onnx::load"));
+    says(tilejit::io::read_npy(dev).expect_err("read_npy"));
+    says(tilejit::io::load_safetensors(dev).expect_err("load_safetensors"));
+    says(tilejit::onnx::read_tensor_file(dev).expect_err("read_tensor_file"));
+}

@@ -370,7 +370,7 @@ pub fn load_with(path: impl AsRef<Path>, options: LoadOptions) -> Result<OnnxMod
 /// Reads and parses a model file, its external data relative to its
 /// directory.
 fn parse_file(path: &Path) -> Result<Parsed> {
-    let bytes = std::fs::read(path).map_err(|e| Error::File {
+    let bytes = tilejit_ir::fallible::read_file(path).map_err(|e| Error::File {
         path: path.into(),
         message: e.to_string(),
     })?;
@@ -964,7 +964,7 @@ pub fn read_tensor_file_typed(path: impl AsRef<Path>) -> Result<(Tensor, Option<
         path: path.into(),
         message: m,
     };
-    let bytes = std::fs::read(path).map_err(|e| file_error(e.to_string()))?;
+    let bytes = tilejit_ir::fallible::read_file(path).map_err(|e| file_error(e.to_string()))?;
     let t = onnx_protobuf::TensorProto::parse_from_bytes(&bytes)
         .map_err(|e| file_error(format!("not a TensorProto: {e}")))?;
     let narrow = narrow::Narrow::from_code(t.data_type).map(|n| n.name());

@@ -136,7 +136,7 @@ pub fn read_value_file(path: impl AsRef<Path>, kind: ValueKind) -> Result<Value>
         path: path.into(),
         message: m,
     };
-    let bytes = std::fs::read(path).map_err(|e| file_error(e.to_string()))?;
+    let bytes = tilejit_ir::fallible::read_file(path).map_err(|e| file_error(e.to_string()))?;
     let v = match kind {
         ValueKind::Tensor => tensor_of(&bytes).map(Value::Tensor),
         ValueKind::Sequence => sequence_of(&bytes).map(Value::Sequence),

@@ -231,7 +231,7 @@ impl DiskCache {
             return Err(Miss::Absent);
         }
         let path = self.path(key);
-        let bytes = fs::read(&path).map_err(|_| Miss::Absent)?;
+        let bytes = tilejit_ir::fallible::read_file(&path).map_err(|_| Miss::Absent)?;
         let payload = parse(&bytes, parts).map_err(Miss::Rejected)?;
         // Best effort: a failed touch only makes eviction less exact.
         if let Ok(f) = fs::File::options().append(true).open(&path) {
