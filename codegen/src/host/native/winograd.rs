@@ -2138,12 +2138,19 @@ mod tests {
         assert_eq!(winograd_tile(&ic(64, 56), 64, 1), WinogradTile::F4x4);
         assert_eq!(winograd_tile(&ic(256, 56), 256, 1), WinogradTile::F4x4);
         // Strips for at most 32 tiles: layer4 at batch 1 (16 tiles of
-        // F(2x2)) and 8 (32 of F(4x4)), layer3 at batch 1 (16); not layer3
-        // at batch 8 (128) nor layer1 (196).
-        let [f4, _, s4, s2] = FORMS;
+        // F(2x2)) and 8 (32 of F(4x4)), layer3 at batch 1 with AVX2 (16 of
+        // F(4x4)); not layer3 at batch 8 (128) nor layer1 (196). With
+        // AVX-512 a weight read is worth twice the multiply-adds, so
+        // layer3's 9.4 MB of F(4x4) weights at batch 1 cost more than
+        // F(2x2)'s products over 49 tiles: F(2x2) in panels.
+        let [f4, p2, s4, s2] = FORMS;
         assert_eq!(winograd_form(&ic(512, 7), 512, 1), s2);
         assert_eq!(winograd_form(&ic(512, 7), 512, 8), s4);
-        assert_eq!(winograd_form(&ic(256, 14), 256, 1), s4);
+        let layer3 = match weight_read_cost() {
+            13 => s4,
+            _ => p2,
+        };
+        assert_eq!(winograd_form(&ic(256, 14), 256, 1), layer3);
         assert_eq!(winograd_form(&ic(256, 14), 256, 8), f4);
         assert_eq!(winograd_form(&ic(64, 56), 64, 1), f4);
     }
