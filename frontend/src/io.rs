@@ -44,9 +44,6 @@ fn file_error(path: &Path, message: impl Into<String>) -> Error {
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>> {
-    if path.is_dir() {
-        return Err(file_error(path, "is a directory"));
-    }
     tilejit_ir::fallible::read_file(path).map_err(|e| file_error(path, e.to_string()))
 }
 

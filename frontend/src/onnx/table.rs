@@ -627,9 +627,9 @@ pub(crate) fn mem<T>(r: std::result::Result<T, tilejit_ir::IrError>) -> Result<T
     r.map_err(|e| tilejit_runtime::RuntimeError::from(e).into())
 }
 
-/// `f(0), .., f(n - 1)` as a trace-time index table, allocated through
-/// [`mem`]: `n` is a dim the file declares.
-pub(crate) fn table_of(n: usize, f: impl Fn(usize) -> i64) -> Result<Vec<i64>> {
+/// `f(0), .., f(n - 1)` as a trace-time table, allocated through
+/// [`mem`]: `n` is a dim or size the file declares.
+pub(crate) fn table_of<T>(n: usize, f: impl Fn(usize) -> T) -> Result<Vec<T>> {
     mem(tilejit_ir::fallible::collect((0..n).map(f)))
 }
 

@@ -10,7 +10,7 @@
 //! the input index of each tap a constant.
 
 use super::super::{
-    attr_i, attr_ints, fail, mem, one, pool_kernel, req, usizes, window, Cx, Window,
+    attr_i, attr_ints, fail, mem, one, pool_kernel, req, table_of, usizes, window, Cx, Window,
 };
 use crate::error::Result;
 use crate::onnx::model::Node;
@@ -269,7 +269,7 @@ pub(in super::super) fn build_pool(
 fn outer(axes: &[Axis], f: impl Fn(&Axis, usize) -> f64) -> Result<Vec<f64>> {
     let mut v = vec![1.0];
     for ax in axes {
-        let per = mem(fallible::collect((0..ax.out).map(|o| f(ax, o))))?;
+        let per = table_of(ax.out, |o| f(ax, o))?;
         let len = v.len().saturating_mul(per.len());
         let mut next = mem(fallible::with_capacity(len))?;
         next.extend(v.iter().flat_map(|a| per.iter().map(move |b| a * b)));
@@ -360,9 +360,7 @@ fn max_with_indices(
     all.extend(&outs);
     let table = Tensor::from_vec(table, &table_dims)?.broadcast_to(&all);
     let local = table.gather(2, &pick).reshape(&full);
-    let base = mem(fallible::collect(
-        (0..batch * channels).map(|b| (b * plane) as i64),
-    ))?;
+    let base = table_of(batch * channels, |b| (b * plane) as i64)?;
     let mut base_dims = vec![batch, channels];
     base_dims.extend(std::iter::repeat_n(1, axes.len()));
     let base = Tensor::from_vec(base, &base_dims)?;

@@ -1,7 +1,7 @@
 //! HannWindow, HammingWindow and BlackmanWindow: the size is known when
 //! tracing, so the window is a constant computed here in f64.
 
-use super::super::{attr_i, dims_of, fail, mem, one, req, Cx};
+use super::super::{attr_i, dims_of, fail, one, req, table_of, Cx};
 use crate::error::Result;
 use crate::onnx::model::{dtype_of, Node};
 use crate::tensor::Tensor;
@@ -28,14 +28,13 @@ fn window(n: &Node, ins: &[Option<Tensor>], f: fn(f64) -> f64) -> Result<Vec<Ten
     let to = dtype_of(attr_i(n, "output_datatype", 1)? as i32)
         .map_err(|m| fail(n, "output_datatype", ErrorKind::Unsupported, m))?;
     // The phase 2*pi*i/span of sample i (a one-sample symmetric window is 1).
-    // Allocated fallibly: the size comes from the file.
-    let w = mem(tilejit_ir::fallible::collect((0..len).map(|i| {
+    let w = table_of(len, |i| {
         if span > 0.0 {
             f(2.0 * PI * i as f64 / span)
         } else {
             1.0
         }
-    })))?;
+    })?;
     one(Tensor::from_vec(w, &[len])?.cast(to))
 }
 

@@ -3,7 +3,7 @@
 //! and masks it out: exact (integers of every width too), and cheap for
 //! the small k models use.
 
-use super::super::{attr_i, axis, dtype_of, fail, ints_of, mem, req, Cx};
+use super::super::{attr_i, axis, dtype_of, fail, ints_of, req, table_of, Cx};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::tensor::Tensor;
@@ -160,10 +160,8 @@ pub(super) fn build_eye_like(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result
     };
     let k = attr_i(n, "k", 0)?;
     let (rows, cols) = (x.shape()[0], x.shape()[1]);
-    // Allocated fallibly: the input's declared dims size it.
-    let v =
-        mem(tilejit_ir::fallible::collect((0..rows * cols).map(|p| {
-            ((p % cols) as i64 - (p / cols) as i64 == k) as u8 as f64
-        })))?;
+    let v = table_of(rows * cols, |p| {
+        ((p % cols) as i64 - (p / cols) as i64 == k) as u8 as f64
+    })?;
     Ok(vec![Tensor::from_vec(v, &[rows, cols])?.cast(dt)])
 }
