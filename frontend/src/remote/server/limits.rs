@@ -20,6 +20,26 @@ pub(super) struct Reserved {
     pub(super) bytes: u64,
 }
 
+impl Reserved {
+    /// Counts `bytes` more in this reservation, or says why not (and
+    /// keeps what it held).
+    pub(super) fn grow(&mut self, bytes: u64) -> std::result::Result<(), Status> {
+        let max = self.state.options.max_total_bytes;
+        self.state
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                h.checked_add(bytes).filter(|n| *n <= max)
+            })
+            .map_err(|held| {
+                Status::resource_exhausted(format!(
+                    "the server holds {held} bytes of tensors over all sessions; {bytes} more is over its limit of {max} bytes"
+                ))
+            })?;
+        self.bytes += bytes;
+        Ok(())
+    }
+}
+
 impl Drop for Reserved {
     fn drop(&mut self) {
         self.state.release(self.bytes);
@@ -29,20 +49,12 @@ impl Drop for Reserved {
 impl State {
     /// Counts `bytes` more against the server-wide budget, or says why not.
     pub(super) fn reserve(self: &Arc<Self>, bytes: u64) -> std::result::Result<Reserved, Status> {
-        let max = self.options.max_total_bytes;
-        self.held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
-                h.checked_add(bytes).filter(|n| *n <= max)
-            })
-            .map_err(|held| {
-                Status::resource_exhausted(format!(
-                    "the server holds {held} bytes of tensors over all sessions; {bytes} more is over its limit of {max} bytes"
-                ))
-            })?;
-        Ok(Reserved {
+        let mut r = Reserved {
             state: self.clone(),
-            bytes,
-        })
+            bytes: 0,
+        };
+        r.grow(bytes)?;
+        Ok(r)
     }
 
     /// Gives `bytes` back to the server-wide budget (tensors freed).

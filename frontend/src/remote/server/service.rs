@@ -140,7 +140,7 @@ impl Service {
         let limit = self.0.options.max_program_bytes;
         // The text counts against the server-wide budget while it streams
         // and parses: many loads at once cannot hold more than it.
-        let mut held = vec![self.0.reserve(first.text.len() as u64)?];
+        let mut held = self.0.reserve(first.text.len() as u64)?;
         let mut text = first.text.to_vec();
         loop {
             if text.len() as u64 > limit {
@@ -151,7 +151,7 @@ impl Service {
             let Some(c) = stream.message().await? else {
                 break;
             };
-            held.push(self.0.reserve(c.text.len() as u64)?);
+            held.grow(c.text.len() as u64)?;
             text.extend_from_slice(&c.text);
         }
         let state = self.0.clone();
