@@ -172,6 +172,7 @@ impl Gpt2 {
         );
         let whole = [
             ("wte.weight", &m.wte, vec![vocab, d]),
+            // At least one position: an empty `wpe` is refused too.
             ("wpe.weight", &m.wpe, vec![ctx.max(1), d]),
             ("ln_f.weight", &m.lnf_g, vec![d]),
             ("ln_f.bias", &m.lnf_b, vec![d]),

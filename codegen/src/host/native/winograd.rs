@@ -222,11 +222,10 @@ fn winograd_tile(ic: &Im2Col, o: usize, images: usize) -> WinogradTile {
     }
 }
 
-/// Multiply-adds one streamed weight read is worth (see [`winograd_tile`]).
-/// The same with AVX-512: on this project's AVX-512 machine (two cores
-/// whose FMA rate is the same through AVX2 or AVX-512) the 26 once
-/// assumed for it picked F(2x2) for ResNet's layer3 at batch 1, which ran
-/// 8-11% slower than F(4x4) (`conv --batch 1`, alternated three times).
+/// Multiply-adds one streamed weight read is worth (see [`winograd_tile`]),
+/// with AVX2 or AVX-512 alike: on an AVX-512 machine whose FMA rate is
+/// AVX2's, twice this (once assumed for AVX-512) picked F(2x2) for
+/// ResNet's layer3 at batch 1, 8-11% slower than F(4x4) there.
 fn weight_read_cost() -> usize {
     13
 }
