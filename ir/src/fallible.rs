@@ -40,7 +40,11 @@ pub fn read_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     let file = std::fs::File::open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
-        return Err(Error::new(ErrorKind::InvalidInput, "is not a regular file"));
+        let what = match meta.is_dir() {
+            true => "is a directory, not a regular file",
+            false => "is not a regular file",
+        };
+        return Err(Error::new(ErrorKind::InvalidInput, what));
     }
     let len = usize::try_from(meta.len()).unwrap_or(usize::MAX);
     let mut bytes = Vec::new();
