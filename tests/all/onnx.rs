@@ -837,3 +837,116 @@ fn special_files_are_refused_by_every_loader() {
     says(tilejit::io::load_safetensors(dev).expect_err("load_safetensors"));
     says(tilejit::onnx::read_tensor_file(dev).expect_err("read_tensor_file"));
 }
+
+/// Trace-time tables sized by numbers in the file (RoiAlign's sample
+/// steps, AffineGrid's points, Col2Im's pixel index, Resize's taps) are
+/// bounded and their sizes checked: a size of 2^40, or one whose product
+/// overflows, is an error naming the node, never an abort or a panic.
+#[test]
+fn huge_trace_time_tables_are_errors() {
+    let big = 1i64 << 20;
+    let x = Tensor::ones(&[1, 1, 4, 4], DType::F32);
+    let xin = || {
+        vec![b::value(
+            "x",
+            b::FLOAT,
+            &[D::N(1), D::N(1), D::N(4), D::N(4)],
+        )]
+    };
+    let out = || vec![b::value("y", b::FLOAT, &[])];
+    let roi_align = |oh: i64, ow: i64, ratio: i64| {
+        b::encode(&b::model(
+            16,
+            vec![b::node(
+                "RoiAlign",
+                "ra",
+                &["x", "rois", "bi"],
+                &["y"],
+                vec![
+                    b::int("output_height", oh),
+                    b::int("output_width", ow),
+                    b::int("sampling_ratio", ratio),
+                ],
+            )],
+            xin(),
+            out(),
+            vec![
+                b::f32s("rois", &[1, 4], &[0.0, 0.0, 3.0, 3.0]),
+                b::i64s("bi", &[1], &[0]),
+            ],
+        ))
+    };
+    let affine_grid = |side: i64| {
+        b::encode(&b::model(
+            20,
+            vec![
+                b::node("AffineGrid", "ag", &["theta", "size"], &["g"], vec![]),
+                b::node("Add", "add", &["x", "g"], &["y"], vec![]),
+            ],
+            xin(),
+            out(),
+            vec![
+                b::f32s("theta", &[1, 2, 3], &[1.0, 0.0, 0.0, 0.0, 1.0, 0.0]),
+                b::i64s("size", &[4], &[1, 1, side, side]),
+            ],
+        ))
+    };
+    // One 1x1 block strided over the whole image: a [1, 1, 1] input.
+    let col2im = |side: i64, pad: i64| {
+        b::encode(&b::model(
+            18,
+            vec![
+                b::node(
+                    "Col2Im",
+                    "ci",
+                    &["c", "img", "blk"],
+                    &["z"],
+                    vec![
+                        b::ints("strides", &[side, side]),
+                        b::ints("pads", &[pad, pad, pad, pad]),
+                    ],
+                ),
+                b::node("Add", "add", &["x", "z"], &["y"], vec![]),
+            ],
+            xin(),
+            out(),
+            vec![
+                b::f32s("c", &[1, 1, 1], &[1.0]),
+                b::i64s("img", &[2], &[side, side]),
+                b::i64s("blk", &[2], &[1, 1]),
+            ],
+        ))
+    };
+    let resize = b::encode(&b::model(
+        13,
+        vec![b::node(
+            "Resize",
+            "rz",
+            &["x", "", "", "sizes"],
+            &["y"],
+            vec![],
+        )],
+        xin(),
+        out(),
+        vec![b::i64s("sizes", &[4], &[1, 1, big * big, 4])],
+    ));
+    let cases: Vec<(&str, &str, Vec<u8>)> = vec![
+        ("ra", "RoiAlign", roi_align(big * big, 2, 2)),
+        ("ra", "RoiAlign", roi_align(1 << 40, 1 << 40, 1 << 30)),
+        ("ag", "AffineGrid", affine_grid(big)),
+        ("ag", "AffineGrid", affine_grid(1 << 40)),
+        ("ci", "Col2Im", col2im(big, 0)),
+        ("ci", "Col2Im", col2im(1 << 32, 0)),
+        // Pads near i64::MAX: the padded extent is past a usize.
+        ("ci", "Col2Im", col2im(4, i64::MAX - 1)),
+        ("rz", "Resize", resize),
+    ];
+    for mode in MODES {
+        for (node, op, bytes) in &cases {
+            let m = onnx::from_bytes(bytes).expect(op);
+            let e = with_mode(mode, || m.run(&[("x", &x)])).expect_err(op);
+            let (got_node, got_op, _, _) = onnx_err(&e);
+            assert_eq!((got_node, got_op), (*node, *op), "{mode:?}: {e}");
+        }
+    }
+}

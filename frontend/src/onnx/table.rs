@@ -633,6 +633,25 @@ pub(crate) fn table_of<T>(n: usize, f: impl Fn(usize) -> T) -> Result<Vec<T>> {
     mem(tilejit_ir::fallible::collect((0..n).map(f)))
 }
 
+/// The length of a trace-time table of `dims` (multiplied) that numbers
+/// in the file set: an error naming `attr` when the product overflows or
+/// passes [`MAX_FOLDED`], so no such table is ever asked of the allocator.
+pub(crate) fn folded_len(n: &Node, attr: &str, dims: &[usize]) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&len| len <= MAX_FOLDED)
+        .ok_or_else(|| {
+            fail(
+                n,
+                attr,
+                ErrorKind::BadArgument,
+                format!(
+                    "makes a table of {dims:?} values at trace time; tilejit builds at most {MAX_FOLDED}"
+                ),
+            )
+        })
+}
+
 pub(crate) fn fail(n: &Node, attr: &str, kind: ErrorKind, message: impl Into<String>) -> Error {
     onnx_error(&n.name, &n.op, attr, kind, message)
 }
@@ -1695,7 +1714,7 @@ fn from_end(idx: &Tensor, len: i64) -> Tensor {
 
 /// The most values a table builds at trace time from numbers in the file
 /// (a Range, say): 2^26, 512 MiB of f64, past what real graphs fold.
-const MAX_FOLDED: usize = 1 << 26;
+pub(crate) const MAX_FOLDED: usize = 1 << 26;
 
 fn build_range(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let start = req(n, ins, 0)?;

@@ -5,7 +5,9 @@
 //! `index_select`, padding missing entries from an appended zero column,
 //! and sums them.
 
-use super::super::{attr_ints, axis, fail, ints_of, mem, one, req, usizes, Cx};
+use super::super::{
+    attr_ints, axis, fail, folded_len, ints_of, mem, one, req, table_of, usizes, Cx,
+};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::tensor::Tensor;
@@ -109,30 +111,39 @@ pub(in super::super) fn build_col2im(
             x.shape()
         ));
     }
-    let kernel: usize = block.iter().product();
+    // Every size below is bounded here: the block and the image by the
+    // trace-time table limit, the block counts by the input's own dim.
+    let kernel = folded_len(n, "block_shape", &block)?;
+    let pixels = folded_len(n, "image_shape", &image)?;
     let (batch, rows, len) = (x.shape()[0], x.shape()[1], x.shape()[2]);
     if kernel == 0 || rows % kernel != 0 {
         return bad(format!(
             "input dim 1 ({rows}) is not a multiple of the block size {kernel}"
         ));
     }
-    // Blocks along each axis.
+    // Blocks along each axis, in i128: the file's pads and dilations may
+    // be near i64::MAX.
     let mut counts = Vec::with_capacity(k);
     for i in 0..k {
-        let span = dil[i] * (block[i] - 1) + 1;
-        let total = image[i] + pads[i] + pads[i + k];
-        if total < span || block[i] == 0 {
+        let span = dil[i] as i128 * (block[i] as i128 - 1) + 1;
+        let total = image[i] as i128 + pads[i] as i128 + pads[i + k] as i128;
+        if total < span {
             return bad(format!("block {block:?} does not fit image {image:?}"));
         }
-        counts.push((total - span) / strides[i] + 1);
+        counts.push((total - span) / strides[i] as i128 + 1);
     }
-    if counts.iter().product::<usize>() != len {
+    let blocks = counts
+        .iter()
+        .try_fold(1i128, |a, &c| a.checked_mul(c))
+        .filter(|&b| b == len as i128);
+    if blocks.is_none() {
         return bad(format!(
             "input dim 2 is {len}, but the image holds {counts:?} blocks"
         ));
     }
+    // Each count divides `len` now, so fits a usize.
+    let counts: Vec<usize> = counts.iter().map(|&c| c as usize).collect();
     let channels = rows / kernel;
-    let pixels: usize = image.iter().product();
     // For every pixel, the flat (block offset, block) entries landing on it.
     let mut lists: Vec<Vec<i64>> = mem(tilejit_ir::fallible::filled(pixels, Vec::new()))?;
     for b in 0..kernel {
@@ -152,8 +163,9 @@ pub(in super::super) fn build_col2im(
             let mut flat = 0usize;
             let mut inside = true;
             for i in 0..k {
-                let p = (pos[i] * strides[i] + off[i] * dil[i]) as i64 - pads[i] as i64;
-                if p < 0 || p >= image[i] as i64 {
+                let p = pos[i] as i128 * strides[i] as i128 + off[i] as i128 * dil[i] as i128
+                    - pads[i] as i128;
+                if p < 0 || p >= image[i] as i128 {
                     inside = false;
                     break;
                 }
@@ -171,10 +183,9 @@ pub(in super::super) fn build_col2im(
         return one(Tensor::zeros(&out_dims, x.dtype()));
     }
     let zero = (kernel * len) as i64;
-    let idx: Vec<i64> = lists
-        .iter()
-        .flat_map(|l| (0..most).map(move |j| l.get(j).copied().unwrap_or(zero)))
-        .collect();
+    let idx = table_of(folded_len(n, "image_shape", &[pixels, most])?, |e| {
+        lists[e / most].get(e % most).copied().unwrap_or(zero)
+    })?;
     let cols = x
         .reshape(&[batch, channels, kernel * len])
         .pad(&[(0, 0), (0, 0), (0, 1)], 0.0);

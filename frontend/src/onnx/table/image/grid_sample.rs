@@ -316,7 +316,10 @@ pub(in super::super) fn build_affine_grid(
         ));
     }
     let dims = &size[2..];
-    let points: usize = dims.iter().product();
+    // The constant below holds `points * (k + 1)` coordinates.
+    let mut table = dims.to_vec();
+    table.push(k + 1);
+    let points = super::super::folded_len(n, "size", &table)? / (k + 1);
     let coord = |d: usize, i: usize| -> f64 {
         let d = d as f64;
         if align {

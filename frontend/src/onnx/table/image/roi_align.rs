@@ -7,7 +7,7 @@
 //! read with one `gather` each from the roi's image (an `index_select` by
 //! batch index, which is an error when it runs on a bad index).
 
-use super::super::{attr_f, attr_i, attr_s, fail, one, req, Cx};
+use super::super::{attr_f, attr_i, attr_s, fail, folded_len, one, req, table_of, Cx};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::tensor::Tensor;
@@ -122,14 +122,15 @@ pub(in super::super) fn build_roi_align(
     }
     // Sample `p * ratio + i` of an axis sits at start + (p + (i + 0.5) /
     // ratio) * bin.
-    let steps = |out: usize| -> Result<Tensor> {
-        let v: Vec<f64> = (0..out * sr)
-            .map(|k| (k / sr) as f64 + ((k % sr) as f64 + 0.5) / sr as f64)
-            .collect();
-        Ok(Tensor::from_vec(v, &[1, out * sr])?.cast(x.dtype()))
+    let steps = |out: usize, attr: &str| -> Result<Tensor> {
+        let len = folded_len(n, attr, &[out, sr])?;
+        let v = table_of(len, |k| {
+            (k / sr) as f64 + ((k % sr) as f64 + 0.5) / sr as f64
+        })?;
+        Ok(Tensor::from_vec(v, &[1, len])?.cast(x.dtype()))
     };
-    let ys = &y0 + steps(oh)? * (&rh / oh as f64);
-    let xs = &x0 + steps(ow)? * (&rw / ow as f64);
+    let ys = &y0 + steps(oh, "output_height")? * (&rh / oh as f64);
+    let xs = &x0 + steps(ow, "output_width")? * (&rw / ow as f64);
     let (ylo, yhi, ly, yin) = corners(&ys, h);
     let (xlo, xhi, lx, xin) = corners(&xs, w);
     let (ph, pw) = (oh * sr, ow * sr);
