@@ -33,7 +33,8 @@ fn fail(msg: impl Into<String>) -> CliError {
 }
 
 fn read_file(path: &str) -> Result<Vec<u8>, CliError> {
-    std::fs::read(path).map_err(|e| fail(format!("cannot read {path}: {e}")))
+    tilejit_ir::fallible::read_file(path.as_ref())
+        .map_err(|e| fail(format!("cannot read {path}: {e}")))
 }
 
 fn write_file(path: &str, bytes: &[u8]) -> Result<(), CliError> {

@@ -261,8 +261,9 @@ struct Expect {
 }
 
 fn read_expect(path: &std::path::Path, sim: bool) -> Result<Expect, CliError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
+    let text = tilejit_ir::fallible::read_file(path)
+        .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
+        .map_err(|e| fail(format!("{}: {e}", path.display())))?;
     let mut e = Expect {
         pass: vec![],
         known: vec![],

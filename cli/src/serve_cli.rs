@@ -70,12 +70,14 @@ fn fail(msg: String) -> CliError {
 pub fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
     let (token, made) = match &a.token_file {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                fail(format!(
-                    "cannot read the token file {}: {e}",
-                    path.display()
-                ))
-            })?;
+            let text = tilejit_ir::fallible::read_file(path)
+                .and_then(|b| String::from_utf8(b).map_err(std::io::Error::other))
+                .map_err(|e| {
+                    fail(format!(
+                        "cannot read the token file {}: {e}",
+                        path.display()
+                    ))
+                })?;
             let token = text.trim().to_string();
             if token.is_empty() {
                 return Err(fail(format!("the token file {} is empty", path.display())));
@@ -85,7 +87,7 @@ pub fn serve_cmd(a: &ServeArgs) -> Result<(), CliError> {
         None => (random_token()?, true),
     };
     let read = |path: &PathBuf, what: &str| {
-        std::fs::read(path).map_err(|e| {
+        tilejit_ir::fallible::read_file(path).map_err(|e| {
             fail(format!(
                 "cannot read the TLS {what} {}: {e}",
                 path.display()

@@ -229,6 +229,12 @@ fn hostile_input_exits_1_or_2_with_a_message() {
             1,
             "cannot read",
         ),
+        // A device that never ends is refused before a byte is read.
+        (
+            vec!["disasm".into(), "/dev/zero".into()],
+            1,
+            "not a regular file",
+        ),
         (
             vec!["sim".into(), text.display().to_string()],
             1,
@@ -634,6 +640,11 @@ fn serve_refuses_bad_options() {
             "/nonexistent/token",
         ),
         (vec!["--token-file", empty.to_str().unwrap()], "is empty"),
+        (vec!["--token-file", "/dev/zero"], "not a regular file"),
+        (
+            vec!["--tls-cert", "/dev/zero", "--tls-key", "/dev/zero"],
+            "not a regular file",
+        ),
         (vec!["--listen", "not-an-address"], "not an address"),
     ] {
         let o = run(Command::new(env!("CARGO_BIN_EXE_tilejit"))
