@@ -510,3 +510,44 @@ fn attention_without_head_counts_on_3d_inputs_names_the_node() {
         "{text}"
     );
 }
+
+/// Scalar cos and sin caches (a fuzzer's file) are a shape error naming
+/// the node, with or without position ids; they once underflowed the
+/// caches' rank while tracing.
+#[test]
+fn scalar_rotary_caches_are_shape_errors() {
+    let x = t(vals(8, 0.9), &[1, 1, 2, 4]);
+    let c = t(vec![0.5], &[]);
+    let p = Tensor::from_vec(vec![0i64, 0], &[1, 2]).expect("ids");
+    for with_ids in [false, true] {
+        let ins: &[&str] = if with_ids {
+            &["x", "c", "c", "p"]
+        } else {
+            &["x", "c", "c"]
+        };
+        let mut inputs: Vec<(&str, i32, &[usize])> =
+            vec![("x", b::FLOAT, &[1, 1, 2, 4]), ("c", b::FLOAT, &[])];
+        if with_ids {
+            inputs.push(("p", b::INT64, &[1, 2]));
+        }
+        let m = model(
+            24,
+            vec![b::node("RotaryEmbedding", "rope", ins, &["y"], vec![])],
+            &inputs,
+            &["y"],
+        );
+        let mut feed = vec![("x", &x), ("c", &c)];
+        if with_ids {
+            feed.push(("p", &p));
+        }
+        for mode in MODES {
+            let e = with_mode(mode, || m.run(&feed)).expect_err("scalar caches");
+            assert_eq!(e.kind(), ErrorKind::Shape, "{mode:?}: {e}");
+            assert!(
+                e.to_string()
+                    .contains("node `rope` (RotaryEmbedding), `cos_cache`"),
+                "{e}"
+            );
+        }
+    }
+}

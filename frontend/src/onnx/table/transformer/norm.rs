@@ -242,6 +242,18 @@ pub(crate) fn build_rotary(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<V
         }
     };
     let half = dim / 2;
+    if cos.rank() == 0 || sin.rank() == 0 {
+        return Err(fail(
+            n,
+            "cos_cache",
+            ErrorKind::Shape,
+            format!(
+                "the caches must have a last dim of rotary_embedding_dim / 2 = {half}, got {:?} and {:?}",
+                cos.shape(),
+                sin.shape()
+            ),
+        ));
+    }
     let (cos, sin) = match opt(ins, 3) {
         Some(p) => {
             let p = p.cast(DType::I64);
