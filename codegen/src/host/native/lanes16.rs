@@ -119,6 +119,9 @@ impl<'a> Spread<'a> {
 /// type's features, which are entered only with an [`Isa`] that has them;
 /// they inline into those functions.
 pub(crate) trait Lanes16: Copy {
+    /// Vector registers one value takes (1 for AVX-512, 2 for AVX2): a
+    /// register tile sizes its accumulators by it.
+    const REGISTERS: usize;
     fn splat(x: f32) -> Self;
     /// `s[at..at + 16]` (bounds-checked).
     fn load(s: &[f32], at: usize) -> Self;
@@ -154,6 +157,7 @@ pub(crate) struct W16(__m512);
 // in the functions these inline into (see `Lanes16`), and pointers
 // are read or written only inside slices checked above them.
 impl Lanes16 for W16 {
+    const REGISTERS: usize = 1;
     #[inline(always)]
     fn splat(x: f32) -> Self {
         W16(unsafe { _mm512_set1_ps(x) })
@@ -217,6 +221,7 @@ pub(crate) struct P8(__m256, __m256);
 // the functions these inline into (see `Lanes16`), and pointers are
 // read or written only inside slices checked above them.
 impl Lanes16 for P8 {
+    const REGISTERS: usize = 2;
     #[inline(always)]
     fn splat(x: f32) -> Self {
         let v = unsafe { _mm256_set1_ps(x) };
