@@ -96,22 +96,64 @@ impl Tile {
     }
 }
 
-/// Runs `f` compiled for AVX-512 (the packing's copies then move whole
-/// zmm vectors); only reached with a [`Tile`], so on a CPU that has it.
+/// Where a strip's window values are packed from: the zero-padded image
+/// at stride 1 (its row length and each window value's offset), or the
+/// image itself, tap by tap.
+enum Source<'a> {
+    Padded {
+        padded: &'a [f32],
+        wp: usize,
+        offsets: &'a [usize],
+    },
+    Taps(&'a [f32]),
+}
+
+/// Packs the strip of output pixels `p0..p0 + valid` into `strip`,
+/// compiled for AVX-512 so the copies move whole zmm vectors (a closure
+/// handed to a `#[target_feature]` function is compiled without the
+/// features: the stride-2 picks ran as SSE there). Only reached with a
+/// [`Tile`], so on a CPU that has AVX-512F.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn on_avx512(_: Tile, f: impl FnOnce()) {
+fn pack(
+    _: Tile,
+    src: &Source<'_>,
+    g: &Geometry,
+    p0: usize,
+    valid: usize,
+    nr: usize,
+    strip: &mut [f32],
+) {
+    #[inline(always)]
+    fn body(src: &Source<'_>, g: &Geometry, p0: usize, valid: usize, nr: usize, strip: &mut [f32]) {
+        match *src {
+            Source::Padded {
+                padded,
+                wp,
+                offsets,
+            } => pack_direct(padded, g, wp, offsets, p0, valid, nr, strip),
+            Source::Taps(img) => pack_strip(img, g, p0, valid, nr, strip),
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx512f")]
-        fn z(f: impl FnOnce()) {
-            f()
+        fn z(
+            src: &Source<'_>,
+            g: &Geometry,
+            p0: usize,
+            valid: usize,
+            nr: usize,
+            strip: &mut [f32],
+        ) {
+            body(src, g, p0, valid, nr, strip)
         }
         // SAFETY: a `Tile` exists only where `Tile::supported` found
         // AVX-512F.
-        unsafe { z(f) }
+        unsafe { z(src, g, p0, valid, nr, strip) }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    f()
+    body(src, g, p0, valid, nr, strip)
 }
 
 /// One image's window geometry for one channel group, as `usize`s.
@@ -271,6 +313,14 @@ fn conv_with(
             pad_image(group, (g.h, g.w), (g.pt, g.pl), (hp, wp), padded);
         }
         let padded = &*padded;
+        let source = match direct {
+            true => Source::Padded {
+                padded,
+                wp,
+                offsets: &offsets,
+            },
+            false => Source::Taps(img),
+        };
         with_scratch(&WEIGHTS, cstrips * k * mr, |apack| {
             let fill = |(c, a): (usize, &mut [f32])| pack_weights(&rows, c * mr, mr, a);
             if par {
@@ -287,13 +337,7 @@ fn conv_with(
                         let b = if in_place.is_some() {
                             (padded, p0 / ow * g.sh * wp + p0 % ow, offsets.as_slice())
                         } else {
-                            on_avx512(tile, || {
-                                if direct {
-                                    pack_direct(padded, &g, wp, &offsets, p0, valid, nr, strip);
-                                } else {
-                                    pack_strip(img, &g, p0, valid, nr, strip);
-                                }
-                            });
+                            pack(tile, &source, &g, p0, valid, nr, strip);
                             (&*strip, 0, packed_rows.as_slice())
                         };
                         for (c, a) in apack.chunks_exact(k * mr).enumerate() {
