@@ -141,7 +141,7 @@ pub(in super::super) fn build_col2im(
             "input dim 2 is {len}, but the image holds {counts:?} blocks"
         ));
     }
-    // Each count divides `len` now, so fits a usize.
+    // Each count is at least 1 and their product is `len`: each fits.
     let counts: Vec<usize> = counts.iter().map(|&c| c as usize).collect();
     let channels = rows / kernel;
     // For every pixel, the flat (block offset, block) entries landing on it.
