@@ -10,9 +10,10 @@
 //! row-major: output rows accumulate scaled rows of `W`, in a fixed order
 //! (see [`rows`]), over pieces of [`ROW_PIECE`] rows whose partial sums
 //! are then added in order, so each piece streams a contiguous block of
-//! `W` and the pieces run on the threads) and unit row stride (`W^T` of a row-major
-//! `[n, k]`: one dot product per output over a contiguous row, summed in
-//! 16 lanes then pairwise). Every sum is independent of the thread count.
+//! `W` and the pieces run on the threads) and unit row stride (`W^T` of a
+//! row-major `[n, k]`: one dot product per output over a contiguous row,
+//! summed in 16 lanes then pairwise). Every sum is independent of the
+//! thread count.
 
 use super::MatView;
 use rayon::prelude::*;
