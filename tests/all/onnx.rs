@@ -838,8 +838,9 @@ fn special_files_are_refused_by_every_loader() {
     says(tilejit::onnx::read_tensor_file(dev).expect_err("read_tensor_file"));
 }
 
-/// Trace-time tables sized by numbers in the file (RoiAlign's sample
-/// steps, AffineGrid's points, Col2Im's pixel index, Resize's taps) are
+/// Trace-time tables sized by numbers in the file (a DFT's matrices,
+/// MelWeightMatrix, RoiAlign's sample steps, AffineGrid's points,
+/// Col2Im's pixel index, Resize's taps) are
 /// bounded and their sizes checked: a size of 2^40, or one whose product
 /// overflows, is an error naming the node, never an abort or a panic.
 #[test]
@@ -930,7 +931,39 @@ fn huge_trace_time_tables_are_errors() {
         out(),
         vec![b::i64s("sizes", &[4], &[1, 1, big * big, 4])],
     ));
+    // A DFT's cos and sin matrices are dft_length squared.
+    let dft = b::encode(&b::model(
+        20,
+        vec![b::node("DFT", "dft", &["sig", "len"], &["y"], vec![])],
+        xin(),
+        out(),
+        vec![
+            b::f32s("sig", &[1, 4, 1], &[1.0, 2.0, 3.0, 4.0]),
+            b::i64s("len", &[], &[big]),
+        ],
+    ));
+    let mel = b::encode(&b::model(
+        17,
+        vec![b::node(
+            "MelWeightMatrix",
+            "mel",
+            &["bins", "dft_len", "rate", "lo", "hi"],
+            &["y"],
+            vec![],
+        )],
+        xin(),
+        out(),
+        vec![
+            b::i64s("bins", &[], &[big * big]),
+            b::i64s("dft_len", &[], &[1024]),
+            b::i64s("rate", &[], &[16000]),
+            b::f32s("lo", &[], &[0.0]),
+            b::f32s("hi", &[], &[8000.0]),
+        ],
+    ));
     let cases: Vec<(&str, &str, Vec<u8>)> = vec![
+        ("dft", "DFT", dft),
+        ("mel", "MelWeightMatrix", mel),
         ("ra", "RoiAlign", roi_align(big * big, 2, 2)),
         ("ra", "RoiAlign", roi_align(1 << 40, 1 << 40, 1 << 30)),
         ("ag", "AffineGrid", affine_grid(big)),

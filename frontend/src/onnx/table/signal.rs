@@ -3,7 +3,7 @@
 //! numpy's fft, ifft, rfft and irfft), STFT as framing, windowing and the
 //! same DFT, and MelWeightMatrix, whose operands are all known then.
 
-use super::{attr_i, axis, fail, floats_of, ints_of, mem, opt, req, Cx, Kind, Row};
+use super::{attr_i, axis, fail, floats_of, folded_len, ints_of, mem, opt, req, Cx, Kind, Row};
 use crate::error::Result;
 use crate::onnx::model::{dtype_of, Node};
 use crate::tensor::Tensor;
@@ -44,14 +44,17 @@ fn check_dft(n: &Node, cx: &Cx) -> Result<()> {
 }
 
 /// The DFT of `(re, im)` along the last axis, length `len` after cutting
-/// or zero-padding; `(re, im)` of the result, `im` `None` for irfft.
+/// or zero-padding; `(re, im)` of the result, `im` `None` for irfft. Its
+/// cos and sin matrices are `[bins, bins]` tables: past the trace-time
+/// limit they are an error naming `what` (the attribute that set `len`).
 fn dft_last(
+    (n, what): (&Node, &str),
     re: &Tensor,
     im: Option<&Tensor>,
     len: usize,
     inverse: bool,
     onesided: bool,
-) -> (Tensor, Option<Tensor>) {
+) -> Result<(Tensor, Option<Tensor>)> {
     // Input bins read: all `len`, or the one-sided half for irfft.
     let bins_in = if inverse && onesided {
         len / 2 + 1
@@ -78,8 +81,9 @@ fn dft_last(
     };
     let (re, im) = (fit(re), im.map(fit));
     // cos and sin of 2 pi k n / len, as [bins_in, bins_out] f64 -> f32.
-    let mut c = Vec::with_capacity(bins_in * bins_out);
-    let mut s = Vec::with_capacity(bins_in * bins_out);
+    let bins = folded_len(n, what, &[bins_in, bins_out])?;
+    let mut c = Vec::with_capacity(bins);
+    let mut s = Vec::with_capacity(bins);
     let norm = if inverse { 1.0 / len as f64 } else { 1.0 };
     for j in 0..bins_in {
         // irfft counts the bins other than 0 and len/2 twice (Hermitian).
@@ -108,10 +112,10 @@ fn dft_last(
         out_re = out_re + mm(im, &sm) * sign;
         out_im = out_im + mm(im, &cm);
     }
-    match inverse && onesided {
+    Ok(match inverse && onesided {
         true => (out_re, None),
         false => (out_re, Some(out_im)),
-    }
+    })
 }
 
 /// Splits `[..., 1 or 2]` into its real and imaginary parts.
@@ -214,7 +218,7 @@ fn build_dft(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
         to_last(&re.cast(DType::F32)),
         im.map(|t| to_last(&t.cast(DType::F32))),
     );
-    let (yr, yi) = dft_last(&re, im.as_ref(), len, inverse, onesided);
+    let (yr, yi) = dft_last((n, "dft_length"), &re, im.as_ref(), len, inverse, onesided)?;
     Ok(vec![stack(from_last(yr), yi.map(from_last)).cast(dt)])
 }
 
@@ -279,7 +283,14 @@ fn build_stft(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let dt = x.dtype();
     let re = framed(&re.cast(DType::F32));
     let im = im.map(|t| framed(&t.cast(DType::F32)));
-    let (yr, yi) = dft_last(&re, im.as_ref(), frame, false, onesided);
+    let (yr, yi) = dft_last(
+        (n, "frame_length"),
+        &re,
+        im.as_ref(),
+        frame,
+        false,
+        onesided,
+    )?;
     Ok(vec![stack(yr, yi).cast(dt)])
 }
 
@@ -311,6 +322,7 @@ fn build_mel(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     };
     let (lo, hi) = (f1(3, "lower_edge_hertz")?, f1(4, "upper_edge_hertz")?);
     let spec_bins = dft_len / 2 + 1;
+    folded_len(n, "num_mel_bins", &[spec_bins, mels + 2])?;
     let mel = |hz: f64| 2595.0 * (hz / 700.0).ln_1p() / 10f64.ln();
     let (lo_mel, hi_mel) = (mel(lo), mel(hi));
     let step = (hi_mel - lo_mel) / (mels + 2) as f64;
