@@ -961,7 +961,25 @@ fn huge_trace_time_tables_are_errors() {
             b::f32s("hi", &[], &[8000.0]),
         ],
     ));
+    // A window of 2^64 taps, inside padding as large.
+    let pool = b::encode(&b::model(
+        18,
+        vec![b::node(
+            "MaxPool",
+            "mp",
+            &["x"],
+            &["y"],
+            vec![
+                b::ints("kernel_shape", &[1 << 32, 1 << 32]),
+                b::ints("pads", &[1 << 32, 1 << 32, 1 << 32, 1 << 32]),
+            ],
+        )],
+        xin(),
+        out(),
+        vec![],
+    ));
     let cases: Vec<(&str, &str, Vec<u8>)> = vec![
+        ("mp", "MaxPool", pool),
         ("dft", "DFT", dft),
         ("mel", "MelWeightMatrix", mel),
         ("ra", "RoiAlign", roi_align(big * big, 2, 2)),

@@ -303,8 +303,18 @@ fn max_with_indices(
         })
         .collect();
     let outs: Vec<usize> = axes.iter().map(|a| a.out).collect();
-    let count: usize = outs.iter().product();
-    let taps: usize = axes.iter().map(|a| a.kernel).product();
+    // Products of the file's kernel and pads: checked, as the table below
+    // (taps by outputs) is then reserved fallibly.
+    let kernels: Vec<usize> = axes.iter().map(|a| a.kernel).collect();
+    let product = |v: &[usize]| v.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let (Some(count), Some(taps)) = (product(&outs), product(&kernels)) else {
+        return Err(fail(
+            n,
+            "kernel_shape",
+            ErrorKind::Shape,
+            format!("the window or the output {outs:?} has more elements than a usize holds"),
+        ));
+    };
     if taps == 0 || count == 0 {
         return Err(fail(
             n,
