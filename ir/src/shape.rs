@@ -38,6 +38,12 @@ impl std::hash::Hash for Shape {
     }
 }
 
+/// The product of `dims` (sizes a file or a caller gives), or `None` on
+/// overflow.
+pub fn checked_product(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
 impl Shape {
     /// The rank-0 shape of a scalar.
     pub const SCALAR: Shape = Shape {
@@ -73,9 +79,7 @@ impl Shape {
 
     /// Number of elements, or `None` on overflow.
     pub fn checked_numel(&self) -> Option<usize> {
-        self.dims()
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        checked_product(self.dims())
     }
 
     /// Row-major strides in elements.

@@ -637,8 +637,7 @@ pub(crate) fn table_of<T>(n: usize, f: impl Fn(usize) -> T) -> Result<Vec<T>> {
 /// in the file set: an error naming `attr` when the product overflows or
 /// passes [`MAX_FOLDED`], so no such table is ever asked of the allocator.
 pub(crate) fn folded_len(n: &Node, attr: &str, dims: &[usize]) -> Result<usize> {
-    dims.iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
+    tilejit_ir::shape::checked_product(dims)
         .filter(|&len| len <= MAX_FOLDED)
         .ok_or_else(|| {
             fail(
@@ -1566,7 +1565,7 @@ fn build_reshape(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>
     }
     if let Some(i) = infer {
         // Checked: the dims come from the file and may overflow.
-        let known = dims.iter().try_fold(1usize, |p, &d| p.checked_mul(d));
+        let known = tilejit_ir::shape::checked_product(&dims);
         let Some(known) = known.filter(|&k| k != 0 && x.numel() % k == 0) else {
             return Err(fail(
                 n,

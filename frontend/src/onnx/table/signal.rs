@@ -333,10 +333,8 @@ fn build_mel(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
             (((dft_len + 1) as f64 * hz) / rate as f64).floor() as i64
         })
         .collect();
-    let mut out = mem(tilejit_ir::fallible::filled(
-        spec_bins.saturating_mul(mels),
-        0.0f64,
-    ))?;
+    // Within the table limit checked above.
+    let mut out = mem(tilejit_ir::fallible::filled(spec_bins * mels, 0.0f64))?;
     let mut set = |j: i64, i: usize, v: f64| -> Result<()> {
         match usize::try_from(j).ok().filter(|&j| j < spec_bins) {
             Some(j) => {

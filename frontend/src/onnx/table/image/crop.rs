@@ -5,9 +5,7 @@
 //! `index_select`, padding missing entries from an appended zero column,
 //! and sums them.
 
-use super::super::{
-    attr_ints, axis, fail, folded_len, ints_of, mem, one, req, table_of, usizes, Cx,
-};
+use super::super::{attr_ints, axis, fail, folded_len, ints_of, one, req, table_of, usizes, Cx};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::tensor::Tensor;
@@ -145,7 +143,7 @@ pub(in super::super) fn build_col2im(
     let counts: Vec<usize> = counts.iter().map(|&c| c as usize).collect();
     let channels = rows / kernel;
     // For every pixel, the flat (block offset, block) entries landing on it.
-    let mut lists: Vec<Vec<i64>> = mem(tilejit_ir::fallible::filled(pixels, Vec::new()))?;
+    let mut lists: Vec<Vec<i64>> = table_of(pixels, |_| Vec::new())?;
     for b in 0..kernel {
         let mut off = vec![0; k];
         let mut r = b;

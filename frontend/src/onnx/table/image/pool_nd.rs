@@ -306,7 +306,7 @@ fn max_with_indices(
     // Products of the file's kernel and pads: checked, as the table below
     // (taps by outputs) is then reserved fallibly.
     let kernels: Vec<usize> = axes.iter().map(|a| a.kernel).collect();
-    let product = |v: &[usize]| v.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    let product = tilejit_ir::shape::checked_product;
     let (Some(count), Some(taps)) = (product(&outs), product(&kernels)) else {
         return Err(fail(
             n,
