@@ -247,7 +247,7 @@ mod x86 {
         for y in ys.clone() {
             let mut t = 0;
             while t < tiles {
-                let at = Tile {
+                let at = TileAt {
                     y,
                     first: ys.start,
                     x0: t * L,
@@ -266,7 +266,7 @@ mod x86 {
     /// Where a tile sits: output row `y` (the piece's rows start at
     /// `first`), output columns from `x0`.
     #[derive(Copy, Clone)]
-    struct Tile {
+    struct TileAt {
         y: usize,
         first: usize,
         x0: usize,
@@ -279,7 +279,7 @@ mod x86 {
         x: &[f32],
         g: &Phases,
         wp: &[f32],
-        at: Tile,
+        at: TileAt,
         lines: &mut [&mut [f32]],
     ) {
         let (k, ow, o) = (g.offsets.len(), g.ow, lines.len());
