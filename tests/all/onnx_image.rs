@@ -774,6 +774,72 @@ fn bad_image_values_are_errors_naming_the_node() {
         onnx_err(&e),
         ("ct", "ConvTranspose", "strides", ErrorKind::BadArgument)
     );
+    // Pads that ask for a window past the size limits, on the one-GEMM
+    // path (kernel = stride) and on the spread path (as the fuzzer's,
+    // seed 101: the crop of the first axis failed, and the second axis's
+    // indexed the failed tensor's missing axes).
+    let far = -(1i64 << 62);
+    for (strides, dil) in [([2, 2], [1, 1]), ([2, 2], [2, 1])] {
+        let node = b::node(
+            "ConvTranspose",
+            "ct",
+            &["x", "w"],
+            &["y"],
+            vec![
+                b::ints("strides", &strides),
+                b::ints("dilations", &dil),
+                b::ints("pads", &[far, 0, 0, 0]),
+            ],
+        );
+        let m = model(19, node, &[1, 1, 4, 4], w());
+        for mode in MODES {
+            let e = with_mode(mode, || m.run(&[("x", &x)]))
+                .err()
+                .expect("a window of 2^40 rows is an error");
+            assert!(
+                !matches!(e.kind(), ErrorKind::Panic | ErrorKind::Internal),
+                "{mode:?} {strides:?} {dil:?}: {e}"
+            );
+            assert!(e.to_string().contains("`ct`"), "{e}");
+        }
+    }
+}
+
+/// A stride along an axis of one element moves nothing (ONNX's output
+/// length `s * (1 - 1) + ..` does not depend on it): any stride there,
+/// up to i64::MAX (the fuzzer's, seed 101, which tried to spread the
+/// axis into 2^63 elements), gives what stride 1 gives.
+#[test]
+fn conv_transpose_stride_over_one_element_changes_nothing() {
+    let x = image(4, 0.5, &[1, 1, 4, 1]);
+    let ct = |strides: &[i64]| {
+        b::node(
+            "ConvTranspose",
+            "ct",
+            &["x", "w"],
+            &["y"],
+            vec![
+                b::ints("strides", strides),
+                b::ints("dilations", &[2, 1]),
+                b::ints("pads", &[1, 1, 1, 1]),
+            ],
+        )
+    };
+    let w = || vec![b::f32s("w", &[1, 2, 3, 3], &vals(18, 0.3))];
+    let run = |strides: &[i64], mode| {
+        let m = model(19, ct(strides), &[1, 1, 4, 1], w());
+        let outs = with_mode(mode, || m.run(&[("x", &x)])).expect("runs");
+        let y = &outs[0].1;
+        (y.shape().to_vec(), y.to_vec::<f32>().expect("f32"))
+    };
+    for mode in MODES {
+        let want = run(&[2, 1], mode);
+        // Rows (4 - 1) * 2 + (3 - 1) * 2 + 1 - 2 = 9; columns 3 - 2 = 1.
+        assert_eq!(want.0, [1, 2, 9, 1]);
+        for s in [2, 1 << 40, i64::MAX] {
+            assert_eq!(run(&[2, s], mode), want, "{mode:?} stride {s}");
+        }
+    }
 }
 
 // ---- pools, GridSample, AffineGrid, CenterCropPad, Col2Im, MaxUnpool ----

@@ -196,11 +196,10 @@ pub(in super::super) fn build_conv_transpose(
         spread_conv(n, x, w, groups, &strides, &dil, &window)?
     };
     let mut y = y;
-    let skip = if overlap_free { 0 } else { 1 };
     // The spread convolution already produced exactly the window.
-    if skip == 0 {
+    if overlap_free {
         for (i, &(b, len)) in window.iter().enumerate() {
-            y = shift(&y, i + 2, b, len);
+            y = shift(&y, i + 2, b, len)?;
         }
     }
     if let Some(b) = opt(ins, 2) {
@@ -211,9 +210,11 @@ pub(in super::super) fn build_conv_transpose(
     one(y)
 }
 
-/// `out[o] = t[o + begin]` along `axis` for `o < len`, zero past `t`.
-fn shift(t: &Tensor, axis: usize, begin: i64, len: i64) -> Tensor {
-    let mut y = t.clone();
+/// `out[o] = t[o + begin]` along `axis` for `o < len`, zero past `t`;
+/// the error of an op that failed (a size past the limits: its error
+/// tensor has no axes to index).
+fn shift(t: &Tensor, axis: usize, begin: i64, len: i64) -> Result<Tensor> {
+    let mut y = t.check()?.clone();
     let mut pads = vec![(0, 0); t.rank()];
     if begin < 0 {
         pads[axis].0 = (-begin) as usize;
@@ -222,14 +223,14 @@ fn shift(t: &Tensor, axis: usize, begin: i64, len: i64) -> Tensor {
     } else if begin > 0 {
         y = y.slice(axis as isize, begin as isize, y.shape()[axis] as isize);
     }
-    let cur = y.shape()[axis] as i64;
+    let cur = y.check()?.shape()[axis] as i64;
     if cur < len {
         pads[axis].1 = (len - cur) as usize;
         y = y.pad(&pads, 0.0);
     } else if cur > len {
         y = y.slice(axis as isize, 0, len as isize);
     }
-    y
+    Ok(y)
 }
 
 /// Kernel = stride: each input pixel owns its own output block, so the
@@ -289,9 +290,11 @@ fn spread_conv(
     let mut xd = x.clone();
     for i in 0..k {
         let (a, s) = (i + 2, strides[i]);
-        if s > 1 {
+        // An op past the limits left an error tensor, without axes.
+        let len = xd.check()?.shape()[a];
+        // One element spreads to itself, whatever the stride.
+        if s > 1 && len > 1 {
             // Interleave s-1 zeros after each element, then drop the last.
-            let len = xd.shape()[a];
             let mut sh = xd.shape().to_vec();
             sh.insert(a + 1, 1);
             let mut pads = vec![(0, 0); sh.len()];
@@ -308,7 +311,7 @@ fn spread_conv(
         // o + begin, so the spread input starts at begin - span.
         let span = ((kernel[i] - 1) * dil[i]) as i64;
         let (begin, len) = window[i];
-        xd = shift(&xd, a, begin - span, len + span);
+        xd = shift(&xd, a, begin - span, len + span)?;
     }
     conv_nd(n, &xd, &wt, None, &vec![1; k], dil, groups)
 }
