@@ -1,0 +1,84 @@
+//! GPT-2's prefill products one shape at a time on the host: `gemm`
+//! prints, per shape, the median ms per call of `x @ W` for 128 tokens
+//! (`x` `[128, k]`, `W` a kept weight, or a transposed one as the tied
+//! lm_head reads it) and its rate in GFLOP/s. The weights cycle through
+//! copies that together exceed the last-level cache. Results are checked against
+//! the reference interpreter once per shape. `SHAPES` picks shapes by
+//! name prefix (`SHAPES=qkv,fc`); `RAYON_NUM_THREADS=1` times one thread.
+
+use std::time::Instant;
+use tilejit::prelude::*;
+use tilejit_benches::max_rel_err;
+
+#[jit]
+fn rows_times(x: &Tensor, w: &Tensor) -> Tensor {
+    x.matmul(w)
+}
+
+#[jit]
+fn rows_times_transposed(x: &Tensor, w: &Tensor) -> Tensor {
+    x.matmul(&w.transpose(0, 1))
+}
+
+/// Bytes of weight copies cycled through per shape: twice the L3 this
+/// machine reports, so that each call reads its weight from memory as a
+/// model's layers do.
+const CYCLE_BYTES: usize = 64 << 20;
+
+fn main() {
+    let pick: Option<Vec<String>> = std::env::var("SHAPES")
+        .ok()
+        .map(|s| s.split(',').map(str::to_owned).collect());
+    let m = 128;
+    // (name, k, n, transposed)
+    let shapes = [
+        ("qkv 768x2304", 768, 2304, false),
+        ("attn proj 768x768", 768, 768, false),
+        ("fc 768x3072", 768, 3072, false),
+        ("mlp proj 3072x768", 3072, 768, false),
+        ("lm_head 768x50257^T", 768, 50257, true),
+    ];
+    for (i, &(name, k, n, transposed)) in shapes.iter().enumerate() {
+        if let Some(p) = &pick {
+            if !p.iter().any(|p| name.starts_with(p.as_str())) {
+                continue;
+            }
+        }
+        let f: fn(&Tensor, &Tensor) -> tilejit::Result<Tensor> = if transposed {
+            rows_times_transposed
+        } else {
+            rows_times
+        };
+        let x = Tensor::randn(&[m, k], 3 * i as u64);
+        let dims = if transposed { [n, k] } else { [k, n] };
+        let copies = CYCLE_BYTES.div_ceil(4 * k * n).max(2);
+        let ws: Vec<Tensor> = (0..copies)
+            .map(|c| Tensor::randn(&dims, 1000 + c as u64) * (1.0 / (k as f64).sqrt()))
+            .collect();
+        let call = |w: &Tensor| with_mode(RunMode::Host, || f(&x, w)).expect("product runs");
+        let y = call(&ws[0]);
+        let want = with_mode(RunMode::Reference, || f(&x, &ws[0])).expect("reference");
+        let as_f64 = |t: &Tensor| -> Vec<f64> {
+            let v = t.to_vec::<f32>().expect("f32");
+            v.into_iter().map(f64::from).collect()
+        };
+        let err = max_rel_err(&as_f64(&y), &as_f64(&want));
+        assert!(err < 1e-3, "{name}: differs from the reference by {err:e}");
+        let mut times = Vec::new();
+        let start = Instant::now();
+        let mut c = 0;
+        while times.len() < 2 * copies || start.elapsed().as_secs_f64() < 1.0 {
+            let t = Instant::now();
+            drop(call(&ws[c % copies]));
+            c += 1;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        let t = times[times.len() / 2];
+        println!(
+            "{name:<22} {:8.3} ms  {:6.1} GFLOP/s",
+            t * 1e3,
+            (2 * m * k * n) as f64 / t / 1e9
+        );
+    }
+}
