@@ -1189,9 +1189,18 @@ fn window(n: &Node, kernel: Vec<usize>, image: Option<&[usize]>) -> Result<Windo
             None => vec![(0, 0); k],
             Some(img) => (0..k)
                 .map(|i| {
+                    // Numbers from the file (an empty kernel or image, a
+                    // huge dilation): saturated, a pad the op then refuses.
                     let out = img[i].div_ceil(strides[i]);
-                    let span = (kernel[i] - 1) * dilations[i] + 1;
-                    let total = ((out - 1) * strides[i] + span).saturating_sub(img[i]);
+                    let span = kernel[i]
+                        .saturating_sub(1)
+                        .saturating_mul(dilations[i])
+                        .saturating_add(1);
+                    let total = out
+                        .saturating_sub(1)
+                        .saturating_mul(strides[i])
+                        .saturating_add(span)
+                        .saturating_sub(img[i]);
                     let small = total / 2;
                     if auto == "SAME_UPPER" {
                         (small, total - small)
@@ -1403,7 +1412,9 @@ fn build_conv(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     };
     let y = x.conv2d_with(&w, opt(ins, 2), opts);
     if spatial == 1 {
-        let s = y.shape().to_vec();
+        // A conv that failed (channels, a window past the image) has no
+        // axes to drop.
+        let s = y.check()?.shape().to_vec();
         return one(y.reshape(&[s[0], s[1], s[3]]));
     }
     one(y)
@@ -1481,7 +1492,7 @@ fn build_pool_2d(n: &Node, _: &Cx, ins: &[Option<Tensor>], max: bool) -> Result<
         x.avg_pool2d_with(opts)
     };
     if spatial == 1 {
-        let s = y.shape().to_vec();
+        let s = y.check()?.shape().to_vec();
         return one(y.reshape(&[s[0], s[1], s[3]]));
     }
     one(y)

@@ -9,7 +9,10 @@ use crate::onnx::model::Node;
 use crate::tensor::Tensor;
 use tilejit_ir::ErrorKind;
 
-/// `x` `[n, c, s..]` by weights `[o, c/groups, k..]`, no padding.
+/// `x` `[n, c, s..]` by weights `[o, c/groups, k..]`, no padding. `x`
+/// may be the error tensor of a pad or crop before it, and each 2-D conv
+/// may fail (channels, a window past the image): their errors are
+/// returned before any of their axes is read.
 pub(in super::super) fn conv_nd(
     n: &Node,
     x: &Tensor,
@@ -25,6 +28,7 @@ pub(in super::super) fn conv_nd(
         dilation: (dil[i], dil[j]),
         groups,
     };
+    let (x, w) = (x.check()?, w.check()?);
     match strides.len() {
         1 => {
             let (xs, ws) = (x.shape(), w.shape());
@@ -37,21 +41,27 @@ pub(in super::super) fn conv_nd(
                 groups,
             };
             let y = x2.conv2d_with(&w2, bias, o);
-            let s = y.shape().to_vec();
+            let s = y.check()?.shape().to_vec();
             Ok(y.reshape(&[s[0], s[1], s[3]]))
         }
         2 => Ok(x.conv2d_with(w, bias, opts(0, 1))),
         3 => {
             let (xs, ws) = (x.shape().to_vec(), w.shape().to_vec());
-            let span = (ws[2] - 1) * dil[0] + 1;
-            if xs[2] < span {
+            let span = ws[2]
+                .checked_sub(1)
+                .and_then(|s| s.checked_mul(dil[0]))
+                .and_then(|s| s.checked_add(1));
+            let Some(span) = span.filter(|&s| s <= xs[2]) else {
                 return Err(fail(
                     n,
                     "X",
                     ErrorKind::Shape,
-                    format!("depth {} is shorter than the kernel's {span}", xs[2]),
+                    format!(
+                        "depth {} is shorter than the kernel's {} taps at dilation {}",
+                        xs[2], ws[2], dil[0]
+                    ),
                 ));
-            }
+            };
             let depth = (xs[2] - span) / strides[0] + 1;
             let mut acc: Option<Tensor> = None;
             for t in 0..ws[2] {
@@ -76,7 +86,7 @@ pub(in super::super) fn conv_nd(
                 });
             }
             let y = acc.expect("a kernel has at least one tap");
-            let s = y.shape().to_vec();
+            let s = y.check()?.shape().to_vec();
             let mut y = y
                 .reshape(&[xs[0], depth, s[1], s[2], s[3]])
                 .permute(&[0, 2, 1, 3, 4]);

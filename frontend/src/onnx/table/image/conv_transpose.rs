@@ -199,7 +199,7 @@ pub(in super::super) fn build_conv_transpose(
     // The spread convolution already produced exactly the window.
     if overlap_free {
         for (i, &(b, len)) in window.iter().enumerate() {
-            y = shift(&y, i + 2, b, len)?;
+            y = shift(n, &y, i + 2, b, len)?;
         }
     }
     if let Some(b) = opt(ins, 2) {
@@ -213,11 +213,19 @@ pub(in super::super) fn build_conv_transpose(
 /// `out[o] = t[o + begin]` along `axis` for `o < len`, zero past `t`;
 /// the error of an op that failed (a size past the limits: its error
 /// tensor has no axes to index).
-fn shift(t: &Tensor, axis: usize, begin: i64, len: i64) -> Result<Tensor> {
+fn shift(n: &Node, t: &Tensor, axis: usize, begin: i64, len: i64) -> Result<Tensor> {
     let mut y = t.check()?.clone();
     let mut pads = vec![(0, 0); t.rank()];
     if begin < 0 {
-        pads[axis].0 = (-begin) as usize;
+        let Some(before) = begin.checked_neg() else {
+            return Err(fail(
+                n,
+                "pads",
+                ErrorKind::BadArgument,
+                format!("a window starting at {begin}"),
+            ));
+        };
+        pads[axis].0 = before as usize;
         y = y.pad(&pads, 0.0);
         pads[axis].0 = 0;
     } else if begin > 0 {
@@ -309,9 +317,18 @@ fn spread_conv(
         }
         // Full index j reads spread input j - span..=j: output o is full
         // o + begin, so the spread input starts at begin - span.
+        // (`build_conv_transpose` checked this product.)
         let span = ((kernel[i] - 1) * dil[i]) as i64;
         let (begin, len) = window[i];
-        xd = shift(&xd, a, begin - span, len + span)?;
+        let (Some(from), Some(len)) = (begin.checked_sub(span), len.checked_add(span)) else {
+            return Err(fail(
+                n,
+                "pads",
+                ErrorKind::BadArgument,
+                format!("a window of {len} from {begin} on axis {i} overflows"),
+            ));
+        };
+        xd = shift(n, &xd, a, from, len)?;
     }
     conv_nd(n, &xd, &wt, None, &vec![1; k], dil, groups)
 }

@@ -80,19 +80,21 @@ pub(in super::super) fn build_deform_conv(
     let (oc, cg, kh, kw) = (w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]);
     let (oh, ow) = (off.shape()[2], off.shape()[3]);
     let t = kh * kw;
+    // Numbers from the file: an overflow is a mismatch, never a wrap.
     let span = |i: usize, k: usize, len: usize| -> Option<usize> {
-        let reach = (k - 1) * dil[i] + 1;
-        (len + pads[i] + pads[i + 2])
+        let reach = k.checked_sub(1)?.checked_mul(dil[i])?.checked_add(1)?;
+        len.checked_add(pads[i])?
+            .checked_add(pads[i + 2])?
             .checked_sub(reach)
             .map(|r| r / strides[i] + 1)
     };
-    if c != cg * group
+    if Some(c) != cg.checked_mul(group)
         || oc % group != 0
         || c % og != 0
         || kh == 0
         || kw == 0
         || off.shape()[0] != batch
-        || off.shape()[1] != og * t * 2
+        || Some(off.shape()[1]) != og.checked_mul(t).and_then(|x| x.checked_mul(2))
         || span(0, kh, h) != Some(oh)
         || span(1, kw, wd) != Some(ow)
     {

@@ -49,15 +49,15 @@ pub(in super::super) fn build_depth_to_space(
     let x = req(n, ins, 0)?;
     let [nb, c, h, w] = nchw(n, x)?;
     let b = attr_i(n, "blocksize", 1)? as usize;
-    if c % (b * b) != 0 {
+    // A block of more than usize::MAX channels divides none.
+    let Some(c2) = b.checked_mul(b).filter(|&bb| c % bb == 0).map(|bb| c / bb) else {
         return Err(fail(
             n,
             "blocksize",
             ErrorKind::Shape,
             format!("{c} channels do not split into {b}x{b} blocks"),
         ));
-    }
-    let c2 = c / (b * b);
+    };
     let (split, perm) = match attr_s(n, "mode", "DCR")? {
         "CRD" => ([nb, c2, b, b, h, w], [0, 1, 4, 2, 5, 3]),
         _ => ([nb, b, b, c2, h, w], [0, 3, 4, 1, 5, 2]),
@@ -88,10 +88,14 @@ pub(in super::super) fn build_space_to_depth(
         "CRD" => [0, 1, 3, 5, 2, 4],
         _ => [0, 3, 5, 1, 2, 4],
     };
+    // `c * b * b` is at most the image's element count: its `h` and `w`
+    // each hold a multiple of `b`, or are empty (then the checked product
+    // is what the reshape refuses).
+    let c3 = c.saturating_mul(b).saturating_mul(b);
     one(x
         .reshape(&[nb, c, h / b, b, w / b, b])
         .permute(&perm)
-        .reshape(&[nb, c * b * b, h / b, w / b]))
+        .reshape(&[nb, c3, h / b, w / b]))
 }
 
 /// Pad in `edge`, `reflect` or `wrap` mode: `pads[a]` = (begin, end).

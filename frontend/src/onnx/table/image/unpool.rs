@@ -79,17 +79,30 @@ pub(in super::super) fn build_max_unpool(
     }
     let mut inferred = x.shape()[..2].to_vec();
     for i in 0..k {
-        let grown = (x.shape()[2 + i].max(1) - 1) * strides[i] + kernel[i];
-        let cut = pads[i] + pads[i + k];
-        if grown < cut {
+        let grown = (x.shape()[2 + i].max(1) - 1)
+            .checked_mul(strides[i])
+            .and_then(|g| g.checked_add(kernel[i]));
+        let Some(grown) = grown else {
+            return Err(fail(
+                n,
+                "strides",
+                ErrorKind::BadArgument,
+                format!(
+                    "the unpooled length of axis {i} overflows (stride {}, kernel {})",
+                    strides[i], kernel[i]
+                ),
+            ));
+        };
+        let cut = pads[i].checked_add(pads[i + k]);
+        let Some(len) = cut.and_then(|c| grown.checked_sub(c)) else {
             return Err(fail(
                 n,
                 "pads",
                 ErrorKind::Shape,
                 "pads larger than the unpooled size",
             ));
-        }
-        inferred.push(grown - cut);
+        };
+        inferred.push(len);
     }
     let target = match opt(ins, 2) {
         Some(s) => dims_of(n, "output_shape", s)?,
@@ -103,7 +116,8 @@ pub(in super::super) fn build_max_unpool(
             format!("{target:?} is smaller than the unpooled {inferred:?}"),
         ));
     }
-    let (outs, ins_n): (usize, usize) = (inferred.iter().product(), x.numel());
+    let outs = tilejit_ir::shape::checked_product(&inferred).unwrap_or(usize::MAX);
+    let ins_n = x.numel();
     if outs.saturating_mul(ins_n) > MAX_PAIRS {
         return Err(fail(
             n,
