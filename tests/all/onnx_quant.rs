@@ -794,3 +794,41 @@ fn bad_quantization_inputs_are_errors_naming_the_node() {
     assert_eq!(onnx_err(&e).3, ErrorKind::BadArgument, "{e}");
     assert!(e.to_string().contains("INT4"), "{e}");
 }
+
+/// QLinearConv whose conv fails (a kernel wider than the image) with a
+/// bias of no values: the conv's error, naming the node. The bias check
+/// reads the product's channel axis, so it must never see a failed
+/// product's (missing) axes.
+#[test]
+fn qlinear_conv_that_fails_with_an_empty_bias_is_an_error() {
+    let node = b::node(
+        "QLinearConv",
+        "qc",
+        &["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "bias"],
+        &["y"],
+        vec![],
+    );
+    let inits = vec![
+        b::f32s("xs", &[], &[0.5]),
+        raw("xz", UINT8, &[], &[1]),
+        raw("w", UINT8, &[1, 1, 5, 5], &[3; 25]),
+        b::f32s("ws", &[], &[0.25]),
+        raw("wz", UINT8, &[], &[2]),
+        b::f32s("ys", &[], &[1.0]),
+        raw("yz", UINT8, &[], &[0]),
+        raw("bias", 6, &[0], &[]),
+    ];
+    let m = try_model(vec![node], &[("x", UINT8, &[1, 1, 3, 3])], inits);
+    let x = Tensor::from_vec(vec![4u8; 9], &[1, 1, 3, 3]).expect("x");
+    for mode in MODES {
+        let e = match &m {
+            Err(e) => e.clone(),
+            Ok(m) => with_mode(mode, || m.run(&[("x", &x)])).expect_err("5x5 over 3x3"),
+        };
+        assert!(
+            !matches!(e.kind(), ErrorKind::Panic | ErrorKind::Internal),
+            "{mode:?}: {e}"
+        );
+        assert!(e.to_string().contains("`qc`"), "{e}");
+    }
+}

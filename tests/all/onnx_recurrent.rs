@@ -493,6 +493,43 @@ fn scan_in_reverse_carries_state_and_stacks_outputs() {
     }
 }
 
+/// A Scan whose body gives fewer outputs than the node has state
+/// variables: an error naming the body, where taking the states from the
+/// body's outputs indexed past them and panicked.
+#[test]
+fn scan_body_short_of_its_states_is_an_error() {
+    // Two states and one scan input; the body takes all three and gives
+    // one output.
+    let body = b::graph(
+        "body",
+        vec![b::node("Add", "add", &["a_in", "x_t"], &["a_out"], vec![])],
+        vec![fv("a_in", &[2]), fv("b_in", &[2]), fv("x_t", &[2])],
+        vec![fv("a_out", &[2])],
+    );
+    let node = b::node(
+        "Scan",
+        "scan",
+        &["a0", "b0", "xs"],
+        &["a", "b"],
+        vec![body, b::int("num_scan_inputs", 1)],
+    );
+    let ins = vec![fv("a0", &[2]), fv("b0", &[2]), fv("xs", &[3, 2])];
+    let bytes = model(node, ins, &["a", "b"]);
+    let s0 = Tensor::from_vec(vec![0.0f32, 0.0], &[2]).expect("s0");
+    let xs = Tensor::from_vec(vec![1.0f32; 6], &[3, 2]).expect("xs");
+    let e = match onnx::from_bytes(&bytes) {
+        Err(e) => e,
+        Ok(m) => m
+            .run(&[("a0", &s0), ("b0", &s0), ("xs", &xs)])
+            .expect_err("two states, one body output"),
+    };
+    assert_eq!(
+        onnx_err(&e),
+        ("scan", "Scan", "body", ErrorKind::BadArgument),
+        "{e}"
+    );
+}
+
 /// One node over input `x` and initializers, opset 18, outputs as named.
 fn with_inits(
     node: b::proto::NodeProto,

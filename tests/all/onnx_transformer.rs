@@ -551,3 +551,73 @@ fn scalar_rotary_caches_are_shape_errors() {
         }
     }
 }
+
+/// A scalar attention mask has no key axis to pad: a shape error naming
+/// it, where the padding indexed axis -1 of a rank-0 tensor and panicked.
+#[test]
+fn scalar_attention_mask_is_a_shape_error() {
+    let m = model(
+        23,
+        vec![b::node(
+            "Attention",
+            "attn",
+            &["q", "k", "v", "m"],
+            &["y"],
+            vec![],
+        )],
+        &[
+            ("q", b::FLOAT, &[1, 1, 2, 2]),
+            ("k", b::FLOAT, &[1, 1, 3, 2]),
+            ("v", b::FLOAT, &[1, 1, 3, 2]),
+            ("m", b::FLOAT, &[]),
+        ],
+        &["y"],
+    );
+    let q = t(vals(4, 0.1), &[1, 1, 2, 2]);
+    let k = t(vals(6, 0.2), &[1, 1, 3, 2]);
+    let v = t(vals(6, 0.3), &[1, 1, 3, 2]);
+    let mask = t(vec![0.0], &[]);
+    for mode in MODES {
+        let feed = [("q", &q), ("k", &k), ("v", &v), ("m", &mask)];
+        let e = with_mode(mode, || m.run(&feed)).expect_err("a scalar mask");
+        assert_eq!(e.kind(), ErrorKind::Shape, "{mode:?}: {e}");
+        assert!(
+            e.to_string()
+                .contains("node `attn` (Attention), `attn_mask`"),
+            "{e}"
+        );
+    }
+}
+
+/// LRN whose `size` passes every channel: each window holds all the
+/// channels, so `y = x / (bias + alpha / size * sum_c x^2)^beta`,
+/// computed here. A tap per unit of `size` made a million-tap trace.
+#[test]
+fn lrn_wider_than_the_channels_sums_them_all() {
+    let size = 1_000_001i64;
+    let (alpha, beta, bias) = (2.0e6f32, 0.75f32, 1.5f32);
+    let node = b::node(
+        "LRN",
+        "lrn",
+        &["x"],
+        &["y"],
+        vec![
+            b::int("size", size),
+            b::float("alpha", alpha),
+            b::float("beta", beta),
+            b::float("bias", bias),
+        ],
+    );
+    let m = model(13, vec![node], &[("x", b::FLOAT, &[1, 3, 2])], &["y"]);
+    let x = vals(6, 0.7);
+    let want: Vec<f64> = (0..6)
+        .map(|i| {
+            let p = i % 2;
+            let sum: f64 = (0..3).map(|c| (x[c * 2 + p] as f64).powi(2)).sum();
+            let d = bias as f64 + alpha as f64 / size as f64 * sum;
+            x[i] as f64 / d.powf(beta as f64)
+        })
+        .collect();
+    let xt = t(x, &[1, 3, 2]);
+    check(&m, &[("x", &xt)], &[(&[1, 3, 2], &want)]);
+}

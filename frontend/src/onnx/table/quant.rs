@@ -817,7 +817,9 @@ fn build_qlinear_conv(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<T
     let x_in = req(n, ins, 0)?;
     let w_in = req(n, ins, 3)?;
     let (x, w) = conv_operands(n, x_in, opt(ins, 2), w_in, opt(ins, 5))?;
-    let mut acc = build_conv(n, cx, &[Some(x), Some(w)])?.remove(0);
+    // A conv that failed (channels, a window past the image) has no axes
+    // for the bias and scales below.
+    let mut acc = live(build_conv(n, cx, &[Some(x), Some(w)])?.remove(0))?;
     if let Some(b) = opt(ins, 8) {
         let b = live(b.clone())?;
         if b.rank() != 1 || b.numel() != acc.shape().get(1).copied().unwrap_or(0) {

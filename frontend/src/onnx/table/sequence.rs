@@ -293,7 +293,8 @@ fn build_split(n: &Node, _: &Cx, ins: &[Option<Value>]) -> Result<Vec<Value>> {
         }
     };
     let sizes: Vec<usize> = match &split {
-        None => vec![1; dim],
+        // One tensor per element: as many as a trace-time table may hold.
+        None => vec![1; super::folded_len(n, "split", &[dim])?],
         Some((0, v)) => {
             let len = v.first().copied().unwrap_or(0);
             if len <= 0 {

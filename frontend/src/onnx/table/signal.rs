@@ -79,7 +79,9 @@ fn dft_last(
             }
         }
     };
-    let (re, im) = (fit(re), im.map(fit));
+    // A pad past the size limits is an error tensor, without axes.
+    let live = |t: Tensor| t.check().cloned();
+    let (re, im) = (live(fit(re))?, im.map(fit).map(live).transpose()?);
     // cos and sin of 2 pi k n / len, as [bins_in, bins_out] f64 -> f32.
     let bins = folded_len(n, what, &[bins_in, bins_out])?;
     let mut c = Vec::with_capacity(bins);

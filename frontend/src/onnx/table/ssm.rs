@@ -232,7 +232,7 @@ fn build_attention(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tenso
             Some(heads(n, "beta", be, last)?)
         }
     };
-    let (mut state, state_dt) = match opt(ins, 3) {
+    let (state, state_dt) = match opt(ins, 3) {
         Some(p) => {
             if p.shape() != [b, hkv, dk, dv] {
                 return Err(shape_err(
@@ -245,6 +245,9 @@ fn build_attention(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tenso
         }
         None => (Tensor::zeros(&[b, hkv, dk, dv], DType::F32), query.dtype()),
     };
+    // A state past the size limits is an error tensor, without the axes
+    // `bmm` reads.
+    let mut state = state.check()?.clone();
     let scale = match attr_f(n, "scale", 0.0)? {
         0.0 => 1.0 / (dk as f64).sqrt(),
         s => s as f64,

@@ -282,6 +282,17 @@ pub(super) fn build_scan(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Ve
         ));
     }
     let states = all.len() - m;
+    if body.outputs.len() < states {
+        return Err(fail(
+            n,
+            "body",
+            ErrorKind::BadArgument,
+            format!(
+                "the body gives {} outputs for {states} state variables",
+                body.outputs.len()
+            ),
+        ));
+    }
     let list = |name: &str, len: usize| -> Result<Vec<i64>> {
         let v = attr_ints(n, name)?.unwrap_or_default();
         Ok((0..len).map(|i| v.get(i).copied().unwrap_or(0)).collect())

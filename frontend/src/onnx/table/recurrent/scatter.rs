@@ -173,6 +173,8 @@ pub(super) fn build_elements(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result
         true => (ip.pad(&pads, -1.0), up.pad(&pads, 0.0)),
         false => (ip, up),
     };
+    // A pad past the size limits is an error tensor, without axes.
+    let (ip, up) = (ip.check()?.clone(), up.check()?.clone());
     let k = ip.shape()[r - 1];
     let b: usize = dp.shape()[..r - 1].iter().product();
     let m = ip

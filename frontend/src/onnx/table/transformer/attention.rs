@@ -178,6 +178,15 @@ pub(crate) fn build(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tens
         } else {
             m.cast(dt)
         };
+        // Shorter than the keys, it is padded along its last axis.
+        if m.rank() == 0 {
+            return Err(fail(
+                n,
+                "attn_mask",
+                ErrorKind::Shape,
+                "a scalar mask has no key axis (it is [.., q, kv])",
+            ));
+        }
         let short = kv_len.saturating_sub(m.shape().last().copied().unwrap_or(0));
         if short > 0 {
             let mut pads = vec![(0, 0); m.rank()];

@@ -187,11 +187,15 @@ pub(crate) fn build_lrn(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<
     let size = size as usize;
     // Channels c - floor((size-1)/2) ..= c + ceil((size-1)/2), zero padded.
     let (lo, hi) = ((size - 1) / 2, (size - 1).div_ceil(2));
+    // A tap more than c - 1 channels away reads only padding, so a huge
+    // `size` costs no more taps than 2c - 1.
+    let reach = c.saturating_sub(1);
+    let (lo, hi) = (lo.min(reach), hi.min(reach));
     let mut pads = vec![(0, 0); x.rank()];
     pads[1] = (lo, hi);
     let sq = x.square().pad(&pads, 0.0);
     let mut sum = sq.slice(1, 0, c as isize);
-    for i in 1..size {
+    for i in 1..lo + hi + 1 {
         sum = &sum + &sq.slice(1, i as isize, (i + c) as isize);
     }
     let denom = (sum * (alpha / size as f64) + bias).powf(beta);
