@@ -794,8 +794,7 @@ fn bad_image_values_are_errors_naming_the_node() {
         let m = model(19, node, &[1, 1, 4, 4], w());
         for mode in MODES {
             let e = with_mode(mode, || m.run(&[("x", &x)]))
-                .err()
-                .expect("a window of 2^62 rows is an error");
+                .expect_err("a window of 2^62 rows is an error");
             assert!(
                 !matches!(e.kind(), ErrorKind::Panic | ErrorKind::Internal),
                 "{mode:?} {strides:?} {dil:?}: {e}"
