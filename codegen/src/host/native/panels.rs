@@ -47,14 +47,15 @@ impl PackedPanels {
                 b.len()
             )));
         };
-        let mut v = Vec::new();
-        v.try_reserve_exact(len)
-            .map_err(|_| CodegenError::OutOfMemory {
+        // Zeros (the last panel's padding stays so), on huge pages: kept
+        // weights stream from memory on every call, and on 4 KiB pages
+        // each 4 KiB of them is a TLB miss.
+        let mut v =
+            super::sys::zeroed_vec::<f32>(len).ok_or_else(|| CodegenError::OutOfMemory {
                 kernel: "matmul".into(),
                 what: "packed weights",
                 bytes: len.saturating_mul(4),
             })?;
-        v.par_extend(rayon::iter::repeat_n(0.0f32, len));
         if len > 0 {
             v.par_chunks_mut(k * L).enumerate().for_each(|(j, panel)| {
                 let cols = j * L..(j * L + L).min(n);

@@ -306,9 +306,10 @@ impl WinogradWeights {
                 w.len()
             )));
         };
-        let mut u = Vec::new();
-        u.try_reserve_exact(len)
-            .map_err(|_| CodegenError::OutOfMemory {
+        // On huge pages (`zeroed_vec`): kept weights are read on every
+        // call, and on 4 KiB pages each 4 KiB of them is a TLB miss.
+        let mut u =
+            super::sys::zeroed_vec::<f32>(len).ok_or_else(|| CodegenError::OutOfMemory {
                 kernel: "conv".into(),
                 what: "transformed weights",
                 bytes: len.saturating_mul(4),
@@ -326,7 +327,6 @@ impl WinogradWeights {
         // of a 256-channel layer at batch 8 while the others waited): a
         // part per block of input channels (rows) or of panels, its
         // contiguous piece of each point.
-        u.par_extend(rayon::iter::repeat_n(0.0f32, len));
         let threads = rayon::current_num_threads().max(1);
         let parts: Vec<Part> = if let Some(layout) = layout {
             let per = (o / L).div_ceil(threads) * L;
