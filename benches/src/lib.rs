@@ -142,6 +142,40 @@ pub fn max_rel_err(got: &[f64], want: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// GPT-2's products one shape at a time (the `gemv` and `gemm` binaries):
+/// `x @ W`, or `x @ W^T` as the tied lm_head reads it.
+pub mod products {
+    use super::max_rel_err;
+    use tilejit::prelude::*;
+
+    /// A product as the binaries call it.
+    pub type Product = fn(&Tensor, &Tensor) -> tilejit::Result<Tensor>;
+
+    /// `x @ w`.
+    #[jit]
+    pub fn times(x: &Tensor, w: &Tensor) -> Tensor {
+        x.matmul(w)
+    }
+
+    /// `x @ w^T`, the weight read transposed in place.
+    #[jit]
+    pub fn times_transposed(x: &Tensor, w: &Tensor) -> Tensor {
+        x.matmul(&w.transpose(0, 1))
+    }
+
+    /// `f(x, w)` on the host, checked against the reference interpreter
+    /// (relative error below 1e-3; `name` in the panic otherwise).
+    pub fn checked(name: &str, f: Product, x: &Tensor, w: &Tensor) {
+        let on = |mode| with_mode(mode, || f(x, w)).expect("product runs");
+        let values = |t: Tensor| -> Vec<f64> {
+            let v = t.to_vec::<f32>().expect("f32");
+            v.into_iter().map(f64::from).collect()
+        };
+        let err = max_rel_err(&values(on(RunMode::Host)), &values(on(RunMode::Reference)));
+        assert!(err < 1e-3, "{name}: differs from the reference by {err:e}");
+    }
+}
+
 /// Real models (W10-W12 and the examples): GPT-2 and ResNet-18 from their
 /// HF and torchvision checkpoints.
 pub mod models {

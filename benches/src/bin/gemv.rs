@@ -8,17 +8,7 @@
 
 use std::time::Instant;
 use tilejit::prelude::*;
-use tilejit_benches::max_rel_err;
-
-#[jit]
-fn row_times(x: &Tensor, w: &Tensor) -> Tensor {
-    x.matmul(w)
-}
-
-#[jit]
-fn row_times_transposed(x: &Tensor, w: &Tensor) -> Tensor {
-    x.matmul(&w.transpose(0, 1))
-}
+use tilejit_benches::products::{checked, times, times_transposed, Product};
 
 /// Bytes of weight copies cycled through per shape (above the 260 MB L3
 /// this machine reports).
@@ -38,48 +28,29 @@ fn main() {
         ("lm_head 768x50257^T", 768, 50257, true),
     ];
     for (i, &(name, k, n, transposed)) in shapes.iter().enumerate() {
-        let f: fn(&Tensor, &Tensor) -> tilejit::Result<Tensor> = if transposed {
-            row_times_transposed
-        } else {
-            row_times
-        };
+        let f: Product = if transposed { times_transposed } else { times };
         let x = Tensor::randn(&[1, k], 3 * i as u64);
         let dims = if transposed { [n, k] } else { [k, n] };
         let copies = CYCLE_BYTES.div_ceil(4 * k * n).max(2);
         let ws: Vec<Tensor> = (0..copies)
             .map(|c| Tensor::randn(&dims, 1000 + c as u64) * (1.0 / (k as f64).sqrt()))
             .collect();
+        checked(name, f, &x, &ws[0]);
         let call = |w: &Tensor| with_mode(RunMode::Host, || f(&x, w)).expect("product runs");
-        let y = call(&ws[0]);
-        let want = with_mode(RunMode::Reference, || f(&x, &ws[0])).expect("reference");
-        let g: Vec<f64> = y
-            .to_vec::<f32>()
-            .expect("f32")
-            .into_iter()
-            .map(f64::from)
-            .collect();
-        let r: Vec<f64> = want
-            .to_vec::<f32>()
-            .expect("f32")
-            .into_iter()
-            .map(f64::from)
-            .collect();
-        let err = max_rel_err(&g, &r);
-        assert!(err < 1e-3, "{name}: differs from the reference by {err:e}");
-        let mut times = Vec::new();
+        let mut runs = Vec::new();
         let start = Instant::now();
         let mut c = 0;
-        while times.len() < 3 * copies || start.elapsed().as_secs_f64() < 1.0 {
+        while runs.len() < 3 * copies || start.elapsed().as_secs_f64() < 1.0 {
             if let Some(gap) = gap {
                 std::thread::sleep(gap);
             }
             let t = Instant::now();
             drop(call(&ws[c % copies]));
-            times.push(t.elapsed().as_secs_f64());
+            runs.push(t.elapsed().as_secs_f64());
             c += 1;
         }
-        times.sort_by(f64::total_cmp);
-        let t = times[times.len() / 2];
+        runs.sort_by(f64::total_cmp);
+        let t = runs[runs.len() / 2];
         println!(
             "{name:<22} {:9.1} µs  {:5.1} GB/s",
             t * 1e6,
