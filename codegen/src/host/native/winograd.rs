@@ -323,10 +323,10 @@ impl WinogradWeights {
                 layout,
             });
         }
-        // Filled, then transformed, on every thread (one thread took 17%
-        // of a 256-channel layer at batch 8 while the others waited): a
-        // part per block of input channels (rows) or of panels, its
-        // contiguous piece of each point.
+        // Transformed on every thread, where the fresh zero pages then
+        // fault in too (one thread took 17% of a 256-channel layer at
+        // batch 8 while the others waited): a part per block of input
+        // channels (rows) or of panels, its contiguous piece of each point.
         let threads = rayon::current_num_threads().max(1);
         let parts: Vec<Part> = if let Some(layout) = layout {
             let per = (o / L).div_ceil(threads) * L;

@@ -294,7 +294,7 @@ fn build_split(n: &Node, _: &Cx, ins: &[Option<Value>]) -> Result<Vec<Value>> {
     };
     let sizes: Vec<usize> = match &split {
         // One tensor per element: as many as a trace-time table may hold.
-        None => vec![1; super::folded_len(n, "split", &[dim])?],
+        None => vec![1; super::folded_len(n, "axis", &[dim])?],
         Some((0, v)) => {
             let len = v.first().copied().unwrap_or(0);
             if len <= 0 {

@@ -3,7 +3,9 @@
 //! numpy's fft, ifft, rfft and irfft), STFT as framing, windowing and the
 //! same DFT, and MelWeightMatrix, whose operands are all known then.
 
-use super::{attr_i, axis, fail, floats_of, folded_len, ints_of, mem, opt, req, Cx, Kind, Row};
+use super::{
+    attr_i, axis, fail, floats_of, folded_len, ints_of, live, mem, opt, req, Cx, Kind, Row,
+};
 use crate::error::Result;
 use crate::onnx::model::{dtype_of, Node};
 use crate::tensor::Tensor;
@@ -80,7 +82,6 @@ fn dft_last(
         }
     };
     // A pad past the size limits is an error tensor, without axes.
-    let live = |t: Tensor| t.check().cloned();
     let (re, im) = (live(fit(re))?, im.map(fit).map(live).transpose()?);
     // cos and sin of 2 pi k n / len, as [bins_in, bins_out] f64 -> f32.
     let bins = folded_len(n, what, &[bins_in, bins_out])?;

@@ -4,7 +4,7 @@
 //! linear, gated, delta and gated-delta state updates, unrolled over time
 //! in f32, with grouped query heads reading their KV head's state).
 
-use super::{attr_f, attr_i, attr_s, fail, opt, req, Cx, Kind, Row};
+use super::{attr_f, attr_i, attr_s, fail, live, opt, req, Cx, Kind, Row};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::tensor::Tensor;
@@ -247,7 +247,7 @@ fn build_attention(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tenso
     };
     // A state past the size limits is an error tensor, without the axes
     // `bmm` reads.
-    let mut state = state.check()?.clone();
+    let mut state = live(state)?;
     let scale = match attr_f(n, "scale", 0.0)? {
         0.0 => 1.0 / (dk as f64).sqrt(),
         s => s as f64,

@@ -107,10 +107,21 @@ fn axes(n: &Node, win: &Window, image: &[usize], ceil: bool) -> Result<Vec<Axis>
         .map(|i| {
             let (k, s, d) = (win.kernel[i], win.strides[i], win.dilations[i]);
             let (pb, pe) = win.pads[i];
-            // Numbers from the file: too large is the error below.
-            let span = k.saturating_sub(1).saturating_mul(d).saturating_add(1);
-            let total = image[i].saturating_add(pb).saturating_add(pe);
-            if total < span || total == usize::MAX {
+            // Numbers from the file: checked, each overflow an error.
+            let span = k.saturating_sub(1).checked_mul(d).and_then(|s| s.checked_add(1));
+            let Some(total) = image[i].checked_add(pb).and_then(|t| t.checked_add(pe)) else {
+                return Err(fail(
+                    n,
+                    "pads",
+                    ErrorKind::BadArgument,
+                    format!("the padded length of spatial axis {i} overflows"),
+                ));
+            };
+            let Some(span) = span.filter(|&s| s <= total) else {
+                let span = match span {
+                    Some(s) => s.to_string(),
+                    None => "past usize".into(),
+                };
                 return Err(fail(
                     n,
                     "kernel_shape",
@@ -119,7 +130,7 @@ fn axes(n: &Node, win: &Window, image: &[usize], ceil: bool) -> Result<Vec<Axis>
                         "a window of span {span} is larger than the padded input ({total}) along spatial axis {i}"
                     ),
                 ));
-            }
+            };
             let mut out = if ceil {
                 (total - span).div_ceil(s) + 1
             } else {

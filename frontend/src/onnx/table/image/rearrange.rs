@@ -88,10 +88,15 @@ pub(in super::super) fn build_space_to_depth(
         "CRD" => [0, 1, 3, 5, 2, 4],
         _ => [0, 3, 5, 1, 2, 4],
     };
-    // `c * b * b` is at most the image's element count: its `h` and `w`
-    // each hold a multiple of `b`, or are empty (then the checked product
-    // is what the reshape refuses).
-    let c3 = c.saturating_mul(b).saturating_mul(b);
+    // Past usize only for an empty image and a huge blocksize.
+    let Some(c3) = c.checked_mul(b).and_then(|x| x.checked_mul(b)) else {
+        return Err(fail(
+            n,
+            "blocksize",
+            ErrorKind::Shape,
+            format!("{c} channels in {b}x{b} blocks overflow"),
+        ));
+    };
     one(x
         .reshape(&[nb, c, h / b, b, w / b, b])
         .permute(&perm)

@@ -9,7 +9,7 @@
 //! The masks cost positions × indices, fine for the small scatters
 //! models use; a real scatter op would be the way for big ones.
 
-use super::super::{attr_i, attr_s, axis, fail, ints_of, req, Cx};
+use super::super::{attr_i, attr_s, axis, fail, ints_of, live, req, Cx};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::tensor::Tensor;
@@ -174,7 +174,7 @@ pub(super) fn build_elements(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result
         false => (ip, up),
     };
     // A pad past the size limits is an error tensor, without axes.
-    let (ip, up) = (ip.check()?.clone(), up.check()?.clone());
+    let (ip, up) = (live(ip)?, live(up)?);
     let k = ip.shape()[r - 1];
     let b: usize = dp.shape()[..r - 1].iter().product();
     let m = ip
