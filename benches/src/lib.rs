@@ -148,6 +148,16 @@ pub mod products {
     use super::max_rel_err;
     use tilejit::prelude::*;
 
+    /// GPT-2 124M's products: (name, k, n, whether `W` is read
+    /// transposed).
+    pub const GPT2: [(&str, usize, usize, bool); 5] = [
+        ("qkv 768x2304", 768, 2304, false),
+        ("attn proj 768x768", 768, 768, false),
+        ("fc 768x3072", 768, 3072, false),
+        ("mlp proj 3072x768", 3072, 768, false),
+        ("lm_head 768x50257^T", 768, 50257, true),
+    ];
+
     /// A product as the binaries call it.
     pub type Product = fn(&Tensor, &Tensor) -> tilejit::Result<Tensor>;
 

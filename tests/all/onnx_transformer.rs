@@ -129,8 +129,9 @@ fn attention_gqa_causal_with_cache_and_softcap_matches_onnx_reference() {
     );
 }
 
-#[test]
-fn attention_short_bool_mask_zeroes_a_fully_masked_row() {
+/// One Attention node over q `[1, 1, 2, 2]`, k and v `[1, 1, 3, 2]` and
+/// a mask of `elem` and `dims`, with q, k and v's values.
+fn attention_with_mask(elem: i32, dims: &[usize]) -> (OnnxModel, Tensor, Tensor, Tensor) {
     let m = model(
         23,
         vec![b::node(
@@ -144,13 +145,19 @@ fn attention_short_bool_mask_zeroes_a_fully_masked_row() {
             ("q", b::FLOAT, &[1, 1, 2, 2]),
             ("k", b::FLOAT, &[1, 1, 3, 2]),
             ("v", b::FLOAT, &[1, 1, 3, 2]),
-            ("m", BOOL, &[2, 2]),
+            ("m", elem, dims),
         ],
         &["y"],
     );
     let q = t(vals(4, 0.1), &[1, 1, 2, 2]);
     let k = t(vals(6, 0.2), &[1, 1, 3, 2]);
     let v = t(vals(6, 0.3), &[1, 1, 3, 2]);
+    (m, q, k, v)
+}
+
+#[test]
+fn attention_short_bool_mask_zeroes_a_fully_masked_row() {
+    let (m, q, k, v) = attention_with_mask(BOOL, &[2, 2]);
     // The mask is one key short (padded with false): query 0 sees key 0
     // only, so its row is value row 0; query 1 sees nothing: zeros.
     let mask = Tensor::from_vec(vec![true, false, false, false], &[2, 2]).unwrap();
@@ -556,26 +563,7 @@ fn scalar_rotary_caches_are_shape_errors() {
 /// it, where the padding indexed axis -1 of a rank-0 tensor and panicked.
 #[test]
 fn scalar_attention_mask_is_a_shape_error() {
-    let m = model(
-        23,
-        vec![b::node(
-            "Attention",
-            "attn",
-            &["q", "k", "v", "m"],
-            &["y"],
-            vec![],
-        )],
-        &[
-            ("q", b::FLOAT, &[1, 1, 2, 2]),
-            ("k", b::FLOAT, &[1, 1, 3, 2]),
-            ("v", b::FLOAT, &[1, 1, 3, 2]),
-            ("m", b::FLOAT, &[]),
-        ],
-        &["y"],
-    );
-    let q = t(vals(4, 0.1), &[1, 1, 2, 2]);
-    let k = t(vals(6, 0.2), &[1, 1, 3, 2]);
-    let v = t(vals(6, 0.3), &[1, 1, 3, 2]);
+    let (m, q, k, v) = attention_with_mask(b::FLOAT, &[]);
     let mask = t(vec![0.0], &[]);
     for mode in MODES {
         let feed = [("q", &q), ("k", &k), ("v", &v), ("m", &mask)];

@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 use tilejit::prelude::*;
-use tilejit_benches::products::{checked, times, times_transposed, Product};
+use tilejit_benches::products::{checked, times, times_transposed, Product, GPT2};
 
 /// Bytes of weight copies cycled through per shape: twice the L3 this
 /// machine reports, so that each call reads its weight from memory as a
@@ -22,15 +22,7 @@ fn main() {
         .ok()
         .map(|s| s.split(',').map(str::to_owned).collect());
     let m = 128;
-    // (name, k, n, transposed)
-    let shapes = [
-        ("qkv 768x2304", 768, 2304, false),
-        ("attn proj 768x768", 768, 768, false),
-        ("fc 768x3072", 768, 3072, false),
-        ("mlp proj 3072x768", 3072, 768, false),
-        ("lm_head 768x50257^T", 768, 50257, true),
-    ];
-    for (i, &(name, k, n, transposed)) in shapes.iter().enumerate() {
+    for (i, &(name, k, n, transposed)) in GPT2.iter().enumerate() {
         if let Some(p) = &pick {
             if !p.iter().any(|p| name.starts_with(p.as_str())) {
                 continue;

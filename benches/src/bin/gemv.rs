@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 use tilejit::prelude::*;
-use tilejit_benches::products::{checked, times, times_transposed, Product};
+use tilejit_benches::products::{checked, times, times_transposed, Product, GPT2};
 
 /// Bytes of weight copies cycled through per shape (above the 260 MB L3
 /// this machine reports).
@@ -19,15 +19,7 @@ fn main() {
         .ok()
         .and_then(|g| g.parse().ok())
         .map(std::time::Duration::from_micros);
-    // (name, k, n, transposed)
-    let shapes = [
-        ("qkv 768x2304", 768, 2304, false),
-        ("attn proj 768x768", 768, 768, false),
-        ("fc 768x3072", 768, 3072, false),
-        ("mlp proj 3072x768", 3072, 768, false),
-        ("lm_head 768x50257^T", 768, 50257, true),
-    ];
-    for (i, &(name, k, n, transposed)) in shapes.iter().enumerate() {
+    for (i, &(name, k, n, transposed)) in GPT2.iter().enumerate() {
         let f: Product = if transposed { times_transposed } else { times };
         let x = Tensor::randn(&[1, k], 3 * i as u64);
         let dims = if transposed { [n, k] } else { [k, n] };
