@@ -158,6 +158,17 @@ pub mod products {
         ("lm_head 768x50257^T", 768, 50257, true),
     ];
 
+    /// Random copies of a `[k, n]` weight (`[n, k]` when `transposed`),
+    /// scaled by `1/sqrt(k)`, at least two and together at least `bytes`:
+    /// cycled through, each call reads its weight from memory.
+    pub fn weight_copies(k: usize, n: usize, transposed: bool, bytes: usize) -> Vec<Tensor> {
+        let dims = if transposed { [n, k] } else { [k, n] };
+        let copies = bytes.div_ceil(4 * k * n).max(2);
+        (0..copies)
+            .map(|c| Tensor::randn(&dims, 1000 + c as u64) * (1.0 / (k as f64).sqrt()))
+            .collect()
+    }
+
     /// A product as the binaries call it.
     pub type Product = fn(&Tensor, &Tensor) -> tilejit::Result<Tensor>;
 

@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 use tilejit::prelude::*;
-use tilejit_benches::products::{checked, times, times_transposed, Product, GPT2};
+use tilejit_benches::products::{checked, times, times_transposed, weight_copies, Product, GPT2};
 
 /// Bytes of weight copies cycled through per shape: twice the L3 this
 /// machine reports, so that each call reads its weight from memory as a
@@ -30,11 +30,8 @@ fn main() {
         }
         let f: Product = if transposed { times_transposed } else { times };
         let x = Tensor::randn(&[m, k], 3 * i as u64);
-        let dims = if transposed { [n, k] } else { [k, n] };
-        let copies = CYCLE_BYTES.div_ceil(4 * k * n).max(2);
-        let ws: Vec<Tensor> = (0..copies)
-            .map(|c| Tensor::randn(&dims, 1000 + c as u64) * (1.0 / (k as f64).sqrt()))
-            .collect();
+        let ws = weight_copies(k, n, transposed, CYCLE_BYTES);
+        let copies = ws.len();
         checked(name, f, &x, &ws[0]);
         let call = |w: &Tensor| with_mode(RunMode::Host, || f(&x, w)).expect("product runs");
         // Each copy's second sighting packs it into kept panels.

@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 use tilejit::prelude::*;
-use tilejit_benches::products::{checked, times, times_transposed, Product, GPT2};
+use tilejit_benches::products::{checked, times, times_transposed, weight_copies, Product, GPT2};
 
 /// Bytes of weight copies cycled through per shape (above the 260 MB L3
 /// this machine reports).
@@ -22,11 +22,8 @@ fn main() {
     for (i, &(name, k, n, transposed)) in GPT2.iter().enumerate() {
         let f: Product = if transposed { times_transposed } else { times };
         let x = Tensor::randn(&[1, k], 3 * i as u64);
-        let dims = if transposed { [n, k] } else { [k, n] };
-        let copies = CYCLE_BYTES.div_ceil(4 * k * n).max(2);
-        let ws: Vec<Tensor> = (0..copies)
-            .map(|c| Tensor::randn(&dims, 1000 + c as u64) * (1.0 / (k as f64).sqrt()))
-            .collect();
+        let ws = weight_copies(k, n, transposed, CYCLE_BYTES);
+        let copies = ws.len();
         checked(name, f, &x, &ws[0]);
         let call = |w: &Tensor| with_mode(RunMode::Host, || f(&x, w)).expect("product runs");
         let mut runs = Vec::new();
