@@ -530,6 +530,77 @@ fn scan_body_short_of_its_states_is_an_error() {
     );
 }
 
+#[test]
+fn unrolling_past_the_limit_is_an_error_naming_the_node() {
+    // Each of these traces one step per unit of a dim or value the file
+    // sets; one past 2^16 must fail at once, not hang the import on a
+    // trace of millions of ops (TopK was uncapped before).
+    let over = (1usize << 16) + 1;
+    let xs = Tensor::zeros(&[over, 1, 1], tilejit::DType::F32);
+    let row = Tensor::zeros(&[1, over], tilejit::DType::F32);
+    let first = |bytes: &[u8], feeds: &[(&str, &Tensor)]| match onnx::from_bytes(bytes) {
+        Err(e) => e,
+        Ok(m) => m.run(feeds).expect_err("over the unrolling limit"),
+    };
+    let top = b::node("TopK", "top", &["x", "k"], &["v", "i"], vec![]);
+    let k = vec![b::i64s("k", &[1], &[over as i64])];
+    let e = first(
+        &with_inits(top, &[1, over as i64], k, &["v", "i"]),
+        &[("x", &row)],
+    );
+    assert_eq!(
+        onnx_err(&e),
+        ("top", "TopK", "K", ErrorKind::Unsupported),
+        "{e}"
+    );
+    let body = b::graph(
+        "body",
+        vec![b::node("Add", "add", &["s_in", "x_t"], &["s_out"], vec![])],
+        vec![fv("s_in", &[1, 1]), fv("x_t", &[1, 1])],
+        vec![fv("s_out", &[1, 1])],
+    );
+    let scan = b::node(
+        "Scan",
+        "scan",
+        &["s0", "xs"],
+        &["s"],
+        vec![body, b::int("num_scan_inputs", 1)],
+    );
+    let s0 = Tensor::zeros(&[1, 1], tilejit::DType::F32);
+    let ins = vec![fv("s0", &[1, 1]), fv("xs", &[over as i64, 1, 1])];
+    let e = first(&model(scan, ins, &["s"]), &[("s0", &s0), ("xs", &xs)]);
+    assert_eq!(
+        onnx_err(&e),
+        ("scan", "Scan", "scan_input_axes", ErrorKind::Unsupported),
+        "{e}"
+    );
+    let rnn = b::node(
+        "RNN",
+        "cell",
+        &["x", "w", "r"],
+        &["y"],
+        vec![b::int("hidden_size", 1)],
+    );
+    let (w, r) = (
+        Tensor::zeros(&[1, 1, 1], tilejit::DType::F32),
+        Tensor::zeros(&[1, 1, 1], tilejit::DType::F32),
+    );
+    let ins = vec![
+        fv("x", &[over as i64, 1, 1]),
+        fv("w", &[1, 1, 1]),
+        fv("r", &[1, 1, 1]),
+    ];
+    let e = first(
+        &model(rnn, ins, &["y"]),
+        &[("x", &xs), ("w", &w), ("r", &r)],
+    );
+    assert_eq!(
+        onnx_err(&e),
+        ("cell", "RNN", "X", ErrorKind::Unsupported),
+        "{e}"
+    );
+}
+
 /// One node over input `x` and initializers, opset 18, outputs as named.
 fn with_inits(
     node: b::proto::NodeProto,

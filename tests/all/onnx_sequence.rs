@@ -290,6 +290,31 @@ fn bad_sequence_values_are_errors_naming_the_node() {
             );
         }
     }
+    // One piece per element of an axis past the unrolling limit, with no
+    // `split` and with a split length of 1.
+    let over = (1usize << 16) + 1;
+    let long = Value::Tensor(Tensor::zeros(&[over], tilejit::DType::F32));
+    for (ins, inits) in [
+        (vec!["x"], vec![]),
+        (vec!["x", "l"], vec![b::i64s("l", &[], &[1])]),
+    ] {
+        let m = load(
+            vec![b::node("SplitToSequence", "split", &ins, &["s"], vec![])],
+            vec![b::value("x", b::FLOAT, &[D::N(over as i64)])],
+            vec![seq_value("s")],
+            inits,
+        )
+        .expect("loads");
+        let e = m
+            .run_values(&[("x", &long)])
+            .expect_err("over the unrolling limit");
+        let attr = if ins.len() == 1 { "axis" } else { "split" };
+        assert_eq!(
+            onnx_err(&e),
+            ("split", "SplitToSequence", attr, ErrorKind::Unsupported),
+            "{e}"
+        );
+    }
     // An attribute SequenceAt does not have.
     let e = load(
         vec![b::node(

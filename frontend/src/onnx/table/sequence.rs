@@ -293,8 +293,8 @@ fn build_split(n: &Node, _: &Cx, ins: &[Option<Value>]) -> Result<Vec<Value>> {
         }
     };
     let sizes: Vec<usize> = match &split {
-        // One tensor per element: as many as a trace-time table may hold.
-        None => vec![1; super::folded_len(n, "axis", &[dim])?],
+        // One tensor per element, each a traced slice.
+        None => vec![1; super::unrolled(n, "axis", "pieces", dim)?],
         Some((0, v)) => {
             let len = v.first().copied().unwrap_or(0);
             if len <= 0 {
@@ -306,7 +306,9 @@ fn build_split(n: &Node, _: &Cx, ins: &[Option<Value>]) -> Result<Vec<Value>> {
                 ));
             }
             let len = len as usize;
-            let mut s = vec![len; dim / len];
+            let whole = dim / len;
+            super::unrolled(n, "split", "pieces", whole + usize::from(dim % len > 0))?;
+            let mut s = vec![len; whole];
             if dim % len > 0 {
                 s.push(dim % len);
             }
@@ -323,6 +325,7 @@ fn build_split(n: &Node, _: &Cx, ins: &[Option<Value>]) -> Result<Vec<Value>> {
                     format!("lengths {v:?} do not sum to the axis's {dim}"),
                 ));
             }
+            super::unrolled(n, "split", "pieces", v.len())?;
             v.iter().map(|&l| l as usize).collect()
         }
     };

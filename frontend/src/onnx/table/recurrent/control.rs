@@ -4,7 +4,7 @@
 //! while tracing (a constant or a shape), and a Loop's condition must be
 //! known at every iteration.
 
-use super::super::{attr_i, attr_ints, axis, fail, opt, req, Cx};
+use super::super::{attr_i, attr_ints, axis, fail, opt, req, unrolled, Cx};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::onnx::subgraph;
@@ -177,17 +177,9 @@ pub(super) fn build_loop(n: &Node, cx: &Cx, vals: &[Option<Value>]) -> Result<Ve
     let scans = body.outputs.len().saturating_sub(1 + carried);
     let mut scanned: Vec<Vec<Tensor>> = vec![Vec::new(); scans];
     // Unrolling has to end: a condition-only loop stops at a known false.
-    const MAX_TRIPS: i64 = 1 << 16;
     let mut i = 0i64;
     while cond && trips.is_none_or(|m| i < m) {
-        if i >= MAX_TRIPS {
-            return Err(fail(
-                n,
-                "M",
-                ErrorKind::Unsupported,
-                format!("more than {MAX_TRIPS} iterations to unroll"),
-            ));
-        }
+        unrolled(n, "M", "or more iterations", i as usize + 1)?;
         let mut args = vec![
             Value::Tensor(Tensor::from_vec(vec![i], &[])?),
             Value::Tensor(Tensor::from_vec(vec![cond], &[])?),
@@ -323,7 +315,7 @@ pub(super) fn build_scan(n: &Node, cx: &Cx, ins: &[Option<Tensor>]) -> Result<Ve
         len = Some(l);
         in_ax.push(a);
     }
-    let len = len.unwrap_or(0);
+    let len = unrolled(n, "scan_input_axes", "steps", len.unwrap_or(0))?;
     let mut state = all[..states].to_vec();
     let mut scanned: Vec<Vec<Tensor>> = vec![Vec::new(); outs_n];
     for t in 0..len {

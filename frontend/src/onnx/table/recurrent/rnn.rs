@@ -5,7 +5,7 @@
 //! state is held, the output zero), which also makes the reverse direction
 //! start at each entry's own last step.
 
-use super::super::{attr_f, attr_i, attr_s, fail, opt, req, Cx};
+use super::super::{attr_f, attr_i, attr_s, fail, opt, req, unrolled, Cx};
 use crate::error::Result;
 use crate::onnx::model::{Attr, Node};
 use crate::tensor::Tensor;
@@ -310,6 +310,7 @@ pub(super) fn build(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tens
         x = x.permute(&[1, 0, 2]);
     }
     let (steps, batch, input) = (x.shape()[0], x.shape()[1], x.shape()[2]);
+    let steps = unrolled(n, "X", "time steps", steps)?;
     let (w, r) = (req(n, ins, 1)?, req(n, ins, 2)?);
     if r.rank() != 3 {
         return Err(fail(n, "R", ErrorKind::Shape, "must be of rank 3"));

@@ -3,7 +3,7 @@
 //! and masks it out: exact (integers of every width too), and cheap for
 //! the small k models use.
 
-use super::super::{attr_i, axis, dtype_of, fail, ints_of, req, table_of, Cx};
+use super::super::{attr_i, axis, dtype_of, fail, ints_of, req, table_of, unrolled, Cx};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::tensor::Tensor;
@@ -35,6 +35,8 @@ pub(super) fn build_topk(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec
             format!("k = {k} is outside 0..={len}"),
         ));
     }
+    // One round per kept element, each over the whole axis.
+    let k = unrolled(n, "K", "rounds (one per kept element)", k as usize)?;
     let largest = attr_i(n, "largest", 1)? != 0;
     let mut shape = vec![1; x.rank()];
     shape[a] = len;
