@@ -8,13 +8,15 @@
 //! its codegen (kernels compiled through the cache, assembled with their
 //! checked arguments); `store` the typed buffers of a run and the pool
 //! they come from; `run` the general run loop and kernel launches;
-//! `plan` the short way for one small kernel; `matmul` matmul and tiled
+//! `plan` the short way for one small kernel; `read_ahead` a product's
+//! weights read ahead while the serial kernels before it run; `matmul` matmul and tiled
 //! matmul kernels; `conv` convolution kernels.
 
 mod awake;
 mod conv;
 mod matmul;
 mod plan;
+mod read_ahead;
 mod run;
 mod store;
 
@@ -57,6 +59,11 @@ pub struct HostProgram {
     /// Whether a run from outside the rayon pool moves onto it: the
     /// program launches several kernels over the pool's threads.
     on_pool: bool,
+    /// Per kernel, whether it spreads over the pool ([`runs_in_parallel`]).
+    parallel: Vec<bool>,
+    /// Per kernel, the weight an idle worker reads ahead when it starts
+    /// ([`read_ahead::plan`]).
+    ahead: Vec<Option<tilejit_ir::kernel::BufId>>,
 }
 
 impl HostProgram {
@@ -156,8 +163,10 @@ impl HostProgram {
             })
             .collect::<Vec<_>>();
         let tiny = Tiny::plan(&prog, &code, &fixed_args, &idle);
-        let on_pool = prog.kernels.iter().filter(|k| runs_in_parallel(k)).count() >= 2
-            && rayon::current_num_threads() > 1;
+        let parallel: Vec<bool> = prog.kernels.iter().map(runs_in_parallel).collect();
+        let on_pool =
+            parallel.iter().filter(|&&p| p).count() >= 2 && rayon::current_num_threads() > 1;
+        let ahead = read_ahead::plan(&prog, &parallel);
         Ok(HostProgram {
             on_pool,
             name: name.to_string(),
@@ -168,6 +177,8 @@ impl HostProgram {
             idle,
             constants,
             tiny,
+            parallel,
+            ahead,
         })
     }
 

@@ -3,6 +3,7 @@
 //! kernel hooks or placed on the Sim device when asked, and the outputs
 //! taken as arrays.
 
+use super::read_ahead::ReadAhead;
 use super::store::{output_store, recycle, slot_for, take_owned, to_buffer, Slot};
 use super::{HostProgram, PARALLEL_MIN};
 use crate::error::RuntimeError;
@@ -98,9 +99,23 @@ impl HostProgram {
         // What may stop this run: usually nothing, and then no check costs.
         let stop_check = || limits.stopped().is_some();
         let stop: Option<&(dyn Fn() -> bool + Sync)> = (!limits.is_none()).then_some(&stop_check);
+        // Workers spin for this run's launches only when it runs on the
+        // pool; then one of them can read weights ahead.
+        let reads_ahead =
+            mixed.is_none() && self.on_pool && rayon::current_thread_index().is_some();
+        let mut ahead: Option<ReadAhead> = None;
         for (i, k) in p.kernels.iter().enumerate() {
             if self.idle[i] {
                 continue;
+            }
+            if reads_ahead {
+                if self.parallel[i] {
+                    // The launch needs every worker: the read-ahead stops.
+                    ahead = None;
+                } else if let Some(Slot::Borrowed(w)) = self.ahead[i].map(|b| &slots[b.0 as usize])
+                {
+                    ahead = Some(ReadAhead::start(w));
+                }
             }
             if stop.is_some() {
                 limits.check(&format!("kernel `{}`", k.name))?;
@@ -153,6 +168,7 @@ impl HostProgram {
             event.elapsed = Some(elapsed);
             h.after(&event);
         }
+        drop(ahead);
         if let Some(m) = mixed {
             m.outputs_to_host(self, &mut slots)?;
         }
