@@ -198,6 +198,12 @@ pub enum IrError {
         /// The dtype.
         dtype: DType,
     },
+    /// A traced graph past [`crate::graph::MAX_NODES`] nodes.
+    #[error("the traced program passed {max} ops (does a loop unroll without end?)")]
+    GraphTooLarge {
+        /// The limit.
+        max: usize,
+    },
     /// Rank above [`crate::shape::MAX_RANK`].
     #[error("rank {rank} exceeds the maximum rank of {max}", max = crate::shape::MAX_RANK)]
     RankTooLarge {
@@ -283,6 +289,7 @@ impl IrError {
             | InexactScalar { .. }
             | WrongElement { .. } => ErrorKind::DType,
             OutOfMemory { .. } => ErrorKind::Device,
+            GraphTooLarge { .. } => ErrorKind::Unsupported,
             Verify(_) => ErrorKind::Internal,
             Backend { kind, .. } => *kind,
         }

@@ -505,14 +505,24 @@ impl<'de> Deserialize<'de> for ConstData {
     }
 }
 
+/// The most nodes a traced graph holds: 2^21 (a few hundred MB of
+/// nodes), far past real programs (GPT-2's decode step has ~1,200), so
+/// that a trace that unrolls without end (a Python-style loop over a
+/// huge dim, nested ONNX loops) fails instead of exhausting memory.
+pub const MAX_NODES: usize = 1 << 21;
+
 impl Graph {
     /// An empty graph.
     pub fn new() -> Graph {
         Graph::default()
     }
 
-    /// Adds a node after inferring (and so checking) its type.
+    /// Adds a node after inferring (and so checking) its type; an error
+    /// once the graph holds [`MAX_NODES`].
     pub fn add(&mut self, op: Op) -> Result<NodeId, IrError> {
+        if self.nodes.len() >= MAX_NODES {
+            return Err(IrError::GraphTooLarge { max: MAX_NODES });
+        }
         let ty = infer(self, &op)?;
         Ok(self.push_unchecked(Node { op, ty }))
     }
@@ -621,6 +631,22 @@ impl Graph {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_graph_refuses_nodes_past_its_limit() {
+        let ty = TensorType::new(DType::F32, Shape::SCALAR);
+        let full = Op::Full {
+            value: crate::Lit::Float(1.0),
+            ty,
+        };
+        let mut g = Graph::new();
+        for _ in 0..MAX_NODES {
+            g.add(full.clone()).expect("below the limit");
+        }
+        let e = g.add(full).expect_err("one past the limit");
+        assert_eq!(e, IrError::GraphTooLarge { max: MAX_NODES });
+        assert_eq!(e.kind(), crate::ErrorKind::Unsupported);
+    }
 
     /// [`Window::tap_runs`] by its definition: every position visited.
     fn runs_by_position(w: &Window, n: usize) -> Option<Vec<TapRun>> {

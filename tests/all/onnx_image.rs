@@ -844,6 +844,62 @@ fn node_err(
     kinds[0]
 }
 
+/// Nodes that trace a step per unit of a count the file sets (a window's
+/// taps, a 3-D kernel's depth, antialiasing taps, LRN's channel taps,
+/// CumProd's products, STFT's frames), one past the 2^16 steps the
+/// importer unrolls: each an E4 naming the node, at once, where each
+/// traced for minutes before. A Split with more pieces than outputs is a
+/// bad argument.
+#[test]
+fn unrolling_past_the_limit_is_unsupported() {
+    let over = (1i64 << 16) + 1;
+    let unsupported = |node, x: &[i64], inits| {
+        assert_eq!(node_err(node, x, inits), ErrorKind::Unsupported);
+    };
+    let attrs = vec![
+        b::ints("kernel_shape", &[over]),
+        b::ints("pads", &[1 << 16, 1 << 16]),
+    ];
+    unsupported(
+        b::node("LpPool", "p", &["x"], &["y"], attrs),
+        &[1, 1, 2],
+        vec![],
+    );
+    let w = vec![b::f32s("w", &[1, 1, over, 1, 1], &vals(over as usize, 0.2))];
+    unsupported(
+        b::node("Conv", "c", &["x", "w"], &["y"], vec![]),
+        &[1, 1, over, 1, 1],
+        w,
+    );
+    let attrs = vec![b::int("antialias", 1), b::string("mode", "linear")];
+    unsupported(
+        b::node("Resize", "r", &["x", "", "", "s"], &["y"], attrs),
+        &[1, 1, 1, 1 << 18],
+        vec![b::i64s("s", &[4], &[1, 1, 1, 1])],
+    );
+    let attrs = vec![b::int("size", 2 * over + 1)];
+    unsupported(
+        b::node("LRN", "l", &["x"], &["y"], attrs),
+        &[1, over, 1, 1],
+        vec![],
+    );
+    unsupported(
+        b::node("CumProd", "cp", &["x", "a"], &["y"], vec![]),
+        &[over],
+        vec![b::i64s("a", &[], &[0])],
+    );
+    unsupported(
+        b::node("STFT", "st", &["x", "step", "", "len"], &["y"], vec![]),
+        &[1, over, 1],
+        vec![b::i64s("step", &[], &[1]), b::i64s("len", &[], &[1])],
+    );
+    let attrs = vec![b::int("axis", 0), b::int("num_outputs", 3)];
+    assert_eq!(
+        node_err(b::node("Split", "sp", &["x"], &["y"], attrs), &[6], vec![]),
+        ErrorKind::BadArgument
+    );
+}
+
 /// Image nodes whose own ops fail (channels that disagree, a window past
 /// the image, a pad past the size limits) or whose file numbers overflow
 /// the shape arithmetic: each is an error naming the node. All but the

@@ -204,6 +204,22 @@ fn non_max_suppression_of_misshapen_boxes_names_the_node() {
 }
 
 #[test]
+fn non_max_suppression_of_no_boxes_skips_its_empty_classes() {
+    // No boxes in 2^29 batches of 2^29 classes: nothing is picked. The
+    // loop over batches and classes ran 2^58 empty rounds before.
+    let model = nms_model();
+    let huge = 1usize << 29;
+    let boxes = Tensor::zeros(&[huge, 0, 4], tilejit::DType::F32);
+    let scores = Tensor::zeros(&[huge, huge, 0], tilejit::DType::F32);
+    let sel = model
+        .run_positional(&[&boxes, &scores])
+        .expect("no boxes, no picks")
+        .remove(0)
+        .1;
+    assert_eq!(sel.shape(), [0, 3]);
+}
+
+#[test]
 fn a_dynamic_model_traces_once_per_shape_class() {
     // y = relu(x @ w + bias), w all 0.5: row i of x = i + 1 everywhere
     // gives (i + 1) * 2 + bias, hand-checked.

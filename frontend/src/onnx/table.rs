@@ -1634,13 +1634,29 @@ fn build_split(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> 
             let k = usize::try_from(attr_i(n, "num_outputs", outs as i64)?)
                 .unwrap_or(0)
                 .max(1);
+            pieces_for_outputs(n, "num_outputs", k, outs)?;
             let each = len.div_ceil(k);
             (0..k)
                 .map(|i| each.min(len.saturating_sub(i * each)))
                 .collect()
         }
     };
+    pieces_for_outputs(n, "split", sizes.len(), outs)?;
     one_many(x.split(&sizes, a as isize))
+}
+
+/// A Split's piece count, which may not pass its outputs': each piece is
+/// a traced slice, and a count the file sets could be 2^40.
+fn pieces_for_outputs(n: &Node, attr: &str, pieces: usize, outs: usize) -> Result<()> {
+    if pieces > outs {
+        return Err(fail(
+            n,
+            attr,
+            ErrorKind::BadArgument,
+            format!("{pieces} pieces for {outs} outputs"),
+        ));
+    }
+    Ok(())
 }
 
 fn one_many(v: Vec<Tensor>) -> Result<Vec<Tensor>> {

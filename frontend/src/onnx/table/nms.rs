@@ -100,6 +100,9 @@ fn build(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let score_min = scalar(n, ins, 4, "score_threshold")?.map(|v| v as f32);
     let center = attr_i(n, "center_point_box", 0)? == 1;
     let (batches, classes, count) = (bs[0], ss[1], bs[1]);
+    // No boxes: nothing to pick, however many (declared) batches and
+    // classes there are to loop over.
+    let batches = if count == 0 { 0 } else { batches };
     let mut picked: Vec<i64> = Vec::new();
     for batch in 0..batches {
         let bx = &boxes[batch * count * 4..(batch + 1) * count * 4];

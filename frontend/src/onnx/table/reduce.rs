@@ -244,6 +244,10 @@ fn scan(n: &Node, ins: &[Option<Tensor>], prod: bool) -> Result<Vec<Tensor>> {
     let reverse = attr_i(n, "reverse", 0)? != 0;
     let exclusive = attr_i(n, "exclusive", 0)? != 0;
     let len = x.shape()[a];
+    if prod {
+        // One traced multiply per element of the axis.
+        super::unrolled(n, "axis", "running products", len)?;
+    }
     let mut y = if reverse { flip(x, a) } else { x.clone() };
     if exclusive && len > 0 {
         // Shift one place along the axis, the fold's identity first.

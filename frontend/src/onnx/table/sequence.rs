@@ -347,7 +347,8 @@ fn build_split(n: &Node, _: &Cx, ins: &[Option<Value>]) -> Result<Vec<Value>> {
 
 fn build_map(n: &Node, cx: &Cx, ins: &[Option<Value>]) -> Result<Vec<Value>> {
     let body = subgraph::graph(n, "body")?;
-    let len = seq(n, ins, 0)?.len();
+    // The body is traced once per element.
+    let len = super::unrolled(n, "input_sequence", "elements", seq(n, ins, 0)?.len())?;
     for (i, v) in ins.iter().enumerate() {
         if let Some(Value::Sequence(s)) = v {
             if s.len() != len {

@@ -263,7 +263,7 @@ fn build_stft(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
             format!("a frame of {frame} is longer than the signal's {sig_len}"),
         ));
     }
-    let frames = 1 + (sig_len - frame) / step;
+    let frames = super::unrolled(n, "frame_step", "frames", 1 + (sig_len - frame) / step)?;
     let framed = |t: &Tensor| {
         let parts: Vec<Tensor> = (0..frames)
             .map(|f| {

@@ -69,6 +69,7 @@ fn build_conv(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
             format!("must be ({c}, 1, k), got {:?}", w.shape()),
         ));
     }
+    super::unrolled(n, "weight", "kernel taps", k)?;
     let dt = x.dtype();
     let xf = x.cast(DType::F32);
     let padded = match opt(ins, 3) {
@@ -188,6 +189,7 @@ fn build_attention(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tenso
     if t == 0 {
         return Err(shape_err(n, "query", "a sequence of length 0".into()));
     }
+    let t = super::unrolled(n, "query", "time steps", t)?;
     if k4.shape() != [b, hkv, t, dk] || v4.shape()[..3] != [b, hkv, t] {
         return Err(shape_err(
             n,

@@ -48,9 +48,10 @@ fn build(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
         false => (x.reshape(&[x.numel()]), 0),
     };
     let shape = x.shape().to_vec();
-    let len = shape[ax];
-    let inner: usize = shape[ax + 1..].iter().product();
-    let outer: usize = shape[..ax].iter().product();
+    // Dims of an empty tensor need not multiply to anything that fits.
+    let len = super::folded_len(n, "X", &[shape[ax]])?;
+    let inner = super::folded_len(n, "X", &shape[ax + 1..])?;
+    let outer = super::folded_len(n, "X", &shape[..ax])?;
     let slice = |i: usize| -> Vec<f64> {
         (0..outer)
             .flat_map(|o| {

@@ -63,6 +63,7 @@ pub(in super::super) fn conv_nd(
                 ));
             };
             let depth = (xs[2] - span) / strides[0] + 1;
+            super::super::unrolled(n, "W", "depth taps", ws[2])?;
             let mut acc: Option<Tensor> = None;
             for t in 0..ws[2] {
                 let start = t * dil[0];

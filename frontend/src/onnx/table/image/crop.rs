@@ -141,6 +141,8 @@ pub(in super::super) fn build_col2im(
     }
     // Each count is at least 1 and their product is `len`: each fits.
     let counts: Vec<usize> = counts.iter().map(|&c| c as usize).collect();
+    // Every (kernel offset, block) pair is visited below.
+    folded_len(n, "input", &[kernel, len])?;
     let channels = rows / kernel;
     // For every pixel, the flat (block offset, block) entries landing on it.
     let mut lists: Vec<Vec<i64>> = table_of(pixels, |_| Vec::new())?;

@@ -79,7 +79,7 @@ pub(in super::super) fn build_deform_conv(
     let (batch, c, h, wd) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
     let (oc, cg, kh, kw) = (w.shape()[0], w.shape()[1], w.shape()[2], w.shape()[3]);
     let (oh, ow) = (off.shape()[2], off.shape()[3]);
-    let t = kh * kw;
+    let t = super::super::folded_len(n, "W", &[kh, kw])?;
     // Numbers from the file: an overflow is a mismatch, never a wrap.
     let span = |i: usize, k: usize, len: usize| -> Option<usize> {
         let reach = k.checked_sub(1)?.checked_mul(dil[i])?.checked_add(1)?;
@@ -110,6 +110,7 @@ pub(in super::super) fn build_deform_conv(
     if batch == 0 || p == 0 || oc == 0 {
         return one(Tensor::zeros(&y_dims, x.dtype()));
     }
+    super::super::folded_len(n, "offset", &[t, p])?;
     let off = off.cast(x.dtype()).reshape(&[batch, og, t, 2, p]);
     // Each tap's position before its offset, [1, 1, t, p].
     let base = |axis: usize| -> Result<Tensor> {
@@ -160,6 +161,7 @@ pub(in super::super) fn build_deform_conv(
     }
     let cols = cols.reshape(&[batch, c * t, p]);
     let ocg = oc / group;
+    super::super::unrolled(n, "group", "groups", group)?;
     let mut outs = Vec::with_capacity(group);
     for g in 0..group {
         let cg_t = (cg * t) as isize;

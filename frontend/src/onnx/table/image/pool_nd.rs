@@ -222,6 +222,9 @@ pub(in super::super) fn build_pool(
     }
     let ceil = attr_i(n, "ceil_mode", 0)? != 0;
     let axes = axes(n, &win, &image, ceil)?;
+    // One traced slice per tap, axis by axis.
+    let taps = axes.iter().fold(0usize, |s, a| s.saturating_add(a.kernel));
+    super::super::unrolled(n, "kernel_shape", "pool taps", taps)?;
     // Pad once: the declared pads, plus what the last (ceil mode) window
     // reaches past them.
     let mut pads = vec![(0, 0); 2];
@@ -335,6 +338,7 @@ fn max_with_indices(
             "an empty window or output",
         ));
     }
+    super::super::unrolled(n, "kernel_shape", "window taps", taps)?;
     let mut values = Vec::with_capacity(taps);
     let mut table = mem(fallible::with_capacity(taps.saturating_mul(count)))?;
     for flat in 0..taps {

@@ -302,6 +302,14 @@ fn resize(n: &Node, x: &Tensor, spec: &Spec, plan: &[AxisPlan]) -> Result<Vec<Te
         if identity || len == 0 {
             continue;
         }
+        if spec.antialias && spec.mode != "nearest" && p.scale < 1.0 {
+            // Antialiasing widens the window as the scale shrinks: each
+            // tap is a traced gather, and its table has `out` rows.
+            let reach = if spec.mode == "cubic" { 2.0 } else { 1.0 };
+            let k = (2.0 * (reach / p.scale).ceil()) as usize;
+            super::super::unrolled(n, "scales", "antialias taps", k)?;
+            super::super::folded_len(n, "scales", &[p.out, k])?;
+        }
         let taps = taps(spec, len, p);
         y = apply_axis(&y, a, &taps, spec)?;
     }

@@ -191,6 +191,7 @@ pub(crate) fn build_lrn(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<
     // `size` costs no more taps than 2c - 1.
     let reach = c.saturating_sub(1);
     let (lo, hi) = (lo.min(reach), hi.min(reach));
+    super::super::unrolled(n, "size", "channel taps", lo + hi + 1)?;
     let mut pads = vec![(0, 0); x.rank()];
     pads[1] = (lo, hi);
     let sq = x.square().pad(&pads, 0.0);
