@@ -49,6 +49,12 @@ impl Drop for Awake {
     }
 }
 
+/// Whether this thread is inside a program's run (then it only waits in
+/// that run's launches, and must not take on other work for long).
+pub(super) fn in_run() -> bool {
+    RUNS.with(|r| r.get()) > 0
+}
+
 /// Takes pool work until `done`, or until none came for [`MAX_IDLE`].
 fn spin(done: &AtomicBool) {
     // A thread inside a run (waiting in one of its launches) must not

@@ -164,9 +164,10 @@ impl HostProgram {
             .collect::<Vec<_>>();
         let tiny = Tiny::plan(&prog, &code, &fixed_args, &idle);
         let parallel: Vec<bool> = prog.kernels.iter().map(runs_in_parallel).collect();
+        let ahead = read_ahead::plan(&prog, &parallel, &idle);
         let on_pool =
             parallel.iter().filter(|&&p| p).count() >= 2 && rayon::current_num_threads() > 1;
-        let ahead = read_ahead::plan(&prog, &parallel);
+
         Ok(HostProgram {
             on_pool,
             name: name.to_string(),

@@ -33,11 +33,16 @@ const STEP: usize = 4096;
 /// Per kernel, the weight to read ahead when that kernel starts: the
 /// first kernel of a serial stretch names the weight of the one-row
 /// product that ends it.
-pub(super) fn plan(prog: &KernelProgram, parallel: &[bool]) -> Vec<Option<BufId>> {
+/// Idle kernels (which the run skips) neither start nor end a stretch.
+pub(super) fn plan(prog: &KernelProgram, parallel: &[bool], idle: &[bool]) -> Vec<Option<BufId>> {
     let mut ahead = vec![None; prog.kernels.len()];
-    let mut stretch_start = 0;
+    let mut stretch_start = None;
     for (j, k) in prog.kernels.iter().enumerate() {
+        if idle[j] {
+            continue;
+        }
         if !parallel[j] {
+            stretch_start.get_or_insert(j);
             continue;
         }
         let weight = k.matmul.as_ref().filter(|m| {
@@ -49,10 +54,10 @@ pub(super) fn plan(prog: &KernelProgram, parallel: &[bool]) -> Vec<Option<BufId>
                 && matches!(b.kind, BufKind::Input(_) | BufKind::Constant(_))
                 && b.ty.shape.numel().saturating_mul(4) >= MIN_BYTES
         });
-        if let (Some(m), true) = (weight, stretch_start < j) {
-            ahead[stretch_start] = Some(m.b);
+        if let (Some(m), Some(first)) = (weight, stretch_start) {
+            ahead[first] = Some(m.b);
         }
-        stretch_start = j + 1;
+        stretch_start = None;
     }
     ahead
 }
@@ -68,7 +73,9 @@ impl ReadAhead {
     pub(super) fn start(weight: &Array) -> ReadAhead {
         let stop = Arc::new(AtomicBool::new(false));
         let (job_stop, weight) = (stop.clone(), weight.clone());
-        rayon::spawn(move || read(&weight, &job_stop));
+        rayon::spawn(move || {
+            read(&weight, &job_stop);
+        });
         ReadAhead { stop }
     }
 }
@@ -80,13 +87,18 @@ impl Drop for ReadAhead {
 }
 
 /// Touches one element per cache line of `weight` from its start, up to
-/// [`MAX_BYTES`], until `stop`.
-fn read(weight: &Array, stop: &AtomicBool) {
+/// [`MAX_BYTES`], until `stop`; returns how many it touched.
+fn read(weight: &Array, stop: &AtomicBool) -> usize {
+    // A thread waiting in some run's launch picked this up (another run's
+    // read, never stopped by this one): it has better things to do.
+    if super::awake::in_run() {
+        return 0;
+    }
     let Ok(values) = weight.as_slice::<f32>() else {
-        return;
+        return 0;
     };
     let values = &values[..values.len().min(MAX_BYTES / 4)];
-    let mut acc = 0u32;
+    let (mut acc, mut touched) = (0u32, 0);
     for piece in values.chunks(STEP) {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -94,8 +106,10 @@ fn read(weight: &Array, stop: &AtomicBool) {
         // Independent loads, one per 64-byte line: the core keeps many in
         // flight, and the hardware prefetcher runs ahead of them.
         acc = piece.iter().step_by(16).fold(acc, |a, v| a ^ v.to_bits());
+        touched += piece.len().div_ceil(16);
     }
     std::hint::black_box(acc);
+    touched
 }
 
 #[cfg(test)]
@@ -125,7 +139,8 @@ mod tests {
             .iter()
             .map(super::super::runs_in_parallel)
             .collect();
-        let ahead = plan(&prog, &parallel);
+        let idle = vec![false; prog.kernels.len()];
+        let ahead = plan(&prog, &parallel, &idle);
         (prog, parallel, ahead)
     }
 
@@ -146,6 +161,76 @@ mod tests {
             .filter_map(|(i, b)| b.map(|b| (i, b)))
             .collect();
         assert_eq!(starts, [(0, weight)]);
+    }
+
+    #[test]
+    fn a_stretch_starts_at_its_first_kernel_that_runs() {
+        // A softmax (two serial kernels) before the products.
+        let softmax = "graph {
+  %0 = input 0 : f32[1,768]
+  %1 = input 1 : f32[768,512]
+  %2 = reduce_max %0 axes=[1] : f32[1,1]
+  %3 = broadcast %2 : f32[1,768]
+  %4 = sub %0, %3 : f32[1,768]
+  %5 = exp %4 : f32[1,768]
+  %6 = reduce_sum %5 axes=[1] : f32[1,1]
+  %7 = broadcast %6 : f32[1,768]
+  %8 = div %5, %7 : f32[1,768]
+  %9 = matmul %8, %1 : f32[1,512]
+  return %9
+}";
+        let (prog, parallel, ahead) = planned(softmax);
+        assert_eq!(parallel, [false, false, true], "{prog:?}");
+        let weight = ahead[0].expect("read at the stretch's start");
+        let mut idle = vec![false; 3];
+        idle[0] = true;
+        assert_eq!(plan(&prog, &parallel, &idle), [None, Some(weight), None]);
+        idle[1] = true;
+        assert_eq!(plan(&prog, &parallel, &idle), [None, None, None]);
+    }
+
+    #[test]
+    fn runs_that_read_ahead_match_the_interpreter() {
+        let g = tilejit_ir::text::parse(LAYER).expect("parses");
+        let values = |n: usize, seed: f32| -> Vec<f32> {
+            (0..n).map(|i| (i as f32 * 0.37 + seed).sin()).collect()
+        };
+        let inputs = [
+            Array::from_vec(values(768, 0.1), &[1, 768]).expect("x"),
+            Array::from_vec(values(768 * 512, 0.2), &[768, 512]).expect("w1"),
+            Array::from_vec(values(512 * 768, 0.3), &[512, 768]).expect("w2"),
+        ];
+        let want = tilejit_ir::interp::run(&g, &inputs, &[]).expect("interprets");
+        let want = want[0].as_slice::<f32>().expect("f32").to_vec();
+        let prog = crate::HostProgram::compile(&g).expect("compiles");
+        let check = |got: Vec<Array>| {
+            let got = got[0].as_slice::<f32>().expect("f32");
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!((g - w).abs() <= 1e-3 * (1.0 + w.abs()), "{i}: {g} vs {w}");
+            }
+        };
+        // From outside the pool (the run starts its spinners, which take
+        // the reads), many times over; then inside a caller's one-thread
+        // pool, where nothing would take a read.
+        for _ in 0..50 {
+            check(prog.run(&inputs, &[]).expect("runs"));
+        }
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .expect("a pool");
+        one.install(|| check(prog.run(&inputs, &[]).expect("runs in a pool")));
+    }
+
+    #[test]
+    fn a_read_stops_at_its_limit_its_flag_or_a_run() {
+        let w = Array::from_vec(vec![1.0f32; 2 << 20], &[2 << 20]).expect("w");
+        // One element per 64-byte line of the first 4 MiB.
+        assert_eq!(read(&w, &AtomicBool::new(false)), (MAX_BYTES / 4) / 16);
+        assert_eq!(read(&w, &AtomicBool::new(true)), 0);
+        // Inside a run, a thread waiting in a launch declines the work.
+        let _run = super::super::awake::Awake::start();
+        assert_eq!(read(&w, &AtomicBool::new(false)), 0);
     }
 
     #[test]

@@ -40,11 +40,11 @@ impl HostProgram {
             return rayon::scope(|_| {
                 let _awake = super::awake::Awake::start();
                 crate::cancel::with_limits(limits.clone(), || {
-                    self.run_observed(inputs, params, None, hooks, &limits)
+                    self.run_observed(inputs, params, None, hooks, &limits, true)
                 })
             });
         }
-        self.run_observed(inputs, params, None, hooks, &limits)
+        self.run_observed(inputs, params, None, hooks, &limits, false)
     }
 
     /// [`HostProgram::run`] on this thread, with some kernels placed on the
@@ -56,10 +56,19 @@ impl HostProgram {
         mixed: Option<&mut Mixed<'_>>,
     ) -> Result<Vec<Array>, RuntimeError> {
         let limits = crate::cancel::current();
-        self.run_observed(inputs, params, mixed, crate::hooks::active(), &limits)
+        self.run_observed(
+            inputs,
+            params,
+            mixed,
+            crate::hooks::active(),
+            &limits,
+            false,
+        )
     }
 
-    /// The run loop, with the caller's observers and limits.
+    /// The run loop, with the caller's observers and limits; `spinners`
+    /// when this run started the pool's spinners (`awake`), which can then
+    /// take a read-ahead while this thread runs serial kernels.
     fn run_observed<A: Borrow<Array>>(
         &self,
         inputs: &[A],
@@ -67,6 +76,7 @@ impl HostProgram {
         mut mixed: Option<&mut Mixed<'_>>,
         hooks: Option<crate::hooks::Observers>,
         limits: &crate::cancel::Limits,
+        spinners: bool,
     ) -> Result<Vec<Array>, RuntimeError> {
         let p = &self.prog;
         interp::check_arguments(&p.inputs, p.params.len(), inputs, params)?;
@@ -99,10 +109,9 @@ impl HostProgram {
         // What may stop this run: usually nothing, and then no check costs.
         let stop_check = || limits.stopped().is_some();
         let stop: Option<&(dyn Fn() -> bool + Sync)> = (!limits.is_none()).then_some(&stop_check);
-        // Workers spin for this run's launches only when it runs on the
-        // pool; then one of them can read weights ahead.
-        let reads_ahead =
-            mixed.is_none() && self.on_pool && rayon::current_thread_index().is_some();
+        // Only this run's own spinners take a read-ahead at once; in a
+        // caller's pool nothing might take it until the caller's work ends.
+        let reads_ahead = spinners && mixed.is_none();
         let mut ahead: Option<ReadAhead> = None;
         for (i, k) in p.kernels.iter().enumerate() {
             if self.idle[i] {
