@@ -296,6 +296,22 @@ fn unique_model(sorted: i64, axis: Option<i64>, dims: &[D]) -> OnnxModel {
 }
 
 #[test]
+fn unique_of_empty_slices_finds_one_group() {
+    // 2^20 columns of no elements each: all equal, so one group holding
+    // every column (the per-column tables are no longer built).
+    let cols = 1usize << 20;
+    let model = unique_model(1, Some(1), &[D::N(0), D::N(cols as i64)]);
+    let x = Tensor::zeros(&[0, cols], tilejit::DType::F32);
+    let outs = model.run(&[("x", &x)]).expect("runs");
+    assert_eq!(outs[0].1.shape(), [0, 1]);
+    assert_eq!(outs[1].1.to_vec::<i64>().expect("indices"), [0]);
+    let inverse = outs[2].1.to_vec::<i64>().expect("inverse");
+    assert_eq!(inverse.len(), cols);
+    assert!(inverse.iter().all(|&g| g == 0));
+    assert_eq!(outs[3].1.to_vec::<i64>().expect("counts"), [cols as i64]);
+}
+
+#[test]
 fn unique_of_traced_data_runs_at_a_cut() {
     // ONNX's examples for [2, 1, 1, 3, 4, 3]: first-seen order, then
     // sorted.

@@ -461,6 +461,71 @@ fn loop_with_a_known_trip_count_unrolls_and_stacks_scan_outputs() {
     close("scan", &outs[1].1, &[2, 1], &[0.0, 4.0]);
 }
 
+/// A Loop named `name` of `m` trips (no condition input) that carries
+/// `from` to `to`; its body passes the state (`{name}_y` to `{name}_z`)
+/// through `inner`, or an Identity.
+fn counted_loop(
+    name: &str,
+    m: &str,
+    (from, to): (&str, &str),
+    inner: Option<b::proto::NodeProto>,
+) -> b::proto::NodeProto {
+    let (y, z) = (format!("{name}_y"), format!("{name}_z"));
+    let pass = inner.unwrap_or_else(|| b::node("Identity", "carry", &[&y], &[&z], vec![]));
+    let body = b::graph(
+        "body",
+        vec![
+            b::node("Identity", "keep", &["cond_in"], &["cond_out"], vec![]),
+            pass,
+        ],
+        vec![
+            b::value("iter", b::INT64, &[]),
+            b::value("cond_in", BOOL, &[]),
+            fv(&y, &[1]),
+        ],
+        vec![b::value("cond_out", BOOL, &[]), fv(&z, &[1])],
+    );
+    b::node("Loop", name, &[m, "", from], &[to], vec![body])
+}
+
+#[test]
+fn loops_past_the_unrolling_limits_fail_before_they_run_long() {
+    let y0 = Tensor::from_vec(vec![1.0f32], &[1]).expect("y0");
+    let run = |outer: b::proto::NodeProto, trips: &[(&str, i64)]| {
+        let inits = trips.iter().map(|&(n, m)| b::i64s(n, &[], &[m])).collect();
+        let bytes = b::encode(&b::model(
+            14,
+            vec![outer],
+            vec![fv("y_in", &[1])],
+            vec![b::value("y_out", b::FLOAT, &[])],
+            inits,
+        ));
+        match onnx::from_bytes(&bytes) {
+            Err(e) => e,
+            Ok(m) => m.run(&[("y_in", &y0)]).expect_err("past a limit"),
+        }
+    };
+    // A counted loop one trip past 2^16: refused before its first trip.
+    let top = ("y_in", "y_out");
+    let e = run(
+        counted_loop("outer", "m", top, None),
+        &[("m", (1 << 16) + 1)],
+    );
+    assert_eq!(
+        onnx_err(&e),
+        ("outer", "Loop", "M", ErrorKind::Unsupported),
+        "{e}"
+    );
+    // Loops of 2^16 trips, each within its own limit, nested: the trace's
+    // budget of 2^18 unrolled steps ends them in the fifth outer trip
+    // (2^32 bodies before).
+    let inner = counted_loop("inner", "k", ("outer_y", "outer_z"), None);
+    let outer = counted_loop("outer", "m", top, Some(inner));
+    let e = run(outer, &[("m", 1 << 16), ("k", 1 << 16)]);
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    assert!(e.to_string().contains("unrolled steps in all"), "{e}");
+}
+
 #[test]
 fn scan_in_reverse_carries_state_and_stacks_outputs() {
     // s from [0, 0] adds the rows of xs last first: [5, 6], [8, 10], [9, 12].

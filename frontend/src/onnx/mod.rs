@@ -263,7 +263,7 @@ impl Graph {
             env.set(name.clone(), v);
         }
         let nodes = self.nodes[seg.nodes.clone()].iter().map(|(n, r)| (n, *r));
-        subgraph::run_nodes(nodes, &mut env, self.opset, &self.consts)?;
+        table::with_step_budget(|| subgraph::run_nodes(nodes, &mut env, self.opset, &self.consts))?;
         let mut outs = Vec::with_capacity(seg.outputs.len());
         for (o, kind) in seg.outputs.iter().zip(&seg.output_kinds) {
             let v = env
@@ -308,7 +308,8 @@ impl Graph {
             consts: &self.consts,
             env: None,
         };
-        let outs = table::build(row, node, &cx, &ins).map_err(|e| wrap(node, e))?;
+        let outs = table::with_step_budget(|| table::build(row, node, &cx, &ins))
+            .map_err(|e| wrap(node, e))?;
         for (name, t) in node.outputs.iter().zip(outs) {
             if let Some(e) = t.error() {
                 return Err(wrap(node, e.clone()));

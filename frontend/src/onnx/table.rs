@@ -98,6 +98,9 @@ mod ssm;
 mod training;
 mod transformer;
 mod unique;
+mod unroll;
+
+pub(crate) use unroll::{charge, unroll_limit, unrolled, with_step_budget};
 
 pub(super) use quant::round_to;
 
@@ -1741,27 +1744,6 @@ fn from_end(idx: &Tensor, len: i64) -> Tensor {
 /// The most values a table builds at trace time from numbers in the file
 /// (a Range, say): 2^26, 512 MiB of f64, past what real graphs fold.
 pub(crate) const MAX_FOLDED: usize = 1 << 26;
-
-/// The most steps a node unrolls into the trace, each one or more ops
-/// (Loop's trips, Scan's and the RNNs' time steps, TopK's rounds,
-/// SplitToSequence's pieces): 2^16, past what real graphs unroll. The
-/// count comes from the file (a dim an Expand makes, say), and a trace
-/// of millions of ops would hang the import.
-pub(crate) const MAX_UNROLLED: usize = 1 << 16;
-
-/// `count` (`what`, set by `attr`), or an error when it passes
-/// [`MAX_UNROLLED`].
-pub(crate) fn unrolled(n: &Node, attr: &str, what: &str, count: usize) -> Result<usize> {
-    if count > MAX_UNROLLED {
-        return Err(fail(
-            n,
-            attr,
-            ErrorKind::Unsupported,
-            format!("{count} {what} to unroll; tilejit unrolls at most {MAX_UNROLLED}"),
-        ));
-    }
-    Ok(count)
-}
 
 fn build_range(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
     let start = req(n, ins, 0)?;

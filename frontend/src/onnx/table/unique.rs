@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::tensor::Tensor;
 use std::cmp::Ordering;
-use tilejit_ir::ErrorKind;
+use tilejit_ir::{DType, ErrorKind};
 
 pub(super) static ROWS: &[Row] = &[Row {
     op: "Unique",
@@ -48,10 +48,22 @@ fn build(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> {
         false => (x.reshape(&[x.numel()]), 0),
     };
     let shape = x.shape().to_vec();
-    // Dims of an empty tensor need not multiply to anything that fits.
-    let len = super::folded_len(n, "X", &[shape[ax]])?;
-    let inner = super::folded_len(n, "X", &shape[ax + 1..])?;
-    let outer = super::folded_len(n, "X", &shape[..ax])?;
+    let len = shape[ax];
+    if values.is_empty() && len > 0 {
+        // Slices of no elements are all equal: one group, first at 0, that
+        // every slice maps to (the dims, which an empty tensor does not
+        // bound, size nothing but that map).
+        let idx = Tensor::from_vec(vec![0i64], &[1])?;
+        return Ok(vec![
+            x.index_select(ax as isize, &idx),
+            idx,
+            Tensor::zeros(&[len], DType::I64),
+            Tensor::from_vec(vec![len as i64], &[1])?,
+        ]);
+    }
+    // Not empty: the dims multiply to the elements held.
+    let inner: usize = shape[ax + 1..].iter().product();
+    let outer: usize = shape[..ax].iter().product();
     let slice = |i: usize| -> Vec<f64> {
         (0..outer)
             .flat_map(|o| {

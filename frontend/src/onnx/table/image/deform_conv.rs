@@ -105,7 +105,9 @@ pub(in super::super) fn build_deform_conv(
             off.shape()
         ));
     }
-    let p = oh * ow;
+    // One traced product per group, checked before anything is built.
+    super::super::unrolled(n, "group", "groups", group)?;
+    let p = super::super::folded_len(n, "offset", &[oh, ow])?;
     let mut y_dims = vec![batch, oc, oh, ow];
     if batch == 0 || p == 0 || oc == 0 {
         return one(Tensor::zeros(&y_dims, x.dtype()));
@@ -161,7 +163,6 @@ pub(in super::super) fn build_deform_conv(
     }
     let cols = cols.reshape(&[batch, c * t, p]);
     let ocg = oc / group;
-    super::super::unrolled(n, "group", "groups", group)?;
     let mut outs = Vec::with_capacity(group);
     for g in 0..group {
         let cg_t = (cg * t) as isize;

@@ -4,7 +4,7 @@
 //! while tracing (a constant or a shape), and a Loop's condition must be
 //! known at every iteration.
 
-use super::super::{attr_i, attr_ints, axis, fail, opt, req, unrolled, Cx};
+use super::super::{attr_i, attr_ints, axis, charge, fail, opt, req, unroll_limit, unrolled, Cx};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::onnx::subgraph;
@@ -177,9 +177,20 @@ pub(super) fn build_loop(n: &Node, cx: &Cx, vals: &[Option<Value>]) -> Result<Ve
     let scans = body.outputs.len().saturating_sub(1 + carried);
     let mut scanned: Vec<Vec<Tensor>> = vec![Vec::new(); scans];
     // Unrolling has to end: a condition-only loop stops at a known false.
+    // A for-loop (no condition) is refused before its first trip.
+    let attr = if trips.is_some() { "M" } else { "cond" };
+    if let (Some(m), None) = (trips, opt(ins, 1)) {
+        unroll_limit(
+            n,
+            "M",
+            "iterations",
+            usize::try_from(m).unwrap_or(usize::MAX),
+        )?;
+    }
     let mut i = 0i64;
     while cond && trips.is_none_or(|m| i < m) {
-        unrolled(n, "M", "or more iterations", i as usize + 1)?;
+        unroll_limit(n, attr, "or more iterations", i as usize + 1)?;
+        charge(n, attr, "iterations", 1)?;
         let mut args = vec![
             Value::Tensor(Tensor::from_vec(vec![i], &[])?),
             Value::Tensor(Tensor::from_vec(vec![cond], &[])?),
