@@ -1024,6 +1024,39 @@ fn conv_transpose_stride_over_one_element_changes_nothing() {
     }
 }
 
+#[test]
+fn conv_strides_past_the_image_take_its_first_window() {
+    // Strides [2^31, 2] overflowed the host's stride-phase kernel in a
+    // fuzzed model (seed 127; its unit test is in `phases.rs`). Any row
+    // stride past the padded height gives one output row, the first
+    // window's: the same as a stride of 8, on every mode.
+    let x = image(50, 0.5, &[1, 2, 5, 5]);
+    let run = |strides: &[i64], mode| {
+        let conv = b::node(
+            "Conv",
+            "c",
+            &["x", "w", "b"],
+            &["y"],
+            vec![b::ints("strides", strides), b::ints("pads", &[1, 1, 1, 1])],
+        );
+        let w = vec![
+            b::f32s("w", &[3, 2, 3, 3], &vals(54, 0.3)),
+            b::f32s("b", &[3], &[0.1, -0.2, 0.3]),
+        ];
+        let m = model(19, conv, &[1, 2, 5, 5], w);
+        let outs = with_mode(mode, || m.run(&[("x", &x)])).expect("runs");
+        let y = &outs[0].1;
+        (y.shape().to_vec(), y.to_vec::<f32>().expect("f32"))
+    };
+    for mode in MODES {
+        let want = run(&[8, 2], mode);
+        assert_eq!(want.0, [1, 3, 1, 3]);
+        for s in [1 << 31, u32::MAX as i64] {
+            assert_eq!(run(&[s, 2], mode), want, "{mode:?} stride {s}");
+        }
+    }
+}
+
 // ---- pools, GridSample, AffineGrid, CenterCropPad, Col2Im, MaxUnpool ----
 //
 // The constants below come from onnx 1.23's `ReferenceEvaluator` on the

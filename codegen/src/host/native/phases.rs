@@ -45,6 +45,10 @@ const MAX_K: usize = 256;
 /// The most input channels (per group) taken here.
 const MAX_CHANNELS: usize = 4;
 
+/// The most stride phases (`sh * sw`) taken here: a stem's stride 2 makes
+/// 4; past a few, each phase holds little more than a window's taps.
+const MAX_PHASES: usize = 16;
+
 /// The phase planes' shape, and where each window value is read from.
 struct Phases {
     /// Rows of a plane: the output rows plus the window's reach below.
@@ -100,9 +104,13 @@ fn conv_on(
     // With more outputs than pixels, or a 1x1 window (whose window values
     // are a subsample of the image), `gemm` does better: ResNet-18's 1x1/2
     // layers ran 2-4x slower here.
+    // Phase planes per channel: strides past a window's reach (a fuzzed
+    // 2^31) would make as many planes as the image has pixels, or more.
+    let phase_count = win.stride.0 as usize * win.stride.1 as usize;
     if win.dilation != (1, 1)
         || k > MAX_K
         || cg > MAX_CHANNELS
+        || phase_count > MAX_PHASES
         || win.size() < 2
         || o > oh * ow
         || wv.col_stride != 1
@@ -116,7 +124,7 @@ fn conv_on(
     let plane = ic.h * ic.w;
     let group_img = &img[group * cg * plane..(group + 1) * cg * plane];
     let g = phases(ic, oh, ow);
-    let planes = cg * (win.stride.0 * win.stride.1) as usize;
+    let planes = cg * phase_count;
     let Some(len) = planes.checked_mul(g.hq).and_then(|n| n.checked_mul(g.wq)) else {
         return Ok(false);
     };
@@ -330,6 +338,55 @@ mod tests {
     /// padding, output rows off and on whole tiles, channel counts off the
     /// tile's 6, groups, on one and three threads, into rows with gaps that
     /// stay untouched: against the definition, on each vector width.
+    /// A fuzz finding: strides (2^31, 2) overflowed the count of phase
+    /// planes (`sh * sw` in u32). Strides that make more phases than
+    /// [`MAX_PHASES`] are declined, to the kernels that read the windows
+    /// in place; those within it are taken.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn strides_of_many_phases_are_declined() {
+        for (stride, taken) in [
+            ((1 << 31, 2), false),
+            ((u32::MAX, u32::MAX), false),
+            ((4, 4), true),
+        ] {
+            let ic = Im2Col {
+                c: 2,
+                h: 5,
+                w: 5,
+                window: Window {
+                    kh: 3,
+                    kw: 3,
+                    stride,
+                    pad: [1, 1, 1, 1],
+                    dilation: (1, 1),
+                    groups: 1,
+                },
+            };
+            let (oh, ow) = ic.window.out(5, 5).expect("fits");
+            let (img, wts) = (vec![1.0f32; 50], vec![1.0f32; 18]);
+            let wv = GemmView {
+                offset: 0,
+                rows: 1,
+                cols: 18,
+                row_stride: 18,
+                col_stride: 1,
+            };
+            let ov = GemmView {
+                offset: 0,
+                rows: 1,
+                cols: oh * ow,
+                row_stride: oh * ow,
+                col_stride: 1,
+            };
+            for &isa in super::super::lanes16::Isa::all().iter() {
+                let mut out = vec![0.0f32; oh * ow];
+                let done = conv_on(isa, &img, &ic, 0, (&wts, wv), (&mut out, ov), 1).expect("fits");
+                assert_eq!(done, taken, "strides {stride:?} on {isa:?}");
+            }
+        }
+    }
+
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn phases_match_the_definition() {
