@@ -652,6 +652,43 @@ fn depth_space_round_trip_and_pad_modes() {
 }
 
 #[test]
+fn pads_of_long_axes_compute_their_index_lines() {
+    // 5000 values padded (3, 4): 5007 positions, past the 4096 a table
+    // holds, so the source indices are computed in the graph. Expected
+    // values by each mode's definition, element by element.
+    let n = 5000usize;
+    let xv: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+    let x = Tensor::from_vec(xv.clone(), &[1, 1, 1, n]).expect("x");
+    let (pb, pe) = (3i64, 4i64);
+    let len = n as i64;
+    for mode in ["edge", "reflect", "wrap"] {
+        let want: Vec<f64> = (0..len + pb + pe)
+            .map(|o| {
+                let i = o - pb;
+                let src = match mode {
+                    "edge" => i.clamp(0, len - 1),
+                    "wrap" => i.rem_euclid(len),
+                    _ if i < 0 => -i,
+                    _ if i >= len => 2 * (len - 1) - i,
+                    _ => i,
+                };
+                xv[src as usize] as f64
+            })
+            .collect();
+        let node = b::node(
+            "Pad",
+            "p",
+            &["x", "pads"],
+            &["y"],
+            vec![b::string("mode", mode)],
+        );
+        let pads = b::i64s("pads", &[8], &[0, 0, 0, pb, 0, 0, 0, pe]);
+        let m = model(13, node, &[1, 1, 1, n as i64], vec![pads]);
+        check_modes(&m, &x, &[1, 1, 1, n + 7], &want);
+    }
+}
+
+#[test]
 fn bad_image_nodes_fail_at_load_naming_the_attribute() {
     let resize = |attrs| b::node("Resize", "r", &["x", "", "s"], &["y"], attrs);
     let s = || vec![b::f32s("s", &[4], &[1.0, 1.0, 2.0, 2.0])];

@@ -6,7 +6,7 @@ use super::super::{attr_i, attr_s, fail, one, req, Cx};
 use crate::error::Result;
 use crate::onnx::model::Node;
 use crate::tensor::Tensor;
-use tilejit_ir::ErrorKind;
+use tilejit_ir::{DType, ErrorKind};
 
 pub(in super::super) fn check_blocks(n: &Node, _: &Cx) -> Result<()> {
     if attr_i(n, "blocksize", 0)? < 1 {
@@ -134,6 +134,10 @@ pub(in super::super) fn pad_indexed(
                 format!("pads ({pb}, {pe}) make axis {a} {out} long; tilejit pads an axis to at most {}", super::super::MAX_FOLDED),
             ));
         }
+        if out as usize > crate::ops::INDEX_LINE_CONSTANT {
+            y = y.index_select(a as isize, &long_pad_index(out as usize, len, pb, mode));
+            continue;
+        }
         let idx: Vec<i64> = (0..out.max(0))
             .map(|o| {
                 let i = o - pb;
@@ -157,4 +161,29 @@ pub(in super::super) fn pad_indexed(
         y = y.index_select(a as isize, &Tensor::from_vec(idx, &[count])?);
     }
     Ok(y)
+}
+
+/// [`pad_indexed`]'s index line for a long axis, computed rather than
+/// stored: the source index of each of `out` positions, from an index
+/// line of about `sqrt(out)` constant values (a table of `out` i64s was
+/// 134 MB for a fuzzed 16.8M-long axis, built while tracing and then
+/// copied to the device).
+fn long_pad_index(out: usize, len: i64, pb: i64, mode: &str) -> Tensor {
+    let line = crate::apply::apply("pad", crate::error::Loc::caller(), &[], |g, _| {
+        crate::ops::index_line(g, out, DType::I64)
+    });
+    let at = |v: i64| Tensor::full(&[], v as f64, DType::I64);
+    let i = &line - &at(pb);
+    match mode {
+        "edge" => i.maximum(&at(0)).minimum(&at(len - 1)),
+        // `remainder` takes the divisor's sign: rem_euclid for len > 0.
+        "wrap" => i.remainder(&at(len)),
+        _ if len == 1 => Tensor::zeros(&[out], DType::I64),
+        _ => {
+            // Mirror without repeating the edge: period 2(len-1).
+            let period = at(2 * (len - 1));
+            let p = i.remainder(&period);
+            Tensor::where_cond(&p.lt(&at(len)), &p, &(&period - &p))
+        }
+    }
 }
