@@ -882,7 +882,7 @@ fn node_err(
 }
 
 /// Nodes that trace a step per unit of a count the file sets (a window's
-/// taps, a 3-D kernel's depth, antialiasing taps, LRN's channel taps,
+/// taps, MaxPool's window positions with indices, a 3-D kernel's depth, antialiasing taps, LRN's channel taps,
 /// CumProd's products, STFT's frames), one past the 2^16 steps the
 /// importer unrolls: each an E4 naming the node, at once, where each
 /// traced for minutes before. A Split with more pieces than outputs is a
@@ -900,6 +900,14 @@ fn unrolling_past_the_limit_is_unsupported() {
     unsupported(
         b::node("LpPool", "p", &["x"], &["y"], attrs),
         &[1, 1, 2],
+        vec![],
+    );
+    // MaxPool with indices: 300 + 300 taps by axis, but 90,000 window
+    // positions, one traced slice each.
+    let attrs = vec![b::ints("kernel_shape", &[300, 300])];
+    unsupported(
+        b::node("MaxPool", "mp", &["x"], &["y", "i"], attrs),
+        &[1, 1, 300, 300],
         vec![],
     );
     let w = vec![b::f32s("w", &[1, 1, over, 1, 1], &vals(over as usize, 0.2))];
