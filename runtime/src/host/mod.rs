@@ -9,8 +9,8 @@
 //! checked arguments); `store` the typed buffers of a run and the pool
 //! they come from; `run` the general run loop and kernel launches;
 //! `plan` the short way for one small kernel; `read_ahead` a product's
-//! weights read ahead while the serial kernels before it run; `matmul` matmul and tiled
-//! matmul kernels; `conv` convolution kernels.
+//! weights read ahead while the serial kernels before it run; `matmul`
+//! matmul and tiled matmul kernels; `conv` convolution kernels.
 
 mod awake;
 mod conv;
@@ -167,7 +167,6 @@ impl HostProgram {
         let ahead = read_ahead::plan(&prog, &parallel, &idle);
         let on_pool =
             parallel.iter().filter(|&&p| p).count() >= 2 && rayon::current_num_threads() > 1;
-
         Ok(HostProgram {
             on_pool,
             name: name.to_string(),

@@ -33,6 +33,7 @@ const STEP: usize = 4096;
 /// Per kernel, the weight to read ahead when that kernel starts: the
 /// first kernel of a serial stretch names the weight of the one-row
 /// product that ends it.
+///
 /// Idle kernels (which the run skips) neither start nor end a stretch.
 pub(super) fn plan(prog: &KernelProgram, parallel: &[bool], idle: &[bool]) -> Vec<Option<BufId>> {
     let mut ahead = vec![None; prog.kernels.len()];

@@ -101,12 +101,12 @@ fn conv_on(
     let win = ic.window;
     let (k, o, cg) = (wv.cols, ov.rows, ic.group_channels());
     let (oh, ow) = win.out(ic.h, ic.w).unwrap_or((0, 0));
-    // With more outputs than pixels, or a 1x1 window (whose window values
-    // are a subsample of the image), `gemm` does better: ResNet-18's 1x1/2
-    // layers ran 2-4x slower here.
     // Phase planes per channel: strides past a window's reach (a fuzzed
     // 2^31) would make as many planes as the image has pixels, or more.
     let phase_count = win.stride.0 as usize * win.stride.1 as usize;
+    // With more outputs than pixels, or a 1x1 window (whose window values
+    // are a subsample of the image), `gemm` does better: ResNet-18's 1x1/2
+    // layers ran 2-4x slower here.
     if win.dilation != (1, 1)
         || k > MAX_K
         || cg > MAX_CHANNELS
@@ -334,10 +334,6 @@ mod tests {
     use super::*;
     use tilejit_ir::graph::Window;
 
-    /// Strides one to three (both ways and mixed), asymmetric and no
-    /// padding, output rows off and on whole tiles, channel counts off the
-    /// tile's 6, groups, on one and three threads, into rows with gaps that
-    /// stay untouched: against the definition, on each vector width.
     /// A fuzz finding: strides (2^31, 2) overflowed the count of phase
     /// planes (`sh * sw` in u32). Strides that make more phases than
     /// [`MAX_PHASES`] are declined, to the kernels that read the windows
@@ -387,6 +383,10 @@ mod tests {
         }
     }
 
+    /// Strides one to three (both ways and mixed), asymmetric and no
+    /// padding, output rows off and on whole tiles, channel counts off the
+    /// tile's 6, groups, on one and three threads, into rows with gaps that
+    /// stay untouched: against the definition, on each vector width.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn phases_match_the_definition() {
