@@ -1036,6 +1036,13 @@ fn failed_intermediates_and_overflowing_numbers_are_errors() {
 /// length `s * (1 - 1) + ..` does not depend on it): any stride there,
 /// up to i64::MAX (the fuzzer's, seed 101, which tried to spread the
 /// axis into 2^63 elements), gives what stride 1 gives.
+/// The shape and values of `m`'s first output for input `x` on `mode`.
+fn first_output(m: &onnx::OnnxModel, x: &Tensor, mode: tilejit::RunMode) -> (Vec<usize>, Vec<f32>) {
+    let outs = with_mode(mode, || m.run(&[("x", x)])).expect("runs");
+    let y = &outs[0].1;
+    (y.shape().to_vec(), y.to_vec::<f32>().expect("f32"))
+}
+
 #[test]
 fn conv_transpose_stride_over_one_element_changes_nothing() {
     let x = image(4, 0.5, &[1, 1, 4, 1]);
@@ -1055,9 +1062,7 @@ fn conv_transpose_stride_over_one_element_changes_nothing() {
     let w = || vec![b::f32s("w", &[1, 2, 3, 3], &vals(18, 0.3))];
     let run = |strides: &[i64], mode| {
         let m = model(19, ct(strides), &[1, 1, 4, 1], w());
-        let outs = with_mode(mode, || m.run(&[("x", &x)])).expect("runs");
-        let y = &outs[0].1;
-        (y.shape().to_vec(), y.to_vec::<f32>().expect("f32"))
+        first_output(&m, &x, mode)
     };
     for mode in MODES {
         let want = run(&[2, 1], mode);
@@ -1089,9 +1094,7 @@ fn conv_strides_past_the_image_take_its_first_window() {
             b::f32s("b", &[3], &[0.1, -0.2, 0.3]),
         ];
         let m = model(19, conv, &[1, 2, 5, 5], w);
-        let outs = with_mode(mode, || m.run(&[("x", &x)])).expect("runs");
-        let y = &outs[0].1;
-        (y.shape().to_vec(), y.to_vec::<f32>().expect("f32"))
+        first_output(&m, &x, mode)
     };
     for mode in MODES {
         let want = run(&[8, 2], mode);

@@ -124,7 +124,7 @@ pub(in super::super) fn pad_indexed(
                 format!("{mode} padding of ({pb}, {pe}) on axis {a} of length {len}"),
             ));
         }
-        // The index table is built here, one entry per output position.
+        // A padded length the file sets, held to the trace-time limit.
         let out = len.saturating_add(pb).saturating_add(pe);
         if out > super::super::MAX_FOLDED as i64 {
             return Err(fail(
@@ -134,41 +134,17 @@ pub(in super::super) fn pad_indexed(
                 format!("pads ({pb}, {pe}) make axis {a} {out} long; tilejit pads an axis to at most {}", super::super::MAX_FOLDED),
             ));
         }
-        if out as usize > crate::ops::INDEX_LINE_CONSTANT {
-            y = y.index_select(a as isize, &long_pad_index(out as usize, len, pb, mode));
-            continue;
-        }
-        let idx: Vec<i64> = (0..out.max(0))
-            .map(|o| {
-                let i = o - pb;
-                match mode {
-                    "edge" => i.clamp(0, len - 1),
-                    "wrap" => i.rem_euclid(len),
-                    // Mirror without repeating the edge: period 2(len-1).
-                    _ if len == 1 => 0,
-                    _ => {
-                        let p = i.rem_euclid(2 * (len - 1));
-                        if p < len {
-                            p
-                        } else {
-                            2 * (len - 1) - p
-                        }
-                    }
-                }
-            })
-            .collect();
-        let count = idx.len();
-        y = y.index_select(a as isize, &Tensor::from_vec(idx, &[count])?);
+        let index = pad_index(out.max(0) as usize, len, pb, mode);
+        y = y.index_select(a as isize, &index);
     }
     Ok(y)
 }
 
-/// [`pad_indexed`]'s index line for a long axis, computed rather than
-/// stored: the source index of each of `out` positions, from an index
-/// line of about `sqrt(out)` constant values (a table of `out` i64s was
-/// 134 MB for a fuzzed 16.8M-long axis, built while tracing and then
-/// copied to the device).
-fn long_pad_index(out: usize, len: i64, pb: i64, mode: &str) -> Tensor {
+/// [`pad_indexed`]'s source index for each of `out` positions, computed
+/// from an index line (about `sqrt(out)` constant values) rather than
+/// stored: a table of `out` i64s was 134 MB for a fuzzed 16.8M-long axis,
+/// built while tracing and then copied to the device.
+fn pad_index(out: usize, len: i64, pb: i64, mode: &str) -> Tensor {
     let line = crate::apply::apply("pad", crate::error::Loc::caller(), &[], |g, _| {
         crate::ops::index_line(g, out, DType::I64)
     });
