@@ -883,7 +883,7 @@ fn node_err(
 
 /// Nodes that trace a step per unit of a count the file sets (a window's
 /// taps, MaxPool's window positions with indices, a 3-D kernel's depth, antialiasing taps, LRN's channel taps,
-/// CumProd's products, STFT's frames), one past the 2^16 steps the
+/// CumProd's products, STFT's frames, DeformConv's groups), one past the 2^16 steps the
 /// importer unrolls: each an E4 naming the node, at once, where each
 /// traced for minutes before. A Split with more pieces than outputs is a
 /// bad argument.
@@ -938,6 +938,14 @@ fn unrolling_past_the_limit_is_unsupported() {
         &[1, over, 1],
         vec![b::i64s("step", &[], &[1]), b::i64s("len", &[], &[1])],
     );
+    // DeformConv: one traced product per group.
+    let attrs = vec![b::int("group", over)];
+    let deform = b::node("DeformConv", "dc", &["x", "w", "off"], &["y"], attrs);
+    let inits = vec![
+        b::f32s("w", &[over, 1, 1, 1], &vals(over as usize, 0.3)),
+        b::f32s("off", &[1, 2, 1, 1], &[0.0; 2]),
+    ];
+    unsupported(deform, &[1, over, 1, 1], inits);
     let attrs = vec![b::int("axis", 0), b::int("num_outputs", 3)];
     assert_eq!(
         node_err(b::node("Split", "sp", &["x"], &["y"], attrs), &[6], vec![]),

@@ -169,6 +169,39 @@ fn sequence_inputs_map_and_insert() {
     assert_eq!(m.function().handlers().len(), 2);
 }
 
+/// SequenceMap traces its body once per element: a sequence of one more
+/// than the 2^16 steps the importer unrolls is an E4 naming the node, on
+/// every mode, before the body is traced.
+#[test]
+fn sequence_map_past_the_unrolling_limit_is_unsupported() {
+    let body = b::graph(
+        "body",
+        vec![b::node("Neg", "neg", &["e"], &["o"], vec![])],
+        vec![b::value("e", b::FLOAT, &[])],
+        vec![b::value("o", b::FLOAT, &[])],
+    );
+    let node = b::node("SequenceMap", "map", &["xs"], &["ys"], vec![body]);
+    let m = load(
+        vec![node],
+        vec![seq_value("xs")],
+        vec![seq_value("ys")],
+        vec![],
+    )
+    .unwrap();
+    let one = Tensor::from_vec(vec![1.0f32], &[1]).unwrap();
+    let xs = Value::Sequence(vec![one; (1 << 16) + 1]);
+    for mode in MODES {
+        let e = with_mode(mode, || m.run_values(&[("xs", &xs)])).expect_err("past the limit");
+        let want = (
+            "map",
+            "SequenceMap",
+            "input_sequence",
+            ErrorKind::Unsupported,
+        );
+        assert_eq!(onnx_err(&e), want, "{mode:?}");
+    }
+}
+
 /// An optional input: OptionalHasElement on a value and on an empty one,
 /// Optional wrapping and OptionalGetElement unwrapping.
 #[test]

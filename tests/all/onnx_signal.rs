@@ -265,3 +265,56 @@ fn bad_signal_and_state_nodes_are_errors_naming_them() {
         )
     );
 }
+
+/// CausalConvWithState over more taps, and LinearAttention over more time
+/// steps, than the 2^16 steps the importer unrolls (one traced op or more
+/// per step): each an E4 naming the node and the input that sets the
+/// count, on every mode, before a step is traced.
+#[test]
+fn state_nodes_past_the_unrolling_limit_are_unsupported() {
+    let over = (1usize << 16) + 1;
+    let fails = |m: tilejit::Result<onnx::OnnxModel>, ins: &[(&str, &Tensor)], want| {
+        for mode in MODES {
+            match &m {
+                Err(e) => assert_eq!(onnx_err(e), want, "at load"),
+                Ok(m) => {
+                    let e = with_mode(mode, || m.run(ins)).expect_err("past the limit");
+                    assert_eq!(onnx_err(&e), want, "{mode:?}");
+                }
+            }
+        }
+    };
+    let node = b::node("CausalConvWithState", "ccs", &["x", "w"], &["y"], vec![]);
+    let dims: [(&str, &[i64]); 2] = [("x", &[1, 1, 1]), ("w", &[1, 1, over as i64])];
+    let m = one(27, node, &dims, &["y"], vec![]);
+    let (x, w) = (t(&[1.0], &[1, 1, 1]), t(&vec![0.5; over], &[1, 1, over]));
+    let want = (
+        "ccs",
+        "CausalConvWithState",
+        "weight",
+        ErrorKind::Unsupported,
+    );
+    fails(m, &[("x", &x), ("w", &w)], want);
+    let node = b::node(
+        "LinearAttention",
+        "la",
+        &["q", "k", "v"],
+        &["o"],
+        vec![
+            b::string("update_rule", "linear"),
+            b::int("q_num_heads", 1),
+            b::int("kv_num_heads", 1),
+        ],
+    );
+    let dims: &[i64] = &[1, over as i64, 1];
+    let m = one(
+        27,
+        node,
+        &[("q", dims), ("k", dims), ("v", dims)],
+        &["o"],
+        vec![],
+    );
+    let q = t(&vec![0.25; over], &[1, over, 1]);
+    let want = ("la", "LinearAttention", "query", ErrorKind::Unsupported);
+    fails(m, &[("q", &q), ("k", &q), ("v", &q)], want);
+}
