@@ -606,10 +606,11 @@ fn gather_nd_matches_hand_values() {
 
 /// Slice with steps (negative too), Einsum, the bitwise ops and BitShift
 /// map onto `slice_step`, `einsum` and the bitwise rows: hand values on
-/// every backend, and a step of 0 refused at load.
+/// every backend; a step of 0 refused at load, a repeated axis (`1` and
+/// `-1` of a rank-2 input) when the slice is traced.
 #[test]
 fn stepped_slices_einsum_and_bitwise_ops_match_hand_values() {
-    let slice = |steps: &[i64]| {
+    let slice = |axes: &[i64], steps: &[i64]| {
         b::encode(&b::model(
             13,
             vec![
@@ -644,12 +645,12 @@ fn stepped_slices_einsum_and_bitwise_ops_match_hand_values() {
             vec![
                 b::i64s("st", &[2], &[-1, -1]),
                 b::i64s("en", &[2], &[i64::MIN, i64::MIN]),
-                b::i64s("ax", &[2], &[0, 1]),
+                b::i64s("ax", &[2], axes),
                 b::i64s("sp", &[2], steps),
             ],
         ))
     };
-    let model = onnx::from_bytes(&slice(&[-1, -2])).unwrap();
+    let model = onnx::from_bytes(&slice(&[0, 1], &[-1, -2])).unwrap();
     let x = Tensor::from_vec((0..10).map(|v| v as f32).collect(), &[2, 5]).unwrap();
     let i = Tensor::from_vec(vec![5i64, 12, -1], &[3]).unwrap();
     let j = Tensor::from_vec(vec![3i64, 10, 2], &[3]).unwrap();
@@ -669,7 +670,7 @@ fn stepped_slices_einsum_and_bitwise_ops_match_hand_values() {
         assert_eq!(outs[2].1.to_vec::<i64>().unwrap(), [6, 6, -3]);
         assert_eq!(outs[3].1.to_vec::<i64>().unwrap(), [40, 12288, -4]);
     }
-    let err = onnx::from_bytes(&slice(&[1, 0]))
+    let err = onnx::from_bytes(&slice(&[0, 1], &[1, 0]))
         .err()
         .expect("a step of 0");
     let (node, op, attr, kind) = onnx_err(&err);
@@ -678,6 +679,14 @@ fn stepped_slices_einsum_and_bitwise_ops_match_hand_values() {
         ("s", "Slice", "steps", ErrorKind::BadArgument),
         "{err}"
     );
+    let repeated = onnx::from_bytes(&slice(&[1, -1], &[1, 1])).unwrap();
+    for mode in MODES {
+        let run = || repeated.run(&[("x", &x), ("i", &i), ("j", &j)]);
+        let err = with_mode(mode, run).expect_err("a repeated axis");
+        let want = ("s", "Slice", "axes", ErrorKind::BadArgument);
+        assert_eq!(onnx_err(&err), want, "{mode:?}: {err}");
+        assert!(err.to_string().contains("axis 1 is repeated"), "{err}");
+    }
     // Einsum's ellipsis and diagonals: [[1, 2], [3, 4]]'s diagonal is
     // [1, 4]; an output subscript in no operand fails the run.
     let einsum = |eq: &str| {

@@ -1693,8 +1693,15 @@ fn build_slice(n: &Node, _: &Cx, ins: &[Option<Tensor>]) -> Result<Vec<Tensor>> 
     }
     let mut y = x.clone();
     let big = |v: i64| v.clamp(isize::MIN as i64 / 2, isize::MAX as i64 / 2) as isize;
+    // An axis at most once (ONNX leaves a repeat undefined; onnxruntime
+    // refuses it), so a file's list traces at most one slice per axis.
+    let mut seen = vec![false; x.rank()];
     for (((&s, &e), &a), &step) in starts.iter().zip(&ends).zip(&axes).zip(&steps) {
         let a = axis(n, "axes", a, x.rank())?;
+        if std::mem::replace(&mut seen[a], true) {
+            let m = format!("axis {a} is repeated");
+            return Err(fail(n, "axes", ErrorKind::BadArgument, m));
+        }
         if step != 1 {
             // ONNX's clamping for other steps is `slice_step`'s own.
             y = y.slice_step(a as isize, big(s), big(e), big(step));
