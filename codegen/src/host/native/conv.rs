@@ -1,11 +1,13 @@
 //! Direct NCHW convolution for f32 on AVX-512 with FMA: an implicit
 //! GEMM `out[o, p] = sum_q w[o, q] * window(p, q)` over strips of output
 //! pixels. The weights are packed once per call (`[k, tile rows]` per
-//! block of output channels). At stride 1 the image is copied once with
-//! its zero padding, and a strip's window values are runs of its rows:
-//! read in place by the micro-kernel when the tile's width divides the
-//! output rows (U-Net's 128, 64, 32), else copied into an L2-sized `[k,
-//! strip]` panel; other strides pack tap by tap. A register-tiled
+//! block of output channels). The image is copied once with its zero
+//! padding (at a column stride of 2 to 4, each row stored as its column
+//! phases), and a strip's window values are runs of its rows: read in
+//! place by the micro-kernel when the tile's width divides the output
+//! rows (U-Net's 128, 64, 32), else copied into an L2-sized `[k, strip]`
+//! panel; other strides, and windows narrower than their stride, pack
+//! tap by tap. A register-tiled
 //! micro-kernel then runs every block of channels over the strip. A
 //! column matrix of the whole image and the `gemm` crate's second packing
 //! of it (a write and two reads of `k x p` floats per call, which bind
@@ -49,6 +51,11 @@ const MAX_MR: usize = 16;
 
 /// The most output pixels of a tile.
 const MAX_NR: usize = 48;
+
+/// The largest column stride whose windows are read from a padded image
+/// stored by column phases (one extra column per row at most per phase);
+/// larger ones pack tap by tap.
+const MAX_PHASED: usize = 4;
 
 /// A register tile: `NV` zmm vectors of output pixels by `MR` output
 /// channels (`NV * MR` accumulators).
@@ -261,19 +268,29 @@ fn conv_with(
         .collect();
     // The output rows, each `p` long.
     let mut outs = super::view_lines(out, ov.offset, o, p, ov.row_stride);
-    // Stride 1 along rows: each tap's values for a run of output columns
-    // are a run of a (zero-padded) image row. When a tile's width divides
-    // the output rows, every strip lies in one row and the micro-kernel
-    // reads those runs in place (a tile that pads the channels at most
-    // 1/8 more is worth it); otherwise each strip's values are packed.
-    // Padding that would make the copy much bigger than the image (huge
-    // pads under a huge row stride) packs tap by tap instead.
+    // Each tap's values for a run of output columns are a run of a
+    // (zero-padded) image row: at stride 1 directly, at column stride `sw`
+    // once each padded row is stored as its `sw` column phases one after
+    // another (`wq` columns each: column `c` at `c % sw * wq + c / sw`),
+    // as output column `x`'s tap `j` reads column `x * sw + j * dw`, in
+    // phase `j * dw % sw` at `x + j * dw / sw`. When a tile's width
+    // divides the output rows, every strip lies in one row and the
+    // micro-kernel reads those runs in place (a tile that pads the
+    // channels at most 1/8 more is worth it); otherwise each strip's
+    // values are packed. Padding that would make the copy much bigger
+    // than the image (huge pads under a huge row stride), strides past
+    // `MAX_PHASED` and windows narrower than their strides pack tap by
+    // tap instead.
     let (hp, wp) = (
         ic.h + g.pt + win.pad[2] as usize,
         ic.w + g.pl + win.pad[3] as usize,
     );
-    let padded_len = cg.checked_mul(hp).and_then(|n| n.checked_mul(wp));
-    let direct = g.sw == 1 && padded_len.is_some_and(|n| n <= 4 * cg * ic.h * ic.w + (1 << 16));
+    let wq = wp.div_ceil(g.sw.max(1));
+    let wps = wq * g.sw;
+    let padded_len = cg.checked_mul(hp).and_then(|n| n.checked_mul(wps));
+    let phased = phased_stride((g.kh, g.dh, g.sh), (g.kw, g.dw, g.sw));
+    let direct =
+        (g.sw == 1 || phased) && padded_len.is_some_and(|n| n <= 4 * cg * ic.h * ic.w + (1 << 16));
     let pad_o = |t: Tile| o.div_ceil(t.shape().1) * t.shape().1;
     let in_place = Tile::supported()
         .iter()
@@ -296,7 +313,8 @@ fn conv_with(
         (0..k)
             .map(|q| {
                 let (ci, i, j) = (q / (g.kh * g.kw), q / g.kw % g.kh, q % g.kw);
-                (ci * hp + i * g.dh) * wp + j * g.dw
+                let col = j * g.dw;
+                (ci * hp + i * g.dh) * wps + col % g.sw * wq + col / g.sw
             })
             .collect()
     } else {
@@ -310,13 +328,13 @@ fn conv_with(
         if direct {
             let channels = g.k / (g.kh * g.kw);
             let group = &img[g.base..g.base + channels * g.h * g.w];
-            pad_image(group, (g.h, g.w), (g.pt, g.pl), (hp, wp), padded);
+            pad_image_phased(group, (g.h, g.w), (g.pt, g.pl), (hp, wp), g.sw, padded);
         }
         let padded = &*padded;
         let source = match direct {
             true => Source::Padded {
                 padded,
-                wp,
+                wp: wps,
                 offsets: &offsets,
             },
             false => Source::Taps(img),
@@ -335,7 +353,7 @@ fn conv_with(
                 with_scratch(&STRIP, scratch, |strip| {
                     for &(p0, valid) in list {
                         let b = if in_place.is_some() {
-                            (padded, p0 / ow * g.sh * wp + p0 % ow, offsets.as_slice())
+                            (padded, p0 / ow * g.sh * wps + p0 % ow, offsets.as_slice())
                         } else {
                             pack(tile, &source, &g, p0, valid, nr, strip);
                             (&*strip, 0, packed_rows.as_slice())
@@ -432,6 +450,65 @@ pub(super) fn pad_image(
                     row[left + w..].fill(0.0);
                 }
                 None => row.fill(0.0),
+            }
+        }
+    }
+}
+
+/// Whether a window of `(taps, dilation, stride)` by rows and columns
+/// reads a padded image stored by column phases ([`pad_image_phased`]):
+/// a column stride from 2 to [`MAX_PHASED`] that the window's span covers
+/// on both axes. A narrower window (a 1x1 at stride 2) reads a fraction
+/// of the image, which the phased copy would move whole.
+pub(super) fn phased_stride(
+    (kh, dh, sh): (usize, usize, usize),
+    (kw, dw, sw): (usize, usize, usize),
+) -> bool {
+    let covers = |k: usize, d: usize, s: usize| (k.max(1) - 1).saturating_mul(d) + 1 >= s;
+    (2..=MAX_PHASED).contains(&sw) && covers(kw, dw, sw) && covers(kh, dh, sh)
+}
+
+/// [`pad_image`] with each padded row stored as its `sw` column phases
+/// (`wq = wp.div_ceil(sw)` columns each, zero past the row): `padded` is
+/// `[planes, hp, sw * wq]`, and padded column `c` lands at `c % sw * wq +
+/// c / sw` of its row. At `sw` 1 this is [`pad_image`].
+pub(super) fn pad_image_phased(
+    img: &[f32],
+    (h, w): (usize, usize),
+    (top, left): (usize, usize),
+    (hp, wp): (usize, usize),
+    sw: usize,
+    padded: &mut [f32],
+) {
+    if sw <= 1 {
+        return pad_image(img, (h, w), (top, left), (hp, wp), padded);
+    }
+    let wq = wp.div_ceil(sw);
+    // Each row padded in a staging row first (zeros past `wp` too), then
+    // dealt out to its phases, which the compiler vectorises at stride 2.
+    let mut staged = vec![0.0f32; sw * wq];
+    let planes = padded
+        .chunks_exact_mut(hp * sw * wq)
+        .zip(img.chunks_exact(h * w));
+    for (plane, src) in planes {
+        for (py, row) in plane.chunks_exact_mut(sw * wq).enumerate() {
+            let Some(y) = py.checked_sub(top).filter(|&y| y < h) else {
+                row.fill(0.0);
+                continue;
+            };
+            staged[left..left + w].copy_from_slice(&src[y * w..(y + 1) * w]);
+            if sw == 2 {
+                let (even, odd) = row.split_at_mut(wq);
+                let pairs = even.iter_mut().zip(odd).zip(staged.chunks_exact(2));
+                for ((e, o), pair) in pairs {
+                    (*e, *o) = (pair[0], pair[1]);
+                }
+                continue;
+            }
+            for (t, cols) in staged.chunks_exact(sw).enumerate() {
+                for (phase, v) in cols.iter().enumerate() {
+                    row[phase * wq + t] = *v;
+                }
             }
         }
     }
@@ -633,8 +710,9 @@ fn run_tile(
     }
 }
 
-/// Packs the strip of output pixels `p0..p0 + valid` of a stride-1 call
-/// from the padded image (`[c, hp, wp]`): row `q` of `strip` is, per run
+/// Packs the strip of output pixels `p0..p0 + valid` from the padded
+/// image (`[c, hp, wp]`, `wp` its rows' length, stored by column phases
+/// unless at stride 1): row `q` of `strip` is, per run
 /// of the strip within one output row, window value `q`'s run of a padded
 /// image row, at `offsets[q]` past the run's first tap; zeros past `valid`.
 #[allow(clippy::too_many_arguments)]
@@ -779,7 +857,7 @@ mod tests {
         out
     }
 
-    /// (channels, h, w, out channels, window): strides 1 and 2 (the
+    /// (channels, h, w, out channels, window): strides 1 to 5 (the
     /// in-place and the packed strips), asymmetric padding, dilation,
     /// groups, pixel counts off every strip width and channel counts off
     /// every tile height.
@@ -805,6 +883,14 @@ mod tests {
             (3, 5, 48, 8, win(3, 3, (1, 1), [1, 1, 1, 1], (1, 1), 1)),
             (4, 7, 34, 12, win(3, 3, (2, 1), [0, 1, 2, 1], (1, 2), 1)),
             (4, 6, 16, 9, win(3, 3, (1, 1), [1, 1, 1, 1], (1, 1), 2)),
+            // Column strides 2 to 4 read a padded image stored by column
+            // phases (rows of 16 outputs at stride 2: in place), with
+            // dilation and uneven padding; 5, and a 1x1 at 2, pack tap by
+            // tap.
+            (3, 9, 32, 10, win(3, 3, (2, 2), [1, 1, 1, 1], (1, 1), 1)),
+            (2, 11, 23, 6, win(3, 3, (3, 3), [2, 1, 0, 2], (1, 2), 1)),
+            (3, 10, 29, 5, win(5, 5, (4, 4), [2, 2, 2, 2], (1, 1), 1)),
+            (2, 9, 30, 4, win(3, 3, (5, 5), [1, 1, 1, 1], (1, 1), 1)),
             // Rows of padding far bigger than the image under a row stride
             // as big: packed tap by tap (every window's rows in the padding).
             (

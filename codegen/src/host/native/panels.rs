@@ -340,8 +340,18 @@ fn products_v(
                     let (a, av) = match a {
                         Lhs::Matrix(a, av) => (a, av),
                         Lhs::Windows { x, rows, cols } => {
-                            // Each tap's values for the block's pixels.
+                            // Each tap's values for the block's pixels: a
+                            // run of six when the pixels are neighbours in
+                            // the image (one output row at stride 1, or
+                            // an image stored by column phases).
                             let rows = &rows[i0..i0 + r];
+                            let first = rows[0];
+                            if r == MR && rows.iter().enumerate().all(|(t, &at)| at == first + t) {
+                                for (dst, &c) in block.chunks_exact_mut(MR).zip(cols) {
+                                    dst.copy_from_slice(&x[first + c..first + c + MR]);
+                                }
+                                continue;
+                            }
                             for (dst, &c) in block.chunks_exact_mut(MR).zip(cols) {
                                 for (d, &at) in dst.iter_mut().zip(rows) {
                                     *d = x[at + c];

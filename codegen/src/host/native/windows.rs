@@ -12,7 +12,7 @@
 //! outnumber the windows (late layers); the runtime keeps `gemm` for the
 //! others.
 
-use super::conv::{pad_image, with_scratch};
+use super::conv::{pad_image_phased, phased_stride, with_scratch};
 use super::panels::{matmul_f32_panels_from, Lhs, PackedPanels};
 use super::GemmView;
 use crate::CodegenError;
@@ -20,7 +20,8 @@ use std::cell::RefCell;
 use tilejit_ir::kernel::Im2Col;
 
 thread_local! {
-    /// One image with its zero padding: `[c, hp, wp]`.
+    /// One image with its zero padding: `[c, hp, wp]`, its rows stored by
+    /// column phases at a stride its windows cover.
     static PADDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -64,13 +65,31 @@ pub fn conv_f32_panels(
     let ot = ov.transposed();
     let (sh, sw) = (win.stride.0 as usize, win.stride.1 as usize);
     let (dh, dw) = (win.dilation.0 as usize, win.dilation.1 as usize);
+    // At a column stride the window covers, the image is copied stored by
+    // column phases (`pad_image_phased`): six neighbouring pixels' values
+    // of a tap are then six neighbouring floats, which the kernel's
+    // gather copies as one run.
+    let phased = phased_stride((kh, dh, sh), (kw, dw, sw));
+    let (wq, step) = match phased {
+        true => (wp.div_ceil(sw), 1),
+        false => (wp, sw),
+    };
+    let wps = match phased {
+        true => wq * sw,
+        false => wp,
+    };
     let rows: Vec<usize> = (0..oh * ow)
-        .map(|p| (p / ow * sh) * wp + p % ow * sw)
+        .map(|p| (p / ow * sh) * wps + p % ow * step)
         .collect();
     let cols: Vec<usize> = (0..k.unwrap_or(0))
         .map(|q| {
             let (ci, i, j) = (q / (kh * kw), q / kw % kh, q % kw);
-            (ci * hp + i * dh) * wp + j * dw
+            let col = j * dw;
+            let col = match phased {
+                true => col % sw * wq + col / sw,
+                false => col,
+            };
+            (ci * hp + i * dh) * wps + col
         })
         .collect();
     let mut product = |x: &[f32]| {
@@ -81,11 +100,17 @@ pub fn conv_f32_panels(
         };
         matmul_f32_panels_from(windows, w, (&mut *out, ot), threads)
     };
-    if win.pad == [0; 4] {
+    if win.pad == [0; 4] && !phased {
         return product(&img[..image]);
     }
-    with_scratch(&PADDED, padded, |x| {
-        pad_image(&img[..image], (ic.h, ic.w), (pt, pl), (hp, wp), x);
+    let len = match phased {
+        true => ic.c.checked_mul(hp).and_then(|x| x.checked_mul(wps)),
+        false => Some(padded),
+    };
+    let len = len.ok_or_else(|| bad(format!("{ic:?} is too big")))?;
+    with_scratch(&PADDED, len, |x| {
+        let sw = if phased { sw } else { 1 };
+        pad_image_phased(&img[..image], (ic.h, ic.w), (pt, pl), (hp, wp), sw, x);
         product(x)
     })
 }
@@ -134,6 +159,10 @@ pub(super) mod tests {
             (2, 17, 6, 5, 3, (1, 1), 1, [0, 0, 0, 0]),
             (3, 18, 10, 13, 3, (1, 3), 1, [1, 2, 0, 1]),
             (3, 18, 13, 10, 3, (3, 1), 1, [0, 0, 0, 0]),
+            // Stride 2 without padding (the image copied by column phases
+            // all the same), dilated; stride 4 under a 5-wide window.
+            (4, 12, 11, 14, 3, (2, 2), 2, [0, 0, 0, 0]),
+            (2, 9, 9, 30, 5, (4, 4), 1, [2, 1, 2, 2]),
         ];
         for (c, o, h, w, kh, stride, d, pad) in cases {
             let ic = Im2Col {
