@@ -26,6 +26,26 @@ fn one(
     onnx::from_bytes(&b::encode(&b::model(opset, vec![node], ins, outs, inits)))
 }
 
+/// A model of one LinearAttention node `la` (opset 27) over `q`, `k` and
+/// `v`, each of `dims`, with one query and one key-value head, the update
+/// rule `rule`, outputs `outs` and any more attributes `more`.
+fn linear_attention(
+    rule: &str,
+    dims: &[i64],
+    outs: &[&str],
+    more: Vec<b::proto::AttributeProto>,
+) -> tilejit::Result<onnx::OnnxModel> {
+    let mut attrs = vec![
+        b::string("update_rule", rule),
+        b::int("q_num_heads", 1),
+        b::int("kv_num_heads", 1),
+    ];
+    attrs.extend(more);
+    let node = b::node("LinearAttention", "la", &["q", "k", "v"], outs, attrs);
+    let ins = [("q", dims), ("k", dims), ("v", dims)];
+    one(27, node, &ins, outs, vec![])
+}
+
 fn t(v: &[f32], shape: &[usize]) -> Tensor {
     Tensor::from_vec(v.to_vec(), shape).unwrap()
 }
@@ -137,27 +157,8 @@ fn causal_conv_with_state_by_hand() {
 /// q = [1 2], k = [1 1], v = [3 4] and scale 1: S = 3 then 7, o = [3, 14].
 #[test]
 fn linear_attention_by_hand() {
-    let node = b::node(
-        "LinearAttention",
-        "la",
-        &["q", "k", "v"],
-        &["o", "s"],
-        vec![
-            b::string("update_rule", "linear"),
-            b::int("q_num_heads", 1),
-            b::int("kv_num_heads", 1),
-            b::float("scale", 1.0),
-        ],
-    );
-    let dims: &[i64] = &[1, 2, 1];
-    let m = one(
-        27,
-        node,
-        &[("q", dims), ("k", dims), ("v", dims)],
-        &["o", "s"],
-        vec![],
-    )
-    .unwrap();
+    let scale = vec![b::float("scale", 1.0)];
+    let m = linear_attention("linear", &[1, 2, 1], &["o", "s"], scale).unwrap();
     let (q, k, v) = (
         t(&[1.0, 2.0], &[1, 2, 1]),
         t(&[1.0, 1.0], &[1, 2, 1]),
@@ -185,26 +186,7 @@ fn bad_signal_and_state_nodes_are_errors_naming_them() {
     let e = m.run(&[("x", &t(&[0.0; 4], &[1, 4, 1]))]).unwrap_err();
     assert_eq!(onnx_err(&e), ("dft", "DFT", "axis", ErrorKind::BadArgument));
     // A gated rule without its decay.
-    let node = b::node(
-        "LinearAttention",
-        "la",
-        &["q", "k", "v"],
-        &["o"],
-        vec![
-            b::string("update_rule", "gated"),
-            b::int("q_num_heads", 1),
-            b::int("kv_num_heads", 1),
-        ],
-    );
-    let dims: &[i64] = &[1, 1, 1];
-    let m = one(
-        27,
-        node,
-        &[("q", dims), ("k", dims), ("v", dims)],
-        &["o"],
-        vec![],
-    )
-    .unwrap();
+    let m = linear_attention("gated", &[1, 1, 1], &["o"], vec![]).unwrap();
     let one_t = t(&[1.0], &[1, 1, 1]);
     let e = m
         .run(&[("q", &one_t), ("k", &one_t), ("v", &one_t)])
@@ -221,6 +203,7 @@ fn bad_signal_and_state_nodes_are_errors_naming_them() {
         &["o"],
         vec![b::int("q_num_heads", 3), b::int("kv_num_heads", 2)],
     );
+    let dims: &[i64] = &[1, 1, 1];
     let e = one(
         27,
         node,
@@ -295,25 +278,7 @@ fn state_nodes_past_the_unrolling_limit_are_unsupported() {
         ErrorKind::Unsupported,
     );
     fails(m, &[("x", &x), ("w", &w)], want);
-    let node = b::node(
-        "LinearAttention",
-        "la",
-        &["q", "k", "v"],
-        &["o"],
-        vec![
-            b::string("update_rule", "linear"),
-            b::int("q_num_heads", 1),
-            b::int("kv_num_heads", 1),
-        ],
-    );
-    let dims: &[i64] = &[1, over as i64, 1];
-    let m = one(
-        27,
-        node,
-        &[("q", dims), ("k", dims), ("v", dims)],
-        &["o"],
-        vec![],
-    );
+    let m = linear_attention("linear", &[1, over as i64, 1], &["o"], vec![]);
     let q = t(&vec![0.25; over], &[1, over, 1]);
     let want = ("la", "LinearAttention", "query", ErrorKind::Unsupported);
     fails(m, &[("q", &q), ("k", &q), ("v", &q)], want);
