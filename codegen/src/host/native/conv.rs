@@ -801,6 +801,39 @@ mod tests {
         static HUGE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     }
 
+    /// Every padded column lands in its phase at `c % sw * wq + c / sw`,
+    /// the padding and the slots past a row's end zero: widths, pads and
+    /// strides 1 to 4 against `pad_image` read column by column.
+    #[test]
+    fn phased_rows_hold_each_padded_column_in_its_phase() {
+        for (c, h, w, top, left, bottom, right) in [
+            (2, 3, 7, 1, 1, 1, 1),
+            (1, 4, 8, 0, 0, 0, 0),
+            (3, 2, 5, 2, 3, 0, 2),
+            (1, 1, 1, 1, 4, 1, 0),
+        ] {
+            let img = values(c * h * w, 7);
+            let (hp, wp) = (h + top + bottom, w + left + right);
+            let mut plain = vec![f32::NAN; c * hp * wp];
+            pad_image(&img, (h, w), (top, left), (hp, wp), &mut plain);
+            for sw in 1..=4 {
+                let wq = wp.div_ceil(sw);
+                let mut phased = vec![f32::NAN; c * hp * sw * wq];
+                pad_image_phased(&img, (h, w), (top, left), (hp, wp), sw, &mut phased);
+                for (r, row) in phased.chunks_exact(sw * wq).enumerate() {
+                    for (at, v) in row.iter().enumerate() {
+                        let col = at % wq * sw + at / wq;
+                        let want = match col < wp {
+                            true => plain[r * wp + col],
+                            false => 0.0,
+                        };
+                        assert_eq!(v.to_bits(), want.to_bits(), "{c}x{h}x{w} sw {sw} row {r}");
+                    }
+                }
+            }
+        }
+    }
+
     /// Scratch the machine cannot give is an out-of-memory error, which
     /// names its size, never an internal one.
     #[test]
