@@ -24,7 +24,8 @@
 //!   symbols over the stand-ins of trace A (`n0 * n1`), plus an offset of
 //!   at most 64 (`n0 + 1`, a cache grown by `cat`), that gives trace B's
 //!   value at B's stand-ins; anything else (`n / 2`, `1.0 / n`, a size
-//!   inside a constant tensor, a different op) makes the class not
+//!   inside a constant tensor, a float literal past the integers it holds
+//!   exactly, which may have rounded, a different op) makes the class not
 //!   generic, and it is traced per size.
 //!
 //! A body that reads sizes (`shape()`, `numel()`, `Display`) or calls an
@@ -521,6 +522,22 @@ fn integral(value: Lit) -> Option<(usize, bool)> {
     Some((v.abs() as usize, v < 0.0))
 }
 
+/// Whether `v`, and every integer below it, is exact in a `dtype`
+/// literal: floats hold integers up to 2 to the power of their digits
+/// (2^24 in f32), past which a size may have rounded; integers hold any
+/// (`size_lit` checks their range).
+fn holds_exactly(dtype: tilejit_ir::DType, v: usize) -> bool {
+    use tilejit_ir::DType;
+    let digits = match dtype {
+        DType::BF16 => 8,
+        DType::F16 => 11,
+        DType::F32 => 24,
+        DType::F64 => 53,
+        _ => return true,
+    };
+    v <= 1usize << digits
+}
+
 /// A size `v` (negated if `negative`) as a literal of `dtype`, or why it
 /// does not fit one.
 fn size_lit(v: usize, negative: bool, dtype: tilejit_ir::DType) -> Result<Lit, ClassProblem> {
@@ -689,7 +706,10 @@ impl GenericGraph {
                 {
                     let read = integral(*va).zip(integral(*vb)).and_then(|(x, y)| {
                         let ((v, negative), (w, negative_b)) = (x, y);
-                        if negative != negative_b {
+                        // A literal that may have rounded its size reads
+                        // back as the size plus the rounding (`n + 1`).
+                        let exact = |x| holds_exactly(ty.dtype, x);
+                        if negative != negative_b || !exact(v) || !exact(w) {
                             return None;
                         }
                         let expr = SizeExpr::read(v, w, &free, &sizes_b)?;

@@ -221,6 +221,63 @@ fn a_value_computed_from_a_size_is_never_baked_in() {
     assert_eq!(classes[0].1, Err(PerSize::ReadsEverySize));
 }
 
+/// Each value plus the mean of them all (`x` of `[a, b, c, 1]`), after
+/// reading `y`'s element count (a guard on `y`'s first dim, `x`'s too).
+fn plus_mean_body(x: &Tensor, y: &Tensor) -> Tensor {
+    let _guard = y * (y.numel() as f64);
+    (&x.flatten(0, -1) + x).mean(3, true)
+}
+
+#[jit(dynamic)]
+fn plus_mean(x: &Tensor, y: &Tensor) -> Tensor {
+    plus_mean_body(x, y)
+}
+
+#[jit(dynamic = all)]
+fn plus_mean_all(x: &Tensor, y: &Tensor) -> Tensor {
+    plus_mean_body(x, y)
+}
+
+/// The fuzzer's (`dynamic`, seed 151): each value plus the mean of them
+/// all, whose divisor, the product of three sizes, is an f32 `full`.
+/// Automatic dynamic, with a guard pinning the first size, traced the
+/// class at `[5, 1031, 2053, 1]` and read the rounded divisors back as
+/// the product plus the rounding's offset: every call of the class then
+/// divided by its size plus one. Now each call matches the definition, on
+/// Host and Sim, in both dynamic modes.
+#[test]
+fn a_size_rounded_in_its_float_literal_is_not_read_back() {
+    let calls = [[2usize, 5, 5], [2, 3, 4], [5, 2, 3], [5, 3, 3]];
+    for (name, f) in [
+        ("auto", plus_mean as fn(&Tensor, &Tensor) -> _),
+        ("all", plus_mean_all),
+    ] {
+        for (i, [a, b, c]) in calls.into_iter().enumerate() {
+            let x = Tensor::randn(&[a, b, c, 1], 30 + i as u64);
+            let y = Tensor::randn(&[a, 1], 40 + i as u64);
+            let values: Vec<f64> = f32s(&x).iter().map(|&v| v as f64).collect();
+            let mean = values.iter().sum::<f64>() / values.len() as f64;
+            for mode in [RunMode::Host, RunMode::Sim] {
+                let got = f32s(&with_mode(mode, || f(&x, &y)).unwrap());
+                assert_eq!(got.len(), values.len(), "{name} {mode:?} call {i}");
+                for (g, v) in got.iter().zip(&values) {
+                    let want = v + mean;
+                    assert!(
+                        (*g as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "{name} {mode:?} call {i} {:?}: {g} vs {want}",
+                        [a, b, c]
+                    );
+                }
+            }
+        }
+    }
+    // The class whose stand-in divisors stay below 2^24 is generic; the
+    // two whose divisors rounded are traced per size.
+    let states: Vec<_> = plus_mean::jit().shape_classes();
+    let generic = states.iter().filter(|(_, s)| s.is_ok()).count();
+    assert_eq!((states.len(), generic), (3, 1), "{states:?}");
+}
+
 #[jit(dynamic = all)]
 fn frozen_double(x: &Tensor) -> Tensor {
     x * 2.0
