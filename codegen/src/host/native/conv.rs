@@ -328,7 +328,16 @@ fn conv_with(
         if direct {
             let channels = g.k / (g.kh * g.kw);
             let group = &img[g.base..g.base + channels * g.h * g.w];
-            pad_image_phased(group, (g.h, g.w), (g.pt, g.pl), (hp, wp), g.sw, padded);
+            let planes = if par { threads } else { 1 };
+            pad_planes(
+                group,
+                (g.h, g.w),
+                (g.pt, g.pl),
+                (hp, wp),
+                g.sw,
+                padded,
+                planes,
+            );
         }
         let padded = &*padded;
         let source = match direct {
@@ -512,6 +521,30 @@ pub(super) fn pad_image_phased(
             }
         }
     }
+}
+
+/// [`pad_image_phased`] split by channel planes over up to `parts`
+/// threads: one image's copy is otherwise a serial step before the
+/// threads share its strips.
+pub(super) fn pad_planes(
+    img: &[f32],
+    (h, w): (usize, usize),
+    (top, left): (usize, usize),
+    (hp, wp): (usize, usize),
+    sw: usize,
+    padded: &mut [f32],
+    parts: usize,
+) {
+    let (plane, image) = (hp * wp.div_ceil(sw.max(1)) * sw.max(1), h * w);
+    let planes = img.len().checked_div(image).unwrap_or(0);
+    let per = planes.div_ceil(parts.max(1)).max(1);
+    if parts <= 1 || planes <= 1 || plane == 0 {
+        return pad_image_phased(img, (h, w), (top, left), (hp, wp), sw, padded);
+    }
+    padded
+        .par_chunks_mut(per * plane)
+        .zip(img.par_chunks(per * image))
+        .for_each(|(dst, src)| pad_image_phased(src, (h, w), (top, left), (hp, wp), sw, dst));
 }
 
 /// Runs `f` on this thread's scratch `key` grown to `len` floats (a fresh

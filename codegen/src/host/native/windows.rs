@@ -1,18 +1,19 @@
 //! Convolutions whose weights are kept packed in panels
 //! ([`PackedPanels`]): `out^T [pixels, outputs] = windows [pixels, k] @
-//! w^T [k, outputs]`, the windows read in place from the image (padded
-//! once per call when the window has padding) through a row offset per
-//! output pixel and a column offset per tap ([`Lhs::Windows`]). No column
-//! matrix is built and the weights are not packed per call, where `gemm`'s
-//! path writes the window rows (`k x pixels` floats) and then packs them
-//! and the weights again. The product is `panels.rs`'s kernel, which
-//! gathers six pixels' windows at a time and writes the output through its
-//! columns (an NCHW image's channel rows). The gather costs about what
-//! `gemm` spends on window rows, so the path pays where the weights
-//! outnumber the windows (late layers); the runtime keeps `gemm` for the
-//! others.
+//! w^T [k, outputs]`, the windows read in place from the image through a
+//! row offset per output pixel and a column offset per tap
+//! ([`Lhs::Windows`]); the image is copied once per call when the window
+//! has padding or a column stride it covers (then by column phases). No
+//! column matrix is built and the weights are not packed per call, where
+//! `gemm`'s path writes the window rows (`k x pixels` floats) and then
+//! packs them and the weights again. The product is `panels.rs`'s kernel,
+//! which gathers six pixels' windows at a time and writes the output
+//! through its columns (an NCHW image's channel rows). The gather costs
+//! about what `gemm` spends on window rows, so the path pays where the
+//! weights outnumber the windows (late layers); the runtime keeps `gemm`
+//! for the others.
 
-use super::conv::{pad_image_phased, phased_stride, with_scratch};
+use super::conv::{pad_planes, phased_stride, with_scratch};
 use super::panels::{matmul_f32_panels_from, Lhs, PackedPanels};
 use super::GemmView;
 use crate::CodegenError;
@@ -70,13 +71,11 @@ pub fn conv_f32_panels(
     // of a tap are then six neighbouring floats, which the kernel's
     // gather copies as one run.
     let phased = phased_stride((kh, dh, sh), (kw, dw, sw));
-    let (wq, step) = match phased {
-        true => (wp.div_ceil(sw), 1),
-        false => (wp, sw),
-    };
-    let wps = match phased {
-        true => wq * sw,
-        false => wp,
+    // A phase's columns, a stored row's and the step between neighbouring
+    // output pixels.
+    let (wq, wps, step) = match phased {
+        true => (wp.div_ceil(sw), wp.div_ceil(sw) * sw, 1),
+        false => (wp, wp, sw),
     };
     let rows: Vec<usize> = (0..oh * ow)
         .map(|p| (p / ow * sh) * wps + p % ow * step)
@@ -110,7 +109,15 @@ pub fn conv_f32_panels(
     let len = len.ok_or_else(|| bad(format!("{ic:?} is too big")))?;
     with_scratch(&PADDED, len, |x| {
         let sw = if phased { sw } else { 1 };
-        pad_image_phased(&img[..image], (ic.h, ic.w), (pt, pl), (hp, wp), sw, x);
+        pad_planes(
+            &img[..image],
+            (ic.h, ic.w),
+            (pt, pl),
+            (hp, wp),
+            sw,
+            x,
+            threads,
+        );
         product(x)
     })
 }
