@@ -270,10 +270,9 @@ fn conv_with(
     let mut outs = super::view_lines(out, ov.offset, o, p, ov.row_stride);
     // Each tap's values for a run of output columns are a run of a
     // (zero-padded) image row: at stride 1 directly, at column stride `sw`
-    // once each padded row is stored as its `sw` column phases one after
-    // another (`wq` columns each: column `c` at `c % sw * wq + c / sw`),
-    // as output column `x`'s tap `j` reads column `x * sw + j * dw`, in
-    // phase `j * dw % sw` at `x + j * dw / sw`. When a tile's width
+    // once each padded row is stored as its `sw` column phases
+    // ([`Phases`]), as output column `x`'s tap `j` reads column `x * sw +
+    // j * dw`, in phase `j * dw % sw` at `x + j * dw / sw`. When a tile's width
     // divides the output rows, every strip lies in one row and the
     // micro-kernel reads those runs in place (a tile that pads the
     // channels at most 1/8 more is worth it); otherwise each strip's
@@ -285,10 +284,10 @@ fn conv_with(
         ic.h + g.pt + win.pad[2] as usize,
         ic.w + g.pl + win.pad[3] as usize,
     );
-    let wq = wp.div_ceil(g.sw.max(1));
-    let wps = wq * g.sw;
-    let padded_len = cg.checked_mul(hp).and_then(|n| n.checked_mul(wps));
     let phased = phased_stride((g.kh, g.dh, g.sh), (g.kw, g.dw, g.sw));
+    let ph = Phases::new(wp, if phased { g.sw } else { 1 });
+    let wps = ph.row();
+    let padded_len = cg.checked_mul(hp).and_then(|n| n.checked_mul(wps));
     let direct =
         (g.sw == 1 || phased) && padded_len.is_some_and(|n| n <= 4 * cg * ic.h * ic.w + (1 << 16));
     let pad_o = |t: Tile| o.div_ceil(t.shape().1) * t.shape().1;
@@ -313,8 +312,7 @@ fn conv_with(
         (0..k)
             .map(|q| {
                 let (ci, i, j) = (q / (g.kh * g.kw), q / g.kw % g.kh, q % g.kw);
-                let col = j * g.dw;
-                (ci * hp + i * g.dh) * wps + col % g.sw * wq + col / g.sw
+                (ci * hp + i * g.dh) * wps + ph.at(j * g.dw)
             })
             .collect()
     } else {
@@ -477,10 +475,38 @@ pub(super) fn phased_stride(
     (2..=MAX_PHASED).contains(&sw) && covers(kw, dw, sw) && covers(kh, dh, sh)
 }
 
+/// How a padded row of `wp` columns is stored as its `sw` column phases,
+/// one after another: `len` columns each (zero past the row), padded
+/// column `c` at [`Phases::at`]. One phase is the row as it is.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Phases {
+    sw: usize,
+    len: usize,
+}
+
+impl Phases {
+    pub(super) fn new(wp: usize, sw: usize) -> Phases {
+        let sw = sw.max(1);
+        Phases {
+            sw,
+            len: wp.div_ceil(sw),
+        }
+    }
+
+    /// The stored row's length.
+    pub(super) fn row(self) -> usize {
+        self.sw * self.len
+    }
+
+    /// Where padded column `c` is stored in its row.
+    pub(super) fn at(self, c: usize) -> usize {
+        c % self.sw * self.len + c / self.sw
+    }
+}
+
 /// [`pad_image`] with each padded row stored as its `sw` column phases
-/// (`wq = wp.div_ceil(sw)` columns each, zero past the row): `padded` is
-/// `[planes, hp, sw * wq]`, and padded column `c` lands at `c % sw * wq +
-/// c / sw` of its row. At `sw` 1 this is [`pad_image`].
+/// ([`Phases`]): `padded` is `[planes, hp, Phases::row]`. At `sw` 1 this
+/// is [`pad_image`].
 pub(super) fn pad_image_phased(
     img: &[f32],
     (h, w): (usize, usize),
@@ -492,32 +518,30 @@ pub(super) fn pad_image_phased(
     if sw <= 1 {
         return pad_image(img, (h, w), (top, left), (hp, wp), padded);
     }
-    let wq = wp.div_ceil(sw);
+    let ph = Phases::new(wp, sw);
     // Each row padded in a staging row first (zeros past `wp` too), then
     // dealt out to its phases, which the compiler vectorises at stride 2.
-    let mut staged = vec![0.0f32; sw * wq];
+    let mut staged = vec![0.0f32; ph.row()];
     let planes = padded
-        .chunks_exact_mut(hp * sw * wq)
+        .chunks_exact_mut(hp * ph.row())
         .zip(img.chunks_exact(h * w));
     for (plane, src) in planes {
-        for (py, row) in plane.chunks_exact_mut(sw * wq).enumerate() {
+        for (py, row) in plane.chunks_exact_mut(ph.row()).enumerate() {
             let Some(y) = py.checked_sub(top).filter(|&y| y < h) else {
                 row.fill(0.0);
                 continue;
             };
             staged[left..left + w].copy_from_slice(&src[y * w..(y + 1) * w]);
             if sw == 2 {
-                let (even, odd) = row.split_at_mut(wq);
+                let (even, odd) = row.split_at_mut(ph.len);
                 let pairs = even.iter_mut().zip(odd).zip(staged.chunks_exact(2));
                 for ((e, o), pair) in pairs {
                     (*e, *o) = (pair[0], pair[1]);
                 }
                 continue;
             }
-            for (t, cols) in staged.chunks_exact(sw).enumerate() {
-                for (phase, v) in cols.iter().enumerate() {
-                    row[phase * wq + t] = *v;
-                }
+            for (c, v) in staged.iter().enumerate() {
+                row[ph.at(c)] = *v;
             }
         }
     }
@@ -535,7 +559,7 @@ pub(super) fn pad_planes(
     padded: &mut [f32],
     parts: usize,
 ) {
-    let (plane, image) = (hp * wp.div_ceil(sw.max(1)) * sw.max(1), h * w);
+    let (plane, image) = (hp * Phases::new(wp, sw).row(), h * w);
     let planes = img.len().checked_div(image).unwrap_or(0);
     let per = planes.div_ceil(parts.max(1)).max(1);
     if parts <= 1 || planes <= 1 || plane == 0 {

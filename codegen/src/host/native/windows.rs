@@ -13,7 +13,7 @@
 //! weights outnumber the windows (late layers); the runtime keeps `gemm`
 //! for the others.
 
-use super::conv::{pad_planes, phased_stride, with_scratch};
+use super::conv::{pad_planes, phased_stride, with_scratch, Phases};
 use super::panels::{matmul_f32_panels_from, Lhs, PackedPanels};
 use super::GemmView;
 use crate::CodegenError;
@@ -71,24 +71,15 @@ pub fn conv_f32_panels(
     // of a tap are then six neighbouring floats, which the kernel's
     // gather copies as one run.
     let phased = phased_stride((kh, dh, sh), (kw, dw, sw));
-    // A phase's columns, a stored row's and the step between neighbouring
-    // output pixels.
-    let (wq, wps, step) = match phased {
-        true => (wp.div_ceil(sw), wp.div_ceil(sw) * sw, 1),
-        false => (wp, wp, sw),
-    };
+    let ph = Phases::new(wp, if phased { sw } else { 1 });
+    let (wps, step) = (ph.row(), if phased { 1 } else { sw });
     let rows: Vec<usize> = (0..oh * ow)
         .map(|p| (p / ow * sh) * wps + p % ow * step)
         .collect();
     let cols: Vec<usize> = (0..k.unwrap_or(0))
         .map(|q| {
             let (ci, i, j) = (q / (kh * kw), q / kw % kh, q % kw);
-            let col = j * dw;
-            let col = match phased {
-                true => col % sw * wq + col / sw,
-                false => col,
-            };
-            (ci * hp + i * dh) * wps + col
+            (ci * hp + i * dh) * wps + ph.at(j * dw)
         })
         .collect();
     let mut product = |x: &[f32]| {
