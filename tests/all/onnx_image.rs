@@ -638,24 +638,26 @@ fn depth_space_round_trip_and_pad_modes() {
         ("reflect", [3., 2., 1., 2., 3., 2., 1.]),
         ("wrap", [2., 3., 1., 2., 3., 1., 2.]),
     ] {
-        let node = b::node(
-            "Pad",
-            "p",
-            &["x", "pads"],
-            &["y"],
-            vec![b::string("mode", mode)],
-        );
-        let pads = b::i64s("pads", &[8], &[0, 0, 0, 2, 0, 0, 0, 2]);
-        let m = model(13, node, &[1, 1, 1, 3], vec![pads]);
+        let m = pad_last_axis(mode, (2, 2), 3);
         check_modes(&m, &x, &[1, 1, 1, 7], &want);
     }
 }
 
+/// A Pad (opset 13) of `mode` by `(begin, end)` on the last axis of a
+/// `[1, 1, 1, len]` input.
+fn pad_last_axis(mode: &str, (pb, pe): (i64, i64), len: i64) -> onnx::OnnxModel {
+    let attrs = vec![b::string("mode", mode)];
+    let node = b::node("Pad", "p", &["x", "pads"], &["y"], attrs);
+    let pads = b::i64s("pads", &[8], &[0, 0, 0, pb, 0, 0, 0, pe]);
+    model(13, node, &[1, 1, 1, len], vec![pads])
+}
+
 #[test]
 fn pads_of_long_axes_compute_their_index_lines() {
-    // 5000 values padded (3, 4): 5007 positions, past the 4096 a table
-    // holds, so the source indices are computed in the graph. Expected
-    // values by each mode's definition, element by element.
+    // 5000 values padded (3, 4): 5007 positions, each source index
+    // computed in the graph from an index line of about sqrt(5007)
+    // constants. Expected values by each mode's definition, element by
+    // element.
     let n = 5000usize;
     let xv: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
     let x = Tensor::from_vec(xv.clone(), &[1, 1, 1, n]).expect("x");
@@ -675,15 +677,7 @@ fn pads_of_long_axes_compute_their_index_lines() {
                 xv[src as usize] as f64
             })
             .collect();
-        let node = b::node(
-            "Pad",
-            "p",
-            &["x", "pads"],
-            &["y"],
-            vec![b::string("mode", mode)],
-        );
-        let pads = b::i64s("pads", &[8], &[0, 0, 0, pb, 0, 0, 0, pe]);
-        let m = model(13, node, &[1, 1, 1, n as i64], vec![pads]);
+        let m = pad_last_axis(mode, (pb, pe), n as i64);
         check_modes(&m, &x, &[1, 1, 1, n + 7], &want);
     }
 }
