@@ -1060,3 +1060,37 @@ fn row_tiled_matmul_epilogues_match_the_reference() {
             .unwrap_or_else(|e| panic!("[{m},{k}]@[{k},{n}] * per-row column: {e}"));
     }
 }
+
+/// A graph's own conv weights, `[c * 9, o]` rows (not OIHW read
+/// transposed, as the frontends lay them), as an argument: Winograd reads
+/// them through a view whose taps are `o` apart, per call (a 28x28 image)
+/// and kept from the second call on (a 7x7 one), where the transform
+/// refused that view: the first call of one, the second of the other,
+/// failed (found by the `compile` fuzz target).
+#[test]
+fn winograd_takes_a_graph_s_own_weight_layout() {
+    for hw in [28, 7] {
+        let text = format!(
+            "graph {{\n  %0 = input 0 : f32[1,16,{hw},{hw}]\n  %1 = input 1 : f32[144,32]\n  \
+             %2 = conv %0, %1 window=[3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1] : f32[1,{hw},{hw},32]\n  \
+             %3 = permute %2 perm=[0, 3, 1, 2] : f32[1,32,{hw},{hw}]\n  return %3\n}}\n"
+        );
+        let g = tilejit_ir::text::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let value = |i: usize, s: usize| ((i * 37 + s * 11) % 29) as f32 / 14.0 - 1.0;
+        let x: Vec<f32> = (0..16 * hw * hw).map(|i| value(i, 1)).collect();
+        let w: Vec<f32> = (0..144 * 32).map(|i| value(i, 2) / 12.0).collect();
+        let args = [
+            Array::from_vec(x, &[1, 16, hw, hw]).unwrap(),
+            Array::from_vec(w, &[144, 32]).unwrap(),
+        ];
+        let p = Program::compile(g).unwrap();
+        let want = p.run_reference(&args, &[]).unwrap();
+        for call in 0..3 {
+            let got = p
+                .run(&args, &[])
+                .unwrap_or_else(|e| panic!("{hw}x{hw}, call {call}: {e}"));
+            close(&as_f64(&got[0]), &as_f64(&want[0]), 1e-5)
+                .unwrap_or_else(|e| panic!("{hw}x{hw}, call {call}: {e}"));
+        }
+    }
+}

@@ -262,7 +262,8 @@ pub struct WinogradWeights {
 
 impl WinogradWeights {
     /// Transforms OIHW 3x3 weights read through `wv` (rows: the `o`
-    /// output channels, a multiple of 16; columns: `c * 9`, unit stride)
+    /// output channels, a multiple of 16; columns: `c * 9`, of unit
+    /// stride in OIHW weights or any other, as in `[c * 9, o]` rows)
     /// for one call: the point GEMMs are `gemm`'s, which packs them again,
     /// so they fit only images (or batches) of 49 tiles or more
     /// ([`winograd_fits_images`]). An error when the view does not fit `w`
@@ -295,8 +296,7 @@ impl WinogradWeights {
         layout: Option<WinogradLayout>,
     ) -> Result<WinogradWeights, CodegenError> {
         let o = wv.rows;
-        let fits = wv.col_stride == 1
-            && c.checked_mul(9) == Some(wv.cols)
+        let fits = c.checked_mul(9) == Some(wv.cols)
             && o.is_multiple_of(L)
             && wv.end().is_some_and(|e| e <= w.len());
         let len = tile.points().checked_mul(c).and_then(|x| x.checked_mul(o));
@@ -995,7 +995,8 @@ fn weights<A: Axis<T, R>, const T: usize, const R: usize>(
             // g[i][j] for the block's 16 outputs.
             let g: [[Lanes; 3]; 3] = std::array::from_fn(|i| {
                 std::array::from_fn(|j| {
-                    lanes(|l| w[wv.offset + (ob + l) * wv.row_stride + ci * 9 + i * 3 + j])
+                    let tap = (ci * 9 + i * 3 + j) * wv.col_stride;
+                    lanes(|l| w[wv.offset + (ob + l) * wv.row_stride + tap])
                 })
             });
             // Rows then columns: G g (Tx3), then (G g) G^T (TxT).
@@ -1740,6 +1741,45 @@ mod tests {
     /// OIHW 3x3 weights of `o` outputs and `c` channels, in place.
     fn oihw(o: usize, c: usize) -> GemmView {
         GemmView::row_major(o, c * 9)
+    }
+
+    /// Weights laid out `[c * 9, o]` (a graph's own conv weights, not
+    /// OIHW transposed) read through a view of column stride `o`
+    /// transform to what their OIHW copy does, per call and kept (a
+    /// second call's kept weights refused this view before).
+    #[test]
+    fn weights_of_any_column_stride_transform_alike() {
+        let (c, o) = (16, 32);
+        let oihw_w: Vec<f32> = (0..o * c * 9)
+            .map(|i| ((i * 5) % 11) as f32 - 5.0)
+            .collect();
+        // The same weights as [c * 9, o] rows.
+        let mut rows = vec![0.0; o * c * 9];
+        for oc in 0..o {
+            for t in 0..c * 9 {
+                rows[t * o + oc] = oihw_w[oc * c * 9 + t];
+            }
+        }
+        let strided = GemmView {
+            offset: 0,
+            rows: o,
+            cols: c * 9,
+            row_stride: 1,
+            col_stride: o,
+        };
+        let want = WinogradWeights::new(&oihw_w, oihw(o, c), c).expect("OIHW weights");
+        let got = WinogradWeights::new(&rows, strided, c).expect("strided weights");
+        assert_eq!(got.u, want.u);
+        let ic = Im2Col {
+            c,
+            h: 7,
+            w: 7,
+            window: Window::square(3, 3, 1, 1),
+        };
+        let form = winograd_form(&ic, o, 1);
+        let want = WinogradWeights::kept(&oihw_w, oihw(o, c), c, form).expect("OIHW weights");
+        let got = WinogradWeights::kept(&rows, strided, c, form).expect("strided weights");
+        assert_eq!(got.u, want.u);
     }
 
     /// The weights' transform split over threads gives what one thread
