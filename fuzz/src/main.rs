@@ -35,7 +35,7 @@ use std::time::Duration;
 #[command(
     name = "tilejit-fuzz",
     version,
-    after_help = "Examples:\n  tilejit-fuzz all --time 72s --seed 1     (what CI runs)\n  \
+    after_help = "Examples:\n  tilejit-fuzz all --time 81s --seed 1     (what CI runs)\n  \
                   tilejit-fuzz graph --time 1h --out findings\n  \
                   tilejit-fuzz device --replay findings/device-0123456789abcdef\n  tilejit-fuzz list"
 )]

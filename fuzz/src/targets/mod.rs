@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+mod compile;
 mod config;
 mod device;
 mod dynamic;
@@ -28,7 +29,7 @@ pub struct Target {
 }
 
 /// Every target, in the order `all` runs them.
-pub const ALL: [Target; 8] = [
+pub const ALL: [Target; 9] = [
     graph::TARGET,
     kernels::TARGET,
     device::BINARY,
@@ -37,6 +38,7 @@ pub const ALL: [Target; 8] = [
     config::TARGET,
     dynamic::TARGET,
     onnx::TARGET,
+    compile::TARGET,
 ];
 
 /// The target called `name`.
