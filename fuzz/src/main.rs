@@ -1,9 +1,12 @@
 //! `tilejit-fuzz`: a mutation fuzzer for every input surface of tilejit
 //! that reads untrusted bytes: the graph and kernel text parsers, the
 //! device bytecode decoder and assembler with the verifier and simulator
-//! behind them, `.npy` files and `DeviceConfig` JSON. It runs on stable
-//! Rust: no sanitizer coverage, so an input's behaviour (how far it got,
-//! which error stopped it) stands in for coverage (see [`engine`]).
+//! behind them, `.npy` files, `DeviceConfig` JSON and ONNX files; and,
+//! differentially, dynamic shape classes against exact traces and random
+//! graphs compiled for Host and Sim against the interpreter. It runs on
+//! stable Rust: no sanitizer coverage, so an input's behaviour (how far
+//! it got, which error stopped it) stands in for coverage (see
+//! [`engine`]).
 //!
 //! ```text
 //! tilejit-fuzz <TARGET|all> [--time 60s] [--seed N] [--corpus DIR]... [--out DIR] [--timeout 10s] [--verbose]

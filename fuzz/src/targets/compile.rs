@@ -1,7 +1,8 @@
 //! `compile`: a differential fuzzer of fusion and both code generators.
 //! The input bytes are read as choices that build a random well-typed
 //! graph (elementwise ops, reductions, layout ops, slices, concats,
-//! gathers, products, convolutions and poolings over f32, i32 and bool);
+//! gathers, products, convolutions and poolings over the float and int
+//! dtypes and bool, on tensor inputs and a scalar param);
 //! it is compiled, run on Host and, by the input, on Sim, and each output
 //! is checked against the reference interpreter on the same inputs.
 //!
@@ -111,6 +112,8 @@ struct Builder {
     g: Graph,
     vals: Vec<Val>,
     inputs: Vec<Array>,
+    /// The values of the scalar params, by index.
+    params: Vec<Lit>,
     rng: Rng,
 }
 
@@ -224,8 +227,16 @@ fn build(b: &mut Bytes<'_>, seed: u64) -> Option<Builder> {
         g: Graph::new(),
         vals: Vec::new(),
         inputs: Vec::new(),
+        params: Vec::new(),
         rng: Rng::new(seed),
     };
+    // Sometimes a scalar param, whose value the kernels take at run time.
+    if b.below(2) == 0 {
+        let dtype = b.pick(&[DType::F32, DType::I32]);
+        let value = Lit::from_i64(s.rng.below(9) as i64 - 4, dtype);
+        s.add(Op::Param { index: 0, dtype }, true, 4.0, 0.0)?;
+        s.params.push(value);
+    }
     // One or two plain inputs, and sometimes an image.
     for _ in 0..1 + b.below(2) {
         let rank = 1 + b.below(4);
@@ -628,7 +639,7 @@ fn run(input: &[u8]) -> Result<String, String> {
         data: input,
         pos: 0,
     };
-    let sim = input.first().is_some_and(|b| b % 2 == 1);
+    let sim = input.len() % 2 == 1;
     let Some(s) = build(&mut bytes, hash(input)) else {
         return Ok("no graph".into());
     };
@@ -645,7 +656,7 @@ fn run(input: &[u8]) -> Result<String, String> {
     // What no output reads is left out, as the compiler leaves it: a
     // gather out of range there is no error of the program.
     let g = dce(&s.g);
-    let want = interp::run(&g, &s.inputs, &[]);
+    let want = interp::run(&g, &s.inputs, &s.params);
     let program = match (Program::compile(g.clone()), &want) {
         (Ok(p), _) => p,
         // A constant index out of range is refused as it folds.
@@ -657,10 +668,10 @@ fn run(input: &[u8]) -> Result<String, String> {
             ))
         }
     };
-    let host = program.run(&s.inputs, &[]);
+    let host = program.run(&s.inputs, &s.params);
     // Run again: weights seen twice are packed and kept, which other
     // kernels read.
-    let again = program.run(&s.inputs, &[]);
+    let again = program.run(&s.inputs, &s.params);
     let want = match (want, host) {
         (Err(_), Err(_)) => return Ok("an error on both".into()),
         (Err(e), Ok(_)) => {
@@ -685,7 +696,7 @@ fn run(input: &[u8]) -> Result<String, String> {
         }
     };
     if sim {
-        match program.run_sim(&s.inputs, &[], false) {
+        match program.run_sim(&s.inputs, &s.params, false) {
             Ok((outputs, _)) => {
                 compare(&want, &outputs, &outs).map_err(|e| format!("Sim: {e}\n{}", shown(&g)))?;
             }
