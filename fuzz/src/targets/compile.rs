@@ -16,7 +16,7 @@
 //! ops wrap, which is exact; an index out of range must be an error on
 //! every backend, as it is in the interpreter.
 
-use super::{hash, Target};
+use super::{hash, Bytes, Target};
 use crate::rng::Rng;
 use tilejit::internals::runtime::Program;
 use tilejit_ir::passes::dce;
@@ -55,6 +55,9 @@ fn within(bound: f64, d: DType) -> bool {
 }
 /// The relative error a convolution may carry (Winograd's transforms).
 const CONV_ERR: f64 = 1e-4;
+/// The error of the host's and Sim's math functions, relative to the
+/// result's bound (a few ulp of f32).
+const MATH_ERR: f64 = 1e-6;
 
 /// An ulp of `d`'s values relative to their magnitude: how far two
 /// roundings of nearly equal values may land apart.
@@ -64,32 +67,6 @@ fn rounding(d: DType) -> f64 {
         DType::BF16 => 1.0 / 128.0,
         DType::F64 => f64::EPSILON,
         _ => f32::EPSILON as f64,
-    }
-}
-
-/// Reads the input as a stream of choices (zeros past its end).
-struct Bytes<'a> {
-    data: &'a [u8],
-    pos: usize,
-}
-
-impl Bytes<'_> {
-    fn next(&mut self) -> u8 {
-        let b = self.data.get(self.pos).copied().unwrap_or(0);
-        self.pos += 1;
-        b
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        self.next() as usize % n.max(1)
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-
-    fn done(&self) -> bool {
-        self.pos >= self.data.len()
     }
 }
 
@@ -255,7 +232,7 @@ fn build(b: &mut Bytes<'_>, seed: u64) -> Option<Builder> {
         if b.done() {
             break;
         }
-        let kind = b.below(16);
+        let kind = b.below(17);
         let x = s.vals[b.below(s.vals.len())];
         let y = s.vals[b.below(s.vals.len())];
         step(&mut s, b, kind, x, y);
@@ -587,6 +564,48 @@ fn step(s: &mut Builder, b: &mut Bytes<'_>, kind: usize, x: Val, y: Val) -> Opti
             };
             s.add(Op::Pool(r, x.id, win), x.exact, bound, err)
         }
+        // Smooth functions, whose host code is its own approximation:
+        // inexact, held to an error bound (`MATH_ERR` of the result's
+        // bound, and the operand's error times the function's slope).
+        16 => {
+            if !tx.dtype.is_float() {
+                return None;
+            }
+            let op = b.pick(&[
+                UnaryOp::Exp,
+                UnaryOp::Tanh,
+                UnaryOp::Sigmoid,
+                UnaryOp::Gelu,
+                UnaryOp::Sin,
+                UnaryOp::Cos,
+                UnaryOp::Sqrt,
+            ]);
+            let (x, bx) = match op {
+                // Of |x|, its domain.
+                UnaryOp::Sqrt => (
+                    s.add(Op::Unary(UnaryOp::Abs, x.id), x.exact, x.bound, x.err)?,
+                    x.bound,
+                ),
+                UnaryOp::Exp if x.bound > 12.0 => return None,
+                // Their documented accuracy reaches |x| = 10^6.
+                UnaryOp::Sin | UnaryOp::Cos if x.bound > 1e6 => return None,
+                _ => (x, x.bound),
+            };
+            let (bound, carried) = match op {
+                UnaryOp::Exp => (bx.exp(), bx.exp() * x.err),
+                UnaryOp::Tanh | UnaryOp::Sin | UnaryOp::Cos => (1.0, x.err),
+                UnaryOp::Sigmoid => (1.0, 0.25 * x.err),
+                UnaryOp::Gelu => (bx, 1.2 * x.err),
+                // Not Lipschitz at 0: sqrt(a) - sqrt(b) <= sqrt(|a - b|).
+                _ => (bx.sqrt(), x.err.sqrt()),
+            };
+            s.add(
+                Op::Unary(op, x.id),
+                false,
+                bound,
+                carried + MATH_ERR * bound,
+            )
+        }
         // A gather by a constant index, rarely one out of range.
         _ => {
             if rank == 0 {
@@ -616,7 +635,7 @@ fn step(s: &mut Builder, b: &mut Bytes<'_>, kind: usize, x: Val, y: Val) -> Opti
 fn seeds() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     // Each kind of op at the front of a few random tails.
-    for kind in 0u8..16 {
+    for kind in 0u8..17 {
         for salt in 0u8..3 {
             let mut s = vec![salt, 2, 3, 4, salt, 0, 1, 2, 3, 1, 4, 2];
             for i in 0u8..6 {
@@ -635,10 +654,7 @@ fn seeds() -> Vec<Vec<u8>> {
 }
 
 fn run(input: &[u8]) -> Result<String, String> {
-    let mut bytes = Bytes {
-        data: input,
-        pos: 0,
-    };
+    let mut bytes = Bytes::new(input);
     let sim = input.len() % 2 == 1;
     let Some(s) = build(&mut bytes, hash(input)) else {
         return Ok("no graph".into());

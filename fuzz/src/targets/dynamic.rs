@@ -9,7 +9,7 @@
 //! function never returns what the exact trace would not: the same
 //! error kind, or the same shape and the same bits.
 
-use super::Target;
+use super::{Bytes, Target};
 use std::sync::Arc;
 // The body is built at run time, not by `jit_fn!`: it takes the
 // expansions' plumbing on purpose.
@@ -48,30 +48,6 @@ const DANGER_SIZES: [usize; 8] = [1031, 1549, 2053, 3, 2, 1, 1030, 6];
 
 /// Slice bounds: from the start, from the end, past it.
 const BOUNDS: [isize; 9] = [0, 1, 2, -1, -2, 3, 1031, 1549, 100];
-
-/// Reads the input as a stream of random choices (zeros past its end).
-struct Bytes<'a> {
-    data: &'a [u8],
-    pos: usize,
-}
-
-impl Bytes<'_> {
-    fn next(&mut self) -> u8 {
-        let b = self.data.get(self.pos).copied().unwrap_or(0);
-        self.pos += 1;
-        b
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            self.next() as usize % n
-        }
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-}
 
 /// One step of a body: an op on earlier values (by index, modulo their
 /// count), with its choices.
@@ -124,10 +100,7 @@ struct Body {
 }
 
 fn decode(input: &[u8]) -> Body {
-    let mut b = Bytes {
-        data: input,
-        pos: 0,
-    };
+    let mut b = Bytes::new(input);
     // x of rank 1 to 4 (pools want 4), y of rank 1 or 2: small enough
     // that broadcasts of flattened values stay cheap.
     let mut dims = [Vec::new(), Vec::new()];

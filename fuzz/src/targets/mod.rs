@@ -94,6 +94,43 @@ fn files(dir: &str, ext: &str) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// Reads a target's input as a stream of random choices (zeros past its
+/// end): the `dynamic` and `compile` targets' bodies and graphs.
+struct Bytes<'a> {
+    data: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Bytes<'a> {
+    fn new(data: &'a [u8]) -> Bytes<'a> {
+        Bytes { data, pos: 0 }
+    }
+
+    fn next(&mut self) -> u8 {
+        let b = self.data.get(self.pos).copied().unwrap_or(0);
+        self.pos += 1;
+        b
+    }
+
+    /// A choice below `n` (0, reading nothing, when `n` is 0).
+    fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            self.next() as usize % n
+        }
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+
+    /// Whether every byte has been read.
+    fn done(&self) -> bool {
+        self.pos >= self.data.len()
+    }
+}
+
 /// A 64-bit FNV-1a hash: derives data values from an input, so a replay
 /// sees the same values.
 fn hash(b: &[u8]) -> u64 {
