@@ -35,8 +35,10 @@ pub const TARGET: Target = Target {
 
 /// Most ops a graph is built from.
 const MAX_OPS: usize = 24;
-/// Most elements of any node.
+/// Most elements of any node; of a big graph's, past where the host
+/// splits a kernel's rows over its threads (2^16).
 const MAX_NUMEL: usize = 1 << 14;
+const MAX_NUMEL_BIG: usize = 1 << 18;
 /// Most multiply-adds of one product or convolution.
 const MAX_WORK: usize = 1 << 21;
 /// Float magnitudes stay at or under this, by dtype: sums of integers
@@ -91,6 +93,8 @@ struct Builder {
     inputs: Vec<Array>,
     /// The values of the scalar params, by index.
     params: Vec<Lit>,
+    /// Most elements of a node ([`MAX_NUMEL`], or [`MAX_NUMEL_BIG`]).
+    max_numel: usize,
     rng: Rng,
 }
 
@@ -105,7 +109,7 @@ impl Builder {
         let id = self.g.add(op).ok()?;
         let ty = self.g.ty(id);
         let float = ty.dtype.is_float();
-        if ty.shape.numel() > MAX_NUMEL || (float && !within(bound, ty.dtype)) {
+        if ty.shape.numel() > self.max_numel || (float && !within(bound, ty.dtype)) {
             // Left in the graph unused: dead code is pruned before fusion.
             return None;
         }
@@ -128,7 +132,7 @@ impl Builder {
     fn input(&mut self, ty: TensorType) -> Option<Val> {
         let index = self.inputs.len() as u32;
         let n = ty.shape.numel();
-        if n > MAX_NUMEL {
+        if n > self.max_numel {
             return None;
         }
         let wild = ty.dtype.is_int() && self.rng.one_in(3);
@@ -205,8 +209,14 @@ fn build(b: &mut Bytes<'_>, seed: u64) -> Option<Builder> {
         vals: Vec::new(),
         inputs: Vec::new(),
         params: Vec::new(),
+        max_numel: MAX_NUMEL,
         rng: Rng::new(seed),
     };
+    // One graph in eight is big: its kernels run on several threads.
+    let big = b.below(8) == 0;
+    if big {
+        s.max_numel = MAX_NUMEL_BIG;
+    }
     // Sometimes a scalar param, whose value the kernels take at run time.
     if b.below(2) == 0 {
         let dtype = b.pick(&[DType::F32, DType::I32]);
@@ -217,7 +227,10 @@ fn build(b: &mut Bytes<'_>, seed: u64) -> Option<Builder> {
     // One or two plain inputs, and sometimes an image.
     for _ in 0..1 + b.below(2) {
         let rank = 1 + b.below(4);
-        let dims: Vec<usize> = (0..rank).map(|_| 1 + b.below(6)).collect();
+        let dims: Vec<usize> = match big {
+            true => (0..rank).map(|_| b.pick(&[1, 2, 7, 33, 64, 130])).collect(),
+            false => (0..rank).map(|_| 1 + b.below(6)).collect(),
+        };
         let dtype = b.pick(&[DType::F32, DType::F32, DType::F32, DType::I32]);
         s.input(TensorType::new(dtype, Shape::new(&dims).ok()?))?;
     }
@@ -726,13 +739,15 @@ fn run(input: &[u8]) -> Result<String, String> {
         .into_iter()
         .filter(|p| names.iter().any(|n| n.starts_with(p)))
         .collect();
+    let threads = g.nodes().iter().any(|n| n.ty.shape.numel() >= 1 << 16);
     Ok(format!(
-        "{} on {}: {}",
+        "{} on {}{}: {}",
         match outs.iter().all(|v| v.exact) {
             true => "exact",
             false => "bounded",
         },
         if sim { "Host and Sim" } else { "Host" },
+        if threads { ", big" } else { "" },
         ops.join(" ")
     ))
 }
