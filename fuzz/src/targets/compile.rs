@@ -76,7 +76,7 @@ fn rounding(d: DType) -> f64 {
 #[derive(Clone, Copy, Debug)]
 struct Val {
     id: NodeId,
-    /// Floats: every step exact (integers within [`EXACT`]). Ints and
+    /// Floats: every step exact (integers within [`exact_up_to`]). Ints and
     /// bools are always exact.
     exact: bool,
     /// A bound on the magnitude of its values (ints: `INFINITY` once they
