@@ -161,7 +161,10 @@ impl Builder {
 
     /// A constant of `ty` whose values are `f(i)`.
     fn constant(&mut self, ty: TensorType, f: impl Fn(usize) -> i64) -> Option<Val> {
-        let lits = (0..ty.shape.numel()).map(|i| Lit::from_i64(f(i), ty.dtype));
+        let n = ty.shape.numel();
+        // Its own bound: an index may be used as a value too.
+        let bound = (0..n).map(|i| f(i).unsigned_abs()).max().unwrap_or(0) as f64;
+        let lits = (0..n).map(|i| Lit::from_i64(f(i), ty.dtype));
         let array = Buffer::from_lits(ty.dtype, lits)
             .and_then(|b| Array::new(ty.shape, b))
             .ok()?;
@@ -169,7 +172,7 @@ impl Builder {
         let v = Val {
             id,
             exact: true,
-            bound: 4.0,
+            bound,
             err: 0.0,
         };
         self.vals.push(v);
@@ -758,8 +761,8 @@ const SHAPED: [&str; 8] = [
 ];
 
 /// Each output against the interpreter's: the same type; ints, bools and
-/// exact floats equal (a zero's sign aside), other floats within their
-/// error bound.
+/// exact floats equal (a zero's sign aside, NaN to NaN), other floats
+/// equal (an infinity both overflow to) or within their error bound.
 fn compare(want: &[Array], got: &[Array], outs: &[Val]) -> Result<(), String> {
     if want.len() != got.len() {
         return Err(format!("{} outputs, want {}", got.len(), want.len()));
@@ -771,8 +774,11 @@ fn compare(want: &[Array], got: &[Array], outs: &[Val]) -> Result<(), String> {
         for i in 0..w.buffer().len() {
             let (p, q) = (w.buffer().get(i), g.buffer().get(i));
             let ok = match (p, q) {
-                (Lit::Float(p), Lit::Float(q)) if v.exact => p == q || (p.is_nan() && q.is_nan()),
-                (Lit::Float(p), Lit::Float(q)) => (p - q).abs() <= v.err + 1e-6 * v.bound,
+                (Lit::Float(p), Lit::Float(q)) => {
+                    p == q
+                        || (p.is_nan() && q.is_nan())
+                        || (!v.exact && (p - q).abs() <= v.err + 1e-6 * v.bound)
+                }
                 (p, q) => p == q,
             };
             if !ok {
