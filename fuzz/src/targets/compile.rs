@@ -200,7 +200,15 @@ impl Builder {
         if !v.exact || (dtype.is_float() && !within(v.bound, dtype)) {
             return None;
         }
-        let bound = if dtype == DType::Bool { 1.0 } else { v.bound };
+        // A float saturates into an int's range, keeping its bound; an
+        // int may wrap into a narrower or unsigned one, past any bound.
+        let signed = matches!(dtype, DType::I8 | DType::I16 | DType::I32 | DType::I64);
+        let bound = match dtype {
+            DType::Bool => 1.0,
+            _ if !from.is_int() || !dtype.is_int() => v.bound,
+            _ if signed && v.bound <= 127.0 => v.bound,
+            _ => f64::INFINITY,
+        };
         self.add(Op::Cast(v.id, dtype), true, bound, 0.0)
     }
 }
@@ -460,17 +468,9 @@ fn step(s: &mut Builder, b: &mut Bytes<'_>, kind: usize, x: Val, y: Val) -> Opti
             };
             s.add(Op::Concat(p.id, q.id, axis as u8), x.exact, x.bound, x.err)
         }
-        // Casts between the float and int dtypes and bool.
+        // Casts between any dtypes.
         10 => {
-            let to = b.pick(&[
-                DType::F32,
-                DType::F64,
-                DType::F16,
-                DType::BF16,
-                DType::I32,
-                DType::I64,
-                DType::Bool,
-            ]);
+            let to = b.pick(&DType::ALL);
             s.cast(x, to)
         }
         // Products: `x` `[.., m, k]` by a new weight, a constant or `y`.
