@@ -527,15 +527,9 @@ fn integral(value: Lit) -> Option<(usize, bool)> {
 /// (2^24 in f32), past which a size may have rounded; integers hold any
 /// (`size_lit` checks their range).
 fn holds_exactly(dtype: tilejit_ir::DType, v: usize) -> bool {
-    use tilejit_ir::DType;
-    let digits = match dtype {
-        DType::BF16 => 8,
-        DType::F16 => 11,
-        DType::F32 => 24,
-        DType::F64 => 53,
-        _ => return true,
-    };
-    v <= 1usize << digits
+    // Integers up to `1 / u`, the unit roundoff (0 for integer dtypes).
+    let u = tilejit_ir::bound::unit_roundoff(dtype);
+    u == 0.0 || v <= (1.0 / u) as usize
 }
 
 /// A size `v` (negated if `negative`) as a literal of `dtype`, or why it

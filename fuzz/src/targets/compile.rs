@@ -19,6 +19,7 @@
 use super::{hash, Bytes, Target};
 use crate::rng::Rng;
 use tilejit::internals::runtime::Program;
+use tilejit_ir::bound::{unit_roundoff, GELU_LIPSCHITZ};
 use tilejit_ir::passes::dce;
 use tilejit_ir::{
     interp, Array, Axes, BinaryOp, Buffer, CmpOp, DType, Graph, Lit, NodeId, Op, Perm, ReduceOp,
@@ -42,13 +43,10 @@ const MAX_NUMEL_BIG: usize = 1 << 18;
 /// Most multiply-adds of one product or convolution.
 const MAX_WORK: usize = 1 << 21;
 /// Float magnitudes stay at or under this, by dtype: sums of integers
-/// stay exact (f16 holds every integer to 2^11, bf16 to 2^8).
+/// stay exact (a dtype holds every integer up to `1 / u`, its unit
+/// roundoff: 2^11 in f16, 2^8 in bf16; f32 and f64 stop at 2^22).
 fn exact_up_to(d: DType) -> f64 {
-    match d {
-        DType::F16 => 2048.0,
-        DType::BF16 => 256.0,
-        _ => (1u64 << 22) as f64,
-    }
+    (1.0 / unit_roundoff(d)).min((1u64 << 22) as f64)
 }
 
 /// Whether values bounded by `bound` stay exact in `d`.
@@ -64,12 +62,7 @@ const MATH_ERR: f64 = 1e-6;
 /// An ulp of `d`'s values relative to their magnitude: how far two
 /// roundings of nearly equal values may land apart.
 fn rounding(d: DType) -> f64 {
-    match d {
-        DType::F16 => 1.0 / 1024.0,
-        DType::BF16 => 1.0 / 128.0,
-        DType::F64 => f64::EPSILON,
-        _ => f32::EPSILON as f64,
-    }
+    2.0 * unit_roundoff(d)
 }
 
 /// A node and what is known of its values.
@@ -611,7 +604,7 @@ fn step(s: &mut Builder, b: &mut Bytes<'_>, kind: usize, x: Val, y: Val) -> Opti
                 UnaryOp::Exp => (bx.exp(), bx.exp() * x.err),
                 UnaryOp::Tanh | UnaryOp::Sin | UnaryOp::Cos => (1.0, x.err),
                 UnaryOp::Sigmoid => (1.0, 0.25 * x.err),
-                UnaryOp::Gelu => (bx, 1.2 * x.err),
+                UnaryOp::Gelu => (bx, GELU_LIPSCHITZ * x.err),
                 // Not Lipschitz at 0: sqrt(a) - sqrt(b) <= sqrt(|a - b|).
                 _ => (bx.sqrt(), x.err.sqrt()),
             };
